@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of gantry-train: the same GPT-2 (pre-LN, learned positions, tanh GELU,
+tied embeddings, Conv1D-layout weights), the same AdamW grouping and clipping, on CPU.
+
+  bench mode:  torch_gpt2.py bench --n-layer 6 --n-embd 384 --n-head 6 --seq-len 256 \
+                   --vocab 256 --batch 8 --steps 10 --threads 2
+  train mode:  torch_gpt2.py train --data data/fortunes/train.bin --val data/fortunes/val.bin ...
+
+Eager mode with scaled_dot_product_attention: what a PyTorch user on CPU runs.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, nh):
+        super().__init__()
+        self.nh = nh
+        self.ln_1 = nn.LayerNorm(C)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        hs = C // self.nh
+        q, k, v = (t.view(B, T, self.nh, hs).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, V, npos, L, nh, C):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(npos, C)
+        self.h = nn.ModuleList([Block(C, nh) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C)
+        for n, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * L) if n.endswith("c_proj.weight") or n.endswith("mlp_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif n.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe.weight[:T]
+        for b in self.h:
+            x = b(x)
+        logits = self.ln_f(x) @ self.wte.weight.T
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def make_optimizer(model, lr, betas, eps, wd):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": other, "weight_decay": 0.0}],
+                             lr=lr, betas=betas, eps=eps)
+
+
+def train_step(model, opt, x, y, clip):
+    opt.zero_grad(set_to_none=True)
+    loss = model(x, y)
+    loss.backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    return loss.item()
+
+
+def bench(a):
+    torch.manual_seed(0)
+    model = GPT(a.vocab, a.seq_len, a.n_layer, a.n_head, a.n_embd)
+    opt = make_optimizer(model, 1e-4, (0.9, 0.95), 1e-8, 0.1)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g)
+    y = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g)
+    for _ in range(a.warmup):
+        train_step(model, opt, x, y, 1.0)
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        train_step(model, opt, x, y, 1.0)
+        times.append(time.perf_counter() - t0)
+    med = sorted(times)[len(times) // 2]
+    print(json.dumps({"impl": "pytorch", "tokens_per_s": a.batch * a.seq_len / med, "step_ms": med * 1e3,
+                      "threads": torch.get_num_threads(), "torch": torch.__version__}))
+
+
+def load_bin(path):
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        assert header[0] == 20240520 and header[1] == 1
+        return np.frombuffer(f.read(), dtype=np.uint16).astype(np.int64)
+
+
+def train(a):
+    torch.manual_seed(a.seed)
+    data, val = load_bin(a.data), load_bin(a.val)
+    model = GPT(a.vocab, a.seq_len, a.n_layer, a.n_head, a.n_embd)
+    opt = make_optimizer(model, a.lr, (0.9, 0.95), 1e-8, 0.1)
+    BT = a.batch * a.seq_len
+    nwin = (len(data) - 1) // BT
+    rng = np.random.default_rng(a.seed)
+    perm = rng.permutation(nwin)
+
+    def window(tok, w):
+        chunk = torch.from_numpy(tok[w * BT: w * BT + BT + 1])
+        return chunk[:-1].view(a.batch, a.seq_len), chunk[1:].view(a.batch, a.seq_len)
+
+    for step in range(a.steps):
+        lr = a.lr * (step + 1) / a.warmup if step < a.warmup else \
+            a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - a.warmup) / max(1, a.steps - a.warmup - 1))))
+        for gr in opt.param_groups:
+            gr["lr"] = lr
+        x, y = window(data, perm[step % nwin])
+        loss = train_step(model, opt, x, y, 1.0)
+        if (step + 1) % 100 == 0 or step == 0:
+            with torch.no_grad():
+                vl = sum(model(*window(val, i)).item() for i in range(20)) / 20
+            print(f"step {step + 1} loss {loss:.4f} val {vl:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["bench", "train"])
+    ap.add_argument("--n-layer", type=int, default=6)
+    ap.add_argument("--n-embd", type=int, default=384)
+    ap.add_argument("--n-head", type=int, default=6)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--data")
+    ap.add_argument("--val")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=1337)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    bench(a) if a.mode == "bench" else train(a)

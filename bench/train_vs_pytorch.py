@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""gantry-train against PyTorch on CPU: the same GPT-2, batch, fp32 and thread count,
+measured in one run. Prints each figure and the ratio (target: Gantry >= 1.2x).
+
+  python3 bench/train_vs_pytorch.py [--build build] [--threads 2] [--steps 10]
+
+Needs a Python with torch (for example: python3 -m venv venv && venv/bin/pip install torch numpy).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CONFIGS = [
+    # name, n_layer, n_embd, n_head, seq_len, vocab, batch
+    ("demo (4x128x4, T 64, B 12)", 4, 128, 4, 64, 256, 12),
+    ("6x384x6, T 256, B 8", 6, 384, 6, 256, 256, 8),
+]
+
+
+def run(cmd, env):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3, help="alternating runs of each; the median is reported")
+    a = ap.parse_args()
+    # Both sides pinned (OMP_PROC_BIND): unpinned OpenMP threads on a small VM are stacked on
+    # one CPU at random and the figures swing by 1.5x (docs/perf.md).
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMP_PROC_BIND="true")
+    rows = []
+    for name, L, C, H, T, V, B in CONFIGS:
+        args = ["--n-layer", str(L), "--n-embd", str(C), "--n-head", str(H), "--seq-len", str(T),
+                "--vocab", str(V), "--batch", str(B), "--steps", str(a.steps), "--threads", str(a.threads)]
+        gs, ts = [], []
+        for _ in range(a.repeats):  # alternate, so a slow spell of the machine hits both
+            gs.append(run([os.path.join(a.build, "bench", "train_bench")] + args, env))
+            ts.append(run([sys.executable, os.path.join(HERE, "torch_gpt2.py"), "bench"] + args, env))
+        g = sorted(gs, key=lambda r: r["tokens_per_s"])[len(gs) // 2]
+        t = sorted(ts, key=lambda r: r["tokens_per_s"])[len(ts) // 2]
+        rows.append((name, g, t))
+        print(f"{name}: gantry {g['tokens_per_s']:.0f} tok/s, pytorch {t['tokens_per_s']:.0f} tok/s", file=sys.stderr)
+    print(f"\nfp32 training step (forward + backward + clip + AdamW), {a.threads} threads pinned, "
+          f"median step of {a.steps}, median of {a.repeats} alternating runs")
+    print(f"{'config':30} {'gantry tok/s':>13} {'pytorch tok/s':>14} {'ratio':>7} {'gantry ms':>10} {'pytorch ms':>11}")
+    for name, g, t in rows:
+        print(f"{name:30} {g['tokens_per_s']:13.0f} {t['tokens_per_s']:14.0f} {g['tokens_per_s'] / t['tokens_per_s']:6.2f}x "
+              f"{g['step_ms']:10.1f} {t['step_ms']:11.1f}")
+    print(f"pytorch {rows[0][2]['torch']}; target ratio >= 1.20")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+// gantry-train: Gantry's training code in one process, no daemons.
+//
+//   gantry-train JOB.yaml [--init-from DIR] [--save DIR] [--resume] [--print-losses]
+//   gantry-train prepare [--out-dir DIR] [--val-fraction F] INPUT...
+//   gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
+//   gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]
+//
+// Bad input is a one-line error on stderr and exit status 2.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/threads.h"
+#include "worker/data/loader.h"
+#include "worker/data/prepare.h"
+#include "worker/data/token_file.h"
+#include "worker/model/hf_io.h"
+#include "worker/train/job_spec.h"
+#include "worker/train/sample.h"
+#include "worker/train/trainer.h"
+
+namespace gantry {
+namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  gantry-train JOB.yaml [--init-from DIR] [--save DIR] [--resume] [--print-losses]\n"
+    "                        [--threads N] [--no-progress] [--stop-after STEP]\n"
+    "  gantry-train prepare [--out-dir DIR] [--val-fraction F] INPUT...\n"
+    "  gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
+    "                      [--top-k K] [--seed S]\n"
+    "  gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]\n";
+
+// Parsed command line: --flag value pairs, boolean --flags, and positionals.
+struct Args {
+  std::map<std::string, std::string> flags;
+  std::vector<std::string> positional;
+};
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv, int first,
+                               const std::vector<std::string>& valued,
+                               const std::vector<std::string>& boolean) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) != 0 || s == "--") {
+      a.positional.push_back(s);
+      continue;
+    }
+    std::string name = s.substr(2), value;
+    const size_t eq = name.find('=');
+    bool has_value = false;
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (std::find(boolean.begin(), boolean.end(), name) != boolean.end()) {
+      a.flags[name] = "true";
+      continue;
+    }
+    if (std::find(valued.begin(), valued.end(), name) == valued.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      value = argv[++i];
+    }
+    a.flags[name] = value;
+  }
+  return a;
+}
+
+template <typename T>
+absl::Status FlagNumber(const Args& a, const std::string& name, T* out) {
+  auto it = a.flags.find(name);
+  if (it == a.flags.end()) return absl::OkStatus();
+  bool ok;
+  if constexpr (std::is_floating_point_v<T>) {
+    double d;
+    ok = absl::SimpleAtod(it->second, &d);
+    *out = static_cast<T>(d);
+  } else {
+    int64_t v;
+    ok = absl::SimpleAtoi(it->second, &v);
+    *out = static_cast<T>(v);
+  }
+  if (!ok) return absl::InvalidArgumentError(absl::StrCat("--", name, ": not a number: '", it->second, "'"));
+  return absl::OkStatus();
+}
+
+std::string Flag(const Args& a, const std::string& name, const std::string& def = "") {
+  auto it = a.flags.find(name);
+  return it == a.flags.end() ? def : it->second;
+}
+
+void SetThreads(int n) { kernels::ConfigureThreads(n); }
+
+absl::Status RunPrepare(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"out-dir", "val-fraction"}, {}));
+  data::PrepareOptions o;
+  o.inputs = a.positional;
+  o.out_dir = Flag(a, "out-dir", "data/fortunes");
+  RETURN_IF_ERROR(FlagNumber(a, "val-fraction", &o.val_fraction));
+  ASSIGN_OR_RETURN(data::PrepareResult r,
+                   data::Prepare(o, [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); }));
+  std::printf("prepared %ld documents from %ld files: %s (%ld tokens), %s (%ld tokens)\n",
+              static_cast<long>(r.documents), static_cast<long>(r.files), r.train_path.c_str(),
+              static_cast<long>(r.train_tokens), r.val_path.c_str(), static_cast<long>(r.val_tokens));
+  return absl::OkStatus();
+}
+
+absl::Status RunSample(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2,
+                                     {"from", "prompt", "tokens", "temperature", "top-k", "seed", "threads"}, {}));
+  if (!a.positional.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a.positional[0], "'"));
+  const std::string from = Flag(a, "from");
+  if (from.empty()) return absl::InvalidArgumentError("sample: --from DIR is required");
+  int threads = 0;
+  RETURN_IF_ERROR(FlagNumber(a, "threads", &threads));
+  SetThreads(threads);
+  train::SampleOptions o;
+  o.top_k = 40;
+  o.temperature = 0.8f;
+  RETURN_IF_ERROR(FlagNumber(a, "tokens", &o.tokens));
+  RETURN_IF_ERROR(FlagNumber(a, "temperature", &o.temperature));
+  RETURN_IF_ERROR(FlagNumber(a, "top-k", &o.top_k));
+  RETURN_IF_ERROR(FlagNumber(a, "seed", &o.seed));
+  ASSIGN_OR_RETURN(auto model, model::LoadHFModel(from));
+  const std::string prompt = Flag(a, "prompt");
+  std::fputs(prompt.c_str(), stdout);
+  auto status = train::Sample(*model, data::EncodeBytes(prompt), o, [](uint16_t t) {
+    if (t == data::kEndOfText) {
+      std::fputs("\n%\n", stdout);
+    } else {
+      std::fputc(static_cast<char>(t & 0xff), stdout);
+    }
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  return status.status();
+}
+
+absl::Status RunEval(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"from", "data", "seq-len", "batch", "batches", "threads"}, {}));
+  const std::string from = Flag(a, "from"), data_path = Flag(a, "data");
+  if (from.empty() || data_path.empty()) return absl::InvalidArgumentError("eval: --from DIR and --data FILE are required");
+  int T = 0, B = 1, batches = 1, threads = 0;
+  RETURN_IF_ERROR(FlagNumber(a, "seq-len", &T));
+  RETURN_IF_ERROR(FlagNumber(a, "batch", &B));
+  RETURN_IF_ERROR(FlagNumber(a, "batches", &batches));
+  RETURN_IF_ERROR(FlagNumber(a, "threads", &threads));
+  SetThreads(threads);
+  ASSIGN_OR_RETURN(auto model, model::LoadHFModel(from));
+  if (T <= 0) T = model->config().max_seq_len;
+  if (T > model->config().max_seq_len || B < 1 || batches < 1) {
+    return absl::InvalidArgumentError("eval: need 1 <= --seq-len <= n_positions, --batch >= 1, --batches >= 1");
+  }
+  ASSIGN_OR_RETURN(data::TokenFile f, data::TokenFile::Open(data_path, model->config().vocab_size));
+  ASSIGN_OR_RETURN(data::BatchLoader loader, data::BatchLoader::Create(&f, B, T, 0, false));
+  const float loss = train::Trainer::Evaluate(*model, loader, B, T, batches);
+  std::printf("loss %.9g\n", loss);
+  return absl::OkStatus();
+}
+
+absl::Status RunTrain(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 1, {"init-from", "save", "threads", "stop-after"},
+                                     {"resume", "print-losses", "no-progress"}));
+  if (a.positional.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("expected one job spec file, got ", a.positional.size(),
+                                                   " arguments\n", kUsage));
+  }
+  int threads = 0;
+  RETURN_IF_ERROR(FlagNumber(a, "threads", &threads));
+  SetThreads(threads);
+  ASSIGN_OR_RETURN(train::JobSpec spec, train::LoadJobSpec(a.positional[0]));
+  train::TrainOptions o;
+  o.init_from = Flag(a, "init-from");
+  o.save_dir = Flag(a, "save");
+  o.resume = a.flags.count("resume") > 0;
+  o.print_losses = a.flags.count("print-losses") > 0;
+  o.progress = !a.flags.count("no-progress") && isatty(STDERR_FILENO);
+  RETURN_IF_ERROR(FlagNumber(a, "stop-after", &o.stop_after));
+  ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(spec, o));
+  return trainer->Run();
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  absl::Status s;
+  if (cmd == "prepare") {
+    s = RunPrepare(argc, argv);
+  } else if (cmd == "sample") {
+    s = RunSample(argc, argv);
+  } else if (cmd == "eval") {
+    s = RunEval(argc, argv);
+  } else {
+    s = RunTrain(argc, argv);
+  }
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "gantry-train: %s\n", std::string(s.message()).c_str());
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kOutOfRange:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+}  // namespace
+}  // namespace gantry
+
+int main(int argc, char** argv) { return gantry::Main(argc, argv); }

@@ -1,0 +1,263 @@
+#include "absl/strings/string_view.h"
+#include "common/safetensors.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace gantry {
+namespace {
+
+constexpr size_t kMaxHeaderBytes = 100u << 20;  // the format's own limit is 100 MB
+
+size_t DtypeSize(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" ||
+      dtype == "F8_E5M2")
+    return 1;
+  return 0;
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace
+
+int64_t SafetensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return FromBytes(std::move(bytes), path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes, std::string name) {
+  SafetensorsFile f;
+  f.path_ = std::move(name);
+  const std::string& p = f.path_;
+  if (bytes.size() < 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, ": not a safetensors file (", bytes.size(), " bytes, need at least 8)"));
+  }
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8) {
+    return absl::InvalidArgumentError(absl::StrCat(p, ": header length ", header_len,
+                                                   " exceeds the file (", bytes.size(),
+                                                   " bytes): truncated or not safetensors"));
+  }
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + header_len);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(p, ": header is not valid JSON: ", e.what()));
+  }
+  if (!header.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(p, ": header is not a JSON object"));
+  }
+  f.data_start_ = 8 + header_len;
+  const size_t data_size = bytes.size() - f.data_start_;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& key = it.key();
+    const auto& v = it.value();
+    if (key == "__metadata__") {
+      if (!v.is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(p, ": __metadata__ is not an object"));
+      }
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(p, ": __metadata__.", m.key(), " is not a string"));
+        }
+        f.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(p, ": tensor '", key, "': ", what));
+    };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
+      return bad("entry needs dtype, shape and data_offsets");
+    }
+    SafetensorInfo info;
+    if (!v["dtype"].is_string()) return bad("dtype is not a string");
+    info.dtype = v["dtype"].get<std::string>();
+    const size_t esize = DtypeSize(info.dtype);
+    if (esize == 0) return bad(absl::StrCat("unknown dtype ", info.dtype));
+    if (!v["shape"].is_array()) return bad("shape is not an array");
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("shape has a bad dimension");
+      info.shape.push_back(d.get<int64_t>());
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned()) {
+      return bad("data_offsets must be two non-negative integers");
+    }
+    info.begin = off[0].get<uint64_t>();
+    info.end = off[1].get<uint64_t>();
+    if (info.begin > info.end || info.end > data_size) {
+      return bad(absl::StrCat("data_offsets [", info.begin, ", ", info.end,
+                              "] outside the data section of ", data_size,
+                              " bytes (file truncated?)"));
+    }
+    const uint64_t want = static_cast<uint64_t>(info.numel()) * esize;
+    if (info.end - info.begin != want) {
+      return bad(absl::StrCat("holds ", info.end - info.begin, " bytes but shape ",
+                              ShapeString(info.shape), " of ", info.dtype, " needs ", want));
+    }
+    f.tensors_.emplace(key, std::move(info));
+  }
+  f.bytes_ = std::move(bytes);
+  return f;
+}
+
+absl::Status SafetensorsFile::ReadF32Into(const std::string& name,
+                                          const std::vector<int64_t>& expected_shape,
+                                          float* out) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(path_, ": missing tensor '", name, "'"));
+  }
+  const SafetensorInfo& info = it->second;
+  if (info.shape != expected_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", name, "' has shape ",
+                                                   ShapeString(info.shape), ", expected ",
+                                                   ShapeString(expected_shape)));
+  }
+  const char* src = bytes_.data() + data_start_ + info.begin;
+  const int64_t n = info.numel();
+  if (info.dtype == "F32") {
+    std::memcpy(out, src, static_cast<size_t>(n) * 4);
+  } else if (info.dtype == "F64") {
+    for (int64_t i = 0; i < n; ++i) {
+      double d;
+      std::memcpy(&d, src + 8 * i, 8);
+      out[i] = static_cast<float>(d);
+    }
+  } else if (info.dtype == "BF16") {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      uint32_t bits = static_cast<uint32_t>(h) << 16;
+      std::memcpy(&out[i], &bits, 4);
+    }
+  } else if (info.dtype == "F16") {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      out[i] = HalfToFloat(h);
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", name, "' has dtype ",
+                                                   info.dtype, ", expected a float type"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> SafetensorsFile::ReadF32(
+    const std::string& name, const std::vector<int64_t>* expected_shape) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(path_, ": missing tensor '", name, "'"));
+  }
+  std::vector<float> out(static_cast<size_t>(it->second.numel()));
+  RETURN_IF_ERROR(
+      ReadF32Into(name, expected_shape ? *expected_shape : it->second.shape, out.data()));
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> SafetensorsFile::ReadI32(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(path_, ": missing tensor '", name, "'"));
+  }
+  const SafetensorInfo& info = it->second;
+  const char* src = bytes_.data() + data_start_ + info.begin;
+  std::vector<int32_t> out(static_cast<size_t>(info.numel()));
+  if (info.dtype == "I32") {
+    std::memcpy(out.data(), src, out.size() * 4);
+  } else if (info.dtype == "I64") {
+    for (size_t i = 0; i < out.size(); ++i) {
+      int64_t v;
+      std::memcpy(&v, src + 8 * i, 8);
+      out[i] = static_cast<int32_t>(v);
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": tensor '", name, "' has dtype ", info.dtype, ", expected I32/I64"));
+  }
+  return out;
+}
+
+std::string SerializeSafetensors(const std::vector<TensorToWrite>& tensors,
+                                 const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  std::vector<size_t> sizes;
+  for (const auto& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    const size_t bytes = static_cast<size_t>(n) * DtypeSize(t.dtype);
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    sizes.push_back(bytes);
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // align the data section
+  std::string out;
+  out.reserve(8 + h.size() + offset);
+  const uint64_t len = h.size();
+  out.append(reinterpret_cast<const char*>(&len), 8);
+  out.append(h);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out.append(static_cast<const char*>(tensors[i].data), sizes[i]);
+  }
+  return out;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  return WriteFileAtomic(path, SerializeSafetensors(tensors, metadata));
+}
+
+}  // namespace gantry

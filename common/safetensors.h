@@ -1,0 +1,67 @@
+// Reading and writing the safetensors format (8-byte little-endian header length, a JSON
+// header of {name: {dtype, shape, data_offsets}} plus optional "__metadata__", then the
+// tensor bytes). Every field of a file is validated: a bad file is an error naming the file
+// and the tensor, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gantry {
+
+struct SafetensorInfo {
+  std::string dtype;  // "F32", "F64", "BF16", "F16", "I32", "I64", ...
+  std::vector<int64_t> shape;
+  size_t begin = 0;  // byte range within the data section
+  size_t end = 0;
+  int64_t numel() const;
+};
+
+class SafetensorsFile {
+ public:
+  static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
+  static absl::StatusOr<SafetensorsFile> FromBytes(std::string bytes, std::string name);
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, SafetensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool Has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+  // The tensor converted to fp32 (from F32, F64, BF16 or F16). If expected_shape is given,
+  // a tensor of another shape is an InvalidArgument error naming both shapes.
+  absl::StatusOr<std::vector<float>> ReadF32(const std::string& name,
+                                             const std::vector<int64_t>* expected_shape = nullptr) const;
+  // Reads into a caller buffer of exactly `count` elements.
+  absl::Status ReadF32Into(const std::string& name, const std::vector<int64_t>& expected_shape,
+                           float* out) const;
+  absl::StatusOr<std::vector<int32_t>> ReadI32(const std::string& name) const;
+
+ private:
+  std::string path_;
+  std::string bytes_;
+  size_t data_start_ = 0;
+  std::map<std::string, SafetensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// One tensor to write. Data points at numel elements of the dtype's size.
+struct TensorToWrite {
+  std::string name;
+  std::string dtype;  // "F32" or "I32"
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+std::string SerializeSafetensors(const std::vector<TensorToWrite>& tensors,
+                                 const std::map<std::string, std::string>& metadata = {});
+// Atomic: the file at `path` is either the old one or the whole new one.
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+}  // namespace gantry

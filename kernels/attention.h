@@ -1,0 +1,16 @@
+// Causal multi-head self-attention (the part between the QKV projection and the output
+// projection). qkv rows hold [q | k | v], each C wide, head h at channels [h*hs, (h+1)*hs).
+#pragma once
+
+namespace gantry::kernels {
+
+// qkv (B,T,3C) → out (B,T,C), att (B,NH,T,T) softmax probabilities (zero above the
+// diagonal), kept for the backward pass.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+
+// dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) → dqkv (B,T,3C) (overwritten);
+// scratch (B,NH,T,T) is working memory.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH);
+
+}  // namespace gantry::kernels

@@ -1,0 +1,88 @@
+#include "kernels/layernorm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace gantry::kernels {
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C) {
+  // inp (N,C) → out (N,C), mean (N), rstd (N)
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<int64_t>(n) * C;
+    float* o = out + static_cast<int64_t>(n) * C;
+    float m = 0.f;
+#pragma omp simd reduction(+ : m)
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= static_cast<float>(C);
+    float var = 0.f;
+#pragma omp simd reduction(+ : var)
+    for (int c = 0; c < C; ++c) {
+      const float d = x[c] - m;
+      var += d * d;
+    }
+    var /= static_cast<float>(C);
+    const float r = 1.0f / std::sqrt(var + kLayerNormEps);
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C) {
+  // Pass 1, rows in parallel: dinp.
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* dy = dout + static_cast<int64_t>(n) * C;
+    const float* x = inp + static_cast<int64_t>(n) * C;
+    float* dx = dinp + static_cast<int64_t>(n) * C;
+    const float m = mean[n];
+    const float r = rstd[n];
+    float sum_dn = 0.f;   // mean of dnorm
+    float sum_dnx = 0.f;  // mean of dnorm * norm
+#pragma omp simd reduction(+ : sum_dn, sum_dnx)
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * r;
+      const float dn = weight[c] * dy[c];
+      sum_dn += dn;
+      sum_dnx += dn * norm;
+    }
+    sum_dn /= static_cast<float>(C);
+    sum_dnx /= static_cast<float>(C);
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * r;
+      const float dn = weight[c] * dy[c];
+      dx[c] += (dn - sum_dn - norm * sum_dnx) * r;
+    }
+  }
+  // Pass 2, column blocks in parallel: dweight, dbias summed over rows in order.
+  constexpr int kCols = 16;
+  const int nblocks = (C + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; ++blk) {
+    const int c0 = blk * kCols;
+    const int c1 = std::min(C, c0 + kCols);
+    float dw[kCols] = {0};
+    float db[kCols] = {0};
+    for (int n = 0; n < N; ++n) {
+      const float* dy = dout + static_cast<int64_t>(n) * C;
+      const float* x = inp + static_cast<int64_t>(n) * C;
+      const float m = mean[n];
+      const float r = rstd[n];
+      for (int c = c0; c < c1; ++c) {
+        db[c - c0] += dy[c];
+        dw[c - c0] += (x[c] - m) * r * dy[c];
+      }
+    }
+    for (int c = c0; c < c1; ++c) {
+      dweight[c] += dw[c - c0];
+      dbias[c] += db[c - c0];
+    }
+  }
+}
+
+}  // namespace gantry::kernels

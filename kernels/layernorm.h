@@ -1,0 +1,20 @@
+// LayerNorm over the last dimension (eps 1e-5, as GPT-2).
+#pragma once
+
+namespace gantry::kernels {
+
+constexpr float kLayerNormEps = 1e-5f;
+
+// inp (N,C), weight (C), bias (C) → out (N,C), mean (N), rstd (N)
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C);
+
+// dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)
+//   → dinp (N,C) +=, dweight (C) +=, dbias (C) +=
+// dinp accumulates (the residual stream's gradient is added to). Deterministic and
+// independent of the thread count.
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C);
+
+}  // namespace gantry::kernels

@@ -1,0 +1,20 @@
+// Matmul with bias through the BLAS (OpenBLAS sgemm; docs/perf.md has the choice).
+#pragma once
+
+namespace gantry::kernels {
+
+// Weight layouts: kInOut is Hugging Face GPT-2's Conv1D layout, weight (C, OC), out = inp @ W.
+// kOutIn is torch.nn.Linear's and the tied embedding's, weight (OC, C), out = inp @ W^T.
+enum class WeightLayout { kInOut, kOutIn };
+
+// inp (N,C), weight (C,OC) or (OC,C), bias (OC) or null → out (N,OC)
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC, WeightLayout layout = WeightLayout::kInOut);
+
+// dout (N,OC), inp (N,C), weight → dinp (N,C) = (overwritten; skipped if null),
+//   dweight +=, dbias (OC) += (skipped if null)
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC,
+                     WeightLayout layout = WeightLayout::kInOut);
+
+}  // namespace gantry::kernels

@@ -1,0 +1,15 @@
+// Thread setup for the CPU kernels (OpenMP, and OpenBLAS in its OpenMP build).
+#pragma once
+
+#include <string>
+
+namespace gantry::kernels {
+
+// Sets the OpenMP and OpenBLAS thread count (n <= 0: one per CPU the process may use) and
+// pins thread i to the i-th CPU of the process's affinity mask. Unpinned threads can be
+// stacked on one CPU for a while by the scheduler, which on a small VM made steps up to
+// 1.6x slower at random (docs/perf.md). Pinning is skipped when the user set
+// OMP_PROC_BIND or GOMP_CPU_AFFINITY, or GANTRY_PIN_THREADS=0. Returns a one-line summary.
+std::string ConfigureThreads(int n);
+
+}  // namespace gantry::kernels

@@ -1,0 +1,209 @@
+// Each CPU kernel against PyTorch (float64 reference from tests/reference/make_fixtures.py).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/grad_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+#include "tests/test_util.h"
+
+namespace gantry::kernels {
+namespace {
+
+using testing::F32;
+using testing::I32;
+using testing::RelErr;
+
+constexpr double kTol = 1e-5;  // fp32 against an exact reference
+
+class KernelsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { fx_ = new SafetensorsFile(testing::OpenFixture("kernels.safetensors")); }
+  static void TearDownTestSuite() { delete fx_; }
+  static SafetensorsFile* fx_;
+  std::vector<float> F(const std::string& n) { return F32(*fx_, n); }
+};
+SafetensorsFile* KernelsTest::fx_ = nullptr;
+
+TEST_F(KernelsTest, EncoderForwardBackwardMatchesTorch) {
+  const int B = 3, T = 7, V = 17, C = 12, NP = 10;
+  auto inp = I32(*fx_, "encoder.inp");
+  auto wte = F("encoder.wte"), wpe = F("encoder.wpe"), dout = F("encoder.dout");
+  std::vector<float> out(B * T * C, NAN), dwte(V * C, 0.f), dwpe(NP * C, 0.f);
+  encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+  encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+  EXPECT_LE(RelErr(out, F("encoder.out")), kTol);
+  EXPECT_LE(RelErr(dwte, F("encoder.dwte")), kTol);
+  EXPECT_LE(RelErr(dwpe, F("encoder.dwpe")), kTol);
+}
+
+TEST_F(KernelsTest, LayerNormForwardBackwardMatchesTorch) {
+  const int N = 7, C = 37;
+  auto x = F("layernorm.inp"), w = F("layernorm.weight"), b = F("layernorm.bias"), dout = F("layernorm.dout");
+  std::vector<float> out(N * C, NAN), mean(N, NAN), rstd(N, NAN);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  EXPECT_LE(RelErr(out, F("layernorm.out")), kTol);
+  EXPECT_LE(RelErr(mean, F("layernorm.mean")), kTol);
+  EXPECT_LE(RelErr(rstd, F("layernorm.rstd")), kTol);
+  std::vector<float> dx(N * C, 0.f), dw(C, 0.f), db(C, 0.f);
+  layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  EXPECT_LE(RelErr(dx, F("layernorm.dinp")), kTol);
+  EXPECT_LE(RelErr(dw, F("layernorm.dweight")), kTol);
+  EXPECT_LE(RelErr(db, F("layernorm.dbias")), kTol);
+}
+
+TEST_F(KernelsTest, LayerNormBackwardAccumulatesIntoAllOutputs) {
+  const int N = 7, C = 37;
+  auto x = F("layernorm.inp"), w = F("layernorm.weight"), b = F("layernorm.bias"), dout = F("layernorm.dout");
+  std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C, 0.f), dw(C, 0.f), db(C, 0.f);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  for (int rep = 0; rep < 2; ++rep) {
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  }
+  for (const char* name : {"layernorm.dinp", "layernorm.dweight", "layernorm.dbias"}) {
+    auto want = F(name);
+    for (float& v : want) v *= 2;
+    const auto& got = std::string(name) == "layernorm.dinp" ? dx : std::string(name) == "layernorm.dweight" ? dw : db;
+    EXPECT_LE(RelErr(got, want), kTol) << name;
+  }
+}
+
+TEST_F(KernelsTest, MatmulConv1DLayoutMatchesTorch) {
+  const int N = 13, C = 29, OC = 31;
+  auto x = F("matmul.inp"), w = F("matmul.weight"), b = F("matmul.bias"), dout = F("matmul.dout");
+  std::vector<float> out(N * OC, NAN), dx(N * C, NAN), dw(C * OC, 0.f), db(OC, 0.f);
+  matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+  matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+  EXPECT_LE(RelErr(out, F("matmul.out")), kTol);
+  EXPECT_LE(RelErr(dx, F("matmul.dinp")), kTol);
+  EXPECT_LE(RelErr(dw, F("matmul.dweight")), kTol);
+  EXPECT_LE(RelErr(db, F("matmul.dbias")), kTol);
+}
+
+TEST_F(KernelsTest, MatmulLinearLayoutMatchesTorch) {
+  const int N = 13, C = 29, OC = 31;
+  auto x = F("matmul.inp"), w = F("matmul_t.weight"), dout = F("matmul.dout");
+  std::vector<float> out(N * OC, NAN), dx(N * C, NAN), dw(OC * C, 0.f);
+  matmul_forward(out.data(), x.data(), w.data(), nullptr, N, C, OC, WeightLayout::kOutIn);
+  matmul_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, C, OC, WeightLayout::kOutIn);
+  EXPECT_LE(RelErr(out, F("matmul_t.out")), kTol);
+  EXPECT_LE(RelErr(dx, F("matmul_t.dinp")), kTol);
+  EXPECT_LE(RelErr(dw, F("matmul_t.dweight")), kTol);
+}
+
+TEST_F(KernelsTest, MatmulWeightGradientAccumulates) {
+  const int N = 13, C = 29, OC = 31;
+  auto x = F("matmul.inp"), w = F("matmul.weight"), dout = F("matmul.dout");
+  std::vector<float> dw(C * OC, 0.f), db(OC, 0.f);
+  matmul_backward(nullptr, dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+  matmul_backward(nullptr, dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+  auto want = F("matmul.dweight");
+  for (float& v : want) v *= 2;
+  EXPECT_LE(RelErr(dw, want), kTol);
+}
+
+void CheckAttention(SafetensorsFile& fx, const std::string& tag) {
+  auto shape = I32(fx, tag + ".shape");
+  const int B = shape[0], T = shape[1], C = shape[2], NH = shape[3];
+  auto qkv = F32(fx, tag + ".qkv"), dout = F32(fx, tag + ".dout");
+  std::vector<float> out(B * T * C, NAN), att(B * NH * T * T, NAN), dqkv(B * T * 3 * C, NAN),
+      scratch(B * NH * T * T, NAN);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  EXPECT_LE(RelErr(out, F32(fx, tag + ".out")), kTol) << tag;
+  EXPECT_LE(RelErr(dqkv, F32(fx, tag + ".dqkv")), kTol) << tag;
+  // Probabilities: rows sum to 1, zero above the diagonal.
+  for (int bh = 0; bh < B * NH; ++bh) {
+    for (int t = 0; t < T; ++t) {
+      double s = 0;
+      for (int u = 0; u < T; ++u) {
+        const float p = att[(static_cast<size_t>(bh) * T + t) * T + u];
+        if (u > t) ASSERT_EQ(p, 0.f);
+        s += p;
+      }
+      ASSERT_NEAR(s, 1.0, 1e-5);
+    }
+  }
+}
+
+TEST_F(KernelsTest, AttentionMatchesTorch) { CheckAttention(*fx_, "attention"); }
+TEST_F(KernelsTest, AttentionLongerThanOneRowBlockMatchesTorch) { CheckAttention(*fx_, "attention_long"); }
+
+TEST_F(KernelsTest, GeluMatchesTorch) {
+  auto x = F("gelu.inp"), dout = F("gelu.dout");
+  std::vector<float> out(x.size(), NAN), dx(x.size(), NAN);
+  gelu_forward(out.data(), x.data(), static_cast<int64_t>(x.size()));
+  gelu_backward(dx.data(), x.data(), dout.data(), static_cast<int64_t>(x.size()));
+  EXPECT_LE(RelErr(out, F("gelu.out")), kTol);
+  EXPECT_LE(RelErr(dx, F("gelu.dinp")), kTol);
+}
+
+TEST_F(KernelsTest, FusedCrossEntropyMatchesTorch) {
+  const int N = 11, V = 53;
+  auto logits = F("crossentropy.logits");
+  auto tg = I32(*fx_, "crossentropy.targets");
+  std::vector<float> losses(N, NAN), losses2(N, NAN);
+  crossentropy_forward(losses.data(), logits.data(), tg.data(), N, V);
+  EXPECT_LE(RelErr(losses, F("crossentropy.losses")), kTol);
+  crossentropy_fused_forward_backward(losses2.data(), logits.data(), tg.data(), 1.0f / N, N, V);
+  EXPECT_LE(RelErr(losses2, F("crossentropy.losses")), kTol);
+  EXPECT_LE(RelErr(logits, F("crossentropy.dlogits")), kTol);
+}
+
+TEST_F(KernelsTest, AdamWThreeStepsMatchTorch) {
+  auto p = F("adamw.p0");
+  std::vector<float> m(p.size(), 0.f), v(p.size(), 0.f);
+  for (int step = 1; step <= 3; ++step) {
+    auto g = F("adamw.g" + std::to_string(step));
+    adamw_update(p.data(), g.data(), m.data(), v.data(), static_cast<int64_t>(p.size()),
+                 {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step});
+  }
+  EXPECT_LE(RelErr(p, F("adamw.p3")), kTol);
+  EXPECT_LE(RelErr(m, F("adamw.m3")), kTol);
+  EXPECT_LE(RelErr(v, F("adamw.v3")), kTol);
+}
+
+TEST_F(KernelsTest, GradNormAndClipMatchTorch) {
+  auto a = F("gradnorm.a"), b = F("gradnorm.b");
+  const double norm = std::sqrt(sum_squares(a.data(), static_cast<int64_t>(a.size())) +
+                                sum_squares(b.data(), static_cast<int64_t>(b.size())));
+  const float want = F("gradnorm.norm")[0];
+  EXPECT_LE(std::fabs(norm - want) / want, kTol);
+  const float coef = clip_coefficient(norm, 10.0f);
+  ASSERT_LT(coef, 1.0f);
+  scale_inplace(a.data(), static_cast<int64_t>(a.size()), coef);
+  scale_inplace(b.data(), static_cast<int64_t>(b.size()), coef);
+  EXPECT_LE(RelErr(a, F("gradnorm.a_clipped")), kTol);
+  EXPECT_LE(RelErr(b, F("gradnorm.b_clipped")), kTol);
+  EXPECT_EQ(clip_coefficient(norm, 0.f), 1.0f);           // 0 = off
+  EXPECT_EQ(clip_coefficient(1.0, 5.0f), 1.0f);           // under the limit
+}
+
+TEST(ResidualTest, ForwardAddsAndBackwardAccumulatesIntoBoth) {
+  std::vector<float> a = {1, 2, 3}, b = {10, 20, 30}, out(3), da = {1, 1, 1}, db = {0, 0, 0},
+                     dout = {0.5f, -1, 2};
+  residual_forward(out.data(), a.data(), b.data(), 3);
+  EXPECT_EQ(out, (std::vector<float>{11, 22, 33}));
+  residual_backward(da.data(), db.data(), dout.data(), 3);
+  EXPECT_EQ(da, (std::vector<float>{1.5f, 0, 3}));
+  EXPECT_EQ(db, dout);
+}
+
+TEST(SumSquaresTest, SameBitsWhateverTheThreadCount) {
+  std::vector<float> g(100003);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(static_cast<float>(i)) * 1e-3f;
+  omp_set_num_threads(1);
+  const double one = sum_squares(g.data(), static_cast<int64_t>(g.size()));
+  omp_set_num_threads(2);
+  const double two = sum_squares(g.data(), static_cast<int64_t>(g.size()));
+  EXPECT_EQ(one, two);
+}
+
+}  // namespace
+}  // namespace gantry::kernels

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Writes the PyTorch reference fixtures that Gantry's CPU code is checked against.
+
+  python3 tests/reference/make_fixtures.py [--out tests/reference/fixtures]
+
+gpt2_tiny.safetensors: a small random GPT-2 of odd sizes (vocab 97, n_positions 29, T 23,
+3 layers, 4 heads, C 48, batch 4): its weights, a batch, the logits and loss, every
+parameter's gradient, and the losses and parameters over 5 AdamW steps with gradient
+clipping (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_).
+
+kernels.safetensors: each op alone on random inputs: outputs and gradients.
+
+Everything is computed in float64 from float32 inputs and stored as float32, so the
+reference carries no fp32 rounding of its own. Tensors use Hugging Face GPT-2 names and
+layouts (Conv1D weights are (in, out)). Needs torch, numpy and safetensors; CI does not.
+"""
+import argparse
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+V, NPOS, T, L, NH, C, B = 97, 29, 23, 3, 4, 48, 4
+HP = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, steps=5)
+
+
+def f32(x):
+    return x.detach().to(torch.float32).contiguous()
+
+
+def param_shapes():
+    shapes = {"wte.weight": (V, C), "wpe.weight": (NPOS, C)}
+    for l in range(L):
+        h = f"h.{l}."
+        shapes.update({
+            h + "ln_1.weight": (C,), h + "ln_1.bias": (C,),
+            h + "attn.c_attn.weight": (C, 3 * C), h + "attn.c_attn.bias": (3 * C,),
+            h + "attn.c_proj.weight": (C, C), h + "attn.c_proj.bias": (C,),
+            h + "ln_2.weight": (C,), h + "ln_2.bias": (C,),
+            h + "mlp.c_fc.weight": (C, 4 * C), h + "mlp.c_fc.bias": (4 * C,),
+            h + "mlp.c_proj.weight": (4 * C, C), h + "mlp.c_proj.bias": (C,),
+        })
+    shapes.update({"ln_f.weight": (C,), "ln_f.bias": (C,)})
+    return shapes
+
+
+def random_params(gen):
+    """Non-trivial values everywhere (LayerNorm weights near 1, biases non-zero), so every
+    gradient path is exercised."""
+    p = {}
+    for name, shape in param_shapes().items():
+        if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name == "ln_f.weight":
+            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+        elif len(shape) == 1:
+            t = 0.02 * torch.randn(shape, generator=gen)
+        else:
+            t = 0.02 * torch.randn(shape, generator=gen)
+        p[name] = t.to(torch.float32)
+    return p
+
+
+def gpt2_forward(p, idx):
+    """GPT-2 forward; p maps HF names to tensors. Returns logits (B,T,V)."""
+    Bn, Tn = idx.shape
+    x = p["wte.weight"][idx] + p["wpe.weight"][:Tn]
+    hs = C // NH
+    mask = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
+    for l in range(L):
+        h = f"h.{l}."
+        a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps=1e-5)
+        qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
+        q, k, v = qkv.split(C, dim=2)
+        q = q.view(Bn, Tn, NH, hs).transpose(1, 2)
+        k = k.view(Bn, Tn, NH, hs).transpose(1, 2)
+        v = v.view(Bn, Tn, NH, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(Bn, Tn, C)
+        x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
+        m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps=1e-5)
+        m = F.gelu(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
+        x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
+    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps=1e-5)
+    return x @ p["wte.weight"].T
+
+
+def make_gpt2(out_dir):
+    gen = torch.Generator().manual_seed(20240520)
+    init = random_params(gen)
+    inputs = torch.randint(0, V, (B, T), generator=gen)
+    targets = torch.randint(0, V, (B, T), generator=gen)
+
+    params = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in init.items()}
+    logits = gpt2_forward(params, inputs)
+    loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    loss.backward()
+    out = {f"param.{k}": f32(v) for k, v in init.items()}
+    out.update({f"grad.{k}": f32(v.grad) for k, v in params.items()})
+    out["logits"] = f32(logits)
+    out["loss"] = f32(loss.reshape(1))
+    out["inputs"] = inputs.to(torch.int32)
+    out["targets"] = targets.to(torch.int32)
+    grad_norm0 = torch.sqrt(sum((g.grad ** 2).sum() for g in params.values())).item()
+
+    # 5 AdamW steps on the same batch, clipping to half the first step's norm so the clip
+    # is active; decay on tensors of 2+ dims only (nanoGPT's grouping).
+    clip = 0.5 * grad_norm0
+    params = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in init.items()}
+    decay = [v for v in params.values() if v.dim() >= 2]
+    no_decay = [v for v in params.values() if v.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": HP["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=HP["lr"], betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"])
+    losses = []
+    for step in range(1, HP["steps"] + 1):
+        opt.zero_grad()
+        logits = gpt2_forward(params, inputs)
+        l = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
+        opt.step()
+        losses.append(l.item())
+        for k, v in params.items():
+            out[f"step{step}.{k}"] = f32(v)
+    out["train_losses"] = torch.tensor(losses, dtype=torch.float32)
+    meta = {"config": json.dumps(dict(vocab_size=V, n_positions=NPOS, T=T, n_layer=L, n_head=NH,
+                                      n_embd=C, batch=B)),
+            "hparams": json.dumps(dict(HP, grad_clip=clip)),
+            "generator": "tests/reference/make_fixtures.py", "torch": torch.__version__}
+    save_file(out, os.path.join(out_dir, "gpt2_tiny.safetensors"), metadata=meta)
+    print(f"gpt2_tiny: loss {loss.item():.6f}, grad norm {grad_norm0:.4f}, losses {losses}")
+
+
+def make_kernels(out_dir):
+    g = torch.Generator().manual_seed(7)
+    r = lambda *s: torch.randn(*s, generator=g).to(torch.float32)
+    d = lambda t: t.to(torch.float64).clone().requires_grad_(True)
+    out = {}
+    # encoder
+    Bn, Tn, Vn, Cn, NP = 3, 7, 17, 12, 10
+    idx = torch.randint(0, Vn, (Bn, Tn), generator=g)
+    wte, wpe, dout = r(Vn, Cn), r(NP, Cn), r(Bn, Tn, Cn)
+    wte64, wpe64 = d(wte), d(wpe)
+    y = wte64[idx] + wpe64[:Tn]
+    y.backward(dout.to(torch.float64))
+    out.update({"encoder.inp": idx.to(torch.int32), "encoder.wte": wte, "encoder.wpe": wpe,
+                "encoder.dout": dout, "encoder.out": f32(y), "encoder.dwte": f32(wte64.grad),
+                "encoder.dwpe": f32(wpe64.grad)})
+    # layernorm
+    N, Cn = 7, 37
+    x, w, b, dout = r(N, Cn) * 2 + 0.5, 1 + 0.1 * r(Cn), 0.1 * r(Cn), r(N, Cn)
+    x64, w64, b64 = d(x), d(w), d(b)
+    y = F.layer_norm(x64, (Cn,), w64, b64, eps=1e-5)
+    y.backward(dout.to(torch.float64))
+    xd = x.to(torch.float64)
+    out.update({"layernorm.inp": x, "layernorm.weight": w, "layernorm.bias": b, "layernorm.dout": dout,
+                "layernorm.out": f32(y), "layernorm.mean": f32(xd.mean(-1)),
+                "layernorm.rstd": f32(1 / torch.sqrt(xd.var(-1, unbiased=False) + 1e-5)),
+                "layernorm.dinp": f32(x64.grad), "layernorm.dweight": f32(w64.grad),
+                "layernorm.dbias": f32(b64.grad)})
+    # matmul, Conv1D layout (C, OC) and Linear layout (OC, C)
+    N, Cn, OC = 13, 29, 31
+    x, w, b, dout = r(N, Cn), r(Cn, OC), r(OC), r(N, OC)
+    x64, w64, b64 = d(x), d(w), d(b)
+    y = x64 @ w64 + b64
+    y.backward(dout.to(torch.float64))
+    out.update({"matmul.inp": x, "matmul.weight": w, "matmul.bias": b, "matmul.dout": dout,
+                "matmul.out": f32(y), "matmul.dinp": f32(x64.grad), "matmul.dweight": f32(w64.grad),
+                "matmul.dbias": f32(b64.grad)})
+    wt = r(OC, Cn)
+    x64, wt64 = d(x), d(wt)
+    y = x64 @ wt64.T
+    y.backward(dout.to(torch.float64))
+    out.update({"matmul_t.weight": wt, "matmul_t.out": f32(y), "matmul_t.dinp": f32(x64.grad),
+                "matmul_t.dweight": f32(wt64.grad)})
+    # attention: a short case and one longer than the 64-row block
+    for tag, (Bn, Tn, Cn, NHn) in {"attention": (2, 19, 24, 3), "attention_long": (1, 150, 16, 2)}.items():
+        qkv, dout = r(Bn, Tn, 3 * Cn), r(Bn, Tn, Cn)
+        qkv64 = d(qkv)
+        hs = Cn // NHn
+        q, k, v = qkv64.split(Cn, dim=2)
+        q, k, v = (t.view(Bn, Tn, NHn, hs).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(Bn, Tn, Cn)
+        y.backward(dout.to(torch.float64))
+        out.update({f"{tag}.qkv": qkv, f"{tag}.dout": dout, f"{tag}.out": f32(y),
+                    f"{tag}.dqkv": f32(qkv64.grad),
+                    f"{tag}.shape": torch.tensor([Bn, Tn, Cn, NHn], dtype=torch.int32)})
+    # gelu (tanh)
+    x, dout = 3 * r(1000), r(1000)
+    x64 = d(x)
+    y = F.gelu(x64, approximate="tanh")
+    y.backward(dout.to(torch.float64))
+    out.update({"gelu.inp": x, "gelu.dout": dout, "gelu.out": f32(y), "gelu.dinp": f32(x64.grad)})
+    # softmax + cross-entropy, mean over N
+    N, Vn = 11, 53
+    logits, tg = 3 * r(N, Vn), torch.randint(0, Vn, (N,), generator=g)
+    l64 = d(logits)
+    losses = F.cross_entropy(l64, tg, reduction="none")
+    losses.mean().backward()
+    out.update({"crossentropy.logits": logits, "crossentropy.targets": tg.to(torch.int32),
+                "crossentropy.losses": f32(losses), "crossentropy.dlogits": f32(l64.grad)})
+    # AdamW: 3 steps with decay, then the state
+    n = 1000
+    p0 = r(n)
+    p64 = d(p0)
+    opt = torch.optim.AdamW([p64], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    grads = [r(n) for _ in range(3)]
+    for gi in grads:
+        p64.grad = gi.to(torch.float64)
+        opt.step()
+    st = opt.state[p64]
+    out.update({"adamw.p0": p0, "adamw.g1": grads[0], "adamw.g2": grads[1], "adamw.g3": grads[2],
+                "adamw.p3": f32(p64), "adamw.m3": f32(st["exp_avg"]), "adamw.v3": f32(st["exp_avg_sq"])})
+    # global norm + clip
+    a, c2 = r(10000), r(333)
+    a64, c64 = d(a), d(c2)
+    a64.grad, c64.grad = a.to(torch.float64).clone(), c2.to(torch.float64).clone()
+    norm = torch.nn.utils.clip_grad_norm_([a64, c64], 10.0)
+    out.update({"gradnorm.a": a, "gradnorm.b": c2, "gradnorm.norm": f32(norm.reshape(1)),
+                "gradnorm.a_clipped": f32(a64.grad), "gradnorm.b_clipped": f32(c64.grad)})
+    save_file(out, os.path.join(out_dir, "kernels.safetensors"),
+              metadata={"generator": "tests/reference/make_fixtures.py", "torch": torch.__version__})
+    print(f"kernels: {len(out)} tensors")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(1)
+    make_gpt2(args.out)
+    make_kernels(args.out)

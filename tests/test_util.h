@@ -1,0 +1,67 @@
+// Helpers shared by Gantry's tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/safetensors.h"
+
+namespace gantry::testing {
+
+inline std::string SourcePath(const std::string& rel) {
+  return std::string(GANTRY_SOURCE_DIR) + "/" + rel;
+}
+
+// Norm-wise relative error: max |a - b| / max |b|. Elementwise relative error is
+// meaningless for entries near zero; this is the usual definition for tensor comparisons.
+inline double RelErr(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num = std::max(num, std::fabs(static_cast<double>(a[i]) - b[i]));
+    den = std::max(den, std::fabs(static_cast<double>(b[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+inline double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  return RelErr(a.data(), b.data(), std::min(a.size(), b.size()));
+}
+
+inline SafetensorsFile OpenFixture(const std::string& name) {
+  auto f = SafetensorsFile::Open(SourcePath("tests/reference/fixtures/" + name));
+  if (!f.ok()) {
+    ADD_FAILURE() << f.status();
+    std::abort();
+  }
+  return *std::move(f);
+}
+
+inline std::vector<float> F32(const SafetensorsFile& f, const std::string& name) {
+  auto v = f.ReadF32(name);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : std::vector<float>();
+}
+inline std::vector<int32_t> I32(const SafetensorsFile& f, const std::string& name) {
+  auto v = f.ReadI32(name);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : std::vector<int32_t>();
+}
+
+// A fresh temporary directory, removed at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace gantry::testing

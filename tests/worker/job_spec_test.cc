@@ -1,0 +1,103 @@
+#include "worker/train/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+
+namespace gantry::train {
+namespace {
+
+constexpr char kMinimal[] = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
+)";
+
+std::string With(const std::string& extra) { return std::string(kMinimal) + extra; }
+
+std::string Error(const std::string& yaml) {
+  auto s = ParseJobSpec(yaml);
+  EXPECT_FALSE(s.ok()) << yaml;
+  return s.ok() ? "" : std::string(s.status().message());
+}
+
+TEST(JobSpecTest, ParsesMinimalSpecWithDefaults) {
+  auto s = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model.max_seq_len, 8);  // defaults to seq_len
+  EXPECT_EQ(s->train.global_batch, 2);
+  EXPECT_EQ(s->train.grad_accum(), 1);
+  EXPECT_EQ(s->train.seed, 1337u);
+  EXPECT_DOUBLE_EQ(s->train.grad_clip, 1.0);
+}
+
+TEST(JobSpecTest, BundledDemoSpecParses) {
+  auto s = LoadJobSpec(testing::SourcePath("configs/demo.yaml"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->data.shuffle);
+}
+
+TEST(JobSpecTest, UnknownFieldIsNamedWithItsSection) {
+  const std::string e = Error("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}\n"
+                              "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3, lrr: 3}\n");
+  EXPECT_NE(e.find("unknown field 'train.lrr'"), std::string::npos) << e;
+  EXPECT_NE(Error(With("optimiser: {}\n")).find("unknown field 'optimiser'"), std::string::npos);
+}
+
+TEST(JobSpecTest, IllTypedFieldIsNamed) {
+  const std::string e = Error("model: {n_layer: two, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}\n"
+                              "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n");
+  EXPECT_NE(e.find("'model.n_layer' must be an integer, got 'two'"), std::string::npos) << e;
+  const std::string e2 = Error("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}\n"
+                               "data: {train: t.bin, shuffle: maybe}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n");
+  EXPECT_NE(e2.find("'data.shuffle'"), std::string::npos) << e2;
+  EXPECT_NE(Error(With("eval: 3\n")).find("'eval' must be a mapping"), std::string::npos);
+}
+
+TEST(JobSpecTest, MissingRequiredFieldIsNamed) {
+  EXPECT_NE(Error("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}\n"
+                  "train: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n").find("'data.train' is required"),
+            std::string::npos);
+}
+
+TEST(JobSpecTest, GlobalBatchErrorShowsTheArithmetic) {
+  const std::string e = Error("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}\n"
+                              "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 4, global_batch: 10, lr: 1.0e-3}\n");
+  EXPECT_NE(e.find("10 is not a multiple of micro_batch 4"), std::string::npos) << e;
+}
+
+TEST(JobSpecTest, IncoherentModelIsRefused) {
+  EXPECT_NE(Error("model: {n_layer: 2, n_head: 3, n_embd: 16, vocab_size: 256, seq_len: 8}\n"
+                  "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n").find("n_embd"),
+            std::string::npos);
+  EXPECT_NE(Error("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8, max_seq_len: 4}\n"
+                  "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n").find("model.seq_len"),
+            std::string::npos);
+  EXPECT_NE(Error(With("checkpoint: {every: 5}\n")).find("checkpoint.dir"), std::string::npos);
+  EXPECT_NE(Error("[1, 2]").find("mapping"), std::string::npos);
+  EXPECT_NE(Error("model: {n_layer: [").find("not valid YAML"), std::string::npos);
+}
+
+TEST(LearningRateTest, ConstantWithoutWarmupOrDecay) {
+  TrainSpec t;
+  t.steps = 100;
+  t.lr = 0.5;
+  for (int64_t s : {0, 1, 50, 99}) EXPECT_DOUBLE_EQ(LearningRate(t, s), 0.5);
+}
+
+TEST(LearningRateTest, WarmupThenCosineToMinimum) {
+  TrainSpec t;
+  t.steps = 110;
+  t.lr = 1.0;
+  t.warmup = 10;
+  t.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(LearningRate(t, 0), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRate(t, 9), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRate(t, 10), 1.0);
+  EXPECT_NEAR(LearningRate(t, 10 + 99), 0.1, 1e-12);
+  EXPECT_NEAR(LearningRate(t, 10 + 49.5), 0.55, 0.01);
+  for (int64_t s = 11; s < 110; ++s) EXPECT_LE(LearningRate(t, s), LearningRate(t, s - 1));
+}
+
+}  // namespace
+}  // namespace gantry::train

@@ -1,0 +1,120 @@
+#include "worker/train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/rng.h"
+#include "tests/test_util.h"
+#include "worker/data/token_file.h"
+
+namespace gantry::train {
+namespace {
+
+// A tiny job on a synthetic corpus with structure (so the loss falls).
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<uint16_t> toks;
+    Rng rng(5);
+    while (toks.size() < 20000) {
+      const int start = static_cast<int>(rng.Below(20));
+      for (int i = 0; i < 8; ++i) toks.push_back(static_cast<uint16_t>((start + i * 3) % 31));
+    }
+    ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), toks).ok());
+    ASSERT_TRUE(data::WriteTokenFile(dir_.File("val.bin"), std::vector<uint16_t>(toks.begin(), toks.begin() + 2000)).ok());
+  }
+  JobSpec Spec(int steps, int ckpt_every = 0) {
+    std::string y = "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 31, seq_len: 16}\n"
+                    "data: {train: " + dir_.File("train.bin") + ", val: " + dir_.File("val.bin") + ", shuffle: true}\n"
+                    "train: {steps: " + std::to_string(steps) + ", micro_batch: 4, global_batch: 8, lr: 1.0e-2, warmup: " + std::to_string(std::min(steps, 2)) + ", "
+                    "min_lr_ratio: 0.1, weight_decay: 0.1, grad_clip: 1.0, seed: 11}\n"
+                    "eval: {every: 5, batches: 3}\n";
+    if (ckpt_every > 0) y += "checkpoint: {every: " + std::to_string(ckpt_every) + ", dir: " + dir_.File("ckpt") + "}\n";
+    auto s = ParseJobSpec(y);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  std::vector<float> Losses(const Trainer& t) {
+    std::vector<float> l;
+    for (const auto& r : t.reports()) l.push_back(r.loss);
+    return l;
+  }
+  std::unique_ptr<Trainer> Make(const JobSpec& s, TrainOptions o = {}) {
+    o.out = devnull_;
+    auto t = Trainer::Create(s, o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return std::move(*t);
+  }
+  void TearDown() override { std::fclose(devnull_); }
+  testing::TempDir dir_;
+  FILE* devnull_ = std::fopen("/dev/null", "w");
+};
+
+TEST_F(TrainerTest, LossFallsAndValIsReported) {
+  auto t = Make(Spec(20));
+  ASSERT_TRUE(t->Run().ok());
+  auto l = Losses(*t);
+  ASSERT_EQ(l.size(), 20u);
+  EXPECT_LT(l.back(), l.front() - 0.5f);
+  ASSERT_EQ(t->val_losses().size(), 5u);  // step 0, 5, 10, 15, 20
+  EXPECT_LT(t->val_losses().back().second, t->val_losses().front().second);
+}
+
+TEST_F(TrainerTest, SameSeedSameLossesBitForBit) {
+  auto a = Make(Spec(10)), b = Make(Spec(10));
+  ASSERT_TRUE(a->Run().ok());
+  ASSERT_TRUE(b->Run().ok());
+  auto la = Losses(*a), lb = Losses(*b);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4));
+  EXPECT_EQ(0, std::memcmp(a->model().params(), b->model().params(), a->model().num_params() * 4));
+}
+
+TEST_F(TrainerTest, ResumeContinuesExactly) {
+  auto full = Make(Spec(12));
+  ASSERT_TRUE(full->Run().ok());
+  // Stop after 6 steps (the checkpoint at 6) as if preempted, then resume to 12.
+  TrainOptions stop;
+  stop.stop_after = 6;
+  auto first = Make(Spec(12, 6), stop);
+  ASSERT_TRUE(first->Run().ok());
+  TrainOptions o;
+  o.resume = true;
+  auto second = Make(Spec(12, 6), o);
+  ASSERT_TRUE(second->Run().ok());
+  auto lf = Losses(*full), l1 = Losses(*first), l2 = Losses(*second);
+  ASSERT_EQ(l2.size(), 6u);
+  l1.insert(l1.end(), l2.begin(), l2.end());
+  EXPECT_EQ(0, std::memcmp(lf.data(), l1.data(), lf.size() * 4));
+  EXPECT_EQ(0, std::memcmp(full->model().params(), second->model().params(), full->model().num_params() * 4));
+}
+
+TEST_F(TrainerTest, InitFromSavedModelReproducesIt) {
+  TrainOptions save;
+  save.save_dir = dir_.File("model");
+  auto a = Make(Spec(3), save);
+  ASSERT_TRUE(a->Run().ok());
+  TrainOptions init;
+  init.init_from = dir_.File("model");
+  auto b = Make(Spec(3), init);
+  EXPECT_EQ(0, std::memcmp(a->model().params(), b->model().params(), a->model().num_params() * 4));
+}
+
+TEST_F(TrainerTest, InitFromAModelOfOtherShapeIsRefused) {
+  TrainOptions save;
+  save.save_dir = dir_.File("model");
+  ASSERT_TRUE(Make(Spec(1), save)->Run().ok());
+  auto s = Spec(1);
+  s.model.n_embd = 32;
+  TrainOptions init;
+  init.init_from = dir_.File("model");
+  init.out = devnull_;
+  auto t = Trainer::Create(s, init);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("differs from the job spec"), absl::string_view::npos) << t.status();
+}
+
+}  // namespace
+}  // namespace gantry::train

@@ -1,0 +1,351 @@
+#include "absl/strings/string_view.h"
+#include "worker/model/gpt.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/rng.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+
+namespace gantry::model {
+
+namespace k = gantry::kernels;
+
+absl::Status GPTConfig::Validate() const {
+  auto bad = [](absl::string_view field, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("model.", field, ": ", why));
+  };
+  if (n_layer < 1) return bad("n_layer", "must be >= 1");
+  if (n_head < 1) return bad("n_head", "must be >= 1");
+  if (n_embd < 1) return bad("n_embd", "must be >= 1");
+  if (n_embd % n_head != 0) {
+    return bad("n_embd", absl::StrCat(n_embd, " is not divisible by n_head ", n_head));
+  }
+  if (vocab_size < 2 || vocab_size > 65536) {
+    return bad("vocab_size", absl::StrCat(vocab_size, " outside [2, 65536] (tokens are uint16)"));
+  }
+  if (max_seq_len < 1) return bad("max_seq_len", "must be >= 1");
+  return absl::OkStatus();
+}
+
+std::vector<ParamTensor> ParameterLayout(const GPTConfig& c) {
+  const int64_t C = c.n_embd;
+  std::vector<ParamTensor> t;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    ParamTensor p;
+    p.name = std::move(name);
+    p.numel = 1;
+    for (int64_t d : shape) p.numel *= static_cast<size_t>(d);
+    p.decay = shape.size() >= 2;
+    p.shape = std::move(shape);
+    p.offset = t.empty() ? 0 : t.back().offset + t.back().numel;
+    t.push_back(std::move(p));
+  };
+  add("wte.weight", {c.vocab_size, C});
+  add("wpe.weight", {c.max_seq_len, C});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    add(h + "ln_1.weight", {C});
+    add(h + "ln_1.bias", {C});
+    add(h + "attn.c_attn.weight", {C, 3 * C});
+    add(h + "attn.c_attn.bias", {3 * C});
+    add(h + "attn.c_proj.weight", {C, C});
+    add(h + "attn.c_proj.bias", {C});
+    add(h + "ln_2.weight", {C});
+    add(h + "ln_2.bias", {C});
+    add(h + "mlp.c_fc.weight", {C, 4 * C});
+    add(h + "mlp.c_fc.bias", {4 * C});
+    add(h + "mlp.c_proj.weight", {4 * C, C});
+    add(h + "mlp.c_proj.bias", {C});
+  }
+  add("ln_f.weight", {C});
+  add("ln_f.bias", {C});
+  return t;
+}
+
+GPT::GPT(const GPTConfig& config) : config_(config), tensors_(ParameterLayout(config)) {
+  const size_t n = tensors_.back().offset + tensors_.back().numel;
+  params_.Assign(n);
+  grads_.Assign(n);
+}
+
+const ParamTensor* GPT::FindTensor(const std::string& name) const {
+  for (const auto& t : tensors_) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+GPT::LayerParams GPT::Layer(float* base, int l) const {
+  // 12 tensors per layer, after wte and wpe.
+  const size_t i = 2 + static_cast<size_t>(l) * 12;
+  auto p = [&](size_t j) { return base + tensors_[i + j].offset; };
+  return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
+}
+
+void GPT::InitRandom(uint64_t seed) {
+  const float std_base = 0.02f;
+  const float std_resid = 0.02f / std::sqrt(2.0f * config_.n_layer);
+  for (size_t ti = 0; ti < tensors_.size(); ++ti) {
+    const ParamTensor& t = tensors_[ti];
+    float* p = params_.data() + t.offset;
+    const bool is_ln = t.name.find("ln_") != std::string::npos;
+    if (is_ln && t.name.ends_with(".weight")) {
+      std::fill(p, p + t.numel, 1.0f);
+    } else if (t.shape.size() == 1) {
+      std::fill(p, p + t.numel, 0.0f);
+    } else {
+      const bool resid = t.name.ends_with("attn.c_proj.weight") || t.name.ends_with("mlp.c_proj.weight");
+      const double sd = resid ? std_resid : std_base;
+      Rng rng(MixSeed(seed, ti));
+      for (size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.Normal() * sd);
+    }
+  }
+}
+
+template <typename F>
+void GPT::Op(const char* name, F&& f) {
+  if (!profiling_) {
+    f();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& [n, t] : op_seconds_) {
+    if (n == name) {
+      t += dt;
+      return;
+    }
+  }
+  op_seconds_.emplace_back(name, dt);
+}
+
+void GPT::ZeroGrad() { std::fill(grads_.begin(), grads_.end(), 0.f); }
+
+void GPT::EnsureActivations(int B, int T) {
+  if (B == act_B_ && T == act_T_) return;
+  const size_t BT = static_cast<size_t>(B) * T;
+  const size_t C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const size_t L = config_.n_layer;
+  size_t cur = 0;
+  auto take = [&](size_t n) {
+    const size_t o = cur;
+    cur += (n + 15) & ~size_t{15};  // 64-byte aligned sub-buffers
+    return o;
+  };
+  ActOffsets o{};
+  o.encoded = take(BT * C);
+  o.lnf = take(BT * C);
+  o.lnf_mean = take(BT);
+  o.lnf_rstd = take(BT);
+  o.logits = take(BT * V);
+  o.losses = take(BT);
+  o.dres = take(BT * C);
+  o.dln = take(BT * C);
+  o.dqkv = take(BT * 3 * C);
+  o.datty = take(BT * C);
+  o.datt = take(static_cast<size_t>(B) * NH * T * T);
+  o.dfch = take(BT * 4 * C);
+  o.dlnf = take(BT * C);
+  // Per-layer block, offsets relative to the block.
+  const size_t block_start = cur;
+  cur = 0;
+  o.ln1 = take(BT * C);
+  o.ln1_mean = take(BT);
+  o.ln1_rstd = take(BT);
+  o.qkv = take(BT * 3 * C);
+  o.atty = take(BT * C);
+  o.att = take(static_cast<size_t>(B) * NH * T * T);
+  o.attproj = take(BT * C);
+  o.res2 = take(BT * C);
+  o.ln2 = take(BT * C);
+  o.ln2_mean = take(BT);
+  o.ln2_rstd = take(BT);
+  o.fch = take(BT * 4 * C);
+  o.fch_gelu = take(BT * 4 * C);
+  o.fcproj = take(BT * C);
+  o.res3 = take(BT * C);
+  o.layer_stride = cur;
+  o.layer0 = block_start;
+  act_.Assign(block_start + L * o.layer_stride);
+  off_ = o;
+  act_B_ = B;
+  act_T_ = T;
+}
+
+void GPT::RunForward(const int32_t* inputs, int B, int T) {
+  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int L = config_.n_layer;
+  const int BT = B * T;
+  EnsureActivations(B, T);
+  inputs_.assign(inputs, inputs + BT);
+  float* P = params_.data();
+  Op("encoder fwd", [&] {
+    k::encoder_forward(A(off_.encoded), inputs, P + tensors_[0].offset, P + tensors_[1].offset, B,
+                       T, C);
+  });
+  const float* residual = A(off_.encoded);
+  for (int l = 0; l < L; ++l) {
+    const LayerParams w = Layer(P, l);
+    Op("layernorm fwd", [&] {
+      k::layernorm_forward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
+                           LayerAct(l, off_.ln1_rstd), residual, w.ln1w, w.ln1b, BT, C);
+    });
+    Op("matmul fwd", [&] {
+      k::matmul_forward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * C);
+    });
+    Op("attention fwd", [&] {
+      k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B,
+                           T, C, NH);
+    });
+    Op("matmul fwd", [&] {
+      k::matmul_forward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, w.projb, BT, C,
+                        C);
+    });
+    Op("residual fwd", [&] {
+      k::residual_forward(LayerAct(l, off_.res2), residual, LayerAct(l, off_.attproj),
+                          static_cast<int64_t>(BT) * C);
+    });
+    Op("layernorm fwd", [&] {
+      k::layernorm_forward(LayerAct(l, off_.ln2), LayerAct(l, off_.ln2_mean),
+                           LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), w.ln2w, w.ln2b, BT, C);
+    });
+    Op("matmul fwd", [&] {
+      k::matmul_forward(LayerAct(l, off_.fch), LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, 4 * C);
+    });
+    Op("gelu fwd", [&] {
+      k::gelu_forward(LayerAct(l, off_.fch_gelu), LayerAct(l, off_.fch),
+                      static_cast<int64_t>(BT) * 4 * C);
+    });
+    Op("matmul fwd", [&] {
+      k::matmul_forward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw, w.fcprojb,
+                        BT, 4 * C, C);
+    });
+    Op("residual fwd", [&] {
+      k::residual_forward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
+                          static_cast<int64_t>(BT) * C);
+    });
+    residual = LayerAct(l, off_.res3);
+  }
+  const ParamTensor& lnfw = tensors_[tensors_.size() - 2];
+  const ParamTensor& lnfb = tensors_[tensors_.size() - 1];
+  Op("layernorm fwd", [&] {
+    k::layernorm_forward(A(off_.lnf), A(off_.lnf_mean), A(off_.lnf_rstd), residual, P + lnfw.offset,
+                         P + lnfb.offset, BT, C);
+  });
+  // Tied classifier: logits = lnf @ wte^T
+  Op("classifier matmul fwd", [&] {
+    k::matmul_forward(A(off_.logits), A(off_.lnf), P + tensors_[0].offset, nullptr, BT, C, V,
+                      k::WeightLayout::kOutIn);
+  });
+}
+
+static float MeanLoss(const float* losses, int n) {
+  double s = 0.0;
+  for (int i = 0; i < n; ++i) s += losses[i];
+  return static_cast<float>(s / n);
+}
+
+float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  RunForward(inputs, B, T);
+  if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
+  Op("classifier xent fwd", [&] {
+    k::crossentropy_forward(A(off_.losses), A(off_.logits), targets, B * T, config_.vocab_size);
+  });
+  return MeanLoss(A(off_.losses), B * T);
+}
+
+float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                           float dloss_scale) {
+  RunForward(inputs, B, T);
+  const int BT = B * T;
+  // Mean over the B*T tokens, times 1/grad_accum.
+  const float dloss = dloss_scale / static_cast<float>(BT);
+  Op("classifier softmax+xent", [&] {
+    k::crossentropy_fused_forward_backward(A(off_.losses), A(off_.logits), targets, dloss, BT,
+                                           config_.vocab_size);
+  });
+  const float loss = MeanLoss(A(off_.losses), BT);
+  RunBackward(B, T);
+  return loss;
+}
+
+void GPT::RunBackward(int B, int T) {
+  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int L = config_.n_layer;
+  const int BT = B * T;
+  float* P = params_.data();
+  float* G = grads_.data();
+  const int nt = static_cast<int>(tensors_.size());
+  float* dres = A(off_.dres);
+  float* dln = A(off_.dln);
+  // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf
+  Op("classifier matmul bwd", [&] {
+    k::matmul_backward(A(off_.dlnf), G + tensors_[0].offset, nullptr, A(off_.logits), A(off_.lnf),
+                       P + tensors_[0].offset, BT, C, V, k::WeightLayout::kOutIn);
+  });
+  const float* last = L > 0 ? LayerAct(L - 1, off_.res3) : A(off_.encoded);
+  std::fill(dres, dres + static_cast<size_t>(BT) * C, 0.f);
+  Op("layernorm bwd", [&] {
+    k::layernorm_backward(dres, G + tensors_[nt - 2].offset, G + tensors_[nt - 1].offset,
+                          A(off_.dlnf), last, P + tensors_[nt - 2].offset, A(off_.lnf_mean),
+                          A(off_.lnf_rstd), BT, C);
+  });
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerParams w = Layer(P, l);
+    const LayerParams g = Layer(G, l);
+    const float* residual = l > 0 ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
+    // dres holds d(res3). MLP branch.
+    Op("matmul bwd", [&] {
+      k::matmul_backward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu),
+                         w.fcprojw, BT, 4 * C, C);
+    });
+    Op("gelu bwd", [&] {
+      k::gelu_backward(A(off_.dfch), LayerAct(l, off_.fch), A(off_.dfch),
+                       static_cast<int64_t>(BT) * 4 * C);
+    });
+    Op("matmul bwd", [&] {
+      k::matmul_backward(dln, g.fcw, g.fcb, A(off_.dfch), LayerAct(l, off_.ln2), w.fcw, BT, C,
+                         4 * C);
+    });
+    // d(res2) = d(res3) + ln_2 backward
+    Op("layernorm bwd", [&] {
+      k::layernorm_backward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), w.ln2w,
+                            LayerAct(l, off_.ln2_mean), LayerAct(l, off_.ln2_rstd), BT, C);
+    });
+    // Attention branch.
+    Op("matmul bwd", [&] {
+      k::matmul_backward(A(off_.datty), g.projw, g.projb, dres, LayerAct(l, off_.atty), w.projw, BT,
+                         C, C);
+    });
+    Op("attention bwd", [&] {
+      k::attention_backward(A(off_.dqkv), A(off_.datt), A(off_.datty), LayerAct(l, off_.qkv),
+                            LayerAct(l, off_.att), B, T, C, NH);
+    });
+    Op("matmul bwd", [&] {
+      k::matmul_backward(dln, g.qkvw, g.qkvb, A(off_.dqkv), LayerAct(l, off_.ln1), w.qkvw, BT, C,
+                         3 * C);
+    });
+    // d(residual_in) = d(res2) + ln_1 backward
+    Op("layernorm bwd", [&] {
+      k::layernorm_backward(dres, g.ln1w, g.ln1b, dln, residual, w.ln1w, LayerAct(l, off_.ln1_mean),
+                            LayerAct(l, off_.ln1_rstd), BT, C);
+    });
+  }
+  Op("encoder bwd", [&] {
+    k::encoder_backward(G + tensors_[0].offset, G + tensors_[1].offset, dres, inputs_.data(), B, T,
+                        C);
+  });
+}
+
+}  // namespace gantry::model

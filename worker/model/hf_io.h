@@ -1,0 +1,26 @@
+// Hugging Face GPT-2 model directories: config.json + model.safetensors.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/model/gpt.h"
+
+namespace gantry::model {
+
+// Reads config.json of a GPT-2 model directory. Fields Gantry cannot honour (another
+// activation, untied embeddings, a non-default n_inner) are errors naming the field.
+absl::StatusOr<GPTConfig> ReadHFConfig(const std::string& dir);
+
+// Loads DIR/model.safetensors into model (whose config must match). Tensor names may carry
+// the "transformer." prefix; lm_head.weight and attention mask buffers are ignored.
+absl::Status LoadHFWeights(const std::string& dir, GPT& model);
+
+// Reads the config and the weights.
+absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir);
+
+// Writes DIR/config.json and DIR/model.safetensors that transformers' GPT2LMHeadModel loads.
+absl::Status SaveHFModel(const std::string& dir, const GPT& model);
+
+}  // namespace gantry::model

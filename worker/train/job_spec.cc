@@ -1,0 +1,183 @@
+#include "absl/strings/string_view.h"
+#include "worker/train/job_spec.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "yaml-cpp/yaml.h"
+
+namespace gantry::train {
+namespace {
+
+absl::Status FieldError(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("job spec: field '", field, "' ", why));
+}
+
+std::string Scalar(const YAML::Node& n) {
+  return n.IsScalar() ? n.Scalar() : std::string(n.IsMap() ? "a mapping" : "a sequence");
+}
+
+template <typename T>
+absl::Status Get(const YAML::Node& n, const std::string& field, absl::string_view type, T* out) {
+  if (!n.IsScalar()) return FieldError(field, absl::StrCat("must be ", type, ", got ", Scalar(n)));
+  try {
+    *out = n.as<T>();
+  } catch (const YAML::Exception&) {
+    return FieldError(field, absl::StrCat("must be ", type, ", got '", n.Scalar(), "'"));
+  }
+  return absl::OkStatus();
+}
+
+// Visits a mapping section, calling handlers by key; any other key is an error.
+using Handler = std::function<absl::Status(const YAML::Node&, const std::string&)>;
+absl::Status Section(const YAML::Node& node, const std::string& name,
+                     const std::map<std::string, Handler>& handlers) {
+  if (!node.IsMap()) return FieldError(name, "must be a mapping");
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    const std::string field = name.empty() ? key : absl::StrCat(name, ".", key);
+    auto h = handlers.find(key);
+    if (h == handlers.end()) {
+      std::vector<std::string> known;
+      for (const auto& [k, _] : handlers) known.push_back(k);
+      return absl::InvalidArgumentError(absl::StrCat("job spec: unknown field '", field,
+                                                     "' (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+    RETURN_IF_ERROR(h->second(it->second, field));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+Handler Num(T* out, absl::string_view type) {
+  return [out, type](const YAML::Node& n, const std::string& f) { return Get(n, f, type, out); };
+}
+Handler Int(int* out) { return Num(out, "an integer"); }
+Handler Int64(int64_t* out) { return Num(out, "an integer"); }
+Handler Real(double* out) { return Num(out, "a number"); }
+Handler Str(std::string* out) { return Num(out, "a string"); }
+Handler Bool(bool* out) { return Num(out, "true or false"); }
+
+absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
+  for (const char* f : {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size",
+                        "model.seq_len", "data.train", "train.steps", "train.micro_batch",
+                        "train.lr"}) {
+    if (!present.count(f)) return FieldError(f, "is required");
+  }
+  if (auto st = s.model.Validate(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: field '", st.message()));
+  }
+  if (s.seq_len < 1) return FieldError("model.seq_len", "must be >= 1");
+  if (s.seq_len > s.model.max_seq_len) {
+    return FieldError("model.seq_len", absl::StrCat(s.seq_len, " exceeds model.max_seq_len ",
+                                                    s.model.max_seq_len));
+  }
+  const TrainSpec& t = s.train;
+  if (t.steps < 1) return FieldError("train.steps", "must be >= 1");
+  if (t.micro_batch < 1) return FieldError("train.micro_batch", "must be >= 1");
+  if (t.global_batch < 1) return FieldError("train.global_batch", "must be >= 1");
+  if (t.global_batch % t.micro_batch != 0) {
+    return FieldError("train.global_batch",
+                      absl::StrCat("must equal micro_batch x grad_accum x dp: ", t.global_batch,
+                                   " is not a multiple of micro_batch ", t.micro_batch, " x dp 1"));
+  }
+  if (!(t.lr > 0) || !std::isfinite(t.lr)) return FieldError("train.lr", "must be > 0");
+  if (t.warmup < 0 || t.warmup > t.steps) return FieldError("train.warmup", "must be in [0, train.steps]");
+  if (!(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1)) return FieldError("train.min_lr_ratio", "must be in [0, 1]");
+  if (!(t.beta1 >= 0 && t.beta1 < 1)) return FieldError("train.beta1", "must be in [0, 1)");
+  if (!(t.beta2 >= 0 && t.beta2 < 1)) return FieldError("train.beta2", "must be in [0, 1)");
+  if (!(t.eps > 0)) return FieldError("train.eps", "must be > 0");
+  if (!(t.weight_decay >= 0)) return FieldError("train.weight_decay", "must be >= 0");
+  if (!(t.grad_clip >= 0)) return FieldError("train.grad_clip", "must be >= 0 (0 = off)");
+  if (s.eval.every < 0) return FieldError("eval.every", "must be >= 0");
+  if (s.eval.batches < 1) return FieldError("eval.batches", "must be >= 1");
+  if (s.checkpoint.every < 0) return FieldError("checkpoint.every", "must be >= 0");
+  if (s.checkpoint.every > 0 && s.checkpoint.dir.empty()) {
+    return FieldError("checkpoint.dir", "is required when checkpoint.every > 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: not valid YAML: ", e.what()));
+  }
+  if (!root.IsMap()) return absl::InvalidArgumentError("job spec: the document must be a mapping");
+  JobSpec s;
+  std::set<std::string> present;
+  auto track = [&present](Handler h) -> Handler {
+    return [&present, h](const YAML::Node& n, const std::string& f) {
+      present.insert(f);
+      return h(n, f);
+    };
+  };
+  bool max_seq_given = false;
+  auto sub = [&](std::map<std::string, Handler> handlers) -> Handler {
+    for (auto& [k, h] : handlers) h = track(h);
+    return [handlers](const YAML::Node& n, const std::string& f) { return Section(n, f, handlers); };
+  };
+  RETURN_IF_ERROR(Section(
+      root, "",
+      {{"name", Str(&s.name)},
+       {"model", sub({{"n_layer", Int(&s.model.n_layer)},
+                      {"n_head", Int(&s.model.n_head)},
+                      {"n_embd", Int(&s.model.n_embd)},
+                      {"vocab_size", Int(&s.model.vocab_size)},
+                      {"seq_len", Int(&s.seq_len)},
+                      {"max_seq_len",
+                       [&](const YAML::Node& n, const std::string& f) {
+                         max_seq_given = true;
+                         return Get(n, f, "an integer", &s.model.max_seq_len);
+                       }}})},
+       {"data", sub({{"train", Str(&s.data.train)},
+                     {"val", Str(&s.data.val)},
+                     {"shuffle", Bool(&s.data.shuffle)}})},
+       {"train", sub({{"steps", Int64(&s.train.steps)},
+                      {"micro_batch", Int(&s.train.micro_batch)},
+                      {"global_batch", Int(&s.train.global_batch)},
+                      {"lr", Real(&s.train.lr)},
+                      {"warmup", Int64(&s.train.warmup)},
+                      {"min_lr_ratio", Real(&s.train.min_lr_ratio)},
+                      {"beta1", Real(&s.train.beta1)},
+                      {"beta2", Real(&s.train.beta2)},
+                      {"eps", Real(&s.train.eps)},
+                      {"weight_decay", Real(&s.train.weight_decay)},
+                      {"grad_clip", Real(&s.train.grad_clip)},
+                      {"seed", Num(&s.train.seed, "a non-negative integer")}})},
+       {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
+       {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"dir", Str(&s.checkpoint.dir)}})}}));
+  if (!max_seq_given) s.model.max_seq_len = s.seq_len;
+  if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch;
+  RETURN_IF_ERROR(Validate(s, present));
+  return s;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  auto spec = ParseJobSpec(text);
+  if (!spec.ok()) return Annotate(spec.status(), path);
+  return spec;
+}
+
+double LearningRate(const TrainSpec& t, int64_t step) {
+  if (step < t.warmup) return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup);
+  const double min_lr = t.lr * t.min_lr_ratio;
+  const int64_t decay_steps = t.steps - t.warmup;
+  if (decay_steps <= 1) return t.lr;
+  const double ratio = static_cast<double>(step - t.warmup) / static_cast<double>(decay_steps - 1);
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, ratio)));
+  return min_lr + coeff * (t.lr - min_lr);
+}
+
+}  // namespace gantry::train

@@ -1,0 +1,63 @@
+// The job spec: the YAML a user writes to describe a training run. Parsing is strict: an
+// unknown field, a value of the wrong type, or an incoherent combination is an error that
+// names the field (as "train.lr").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/model/gpt.h"
+
+namespace gantry::train {
+
+struct DataSpec {
+  std::string train;  // llm.c .bin token file
+  std::string val;    // optional
+  bool shuffle = false;
+};
+
+struct TrainSpec {
+  int64_t steps = 0;
+  int micro_batch = 0;   // sequences per forward/backward
+  int global_batch = 0;  // sequences per optimizer step (= micro_batch x grad_accum x dp)
+  double lr = 0;
+  int64_t warmup = 0;          // linear warmup steps
+  double min_lr_ratio = 1.0;   // cosine decay to lr * min_lr_ratio (1 = constant)
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;  // tensors of 2 or more dimensions only
+  double grad_clip = 1.0;      // max global gradient norm; 0 = off
+  uint64_t seed = 1337;
+  int grad_accum() const { return micro_batch > 0 ? global_batch / micro_batch : 0; }
+};
+
+struct EvalSpec {
+  int64_t every = 0;  // steps between val-loss evaluations; 0 = only at the end
+  int batches = 20;   // micro-batches of the val file per evaluation
+};
+
+struct CheckpointSpec {
+  int64_t every = 0;  // steps between checkpoints; 0 = none
+  std::string dir;
+};
+
+struct JobSpec {
+  std::string name = "job";
+  model::GPTConfig model;
+  int seq_len = 0;  // T: tokens per sequence
+  DataSpec data;
+  TrainSpec train;
+  EvalSpec eval;
+  CheckpointSpec checkpoint;
+};
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text);
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+
+// The learning rate at 0-based step `step`: linear warmup over `warmup` steps, then cosine
+// decay from lr to lr * min_lr_ratio at the last step.
+double LearningRate(const TrainSpec& t, int64_t step);
+
+}  // namespace gantry::train

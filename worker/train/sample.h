@@ -1,0 +1,26 @@
+// Text generation from a trained model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/model/gpt.h"
+
+namespace gantry::train {
+
+struct SampleOptions {
+  int tokens = 100;          // how many to generate
+  float temperature = 1.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = the whole vocabulary
+  uint64_t seed = 0;
+};
+
+// Generates after `prompt`, feeding the model at most max_seq_len tokens of context.
+// on_token is called with each new token as it is made.
+absl::StatusOr<std::vector<uint16_t>> Sample(model::GPT& model, const std::vector<uint16_t>& prompt,
+                                             const SampleOptions& options,
+                                             const std::function<void(uint16_t)>& on_token);
+
+}  // namespace gantry::train

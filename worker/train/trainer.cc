@@ -1,0 +1,201 @@
+#include "worker/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "kernels/grad_norm.h"
+#include "worker/model/hf_io.h"
+#include "worker/train/checkpoint.h"
+
+namespace gantry::train {
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
+                                                         const TrainOptions& options) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->spec_ = spec;
+  t->options_ = options;
+  const int B = spec.train.micro_batch, T = spec.seq_len;
+  ASSIGN_OR_RETURN(data::TokenFile train,
+                   data::TokenFile::Open(spec.data.train, spec.model.vocab_size));
+  t->train_file_.emplace(std::move(train));
+  ASSIGN_OR_RETURN(data::BatchLoader tl, data::BatchLoader::Create(&*t->train_file_, B, T,
+                                                                   spec.train.seed,
+                                                                   spec.data.shuffle));
+  t->train_loader_.emplace(std::move(tl));
+  if (!spec.data.val.empty()) {
+    ASSIGN_OR_RETURN(data::TokenFile val,
+                     data::TokenFile::Open(spec.data.val, spec.model.vocab_size));
+    t->val_file_.emplace(std::move(val));
+    ASSIGN_OR_RETURN(data::BatchLoader vl,
+                     data::BatchLoader::Create(&*t->val_file_, B, T, 0, false));
+    t->val_loader_.emplace(std::move(vl));
+  }
+  if (!options.init_from.empty()) {
+    ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(options.init_from));
+    if (!(c == spec.model)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--init-from ", options.init_from, ": model (n_layer ", c.n_layer, ", n_head ",
+          c.n_head, ", n_embd ", c.n_embd, ", vocab_size ", c.vocab_size, ", n_positions ",
+          c.max_seq_len, ") differs from the job spec's (", spec.model.n_layer, ", ",
+          spec.model.n_head, ", ", spec.model.n_embd, ", ", spec.model.vocab_size, ", ",
+          spec.model.max_seq_len, ")"));
+    }
+  }
+  t->model_ = std::make_unique<model::GPT>(spec.model);
+  t->model_->InitRandom(spec.train.seed);
+  if (!options.init_from.empty()) RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, *t->model_));
+  t->opt_ = std::make_unique<AdamW>(
+      t->model_->tensors(), t->model_->num_params(),
+      AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps, spec.train.weight_decay});
+  if (options.resume) {
+    if (spec.checkpoint.dir.empty()) {
+      return absl::InvalidArgumentError("--resume needs checkpoint.dir in the job spec");
+    }
+    auto latest = FindLatestCheckpoint(spec.checkpoint.dir);
+    if (latest.ok()) {
+      ASSIGN_OR_RETURN(CheckpointState st, LoadCheckpoint(*latest, *t->model_, *t->opt_));
+      if (st.seed != spec.train.seed) {
+        return absl::FailedPreconditionError(absl::StrCat(*latest, ": written with seed ", st.seed,
+                                                          ", the job spec has ", spec.train.seed));
+      }
+      t->start_step_ = st.step;
+      std::fprintf(options.out, "resumed from %s (step %ld)\n", latest->c_str(),
+                   static_cast<long>(st.step));
+    } else if (!absl::IsNotFound(latest.status())) {
+      return latest.status();
+    }
+  }
+  t->inputs_.resize(static_cast<size_t>(B) * T);
+  t->targets_.resize(static_cast<size_t>(B) * T);
+  return t;
+}
+
+float Trainer::Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int T, int batches) {
+  std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(static_cast<size_t>(B) * T);
+  const int64_t n = std::min<int64_t>(batches, loader.num_windows());
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    loader.Fill(i, in.data(), tg.data());
+    sum += model.Forward(in.data(), tg.data(), B, T);
+  }
+  return static_cast<float>(sum / static_cast<double>(n));
+}
+
+StepReport Trainer::Step(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int B = spec_.train.micro_batch, T = spec_.seq_len;
+  const int accum = spec_.train.grad_accum();
+  model_->ZeroGrad();
+  double loss = 0.0;
+  for (int micro = 0; micro < accum; ++micro) {
+    train_loader_->Fill(step * accum + micro, inputs_.data(), targets_.data());
+    loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, 1.0f / accum);
+  }
+  loss /= accum;
+  const int64_t n = static_cast<int64_t>(model_->num_params());
+  const double norm = std::sqrt(kernels::sum_squares(model_->grads(), n));
+  const float coef = kernels::clip_coefficient(norm, static_cast<float>(spec_.train.grad_clip));
+  if (coef < 1.0f) kernels::scale_inplace(model_->grads(), n, coef);
+  const double lr = LearningRate(spec_.train, step);
+  opt_->Step(model_->params(), model_->grads(), lr, static_cast<int>(step + 1));
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  StepReport r;
+  r.step = step + 1;
+  r.loss = static_cast<float>(loss);
+  r.lr = lr;
+  r.grad_norm = norm;
+  r.seconds = secs;
+  r.tokens_per_second = static_cast<double>(B) * T * accum / secs;
+  return r;
+}
+
+void Trainer::Print(const std::string& line) {
+  if (bar_shown_) {
+    std::fputs("\r\033[K", stderr);
+    bar_shown_ = false;
+  }
+  std::fputs(line.c_str(), options_.out);
+  std::fputc('\n', options_.out);
+  std::fflush(options_.out);
+}
+
+void Trainer::DrawProgress(int64_t done, double elapsed) {
+  if (!options_.progress) return;
+  const int64_t total = spec_.train.steps - start_step_;
+  const int64_t did = done - start_step_;
+  const double frac = total > 0 ? static_cast<double>(did) / total : 1.0;
+  const int width = 30;
+  const int fill = static_cast<int>(frac * width);
+  const double eta = did > 0 ? elapsed / did * (total - did) : 0.0;
+  std::string bar(fill, '=');
+  if (fill < width) bar += '>';
+  bar.resize(width, ' ');
+  std::fprintf(stderr, "\r\033[K[%s] %ld/%ld %3.0f%% ETA %dm%02ds", bar.c_str(),
+               static_cast<long>(done), static_cast<long>(spec_.train.steps), frac * 100,
+               static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+  std::fflush(stderr);
+  bar_shown_ = true;
+}
+
+absl::Status Trainer::Run() {
+  const JobSpec& s = spec_;
+  const int B = s.train.micro_batch, T = s.seq_len;
+  Print(absl::StrFormat(
+      "job %s: %zu parameters | %d layers, %d heads, %d embd, vocab %d | B %d x T %d x accum %d "
+      "= %d tokens/step | %ld steps",
+      s.name, model_->num_params(), s.model.n_layer, s.model.n_head, s.model.n_embd,
+      s.model.vocab_size, B, T, s.train.grad_accum(), B * T * s.train.grad_accum(),
+      static_cast<long>(s.train.steps)));
+  auto eval = [&](int64_t step) {
+    if (!val_loader_) return;
+    const float v = Evaluate(*model_, *val_loader_, B, T, s.eval.batches);
+    val_losses_.push_back({step, v});
+    Print(absl::StrFormat("val loss %.4f (step %ld)", v, static_cast<long>(step)));
+  };
+  if (start_step_ == 0) eval(0);
+  const auto t_start = std::chrono::steady_clock::now();
+  for (int64_t step = start_step_; step < s.train.steps; ++step) {
+    StepReport r = Step(step);
+    reports_.push_back(r);
+    if (!std::isfinite(r.loss)) {
+      return absl::InternalError(absl::StrCat("loss is not finite at step ", r.step,
+                                              " (lower train.lr or enable train.grad_clip)"));
+    }
+    if (options_.print_losses) {
+      Print(absl::StrFormat("step %ld loss %.9g", static_cast<long>(r.step), r.loss));
+    } else {
+      Print(absl::StrFormat("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s",
+                            static_cast<long>(r.step), static_cast<long>(s.train.steps), r.loss,
+                            r.lr, r.grad_norm, r.seconds * 1e3, r.tokens_per_second));
+    }
+    const bool last = r.step == s.train.steps;
+    if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
+      eval(r.step);
+    }
+    if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
+      ASSIGN_OR_RETURN(std::string path,
+                       SaveCheckpoint(s.checkpoint.dir, *model_, *opt_, {r.step, s.train.seed}));
+      Print(absl::StrCat("checkpoint ", path));
+    }
+    DrawProgress(r.step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
+    if (options_.stop_after > 0 && r.step >= options_.stop_after && !last) {
+      Print(absl::StrCat("stopped after step ", r.step, " (--stop-after)"));
+      break;
+    }
+  }
+  if (bar_shown_) {
+    std::fputs("\r\033[K", stderr);
+    bar_shown_ = false;
+  }
+  if (!options_.save_dir.empty()) {
+    RETURN_IF_ERROR(model::SaveHFModel(options_.save_dir, *model_));
+    Print(absl::StrCat("saved ", options_.save_dir));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gantry::train

@@ -1,0 +1,71 @@
+// The single-process training loop of gantry-train: data, model, AdamW, schedule, clipping,
+// evaluation, checkpoints, and the per-step report.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/data/loader.h"
+#include "worker/data/token_file.h"
+#include "worker/model/gpt.h"
+#include "worker/train/job_spec.h"
+#include "worker/train/optimizer.h"
+
+namespace gantry::train {
+
+struct TrainOptions {
+  std::string init_from;     // a Hugging Face GPT-2 directory to start from
+  std::string save_dir;      // write the final model here (Hugging Face layout)
+  bool resume = false;       // continue from the newest checkpoint in checkpoint.dir
+  bool print_losses = false; // "step N loss X" with 9 significant digits
+  bool progress = false;     // a progress bar with ETA on stderr
+  int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
+  FILE* out = stdout;
+};
+
+struct StepReport {
+  int64_t step = 0;  // 1-based
+  float loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double seconds = 0;
+  double tokens_per_second = 0;
+};
+
+class Trainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const JobSpec& spec,
+                                                         const TrainOptions& options);
+  absl::Status Run();
+
+  const std::vector<StepReport>& reports() const { return reports_; }
+  const std::vector<std::pair<int64_t, float>>& val_losses() const { return val_losses_; }
+  model::GPT& model() { return *model_; }
+
+  // Mean loss over the first `batches` windows of a token file.
+  static float Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int T, int batches);
+
+ private:
+  Trainer() = default;
+  StepReport Step(int64_t step);
+  void Print(const std::string& line);
+  void DrawProgress(int64_t done, double elapsed);
+
+  JobSpec spec_;
+  TrainOptions options_;
+  std::unique_ptr<model::GPT> model_;
+  std::unique_ptr<AdamW> opt_;
+  std::optional<data::TokenFile> train_file_, val_file_;
+  std::optional<data::BatchLoader> train_loader_, val_loader_;
+  std::vector<int32_t> inputs_, targets_;
+  int64_t start_step_ = 0;
+  std::vector<StepReport> reports_;
+  std::vector<std::pair<int64_t, float>> val_losses_;
+  bool bar_shown_ = false;
+};
+
+}  // namespace gantry::train
