@@ -31,7 +31,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=3, help="alternating runs of each; the median is reported")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="alternating runs of each; the best run (by its median step) is reported")
     a = ap.parse_args()
     # Both sides pinned (OMP_PROC_BIND): unpinned OpenMP threads on a small VM are stacked on
     # one CPU at random and the figures swing by 1.5x (docs/perf.md).
@@ -44,16 +45,25 @@ def main():
         for _ in range(a.repeats):  # alternate, so a slow spell of the machine hits both
             gs.append(run([os.path.join(a.build, "bench", "train_bench")] + args, env))
             ts.append(run([sys.executable, os.path.join(HERE, "torch_gpt2.py"), "bench"] + args, env))
-        g = sorted(gs, key=lambda r: r["tokens_per_s"])[len(gs) // 2]
-        t = sorted(ts, key=lambda r: r["tokens_per_s"])[len(ts) // 2]
+        # Two statistics over the runs of each side: the median run (what a user typically
+        # sees) and the best run (interference on a shared VM only ever slows a run down).
+        med = lambda rs: sorted(r["tokens_per_s"] for r in rs)[len(rs) // 2]
+        g = max(gs, key=lambda r: r["tokens_per_s"])
+        t = max(ts, key=lambda r: r["tokens_per_s"])
+        g["median"], t["median"] = med(gs), med(ts)
+        g["spread"] = [round(r["tokens_per_s"]) for r in gs]
+        t["spread"] = [round(r["tokens_per_s"]) for r in ts]
         rows.append((name, g, t))
         print(f"{name}: gantry {g['tokens_per_s']:.0f} tok/s, pytorch {t['tokens_per_s']:.0f} tok/s", file=sys.stderr)
     print(f"\nfp32 training step (forward + backward + clip + AdamW), {a.threads} threads pinned, "
-          f"median step of {a.steps}, median of {a.repeats} alternating runs")
-    print(f"{'config':30} {'gantry tok/s':>13} {'pytorch tok/s':>14} {'ratio':>7} {'gantry ms':>10} {'pytorch ms':>11}")
+          f"each run the median step of {a.steps}; {a.repeats} alternating runs per side")
+    print(f"{'config':30} {'stat':>6} {'gantry tok/s':>13} {'pytorch tok/s':>14} {'ratio':>7}")
     for name, g, t in rows:
-        print(f"{name:30} {g['tokens_per_s']:13.0f} {t['tokens_per_s']:14.0f} {g['tokens_per_s'] / t['tokens_per_s']:6.2f}x "
-              f"{g['step_ms']:10.1f} {t['step_ms']:11.1f}")
+        print(f"{name:30} {'median':>6} {g['median']:13.0f} {t['median']:14.0f} {g['median'] / t['median']:6.2f}x")
+        print(f"{'':30} {'best':>6} {g['tokens_per_s']:13.0f} {t['tokens_per_s']:14.0f} "
+              f"{g['tokens_per_s'] / t['tokens_per_s']:6.2f}x")
+    for name, g, t in rows:
+        print(f"  {name}: gantry runs {g['spread']} tok/s, pytorch runs {t['spread']} tok/s")
     print(f"pytorch {rows[0][2]['torch']}; target ratio >= 1.20")
 
 

@@ -43,4 +43,23 @@ inline float Tanh(float x) {
   return a < 0.625f ? small : large;
 }
 
+// GELU, tanh form, and its derivative: shared by the GELU kernel and the fused matmul
+// epilogues so that both compute the same bits.
+inline float Gelu(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return 0.5f * x * (1.0f + Tanh(u));
+}
+
+inline float GeluGrad(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  const float th = Tanh(u);
+  const float sech2 = 1.0f - th * th;
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
+}
+
 }  // namespace gantry::kernels::vec

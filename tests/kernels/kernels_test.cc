@@ -108,6 +108,31 @@ TEST_F(KernelsTest, MatmulWeightGradientAccumulates) {
   EXPECT_LE(RelErr(dw, want), kTol);
 }
 
+TEST(MatmulGeluFusionTest, FusedForwardAndBackwardGiveTheUnfusedBits) {
+  const int N = 70, C = 24, OC = 96;  // large enough to take the threaded path
+  std::vector<float> x(N * C), w(C * OC), b(OC), w2(OC * C), dy(N * C);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.2f * std::cos(0.11f * i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.1f * std::sin(1.3f * i);
+  for (size_t i = 0; i < w2.size(); ++i) w2[i] = 0.2f * std::sin(0.07f * i + 1);
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = std::cos(0.23f * i);
+  std::vector<float> pre(N * OC), act(N * OC), pre2(N * OC, NAN), act2(N * OC, NAN);
+  matmul_forward(pre.data(), x.data(), w.data(), b.data(), N, C, OC);
+  gelu_forward(act.data(), pre.data(), N * OC);
+  matmul_bias_gelu_forward(pre2.data(), act2.data(), x.data(), w.data(), b.data(), N, C, OC);
+  EXPECT_EQ(pre, pre2);
+  EXPECT_EQ(act, act2);
+  // Backward of the second projection (OC -> C) into the GELU.
+  std::vector<float> dact(N * OC), dw(OC * C, 0.f), db(C, 0.f), dact2(N * OC, NAN), dw2(OC * C, 0.f), db2(C, 0.f);
+  matmul_backward(dact.data(), dw.data(), db.data(), dy.data(), act.data(), w2.data(), N, OC, C);
+  gelu_backward(dact.data(), pre.data(), dact.data(), N * OC);
+  matmul_backward(dact2.data(), dw2.data(), db2.data(), dy.data(), act.data(), w2.data(), N, OC, C,
+                  WeightLayout::kInOut, pre.data());
+  EXPECT_EQ(dact, dact2);
+  EXPECT_EQ(dw, dw2);
+  EXPECT_EQ(db, db2);
+}
+
 void CheckAttention(SafetensorsFile& fx, const std::string& tag) {
   auto shape = I32(fx, tag + ".shape");
   const int B = shape[0], T = shape[1], C = shape[2], NH = shape[3];

@@ -220,12 +220,9 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
       k::layernorm_forward(LayerAct(l, off_.ln2), LayerAct(l, off_.ln2_mean),
                            LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), w.ln2w, w.ln2b, BT, C);
     });
-    Op("matmul fwd", [&] {
-      k::matmul_forward(LayerAct(l, off_.fch), LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, 4 * C);
-    });
-    Op("gelu fwd", [&] {
-      k::gelu_forward(LayerAct(l, off_.fch_gelu), LayerAct(l, off_.fch),
-                      static_cast<int64_t>(BT) * 4 * C);
+    Op("matmul+gelu fwd", [&] {
+      k::matmul_bias_gelu_forward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu),
+                                  LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, 4 * C);
     });
     Op("matmul fwd", [&] {
       k::matmul_forward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw, w.fcprojb,
@@ -306,13 +303,9 @@ void GPT::RunBackward(int B, int T) {
     const LayerParams g = Layer(G, l);
     const float* residual = l > 0 ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
     // dres holds d(res3). MLP branch.
-    Op("matmul bwd", [&] {
+    Op("matmul+gelu bwd", [&] {
       k::matmul_backward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu),
-                         w.fcprojw, BT, 4 * C, C);
-    });
-    Op("gelu bwd", [&] {
-      k::gelu_backward(A(off_.dfch), LayerAct(l, off_.fch), A(off_.dfch),
-                       static_cast<int64_t>(BT) * 4 * C);
+                         w.fcprojw, BT, 4 * C, C, k::WeightLayout::kInOut, LayerAct(l, off_.fch));
     });
     Op("matmul bwd", [&] {
       k::matmul_backward(dln, g.fcw, g.fcb, A(off_.dfch), LayerAct(l, off_.ln2), w.fcw, BT, C,

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU suite. Two halves, because the GPU host has no gRPC/RocksDB/BLAS packages and
+# no network:
+#   bash tests/gpu/run.sh bundle   here: build, then copy every gpu-labelled test binary and
+#                                  the shared libraries it needs (not libc, not the CUDA
+#                                  driver) into .bundle/
+#   bash tests/gpu/run.sh run      on the GPU host, from the repository root with .bundle/
+#                                  carried along: run each bundled test, a missing GPU is a
+#                                  failure (GANTRY_REQUIRE_GPU=1)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUNDLE=.bundle
+case "${1:-}" in
+  bundle)
+    bash scripts/build.sh
+    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+    # The gantry_test targets labelled gpu (tests/CMakeLists.txt).
+    for bin in build/tests/cuda_kernels_test; do
+      cp "$bin" "$BUNDLE/bin/"
+      ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
+        case "$(basename "$lib")" in
+          libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*) ;;
+          *) cp -L "$lib" "$BUNDLE/lib/" ;;
+        esac
+      done
+    done
+    cp -r tests/reference/fixtures "$BUNDLE/" 2>/dev/null || true
+    du -sh "$BUNDLE"
+    echo "carry $BUNDLE and run: bash tests/gpu/run.sh run"
+    ;;
+  run)
+    export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}"
+    export GANTRY_REQUIRE_GPU=1
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    fail=0; passed=0
+    for bin in "$BUNDLE"/bin/*; do
+      if "$bin" --gtest_brief=1; then passed=$((passed + 1)); else fail=$((fail + 1)); fi
+    done
+    echo "$passed passed, $fail failed"
+    [ "$fail" -eq 0 ]
+    ;;
+  *)
+    echo "usage: tests/gpu/run.sh bundle|run" >&2; exit 2 ;;
+esac
