@@ -1,6 +1,6 @@
 #include "kernels/encoder.h"
 
-#include <algorithm>
+#include "kernels/cpu/column_blocks.h"
 
 namespace gantry::kernels {
 
@@ -20,18 +20,13 @@ void encoder_forward(float* out, const int32_t* inp, const float* wte, const flo
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
                       int B, int T, int C) {
   // dout (B,T,C) → dwte (V,C) +=, dwpe (maxT,C) +=
-  constexpr int kCols = 16;
-  const int nblocks = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; ++blk) {
-    const int c0 = blk * kCols;
-    const int c1 = std::min(C, c0 + kCols);
+  ParallelColumnBlocks<16>(C, [&](int c0, int c1) {
     for (int bt = 0; bt < B * T; ++bt) {
       const float* d = dout + static_cast<int64_t>(bt) * C;
       float* w = dwte + static_cast<int64_t>(inp[bt]) * C;
       for (int c = c0; c < c1; ++c) w[c] += d[c];
     }
-  }
+  });
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; ++t) {
     float* p = dwpe + static_cast<int64_t>(t) * C;

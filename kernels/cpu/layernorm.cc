@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/column_blocks.h"
+
 namespace gantry::kernels {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -61,11 +63,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
   // Pass 2, column blocks in parallel: dweight, dbias summed over rows in order.
   constexpr int kCols = 16;
-  const int nblocks = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; ++blk) {
-    const int c0 = blk * kCols;
-    const int c1 = std::min(C, c0 + kCols);
+  ParallelColumnBlocks<kCols>(C, [&](int c0, int c1) {
     float dw[kCols] = {0};
     float db[kCols] = {0};
     for (int n = 0; n < N; ++n) {
@@ -82,7 +80,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       dweight[c] += dw[c - c0];
       dbias[c] += db[c - c0];
     }
-  }
+  });
 }
 
 }  // namespace gantry::kernels

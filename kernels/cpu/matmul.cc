@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cpu/column_blocks.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace gantry::kernels {
@@ -115,20 +116,15 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     Gemm(true, false, OC, C, N, dout, OC, inp, C, 1.f, dweight, C);
   }
   if (dbias != nullptr) {
-    // Column sums in row order, columns split over threads: deterministic.
     constexpr int kCols = 64;
-    const int nblocks = (OC + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nblocks; ++blk) {
-      const int o0 = blk * kCols;
-      const int o1 = std::min(OC, o0 + kCols);
+    ParallelColumnBlocks<kCols>(OC, [&](int o0, int o1) {
       float acc[kCols] = {0};
       for (int n = 0; n < N; ++n) {
         const float* d = dout + static_cast<int64_t>(n) * OC;
         for (int o = o0; o < o1; ++o) acc[o - o0] += d[o];
       }
       for (int o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
-    }
+    });
   }
 }
 
