@@ -10,6 +10,9 @@ PACKAGES=(
   libyaml-cpp-dev                  # job specs
   nlohmann-json3-dev               # safetensors headers, config.json
   libgflags-dev libgoogle-glog-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the wire contract
+  librocksdb-dev                   # coordinator and shard-server state
+  curl prometheus                  # curl and promtool, to check every /metrics page in the tests
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min            # the demo corpus
 )

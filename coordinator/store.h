@@ -1,0 +1,42 @@
+// The coordinator's durable state in RocksDB: jobs and their events. Every write is
+// synced (WAL fsync) before it is acknowledged, so an accepted job survives a SIGKILL.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gantry/v1/coordinator.pb.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace gantry::coordinator {
+
+class Store {
+ public:
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir);
+  ~Store();
+
+  // Assigns the next id ("j-000001", ...) and writes the job, atomically.
+  absl::StatusOr<std::string> CreateJob(v1::Job job);
+  absl::Status PutJob(const v1::Job& job);
+  // NotFound for an unknown id.
+  absl::StatusOr<v1::Job> GetJob(const std::string& id) const;
+  // In id order (= submission order).
+  absl::StatusOr<std::vector<v1::Job>> ListJobs() const;
+  // Appends an event with the next sequence number of its job.
+  absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event);
+  absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t from_seq) const;
+
+ private:
+  explicit Store(rocksdb::DB* db) : db_(db) {}
+  rocksdb::DB* db_;
+  std::mutex mu_;  // serialises id and sequence allocation
+};
+
+}  // namespace gantry::coordinator

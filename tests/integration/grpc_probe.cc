@@ -1,0 +1,136 @@
+// A generic gRPC client for the integration tests (Debian ships no grpcurl):
+//   grpc_probe health ADDR     exit 0 if grpc.health.v1.Health/Check answers SERVING
+//   grpc_probe services ADDR   print the services listed by server reflection, one a line
+// Messages are encoded by hand (they are tiny), through grpc::GenericStub.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+grpc::ByteBuffer ToBuffer(const std::string& s) {
+  grpc::Slice slice(s);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+std::string FromBuffer(const grpc::ByteBuffer& b) {
+  std::vector<grpc::Slice> slices;
+  (void)b.Dump(&slices);
+  std::string out;
+  for (auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+// Reads a protobuf varint at pos.
+uint64_t Varint(const std::string& s, size_t& pos) {
+  uint64_t v = 0;
+  for (int shift = 0; pos < s.size(); shift += 7) {
+    const uint8_t b = static_cast<uint8_t>(s[pos++]);
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) break;
+  }
+  return v;
+}
+
+// Collects every length-delimited field, recursively, that looks like a service name.
+void Strings(const std::string& s, int depth, std::vector<std::string>* out) {
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const uint64_t tag = Varint(s, pos);
+    const int wire = static_cast<int>(tag & 7);
+    if (wire == 0) {
+      Varint(s, pos);
+    } else if (wire == 2) {
+      const uint64_t len = Varint(s, pos);
+      if (pos + len > s.size()) return;
+      const std::string sub = s.substr(pos, len);
+      pos += len;
+      if (depth < 3) Strings(sub, depth + 1, out);
+      if (sub.find('.') != std::string::npos && sub.find_first_of(" \n\t") == std::string::npos &&
+          sub.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._") ==
+              std::string::npos) {
+        out->push_back(sub);
+      }
+    } else {
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: grpc_probe health|services ADDR\n");
+    return 2;
+  }
+  const std::string what = argv[1];
+  auto channel = grpc::CreateChannel(argv[2], grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  if (what == "health") {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::ByteBuffer resp;
+    grpc::Status status;
+    bool done = false;
+    std::mutex mu;
+    std::condition_variable cv;
+    const grpc::ByteBuffer req = ToBuffer("");  // HealthCheckRequest{service = ""}: the server
+    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req, &resp,
+                   [&](grpc::Status s) {
+                     std::lock_guard<std::mutex> l(mu);
+                     status = s;
+                     done = true;
+                     cv.notify_one();
+                   });
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+    if (!status.ok()) {
+      std::fprintf(stderr, "health: %s\n", status.error_message().c_str());
+      return 1;
+    }
+    const std::string r = FromBuffer(resp);  // HealthCheckResponse{status = 1 (SERVING)}
+    const bool serving = r.size() == 2 && r[0] == 0x08 && r[1] == 0x01;
+    std::printf("%s\n", serving ? "SERVING" : "NOT_SERVING");
+    return serving ? 0 : 1;
+  }
+  if (what == "services") {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+    void* tag;
+    bool ok;
+    call->StartCall(reinterpret_cast<void*>(1));
+    cq.Next(&tag, &ok);
+    // ServerReflectionRequest{list_services (field 7) = ""}
+    call->Write(ToBuffer(std::string("\x3a\x00", 2)), reinterpret_cast<void*>(2));
+    cq.Next(&tag, &ok);
+    grpc::ByteBuffer resp;
+    call->Read(&resp, reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    if (!ok) {
+      std::fprintf(stderr, "reflection: no answer\n");
+      return 1;
+    }
+    std::vector<std::string> names;
+    Strings(FromBuffer(resp), 0, &names);
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    for (const auto& n : names) std::printf("%s\n", n.c_str());
+    call->WritesDone(reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    grpc::Status st;
+    call->Finish(&st, reinterpret_cast<void*>(5));
+    cq.Next(&tag, &ok);
+    return names.empty() ? 1 : 0;
+  }
+  std::fprintf(stderr, "grpc_probe: unknown command %s\n", what.c_str());
+  return 2;
+}
