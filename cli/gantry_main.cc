@@ -4,6 +4,11 @@
 //   gantry ... jobs [--state STATE]
 //   gantry ... describe JOB
 //   gantry ... cancel JOB
+//   gantry ... watch JOB           (also: submit FILE --wait)
+//   gantry ... workers
+//   gantry ... checkpoints JOB
+//   gantry ... export JOB [--step N] -o DIR    (-o table|json elsewhere: the output format)
+//   gantry ... sample JOB [--step N] --prompt TEXT [--tokens N]
 //
 // The coordinator address comes from --coordinator, else $GANTRY_COORDINATOR, else
 // 127.0.0.1:7070. Every call has a deadline. Exit status: 0 ok, 2 for a bad request
@@ -17,11 +22,21 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "worker/agent/shard_client.h"
+#include "worker/data/prepare.h"
+#include "worker/model/hf_io.h"
+#include "worker/train/sample.h"
 
 namespace gantry::cli {
 namespace {
@@ -31,7 +46,13 @@ constexpr char kUsage[] =
     "  submit FILE          queue the job spec in FILE, print its id\n"
     "  jobs [--state S]     list jobs, newest first (S: PENDING, RUNNING, ...)\n"
     "  describe JOB         one job in full\n"
-    "  cancel JOB           cancel a job that has not finished\n";
+    "  cancel JOB           cancel a job that has not finished\n"
+    "  watch JOB            follow a job's steps and events until it ends\n"
+    "  workers              list the workers\n"
+    "  checkpoints JOB      list a job's committed checkpoints\n"
+    "  export JOB [--step N] -o DIR   write a Hugging Face model directory\n"
+    "  sample JOB [--step N] --prompt TEXT [--tokens N]   generate text from a checkpoint\n"
+    "submit takes --wait to watch the job it queued.\n";
 
 struct Options {
   std::string coordinator;
@@ -81,6 +102,163 @@ std::string State(const v1::Job& j) {
   return s;
 }
 
+// Follows a job's events. Exit status: 0 when it SUCCEEDED, 1 when it FAILED or was
+// CANCELLED (or the stream broke).
+int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_id) {
+  v1::GetJobRequest gr;
+  gr.set_job_id(job_id);
+  v1::Job job;
+  auto gs = stub->GetJob(Ctx(o).get(), gr, &job);
+  if (!gs.ok()) return Fail(gs);
+  const bool tty = isatty(STDERR_FILENO);
+  grpc::ClientContext ctx;  // no deadline: a watch lasts as long as the job
+  v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  auto reader = stub->WatchJob(&ctx, req);
+  v1::JobEvent e;
+  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t first_step = -1;
+  bool bar = false;
+  auto clear = [&] {
+    if (bar) std::fputs("\r\033[K", stderr);
+    bar = false;
+  };
+  while (reader->Read(&e)) {
+    if (e.has_state()) {
+      clear();
+      last = e.state();
+      std::printf("%s %s %s\n", When(e.time_unix_ms()).c_str(), job_id.c_str(), v1::JobState_Name(e.state()).c_str());
+    } else if (!e.message().empty()) {
+      clear();
+      std::printf("%s %s %s\n", When(e.time_unix_ms()).c_str(), job_id.c_str(), e.message().c_str());
+    } else if (e.has_step()) {
+      const auto& r = e.step();
+      clear();
+      std::printf("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s%s\n",
+                  static_cast<long>(r.step()), static_cast<long>(job.steps_total()), r.loss(), r.lr(), r.grad_norm(),
+                  r.step_seconds() * 1e3, r.tokens_per_second(),
+                  std::isnan(r.val_loss()) ? "" : absl::StrFormat(" | val loss %.4f", r.val_loss()).c_str());
+      if (first_step < 0) first_step = r.step();
+      if (tty && job.steps_total() > 0) {
+        const double frac = static_cast<double>(r.step()) / job.steps_total();
+        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double done = static_cast<double>(r.step() - first_step + 1);
+        const double eta = el / done * (job.steps_total() - r.step());
+        const int w = 30, f = static_cast<int>(frac * w);
+        std::fprintf(stderr, "[%s%s] %3.0f%% ETA %dm%02ds", std::string(f, '=').c_str(), std::string(w - f, ' ').c_str(),
+                     frac * 100, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+        bar = true;
+      }
+    }
+    std::fflush(stdout);
+  }
+  clear();
+  auto st = reader->Finish();
+  if (!st.ok()) return Fail(st);
+  auto fin = stub->GetJob(Ctx(o).get(), gr, &job);
+  if (fin.ok() && !job.reason().empty() && last != v1::SUCCEEDED) std::printf("reason: %s\n", job.reason().c_str());
+  return last == v1::SUCCEEDED ? 0 : 1;
+}
+
+// checkpoints / export / sample: find the job's committed checkpoints on the shard servers.
+int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
+  const std::string& cmd = o.args[0];
+  std::string job_id, out_dir, prompt;
+  int64_t step = -1;
+  int tokens = 200;
+  for (size_t i = 1; i < o.args.size(); ++i) {
+    const std::string& a = o.args[i];
+    auto next = [&]() -> std::string { return i + 1 < o.args.size() ? o.args[++i] : ""; };
+    if (a == "--step") {
+      if (!absl::SimpleAtoi(next(), &step)) { std::fputs("gantry: --step takes a number\n", stderr); return 2; }
+    } else if (a == "--out" || a == "-o") {
+      out_dir = next();
+    } else if (a == "--prompt") {
+      prompt = next();
+    } else if (a == "--tokens") {
+      if (!absl::SimpleAtoi(next(), &tokens)) { std::fputs("gantry: --tokens takes a number\n", stderr); return 2; }
+    } else if (job_id.empty()) {
+      job_id = a;
+    } else {
+      std::fprintf(stderr, "gantry: unexpected argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (job_id.empty()) { std::fprintf(stderr, "gantry: %s needs a job id\n", cmd.c_str()); return 2; }
+  if (cmd == "export" && out_dir.empty()) { std::fputs("gantry: export needs -o DIR\n", stderr); return 2; }
+  v1::ListShardServersResponse ss;
+  auto s = stub->ListShardServers(Ctx(o).get(), v1::ListShardServersRequest(), &ss);
+  if (!s.ok()) return Fail(s);
+  std::vector<std::pair<std::string, v1::CheckpointInfo>> found;
+  for (const auto& srv : ss.shard_servers()) {
+    auto list = agent::ListCheckpoints(srv.address(), job_id);
+    if (!list.ok()) {
+      std::fprintf(stderr, "gantry: %s\n", std::string(list.status().message()).c_str());
+      continue;
+    }
+    for (auto& c : *list) found.emplace_back(srv.address(), c);
+  }
+  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.second.step() < b.second.step(); });
+  if (cmd == "checkpoints") {
+    if (o.output == "json") {
+      v1::ListCheckpointsResponse r;
+      for (auto& [addr, c] : found) *r.add_checkpoints() = c;
+      std::printf("%s\n", Json(r).c_str());
+      return 0;
+    }
+    std::printf("%-8s %-20s %12s %-22s %s\n", "STEP", "COMMITTED", "BYTES", "SHARD SERVER", "LAYOUT");
+    for (auto& [addr, c] : found) {
+      std::string layout = "-";
+      auto m = c.manifest_json();
+      if (auto p = m.find("\"layout\":"); p != std::string::npos) layout = m.substr(p + 9, m.find('}', p) - p - 8);
+      std::printf("%-8ld %-20s %12ld %-22s %s\n", static_cast<long>(c.step()), When(c.commit_time_unix_ms()).c_str(),
+                  static_cast<long>(c.bytes()), addr.c_str(), layout.c_str());
+    }
+    return 0;
+  }
+  const std::pair<std::string, v1::CheckpointInfo>* pick = nullptr;
+  for (auto& f : found) {
+    if (step < 0 || f.second.step() == step) pick = &f;  // the newest, or the one asked for
+  }
+  if (pick == nullptr) {
+    std::fprintf(stderr, "gantry: NOT_FOUND: job %s has no committed checkpoint%s\n", job_id.c_str(),
+                 step >= 0 ? absl::StrCat(" at step ", step).c_str() : "");
+    return 2;
+  }
+  std::string dir = out_dir;
+  if (cmd == "sample") dir = absl::StrCat(std::filesystem::temp_directory_path().string(), "/gantry-sample-", getpid());
+  auto st = agent::DownloadCheckpoint(pick->first, job_id, pick->second.step(), {"config.json", "model.safetensors"}, dir);
+  if (!st.ok()) {
+    std::fprintf(stderr, "gantry: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  if (cmd == "export") {
+    std::printf("exported %s step %ld to %s (Hugging Face GPT-2: config.json + model.safetensors)\n", job_id.c_str(),
+                static_cast<long>(pick->second.step()), dir.c_str());
+    return 0;
+  }
+  auto model = model::LoadHFModel(dir);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!model.ok()) {
+    std::fprintf(stderr, "gantry: %s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  train::SampleOptions so;
+  so.tokens = tokens;
+  so.temperature = 0.8f;
+  so.top_k = 40;
+  std::fputs(prompt.c_str(), stdout);
+  auto out = train::Sample(**model, data::EncodeBytes(prompt), so, [](uint16_t t) {
+    if (t == data::kEndOfText) std::fputs("\n%\n", stdout);
+    else std::fputc(static_cast<char>(t & 0xff), stdout);
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  return out.ok() ? 0 : 1;
+}
+
 int Run(const Options& o) {
   if (o.args.empty()) {
     std::fputs(kUsage, stderr);
@@ -92,11 +270,14 @@ int Run(const Options& o) {
       grpc::CreateCustomChannel(o.coordinator, grpc::InsecureChannelCredentials(), args));
   const std::string& cmd = o.args[0];
   if (cmd == "submit") {
-    if (o.args.size() != 2) {
+    bool wait = false;
+    std::vector<std::string> a;
+    for (const auto& x : o.args) (x == "--wait" ? wait = true : (a.push_back(x), false));
+    if (a.size() != 2) {
       std::fputs("gantry: submit takes one job spec file\n", stderr);
       return 2;
     }
-    auto text = ReadFileToString(o.args[1]);
+    auto text = ReadFileToString(a[1]);
     if (!text.ok()) {
       std::fprintf(stderr, "gantry: %s\n", std::string(text.status().message()).c_str());
       return 2;
@@ -108,7 +289,8 @@ int Run(const Options& o) {
     if (!s.ok()) return Fail(s);
     if (o.output == "json") std::printf("%s\n", Json(resp).c_str());
     else std::printf("%s\n", resp.job_id().c_str());
-    return 0;
+    std::fflush(stdout);
+    return wait ? Watch(o, stub.get(), resp.job_id()) : 0;
   }
   if (cmd == "jobs") {
     v1::ListJobsRequest req;
@@ -173,6 +355,30 @@ int Run(const Options& o) {
     }
     return 0;
   }
+  if (cmd == "watch") {
+    if (o.args.size() != 2) {
+      std::fputs("gantry: watch takes one job id\n", stderr);
+      return 2;
+    }
+    return Watch(o, stub.get(), o.args[1]);
+  }
+  if (cmd == "workers") {
+    v1::ListWorkersResponse resp;
+    auto s = stub->ListWorkers(Ctx(o).get(), v1::ListWorkersRequest(), &resp);
+    if (!s.ok()) return Fail(s);
+    if (o.output == "json") {
+      std::printf("%s\n", Json(resp).c_str());
+      return 0;
+    }
+    std::printf("%-10s %-20s %-8s %-6s %-10s %s\n", "WORKER", "HOST", "DEVICE", "STATE", "JOB", "LAST HEARTBEAT");
+    for (const auto& w : resp.workers()) {
+      std::printf("%-10s %-20s %-8s %-6s %-10s %s\n", w.id().c_str(), w.resources().host().c_str(),
+                  absl::StrCat(w.resources().device_kind(), "x", w.resources().device_count()).c_str(), w.state().c_str(),
+                  w.job_id().empty() ? "-" : w.job_id().c_str(), When(w.last_heartbeat_unix_ms()).c_str());
+    }
+    return 0;
+  }
+  if (cmd == "checkpoints" || cmd == "export" || cmd == "sample") return CheckpointCommand(o, stub.get());
   std::fprintf(stderr, "gantry: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }
@@ -195,7 +401,10 @@ int main(int argc, char** argv) {
     };
     if (a == "--coordinator") o.coordinator = value("--coordinator");
     else if (a.rfind("--coordinator=", 0) == 0) o.coordinator = a.substr(14);
-    else if (a == "-o" || a == "--output") o.output = value("-o");
+    else if ((a == "-o" || a == "--output") && i + 1 < argc &&
+             (std::string(argv[i + 1]) == "table" || std::string(argv[i + 1]) == "json")) {
+      o.output = argv[++i];  // -o table|json: the output format; `export -o DIR` keeps its -o
+    }
     else if (a == "-h" || a == "--help") {
       std::fputs(gantry::cli::kUsage, stdout);
       return 0;

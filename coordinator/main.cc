@@ -12,6 +12,7 @@
 
 #include "common/file_util.h"
 #include "common/metrics.h"
+#include "coordinator/cluster.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
 
@@ -20,6 +21,7 @@ DEFINE_string(metrics_listen, "127.0.0.1:9470", "Prometheus /metrics address (po
 DEFINE_string(data_dir, "", "directory of the coordinator's RocksDB (jobs, events); required");
 DEFINE_string(ready_file, "", "once serving, write {\"grpc_port\": N, \"metrics_port\": M} here");
 DEFINE_int32(max_message_bytes, 4 << 20, "largest gRPC message accepted");
+DEFINE_int32(worker_timeout_ms, 5000, "a worker silent this long is declared dead");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("gantry-coordinator --data_dir DIR [--listen HOST:PORT]");
@@ -45,7 +47,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   gantry::metrics::Registry registry;
-  gantry::coordinator::CoordinatorService service(store->get(), &registry);
+  gantry::coordinator::Cluster cluster(store->get(), &registry, {FLAGS_worker_timeout_ms, 3 * 1000});
+  if (auto s = cluster.Recover(); !s.ok()) {
+    LOG(ERROR) << s;
+    return 1;
+  }
+  gantry::coordinator::CoordinatorService service(store->get(), &cluster, &registry);
   auto http = gantry::metrics::HttpServer::Start(FLAGS_metrics_listen, &registry);
   if (!http.ok()) {
     LOG(ERROR) << http.status();

@@ -1,6 +1,9 @@
 #include "coordinator/service.h"
 
+#include <glog/logging.h>
+
 #include <chrono>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "worker/train/job_spec.h"
@@ -8,27 +11,154 @@
 namespace gantry::coordinator {
 namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+bool Terminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
-bool Terminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
+// One worker's attach stream.
+class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
+                      public WorkerSession {
+ public:
+  explicit AttachReactor(Cluster* cluster) : cluster_(cluster) { StartRead(&in_); }
+
+  void Send(const v1::CoordinatorMessage& m) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (finished_) return;
+    out_.push_back(m);
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> l(mu_);
+    out_.pop_front();
+    if (ok && !out_.empty() && !finished_) {
+      StartWrite(&out_.front());
+    } else {
+      writing_ = false;
+    }
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the worker closed its side, or the stream broke
+      Close("its attach stream closed");
+      return;
+    }
+    if (in_.has_register_()) {
+      if (id_.empty()) id_ = cluster_->AddWorker(this, in_.register_());
+    } else if (id_.empty()) {
+      Close("first message was not a registration", grpc::Status(grpc::FAILED_PRECONDITION, "register first"));
+      return;
+    } else if (in_.has_heartbeat()) {
+      cluster_->Heartbeat(id_);
+    } else if (in_.has_step()) {
+      cluster_->OnStep(id_, in_.step());
+    } else if (in_.has_done()) {
+      cluster_->OnDone(id_, in_.done());
+    }
+    StartRead(&in_);
+  }
+  void OnDone() override {
+    Close("its attach stream ended");
+    delete this;
+  }
+
+ private:
+  void Close(const std::string& why, grpc::Status status = grpc::Status::OK) {
+    std::string id;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (finished_) return;
+      finished_ = true;
+      id = id_;
+      Finish(status);
+    }
+    if (!id.empty()) cluster_->RemoveWorker(id, why);
+  }
+
+  Cluster* cluster_;
+  v1::WorkerMessage in_;
+  std::mutex mu_;
+  std::deque<v1::CoordinatorMessage> out_;
+  bool writing_ = false;
+  bool finished_ = false;
+  std::string id_;
+};
+
+// WatchJob: replays the job's events from from_seq, then follows new ones until the job
+// ends (or the client goes away).
+class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
+ public:
+  WatchReactor(Store* store, Cluster* cluster, const v1::WatchJobRequest& req)
+      : store_(store), cluster_(cluster), job_id_(req.job_id()), next_(std::max<int64_t>(1, req.from_seq())) {
+    if (!store_->GetJob(job_id_).ok()) {
+      Finish(grpc::Status(grpc::NOT_FOUND, absl::StrCat("job ", job_id_, " not found")));
+      done_ = true;
+      return;
+    }
+    sub_ = cluster_->Subscribe([this] { Pump(); });
+    Pump();
+  }
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      writing_ = false;
+      if (!ok) {
+        Stop(grpc::Status(grpc::CANCELLED, "client went away"));
+        return;
+      }
+    }
+    Pump();
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!writing_) Stop(grpc::Status::CANCELLED);
+    cancelled_ = true;
+  }
+  void OnDone() override {
+    cluster_->Unsubscribe(sub_);
+    delete this;
+  }
+
+ private:
+  void Pump() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (done_ || writing_) return;
+    if (cancelled_) {
+      Stop(grpc::Status::CANCELLED);
+      return;
+    }
+    auto events = store_->Events(job_id_, next_);
+    if (events.ok() && !events->empty()) {
+      out_ = (*events)[0];
+      next_ = out_.seq() + 1;
+      if (out_.has_state()) sent_terminal_ = Terminal(out_.state());
+      writing_ = true;
+      StartWrite(&out_);
+      return;
+    }
+    // Every terminal transition appends its state event after writing the job record, so
+    // the stream ends once such an event has gone out (not merely when the record says the
+    // job ended: its event may not be written yet, and would be lost).
+    if (sent_terminal_) Stop(grpc::Status::OK);
+  }
+  void Stop(const grpc::Status& s) {
+    if (done_) return;
+    done_ = true;
+    Finish(s);
+  }
+  Store* store_;
+  Cluster* cluster_;
+  std::string job_id_;
+  int64_t next_;
+  int sub_ = 0;
+  std::mutex mu_;
+  bool writing_ = false, done_ = false, cancelled_ = false, sent_terminal_ = false;
+  v1::JobEvent out_;
+};
 
 }  // namespace
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-CoordinatorService::CoordinatorService(Store* store, metrics::Registry* registry)
-    : store_(store), registry_(registry) {
-  RefreshJobGauges();
-}
+CoordinatorService::CoordinatorService(Store* store, Cluster* cluster, metrics::Registry* registry)
+    : store_(store), cluster_(cluster), registry_(registry) {}
 
 template <typename F>
 grpc::ServerUnaryReactor* CoordinatorService::Handle(grpc::CallbackServerContext* ctx, const char* method, F&& f) {
@@ -44,18 +174,6 @@ grpc::ServerUnaryReactor* CoordinatorService::Handle(grpc::CallbackServerContext
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpc(s));
   return reactor;
-}
-
-void CoordinatorService::RefreshJobGauges() {
-  auto jobs = store_->ListJobs();
-  if (!jobs.ok()) return;
-  std::map<int, int> by_state;
-  for (const auto& j : *jobs) ++by_state[j.state()];
-  for (int s = v1::PENDING; s <= v1::CANCELLED; ++s) {
-    registry_->GetGauge("gantry_coordinator_jobs", "Jobs known to the coordinator, by state.",
-                        {{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}})
-        .Set(by_state[s]);
-  }
 }
 
 absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vector<v1::Job>* all) {
@@ -87,21 +205,29 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_name(spec->name);
     job.set_state(v1::PENDING);
     job.set_spec_yaml(req->spec_yaml());
-    job.set_submit_time_unix_ms(NowMs());
+    job.set_submit_time_unix_ms(NowUnixMs());
     job.set_update_time_unix_ms(job.submit_time_unix_ms());
     job.set_steps_total(spec->train.steps);
     job.set_world_size(1);
-    std::lock_guard<std::mutex> l(mu_);
-    auto id = store_->CreateJob(job);
-    if (!id.ok()) return id.status();
-    v1::JobEvent e;
-    e.set_job_id(*id);
-    e.set_time_unix_ms(job.submit_time_unix_ms());
-    e.set_state(v1::PENDING);
-    if (auto s = store_->AppendEvent(e); !s.ok()) return s.status();
-    resp->set_job_id(*id);
+    {
+      std::lock_guard<std::mutex> l(cluster_->job_mu());
+      auto id = store_->CreateJob(job);
+      if (!id.ok()) return id.status();
+      resp->set_job_id(*id);
+      if (auto s = cluster_->AddEvent([&] {
+            v1::JobEvent e;
+            e.set_job_id(*id);
+            e.set_time_unix_ms(job.submit_time_unix_ms());
+            e.set_state(v1::PENDING);
+            return e;
+          }());
+          !s.ok()) {
+        return s;
+      }
+    }
     registry_->GetCounter("gantry_coordinator_jobs_submitted_total", "Jobs accepted by SubmitJob.").Inc();
-    RefreshJobGauges();
+    LOG(INFO) << "job " << resp->job_id() << " (" << job.name() << ") submitted";
+    cluster_->JobSubmitted();
     return absl::OkStatus();
   });
 }
@@ -135,22 +261,64 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CancelJobRequest* req, v1::Job* resp) {
   return Handle(ctx, "CancelJob", [&]() -> absl::Status {
-    std::lock_guard<std::mutex> l(mu_);
-    auto job = store_->GetJob(req->job_id());
-    if (!job.ok()) return job.status();
-    if (!Terminal(job->state())) {
-      job->set_state(v1::CANCELLED);
-      job->set_reason("cancelled by the user");
-      job->set_update_time_unix_ms(NowMs());
-      if (auto s = store_->PutJob(*job); !s.ok()) return s;
-      v1::JobEvent e;
-      e.set_job_id(job->id());
-      e.set_time_unix_ms(job->update_time_unix_ms());
-      e.set_state(v1::CANCELLED);
-      if (auto s = store_->AppendEvent(e); !s.ok()) return s.status();
-      RefreshJobGauges();
+    v1::Job before;
+    {
+      std::lock_guard<std::mutex> l(cluster_->job_mu());
+      auto job = store_->GetJob(req->job_id());
+      if (!job.ok()) return job.status();
+      before = *job;
+      if (!Terminal(job->state())) {
+        job->set_state(v1::CANCELLED);
+        job->set_reason("cancelled by the user");
+        job->set_update_time_unix_ms(NowUnixMs());
+        if (auto s = store_->PutJob(*job); !s.ok()) return s;
+        v1::JobEvent e;
+        e.set_job_id(job->id());
+        e.set_time_unix_ms(job->update_time_unix_ms());
+        e.set_state(v1::CANCELLED);
+        if (auto s = cluster_->AddEvent(e); !s.ok()) return s;
+      }
+      *resp = *job;
     }
-    *resp = *job;
+    if (!Terminal(before.state())) cluster_->JobCancelled(before);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(grpc::CallbackServerContext*,
+                                                                     const v1::WatchJobRequest* req) {
+  return new WatchReactor(store_, cluster_, *req);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* ctx,
+                                                          const v1::ListWorkersRequest*,
+                                                          v1::ListWorkersResponse* resp) {
+  return Handle(ctx, "ListWorkers", [&]() -> absl::Status {
+    for (auto& w : cluster_->Workers()) *resp->add_workers() = std::move(w);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorService::Attach(
+    grpc::CallbackServerContext*) {
+  return new AttachReactor(cluster_);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RegisterShardServer(grpc::CallbackServerContext* ctx,
+                                                                  const v1::RegisterShardServerRequest* req,
+                                                                  v1::RegisterShardServerResponse*) {
+  return Handle(ctx, "RegisterShardServer", [&]() -> absl::Status {
+    if (req->address().empty()) return absl::InvalidArgumentError("address is required");
+    cluster_->RegisterShardServer(*req);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListShardServers(grpc::CallbackServerContext* ctx,
+                                                               const v1::ListShardServersRequest*,
+                                                               v1::ListShardServersResponse* resp) {
+  return Handle(ctx, "ListShardServers", [&]() -> absl::Status {
+    for (auto& s : cluster_->ShardServers()) *resp->add_shard_servers() = std::move(s);
     return absl::OkStatus();
   });
 }

@@ -1,9 +1,12 @@
-// The Coordinator gRPC service (callback API): the job API used by the gantry CLI.
+// The Coordinator gRPC service (callback API): the job API of the gantry CLI, the workers'
+// attach stream, job watching, and shard-server registration.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc_util.h"
 #include "common/metrics.h"
+#include "coordinator/cluster.h"
 #include "coordinator/store.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
 
@@ -11,7 +14,7 @@ namespace gantry::coordinator {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  CoordinatorService(Store* store, metrics::Registry* registry);
+  CoordinatorService(Store* store, Cluster* cluster, metrics::Registry* registry);
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                       v1::SubmitJobResponse* resp) override;
@@ -21,9 +24,18 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                      v1::ListJobsResponse* resp) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* req,
                                       v1::Job* resp) override;
-
-  // Recomputes the jobs-by-state gauges from the store (at start and after each change).
-  void RefreshJobGauges();
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                   const v1::WatchJobRequest* req) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest* req,
+                                        v1::ListWorkersResponse* resp) override;
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Attach(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* RegisterShardServer(grpc::CallbackServerContext* ctx,
+                                                const v1::RegisterShardServerRequest* req,
+                                                v1::RegisterShardServerResponse* resp) override;
+  grpc::ServerUnaryReactor* ListShardServers(grpc::CallbackServerContext* ctx,
+                                             const v1::ListShardServersRequest* req,
+                                             v1::ListShardServersResponse* resp) override;
 
  private:
   template <typename F>
@@ -31,11 +43,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::Status FillQueuePosition(v1::Job* job, const std::vector<v1::Job>* all);
 
   Store* store_;
+  Cluster* cluster_;
   metrics::Registry* registry_;
-  std::mutex mu_;  // serialises read-modify-write of jobs
 };
-
-// absl::Status and grpc::Status use the same codes.
-grpc::Status ToGrpc(const absl::Status& s);
 
 }  // namespace gantry::coordinator

@@ -60,8 +60,9 @@ absl::StatusOr<std::string> Store::CreateJob(v1::Job job) {
   return job.id();
 }
 
-absl::Status Store::PutJob(const v1::Job& job) {
-  return FromRocks(db_->Put(Synced(), JobKey(job.id()), job.SerializeAsString()), "writing job " + job.id());
+absl::Status Store::PutJob(const v1::Job& job, bool sync) {
+  return FromRocks(db_->Put(sync ? Synced() : rocksdb::WriteOptions(), JobKey(job.id()), job.SerializeAsString()),
+                   "writing job " + job.id());
 }
 
 absl::StatusOr<v1::Job> Store::GetJob(const std::string& id) const {
@@ -88,7 +89,7 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs() const {
   return out;
 }
 
-absl::StatusOr<int64_t> Store::AppendEvent(v1::JobEvent event) {
+absl::StatusOr<int64_t> Store::AppendEvent(v1::JobEvent event, bool sync) {
   std::lock_guard<std::mutex> l(mu_);
   const std::string prefix = absl::StrCat("event/", event.job_id(), "/");
   int64_t seq = 1;
@@ -98,7 +99,7 @@ absl::StatusOr<int64_t> Store::AppendEvent(v1::JobEvent event) {
     seq = std::stoll(it->key().ToString().substr(prefix.size())) + 1;
   }
   event.set_seq(seq);
-  auto s = db_->Put(Synced(), EventKey(event.job_id(), seq), event.SerializeAsString());
+  auto s = db_->Put(sync ? Synced() : rocksdb::WriteOptions(), EventKey(event.job_id(), seq), event.SerializeAsString());
   if (!s.ok()) return FromRocks(s, "writing event");
   return seq;
 }

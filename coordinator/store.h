@@ -24,13 +24,15 @@ class Store {
 
   // Assigns the next id ("j-000001", ...) and writes the job, atomically.
   absl::StatusOr<std::string> CreateJob(v1::Job job);
-  absl::Status PutJob(const v1::Job& job);
+  // sync=false is for progress that may be lost in a crash (step counters): the write is in
+  // the WAL but not fsynced.
+  absl::Status PutJob(const v1::Job& job, bool sync = true);
   // NotFound for an unknown id.
   absl::StatusOr<v1::Job> GetJob(const std::string& id) const;
   // In id order (= submission order).
   absl::StatusOr<std::vector<v1::Job>> ListJobs() const;
   // Appends an event with the next sequence number of its job.
-  absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event);
+  absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, bool sync = true);
   absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t from_seq) const;
 
  private:

@@ -12,15 +12,34 @@ extern "C" void openblas_set_num_threads(int);
 
 namespace gantry::kernels {
 
-std::string ConfigureThreads(int n) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+namespace {
+
+// The CPUs the process may use, read once before any thread is pinned: sched_getaffinity
+// answers for the calling thread, and a thread created by a pinned thread inherits its
+// single CPU (that made a worker's training thread run one thread on one CPU).
+const std::vector<int>& ProcessCpus() {
+  static const std::vector<int> cpus = [] {
+    std::vector<int> out;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &allowed)) out.push_back(c);
+      }
     }
-  }
+    return out;
+  }();
+  return cpus;
+}
+
+// Runs before main: no thread is pinned yet.
+const bool kCpusRead = (ProcessCpus(), true);
+
+}  // namespace
+
+std::string ConfigureThreads(int n) {
+  (void)kCpusRead;
+  const std::vector<int>& cpus = ProcessCpus();
   if (n <= 0) n = cpus.empty() ? omp_get_num_procs() : static_cast<int>(cpus.size());
   omp_set_num_threads(n);
   openblas_set_num_threads(n);

@@ -1,9 +1,15 @@
 // A generic gRPC client for the integration tests (Debian ships no grpcurl):
 //   grpc_probe health ADDR     exit 0 if grpc.health.v1.Health/Check answers SERVING
 //   grpc_probe services ADDR   print the services listed by server reflection, one a line
+//   grpc_probe badchunk ADDR   send a shard server a chunk whose crc32c is wrong: exit 0 if
+//                              the stream is refused with DATA_LOSS, a commit of it fails and
+//                              nothing of it is listed
 // Messages are encoded by hand (they are tiny), through grpc::GenericStub.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+
+#include "common/crc32c.h"
+#include "gantry/v1/shardserver.grpc.pb.h"
 
 #include <algorithm>
 #include <chrono>
@@ -130,6 +136,45 @@ int main(int argc, char** argv) {
     call->Finish(&st, reinterpret_cast<void*>(5));
     cq.Next(&tag, &ok);
     return names.empty() ? 1 : 0;
+  }
+  if (what == "badchunk") {
+    auto shard = gantry::v1::ShardServer::NewStub(channel);
+    grpc::ClientContext ctx;
+    gantry::v1::WriteChunksResponse resp;
+    auto w = shard->WriteChunks(&ctx, &resp);
+    gantry::v1::Chunk good, bad;
+    good.set_job_id("j-probe");
+    good.set_step(1);
+    good.set_part("model.safetensors");
+    good.set_data("first chunk, intact");
+    good.set_crc32c(gantry::Crc32c(good.data().data(), good.data().size()));
+    bad = good;
+    bad.set_offset(static_cast<int64_t>(good.data().size()));
+    bad.set_data("second chunk, flipped");
+    bad.set_crc32c(gantry::Crc32c(bad.data().data(), bad.data().size()) ^ 1);
+    bad.set_last(true);
+    w->Write(good);
+    w->Write(bad);
+    w->WritesDone();
+    auto st = w->Finish();
+    std::printf("write: %d %s\n", st.error_code(), st.error_message().c_str());
+    if (st.error_code() != grpc::DATA_LOSS) return 1;
+    grpc::ClientContext c2;
+    gantry::v1::CommitRequest commit;
+    commit.set_job_id("j-probe");
+    commit.set_step(1);
+    commit.add_parts("model.safetensors");
+    gantry::v1::CommitResponse cr;
+    auto cs = shard->Commit(&c2, commit, &cr);
+    std::printf("commit: %d %s\n", cs.error_code(), cs.error_message().c_str());
+    if (cs.error_code() != grpc::FAILED_PRECONDITION) return 1;
+    grpc::ClientContext c3;
+    gantry::v1::ListCheckpointsRequest lr;
+    lr.set_job_id("j-probe");
+    gantry::v1::ListCheckpointsResponse list;
+    auto ls = shard->ListCheckpoints(&c3, lr, &list);
+    std::printf("listed: %d\n", list.checkpoints_size());
+    return ls.ok() && list.checkpoints_size() == 0 ? 0 : 1;
   }
   std::fprintf(stderr, "grpc_probe: unknown command %s\n", what.c_str());
   return 2;

@@ -154,6 +154,7 @@ absl::Status Trainer::Run() {
     if (!val_loader_) return;
     const float v = Evaluate(*model_, *val_loader_, B, T, s.eval.batches);
     val_losses_.push_back({step, v});
+    if (options_.on_eval) options_.on_eval(step, v);
     Print(absl::StrFormat("val loss %.4f (step %ld)", v, static_cast<long>(step)));
   };
   if (start_step_ == 0) eval(0);
@@ -180,8 +181,12 @@ absl::Status Trainer::Run() {
       ASSIGN_OR_RETURN(std::string path,
                        SaveCheckpoint(s.checkpoint.dir, *model_, *opt_, {r.step, s.train.seed}));
       Print(absl::StrCat("checkpoint ", path));
+      if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, r.step));
     }
     DrawProgress(r.step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
+    if (options_.on_step && !options_.on_step(r)) {
+      return absl::CancelledError(absl::StrCat("stopped at step ", r.step));
+    }
     if (options_.stop_after > 0 && r.step >= options_.stop_after && !last) {
       Print(absl::StrCat("stopped after step ", r.step, " (--stop-after)"));
       break;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,8 @@
 
 namespace gantry::train {
 
+struct StepReport;
+
 struct TrainOptions {
   std::string init_from;     // a Hugging Face GPT-2 directory to start from
   std::string save_dir;      // write the final model here (Hugging Face layout)
@@ -25,6 +28,11 @@ struct TrainOptions {
   bool progress = false;     // a progress bar with ETA on stderr
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
   FILE* out = stdout;
+  // Hooks for the worker daemon. on_step returning false stops the run (Run() then answers
+  // CANCELLED). on_checkpoint runs after each local checkpoint is written, with its path.
+  std::function<bool(const StepReport&)> on_step;
+  std::function<void(int64_t step, float val_loss)> on_eval;
+  std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
 };
 
 struct StepReport {

@@ -1,0 +1,336 @@
+#include "coordinator/cluster.h"
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_util.h"
+
+namespace gantry::coordinator {
+
+Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions options)
+    : store_(store), registry_(registry), options_(options) {
+  monitor_ = std::thread([this] { Monitor(); });
+}
+
+Cluster::~Cluster() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  monitor_.join();
+}
+
+absl::Status Cluster::Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill) {
+  v1::JobEvent e;
+  e.set_job_id(job_id);
+  e.set_time_unix_ms(NowUnixMs());
+  fill(e);
+  return AddEvent(std::move(e));
+}
+
+absl::Status Cluster::AddEvent(v1::JobEvent e, bool sync) {
+  auto s = store_->AppendEvent(std::move(e), sync);
+  if (!s.ok()) return s.status();
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard<std::mutex> l(sub_mu_);
+    for (auto& [id, fn] : subscribers_) fns.push_back(fn);
+  }
+  for (auto& fn : fns) fn();
+  return absl::OkStatus();
+}
+
+int Cluster::Subscribe(std::function<void()> fn) {
+  std::lock_guard<std::mutex> l(sub_mu_);
+  subscribers_[next_sub_] = std::move(fn);
+  return next_sub_++;
+}
+
+void Cluster::Unsubscribe(int id) {
+  std::lock_guard<std::mutex> l(sub_mu_);
+  subscribers_.erase(id);
+}
+
+absl::Status Cluster::Recover() {
+  std::unique_lock<std::mutex> jl(job_mu_);
+  auto jobs = store_->ListJobs();
+  if (!jobs.ok()) return jobs.status();
+  for (auto& j : *jobs) {
+    if (j.state() != v1::SCHEDULED && j.state() != v1::RUNNING) continue;
+    j.set_state(v1::PENDING);
+    j.clear_workers();
+    j.set_update_time_unix_ms(NowUnixMs());
+    if (auto s = store_->PutJob(j); !s.ok()) return s;
+    (void)Event(j.id(), [](v1::JobEvent& e) { e.set_message("coordinator restarted: the job is queued again"); });
+    (void)Event(j.id(), [](v1::JobEvent& e) { e.set_state(v1::PENDING); });
+    LOG(INFO) << "recovered " << j.id() << ": re-queued";
+  }
+  jl.unlock();
+  std::lock_guard<std::mutex> l(mu_);
+  UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+void Cluster::JobSubmitted() {
+  std::lock_guard<std::mutex> l(mu_);
+  ScheduleLocked();
+}
+
+void Cluster::JobCancelled(const v1::Job& job) {
+  std::lock_guard<std::mutex> l(mu_);
+  UpdateGaugesLocked();
+  for (const auto& wid : job.workers()) {
+    auto it = workers_.find(wid);
+    if (it == workers_.end() || it->second.session == nullptr) continue;
+    v1::CoordinatorMessage m;
+    m.set_cancel_job_id(job.id());
+    it->second.session->Send(m);
+  }
+}
+
+std::string Cluster::AddWorker(WorkerSession* s, const v1::Resources& r) {
+  std::lock_guard<std::mutex> l(mu_);
+  const std::string id = absl::StrFormat("w-%06d", next_worker_++);
+  WorkerState& w = workers_[id];
+  w.info.set_id(id);
+  *w.info.mutable_resources() = r;
+  w.info.set_state("idle");
+  w.session = s;
+  w.last_seen_ms = NowUnixMs();
+  w.info.set_last_heartbeat_unix_ms(w.last_seen_ms);
+  LOG(INFO) << "worker " << id << " attached from " << r.host() << " (" << r.device_kind() << " x" << r.device_count() << ")";
+  v1::CoordinatorMessage m;
+  m.set_worker_id(id);
+  s->Send(m);
+  UpdateGaugesLocked();
+  ScheduleLocked();
+  return id;
+}
+
+void Cluster::Heartbeat(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  it->second.last_seen_ms = NowUnixMs();
+  it->second.info.set_last_heartbeat_unix_ms(it->second.last_seen_ms);
+}
+
+void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
+  Heartbeat(id);
+  std::lock_guard<std::mutex> jl(job_mu_);
+  auto job = store_->GetJob(u.job_id());
+  if (!job.ok() || job->generation() != u.generation()) return;  // stale worker: ignored
+  if (job->state() == v1::CANCELLED || job->state() == v1::FAILED) return;
+  const bool first = job->state() != v1::RUNNING;
+  job->set_state(v1::RUNNING);
+  job->set_steps_done(u.report().step());
+  job->set_last_loss(u.report().loss());
+  job->set_update_time_unix_ms(NowUnixMs());
+  // Step progress is not fsynced (a crash may lose the last few step events); state
+  // changes are.
+  if (!store_->PutJob(*job, /*sync=*/first).ok()) return;
+  if (first) (void)Event(job->id(), [](v1::JobEvent& e) { e.set_state(v1::RUNNING); });
+  v1::JobEvent e;
+  e.set_job_id(job->id());
+  e.set_time_unix_ms(NowUnixMs());
+  *e.mutable_step() = u.report();
+  (void)AddEvent(std::move(e), /*sync=*/false);
+}
+
+void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
+  std::lock_guard<std::mutex> l(mu_);
+  {
+    std::lock_guard<std::mutex> jl(job_mu_);
+    auto job = store_->GetJob(d.job_id());
+    if (job.ok() && job->generation() == d.generation() &&
+        (job->state() == v1::RUNNING || job->state() == v1::SCHEDULED)) {
+      job->set_state(d.ok() ? v1::SUCCEEDED : v1::FAILED);
+      if (!d.ok()) job->set_reason(absl::StrCat("rank ", d.rank(), " on ", id, ": ", d.error()));
+      job->set_update_time_unix_ms(NowUnixMs());
+      job->clear_workers();
+      if (store_->PutJob(*job).ok()) {
+        if (!d.ok()) (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_message(job->reason()); });
+        (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_state(job->state()); });
+      }
+      LOG(INFO) << "job " << job->id() << " " << v1::JobState_Name(job->state()) << (d.ok() ? "" : ": " + d.error());
+    }
+  }
+  auto it = workers_.find(id);
+  if (it != workers_.end() && it->second.info.job_id() == d.job_id()) {
+    it->second.info.set_state("idle");
+    it->second.info.clear_job_id();
+  }
+  UpdateGaugesLocked();
+  ScheduleLocked();
+}
+
+void Cluster::FailJobLocked(const std::string& job_id, int64_t generation, const std::string& reason) {
+  std::lock_guard<std::mutex> jl(job_mu_);
+  auto job = store_->GetJob(job_id);
+  if (!job.ok() || job->generation() != generation) return;
+  if (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED) return;
+  job->set_state(v1::FAILED);
+  job->set_reason(reason);
+  job->set_update_time_unix_ms(NowUnixMs());
+  // The other ranks drop the job now (a peer is gone).
+  for (const auto& wid : job->workers()) {
+    auto it = workers_.find(wid);
+    if (it == workers_.end() || it->second.session == nullptr) continue;
+    v1::CoordinatorMessage m;
+    m.set_abort_job_id(job_id);
+    it->second.session->Send(m);
+    it->second.info.set_state("idle");
+    it->second.info.clear_job_id();
+  }
+  job->clear_workers();
+  if (!store_->PutJob(*job).ok()) return;
+  (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(reason); });
+  (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+  LOG(WARNING) << "job " << job_id << " FAILED: " << reason;
+}
+
+void Cluster::RemoveWorker(const std::string& id, const std::string& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.session == nullptr) return;
+  it->second.session = nullptr;
+  it->second.info.set_state("dead");
+  LOG(WARNING) << "worker " << id << " lost: " << why;
+  registry_->GetCounter("gantry_coordinator_workers_lost_total", "Workers declared dead.").Inc();
+  const std::string job_id = it->second.info.job_id();
+  if (!job_id.empty()) {
+    auto job = store_->GetJob(job_id);
+    if (job.ok()) {
+      FailJobLocked(job_id, job->generation(),
+                    absl::StrCat("worker ", id, " (", it->second.info.resources().host(), ") was lost at step ",
+                                 job->steps_done(), ": ", why, ". Resubmit the job; automatic restarts come later."));
+    }
+    it->second.info.clear_job_id();
+  }
+  UpdateGaugesLocked();
+  ScheduleLocked();
+}
+
+void Cluster::ScheduleLocked() {
+  std::lock_guard<std::mutex> jl(job_mu_);
+  auto jobs = store_->ListJobs();
+  if (!jobs.ok()) return;
+  std::vector<std::string> shard_addrs;
+  const int64_t now = NowUnixMs();
+  for (const auto& [addr, s] : shards_) {
+    if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) shard_addrs.push_back(addr);
+  }
+  for (auto& job : *jobs) {  // FIFO: id order is submission order
+    if (job.state() != v1::PENDING) continue;
+    // Gang placement: all ranks or none. World size 1 until data parallelism lands.
+    const int world = std::max(1, job.world_size());
+    std::vector<WorkerState*> chosen;
+    for (auto& [wid, w] : workers_) {
+      if (w.session != nullptr && w.info.state() == "idle") chosen.push_back(&w);
+      if (static_cast<int>(chosen.size()) == world) break;
+    }
+    if (static_cast<int>(chosen.size()) < world) break;  // strict FIFO: later jobs wait
+    const auto t_submit = job.submit_time_unix_ms();
+    job.set_state(v1::SCHEDULED);
+    job.set_generation(job.generation() + 1);
+    job.clear_workers();
+    for (auto* w : chosen) job.add_workers(w->info.id());
+    job.set_update_time_unix_ms(now);
+    if (!store_->PutJob(job).ok()) return;
+    registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds", "Submit (or re-queue) to placement.",
+                            metrics::ExponentialBuckets(0.01, 4, 8))
+        .Observe(static_cast<double>(now - t_submit) / 1000.0);
+    (void)Event(job.id(), [&](v1::JobEvent& e) {
+      e.set_message(absl::StrCat("placed on ", chosen[0]->info.id(), " (", chosen[0]->info.resources().host(), ")"));
+    });
+    (void)Event(job.id(), [](v1::JobEvent& e) { e.set_state(v1::SCHEDULED); });
+    for (size_t r = 0; r < chosen.size(); ++r) {
+      WorkerState* w = chosen[r];
+      w->info.set_state("busy");
+      w->info.set_job_id(job.id());
+      v1::CoordinatorMessage m;
+      v1::Assignment* a = m.mutable_assign();
+      a->set_job_id(job.id());
+      a->set_generation(job.generation());
+      a->set_spec_yaml(job.spec_yaml());
+      a->set_rank(static_cast<int>(r));
+      a->set_world_size(world);
+      a->set_dp(world);
+      a->set_tp(1);
+      a->set_pp(1);
+      for (const auto& s : shard_addrs) a->add_shard_servers(s);
+      w->session->Send(m);
+    }
+    LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed on " << chosen[0]->info.id();
+  }
+  UpdateGaugesLocked();
+}
+
+void Cluster::UpdateGaugesLocked() {
+  int alive = 0, busy = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w.session == nullptr) continue;
+    ++alive;
+    busy += w.info.state() == "busy";
+  }
+  registry_->GetGauge("gantry_coordinator_workers_alive", "Workers attached and heartbeating.").Set(alive);
+  registry_->GetGauge("gantry_coordinator_workers_busy", "Workers running a job.").Set(busy);
+  auto jobs = store_->ListJobs();
+  if (!jobs.ok()) return;
+  std::map<int, int> by_state;
+  for (const auto& j : *jobs) ++by_state[j.state()];
+  for (int s = v1::PENDING; s <= v1::CANCELLED; ++s) {
+    registry_->GetGauge("gantry_coordinator_jobs", "Jobs known to the coordinator, by state.",
+                        {{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}})
+        .Set(by_state[s]);
+  }
+}
+
+std::vector<v1::Worker> Cluster::Workers() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<v1::Worker> out;
+  for (const auto& [id, w] : workers_) out.push_back(w.info);
+  return out;
+}
+
+void Cluster::RegisterShardServer(const v1::RegisterShardServerRequest& r) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& s = shards_[r.address()];
+  const bool fresh = s.address().empty();
+  s.set_address(r.address());
+  s.set_bytes_stored(r.bytes_stored());
+  s.set_last_heartbeat_unix_ms(NowUnixMs());
+  if (fresh) LOG(INFO) << "shard server " << r.address() << " registered";
+}
+
+std::vector<v1::ShardServerInfo> Cluster::ShardServers() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<v1::ShardServerInfo> out;
+  const int64_t now = NowUnixMs();
+  for (const auto& [a, s] : shards_) {
+    if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) out.push_back(s);
+  }
+  return out;
+}
+
+void Cluster::Monitor() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    cv_.wait_for(l, std::chrono::milliseconds(100));
+    if (stop_) break;
+    const int64_t now = NowUnixMs();
+    std::vector<std::string> silent;
+    for (const auto& [id, w] : workers_) {
+      if (w.session != nullptr && now - w.last_seen_ms > options_.worker_timeout_ms) silent.push_back(id);
+    }
+    l.unlock();
+    for (const auto& id : silent) {
+      RemoveWorker(id, absl::StrFormat("no heartbeat for %.1f s", options_.worker_timeout_ms / 1000.0));
+    }
+    l.lock();
+  }
+}
+
+}  // namespace gantry::coordinator

@@ -1,0 +1,90 @@
+// The coordinator's live state: worker membership (by heartbeat), shard servers, FIFO gang
+// placement of pending jobs, and the job state changes that workers report. Durable job
+// state goes through Store; membership is soft state that workers rebuild by re-attaching.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "coordinator/store.h"
+#include "gantry/v1/coordinator.pb.h"
+
+namespace gantry::coordinator {
+
+// A worker's attach stream, as the cluster sees it.
+class WorkerSession {
+ public:
+  virtual ~WorkerSession() = default;
+  virtual void Send(const v1::CoordinatorMessage& m) = 0;
+};
+
+struct ClusterOptions {
+  int64_t worker_timeout_ms = 5000;  // a worker silent this long is dead
+  int64_t shard_timeout_ms = 5000;
+};
+
+class Cluster {
+ public:
+  Cluster(Store* store, metrics::Registry* registry, ClusterOptions options);
+  ~Cluster();
+
+  // At start: jobs left SCHEDULED or RUNNING by a previous coordinator go back to PENDING.
+  absl::Status Recover();
+
+  // Job API hooks (the service calls them with job_mu() held around its store updates).
+  std::mutex& job_mu() { return job_mu_; }
+  void JobSubmitted();
+  void JobCancelled(const v1::Job& job);
+  // Appends an event and wakes the watchers of its job.
+  absl::Status AddEvent(v1::JobEvent e, bool sync = true);
+  // Watchers: fn is called (without locks held) after each event of any job.
+  int Subscribe(std::function<void()> fn);
+  void Unsubscribe(int id);
+
+  // Worker sessions.
+  std::string AddWorker(WorkerSession* s, const v1::Resources& r);
+  void Heartbeat(const std::string& id);
+  void OnStep(const std::string& id, const v1::StepUpdate& u);
+  void OnDone(const std::string& id, const v1::JobDone& d);
+  void RemoveWorker(const std::string& id, const std::string& why);
+  std::vector<v1::Worker> Workers();
+
+  void RegisterShardServer(const v1::RegisterShardServerRequest& r);
+  std::vector<v1::ShardServerInfo> ShardServers();
+
+ private:
+  struct WorkerState {
+    v1::Worker info;
+    WorkerSession* session = nullptr;
+    int64_t last_seen_ms = 0;
+  };
+  void ScheduleLocked();          // cluster mu_ held
+  void FailJobLocked(const std::string& job_id, int64_t generation, const std::string& reason);
+  void Monitor();
+  void UpdateGaugesLocked();
+  absl::Status Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill);
+
+  Store* store_;
+  metrics::Registry* registry_;
+  ClusterOptions options_;
+  std::mutex job_mu_;  // job read-modify-write (service and cluster)
+  std::mutex mu_;      // membership; taken before job_mu_ where both are needed
+  std::map<std::string, WorkerState> workers_;
+  std::map<std::string, v1::ShardServerInfo> shards_;
+  int64_t next_worker_ = 1;
+  std::mutex sub_mu_;
+  std::map<int, std::function<void()>> subscribers_;
+  int next_sub_ = 1;
+  bool stop_ = false;
+  std::condition_variable cv_;
+  std::thread monitor_;
+};
+
+}  // namespace gantry::coordinator

@@ -1,0 +1,111 @@
+// gantry-shardserver: checkpoint chunks in RocksDB. Announces itself to the coordinator
+// (RegisterShardServer) at start and every --heartbeat_ms as its heartbeat.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <thread>
+
+#include "common/file_util.h"
+#include "common/grpc_util.h"
+#include "common/metrics.h"
+#include "gantry/v1/coordinator.grpc.pb.h"
+#include "shardserver/service.h"
+
+DEFINE_string(listen, "127.0.0.1:7080", "gRPC address (port 0 picks one)");
+DEFINE_string(advertise_host, "127.0.0.1", "host that workers and the CLI use to reach this server");
+DEFINE_string(metrics_listen, "127.0.0.1:9480", "Prometheus /metrics address (port 0 picks one)");
+DEFINE_string(data_dir, "", "directory of the chunk store; required");
+DEFINE_string(coordinator, "", "coordinator address to register with (empty: stand alone)");
+DEFINE_int32(heartbeat_ms, 1000, "registration heartbeat period");
+DEFINE_string(ready_file, "", "once serving, write {\"grpc_port\": N, \"metrics_port\": M} here");
+DEFINE_int32(max_message_bytes, 8 << 20, "largest gRPC message accepted");
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  if (FLAGS_data_dir.empty()) {
+    LOG(ERROR) << "--data_dir is required";
+    return 2;
+  }
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::error_code ec;
+  std::filesystem::create_directories(FLAGS_data_dir, ec);
+  gantry::metrics::Registry registry;
+  auto svc = gantry::shardserver::ShardService::Open(FLAGS_data_dir + "/chunks", &registry);
+  if (!svc.ok()) {
+    LOG(ERROR) << svc.status();
+    return 1;
+  }
+  auto http = gantry::metrics::HttpServer::Start(FLAGS_metrics_listen, &registry);
+  if (!http.ok()) {
+    LOG(ERROR) << http.status();
+    return 1;
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(FLAGS_listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(FLAGS_max_message_bytes);
+  builder.RegisterService(svc->get());
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    LOG(ERROR) << "cannot listen on " << FLAGS_listen;
+    return 1;
+  }
+  const std::string address = FLAGS_advertise_host + ":" + std::to_string(port);
+  LOG(INFO) << "gantry-shardserver serving on " << address << ", metrics on port " << (*http)->port();
+
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread heartbeat;
+  if (!FLAGS_coordinator.empty()) {
+    heartbeat = std::thread([&] {
+      auto stub = gantry::v1::Coordinator::NewStub(grpc::CreateChannel(FLAGS_coordinator, grpc::InsecureChannelCredentials()));
+      bool registered = false;
+      while (!stop) {
+        gantry::v1::RegisterShardServerRequest req;
+        req.set_address(address);
+        req.set_bytes_stored((*svc)->bytes_stored());
+        gantry::v1::RegisterShardServerResponse resp;
+        auto s = stub->RegisterShardServer(gantry::ContextWithDeadline(2).get(), req, &resp);
+        if (s.ok() != registered) {
+          if (s.ok()) LOG(INFO) << "registered with coordinator " << FLAGS_coordinator;
+          else LOG(WARNING) << "coordinator " << FLAGS_coordinator << " unreachable: " << s.error_message();
+          registered = s.ok();
+        }
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait_for(l, std::chrono::milliseconds(FLAGS_heartbeat_ms), [&] { return stop.load(); });
+      }
+    });
+  }
+  if (!FLAGS_ready_file.empty()) {
+    (void)gantry::WriteFileAtomic(FLAGS_ready_file, "{\"grpc_port\": " + std::to_string(port) +
+                                                         ", \"metrics_port\": " + std::to_string((*http)->port()) + "}\n");
+  }
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  LOG(INFO) << "signal " << sig << ": shutting down";
+  {
+    std::lock_guard<std::mutex> l(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  if (heartbeat.joinable()) heartbeat.join();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  return 0;
+}

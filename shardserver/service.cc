@@ -1,0 +1,285 @@
+#include "shardserver/service.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/crc32c.h"
+#include "common/grpc_util.h"
+#include "rocksdb/db.h"
+#include "rocksdb/write_batch.h"
+
+namespace gantry::shardserver {
+namespace {
+
+constexpr size_t kMaxChunkBytes = 4 << 20;
+
+std::string Base(const std::string& job, int64_t step) { return absl::StrFormat("%s/%012d", job, step); }
+std::string ChunkPrefix(const std::string& job, int64_t step, const std::string& part) {
+  return absl::StrCat("chunk/", Base(job, step), "/", part, "/");
+}
+std::string ChunkKey(const std::string& job, int64_t step, const std::string& part, int64_t off) {
+  return absl::StrCat(ChunkPrefix(job, step, part), absl::StrFormat("%016d", off));
+}
+std::string PartKey(const std::string& job, int64_t step, const std::string& part) {
+  return absl::StrCat("part/", Base(job, step), "/", part);
+}
+std::string CkptKey(const std::string& job, int64_t step) { return absl::StrCat("ckpt/", Base(job, step)); }
+
+bool ValidName(const std::string& s) {
+  return !s.empty() && s.size() < 256 && s.find("..") == std::string::npos &&
+         s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") == std::string::npos;
+}
+
+rocksdb::WriteOptions Synced() {
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  return w;
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// One WriteChunks stream.
+class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
+ public:
+  WriteReactor(ShardService* svc, v1::WriteChunksResponse* resp) : svc_(svc), resp_(resp) {
+    t0_ = std::chrono::steady_clock::now();
+    StartRead(&chunk_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client finished sending
+      Finish(End());
+      return;
+    }
+    if (absl::Status s = Take(); !s.ok()) {
+      Finish(Fail(s));
+      return;
+    }
+    StartRead(&chunk_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Take() {
+    const v1::Chunk& c = chunk_;
+    if (!ValidName(c.job_id()) || !ValidName(c.part()) || c.step() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk names an invalid job '", c.job_id(), "', part '", c.part(),
+                                                     "' or step ", c.step()));
+    }
+    if (c.data().size() > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk of ", c.data().size(), " bytes exceeds ", kMaxChunkBytes));
+    }
+    const uint32_t crc = Crc32c(c.data().data(), c.data().size());
+    if (crc != c.crc32c()) {
+      return absl::DataLossError(absl::StrFormat("chunk %s/%d/%s at offset %d: crc32c %08x, expected %08x",
+                                                 c.job_id(), c.step(), c.part(), c.offset(), crc, c.crc32c()));
+    }
+    const std::string part = PartKey(c.job_id(), c.step(), c.part());
+    int64_t& expect = next_offset_[part];
+    if (done_.count(part)) return absl::InvalidArgumentError(absl::StrCat("part ", c.part(), ": chunk after the last one"));
+    if (c.offset() != expect) {
+      return absl::InvalidArgumentError(absl::StrCat("part ", c.part(), ": chunk at offset ", c.offset(), ", expected ", expect));
+    }
+    batch_.Put(ChunkKey(c.job_id(), c.step(), c.part(), c.offset()), c.data());
+    expect += static_cast<int64_t>(c.data().size());
+    bytes_ += static_cast<int64_t>(c.data().size());
+    if (c.last()) {
+      batch_.Put(part, std::to_string(expect));
+      done_.insert(part);
+    }
+    return absl::OkStatus();
+  }
+  grpc::Status End() {
+    absl::Status s;
+    if (next_offset_.size() != done_.size()) {
+      s = absl::InvalidArgumentError("stream ended before the last chunk of a part");
+    } else {
+      auto w = svc_->db()->Write(Synced(), &batch_);
+      if (!w.ok()) s = absl::UnavailableError(absl::StrCat("writing chunks: ", w.ToString()));
+    }
+    if (s.ok()) {
+      resp_->set_bytes(bytes_);
+      svc_->registry()->GetCounter("gantry_shardserver_checkpoint_written_bytes_total",
+                                   "Checkpoint bytes written (rate() of it is the write throughput).").Inc(static_cast<double>(bytes_));
+    }
+    return Record(s);
+  }
+  grpc::Status Fail(const absl::Status& s) { return Record(s); }
+  grpc::Status Record(const absl::Status& s) {
+    svc_->RecordRpc("WriteChunks", s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+    return ToGrpc(s);
+  }
+
+  ShardService* svc_;
+  v1::WriteChunksResponse* resp_;
+  v1::Chunk chunk_;
+  rocksdb::WriteBatch batch_;
+  std::map<std::string, int64_t> next_offset_;
+  std::set<std::string> done_;
+  int64_t bytes_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
+ public:
+  ReadReactor(ShardService* svc, const v1::ReadChunksRequest& req) : svc_(svc), req_(req) {
+    std::string info;
+    auto s = svc_->db()->Get(rocksdb::ReadOptions(), CkptKey(req.job_id(), req.step()), &info);
+    if (!s.ok()) {
+      Finish(grpc::Status(grpc::NOT_FOUND, absl::StrCat("no committed checkpoint of job ", req.job_id(), " at step ", req.step())));
+      return;
+    }
+    prefix_ = ChunkPrefix(req.job_id(), req.step(), req.part());
+    std::string size;
+    if (!svc_->db()->Get(rocksdb::ReadOptions(), PartKey(req.job_id(), req.step(), req.part()), &size).ok()) {
+      Finish(grpc::Status(grpc::NOT_FOUND, absl::StrCat("checkpoint has no part '", req.part(), "'")));
+      return;
+    }
+    it_.reset(svc_->db()->NewIterator(rocksdb::ReadOptions()));
+    it_->Seek(prefix_);
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::CANCELLED, "client went away"));
+      return;
+    }
+    it_->Next();
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (!it_->Valid() || !it_->key().starts_with(prefix_)) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    out_.Clear();
+    out_.set_job_id(req_.job_id());
+    out_.set_step(req_.step());
+    out_.set_part(req_.part());
+    out_.set_offset(std::stoll(it_->key().ToString().substr(prefix_.size())));
+    out_.set_data(it_->value().ToString());
+    out_.set_crc32c(Crc32c(out_.data().data(), out_.data().size()));
+    it_->Next();
+    out_.set_last(!it_->Valid() || !it_->key().starts_with(prefix_));
+    it_->Prev();
+    StartWrite(&out_);
+  }
+  ShardService* svc_;
+  v1::ReadChunksRequest req_;
+  std::string prefix_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+  v1::Chunk out_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Open(const std::string& dir, metrics::Registry* registry) {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  rocksdb::DB* db = nullptr;
+  auto s = rocksdb::DB::Open(o, dir, &db);
+  if (!s.ok()) return absl::UnavailableError(absl::StrCat("opening ", dir, ": ", s.ToString()));
+  return std::unique_ptr<ShardService>(new ShardService(db, registry));
+}
+
+ShardService::~ShardService() { delete db_; }
+
+void ShardService::RecordRpc(const char* method, const absl::Status& s, double seconds) {
+  registry_->GetHistogram("gantry_shardserver_rpc_seconds", "Shard server RPC time.",
+                          metrics::ExponentialBuckets(1e-4, 4, 10), {{"method", method}})
+      .Observe(seconds);
+  registry_->GetCounter("gantry_shardserver_rpcs_total", "Shard server RPCs by method and code.",
+                        {{"method", method}, {"code", absl::StatusCodeToString(s.code())}})
+      .Inc();
+  registry_->GetGauge("gantry_shardserver_stored_bytes", "Bytes of chunk data stored.").Set(static_cast<double>(bytes_stored()));
+}
+
+int64_t ShardService::bytes_stored() const {
+  uint64_t size = 0;
+  db_->GetIntProperty("rocksdb.estimate-live-data-size", &size);
+  uint64_t mem = 0;
+  db_->GetIntProperty("rocksdb.cur-size-all-mem-tables", &mem);
+  return static_cast<int64_t>(size + mem);
+}
+
+grpc::ServerReadReactor<v1::Chunk>* ShardService::WriteChunks(grpc::CallbackServerContext*, v1::WriteChunksResponse* resp) {
+  return new WriteReactor(this, resp);
+}
+
+grpc::ServerWriteReactor<v1::Chunk>* ShardService::ReadChunks(grpc::CallbackServerContext*, const v1::ReadChunksRequest* req) {
+  return new ReadReactor(this, *req);
+}
+
+grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx, const v1::CommitRequest* req,
+                                               v1::CommitResponse*) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = [&]() -> absl::Status {
+    if (!ValidName(req->job_id()) || req->parts().empty()) return absl::InvalidArgumentError("commit needs a job and parts");
+    v1::CheckpointInfo info;
+    info.set_job_id(req->job_id());
+    info.set_step(req->step());
+    info.set_commit_time_unix_ms(NowMs());
+    info.set_manifest_json(req->manifest_json());
+    int64_t total = 0;
+    for (const auto& part : req->parts()) {
+      std::string size;
+      if (!db_->Get(rocksdb::ReadOptions(), PartKey(req->job_id(), req->step(), part), &size).ok()) {
+        return absl::FailedPreconditionError(absl::StrCat("part '", part, "' of ", req->job_id(), " step ", req->step(),
+                                                          " is not fully written: nothing committed"));
+      }
+      total += std::stoll(size);
+      info.add_parts(part);
+    }
+    info.set_bytes(total);
+    auto w = db_->Put(Synced(), CkptKey(req->job_id(), req->step()), info.SerializeAsString());
+    if (!w.ok()) return absl::UnavailableError(absl::StrCat("committing: ", w.ToString()));
+    return absl::OkStatus();
+  }();
+  RecordRpc("Commit", s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  auto* r = ctx->DefaultReactor();
+  r->Finish(ToGrpc(s));
+  return r;
+}
+
+grpc::ServerUnaryReactor* ShardService::ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                                        const v1::ListCheckpointsRequest* req,
+                                                        v1::ListCheckpointsResponse* resp) {
+  const std::string prefix = req->job_id().empty() ? "ckpt/" : absl::StrCat("ckpt/", req->job_id(), "/");
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    if (!resp->add_checkpoints()->ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      resp->mutable_checkpoints()->RemoveLast();
+    }
+  }
+  RecordRpc("ListCheckpoints", absl::OkStatus(), 0);
+  auto* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* ShardService::DeleteCheckpoint(grpc::CallbackServerContext* ctx,
+                                                         const v1::DeleteCheckpointRequest* req,
+                                                         v1::DeleteCheckpointResponse*) {
+  rocksdb::WriteBatch b;
+  const std::string base = Base(req->job_id(), req->step());
+  b.Delete(CkptKey(req->job_id(), req->step()));  // invisible first, in the same batch
+  const std::string c0 = absl::StrCat("chunk/", base, "/"), p0 = absl::StrCat("part/", base, "/");
+  b.DeleteRange(c0, c0 + "\xff");
+  b.DeleteRange(p0, p0 + "\xff");
+  auto w = db_->Write(Synced(), &b);
+  absl::Status s = w.ok() ? absl::OkStatus() : absl::UnavailableError(w.ToString());
+  RecordRpc("DeleteCheckpoint", s, 0);
+  auto* r = ctx->DefaultReactor();
+  r->Finish(ToGrpc(s));
+  return r;
+}
+
+}  // namespace gantry::shardserver

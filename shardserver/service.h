@@ -1,0 +1,54 @@
+// The ShardServer gRPC service: a RocksDB chunk store for checkpoints.
+//
+// Keys: "chunk/<job>/<step>/<part>/<offset>" → chunk bytes; "part/<job>/<step>/<part>" →
+// the part's size once its last chunk arrived; "ckpt/<job>/<step>" → CheckpointInfo, the
+// commit record. Chunks are invisible until a Commit names their part: a checkpoint is
+// whole or absent. Each WriteChunks stream lands in one synced batch at its end, so a
+// stream refused mid-way (bad crc32c, a gap in the offsets) writes nothing.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+#include "gantry/v1/shardserver.grpc.pb.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace gantry::shardserver {
+
+class ShardService final : public v1::ShardServer::CallbackService {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardService>> Open(const std::string& dir, metrics::Registry* registry);
+  ~ShardService() override;
+
+  grpc::ServerReadReactor<v1::Chunk>* WriteChunks(grpc::CallbackServerContext* ctx,
+                                                  v1::WriteChunksResponse* resp) override;
+  grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* ctx, const v1::CommitRequest* req,
+                                   v1::CommitResponse* resp) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                            const v1::ListCheckpointsRequest* req,
+                                            v1::ListCheckpointsResponse* resp) override;
+  grpc::ServerWriteReactor<v1::Chunk>* ReadChunks(grpc::CallbackServerContext* ctx,
+                                                  const v1::ReadChunksRequest* req) override;
+  grpc::ServerUnaryReactor* DeleteCheckpoint(grpc::CallbackServerContext* ctx,
+                                             const v1::DeleteCheckpointRequest* req,
+                                             v1::DeleteCheckpointResponse* resp) override;
+
+  int64_t bytes_stored() const;
+  rocksdb::DB* db() { return db_; }
+  metrics::Registry* registry() { return registry_; }
+  void RecordRpc(const char* method, const absl::Status& s, double seconds);
+
+ private:
+  ShardService(rocksdb::DB* db, metrics::Registry* r) : db_(db), registry_(r) {}
+  rocksdb::DB* db_;
+  metrics::Registry* registry_;
+};
+
+}  // namespace gantry::shardserver

@@ -1,0 +1,87 @@
+// The shard server in-process (real gRPC on a loopback port 0) driven through the client
+// library the workers and the CLI use.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/file_util.h"
+#include "shardserver/service.h"
+#include "tests/test_util.h"
+#include "worker/agent/shard_client.h"
+
+namespace gantry::shardserver {
+namespace {
+
+class ShardServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto svc = ShardService::Open(dir_.File("db"), &registry_);
+    ASSERT_TRUE(svc.ok()) << svc.status();
+    svc_ = std::move(*svc);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(svc_.get());
+    server_ = b.BuildAndStart();
+    ASSERT_GT(port, 0);
+    addr_ = "127.0.0.1:" + std::to_string(port);
+    // A checkpoint directory with a part larger than one chunk.
+    std::string big(agent::kChunkBytes * 2 + 12345, '\0');
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + 3);
+    std::filesystem::create_directories(dir_.File("ckpt"));
+    ASSERT_TRUE(WriteFileAtomic(dir_.File("ckpt/model.safetensors"), big).ok());
+    ASSERT_TRUE(WriteFileAtomic(dir_.File("ckpt/config.json"), "{\"n_layer\": 1}\n").ok());
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    server_.reset();
+  }
+  testing::TempDir dir_;
+  metrics::Registry registry_;
+  std::unique_ptr<ShardService> svc_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string addr_;
+};
+
+TEST_F(ShardServiceTest, UploadListDownloadDelete) {
+  auto bytes = agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{\"step\": 10}");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, static_cast<int64_t>(agent::kChunkBytes * 2 + 12345 + 15));
+  auto list = agent::ListCheckpoints(addr_, "j-000001");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step(), 10);
+  EXPECT_EQ((*list)[0].parts_size(), 2);
+  EXPECT_EQ((*list)[0].manifest_json(), "{\"step\": 10}");
+  ASSERT_TRUE(agent::DownloadCheckpoint(addr_, "j-000001", 10, {"model.safetensors", "config.json"}, dir_.File("out")).ok());
+  EXPECT_EQ(*ReadFileToString(dir_.File("out/model.safetensors")), *ReadFileToString(dir_.File("ckpt/model.safetensors")));
+  EXPECT_EQ(*ReadFileToString(dir_.File("out/config.json")), "{\"n_layer\": 1}\n");
+  // Another job's listing is separate.
+  EXPECT_TRUE(agent::ListCheckpoints(addr_, "j-000002")->empty());
+  // Delete: gone from the listing and unreadable.
+  auto stub = v1::ShardServer::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::DeleteCheckpointRequest del;
+  del.set_job_id("j-000001");
+  del.set_step(10);
+  v1::DeleteCheckpointResponse dr;
+  ASSERT_TRUE(stub->DeleteCheckpoint(&ctx, del, &dr).ok());
+  EXPECT_TRUE(agent::ListCheckpoints(addr_, "j-000001")->empty());
+  auto gone = agent::DownloadCheckpoint(addr_, "j-000001", 10, {"config.json"}, dir_.File("out2"));
+  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound) << gone;
+}
+
+TEST_F(ShardServiceTest, UncommittedOrMissingCheckpointsAreNotReadable) {
+  auto r = agent::DownloadCheckpoint(addr_, "j-000009", 1, {"config.json"}, dir_.File("out"));
+  EXPECT_EQ(r.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(r.message().find("no committed checkpoint"), absl::string_view::npos) << r;
+}
+
+TEST_F(ShardServiceTest, InvalidNamesAreRefused) {
+  auto r = agent::UploadCheckpoint(addr_, "../etc", 1, dir_.File("ckpt"), "{}");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+}
+
+}  // namespace
+}  // namespace gantry::shardserver

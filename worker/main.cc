@@ -1,0 +1,275 @@
+// gantry-worker: attaches to the coordinator, runs the jobs it is assigned with the
+// training core, reports every step, writes checkpoints to the shard servers.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/grpc_util.h"
+#include "common/metrics.h"
+#include "gantry/v1/coordinator.grpc.pb.h"
+#include "kernels/threads.h"
+#include "nlohmann/json.hpp"
+#include "worker/agent/shard_client.h"
+#include "worker/train/job_spec.h"
+#include "worker/train/trainer.h"
+
+DEFINE_string(coordinator, "127.0.0.1:7070", "coordinator address");
+DEFINE_string(host, "", "host name to report (default: this machine's)");
+DEFINE_string(work_dir, "", "scratch directory for checkpoints before upload; required");
+DEFINE_string(metrics_listen, "127.0.0.1:9490", "Prometheus /metrics address (port 0 picks one)");
+DEFINE_int32(threads, 0, "CPU threads for training (0: all the process may use)");
+DEFINE_int32(heartbeat_ms, 1000, "heartbeat period");
+DEFINE_double(peak_flops, 0, "the device's peak FLOP/s for MFU (0: MFU not reported)");
+DEFINE_string(ready_file, "", "once the metrics endpoint is up, write {\"metrics_port\": M} here");
+
+namespace gantry::worker {
+namespace {
+
+using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
+
+std::atomic<bool> g_stop{false};
+
+class Session {
+ public:
+  Session(Stream* stream, metrics::Registry* registry) : stream_(stream), registry_(registry) {}
+
+  bool Send(const v1::WorkerMessage& m) {
+    std::lock_guard<std::mutex> l(write_mu_);
+    return stream_->Write(m);
+  }
+
+  // Runs one assignment to the end (or until cancelled), reporting as it goes.
+  void Run(const v1::Assignment& a) {
+    LOG(INFO) << "job " << a.job_id() << " generation " << a.generation() << ": rank " << a.rank() << " of "
+              << a.world_size();
+    absl::Status s = Train(a);
+    v1::WorkerMessage m;
+    auto* d = m.mutable_done();
+    d->set_job_id(a.job_id());
+    d->set_generation(a.generation());
+    d->set_rank(a.rank());
+    d->set_ok(s.ok());
+    if (!s.ok()) d->set_error(std::string(s.message()));
+    LOG(INFO) << "job " << a.job_id() << (s.ok() ? " finished" : " stopped: " + std::string(s.message()));
+    Send(m);
+  }
+
+  std::atomic<bool> cancel{false};
+
+ private:
+  absl::Status Train(const v1::Assignment& a) {
+    // OpenMP's thread count and the pinning belong to the thread that starts the parallel
+    // regions: this job thread, not main (an unpinned team here made steps 2x slower).
+    LOG(INFO) << "job " << a.job_id() << ": " << kernels::ConfigureThreads(FLAGS_threads);
+    auto spec = train::ParseJobSpec(a.spec_yaml());
+    if (!spec.ok()) return spec.status();
+    const std::string dir = absl::StrCat(FLAGS_work_dir, "/", a.job_id(), "/gen", a.generation());
+    spec->checkpoint.dir = dir + "/checkpoints";
+    train::TrainOptions o;
+    o.progress = false;
+    FILE* log = std::fopen("/dev/null", "w");
+    o.out = log;
+    std::optional<float> val;
+    const double tokens_per_step = static_cast<double>(spec->train.global_batch) * spec->seq_len;
+    const auto& mc = spec->model;
+    const double n_params = 12.0 * mc.n_layer * mc.n_embd * mc.n_embd + double(mc.vocab_size + mc.max_seq_len) * mc.n_embd;
+    const double flops_per_token = 6 * n_params + 6.0 * mc.n_layer * mc.n_embd * spec->seq_len;
+    o.on_eval = [&](int64_t, float v) { val = v; };
+    o.on_step = [&](const train::StepReport& r) {
+      v1::WorkerMessage m;
+      auto* u = m.mutable_step();
+      u->set_job_id(a.job_id());
+      u->set_generation(a.generation());
+      u->set_rank(a.rank());
+      auto* rep = u->mutable_report();
+      rep->set_step(r.step);
+      rep->set_loss(r.loss);
+      rep->set_lr(r.lr);
+      rep->set_grad_norm(r.grad_norm);
+      rep->set_step_seconds(r.seconds);
+      rep->set_tokens_per_second(r.tokens_per_second);
+      rep->set_val_loss(val ? *val : NAN);
+      val.reset();
+      Send(m);
+      registry_->GetGauge("gantry_worker_tokens_per_second", "Training throughput of the last step.").Set(r.tokens_per_second);
+      registry_->GetGauge("gantry_worker_loss", "Training loss of the last step.").Set(r.loss);
+      registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
+          .Observe(r.seconds);
+      registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
+      if (FLAGS_peak_flops > 0) {
+        registry_->GetGauge("gantry_worker_mfu_ratio", "Model FLOPs utilisation, (6N + 6LCT) x tokens/s / peak.")
+            .Set(flops_per_token * tokens_per_step / r.seconds / FLAGS_peak_flops);
+      }
+      return !cancel.load() && !g_stop.load();
+    };
+    o.on_checkpoint = [&](const std::string& path, int64_t step) -> absl::Status {
+      if (a.shard_servers().empty()) return absl::OkStatus();  // kept locally only
+      nlohmann::json manifest = {{"job_id", a.job_id()}, {"step", step}, {"generation", a.generation()},
+                                 {"layout", {{"dp", a.dp()}, {"tp", a.tp()}, {"pp", a.pp()}}}, {"seed", spec->train.seed}};
+      const auto t0 = std::chrono::steady_clock::now();
+      auto bytes = agent::UploadCheckpoint(a.shard_servers(0), a.job_id(), step, path, manifest.dump());
+      if (!bytes.ok()) return bytes.status();
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      registry_->GetHistogram("gantry_worker_checkpoint_seconds", "Checkpoint upload and commit time.",
+                              metrics::ExponentialBuckets(0.01, 2, 14))
+          .Observe(secs);
+      registry_->GetGauge("gantry_worker_checkpoint_bytes", "Size of the last checkpoint.").Set(static_cast<double>(*bytes));
+      LOG(INFO) << "job " << a.job_id() << ": checkpoint at step " << step << " committed on " << a.shard_servers(0)
+                << " (" << *bytes << " bytes, " << secs << " s)";
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);  // durable on the shard server now
+      return absl::OkStatus();
+    };
+    auto trainer = train::Trainer::Create(*spec, o);
+    if (!trainer.ok()) {
+      std::fclose(log);
+      return trainer.status();
+    }
+    auto& model = (*trainer)->model();
+    const double state_bytes = static_cast<double>(model.num_params()) * 4 * 4;  // params, grads, m, v
+    registry_->GetGauge("gantry_worker_memory_bytes", "Bytes held for training, by kind.", {{"kind", "model_state"}}).Set(state_bytes);
+    absl::Status s = (*trainer)->Run();
+    registry_->GetGauge("gantry_worker_memory_bytes", "Bytes held for training, by kind.", {{"kind", "activations"}})
+        .Set(static_cast<double>(model.activation_bytes()));
+    std::fclose(log);
+    if (absl::IsCancelled(s)) {
+      return absl::CancelledError(g_stop ? "worker shutting down (SIGTERM)" : "cancelled");
+    }
+    return s;
+  }
+
+  Stream* stream_;
+  metrics::Registry* registry_;
+  std::mutex write_mu_;
+};
+
+v1::Resources MyResources() {
+  v1::Resources r;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  r.set_host(FLAGS_host.empty() ? host : FLAGS_host);
+  r.set_device_kind("cpu");
+  r.set_device_count(1);
+  struct sysinfo si;
+  if (sysinfo(&si) == 0) r.set_memory_bytes(static_cast<int64_t>(si.totalram) * si.mem_unit);
+  return r;
+}
+
+// One attach session: returns when the stream ends.
+void AttachOnce(v1::Coordinator::Stub* stub, metrics::Registry* registry) {
+  grpc::ClientContext ctx;
+  auto stream = stub->Attach(&ctx);
+  Session session(stream.get(), registry);
+  v1::WorkerMessage reg;
+  *reg.mutable_register_() = MyResources();
+  if (!session.Send(reg)) {
+    LOG(WARNING) << "coordinator " << FLAGS_coordinator << " unreachable: " << stream->Finish().error_message();
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ended = false;
+  std::thread heartbeat([&] {
+    std::unique_lock<std::mutex> l(mu);
+    while (!ended && !g_stop) {
+      cv.wait_for(l, std::chrono::milliseconds(FLAGS_heartbeat_ms));
+      if (ended || g_stop) break;
+      v1::WorkerMessage hb;
+      hb.mutable_heartbeat()->set_time_unix_ms(NowUnixMs());
+      l.unlock();
+      session.Send(hb);
+      l.lock();
+    }
+    if (g_stop) ctx.TryCancel();  // unblock the reader
+  });
+  std::thread job;
+  std::string job_id;
+  v1::CoordinatorMessage in;
+  while (stream->Read(&in)) {
+    if (!in.worker_id().empty()) {
+      LOG(INFO) << "attached to " << FLAGS_coordinator << " as " << in.worker_id();
+    } else if (in.has_assign()) {
+      if (job.joinable()) job.join();  // the coordinator only assigns an idle worker
+      session.cancel = false;
+      job_id = in.assign().job_id();
+      job = std::thread([&session, a = in.assign()] { session.Run(a); });
+    } else if (in.cancel_job_id() == job_id || in.abort_job_id() == job_id) {
+      LOG(INFO) << "job " << job_id << ": " << (in.has_cancel_job_id() ? "cancel" : "abort") << " received";
+      session.cancel = true;
+    }
+  }
+  session.cancel = true;  // the coordinator is gone: this generation of the job is over
+  if (job.joinable()) job.join();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ended = true;
+  }
+  cv.notify_all();
+  heartbeat.join();
+  auto st = stream->Finish();
+  if (!g_stop) LOG(WARNING) << "attach stream ended: " << st.error_message();
+}
+
+}  // namespace
+}  // namespace gantry::worker
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  if (FLAGS_work_dir.empty()) {
+    LOG(ERROR) << "--work_dir is required";
+    return 2;
+  }
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // Threads are configured (and pinned) by each job's thread, not here: a pinned main
+  // thread would hand its single CPU to every thread it creates.
+  gantry::metrics::Registry registry;
+  auto http = gantry::metrics::HttpServer::Start(FLAGS_metrics_listen, &registry);
+  if (!http.ok()) {
+    LOG(ERROR) << http.status();
+    return 1;
+  }
+  if (!FLAGS_ready_file.empty()) {
+    (void)gantry::WriteFileAtomic(FLAGS_ready_file, "{\"metrics_port\": " + std::to_string((*http)->port()) + "}\n");
+  }
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    LOG(INFO) << "signal " << sig << ": stopping";
+    gantry::worker::g_stop = true;
+  });
+  auto stub = gantry::v1::Coordinator::NewStub(grpc::CreateChannel(FLAGS_coordinator, grpc::InsecureChannelCredentials()));
+  int backoff_ms = 200;
+  while (!gantry::worker::g_stop) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gantry::worker::AttachOnce(stub.get(), &registry);
+    if (gantry::worker::g_stop) break;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff_ms = 200;
+    // Wait before re-attaching (bounded exponential backoff), checking for SIGTERM.
+    for (int waited = 0; waited < backoff_ms && !gantry::worker::g_stop; waited += 50) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    backoff_ms = std::min(backoff_ms * 2, 5000);
+  }
+  signals.join();
+  LOG(INFO) << "stopped";
+  return 0;
+}
