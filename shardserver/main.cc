@@ -2,17 +2,14 @@
 // (RegisterShardServer) at start and every --heartbeat_ms as its heartbeat.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <signal.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <thread>
 
-#include "common/file_util.h"
+#include "common/daemon.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
@@ -28,18 +25,11 @@ DEFINE_string(ready_file, "", "once serving, write {\"grpc_port\": N, \"metrics_
 DEFINE_int32(max_message_bytes, 8 << 20, "largest gRPC message accepted");
 
 int main(int argc, char** argv) {
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-shardserver --data_dir DIR [--coordinator HOST:PORT]");
   if (FLAGS_data_dir.empty()) {
     LOG(ERROR) << "--data_dir is required";
     return 2;
   }
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::error_code ec;
   std::filesystem::create_directories(FLAGS_data_dir, ec);
   gantry::metrics::Registry registry;
@@ -53,18 +43,13 @@ int main(int argc, char** argv) {
     LOG(ERROR) << http.status();
     return 1;
   }
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(FLAGS_listen, grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(FLAGS_max_message_bytes);
-  builder.RegisterService(svc->get());
-  auto server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    LOG(ERROR) << "cannot listen on " << FLAGS_listen;
+  auto started = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {svc->get()}, &port);
+  if (!started.ok()) {
+    LOG(ERROR) << started.status();
     return 1;
   }
+  auto& server = *started;
   const std::string address = FLAGS_advertise_host + ":" + std::to_string(port);
   LOG(INFO) << "gantry-shardserver serving on " << address << ", metrics on port " << (*http)->port();
 
@@ -92,13 +77,8 @@ int main(int argc, char** argv) {
       }
     });
   }
-  if (!FLAGS_ready_file.empty()) {
-    (void)gantry::WriteFileAtomic(FLAGS_ready_file, "{\"grpc_port\": " + std::to_string(port) +
-                                                         ", \"metrics_port\": " + std::to_string((*http)->port()) + "}\n");
-  }
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  LOG(INFO) << "signal " << sig << ": shutting down";
+  gantry::WriteReadyFile(FLAGS_ready_file, port, (*http)->port());
+  gantry::WaitForTermination(sigs);
   {
     std::lock_guard<std::mutex> l(mu);
     stop = true;

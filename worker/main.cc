@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/daemon.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
@@ -227,18 +228,11 @@ void AttachOnce(v1::Coordinator::Stub* stub, metrics::Registry* registry) {
 }  // namespace gantry::worker
 
 int main(int argc, char** argv) {
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-worker --work_dir DIR [--coordinator HOST:PORT]");
   if (FLAGS_work_dir.empty()) {
     LOG(ERROR) << "--work_dir is required";
     return 2;
   }
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   // Threads are configured (and pinned) by each job's thread, not here: a pinned main
   // thread would hand its single CPU to every thread it creates.
   gantry::metrics::Registry registry;
@@ -247,13 +241,9 @@ int main(int argc, char** argv) {
     LOG(ERROR) << http.status();
     return 1;
   }
-  if (!FLAGS_ready_file.empty()) {
-    (void)gantry::WriteFileAtomic(FLAGS_ready_file, "{\"metrics_port\": " + std::to_string((*http)->port()) + "}\n");
-  }
+  gantry::WriteReadyFile(FLAGS_ready_file, 0, (*http)->port());
   std::thread signals([&] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    LOG(INFO) << "signal " << sig << ": stopping";
+    gantry::WaitForTermination(sigs);
     gantry::worker::g_stop = true;
   });
   auto stub = gantry::v1::Coordinator::NewStub(grpc::CreateChannel(FLAGS_coordinator, grpc::InsecureChannelCredentials()));

@@ -1,0 +1,31 @@
+// What every Gantry daemon does at start and stop: flags, logging to stderr, SIGTERM and
+// SIGINT taken by a waiting thread (graceful shutdown), a gRPC server with the standard
+// health service and server reflection, and the ready file that scripts and tests read.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace gantry {
+
+// Parses flags, starts glog on stderr, and blocks SIGTERM/SIGINT in this thread and every
+// thread created after (WaitForTermination takes them). Call first thing in main.
+sigset_t InitDaemon(int* argc, char*** argv, const char* usage);
+
+// Blocks until SIGTERM or SIGINT; returns the signal.
+int WaitForTermination(const sigset_t& signals);
+
+// Builds and starts a gRPC server on `address` (port 0 picks one) with health checking and
+// reflection enabled. *port receives the bound port.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address, int max_message_bytes,
+                                                              const std::vector<grpc::Service*>& services, int* port);
+
+// Writes {"grpc_port": G, "metrics_port": M} (G omitted when 0) atomically to path, if set.
+void WriteReadyFile(const std::string& path, int grpc_port, int metrics_port);
+
+}  // namespace gantry
