@@ -135,6 +135,10 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
     } else if (e.has_step()) {
       const auto& r = e.step();
       clear();
+      if (r.step() == 0) {
+        std::printf("val loss %.4f (before training)\n", r.val_loss());
+        continue;
+      }
       std::printf("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s%s\n",
                   static_cast<long>(r.step()), static_cast<long>(job.steps_total()), r.loss(), r.lr(), r.grad_norm(),
                   r.step_seconds() * 1e3, r.tokens_per_second(),

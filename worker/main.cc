@@ -88,7 +88,21 @@ class Session {
     const auto& mc = spec->model;
     const double n_params = 12.0 * mc.n_layer * mc.n_embd * mc.n_embd + double(mc.vocab_size + mc.max_seq_len) * mc.n_embd;
     const double flops_per_token = 6 * n_params + 6.0 * mc.n_layer * mc.n_embd * spec->seq_len;
-    o.on_eval = [&](int64_t, float v) { val = v; };
+    o.on_eval = [&](int64_t step, float v) {
+      if (step > 0) {
+        val = v;  // goes out with this step's report
+        return;
+      }
+      v1::WorkerMessage m;  // before training: a report of its own, step 0
+      auto* u = m.mutable_step();
+      u->set_job_id(a.job_id());
+      u->set_generation(a.generation());
+      u->set_rank(a.rank());
+      u->mutable_report()->set_step(0);
+      u->mutable_report()->set_loss(NAN);
+      u->mutable_report()->set_val_loss(v);
+      Send(m);
+    };
     o.on_step = [&](const train::StepReport& r) {
       v1::WorkerMessage m;
       auto* u = m.mutable_step();
