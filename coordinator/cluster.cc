@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
+#include "common/status.h"
 
 namespace gantry::coordinator {
 
@@ -20,6 +21,7 @@ Cluster::~Cluster() {
   }
   cv_.notify_all();
   monitor_.join();
+  for (auto& w : waiters_) w.done(absl::UnavailableError("coordinator shutting down"));
 }
 
 absl::Status Cluster::Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill) {
@@ -79,6 +81,7 @@ void Cluster::JobSubmitted() {
 }
 
 void Cluster::JobCancelled(const v1::Job& job) {
+  DropRendezvous(job.id());
   std::lock_guard<std::mutex> l(mu_);
   UpdateGaugesLocked();
   for (const auto& wid : job.workers()) {
@@ -155,6 +158,7 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
         (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_state(job->state()); });
       }
       LOG(INFO) << "job " << job->id() << " " << v1::JobState_Name(job->state()) << (d.ok() ? "" : ": " + d.error());
+      DropRendezvous(job->id());
     }
   }
   auto it = workers_.find(id);
@@ -188,6 +192,7 @@ void Cluster::FailJobLocked(const std::string& job_id, int64_t generation, const
   if (!store_->PutJob(*job).ok()) return;
   (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(reason); });
   (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+  DropRendezvous(job_id);
   LOG(WARNING) << "job " << job_id << " FAILED: " << reason;
 }
 
@@ -295,6 +300,82 @@ std::vector<v1::Worker> Cluster::Workers() {
   return out;
 }
 
+absl::Status Cluster::CheckGeneration(const std::string& job_id, int64_t generation) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
+                                                      ": no rendezvous outside a placement"));
+  }
+  if (job->generation() != generation) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is at generation ", job->generation(),
+                                                      ", not ", generation, ": drop this stale state"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::RendezvousPut(const std::string& job_id, int64_t generation, const std::string& key,
+                                    const std::string& value) {
+  if (key.empty()) return absl::InvalidArgumentError("rendezvous key is empty");
+  RETURN_IF_ERROR(CheckGeneration(job_id, generation));
+  std::vector<std::function<void(absl::StatusOr<std::string>)>> wake;
+  {
+    std::lock_guard<std::mutex> l(rdv_mu_);
+    rdv_[{job_id, generation, key}] = value;
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->job_id == job_id && it->generation == generation && it->key == key) {
+        wake.push_back(std::move(it->done));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& fn : wake) fn(value);
+  return absl::OkStatus();
+}
+
+void Cluster::RendezvousGet(const std::string& job_id, int64_t generation, const std::string& key, int64_t wait_ms,
+                            std::function<void(absl::StatusOr<std::string>)> done) {
+  if (auto s = CheckGeneration(job_id, generation); !s.ok()) {
+    done(s);
+    return;
+  }
+  std::unique_lock<std::mutex> l(rdv_mu_);
+  auto it = rdv_.find({job_id, generation, key});
+  if (it != rdv_.end()) {
+    std::string v = it->second;
+    l.unlock();
+    done(std::move(v));
+    return;
+  }
+  if (wait_ms <= 0) {
+    l.unlock();
+    done(absl::NotFoundError(absl::StrCat("rendezvous key '", key, "' of ", job_id, " is not set")));
+    return;
+  }
+  waiters_.push_back({job_id, key, generation, NowUnixMs() + wait_ms, std::move(done)});
+}
+
+void Cluster::DropRendezvous(const std::string& job_id) {
+  std::vector<std::function<void(absl::StatusOr<std::string>)>> fail;
+  {
+    std::lock_guard<std::mutex> l(rdv_mu_);
+    for (auto it = rdv_.begin(); it != rdv_.end();) {
+      it = std::get<0>(it->first) == job_id ? rdv_.erase(it) : std::next(it);
+    }
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->job_id == job_id) {
+        fail.push_back(std::move(it->done));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& fn : fail) fn(absl::AbortedError(absl::StrCat("job ", job_id, " left its placement")));
+}
+
 void Cluster::RegisterShardServer(const v1::RegisterShardServerRequest& r) {
   std::lock_guard<std::mutex> l(mu_);
   auto& s = shards_[r.address()];
@@ -326,6 +407,22 @@ void Cluster::Monitor() {
       if (w.session != nullptr && now - w.last_seen_ms > options_.worker_timeout_ms) silent.push_back(id);
     }
     l.unlock();
+    std::vector<Waiter> expired;
+    {
+      std::lock_guard<std::mutex> rl(rdv_mu_);
+      for (auto it = waiters_.begin(); it != waiters_.end();) {
+        if (it->deadline_ms <= now) {
+          expired.push_back(std::move(*it));
+          it = waiters_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& w : expired) {
+      w.done(absl::DeadlineExceededError(absl::StrCat("rendezvous key '", w.key, "' of ", w.job_id,
+                                                      " was not put within the wait")));
+    }
     for (const auto& id : silent) {
       RemoveWorker(id, absl::StrFormat("no heartbeat for %.1f s", options_.worker_timeout_ms / 1000.0));
     }

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/metrics.h"
@@ -56,6 +57,15 @@ class Cluster {
   void RemoveWorker(const std::string& id, const std::string& why);
   std::vector<v1::Worker> Workers();
 
+  // Rendezvous store of a job generation (NCCL unique ids, Gloo addresses). Keys live until
+  // the job leaves its placement. A Put or Get naming another generation than the job's
+  // current one is FAILED_PRECONDITION (a stale worker). Get waits up to wait_ms for the
+  // key; done is called exactly once, possibly on another thread.
+  absl::Status RendezvousPut(const std::string& job_id, int64_t generation, const std::string& key,
+                             const std::string& value);
+  void RendezvousGet(const std::string& job_id, int64_t generation, const std::string& key, int64_t wait_ms,
+                     std::function<void(absl::StatusOr<std::string>)> done);
+
   void RegisterShardServer(const v1::RegisterShardServerRequest& r);
   std::vector<v1::ShardServerInfo> ShardServers();
 
@@ -65,6 +75,13 @@ class Cluster {
     WorkerSession* session = nullptr;
     int64_t last_seen_ms = 0;
   };
+  struct Waiter {
+    std::string job_id, key;
+    int64_t generation, deadline_ms;
+    std::function<void(absl::StatusOr<std::string>)> done;
+  };
+  absl::Status CheckGeneration(const std::string& job_id, int64_t generation);
+  void DropRendezvous(const std::string& job_id);  // rdv_mu_ not held
   void ScheduleLocked();          // cluster mu_ held
   void FailJobLocked(const std::string& job_id, int64_t generation, const std::string& reason);
   void Monitor();
@@ -82,6 +99,9 @@ class Cluster {
   std::mutex sub_mu_;
   std::map<int, std::function<void()>> subscribers_;
   int next_sub_ = 1;
+  std::mutex rdv_mu_;
+  std::map<std::tuple<std::string, int64_t, std::string>, std::string> rdv_;
+  std::vector<Waiter> waiters_;
   bool stop_ = false;
   std::condition_variable cv_;
   std::thread monitor_;

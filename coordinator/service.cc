@@ -304,6 +304,29 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorS
   return new AttachReactor(cluster_);
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::RendezvousPut(grpc::CallbackServerContext* ctx,
+                                                            const v1::RendezvousPutRequest* req,
+                                                            v1::RendezvousPutResponse*) {
+  return Handle(ctx, "RendezvousPut", [&]() {
+    return cluster_->RendezvousPut(req->job_id(), req->generation(), req->key(), req->value());
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServerContext* ctx,
+                                                            const v1::RendezvousGetRequest* req,
+                                                            v1::RendezvousGetResponse* resp) {
+  // Completes when the key is put or the wait ends, on whichever thread that happens; the
+  // handler itself returns at once.
+  auto* reactor = ctx->DefaultReactor();
+  const int64_t wait_ms = std::min<int64_t>(std::max<int64_t>(req->wait_ms(), 0), 10 * 60 * 1000);
+  cluster_->RendezvousGet(req->job_id(), req->generation(), req->key(), wait_ms,
+                          [reactor, resp](absl::StatusOr<std::string> v) {
+                            if (v.ok()) resp->set_value(*std::move(v));
+                            reactor->Finish(ToGrpc(v.status()));
+                          });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::RegisterShardServer(grpc::CallbackServerContext* ctx,
                                                                   const v1::RegisterShardServerRequest* req,
                                                                   v1::RegisterShardServerResponse*) {

@@ -30,6 +30,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                         v1::ListWorkersResponse* resp) override;
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Attach(
       grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* RendezvousPut(grpc::CallbackServerContext* ctx, const v1::RendezvousPutRequest* req,
+                                          v1::RendezvousPutResponse* resp) override;
+  grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx, const v1::RendezvousGetRequest* req,
+                                          v1::RendezvousGetResponse* resp) override;
   grpc::ServerUnaryReactor* RegisterShardServer(grpc::CallbackServerContext* ctx,
                                                 const v1::RegisterShardServerRequest* req,
                                                 v1::RegisterShardServerResponse* resp) override;

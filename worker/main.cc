@@ -21,9 +21,11 @@
 #include "common/grpc_util.h"
 #include "common/metrics.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
+#include "kernels/matmul.h"
 #include "kernels/threads.h"
 #include "nlohmann/json.hpp"
 #include "worker/agent/shard_client.h"
+#include "worker/model/gpt.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/trainer.h"
 
@@ -33,7 +35,8 @@ DEFINE_string(work_dir, "", "scratch directory for checkpoints before upload; re
 DEFINE_string(metrics_listen, "127.0.0.1:9490", "Prometheus /metrics address (port 0 picks one)");
 DEFINE_int32(threads, 0, "CPU threads for training (0: all the process may use)");
 DEFINE_int32(heartbeat_ms, 1000, "heartbeat period");
-DEFINE_double(peak_flops, 0, "the device's peak FLOP/s for MFU (0: MFU not reported)");
+DEFINE_double(peak_flops, 0,
+              "the device's peak FLOP/s for MFU; 0 on a CPU worker: the fp32 GEMM rate measured at start");
 DEFINE_string(ready_file, "", "once the metrics endpoint is up, write {\"metrics_port\": M} here");
 
 namespace gantry::worker {
@@ -42,6 +45,25 @@ namespace {
 using Stream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
 
 std::atomic<bool> g_stop{false};
+
+// The CPU's attainable fp32 FLOP/s: the best of a few 1024^3 GEMMs on the training threads.
+// MFU on a CPU worker is measured against this (a GPU worker takes its datasheet peak).
+double MeasureCpuPeak() {
+  double best = 0;
+  std::thread t([&] {
+    kernels::ConfigureThreads(FLAGS_threads);
+    const int n = 1024;
+    std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+    for (int i = 0; i < 4; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      kernels::matmul_forward(c.data(), a.data(), b.data(), nullptr, n, n, n);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i > 0) best = std::max(best, 2.0 * n * n * n / s);
+    }
+  });
+  t.join();
+  return best;
+}
 
 class Session {
  public:
@@ -86,7 +108,8 @@ class Session {
     std::optional<float> val;
     const double tokens_per_step = static_cast<double>(spec->train.global_batch) * spec->seq_len;
     const auto& mc = spec->model;
-    const double n_params = 12.0 * mc.n_layer * mc.n_embd * mc.n_embd + double(mc.vocab_size + mc.max_seq_len) * mc.n_embd;
+    double n_params = 0;
+    for (const auto& t : model::ParameterLayout(mc)) n_params += static_cast<double>(t.numel);
     const double flops_per_token = 6 * n_params + 6.0 * mc.n_layer * mc.n_embd * spec->seq_len;
     o.on_eval = [&](int64_t step, float v) {
       if (step > 0) {
@@ -124,7 +147,7 @@ class Session {
       registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
           .Observe(r.seconds);
       registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
-      if (FLAGS_peak_flops > 0) {
+      if (FLAGS_peak_flops > 0) {  // set in main: the flag, or the CPU rate measured at start
         registry_->GetGauge("gantry_worker_mfu_ratio", "Model FLOPs utilisation, (6N + 6LCT) x tokens/s / peak.")
             .Set(flops_per_token * tokens_per_step / r.seconds / FLAGS_peak_flops);
       }
@@ -254,6 +277,10 @@ int main(int argc, char** argv) {
   if (!http.ok()) {
     LOG(ERROR) << http.status();
     return 1;
+  }
+  if (FLAGS_peak_flops <= 0) {
+    FLAGS_peak_flops = gantry::worker::MeasureCpuPeak();
+    LOG(INFO) << "CPU fp32 GEMM rate " << FLAGS_peak_flops / 1e9 << " GFLOP/s: the peak for MFU";
   }
   gantry::WriteReadyFile(FLAGS_ready_file, 0, (*http)->port());
   std::thread signals([&] {

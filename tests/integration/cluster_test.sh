@@ -63,6 +63,9 @@ check "two jobs at once on two workers" bash -c "[ $both_busy -eq 0 ] && '$CLI' 
 SHARD="127.0.0.1:$(sed 's/.*"grpc_port": \([0-9]*\).*/\1/' "$TMP/cluster/shardserver.ready")"
 check "a chunk with a wrong crc32c is refused (DATA_LOSS) and nothing is committed" "$PROBE" badchunk "$SHARD"
 
+w1port=$(sed 's/.*"metrics_port": \([0-9]*\).*/\1/' "$TMP/cluster/worker1.ready")
+check "worker metrics: tokens/s, step seconds, loss, MFU, memory" bash -c "curl -sf http://127.0.0.1:$w1port/metrics | \
+  grep -c -E '^gantry_worker_(tokens_per_second|step_seconds_count|loss|mfu_ratio|memory_bytes\\{kind=\"model_state\"\\}) ' | grep -qx 5"
 for f in coordinator shardserver worker1 worker2; do
   port=$(sed 's/.*"metrics_port": \([0-9]*\).*/\1/' "$TMP/cluster/$f.ready")
   check "promtool check metrics: $f" bash -c "curl -sf http://127.0.0.1:$port/metrics | promtool check metrics"
