@@ -56,12 +56,12 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
     }
     StartRead(&in_);
   }
-  void OnDone() override {
-    Close("its attach stream ended");
-    delete this;
-  }
+  void OnDone() override { delete this; }  // Close() ran before Finish()
 
  private:
+  // Order matters: refuse further sends, leave the cluster (after which it never calls Send
+  // on this session again), and only then Finish: OnDone, which deletes this reactor, can
+  // run as soon as Finish is called.
   void Close(const std::string& why, grpc::Status status = grpc::Status::OK) {
     std::string id;
     {
@@ -69,9 +69,9 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
       if (finished_) return;
       finished_ = true;
       id = id_;
-      Finish(status);
     }
     if (!id.empty()) cluster_->RemoveWorker(id, why);
+    Finish(status);
   }
 
   Cluster* cluster_;
