@@ -12,6 +12,7 @@ PACKAGES=(
   libgflags-dev libgoogle-glog-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the wire contract
   librocksdb-dev                   # coordinator and shard-server state
+  libgloo-dev                      # CPU collectives
   curl prometheus                  # curl and promtool, to check every /metrics page in the tests
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min            # the demo corpus

@@ -1,0 +1,36 @@
+// Collectives over a process group, the same interface on CPU (Gloo over TCP) and GPU
+// (NCCL, to come). Every collective gets the next sequence number and runs under the
+// group's timeout: a failure or a hang becomes an error naming the collective, its
+// sequence number and this rank, never a hang.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace gantry::parallel {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sequence number of the last collective started (1 for the first).
+  virtual uint64_t seq() const = 0;
+
+  // data (n) ← sum over ranks of data (n)
+  virtual absl::Status AllReduceSum(float* data, size_t n) = 0;
+  // in (size·n) → out (n) = sum over ranks of in[rank·n, (rank+1)·n)
+  virtual absl::Status ReduceScatterSum(const float* in, float* out, size_t n) = 0;
+  // in (n) → out (size·n): rank r's in at out[r·n, (r+1)·n)
+  virtual absl::Status AllGather(const float* in, float* out, size_t n) = 0;
+  // data (n) ← root's data (n)
+  virtual absl::Status Broadcast(float* data, size_t n, int root) = 0;
+  virtual absl::Status Send(const float* data, size_t n, int peer) = 0;
+  virtual absl::Status Recv(float* data, size_t n, int peer) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+}  // namespace gantry::parallel

@@ -1,0 +1,158 @@
+#include "worker/parallel/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace gantry::parallel {
+namespace {
+
+void SumFloats(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<float*>(out);
+  const auto* x = static_cast<const float*>(a);
+  const auto* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    int rank, int size, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of size ", size, " is not a valid group member"));
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(options.timeout);
+    ctx->connectFullMesh(*store, device);
+    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(ctx), options));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", rank, " of ", size, ": joining the group failed: ", e.what()));
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+template <typename F>
+absl::Status GlooCommunicator::Run(const char* what, F&& f) {
+  const uint64_t seq = ++seq_;
+  try {
+    f(static_cast<uint32_t>(seq));
+  } catch (const std::exception& e) {
+    return absl::DeadlineExceededError(absl::StrCat(what, " #", seq, " failed on rank ", rank_, " of ", size_,
+                                                    " (timeout ", options_.timeout.count(), " ms): ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AllReduceSum(float* data, size_t n) {
+  if (size_ == 1 || n == 0) return Run("all_reduce", [](uint32_t) {});
+  return Run("all_reduce", [&](uint32_t tag) {
+    gloo::AllreduceOptions o(ctx_);
+    o.setOutput(data, n);
+    o.setReduceFunction(&SumFloats);
+    o.setTag(tag);
+    o.setTimeout(options_.timeout);
+    gloo::allreduce(o);
+  });
+}
+
+absl::Status GlooCommunicator::ReduceScatterSum(const float* in, float* out, size_t n) {
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return Run("reduce_scatter", [](uint32_t) {});
+  }
+  // Ring reduce-scatter: in size-1 steps each rank passes a running partial sum of one
+  // block to its right neighbour; the block rank r ends with is its own, fully reduced.
+  // Each rank moves (size-1)/size of the data, as a reduce-scatter should.
+  return Run("reduce_scatter", [&](uint32_t tag) {
+    const int p = size_, r = rank_;
+    const int right = (r + 1) % p, left = (r + p - 1) % p;
+    std::vector<float> acc(n), incoming(n);
+    auto send_buf = ctx_->createUnboundBuffer(acc.data(), n * sizeof(float));
+    auto recv_buf = ctx_->createUnboundBuffer(incoming.data(), n * sizeof(float));
+    // Step s: send the partial of block (r - s - 1) mod p, receive block (r - s - 2) mod p.
+    int block = (r + p - 1) % p;
+    std::copy(in + static_cast<size_t>(block) * n, in + static_cast<size_t>(block + 1) * n, acc.begin());
+    for (int s = 0; s < p - 1; ++s) {
+      const uint64_t slot = (static_cast<uint64_t>(tag) << 16) | static_cast<uint64_t>(s);
+      send_buf->send(right, slot);
+      recv_buf->recv(left, slot);
+      if (!recv_buf->waitRecv(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
+      if (!send_buf->waitSend(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
+      block = (block + p - 1) % p;
+      const float* mine = in + static_cast<size_t>(block) * n;
+      for (size_t i = 0; i < n; ++i) acc[i] = incoming[i] + mine[i];
+    }
+    std::copy(acc.begin(), acc.end(), out);  // block == r now
+  });
+}
+
+absl::Status GlooCommunicator::AllGather(const float* in, float* out, size_t n) {
+  std::copy(in, in + n, out + static_cast<size_t>(rank_) * n);
+  if (size_ == 1 || n == 0) return Run("all_gather", [](uint32_t) {});
+  return Run("all_gather", [&](uint32_t tag) {
+    gloo::AllgatherOptions o(ctx_);
+    o.setInput(const_cast<float*>(in), n);
+    o.setOutput(out, n * static_cast<size_t>(size_));
+    o.setTag(tag);
+    o.setTimeout(options_.timeout);
+    gloo::allgather(o);
+  });
+}
+
+absl::Status GlooCommunicator::Broadcast(float* data, size_t n, int root) {
+  if (root < 0 || root >= size_) return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root));
+  if (size_ == 1 || n == 0) return Run("broadcast", [](uint32_t) {});
+  return Run("broadcast", [&](uint32_t tag) {
+    gloo::BroadcastOptions o(ctx_);
+    o.setOutput(data, n);
+    o.setRoot(root);
+    o.setTag(tag);
+    o.setTimeout(options_.timeout);
+    gloo::broadcast(o);
+  });
+}
+
+absl::Status GlooCommunicator::Send(const float* data, size_t n, int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("send to rank ", peer));
+  return Run("send", [&](uint32_t) {
+    auto buf = ctx_->createUnboundBuffer(const_cast<float*>(data), n * sizeof(float));
+    buf->send(peer, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(rank_));
+    if (!buf->waitSend(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
+  });
+}
+
+absl::Status GlooCommunicator::Recv(float* data, size_t n, int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer));
+  return Run("recv", [&](uint32_t) {
+    auto buf = ctx_->createUnboundBuffer(data, n * sizeof(float));
+    buf->recv(peer, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(peer));
+    if (!buf->waitRecv(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
+  });
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  if (size_ == 1) return Run("barrier", [](uint32_t) {});
+  return Run("barrier", [&](uint32_t tag) {
+    gloo::BarrierOptions o(ctx_);
+    o.setTag(tag);
+    o.setTimeout(options_.timeout);
+    gloo::barrier(o);
+  });
+}
+
+}  // namespace gantry::parallel

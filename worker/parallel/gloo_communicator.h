@@ -1,0 +1,60 @@
+// The CPU Communicator: Gloo (Debian's libgloo) over its TCP transport. Ranks find each
+// other through a rendezvous store: gloo::rendezvous::HashStore in one process (tests), the
+// coordinator's rendezvous (CoordinatorStore) in a cluster.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/parallel/communicator.h"
+
+namespace gloo {
+class Context;
+namespace rendezvous {
+class Store;
+}
+}  // namespace gloo
+
+namespace gantry::parallel {
+
+struct GlooOptions {
+  std::string hostname = "127.0.0.1";  // the address this rank listens on
+  std::chrono::milliseconds timeout{30000};
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Connects rank to all size-1 others (blocks until all have joined, or the timeout).
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(int rank, int size,
+                                                                   std::shared_ptr<gloo::rendezvous::Store> store,
+                                                                   const GlooOptions& options);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  uint64_t seq() const override { return seq_; }
+  absl::Status AllReduceSum(float* data, size_t n) override;
+  absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
+  absl::Status AllGather(const float* in, float* out, size_t n) override;
+  absl::Status Broadcast(float* data, size_t n, int root) override;
+  absl::Status Send(const float* data, size_t n, int peer) override;
+  absl::Status Recv(float* data, size_t n, int peer) override;
+  absl::Status Barrier() override;
+
+ private:
+  GlooCommunicator(int rank, int size, std::shared_ptr<gloo::Context> ctx, GlooOptions o)
+      : rank_(rank), size_(size), ctx_(std::move(ctx)), options_(std::move(o)) {}
+  // Runs one collective: takes the next sequence number (also its Gloo tag/slot) and turns
+  // an exception into an error that names the collective, the sequence number and the rank.
+  template <typename F>
+  absl::Status Run(const char* what, F&& f);
+
+  int rank_, size_;
+  std::shared_ptr<gloo::Context> ctx_;
+  GlooOptions options_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace gantry::parallel
