@@ -149,6 +149,15 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
     auto job = store_->GetJob(d.job_id());
     if (job.ok() && job->generation() == d.generation() &&
         (job->state() == v1::RUNNING || job->state() == v1::SCHEDULED)) {
+      if (!d.ok()) {  // one rank failed: the others drop the job now rather than hang
+        for (const auto& wid : job->workers()) {
+          auto w = workers_.find(wid);
+          if (wid == id || w == workers_.end() || w->second.session == nullptr) continue;
+          v1::CoordinatorMessage m;
+          m.set_abort_job_id(job->id());
+          w->second.session->Send(m);
+        }
+      }
       job->set_state(d.ok() ? v1::SUCCEEDED : v1::FAILED);
       if (!d.ok()) job->set_reason(absl::StrCat("rank ", d.rank(), " on ", id, ": ", d.error()));
       job->set_update_time_unix_ms(NowUnixMs());
@@ -247,9 +256,12 @@ void Cluster::ScheduleLocked() {
     registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds", "Submit (or re-queue) to placement.",
                             metrics::ExponentialBuckets(0.01, 4, 8))
         .Observe(static_cast<double>(now - t_submit) / 1000.0);
-    (void)Event(job.id(), [&](v1::JobEvent& e) {
-      e.set_message(absl::StrCat("placed on ", chosen[0]->info.id(), " (", chosen[0]->info.resources().host(), ")"));
-    });
+    std::string where;
+    for (size_t r = 0; r < chosen.size(); ++r) {
+      absl::StrAppend(&where, r ? ", " : "", chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "",
+                      chosen[r]->info.id(), " (", chosen[r]->info.resources().host(), ")");
+    }
+    (void)Event(job.id(), [&](v1::JobEvent& e) { e.set_message(absl::StrCat("placed: ", where)); });
     (void)Event(job.id(), [](v1::JobEvent& e) { e.set_state(v1::SCHEDULED); });
     for (size_t r = 0; r < chosen.size(); ++r) {
       WorkerState* w = chosen[r];
@@ -268,7 +280,7 @@ void Cluster::ScheduleLocked() {
       for (const auto& s : shard_addrs) a->add_shard_servers(s);
       w->session->Send(m);
     }
-    LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed on " << chosen[0]->info.id();
+    LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed: " << where;
   }
   UpdateGaugesLocked();
 }

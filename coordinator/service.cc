@@ -208,7 +208,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_submit_time_unix_ms(NowUnixMs());
     job.set_update_time_unix_ms(job.submit_time_unix_ms());
     job.set_steps_total(spec->train.steps);
-    job.set_world_size(1);
+    job.set_world_size(spec->world_size());
     {
       std::lock_guard<std::mutex> l(cluster_->job_mu());
       auto id = store_->CreateJob(job);

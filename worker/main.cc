@@ -20,11 +20,14 @@
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
+#include "common/status.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
 #include "kernels/matmul.h"
 #include "kernels/threads.h"
 #include "nlohmann/json.hpp"
+#include "worker/agent/coordinator_store.h"
 #include "worker/agent/shard_client.h"
+#include "worker/parallel/gloo_communicator.h"
 #include "worker/model/gpt.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/trainer.h"
@@ -38,6 +41,8 @@ DEFINE_int32(heartbeat_ms, 1000, "heartbeat period");
 DEFINE_double(peak_flops, 0,
               "the device's peak FLOP/s for MFU; 0 on a CPU worker: the fp32 GEMM rate measured at start");
 DEFINE_string(ready_file, "", "once the metrics endpoint is up, write {\"metrics_port\": M} here");
+DEFINE_string(gloo_host, "127.0.0.1", "address this worker's collectives listen on (reachable by the other ranks)");
+DEFINE_int32(collective_timeout_ms, 30000, "a collective that has not completed by then is an error");
 
 namespace gantry::worker {
 namespace {
@@ -67,7 +72,8 @@ double MeasureCpuPeak() {
 
 class Session {
  public:
-  Session(Stream* stream, metrics::Registry* registry) : stream_(stream), registry_(registry) {}
+  Session(Stream* stream, metrics::Registry* registry, std::shared_ptr<v1::Coordinator::Stub> stub)
+      : stream_(stream), registry_(registry), stub_(std::move(stub)) {}
 
   bool Send(const v1::WorkerMessage& m) {
     std::lock_guard<std::mutex> l(write_mu_);
@@ -103,6 +109,17 @@ class Session {
     spec->checkpoint.dir = dir + "/checkpoints";
     train::TrainOptions o;
     o.progress = false;
+    std::unique_ptr<parallel::GlooCommunicator> comm;
+    if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
+      auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),
+                                                             std::chrono::milliseconds(FLAGS_collective_timeout_ms));
+      parallel::GlooOptions go;
+      go.hostname = FLAGS_gloo_host;
+      go.timeout = std::chrono::milliseconds(FLAGS_collective_timeout_ms);
+      ASSIGN_OR_RETURN(comm, parallel::GlooCommunicator::Create(a.rank(), a.world_size(), store, go));
+      o.comm = comm.get();
+      LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " joined its group of " << a.world_size();
+    }
     FILE* log = std::fopen("/dev/null", "w");
     o.out = log;
     std::optional<float> val;
@@ -124,7 +141,7 @@ class Session {
       u->mutable_report()->set_step(0);
       u->mutable_report()->set_loss(NAN);
       u->mutable_report()->set_val_loss(v);
-      Send(m);
+      if (a.rank() == 0) Send(m);
     };
     o.on_step = [&](const train::StepReport& r) {
       v1::WorkerMessage m;
@@ -141,7 +158,7 @@ class Session {
       rep->set_tokens_per_second(r.tokens_per_second);
       rep->set_val_loss(val ? *val : NAN);
       val.reset();
-      Send(m);
+      if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
       registry_->GetGauge("gantry_worker_tokens_per_second", "Training throughput of the last step.").Set(r.tokens_per_second);
       registry_->GetGauge("gantry_worker_loss", "Training loss of the last step.").Set(r.loss);
       registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
@@ -191,6 +208,7 @@ class Session {
 
   Stream* stream_;
   metrics::Registry* registry_;
+  std::shared_ptr<v1::Coordinator::Stub> stub_;
   std::mutex write_mu_;
 };
 
@@ -207,10 +225,10 @@ v1::Resources MyResources() {
 }
 
 // One attach session: returns when the stream ends.
-void AttachOnce(v1::Coordinator::Stub* stub, metrics::Registry* registry) {
+void AttachOnce(const std::shared_ptr<v1::Coordinator::Stub>& stub, metrics::Registry* registry) {
   grpc::ClientContext ctx;
   auto stream = stub->Attach(&ctx);
-  Session session(stream.get(), registry);
+  Session session(stream.get(), registry, stub);
   v1::WorkerMessage reg;
   *reg.mutable_register_() = MyResources();
   if (!session.Send(reg)) {
@@ -287,11 +305,12 @@ int main(int argc, char** argv) {
     gantry::WaitForTermination(sigs);
     gantry::worker::g_stop = true;
   });
-  auto stub = gantry::v1::Coordinator::NewStub(grpc::CreateChannel(FLAGS_coordinator, grpc::InsecureChannelCredentials()));
+  std::shared_ptr<gantry::v1::Coordinator::Stub> stub =
+      gantry::v1::Coordinator::NewStub(grpc::CreateChannel(FLAGS_coordinator, grpc::InsecureChannelCredentials()));
   int backoff_ms = 200;
   while (!gantry::worker::g_stop) {
     const auto t0 = std::chrono::steady_clock::now();
-    gantry::worker::AttachOnce(stub.get(), &registry);
+    gantry::worker::AttachOnce(stub, &registry);
     if (gantry::worker::g_stop) break;
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff_ms = 200;
     // Wait before re-attaching (bounded exponential backoff), checking for SIGTERM.

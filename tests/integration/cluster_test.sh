@@ -60,6 +60,17 @@ a=$("$CLI" submit "$TMP/example.yaml"); b=$("$CLI" submit "$TMP/example.yaml")
 wait_for 10 bash -c "'$CLI' workers | grep -c busy | grep -q 2"; both_busy=$?
 check "two jobs at once on two workers" bash -c "[ $both_busy -eq 0 ] && '$CLI' watch $a >/dev/null && '$CLI' watch $b >/dev/null"
 
+# Data parallelism across the two workers (Gloo over TCP, rendezvous through the
+# coordinator) gives the one-process losses of the same global batch.
+sed 's/^train: {steps: 30, micro_batch: 4, global_batch: 8,/train: {steps: 15, micro_batch: 2, global_batch: 8,/' \
+  "$TMP/example.yaml" >"$TMP/dp1.yaml"
+{ cat "$TMP/dp1.yaml"; echo "parallel: {dp: 2}"; } >"$TMP/dp2.yaml"
+"$CLI" submit "$TMP/dp2.yaml" --wait >"$TMP/dp2.txt"; rc=$?
+"$TRAIN" "$TMP/dp1.yaml" --print-losses --no-progress --threads 1 | grep '^step' >"$TMP/dp1.txt"
+check "a DP=2 job on two workers gives one process's losses (15 steps, <= 1e-5 relative)" bash -c "[ $rc -eq 0 ] && \
+  paste <(grep '^step' '$TMP/dp2.txt' | awk -F'|' '{print \$2}' | awk '{print \$2}') <(awk '{print \$4}' '$TMP/dp1.txt') | \
+  awk 'BEGIN {n = 0} {n++; d = (\$1 - \$2) / \$2; if (d < 0) d = -d; if (d > 1e-5) bad = 1} END {exit !(n == 15 && !bad)}'"
+
 SHARD="127.0.0.1:$(sed 's/.*"grpc_port": \([0-9]*\).*/\1/' "$TMP/cluster/shardserver.ready")"
 check "a chunk with a wrong crc32c is refused (DATA_LOSS) and nothing is committed" "$PROBE" badchunk "$SHARD"
 

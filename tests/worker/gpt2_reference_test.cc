@@ -90,6 +90,13 @@ TEST_F(Gpt2ReferenceTest, FiveAdamWStepsWithClippingMatchTorch) {
     }
     const double perr = RelErr(model_->params(), want.data(), want.size());
     if (std::getenv("GANTRY_VERBOSE")) std::printf("step %d loss %.9g (torch %.9g) params rel err %.3g\n", step, loss, want_losses[step - 1], perr);
+    if (std::getenv("GANTRY_VERBOSE") && step == 1) {
+      for (const auto& t : model_->tensors()) {
+        double m = 0;
+        for (size_t i = t.offset; i < t.offset + t.numel; ++i) m = std::max(m, double(std::fabs(model_->params()[i] - want[i])));
+        if (m > 1e-7) std::printf("  %-26s max abs diff %.3g\n", t.name.c_str(), m);
+      }
+    }
     EXPECT_LE(perr, 1e-5) << "parameters after step " << step;
   }
 }

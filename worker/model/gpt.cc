@@ -329,6 +329,11 @@ void GPT::RunBackward(int B, int T) {
       k::matmul_backward(dln, g.qkvw, g.qkvb, A(off_.dqkv), LayerAct(l, off_.ln1), w.qkvw, BT, C,
                          3 * C);
     });
+    // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
+    // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
+    // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
+    // order lr that differ with any change of summation order. Its true value is 0.
+    std::fill(g.qkvb + C, g.qkvb + 2 * C, 0.f);
     // d(residual_in) = d(res2) + ln_1 backward
     Op("layernorm bwd", [&] {
       k::layernorm_backward(dres, g.ln1w, g.ln1b, dln, residual, w.ln1w, LayerAct(l, off_.ln1_mean),

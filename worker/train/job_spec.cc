@@ -82,10 +82,16 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (t.steps < 1) return FieldError("train.steps", "must be >= 1");
   if (t.micro_batch < 1) return FieldError("train.micro_batch", "must be >= 1");
   if (t.global_batch < 1) return FieldError("train.global_batch", "must be >= 1");
-  if (t.global_batch % t.micro_batch != 0) {
+  if (s.parallel.dp < 1) return FieldError("parallel.dp", "must be >= 1");
+  if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
+  if (s.parallel.zero_stage > 0) {
+    return FieldError("parallel.zero_stage", "1-3 are not implemented yet; use 0 (gradient all-reduce)");
+  }
+  if (t.global_batch % (t.micro_batch * s.parallel.dp) != 0) {
     return FieldError("train.global_batch",
                       absl::StrCat("must equal micro_batch x grad_accum x dp: ", t.global_batch,
-                                   " is not a multiple of micro_batch ", t.micro_batch, " x dp 1"));
+                                   " is not a multiple of micro_batch ", t.micro_batch, " x dp ", s.parallel.dp,
+                                   " = ", t.micro_batch * s.parallel.dp));
   }
   if (!(t.lr > 0) || !std::isfinite(t.lr)) return FieldError("train.lr", "must be > 0");
   if (t.warmup < 0 || t.warmup > t.steps) return FieldError("train.warmup", "must be in [0, train.steps]");
@@ -156,9 +162,11 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                       {"grad_clip", Real(&s.train.grad_clip)},
                       {"seed", Num(&s.train.seed, "a non-negative integer")}})},
        {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
-       {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"dir", Str(&s.checkpoint.dir)}})}}));
+       {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"dir", Str(&s.checkpoint.dir)}})},
+       {"parallel", sub({{"dp", Int(&s.parallel.dp)}, {"zero_stage", Int(&s.parallel.zero_stage)}})}}));
   if (!max_seq_given) s.model.max_seq_len = s.seq_len;
-  if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch;
+  if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch * std::max(1, s.parallel.dp);
+  s.train.dp = s.parallel.dp;
   RETURN_IF_ERROR(Validate(s, present));
   return s;
 }

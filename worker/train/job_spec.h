@@ -30,7 +30,13 @@ struct TrainSpec {
   double weight_decay = 0.01;  // tensors of 2 or more dimensions only
   double grad_clip = 1.0;      // max global gradient norm; 0 = off
   uint64_t seed = 1337;
-  int grad_accum() const { return micro_batch > 0 ? global_batch / micro_batch : 0; }
+  int dp = 1;  // copied from parallel.dp: global_batch = micro_batch x grad_accum x dp
+  int grad_accum() const { return micro_batch > 0 && dp > 0 ? global_batch / (micro_batch * dp) : 0; }
+};
+
+struct ParallelSpec {
+  int dp = 1;          // data-parallel ranks
+  int zero_stage = 0;  // 0: all-reduce of gradients (stages 1-3 are not implemented yet)
 };
 
 struct EvalSpec {
@@ -51,6 +57,8 @@ struct JobSpec {
   TrainSpec train;
   EvalSpec eval;
   CheckpointSpec checkpoint;
+  ParallelSpec parallel;
+  int world_size() const { return parallel.dp; }
 };
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text);

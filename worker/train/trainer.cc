@@ -18,6 +18,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->spec_ = spec;
   t->options_ = options;
   const int B = spec.train.micro_batch, T = spec.seq_len;
+  const int world = options.comm ? options.comm->size() : 1;
+  if (world != spec.parallel.dp) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.dp is ", spec.parallel.dp, " but ", world,
+                                                   " rank(s) run this job", world == 1 ? " (gantry-train runs one: submit it to a cluster)" : ""));
+  }
   ASSIGN_OR_RETURN(data::TokenFile train,
                    data::TokenFile::Open(spec.data.train, spec.model.vocab_size));
   t->train_file_.emplace(std::move(train));
@@ -88,14 +93,29 @@ StepReport Trainer::Step(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   const int B = spec_.train.micro_batch, T = spec_.seq_len;
   const int accum = spec_.train.grad_accum();
+  const int dp = options_.comm ? options_.comm->size() : 1;
+  const int rank = options_.comm ? options_.comm->rank() : 0;
   model_->ZeroGrad();
   double loss = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
-    train_loader_->Fill(step * accum + micro, inputs_.data(), targets_.data());
+    // Rank r takes windows (step*accum + micro)*dp + r: together the ranks read what one
+    // process with accum*dp micro-batches reads.
+    train_loader_->Fill((step * accum + micro) * dp + rank, inputs_.data(), targets_.data());
     loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, 1.0f / accum);
   }
   loss /= accum;
   const int64_t n = static_cast<int64_t>(model_->num_params());
+  if (dp > 1) {
+    // ZeRO stage 0: sum the ranks' gradients, average; every rank then takes the same step.
+    comm_status_ = options_.comm->AllReduceSum(model_->grads(), static_cast<size_t>(n));
+    if (comm_status_.ok()) {
+      kernels::scale_inplace(model_->grads(), n, 1.0f / static_cast<float>(dp));
+      float l = static_cast<float>(loss);
+      comm_status_ = options_.comm->AllReduceSum(&l, 1);
+      loss = l / static_cast<float>(dp);
+    }
+    if (!comm_status_.ok()) return StepReport{};
+  }
   const double norm = std::sqrt(kernels::sum_squares(model_->grads(), n));
   const float coef = kernels::clip_coefficient(norm, static_cast<float>(spec_.train.grad_clip));
   if (coef < 1.0f) kernels::scale_inplace(model_->grads(), n, coef);
@@ -109,11 +129,12 @@ StepReport Trainer::Step(int64_t step) {
   r.lr = lr;
   r.grad_norm = norm;
   r.seconds = secs;
-  r.tokens_per_second = static_cast<double>(B) * T * accum / secs;
+  r.tokens_per_second = static_cast<double>(B) * T * accum * dp / secs;
   return r;
 }
 
 void Trainer::Print(const std::string& line) {
+  if (options_.comm && options_.comm->rank() != 0) return;  // rank 0 speaks for the group
   if (bar_shown_) {
     std::fputs("\r\033[K", stderr);
     bar_shown_ = false;
@@ -145,10 +166,10 @@ absl::Status Trainer::Run() {
   const JobSpec& s = spec_;
   const int B = s.train.micro_batch, T = s.seq_len;
   Print(absl::StrFormat(
-      "job %s: %zu parameters | %d layers, %d heads, %d embd, vocab %d | B %d x T %d x accum %d "
+      "job %s: %zu parameters | %d layers, %d heads, %d embd, vocab %d | B %d x T %d x accum %d x dp %d "
       "= %d tokens/step | %ld steps",
       s.name, model_->num_params(), s.model.n_layer, s.model.n_head, s.model.n_embd,
-      s.model.vocab_size, B, T, s.train.grad_accum(), B * T * s.train.grad_accum(),
+      s.model.vocab_size, B, T, s.train.grad_accum(), s.parallel.dp, B * T * s.train.grad_accum() * s.parallel.dp,
       static_cast<long>(s.train.steps)));
   auto eval = [&](int64_t step) {
     if (!val_loader_) return;
@@ -161,6 +182,7 @@ absl::Status Trainer::Run() {
   const auto t_start = std::chrono::steady_clock::now();
   for (int64_t step = start_step_; step < s.train.steps; ++step) {
     StepReport r = Step(step);
+    RETURN_IF_ERROR(comm_status_);
     reports_.push_back(r);
     if (!std::isfinite(r.loss)) {
       return absl::InternalError(absl::StrCat("loss is not finite at step ", r.step,
@@ -177,7 +199,8 @@ absl::Status Trainer::Run() {
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
       eval(r.step);
     }
-    if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
+    const bool writer = !options_.comm || options_.comm->rank() == 0;  // ranks hold the same state
+    if (writer && s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
       ASSIGN_OR_RETURN(std::string path,
                        SaveCheckpoint(s.checkpoint.dir, *model_, *opt_, {r.step, s.train.seed}));
       Print(absl::StrCat("checkpoint ", path));
@@ -196,7 +219,7 @@ absl::Status Trainer::Run() {
     std::fputs("\r\033[K", stderr);
     bar_shown_ = false;
   }
-  if (!options_.save_dir.empty()) {
+  if (!options_.save_dir.empty() && (!options_.comm || options_.comm->rank() == 0)) {
     RETURN_IF_ERROR(model::SaveHFModel(options_.save_dir, *model_));
     Print(absl::StrCat("saved ", options_.save_dir));
   }

@@ -13,6 +13,7 @@
 #include "worker/data/loader.h"
 #include "worker/data/token_file.h"
 #include "worker/model/gpt.h"
+#include "worker/parallel/communicator.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/optimizer.h"
 
@@ -33,6 +34,8 @@ struct TrainOptions {
   std::function<bool(const StepReport&)> on_step;
   std::function<void(int64_t step, float val_loss)> on_eval;
   std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
+  // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
+  parallel::Communicator* comm = nullptr;
 };
 
 struct StepReport {
@@ -74,6 +77,7 @@ class Trainer {
   std::vector<StepReport> reports_;
   std::vector<std::pair<int64_t, float>> val_losses_;
   bool bar_shown_ = false;
+  absl::Status comm_status_;
 };
 
 }  // namespace gantry::train

@@ -1,0 +1,113 @@
+// Data parallelism (ZeRO stage 0) gives one process's training: DP ranks as threads of this
+// process, joined by the Gloo communicator over loopback TCP, against gantry-train's loop
+// in one process with the same global batch and seed.
+#include <gloo/rendezvous/hash_store.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "common/rng.h"
+#include "kernels/threads.h"
+#include "tests/test_util.h"
+#include "worker/data/token_file.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/train/trainer.h"
+
+namespace gantry::train {
+namespace {
+
+class DataParallelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<uint16_t> toks;
+    Rng rng(9);
+    while (toks.size() < 40000) {
+      const int start = static_cast<int>(rng.Below(20));
+      for (int i = 0; i < 8; ++i) toks.push_back(static_cast<uint16_t>((start + i * 3) % 31));
+    }
+    ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), toks).ok());
+  }
+  JobSpec Spec(int dp) {
+    auto s = ParseJobSpec("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 31, seq_len: 16}\n"
+                          "data: {train: " + dir_.File("train.bin") + ", shuffle: true}\n"
+                          "train: {steps: 20, micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, "
+                          "min_lr_ratio: 0.1, weight_decay: 0.1, grad_clip: 1.0, seed: 3}\n"
+                          "parallel: {dp: " + std::to_string(dp) + "}\n");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  struct Result {
+    std::vector<float> losses, params;
+  };
+  Result Run(int dp) {
+    std::vector<Result> results(static_cast<size_t>(dp));
+    std::vector<absl::Status> status(static_cast<size_t>(dp));
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    std::vector<std::thread> threads;
+    for (int r = 0; r < dp; ++r) {
+      threads.emplace_back([&, r] {
+        kernels::ConfigureThreads(1);
+        std::unique_ptr<parallel::GlooCommunicator> comm;
+        TrainOptions o;
+        FILE* null = std::fopen("/dev/null", "w");
+        o.out = null;
+        if (dp > 1) {
+          auto c = parallel::GlooCommunicator::Create(r, dp, store, {});
+          if (!c.ok()) {
+            status[r] = c.status();
+            return;
+          }
+          comm = std::move(*c);
+          o.comm = comm.get();
+        }
+        auto t = Trainer::Create(Spec(dp), o);
+        status[r] = t.ok() ? (*t)->Run() : t.status();
+        if (t.ok()) {
+          for (const auto& rep : (*t)->reports()) results[r].losses.push_back(rep.loss);
+          results[r].params.assign((*t)->model().params(), (*t)->model().params() + (*t)->model().num_params());
+        }
+        std::fclose(null);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& s : status) EXPECT_TRUE(s.ok()) << s;
+    for (int r = 1; r < dp; ++r) {  // every rank holds the same model
+      EXPECT_EQ(results[0].params, results[r].params) << "rank " << r;
+    }
+    return results[0];
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(DataParallelTest, DpTwoAndFourGiveOneProcessLossesAndParameters) {
+  const Result one = Run(1);
+  ASSERT_EQ(one.losses.size(), 20u);
+  for (int dp : {2, 4}) {
+    const Result many = Run(dp);
+    ASSERT_EQ(many.losses.size(), 20u) << "dp " << dp;
+    for (size_t i = 0; i < 20; ++i) {
+      EXPECT_LE(std::fabs(many.losses[i] - one.losses[i]) / one.losses[i], 1e-5)
+          << "dp " << dp << " step " << i + 1 << ": " << many.losses[i] << " vs " << one.losses[i];
+    }
+    EXPECT_LE(testing::RelErr(many.params, one.params), 1e-5) << "dp " << dp;
+    if (std::getenv("GANTRY_VERBOSE")) {
+      for (const auto& t : model::ParameterLayout(Spec(1).model)) {
+        double m = 0;
+        for (size_t i = t.offset; i < t.offset + t.numel; ++i) m = std::max(m, double(std::fabs(many.params[i] - one.params[i])));
+        std::printf("dp %d %-26s max abs diff %.3g\n", dp, t.name.c_str(), m);
+      }
+    }
+  }
+}
+
+TEST(DataParallelSpecTest, GlobalBatchMustDivideByMicroBatchTimesDp) {
+  auto s = ParseJobSpec("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 31, seq_len: 8}\n"
+                        "data: {train: x.bin}\ntrain: {steps: 1, micro_batch: 4, global_batch: 12, lr: 1.0e-3}\n"
+                        "parallel: {dp: 2}\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("12 is not a multiple of micro_batch 4 x dp 2 = 8"), absl::string_view::npos)
+      << s.status();
+}
+
+}  // namespace
+}  // namespace gantry::train
