@@ -45,8 +45,16 @@ case "$cmd" in
     "$BIN/shardserver/gantry-shardserver" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 \
       --data_dir "$DIR/shardserver" --coordinator "$COORD" --ready_file "$DIR/shardserver.ready" 2>"$DIR/shardserver.log" &
     echo $! >>"$DIR/pids"; wait_ready "$DIR/shardserver.ready" $! shardserver
+    # Workers on one host get disjoint CPU slices (each pins its threads inside its slice);
+    # with more workers than CPUs, none pins.
+    NCPU=$(nproc); PER=$(( NCPU / WORKERS ))
     for i in $(seq 1 "$WORKERS"); do
-      (cd "$ROOT" && exec "$BIN/worker/gantry-worker" --coordinator "$COORD" --work_dir "$DIR/worker$i" \
+      if [ "$WORKERS" -gt 1 ] && [ "$PER" -ge 1 ]; then
+        FIRST=$(( (i - 1) * PER )); LAUNCH=(taskset -c "$FIRST-$(( FIRST + PER - 1 ))"); PIN=1
+      else
+        LAUNCH=(); PIN=$([ "$WORKERS" -gt "$NCPU" ] && echo 0 || echo 1)
+      fi
+      (cd "$ROOT" && GANTRY_PIN_THREADS=$PIN exec "${LAUNCH[@]}" "$BIN/worker/gantry-worker" --coordinator "$COORD" --work_dir "$DIR/worker$i" \
         --metrics_listen 127.0.0.1:0 --threads "$THREADS" --host "$(hostname)-w$i" \
         --ready_file "$DIR/worker$i.ready") 2>"$DIR/worker$i.log" &
       echo $! >>"$DIR/pids"; wait_ready "$DIR/worker$i.ready" $! "worker$i"
