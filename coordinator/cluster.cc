@@ -125,7 +125,7 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   std::lock_guard<std::mutex> jl(job_mu_);
   auto job = store_->GetJob(u.job_id());
   if (!job.ok() || job->generation() != u.generation()) return;  // stale worker: ignored
-  if (job->state() == v1::CANCELLED || job->state() == v1::FAILED) return;
+  if (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING) return;  // ended: late report
   const bool first = job->state() != v1::RUNNING;
   job->set_state(v1::RUNNING);
   job->set_steps_done(u.report().step());
@@ -147,8 +147,16 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
   {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(d.job_id());
+    bool finished = false;
     if (job.ok() && job->generation() == d.generation() &&
         (job->state() == v1::RUNNING || job->state() == v1::SCHEDULED)) {
+      // A gang job succeeds when every rank is done; one failing rank fails it at once.
+      auto& done = done_ranks_[{job->id(), job->generation()}];
+      if (d.ok()) done.insert(d.rank());
+      finished = !d.ok() || static_cast<int>(done.size()) >= std::max(1, job->world_size());
+    }
+    if (finished) {
+      done_ranks_.erase({job->id(), job->generation()});
       if (!d.ok()) {  // one rank failed: the others drop the job now rather than hang
         for (const auto& wid : job->workers()) {
           auto w = workers_.find(wid);

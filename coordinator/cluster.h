@@ -95,6 +95,7 @@ class Cluster {
   std::mutex mu_;      // membership; taken before job_mu_ where both are needed
   std::map<std::string, WorkerState> workers_;
   std::map<std::string, v1::ShardServerInfo> shards_;
+  std::map<std::pair<std::string, int64_t>, std::set<int>> done_ranks_;  // (job, generation) → ranks done
   int64_t next_worker_ = 1;
   std::mutex sub_mu_;
   std::map<int, std::function<void()>> subscribers_;

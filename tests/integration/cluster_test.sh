@@ -71,6 +71,12 @@ check "a DP=2 job on two workers gives one process's losses (15 steps, <= 1e-5 r
   paste <(grep '^step' '$TMP/dp2.txt' | awk -F'|' '{print \$2}' | awk '{print \$2}') <(awk '{print \$4}' '$TMP/dp1.txt') | \
   awk 'BEGIN {n = 0} {n++; d = (\$1 - \$2) / \$2; if (d < 0) d = -d; if (d > 1e-5) bad = 1} END {exit !(n == 15 && !bad)}'"
 
+{ cat "$TMP/dp1.yaml"; echo "parallel: {dp: 2, zero_stage: 1}"; } >"$TMP/zero1.yaml"
+"$CLI" submit "$TMP/zero1.yaml" --wait >"$TMP/zero1.txt"; rc=$?
+check "a DP=2 ZeRO-1 job on two workers gives one process's losses (15 steps, <= 1e-5 relative)" bash -c "[ $rc -eq 0 ] && \
+  paste <(grep '^step' '$TMP/zero1.txt' | awk -F'|' '{print \$2}' | awk '{print \$2}') <(awk '{print \$4}' '$TMP/dp1.txt') | \
+  awk 'BEGIN {n = 0} {n++; d = (\$1 - \$2) / \$2; if (d < 0) d = -d; if (d > 1e-5) bad = 1} END {exit !(n == 15 && !bad)}'"
+
 SHARD="127.0.0.1:$(sed 's/.*"grpc_port": \([0-9]*\).*/\1/' "$TMP/cluster/shardserver.ready")"
 check "a chunk with a wrong crc32c is refused (DATA_LOSS) and nothing is committed" "$PROBE" badchunk "$SHARD"
 

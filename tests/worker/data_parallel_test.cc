@@ -4,6 +4,7 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "common/rng.h"
@@ -27,19 +28,19 @@ class DataParallelTest : public ::testing::Test {
     }
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), toks).ok());
   }
-  JobSpec Spec(int dp) {
+  JobSpec Spec(int dp, int zero = 0, const std::string& extra = "") {
     auto s = ParseJobSpec("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 31, seq_len: 16}\n"
                           "data: {train: " + dir_.File("train.bin") + ", shuffle: true}\n"
                           "train: {steps: 20, micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, "
                           "min_lr_ratio: 0.1, weight_decay: 0.1, grad_clip: 1.0, seed: 3}\n"
-                          "parallel: {dp: " + std::to_string(dp) + "}\n");
+                          "parallel: {dp: " + std::to_string(dp) + ", zero_stage: " + std::to_string(zero) + "}\n" + extra);
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
   struct Result {
     std::vector<float> losses, params;
   };
-  Result Run(int dp) {
+  Result Run(int dp, int zero = 0, const std::string& extra = "", int64_t stop_after = 0, bool resume = false) {
     std::vector<Result> results(static_cast<size_t>(dp));
     std::vector<absl::Status> status(static_cast<size_t>(dp));
     auto store = std::make_shared<gloo::rendezvous::HashStore>();
@@ -49,6 +50,8 @@ class DataParallelTest : public ::testing::Test {
         kernels::ConfigureThreads(1);
         std::unique_ptr<parallel::GlooCommunicator> comm;
         TrainOptions o;
+        o.stop_after = stop_after;
+        o.resume = resume;
         FILE* null = std::fopen("/dev/null", "w");
         o.out = null;
         if (dp > 1) {
@@ -60,7 +63,7 @@ class DataParallelTest : public ::testing::Test {
           comm = std::move(*c);
           o.comm = comm.get();
         }
-        auto t = Trainer::Create(Spec(dp), o);
+        auto t = Trainer::Create(Spec(dp, zero, extra), o);
         status[r] = t.ok() ? (*t)->Run() : t.status();
         if (t.ok()) {
           for (const auto& rep : (*t)->reports()) results[r].losses.push_back(rep.loss);
@@ -97,6 +100,39 @@ TEST_F(DataParallelTest, DpTwoAndFourGiveOneProcessLossesAndParameters) {
         std::printf("dp %d %-26s max abs diff %.3g\n", dp, t.name.c_str(), m);
       }
     }
+  }
+}
+
+TEST_F(DataParallelTest, ZeroStageOneGivesOneProcessLossesAndParameters) {
+  const Result one = Run(1);
+  for (int dp : {2, 4}) {
+    const Result many = Run(dp, /*zero=*/1);
+    ASSERT_EQ(many.losses.size(), 20u) << "dp " << dp;
+    for (size_t i = 0; i < 20; ++i) {
+      EXPECT_LE(std::fabs(many.losses[i] - one.losses[i]) / one.losses[i], 1e-5)
+          << "zero 1, dp " << dp << " step " << i + 1 << ": " << many.losses[i] << " vs " << one.losses[i];
+    }
+    EXPECT_LE(testing::RelErr(many.params, one.params), 1e-5) << "zero 1, dp " << dp;
+  }
+}
+
+TEST_F(DataParallelTest, ZeroOneCheckpointResumesAtTheSameLayoutAndAsOneProcess) {
+  const std::string ckpt = "checkpoint: {every: 10, dir: " + dir_.File("ckpt") + "}\n";
+  const Result full = Run(2, 1, ckpt);
+  std::filesystem::remove_all(dir_.File("ckpt"));
+  const Result first = Run(2, 1, ckpt, /*stop_after=*/10);
+  ASSERT_EQ(first.losses.size(), 10u);
+  const Result same = Run(2, 1, ckpt, 0, /*resume=*/true);
+  ASSERT_EQ(same.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(same.losses[i], full.losses[10 + i]) << "step " << 11 + i;
+  EXPECT_EQ(same.params, full.params);
+  // The same checkpoint into one process (ZeRO 0): the gathered optimizer state makes it
+  // layout-free; losses agree to fp32 reordering.
+  std::filesystem::remove_all(dir_.File("ckpt/step_00000020"));
+  const Result one = Run(1, 0, ckpt, 0, /*resume=*/true);
+  ASSERT_EQ(one.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_LE(std::fabs(one.losses[i] - full.losses[10 + i]) / full.losses[10 + i], 1e-5) << "step " << 11 + i;
   }
 }
 

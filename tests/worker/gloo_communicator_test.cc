@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <functional>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -111,14 +112,26 @@ TEST_P(GlooCommunicatorTest, AllGatherBroadcastSendRecvBarrier) {
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooCommunicatorTest, ::testing::Values(1, 2, 3, 4));
 
 TEST(GlooCommunicatorFailureTest, AMissingRankIsAnErrorNamingTheCollectiveNotAHang) {
+  // Rank 1 is connected but never arrives at the all-reduce (it waits until rank 0 is done):
+  // rank 0 must get an error within the timeout, not hang.
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
+  const auto t0 = std::chrono::steady_clock::now();
   auto st = OnRanks(
       2,
-      [](Communicator& c) -> absl::Status {
+      [&](Communicator& c) -> absl::Status {
         std::vector<float> x(1000, 1.f);
-        if (c.rank() == 1) return absl::OkStatus();  // rank 1 never joins the all-reduce
-        return c.AllReduceSum(x.data(), x.size());
+        if (c.rank() == 1) {
+          done.wait_for(std::chrono::seconds(30));
+          return absl::OkStatus();
+        }
+        absl::Status s = c.AllReduceSum(x.data(), x.size());
+        rank0_done.set_value();
+        return s;
       },
       std::chrono::milliseconds(1500));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 15.0) << "the missing rank must become an error near the 1.5 s timeout";
   ASSERT_FALSE(st[0].ok());
   EXPECT_NE(st[0].message().find("all_reduce #1 failed on rank 0 of 2"), absl::string_view::npos) << st[0];
 }

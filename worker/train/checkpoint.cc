@@ -17,8 +17,8 @@ namespace gantry::train {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const model::GPT& model,
-                                           const AdamW& opt, const CheckpointState& state) {
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const model::GPT& model, const float* m,
+                                           const float* v, const CheckpointState& state) {
   const std::string name = absl::StrFormat("step_%08d", state.step);
   const fs::path final_path = fs::path(dir) / name;
   const fs::path tmp = fs::path(dir) / absl::StrCat(".", name, ".tmp.", ::getpid());
@@ -27,8 +27,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const model::
   RETURN_IF_ERROR(model::SaveHFModel(tmp.string(), model));
   std::vector<TensorToWrite> st;
   const std::vector<int64_t> shape = {static_cast<int64_t>(model.num_params())};
-  st.push_back({"adamw.m", "F32", shape, opt.m().data()});
-  st.push_back({"adamw.v", "F32", shape, opt.v().data()});
+  st.push_back({"adamw.m", "F32", shape, m});
+  st.push_back({"adamw.v", "F32", shape, v});
   RETURN_IF_ERROR(WriteSafetensors((tmp / "optimizer.safetensors").string(), st));
   nlohmann::json j = {{"step", state.step}, {"seed", state.seed}, {"format", 1}};
   RETURN_IF_ERROR(WriteFileAtomic((tmp / "state.json").string(), j.dump(2) + "\n"));
@@ -54,8 +54,8 @@ absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir) {
   return best;
 }
 
-absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model,
-                                               AdamW& opt) {
+absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m,
+                                               float* v) {
   ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(path));
   if (!(c == model.config())) {
     return absl::FailedPreconditionError(
@@ -65,8 +65,8 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::G
   const std::string opt_path = (fs::path(path) / "optimizer.safetensors").string();
   ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(opt_path));
   const std::vector<int64_t> shape = {static_cast<int64_t>(model.num_params())};
-  RETURN_IF_ERROR(f.ReadF32Into("adamw.m", shape, opt.m().data()));
-  RETURN_IF_ERROR(f.ReadF32Into("adamw.v", shape, opt.v().data()));
+  RETURN_IF_ERROR(f.ReadF32Into("adamw.m", shape, m));
+  RETURN_IF_ERROR(f.ReadF32Into("adamw.v", shape, v));
   const std::string state_path = (fs::path(path) / "state.json").string();
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(state_path));
   CheckpointState s;

@@ -18,12 +18,13 @@ struct CheckpointState {
   uint64_t seed = 0;
 };
 
-absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const model::GPT& model,
-                                           const AdamW& opt, const CheckpointState& state);
+// m and v are the optimizer state of the whole flat buffer (num_params each).
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, const model::GPT& model, const float* m,
+                                           const float* v, const CheckpointState& state);
 // The newest complete checkpoint under dir, or NotFound.
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);
 // Loads weights, optimizer state and state; the model's config must match the checkpoint's.
-absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model,
-                                               AdamW& opt);
+absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m,
+                                               float* v);
 
 }  // namespace gantry::train

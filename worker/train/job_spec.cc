@@ -84,8 +84,8 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (t.global_batch < 1) return FieldError("train.global_batch", "must be >= 1");
   if (s.parallel.dp < 1) return FieldError("parallel.dp", "must be >= 1");
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
-  if (s.parallel.zero_stage > 0) {
-    return FieldError("parallel.zero_stage", "1-3 are not implemented yet; use 0 (gradient all-reduce)");
+  if (s.parallel.zero_stage > 1) {
+    return FieldError("parallel.zero_stage", "2 and 3 are not implemented yet; use 0 or 1");
   }
   if (t.global_batch % (t.micro_batch * s.parallel.dp) != 0) {
     return FieldError("train.global_batch",

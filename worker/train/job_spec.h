@@ -36,7 +36,7 @@ struct TrainSpec {
 
 struct ParallelSpec {
   int dp = 1;          // data-parallel ranks
-  int zero_stage = 0;  // 0: all-reduce of gradients (stages 1-3 are not implemented yet)
+  int zero_stage = 0;  // 0: all-reduce of gradients; 1: optimizer state sharded (2, 3: not yet)
 };
 
 struct EvalSpec {

@@ -52,16 +52,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->model_ = std::make_unique<model::GPT>(spec.model);
   t->model_->InitRandom(spec.train.seed);
   if (!options.init_from.empty()) RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, *t->model_));
+  const size_t n_params = t->model_->num_params();
+  size_t opt_begin = 0, opt_end = n_params;
+  if (spec.parallel.zero_stage == 1 && world > 1) {
+    // Shards of whole 64-byte lines, the last one shorter if need be.
+    t->zero1_ = true;
+    t->shard_ = ((n_params + world - 1) / world + 15) / 16 * 16;
+    t->shard_begin_ = std::min(n_params, t->shard_ * static_cast<size_t>(options.comm->rank()));
+    opt_begin = t->shard_begin_;
+    opt_end = std::min(n_params, t->shard_begin_ + t->shard_);
+    t->padded_.Assign(t->shard_ * world);
+    t->grad_shard_.Assign(t->shard_);
+    t->gathered_.Assign(t->shard_ * world);
+  }
   t->opt_ = std::make_unique<AdamW>(
-      t->model_->tensors(), t->model_->num_params(),
-      AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps, spec.train.weight_decay});
+      t->model_->tensors(), n_params,
+      AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps, spec.train.weight_decay}, opt_begin, opt_end);
   if (options.resume) {
     if (spec.checkpoint.dir.empty()) {
       return absl::InvalidArgumentError("--resume needs checkpoint.dir in the job spec");
     }
     auto latest = FindLatestCheckpoint(spec.checkpoint.dir);
     if (latest.ok()) {
-      ASSIGN_OR_RETURN(CheckpointState st, LoadCheckpoint(*latest, *t->model_, *t->opt_));
+      // The checkpoint holds the whole optimizer state; a ZeRO rank keeps its own range.
+      FloatBuffer m(n_params), v(n_params);
+      ASSIGN_OR_RETURN(CheckpointState st, LoadCheckpoint(*latest, *t->model_, m.data(), v.data()));
+      std::copy(m.data() + opt_begin, m.data() + opt_end, t->opt_->m().data());
+      std::copy(v.data() + opt_begin, v.data() + opt_end, t->opt_->v().data());
       if (st.seed != spec.train.seed) {
         return absl::FailedPreconditionError(absl::StrCat(*latest, ": written with seed ", st.seed,
                                                           ", the job spec has ", spec.train.seed));
@@ -105,24 +122,52 @@ StepReport Trainer::Step(int64_t step) {
   }
   loss /= accum;
   const int64_t n = static_cast<int64_t>(model_->num_params());
-  if (dp > 1) {
-    // ZeRO stage 0: sum the ranks' gradients, average; every rank then takes the same step.
-    comm_status_ = options_.comm->AllReduceSum(model_->grads(), static_cast<size_t>(n));
+  // The gradient the optimizer steps with: the whole buffer, or (ZeRO 1) this rank's shard.
+  float* grad = model_->grads();
+  int64_t grad_n = n;
+  double sum_sq = 0;
+  if (zero1_) {
+    // ZeRO stage 1: reduce-scatter the gradients (each rank gets the sum over ranks of its
+    // shard); the global norm is the sum over shards of their squares.
+    std::copy(model_->grads(), model_->grads() + n, padded_.data());
+    std::fill(padded_.data() + n, padded_.data() + padded_.size(), 0.f);
+    comm_status_ = options_.comm->ReduceScatterSum(padded_.data(), grad_shard_.data(), shard_);
+    grad = grad_shard_.data();
+    grad_n = static_cast<int64_t>(shard_);
+    float sums[2] = {0.f, static_cast<float>(loss)};
     if (comm_status_.ok()) {
-      kernels::scale_inplace(model_->grads(), n, 1.0f / static_cast<float>(dp));
-      float l = static_cast<float>(loss);
-      comm_status_ = options_.comm->AllReduceSum(&l, 1);
-      loss = l / static_cast<float>(dp);
+      kernels::scale_inplace(grad, grad_n, 1.0f / static_cast<float>(dp));
+      sums[0] = static_cast<float>(kernels::sum_squares(grad, grad_n));
+      comm_status_ = options_.comm->AllReduceSum(sums, 2);
     }
     if (!comm_status_.ok()) return StepReport{};
+    sum_sq = sums[0];
+    loss = sums[1] / static_cast<float>(dp);
+  } else {
+    if (dp > 1) {
+      // ZeRO stage 0: sum the ranks' gradients, average; every rank takes the same step.
+      comm_status_ = options_.comm->AllReduceSum(model_->grads(), static_cast<size_t>(n));
+      float l = static_cast<float>(loss);
+      if (comm_status_.ok()) comm_status_ = options_.comm->AllReduceSum(&l, 1);
+      if (!comm_status_.ok()) return StepReport{};
+      kernels::scale_inplace(model_->grads(), n, 1.0f / static_cast<float>(dp));
+      loss = l / static_cast<float>(dp);
+    }
+    sum_sq = kernels::sum_squares(model_->grads(), n);
   }
-  const double norm = std::sqrt(kernels::sum_squares(model_->grads(), n));
+  const double norm = std::sqrt(sum_sq);
   const float coef = kernels::clip_coefficient(norm, static_cast<float>(spec_.train.grad_clip));
-  if (coef < 1.0f) kernels::scale_inplace(model_->grads(), n, coef);
+  if (coef < 1.0f) kernels::scale_inplace(grad, grad_n, coef);
   const double lr = LearningRate(spec_.train, step);
-  opt_->Step(model_->params(), model_->grads(), lr, static_cast<int>(step + 1));
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  opt_->Step(model_->params(), grad, lr, static_cast<int>(step + 1));
+  if (zero1_) {  // every rank updated its shard: gather the whole parameter buffer
+    std::fill(grad_shard_.data(), grad_shard_.data() + shard_, 0.f);
+    std::copy(model_->params() + opt_->begin(), model_->params() + opt_->end(), grad_shard_.data());
+    comm_status_ = options_.comm->AllGather(grad_shard_.data(), gathered_.data(), shard_);
+    if (!comm_status_.ok()) return StepReport{};
+    std::copy(gathered_.data(), gathered_.data() + n, model_->params());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   StepReport r;
   r.step = step + 1;
   r.loss = static_cast<float>(loss);
@@ -162,6 +207,19 @@ void Trainer::DrawProgress(int64_t done, double elapsed) {
   bar_shown_ = true;
 }
 
+absl::Status Trainer::GatherOptimizerState(FloatBuffer* m, FloatBuffer* v) {
+  const size_t n = model_->num_params();
+  const int dp = options_.comm->size();
+  for (auto [src, dst] : {std::pair{&opt_->m(), m}, std::pair{&opt_->v(), v}}) {
+    std::fill(grad_shard_.data(), grad_shard_.data() + shard_, 0.f);
+    std::copy(src->data(), src->data() + src->size(), grad_shard_.data());
+    RETURN_IF_ERROR(options_.comm->AllGather(grad_shard_.data(), gathered_.data(), shard_));
+    dst->Assign(n);
+    std::copy(gathered_.data(), gathered_.data() + std::min(n, shard_ * dp), dst->data());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Run() {
   const JobSpec& s = spec_;
   const int B = s.train.micro_batch, T = s.seq_len;
@@ -199,10 +257,13 @@ absl::Status Trainer::Run() {
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
       eval(r.step);
     }
-    const bool writer = !options_.comm || options_.comm->rank() == 0;  // ranks hold the same state
-    if (writer && s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
-      ASSIGN_OR_RETURN(std::string path,
-                       SaveCheckpoint(s.checkpoint.dir, *model_, *opt_, {r.step, s.train.seed}));
+    const bool writer = !options_.comm || options_.comm->rank() == 0;  // ranks hold the same model
+    const bool ckpt = s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last);
+    FloatBuffer m, v;
+    if (ckpt && zero1_) RETURN_IF_ERROR(GatherOptimizerState(&m, &v));  // collective: every rank
+    if (writer && ckpt) {
+      ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(s.checkpoint.dir, *model_, zero1_ ? m.data() : opt_->m().data(),
+                                                        zero1_ ? v.data() : opt_->v().data(), {r.step, s.train.seed}));
       Print(absl::StrCat("checkpoint ", path));
       if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, r.step));
     }

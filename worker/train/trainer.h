@@ -78,6 +78,12 @@ class Trainer {
   std::vector<std::pair<int64_t, float>> val_losses_;
   bool bar_shown_ = false;
   absl::Status comm_status_;
+  // ZeRO stage 1: this rank's shard [shard_begin_, shard_begin_ + shard_) of the flat buffer
+  // (the last rank's may be shorter), and the padded buffers of the collectives.
+  bool zero1_ = false;
+  size_t shard_ = 0, shard_begin_ = 0;
+  FloatBuffer padded_, grad_shard_, gathered_;
+  absl::Status GatherOptimizerState(FloatBuffer* m, FloatBuffer* v);
 };
 
 }  // namespace gantry::train
