@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
+#include "common/grpc_util.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/agent/shard_client.h"
@@ -62,22 +63,12 @@ struct Options {
 };
 
 int Fail(const grpc::Status& s) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-                                 "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-  const int code = s.error_code();
-  std::fprintf(stderr, "gantry: %s: %s\n", code >= 0 && code <= 16 ? kNames[code] : "ERROR",
-               s.error_message().c_str());
-  return (code == grpc::INVALID_ARGUMENT || code == grpc::NOT_FOUND) ? 2 : 1;
+  const absl::Status st = FromGrpc(s);
+  std::fprintf(stderr, "gantry: %s: %s\n", absl::StatusCodeToString(st.code()).c_str(), s.error_message().c_str());
+  return (absl::IsInvalidArgument(st) || absl::IsNotFound(st)) ? 2 : 1;
 }
 
-std::unique_ptr<grpc::ClientContext> Ctx(const Options& o) {
-  auto c = std::make_unique<grpc::ClientContext>();
-  c->set_deadline(std::chrono::system_clock::now() +
-                  std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
-  return c;
-}
+std::unique_ptr<grpc::ClientContext> Ctx(const Options& o) { return ContextWithDeadline(o.timeout_s); }
 
 std::string Json(const google::protobuf::Message& m) {
   std::string out;
@@ -255,8 +246,7 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   so.top_k = 40;
   std::fputs(prompt.c_str(), stdout);
   auto out = train::Sample(**model, data::EncodeBytes(prompt), so, [](uint16_t t) {
-    if (t == data::kEndOfText) std::fputs("\n%\n", stdout);
-    else std::fputc(static_cast<char>(t & 0xff), stdout);
+    std::fputs(data::TokenText(t).c_str(), stdout);
     std::fflush(stdout);
   });
   std::fputc('\n', stdout);
@@ -413,10 +403,6 @@ int main(int argc, char** argv) {
       std::fputs(gantry::cli::kUsage, stdout);
       return 0;
     } else o.args.push_back(a);
-  }
-  if (o.output != "table" && o.output != "json") {
-    std::fprintf(stderr, "gantry: -o takes table or json, not '%s'\n", o.output.c_str());
-    return 2;
   }
   return gantry::cli::Run(o);
 }

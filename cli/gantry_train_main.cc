@@ -138,11 +138,7 @@ absl::Status RunSample(int argc, char** argv) {
   const std::string prompt = Flag(a, "prompt");
   std::fputs(prompt.c_str(), stdout);
   auto status = train::Sample(*model, data::EncodeBytes(prompt), o, [](uint16_t t) {
-    if (t == data::kEndOfText) {
-      std::fputs("\n%\n", stdout);
-    } else {
-      std::fputc(static_cast<char>(t & 0xff), stdout);
-    }
+    std::fputs(data::TokenText(t).c_str(), stdout);
     std::fflush(stdout);
   });
   std::fputc('\n', stdout);

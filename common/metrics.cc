@@ -72,6 +72,16 @@ std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   return b;
 }
 
+void RecordRpc(Registry& registry, const std::string& component, const std::string& method,
+               const std::string& code, double seconds) {
+  registry.GetHistogram(absl::StrCat("gantry_", component, "_rpc_seconds"), "RPC handling time, by method.",
+                        ExponentialBuckets(1e-4, 4, 10), {{"method", method}})
+      .Observe(seconds);
+  registry.GetCounter(absl::StrCat("gantry_", component, "_rpcs_total"), "RPCs handled, by method and code.",
+                      {{"method", method}, {"code", code}})
+      .Inc();
+}
+
 Registry::Family& Registry::GetFamily(const std::string& name, const std::string& type,
                                       const std::string& help) {
   auto [it, inserted] = families_.try_emplace(name);

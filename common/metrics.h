@@ -59,6 +59,13 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+class Registry;
+
+// One RPC's metrics, the same for every gRPC daemon: gantry_<component>_rpc_seconds
+// (histogram by method) and gantry_<component>_rpcs_total (by method and code).
+void RecordRpc(Registry& registry, const std::string& component, const std::string& method,
+               const std::string& code, double seconds);
+
 // Exponential bucket bounds: start, start*factor, ... (count bounds).
 std::vector<double> ExponentialBuckets(double start, double factor, int count);
 

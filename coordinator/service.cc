@@ -126,7 +126,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
       Stop(grpc::Status::CANCELLED);
       return;
     }
-    auto events = store_->Events(job_id_, next_);
+    auto events = store_->Events(job_id_, next_, /*limit=*/1);
     if (events.ok() && !events->empty()) {
       out_ = (*events)[0];
       next_ = out_.seq() + 1;
@@ -165,12 +165,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Handle(grpc::CallbackServerContext
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = f();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  registry_->GetHistogram("gantry_coordinator_rpc_seconds", "Coordinator RPC handling time.",
-                          metrics::ExponentialBuckets(1e-4, 4, 10), {{"method", method}})
-      .Observe(secs);
-  registry_->GetCounter("gantry_coordinator_rpcs_total", "Coordinator RPCs by method and code.",
-                        {{"method", method}, {"code", absl::StatusCodeToString(s.code())}})
-      .Inc();
+  metrics::RecordRpc(*registry_, "coordinator", method, absl::StatusCodeToString(s.code()), secs);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpc(s));
   return reactor;

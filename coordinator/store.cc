@@ -91,25 +91,31 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs() const {
 
 absl::StatusOr<int64_t> Store::AppendEvent(v1::JobEvent event, bool sync) {
   std::lock_guard<std::mutex> l(mu_);
-  const std::string prefix = absl::StrCat("event/", event.job_id(), "/");
-  int64_t seq = 1;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  it->SeekForPrev(prefix + "~");
-  if (it->Valid() && it->key().starts_with(prefix)) {
-    seq = std::stoll(it->key().ToString().substr(prefix.size())) + 1;
+  auto [next, fresh] = next_seq_.try_emplace(event.job_id(), 1);
+  if (fresh) {  // first event of this job since the store opened: continue after the last stored
+    const std::string prefix = absl::StrCat("event/", event.job_id(), "/");
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    it->SeekForPrev(prefix + "~");
+    if (it->Valid() && it->key().starts_with(prefix)) {
+      next->second = std::stoll(it->key().ToString().substr(prefix.size())) + 1;
+    }
   }
+  const int64_t seq = next->second;
   event.set_seq(seq);
   auto s = db_->Put(sync ? Synced() : rocksdb::WriteOptions(), EventKey(event.job_id(), seq), event.SerializeAsString());
   if (!s.ok()) return FromRocks(s, "writing event");
+  ++next->second;
   return seq;
 }
 
-absl::StatusOr<std::vector<v1::JobEvent>> Store::Events(const std::string& job_id, int64_t from_seq) const {
+absl::StatusOr<std::vector<v1::JobEvent>> Store::Events(const std::string& job_id, int64_t from_seq,
+                                                        size_t limit) const {
   std::vector<v1::JobEvent> out;
   const std::string prefix = absl::StrCat("event/", job_id, "/");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(EventKey(job_id, std::max<int64_t>(from_seq, 1))); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
+    if (limit > 0 && out.size() >= limit) break;
     v1::JobEvent e;
     if (!e.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
       return absl::DataLossError(absl::StrCat("stored event ", it->key().ToString(), " is corrupt"));

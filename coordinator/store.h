@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,12 +34,15 @@ class Store {
   absl::StatusOr<std::vector<v1::Job>> ListJobs() const;
   // Appends an event with the next sequence number of its job.
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, bool sync = true);
-  absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t from_seq) const;
+  // Events from from_seq on, at most limit of them (0: all).
+  absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t from_seq,
+                                                   size_t limit = 0) const;
 
  private:
   explicit Store(rocksdb::DB* db) : db_(db) {}
   rocksdb::DB* db_;
   std::mutex mu_;  // serialises id and sequence allocation
+  std::map<std::string, int64_t> next_seq_;  // per job, read from the store once
 };
 
 }  // namespace gantry::coordinator

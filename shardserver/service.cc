@@ -193,12 +193,7 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Open(const std::stri
 ShardService::~ShardService() { delete db_; }
 
 void ShardService::RecordRpc(const char* method, const absl::Status& s, double seconds) {
-  registry_->GetHistogram("gantry_shardserver_rpc_seconds", "Shard server RPC time.",
-                          metrics::ExponentialBuckets(1e-4, 4, 10), {{"method", method}})
-      .Observe(seconds);
-  registry_->GetCounter("gantry_shardserver_rpcs_total", "Shard server RPCs by method and code.",
-                        {{"method", method}, {"code", absl::StatusCodeToString(s.code())}})
-      .Inc();
+  metrics::RecordRpc(*registry_, "shardserver", method, absl::StatusCodeToString(s.code()), seconds);
   registry_->GetGauge("gantry_shardserver_stored_bytes", "Bytes of chunk data stored.").Set(static_cast<double>(bytes_stored()));
 }
 

@@ -26,7 +26,7 @@ TEST(JobSpecTest, ParsesMinimalSpecWithDefaults) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->model.max_seq_len, 8);  // defaults to seq_len
   EXPECT_EQ(s->train.global_batch, 2);
-  EXPECT_EQ(s->train.grad_accum(), 1);
+  EXPECT_EQ(s->grad_accum(), 1);
   EXPECT_EQ(s->train.seed, 1337u);
   EXPECT_DOUBLE_EQ(s->train.grad_clip, 1.0);
 }

@@ -28,6 +28,10 @@ std::string DecodeBytes(const std::vector<uint16_t>& tokens) {
   return out;
 }
 
+std::string TokenText(uint16_t token) {
+  return token == kEndOfText ? std::string("\n%\n") : std::string(1, static_cast<char>(token & 0xff));
+}
+
 namespace {
 
 std::vector<std::string> SplitDocuments(const std::string& text) {

@@ -16,6 +16,9 @@ namespace gantry::data {
 constexpr uint16_t kEndOfText = 0;
 std::vector<uint16_t> EncodeBytes(absl::string_view text);
 std::string DecodeBytes(const std::vector<uint16_t>& tokens);
+// How a sampled token is shown to a person: its byte, and end-of-text as a fortune
+// separator line.
+std::string TokenText(uint16_t token);
 
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files, or directories (their text files, sorted)

@@ -166,7 +166,6 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
        {"parallel", sub({{"dp", Int(&s.parallel.dp)}, {"zero_stage", Int(&s.parallel.zero_stage)}})}}));
   if (!max_seq_given) s.model.max_seq_len = s.seq_len;
   if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch * std::max(1, s.parallel.dp);
-  s.train.dp = s.parallel.dp;
   RETURN_IF_ERROR(Validate(s, present));
   return s;
 }

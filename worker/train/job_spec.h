@@ -30,8 +30,6 @@ struct TrainSpec {
   double weight_decay = 0.01;  // tensors of 2 or more dimensions only
   double grad_clip = 1.0;      // max global gradient norm; 0 = off
   uint64_t seed = 1337;
-  int dp = 1;  // copied from parallel.dp: global_batch = micro_batch x grad_accum x dp
-  int grad_accum() const { return micro_batch > 0 && dp > 0 ? global_batch / (micro_batch * dp) : 0; }
 };
 
 struct ParallelSpec {
@@ -59,6 +57,10 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   ParallelSpec parallel;
   int world_size() const { return parallel.dp; }
+  // global_batch = micro_batch x grad_accum x dp
+  int grad_accum() const {
+    return train.micro_batch > 0 && parallel.dp > 0 ? train.global_batch / (train.micro_batch * parallel.dp) : 0;
+  }
 };
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text);

@@ -109,7 +109,7 @@ float Trainer::Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int
 StepReport Trainer::Step(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   const int B = spec_.train.micro_batch, T = spec_.seq_len;
-  const int accum = spec_.train.grad_accum();
+  const int accum = spec_.grad_accum();
   const int dp = options_.comm ? options_.comm->size() : 1;
   const int rank = options_.comm ? options_.comm->rank() : 0;
   model_->ZeroGrad();
@@ -227,7 +227,7 @@ absl::Status Trainer::Run() {
       "job %s: %zu parameters | %d layers, %d heads, %d embd, vocab %d | B %d x T %d x accum %d x dp %d "
       "= %d tokens/step | %ld steps",
       s.name, model_->num_params(), s.model.n_layer, s.model.n_head, s.model.n_embd,
-      s.model.vocab_size, B, T, s.train.grad_accum(), s.parallel.dp, B * T * s.train.grad_accum() * s.parallel.dp,
+      s.model.vocab_size, B, T, s.grad_accum(), s.parallel.dp, B * T * s.grad_accum() * s.parallel.dp,
       static_cast<long>(s.train.steps)));
   auto eval = [&](int64_t step) {
     if (!val_loader_) return;
