@@ -83,6 +83,7 @@ void Cluster::JobSubmitted() {
 void Cluster::JobCancelled(const v1::Job& job) {
   DropRendezvous(job.id());
   std::lock_guard<std::mutex> l(mu_);
+  done_ranks_.erase({job.id(), job.generation()});
   UpdateGaugesLocked();
   for (const auto& wid : job.workers()) {
     auto it = workers_.find(wid);
@@ -206,6 +207,7 @@ void Cluster::FailJobLocked(const std::string& job_id, int64_t generation, const
     it->second.info.clear_job_id();
   }
   job->clear_workers();
+  done_ranks_.erase({job_id, generation});
   if (!store_->PutJob(*job).ok()) return;
   (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(reason); });
   (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::FAILED); });

@@ -123,33 +123,36 @@ class Session {
     FILE* log = std::fopen("/dev/null", "w");
     o.out = log;
     std::optional<float> val;
-    const double tokens_per_step = static_cast<double>(spec->train.global_batch) * spec->seq_len;
+    // This rank's share of a step's tokens: MFU and tokens/s are per worker (per device).
+    const double rank_tokens_per_step =
+        static_cast<double>(spec->train.global_batch) * spec->seq_len / spec->world_size();
     const auto& mc = spec->model;
     double n_params = 0;
     for (const auto& t : model::ParameterLayout(mc)) n_params += static_cast<double>(t.numel);
     const double flops_per_token = 6 * n_params + 6.0 * mc.n_layer * mc.n_embd * spec->seq_len;
+    // A step update of this job generation and rank; the caller fills the report.
+    auto step_update = [&a](v1::WorkerMessage& m) {
+      auto* u = m.mutable_step();
+      u->set_job_id(a.job_id());
+      u->set_generation(a.generation());
+      u->set_rank(a.rank());
+      return u->mutable_report();
+    };
     o.on_eval = [&](int64_t step, float v) {
       if (step > 0) {
         val = v;  // goes out with this step's report
         return;
       }
       v1::WorkerMessage m;  // before training: a report of its own, step 0
-      auto* u = m.mutable_step();
-      u->set_job_id(a.job_id());
-      u->set_generation(a.generation());
-      u->set_rank(a.rank());
-      u->mutable_report()->set_step(0);
-      u->mutable_report()->set_loss(NAN);
-      u->mutable_report()->set_val_loss(v);
+      auto* rep = step_update(m);
+      rep->set_step(0);
+      rep->set_loss(NAN);
+      rep->set_val_loss(v);
       if (a.rank() == 0) Send(m);
     };
     o.on_step = [&](const train::StepReport& r) {
       v1::WorkerMessage m;
-      auto* u = m.mutable_step();
-      u->set_job_id(a.job_id());
-      u->set_generation(a.generation());
-      u->set_rank(a.rank());
-      auto* rep = u->mutable_report();
+      auto* rep = step_update(m);
       rep->set_step(r.step);
       rep->set_loss(r.loss);
       rep->set_lr(r.lr);
@@ -159,14 +162,15 @@ class Session {
       rep->set_val_loss(val ? *val : NAN);
       val.reset();
       if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
-      registry_->GetGauge("gantry_worker_tokens_per_second", "Training throughput of the last step.").Set(r.tokens_per_second);
+      registry_->GetGauge("gantry_worker_tokens_per_second", "This worker's training throughput in the last step.")
+          .Set(rank_tokens_per_step / r.seconds);
       registry_->GetGauge("gantry_worker_loss", "Training loss of the last step.").Set(r.loss);
       registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
           .Observe(r.seconds);
       registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
       if (FLAGS_peak_flops > 0) {  // set in main: the flag, or the CPU rate measured at start
         registry_->GetGauge("gantry_worker_mfu_ratio", "Model FLOPs utilisation, (6N + 6LCT) x tokens/s / peak.")
-            .Set(flops_per_token * tokens_per_step / r.seconds / FLAGS_peak_flops);
+            .Set(flops_per_token * rank_tokens_per_step / r.seconds / FLAGS_peak_flops);
       }
       return !cancel.load() && !g_stop.load();
     };
