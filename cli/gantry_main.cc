@@ -130,9 +130,11 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
         std::printf("val loss %.4f (before training)\n", r.val_loss());
         continue;
       }
-      std::printf("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s%s\n",
+      std::printf("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s"
+                  " | compute %.1f comm %.1f opt %.1f ms%s\n",
                   static_cast<long>(r.step()), static_cast<long>(job.steps_total()), r.loss(), r.lr(), r.grad_norm(),
-                  r.step_seconds() * 1e3, r.tokens_per_second(),
+                  r.step_seconds() * 1e3, r.tokens_per_second(), r.compute_seconds() * 1e3, r.comm_seconds() * 1e3,
+                  r.optimizer_seconds() * 1e3,
                   std::isnan(r.val_loss()) ? "" : absl::StrFormat(" | val loss %.4f", r.val_loss()).c_str());
       if (first_step < 0) first_step = r.step();
       if (tty && job.steps_total() > 0) {
@@ -336,6 +338,11 @@ int Run(const Options& o) {
     }
     std::printf("Job:        %s\nName:       %s\nState:      %s\n", job.id().c_str(), job.name().c_str(), State(job).c_str());
     if (!job.reason().empty()) std::printf("Reason:     %s\n", job.reason().c_str());
+    if (job.workers_size() > 0) {
+      std::string ranks;
+      for (int r = 0; r < job.workers_size(); ++r) absl::StrAppend(&ranks, r ? ", " : "", "rank ", r, " ", job.workers(r));
+      std::printf("Workers:    %s\n", ranks.c_str());
+    }
     std::printf("Steps:      %ld/%ld\nSubmitted:  %s\nUpdated:    %s\nSpec:\n", static_cast<long>(job.steps_done()),
                 static_cast<long>(job.steps_total()), When(job.submit_time_unix_ms()).c_str(),
                 When(job.update_time_unix_ms()).c_str());

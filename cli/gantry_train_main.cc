@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -37,7 +38,9 @@ constexpr char kUsage[] =
     "  gantry-train prepare [--out-dir DIR] [--val-fraction F] INPUT...\n"
     "  gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                      [--top-k K] [--seed S]\n"
-    "  gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]\n";
+    "  gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]\n"
+    "  gantry-train compare DIR_A DIR_B   (two model directories: relative difference of the\n"
+    "                                      parameters, ||a - b|| / ||b||, and the worst tensor)\n";
 
 // Parsed command line: --flag value pairs, boolean --flags, and positionals.
 struct Args {
@@ -167,6 +170,37 @@ absl::Status RunEval(int argc, char** argv) {
   return absl::OkStatus();
 }
 
+absl::Status RunCompare(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {}, {}));
+  if (a.positional.size() != 2) return absl::InvalidArgumentError("compare: expected two model directories");
+  ASSIGN_OR_RETURN(auto x, model::LoadHFModel(a.positional[0]));
+  ASSIGN_OR_RETURN(auto y, model::LoadHFModel(a.positional[1]));
+  if (!(x->config() == y->config())) {
+    return absl::InvalidArgumentError(absl::StrCat("compare: ", a.positional[0], " and ", a.positional[1],
+                                                   " hold different model configs"));
+  }
+  double diff = 0, norm = 0, worst = -1;
+  std::string worst_name;
+  for (const auto& t : x->tensors()) {
+    double d = 0, n = 0;
+    for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
+      const double e = static_cast<double>(x->params()[i]) - y->params()[i];
+      d += e * e;
+      n += static_cast<double>(y->params()[i]) * y->params()[i];
+    }
+    diff += d;
+    norm += n;
+    const double rel = n > 0 ? std::sqrt(d / n) : std::sqrt(d);
+    if (rel > worst) {
+      worst = rel;
+      worst_name = t.name;
+    }
+  }
+  std::printf("relative difference %.3g (worst tensor %s: %.3g)\n", norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff),
+              worst_name.c_str(), worst);
+  return absl::OkStatus();
+}
+
 absl::Status RunTrain(int argc, char** argv) {
   ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 1, {"init-from", "save", "threads", "stop-after"},
                                      {"resume", "print-losses", "no-progress"}));
@@ -202,6 +236,8 @@ int Main(int argc, char** argv) {
     s = RunSample(argc, argv);
   } else if (cmd == "eval") {
     s = RunEval(argc, argv);
+  } else if (cmd == "compare") {
+    s = RunCompare(argc, argv);
   } else {
     s = RunTrain(argc, argv);
   }

@@ -149,6 +149,11 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(d.job_id());
     bool finished = false;
+    if (job.ok() && job->generation() == d.generation() && job->state() == v1::FAILED && !d.ok()) {
+      // Another rank's error after the job failed (a peer lost mid-collective): kept as an
+      // event, since it names what this rank saw (which rank did not arrive).
+      (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_message(absl::StrCat("rank ", d.rank(), " on ", id, ": ", d.error())); });
+    }
     if (job.ok() && job->generation() == d.generation() &&
         (job->state() == v1::RUNNING || job->state() == v1::SCHEDULED)) {
       // A gang job succeeds when every rank is done; one failing rank fails it at once.
@@ -227,8 +232,13 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why) {
   if (!job_id.empty()) {
     auto job = store_->GetJob(job_id);
     if (job.ok()) {
+      int rank = -1;
+      for (int r = 0; r < job->workers_size(); ++r) {
+        if (job->workers(r) == id) rank = r;
+      }
       FailJobLocked(job_id, job->generation(),
-                    absl::StrCat("worker ", id, " (", it->second.info.resources().host(), ") was lost at step ",
+                    absl::StrCat("worker ", id, " (", it->second.info.resources().host(),
+                                 rank >= 0 ? absl::StrCat(", rank ", rank) : std::string(), ") was lost at step ",
                                  job->steps_done(), ": ", why, ". Resubmit the job; automatic restarts come later."));
     }
     it->second.info.clear_job_id();
@@ -322,10 +332,11 @@ std::vector<v1::Worker> Cluster::Workers() {
   return out;
 }
 
-absl::Status Cluster::CheckGeneration(const std::string& job_id, int64_t generation) {
+absl::Status Cluster::CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
-  if (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING) {
+  const bool report = key.rfind(kFailureReportPrefix, 0) == 0;
+  if (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING && !report) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
                                                       ": no rendezvous outside a placement"));
   }
@@ -339,7 +350,7 @@ absl::Status Cluster::CheckGeneration(const std::string& job_id, int64_t generat
 absl::Status Cluster::RendezvousPut(const std::string& job_id, int64_t generation, const std::string& key,
                                     const std::string& value) {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key is empty");
-  RETURN_IF_ERROR(CheckGeneration(job_id, generation));
+  RETURN_IF_ERROR(CheckGeneration(job_id, generation, key));
   std::vector<std::function<void(absl::StatusOr<std::string>)>> wake;
   {
     std::lock_guard<std::mutex> l(rdv_mu_);
@@ -359,7 +370,7 @@ absl::Status Cluster::RendezvousPut(const std::string& job_id, int64_t generatio
 
 void Cluster::RendezvousGet(const std::string& job_id, int64_t generation, const std::string& key, int64_t wait_ms,
                             std::function<void(absl::StatusOr<std::string>)> done) {
-  if (auto s = CheckGeneration(job_id, generation); !s.ok()) {
+  if (auto s = CheckGeneration(job_id, generation, key); !s.ok()) {
     done(s);
     return;
   }
@@ -384,10 +395,11 @@ void Cluster::DropRendezvous(const std::string& job_id) {
   {
     std::lock_guard<std::mutex> l(rdv_mu_);
     for (auto it = rdv_.begin(); it != rdv_.end();) {
-      it = std::get<0>(it->first) == job_id ? rdv_.erase(it) : std::next(it);
+      const bool report = std::get<2>(it->first).rfind(kFailureReportPrefix, 0) == 0;
+      it = std::get<0>(it->first) == job_id && !report ? rdv_.erase(it) : std::next(it);
     }
     for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->job_id == job_id) {
+      if (it->job_id == job_id && it->key.rfind(kFailureReportPrefix, 0) != 0) {
         fail.push_back(std::move(it->done));
         it = waiters_.erase(it);
       } else {

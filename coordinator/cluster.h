@@ -80,8 +80,12 @@ class Cluster {
     int64_t generation, deadline_ms;
     std::function<void(absl::StatusOr<std::string>)> done;
   };
-  absl::Status CheckGeneration(const std::string& job_id, int64_t generation);
-  void DropRendezvous(const std::string& job_id);  // rdv_mu_ not held
+  // Rendezvous keys live while the job is placed at that generation; failure reports (keys
+  // under kFailureReportPrefix, written by ranks whose collective failed) also after the
+  // job ended, so that the ranks that survive a lost peer can still tell each other apart.
+  static constexpr char kFailureReportPrefix[] = "gantry/failed/";
+  absl::Status CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key);
+  void DropRendezvous(const std::string& job_id);  // rdv_mu_ not held; keeps the failure reports
   void ScheduleLocked();          // cluster mu_ held
   void FailJobLocked(const std::string& job_id, int64_t generation, const std::string& reason);
   void Monitor();

@@ -115,7 +115,8 @@ class Session {
                                                              std::chrono::milliseconds(FLAGS_collective_timeout_ms));
       parallel::GlooOptions go;
       go.hostname = FLAGS_gloo_host;
-      go.timeout = std::chrono::milliseconds(FLAGS_collective_timeout_ms);
+      go.timeout = std::chrono::milliseconds(spec->parallel.timeout_s > 0 ? static_cast<int64_t>(spec->parallel.timeout_s * 1000)
+                                                                       : FLAGS_collective_timeout_ms);
       ASSIGN_OR_RETURN(comm, parallel::GlooCommunicator::Create(a.rank(), a.world_size(), store, go));
       o.comm = comm.get();
       LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " joined its group of " << a.world_size();
@@ -159,6 +160,9 @@ class Session {
       rep->set_grad_norm(r.grad_norm);
       rep->set_step_seconds(r.seconds);
       rep->set_tokens_per_second(r.tokens_per_second);
+      rep->set_compute_seconds(r.compute_seconds);
+      rep->set_comm_seconds(r.comm_seconds);
+      rep->set_optimizer_seconds(r.optimizer_seconds);
       rep->set_val_loss(val ? *val : NAN);
       val.reset();
       if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
@@ -168,6 +172,14 @@ class Session {
       registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
           .Observe(r.seconds);
       registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
+      for (auto [part, secs] : {std::pair{"compute", r.compute_seconds}, std::pair{"comm_exposed", r.comm_seconds},
+                                std::pair{"optimizer", r.optimizer_seconds}, std::pair{"comm_busy", r.comm_busy_seconds}}) {
+        registry_->GetGauge("gantry_worker_step_part_seconds",
+                            "The last step's time by part: compute, exposed communication, optimizer; comm_busy is "
+                            "the communication thread's time, overlapped with compute or not.",
+                            {{"part", part}})
+            .Set(secs);
+      }
       if (FLAGS_peak_flops > 0) {  // set in main: the flag, or the CPU rate measured at start
         registry_->GetGauge("gantry_worker_mfu_ratio", "Model FLOPs utilisation, (6N + 6LCT) x tokens/s / peak.")
             .Set(flops_per_token * rank_tokens_per_step / r.seconds / FLAGS_peak_flops);
@@ -197,12 +209,26 @@ class Session {
       std::fclose(log);
       return trainer.status();
     }
-    auto& model = (*trainer)->model();
-    const double state_bytes = static_cast<double>(model.num_params()) * 4 * 4;  // params, grads, m, v
-    registry_->GetGauge("gantry_worker_memory_bytes", "Bytes held for training, by kind.", {{"kind", "model_state"}}).Set(state_bytes);
+    auto set_memory = [&](const train::MemoryAccount& m) {
+      for (auto [kind, bytes] : {std::pair{"params", m.params}, std::pair{"grads", m.grads},
+                                 std::pair{"optimizer", m.optimizer}, std::pair{"activations", m.activations},
+                                 std::pair{"working", m.working}, std::pair{"peak", m.peak},
+                                 std::pair{"zero_formula", m.predicted}}) {
+        registry_->GetGauge("gantry_worker_memory_bytes",
+                            "Bytes this rank holds for training, by kind; zero_formula is what ZeRO predicts for "
+                            "params + grads + optimizer at the job's stage and dp.",
+                            {{"kind", kind}})
+            .Set(static_cast<double>(bytes));
+      }
+    };
+    const train::MemoryAccount m0 = (*trainer)->memory();
+    set_memory(m0);
+    LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " memory (ZeRO " << spec->parallel.zero_stage << ", dp "
+              << spec->parallel.dp << "): params " << m0.params << " + grads " << m0.grads << " + optimizer "
+              << m0.optimizer << " = " << m0.model_state() << " bytes; the ZeRO formula predicts " << m0.predicted
+              << "; activations " << m0.activations;
     absl::Status s = (*trainer)->Run();
-    registry_->GetGauge("gantry_worker_memory_bytes", "Bytes held for training, by kind.", {{"kind", "activations"}})
-        .Set(static_cast<double>(model.activation_bytes()));
+    set_memory((*trainer)->memory());
     std::fclose(log);
     if (absl::IsCancelled(s)) {
       return absl::CancelledError(g_stop ? "worker shutting down (SIGTERM)" : "cancelled");

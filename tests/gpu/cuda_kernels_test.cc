@@ -14,6 +14,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/gelu.h"
 #include "kernels/residual.h"
+#include "tests/gpu/gpu_test.h"
 #include "tests/test_util.h"
 
 namespace gantry::cuda {
@@ -23,13 +24,7 @@ using testing::RelErr;
 
 class CudaKernelsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      if (std::getenv("GANTRY_REQUIRE_GPU")) FAIL() << "GANTRY_REQUIRE_GPU is set but no CUDA device is visible";
-      GTEST_SKIP() << "no CUDA device on this machine (run tests/gpu/run.sh on a GPU host)";
-    }
-  }
+  void SetUp() override { GANTRY_SKIP_WITHOUT_GPU(); }
   std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.f) {
     Rng r(seed);
     std::vector<float> v(n);

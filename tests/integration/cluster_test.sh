@@ -11,22 +11,8 @@ set -uo pipefail
 BUILD="$(cd "$1" && pwd)"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 TMP="$(mktemp -d)"
-CLI="$BUILD/cli/gantry"; TRAIN="$BUILD/cli/gantry-train"; PROBE="$BUILD/tests/grpc_probe"
-export GANTRY_BIN="$BUILD"
-cleanup() {
-  bash "$ROOT/deploy/local/cluster.sh" stop --dir "$TMP/cluster" >/dev/null 2>&1
-  if [ -f "$TMP/extra.pids" ]; then
-    for pid in $(cat "$TMP/extra.pids"); do kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
-  fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail=0; passed=0
-check() { local n="$1"; shift; if "$@"; then echo "ok   $n"; passed=$((passed + 1)); else echo "FAIL $n"; fail=$((fail + 1)); fi; }
-wait_for() {  # wait_for SECONDS COMMAND...: until COMMAND succeeds
-  local end=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$end" ] && return 1; sleep 0.1; done
-}
+source "$ROOT/tests/integration/lib.sh"
+PROBE="$BUILD/tests/grpc_probe"
 
 # Data: the fortunes corpus (scripts/setup.sh installs it).
 "$TRAIN" prepare --out-dir "$TMP/data" /usr/share/games/fortunes >/dev/null 2>&1 || { echo "FAIL prepare"; exit 1; }
@@ -82,7 +68,7 @@ check "a chunk with a wrong crc32c is refused (DATA_LOSS) and nothing is committ
 
 w1port=$(sed 's/.*"metrics_port": \([0-9]*\).*/\1/' "$TMP/cluster/worker1.ready")
 check "worker metrics: tokens/s, step seconds, loss, MFU, memory" bash -c "curl -sf http://127.0.0.1:$w1port/metrics | \
-  grep -c -E '^gantry_worker_(tokens_per_second|step_seconds_count|loss|mfu_ratio|memory_bytes\\{kind=\"model_state\"\\}) ' | grep -qx 5"
+  grep -c -E '^gantry_worker_(tokens_per_second|step_seconds_count|loss|mfu_ratio|memory_bytes\\{kind=\"params\"\\}) ' | grep -qx 5"
 for f in coordinator shardserver worker1 worker2; do
   port=$(sed 's/.*"metrics_port": \([0-9]*\).*/\1/' "$TMP/cluster/$f.ready")
   check "promtool check metrics: $f" bash -c "curl -sf http://127.0.0.1:$port/metrics | promtool check metrics"

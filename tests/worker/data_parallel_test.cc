@@ -1,6 +1,7 @@
-// Data parallelism (ZeRO stage 0) gives one process's training: DP ranks as threads of this
-// process, joined by the Gloo communicator over loopback TCP, against gantry-train's loop
-// in one process with the same global batch and seed.
+// Data parallelism with ZeRO stages 0-3 gives one process's training: DP ranks as threads
+// of this process, joined by the Gloo communicator over loopback TCP, against gantry-train's
+// loop in one process with the same global batch and seed. (tests/integration/cluster_test.sh
+// runs the same matrix with worker processes.)
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include "tests/test_util.h"
 #include "worker/data/token_file.h"
 #include "worker/parallel/gloo_communicator.h"
+#include "absl/strings/str_cat.h"
 #include "worker/train/trainer.h"
 
 namespace gantry::train {
@@ -29,16 +31,18 @@ class DataParallelTest : public ::testing::Test {
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), toks).ok());
   }
   JobSpec Spec(int dp, int zero = 0, const std::string& extra = "") {
-    auto s = ParseJobSpec("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 31, seq_len: 16}\n"
+    auto s = ParseJobSpec("model: {n_layer: 2, n_head: 2, n_embd: " + std::to_string(n_embd_) + ", vocab_size: 31, seq_len: 16}\n"
                           "data: {train: " + dir_.File("train.bin") + ", shuffle: true}\n"
-                          "train: {steps: 20, micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, "
+                          "train: {steps: " + std::to_string(steps_) + ", micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, "
                           "min_lr_ratio: 0.1, weight_decay: 0.1, grad_clip: 1.0, seed: 3}\n"
-                          "parallel: {dp: " + std::to_string(dp) + ", zero_stage: " + std::to_string(zero) + "}\n" + extra);
+                          "parallel: {dp: " + std::to_string(dp) + ", zero_stage: " + std::to_string(zero) +
+                          ", bucket_mb: " + bucket_mb_ + "}\n" + extra);
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
   struct Result {
     std::vector<float> losses, params;
+    std::vector<MemoryAccount> memory;  // by rank
   };
   Result Run(int dp, int zero = 0, const std::string& extra = "", int64_t stop_after = 0, bool resume = false) {
     std::vector<Result> results(static_cast<size_t>(dp));
@@ -68,6 +72,7 @@ class DataParallelTest : public ::testing::Test {
         if (t.ok()) {
           for (const auto& rep : (*t)->reports()) results[r].losses.push_back(rep.loss);
           results[r].params.assign((*t)->model().params(), (*t)->model().params() + (*t)->model().num_params());
+          results[r].memory.push_back((*t)->memory());
         }
         std::fclose(null);
       });
@@ -76,9 +81,21 @@ class DataParallelTest : public ::testing::Test {
     for (const auto& s : status) EXPECT_TRUE(s.ok()) << s;
     for (int r = 1; r < dp; ++r) {  // every rank holds the same model
       EXPECT_EQ(results[0].params, results[r].params) << "rank " << r;
+      if (!results[r].memory.empty()) results[0].memory.push_back(results[r].memory[0]);
     }
     return results[0];
   }
+  void ExpectSameTraining(const Result& many, const Result& one, const std::string& what) {
+    ASSERT_EQ(many.losses.size(), one.losses.size()) << what;
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      EXPECT_LE(std::fabs(many.losses[i] - one.losses[i]) / one.losses[i], 1e-5)
+          << what << " step " << i + 1 << ": " << many.losses[i] << " vs " << one.losses[i];
+    }
+    EXPECT_LE(testing::RelErr(many.params, one.params), 1e-5) << what;
+  }
+  int n_embd_ = 16;
+  int steps_ = 20;
+  std::string bucket_mb_ = "25";
   testing::TempDir dir_;
 };
 
@@ -103,36 +120,68 @@ TEST_F(DataParallelTest, DpTwoAndFourGiveOneProcessLossesAndParameters) {
   }
 }
 
-TEST_F(DataParallelTest, ZeroStageOneGivesOneProcessLossesAndParameters) {
+// DP in {1, 2, 4} x ZeRO in {0, 1, 2, 3}, global batch 8 = micro 2 x accum x dp (accum 4, 2,
+// 1): 20 steps give one process's losses and final parameters. With 4 KB buckets each
+// reduction holds about one layer, so several are in flight during backward.
+TEST_F(DataParallelTest, EveryDpAndZeroStageGivesOneProcessLossesAndParameters) {
   const Result one = Run(1);
-  for (int dp : {2, 4}) {
-    const Result many = Run(dp, /*zero=*/1);
-    ASSERT_EQ(many.losses.size(), 20u) << "dp " << dp;
-    for (size_t i = 0; i < 20; ++i) {
-      EXPECT_LE(std::fabs(many.losses[i] - one.losses[i]) / one.losses[i], 1e-5)
-          << "zero 1, dp " << dp << " step " << i + 1 << ": " << many.losses[i] << " vs " << one.losses[i];
+  ASSERT_EQ(one.losses.size(), 20u);
+  for (int zero : {0, 1, 2, 3}) {
+    for (int dp : {1, 2, 4}) {
+      for (const char* bucket : {"25", "0.004"}) {
+        const std::string what = absl::StrCat("dp ", dp, " zero ", zero, " bucket_mb ", bucket);
+        bucket_mb_ = bucket;
+        ExpectSameTraining(Run(dp, zero), one, what);
+      }
     }
-    EXPECT_LE(testing::RelErr(many.params, one.params), 1e-5) << "zero 1, dp " << dp;
   }
 }
 
-TEST_F(DataParallelTest, ZeroOneCheckpointResumesAtTheSameLayoutAndAsOneProcess) {
+// For DP=4, parameter + gradient + optimizer-state bytes per rank are those the ZeRO formula
+// gives for the stage, within 5%: 0: 4P, 1: 2P + 2P/4, 2: P + 3P/4, 3: 4P/4 (P = fp32 bytes
+// of the parameters).
+TEST_F(DataParallelTest, DpFourHoldsWhatTheZeroFormulaPredicts) {
+  n_embd_ = 64;
+  steps_ = 2;
+  bucket_mb_ = "0.05";
+  const size_t n = model::GPT(Spec(1).model).num_params();
+  const double P = static_cast<double>(n) * 4;
+  const double want[] = {4 * P, 2 * P + 2 * P / 4, P + 3 * P / 4, P};
+  for (int zero : {0, 1, 2, 3}) {
+    const Result r = Run(4, zero);
+    ASSERT_EQ(r.memory.size(), 4u) << "zero " << zero;
+    for (size_t rank = 0; rank < 4; ++rank) {
+      const MemoryAccount& m = r.memory[rank];
+      EXPECT_EQ(m.predicted, static_cast<size_t>(want[zero])) << "zero " << zero;
+      EXPECT_LE(std::fabs(static_cast<double>(m.model_state()) / want[zero] - 1), 0.05)
+          << "zero " << zero << " rank " << rank << ": params " << m.params << " grads " << m.grads << " optimizer "
+          << m.optimizer << " vs " << want[zero];
+      EXPECT_GE(m.peak, m.model_state() + m.activations) << "zero " << zero;
+    }
+  }
+}
+
+TEST_F(DataParallelTest, ZeroCheckpointsResumeAtTheSameLayoutAndAsOneProcess) {
   const std::string ckpt = "checkpoint: {every: 10, dir: " + dir_.File("ckpt") + "}\n";
-  const Result full = Run(2, 1, ckpt);
-  std::filesystem::remove_all(dir_.File("ckpt"));
-  const Result first = Run(2, 1, ckpt, /*stop_after=*/10);
-  ASSERT_EQ(first.losses.size(), 10u);
-  const Result same = Run(2, 1, ckpt, 0, /*resume=*/true);
-  ASSERT_EQ(same.losses.size(), 10u);
-  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(same.losses[i], full.losses[10 + i]) << "step " << 11 + i;
-  EXPECT_EQ(same.params, full.params);
-  // The same checkpoint into one process (ZeRO 0): the gathered optimizer state makes it
-  // layout-free; losses agree to fp32 reordering.
-  std::filesystem::remove_all(dir_.File("ckpt/step_00000020"));
-  const Result one = Run(1, 0, ckpt, 0, /*resume=*/true);
-  ASSERT_EQ(one.losses.size(), 10u);
-  for (size_t i = 0; i < 10; ++i) {
-    EXPECT_LE(std::fabs(one.losses[i] - full.losses[10 + i]) / full.losses[10 + i], 1e-5) << "step " << 11 + i;
+  for (int zero : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("zero ", zero));
+    std::filesystem::remove_all(dir_.File("ckpt"));
+    const Result full = Run(2, zero, ckpt);
+    std::filesystem::remove_all(dir_.File("ckpt"));
+    const Result first = Run(2, zero, ckpt, /*stop_after=*/10);
+    ASSERT_EQ(first.losses.size(), 10u);
+    const Result same = Run(2, zero, ckpt, 0, /*resume=*/true);
+    ASSERT_EQ(same.losses.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) EXPECT_EQ(same.losses[i], full.losses[10 + i]) << "step " << 11 + i;
+    EXPECT_EQ(same.params, full.params);
+    // The same checkpoint into one process (ZeRO 0): the gathered optimizer state makes it
+    // layout-free; losses agree to fp32 reordering.
+    std::filesystem::remove_all(dir_.File("ckpt/step_00000020"));
+    const Result one = Run(1, 0, ckpt, 0, /*resume=*/true);
+    ASSERT_EQ(one.losses.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_LE(std::fabs(one.losses[i] - full.losses[10 + i]) / full.losses[10 + i], 1e-5) << "step " << 11 + i;
+    }
   }
 }
 

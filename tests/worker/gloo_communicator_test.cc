@@ -5,6 +5,7 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <future>
@@ -133,7 +134,46 @@ TEST(GlooCommunicatorFailureTest, AMissingRankIsAnErrorNamingTheCollectiveNotAHa
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(secs, 15.0) << "the missing rank must become an error near the 1.5 s timeout";
   ASSERT_FALSE(st[0].ok());
-  EXPECT_NE(st[0].message().find("all_reduce #1 failed on rank 0 of 2"), absl::string_view::npos) << st[0];
+  EXPECT_NE(st[0].message().find("all_reduce #1 failed on rank 0 of 2: rank 1 did not arrive"), absl::string_view::npos)
+      << st[0];
+}
+
+TEST(GlooCommunicatorFailureTest, EverySurvivorNamesTheRankThatDidNotArriveAndTheGroupStaysFailed) {
+  // Ranks 0 and 1 of 3 reduce; rank 2 stays away. Both fail, both name rank 2 (not each
+  // other), and a later collective answers at once with the first failure.
+  std::promise<void> others_done;
+  std::shared_future<void> done = others_done.get_future().share();
+  std::atomic<int> finished{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> later_secs(3, 0);
+  std::vector<std::string> later(3);
+  auto st = OnRanks(
+      3,
+      [&](Communicator& c) -> absl::Status {
+        std::vector<float> x(3 << 14, 1.f), y(x.size() / 3);
+        if (c.rank() == 2) {
+          done.wait_for(std::chrono::seconds(30));
+          return absl::OkStatus();
+        }
+        absl::Status s = c.ReduceScatterSum(x.data(), y.data(), y.size());
+        if (++finished == 2) others_done.set_value();
+        const auto t1 = std::chrono::steady_clock::now();
+        later[c.rank()] = std::string(c.Barrier().message());
+        later_secs[c.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+        return s;
+      },
+      std::chrono::milliseconds(1500));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15.0);
+  for (int r : {0, 1}) {
+    ASSERT_FALSE(st[r].ok()) << "rank " << r;
+    EXPECT_NE(st[r].message().find(absl::StrCat("reduce_scatter #1 failed on rank ", r, " of 3: rank 2 did not arrive")),
+              absl::string_view::npos)
+        << st[r];
+    EXPECT_NE(later[r].find("barrier #2 on rank " + std::to_string(r) + ": the group failed earlier: reduce_scatter #1"),
+              std::string::npos)
+        << later[r];
+    EXPECT_LT(later_secs[r], 0.5) << "a broken group answers at once";
+  }
 }
 
 }  // namespace

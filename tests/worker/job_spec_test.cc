@@ -42,6 +42,7 @@ TEST(JobSpecTest, UnknownFieldIsNamedWithItsSection) {
                               "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3, lrr: 3}\n");
   EXPECT_NE(e.find("unknown field 'train.lrr'"), std::string::npos) << e;
   EXPECT_NE(Error(With("optimiser: {}\n")).find("unknown field 'optimiser'"), std::string::npos);
+  EXPECT_NE(Error(With("parallel: {tp: 2}\n")).find("unknown field 'parallel.tp'"), std::string::npos);
 }
 
 TEST(JobSpecTest, IllTypedFieldIsNamed) {
@@ -76,6 +77,32 @@ TEST(JobSpecTest, IncoherentModelIsRefused) {
   EXPECT_NE(Error(With("checkpoint: {every: 5}\n")).find("checkpoint.dir"), std::string::npos);
   EXPECT_NE(Error("[1, 2]").find("mapping"), std::string::npos);
   EXPECT_NE(Error("model: {n_layer: [").find("not valid YAML"), std::string::npos);
+}
+
+TEST(JobSpecTest, ParallelSectionParsesEveryZeroStage) {
+  for (int zero : {0, 1, 2, 3}) {
+    auto s = ParseJobSpec(With("parallel: {dp: 2, zero_stage: " + std::to_string(zero) + ", bucket_mb: 4, timeout_s: 60}\n"
+                               "resources: {workers: 2}\noptimizer: {placement: worker}\n"));
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->parallel.zero_stage, zero);
+    EXPECT_DOUBLE_EQ(s->parallel.bucket_mb, 4);
+    EXPECT_EQ(s->world_size(), 2);
+  }
+  auto d = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_DOUBLE_EQ(d->parallel.bucket_mb, 25);
+  EXPECT_EQ(d->optimizer.placement, "worker");
+}
+
+TEST(JobSpecTest, IncoherentParallelSpecsAreRefusedWithTheReason) {
+  const std::string ps = Error(With("parallel: {dp: 2, zero_stage: 3}\noptimizer: {placement: shardserver}\n"));
+  EXPECT_NE(ps.find("'optimizer.placement' shardserver keeps whole parameters on every worker"), std::string::npos) << ps;
+  EXPECT_NE(ps.find("parallel.zero_stage 3 shards the parameters"), std::string::npos) << ps;
+  const std::string w = Error(With("parallel: {dp: 4}\nresources: {workers: 3}\n"));
+  EXPECT_NE(w.find("'resources.workers' 3 workers asked for, but the parallel degrees need dp 4 = 4"), std::string::npos) << w;
+  EXPECT_NE(Error(With("parallel: {bucket_mb: 0}\n")).find("'parallel.bucket_mb' must be > 0"), std::string::npos);
+  EXPECT_NE(Error(With("parallel: {zero_stage: 4}\n")).find("'parallel.zero_stage' must be 0, 1, 2 or 3"), std::string::npos);
+  EXPECT_NE(Error(With("optimizer: {placement: gpu}\n")).find("'gpu' is not worker or shardserver"), std::string::npos);
 }
 
 TEST(LearningRateTest, ConstantWithoutWarmupOrDecay) {

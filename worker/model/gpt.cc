@@ -72,8 +72,18 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c) {
   return t;
 }
 
-GPT::GPT(const GPTConfig& config) : config_(config), tensors_(ParameterLayout(config)) {
-  const size_t n = tensors_.back().offset + tensors_.back().numel;
+std::vector<size_t> UnitBoundaries(const GPTConfig& c) {
+  const std::vector<ParamTensor> t = ParameterLayout(c);
+  std::vector<size_t> b = {0};
+  b.push_back(t[2].offset);  // after wte, wpe
+  for (int l = 0; l < c.n_layer; ++l) b.push_back(t[2 + 12 * (l + 1)].offset);
+  b.push_back(t.back().offset + t.back().numel);  // ln_f
+  return b;
+}
+
+GPT::GPT(const GPTConfig& config)
+    : config_(config), tensors_(ParameterLayout(config)), unit_begin_(UnitBoundaries(config)) {
+  const size_t n = num_params();
   params_.Assign(n);
   grads_.Assign(n);
 }
@@ -85,10 +95,11 @@ const ParamTensor* GPT::FindTensor(const std::string& name) const {
   return nullptr;
 }
 
-GPT::LayerParams GPT::Layer(float* base, int l) const {
+GPT::LayerParams GPT::Layer(float* unit_base, int l) const {
   // 12 tensors per layer, after wte and wpe.
   const size_t i = 2 + static_cast<size_t>(l) * 12;
-  auto p = [&](size_t j) { return base + tensors_[i + j].offset; };
+  const size_t begin = unit_begin(1 + l);
+  auto p = [&](size_t j) { return unit_base + (tensors_[i + j].offset - begin); };
   return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
 }
 
@@ -189,14 +200,14 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
   const int BT = B * T;
   EnsureActivations(B, T);
   inputs_.assign(inputs, inputs + BT);
-  float* P = params_.data();
-  Op("encoder fwd", [&] {
-    k::encoder_forward(A(off_.encoded), inputs, P + tensors_[0].offset, P + tensors_[1].offset, B,
-                       T, C);
-  });
+  {
+    float* E = UnitParams(0);  // wte at E, wpe at E + wpe offset
+    Op("encoder fwd", [&] { k::encoder_forward(A(off_.encoded), inputs, E, E + tensors_[1].offset, B, T, C); });
+    ReleaseUnitParams(0);
+  }
   const float* residual = A(off_.encoded);
   for (int l = 0; l < L; ++l) {
-    const LayerParams w = Layer(P, l);
+    const LayerParams w = Layer(UnitParams(1 + l), l);
     Op("layernorm fwd", [&] {
       k::layernorm_forward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
                            LayerAct(l, off_.ln1_rstd), residual, w.ln1w, w.ln1b, BT, C);
@@ -232,18 +243,20 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
       k::residual_forward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
                           static_cast<int64_t>(BT) * C);
     });
+    ReleaseUnitParams(1 + l);
     residual = LayerAct(l, off_.res3);
   }
-  const ParamTensor& lnfw = tensors_[tensors_.size() - 2];
-  const ParamTensor& lnfb = tensors_[tensors_.size() - 1];
-  Op("layernorm fwd", [&] {
-    k::layernorm_forward(A(off_.lnf), A(off_.lnf_mean), A(off_.lnf_rstd), residual, P + lnfw.offset,
-                         P + lnfb.offset, BT, C);
-  });
-  // Tied classifier: logits = lnf @ wte^T
+  {
+    float* F = UnitParams(L + 1);  // ln_f weight, then bias
+    Op("layernorm fwd", [&] {
+      k::layernorm_forward(A(off_.lnf), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
+    });
+    ReleaseUnitParams(L + 1);
+  }
+  // Tied classifier: logits = lnf @ wte^T. wte stays acquired for the classifier's backward.
+  wte_ = UnitParams(0);
   Op("classifier matmul fwd", [&] {
-    k::matmul_forward(A(off_.logits), A(off_.lnf), P + tensors_[0].offset, nullptr, BT, C, V,
-                      k::WeightLayout::kOutIn);
+    k::matmul_forward(A(off_.logits), A(off_.lnf), wte_, nullptr, BT, C, V, k::WeightLayout::kOutIn);
   });
 }
 
@@ -255,6 +268,7 @@ static float MeanLoss(const float* losses, int n) {
 
 float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
   RunForward(inputs, B, T);
+  ReleaseUnitParams(0);
   if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
   Op("classifier xent fwd", [&] {
     k::crossentropy_forward(A(off_.losses), A(off_.logits), targets, B * T, config_.vocab_size);
@@ -281,26 +295,31 @@ void GPT::RunBackward(int B, int T) {
   const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const int L = config_.n_layer;
   const int BT = B * T;
-  float* P = params_.data();
-  float* G = grads_.data();
-  const int nt = static_cast<int>(tensors_.size());
   float* dres = A(off_.dres);
   float* dln = A(off_.dln);
-  // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf
+  // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
+  // wte's gradient stays acquired until the encoder's backward adds its part.
+  float* dE = UnitGrads(0);
   Op("classifier matmul bwd", [&] {
-    k::matmul_backward(A(off_.dlnf), G + tensors_[0].offset, nullptr, A(off_.logits), A(off_.lnf),
-                       P + tensors_[0].offset, BT, C, V, k::WeightLayout::kOutIn);
+    k::matmul_backward(A(off_.dlnf), dE, nullptr, A(off_.logits), A(off_.lnf), wte_, BT, C, V,
+                       k::WeightLayout::kOutIn);
   });
+  ReleaseUnitParams(0);
+  wte_ = nullptr;
   const float* last = L > 0 ? LayerAct(L - 1, off_.res3) : A(off_.encoded);
   std::fill(dres, dres + static_cast<size_t>(BT) * C, 0.f);
-  Op("layernorm bwd", [&] {
-    k::layernorm_backward(dres, G + tensors_[nt - 2].offset, G + tensors_[nt - 1].offset,
-                          A(off_.dlnf), last, P + tensors_[nt - 2].offset, A(off_.lnf_mean),
-                          A(off_.lnf_rstd), BT, C);
-  });
+  {
+    float* F = UnitParams(L + 1);
+    float* dF = UnitGrads(L + 1);
+    Op("layernorm bwd", [&] {
+      k::layernorm_backward(dres, dF, dF + C, A(off_.dlnf), last, F, A(off_.lnf_mean), A(off_.lnf_rstd), BT, C);
+    });
+    ReleaseUnitParams(L + 1);
+    UnitGradsDone(L + 1);
+  }
   for (int l = L - 1; l >= 0; --l) {
-    const LayerParams w = Layer(P, l);
-    const LayerParams g = Layer(G, l);
+    const LayerParams w = Layer(UnitParams(1 + l), l);
+    const LayerParams g = Layer(UnitGrads(1 + l), l);
     const float* residual = l > 0 ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
     // dres holds d(res3). MLP branch.
     Op("matmul+gelu bwd", [&] {
@@ -339,11 +358,11 @@ void GPT::RunBackward(int B, int T) {
       k::layernorm_backward(dres, g.ln1w, g.ln1b, dln, residual, w.ln1w, LayerAct(l, off_.ln1_mean),
                             LayerAct(l, off_.ln1_rstd), BT, C);
     });
+    ReleaseUnitParams(1 + l);
+    UnitGradsDone(1 + l);
   }
-  Op("encoder bwd", [&] {
-    k::encoder_backward(G + tensors_[0].offset, G + tensors_[1].offset, dres, inputs_.data(), B, T,
-                        C);
-  });
+  Op("encoder bwd", [&] { k::encoder_backward(dE, dE + tensors_[1].offset, dres, inputs_.data(), B, T, C); });
+  UnitGradsDone(0);
 }
 
 }  // namespace gantry::model

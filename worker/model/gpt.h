@@ -34,6 +34,25 @@ struct ParamTensor {
 // The parameter tensors of a config, in flat-buffer order.
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& config);
 
+// Units are the blocks of the flat buffer that forward and backward use together, in
+// flat-buffer order: unit 0 is wte and wpe, unit 1 + l is layer l, unit n_layer + 1 is ln_f.
+// unit_begin[u] .. unit_begin[u + 1] is unit u's range (n_layer + 3 entries).
+std::vector<size_t> UnitBoundaries(const GPTConfig& config);
+
+// Where the model finds a unit's parameters and puts its gradients when they do not live
+// in its own full buffers (ZeRO stages 2 and 3). Pointers address the unit's first element;
+// the model calls Release/GradsDone once it will not touch them again.
+class ParamHost {
+ public:
+  virtual ~ParamHost() = default;
+  virtual float* AcquireParams(int unit) = 0;
+  virtual void ReleaseParams(int unit) = 0;
+  // The unit's gradient accumulator, valid until GradsDone (the host zeroes it or keeps it).
+  virtual float* AcquireGrads(int unit) = 0;
+  // Backward of this micro-batch is done with the unit's gradients.
+  virtual void GradsDone(int unit) = 0;
+};
+
 class GPT {
  public:
   explicit GPT(const GPTConfig& config);  // config must be valid
@@ -41,7 +60,20 @@ class GPT {
   const GPTConfig& config() const { return config_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   const ParamTensor* FindTensor(const std::string& name) const;
-  size_t num_params() const { return params_.size(); }
+  size_t num_params() const { return unit_begin_.back(); }
+  int num_units() const { return static_cast<int>(unit_begin_.size()) - 1; }
+  size_t unit_begin(int u) const { return unit_begin_[static_cast<size_t>(u)]; }
+  size_t unit_end(int u) const { return unit_begin_[static_cast<size_t>(u) + 1]; }
+  // The model's own full buffers are the default home of parameters and gradients. A host
+  // (not owned) takes over every unit access; then a buffer it does not need may be freed
+  // (ZeRO 2 frees the gradients, ZeRO 3 both) and re-allocated for whole-model work.
+  void set_param_host(ParamHost* host) { host_ = host; }
+  void FreeParamBuffer() { params_ = FloatBuffer(); }
+  void FreeGradBuffer() { grads_ = FloatBuffer(); }
+  void AllocateParamBuffer() { if (params_.size() != num_params()) params_.Assign(num_params()); }
+  void AllocateGradBuffer() { if (grads_.size() != num_params()) grads_.Assign(num_params()); }
+  bool has_param_buffer() const { return params_.size() == num_params(); }
+  bool has_grad_buffer() const { return grads_.size() == num_params(); }
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
@@ -68,6 +100,8 @@ class GPT {
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<std::pair<std::string, double>>& op_seconds() const { return op_seconds_; }
   void ResetProfile() { op_seconds_.clear(); }
+  // Allocates the activations for (B,T) now rather than at the first forward.
+  void ReserveActivations(int B, int T) { EnsureActivations(B, T); }
   // Bytes of activation memory for the current (B,T).
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
 
@@ -84,7 +118,12 @@ class GPT {
     // backward scratch
     size_t dres, dln, dqkv, datty, datt, dfch, dlnf;
   };
-  LayerParams Layer(float* base, int l) const;
+  // Tensor pointers of layer l, from the layer's unit base pointer.
+  LayerParams Layer(float* unit_base, int l) const;
+  float* UnitParams(int u) { return host_ ? host_->AcquireParams(u) : params_.data() + unit_begin(u); }
+  void ReleaseUnitParams(int u) { if (host_) host_->ReleaseParams(u); }
+  float* UnitGrads(int u) { return host_ ? host_->AcquireGrads(u) : grads_.data() + unit_begin(u); }
+  void UnitGradsDone(int u) { if (host_) host_->GradsDone(u); }
   void EnsureActivations(int B, int T);
   float* A(size_t off) { return act_.data() + off; }
   float* LayerAct(int l, size_t off) { return act_.data() + off_.layer0 + l * off_.layer_stride + off; }
@@ -98,6 +137,9 @@ class GPT {
   bool profiling_ = false;
   std::vector<std::pair<std::string, double>> op_seconds_;
   std::vector<ParamTensor> tensors_;
+  std::vector<size_t> unit_begin_;
+  ParamHost* host_ = nullptr;
+  float* wte_ = nullptr;  // unit 0's parameters, acquired from the classifier's forward to its backward
   FloatBuffer params_;
   FloatBuffer grads_;
   FloatBuffer act_;

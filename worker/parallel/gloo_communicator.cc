@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/parallel/failure_report.h"
 
 namespace gantry::parallel {
 namespace {
@@ -38,7 +39,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(options.timeout);
     ctx->connectFullMesh(*store, device);
-    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(ctx), options));
+    GlooOptions o = options;
+    if (o.failure_grace.count() <= 0) o.failure_grace = std::min(o.timeout, std::chrono::milliseconds(10000));
+    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(ctx), store, o));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", rank, " of ", size, ": joining the group failed: ", e.what()));
   }
@@ -49,11 +52,16 @@ GlooCommunicator::~GlooCommunicator() = default;
 template <typename F>
 absl::Status GlooCommunicator::Run(const char* what, F&& f) {
   const uint64_t seq = ++seq_;
+  if (!broken_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " #", seq, " on rank ", rank_, ": the group failed earlier: ", broken_));
+  }
   try {
     f(static_cast<uint32_t>(seq));
   } catch (const std::exception& e) {
-    return absl::DeadlineExceededError(absl::StrCat(what, " #", seq, " failed on rank ", rank_, " of ", size_,
-                                                    " (timeout ", options_.timeout.count(), " ms): ", e.what()));
+    const std::string missing = ReportFailureAndFindMissing(*store_, rank_, size_, seq, options_.failure_grace);
+    broken_ = absl::StrCat(what, " #", seq, " failed on rank ", rank_, " of ", size_, ": ", missing, " (timeout ",
+                           options_.timeout.count(), " ms; gloo: ", e.what(), ")");
+    return absl::DeadlineExceededError(broken_);
   }
   return absl::OkStatus();
 }

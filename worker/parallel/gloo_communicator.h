@@ -22,6 +22,10 @@ namespace gantry::parallel {
 struct GlooOptions {
   std::string hostname = "127.0.0.1";  // the address this rank listens on
   std::chrono::milliseconds timeout{30000};
+  // After a collective fails, how long each rank waits for the others to report the failure
+  // in the store: those that do not are named as the ranks that did not arrive. 0 = the
+  // smaller of timeout and 10 s.
+  std::chrono::milliseconds failure_grace{0};
 };
 
 class GlooCommunicator final : public Communicator {
@@ -44,8 +48,9 @@ class GlooCommunicator final : public Communicator {
   absl::Status Barrier() override;
 
  private:
-  GlooCommunicator(int rank, int size, std::shared_ptr<gloo::Context> ctx, GlooOptions o)
-      : rank_(rank), size_(size), ctx_(std::move(ctx)), options_(std::move(o)) {}
+  GlooCommunicator(int rank, int size, std::shared_ptr<gloo::Context> ctx,
+                   std::shared_ptr<gloo::rendezvous::Store> store, GlooOptions o)
+      : rank_(rank), size_(size), ctx_(std::move(ctx)), store_(std::move(store)), options_(std::move(o)) {}
   // Runs one collective: takes the next sequence number (also its Gloo tag/slot) and turns
   // an exception into an error that names the collective, the sequence number and the rank.
   template <typename F>
@@ -53,8 +58,10 @@ class GlooCommunicator final : public Communicator {
 
   int rank_, size_;
   std::shared_ptr<gloo::Context> ctx_;
+  std::shared_ptr<gloo::rendezvous::Store> store_;
   GlooOptions options_;
   uint64_t seq_ = 0;
+  std::string broken_;  // set by the first failure: the group is not usable after it
 };
 
 }  // namespace gantry::parallel

@@ -84,8 +84,27 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (t.global_batch < 1) return FieldError("train.global_batch", "must be >= 1");
   if (s.parallel.dp < 1) return FieldError("parallel.dp", "must be >= 1");
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
-  if (s.parallel.zero_stage > 1) {
-    return FieldError("parallel.zero_stage", "2 and 3 are not implemented yet; use 0 or 1");
+  if (!(s.parallel.bucket_mb > 0) || !std::isfinite(s.parallel.bucket_mb)) {
+    return FieldError("parallel.bucket_mb", "must be > 0");
+  }
+  if (!(s.parallel.timeout_s >= 0)) return FieldError("parallel.timeout_s", "must be >= 0 (0 = the worker's default)");
+  if (s.optimizer.placement != "worker" && s.optimizer.placement != "shardserver") {
+    return FieldError("optimizer.placement", absl::StrCat("'", s.optimizer.placement, "' is not worker or shardserver"));
+  }
+  if (s.optimizer.placement == "shardserver" && s.parallel.zero_stage == 3) {
+    return FieldError("optimizer.placement",
+                      "shardserver keeps whole parameters on every worker and the optimizer on the shard servers, "
+                      "but parallel.zero_stage 3 shards the parameters over the workers: use zero_stage 0-2 "
+                      "with shardserver, or placement worker with zero_stage 3");
+  }
+  if (s.optimizer.placement == "shardserver") {
+    return FieldError("optimizer.placement", "shardserver (parameter-server mode) is not implemented yet; use worker");
+  }
+  if (s.resources.workers < 0) return FieldError("resources.workers", "must be >= 1");
+  if (s.resources.workers != 0 && s.resources.workers != s.world_size()) {
+    return FieldError("resources.workers",
+                      absl::StrCat(s.resources.workers, " workers asked for, but the parallel degrees need dp ",
+                                   s.parallel.dp, " = ", s.world_size(), " (one worker per rank)"));
   }
   if (t.global_batch % (t.micro_batch * s.parallel.dp) != 0) {
     return FieldError("train.global_batch",
@@ -163,7 +182,12 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                       {"seed", Num(&s.train.seed, "a non-negative integer")}})},
        {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
        {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"dir", Str(&s.checkpoint.dir)}})},
-       {"parallel", sub({{"dp", Int(&s.parallel.dp)}, {"zero_stage", Int(&s.parallel.zero_stage)}})}}));
+       {"parallel", sub({{"dp", Int(&s.parallel.dp)},
+                         {"zero_stage", Int(&s.parallel.zero_stage)},
+                         {"bucket_mb", Real(&s.parallel.bucket_mb)},
+                         {"timeout_s", Real(&s.parallel.timeout_s)}})},
+       {"optimizer", sub({{"placement", Str(&s.optimizer.placement)}})},
+       {"resources", sub({{"workers", Int(&s.resources.workers)}})}}));
   if (!max_seq_given) s.model.max_seq_len = s.seq_len;
   if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch * std::max(1, s.parallel.dp);
   RETURN_IF_ERROR(Validate(s, present));

@@ -34,7 +34,19 @@ struct TrainSpec {
 
 struct ParallelSpec {
   int dp = 1;          // data-parallel ranks
-  int zero_stage = 0;  // 0: all-reduce of gradients; 1: optimizer state sharded (2, 3: not yet)
+  int zero_stage = 0;  // 0: all-reduce; 1: optimizer state sharded; 2: and gradients; 3: and parameters
+  double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
+  double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default
+};
+
+struct OptimizerSpec {
+  // Where AdamW runs: "worker" (each DP rank, ZeRO-sharded) or "shardserver" (the
+  // parameter-server mode of the shard servers; not built yet).
+  std::string placement = "worker";
+};
+
+struct ResourcesSpec {
+  int workers = 0;  // worker processes the job asks for; 0 = dp (the product of the degrees)
 };
 
 struct EvalSpec {
@@ -56,6 +68,8 @@ struct JobSpec {
   EvalSpec eval;
   CheckpointSpec checkpoint;
   ParallelSpec parallel;
+  OptimizerSpec optimizer;
+  ResourcesSpec resources;
   int world_size() const { return parallel.dp; }
   // global_batch = micro_batch x grad_accum x dp
   int grad_accum() const {

@@ -1,36 +1,43 @@
 #include "worker/train/optimizer.h"
 
-#include "kernels/adamw.h"
-
 #include <algorithm>
+
+#include "kernels/adamw.h"
 
 namespace gantry::train {
 
-AdamW::AdamW(const std::vector<model::ParamTensor>& tensors, size_t num_params, AdamWConfig config,
-             size_t begin, size_t end)
-    : config_(config), begin_(begin), end_(std::min(end, num_params)) {
-  if (begin_ > end_) begin_ = end_;
-  m_.Assign(end_ - begin_);
-  v_.Assign(end_ - begin_);
-  for (const auto& t : tensors) {
-    const size_t b = std::max(begin_, t.offset), e = std::min(end_, t.offset + t.numel);
-    if (b >= e) continue;
-    if (!ranges_.empty() && ranges_.back().decay == t.decay && ranges_.back().end == b) {
-      ranges_.back().end = e;
-    } else {
-      ranges_.push_back({b, e, t.decay});
+AdamW::AdamW(const std::vector<model::ParamTensor>& tensors, size_t num_params, AdamWConfig config)
+    : AdamW(tensors, {ShardSegment{0, num_params, 0}}, num_params, config) {}
+
+AdamW::AdamW(const std::vector<model::ParamTensor>& tensors, const std::vector<ShardSegment>& segments,
+             size_t local_size, AdamWConfig config)
+    : config_(config), segments_(segments) {
+  m_.Assign(local_size);
+  v_.Assign(local_size);
+  for (const ShardSegment& s : segments) {
+    for (const auto& t : tensors) {
+      const size_t b = std::max(s.flat_begin, t.offset), e = std::min(s.flat_end, t.offset + t.numel);
+      if (b >= e) continue;
+      const size_t local = s.local + (b - s.flat_begin);
+      if (!ranges_.empty() && ranges_.back().decay == t.decay && ranges_.back().flat_end == b &&
+          ranges_.back().local + (b - ranges_.back().flat_begin) == local) {
+        ranges_.back().flat_end = e;
+      } else {
+        ranges_.push_back({b, e, local, t.decay});
+      }
     }
   }
 }
 
-void AdamW::Step(float* params, const float* grads, double lr, int step) {
+void AdamW::Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step) {
   for (const Range& r : ranges_) {
     kernels::AdamWParams hp{static_cast<float>(lr), static_cast<float>(config_.beta1),
                             static_cast<float>(config_.beta2), static_cast<float>(config_.eps),
                             r.decay ? static_cast<float>(config_.weight_decay) : 0.f, step};
-    const size_t local = r.begin - begin_;
-    kernels::adamw_update(params + r.begin, grads + local, m_.data() + local, v_.data() + local,
-                          static_cast<int64_t>(r.end - r.begin), hp);
+    float* p = params + (pindex == Index::kFlat ? r.flat_begin : r.local);
+    const float* g = grads + (gindex == Index::kFlat ? r.flat_begin : r.local);
+    kernels::adamw_update(p, g, m_.data() + r.local, v_.data() + r.local,
+                          static_cast<int64_t>(r.flat_end - r.flat_begin), hp);
   }
 }
 

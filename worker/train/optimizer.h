@@ -13,17 +13,31 @@ struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 
+// A run of the flat parameter buffer [flat_begin, flat_end) that a rank owns, stored at
+// `local` in its compact shard buffers (gradients, m, v and, under ZeRO 3, parameters).
+struct ShardSegment {
+  size_t flat_begin = 0, flat_end = 0, local = 0;
+};
+
 class AdamW {
  public:
-  // State for the parameters [begin, end) of the flat buffer (ZeRO stage 1 gives each rank
-  // its own range; by default the whole buffer).
-  AdamW(const std::vector<model::ParamTensor>& tensors, size_t num_params, AdamWConfig config,
-        size_t begin = 0, size_t end = SIZE_MAX);
-  // One update of params[begin, end) with learning rate lr; step is 1-based. params is the
-  // whole flat buffer, grads holds the gradients of [begin, end) only.
-  void Step(float* params, const float* grads, double lr, int step);
-  size_t begin() const { return begin_; }
-  size_t end() const { return end_; }
+  // State for the whole flat buffer.
+  AdamW(const std::vector<model::ParamTensor>& tensors, size_t num_params, AdamWConfig config);
+  // State for the segments a ZeRO rank owns; local_size is the size of its compact buffers.
+  AdamW(const std::vector<model::ParamTensor>& tensors, const std::vector<ShardSegment>& segments,
+        size_t local_size, AdamWConfig config);
+
+  // How a buffer is indexed: as the whole flat buffer, or compact like m and v.
+  enum class Index { kFlat, kLocal };
+  // One update with learning rate lr; step is 1-based. ZeRO 1 passes flat parameters and
+  // gradients (its shard of the gradients is reduced in place), ZeRO 2 flat parameters and
+  // compact gradients, ZeRO 3 both compact.
+  void Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step);
+  void Step(float* params, const float* grads, double lr, int step) {
+    Step(params, Index::kFlat, grads, Index::kFlat, lr, step);
+  }
+
+  const std::vector<ShardSegment>& segments() const { return segments_; }
   FloatBuffer& m() { return m_; }
   FloatBuffer& v() { return v_; }
   const FloatBuffer& m() const { return m_; }
@@ -31,12 +45,12 @@ class AdamW {
 
  private:
   struct Range {
-    size_t begin, end;
+    size_t flat_begin, flat_end, local;
     bool decay;
   };
-  std::vector<Range> ranges_;  // runs with the same decay flag, within [begin_, end_)
-  size_t begin_ = 0, end_ = 0;
   AdamWConfig config_;
+  std::vector<ShardSegment> segments_;
+  std::vector<Range> ranges_;  // the segments cut at tensor boundaries, each with its decay flag
   FloatBuffer m_, v_;
 };
 

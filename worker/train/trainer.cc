@@ -53,32 +53,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->model_->InitRandom(spec.train.seed);
   if (!options.init_from.empty()) RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, *t->model_));
   const size_t n_params = t->model_->num_params();
-  size_t opt_begin = 0, opt_end = n_params;
-  if (spec.parallel.zero_stage == 1 && world > 1) {
-    // Shards of whole 64-byte lines, the last one shorter if need be.
-    t->zero1_ = true;
-    t->shard_ = ((n_params + world - 1) / world + 15) / 16 * 16;
-    t->shard_begin_ = std::min(n_params, t->shard_ * static_cast<size_t>(options.comm->rank()));
-    opt_begin = t->shard_begin_;
-    opt_end = std::min(n_params, t->shard_begin_ + t->shard_);
-    t->padded_.Assign(t->shard_ * world);
-    t->grad_shard_.Assign(t->shard_);
-    t->gathered_.Assign(t->shard_ * world);
-  }
-  t->opt_ = std::make_unique<AdamW>(
-      t->model_->tensors(), n_params,
-      AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps, spec.train.weight_decay}, opt_begin, opt_end);
+  parallel::Communicator* comm = options.comm ? options.comm : &t->solo_;
+  ASSIGN_OR_RETURN(t->engine_, ZeroEngine::Create(t->model_.get(), comm, spec.parallel.zero_stage, spec.parallel.bucket_mb,
+                                                  AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps,
+                                                              spec.train.weight_decay}));
   if (options.resume) {
     if (spec.checkpoint.dir.empty()) {
       return absl::InvalidArgumentError("--resume needs checkpoint.dir in the job spec");
     }
     auto latest = FindLatestCheckpoint(spec.checkpoint.dir);
     if (latest.ok()) {
-      // The checkpoint holds the whole optimizer state; a ZeRO rank keeps its own range.
+      // The checkpoint holds the whole optimizer state; a ZeRO rank keeps its own pieces.
       FloatBuffer m(n_params), v(n_params);
       ASSIGN_OR_RETURN(CheckpointState st, LoadCheckpoint(*latest, *t->model_, m.data(), v.data()));
-      std::copy(m.data() + opt_begin, m.data() + opt_end, t->opt_->m().data());
-      std::copy(v.data() + opt_begin, v.data() + opt_end, t->opt_->v().data());
+      t->engine_->LoadOptimizerState(m.data(), v.data());
       if (st.seed != spec.train.seed) {
         return absl::FailedPreconditionError(absl::StrCat(*latest, ": written with seed ", st.seed,
                                                           ", the job spec has ", spec.train.seed));
@@ -90,6 +78,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
       return latest.status();
     }
   }
+  t->engine_->Shard();
+  t->model_->ReserveActivations(B, T);
   t->inputs_.resize(static_cast<size_t>(B) * T);
   t->targets_.resize(static_cast<size_t>(B) * T);
   return t;
@@ -118,63 +108,29 @@ StepReport Trainer::Step(int64_t step) {
     // Rank r takes windows (step*accum + micro)*dp + r: together the ranks read what one
     // process with accum*dp micro-batches reads.
     train_loader_->Fill((step * accum + micro) * dp + rank, inputs_.data(), targets_.data());
+    engine_->BeginMicroBatch(micro, accum);
     loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, 1.0f / accum);
   }
   loss /= accum;
-  const int64_t n = static_cast<int64_t>(model_->num_params());
-  // The gradient the optimizer steps with: the whole buffer, or (ZeRO 1) this rank's shard.
-  float* grad = model_->grads();
-  int64_t grad_n = n;
-  double sum_sq = 0;
-  if (zero1_) {
-    // ZeRO stage 1: reduce-scatter the gradients (each rank gets the sum over ranks of its
-    // shard); the global norm is the sum over shards of their squares.
-    std::copy(model_->grads(), model_->grads() + n, padded_.data());
-    std::fill(padded_.data() + n, padded_.data() + padded_.size(), 0.f);
-    comm_status_ = options_.comm->ReduceScatterSum(padded_.data(), grad_shard_.data(), shard_);
-    grad = grad_shard_.data();
-    grad_n = static_cast<int64_t>(shard_);
-    float sums[2] = {0.f, static_cast<float>(loss)};
-    if (comm_status_.ok()) {
-      kernels::scale_inplace(grad, grad_n, 1.0f / static_cast<float>(dp));
-      sums[0] = static_cast<float>(kernels::sum_squares(grad, grad_n));
-      comm_status_ = options_.comm->AllReduceSum(sums, 2);
-    }
-    if (!comm_status_.ok()) return StepReport{};
-    sum_sq = sums[0];
-    loss = sums[1] / static_cast<float>(dp);
-  } else {
-    if (dp > 1) {
-      // ZeRO stage 0: sum the ranks' gradients, average; every rank takes the same step.
-      comm_status_ = options_.comm->AllReduceSum(model_->grads(), static_cast<size_t>(n));
-      float l = static_cast<float>(loss);
-      if (comm_status_.ok()) comm_status_ = options_.comm->AllReduceSum(&l, 1);
-      if (!comm_status_.ok()) return StepReport{};
-      kernels::scale_inplace(model_->grads(), n, 1.0f / static_cast<float>(dp));
-      loss = l / static_cast<float>(dp);
-    }
-    sum_sq = kernels::sum_squares(model_->grads(), n);
-  }
-  const double norm = std::sqrt(sum_sq);
-  const float coef = kernels::clip_coefficient(norm, static_cast<float>(spec_.train.grad_clip));
-  if (coef < 1.0f) kernels::scale_inplace(grad, grad_n, coef);
   const double lr = LearningRate(spec_.train, step);
-  opt_->Step(model_->params(), grad, lr, static_cast<int>(step + 1));
-  if (zero1_) {  // every rank updated its shard: gather the whole parameter buffer
-    std::fill(grad_shard_.data(), grad_shard_.data() + shard_, 0.f);
-    std::copy(model_->params() + opt_->begin(), model_->params() + opt_->end(), grad_shard_.data());
-    comm_status_ = options_.comm->AllGather(grad_shard_.data(), gathered_.data(), shard_);
-    if (!comm_status_.ok()) return StepReport{};
-    std::copy(gathered_.data(), gathered_.data() + n, model_->params());
+  auto result = engine_->FinishStep(loss, lr, static_cast<int>(step + 1), spec_.train.grad_clip);
+  if (!result.ok()) {
+    comm_status_ = result.status();
+    return StepReport{};
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const StepTiming timing = engine_->TakeTiming();
   StepReport r;
   r.step = step + 1;
-  r.loss = static_cast<float>(loss);
+  r.loss = static_cast<float>(result->loss);
   r.lr = lr;
-  r.grad_norm = norm;
+  r.grad_norm = result->grad_norm;
   r.seconds = secs;
   r.tokens_per_second = static_cast<double>(B) * T * accum * dp / secs;
+  r.comm_seconds = timing.exposed_comm;
+  r.optimizer_seconds = timing.optimizer;
+  r.compute_seconds = std::max(0.0, secs - timing.exposed_comm - timing.optimizer);
+  r.comm_busy_seconds = timing.comm_busy;
   return r;
 }
 
@@ -207,19 +163,6 @@ void Trainer::DrawProgress(int64_t done, double elapsed) {
   bar_shown_ = true;
 }
 
-absl::Status Trainer::GatherOptimizerState(FloatBuffer* m, FloatBuffer* v) {
-  const size_t n = model_->num_params();
-  const int dp = options_.comm->size();
-  for (auto [src, dst] : {std::pair{&opt_->m(), m}, std::pair{&opt_->v(), v}}) {
-    std::fill(grad_shard_.data(), grad_shard_.data() + shard_, 0.f);
-    std::copy(src->data(), src->data() + src->size(), grad_shard_.data());
-    RETURN_IF_ERROR(options_.comm->AllGather(grad_shard_.data(), gathered_.data(), shard_));
-    dst->Assign(n);
-    std::copy(gathered_.data(), gathered_.data() + std::min(n, shard_ * dp), dst->data());
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Trainer::Run() {
   const JobSpec& s = spec_;
   const int B = s.train.micro_batch, T = s.seq_len;
@@ -229,6 +172,14 @@ absl::Status Trainer::Run() {
       s.name, model_->num_params(), s.model.n_layer, s.model.n_head, s.model.n_embd,
       s.model.vocab_size, B, T, s.grad_accum(), s.parallel.dp, B * T * s.grad_accum() * s.parallel.dp,
       static_cast<long>(s.train.steps)));
+  const MemoryAccount mem = engine_->memory();
+  auto mb = [](size_t b) { return static_cast<double>(b) / (1 << 20); };
+  Print(absl::StrFormat(
+      "memory per rank (ZeRO %d, dp %d): params %.2f + grads %.2f + optimizer %.2f = %.2f MB (the ZeRO formula: "
+      "%.2f MB, %+.1f%%) | activations %.2f MB | working %.2f MB",
+      engine_->stage(), engine_->dp(), mb(mem.params), mb(mem.grads), mb(mem.optimizer), mb(mem.model_state()),
+      mb(mem.predicted), 100.0 * (static_cast<double>(mem.model_state()) / mem.predicted - 1), mb(mem.activations),
+      mb(mem.working)));
   auto eval = [&](int64_t step) {
     if (!val_loader_) return;
     const float v = Evaluate(*model_, *val_loader_, B, T, s.eval.batches);
@@ -242,6 +193,7 @@ absl::Status Trainer::Run() {
     StepReport r = Step(step);
     RETURN_IF_ERROR(comm_status_);
     reports_.push_back(r);
+    step_memory_ = engine_->memory();
     if (!std::isfinite(r.loss)) {
       return absl::InternalError(absl::StrCat("loss is not finite at step ", r.step,
                                               " (lower train.lr or enable train.grad_clip)"));
@@ -249,9 +201,11 @@ absl::Status Trainer::Run() {
     if (options_.print_losses) {
       Print(absl::StrFormat("step %ld loss %.9g", static_cast<long>(r.step), r.loss));
     } else {
-      Print(absl::StrFormat("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s",
+      Print(absl::StrFormat("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s"
+                            " | compute %.1f comm %.1f opt %.1f ms",
                             static_cast<long>(r.step), static_cast<long>(s.train.steps), r.loss,
-                            r.lr, r.grad_norm, r.seconds * 1e3, r.tokens_per_second));
+                            r.lr, r.grad_norm, r.seconds * 1e3, r.tokens_per_second, r.compute_seconds * 1e3,
+                            r.comm_seconds * 1e3, r.optimizer_seconds * 1e3));
     }
     const bool last = r.step == s.train.steps;
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
@@ -259,13 +213,18 @@ absl::Status Trainer::Run() {
     }
     const bool writer = !options_.comm || options_.comm->rank() == 0;  // ranks hold the same model
     const bool ckpt = s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last);
-    FloatBuffer m, v;
-    if (ckpt && zero1_) RETURN_IF_ERROR(GatherOptimizerState(&m, &v));  // collective: every rank
-    if (writer && ckpt) {
-      ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(s.checkpoint.dir, *model_, zero1_ ? m.data() : opt_->m().data(),
-                                                        zero1_ ? v.data() : opt_->v().data(), {r.step, s.train.seed}));
-      Print(absl::StrCat("checkpoint ", path));
-      if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, r.step));
+    if (ckpt) {
+      // Layout-free: the whole parameters and optimizer state, gathered on every rank
+      // (collectives), written by rank 0.
+      FloatBuffer m, v;
+      RETURN_IF_ERROR(engine_->GatherOptimizerState(&m, &v));
+      RETURN_IF_ERROR(engine_->GatherParams());
+      if (writer) {
+        ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(s.checkpoint.dir, *model_, m.data(), v.data(), {r.step, s.train.seed}));
+        Print(absl::StrCat("checkpoint ", path));
+        if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, r.step));
+      }
+      engine_->Shard();  // ZeRO 3 lets the gathered parameters go again
     }
     DrawProgress(r.step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
     if (options_.on_step && !options_.on_step(r)) {
@@ -280,6 +239,8 @@ absl::Status Trainer::Run() {
     std::fputs("\r\033[K", stderr);
     bar_shown_ = false;
   }
+  // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers.
+  RETURN_IF_ERROR(engine_->GatherParams());
   if (!options_.save_dir.empty() && (!options_.comm || options_.comm->rank() == 0)) {
     RETURN_IF_ERROR(model::SaveHFModel(options_.save_dir, *model_));
     Print(absl::StrCat("saved ", options_.save_dir));

@@ -16,6 +16,7 @@
 #include "worker/parallel/communicator.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/zero.h"
 
 namespace gantry::train {
 
@@ -45,6 +46,11 @@ struct StepReport {
   double grad_norm = 0;
   double seconds = 0;
   double tokens_per_second = 0;
+  // The step's time split: compute = seconds - exposed_comm - optimizer.
+  double compute_seconds = 0;
+  double comm_seconds = 0;       // exposed communication (the training thread waiting)
+  double optimizer_seconds = 0;  // clipping and AdamW
+  double comm_busy_seconds = 0;  // the communication thread's time, overlapped or not
 };
 
 class Trainer {
@@ -56,6 +62,9 @@ class Trainer {
   const std::vector<StepReport>& reports() const { return reports_; }
   const std::vector<std::pair<int64_t, float>>& val_losses() const { return val_losses_; }
   model::GPT& model() { return *model_; }
+  // Bytes this rank held while training (as of the last step; before the first, at start),
+  // with what the ZeRO formula predicts for its stage.
+  MemoryAccount memory() const { return reports_.empty() ? engine_->memory() : step_memory_; }
 
   // Mean loss over the first `batches` windows of a token file.
   static float Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int T, int batches);
@@ -69,7 +78,8 @@ class Trainer {
   JobSpec spec_;
   TrainOptions options_;
   std::unique_ptr<model::GPT> model_;
-  std::unique_ptr<AdamW> opt_;
+  parallel::SoloCommunicator solo_;  // the group of one process when options.comm is null
+  std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first
   std::optional<data::TokenFile> train_file_, val_file_;
   std::optional<data::BatchLoader> train_loader_, val_loader_;
   std::vector<int32_t> inputs_, targets_;
@@ -78,12 +88,7 @@ class Trainer {
   std::vector<std::pair<int64_t, float>> val_losses_;
   bool bar_shown_ = false;
   absl::Status comm_status_;
-  // ZeRO stage 1: this rank's shard [shard_begin_, shard_begin_ + shard_) of the flat buffer
-  // (the last rank's may be shorter), and the padded buffers of the collectives.
-  bool zero1_ = false;
-  size_t shard_ = 0, shard_begin_ = 0;
-  FloatBuffer padded_, grad_shard_, gathered_;
-  absl::Status GatherOptimizerState(FloatBuffer* m, FloatBuffer* v);
+  MemoryAccount step_memory_;
 };
 
 }  // namespace gantry::train

@@ -1,0 +1,24 @@
+// Naming the ranks that did not arrive at a failed collective. A transport error says only
+// that something broke (a socket closed, a wait timed out); which rank is gone is found out
+// of band: every rank that sees the group fail reports it once in the rendezvous store
+// (key gantry/failed/RANK, which the coordinator keeps after the job has failed), then waits
+// up to `grace` for the others' reports. The ranks whose report does not come are dead, hung
+// or cut off: they did not arrive.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace gloo::rendezvous {
+class Store;
+}
+
+namespace gantry::parallel {
+
+// "rank 2 did not arrive (...)", "ranks 1, 3 did not arrive (...)", or a sentence saying
+// every rank reported (a network fault) or that the store could not be reached.
+std::string ReportFailureAndFindMissing(gloo::rendezvous::Store& store, int rank, int size, uint64_t seq,
+                                        std::chrono::milliseconds grace);
+
+}  // namespace gantry::parallel

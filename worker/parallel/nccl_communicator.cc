@@ -1,0 +1,183 @@
+#include "worker/parallel/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <gloo/rendezvous/store.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/parallel/failure_report.h"
+
+namespace gantry::parallel {
+namespace {
+
+constexpr char kIdKey[] = "gantry/nccl_unique_id";
+
+ncclComm_t Comm(void* p) { return static_cast<ncclComm_t>(p); }
+cudaStream_t Stream(void* p) { return static_cast<cudaStream_t>(p); }
+
+std::string CudaError(cudaError_t e) { return absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e)); }
+
+// Polls until the non-blocking communicator leaves ncclInProgress (or the deadline).
+ncclResult_t WaitForComm(ncclComm_t comm, std::chrono::steady_clock::time_point deadline) {
+  ncclResult_t state = ncclInProgress;
+  while (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclInProgress) {
+    if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return state;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    int rank, int size, std::shared_ptr<gloo::rendezvous::Store> store, const NcclOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of size ", size, " is not a valid group member"));
+  }
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  c->rank_ = rank;
+  c->size_ = size;
+  c->options_ = options;
+  if (c->options_.failure_grace.count() <= 0) {
+    c->options_.failure_grace = std::min(options.timeout, std::chrono::milliseconds(10000));
+  }
+  c->store_ = std::move(store);
+  const std::string where = absl::StrCat("rank ", rank, " of ", size, " on cuda:", options.device);
+  if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat(where, ": ", CudaError(e)));
+  }
+  ncclUniqueId id;
+  try {
+    if (rank == 0) {
+      if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+        return absl::UnavailableError(absl::StrCat(where, ": ncclGetUniqueId: ", ncclGetErrorString(r)));
+      }
+      c->store_->set(kIdKey, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+    } else {
+      c->store_->wait({kIdKey}, options.timeout);
+      const std::vector<char> v = c->store_->get(kIdKey);
+      if (v.size() != sizeof(id.internal)) {
+        return absl::DataLossError(absl::StrCat(where, ": the NCCL unique id in the store has ", v.size(),
+                                                " bytes, not ", sizeof(id.internal)));
+      }
+      std::memcpy(id.internal, v.data(), v.size());
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(where, ": exchanging the NCCL unique id failed: ", e.what()));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // so that joining and every collective can be given up on
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (r == ncclSuccess || r == ncclInProgress) r = WaitForComm(comm, std::chrono::steady_clock::now() + options.timeout);
+  if (r != ncclSuccess) {
+    if (comm) ncclCommAbort(comm);
+    return absl::UnavailableError(absl::StrCat(where, ": joining the group failed: ",
+                                               r == ncclInProgress ? "timed out" : ncclGetErrorString(r)));
+  }
+  c->comm_ = comm;
+  cudaStream_t stream;
+  cudaEvent_t done;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(where, ": ", CudaError(e)));
+  }
+  c->stream_ = stream;
+  if (cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(where, ": ", CudaError(e)));
+  }
+  c->done_ = done;
+  if (cudaError_t e = cudaMalloc(&c->scratch_, sizeof(float)); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(where, ": ", CudaError(e)));
+  }
+  return c;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) {
+    if (broken_.empty()) {
+      ncclCommFinalize(Comm(comm_));
+      WaitForComm(Comm(comm_), std::chrono::steady_clock::now() + options_.timeout);
+      ncclCommDestroy(Comm(comm_));
+    } else {
+      ncclCommAbort(Comm(comm_));
+    }
+  }
+  if (scratch_) cudaFree(scratch_);
+  if (done_) cudaEventDestroy(static_cast<cudaEvent_t>(done_));
+  if (stream_) cudaStreamDestroy(Stream(stream_));
+}
+
+absl::Status NcclCommunicator::Fail(const char* what, uint64_t seq, const std::string& why) {
+  ncclCommAbort(Comm(comm_));
+  comm_ = nullptr;
+  const std::string missing = ReportFailureAndFindMissing(*store_, rank_, size_, seq, options_.failure_grace);
+  broken_ = absl::StrCat(what, " #", seq, " failed on rank ", rank_, " of ", size_, ": ", missing, " (timeout ",
+                         options_.timeout.count(), " ms; nccl: ", why, ")");
+  return absl::DeadlineExceededError(broken_);
+}
+
+absl::Status NcclCommunicator::WaitDone(const char* what, uint64_t seq) {
+  if (cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(done_), Stream(stream_)); e != cudaSuccess) {
+    return Fail(what, seq, CudaError(e));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (;;) {
+    const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(done_));
+    if (q == cudaSuccess) return absl::OkStatus();
+    if (q != cudaErrorNotReady) return Fail(what, seq, CudaError(q));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(Comm(comm_), &async);
+    if (async != ncclSuccess && async != ncclInProgress) return Fail(what, seq, ncclGetErrorString(async));
+    if (std::chrono::steady_clock::now() > deadline) return Fail(what, seq, "timed out");
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+template <typename F>
+absl::Status NcclCommunicator::Run(const char* what, F&& launch) {
+  const uint64_t seq = ++seq_;
+  if (!broken_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " #", seq, " on rank ", rank_, ": the group failed earlier: ", broken_));
+  }
+  ncclResult_t r = launch();
+  if (r == ncclInProgress) r = WaitForComm(Comm(comm_), std::chrono::steady_clock::now() + options_.timeout);
+  if (r != ncclSuccess) return Fail(what, seq, r == ncclInProgress ? "enqueue timed out" : ncclGetErrorString(r));
+  return WaitDone(what, seq);
+}
+
+absl::Status NcclCommunicator::AllReduceSum(float* data, size_t n) {
+  return Run("all_reduce", [&] { return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_)); });
+}
+
+absl::Status NcclCommunicator::ReduceScatterSum(const float* in, float* out, size_t n) {
+  return Run("reduce_scatter", [&] { return ncclReduceScatter(in, out, n, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_)); });
+}
+
+absl::Status NcclCommunicator::AllGather(const float* in, float* out, size_t n) {
+  return Run("all_gather", [&] { return ncclAllGather(in, out, n, ncclFloat32, Comm(comm_), Stream(stream_)); });
+}
+
+absl::Status NcclCommunicator::Broadcast(float* data, size_t n, int root) {
+  if (root < 0 || root >= size_) return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root));
+  return Run("broadcast", [&] { return ncclBroadcast(data, data, n, ncclFloat32, root, Comm(comm_), Stream(stream_)); });
+}
+
+absl::Status NcclCommunicator::Send(const float* data, size_t n, int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("send to rank ", peer));
+  return Run("send", [&] { return ncclSend(data, n, ncclFloat32, peer, Comm(comm_), Stream(stream_)); });
+}
+
+absl::Status NcclCommunicator::Recv(float* data, size_t n, int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer));
+  return Run("recv", [&] { return ncclRecv(data, n, ncclFloat32, peer, Comm(comm_), Stream(stream_)); });
+}
+
+absl::Status NcclCommunicator::Barrier() {
+  return Run("barrier", [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_)); });
+}
+
+}  // namespace gantry::parallel

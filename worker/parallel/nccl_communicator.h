@@ -1,0 +1,70 @@
+// The GPU Communicator: NCCL on one CUDA device per rank. Buffers are device pointers. The
+// ranks meet through the same rendezvous store as Gloo's (the coordinator's, in a cluster):
+// rank 0 puts the NCCL unique id there, the others read it. The communicator is created
+// non-blocking, and every collective is enqueued on the communicator's stream and then
+// waited for under the group's timeout, polling NCCL's asynchronous error: a failure or a
+// hang aborts the communicator and becomes an error naming the collective, its sequence
+// number and the ranks that did not arrive (see failure_report.h), never a hang.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/parallel/communicator.h"
+
+namespace gloo::rendezvous {
+class Store;
+}
+
+namespace gantry::parallel {
+
+struct NcclOptions {
+  int device = 0;  // CUDA device of this rank
+  std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds failure_grace{0};  // 0 = the smaller of timeout and 10 s
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(int rank, int size,
+                                                                   std::shared_ptr<gloo::rendezvous::Store> store,
+                                                                   const NcclOptions& options);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  uint64_t seq() const override { return seq_; }
+  absl::Status AllReduceSum(float* data, size_t n) override;
+  absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
+  absl::Status AllGather(const float* in, float* out, size_t n) override;
+  absl::Status Broadcast(float* data, size_t n, int root) override;
+  absl::Status Send(const float* data, size_t n, int peer) override;
+  absl::Status Recv(float* data, size_t n, int peer) override;
+  absl::Status Barrier() override;
+  // The stream the collectives run on (device work that produces their inputs should be
+  // ordered before it).
+  void* stream() const { return stream_; }
+
+ private:
+  struct Impl;
+  NcclCommunicator() = default;
+  // Enqueues one collective (launch returns NCCL's result), then waits for it.
+  template <typename F>
+  absl::Status Run(const char* what, F&& launch);
+  absl::Status WaitDone(const char* what, uint64_t seq);
+  absl::Status Fail(const char* what, uint64_t seq, const std::string& why);
+
+  int rank_ = 0, size_ = 1;
+  uint64_t seq_ = 0;
+  NcclOptions options_;
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  void* comm_ = nullptr;    // ncclComm_t
+  void* stream_ = nullptr;  // cudaStream_t
+  void* done_ = nullptr;    // cudaEvent_t
+  float* scratch_ = nullptr;  // one float on the device, for Barrier
+  std::string broken_;
+};
+
+}  // namespace gantry::parallel

@@ -1,0 +1,390 @@
+#include "worker/train/zero.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/grad_norm.h"
+
+namespace gantry::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Loops for the communication thread: plain and vectorisable, no OpenMP team of their own
+// (a second team would fight the training thread's pinned one for the cores).
+void Scale(float* p, size_t n, float s) {
+  for (size_t i = 0; i < n; ++i) p[i] *= s;
+}
+void AddTo(float* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+float* ZeroEngine::Pool::Take(size_t n) {
+  std::lock_guard<std::mutex> l(mu_);
+  Slot* best = nullptr;
+  for (auto& s : slots_) {
+    if (!s->used && s->buf.size() >= n && (!best || s->buf.size() < best->buf.size())) best = s.get();
+  }
+  if (!best) {
+    slots_.push_back(std::make_unique<Slot>());
+    best = slots_.back().get();
+    best->buf.Assign(n);
+  }
+  best->used = true;
+  return best->buf.data();
+}
+
+void ZeroEngine::Pool::Give(float* p) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& s : slots_) {
+    if (s->buf.data() == p) s->used = false;
+  }
+}
+
+size_t ZeroEngine::Pool::allocated_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t b = 0;
+  for (const auto& s : slots_) b += s->buf.size() * sizeof(float);
+  return b;
+}
+
+size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp) {
+  const double p = static_cast<double>(num_params) * sizeof(float);  // one fp32 copy
+  const double d = dp;
+  switch (stage) {
+    case 0: return static_cast<size_t>(4 * p);              // params, grads, m, v
+    case 1: return static_cast<size_t>(2 * p + 2 * p / d);  // m and v sharded
+    case 2: return static_cast<size_t>(p + 3 * p / d);      // and the gradients
+    default: return static_cast<size_t>(4 * p / d);         // and the parameters
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, parallel::Communicator* comm,
+                                                               int stage, double bucket_mb, const AdamWConfig& config) {
+  if (stage < 0 || stage > 3) return absl::InvalidArgumentError(absl::StrCat("ZeRO stage ", stage, " is not 0, 1, 2 or 3"));
+  if (!(bucket_mb > 0)) return absl::InvalidArgumentError(absl::StrCat("bucket size ", bucket_mb, " MB must be > 0"));
+  std::unique_ptr<ZeroEngine> e(new ZeroEngine());
+  e->model_ = model;
+  e->stage_ = stage;
+  e->dp_ = comm->size();
+  e->rank_ = comm->rank();
+  const int units = model->num_units();
+  e->unit_bucket_.assign(static_cast<size_t>(units), -1);
+  const double bucket_bytes = bucket_mb * (1 << 20);
+  // In backward order (the last unit is done first), so buckets launch in index order.
+  bool filling = false;
+  for (int u = units - 1; u >= 0; --u) {
+    if (!filling || stage == 3) {
+      Bucket b;
+      b.end = model->unit_end(u);
+      e->buckets_.push_back(b);
+    }
+    Bucket& b = e->buckets_.back();
+    b.begin = model->unit_begin(u);
+    ++b.units;
+    e->unit_bucket_[static_cast<size_t>(u)] = static_cast<int>(e->buckets_.size()) - 1;
+    filling = static_cast<double>(b.size()) * sizeof(float) < bucket_bytes;
+  }
+  std::vector<ShardSegment> segments;
+  for (Bucket& b : e->buckets_) {
+    b.pending = b.units;
+    b.piece = (b.size() + e->dp_ - 1) / e->dp_;
+    b.local = e->local_size_;
+    e->local_size_ += b.piece;
+    if (e->PieceBegin(b) < e->PieceEnd(b)) segments.push_back({e->PieceBegin(b), e->PieceEnd(b), b.local});
+  }
+  if (stage == 0) {
+    e->opt_ = std::make_unique<AdamW>(model->tensors(), model->num_params(), config);
+  } else {
+    e->opt_ = std::make_unique<AdamW>(model->tensors(), segments, e->local_size_, config);
+  }
+  if (stage >= 2) e->grad_shard_.Assign(e->local_size_);
+  if (stage == 3) e->param_shard_.Assign(e->local_size_);
+  if (e->dp_ > 1 || stage >= 1) {
+    e->comm_ = std::make_unique<parallel::CommThread>(comm);
+    model->set_param_host(e.get());
+  }
+  return e;
+}
+
+ZeroEngine::~ZeroEngine() {
+  if (comm_) {
+    (void)comm_->WaitAll();
+    model_->set_param_host(nullptr);
+  }
+}
+
+void ZeroEngine::Shard() {
+  if (stage_ == 3 && model_->has_param_buffer()) {
+    for (const Bucket& b : buckets_) {
+      float* dst = param_shard_.data() + b.local;
+      std::fill(dst, dst + b.piece, 0.f);
+      std::copy(model_->params() + PieceBegin(b), model_->params() + PieceEnd(b), dst);
+    }
+    model_->FreeParamBuffer();
+  }
+  if (stage_ >= 2) model_->FreeGradBuffer();
+  NotePeak();
+}
+
+void ZeroEngine::LoadOptimizerState(const float* m, const float* v) {
+  for (const ShardSegment& s : opt_->segments()) {
+    std::copy(m + s.flat_begin, m + s.flat_end, opt_->m().data() + s.local);
+    std::copy(v + s.flat_begin, v + s.flat_end, opt_->v().data() + s.local);
+  }
+}
+
+absl::Status ZeroEngine::Wait(uint64_t ticket) {
+  const auto t0 = Clock::now();
+  absl::Status s = comm_->Wait(ticket);
+  timing_.exposed_comm += Since(t0);
+  return s;
+}
+
+absl::Status ZeroEngine::WaitAll() {
+  const auto t0 = Clock::now();
+  absl::Status s = comm_->WaitAll();
+  timing_.exposed_comm += Since(t0);
+  in_flight_.clear();
+  return s;
+}
+
+absl::Status ZeroEngine::GatherOptimizerState(FloatBuffer* m, FloatBuffer* v) {
+  const size_t n = model_->num_params();
+  m->Assign(n);
+  v->Assign(n);
+  if (stage_ == 0) {
+    std::copy(opt_->m().begin(), opt_->m().end(), m->data());
+    std::copy(opt_->v().begin(), opt_->v().end(), v->data());
+    return absl::OkStatus();
+  }
+  for (auto [src, dst] : {std::pair{opt_->m().data(), m->data()}, std::pair{opt_->v().data(), v->data()}}) {
+    for (const Bucket& b : buckets_) {
+      comm_->Submit([this, &b, src, dst](parallel::Communicator& c) {
+        float* out = pool_.Take(b.piece * dp_);
+        absl::Status s = c.AllGather(src + b.local, out, b.piece);
+        std::copy(out, out + b.size(), dst + b.begin);
+        pool_.Give(out);
+        return s;
+      });
+    }
+  }
+  return WaitAll();
+}
+
+absl::Status ZeroEngine::GatherParams() {
+  if (stage_ != 3 || model_->has_param_buffer()) return absl::OkStatus();
+  model_->AllocateParamBuffer();
+  float* params = model_->params();
+  for (const Bucket& b : buckets_) {
+    comm_->Submit([this, &b, params](parallel::Communicator& c) {
+      float* out = pool_.Take(b.piece * dp_);
+      absl::Status s = c.AllGather(param_shard_.data() + b.local, out, b.piece);
+      std::copy(out, out + b.size(), params + b.begin);
+      pool_.Give(out);
+      return s;
+    });
+  }
+  return WaitAll();
+}
+
+void ZeroEngine::BeginMicroBatch(int micro, int accum) {
+  micro_ = micro;
+  last_micro_ = micro == accum - 1;
+  for (Bucket& b : buckets_) b.pending = b.units;
+}
+
+float* ZeroEngine::AcquireParams(int unit) {
+  if (stage_ < 3) return model_->params() + model_->unit_begin(unit);
+  Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
+  if (b.gathered_refs++ > 0) return b.gathered;
+  b.gathered = pool_.Take(b.piece * dp_);
+  const float* in = param_shard_.data() + b.local;
+  float* out = b.gathered;
+  const size_t piece = b.piece;
+  // A failure is kept by the thread and answered by FinishStep; forward goes on with
+  // whatever the buffer holds until then.
+  (void)Wait(comm_->Submit([in, out, piece](parallel::Communicator& c) { return c.AllGather(in, out, piece); }));
+  NotePeak();
+  return b.gathered;
+}
+
+void ZeroEngine::ReleaseParams(int unit) {
+  if (stage_ < 3) return;
+  Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
+  if (--b.gathered_refs == 0) {
+    pool_.Give(b.gathered);
+    b.gathered = nullptr;
+  }
+}
+
+float* ZeroEngine::AcquireGrads(int unit) {
+  if (stage_ < 2) return model_->grads() + model_->unit_begin(unit);
+  Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
+  if (!b.work) {
+    // At most two buckets in flight: backward waits rather than outgrow the network.
+    while (in_flight_.size() >= 2) {
+      (void)Wait(in_flight_.front());
+      in_flight_.pop_front();
+    }
+    b.work = pool_.Take(b.piece * dp_);
+    std::fill(b.work, b.work + b.piece * dp_, 0.f);
+    NotePeak();
+  }
+  return b.work + (model_->unit_begin(unit) - b.begin);
+}
+
+void ZeroEngine::GradsDone(int unit) {
+  const int k = unit_bucket_[static_cast<size_t>(unit)];
+  if (--buckets_[static_cast<size_t>(k)].pending == 0) LaunchBucket(k);
+}
+
+void ZeroEngine::LaunchBucket(int k) {
+  Bucket& b = buckets_[static_cast<size_t>(k)];
+  const float inv = 1.0f / static_cast<float>(dp_);
+  const size_t begin = b.begin, end = b.end, piece = b.piece, pb = PieceBegin(b), pe = PieceEnd(b);
+  const int dp = dp_;
+  if (stage_ == 0) {
+    if (!last_micro_ || dp == 1) return;
+    float* g = model_->grads() + begin;
+    comm_->Submit([g, begin, end, inv](parallel::Communicator& c) {
+      absl::Status s = c.AllReduceSum(g, end - begin);
+      Scale(g, end - begin, inv);
+      return s;
+    });
+  } else if (stage_ == 1) {
+    if (!last_micro_) return;
+    float* grads = model_->grads();
+    comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv](parallel::Communicator& c) {
+      // The bucket padded to dp pieces; the own piece is reduced in place (through a
+      // scratch piece when it is the short last one).
+      float* staged = pool_.Take(piece * dp);
+      std::copy(grads + begin, grads + end, staged);
+      std::fill(staged + (end - begin), staged + piece * dp, 0.f);
+      float* out = pe - pb == piece ? grads + pb : pool_.Take(piece);
+      absl::Status s = c.ReduceScatterSum(staged, out, piece);
+      if (out != grads + pb) {
+        std::copy(out, out + (pe - pb), grads + pb);
+        pool_.Give(out);
+      }
+      Scale(grads + pb, pe - pb, inv);
+      pool_.Give(staged);
+      return s;
+    });
+  } else {
+    float* work = b.work;
+    b.work = nullptr;
+    float* shard = grad_shard_.data() + b.local;
+    const bool first = micro_ == 0;
+    in_flight_.push_back(comm_->Submit([this, work, shard, piece, first, inv](parallel::Communicator& c) {
+      float* out = first ? shard : pool_.Take(piece);
+      absl::Status s = c.ReduceScatterSum(work, out, piece);
+      Scale(out, piece, inv);
+      if (!first) {
+        AddTo(shard, out, piece);
+        pool_.Give(out);
+      }
+      pool_.Give(work);
+      return s;
+    }));
+  }
+}
+
+absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss, double lr, int step, double grad_clip) {
+  if (comm_) RETURN_IF_ERROR(WaitAll());
+  const size_t n = model_->num_params();
+  // Squares of the gradients this rank holds: all of them (stage 0, identical on every
+  // rank) or its pieces, summed over the group below.
+  double sum_sq = 0;
+  if (stage_ == 0) {
+    sum_sq = kernels::sum_squares(model_->grads(), static_cast<int64_t>(n));
+  } else if (stage_ == 1) {
+    for (const ShardSegment& s : opt_->segments()) {
+      sum_sq += kernels::sum_squares(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin));
+    }
+  } else {
+    sum_sq = kernels::sum_squares(grad_shard_.data(), static_cast<int64_t>(local_size_));
+  }
+  StepResult r;
+  r.loss = local_loss;
+  if (dp_ > 1) {
+    float sums[2] = {stage_ == 0 ? 0.f : static_cast<float>(sum_sq), static_cast<float>(local_loss)};
+    RETURN_IF_ERROR(Wait(comm_->Submit([&sums](parallel::Communicator& c) { return c.AllReduceSum(sums, 2); })));
+    if (stage_ > 0) sum_sq = sums[0];
+    r.loss = sums[1] / static_cast<float>(dp_);
+  }
+  r.grad_norm = std::sqrt(sum_sq);
+  const auto t_opt = Clock::now();
+  const float coef = kernels::clip_coefficient(r.grad_norm, static_cast<float>(grad_clip));
+  using I = AdamW::Index;
+  float* params = model_->params();
+  if (stage_ == 0) {
+    if (coef < 1.0f) kernels::scale_inplace(model_->grads(), static_cast<int64_t>(n), coef);
+    opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
+  } else if (stage_ == 1) {
+    for (const ShardSegment& s : opt_->segments()) {
+      if (coef < 1.0f) kernels::scale_inplace(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);
+    }
+    opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
+  } else {
+    if (coef < 1.0f) kernels::scale_inplace(grad_shard_.data(), static_cast<int64_t>(local_size_), coef);
+    if (stage_ == 2) {
+      opt_->Step(params, I::kFlat, grad_shard_.data(), I::kLocal, lr, step);
+    } else {
+      opt_->Step(param_shard_.data(), I::kLocal, grad_shard_.data(), I::kLocal, lr, step);
+    }
+  }
+  timing_.optimizer += Since(t_opt);
+  if ((stage_ == 1 || stage_ == 2) && dp_ > 1) {
+    // Every rank updated its pieces: gather each bucket into every rank's parameters.
+    for (const Bucket& b : buckets_) {
+      comm_->Submit([this, &b, params](parallel::Communicator& c) {
+        const size_t pb = PieceBegin(b), pe = PieceEnd(b);
+        float* out = pool_.Take(b.piece * dp_);
+        float* in = params + pb;
+        if (pe - pb != b.piece) {  // the short last piece, padded
+          in = pool_.Take(b.piece);
+          std::fill(std::copy(params + pb, params + pe, in), in + b.piece, 0.f);
+        }
+        absl::Status s = c.AllGather(in, out, b.piece);
+        std::copy(out, out + b.size(), params + b.begin);
+        if (in != params + pb) pool_.Give(in);
+        pool_.Give(out);
+        return s;
+      });
+    }
+    RETURN_IF_ERROR(WaitAll());
+  }
+  NotePeak();
+  return r;
+}
+
+StepTiming ZeroEngine::TakeTiming() {
+  StepTiming t = timing_;
+  if (comm_) t.comm_busy = comm_->TakeBusySeconds();
+  timing_ = StepTiming{};
+  return t;
+}
+
+MemoryAccount ZeroEngine::memory() const {
+  MemoryAccount m;
+  const size_t f = sizeof(float);
+  m.params = (model_->has_param_buffer() ? model_->num_params() * f : 0) + param_shard_.size() * f;
+  m.grads = (model_->has_grad_buffer() ? model_->num_params() * f : 0) + grad_shard_.size() * f;
+  m.optimizer = (opt_->m().size() + opt_->v().size()) * f;
+  m.activations = model_->activation_bytes();
+  m.working = pool_.allocated_bytes();
+  m.peak = std::max(peak_, m.model_state() + m.activations + m.working);
+  m.predicted = PredictedModelStateBytes(model_->num_params(), stage_, dp_);
+  return m;
+}
+
+void ZeroEngine::NotePeak() { peak_ = memory().peak; }
+
+}  // namespace gantry::train

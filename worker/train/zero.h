@@ -1,0 +1,149 @@
+// Data parallelism with ZeRO over a DP group, on the model's flat buffers.
+//
+// The flat buffer is cut into buckets of whole units (see model::UnitBoundaries): greedily
+// by parallel.bucket_mb in backward order under stages 0-2, one unit per bucket under stage
+// 3 (a unit is what forward and backward gather at once). Each bucket is split evenly over
+// the ranks (the last piece padded): rank r owns [begin + r*s, begin + (r+1)*s) of a bucket
+// of s pieces, and keeps its pieces contiguously in compact shard buffers.
+//
+//   stage 0  gradients all-reduced bucket by bucket as backward finishes them, AdamW on all
+//   stage 1  buckets reduce-scattered into the own piece, AdamW on the own pieces (the state
+//            is 1/dp), updated pieces all-gathered into every rank's parameters
+//   stage 2  as 1, and only the own gradient pieces are kept: backward writes a bucket into
+//            a working buffer that is reduce-scattered (every micro-batch) and given back
+//   stage 3  as 2, and only the own parameter pieces are kept: each unit is all-gathered
+//            just before its forward and its backward and released after
+//
+// Reductions run on a communication thread while backward goes on (overlap). Stages 0 and
+// 1 reduce once per step, after the last micro-batch; stages 2 and 3 keep no full gradient,
+// so they reduce every micro-batch. The global gradient norm is the sum over shards.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/buffer.h"
+#include "worker/model/gpt.h"
+#include "worker/parallel/comm_thread.h"
+#include "worker/parallel/communicator.h"
+#include "worker/train/optimizer.h"
+
+namespace gantry::train {
+
+// Bytes held for training by one rank.
+struct MemoryAccount {
+  size_t params = 0, grads = 0, optimizer = 0;  // persistent model state
+  size_t activations = 0;                       // the model's activation buffer
+  size_t working = 0;                           // collective staging, gathered units, buckets
+  size_t peak = 0;                              // the largest sum of all of the above seen
+  size_t predicted = 0;  // the ZeRO formula for params + grads + optimizer at this stage and dp
+  size_t model_state() const { return params + grads + optimizer; }
+};
+
+// Where a step's time went (seconds). compute = step - exposed_comm - optimizer.
+struct StepTiming {
+  double exposed_comm = 0;  // the training thread waiting on collectives
+  double optimizer = 0;     // clipping and AdamW
+  double comm_busy = 0;     // the communication thread's time in collectives (overlapped or not)
+};
+
+class ZeroEngine final : public model::ParamHost {
+ public:
+  // model holds the full parameters; comm is the DP group (SoloCommunicator for one rank).
+  // The model's buffers stay until Shard().
+  static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, parallel::Communicator* comm,
+                                                            int stage, double bucket_mb, const AdamWConfig& config);
+  ~ZeroEngine() override;
+
+  int stage() const { return stage_; }
+  int dp() const { return dp_; }
+  // Starts using the layout: stage 3 copies its parameter pieces out of the model and frees
+  // the model's parameters, stages 2 and 3 free its gradients. Call after loading weights.
+  void Shard();
+  // Optimizer state of the whole flat buffer (num_params each) → this rank's pieces.
+  void LoadOptimizerState(const float* m, const float* v);
+  // Collective: the whole optimizer state on every rank.
+  absl::Status GatherOptimizerState(FloatBuffer* m, FloatBuffer* v);
+  // Collective: the model's full parameter buffer valid (stage 3 allocates and gathers it;
+  // it stays until Shard() frees it again).
+  absl::Status GatherParams();
+
+  // Before each micro-batch's forward: micro in [0, accum).
+  void BeginMicroBatch(int micro, int accum);
+  struct StepResult {
+    double loss = 0, grad_norm = 0;
+  };
+  // After the last micro-batch: waits for the reductions, averages loss and gradients over
+  // the group, clips to grad_clip (0: off), runs AdamW (step is 1-based) and brings every
+  // rank's parameters up to date.
+  absl::StatusOr<StepResult> FinishStep(double local_loss, double lr, int step, double grad_clip);
+  // The timing since the last call.
+  StepTiming TakeTiming();
+  MemoryAccount memory() const;
+  // Bytes of params + grads + optimizer state the ZeRO formula predicts per rank.
+  static size_t PredictedModelStateBytes(size_t num_params, int stage, int dp);
+
+  // model::ParamHost
+  float* AcquireParams(int unit) override;
+  void ReleaseParams(int unit) override;
+  float* AcquireGrads(int unit) override;
+  void GradsDone(int unit) override;
+
+ private:
+  struct Bucket {
+    size_t begin = 0, end = 0;  // flat range
+    size_t piece = 0;           // elements per rank (ceil(size / dp))
+    size_t local = 0;           // offset of this rank's piece in the compact buffers
+    int units = 0, pending = 0;
+    float* work = nullptr;      // stage 2/3: this micro-batch's gradients of the bucket
+    float* gathered = nullptr;  // stage 3: the gathered parameters
+    int gathered_refs = 0;
+    size_t size() const { return end - begin; }
+  };
+  // Working buffers reused across steps (taken and given from both threads).
+  class Pool {
+   public:
+    float* Take(size_t n);
+    void Give(float* p);
+    size_t allocated_bytes() const;
+
+   private:
+    struct Slot {
+      FloatBuffer buf;
+      bool used = false;
+    };
+    mutable std::mutex mu_;
+    std::vector<std::unique_ptr<Slot>> slots_;
+  };
+
+  ZeroEngine() = default;
+  void LaunchBucket(int k);
+  // The flat range of this rank's piece of bucket k (may be empty or short).
+  size_t PieceBegin(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * rank_); }
+  size_t PieceEnd(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * (rank_ + 1)); }
+  absl::Status Wait(uint64_t ticket);
+  absl::Status WaitAll();
+  void NotePeak();
+
+  model::GPT* model_ = nullptr;
+  int stage_ = 0, dp_ = 1, rank_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<int> unit_bucket_;
+  size_t local_size_ = 0;
+  std::unique_ptr<AdamW> opt_;
+  FloatBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
+  FloatBuffer param_shard_;  // stage 3: the own parameter pieces (compact)
+  Pool pool_;
+  std::unique_ptr<parallel::CommThread> comm_;
+  std::deque<uint64_t> in_flight_;  // stage 2/3: tickets of launched bucket reductions
+  int micro_ = 0;
+  bool last_micro_ = true;
+  StepTiming timing_;
+  size_t peak_ = 0;
+};
+
+}  // namespace gantry::train
