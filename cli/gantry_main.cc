@@ -37,6 +37,7 @@
 #include "worker/agent/shard_client.h"
 #include "worker/data/prepare.h"
 #include "worker/model/hf_io.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/sample.h"
 
 namespace gantry::cli {
@@ -223,9 +224,15 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
                  step >= 0 ? absl::StrCat(" at step ", step).c_str() : "");
     return 2;
   }
-  std::string dir = out_dir;
-  if (cmd == "sample") dir = absl::StrCat(std::filesystem::temp_directory_path().string(), "/gantry-sample-", getpid());
-  auto st = agent::DownloadCheckpoint(pick->first, job_id, pick->second.step(), {"config.json", "model.safetensors"}, dir);
+  // The checkpoint's parts (each rank's pieces) are downloaded and assembled into one
+  // Hugging Face model directory.
+  const std::string tmp = absl::StrCat(std::filesystem::temp_directory_path().string(), "/gantry-", cmd, "-", getpid());
+  std::string dir = cmd == "sample" ? tmp + "/model" : out_dir;
+  const std::vector<std::string> parts(pick->second.parts().begin(), pick->second.parts().end());
+  auto st = agent::DownloadCheckpoint(pick->first, job_id, pick->second.step(), parts, tmp + "/checkpoint");
+  if (st.ok()) st = train::ExportCheckpoint(tmp + "/checkpoint", dir);
+  std::error_code ec;
+  std::filesystem::remove_all(cmd == "sample" ? tmp + "/checkpoint" : tmp, ec);
   if (!st.ok()) {
     std::fprintf(stderr, "gantry: %s\n", std::string(st.message()).c_str());
     return 1;
@@ -236,8 +243,7 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
     return 0;
   }
   auto model = model::LoadHFModel(dir);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  std::filesystem::remove_all(tmp, ec);
   if (!model.ok()) {
     std::fprintf(stderr, "gantry: %s\n", std::string(model.status().message()).c_str());
     return 1;

@@ -30,6 +30,7 @@
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/model/gpt.h"
 #include "worker/train/job_spec.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/trainer.h"
 
 DEFINE_string(coordinator, "127.0.0.1:7070", "coordinator address");
@@ -186,20 +187,46 @@ class Session {
       }
       return !cancel.load() && !g_stop.load();
     };
+    // A sharded checkpoint: every rank sends its part to the shard server; rank 0, once
+    // every part is there, sends the manifest and commits the whole.
+    o.on_checkpoint_part = [&](const std::string& dir, const std::string& file, int64_t step) -> absl::Status {
+      if (a.shard_servers().empty()) return absl::OkStatus();  // kept locally only
+      auto bytes = agent::UploadFiles(a.shard_servers(0), a.job_id(), step, dir, {file});
+      if (!bytes.ok()) return bytes.status();
+      std::error_code ec;
+      std::filesystem::remove(std::filesystem::path(dir) / file, ec);  // on the shard server now
+      return absl::OkStatus();
+    };
     o.on_checkpoint = [&](const std::string& path, int64_t step) -> absl::Status {
       if (a.shard_servers().empty()) return absl::OkStatus();  // kept locally only
-      nlohmann::json manifest = {{"job_id", a.job_id()}, {"step", step}, {"generation", a.generation()},
-                                 {"layout", {{"dp", a.dp()}, {"tp", a.tp()}, {"pp", a.pp()}}}, {"seed", spec->train.seed}};
+      const std::string& server = a.shard_servers(0);
       const auto t0 = std::chrono::steady_clock::now();
-      auto bytes = agent::UploadCheckpoint(a.shard_servers(0), a.job_id(), step, path, manifest.dump());
+      auto bytes = agent::UploadFiles(server, a.job_id(), step, path, {"manifest.json", "config.json"});
       if (!bytes.ok()) return bytes.status();
+      ASSIGN_OR_RETURN(std::string text, ReadFileToString((std::filesystem::path(path) / "manifest.json").string()));
+      nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (manifest.is_discarded()) return absl::DataLossError(absl::StrCat(path, "/manifest.json is not valid JSON"));
+      manifest["job_id"] = a.job_id();
+      manifest["generation"] = a.generation();
+      RETURN_IF_ERROR(agent::CommitCheckpoint(server, a.job_id(), step, train::CheckpointFiles(spec->parallel.dp),
+                                              manifest.dump()));
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      registry_->GetHistogram("gantry_worker_checkpoint_seconds", "Checkpoint upload and commit time.",
+      registry_->GetHistogram("gantry_worker_checkpoint_seconds", "Checkpoint manifest upload and commit time.",
                               metrics::ExponentialBuckets(0.01, 2, 14))
           .Observe(secs);
-      registry_->GetGauge("gantry_worker_checkpoint_bytes", "Size of the last checkpoint.").Set(static_cast<double>(*bytes));
-      LOG(INFO) << "job " << a.job_id() << ": checkpoint at step " << step << " committed on " << a.shard_servers(0)
-                << " (" << *bytes << " bytes, " << secs << " s)";
+      LOG(INFO) << "job " << a.job_id() << ": checkpoint at step " << step << " committed on " << server << " ("
+                << spec->parallel.dp << " part(s), " << secs << " s)";
+      if (spec->checkpoint.keep > 0) {  // the newest K stay on the shard server
+        auto list = agent::ListCheckpoints(server, a.job_id());
+        if (list.ok() && static_cast<int>(list->size()) > spec->checkpoint.keep) {
+          std::vector<int64_t> steps;
+          for (const auto& c : *list) steps.push_back(c.step());
+          std::sort(steps.begin(), steps.end());
+          for (size_t i = 0; i + spec->checkpoint.keep < steps.size(); ++i) {
+            if (auto d = agent::DeleteCheckpoint(server, a.job_id(), steps[i]); !d.ok()) LOG(WARNING) << d;
+          }
+        }
+      }
       std::error_code ec;
       std::filesystem::remove_all(path, ec);  // durable on the shard server now
       return absl::OkStatus();

@@ -67,6 +67,9 @@ for dp in 1 2 4; do
       awk -v r="$rel" 'BEGIN {exit !(r != "" && r + 0 <= 1e-5)}'
   done
 done
+check "a DP=4 ZeRO-3 checkpoint is committed as 4 parts, one per rank, with its layout" bash -c \
+  "'$CLI' checkpoints ${ids[4.3]} -o json | grep -o 'part-0000[0-3].safetensors' | sort -u | wc -l | grep -qx 4 && \
+   '$CLI' checkpoints ${ids[4.3]} | grep -q '\"dp\":4,\"zero_stage\":3'"
 check "the step-time split is reported (compute, exposed comm, optimizer)" \
   grep -q 'compute [0-9.]* comm [0-9.]* opt [0-9.]* ms' "$TMP/${ids[4.2]}.txt"
 check "a DP=4 ZeRO-3 worker logs its memory next to the ZeRO formula" \

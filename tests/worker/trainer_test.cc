@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "common/rng.h"
 #include "tests/test_util.h"
@@ -11,6 +14,17 @@
 
 namespace gantry::train {
 namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << bytes;
+}
 
 // A tiny job on a synthetic corpus with structure (so the loss falls).
 class TrainerTest : public ::testing::Test {
@@ -114,6 +128,59 @@ TEST_F(TrainerTest, InitFromAModelOfOtherShapeIsRefused) {
   auto t = Trainer::Create(s, init);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("differs from the job spec"), absl::string_view::npos) << t.status();
+}
+
+TEST_F(TrainerTest, KeepLeavesTheNewestCheckpoints) {
+  auto s = Spec(12, 3);
+  s.checkpoint.keep = 2;
+  ASSERT_TRUE(Make(s)->Run().ok());
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.File("ckpt"))) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step_00000009", "step_00000012"}));
+}
+
+// Bad checkpoints are refused with an error naming what is wrong, and nothing is trained.
+TEST_F(TrainerTest, BadCheckpointsAreRefusedByName) {
+  TrainOptions stop;
+  stop.stop_after = 6;
+  ASSERT_TRUE(Make(Spec(12, 6), stop)->Run().ok());
+  const std::string ck = dir_.File("ckpt/step_00000006");
+  auto resume = [&](const JobSpec& s) {
+    TrainOptions o;
+    o.resume = true;
+    o.out = devnull_;
+    auto t = Trainer::Create(s, o);
+    return t.ok() ? absl::OkStatus() : t.status();
+  };
+  // Another model's shape.
+  auto other = Spec(12, 6);
+  other.model.n_embd = 32;
+  absl::Status st = resume(other);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("the checkpoint's model (n_layer 2, n_head 2, n_embd 16"), absl::string_view::npos) << st;
+  // A part the manifest names is missing.
+  std::filesystem::rename(ck + "/part-00000.safetensors", dir_.File("part"));
+  st = resume(Spec(12, 6));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("part-00000.safetensors"), absl::string_view::npos) << st;
+  // A part that is truncated.
+  std::string bytes = ReadFile(dir_.File("part"));
+  WriteFile(ck + "/part-00000.safetensors", bytes.substr(0, bytes.size() - 100));
+  st = resume(Spec(12, 6));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("part-00000.safetensors"), absl::string_view::npos) << st;
+  // A manifest naming two parts where one was written: the pieces do not cover the model.
+  WriteFile(ck + "/part-00000.safetensors", bytes);
+  std::string manifest = ReadFile(ck + "/manifest.json");
+  const std::string one = "\"part-00000.safetensors\"";
+  manifest.replace(manifest.find(one), one.size(), one + ", " + one);
+  WriteFile(ck + "/manifest.json", manifest);
+  st = resume(Spec(12, 6));
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("do not cover the"), absl::string_view::npos) << st;
+  // Nothing was overwritten: the checkpoint's part is as it was.
+  EXPECT_EQ(ReadFile(ck + "/part-00000.safetensors"), bytes);
 }
 
 }  // namespace

@@ -24,20 +24,13 @@ std::unique_ptr<v1::ShardServer::Stub> Stub(const std::string& address) {
 }
 }  // namespace
 
-absl::StatusOr<int64_t> UploadCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
-                                         const std::string& dir, const std::string& manifest_json) {
+absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::string& job_id, int64_t step,
+                                    const std::string& dir, const std::vector<std::string>& files) {
   auto stub = Stub(address);
-  std::vector<std::string> parts;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_regular_file()) parts.push_back(e.path().filename().string());
-  }
-  if (ec || parts.empty()) return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " is empty or unreadable"));
-  std::sort(parts.begin(), parts.end());
   auto ctx = ContextWithDeadline(600);
   v1::WriteChunksResponse resp;
   auto writer = stub->WriteChunks(ctx.get(), &resp);
-  for (const auto& part : parts) {
+  for (const auto& part : files) {
     ASSIGN_OR_RETURN(std::string bytes, ReadFileToString((fs::path(dir) / part).string()));
     size_t off = 0;
     do {
@@ -56,15 +49,42 @@ absl::StatusOr<int64_t> UploadCheckpoint(const std::string& address, const std::
   }
   writer->WritesDone();
   RETURN_IF_ERROR(Annotate(FromGrpc(writer->Finish()), absl::StrCat("writing checkpoint to ", address)));
+  return resp.bytes();
+}
+
+absl::Status CommitCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
+                              const std::vector<std::string>& parts, const std::string& manifest_json) {
   v1::CommitRequest commit;
   commit.set_job_id(job_id);
   commit.set_step(step);
   for (const auto& p : parts) commit.add_parts(p);
   commit.set_manifest_json(manifest_json);
   v1::CommitResponse cr;
-  RETURN_IF_ERROR(Annotate(FromGrpc(stub->Commit(ContextWithDeadline(30).get(), commit, &cr)),
-                           absl::StrCat("committing checkpoint on ", address)));
-  return resp.bytes();
+  return Annotate(FromGrpc(Stub(address)->Commit(ContextWithDeadline(30).get(), commit, &cr)),
+                  absl::StrCat("committing checkpoint on ", address));
+}
+
+absl::Status DeleteCheckpoint(const std::string& address, const std::string& job_id, int64_t step) {
+  v1::DeleteCheckpointRequest req;
+  req.set_job_id(job_id);
+  req.set_step(step);
+  v1::DeleteCheckpointResponse resp;
+  return Annotate(FromGrpc(Stub(address)->DeleteCheckpoint(ContextWithDeadline(30).get(), req, &resp)),
+                  absl::StrCat("deleting checkpoint ", job_id, " step ", step, " on ", address));
+}
+
+absl::StatusOr<int64_t> UploadCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
+                                         const std::string& dir, const std::string& manifest_json) {
+  std::vector<std::string> parts;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) parts.push_back(e.path().filename().string());
+  }
+  if (ec || parts.empty()) return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " is empty or unreadable"));
+  std::sort(parts.begin(), parts.end());
+  ASSIGN_OR_RETURN(int64_t bytes, UploadFiles(address, job_id, step, dir, parts));
+  RETURN_IF_ERROR(CommitCheckpoint(address, job_id, step, parts, manifest_json));
+  return bytes;
 }
 
 absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& address, const std::string& job_id) {

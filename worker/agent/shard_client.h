@@ -11,6 +11,16 @@ namespace gantry::agent {
 
 constexpr size_t kChunkBytes = 1 << 20;
 
+// Streams the named files of dir as parts of checkpoint (job, step), not committed: a
+// sharded checkpoint's ranks each send their own. Returns the bytes written.
+absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::string& job_id, int64_t step,
+                                    const std::string& dir, const std::vector<std::string>& files);
+// Makes checkpoint (job, step) visible once every named part is written (else an error,
+// and nothing is visible).
+absl::Status CommitCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
+                              const std::vector<std::string>& parts, const std::string& manifest_json);
+absl::Status DeleteCheckpoint(const std::string& address, const std::string& job_id, int64_t step);
+
 // Streams every regular file of dir as a part (its file name), then commits the checkpoint
 // (job, step) with the manifest. Returns the bytes written.
 absl::StatusOr<int64_t> UploadCheckpoint(const std::string& address, const std::string& job_id, int64_t step,

@@ -85,11 +85,10 @@ absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir) {
   return m;
 }
 
-absl::Status SaveHFModel(const std::string& dir, const GPT& model) {
+absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& c) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", dir, ": ", ec.message()));
-  const GPTConfig& c = model.config();
   nlohmann::ordered_json j;
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
@@ -112,7 +111,11 @@ absl::Status SaveHFModel(const std::string& dir, const GPT& model) {
   j["eos_token_id"] = 0;
   j["torch_dtype"] = "float32";
   j["gantry_tokenizer"] = c.vocab_size == 256 ? "bytes" : "external";
-  RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / "config.json").string(), j.dump(2) + "\n"));
+  return WriteFileAtomic((fs::path(dir) / "config.json").string(), j.dump(2) + "\n");
+}
+
+absl::Status SaveHFModel(const std::string& dir, const GPT& model) {
+  RETURN_IF_ERROR(WriteHFConfig(dir, model.config()));
   std::vector<TensorToWrite> out;
   for (const ParamTensor& t : model.tensors()) {
     out.push_back({t.name, "F32", t.shape, model.params() + t.offset});

@@ -20,6 +20,9 @@ absl::Status LoadHFWeights(const std::string& dir, GPT& model);
 // Reads the config and the weights.
 absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir);
 
+// Writes DIR/config.json (DIR created if need be).
+absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& config);
+
 // Writes DIR/config.json and DIR/model.safetensors that transformers' GPT2LMHeadModel loads.
 absl::Status SaveHFModel(const std::string& dir, const GPT& model);
 

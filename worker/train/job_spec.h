@@ -56,6 +56,7 @@ struct EvalSpec {
 
 struct CheckpointSpec {
   int64_t every = 0;  // steps between checkpoints; 0 = none
+  int keep = 0;       // keep the newest K checkpoints, remove older ones after each; 0 = all
   std::string dir;
 };
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -72,8 +73,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                           ", the job spec has ", spec.train.seed));
       }
       t->start_step_ = st.step;
-      std::fprintf(options.out, "resumed from %s (step %ld)\n", latest->c_str(),
-                   static_cast<long>(st.step));
+      ASSIGN_OR_RETURN(CheckpointLayout was, ReadCheckpointLayout(*latest));
+      std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d ZeRO %d)\n", latest->c_str(),
+                   static_cast<long>(st.step), was.dp, was.zero_stage);
     } else if (!absl::IsNotFound(latest.status())) {
       return latest.status();
     }
@@ -163,6 +165,30 @@ void Trainer::DrawProgress(int64_t done, double elapsed) {
   bar_shown_ = true;
 }
 
+absl::Status Trainer::WriteCheckpoint(int64_t step) {
+  namespace fs = std::filesystem;
+  const int rank = options_.comm ? options_.comm->rank() : 0;
+  const int dp = engine_->dp();
+  const std::string tmp = (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", CheckpointDirName(step), ".tmp")).string();
+  std::error_code ec;
+  if (rank == 0) fs::remove_all(tmp, ec);  // a stale one from a crash
+  RETURN_IF_ERROR(engine_->Barrier());     // ...gone before any rank writes (ranks may share the directory)
+  fs::create_directories(tmp, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
+  RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), engine_->CheckpointPieces()));
+  if (options_.on_checkpoint_part) RETURN_IF_ERROR(options_.on_checkpoint_part(tmp, CheckpointPartName(rank), step));
+  RETURN_IF_ERROR(engine_->Barrier());  // every part is written
+  if (rank != 0) {
+    fs::remove(tmp, ec);  // this rank's own directory, once its part has been taken (else rank 0 publishes it)
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp));
+  ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
+  Print(absl::StrCat("checkpoint ", path));
+  if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Run() {
   const JobSpec& s = spec_;
   const int B = s.train.micro_batch, T = s.seq_len;
@@ -211,21 +237,7 @@ absl::Status Trainer::Run() {
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
       eval(r.step);
     }
-    const bool writer = !options_.comm || options_.comm->rank() == 0;  // ranks hold the same model
-    const bool ckpt = s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last);
-    if (ckpt) {
-      // Layout-free: the whole parameters and optimizer state, gathered on every rank
-      // (collectives), written by rank 0.
-      FloatBuffer m, v;
-      RETURN_IF_ERROR(engine_->GatherOptimizerState(&m, &v));
-      RETURN_IF_ERROR(engine_->GatherParams());
-      if (writer) {
-        ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(s.checkpoint.dir, *model_, m.data(), v.data(), {r.step, s.train.seed}));
-        Print(absl::StrCat("checkpoint ", path));
-        if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, r.step));
-      }
-      engine_->Shard();  // ZeRO 3 lets the gathered parameters go again
-    }
+    if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) RETURN_IF_ERROR(WriteCheckpoint(r.step));
     DrawProgress(r.step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
     if (options_.on_step && !options_.on_step(r)) {
       return absl::CancelledError(absl::StrCat("stopped at step ", r.step));

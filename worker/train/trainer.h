@@ -31,9 +31,12 @@ struct TrainOptions {
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
   FILE* out = stdout;
   // Hooks for the worker daemon. on_step returning false stops the run (Run() then answers
-  // CANCELLED). on_checkpoint runs after each local checkpoint is written, with its path.
+  // CANCELLED). At a checkpoint every rank writes its part and calls on_checkpoint_part
+  // (with the part's directory and file name); once every rank has, rank 0 writes the
+  // manifest, publishes the checkpoint and calls on_checkpoint with its path.
   std::function<bool(const StepReport&)> on_step;
   std::function<void(int64_t step, float val_loss)> on_eval;
+  std::function<absl::Status(const std::string& dir, const std::string& file, int64_t step)> on_checkpoint_part;
   std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
   // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
   parallel::Communicator* comm = nullptr;
@@ -89,6 +92,8 @@ class Trainer {
   bool bar_shown_ = false;
   absl::Status comm_status_;
   MemoryAccount step_memory_;
+  // Every rank writes its part, rank 0 publishes (collective).
+  absl::Status WriteCheckpoint(int64_t step);
 };
 
 }  // namespace gantry::train

@@ -155,27 +155,26 @@ absl::Status ZeroEngine::WaitAll() {
   return s;
 }
 
-absl::Status ZeroEngine::GatherOptimizerState(FloatBuffer* m, FloatBuffer* v) {
-  const size_t n = model_->num_params();
-  m->Assign(n);
-  v->Assign(n);
-  if (stage_ == 0) {
-    std::copy(opt_->m().begin(), opt_->m().end(), m->data());
-    std::copy(opt_->v().begin(), opt_->v().end(), v->data());
-    return absl::OkStatus();
+std::vector<CheckpointPiece> ZeroEngine::CheckpointPieces() const {
+  std::vector<CheckpointPiece> out;
+  for (const Bucket& b : buckets_) {
+    const size_t pb = PieceBegin(b), pe = PieceEnd(b);
+    if (pb >= pe) continue;
+    CheckpointPiece p;
+    p.flat_begin = pb;
+    p.flat_end = pe;
+    p.params = stage_ == 3 ? param_shard_.data() + b.local : model_->params() + pb;
+    const size_t at = stage_ == 0 ? pb : b.local;  // stage 0's state is the whole flat buffer
+    p.m = opt_->m().data() + at;
+    p.v = opt_->v().data() + at;
+    out.push_back(p);
   }
-  for (auto [src, dst] : {std::pair{opt_->m().data(), m->data()}, std::pair{opt_->v().data(), v->data()}}) {
-    for (const Bucket& b : buckets_) {
-      comm_->Submit([this, &b, src, dst](parallel::Communicator& c) {
-        float* out = pool_.Take(b.piece * dp_);
-        absl::Status s = c.AllGather(src + b.local, out, b.piece);
-        std::copy(out, out + b.size(), dst + b.begin);
-        pool_.Give(out);
-        return s;
-      });
-    }
-  }
-  return WaitAll();
+  return out;
+}
+
+absl::Status ZeroEngine::Barrier() {
+  if (!comm_) return absl::OkStatus();
+  return Wait(comm_->Submit([](parallel::Communicator& c) { return c.Barrier(); }));
 }
 
 absl::Status ZeroEngine::GatherParams() {

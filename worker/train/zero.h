@@ -30,6 +30,7 @@
 #include "worker/model/gpt.h"
 #include "worker/parallel/comm_thread.h"
 #include "worker/parallel/communicator.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/optimizer.h"
 
 namespace gantry::train {
@@ -66,8 +67,11 @@ class ZeroEngine final : public model::ParamHost {
   void Shard();
   // Optimizer state of the whole flat buffer (num_params each) → this rank's pieces.
   void LoadOptimizerState(const float* m, const float* v);
-  // Collective: the whole optimizer state on every rank.
-  absl::Status GatherOptimizerState(FloatBuffer* m, FloatBuffer* v);
+  // What this rank writes into a checkpoint: its pieces (ZeRO 1-3: the ones it owns; ZeRO 0:
+  // the same even split, so that ranks write in parallel), with parameters, m and v.
+  std::vector<CheckpointPiece> CheckpointPieces() const;
+  // Collective: returns once every rank has called it.
+  absl::Status Barrier();
   // Collective: the model's full parameter buffer valid (stage 3 allocates and gathers it;
   // it stays until Shard() frees it again).
   absl::Status GatherParams();
