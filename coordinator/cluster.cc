@@ -10,7 +10,7 @@
 namespace gantry::coordinator {
 
 Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions options)
-    : store_(store), registry_(registry), options_(options) {
+    : store_(store), registry_(registry), options_(options), started_ms_(NowUnixMs()) {
   monitor_ = std::thread([this] { Monitor(); });
 }
 
@@ -256,6 +256,7 @@ void Cluster::ScheduleLocked() {
   for (const auto& [addr, s] : shards_) {
     if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) shard_addrs.push_back(addr);
   }
+  if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
   for (auto& job : *jobs) {  // FIFO: id order is submission order
     if (job.state() != v1::PENDING) continue;
     // Gang placement: all ranks or none. World size 1 until data parallelism lands.
@@ -417,7 +418,10 @@ void Cluster::RegisterShardServer(const v1::RegisterShardServerRequest& r) {
   s.set_address(r.address());
   s.set_bytes_stored(r.bytes_stored());
   s.set_last_heartbeat_unix_ms(NowUnixMs());
-  if (fresh) LOG(INFO) << "shard server " << r.address() << " registered";
+  if (fresh) {
+    LOG(INFO) << "shard server " << r.address() << " registered";
+    ScheduleLocked();  // jobs held back for want of a shard server
+  }
 }
 
 std::vector<v1::ShardServerInfo> Cluster::ShardServers() {
@@ -436,6 +440,10 @@ void Cluster::Monitor() {
     cv_.wait_for(l, std::chrono::milliseconds(100));
     if (stop_) break;
     const int64_t now = NowUnixMs();
+    if (!grace_over_ && now - started_ms_ >= options_.placement_grace_ms) {
+      grace_over_ = true;
+      ScheduleLocked();  // no shard server came: place what waited, without one
+    }
     std::vector<std::string> silent;
     for (const auto& [id, w] : workers_) {
       if (w.session != nullptr && now - w.last_seen_ms > options_.worker_timeout_ms) silent.push_back(id);

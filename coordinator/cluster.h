@@ -29,6 +29,10 @@ class WorkerSession {
 struct ClusterOptions {
   int64_t worker_timeout_ms = 5000;  // a worker silent this long is dead
   int64_t shard_timeout_ms = 5000;
+  // After the coordinator starts, jobs are not placed without a shard server for this long:
+  // after a restart the shard servers re-register within a heartbeat, and a job placed
+  // before that would neither find its checkpoints nor write new ones.
+  int64_t placement_grace_ms = 2500;
 };
 
 class Cluster {
@@ -108,6 +112,8 @@ class Cluster {
   std::map<std::tuple<std::string, int64_t, std::string>, std::string> rdv_;
   std::vector<Waiter> waiters_;
   bool stop_ = false;
+  const int64_t started_ms_;
+  bool grace_over_ = false;  // placement_grace_ms has passed since the start
   std::condition_variable cv_;
   std::thread monitor_;
 };

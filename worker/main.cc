@@ -110,6 +110,33 @@ class Session {
     spec->checkpoint.dir = dir + "/checkpoints";
     train::TrainOptions o;
     o.progress = false;
+    // A job placed again (after a restart) continues from its newest committed checkpoint,
+    // whatever layout wrote it: every rank fetches it and keeps the pieces it needs.
+    int64_t best_step = -1;
+    std::string best_server;
+    v1::CheckpointInfo best;
+    for (const auto& server : a.shard_servers()) {
+      auto list = agent::ListCheckpoints(server, a.job_id());
+      if (!list.ok()) {
+        LOG(WARNING) << "job " << a.job_id() << ": listing checkpoints on " << server << ": " << list.status();
+        continue;
+      }
+      for (const auto& c : *list) {
+        if (c.step() > best_step) {
+          best_step = c.step();
+          best_server = server;
+          best = c;
+        }
+      }
+    }
+    if (best_step >= 0) {
+      const std::vector<std::string> parts(best.parts().begin(), best.parts().end());
+      RETURN_IF_ERROR(agent::DownloadCheckpoint(best_server, a.job_id(), best_step, parts,
+                                                spec->checkpoint.dir + "/" + train::CheckpointDirName(best_step)));
+      o.resume = true;
+      LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " resuming from the checkpoint of step " << best_step
+                << " on " << best_server << " (" << parts.size() << " parts)";
+    }
     std::unique_ptr<parallel::GlooCommunicator> comm;
     if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
       auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),

@@ -4,7 +4,8 @@
 # exported, and the export gives gantry-train's own loss on a fixed batch; two jobs run at
 # once on two workers; a wrong crc32c is refused and nothing is committed; a shard server
 # SIGKILLed after a commit reads the checkpoint back identical; a coordinator SIGKILLed
-# with a queued job restarts and runs it; a worker SIGKILLed mid-job fails the job with a
+# with a queued job restarts and runs it, and the running jobs resume from their newest
+# committed checkpoints; a worker SIGKILLed mid-job fails the job with a
 # reason; every daemon's /metrics passes promtool; stop is clean.
 # Usage: cluster_test.sh BUILD_DIR
 set -uo pipefail
@@ -94,6 +95,9 @@ kill -9 "$cpid"; wait "$cpid" 2>/dev/null
   --data_dir "$TMP/cluster/coordinator" 2>>"$TMP/cluster/coordinator.log" &
 echo $! >>"$TMP/extra.pids"
 wait_for 15 "$CLI" describe "$q"
+check "after a coordinator SIGKILL the running jobs resume from their newest committed checkpoint" \
+  wait_for 30 bash -c "grep -q 'job $l1: rank 0 resuming from the checkpoint of step [1-9]' '$TMP'/cluster/worker*.log && \
+                       grep -q 'job $l2: rank 0 resuming from the checkpoint of step [1-9]' '$TMP'/cluster/worker*.log"
 "$CLI" cancel "$l1" >/dev/null; "$CLI" cancel "$l2" >/dev/null
 check "after a coordinator SIGKILL the queued job is still there and runs to SUCCEEDED" \
   wait_for 60 bash -c "'$CLI' describe $q | grep -q 'State:      SUCCEEDED'"

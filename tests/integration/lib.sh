@@ -7,6 +7,7 @@ cleanup() {
   if [ -f "$TMP/extra.pids" ]; then
     for pid in $(cat "$TMP/extra.pids"); do kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
   fi
+  [ -n "${KEEP_TMP:-}" ] && { echo "kept $TMP"; return; }
   rm -rf "$TMP"
 }
 trap cleanup EXIT
