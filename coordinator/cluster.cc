@@ -1,5 +1,8 @@
 #include "coordinator/cluster.h"
 
+#include "worker/agent/shard_client.h"
+#include "worker/train/job_spec.h"
+
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
@@ -191,6 +194,59 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
   }
   UpdateGaugesLocked();
   ScheduleLocked();
+}
+
+void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& p) {
+  Heartbeat(id);
+  PendingCheckpoint c;
+  {
+    std::lock_guard<std::mutex> jl(job_mu_);
+    auto job = store_->GetJob(p.job_id());
+    if (!job.ok() || job->generation() != p.generation() || (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED)) {
+      LOG(WARNING) << "checkpoint part of " << p.job_id() << " generation " << p.generation() << " step " << p.step()
+                   << " from " << id << " dropped: the job is not running at that generation";
+      return;
+    }
+    const auto key = std::make_tuple(p.job_id(), p.generation(), p.step());
+    PendingCheckpoint& pc = pending_ckpt_[key];
+    if (!pc.ranks.insert(p.rank()).second) return;  // a repeated report
+    pc.files.insert(pc.files.end(), p.files().begin(), p.files().end());
+    pc.bytes += p.bytes();
+    if (pc.server.empty()) pc.server = p.shard_server();
+    if (p.rank() == 0) pc.manifest_json = p.manifest_json();
+    if (static_cast<int>(pc.ranks.size()) < std::max(1, job->world_size())) return;
+    auto spec = train::ParseJobSpec(job->spec_yaml());
+    pc.keep = spec.ok() ? spec->checkpoint.keep : 0;
+    c = std::move(pc);
+    pending_ckpt_.erase(key);
+  }
+  // Every part is durable: commit. Inline, so that this worker's next message (its job's
+  // end, say) is handled after the commit. The shard server answers in milliseconds.
+  std::sort(c.files.begin(), c.files.end());
+  absl::Status s = agent::CommitCheckpoint(c.server, p.job_id(), p.step(), c.files, c.manifest_json);
+  if (!s.ok()) {
+    LOG(WARNING) << "checkpoint of " << p.job_id() << " step " << p.step() << " not committed: " << s;
+    (void)Event(p.job_id(), [&](v1::JobEvent& e) {
+      e.set_message(absl::StrCat("checkpoint of step ", p.step(), " not committed: ", s.message()));
+    });
+    return;
+  }
+  (void)Event(p.job_id(), [&](v1::JobEvent& e) {
+    e.set_message(absl::StrCat("checkpoint of step ", p.step(), " committed on ", c.server, " (", c.files.size(),
+                               " files, ", c.bytes, " bytes)"));
+  });
+  registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Inc();
+  if (c.keep > 0) {  // the newest K stay
+    auto list = agent::ListCheckpoints(c.server, p.job_id());
+    if (list.ok() && static_cast<int>(list->size()) > c.keep) {
+      std::vector<int64_t> steps;
+      for (const auto& ck : *list) steps.push_back(ck.step());
+      std::sort(steps.begin(), steps.end());
+      for (size_t i = 0; i + c.keep < steps.size(); ++i) {
+        if (auto d = agent::DeleteCheckpoint(c.server, p.job_id(), steps[i]); !d.ok()) LOG(WARNING) << d;
+      }
+    }
+  }
 }
 
 void Cluster::FailJobLocked(const std::string& job_id, int64_t generation, const std::string& reason) {

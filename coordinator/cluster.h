@@ -58,6 +58,9 @@ class Cluster {
   void Heartbeat(const std::string& id);
   void OnStep(const std::string& id, const v1::StepUpdate& u);
   void OnDone(const std::string& id, const v1::JobDone& d);
+  // A rank's checkpoint part is durable; the checkpoint is committed on the shard server
+  // once every rank of the generation has reported that step.
+  void OnCheckpointPart(const std::string& id, const v1::CheckpointPart& p);
   void RemoveWorker(const std::string& id, const std::string& why);
   std::vector<v1::Worker> Workers();
 
@@ -116,6 +119,15 @@ class Cluster {
   bool grace_over_ = false;  // placement_grace_ms has passed since the start
   std::condition_variable cv_;
   std::thread monitor_;
+  // Checkpoints being assembled: (job, generation, step) → the parts reported so far.
+  struct PendingCheckpoint {
+    std::set<int> ranks;
+    std::vector<std::string> files;
+    std::string server, manifest_json;
+    int64_t bytes = 0;
+    int keep = 0;
+  };
+  std::map<std::tuple<std::string, int64_t, int64_t>, PendingCheckpoint> pending_ckpt_;  // under job_mu_
 };
 
 }  // namespace gantry::coordinator

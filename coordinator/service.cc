@@ -53,6 +53,8 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
       cluster_->OnStep(id_, in_.step());
     } else if (in_.has_done()) {
       cluster_->OnDone(id_, in_.done());
+    } else if (in_.has_checkpoint_part()) {
+      cluster_->OnCheckpointPart(id_, in_.checkpoint_part());
     }
     StartRead(&in_);
   }

@@ -200,6 +200,12 @@ class Session {
       registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
           .Observe(r.seconds);
       registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
+      if (r.checkpoint_stall_seconds > 0) {
+        registry_->GetHistogram("gantry_worker_checkpoint_stall_seconds",
+                                "Time the step loop spent on a checkpoint (the copy, or waiting for the budget).",
+                                metrics::ExponentialBuckets(0.0001, 2, 18))
+            .Observe(r.checkpoint_stall_seconds);
+      }
       for (auto [part, secs] : {std::pair{"compute", r.compute_seconds}, std::pair{"comm_exposed", r.comm_seconds},
                                 std::pair{"optimizer", r.optimizer_seconds}, std::pair{"comm_busy", r.comm_busy_seconds}}) {
         registry_->GetGauge("gantry_worker_step_part_seconds",
@@ -214,48 +220,44 @@ class Session {
       }
       return !cancel.load() && !g_stop.load();
     };
-    // A sharded checkpoint: every rank sends its part to the shard server; rank 0, once
-    // every part is there, sends the manifest and commits the whole.
-    o.on_checkpoint_part = [&](const std::string& dir, const std::string& file, int64_t step) -> absl::Status {
-      if (a.shard_servers().empty()) return absl::OkStatus();  // kept locally only
-      auto bytes = agent::UploadFiles(a.shard_servers(0), a.job_id(), step, dir, {file});
-      if (!bytes.ok()) return bytes.status();
-      std::error_code ec;
-      std::filesystem::remove(std::filesystem::path(dir) / file, ec);  // on the shard server now
-      return absl::OkStatus();
-    };
-    o.on_checkpoint = [&](const std::string& path, int64_t step) -> absl::Status {
-      if (a.shard_servers().empty()) return absl::OkStatus();  // kept locally only
+    // Checkpoints are asynchronous and sharded: the trainer's writer thread hands over this
+    // rank's files (rank 0's include the manifest); they go to the shard server, and the
+    // coordinator, told, commits the checkpoint once every rank's part is there.
+    o.on_checkpoint_part = [&](const std::string& dir, const std::vector<std::string>& files,
+                               int64_t step) -> absl::Status {
+      if (a.shard_servers().empty()) {
+        LOG(WARNING) << "job " << a.job_id() << ": no shard server; the checkpoint of step " << step << " stays in " << dir;
+        return absl::OkStatus();
+      }
       const std::string& server = a.shard_servers(0);
       const auto t0 = std::chrono::steady_clock::now();
-      auto bytes = agent::UploadFiles(server, a.job_id(), step, path, {"manifest.json", "config.json"});
-      if (!bytes.ok()) return bytes.status();
-      ASSIGN_OR_RETURN(std::string text, ReadFileToString((std::filesystem::path(path) / "manifest.json").string()));
-      nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (manifest.is_discarded()) return absl::DataLossError(absl::StrCat(path, "/manifest.json is not valid JSON"));
-      manifest["job_id"] = a.job_id();
-      manifest["generation"] = a.generation();
-      RETURN_IF_ERROR(agent::CommitCheckpoint(server, a.job_id(), step, train::CheckpointFiles(spec->parallel.dp),
-                                              manifest.dump()));
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      registry_->GetHistogram("gantry_worker_checkpoint_seconds", "Checkpoint manifest upload and commit time.",
-                              metrics::ExponentialBuckets(0.01, 2, 14))
-          .Observe(secs);
-      LOG(INFO) << "job " << a.job_id() << ": checkpoint at step " << step << " committed on " << server << " ("
-                << spec->parallel.dp << " part(s), " << secs << " s)";
-      if (spec->checkpoint.keep > 0) {  // the newest K stay on the shard server
-        auto list = agent::ListCheckpoints(server, a.job_id());
-        if (list.ok() && static_cast<int>(list->size()) > spec->checkpoint.keep) {
-          std::vector<int64_t> steps;
-          for (const auto& c : *list) steps.push_back(c.step());
-          std::sort(steps.begin(), steps.end());
-          for (size_t i = 0; i + spec->checkpoint.keep < steps.size(); ++i) {
-            if (auto d = agent::DeleteCheckpoint(server, a.job_id(), steps[i]); !d.ok()) LOG(WARNING) << d;
-          }
-        }
+      ASSIGN_OR_RETURN(int64_t bytes, agent::UploadFiles(server, a.job_id(), step, dir, files));
+      v1::WorkerMessage m;
+      auto* p = m.mutable_checkpoint_part();
+      p->set_job_id(a.job_id());
+      p->set_generation(a.generation());
+      p->set_rank(a.rank());
+      p->set_step(step);
+      p->set_shard_server(server);
+      for (const auto& f : files) p->add_files(f);
+      p->set_bytes(bytes);
+      if (a.rank() == 0) {
+        ASSIGN_OR_RETURN(std::string text, ReadFileToString((std::filesystem::path(dir) / "manifest.json").string()));
+        nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (manifest.is_discarded()) return absl::DataLossError(absl::StrCat(dir, "/manifest.json is not valid JSON"));
+        manifest["job_id"] = a.job_id();
+        manifest["generation"] = a.generation();
+        p->set_manifest_json(manifest.dump());
       }
+      Send(m);
+      registry_->GetHistogram("gantry_worker_checkpoint_write_seconds",
+                              "Writing and uploading this rank's checkpoint part (off the step loop).",
+                              metrics::ExponentialBuckets(0.001, 2, 16))
+          .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      registry_->GetGauge("gantry_worker_checkpoint_bytes", "Size of this rank's last checkpoint part.")
+          .Set(static_cast<double>(bytes));
       std::error_code ec;
-      std::filesystem::remove_all(path, ec);  // durable on the shard server now
+      std::filesystem::remove_all(dir, ec);  // on the shard server now
       return absl::OkStatus();
     };
     auto trainer = train::Trainer::Create(*spec, o);

@@ -5,7 +5,7 @@
 #    per-step losses are gantry-train's in one process (<= 1e-5 relative), and its final
 #    checkpoint, exported, holds the same parameters (<= 1e-5 relative, gantry-train compare);
 #  - a rank SIGKILLed mid-step: the job fails naming the lost worker and its rank, and every
-#    surviving rank fails its step within the collective timeout (+ the failure grace) with
+#    surviving rank fails its step within the collective timeout + the failure grace (1.5x) with
 #    an error naming the rank that did not arrive; no rank hangs.
 # Usage: dp_matrix_test.sh BUILD_DIR
 set -uo pipefail
@@ -67,6 +67,8 @@ for dp in 1 2 4; do
       awk -v r="$rel" 'BEGIN {exit !(r != "" && r + 0 <= 1e-5)}'
   done
 done
+check "the coordinator commits a DP=4 checkpoint once the 4 ranks' parts are in (4 parts + manifest + config)" \
+  grep -q 'checkpoint of step 20 committed on .* (6 files' "$TMP/${ids[4.3]}.txt"
 check "a DP=4 ZeRO-3 checkpoint is committed as 4 parts, one per rank, with its layout" bash -c \
   "'$CLI' checkpoints ${ids[4.3]} -o json | grep -o 'part-0000[0-3].safetensors' | sort -u | wc -l | grep -qx 4 && \
    '$CLI' checkpoints ${ids[4.3]} | grep -q '\"dp\":4,\"zero_stage\":3'"
@@ -93,7 +95,7 @@ grep -E 'did not arrive|was lost' "$TMP/killed.txt" | sed 's/^/     /'
 check "each of ranks 0, 1, 3 fails its step naming rank 2 ($(grep -c 'rank 2 did not arrive' "$TMP/killed.txt") reports)" \
   bash -c "[ $rc -eq 0 ] && for r in 0 1 3; do grep -q \"rank \$r on .*failed on rank \$r of 4: rank 2 did not arrive\" '$TMP/killed.txt' || exit 1; done"
 secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
-check "within the 3 s timeout + 3 s grace (+ a step), not a hang ($secs s)" awk -v s="$secs" 'BEGIN {exit !(s < 9)}'
+check "within the 3 s timeout + 4.5 s grace (+ a step), not a hang ($secs s)" awk -v s="$secs" 'BEGIN {exit !(s < 10)}'
 
 check "the surviving workers are idle again" wait_for 10 bash -c "[ \$('$CLI' workers | grep -c ' idle ') -eq 3 ]"
 

@@ -37,4 +37,8 @@ std::string ReportFailureAndFindMissing(gloo::rendezvous::Store& store, int rank
                       grace.count(), " ms)");
 }
 
+std::chrono::milliseconds DefaultFailureGrace(std::chrono::milliseconds timeout) {
+  return timeout + std::min(timeout / 2, std::chrono::milliseconds(10000));
+}
+
 }  // namespace gantry::parallel

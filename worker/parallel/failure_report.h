@@ -21,4 +21,8 @@ namespace gantry::parallel {
 std::string ReportFailureAndFindMissing(gloo::rendezvous::Store& store, int rank, int size, uint64_t seq,
                                         std::chrono::milliseconds grace);
 
+// The default grace for a collective timeout. It must exceed the timeout: a survivor that
+// sees a peer's socket close fails at once, while one whose own peers are alive notices
+// only when its timeout runs out. So timeout + half of it (at most 10 s more).
+std::chrono::milliseconds DefaultFailureGrace(std::chrono::milliseconds timeout);
 }  // namespace gantry::parallel

@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     ctx->setTimeout(options.timeout);
     ctx->connectFullMesh(*store, device);
     GlooOptions o = options;
-    if (o.failure_grace.count() <= 0) o.failure_grace = std::min(o.timeout, std::chrono::milliseconds(10000));
+    if (o.failure_grace.count() <= 0) o.failure_grace = DefaultFailureGrace(o.timeout);
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(ctx), store, o));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", rank, " of ", size, ": joining the group failed: ", e.what()));

@@ -23,8 +23,8 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";  // the address this rank listens on
   std::chrono::milliseconds timeout{30000};
   // After a collective fails, how long each rank waits for the others to report the failure
-  // in the store: those that do not are named as the ranks that did not arrive. 0 = the
-  // smaller of timeout and 10 s.
+  // in the store: those that do not are named as the ranks that did not arrive. 0 =
+  // DefaultFailureGrace(timeout): 1.5x the timeout, at most timeout + 10 s.
   std::chrono::milliseconds failure_grace{0};
 };
 

@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   c->size_ = size;
   c->options_ = options;
   if (c->options_.failure_grace.count() <= 0) {
-    c->options_.failure_grace = std::min(options.timeout, std::chrono::milliseconds(10000));
+    c->options_.failure_grace = DefaultFailureGrace(options.timeout);
   }
   c->store_ = std::move(store);
   const std::string where = absl::StrCat("rank ", rank, " of ", size, " on cuda:", options.device);

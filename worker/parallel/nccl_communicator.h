@@ -23,7 +23,7 @@ namespace gantry::parallel {
 struct NcclOptions {
   int device = 0;  // CUDA device of this rank
   std::chrono::milliseconds timeout{30000};
-  std::chrono::milliseconds failure_grace{0};  // 0 = the smaller of timeout and 10 s
+  std::chrono::milliseconds failure_grace{0};  // 0 = DefaultFailureGrace(timeout)
 };
 
 class NcclCommunicator final : public Communicator {

@@ -124,6 +124,7 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (s.eval.batches < 1) return FieldError("eval.batches", "must be >= 1");
   if (s.checkpoint.every < 0) return FieldError("checkpoint.every", "must be >= 0");
   if (s.checkpoint.keep < 0) return FieldError("checkpoint.keep", "must be >= 0 (0 = keep all)");
+  if (!(s.checkpoint.host_budget_mb >= 0)) return FieldError("checkpoint.host_budget_mb", "must be >= 0");
   if (s.checkpoint.every > 0 && s.checkpoint.dir.empty()) {
     return FieldError("checkpoint.dir", "is required when checkpoint.every > 0");
   }
@@ -182,7 +183,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                       {"grad_clip", Real(&s.train.grad_clip)},
                       {"seed", Num(&s.train.seed, "a non-negative integer")}})},
        {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
-       {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)}, {"dir", Str(&s.checkpoint.dir)}})},
+       {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)},
+                           {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)}})},
        {"parallel", sub({{"dp", Int(&s.parallel.dp)},
                          {"zero_stage", Int(&s.parallel.zero_stage)},
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},

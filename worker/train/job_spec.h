@@ -57,6 +57,7 @@ struct EvalSpec {
 struct CheckpointSpec {
   int64_t every = 0;  // steps between checkpoints; 0 = none
   int keep = 0;       // keep the newest K checkpoints, remove older ones after each; 0 = all
+  double host_budget_mb = 2048;  // host memory for checkpoint copies waiting to be written
   std::string dir;
 };
 

@@ -138,6 +138,7 @@ StepReport Trainer::Step(int64_t step) {
 
 void Trainer::Print(const std::string& line) {
   if (options_.comm && options_.comm->rank() != 0) return;  // rank 0 speaks for the group
+  std::lock_guard<std::mutex> l(print_mu_);  // the checkpoint writer prints too
   if (bar_shown_) {
     std::fputs("\r\033[K", stderr);
     bar_shown_ = false;
@@ -176,17 +177,115 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
   RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), engine_->CheckpointPieces()));
-  if (options_.on_checkpoint_part) RETURN_IF_ERROR(options_.on_checkpoint_part(tmp, CheckpointPartName(rank), step));
   RETURN_IF_ERROR(engine_->Barrier());  // every part is written
-  if (rank != 0) {
-    fs::remove(tmp, ec);  // this rank's own directory, once its part has been taken (else rank 0 publishes it)
-    return absl::OkStatus();
-  }
+  if (rank != 0) return absl::OkStatus();  // rank 0 publishes the directory they share
   RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp));
   ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));
   if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
   return absl::OkStatus();
+}
+
+Trainer::~Trainer() {
+  if (writer_.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(writer_mu_);
+      writer_stop_ = true;  // the writer finishes what is queued first
+    }
+    writer_cv_.notify_all();
+    writer_.join();
+  }
+}
+
+absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces) {
+  namespace fs = std::filesystem;
+  const int rank = options_.comm ? options_.comm->rank() : 0;
+  const int dp = engine_->dp();
+  const std::string tmp =
+      (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", CheckpointDirName(step), ".rank", rank, ".tmp")).string();
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
+  RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), pieces));
+  std::vector<std::string> files = {CheckpointPartName(rank)};
+  if (rank == 0) {
+    RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp));
+    files.push_back("manifest.json");
+    files.push_back("config.json");
+  }
+  if (options_.on_checkpoint_part) return options_.on_checkpoint_part(tmp, files, step);  // the hook owns tmp now
+  // One rank and no coordinator: the directory is the whole checkpoint; publish it here.
+  ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
+  Print(absl::StrCat("checkpoint ", path));
+  if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SnapshotCheckpoint(int64_t step) {
+  std::vector<CheckpointPiece> live = engine_->CheckpointPieces();
+  size_t n = 0;
+  for (const auto& p : live) n += p.flat_end - p.flat_begin;
+  const size_t bytes = 3 * n * sizeof(float);
+  const double budget = spec_.checkpoint.host_budget_mb * (1 << 20);
+  if (static_cast<double>(bytes) > budget) {  // no room for a copy: write from the live buffers, now
+    RETURN_IF_ERROR(FlushWriter());
+    return WritePart(step, live);
+  }
+  {
+    std::unique_lock<std::mutex> l(writer_mu_);
+    writer_cv_.wait(l, [&] { return static_cast<double>(queued_bytes_ + bytes) <= budget || !writer_status_.ok(); });
+    RETURN_IF_ERROR(writer_status_);  // an earlier write failed: say so now
+  }
+  Snapshot snap;
+  snap.step = step;
+  snap.data.Assign(3 * n);
+  float* at = snap.data.data();
+  for (const auto& p : live) {
+    const size_t len = p.flat_end - p.flat_begin;
+    std::copy(p.params, p.params + len, at);
+    std::copy(p.m, p.m + len, at + len);
+    std::copy(p.v, p.v + len, at + 2 * len);
+    snap.pieces.push_back({p.flat_begin, p.flat_end, at, at + len, at + 2 * len});
+    at += 3 * len;
+  }
+  if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
+  {
+    std::lock_guard<std::mutex> l(writer_mu_);
+    queued_bytes_ += bytes;
+    writes_.push_back(std::move(snap));
+  }
+  writer_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void Trainer::WriterLoop() {
+  std::unique_lock<std::mutex> l(writer_mu_);
+  for (;;) {
+    writer_cv_.wait(l, [&] { return writer_stop_ || !writes_.empty(); });
+    if (writes_.empty()) return;
+    Snapshot snap = std::move(writes_.front());
+    writes_.pop_front();
+    writer_busy_ = true;
+    const bool failed = !writer_status_.ok();
+    l.unlock();
+    absl::Status s = failed ? absl::OkStatus() : WritePart(snap.step, snap.pieces);
+    const size_t bytes = snap.data.size() * sizeof(float);
+    snap.data = FloatBuffer();
+    l.lock();
+    queued_bytes_ -= bytes;
+    writer_busy_ = false;
+    if (!s.ok() && writer_status_.ok()) {
+      writer_status_ = Annotate(s, absl::StrCat("writing the checkpoint of step ", snap.step));
+    }
+    writer_cv_.notify_all();
+  }
+}
+
+absl::Status Trainer::FlushWriter() {
+  std::unique_lock<std::mutex> l(writer_mu_);
+  writer_cv_.wait(l, [&] { return writes_.empty() && !writer_busy_; });
+  return writer_status_;
 }
 
 absl::Status Trainer::Run() {
@@ -237,7 +336,13 @@ absl::Status Trainer::Run() {
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
       eval(r.step);
     }
-    if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) RETURN_IF_ERROR(WriteCheckpoint(r.step));
+    if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
+      const auto c0 = std::chrono::steady_clock::now();
+      const bool async = options_.on_checkpoint_part || engine_->dp() == 1;
+      RETURN_IF_ERROR(async ? SnapshotCheckpoint(r.step) : WriteCheckpoint(r.step));
+      r.checkpoint_stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      reports_.back().checkpoint_stall_seconds = r.checkpoint_stall_seconds;
+    }
     DrawProgress(r.step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
     if (options_.on_step && !options_.on_step(r)) {
       return absl::CancelledError(absl::StrCat("stopped at step ", r.step));
@@ -251,6 +356,7 @@ absl::Status Trainer::Run() {
     std::fputs("\r\033[K", stderr);
     bar_shown_ = false;
   }
+  RETURN_IF_ERROR(FlushWriter());  // every checkpoint written
   // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers.
   RETURN_IF_ERROR(engine_->GatherParams());
   if (!options_.save_dir.empty() && (!options_.comm || options_.comm->rank() == 0)) {

@@ -2,7 +2,11 @@
 // evaluation, checkpoints, and the per-step report.
 #pragma once
 
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -31,12 +35,22 @@ struct TrainOptions {
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
   FILE* out = stdout;
   // Hooks for the worker daemon. on_step returning false stops the run (Run() then answers
-  // CANCELLED). At a checkpoint every rank writes its part and calls on_checkpoint_part
-  // (with the part's directory and file name); once every rank has, rank 0 writes the
-  // manifest, publishes the checkpoint and calls on_checkpoint with its path.
+  // CANCELLED).
+  //
+  // Checkpoints. With on_checkpoint_part set (the worker), they are asynchronous: at a
+  // checkpoint the step loop copies this rank's pieces into host memory (within
+  // checkpoint.host_budget_mb; beyond it the loop waits for earlier writes, and a copy that
+  // alone exceeds it is written from the live buffers) and goes on. A writer thread writes
+  // the part into its own directory (rank 0 adds the manifest and config.json) and calls
+  // on_checkpoint_part(dir, files, step), which makes them durable: the worker uploads them
+  // and tells the coordinator, which commits the checkpoint once every rank's part is in.
+  // Without the hook (gantry-train), one rank also writes asynchronously and publishes the
+  // checkpoint locally; several ranks in one process write synchronously (barrier, every
+  // part, barrier, rank 0 publishes). on_checkpoint runs after a local publish, with the path.
   std::function<bool(const StepReport&)> on_step;
   std::function<void(int64_t step, float val_loss)> on_eval;
-  std::function<absl::Status(const std::string& dir, const std::string& file, int64_t step)> on_checkpoint_part;
+  std::function<absl::Status(const std::string& dir, const std::vector<std::string>& files, int64_t step)>
+      on_checkpoint_part;
   std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
   // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
   parallel::Communicator* comm = nullptr;
@@ -54,6 +68,7 @@ struct StepReport {
   double comm_seconds = 0;       // exposed communication (the training thread waiting)
   double optimizer_seconds = 0;  // clipping and AdamW
   double comm_busy_seconds = 0;  // the communication thread's time, overlapped or not
+  double checkpoint_stall_seconds = 0;  // the step loop's time for a checkpoint taken after this step
 };
 
 class Trainer {
@@ -68,6 +83,7 @@ class Trainer {
   // Bytes this rank held while training (as of the last step; before the first, at start),
   // with what the ZeRO formula predicts for its stage.
   MemoryAccount memory() const { return reports_.empty() ? engine_->memory() : step_memory_; }
+  ~Trainer();
 
   // Mean loss over the first `batches` windows of a token file.
   static float Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int T, int batches);
@@ -94,6 +110,24 @@ class Trainer {
   MemoryAccount step_memory_;
   // Every rank writes its part, rank 0 publishes (collective).
   absl::Status WriteCheckpoint(int64_t step);
+  // The asynchronous path: a snapshot of this rank's pieces for the writer thread.
+  absl::Status SnapshotCheckpoint(int64_t step);
+  void WriterLoop();
+  absl::Status WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces);
+  absl::Status FlushWriter();  // waits for every queued write; the first error
+  struct Snapshot {
+    int64_t step = 0;
+    FloatBuffer data;  // params, m, v of every piece, piece after piece
+    std::vector<CheckpointPiece> pieces;
+  };
+  std::mutex writer_mu_;
+  std::condition_variable writer_cv_;
+  std::deque<Snapshot> writes_;
+  size_t queued_bytes_ = 0;
+  bool writer_busy_ = false, writer_stop_ = false;
+  absl::Status writer_status_;
+  std::thread writer_;
+  std::mutex print_mu_;
 };
 
 }  // namespace gantry::train
