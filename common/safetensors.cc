@@ -1,7 +1,14 @@
 #include "absl/strings/string_view.h"
 #include "common/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -64,28 +71,67 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
-  return FromBytes(std::move(bytes), path);
+  // Only the header is read now; tensors are read from the file when asked, straight into
+  // the caller's buffer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return absl::UnavailableError(absl::StrCat(path, ": ", std::strerror(err)));
+  }
+  auto shared_fd = std::shared_ptr<int>(new int(fd), [](int* p) {
+    ::close(*p);
+    delete p;
+  });
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  std::string head(std::min<size_t>(size, 8), '\0');
+  if (::pread(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {
+    return absl::DataLossError(absl::StrCat(path, ": short read of the header length"));
+  }
+  uint64_t header_len = 0;
+  if (head.size() == 8) std::memcpy(&header_len, head.data(), 8);
+  if (head.size() == 8 && header_len <= kMaxHeaderBytes && header_len <= size - 8) {
+    head.resize(8 + header_len);
+    if (::pread(fd, head.data() + 8, header_len, 8) != static_cast<ssize_t>(header_len)) {
+      return absl::DataLossError(absl::StrCat(path, ": short read of the header"));
+    }
+  }
+  SafetensorsFile f;
+  f.path_ = path;
+  RETURN_IF_ERROR(f.ParseHeader(head, size));
+  f.fd_ = std::move(shared_fd);
+  return f;
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes, std::string name) {
   SafetensorsFile f;
   f.path_ = std::move(name);
+  RETURN_IF_ERROR(f.ParseHeader(bytes, bytes.size()));
+  f.bytes_ = std::move(bytes);
+  return f;
+}
+
+absl::Status SafetensorsFile::ParseHeader(const std::string& bytes, size_t file_size) {
+  SafetensorsFile& f = *this;
   const std::string& p = f.path_;
-  if (bytes.size() < 8) {
+  if (file_size < 8) {
     return absl::InvalidArgumentError(
-        absl::StrCat(p, ": not a safetensors file (", bytes.size(), " bytes, need at least 8)"));
+        absl::StrCat(p, ": not a safetensors file (", file_size, " bytes, need at least 8)"));
   }
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);
-  if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8) {
+  if (header_len > kMaxHeaderBytes || header_len > file_size - 8) {
     return absl::InvalidArgumentError(absl::StrCat(p, ": header length ", header_len,
-                                                   " exceeds the file (", bytes.size(),
+                                                   " exceeds the file (", file_size,
                                                    " bytes): truncated or not safetensors"));
   }
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + header_len);
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(p, ": header is not valid JSON: ", e.what()));
   }
@@ -93,7 +139,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes, st
     return absl::InvalidArgumentError(absl::StrCat(p, ": header is not a JSON object"));
   }
   f.data_start_ = 8 + header_len;
-  const size_t data_size = bytes.size() - f.data_start_;
+  const size_t data_size = file_size - f.data_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& key = it.key();
     const auto& v = it.value();
@@ -146,8 +192,24 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes, st
     }
     f.tensors_.emplace(key, std::move(info));
   }
-  f.bytes_ = std::move(bytes);
-  return f;
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsFile::ReadRaw(const SafetensorInfo& info, void* dst) const {
+  const size_t n = info.end - info.begin;
+  if (!fd_) {
+    std::memcpy(dst, bytes_.data() + data_start_ + info.begin, n);
+    return absl::OkStatus();
+  }
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(*fd_, static_cast<char*>(dst) + done, n - done,
+                              static_cast<off_t>(data_start_ + info.begin + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return absl::DataLossError(absl::StrCat(path_, ": short read at byte ", data_start_ + info.begin + done));
+    done += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SafetensorsFile::ReadF32Into(const std::string& name,
@@ -163,11 +225,12 @@ absl::Status SafetensorsFile::ReadF32Into(const std::string& name,
                                                    ShapeString(info.shape), ", expected ",
                                                    ShapeString(expected_shape)));
   }
-  const char* src = bytes_.data() + data_start_ + info.begin;
   const int64_t n = info.numel();
-  if (info.dtype == "F32") {
-    std::memcpy(out, src, static_cast<size_t>(n) * 4);
-  } else if (info.dtype == "F64") {
+  if (info.dtype == "F32") return ReadRaw(info, out);  // straight into the caller's buffer
+  std::string raw(info.end - info.begin, '\0');
+  RETURN_IF_ERROR(ReadRaw(info, raw.data()));
+  const char* src = raw.data();
+  if (info.dtype == "F64") {
     for (int64_t i = 0; i < n; ++i) {
       double d;
       std::memcpy(&d, src + 8 * i, 8);
@@ -211,7 +274,9 @@ absl::StatusOr<std::vector<int32_t>> SafetensorsFile::ReadI32(const std::string&
     return absl::NotFoundError(absl::StrCat(path_, ": missing tensor '", name, "'"));
   }
   const SafetensorInfo& info = it->second;
-  const char* src = bytes_.data() + data_start_ + info.begin;
+  std::string raw(info.end - info.begin, '\0');
+  RETURN_IF_ERROR(ReadRaw(info, raw.data()));
+  const char* src = raw.data();
   std::vector<int32_t> out(static_cast<size_t>(info.numel()));
   if (info.dtype == "I32") {
     std::memcpy(out.data(), src, out.size() * 4);
@@ -228,8 +293,12 @@ absl::StatusOr<std::vector<int32_t>> SafetensorsFile::ReadI32(const std::string&
   return out;
 }
 
-std::string SerializeSafetensors(const std::vector<TensorToWrite>& tensors,
-                                 const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The 8-byte length and the JSON header (padded to align the data); data_sizes gets each
+// tensor's byte count.
+std::string Header(const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata,
+                   std::vector<size_t>* data_sizes) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
@@ -244,20 +313,31 @@ std::string SerializeSafetensors(const std::vector<TensorToWrite>& tensors,
   }
   std::string h = header.dump();
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // align the data section
-  std::string out;
-  out.reserve(8 + h.size() + offset);
   const uint64_t len = h.size();
-  out.append(reinterpret_cast<const char*>(&len), 8);
+  std::string out(reinterpret_cast<const char*>(&len), 8);
   out.append(h);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    out.append(static_cast<const char*>(tensors[i].data), sizes[i]);
-  }
+  if (data_sizes) *data_sizes = std::move(sizes);
+  return out;
+}
+
+}  // namespace
+
+std::string SerializeSafetensors(const std::vector<TensorToWrite>& tensors,
+                                 const std::map<std::string, std::string>& metadata) {
+  std::vector<size_t> sizes;
+  std::string out = Header(tensors, metadata, &sizes);
+  for (size_t i = 0; i < tensors.size(); ++i) out.append(static_cast<const char*>(tensors[i].data), sizes[i]);
   return out;
 }
 
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  return WriteFileAtomic(path, SerializeSafetensors(tensors, metadata));
+  // The header, then each tensor's bytes from where they are: no copy of the whole file.
+  std::vector<size_t> sizes;
+  const std::string header = Header(tensors, metadata, &sizes);
+  std::vector<absl::string_view> pieces = {header};
+  for (size_t i = 0; i < tensors.size(); ++i) pieces.emplace_back(static_cast<const char*>(tensors[i].data), sizes[i]);
+  return WriteFileAtomic(path, pieces);
 }
 
 }  // namespace gantry

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct SafetensorInfo {
 
 class SafetensorsFile {
  public:
+  // Reads and checks the header; tensors are read from the file when asked (positioned
+  // reads straight into the caller's buffer), so a large file costs no copy of itself.
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
   static absl::StatusOr<SafetensorsFile> FromBytes(std::string bytes, std::string name);
 
@@ -41,8 +44,11 @@ class SafetensorsFile {
   absl::StatusOr<std::vector<int32_t>> ReadI32(const std::string& name) const;
 
  private:
+  absl::Status ParseHeader(const std::string& bytes, size_t file_size);  // bytes: at least the header
+  absl::Status ReadRaw(const SafetensorInfo& info, void* dst) const;     // the tensor's bytes
   std::string path_;
-  std::string bytes_;
+  std::string bytes_;                // FromBytes: the whole file
+  std::shared_ptr<int> fd_;          // Open: the open file (closed with the last copy)
   size_t data_start_ = 0;
   std::map<std::string, SafetensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;

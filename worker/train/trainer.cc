@@ -239,7 +239,11 @@ absl::Status Trainer::SnapshotCheckpoint(int64_t step) {
   }
   Snapshot snap;
   snap.step = step;
-  snap.data.Assign(3 * n);
+  {
+    std::lock_guard<std::mutex> l(writer_mu_);
+    if (spare_.size() == 3 * n) snap.data = std::move(spare_);  // its pages are already mapped
+  }
+  if (snap.data.size() != 3 * n) snap.data.Assign(3 * n);
   float* at = snap.data.data();
   for (const auto& p : live) {
     const size_t len = p.flat_end - p.flat_begin;
@@ -271,8 +275,8 @@ void Trainer::WriterLoop() {
     l.unlock();
     absl::Status s = failed ? absl::OkStatus() : WritePart(snap.step, snap.pieces);
     const size_t bytes = snap.data.size() * sizeof(float);
-    snap.data = FloatBuffer();
     l.lock();
+    spare_ = std::move(snap.data);  // kept for the next copy (one, outside the budget)
     queued_bytes_ -= bytes;
     writer_busy_ = false;
     if (!s.ok() && writer_status_.ok()) {

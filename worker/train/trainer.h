@@ -123,6 +123,7 @@ class Trainer {
   std::mutex writer_mu_;
   std::condition_variable writer_cv_;
   std::deque<Snapshot> writes_;
+  FloatBuffer spare_;  // the last written copy's buffer, reused by the next
   size_t queued_bytes_ = 0;
   bool writer_busy_ = false, writer_stop_ = false;
   absl::Status writer_status_;
