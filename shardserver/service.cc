@@ -1,6 +1,9 @@
 #include "shardserver/service.h"
 
+#include <glog/logging.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
@@ -9,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
 #include "common/grpc_util.h"
+#include "common/status.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
 
@@ -187,7 +191,50 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Open(const std::stri
   rocksdb::DB* db = nullptr;
   auto s = rocksdb::DB::Open(o, dir, &db);
   if (!s.ok()) return absl::UnavailableError(absl::StrCat("opening ", dir, ": ", s.ToString()));
-  return std::unique_ptr<ShardService>(new ShardService(db, registry));
+  std::unique_ptr<ShardService> svc(new ShardService(db, registry));
+  ASSIGN_OR_RETURN(int64_t reclaimed, svc->ReclaimUncommitted());
+  if (reclaimed > 0) LOG(INFO) << "reclaimed " << reclaimed << " bytes of uncommitted checkpoint parts";
+  return svc;
+}
+
+absl::StatusOr<int64_t> ShardService::ReclaimUncommitted() {
+  // Parts written before a crash or restart whose checkpoint was never committed can no
+  // longer be: their writers are gone (a later commit naming them finds them missing and is
+  // refused). Their chunks are deleted, committed checkpoints are untouched.
+  std::set<std::string> committed;  // "<job>/<step>"
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("ckpt/"); it->Valid() && it->key().starts_with("ckpt/"); it->Next()) {
+    committed.insert(it->key().ToString().substr(5));
+  }
+  std::map<std::string, int64_t> orphans;  // "<job>/<step>" → bytes
+  for (it->Seek("part/"); it->Valid() && it->key().starts_with("part/"); it->Next()) {
+    const std::string rest = it->key().ToString().substr(5);  // <job>/<step, 12 digits>/<part>
+    size_t cut = std::string::npos;
+    for (size_t slash = rest.find('/'); slash != std::string::npos; slash = rest.find('/', slash + 1)) {
+      if (slash + 13 < rest.size() && rest[slash + 13] == '/' &&
+          rest.substr(slash + 1, 12).find_first_not_of("0123456789") == std::string::npos) {
+        cut = slash + 13;
+        break;
+      }
+    }
+    if (cut == std::string::npos) continue;
+    const std::string base = rest.substr(0, cut);
+    if (!committed.count(base)) orphans[base] += std::atoll(it->value().ToString().c_str());
+  }
+  int64_t bytes = 0;
+  rocksdb::WriteBatch b;
+  for (const auto& [base, n] : orphans) {
+    const std::string c0 = absl::StrCat("chunk/", base, "/"), p0 = absl::StrCat("part/", base, "/");
+    b.DeleteRange(c0, c0 + "\xff");
+    b.DeleteRange(p0, p0 + "\xff");
+    bytes += n;
+  }
+  if (orphans.empty()) return 0;
+  auto w = db_->Write(Synced(), &b);
+  if (!w.ok()) return absl::UnavailableError(absl::StrCat("reclaiming uncommitted parts: ", w.ToString()));
+  registry_->GetCounter("gantry_shardserver_reclaimed_bytes_total", "Bytes of uncommitted checkpoint parts reclaimed at start.")
+      .Inc(static_cast<double>(bytes));
+  return bytes;
 }
 
 ShardService::~ShardService() { delete db_; }

@@ -4,7 +4,9 @@
 // the part's size once its last chunk arrived; "ckpt/<job>/<step>" → CheckpointInfo, the
 // commit record. Chunks are invisible until a Commit names their part: a checkpoint is
 // whole or absent. Each WriteChunks stream lands in one synced batch at its end, so a
-// stream refused mid-way (bad crc32c, a gap in the offsets) writes nothing.
+// stream refused mid-way (bad crc32c, a gap in the offsets) writes nothing. At start, the
+// parts of checkpoints never committed (their writers died with the old process or lost
+// it) are reclaimed.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -42,6 +44,9 @@ class ShardService final : public v1::ShardServer::CallbackService {
 
   int64_t bytes_stored() const;
   rocksdb::DB* db() { return db_; }
+  // Deletes the chunks of parts whose checkpoint is not committed (run at Open: after a
+  // crash their writers are gone). Returns the bytes reclaimed.
+  absl::StatusOr<int64_t> ReclaimUncommitted();
   metrics::Registry* registry() { return registry_; }
   void RecordRpc(const char* method, const absl::Status& s, double seconds);
 

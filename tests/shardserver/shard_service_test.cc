@@ -7,6 +7,7 @@
 
 #include "common/file_util.h"
 #include "shardserver/service.h"
+#include "rocksdb/db.h"
 #include "tests/test_util.h"
 #include "worker/agent/shard_client.h"
 
@@ -81,6 +82,38 @@ TEST_F(ShardServiceTest, UncommittedOrMissingCheckpointsAreNotReadable) {
 TEST_F(ShardServiceTest, InvalidNamesAreRefused) {
   auto r = agent::UploadCheckpoint(addr_, "../etc", 1, dir_.File("ckpt"), "{}");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+}
+
+// A shard server restarted (as after a SIGKILL) between two checkpoints: the committed one
+// reads back in full; the one whose parts were written but never committed is invisible,
+// and its chunks are reclaimed.
+TEST_F(ShardServiceTest, ARestartReclaimsUncommittedPartsAndKeepsCommittedOnes) {
+  ASSERT_TRUE(agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{\"step\": 10}").ok());
+  ASSERT_TRUE(agent::UploadFiles(addr_, "j-000001", 20, dir_.File("ckpt"), {"model.safetensors", "config.json"}).ok());
+  auto count = [&](const std::string& prefix) {
+    std::unique_ptr<rocksdb::Iterator> it(svc_->db()->NewIterator(rocksdb::ReadOptions()));
+    int n = 0;
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) ++n;
+    return n;
+  };
+  ASSERT_GT(count("chunk/j-000001/000000000020/"), 0);
+  // Restart on the same store.
+  server_->Shutdown();
+  server_.reset();
+  svc_.reset();
+  SetUp();
+  EXPECT_EQ(count("chunk/j-000001/000000000020/"), 0) << "the uncommitted step 20 is reclaimed";
+  EXPECT_EQ(count("part/j-000001/000000000020/"), 0);
+  auto list = agent::ListCheckpoints(addr_, "j-000001");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step(), 10);
+  ASSERT_TRUE(agent::DownloadCheckpoint(addr_, "j-000001", 10, {"model.safetensors", "config.json"}, dir_.File("back")).ok());
+  auto a = ReadFileToString(dir_.File("ckpt/model.safetensors")), b = ReadFileToString(dir_.File("back/model.safetensors"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b) << "the committed checkpoint reads back in full";
+  // A commit naming the reclaimed parts is refused.
+  EXPECT_FALSE(agent::CommitCheckpoint(addr_, "j-000001", 20, {"model.safetensors", "config.json"}, "{}").ok());
 }
 
 }  // namespace
