@@ -43,9 +43,13 @@ la=$(eval_loss "$TMP/export"); lb=$(eval_loss "$TMP/local")
 check "export loads into gantry-train with the one-process run's loss on a fixed batch ($la vs $lb)" \
   [ -n "$la" -a "$la" = "$lb" ]
 
-a=$("$CLI" submit "$TMP/example.yaml"); b=$("$CLI" submit "$TMP/example.yaml")
-wait_for 10 bash -c "'$CLI' workers | grep -c busy | grep -q 2"; both_busy=$?
-check "two jobs at once on two workers" bash -c "[ $both_busy -eq 0 ] && '$CLI' watch $a >/dev/null && '$CLI' watch $b >/dev/null"
+# Two long jobs (a short one may end before both are seen running), then cancelled.
+job twin 100000 | sed 's/^checkpoint:.*/checkpoint: {every: 0}/' >"$TMP/twin.yaml"
+a=$("$CLI" submit "$TMP/twin.yaml"); b=$("$CLI" submit "$TMP/twin.yaml")
+wait_for 20 bash -c "'$CLI' describe $a | grep -q 'State:      RUNNING' && '$CLI' describe $b | grep -q 'State:      RUNNING' && \
+                     [ \$('$CLI' workers | grep -c busy) -eq 2 ]"; both=$?
+"$CLI" cancel "$a" >/dev/null; "$CLI" cancel "$b" >/dev/null
+check "two jobs at once on two workers" bash -c "[ $both -eq 0 ] && '$CLI' watch $a | grep -q CANCELLED && '$CLI' watch $b | grep -q CANCELLED"
 
 # Data parallelism across the two workers (Gloo over TCP, rendezvous through the
 # coordinator) gives the one-process losses of the same global batch.
