@@ -23,7 +23,9 @@
 #include "worker/data/loader.h"
 #include "worker/data/prepare.h"
 #include "worker/data/token_file.h"
+#include "common/file_util.h"
 #include "worker/model/hf_io.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/sample.h"
 #include "worker/train/trainer.h"
@@ -39,6 +41,9 @@ constexpr char kUsage[] =
     "  gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                      [--top-k K] [--seed S]\n"
     "  gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]\n"
+    "                    [--logits FILE]   (the first batch's logits, B x T x V float32, raw)\n"
+    "  gantry-train export --checkpoint DIR --out OUT   (a checkpoint, any layout, as a\n"
+    "                                                    Hugging Face model directory)\n"
     "  gantry-train compare DIR_A DIR_B   (two model directories: relative difference of the\n"
     "                                      parameters, ||a - b|| / ||b||, and the worst tensor)\n";
 
@@ -149,7 +154,7 @@ absl::Status RunSample(int argc, char** argv) {
 }
 
 absl::Status RunEval(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"from", "data", "seq-len", "batch", "batches", "threads"}, {}));
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"from", "data", "seq-len", "batch", "batches", "threads", "logits"}, {}));
   const std::string from = Flag(a, "from"), data_path = Flag(a, "data");
   if (from.empty() || data_path.empty()) return absl::InvalidArgumentError("eval: --from DIR and --data FILE are required");
   int T = 0, B = 1, batches = 1, threads = 0;
@@ -166,7 +171,26 @@ absl::Status RunEval(int argc, char** argv) {
   ASSIGN_OR_RETURN(data::TokenFile f, data::TokenFile::Open(data_path, model->config().vocab_size));
   ASSIGN_OR_RETURN(data::BatchLoader loader, data::BatchLoader::Create(&f, B, T, 0, false));
   const float loss = train::Trainer::Evaluate(*model, loader, B, T, batches);
+  if (const std::string path = Flag(a, "logits"); !path.empty()) {
+    std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
+    loader.Fill(0, in.data(), tg.data());
+    model->Forward(in.data(), nullptr, B, T);
+    const size_t n = in.size() * static_cast<size_t>(model->config().vocab_size);
+    RETURN_IF_ERROR(WriteFileAtomic(path, absl::string_view(reinterpret_cast<const char*>(model->logits()), n * sizeof(float))));
+  }
   std::printf("loss %.9g\n", loss);
+  return absl::OkStatus();
+}
+
+absl::Status RunExport(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"checkpoint", "out"}, {}));
+  if (!a.positional.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a.positional[0], "'"));
+  const std::string ckpt = Flag(a, "checkpoint"), out = Flag(a, "out");
+  if (ckpt.empty() || out.empty()) return absl::InvalidArgumentError("export: --checkpoint DIR and --out OUT are required");
+  RETURN_IF_ERROR(train::ExportCheckpoint(ckpt, out));
+  ASSIGN_OR_RETURN(train::CheckpointLayout l, train::ReadCheckpointLayout(ckpt));
+  std::printf("exported %s (written by dp %d ZeRO %d) to %s (Hugging Face GPT-2: config.json + model.safetensors)\n",
+              ckpt.c_str(), l.dp, l.zero_stage, out.c_str());
   return absl::OkStatus();
 }
 
@@ -236,6 +260,8 @@ int Main(int argc, char** argv) {
     s = RunSample(argc, argv);
   } else if (cmd == "eval") {
     s = RunEval(argc, argv);
+  } else if (cmd == "export") {
+    s = RunExport(argc, argv);
   } else if (cmd == "compare") {
     s = RunCompare(argc, argv);
   } else {

@@ -51,6 +51,8 @@ expect_error "bad magic" "magic.bin: bad magic 0" "$BIN" "$TMP/magic.yaml"
 head -c 2000 "$TMP/data/train.bin" >"$TMP/trunc.bin"
 spec "$TMP/trunc.yaml" "" "$TMP/trunc.bin"
 expect_error "truncated body" "trunc.bin: header says" "$BIN" "$TMP/trunc.yaml"
+expect_error "export of a missing checkpoint" "nockpt/manifest.json: no such file" "$BIN" export --checkpoint "$TMP/nockpt" --out "$TMP/out"
+expect_error "export without --out" "export: --checkpoint DIR and --out OUT are required" "$BIN" export --checkpoint "$TMP/nockpt"
 
 cp "$TMP/data/train.bin" "$TMP/vocab.bin"; printf '\xff\x7f' | dd of="$TMP/vocab.bin" bs=1 seek=1100 conv=notrunc status=none
 spec "$TMP/vocab.yaml" "" "$TMP/vocab.bin"

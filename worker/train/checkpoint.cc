@@ -201,6 +201,7 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::G
 }
 
 absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir) {
+  RETURN_IF_ERROR(ReadManifest(path).status());  // a checkpoint at all?
   ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(path));
   model::GPT m(c);
   RETURN_IF_ERROR(LoadCheckpoint(path, m, nullptr, nullptr).status());
