@@ -1,5 +1,6 @@
 #include "coordinator/cluster.h"
 
+#include "worker/agent/param_client.h"
 #include "worker/agent/shard_client.h"
 #include "worker/train/job_spec.h"
 
@@ -323,6 +324,20 @@ void Cluster::ScheduleLocked() {
       if (static_cast<int>(chosen.size()) == world) break;
     }
     if (static_cast<int>(chosen.size()) < world) break;  // strict FIFO: later jobs wait
+    // Parameter-server mode: the partition map of this generation over the live shard
+    // servers (a job with no shard server waits, as for workers).
+    google::protobuf::RepeatedPtrField<v1::ParamRange> param_ranges;
+    if (auto spec = train::ParseJobSpec(job.spec_yaml()); spec.ok() && spec->optimizer.placement == "shardserver") {
+      if (shard_addrs.empty()) break;
+      size_t n = 0;
+      for (const auto& t : model::ParameterLayout(spec->model)) n += t.numel;
+      for (const auto& r : agent::PartitionParams(n, shard_addrs)) {
+        auto* pr = param_ranges.Add();
+        pr->set_shard_server(r.shard_server);
+        pr->set_begin(static_cast<int64_t>(r.begin));
+        pr->set_end(static_cast<int64_t>(r.end));
+      }
+    }
     const auto t_submit = job.submit_time_unix_ms();
     job.set_state(v1::SCHEDULED);
     job.set_generation(job.generation() + 1);
@@ -355,6 +370,7 @@ void Cluster::ScheduleLocked() {
       a->set_tp(1);
       a->set_pp(1);
       for (const auto& s : shard_addrs) a->add_shard_servers(s);
+      if (!param_ranges.empty()) *a->mutable_param_ranges() = param_ranges;
       w->session->Send(m);
     }
     LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed: " << where;

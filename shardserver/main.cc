@@ -13,6 +13,7 @@
 #include "common/grpc_util.h"
 #include "common/metrics.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
+#include "shardserver/param_service.h"
 #include "shardserver/service.h"
 
 DEFINE_string(listen, "127.0.0.1:7080", "gRPC address (port 0 picks one)");
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   int port = 0;
-  auto started = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {svc->get()}, &port);
+  gantry::shardserver::ParamService params(&registry);  // parameter-server mode
+  auto started = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {svc->get(), &params}, &port);
   if (!started.ok()) {
     LOG(ERROR) << started.status();
     return 1;

@@ -26,6 +26,7 @@
 #include "kernels/threads.h"
 #include "nlohmann/json.hpp"
 #include "worker/agent/coordinator_store.h"
+#include "worker/agent/param_client.h"
 #include "worker/agent/shard_client.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/model/gpt.h"
@@ -148,6 +149,20 @@ class Session {
       ASSIGN_OR_RETURN(comm, parallel::GlooCommunicator::Create(a.rank(), a.world_size(), store, go));
       o.comm = comm.get();
       LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " joined its group of " << a.world_size();
+    }
+    std::unique_ptr<agent::ParamServerClient> remote;
+    if (spec->optimizer.placement == "shardserver") {  // the coordinator's partition map
+      std::vector<agent::ParamRangeOf> ranges;
+      for (const auto& r : a.param_ranges()) {
+        ranges.push_back({r.shard_server(), static_cast<size_t>(r.begin()), static_cast<size_t>(r.end())});
+      }
+      if (ranges.empty()) return absl::FailedPreconditionError("parameter-server job placed without a partition map");
+      const std::vector<model::ParamTensor> layout = model::ParameterLayout(spec->model);
+      remote = std::make_unique<agent::ParamServerClient>(
+          a.job_id(), a.generation(), ranges, layout, layout.back().offset + layout.back().numel,
+          train::AdamWConfig{spec->train.beta1, spec->train.beta2, spec->train.eps, spec->train.weight_decay});
+      o.remote_optimizer = remote.get();
+      LOG(INFO) << "job " << a.job_id() << ": AdamW on " << ranges.size() << " shard server(s)";
     }
     FILE* log = std::fopen("/dev/null", "w");
     o.out = log;

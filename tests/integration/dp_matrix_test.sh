@@ -4,6 +4,7 @@
 #  - DP in {1, 2, 4} x ZeRO in {0, 1, 2, 3}, the same global batch and seed: each job's 20
 #    per-step losses are gantry-train's in one process (<= 1e-5 relative), and its final
 #    checkpoint, exported, holds the same parameters (<= 1e-5 relative, gantry-train compare);
+#  - DP=2 in parameter-server mode (AdamW on the shard server) gives the same losses;
 #  - a rank SIGKILLed mid-step: the job fails naming the lost worker and its rank, and every
 #    surviving rank fails its step within the collective timeout + the failure grace (1.5x) with
 #    an error naming the rank that did not arrive; no rank hangs.
@@ -72,6 +73,13 @@ check "the coordinator commits a DP=4 checkpoint once the 4 ranks' parts are in 
 check "a DP=4 ZeRO-3 checkpoint is committed as 4 parts, one per rank, with its layout" bash -c \
   "'$CLI' checkpoints ${ids[4.3]} -o json | grep -o 'part-0000[0-3].safetensors' | sort -u | wc -l | grep -qx 4 && \
    '$CLI' checkpoints ${ids[4.3]} | grep -q '\"dp\":4,\"zero_stage\":3'"
+# Parameter-server mode: AdamW on the shard server, over the coordinator's partition map.
+job ps 2 0 20 | sed 's/^checkpoint:.*/checkpoint: {every: 0}/' >"$TMP/ps.yaml"
+echo "optimizer: {placement: shardserver}" >>"$TMP/ps.yaml"
+ps=$("$CLI" submit "$TMP/ps.yaml")
+"$CLI" watch "$ps" >"$TMP/ps.txt"; rc=$?
+check "DP=2 in parameter-server mode ($ps): one process's 20 losses" bash -c "[ $rc -eq 0 ] && $(declare -f same_losses); TMP='$TMP' same_losses '$TMP/ps.txt'"
+check "the workers ran AdamW on the shard server" grep -q "job $ps: AdamW on 1 shard server" "$TMP"/cluster/worker1.log "$TMP"/cluster/worker2.log "$TMP"/cluster/worker3.log "$TMP"/cluster/worker4.log
 check "the step-time split is reported (compute, exposed comm, optimizer)" \
   grep -q 'compute [0-9.]* comm [0-9.]* opt [0-9.]* ms' "$TMP/${ids[4.2]}.txt"
 check "a DP=4 ZeRO-3 worker logs its memory next to the ZeRO formula" \

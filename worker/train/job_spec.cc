@@ -97,8 +97,16 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
                       "but parallel.zero_stage 3 shards the parameters over the workers: use zero_stage 0-2 "
                       "with shardserver, or placement worker with zero_stage 3");
   }
-  if (s.optimizer.placement == "shardserver") {
-    return FieldError("optimizer.placement", "shardserver (parameter-server mode) is not implemented yet; use worker");
+  if (s.optimizer.placement == "shardserver" && s.parallel.zero_stage != 0) {
+    return FieldError("optimizer.placement", "shardserver runs with parallel.zero_stage 0 for now (the servers hold the "
+                                             "optimizer state; sharding the gradients over the workers is not built)");
+  }
+  if (s.optimizer.placement == "shardserver" && s.checkpoint.every > 0) {
+    return FieldError("optimizer.placement", "shardserver jobs cannot checkpoint yet (the optimizer state on the shard "
+                                             "servers is not persisted): set checkpoint.every to 0 or use placement worker");
+  }
+  if (s.optimizer.staleness != 0) {
+    return FieldError("optimizer.staleness", "only 0 (synchronous) is implemented");
   }
   if (s.resources.workers < 0) return FieldError("resources.workers", "must be >= 1");
   if (s.resources.workers != 0 && s.resources.workers != s.world_size()) {
@@ -189,7 +197,7 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                          {"zero_stage", Int(&s.parallel.zero_stage)},
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
                          {"timeout_s", Real(&s.parallel.timeout_s)}})},
-       {"optimizer", sub({{"placement", Str(&s.optimizer.placement)}})},
+       {"optimizer", sub({{"placement", Str(&s.optimizer.placement)}, {"staleness", Int(&s.optimizer.staleness)}})},
        {"resources", sub({{"workers", Int(&s.resources.workers)}})}}));
   if (!max_seq_given) s.model.max_seq_len = s.seq_len;
   if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch * std::max(1, s.parallel.dp);

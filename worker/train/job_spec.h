@@ -40,9 +40,10 @@ struct ParallelSpec {
 };
 
 struct OptimizerSpec {
-  // Where AdamW runs: "worker" (each DP rank, ZeRO-sharded) or "shardserver" (the
-  // parameter-server mode of the shard servers; not built yet).
+  // Where AdamW runs: "worker" (each DP rank, ZeRO-sharded) or "shardserver" (parameter-
+  // server mode: each shard server steps its range of the parameters).
   std::string placement = "worker";
+  int staleness = 0;  // shardserver: how many steps stale a pull may be (only 0 so far)
 };
 
 struct ResourcesSpec {

@@ -55,9 +55,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   if (!options.init_from.empty()) RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, *t->model_));
   const size_t n_params = t->model_->num_params();
   parallel::Communicator* comm = options.comm ? options.comm : &t->solo_;
+  if (spec.optimizer.placement == "shardserver" && options.remote_optimizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "optimizer.placement shardserver runs AdamW on the shard servers: submit the job to a cluster");
+  }
   ASSIGN_OR_RETURN(t->engine_, ZeroEngine::Create(t->model_.get(), comm, spec.parallel.zero_stage, spec.parallel.bucket_mb,
                                                   AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps,
-                                                              spec.train.weight_decay}));
+                                                              spec.train.weight_decay},
+                                                  spec.optimizer.placement == "shardserver" ? options.remote_optimizer
+                                                                                            : nullptr));
   if (options.resume) {
     if (spec.checkpoint.dir.empty()) {
       return absl::InvalidArgumentError("--resume needs checkpoint.dir in the job spec");
@@ -81,6 +87,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     }
   }
   t->engine_->Shard();
+  RETURN_IF_ERROR(t->engine_->StartRemote());
   t->model_->ReserveActivations(B, T);
   t->inputs_.resize(static_cast<size_t>(B) * T);
   t->targets_.resize(static_cast<size_t>(B) * T);

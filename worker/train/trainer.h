@@ -54,6 +54,8 @@ struct TrainOptions {
   std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
   // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
   parallel::Communicator* comm = nullptr;
+  // Parameter-server mode (optimizer.placement: shardserver): the shard servers' optimizer.
+  RemoteOptimizer* remote_optimizer = nullptr;
 };
 
 struct StepReport {

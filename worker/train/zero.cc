@@ -66,11 +66,16 @@ size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp
 }
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, parallel::Communicator* comm,
-                                                               int stage, double bucket_mb, const AdamWConfig& config) {
+                                                               int stage, double bucket_mb, const AdamWConfig& config,
+                                                               RemoteOptimizer* remote) {
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(absl::StrCat("ZeRO stage ", stage, " is not 0, 1, 2 or 3"));
+  if (remote != nullptr && stage != 0) {
+    return absl::InvalidArgumentError("parameter-server mode runs with ZeRO stage 0 (the servers hold the optimizer state)");
+  }
   if (!(bucket_mb > 0)) return absl::InvalidArgumentError(absl::StrCat("bucket size ", bucket_mb, " MB must be > 0"));
   std::unique_ptr<ZeroEngine> e(new ZeroEngine());
   e->model_ = model;
+  e->remote_ = remote;
   e->stage_ = stage;
   e->dp_ = comm->size();
   e->rank_ = comm->rank();
@@ -99,7 +104,9 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     e->local_size_ += b.piece;
     if (e->PieceBegin(b) < e->PieceEnd(b)) segments.push_back({e->PieceBegin(b), e->PieceEnd(b), b.local});
   }
-  if (stage == 0) {
+  if (remote != nullptr) {
+    e->opt_ = std::make_unique<AdamW>(model->tensors(), std::vector<ShardSegment>{}, 0, config);  // no state here
+  } else if (stage == 0) {
     e->opt_ = std::make_unique<AdamW>(model->tensors(), model->num_params(), config);
   } else {
     e->opt_ = std::make_unique<AdamW>(model->tensors(), segments, e->local_size_, config);
@@ -170,6 +177,12 @@ std::vector<CheckpointPiece> ZeroEngine::CheckpointPieces() const {
     out.push_back(p);
   }
   return out;
+}
+
+absl::Status ZeroEngine::StartRemote() {
+  if (remote_ == nullptr) return absl::OkStatus();
+  if (rank_ == 0) RETURN_IF_ERROR(remote_->Init(model_->params()));
+  return Barrier();
 }
 
 absl::Status ZeroEngine::Barrier() {
@@ -323,6 +336,21 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   const float coef = kernels::clip_coefficient(r.grad_norm, static_cast<float>(grad_clip));
   using I = AdamW::Index;
   float* params = model_->params();
+  if (remote_ != nullptr) {
+    // Parameter-server mode: every rank holds the same reduced gradient; each pushes its
+    // even share, all wait for all, then read the servers' new parameters.
+    if (coef < 1.0f) kernels::scale_inplace(model_->grads(), static_cast<int64_t>(n), coef);
+    const auto t_push = Clock::now();
+    for (const Bucket& b : buckets_) {
+      if (PieceBegin(b) >= PieceEnd(b)) continue;
+      RETURN_IF_ERROR(remote_->Push(step, lr, model_->grads() + PieceBegin(b), PieceBegin(b), PieceEnd(b)));
+    }
+    RETURN_IF_ERROR(Barrier());
+    RETURN_IF_ERROR(remote_->Pull(params));
+    timing_.exposed_comm += Since(t_push);
+    NotePeak();
+    return r;
+  }
   if (stage_ == 0) {
     if (coef < 1.0f) kernels::scale_inplace(model_->grads(), static_cast<int64_t>(n), coef);
     opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
@@ -380,7 +408,8 @@ MemoryAccount ZeroEngine::memory() const {
   m.activations = model_->activation_bytes();
   m.working = pool_.allocated_bytes();
   m.peak = std::max(peak_, m.model_state() + m.activations + m.working);
-  m.predicted = PredictedModelStateBytes(model_->num_params(), stage_, dp_);
+  m.predicted = remote_ ? 2 * model_->num_params() * f  // params and grads; the optimizer is on the servers
+                       : PredictedModelStateBytes(model_->num_params(), stage_, dp_);
   return m;
 }
 

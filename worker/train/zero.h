@@ -35,6 +35,22 @@
 
 namespace gantry::train {
 
+// Parameter-server mode (optimizer.placement: shardserver): AdamW runs on the shard servers,
+// each over its range of the flat buffer. The engine reduces the gradients over the DP
+// group (all-reduce, as ZeRO 0), clips them, pushes its even share to the servers, waits for
+// every rank's push (a barrier: the push completing a range runs AdamW before it answers),
+// then reads the new parameters back. The workers hold no optimizer state.
+class RemoteOptimizer {
+ public:
+  virtual ~RemoteOptimizer() = default;
+  // Sets the servers' ranges up with these parameters (num_params); rank 0 calls it once.
+  virtual absl::Status Init(const float* params) = 0;
+  // The reduced, clipped gradient of flat elements [begin, end), for the 1-based step.
+  virtual absl::Status Push(int step, double lr, const float* grads, size_t begin, size_t end) = 0;
+  // The whole parameter buffer as the servers hold it now.
+  virtual absl::Status Pull(float* params) = 0;
+};
+
 // Bytes held for training by one rank.
 struct MemoryAccount {
   size_t params = 0, grads = 0, optimizer = 0;  // persistent model state
@@ -56,8 +72,13 @@ class ZeroEngine final : public model::ParamHost {
  public:
   // model holds the full parameters; comm is the DP group (SoloCommunicator for one rank).
   // The model's buffers stay until Shard().
+  // remote: parameter-server mode (stage must be 0), or null.
   static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, parallel::Communicator* comm,
-                                                            int stage, double bucket_mb, const AdamWConfig& config);
+                                                            int stage, double bucket_mb, const AdamWConfig& config,
+                                                            RemoteOptimizer* remote = nullptr);
+  // Parameter-server mode: rank 0 sets the servers up with the model's parameters, then
+  // every rank waits for it (collective). A no-op otherwise.
+  absl::Status StartRemote();
   ~ZeroEngine() override;
 
   int stage() const { return stage_; }
@@ -134,6 +155,7 @@ class ZeroEngine final : public model::ParamHost {
   void NotePeak();
 
   model::GPT* model_ = nullptr;
+  RemoteOptimizer* remote_ = nullptr;
   int stage_ = 0, dp_ = 1, rank_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<int> unit_bucket_;

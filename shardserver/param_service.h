@@ -1,0 +1,63 @@
+// The ParamServer gRPC service: a shard server's part of parameter-server mode. For each
+// job it holds one range of the flat parameter buffer with its AdamW state (fp32, in
+// memory) and steps it once the workers have pushed that range's whole gradient for the
+// step. The push that completes a step runs AdamW (vectorised, threaded) before it answers,
+// so a worker that has seen every rank's push return can read the new parameters.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/buffer.h"
+#include "common/metrics.h"
+#include "gantry/v1/shardserver.grpc.pb.h"
+
+namespace gantry::shardserver {
+
+class ParamService final : public v1::ParamServer::CallbackService {
+ public:
+  explicit ParamService(metrics::Registry* registry) : registry_(registry) {}
+
+  grpc::ServerUnaryReactor* InitRange(grpc::CallbackServerContext* ctx, const v1::InitRangeRequest* req,
+                                      v1::InitRangeResponse* resp) override;
+  grpc::ServerUnaryReactor* WriteParams(grpc::CallbackServerContext* ctx, const v1::ParamsChunk* req,
+                                        v1::ParamsAck* resp) override;
+  grpc::ServerUnaryReactor* PushGradients(grpc::CallbackServerContext* ctx, const v1::GradientChunk* req,
+                                          v1::PushAck* resp) override;
+  grpc::ServerUnaryReactor* ReadParams(grpc::CallbackServerContext* ctx, const v1::ReadParamsRequest* req,
+                                       v1::ParamsChunk* resp) override;
+
+ private:
+  struct Run {
+    size_t begin = 0, end = 0;  // local indices
+    bool decay = false;
+  };
+  struct Range {
+    int64_t generation = 0;
+    size_t begin = 0, end = 0;  // flat
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+    std::vector<Run> runs;  // [0, size) cut by the decay flag
+    FloatBuffer params, m, v, grad;
+    int64_t step = 0;     // steps applied
+    size_t covered = 0;   // gradient elements pushed for step + 1
+    std::mutex mu;
+    size_t size() const { return end - begin; }
+  };
+  // The job's range at this generation, or an error naming what does not match.
+  absl::StatusOr<Range*> Find(const std::string& job, int64_t generation);
+  // Runs body, records the RPC, finishes the reactor.
+  template <typename F>
+  grpc::ServerUnaryReactor* Handle(grpc::CallbackServerContext* ctx, const char* method, F&& body);
+
+  metrics::Registry* registry_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Range>> ranges_;  // by job
+};
+
+}  // namespace gantry::shardserver

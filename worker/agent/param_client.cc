@@ -1,0 +1,128 @@
+#include "worker/agent/param_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/status.h"
+
+namespace gantry::agent {
+
+namespace {
+constexpr size_t kChunkFloats = (1 << 20) / sizeof(float);  // 1 MiB per message
+
+// Calls fn(at, n) for the 1 MiB messages that cover [begin, end), in order; the first error.
+template <typename F>
+absl::Status ForEachMessage(size_t begin, size_t end, F&& fn) {
+  for (size_t at = begin; at < end; at += kChunkFloats) RETURN_IF_ERROR(fn(at, std::min(kChunkFloats, end - at)));
+  return absl::OkStatus();
+}
+}  // namespace
+
+std::vector<ParamRangeOf> PartitionParams(size_t num_params, const std::vector<std::string>& servers, size_t align) {
+  std::vector<ParamRangeOf> out;
+  if (servers.empty()) return out;
+  const size_t blocks = (num_params + align - 1) / align;
+  const size_t per = blocks / servers.size(), extra = blocks % servers.size();
+  size_t at = 0;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    const size_t take = (per + (i < extra ? 1 : 0)) * align;
+    const size_t end = std::min(num_params, at + take);
+    out.push_back({servers[i], at, end});
+    at = end;
+  }
+  return out;
+}
+
+ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std::vector<ParamRangeOf> ranges,
+                                     const std::vector<model::ParamTensor>& tensors, size_t num_params,
+                                     train::AdamWConfig config)
+    : job_id_(std::move(job_id)), generation_(generation), num_params_(num_params), config_(config) {
+  for (auto& r : ranges) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(16 << 20);
+    servers_.push_back(
+        {r, v1::ParamServer::NewStub(grpc::CreateCustomChannel(r.shard_server, grpc::InsecureChannelCredentials(), args))});
+  }
+  for (const auto& t : tensors) {
+    if (t.decay) decay_.emplace_back(t.offset, t.offset + t.numel);
+  }
+}
+
+absl::Status ParamServerClient::Init(const float* params) {
+  for (auto& s : servers_) {
+    if (s.range.begin >= s.range.end) continue;
+    const std::string where = absl::StrCat("parameter server ", s.range.shard_server);
+    v1::InitRangeRequest req;
+    req.set_job_id(job_id_);
+    req.set_generation(generation_);
+    req.mutable_range()->set_begin(static_cast<int64_t>(s.range.begin));
+    req.mutable_range()->set_end(static_cast<int64_t>(s.range.end));
+    req.set_beta1(config_.beta1);
+    req.set_beta2(config_.beta2);
+    req.set_eps(config_.eps);
+    req.set_weight_decay(config_.weight_decay);
+    for (const auto& [b, e] : decay_) {
+      auto* d = req.add_decay();
+      d->set_begin(static_cast<int64_t>(b));
+      d->set_end(static_cast<int64_t>(e));
+    }
+    v1::InitRangeResponse resp;
+    RETURN_IF_ERROR(Annotate(FromGrpc(s.stub->InitRange(ContextWithDeadline(30).get(), req, &resp)), where));
+    RETURN_IF_ERROR(ForEachMessage(s.range.begin, s.range.end, [&](size_t at, size_t n) {
+      v1::ParamsChunk c;
+      c.set_job_id(job_id_);
+      c.set_generation(generation_);
+      c.set_offset(static_cast<int64_t>(at));
+      c.set_data(reinterpret_cast<const char*>(params + at), n * sizeof(float));
+      v1::ParamsAck ack;
+      return Annotate(FromGrpc(s.stub->WriteParams(ContextWithDeadline(30).get(), c, &ack)), where);
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParamServerClient::Push(int step, double lr, const float* grads, size_t begin, size_t end) {
+  for (auto& s : servers_) {  // the part of [begin, end) each server owns, in 1 MiB messages
+    const size_t b = std::max(begin, s.range.begin), e = std::min(end, s.range.end);
+    RETURN_IF_ERROR(ForEachMessage(b, e, [&](size_t at, size_t n) {
+      v1::GradientChunk c;
+      c.set_job_id(job_id_);
+      c.set_generation(generation_);
+      c.set_step(step);
+      c.set_lr(lr);
+      c.set_offset(static_cast<int64_t>(at));
+      c.set_data(reinterpret_cast<const char*>(grads + (at - begin)), n * sizeof(float));
+      v1::PushAck ack;
+      return Annotate(FromGrpc(s.stub->PushGradients(ContextWithDeadline(60).get(), c, &ack)),
+                      absl::StrCat("pushing step ", step, " to parameter server ", s.range.shard_server));
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParamServerClient::Pull(float* params) {
+  for (auto& s : servers_) {
+    RETURN_IF_ERROR(ForEachMessage(s.range.begin, s.range.end, [&](size_t at, size_t n) -> absl::Status {
+      v1::ReadParamsRequest req;
+      req.set_job_id(job_id_);
+      req.set_generation(generation_);
+      req.set_offset(static_cast<int64_t>(at));
+      req.set_count(static_cast<int64_t>(n));
+      v1::ParamsChunk c;
+      RETURN_IF_ERROR(Annotate(FromGrpc(s.stub->ReadParams(ContextWithDeadline(30).get(), req, &c)),
+                               absl::StrCat("reading parameters from ", s.range.shard_server)));
+      if (c.data().size() != n * sizeof(float)) {
+        return absl::DataLossError(absl::StrCat(s.range.shard_server, " sent ", c.data().size(), " bytes for ", n,
+                                                " parameters"));
+      }
+      std::memcpy(params + at, c.data().data(), c.data().size());
+      return absl::OkStatus();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gantry::agent

@@ -1,0 +1,50 @@
+// The worker's side of parameter-server mode: a train::RemoteOptimizer over the shard
+// servers of a partition map.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gantry/v1/shardserver.grpc.pb.h"
+#include "worker/model/gpt.h"
+#include "worker/train/optimizer.h"
+#include "worker/train/zero.h"
+
+namespace gantry::agent {
+
+struct ParamRangeOf {
+  std::string shard_server;
+  size_t begin = 0, end = 0;
+};
+
+// The partition map: [0, num_params) split over the servers in order, balanced by bytes,
+// the cuts aligned to `align` elements (1 MiB of fp32 by default). A server may get an empty
+// range when there are more servers than aligned blocks.
+std::vector<ParamRangeOf> PartitionParams(size_t num_params, const std::vector<std::string>& servers,
+                                          size_t align = size_t{1} << 18);
+
+class ParamServerClient final : public train::RemoteOptimizer {
+ public:
+  ParamServerClient(std::string job_id, int64_t generation, std::vector<ParamRangeOf> ranges,
+                    const std::vector<model::ParamTensor>& tensors, size_t num_params, train::AdamWConfig config);
+
+  absl::Status Init(const float* params) override;
+  absl::Status Push(int step, double lr, const float* grads, size_t begin, size_t end) override;
+  absl::Status Pull(float* params) override;
+
+ private:
+  struct Server {
+    ParamRangeOf range;
+    std::unique_ptr<v1::ParamServer::Stub> stub;
+  };
+  std::string job_id_;
+  int64_t generation_;
+  std::vector<Server> servers_;
+  std::vector<std::pair<size_t, size_t>> decay_;  // flat ranges with weight decay
+  size_t num_params_;
+  train::AdamWConfig config_;
+};
+
+}  // namespace gantry::agent
