@@ -11,9 +11,9 @@
 namespace gantry::agent {
 
 namespace {
-constexpr size_t kChunkFloats = (1 << 20) / sizeof(float);  // 1 MiB per message
+constexpr size_t kChunkFloats = (4 << 20) / sizeof(float);  // 4 MiB per message
 
-// Calls fn(at, n) for the 1 MiB messages that cover [begin, end), in order; the first error.
+// Calls fn(at, n) for the 4 MiB messages that cover [begin, end), in order; the first error.
 template <typename F>
 absl::Status ForEachMessage(size_t begin, size_t end, F&& fn) {
   for (size_t at = begin; at < end; at += kChunkFloats) RETURN_IF_ERROR(fn(at, std::min(kChunkFloats, end - at)));
@@ -85,7 +85,7 @@ absl::Status ParamServerClient::Init(const float* params) {
 }
 
 absl::Status ParamServerClient::Push(int step, double lr, const float* grads, size_t begin, size_t end) {
-  for (auto& s : servers_) {  // the part of [begin, end) each server owns, in 1 MiB messages
+  for (auto& s : servers_) {  // the part of [begin, end) each server owns, in 4 MiB messages
     const size_t b = std::max(begin, s.range.begin), e = std::min(end, s.range.end);
     RETURN_IF_ERROR(ForEachMessage(b, e, [&](size_t at, size_t n) {
       v1::GradientChunk c;

@@ -1,0 +1,152 @@
+// Parameter-server mode against its limits, in one run on one machine:
+//   AdamW on a shard server's range (the threaded kernel the ParamServer runs): parameters/s
+//     against the memory-bandwidth bound, 28 bytes per parameter (read param, grad, m, v;
+//     write param, m, v) at the bandwidth of a large in-place pass on the same threads,
+//     measured here (read + write bytes);
+//   push and pull through the ParamServer service over loopback gRPC (4 MiB messages):
+//     GB/s against a raw TCP stream of the same bytes over loopback.
+// Targets: AdamW >= 0.6x the bound; push and pull >= 0.6x raw TCP.
+//   paramserver_bench [--mparams 32] [--threads 0 (all)] [--mb 256]
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/metrics.h"
+#include "kernels/adamw.h"
+#include "kernels/threads.h"
+#include "shardserver/param_service.h"
+#include "worker/agent/param_client.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Best(std::vector<double> v) { return *std::min_element(v.begin(), v.end()); }
+
+int Arg(int argc, char** argv, const char* name, int def) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (!std::strcmp(argv[i], name)) return std::atoi(argv[i + 1]);
+  }
+  return def;
+}
+
+// Seconds to send `bytes` through a loopback TCP connection (a writer thread, this thread
+// reading), in 1 MiB writes.
+double RawTcp(size_t bytes) {
+  const int srv = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(srv, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(srv, 1) != 0 ||
+      ::getsockname(srv, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::abort();
+  }
+  std::vector<char> out(1 << 20, 7), in(1 << 20);
+  std::thread writer([&] {
+    const int c = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
+    for (size_t sent = 0; sent < bytes;) {
+      const ssize_t n = ::write(c, out.data(), std::min(out.size(), bytes - sent));
+      if (n <= 0) std::abort();
+      sent += static_cast<size_t>(n);
+    }
+    ::close(c);
+  });
+  const int conn = ::accept(srv, nullptr, nullptr);
+  const auto t0 = Clock::now();
+  size_t got = 0;
+  for (ssize_t n; (n = ::read(conn, in.data(), in.size())) > 0;) got += static_cast<size_t>(n);
+  const double secs = Since(t0);
+  writer.join();
+  ::close(conn);
+  ::close(srv);
+  if (got != bytes) std::abort();
+  return secs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gantry;
+  const size_t n = static_cast<size_t>(Arg(argc, argv, "--mparams", 32)) << 20;
+  const int threads = Arg(argc, argv, "--threads", 0);
+  const size_t net_bytes = static_cast<size_t>(Arg(argc, argv, "--mb", 256)) << 20;
+  kernels::ConfigureThreads(threads);
+
+  // AdamW against the copy bandwidth.
+  FloatBuffer p(n), g(n), m(n), v(n), a(4 * n);
+  std::fill(g.begin(), g.end(), 0.01f);
+  std::fill(a.begin(), a.end(), 1.f);
+  std::vector<double> copy_s, adam_s;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    // An in-place pass (read and write back each element), on the same threads as AdamW:
+    // like AdamW's own updates it has no read-for-ownership of a separate destination, so
+    // its bytes moved are exactly read + write.
+    const int64_t total = static_cast<int64_t>(a.size());
+    float* x = a.data();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t c = 0; c < total; ++c) x[c] = x[c] * 0.5f + 0.5f;
+    copy_s.push_back(Since(t0));
+    t0 = Clock::now();
+    kernels::adamw_update(p.data(), g.data(), m.data(), v.data(), static_cast<int64_t>(n),
+                          {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, i + 1});
+    adam_s.push_back(Since(t0));
+  }
+  const double copy_bw = 2.0 * static_cast<double>(a.size() * sizeof(float)) / Best(copy_s);  // read + write
+  const double bound = copy_bw / 28.0, adam = static_cast<double>(n) / Best(adam_s);
+
+  // Push and pull through a ParamServer over loopback gRPC, against raw TCP.
+  metrics::Registry registry;
+  shardserver::ParamService svc(&registry);
+  grpc::ServerBuilder sb;
+  int port = 0;
+  sb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  sb.SetMaxReceiveMessageSize(16 << 20);
+  sb.RegisterService(&svc);
+  auto server = sb.BuildAndStart();
+  const size_t pn = net_bytes / sizeof(float);
+  model::ParamTensor t;
+  t.name = "w";
+  t.shape = {static_cast<int64_t>(pn)};
+  t.numel = pn;
+  agent::ParamServerClient client("bench", 1, {{"127.0.0.1:" + std::to_string(port), 0, pn}}, {t}, pn, {});
+  std::vector<float> params(pn, 0.5f), grads(pn, 0.01f);
+  if (!client.Init(params.data()).ok()) return 1;
+  std::vector<double> push_s, pull_s, tcp_s;
+  for (int step = 1; step <= 3; ++step) {
+    auto t0 = Clock::now();
+    if (!client.Push(step, 1e-3, grads.data(), 0, pn).ok()) return 1;  // includes the AdamW it completes
+    push_s.push_back(Since(t0));
+    t0 = Clock::now();
+    if (!client.Pull(params.data()).ok()) return 1;
+    pull_s.push_back(Since(t0));
+    tcp_s.push_back(RawTcp(net_bytes));
+  }
+  server->Shutdown();
+  const double gb = static_cast<double>(net_bytes) / 1e9;
+  const double tcp = gb / Best(tcp_s), push = gb / Best(push_s), pull = gb / Best(pull_s);
+
+  std::printf("parameter-server mode, best of runs, %d threads (0: all)\n", threads);
+  std::printf("AdamW: %.0f M parameters/s; bound %.0f M/s (copy %.2f GB/s read + write / 28 B): %.2fx\n", adam / 1e6,
+              bound / 1e6, copy_bw / 1e9, adam / bound);
+  std::printf("push %.0f MB (with the AdamW step it completes): %.3f GB/s; raw TCP %.3f GB/s: %.2fx\n", gb * 1e3, push,
+              tcp, push / tcp);
+  std::printf("pull %.0f MB: %.3f GB/s; raw TCP %.3f GB/s: %.2fx\n", gb * 1e3, pull, tcp, pull / tcp);
+  const bool ok = adam / bound >= 0.6 && push / tcp >= 0.6 && pull / tcp >= 0.6;
+  std::printf("targets (AdamW >= 0.6x the bound; push, pull >= 0.6x raw TCP): %s\n", ok ? "met" : "NOT met");
+  return 0;
+}
