@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A Gantry cluster on this machine: one coordinator, one shard server and N CPU workers on
-# loopback, their state under one folder.
+# A Gantry cluster on this machine: one coordinator, S shard servers (1) and N CPU workers
+# (1) on loopback, their state under one folder. DIR/pids lists the processes in start
+# order: the coordinator, the shard servers, the workers.
 #
-#   deploy/local/cluster.sh start [--dir DIR] [--workers N] [--threads T]
+#   deploy/local/cluster.sh start [--dir DIR] [--workers N] [--shardservers S] [--threads T]
 #   deploy/local/cluster.sh stop  [--dir DIR]
 #
 # start prints the coordinator address and writes DIR/env (source it: it sets
@@ -12,11 +13,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BIN="${GANTRY_BIN:-$ROOT/build}"
 cmd="${1:-}"; shift || true
-DIR="$ROOT/runs/cluster"; WORKERS=1; THREADS=0
+DIR="$ROOT/runs/cluster"; WORKERS=1; SHARDS=1; THREADS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR="$2"; shift 2 ;;
     --workers) WORKERS="$2"; shift 2 ;;
+    --shardservers) SHARDS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     *) echo "cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -42,9 +44,12 @@ case "$cmd" in
       --data_dir "$DIR/coordinator" --ready_file "$DIR/coordinator.ready" 2>"$DIR/coordinator.log" &
     echo $! >>"$DIR/pids"; wait_ready "$DIR/coordinator.ready" $! coordinator
     COORD="127.0.0.1:$(port_of "$DIR/coordinator.ready" grpc_port)"
-    "$BIN/shardserver/gantry-shardserver" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 \
-      --data_dir "$DIR/shardserver" --coordinator "$COORD" --ready_file "$DIR/shardserver.ready" 2>"$DIR/shardserver.log" &
-    echo $! >>"$DIR/pids"; wait_ready "$DIR/shardserver.ready" $! shardserver
+    for s in $(seq 1 "$SHARDS"); do  # the first keeps the unnumbered names
+      name=shardserver$([ "$s" -gt 1 ] && echo "$s" || true)
+      "$BIN/shardserver/gantry-shardserver" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 \
+        --data_dir "$DIR/$name" --coordinator "$COORD" --ready_file "$DIR/$name.ready" 2>"$DIR/$name.log" &
+      echo $! >>"$DIR/pids"; wait_ready "$DIR/$name.ready" $! "$name"
+    done
     # Workers on one host get disjoint CPU slices (each pins its threads inside its slice);
     # with more workers than CPUs, none pins.
     NCPU=$(nproc); PER=$(( NCPU / WORKERS ))
@@ -62,11 +67,11 @@ case "$cmd" in
     # Wait until every worker has attached and the shard server has registered.
     for _ in $(seq 1 300); do
       n=$(GANTRY_COORDINATOR="$COORD" "$BIN/cli/gantry" workers 2>/dev/null | grep -c ' idle \| busy ' || true)
-      [ "$n" -ge "$WORKERS" ] && grep -q "registered with coordinator" "$DIR/shardserver.log" && break
+      [ "$n" -ge "$WORKERS" ] && [ "$(cat "$DIR"/shardserver*.log | grep -c "registered with coordinator")" -ge "$SHARDS" ] && break
       sleep 0.1
     done
     echo "export GANTRY_COORDINATOR=$COORD" >"$DIR/env"
-    echo "cluster up in $DIR: coordinator $COORD, 1 shard server, $WORKERS worker(s); source $DIR/env"
+    echo "cluster up in $DIR: coordinator $COORD, $SHARDS shard server(s), $WORKERS worker(s); source $DIR/env"
     ;;
   stop)
     [ -f "$DIR/pids" ] || { echo "cluster.sh: no cluster in $DIR"; exit 0; }

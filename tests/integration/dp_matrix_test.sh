@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Data parallelism and ZeRO with real worker processes on loopback (deploy/local/cluster.sh,
-# 4 workers, port 0, a temp dir):
+# 4 workers, 2 shard servers, port 0, a temp dir):
 #  - DP in {1, 2, 4} x ZeRO in {0, 1, 2, 3}, the same global batch and seed: each job's 20
 #    per-step losses are gantry-train's in one process (<= 1e-5 relative), and its final
 #    checkpoint, exported, holds the same parameters (<= 1e-5 relative, gantry-train compare);
-#  - DP=2 in parameter-server mode (AdamW on the shard server) gives the same losses;
+#  - DP=2 in parameter-server mode (AdamW on 2 shard servers) gives the same losses;
 #  - a rank SIGKILLed mid-step: the job fails naming the lost worker and its rank, and every
 #    surviving rank fails its step within the collective timeout + the failure grace (1.5x) with
 #    an error naming the rank that did not arrive; no rank hangs.
@@ -30,7 +30,7 @@ job one 1 0 20 >"$TMP/one.yaml"
 "$TRAIN" "$TMP/one.yaml" --print-losses --save "$TMP/one" --no-progress --threads 1 | grep '^step' | awk '{print $4}' >"$TMP/one.txt"
 [ "$(wc -l <"$TMP/one.txt")" -eq 20 ] || { echo "FAIL one-process reference"; exit 1; }
 
-bash "$ROOT/deploy/local/cluster.sh" start --dir "$TMP/cluster" --workers 4 --threads 1 >/dev/null || exit 1
+bash "$ROOT/deploy/local/cluster.sh" start --dir "$TMP/cluster" --workers 4 --shardservers 2 --threads 1 >/dev/null || exit 1
 source "$TMP/cluster/env"
 
 # Incoherent specs are refused at submit, with the reason, and nothing is queued.
@@ -73,13 +73,19 @@ check "the coordinator commits a DP=4 checkpoint once the 4 ranks' parts are in 
 check "a DP=4 ZeRO-3 checkpoint is committed as 4 parts, one per rank, with its layout" bash -c \
   "'$CLI' checkpoints ${ids[4.3]} -o json | grep -o 'part-0000[0-3].safetensors' | sort -u | wc -l | grep -qx 4 && \
    '$CLI' checkpoints ${ids[4.3]} | grep -q '\"dp\":4,\"zero_stage\":3'"
-# Parameter-server mode: AdamW on the shard server, over the coordinator's partition map.
+# Parameter-server mode: AdamW on the two shard servers, over the coordinator's partition map.
 job ps 2 0 20 | sed 's/^checkpoint:.*/checkpoint: {every: 0}/' >"$TMP/ps.yaml"
 echo "optimizer: {placement: shardserver}" >>"$TMP/ps.yaml"
 ps=$("$CLI" submit "$TMP/ps.yaml")
 "$CLI" watch "$ps" >"$TMP/ps.txt"; rc=$?
 check "DP=2 in parameter-server mode ($ps): one process's 20 losses" bash -c "[ $rc -eq 0 ] && $(declare -f same_losses); TMP='$TMP' same_losses '$TMP/ps.txt'"
-check "the workers ran AdamW on the shard server" grep -q "job $ps: AdamW on 1 shard server" "$TMP"/cluster/worker1.log "$TMP"/cluster/worker2.log "$TMP"/cluster/worker3.log "$TMP"/cluster/worker4.log
+optimizer_params() {  # optimizer_params SHARD: the parameters whose AdamW state that shard server holds
+  local port; port=$(sed 's/.*"metrics_port": \([0-9]*\).*/\1/' "$TMP/cluster/$1.ready")
+  curl -sf "http://127.0.0.1:$port/metrics" | awk '/^gantry_shardserver_optimizer_params / {print $2}'
+}
+p1=$(optimizer_params shardserver); p2=$(optimizer_params shardserver2)
+check "the workers ran AdamW on both shard servers ($p1 and $p2 parameters)" bash -c \
+  "grep -q 'job $ps: AdamW on 2 shard server' '$TMP'/cluster/worker*.log && awk -v a='$p1' -v b='$p2' 'BEGIN {exit !(a > 0 && b > 0)}'" "$TMP"/cluster/worker1.log "$TMP"/cluster/worker2.log "$TMP"/cluster/worker3.log "$TMP"/cluster/worker4.log
 check "the step-time split is reported (compute, exposed comm, optimizer)" \
   grep -q 'compute [0-9.]* comm [0-9.]* opt [0-9.]* ms' "$TMP/${ids[4.2]}.txt"
 check "a DP=4 ZeRO-3 worker logs its memory next to the ZeRO formula" \
@@ -91,7 +97,7 @@ k=$("$CLI" submit "$TMP/killed.yaml")
 wait_for 30 bash -c "'$CLI' describe $k | grep -qE 'Steps:      ([3-9]|[0-9]{2,})/'"
 victim=$("$CLI" describe "$k" | sed -n 's/^Workers: .*rank 2 \([^,]*\).*/\1/p')
 host=$("$CLI" workers | awk -v w="$victim" '$1 == w {print $2}')
-n=${host##*-w}; wpid=$(sed -n "$((2 + n))p" "$TMP/cluster/pids")
+n=${host##*-w}; wpid=$(sed -n "$((3 + n))p" "$TMP/cluster/pids")  # after the coordinator and 2 shard servers
 t0=$(date +%s.%N)
 kill -9 "$wpid"
 check "the job fails naming the lost worker and its rank" \

@@ -20,8 +20,9 @@ struct ParamRangeOf {
 };
 
 // The partition map: [0, num_params) split over the servers in order, balanced by bytes,
-// the cuts aligned to `align` elements (1 MiB of fp32 by default). A server may get an empty
-// range when there are more servers than aligned blocks.
+// the cuts aligned to `align` elements (1 MiB of fp32 by default; 4 KiB for a model too
+// small to give each server a block). A server may get an empty range when there are more
+// servers than blocks.
 std::vector<ParamRangeOf> PartitionParams(size_t num_params, const std::vector<std::string>& servers,
                                           size_t align = size_t{1} << 18);
 
