@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   t.numel = pn;
   agent::ParamServerClient client("bench", 1, {{"127.0.0.1:" + std::to_string(port), 0, pn}}, {t}, pn, {});
   std::vector<float> params(pn, 0.5f), grads(pn, 0.01f);
-  if (!client.Init(params.data()).ok()) return 1;
+  if (!client.Init(params.data(), nullptr, nullptr, 0).ok()) return 1;
   std::vector<double> push_s, pull_s, tcp_s;
   for (int step = 1; step <= 3; ++step) {
     auto t0 = Clock::now();

@@ -68,6 +68,7 @@ grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* c
     r->m.Assign(r->size());
     r->v.Assign(r->size());
     r->grad.Assign(r->size());
+    r->step = req->step();
     std::lock_guard<std::mutex> l(mu_);
     ranges_[req->job_id()] = std::move(r);
     registry_->GetGauge("gantry_shardserver_optimizer_params", "Parameters whose AdamW state this shard server holds.")
@@ -87,7 +88,7 @@ grpc::ServerUnaryReactor* ParamService::WriteParams(grpc::CallbackServerContext*
                                                      " bytes) are not within the range [", r->begin, ", ", r->end, ")"));
     }
     std::lock_guard<std::mutex> l(r->mu);
-    std::memcpy(r->params.data() + (req->offset() - r->begin), req->data().data(), req->data().size());
+    std::memcpy(r->Buffer(req->buffer())->data() + (req->offset() - r->begin), req->data().data(), req->data().size());
     return absl::OkStatus();
   });
 }
@@ -147,7 +148,8 @@ grpc::ServerUnaryReactor* ParamService::ReadParams(grpc::CallbackServerContext* 
     resp->set_generation(req->generation());
     resp->set_offset(req->offset());
     resp->set_version(r->step);
-    resp->set_data(reinterpret_cast<const char*>(r->params.data() + (req->offset() - r->begin)),
+    resp->set_buffer(req->buffer());
+    resp->set_data(reinterpret_cast<const char*>(r->Buffer(req->buffer())->data() + (req->offset() - r->begin)),
                    static_cast<size_t>(req->count()) * sizeof(float));
     return absl::OkStatus();
   });

@@ -48,6 +48,7 @@ class ParamService final : public v1::ParamServer::CallbackService {
     size_t covered = 0;   // gradient elements pushed for step + 1
     std::mutex mu;
     size_t size() const { return end - begin; }
+    FloatBuffer* Buffer(v1::RangeBuffer b) { return b == v1::ADAM_M ? &m : b == v1::ADAM_V ? &v : &params; }
   };
   // The job's range at this generation, or an error naming what does not match.
   absl::StatusOr<Range*> Find(const std::string& job, int64_t generation);

@@ -223,7 +223,8 @@ TEST_F(DataParallelTest, ACheckpointResumesInAnyLayout) {
 
 // Parameter-server mode with 2 shard servers (in this process, over loopback gRPC): AdamW
 // runs on the servers, each over its range; 20 steps at DP=2 give worker placement's losses
-// within 1e-5, and the workers hold no optimizer state.
+// within 1e-5, and the workers hold no optimizer state. Its checkpoints resume exactly, and
+// in worker placement.
 TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
   const Result worker = Run(2, 0);
   metrics::Registry registry;
@@ -253,10 +254,27 @@ TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
         "j-ps", 1, ranges, m.tensors(), m.num_params(),
         AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps, spec.train.weight_decay});
   };
-  const Result ps = Run(2, 0, "optimizer: {placement: shardserver}\n");
+  const std::string ps_spec = "optimizer: {placement: shardserver}\n";
+  const Result ps = Run(2, 0, ps_spec);
   ExpectSameTraining(ps, worker, "parameter-server mode, 2 shard servers");
   ASSERT_EQ(ps.memory.size(), 2u);
   EXPECT_EQ(ps.memory[0].optimizer, 0u) << "the optimizer state is on the shard servers";
+  // Checkpoints carry the servers' AdamW state: a run stopped at step 10 resumes exactly in
+  // parameter-server mode, and into worker placement (one process) within 1e-6.
+  const std::string ckpt = ps_spec + "checkpoint: {every: 10, dir: " + dir_.File("psckpt") + "}\n";
+  const Result full = Run(2, 0, ckpt);
+  std::filesystem::remove_all(dir_.File("psckpt"));
+  ASSERT_EQ(Run(2, 0, ckpt, /*stop_after=*/10).losses.size(), 10u);
+  const Result again = Run(2, 0, ckpt, 0, /*resume=*/true);
+  ASSERT_EQ(again.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(again.losses[i], full.losses[10 + i]) << "step " << 11 + i;
+  remote_factory_ = nullptr;
+  std::filesystem::remove_all(dir_.File("psckpt/step_00000020"));
+  const Result one = Run(1, 0, "checkpoint: {every: 10, dir: " + dir_.File("psckpt") + "}\n", 0, /*resume=*/true);
+  ASSERT_EQ(one.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_LE(std::fabs(one.losses[i] - full.losses[10 + i]) / full.losses[10 + i], 1e-6) << "step " << 11 + i;
+  }
   for (auto& s : servers) s->Shutdown();
 }
 

@@ -53,7 +53,41 @@ ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std
   }
 }
 
-absl::Status ParamServerClient::Init(const float* params) {
+absl::Status ParamServerClient::Write(Server& s, v1::RangeBuffer which, const float* src) {
+  return ForEachMessage(s.range.begin, s.range.end, [&](size_t at, size_t n) {
+    v1::ParamsChunk c;
+    c.set_job_id(job_id_);
+    c.set_generation(generation_);
+    c.set_offset(static_cast<int64_t>(at));
+    c.set_buffer(which);
+    c.set_data(reinterpret_cast<const char*>(src + at), n * sizeof(float));
+    v1::ParamsAck ack;
+    return Annotate(FromGrpc(s.stub->WriteParams(ContextWithDeadline(30).get(), c, &ack)),
+                    absl::StrCat("writing ", v1::RangeBuffer_Name(which), " to parameter server ", s.range.shard_server));
+  });
+}
+
+absl::Status ParamServerClient::Read(Server& s, v1::RangeBuffer which, size_t begin, size_t end, float* out,
+                                     size_t out_begin) {
+  return ForEachMessage(begin, end, [&](size_t at, size_t n) -> absl::Status {
+    v1::ReadParamsRequest req;
+    req.set_job_id(job_id_);
+    req.set_generation(generation_);
+    req.set_offset(static_cast<int64_t>(at));
+    req.set_count(static_cast<int64_t>(n));
+    req.set_buffer(which);
+    v1::ParamsChunk c;
+    RETURN_IF_ERROR(Annotate(FromGrpc(s.stub->ReadParams(ContextWithDeadline(30).get(), req, &c)),
+                             absl::StrCat("reading ", v1::RangeBuffer_Name(which), " from ", s.range.shard_server)));
+    if (c.data().size() != n * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat(s.range.shard_server, " sent ", c.data().size(), " bytes for ", n, " values"));
+    }
+    std::memcpy(out + (at - out_begin), c.data().data(), c.data().size());
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ParamServerClient::Init(const float* params, const float* m, const float* v, int64_t step) {
   for (auto& s : servers_) {
     if (s.range.begin >= s.range.end) continue;
     const std::string where = absl::StrCat("parameter server ", s.range.shard_server);
@@ -66,6 +100,7 @@ absl::Status ParamServerClient::Init(const float* params) {
     req.set_beta2(config_.beta2);
     req.set_eps(config_.eps);
     req.set_weight_decay(config_.weight_decay);
+    req.set_step(step);
     for (const auto& [b, e] : decay_) {
       auto* d = req.add_decay();
       d->set_begin(static_cast<int64_t>(b));
@@ -73,15 +108,9 @@ absl::Status ParamServerClient::Init(const float* params) {
     }
     v1::InitRangeResponse resp;
     RETURN_IF_ERROR(Annotate(FromGrpc(s.stub->InitRange(ContextWithDeadline(30).get(), req, &resp)), where));
-    RETURN_IF_ERROR(ForEachMessage(s.range.begin, s.range.end, [&](size_t at, size_t n) {
-      v1::ParamsChunk c;
-      c.set_job_id(job_id_);
-      c.set_generation(generation_);
-      c.set_offset(static_cast<int64_t>(at));
-      c.set_data(reinterpret_cast<const char*>(params + at), n * sizeof(float));
-      v1::ParamsAck ack;
-      return Annotate(FromGrpc(s.stub->WriteParams(ContextWithDeadline(30).get(), c, &ack)), where);
-    }));
+    RETURN_IF_ERROR(Write(s, v1::PARAMS, params));
+    if (m != nullptr) RETURN_IF_ERROR(Write(s, v1::ADAM_M, m));
+    if (v != nullptr) RETURN_IF_ERROR(Write(s, v1::ADAM_V, v));
   }
   return absl::OkStatus();
 }
@@ -106,23 +135,16 @@ absl::Status ParamServerClient::Push(int step, double lr, const float* grads, si
 }
 
 absl::Status ParamServerClient::Pull(float* params) {
+  for (auto& s : servers_) RETURN_IF_ERROR(Read(s, v1::PARAMS, s.range.begin, s.range.end, params, 0));
+  return absl::OkStatus();
+}
+
+absl::Status ParamServerClient::ReadState(size_t begin, size_t end, float* m, float* v) {
   for (auto& s : servers_) {
-    RETURN_IF_ERROR(ForEachMessage(s.range.begin, s.range.end, [&](size_t at, size_t n) -> absl::Status {
-      v1::ReadParamsRequest req;
-      req.set_job_id(job_id_);
-      req.set_generation(generation_);
-      req.set_offset(static_cast<int64_t>(at));
-      req.set_count(static_cast<int64_t>(n));
-      v1::ParamsChunk c;
-      RETURN_IF_ERROR(Annotate(FromGrpc(s.stub->ReadParams(ContextWithDeadline(30).get(), req, &c)),
-                               absl::StrCat("reading parameters from ", s.range.shard_server)));
-      if (c.data().size() != n * sizeof(float)) {
-        return absl::DataLossError(absl::StrCat(s.range.shard_server, " sent ", c.data().size(), " bytes for ", n,
-                                                " parameters"));
-      }
-      std::memcpy(params + at, c.data().data(), c.data().size());
-      return absl::OkStatus();
-    }));
+    const size_t b = std::max(begin, s.range.begin), e = std::min(end, s.range.end);
+    if (b >= e) continue;
+    RETURN_IF_ERROR(Read(s, v1::ADAM_M, b, e, m, begin));
+    RETURN_IF_ERROR(Read(s, v1::ADAM_V, b, e, v, begin));
   }
   return absl::OkStatus();
 }

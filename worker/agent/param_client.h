@@ -31,15 +31,20 @@ class ParamServerClient final : public train::RemoteOptimizer {
   ParamServerClient(std::string job_id, int64_t generation, std::vector<ParamRangeOf> ranges,
                     const std::vector<model::ParamTensor>& tensors, size_t num_params, train::AdamWConfig config);
 
-  absl::Status Init(const float* params) override;
+  absl::Status Init(const float* params, const float* m, const float* v, int64_t step) override;
   absl::Status Push(int step, double lr, const float* grads, size_t begin, size_t end) override;
   absl::Status Pull(float* params) override;
+  absl::Status ReadState(size_t begin, size_t end, float* m, float* v) override;
 
  private:
   struct Server {
     ParamRangeOf range;
     std::unique_ptr<v1::ParamServer::Stub> stub;
   };
+  // One buffer of flat elements [begin, end) of one server's range: read into out + (i -
+  // out_begin), or written from src + (i - src_begin).
+  absl::Status Read(Server& s, v1::RangeBuffer which, size_t begin, size_t end, float* out, size_t out_begin);
+  absl::Status Write(Server& s, v1::RangeBuffer which, const float* src);
   std::string job_id_;
   int64_t generation_;
   std::vector<Server> servers_;

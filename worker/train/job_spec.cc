@@ -101,10 +101,6 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
     return FieldError("optimizer.placement", "shardserver runs with parallel.zero_stage 0 for now (the servers hold the "
                                              "optimizer state; sharding the gradients over the workers is not built)");
   }
-  if (s.optimizer.placement == "shardserver" && s.checkpoint.every > 0) {
-    return FieldError("optimizer.placement", "shardserver jobs cannot checkpoint yet (the optimizer state on the shard "
-                                             "servers is not persisted): set checkpoint.every to 0 or use placement worker");
-  }
   if (s.optimizer.staleness != 0) {
     return FieldError("optimizer.staleness", "only 0 (synchronous) is implemented");
   }

@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     }
   }
   t->engine_->Shard();
-  RETURN_IF_ERROR(t->engine_->StartRemote());
+  RETURN_IF_ERROR(t->engine_->StartRemote(t->start_step_));
   t->model_->ReserveActivations(B, T);
   t->inputs_.resize(static_cast<size_t>(B) * T);
   t->targets_.resize(static_cast<size_t>(B) * T);
@@ -183,7 +183,8 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
   RETURN_IF_ERROR(engine_->Barrier());     // ...gone before any rank writes (ranks may share the directory)
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
-  RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), engine_->CheckpointPieces()));
+  ASSIGN_OR_RETURN(std::vector<CheckpointPiece> pieces, engine_->CheckpointPieces());
+  RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), pieces));
   RETURN_IF_ERROR(engine_->Barrier());  // every part is written
   if (rank != 0) return absl::OkStatus();  // rank 0 publishes the directory they share
   RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp));
@@ -230,7 +231,7 @@ absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>
 }
 
 absl::Status Trainer::SnapshotCheckpoint(int64_t step) {
-  std::vector<CheckpointPiece> live = engine_->CheckpointPieces();
+  ASSIGN_OR_RETURN(std::vector<CheckpointPiece> live, engine_->CheckpointPieces());
   size_t n = 0;
   for (const auto& p : live) n += p.flat_end - p.flat_begin;
   const size_t bytes = 3 * n * sizeof(float);

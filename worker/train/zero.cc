@@ -141,6 +141,14 @@ void ZeroEngine::Shard() {
 }
 
 void ZeroEngine::LoadOptimizerState(const float* m, const float* v) {
+  if (remote_ != nullptr) {  // sent to the shard servers by StartRemote
+    const size_t n = model_->num_params();
+    remote_m_.Assign(n);
+    remote_v_.Assign(n);
+    std::copy(m, m + n, remote_m_.data());
+    std::copy(v, v + n, remote_v_.data());
+    return;
+  }
   for (const ShardSegment& s : opt_->segments()) {
     std::copy(m + s.flat_begin, m + s.flat_end, opt_->m().data() + s.local);
     std::copy(v + s.flat_begin, v + s.flat_end, opt_->v().data() + s.local);
@@ -162,8 +170,23 @@ absl::Status ZeroEngine::WaitAll() {
   return s;
 }
 
-std::vector<CheckpointPiece> ZeroEngine::CheckpointPieces() const {
+absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
   std::vector<CheckpointPiece> out;
+  if (remote_ != nullptr) {  // this rank's even share, with m and v from the shard servers
+    size_t total = 0;
+    for (const Bucket& b : buckets_) total += PieceEnd(b) - PieceBegin(b);
+    remote_m_.Assign(total);
+    remote_v_.Assign(total);
+    size_t at = 0;
+    for (const Bucket& b : buckets_) {
+      const size_t pb = PieceBegin(b), pe = PieceEnd(b);
+      if (pb >= pe) continue;
+      RETURN_IF_ERROR(remote_->ReadState(pb, pe, remote_m_.data() + at, remote_v_.data() + at));
+      out.push_back({pb, pe, model_->params() + pb, remote_m_.data() + at, remote_v_.data() + at});
+      at += pe - pb;
+    }
+    return out;
+  }
   for (const Bucket& b : buckets_) {
     const size_t pb = PieceBegin(b), pe = PieceEnd(b);
     if (pb >= pe) continue;
@@ -179,9 +202,15 @@ std::vector<CheckpointPiece> ZeroEngine::CheckpointPieces() const {
   return out;
 }
 
-absl::Status ZeroEngine::StartRemote() {
+absl::Status ZeroEngine::StartRemote(int64_t start_step) {
   if (remote_ == nullptr) return absl::OkStatus();
-  if (rank_ == 0) RETURN_IF_ERROR(remote_->Init(model_->params()));
+  const bool resumed = remote_m_.size() == model_->num_params();
+  if (rank_ == 0) {
+    RETURN_IF_ERROR(remote_->Init(model_->params(), resumed ? remote_m_.data() : nullptr,
+                                  resumed ? remote_v_.data() : nullptr, start_step));
+  }
+  remote_m_ = FloatBuffer();
+  remote_v_ = FloatBuffer();
   return Barrier();
 }
 

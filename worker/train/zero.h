@@ -43,12 +43,15 @@ namespace gantry::train {
 class RemoteOptimizer {
  public:
   virtual ~RemoteOptimizer() = default;
-  // Sets the servers' ranges up with these parameters (num_params); rank 0 calls it once.
-  virtual absl::Status Init(const float* params) = 0;
+  // Sets the servers' ranges up with these parameters (whole flat buffer) and, on a resume,
+  // AdamW's m and v (null: zeros) and the steps already applied. Rank 0 calls it once.
+  virtual absl::Status Init(const float* params, const float* m, const float* v, int64_t step) = 0;
   // The reduced, clipped gradient of flat elements [begin, end), for the 1-based step.
   virtual absl::Status Push(int step, double lr, const float* grads, size_t begin, size_t end) = 0;
   // The whole parameter buffer as the servers hold it now.
   virtual absl::Status Pull(float* params) = 0;
+  // AdamW's m and v of flat elements [begin, end), for a checkpoint.
+  virtual absl::Status ReadState(size_t begin, size_t end, float* m, float* v) = 0;
 };
 
 // Bytes held for training by one rank.
@@ -76,9 +79,10 @@ class ZeroEngine final : public model::ParamHost {
   static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, parallel::Communicator* comm,
                                                             int stage, double bucket_mb, const AdamWConfig& config,
                                                             RemoteOptimizer* remote = nullptr);
-  // Parameter-server mode: rank 0 sets the servers up with the model's parameters, then
-  // every rank waits for it (collective). A no-op otherwise.
-  absl::Status StartRemote();
+  // Parameter-server mode: rank 0 sets the servers up with the model's parameters (and the
+  // optimizer state LoadOptimizerState kept, at step start_step), then every rank waits for
+  // it (collective). A no-op otherwise.
+  absl::Status StartRemote(int64_t start_step);
   ~ZeroEngine() override;
 
   int stage() const { return stage_; }
@@ -89,8 +93,9 @@ class ZeroEngine final : public model::ParamHost {
   // Optimizer state of the whole flat buffer (num_params each) → this rank's pieces.
   void LoadOptimizerState(const float* m, const float* v);
   // What this rank writes into a checkpoint: its pieces (ZeRO 1-3: the ones it owns; ZeRO 0:
-  // the same even split, so that ranks write in parallel), with parameters, m and v.
-  std::vector<CheckpointPiece> CheckpointPieces() const;
+  // the same even split, so that ranks write in parallel), with parameters, m and v. In
+  // parameter-server mode m and v are read from the shard servers first.
+  absl::StatusOr<std::vector<CheckpointPiece>> CheckpointPieces();
   // Collective: returns once every rank has called it.
   absl::Status Barrier();
   // Collective: the model's full parameter buffer valid (stage 3 allocates and gathers it;
@@ -161,6 +166,7 @@ class ZeroEngine final : public model::ParamHost {
   std::vector<int> unit_bucket_;
   size_t local_size_ = 0;
   std::unique_ptr<AdamW> opt_;
+  FloatBuffer remote_m_, remote_v_;  // parameter-server mode: resumed state to send, or a checkpoint's pieces
   FloatBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
   FloatBuffer param_shard_;  // stage 3: the own parameter pieces (compact)
   Pool pool_;
