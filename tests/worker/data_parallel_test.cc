@@ -268,6 +268,25 @@ TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
   const Result again = Run(2, 0, ckpt, 0, /*resume=*/true);
   ASSERT_EQ(again.losses.size(), 10u);
   for (size_t i = 0; i < 10; ++i) EXPECT_EQ(again.losses[i], full.losses[10 + i]) << "step " << 11 + i;
+  // staleness 1: the parameters are pulled every other step, so step 2 runs on step 0's
+  // parameters (another trajectory than the synchronous one), half the reads go out, and
+  // training still goes down.
+  auto reads = [&] {
+    const std::string text = registry.Render();
+    const std::string key = "gantry_shardserver_rpcs_total{code=\"OK\",method=\"ReadParams\"} ";
+    const size_t at = text.find(key);
+    return at == std::string::npos ? 0.0 : std::atof(text.c_str() + at + key.size());
+  };
+  const double r0 = reads();
+  const Result sync = Run(2, 0, ps_spec);
+  const double r1 = reads();
+  const Result stale = Run(2, 0, "optimizer: {placement: shardserver, staleness: 1}\n");
+  const double r2 = reads();
+  EXPECT_EQ(stale.losses[0], sync.losses[0]);
+  EXPECT_NE(stale.losses[1], sync.losses[1]) << "step 2 ran on stale parameters";
+  EXPECT_EQ(r1 - r0, 20 * 2 * 2) << "synchronous: a read per step, rank and shard server";
+  EXPECT_EQ(r2 - r1, (r1 - r0) / 2) << "pulls every other step";
+  EXPECT_LT(stale.losses.back(), 0.8 * stale.losses.front());
   remote_factory_ = nullptr;
   std::filesystem::remove_all(dir_.File("psckpt/step_00000020"));
   const Result one = Run(1, 0, "checkpoint: {every: 10, dir: " + dir_.File("psckpt") + "}\n", 0, /*resume=*/true);

@@ -101,8 +101,9 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
     return FieldError("optimizer.placement", "shardserver runs with parallel.zero_stage 0 for now (the servers hold the "
                                              "optimizer state; sharding the gradients over the workers is not built)");
   }
-  if (s.optimizer.staleness != 0) {
-    return FieldError("optimizer.staleness", "only 0 (synchronous) is implemented");
+  if (s.optimizer.staleness < 0) return FieldError("optimizer.staleness", "must be >= 0 (0 = synchronous)");
+  if (s.optimizer.staleness > 0 && s.optimizer.placement != "shardserver") {
+    return FieldError("optimizer.staleness", "applies to optimizer.placement shardserver only");
   }
   if (s.resources.workers < 0) return FieldError("resources.workers", "must be >= 1");
   if (s.resources.workers != 0 && s.resources.workers != s.world_size()) {

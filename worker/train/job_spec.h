@@ -43,7 +43,7 @@ struct OptimizerSpec {
   // Where AdamW runs: "worker" (each DP rank, ZeRO-sharded) or "shardserver" (parameter-
   // server mode: each shard server steps its range of the parameters).
   std::string placement = "worker";
-  int staleness = 0;  // shardserver: how many steps stale a pull may be (only 0 so far)
+  int staleness = 0;  // shardserver: how many steps behind the servers a worker's parameters may be
 };
 
 struct ResourcesSpec {

@@ -63,7 +63,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                   AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps,
                                                               spec.train.weight_decay},
                                                   spec.optimizer.placement == "shardserver" ? options.remote_optimizer
-                                                                                            : nullptr));
+                                                                                            : nullptr,
+                                                  spec.optimizer.staleness));
   if (options.resume) {
     if (spec.checkpoint.dir.empty()) {
       return absl::InvalidArgumentError("--resume needs checkpoint.dir in the job spec");
@@ -368,7 +369,8 @@ absl::Status Trainer::Run() {
     std::fputs("\r\033[K", stderr);
     bar_shown_ = false;
   }
-  RETURN_IF_ERROR(FlushWriter());  // every checkpoint written
+  RETURN_IF_ERROR(FlushWriter());        // every checkpoint written
+  RETURN_IF_ERROR(engine_->SyncRemote());  // parameter-server mode: the servers' final parameters
   // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers.
   RETURN_IF_ERROR(engine_->GatherParams());
   if (!options_.save_dir.empty() && (!options_.comm || options_.comm->rank() == 0)) {

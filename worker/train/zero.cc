@@ -67,7 +67,7 @@ size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, parallel::Communicator* comm,
                                                                int stage, double bucket_mb, const AdamWConfig& config,
-                                                               RemoteOptimizer* remote) {
+                                                               RemoteOptimizer* remote, int staleness) {
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(absl::StrCat("ZeRO stage ", stage, " is not 0, 1, 2 or 3"));
   if (remote != nullptr && stage != 0) {
     return absl::InvalidArgumentError("parameter-server mode runs with ZeRO stage 0 (the servers hold the optimizer state)");
@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   std::unique_ptr<ZeroEngine> e(new ZeroEngine());
   e->model_ = model;
   e->remote_ = remote;
+  e->staleness_ = std::max(0, staleness);
   e->stage_ = stage;
   e->dp_ = comm->size();
   e->rank_ = comm->rank();
@@ -173,6 +174,7 @@ absl::Status ZeroEngine::WaitAll() {
 absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
   std::vector<CheckpointPiece> out;
   if (remote_ != nullptr) {  // this rank's even share, with m and v from the shard servers
+    RETURN_IF_ERROR(SyncRemote());
     size_t total = 0;
     for (const Bucket& b : buckets_) total += PieceEnd(b) - PieceBegin(b);
     remote_m_.Assign(total);
@@ -202,8 +204,17 @@ absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
   return out;
 }
 
+absl::Status ZeroEngine::SyncRemote() {
+  if (remote_ == nullptr || pulled_step_ == pushed_step_) return absl::OkStatus();
+  RETURN_IF_ERROR(Barrier());  // every rank's push of the last step has returned: it is applied
+  RETURN_IF_ERROR(remote_->Pull(model_->params()));
+  pulled_step_ = pushed_step_;
+  return absl::OkStatus();
+}
+
 absl::Status ZeroEngine::StartRemote(int64_t start_step) {
   if (remote_ == nullptr) return absl::OkStatus();
+  pulled_step_ = pushed_step_ = start_step;
   const bool resumed = remote_m_.size() == model_->num_params();
   if (rank_ == 0) {
     RETURN_IF_ERROR(remote_->Init(model_->params(), resumed ? remote_m_.data() : nullptr,
@@ -374,8 +385,11 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
       if (PieceBegin(b) >= PieceEnd(b)) continue;
       RETURN_IF_ERROR(remote_->Push(step, lr, model_->grads() + PieceBegin(b), PieceBegin(b), PieceEnd(b)));
     }
-    RETURN_IF_ERROR(Barrier());
-    RETURN_IF_ERROR(remote_->Pull(params));
+    pushed_step_ = step;
+    // Synchronous (staleness 0): every step. Else every staleness + 1 steps, so that the
+    // parameters are at most `staleness` steps behind. (The next step's all-reduce orders
+    // every rank's push before any rank pushes again, so no barrier is needed in between.)
+    if (step - pulled_step_ > staleness_) RETURN_IF_ERROR(SyncRemote());
     timing_.exposed_comm += Since(t_push);
     NotePeak();
     return r;

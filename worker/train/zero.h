@@ -75,10 +75,14 @@ class ZeroEngine final : public model::ParamHost {
  public:
   // model holds the full parameters; comm is the DP group (SoloCommunicator for one rank).
   // The model's buffers stay until Shard().
-  // remote: parameter-server mode (stage must be 0), or null.
+  // remote: parameter-server mode (stage must be 0), or null; staleness: how many steps
+  // behind the servers a rank's parameters may be (pulls every staleness + 1 steps).
   static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, parallel::Communicator* comm,
                                                             int stage, double bucket_mb, const AdamWConfig& config,
-                                                            RemoteOptimizer* remote = nullptr);
+                                                            RemoteOptimizer* remote = nullptr, int staleness = 0);
+  // Parameter-server mode: brings the parameters up to the servers' (collective). Before a
+  // checkpoint and at the end; a no-op otherwise or when they are current.
+  absl::Status SyncRemote();
   // Parameter-server mode: rank 0 sets the servers up with the model's parameters (and the
   // optimizer state LoadOptimizerState kept, at step start_step), then every rank waits for
   // it (collective). A no-op otherwise.
@@ -161,6 +165,8 @@ class ZeroEngine final : public model::ParamHost {
 
   model::GPT* model_ = nullptr;
   RemoteOptimizer* remote_ = nullptr;
+  int staleness_ = 0;
+  int64_t pulled_step_ = 0, pushed_step_ = 0;  // parameter-server mode: the servers' step the parameters are at
   int stage_ = 0, dp_ = 1, rank_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<int> unit_bucket_;
