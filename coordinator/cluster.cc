@@ -336,6 +336,7 @@ void Cluster::ScheduleLocked() {
         pr->set_shard_server(r.shard_server);
         pr->set_begin(static_cast<int64_t>(r.begin));
         pr->set_end(static_cast<int64_t>(r.end));
+        pr->set_data_address(shards_[r.shard_server].data_address());
       }
     }
     const auto t_submit = job.submit_time_unix_ms();
@@ -489,6 +490,7 @@ void Cluster::RegisterShardServer(const v1::RegisterShardServerRequest& r) {
   const bool fresh = s.address().empty();
   s.set_address(r.address());
   s.set_bytes_stored(r.bytes_stored());
+  s.set_data_address(r.data_address());
   s.set_last_heartbeat_unix_ms(NowUnixMs());
   if (fresh) {
     LOG(INFO) << "shard server " << r.address() << " registered";

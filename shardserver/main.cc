@@ -46,6 +46,11 @@ int main(int argc, char** argv) {
   }
   int port = 0;
   gantry::shardserver::ParamService params(&registry);  // parameter-server mode
+  auto data_port = params.StartDataPort(FLAGS_listen.substr(0, FLAGS_listen.rfind(':')));
+  if (!data_port.ok()) {
+    LOG(ERROR) << data_port.status();
+    return 1;
+  }
   auto started = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {svc->get(), &params}, &port);
   if (!started.ok()) {
     LOG(ERROR) << started.status();
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
       while (!stop) {
         gantry::v1::RegisterShardServerRequest req;
         req.set_address(address);
+        req.set_data_address(FLAGS_advertise_host + data_port->substr(data_port->rfind(':')));
         req.set_bytes_stored((*svc)->bytes_stored());
         gantry::v1::RegisterShardServerResponse resp;
         auto s = stub->RegisterShardServer(gantry::ContextWithDeadline(2).get(), req, &resp);

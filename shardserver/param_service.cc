@@ -1,11 +1,18 @@
 #include "shardserver/param_service.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/net.h"
 #include "common/status.h"
 #include "kernels/adamw.h"
 
@@ -109,27 +116,144 @@ grpc::ServerUnaryReactor* ParamService::PushGradients(grpc::CallbackServerContex
                                                         req->job_id(), " expects step ", r->step + 1));
     }
     std::memcpy(r->grad.data() + (req->offset() - r->begin), req->data().data(), req->data().size());
-    r->covered += n;
-    if (r->covered < r->size()) return absl::OkStatus();
-    if (r->covered > r->size()) {
-      r->covered = 0;
-      return absl::InvalidArgumentError(absl::StrCat("step ", req->step(), ": more gradient pushed than the range holds "
-                                                     "(overlapping pushes)"));
-    }
-    // The whole range's gradient is here: one AdamW step.
-    for (const Run& run : r->runs) {
-      kernels::AdamWParams hp{static_cast<float>(req->lr()), static_cast<float>(r->beta1), static_cast<float>(r->beta2),
-                              static_cast<float>(r->eps), run.decay ? static_cast<float>(r->weight_decay) : 0.f,
-                              static_cast<int>(req->step())};
-      kernels::adamw_update(r->params.data() + run.begin, r->grad.data() + run.begin, r->m.data() + run.begin,
-                            r->v.data() + run.begin, static_cast<int64_t>(run.end - run.begin), hp);
-    }
-    r->covered = 0;
-    r->step = req->step();
-    resp->set_applied(true);
-    registry_->GetCounter("gantry_shardserver_optimizer_steps_total", "AdamW steps run for parameter-server jobs.").Inc();
+    bool applied = false;
+    RETURN_IF_ERROR(CompletePushLocked(r, req->step(), req->lr(), n, &applied));
+    resp->set_applied(applied);
     return absl::OkStatus();
   });
+}
+
+absl::Status ParamService::CompletePushLocked(Range* r, int64_t step, double lr, size_t n, bool* applied) {
+  r->covered += n;
+  if (r->covered < r->size()) return absl::OkStatus();
+  if (r->covered > r->size()) {
+    r->covered = 0;
+    return absl::InvalidArgumentError(absl::StrCat("step ", step, ": more gradient pushed than the range holds "
+                                                   "(overlapping pushes)"));
+  }
+  // The whole range's gradient is here: one AdamW step.
+  for (const Run& run : r->runs) {
+    kernels::AdamWParams hp{static_cast<float>(lr), static_cast<float>(r->beta1), static_cast<float>(r->beta2),
+                            static_cast<float>(r->eps), run.decay ? static_cast<float>(r->weight_decay) : 0.f,
+                            static_cast<int>(step)};
+    kernels::adamw_update(r->params.data() + run.begin, r->grad.data() + run.begin, r->m.data() + run.begin,
+                          r->v.data() + run.begin, static_cast<int64_t>(run.end - run.begin), hp);
+  }
+  r->covered = 0;
+  r->step = step;
+  *applied = true;
+  registry_->GetCounter("gantry_shardserver_optimizer_steps_total", "AdamW steps run for parameter-server jobs.").Inc();
+  return absl::OkStatus();
+}
+
+ParamService::~ParamService() {
+  if (listen_fd_ >= 0) {
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    ::close(listen_fd_);
+    acceptor_.join();
+  }
+  {
+    std::lock_guard<std::mutex> l(conn_mu_);
+    for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);  // their threads see the close and end
+  }
+  for (auto& t : conn_threads_) t.join();
+}
+
+absl::StatusOr<std::string> ParamService::StartDataPort(const std::string& host) {
+  int port = 0;
+  ASSIGN_OR_RETURN(listen_fd_, net::Listen(host, &port));
+  acceptor_ = std::thread([this] {
+    for (;;) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        return;  // the listener was shut down
+      }
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      std::lock_guard<std::mutex> l(conn_mu_);
+      conns_.push_back(fd);
+      conn_threads_.emplace_back([this, fd] { ServeConnection(fd); });
+    }
+  });
+  return absl::StrCat(host, ":", port);
+}
+
+void ParamService::ServeConnection(int fd) {
+  // Requests one after another until the client closes. A malformed request (bad magic,
+  // absurd sizes) closes the connection; a refused one (unknown job, wrong step, out of
+  // range) is answered with the error and the payload is drained.
+  std::vector<char> scratch;
+  for (;;) {
+    net::ParamWireHeader h;
+    if (!net::RecvAll(fd, &h, sizeof(h)).ok() || h.magic != net::ParamWireHeader::kMagic || h.job_len > 4096 ||
+        h.count < 0 || static_cast<uint64_t>(h.count) > (uint64_t{1} << 32)) {
+      break;
+    }
+    std::string job(h.job_len, '\0');
+    if (!net::RecvAll(fd, job.data(), job.size()).ok()) break;
+    const size_t n = static_cast<size_t>(h.count), bytes = n * sizeof(float);
+    const bool inbound = h.op == net::ParamWireHeader::kPush || h.op == net::ParamWireHeader::kWrite;
+    const auto t0 = std::chrono::steady_clock::now();
+    net::ParamWireReply reply;
+    bool payload_read = false;
+    absl::Status s = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(Range * r, Find(job, h.generation));
+      if (h.offset < static_cast<int64_t>(r->begin) || static_cast<size_t>(h.offset) + n > r->end) {
+        return absl::InvalidArgumentError(absl::StrCat("[", h.offset, ", +", n, ") is not within the range [", r->begin,
+                                                       ", ", r->end, ")"));
+      }
+      std::lock_guard<std::mutex> l(r->mu);
+      reply.version = r->step;
+      const size_t at = static_cast<size_t>(h.offset) - r->begin;
+      if (h.op == net::ParamWireHeader::kPush) {
+        if (h.step != r->step + 1) {
+          return absl::FailedPreconditionError(absl::StrCat("gradients of step ", h.step, " pushed; the range of ", job,
+                                                            " expects step ", r->step + 1));
+        }
+        payload_read = true;  // straight into the gradient buffer
+        RETURN_IF_ERROR(net::RecvAll(fd, r->grad.data() + at, bytes));
+        bool applied = false;
+        RETURN_IF_ERROR(CompletePushLocked(r, h.step, h.lr, n, &applied));
+        reply.version = r->step;
+        return absl::OkStatus();
+      }
+      if (h.op == net::ParamWireHeader::kWrite) {
+        payload_read = true;
+        return net::RecvAll(fd, r->Buffer(static_cast<v1::RangeBuffer>(h.buffer))->data() + at, bytes);
+      }
+      if (h.op == net::ParamWireHeader::kRead) {
+        const std::string ok;
+        net::ParamWireReply head = reply;
+        RETURN_IF_ERROR(net::SendAll(fd, &head, sizeof(head)));
+        return net::SendAll(fd, r->Buffer(static_cast<v1::RangeBuffer>(h.buffer))->data() + at, bytes);
+      }
+      return absl::InvalidArgumentError(absl::StrCat("unknown operation ", h.op));
+    }();
+    const char* method = h.op == net::ParamWireHeader::kPush ? "DataPush" : h.op == net::ParamWireHeader::kRead ? "DataRead" : "DataWrite";
+    metrics::RecordRpc(*registry_, "shardserver", method, absl::StatusCodeToString(s.code()),
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (s.ok() && h.op == net::ParamWireHeader::kRead) continue;  // answered above
+    if (!s.ok() && absl::IsUnavailable(s) && payload_read) break;  // the connection broke mid-payload
+    if (!s.ok() && inbound && !payload_read) {  // drain the refused payload
+      scratch.resize(1 << 20);
+      size_t left = bytes;
+      bool broken = false;
+      while (left > 0 && !broken) {
+        const size_t k = std::min(left, scratch.size());
+        broken = !net::RecvAll(fd, scratch.data(), k).ok();
+        left -= k;
+      }
+      if (broken) break;
+    }
+    const std::string msg(s.message());
+    reply.code = static_cast<int32_t>(s.code());
+    reply.message_len = static_cast<uint32_t>(msg.size());
+    if (!net::SendAll(fd, &reply, sizeof(reply)).ok() || !net::SendAll(fd, msg.data(), msg.size()).ok()) break;
+  }
+  ::close(fd);
+  std::lock_guard<std::mutex> l(conn_mu_);
+  conns_.erase(std::remove(conns_.begin(), conns_.end(), fd), conns_.end());
 }
 
 grpc::ServerUnaryReactor* ParamService::ReadParams(grpc::CallbackServerContext* ctx, const v1::ReadParamsRequest* req,

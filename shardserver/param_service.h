@@ -11,7 +11,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 #include "absl/status/status.h"
 #include "common/buffer.h"
@@ -23,6 +26,11 @@ namespace gantry::shardserver {
 class ParamService final : public v1::ParamServer::CallbackService {
  public:
   explicit ParamService(metrics::Registry* registry) : registry_(registry) {}
+  ~ParamService() override;
+
+  // Serves pushes, reads and writes of payloads on a plain TCP port as well (common/net.h's
+  // protocol): gRPC's per-byte cost is several times a raw stream's. Returns "host:port".
+  absl::StatusOr<std::string> StartDataPort(const std::string& host);
 
   grpc::ServerUnaryReactor* InitRange(grpc::CallbackServerContext* ctx, const v1::InitRangeRequest* req,
                                       v1::InitRangeResponse* resp) override;
@@ -50,6 +58,10 @@ class ParamService final : public v1::ParamServer::CallbackService {
     size_t size() const { return end - begin; }
     FloatBuffer* Buffer(v1::RangeBuffer b) { return b == v1::ADAM_M ? &m : b == v1::ADAM_V ? &v : &params; }
   };
+  // A push of n values already copied into r->grad at local index at: counts them and runs
+  // AdamW when they complete the step (r->mu held).
+  absl::Status CompletePushLocked(Range* r, int64_t step, double lr, size_t n, bool* applied);
+  void ServeConnection(int fd);
   // The job's range at this generation, or an error naming what does not match.
   absl::StatusOr<Range*> Find(const std::string& job, int64_t generation);
   // Runs body, records the RPC, finishes the reactor.
@@ -59,6 +71,11 @@ class ParamService final : public v1::ParamServer::CallbackService {
   metrics::Registry* registry_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Range>> ranges_;  // by job
+  int listen_fd_ = -1;
+  std::thread acceptor_;
+  std::mutex conn_mu_;
+  std::vector<int> conns_;
+  std::vector<std::thread> conn_threads_;
 };
 
 }  // namespace gantry::shardserver

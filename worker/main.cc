@@ -154,7 +154,7 @@ class Session {
     if (spec->optimizer.placement == "shardserver") {  // the coordinator's partition map
       std::vector<agent::ParamRangeOf> ranges;
       for (const auto& r : a.param_ranges()) {
-        ranges.push_back({r.shard_server(), static_cast<size_t>(r.begin()), static_cast<size_t>(r.end())});
+        ranges.push_back({r.shard_server(), static_cast<size_t>(r.begin()), static_cast<size_t>(r.end()), r.data_address()});
       }
       if (ranges.empty()) return absl::FailedPreconditionError("parameter-server job placed without a partition map");
       const std::vector<model::ParamTensor> layout = model::ParameterLayout(spec->model);

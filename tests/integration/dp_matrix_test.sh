@@ -83,7 +83,13 @@ optimizer_params() {  # optimizer_params SHARD: the parameters whose AdamW state
   local port; port=$(sed 's/.*"metrics_port": \([0-9]*\).*/\1/' "$TMP/cluster/$1.ready")
   curl -sf "http://127.0.0.1:$port/metrics" | awk '/^gantry_shardserver_optimizer_params / {print $2}'
 }
+data_pushes() {  # data_pushes SHARD: gradient pushes that came through its plain TCP data port
+  local port; port=$(sed 's/.*"metrics_port": \([0-9]*\).*/\1/' "$TMP/cluster/$1.ready")
+  curl -sf "http://127.0.0.1:$port/metrics" | awk '/^gantry_shardserver_rpcs_total\{code="OK",method="DataPush"\}/ {print $2}'
+}
 p1=$(optimizer_params shardserver); p2=$(optimizer_params shardserver2)
+d1=$(data_pushes shardserver)
+check "pushes go through the data port ($d1 on the first shard server)" awk -v d="$d1" 'BEGIN {exit !(d >= 40)}'
 check "the workers ran AdamW on both shard servers ($p1 and $p2 parameters)" bash -c \
   "grep -q 'job $ps: AdamW on 2 shard server' '$TMP'/cluster/worker*.log && awk -v a='$p1' -v b='$p2' 'BEGIN {exit !(a > 0 && b > 0)}'" "$TMP"/cluster/worker1.log "$TMP"/cluster/worker2.log "$TMP"/cluster/worker3.log "$TMP"/cluster/worker4.log
 check "the step-time split is reported (compute, exposed comm, optimizer)" \

@@ -249,14 +249,21 @@ TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
   EXPECT_GT(ranges[0].end - ranges[0].begin, 0u);
   EXPECT_GT(ranges[1].end - ranges[1].begin, 0u);
   EXPECT_EQ(ranges[1].end, m.num_params());
+  std::vector<agent::ParamRangeOf> use = ranges;  // first through gRPC, then the data ports
   remote_factory_ = [&] {
     return std::make_unique<agent::ParamServerClient>(
-        "j-ps", 1, ranges, m.tensors(), m.num_params(),
+        "j-ps", 1, use, m.tensors(), m.num_params(),
         AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps, spec.train.weight_decay});
   };
   const std::string ps_spec = "optimizer: {placement: shardserver}\n";
+  ExpectSameTraining(Run(2, 0, ps_spec), worker, "parameter-server mode over gRPC, 2 shard servers");
+  for (size_t i = 0; i < 2; ++i) {
+    auto data = services[i]->StartDataPort("127.0.0.1");
+    ASSERT_TRUE(data.ok()) << data.status();
+    use[i].data_address = *data;
+  }
   const Result ps = Run(2, 0, ps_spec);
-  ExpectSameTraining(ps, worker, "parameter-server mode, 2 shard servers");
+  ExpectSameTraining(ps, worker, "parameter-server mode over the data ports, 2 shard servers");
   ASSERT_EQ(ps.memory.size(), 2u);
   EXPECT_EQ(ps.memory[0].optimizer, 0u) << "the optimizer state is on the shard servers";
   // Checkpoints carry the servers' AdamW state: a run stopped at step 10 resumes exactly in
@@ -273,7 +280,7 @@ TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
   // training still goes down.
   auto reads = [&] {
     const std::string text = registry.Render();
-    const std::string key = "gantry_shardserver_rpcs_total{code=\"OK\",method=\"ReadParams\"} ";
+    const std::string key = "gantry_shardserver_rpcs_total{code=\"OK\",method=\"DataRead\"} ";
     const size_t at = text.find(key);
     return at == std::string::npos ? 0.0 : std::atof(text.c_str() + at + key.size());
   };

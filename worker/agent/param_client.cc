@@ -1,11 +1,13 @@
 #include "worker/agent/param_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/net.h"
 #include "common/status.h"
 
 namespace gantry::agent {
@@ -53,7 +55,51 @@ ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std
   }
 }
 
+ParamServerClient::~ParamServerClient() {
+  for (auto& s : servers_) {
+    if (s.fd >= 0) ::close(s.fd);
+  }
+}
+
+absl::Status ParamServerClient::DataRequest(Server& s, uint32_t op, v1::RangeBuffer which, int64_t step, double lr,
+                                            size_t at, size_t n, const float* out, float* in) {
+  const std::string where = absl::StrCat("parameter server ", s.range.shard_server, " (data port ", s.range.data_address, ")");
+  if (s.fd < 0) {
+    auto fd = net::Connect(s.range.data_address);
+    if (!fd.ok()) return Annotate(fd.status(), where);
+    s.fd = *fd;
+  }
+  net::ParamWireHeader h;
+  h.op = op;
+  h.generation = generation_;
+  h.step = step;
+  h.lr = lr;
+  h.offset = static_cast<int64_t>(at);
+  h.count = static_cast<int64_t>(n);
+  h.buffer = static_cast<uint32_t>(which);
+  h.job_len = static_cast<uint32_t>(job_id_.size());
+  absl::Status st = net::SendAll(s.fd, &h, sizeof(h));
+  if (st.ok()) st = net::SendAll(s.fd, job_id_.data(), job_id_.size());
+  if (st.ok() && out != nullptr) st = net::SendAll(s.fd, out, n * sizeof(float));
+  net::ParamWireReply reply;
+  if (st.ok()) st = net::RecvAll(s.fd, &reply, sizeof(reply));
+  std::string msg(st.ok() ? reply.message_len : 0, '\0');
+  if (st.ok()) st = net::RecvAll(s.fd, msg.data(), msg.size());
+  if (st.ok() && reply.code == 0 && in != nullptr) st = net::RecvAll(s.fd, in, n * sizeof(float));
+  if (!st.ok()) {  // the connection is in an unknown state: the next request opens another
+    ::close(s.fd);
+    s.fd = -1;
+    return Annotate(st, where);
+  }
+  if (reply.code != 0) return Annotate(absl::Status(static_cast<absl::StatusCode>(reply.code), msg), where);
+  return absl::OkStatus();
+}
+
 absl::Status ParamServerClient::Write(Server& s, v1::RangeBuffer which, const float* src) {
+  if (!s.range.data_address.empty()) {
+    return DataRequest(s, net::ParamWireHeader::kWrite, which, 0, 0, s.range.begin, s.range.end - s.range.begin,
+                       src + s.range.begin, nullptr);
+  }
   return ForEachMessage(s.range.begin, s.range.end, [&](size_t at, size_t n) {
     v1::ParamsChunk c;
     c.set_job_id(job_id_);
@@ -69,6 +115,10 @@ absl::Status ParamServerClient::Write(Server& s, v1::RangeBuffer which, const fl
 
 absl::Status ParamServerClient::Read(Server& s, v1::RangeBuffer which, size_t begin, size_t end, float* out,
                                      size_t out_begin) {
+  if (begin >= end) return absl::OkStatus();
+  if (!s.range.data_address.empty()) {
+    return DataRequest(s, net::ParamWireHeader::kRead, which, 0, 0, begin, end - begin, nullptr, out + (begin - out_begin));
+  }
   return ForEachMessage(begin, end, [&](size_t at, size_t n) -> absl::Status {
     v1::ReadParamsRequest req;
     req.set_job_id(job_id_);
@@ -118,6 +168,11 @@ absl::Status ParamServerClient::Init(const float* params, const float* m, const 
 absl::Status ParamServerClient::Push(int step, double lr, const float* grads, size_t begin, size_t end) {
   for (auto& s : servers_) {  // the part of [begin, end) each server owns, in 4 MiB messages
     const size_t b = std::max(begin, s.range.begin), e = std::min(end, s.range.end);
+    if (b >= e) continue;
+    if (!s.range.data_address.empty()) {  // one request, the payload straight from the gradients
+      RETURN_IF_ERROR(DataRequest(s, net::ParamWireHeader::kPush, v1::PARAMS, step, lr, b, e - b, grads + (b - begin), nullptr));
+      continue;
+    }
     RETURN_IF_ERROR(ForEachMessage(b, e, [&](size_t at, size_t n) {
       v1::GradientChunk c;
       c.set_job_id(job_id_);

@@ -17,6 +17,7 @@ namespace gantry::agent {
 struct ParamRangeOf {
   std::string shard_server;
   size_t begin = 0, end = 0;
+  std::string data_address;  // the server's raw TCP data port: pushes and pulls go there (else gRPC)
 };
 
 // The partition map: [0, num_params) split over the servers in order, balanced by bytes,
@@ -30,6 +31,7 @@ class ParamServerClient final : public train::RemoteOptimizer {
  public:
   ParamServerClient(std::string job_id, int64_t generation, std::vector<ParamRangeOf> ranges,
                     const std::vector<model::ParamTensor>& tensors, size_t num_params, train::AdamWConfig config);
+  ~ParamServerClient() override;
 
   absl::Status Init(const float* params, const float* m, const float* v, int64_t step) override;
   absl::Status Push(int step, double lr, const float* grads, size_t begin, size_t end) override;
@@ -40,7 +42,11 @@ class ParamServerClient final : public train::RemoteOptimizer {
   struct Server {
     ParamRangeOf range;
     std::unique_ptr<v1::ParamServer::Stub> stub;
+    int fd = -1;  // the data port connection, opened on first use
   };
+  // One request on the data port: payload out (kPush, kWrite) or in (kRead).
+  absl::Status DataRequest(Server& s, uint32_t op, v1::RangeBuffer which, int64_t step, double lr, size_t at,
+                           size_t n, const float* out, float* in);
   // One buffer of flat elements [begin, end) of one server's range: read into out + (i -
   // out_begin), or written from src + (i - src_begin).
   absl::Status Read(Server& s, v1::RangeBuffer which, size_t begin, size_t end, float* out, size_t out_begin);
