@@ -256,6 +256,23 @@ absl::Status SafetensorsFile::ReadF32Into(const std::string& name,
   return absl::OkStatus();
 }
 
+absl::Status SafetensorsFile::ReadF32Slice(const std::string& name, size_t begin, size_t count, float* out) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat(path_, ": missing tensor '", name, "'"));
+  const SafetensorInfo& info = it->second;
+  if (info.dtype != "F32") {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", name, "' is ", info.dtype, ", a slice needs F32"));
+  }
+  if (begin + count > static_cast<size_t>(info.numel())) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": slice [", begin, ", +", count, ") of tensor '", name,
+                                                   "' beyond its ", info.numel(), " elements"));
+  }
+  SafetensorInfo part = info;
+  part.begin = info.begin + begin * sizeof(float);
+  part.end = part.begin + count * sizeof(float);
+  return ReadRaw(part, out);
+}
+
 absl::StatusOr<std::vector<float>> SafetensorsFile::ReadF32(
     const std::string& name, const std::vector<int64_t>* expected_shape) const {
   auto it = tensors_.find(name);

@@ -42,6 +42,9 @@ class SafetensorsFile {
   absl::Status ReadF32Into(const std::string& name, const std::vector<int64_t>& expected_shape,
                            float* out) const;
   absl::StatusOr<std::vector<int32_t>> ReadI32(const std::string& name) const;
+  // Elements [begin, begin + count) of an F32 tensor, flattened, into out (a positioned read
+  // of just those bytes when the file was opened with Open).
+  absl::Status ReadF32Slice(const std::string& name, size_t begin, size_t count, float* out) const;
 
  private:
   absl::Status ParseHeader(const std::string& bytes, size_t file_size);  // bytes: at least the header

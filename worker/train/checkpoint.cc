@@ -135,7 +135,8 @@ absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(const std::string& path) {
   return l;
 }
 
-absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m, float* v) {
+absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m, float* v,
+                                               const std::vector<ShardSegment>* own) {
   ASSIGN_OR_RETURN(nlohmann::json j, ReadManifest(path));
   ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(path));
   const model::GPTConfig& want = model.config();
@@ -173,7 +174,15 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::G
       }
       const size_t flat = t->second->offset + begin;
       covered[kind].emplace_back(flat, flat + n);
-      if (dst[kind] != nullptr) RETURN_IF_ERROR(f.ReadF32Into(name, info.shape, dst[kind] + flat));
+      if (dst[kind] == nullptr) continue;
+      if (kind == 0 || own == nullptr) {
+        RETURN_IF_ERROR(f.ReadF32Into(name, info.shape, dst[kind] + flat));
+        continue;
+      }
+      for (const ShardSegment& s : *own) {  // only what this rank keeps, into its compact buffer
+        const size_t b = std::max(flat, s.flat_begin), e = std::min(flat + n, s.flat_end);
+        if (b < e) RETURN_IF_ERROR(f.ReadF32Slice(name, b - flat, e - b, dst[kind] + s.local + (b - s.flat_begin)));
+      }
     }
   }
   for (int k = 0; k < 3; ++k) {

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/model/gpt.h"
+#include "worker/train/optimizer.h"
 
 namespace gantry::train {
 
@@ -57,9 +58,12 @@ absl::StatusOr<std::string> PublishCheckpoint(const std::string& tmp_dir, const 
 // The newest complete checkpoint under dir, or NotFound.
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);
 // Reads a checkpoint whatever layout wrote it: the parameters into the model's buffer and,
-// where m and v are not null, the optimizer state (num_params each, whole flat buffer). The
-// checkpoint's model must have the model's shape; every element must be covered once.
-absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m, float* v);
+// where m and v are not null, the optimizer state. Without `own`, m and v are whole flat
+// buffers (num_params each). With it, they are a ZeRO rank's compact buffers and only the
+// ranges of its segments are read. The checkpoint's model must have the model's shape;
+// every element must be covered once (checked on the parts' headers).
+absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m, float* v,
+                                               const std::vector<ShardSegment>* own = nullptr);
 // The layout recorded in a checkpoint's manifest.
 absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(const std::string& path);
 // A checkpoint as a Hugging Face model directory (config.json + model.safetensors).

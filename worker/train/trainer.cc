@@ -71,10 +71,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     }
     auto latest = FindLatestCheckpoint(spec.checkpoint.dir);
     if (latest.ok()) {
-      // The checkpoint holds the whole optimizer state; a ZeRO rank keeps its own pieces.
-      FloatBuffer m(n_params), v(n_params);
-      ASSIGN_OR_RETURN(CheckpointState st, LoadCheckpoint(*latest, *t->model_, m.data(), v.data()));
-      t->engine_->LoadOptimizerState(m.data(), v.data());
+      // A ZeRO rank reads only its own pieces of the optimizer state, straight into AdamW's
+      // buffers; parameter-server mode reads it whole, for the shard servers.
+      CheckpointState st;
+      if (AdamW* opt = t->engine_->local_optimizer()) {
+        ASSIGN_OR_RETURN(st, LoadCheckpoint(*latest, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
+      } else {
+        FloatBuffer m(n_params), v(n_params);
+        ASSIGN_OR_RETURN(st, LoadCheckpoint(*latest, *t->model_, m.data(), v.data()));
+        t->engine_->LoadOptimizerState(m.data(), v.data());
+      }
       if (st.seed != spec.train.seed) {
         return absl::FailedPreconditionError(absl::StrCat(*latest, ": written with seed ", st.seed,
                                                           ", the job spec has ", spec.train.seed));

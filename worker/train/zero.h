@@ -96,6 +96,10 @@ class ZeroEngine final : public model::ParamHost {
   void Shard();
   // Optimizer state of the whole flat buffer (num_params each) → this rank's pieces.
   void LoadOptimizerState(const float* m, const float* v);
+  // Where a checkpoint's m and v can be read straight into (LoadCheckpoint's `own`): this
+  // rank's AdamW state and its segments. Null in parameter-server mode (the state goes to
+  // the servers whole, through LoadOptimizerState).
+  AdamW* local_optimizer() { return remote_ ? nullptr : opt_.get(); }
   // What this rank writes into a checkpoint: its pieces (ZeRO 1-3: the ones it owns; ZeRO 0:
   // the same even split, so that ranks write in parallel), with parameters, m and v. In
   // parameter-server mode m and v are read from the shard servers first.
