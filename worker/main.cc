@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
@@ -112,31 +113,42 @@ class Session {
     train::TrainOptions o;
     o.progress = false;
     // A job placed again (after a restart) continues from its newest committed checkpoint,
-    // whatever layout wrote it: every rank fetches it and keeps the pieces it needs.
-    int64_t best_step = -1;
-    std::string best_server;
-    v1::CheckpointInfo best;
-    for (const auto& server : a.shard_servers()) {
-      auto list = agent::ListCheckpoints(server, a.job_id());
-      if (!list.ok()) {
-        LOG(WARNING) << "job " << a.job_id() << ": listing checkpoints on " << server << ": " << list.status();
-        continue;
-      }
-      for (const auto& c : *list) {
-        if (c.step() > best_step) {
-          best_step = c.step();
-          best_server = server;
-          best = c;
+    // whatever layout wrote it; a new job with checkpoint.resume_from starts from that job's
+    // newest one. Every rank fetches it and reads the pieces it needs.
+    auto newest = [&](const std::string& job) {
+      std::pair<std::string, v1::CheckpointInfo> best;
+      best.second.set_step(-1);
+      for (const auto& server : a.shard_servers()) {
+        auto list = agent::ListCheckpoints(server, job);
+        if (!list.ok()) {
+          LOG(WARNING) << "job " << a.job_id() << ": listing checkpoints of " << job << " on " << server << ": "
+                       << list.status();
+          continue;
+        }
+        for (const auto& c : *list) {
+          if (c.step() > best.second.step()) best = {server, c};
         }
       }
+      return best;
+    };
+    auto [best_server, best] = newest(a.job_id());
+    std::string from_job = a.job_id();
+    if (best.step() < 0 && !spec->checkpoint.resume_from.empty()) {
+      from_job = spec->checkpoint.resume_from;
+      std::tie(best_server, best) = newest(from_job);
+      if (best.step() < 0) {
+        return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", from_job,
+                                                " has no committed checkpoint on the shard servers"));
+      }
     }
-    if (best_step >= 0) {
+    if (best.step() >= 0) {
       const std::vector<std::string> parts(best.parts().begin(), best.parts().end());
-      RETURN_IF_ERROR(agent::DownloadCheckpoint(best_server, a.job_id(), best_step, parts,
-                                                spec->checkpoint.dir + "/" + train::CheckpointDirName(best_step)));
+      RETURN_IF_ERROR(agent::DownloadCheckpoint(best_server, from_job, best.step(), parts,
+                                                spec->checkpoint.dir + "/" + train::CheckpointDirName(best.step())));
       o.resume = true;
-      LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " resuming from the checkpoint of step " << best_step
-                << " on " << best_server << " (" << parts.size() << " parts)";
+      LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " resuming from the checkpoint of step " << best.step()
+                << (from_job == a.job_id() ? std::string() : " of job " + from_job) << " on " << best_server << " ("
+                << parts.size() << " parts)";
     }
     std::unique_ptr<parallel::GlooCommunicator> comm;
     if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous

@@ -43,6 +43,14 @@ la=$(eval_loss "$TMP/export"); lb=$(eval_loss "$TMP/local")
 check "export loads into gantry-train with the one-process run's loss on a fixed batch ($la vs $lb)" \
   [ -n "$la" -a "$la" = "$lb" ]
 
+# A new job starting from another job's newest checkpoint (checkpoint.resume_from).
+sed 's/^train: {steps: 30,/train: {steps: 40,/' "$TMP/example.yaml" >"$TMP/more.yaml"
+sed -i 's|^checkpoint: {every: 10, dir: \(.*\)}|checkpoint: {every: 10, dir: \1, resume_from: j-000001}|' "$TMP/more.yaml"
+"$CLI" submit "$TMP/more.yaml" --wait >"$TMP/more.txt"; rc=$?
+check "a new job resumes from another job's newest checkpoint (step 30 of j-000001) and runs steps 31-40" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'resuming from the checkpoint of step 30 of job j-000001' '$TMP'/cluster/worker*.log && \
+   [ \$(grep -c '^step' '$TMP/more.txt') -eq 10 ] && grep -q '^step    31/40' '$TMP/more.txt' && grep -q 'SUCCEEDED' '$TMP/more.txt'"
+
 # Two long jobs (a short one may end before both are seen running), then cancelled.
 job twin 100000 | sed 's/^checkpoint:.*/checkpoint: {every: 0}/' >"$TMP/twin.yaml"
 a=$("$CLI" submit "$TMP/twin.yaml"); b=$("$CLI" submit "$TMP/twin.yaml")
