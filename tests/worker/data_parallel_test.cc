@@ -264,6 +264,13 @@ TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
   }
   const Result ps = Run(2, 0, ps_spec);
   ExpectSameTraining(ps, worker, "parameter-server mode over the data ports, 2 shard servers");
+  for (int zero : {1, 2}) {  // the gradients reduce-scattered: each rank pushes the pieces it reduced
+    const Result z = Run(2, zero, ps_spec);
+    ExpectSameTraining(z, worker, absl::StrCat("parameter-server mode with ZeRO ", zero));
+    ASSERT_EQ(z.memory.size(), 2u);
+    EXPECT_EQ(z.memory[0].optimizer, 0u);
+    EXPECT_LE(std::fabs(static_cast<double>(z.memory[0].model_state()) / z.memory[0].predicted - 1), 0.05) << "zero " << zero;
+  }
   ASSERT_EQ(ps.memory.size(), 2u);
   EXPECT_EQ(ps.memory[0].optimizer, 0u) << "the optimizer state is on the shard servers";
   // Checkpoints carry the servers' AdamW state: a run stopped at step 10 resumes exactly in

@@ -97,10 +97,6 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
                       "but parallel.zero_stage 3 shards the parameters over the workers: use zero_stage 0-2 "
                       "with shardserver, or placement worker with zero_stage 3");
   }
-  if (s.optimizer.placement == "shardserver" && s.parallel.zero_stage != 0) {
-    return FieldError("optimizer.placement", "shardserver runs with parallel.zero_stage 0 for now (the servers hold the "
-                                             "optimizer state; sharding the gradients over the workers is not built)");
-  }
   if (s.optimizer.staleness < 0) return FieldError("optimizer.staleness", "must be >= 0 (0 = synchronous)");
   if (s.optimizer.staleness > 0 && s.optimizer.placement != "shardserver") {
     return FieldError("optimizer.staleness", "applies to optimizer.placement shardserver only");

@@ -69,8 +69,8 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
                                                                int stage, double bucket_mb, const AdamWConfig& config,
                                                                RemoteOptimizer* remote, int staleness) {
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(absl::StrCat("ZeRO stage ", stage, " is not 0, 1, 2 or 3"));
-  if (remote != nullptr && stage != 0) {
-    return absl::InvalidArgumentError("parameter-server mode runs with ZeRO stage 0 (the servers hold the optimizer state)");
+  if (remote != nullptr && stage == 3) {
+    return absl::InvalidArgumentError("parameter-server mode keeps whole parameters on the workers: ZeRO stage 3 shards them");
   }
   if (!(bucket_mb > 0)) return absl::InvalidArgumentError(absl::StrCat("bucket size ", bucket_mb, " MB must be > 0"));
   std::unique_ptr<ZeroEngine> e(new ZeroEngine());
@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     e->local_size_ += b.piece;
     if (e->PieceBegin(b) < e->PieceEnd(b)) segments.push_back({e->PieceBegin(b), e->PieceEnd(b), b.local});
   }
+  e->own_ = segments;
   if (remote != nullptr) {
     e->opt_ = std::make_unique<AdamW>(model->tensors(), std::vector<ShardSegment>{}, 0, config);  // no state here
   } else if (stage == 0) {
@@ -357,7 +358,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   if (stage_ == 0) {
     sum_sq = kernels::sum_squares(model_->grads(), static_cast<int64_t>(n));
   } else if (stage_ == 1) {
-    for (const ShardSegment& s : opt_->segments()) {
+    for (const ShardSegment& s : own_) {
       sum_sq += kernels::sum_squares(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin));
     }
   } else {
@@ -377,13 +378,14 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   using I = AdamW::Index;
   float* params = model_->params();
   if (remote_ != nullptr) {
-    // Parameter-server mode: every rank holds the same reduced gradient; each pushes its
-    // even share, all wait for all, then read the servers' new parameters.
-    if (coef < 1.0f) kernels::scale_inplace(model_->grads(), static_cast<int64_t>(n), coef);
+    // Parameter-server mode: each rank pushes its own pieces of the reduced gradient (ZeRO 0:
+    // its even share of the all-reduced buffer; 1: the pieces it reduce-scattered, in place;
+    // 2: its compact gradient shard), then reads the servers' new parameters.
     const auto t_push = Clock::now();
-    for (const Bucket& b : buckets_) {
-      if (PieceBegin(b) >= PieceEnd(b)) continue;
-      RETURN_IF_ERROR(remote_->Push(step, lr, model_->grads() + PieceBegin(b), PieceBegin(b), PieceEnd(b)));
+    for (const ShardSegment& sg : own_) {
+      float* g = stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin;
+      if (coef < 1.0f) kernels::scale_inplace(g, static_cast<int64_t>(sg.flat_end - sg.flat_begin), coef);
+      RETURN_IF_ERROR(remote_->Push(step, lr, g, sg.flat_begin, sg.flat_end));
     }
     pushed_step_ = step;
     // Synchronous (staleness 0): every step. Else every staleness + 1 steps, so that the
@@ -451,8 +453,11 @@ MemoryAccount ZeroEngine::memory() const {
   m.activations = model_->activation_bytes();
   m.working = pool_.allocated_bytes();
   m.peak = std::max(peak_, m.model_state() + m.activations + m.working);
-  m.predicted = remote_ ? 2 * model_->num_params() * f  // params and grads; the optimizer is on the servers
-                       : PredictedModelStateBytes(model_->num_params(), stage_, dp_);
+  // Parameter-server mode: params and grads (ZeRO 2: a 1/dp shard of them); the optimizer
+  // state is on the servers.
+  const size_t pbytes = model_->num_params() * f;
+  m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_)
+                         : pbytes + (stage_ == 2 ? pbytes / static_cast<size_t>(dp_) : pbytes);
   return m;
 }
 

@@ -37,9 +37,10 @@ namespace gantry::train {
 
 // Parameter-server mode (optimizer.placement: shardserver): AdamW runs on the shard servers,
 // each over its range of the flat buffer. The engine reduces the gradients over the DP
-// group (all-reduce, as ZeRO 0), clips them, pushes its even share to the servers, waits for
-// every rank's push (a barrier: the push completing a range runs AdamW before it answers),
-// then reads the new parameters back. The workers hold no optimizer state.
+// group as its ZeRO stage does (0: all-reduce; 1, 2: reduce-scatter), clips them, and each
+// rank pushes its own pieces to the servers (the push completing a range runs AdamW before
+// it answers). It then reads the new parameters back after a barrier. The workers hold no
+// optimizer state.
 class RemoteOptimizer {
  public:
   virtual ~RemoteOptimizer() = default;
@@ -75,7 +76,7 @@ class ZeroEngine final : public model::ParamHost {
  public:
   // model holds the full parameters; comm is the DP group (SoloCommunicator for one rank).
   // The model's buffers stay until Shard().
-  // remote: parameter-server mode (stage must be 0), or null; staleness: how many steps
+  // remote: parameter-server mode (stages 0-2), or null; staleness: how many steps
   // behind the servers a rank's parameters may be (pulls every staleness + 1 steps).
   static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, parallel::Communicator* comm,
                                                             int stage, double bucket_mb, const AdamWConfig& config,
@@ -173,6 +174,7 @@ class ZeroEngine final : public model::ParamHost {
   int64_t pulled_step_ = 0, pushed_step_ = 0;  // parameter-server mode: the servers' step the parameters are at
   int stage_ = 0, dp_ = 1, rank_ = 0;
   std::vector<Bucket> buckets_;
+  std::vector<ShardSegment> own_;  // this rank's pieces (flat range and compact offset)
   std::vector<int> unit_bucket_;
   size_t local_size_ = 0;
   std::unique_ptr<AdamW> opt_;
