@@ -20,17 +20,6 @@
 
 #include "worker/parallel/gloo_communicator.h"
 
-namespace {
-
-void Sum(void* o, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<float*>(o);
-  const auto* x = static_cast<const float*>(a);
-  const auto* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   int ranks = 2, max_mb = 256, iters = 41;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -76,7 +65,7 @@ int main(int argc, char** argv) {
           const auto t0 = std::chrono::steady_clock::now();
           gloo::AllreduceOptions o(ctx);
           o.setOutput(buf.data(), n);
-          o.setReduceFunction(&Sum);
+          o.setReduceFunction(&gantry::parallel::SumFloats);
           o.setTag(tag++);
           gloo::allreduce(o);
           return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -33,6 +33,22 @@ grpc::ServerUnaryReactor* ParamService::Handle(grpc::CallbackServerContext* ctx,
   return r;
 }
 
+absl::Status ParamService::CheckWithin(const Range& r, const char* what, int64_t offset, size_t n) {
+  if (offset < static_cast<int64_t>(r.begin) || static_cast<size_t>(offset) + n > r.end) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " [", offset, ", +", n, ") is not within the range [", r.begin,
+                                                   ", ", r.end, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParamService::CheckPayload(const Range& r, const char* what, int64_t offset, size_t bytes) {
+  if (bytes % sizeof(float) != 0 || bytes > kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", bytes, " bytes is not a whole number of floats within ",
+                                                   kMaxPayloadBytes, " bytes"));
+  }
+  return CheckWithin(r, what, offset, bytes / sizeof(float));
+}
+
 absl::StatusOr<ParamService::Range*> ParamService::Find(const std::string& job, int64_t generation) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = ranges_.find(job);
@@ -88,12 +104,7 @@ grpc::ServerUnaryReactor* ParamService::WriteParams(grpc::CallbackServerContext*
                                                     v1::ParamsAck*) {
   return Handle(ctx, "WriteParams", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
-    const size_t n = req->data().size() / sizeof(float);
-    if (req->data().size() % sizeof(float) != 0 || req->offset() < static_cast<int64_t>(r->begin) ||
-        static_cast<size_t>(req->offset()) + n > r->end) {
-      return absl::InvalidArgumentError(absl::StrCat("parameters [", req->offset(), ", +", req->data().size(),
-                                                     " bytes) are not within the range [", r->begin, ", ", r->end, ")"));
-    }
+    RETURN_IF_ERROR(CheckPayload(*r, "parameters", req->offset(), req->data().size()));
     std::lock_guard<std::mutex> l(r->mu);
     std::memcpy(r->Buffer(req->buffer())->data() + (req->offset() - r->begin), req->data().data(), req->data().size());
     return absl::OkStatus();
@@ -105,11 +116,7 @@ grpc::ServerUnaryReactor* ParamService::PushGradients(grpc::CallbackServerContex
   return Handle(ctx, "PushGradients", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
     const size_t n = req->data().size() / sizeof(float);
-    if (req->data().size() % sizeof(float) != 0 || req->data().size() > kMaxPayloadBytes ||
-        req->offset() < static_cast<int64_t>(r->begin) || static_cast<size_t>(req->offset()) + n > r->end) {
-      return absl::InvalidArgumentError(absl::StrCat("gradients [", req->offset(), ", +", n,
-                                                     ") are not within the range [", r->begin, ", ", r->end, ")"));
-    }
+    RETURN_IF_ERROR(CheckPayload(*r, "gradients", req->offset(), req->data().size()));
     std::lock_guard<std::mutex> l(r->mu);
     if (req->step() != r->step + 1) {
       return absl::FailedPreconditionError(absl::StrCat("gradients of step ", req->step(), " pushed; the range of ",
@@ -199,10 +206,7 @@ void ParamService::ServeConnection(int fd) {
     bool payload_read = false;
     absl::Status s = [&]() -> absl::Status {
       ASSIGN_OR_RETURN(Range * r, Find(job, h.generation));
-      if (h.offset < static_cast<int64_t>(r->begin) || static_cast<size_t>(h.offset) + n > r->end) {
-        return absl::InvalidArgumentError(absl::StrCat("[", h.offset, ", +", n, ") is not within the range [", r->begin,
-                                                       ", ", r->end, ")"));
-      }
+      RETURN_IF_ERROR(CheckWithin(*r, "payload", h.offset, n));
       std::lock_guard<std::mutex> l(r->mu);
       reply.version = r->step;
       const size_t at = static_cast<size_t>(h.offset) - r->begin;
@@ -260,13 +264,8 @@ grpc::ServerUnaryReactor* ParamService::ReadParams(grpc::CallbackServerContext* 
                                                    v1::ParamsChunk* resp) {
   return Handle(ctx, "ReadParams", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
-    if (req->offset() < static_cast<int64_t>(r->begin) || req->count() < 0 ||
-        static_cast<size_t>(req->offset() + req->count()) > r->end ||
-        static_cast<size_t>(req->count()) * sizeof(float) > kMaxPayloadBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("read [", req->offset(), ", +", req->count(),
-                                                     ") is not within the range [", r->begin, ", ", r->end,
-                                                     ") or exceeds ", kMaxPayloadBytes, " bytes"));
-    }
+    if (req->count() < 0) return absl::InvalidArgumentError(absl::StrCat("read of ", req->count(), " values"));
+    RETURN_IF_ERROR(CheckPayload(*r, "read", req->offset(), static_cast<size_t>(req->count()) * sizeof(float)));
     std::lock_guard<std::mutex> l(r->mu);
     resp->set_job_id(req->job_id());
     resp->set_generation(req->generation());

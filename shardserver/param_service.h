@@ -62,6 +62,10 @@ class ParamService final : public v1::ParamServer::CallbackService {
   // AdamW when they complete the step (r->mu held).
   absl::Status CompletePushLocked(Range* r, int64_t step, double lr, size_t n, bool* applied);
   void ServeConnection(int fd);
+  // Values [offset, offset + n) inside the range; a gRPC payload of whole floats within the
+  // message limit as well. Errors name what was sent and the range.
+  static absl::Status CheckWithin(const Range& r, const char* what, int64_t offset, size_t n);
+  static absl::Status CheckPayload(const Range& r, const char* what, int64_t offset, size_t bytes);
   // The job's range at this generation, or an error naming what does not match.
   absl::StatusOr<Range*> Find(const std::string& job, int64_t generation);
   // Runs body, records the RPC, finishes the reactor.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
 #include "common/safetensors.h"
 
 namespace gantry::testing {
@@ -30,6 +31,18 @@ inline double RelErr(const float* a, const float* b, size_t n) {
 inline double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   return RelErr(a.data(), b.data(), std::min(a.size(), b.size()));
+}
+
+// A token stream with structure, so that a small model's loss falls: runs of 8 tokens
+// stepping by 3 (mod 31) from a random start below 20, until there are at least n.
+inline std::vector<uint16_t> PatternedTokens(size_t n, uint64_t seed) {
+  std::vector<uint16_t> toks;
+  Rng rng(seed);
+  while (toks.size() < n) {
+    const int start = static_cast<int>(rng.Below(20));
+    for (int i = 0; i < 8; ++i) toks.push_back(static_cast<uint16_t>((start + i * 3) % 31));
+  }
+  return toks;
 }
 
 inline SafetensorsFile OpenFixture(const std::string& name) {

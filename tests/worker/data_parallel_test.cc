@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "common/metrics.h"
-#include "common/rng.h"
 #include "kernels/threads.h"
 #include "shardserver/param_service.h"
 #include "tests/test_util.h"
@@ -27,12 +26,7 @@ namespace {
 class DataParallelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::vector<uint16_t> toks;
-    Rng rng(9);
-    while (toks.size() < 40000) {
-      const int start = static_cast<int>(rng.Below(20));
-      for (int i = 0; i < 8; ++i) toks.push_back(static_cast<uint16_t>((start + i * 3) % 31));
-    }
+    const std::vector<uint16_t> toks = testing::PatternedTokens(40000, 9);
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), toks).ok());
   }
   JobSpec Spec(int dp, int zero = 0, const std::string& extra = "") {

@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "common/rng.h"
+#include "common/file_util.h"
 #include "tests/test_util.h"
 #include "worker/data/token_file.h"
 
@@ -16,26 +14,17 @@ namespace gantry::train {
 namespace {
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  auto s = ReadFileToString(path);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : std::string();
 }
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << bytes;
-}
+void WriteFile(const std::string& path, const std::string& bytes) { ASSERT_TRUE(WriteFileAtomic(path, bytes).ok()); }
 
 // A tiny job on a synthetic corpus with structure (so the loss falls).
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::vector<uint16_t> toks;
-    Rng rng(5);
-    while (toks.size() < 20000) {
-      const int start = static_cast<int>(rng.Below(20));
-      for (int i = 0; i < 8; ++i) toks.push_back(static_cast<uint16_t>((start + i * 3) % 31));
-    }
+    const std::vector<uint16_t> toks = testing::PatternedTokens(20000, 5);
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), toks).ok());
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("val.bin"), std::vector<uint16_t>(toks.begin(), toks.begin() + 2000)).ok());
   }

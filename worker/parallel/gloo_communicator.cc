@@ -16,16 +16,12 @@
 #include "worker/parallel/failure_report.h"
 
 namespace gantry::parallel {
-namespace {
-
 void SumFloats(void* out, const void* a, const void* b, size_t n) {
   auto* o = static_cast<float*>(out);
   const auto* x = static_cast<const float*>(a);
   const auto* y = static_cast<const float*>(b);
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     int rank, int size, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options) {

@@ -19,6 +19,9 @@ class Store;
 
 namespace gantry::parallel {
 
+// Gloo's reduce function for float sums: out (n) = a (n) + b (n).
+void SumFloats(void* out, const void* a, const void* b, size_t n);
+
 struct GlooOptions {
   std::string hostname = "127.0.0.1";  // the address this rank listens on
   std::chrono::milliseconds timeout{30000};

@@ -143,18 +143,13 @@ void ZeroEngine::Shard() {
 }
 
 void ZeroEngine::LoadOptimizerState(const float* m, const float* v) {
-  if (remote_ != nullptr) {  // sent to the shard servers by StartRemote
-    const size_t n = model_->num_params();
-    remote_m_.Assign(n);
-    remote_v_.Assign(n);
-    std::copy(m, m + n, remote_m_.data());
-    std::copy(v, v + n, remote_v_.data());
-    return;
-  }
-  for (const ShardSegment& s : opt_->segments()) {
-    std::copy(m + s.flat_begin, m + s.flat_end, opt_->m().data() + s.local);
-    std::copy(v + s.flat_begin, v + s.flat_end, opt_->v().data() + s.local);
-  }
+  // Parameter-server mode only (a ZeRO rank reads its own ranges straight into AdamW, see
+  // local_optimizer()): kept whole until StartRemote sends it to the servers.
+  const size_t n = model_->num_params();
+  remote_m_.Assign(n);
+  remote_v_.Assign(n);
+  std::copy(m, m + n, remote_m_.data());
+  std::copy(v, v + n, remote_v_.data());
 }
 
 absl::Status ZeroEngine::Wait(uint64_t ticket) {
@@ -234,17 +229,27 @@ absl::Status ZeroEngine::Barrier() {
 absl::Status ZeroEngine::GatherParams() {
   if (stage_ != 3 || model_->has_param_buffer()) return absl::OkStatus();
   model_->AllocateParamBuffer();
-  float* params = model_->params();
-  for (const Bucket& b : buckets_) {
-    comm_->Submit([this, &b, params](parallel::Communicator& c) {
-      float* out = pool_.Take(b.piece * dp_);
-      absl::Status s = c.AllGather(param_shard_.data() + b.local, out, b.piece);
-      std::copy(out, out + b.size(), params + b.begin);
-      pool_.Give(out);
-      return s;
-    });
-  }
+  for (const Bucket& b : buckets_) SubmitGather(b, param_shard_.data() + b.local, b.piece);
   return WaitAll();
+}
+
+void ZeroEngine::SubmitGather(const Bucket& b, const float* piece, size_t len) {
+  float* params = model_->params();
+  comm_->Submit([this, &b, piece, len, params](parallel::Communicator& c) {
+    float* out = pool_.Take(b.piece * dp_);
+    const float* in = piece;
+    float* staged = nullptr;
+    if (len != b.piece) {  // the short last piece, padded
+      staged = pool_.Take(b.piece);
+      std::fill(std::copy(piece, piece + len, staged), staged + b.piece, 0.f);
+      in = staged;
+    }
+    absl::Status s = c.AllGather(in, out, b.piece);
+    std::copy(out, out + b.size(), params + b.begin);
+    if (staged != nullptr) pool_.Give(staged);
+    pool_.Give(out);
+    return s;
+  });
 }
 
 void ZeroEngine::BeginMicroBatch(int micro, int accum) {
@@ -415,22 +420,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   timing_.optimizer += Since(t_opt);
   if ((stage_ == 1 || stage_ == 2) && dp_ > 1) {
     // Every rank updated its pieces: gather each bucket into every rank's parameters.
-    for (const Bucket& b : buckets_) {
-      comm_->Submit([this, &b, params](parallel::Communicator& c) {
-        const size_t pb = PieceBegin(b), pe = PieceEnd(b);
-        float* out = pool_.Take(b.piece * dp_);
-        float* in = params + pb;
-        if (pe - pb != b.piece) {  // the short last piece, padded
-          in = pool_.Take(b.piece);
-          std::fill(std::copy(params + pb, params + pe, in), in + b.piece, 0.f);
-        }
-        absl::Status s = c.AllGather(in, out, b.piece);
-        std::copy(out, out + b.size(), params + b.begin);
-        if (in != params + pb) pool_.Give(in);
-        pool_.Give(out);
-        return s;
-      });
-    }
+    for (const Bucket& b : buckets_) SubmitGather(b, params + PieceBegin(b), PieceEnd(b) - PieceBegin(b));
     RETURN_IF_ERROR(WaitAll());
   }
   NotePeak();

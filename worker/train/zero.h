@@ -95,7 +95,8 @@ class ZeroEngine final : public model::ParamHost {
   // Starts using the layout: stage 3 copies its parameter pieces out of the model and frees
   // the model's parameters, stages 2 and 3 free its gradients. Call after loading weights.
   void Shard();
-  // Optimizer state of the whole flat buffer (num_params each) → this rank's pieces.
+  // Parameter-server mode: the optimizer state of the whole flat buffer (num_params each),
+  // from a checkpoint, for StartRemote to send to the servers.
   void LoadOptimizerState(const float* m, const float* v);
   // Where a checkpoint's m and v can be read straight into (LoadCheckpoint's `own`): this
   // rank's AdamW state and its segments. Null in parameter-server mode (the state goes to
@@ -161,6 +162,9 @@ class ZeroEngine final : public model::ParamHost {
 
   ZeroEngine() = default;
   void LaunchBucket(int k);
+  // Queues the all-gather of bucket b from this rank's piece (len elements, padded when the
+  // last piece is short) into the model's parameters.
+  void SubmitGather(const Bucket& b, const float* piece, size_t len);
   // The flat range of this rank's piece of bucket k (may be empty or short).
   size_t PieceBegin(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * rank_); }
   size_t PieceEnd(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * (rank_ + 1)); }
