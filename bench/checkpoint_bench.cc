@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   size_t bytes = 0;
   for (int i = 0; i < 5; ++i) {
     auto t0 = Clock::now();
-    if (!train::WriteCheckpointPart(dir, 0, m.tensors(), whole).ok()) return 1;
+    if (!train::WriteCheckpointPart(dir, 0, m.tensors(), whole).status().ok()) return 1;
     w_ours.push_back(Since(t0));
     bytes = fs::file_size(part);
     std::vector<char> same(bytes, 1);

@@ -29,6 +29,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
@@ -188,58 +189,62 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   v1::ListShardServersResponse ss;
   auto s = stub->ListShardServers(Ctx(o).get(), v1::ListShardServersRequest(), &ss);
   if (!s.ok()) return Fail(s);
-  std::vector<std::pair<std::string, v1::CheckpointInfo>> found;
-  for (const auto& srv : ss.shard_servers()) {
-    auto list = agent::ListCheckpoints(srv.address(), job_id);
-    if (!list.ok()) {
-      std::fprintf(stderr, "gantry: %s\n", std::string(list.status().message()).c_str());
-      continue;
-    }
-    for (auto& c : *list) found.emplace_back(srv.address(), c);
-  }
-  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.second.step() < b.second.step(); });
+  std::vector<std::string> servers, unreachable;
+  for (const auto& srv : ss.shard_servers()) servers.push_back(srv.address());
+  std::vector<agent::StoredCheckpoint> found = agent::ListStoredCheckpoints(servers, job_id, &unreachable);
+  for (const auto& u : unreachable) std::fprintf(stderr, "gantry: cannot list checkpoints on %s\n", u.c_str());
   if (cmd == "checkpoints") {
     if (o.output == "json") {
       v1::ListCheckpointsResponse r;
-      for (auto& [addr, c] : found) *r.add_checkpoints() = c;
+      for (const auto& c : found) {
+        auto* info = r.add_checkpoints();
+        info->set_job_id(c.job_id);
+        info->set_step(c.step);
+        info->set_bytes(c.bytes);
+        info->set_commit_time_unix_ms(c.commit_time_unix_ms);
+        info->set_manifest_json(c.manifest_json);
+        for (const auto& [name, f] : c.files) {
+          info->add_parts(name);
+          info->add_part_bytes(f.bytes);
+        }
+      }
       std::printf("%s\n", Json(r).c_str());
       return 0;
     }
-    std::printf("%-8s %-20s %12s %-22s %s\n", "STEP", "COMMITTED", "BYTES", "SHARD SERVER", "LAYOUT");
-    for (auto& [addr, c] : found) {
+    std::printf("%-8s %-20s %12s %-22s %s\n", "STEP", "COMMITTED", "BYTES", "SHARD SERVERS", "LAYOUT");
+    for (const auto& c : found) {
       std::string layout = "-";
-      auto m = c.manifest_json();
+      const auto& m = c.manifest_json;
       if (auto p = m.find("\"layout\":"); p != std::string::npos) layout = m.substr(p + 9, m.find('}', p) - p - 8);
-      std::printf("%-8ld %-20s %12ld %-22s %s\n", static_cast<long>(c.step()), When(c.commit_time_unix_ms()).c_str(),
-                  static_cast<long>(c.bytes()), addr.c_str(), layout.c_str());
+      std::printf("%-8ld %-20s %12ld %-22s %s\n", static_cast<long>(c.step), When(c.commit_time_unix_ms).c_str(),
+                  static_cast<long>(c.bytes), absl::StrJoin(c.servers, ",").c_str(), layout.c_str());
     }
     return 0;
   }
-  const std::pair<std::string, v1::CheckpointInfo>* pick = nullptr;
-  for (auto& f : found) {
-    if (step < 0 || f.second.step() == step) pick = &f;  // the newest, or the one asked for
+  const agent::StoredCheckpoint* pick = nullptr;
+  for (const auto& c : found) {
+    if (step < 0 || c.step == step) pick = &c;  // the newest, or the one asked for
   }
   if (pick == nullptr) {
     std::fprintf(stderr, "gantry: NOT_FOUND: job %s has no committed checkpoint%s\n", job_id.c_str(),
                  step >= 0 ? absl::StrCat(" at step ", step).c_str() : "");
     return 2;
   }
-  // The checkpoint's parts (each rank's pieces) are downloaded and assembled into one
-  // Hugging Face model directory.
+  // The checkpoint's parts (each rank's pieces, on the shard servers) are read in place and
+  // assembled into one Hugging Face model directory.
   const std::string tmp = absl::StrCat(std::filesystem::temp_directory_path().string(), "/gantry-", cmd, "-", getpid());
   std::string dir = cmd == "sample" ? tmp + "/model" : out_dir;
-  const std::vector<std::string> parts(pick->second.parts().begin(), pick->second.parts().end());
-  auto st = agent::DownloadCheckpoint(pick->first, job_id, pick->second.step(), parts, tmp + "/checkpoint");
-  if (st.ok()) st = train::ExportCheckpoint(tmp + "/checkpoint", dir);
+  agent::ShardCheckpointSource source(*pick);
+  auto st = train::ExportCheckpoint(source, dir);
   std::error_code ec;
-  std::filesystem::remove_all(cmd == "sample" ? tmp + "/checkpoint" : tmp, ec);
   if (!st.ok()) {
+    std::filesystem::remove_all(tmp, ec);
     std::fprintf(stderr, "gantry: %s\n", std::string(st.message()).c_str());
     return 1;
   }
   if (cmd == "export") {
     std::printf("exported %s step %ld to %s (Hugging Face GPT-2: config.json + model.safetensors)\n", job_id.c_str(),
-                static_cast<long>(pick->second.step()), dir.c_str());
+                static_cast<long>(pick->step), dir.c_str());
     return 0;
   }
   auto model = model::LoadHFModel(dir);

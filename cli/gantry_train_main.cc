@@ -188,7 +188,7 @@ absl::Status RunExport(int argc, char** argv) {
   const std::string ckpt = Flag(a, "checkpoint"), out = Flag(a, "out");
   if (ckpt.empty() || out.empty()) return absl::InvalidArgumentError("export: --checkpoint DIR and --out OUT are required");
   RETURN_IF_ERROR(train::ExportCheckpoint(ckpt, out));
-  ASSIGN_OR_RETURN(train::CheckpointLayout l, train::ReadCheckpointLayout(ckpt));
+  ASSIGN_OR_RETURN(train::CheckpointLayout l, train::ReadCheckpointLayout(*train::DirectorySource(ckpt)));
   std::printf("exported %s (written by dp %d ZeRO %d) to %s (Hugging Face GPT-2: config.json + model.safetensors)\n",
               ckpt.c_str(), l.dp, l.zero_stage, out.c_str());
   return absl::OkStatus();

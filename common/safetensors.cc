@@ -70,49 +70,93 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  // Only the header is read now; tensors are read from the file when asked, straight into
-  // the caller's buffer.
+namespace {
+
+class FileSource final : public ByteSource {
+ public:
+  FileSource(int fd, size_t size, std::string path) : fd_(fd), size_(size), path_(std::move(path)) {}
+  ~FileSource() override { ::close(fd_); }
+  size_t size() const override { return size_; }
+  absl::Status ReadAt(size_t offset, size_t n, void* dst) const override {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd_, static_cast<char*>(dst) + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return absl::DataLossError(absl::StrCat(path_, ": short read at byte ", offset + done));
+      done += static_cast<size_t>(r);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const int fd_;
+  const size_t size_;
+  const std::string path_;
+};
+
+class StringSource final : public ByteSource {
+ public:
+  explicit StringSource(std::string bytes) : bytes_(std::move(bytes)) {}
+  size_t size() const override { return bytes_.size(); }
+  absl::Status ReadAt(size_t offset, size_t n, void* dst) const override {
+    if (offset > bytes_.size() || n > bytes_.size() - offset) {
+      return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", +", n, ") beyond ", bytes_.size()));
+    }
+    std::memcpy(dst, bytes_.data() + offset, n);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string bytes_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const ByteSource>> OpenFileSource(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
     return absl::UnavailableError(absl::StrCat(path, ": ", std::strerror(err)));
   }
-  auto shared_fd = std::shared_ptr<int>(new int(fd), [](int* p) {
-    ::close(*p);
-    delete p;
-  });
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
-  const size_t size = static_cast<size_t>(st.st_size);
+  return std::make_shared<FileSource>(fd, static_cast<size_t>(st.st_size), path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const ByteSource> source, OpenFileSource(path));
+  return Open(std::move(source), path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(std::shared_ptr<const ByteSource> source, std::string name) {
+  // Only the header is read now; tensors are read from the source when asked, straight
+  // into the caller's buffer.
+  const size_t size = source->size();
   std::string head(std::min<size_t>(size, 8), '\0');
-  if (::pread(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {
-    return absl::DataLossError(absl::StrCat(path, ": short read of the header length"));
+  if (!source->ReadAt(0, head.size(), head.data()).ok()) {
+    return absl::DataLossError(absl::StrCat(name, ": short read of the header length"));
   }
   uint64_t header_len = 0;
   if (head.size() == 8) std::memcpy(&header_len, head.data(), 8);
   if (head.size() == 8 && header_len <= kMaxHeaderBytes && header_len <= size - 8) {
     head.resize(8 + header_len);
-    if (::pread(fd, head.data() + 8, header_len, 8) != static_cast<ssize_t>(header_len)) {
-      return absl::DataLossError(absl::StrCat(path, ": short read of the header"));
+    if (auto s = source->ReadAt(8, header_len, head.data() + 8); !s.ok()) {
+      return absl::DataLossError(absl::StrCat(name, ": short read of the header: ", s.message()));
     }
   }
   SafetensorsFile f;
-  f.path_ = path;
+  f.path_ = std::move(name);
   RETURN_IF_ERROR(f.ParseHeader(head, size));
-  f.fd_ = std::move(shared_fd);
+  f.source_ = std::move(source);
   return f;
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string bytes, std::string name) {
-  SafetensorsFile f;
-  f.path_ = std::move(name);
-  RETURN_IF_ERROR(f.ParseHeader(bytes, bytes.size()));
-  f.bytes_ = std::move(bytes);
-  return f;
+  return Open(std::make_shared<StringSource>(std::move(bytes)), std::move(name));
 }
 
 absl::Status SafetensorsFile::ParseHeader(const std::string& bytes, size_t file_size) {
@@ -196,20 +240,7 @@ absl::Status SafetensorsFile::ParseHeader(const std::string& bytes, size_t file_
 }
 
 absl::Status SafetensorsFile::ReadRaw(const SafetensorInfo& info, void* dst) const {
-  const size_t n = info.end - info.begin;
-  if (!fd_) {
-    std::memcpy(dst, bytes_.data() + data_start_ + info.begin, n);
-    return absl::OkStatus();
-  }
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(*fd_, static_cast<char*>(dst) + done, n - done,
-                              static_cast<off_t>(data_start_ + info.begin + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return absl::DataLossError(absl::StrCat(path_, ": short read at byte ", data_start_ + info.begin + done));
-    done += static_cast<size_t>(r);
-  }
-  return absl::OkStatus();
+  return source_->ReadAt(data_start_ + info.begin, info.end - info.begin, dst);
 }
 
 absl::Status SafetensorsFile::ReadF32Into(const std::string& name,

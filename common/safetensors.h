@@ -22,11 +22,24 @@ struct SafetensorInfo {
   int64_t numel() const;
 };
 
+// Where a file's bytes come from: a local file, memory, or a remote store (a shard server's
+// checkpoint part); ReadAt of bytes beyond size() is an error.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual size_t size() const = 0;
+  virtual absl::Status ReadAt(size_t offset, size_t n, void* dst) const = 0;
+};
+
+// A local file as a ByteSource (positioned reads).
+absl::StatusOr<std::shared_ptr<const ByteSource>> OpenFileSource(const std::string& path);
+
 class SafetensorsFile {
  public:
-  // Reads and checks the header; tensors are read from the file when asked (positioned
+  // Reads and checks the header; tensors are read from the source when asked (positioned
   // reads straight into the caller's buffer), so a large file costs no copy of itself.
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
+  static absl::StatusOr<SafetensorsFile> Open(std::shared_ptr<const ByteSource> source, std::string name);
   static absl::StatusOr<SafetensorsFile> FromBytes(std::string bytes, std::string name);
 
   const std::string& path() const { return path_; }
@@ -50,8 +63,7 @@ class SafetensorsFile {
   absl::Status ParseHeader(const std::string& bytes, size_t file_size);  // bytes: at least the header
   absl::Status ReadRaw(const SafetensorInfo& info, void* dst) const;     // the tensor's bytes
   std::string path_;
-  std::string bytes_;                // FromBytes: the whole file
-  std::shared_ptr<int> fd_;          // Open: the open file (closed with the last copy)
+  std::shared_ptr<const ByteSource> source_;
   size_t data_start_ = 0;
   std::map<std::string, SafetensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/grpc_util.h"
 #include "common/status.h"
 
@@ -211,9 +212,8 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
     const auto key = std::make_tuple(p.job_id(), p.generation(), p.step());
     PendingCheckpoint& pc = pending_ckpt_[key];
     if (!pc.ranks.insert(p.rank()).second) return;  // a repeated report
-    pc.files.insert(pc.files.end(), p.files().begin(), p.files().end());
+    for (const auto& f : p.files()) pc.files[f.shard_server()].push_back(f.name());
     pc.bytes += p.bytes();
-    if (pc.server.empty()) pc.server = p.shard_server();
     if (p.rank() == 0) pc.manifest_json = p.manifest_json();
     if (static_cast<int>(pc.ranks.size()) < std::max(1, job->world_size())) return;
     auto spec = train::ParseJobSpec(job->spec_yaml());
@@ -221,30 +221,43 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
     c = std::move(pc);
     pending_ckpt_.erase(key);
   }
-  // Every part is durable: commit. Inline, so that this worker's next message (its job's
-  // end, say) is handled after the commit. The shard server answers in milliseconds.
-  std::sort(c.files.begin(), c.files.end());
-  absl::Status s = agent::CommitCheckpoint(c.server, p.job_id(), p.step(), c.files, c.manifest_json);
+  // Every part is durable: commit on each shard server the files it holds. Inline, so that
+  // this worker's next message (its job's end, say) is handled after the commit. A shard
+  // server answers in milliseconds. Readers take a checkpoint only once every file of it is
+  // committed, so one that some server refused stays invisible; the commits that did land
+  // are removed again.
+  std::vector<std::string> committed;
+  size_t n_files = 0;
+  absl::Status s;
+  for (auto& [server, files] : c.files) {
+    std::sort(files.begin(), files.end());
+    n_files += files.size();
+    s = agent::CommitCheckpoint(server, p.job_id(), p.step(), files, c.manifest_json);
+    if (!s.ok()) break;
+    committed.push_back(server);
+  }
   if (!s.ok()) {
     LOG(WARNING) << "checkpoint of " << p.job_id() << " step " << p.step() << " not committed: " << s;
+    for (const auto& server : committed) {
+      if (auto d = agent::DeleteCheckpoint(server, p.job_id(), p.step()); !d.ok()) LOG(WARNING) << d;
+    }
     (void)Event(p.job_id(), [&](v1::JobEvent& e) {
       e.set_message(absl::StrCat("checkpoint of step ", p.step(), " not committed: ", s.message()));
     });
     return;
   }
   (void)Event(p.job_id(), [&](v1::JobEvent& e) {
-    e.set_message(absl::StrCat("checkpoint of step ", p.step(), " committed on ", c.server, " (", c.files.size(),
-                               " files, ", c.bytes, " bytes)"));
+    e.set_message(absl::StrCat("checkpoint of step ", p.step(), " committed on ", absl::StrJoin(committed, ", "), " (",
+                               n_files, " files, ", c.bytes, " bytes)"));
   });
   registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Inc();
-  if (c.keep > 0) {  // the newest K stay
-    auto list = agent::ListCheckpoints(c.server, p.job_id());
-    if (list.ok() && static_cast<int>(list->size()) > c.keep) {
-      std::vector<int64_t> steps;
-      for (const auto& ck : *list) steps.push_back(ck.step());
-      std::sort(steps.begin(), steps.end());
-      for (size_t i = 0; i + c.keep < steps.size(); ++i) {
-        if (auto d = agent::DeleteCheckpoint(c.server, p.job_id(), steps[i]); !d.ok()) LOG(WARNING) << d;
+  if (c.keep > 0) {  // the newest K whole ones stay
+    std::vector<std::string> servers;
+    for (const auto& info : ShardServers()) servers.push_back(info.address());
+    auto stored = agent::ListStoredCheckpoints(servers, p.job_id());
+    for (size_t i = 0; i + c.keep < stored.size(); ++i) {
+      for (const auto& server : stored[i].servers) {
+        if (auto d = agent::DeleteCheckpoint(server, p.job_id(), stored[i].step); !d.ok()) LOG(WARNING) << d;
       }
     }
   }
@@ -324,11 +337,12 @@ void Cluster::ScheduleLocked() {
       if (static_cast<int>(chosen.size()) == world) break;
     }
     if (static_cast<int>(chosen.size()) < world) break;  // strict FIFO: later jobs wait
-    // Parameter-server mode: the partition map of this generation over the live shard
-    // servers (a job with no shard server waits, as for workers).
+    // The partition map of this generation over the live shard servers: where checkpoint
+    // slices go and, in parameter-server mode, who runs AdamW on which range (such a job
+    // waits for a shard server, as for workers).
     google::protobuf::RepeatedPtrField<v1::ParamRange> param_ranges;
-    if (auto spec = train::ParseJobSpec(job.spec_yaml()); spec.ok() && spec->optimizer.placement == "shardserver") {
-      if (shard_addrs.empty()) break;
+    if (auto spec = train::ParseJobSpec(job.spec_yaml()); spec.ok()) {
+      if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") break;
       size_t n = 0;
       for (const auto& t : model::ParameterLayout(spec->model)) n += t.numel;
       for (const auto& r : agent::PartitionParams(n, shard_addrs)) {

@@ -122,8 +122,8 @@ class Cluster {
   // Checkpoints being assembled: (job, generation, step) → the parts reported so far.
   struct PendingCheckpoint {
     std::set<int> ranks;
-    std::vector<std::string> files;
-    std::string server, manifest_json;
+    std::map<std::string, std::vector<std::string>> files;  // shard server → the files it holds
+    std::string manifest_json;
     int64_t bytes = 0;
     int keep = 0;
   };

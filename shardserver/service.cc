@@ -144,13 +144,26 @@ class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
       Finish(grpc::Status(grpc::NOT_FOUND, absl::StrCat("checkpoint has no part '", req.part(), "'")));
       return;
     }
+    const int64_t part_size = std::stoll(size);
+    pos_ = req.offset();
+    end_ = req.length() > 0 ? req.offset() + req.length() : part_size;
+    if (req.offset() < 0 || req.length() < 0 || end_ > part_size) {
+      Finish(grpc::Status(grpc::OUT_OF_RANGE, absl::StrCat("bytes [", req.offset(), ", ", end_, ") of part '", req.part(),
+                                                           "' are beyond its ", part_size)));
+      return;
+    }
     it_.reset(svc_->db()->NewIterator(rocksdb::ReadOptions()));
-    it_->Seek(prefix_);
+    it_->SeekForPrev(ChunkKey(req.job_id(), req.step(), req.part(), pos_));  // the chunk holding the first byte
+    if (!it_->Valid() || !it_->key().starts_with(prefix_)) it_->Seek(prefix_);
     Next();
   }
   void OnWriteDone(bool ok) override {
     if (!ok) {
       Finish(grpc::Status(grpc::CANCELLED, "client went away"));
+      return;
+    }
+    if (pos_ >= end_) {
+      Finish(grpc::Status::OK);
       return;
     }
     it_->Next();
@@ -159,26 +172,40 @@ class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
   void OnDone() override { delete this; }
 
  private:
+  // Sends the next stored chunk's share of [pos_, end_), or an empty last chunk for an
+  // empty range.
   void Next() {
-    if (!it_->Valid() || !it_->key().starts_with(prefix_)) {
-      Finish(grpc::Status::OK);
-      return;
-    }
     out_.Clear();
     out_.set_job_id(req_.job_id());
     out_.set_step(req_.step());
     out_.set_part(req_.part());
-    out_.set_offset(std::stoll(it_->key().ToString().substr(prefix_.size())));
-    out_.set_data(it_->value().ToString());
-    out_.set_crc32c(Crc32c(out_.data().data(), out_.data().size()));
-    it_->Next();
-    out_.set_last(!it_->Valid() || !it_->key().starts_with(prefix_));
-    it_->Prev();
-    StartWrite(&out_);
+    out_.set_offset(pos_);
+    if (pos_ == end_) {
+      out_.set_crc32c(Crc32c(nullptr, 0));
+      out_.set_last(true);
+      StartWrite(&out_);
+      return;
+    }
+    for (; it_->Valid() && it_->key().starts_with(prefix_); it_->Next()) {
+      const int64_t at = std::stoll(it_->key().ToString().substr(prefix_.size()));
+      const int64_t n = static_cast<int64_t>(it_->value().size());
+      if (at > pos_) break;           // a hole: the store lost a chunk
+      if (at + n <= pos_) continue;  // before the range
+      const int64_t e = std::min(at + n, end_);
+      out_.set_offset(pos_);
+      out_.set_data(it_->value().data() + (pos_ - at), static_cast<size_t>(e - pos_));
+      out_.set_crc32c(Crc32c(out_.data().data(), out_.data().size()));
+      pos_ = e;
+      out_.set_last(pos_ == end_);
+      StartWrite(&out_);
+      return;
+    }
+    Finish(grpc::Status(grpc::DATA_LOSS, absl::StrCat("part '", req_.part(), "' has no stored bytes at offset ", pos_)));
   }
   ShardService* svc_;
   v1::ReadChunksRequest req_;
   std::string prefix_;
+  int64_t pos_ = 0, end_ = 0;
   std::unique_ptr<rocksdb::Iterator> it_;
   v1::Chunk out_;
 };
@@ -279,6 +306,7 @@ grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx,
       }
       total += std::stoll(size);
       info.add_parts(part);
+      info.add_part_bytes(std::stoll(size));
     }
     info.set_bytes(total);
     auto w = db_->Put(Synced(), CkptKey(req->job_id(), req->step()), info.SerializeAsString());

@@ -12,11 +12,13 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <map>
 #include <optional>
 #include <thread>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/daemon.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
@@ -114,42 +116,39 @@ class Session {
     o.progress = false;
     // A job placed again (after a restart) continues from its newest committed checkpoint,
     // whatever layout wrote it; a new job with checkpoint.resume_from starts from that job's
-    // newest one. Every rank fetches it and reads the pieces it needs.
-    auto newest = [&](const std::string& job) {
-      std::pair<std::string, v1::CheckpointInfo> best;
-      best.second.set_step(-1);
-      for (const auto& server : a.shard_servers()) {
-        auto list = agent::ListCheckpoints(server, job);
-        if (!list.ok()) {
-          LOG(WARNING) << "job " << a.job_id() << ": listing checkpoints of " << job << " on " << server << ": "
-                       << list.status();
-          continue;
-        }
-        for (const auto& c : *list) {
-          if (c.step() > best.second.step()) best = {server, c};
-        }
-      }
-      return best;
+    // newest one. Every rank reads it in place on the shard servers, only the ranges it needs.
+    const std::vector<std::string> servers(a.shard_servers().begin(), a.shard_servers().end());
+    auto newest = [&](const std::string& job) -> std::optional<agent::StoredCheckpoint> {
+      std::vector<std::string> unreachable;
+      auto stored = agent::ListStoredCheckpoints(servers, job, &unreachable);
+      for (const auto& u : unreachable) LOG(WARNING) << "job " << a.job_id() << ": listing checkpoints of " << job << " on " << u;
+      if (stored.empty()) return std::nullopt;
+      return stored.back();
     };
-    auto [best_server, best] = newest(a.job_id());
-    std::string from_job = a.job_id();
-    if (best.step() < 0 && !spec->checkpoint.resume_from.empty()) {
-      from_job = spec->checkpoint.resume_from;
-      std::tie(best_server, best) = newest(from_job);
-      if (best.step() < 0) {
-        return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", from_job,
+    std::optional<agent::StoredCheckpoint> best = newest(a.job_id());
+    if (!best && !spec->checkpoint.resume_from.empty()) {
+      best = newest(spec->checkpoint.resume_from);
+      if (!best) {
+        return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", spec->checkpoint.resume_from,
                                                 " has no committed checkpoint on the shard servers"));
       }
     }
-    if (best.step() >= 0) {
-      const std::vector<std::string> parts(best.parts().begin(), best.parts().end());
-      RETURN_IF_ERROR(agent::DownloadCheckpoint(best_server, from_job, best.step(), parts,
-                                                spec->checkpoint.dir + "/" + train::CheckpointDirName(best.step())));
-      o.resume = true;
-      LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " resuming from the checkpoint of step " << best.step()
-                << (from_job == a.job_id() ? std::string() : " of job " + from_job) << " on " << best_server << " ("
-                << parts.size() << " parts)";
+    std::unique_ptr<agent::ShardCheckpointSource> resume_source;
+    if (best) {
+      LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " resuming from the checkpoint of step " << best->step
+                << (best->job_id == a.job_id() ? std::string() : " of job " + best->job_id) << " on "
+                << absl::StrJoin(best->servers, ", ") << " (" << best->files.size() << " files, " << best->bytes
+                << " bytes)";
+      resume_source = std::make_unique<agent::ShardCheckpointSource>(std::move(*best));
+      o.resume_source = resume_source.get();
     }
+    // The partition map: checkpoint parts are cut at its bounds, each slice to its server.
+    std::vector<std::string> slice_server;
+    for (const auto& r : a.param_ranges()) {
+      if (!slice_server.empty()) o.checkpoint_cuts.push_back(static_cast<size_t>(r.begin()));
+      slice_server.push_back(r.shard_server());
+    }
+    if (slice_server.empty() && !servers.empty()) slice_server.push_back(servers[0]);
     std::unique_ptr<parallel::GlooCommunicator> comm;
     if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
       auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),
@@ -252,21 +251,37 @@ class Session {
     // coordinator, told, commits the checkpoint once every rank's part is there.
     o.on_checkpoint_part = [&](const std::string& dir, const std::vector<std::string>& files,
                                int64_t step) -> absl::Status {
-      if (a.shard_servers().empty()) {
+      if (slice_server.empty()) {
         LOG(WARNING) << "job " << a.job_id() << ": no shard server; the checkpoint of step " << step << " stays in " << dir;
         return absl::OkStatus();
       }
-      const std::string& server = a.shard_servers(0);
       const auto t0 = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(int64_t bytes, agent::UploadFiles(server, a.job_id(), step, dir, files));
+      std::map<std::string, std::vector<std::string>> by_server;  // the manifest and config go with slice 0
+      for (const auto& f : files) {
+        const int slice = train::CheckpointFileSlice(f);
+        if (slice >= static_cast<int>(slice_server.size())) {
+          return absl::InternalError(absl::StrCat(f, ": slice ", slice, " of a partition map of ", slice_server.size()));
+        }
+        by_server[slice_server[std::max(slice, 0)]].push_back(f);
+      }
+      int64_t bytes = 0;
+      for (const auto& [server, names] : by_server) {
+        ASSIGN_OR_RETURN(int64_t n, agent::UploadFiles(server, a.job_id(), step, dir, names));
+        bytes += n;
+      }
       v1::WorkerMessage m;
       auto* p = m.mutable_checkpoint_part();
       p->set_job_id(a.job_id());
       p->set_generation(a.generation());
       p->set_rank(a.rank());
       p->set_step(step);
-      p->set_shard_server(server);
-      for (const auto& f : files) p->add_files(f);
+      for (const auto& [server, names] : by_server) {
+        for (const auto& f : names) {
+          auto* pf = p->add_files();
+          pf->set_name(f);
+          pf->set_shard_server(server);
+        }
+      }
       p->set_bytes(bytes);
       if (a.rank() == 0) {
         ASSIGN_OR_RETURN(std::string text, ReadFileToString((std::filesystem::path(dir) / "manifest.json").string()));
@@ -291,6 +306,10 @@ class Session {
     if (!trainer.ok()) {
       std::fclose(log);
       return trainer.status();
+    }
+    if (resume_source) {
+      LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " read " << resume_source->bytes_read() << " of the "
+                << resume_source->where() << " checkpoint's bytes (the ranges its layout needs)";
     }
     auto set_memory = [&](const train::MemoryAccount& m) {
       for (auto [kind, bytes] : {std::pair{"params", m.params}, std::pair{"grads", m.grads},

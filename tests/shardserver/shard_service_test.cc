@@ -73,6 +73,32 @@ TEST_F(ShardServiceTest, UploadListDownloadDelete) {
   EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound) << gone;
 }
 
+// Ranged reads (a rank reading only the pieces it needs) return exactly the bytes asked for,
+// across the stored chunks' bounds; a range beyond the part is refused, naming it.
+TEST_F(ShardServiceTest, RangedReadsReturnExactlyTheBytesAskedFor) {
+  ASSERT_TRUE(agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{}").ok());
+  const std::string whole = *ReadFileToString(dir_.File("ckpt/model.safetensors"));
+  auto list = agent::ListCheckpoints(addr_, "j-000001");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ((*list)[0].part_bytes_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const auto size = std::filesystem::file_size(dir_.File("ckpt/" + (*list)[0].parts(i)));
+    EXPECT_EQ((*list)[0].part_bytes(i), static_cast<int64_t>(size)) << (*list)[0].parts(i);
+  }
+  auto stub = v1::ShardServer::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
+  const int64_t c = static_cast<int64_t>(agent::kChunkBytes), n = static_cast<int64_t>(whole.size());
+  for (auto [off, len] : {std::pair<int64_t, int64_t>{0, 1}, {c - 5, 10}, {c, c}, {7, 2 * c + 100}, {n - 1, 1}, {0, n}}) {
+    std::string got(static_cast<size_t>(len), '\0');
+    ASSERT_TRUE(agent::ReadPartRange(*stub, addr_, "j-000001", 10, "model.safetensors", off, len, got.data()).ok())
+        << off << "+" << len;
+    EXPECT_EQ(got, whole.substr(static_cast<size_t>(off), static_cast<size_t>(len))) << off << "+" << len;
+  }
+  std::string buf(16, '\0');
+  auto beyond = agent::ReadPartRange(*stub, addr_, "j-000001", 10, "model.safetensors", n - 8, 16, buf.data());
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kOutOfRange) << beyond;
+  EXPECT_NE(beyond.message().find("model.safetensors"), std::string::npos) << beyond;
+}
+
 TEST_F(ShardServiceTest, UncommittedOrMissingCheckpointsAreNotReadable) {
   auto r = agent::DownloadCheckpoint(addr_, "j-000009", 1, {"config.json"}, dir_.File("out"));
   EXPECT_EQ(r.code(), absl::StatusCode::kNotFound);

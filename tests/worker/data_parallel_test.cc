@@ -8,13 +8,18 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/metrics.h"
 #include "kernels/threads.h"
 #include "shardserver/param_service.h"
+#include "shardserver/service.h"
 #include "tests/test_util.h"
 #include "worker/agent/param_client.h"
+#include "worker/agent/shard_client.h"
 #include "worker/data/token_file.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "absl/strings/str_cat.h"
@@ -55,6 +60,12 @@ class DataParallelTest : public ::testing::Test {
         TrainOptions o;
         o.stop_after = stop_after;
         o.resume = resume;
+        o.checkpoint_cuts = cuts_;
+        std::unique_ptr<CheckpointSource> source;
+        if (source_factory_) {
+          source = source_factory_();
+          o.resume_source = source.get();
+        }
         FILE* null = std::fopen("/dev/null", "w");
         o.out = null;
         std::unique_ptr<RemoteOptimizer> remote;
@@ -78,6 +89,7 @@ class DataParallelTest : public ::testing::Test {
           results[r].params.assign((*t)->model().params(), (*t)->model().params() + (*t)->model().num_params());
           results[r].memory.push_back((*t)->memory());
         }
+        if (source_read_) source_read_(r, source.get());
         std::fclose(null);
       });
     }
@@ -88,6 +100,15 @@ class DataParallelTest : public ::testing::Test {
       if (!results[r].memory.empty()) results[0].memory.push_back(results[r].memory[0]);
     }
     return results[0];
+  }
+  // Serves svc on a loopback port 0; its address, or "" if it did not start.
+  static std::string Serve(grpc::Service* svc, std::vector<std::unique_ptr<grpc::Server>>& servers) {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(svc);
+    servers.push_back(b.BuildAndStart());
+    return port > 0 ? "127.0.0.1:" + std::to_string(port) : std::string();
   }
   void ExpectSameTraining(const Result& many, const Result& one, const std::string& what) {
     ASSERT_EQ(many.losses.size(), one.losses.size()) << what;
@@ -100,6 +121,9 @@ class DataParallelTest : public ::testing::Test {
   int n_embd_ = 16;
   int steps_ = 20;
   std::function<std::unique_ptr<RemoteOptimizer>()> remote_factory_;  // parameter-server mode
+  std::vector<size_t> cuts_;                                           // checkpoint slices
+  std::function<std::unique_ptr<CheckpointSource>()> source_factory_;  // resume from it, per rank
+  std::function<void(int rank, CheckpointSource*)> source_read_;       // after the rank's run
   std::string bucket_mb_ = "25";
   testing::TempDir dir_;
 };
@@ -215,6 +239,90 @@ TEST_F(DataParallelTest, ACheckpointResumesInAnyLayout) {
   }
 }
 
+// A checkpoint stored over 2 shard servers: each rank's part is cut at the partition map's
+// bound and each slice goes to its server, which commits what it holds. The checkpoint is
+// listed only once both have committed; then a DP=4 ZeRO-1 run resumes from it in place,
+// each rank fetching only the ranges it needs (all parameters, its quarter of m and v), and
+// gives the uninterrupted run's losses.
+TEST_F(DataParallelTest, ACheckpointOverTwoShardServersResumesReadingOnlyWhatEachRankNeeds) {
+  metrics::Registry registry;
+  std::vector<std::unique_ptr<shardserver::ShardService>> services;
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    auto svc = shardserver::ShardService::Open(dir_.File(absl::StrCat("db", i)), &registry);
+    ASSERT_TRUE(svc.ok()) << svc.status();
+    services.push_back(std::move(*svc));
+    addresses.push_back(Serve(services.back().get(), servers));
+    ASSERT_FALSE(addresses.back().empty());
+  }
+  model::GPT m(Spec(1).model);
+  const auto ranges = agent::PartitionParams(m.num_params(), addresses, 256);
+  ASSERT_EQ(ranges.size(), 2u);
+  cuts_ = {ranges[1].begin};
+  const std::string ckpt = "checkpoint: {every: 10, dir: " + dir_.File("ckpt") + "}\n";
+  const Result full = Run(2, 2, ckpt);
+  std::filesystem::remove_all(dir_.File("ckpt"));
+  ASSERT_EQ(Run(2, 2, ckpt, /*stop_after=*/10).losses.size(), 10u);
+  const std::string step10 = dir_.File("ckpt/step_00000010");
+  std::map<std::string, std::vector<std::string>> by_server;
+  for (const auto& f : CheckpointFiles(2, cuts_)) {
+    ASSERT_TRUE(std::filesystem::exists(step10 + "/" + f)) << f;
+    by_server[ranges[std::max(CheckpointFileSlice(f), 0)].shard_server].push_back(f);
+  }
+  ASSERT_EQ(by_server.size(), 2u);
+  const std::string manifest = *ReadFileToString(step10 + "/manifest.json");
+  std::vector<int64_t> held;
+  for (const auto& [server, files] : by_server) {
+    auto n = agent::UploadFiles(server, "j-spread", 10, step10, files);
+    ASSERT_TRUE(n.ok()) << n.status();
+    held.push_back(*n);
+  }
+  const double state = 3.0 * m.num_params() * 4;
+  for (int64_t h : held) EXPECT_NEAR(h / state, 0.5, 0.15) << "each server holds its half of the state";
+  // Committed on one server only: not a checkpoint yet.
+  ASSERT_TRUE(agent::CommitCheckpoint(addresses[0], "j-spread", 10, by_server[addresses[0]], manifest).ok());
+  EXPECT_TRUE(agent::ListStoredCheckpoints(addresses, "j-spread").empty());
+  ASSERT_TRUE(agent::CommitCheckpoint(addresses[1], "j-spread", 10, by_server[addresses[1]], manifest).ok());
+  const auto stored = agent::ListStoredCheckpoints(addresses, "j-spread");
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].servers.size(), 2u);
+  EXPECT_EQ(stored[0].files.size(), 2u + 4u);
+  EXPECT_EQ(stored[0].bytes, held[0] + held[1]);
+
+  std::filesystem::remove_all(dir_.File("ckpt"));  // only the shard servers have it now
+  source_factory_ = [&] { return std::make_unique<agent::ShardCheckpointSource>(stored[0]); };
+  std::map<int, int64_t> read;
+  std::mutex mu;
+  source_read_ = [&](int rank, CheckpointSource* s) {
+    std::lock_guard<std::mutex> l(mu);
+    read[rank] = static_cast<agent::ShardCheckpointSource*>(s)->bytes_read();
+  };
+  // DP=1 reads everything: the state, and the headers, manifest and config. A DP=4 ZeRO-1
+  // rank reads the same less three quarters of m and v: half the state.
+  int64_t whole = 0;
+  for (auto [dp, zero] : {std::pair{1, 0}, std::pair{4, 1}}) {
+    SCOPED_TRACE(absl::StrCat("resumed as dp ", dp, " zero ", zero));
+    read.clear();
+    const Result resumed = Run(dp, zero, ckpt);
+    ASSERT_EQ(resumed.losses.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_LE(std::fabs(resumed.losses[i] - full.losses[10 + i]) / full.losses[10 + i], 1e-6) << "step " << 11 + i;
+    }
+    ASSERT_EQ(read.size(), static_cast<size_t>(dp));
+    if (dp == 1) {
+      whole = read[0];
+      EXPECT_GE(whole, static_cast<int64_t>(state));
+      continue;
+    }
+    for (const auto& [rank, bytes] : read) EXPECT_NEAR((whole - bytes) / state, 0.5, 0.01) << "rank " << rank;
+  }
+  source_factory_ = nullptr;
+  source_read_ = nullptr;
+  cuts_.clear();
+  for (auto& s : servers) s->Shutdown();
+}
+
 // Parameter-server mode with 2 shard servers (in this process, over loopback gRPC): AdamW
 // runs on the servers, each over its range; 20 steps at DP=2 give worker placement's losses
 // within 1e-5, and the workers hold no optimizer state. Its checkpoints resume exactly, and
@@ -227,13 +335,8 @@ TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
   std::vector<std::string> addresses;
   for (int i = 0; i < 2; ++i) {
     services.push_back(std::make_unique<shardserver::ParamService>(&registry));
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(services.back().get());
-    servers.push_back(b.BuildAndStart());
-    ASSERT_GT(port, 0);
-    addresses.push_back("127.0.0.1:" + std::to_string(port));
+    addresses.push_back(Serve(services.back().get(), servers));
+    ASSERT_FALSE(addresses.back().empty());
   }
   const JobSpec spec = Spec(2);
   model::GPT m(spec.model);

@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/status.h"
+#include "nlohmann/json.hpp"
 
 namespace gantry::agent {
 
@@ -97,6 +100,92 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::strin
   return std::vector<v1::CheckpointInfo>(resp.checkpoints().begin(), resp.checkpoints().end());
 }
 
+namespace {
+
+// Streams bytes [offset, offset + length) of a committed part (length 0: to its end) into
+// sink, checking each chunk's crc32c and that the chunks follow each other. Returns the
+// bytes read.
+absl::StatusOr<int64_t> ReadRange(v1::ShardServer::StubInterface& stub, const std::string& address,
+                                  const std::string& job_id, int64_t step, const std::string& part, int64_t offset,
+                                  int64_t length, const std::function<void(const std::string&)>& sink) {
+  v1::ReadChunksRequest req;
+  req.set_job_id(job_id);
+  req.set_step(step);
+  req.set_part(part);
+  req.set_offset(offset);
+  req.set_length(length);
+  auto ctx = ContextWithDeadline(600);
+  auto reader = stub.ReadChunks(ctx.get(), req);
+  int64_t pos = offset;
+  bool last = false;
+  v1::Chunk c;
+  absl::Status bad;
+  while (bad.ok() && reader->Read(&c)) {
+    if (c.offset() != pos) {
+      bad = absl::DataLossError(absl::StrCat(part, ": chunk at offset ", c.offset(), ", expected ", pos));
+    } else if (Crc32c(c.data().data(), c.data().size()) != c.crc32c()) {
+      bad = absl::DataLossError(absl::StrCat(part, ": chunk at offset ", c.offset(), " fails its crc32c"));
+    } else {
+      sink(c.data());
+      pos += static_cast<int64_t>(c.data().size());
+      last = c.last();
+    }
+  }
+  if (!bad.ok()) {
+    ctx->TryCancel();
+    while (reader->Read(&c)) {
+    }
+    (void)reader->Finish();
+    return Annotate(bad, absl::StrCat("reading from ", address));
+  }
+  RETURN_IF_ERROR(Annotate(FromGrpc(reader->Finish()), absl::StrCat("reading ", part, " from ", address)));
+  if (!last || (length > 0 && pos != offset + length)) {
+    return absl::DataLossError(absl::StrCat(part, ": stream from ", address, " ended at byte ", pos, " before the last chunk"));
+  }
+  return pos - offset;
+}
+
+// A part on a shard server as a ByteSource: each ReadAt is one ranged stream.
+class RemotePart final : public ByteSource {
+ public:
+  RemotePart(std::shared_ptr<v1::ShardServer::StubInterface> stub, std::string address, std::string job_id,
+             int64_t step, std::string part, size_t size, std::atomic<int64_t>* counter)
+      : stub_(std::move(stub)), address_(std::move(address)), job_id_(std::move(job_id)), step_(step),
+        part_(std::move(part)), size_(size), counter_(counter) {}
+  size_t size() const override { return size_; }
+  absl::Status ReadAt(size_t offset, size_t n, void* dst) const override {
+    if (n == 0) return absl::OkStatus();
+    if (offset > size_ || n > size_ - offset) {
+      return absl::OutOfRangeError(absl::StrCat(part_, ": bytes [", offset, ", +", n, ") beyond its ", size_));
+    }
+    RETURN_IF_ERROR(ReadPartRange(*stub_, address_, job_id_, step_, part_, static_cast<int64_t>(offset),
+                                  static_cast<int64_t>(n), static_cast<char*>(dst)));
+    *counter_ += static_cast<int64_t>(n);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::shared_ptr<v1::ShardServer::StubInterface> stub_;
+  const std::string address_, job_id_;
+  const int64_t step_;
+  const std::string part_;
+  const size_t size_;
+  std::atomic<int64_t>* counter_;
+};
+
+}  // namespace
+
+absl::Status ReadPartRange(v1::ShardServer::StubInterface& stub, const std::string& address, const std::string& job_id,
+                           int64_t step, const std::string& part, int64_t offset, int64_t n, char* dst) {
+  int64_t at = 0;
+  return ReadRange(stub, address, job_id, step, part, offset, n, [&](const std::string& d) {
+           const size_t k = std::min<size_t>(d.size(), static_cast<size_t>(n - at));  // the server sends no more
+           std::memcpy(dst + at, d.data(), k);
+           at += static_cast<int64_t>(k);
+         })
+      .status();
+}
+
 absl::Status DownloadCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
                                 const std::vector<std::string>& parts, const std::string& dir) {
   auto stub = Stub(address);
@@ -104,30 +193,80 @@ absl::Status DownloadCheckpoint(const std::string& address, const std::string& j
   fs::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", dir, ": ", ec.message()));
   for (const auto& part : parts) {
-    v1::ReadChunksRequest req;
-    req.set_job_id(job_id);
-    req.set_step(step);
-    req.set_part(part);
-    auto ctx = ContextWithDeadline(600);
-    auto reader = stub->ReadChunks(ctx.get(), req);
     std::string bytes;
-    v1::Chunk c;
-    bool last = false;
-    while (reader->Read(&c)) {
-      if (static_cast<size_t>(c.offset()) != bytes.size()) {
-        return absl::DataLossError(absl::StrCat(part, ": chunk at offset ", c.offset(), ", expected ", bytes.size()));
-      }
-      if (Crc32c(c.data().data(), c.data().size()) != c.crc32c()) {
-        return absl::DataLossError(absl::StrCat(part, ": chunk at offset ", c.offset(), " fails its crc32c"));
-      }
-      bytes += c.data();
-      last = c.last();
-    }
-    RETURN_IF_ERROR(Annotate(FromGrpc(reader->Finish()), absl::StrCat("reading ", part, " from ", address)));
-    if (!last) return absl::DataLossError(absl::StrCat(part, ": stream ended before the last chunk"));
+    RETURN_IF_ERROR(ReadRange(*stub, address, job_id, step, part, 0, 0, [&](const std::string& d) { bytes += d; }).status());
     RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / part).string(), bytes));
   }
   return absl::OkStatus();
+}
+
+std::vector<StoredCheckpoint> ListStoredCheckpoints(const std::vector<std::string>& servers, const std::string& job_id,
+                                                    std::vector<std::string>* unreachable) {
+  std::map<int64_t, StoredCheckpoint> by_step;
+  for (const auto& server : servers) {
+    auto list = ListCheckpoints(server, job_id);
+    if (!list.ok()) {
+      if (unreachable) unreachable->push_back(absl::StrCat(server, " (", list.status().message(), ")"));
+      continue;
+    }
+    for (const auto& info : *list) {
+      StoredCheckpoint& c = by_step[info.step()];
+      c.job_id = info.job_id();
+      c.step = info.step();
+      if (c.manifest_json.empty()) c.manifest_json = info.manifest_json();
+      c.commit_time_unix_ms = std::max(c.commit_time_unix_ms, info.commit_time_unix_ms());
+      c.bytes += info.bytes();
+      c.servers.push_back(server);
+      for (int i = 0; i < info.parts_size(); ++i) {
+        c.files[info.parts(i)] = {server, i < info.part_bytes_size() ? info.part_bytes(i) : 0};
+      }
+    }
+  }
+  std::vector<StoredCheckpoint> out;
+  for (auto& [step, c] : by_step) {
+    // A Gantry checkpoint names its parts; it is whole when each is committed somewhere.
+    nlohmann::json m = nlohmann::json::parse(c.manifest_json, nullptr, /*allow_exceptions=*/false);
+    bool whole = true;
+    if (m.is_object() && m.contains("parts") && m["parts"].is_array()) {
+      std::vector<std::string> need = {"manifest.json", "config.json"};
+      for (const auto& p : m["parts"]) need.push_back(p.is_string() ? p.get<std::string>() : std::string());
+      for (const auto& n : need) whole = whole && c.files.count(n) != 0;
+    }
+    if (whole) out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string ShardCheckpointSource::where() const {
+  return absl::StrCat("shard:", c_.job_id, "/", train::CheckpointDirName(c_.step));
+}
+
+absl::StatusOr<std::pair<std::shared_ptr<v1::ShardServer::StubInterface>, const StoredCheckpoint::File*>>
+ShardCheckpointSource::Locate(
+    const std::string& name) {
+  auto f = c_.files.find(name);
+  if (f == c_.files.end()) {
+    return absl::NotFoundError(absl::StrCat(where(), ": no file '", name, "' is committed on the shard servers"));
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto& stub = stubs_[f->second.server];
+  if (!stub) stub = Stub(f->second.server);
+  return std::make_pair(stub, &f->second);
+}
+
+absl::StatusOr<std::string> ShardCheckpointSource::ReadSmallFile(const std::string& name) {
+  ASSIGN_OR_RETURN(auto at, Locate(name));
+  std::string bytes;
+  ASSIGN_OR_RETURN(int64_t n, ReadRange(*at.first, at.second->server, c_.job_id, c_.step, name, 0, 0,
+                                        [&](const std::string& d) { bytes += d; }));
+  bytes_read_ += n;
+  return bytes;
+}
+
+absl::StatusOr<std::shared_ptr<const ByteSource>> ShardCheckpointSource::OpenPart(const std::string& name) {
+  ASSIGN_OR_RETURN(auto at, Locate(name));
+  return std::shared_ptr<const ByteSource>(std::make_shared<RemotePart>(
+      std::move(at.first), at.second->server, c_.job_id, c_.step, name, static_cast<size_t>(at.second->bytes), &bytes_read_));
 }
 
 }  // namespace gantry::agent

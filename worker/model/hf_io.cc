@@ -15,6 +15,10 @@ namespace fs = std::filesystem;
 absl::StatusOr<GPTConfig> ReadHFConfig(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseHFConfig(text, path);
+}
+
+absl::StatusOr<GPTConfig> ParseHFConfig(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

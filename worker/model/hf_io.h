@@ -12,6 +12,8 @@ namespace gantry::model {
 // Reads config.json of a GPT-2 model directory. Fields Gantry cannot honour (another
 // activation, untied embeddings, a non-default n_inner) are errors naming the field.
 absl::StatusOr<GPTConfig> ReadHFConfig(const std::string& dir);
+// The same from config.json's text; `path` names it in errors.
+absl::StatusOr<GPTConfig> ParseHFConfig(const std::string& text, const std::string& path);
 
 // Loads DIR/model.safetensors into model (whose config must match). Tensor names may carry
 // the "transformer." prefix; lm_head.weight and attention mask buffers are ignored.

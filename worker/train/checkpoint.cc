@@ -23,9 +23,9 @@ namespace {
 constexpr char kFormat[] = "gantry-sharded-1";
 constexpr const char* kKinds[] = {"param", "adamw.m", "adamw.v"};
 
-absl::StatusOr<nlohmann::json> ReadManifest(const std::string& path) {
-  const std::string file = (fs::path(path) / "manifest.json").string();
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(file));
+absl::StatusOr<nlohmann::json> ReadManifest(CheckpointSource& source) {
+  const std::string file = (fs::path(source.where()) / "manifest.json").string();
+  ASSIGN_OR_RETURN(std::string text, source.ReadSmallFile("manifest.json"));
   try {
     nlohmann::json j = nlohmann::json::parse(text);
     if (j.value("format", "") != kFormat) {
@@ -40,19 +40,9 @@ absl::StatusOr<nlohmann::json> ReadManifest(const std::string& path) {
   }
 }
 
-}  // namespace
-
-std::string CheckpointDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
-std::string CheckpointPartName(int rank) { return absl::StrFormat("part-%05d.safetensors", rank); }
-
-std::vector<std::string> CheckpointFiles(int parts) {
-  std::vector<std::string> f = {"manifest.json", "config.json"};
-  for (int r = 0; r < parts; ++r) f.push_back(CheckpointPartName(r));
-  return f;
-}
-
-absl::Status WriteCheckpointPart(const std::string& dir, int rank, const std::vector<model::ParamTensor>& tensors,
-                                 const std::vector<CheckpointPiece>& pieces) {
+// One file of rank's pieces.
+absl::Status WritePartFile(const std::string& path, int rank, const std::vector<model::ParamTensor>& tensors,
+                           const std::vector<CheckpointPiece>& pieces) {
   std::vector<TensorToWrite> out;
   std::map<std::string, std::string> meta;
   for (const CheckpointPiece& p : pieces) {
@@ -69,14 +59,77 @@ absl::Status WriteCheckpointPart(const std::string& dir, int rank, const std::ve
     }
   }
   meta["gantry_part"] = std::to_string(rank);
-  return WriteSafetensors((fs::path(dir) / CheckpointPartName(rank)).string(), out, meta);
+  return WriteSafetensors(path, out, meta);
+}
+
+class DirSource final : public CheckpointSource {
+ public:
+  explicit DirSource(std::string dir) : dir_(std::move(dir)) {}
+  std::string where() const override { return dir_; }
+  absl::StatusOr<std::string> ReadSmallFile(const std::string& name) override {
+    return ReadFileToString((fs::path(dir_) / name).string());
+  }
+  absl::StatusOr<std::shared_ptr<const ByteSource>> OpenPart(const std::string& name) override {
+    return OpenFileSource((fs::path(dir_) / name).string());
+  }
+
+ private:
+  const std::string dir_;
+};
+
+}  // namespace
+
+std::unique_ptr<CheckpointSource> DirectorySource(const std::string& dir) { return std::make_unique<DirSource>(dir); }
+
+std::string CheckpointDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
+std::string CheckpointPartName(int rank, int slice, int slices) {
+  if (slices <= 1) return absl::StrFormat("part-%05d.safetensors", rank);
+  return absl::StrFormat("part-%05d-%03d.safetensors", rank, slice);
+}
+
+int CheckpointFileSlice(const std::string& name) {
+  if (name.rfind("part-", 0) != 0) return -1;
+  int rank = 0, slice = 0;
+  return std::sscanf(name.c_str(), "part-%d-%d.safetensors", &rank, &slice) == 2 ? slice : 0;
+}
+
+std::vector<std::string> CheckpointFiles(int parts, const std::vector<size_t>& cuts) {
+  std::vector<std::string> f = {"manifest.json", "config.json"};
+  const int slices = static_cast<int>(cuts.size()) + 1;
+  for (int r = 0; r < parts; ++r) {
+    for (int s = 0; s < slices; ++s) f.push_back(CheckpointPartName(r, s, slices));
+  }
+  return f;
+}
+
+absl::StatusOr<std::vector<std::string>> WriteCheckpointPart(const std::string& dir, int rank,
+                                                             const std::vector<model::ParamTensor>& tensors,
+                                                             const std::vector<CheckpointPiece>& pieces,
+                                                             const std::vector<size_t>& cuts) {
+  const int slices = static_cast<int>(cuts.size()) + 1;
+  std::vector<std::string> files;
+  for (int s = 0; s < slices; ++s) {
+    // The pieces clipped to slice s: [cuts[s-1], cuts[s]).
+    const size_t lo = s == 0 ? 0 : cuts[s - 1], hi = s + 1 < slices ? cuts[s] : SIZE_MAX;
+    std::vector<CheckpointPiece> in;
+    for (const CheckpointPiece& p : pieces) {
+      const size_t b = std::max(p.flat_begin, lo), e = std::min(p.flat_end, hi);
+      if (b >= e) continue;
+      const size_t at = b - p.flat_begin;
+      in.push_back({b, e, p.params + at, p.m + at, p.v + at});
+    }
+    files.push_back(CheckpointPartName(rank, s, slices));
+    RETURN_IF_ERROR(WritePartFile((fs::path(dir) / files.back()).string(), rank, tensors, in));
+  }
+  return files;
 }
 
 absl::Status WriteCheckpointManifest(const std::string& dir, const model::GPTConfig& config,
-                                     const CheckpointState& state, const CheckpointLayout& layout, int parts) {
+                                     const CheckpointState& state, const CheckpointLayout& layout, int parts,
+                                     const std::vector<size_t>& cuts) {
   RETURN_IF_ERROR(model::WriteHFConfig(dir, config));
-  std::vector<std::string> names;
-  for (int r = 0; r < parts; ++r) names.push_back(CheckpointPartName(r));
+  std::vector<std::string> names = CheckpointFiles(parts, cuts);
+  names.erase(names.begin(), names.begin() + 2);  // the parts only
   nlohmann::json j = {
       {"format", kFormat},
       {"step", state.step},
@@ -89,6 +142,7 @@ absl::Status WriteCheckpointManifest(const std::string& dir, const model::GPTCon
       {"data", {{"next_step", state.step}}},
       {"parts", names},
   };
+  if (!cuts.empty()) j["cuts"] = cuts;
   return WriteFileAtomic((fs::path(dir) / "manifest.json").string(), j.dump(2) + "\n");
 }
 
@@ -127,18 +181,29 @@ absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir) {
   return best;
 }
 
-absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(const std::string& path) {
-  ASSIGN_OR_RETURN(nlohmann::json j, ReadManifest(path));
+absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source) {
+  ASSIGN_OR_RETURN(nlohmann::json j, ReadManifest(source));
   CheckpointLayout l;
   l.dp = j.value("layout", nlohmann::json::object()).value("dp", 1);
   l.zero_stage = j.value("layout", nlohmann::json::object()).value("zero_stage", 0);
   return l;
 }
 
+absl::StatusOr<model::GPTConfig> ReadCheckpointModel(CheckpointSource& source) {
+  ASSIGN_OR_RETURN(std::string text, source.ReadSmallFile("config.json"));
+  return model::ParseHFConfig(text, (fs::path(source.where()) / "config.json").string());
+}
+
 absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m, float* v,
                                                const std::vector<ShardSegment>* own) {
-  ASSIGN_OR_RETURN(nlohmann::json j, ReadManifest(path));
-  ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(path));
+  return LoadCheckpoint(*DirectorySource(path), model, m, v, own);
+}
+
+absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::GPT& model, float* m, float* v,
+                                               const std::vector<ShardSegment>* own) {
+  const std::string path = source.where();
+  ASSIGN_OR_RETURN(nlohmann::json j, ReadManifest(source));
+  ASSIGN_OR_RETURN(model::GPTConfig c, ReadCheckpointModel(source));
   const model::GPTConfig& want = model.config();
   if (!(c == want)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -153,7 +218,8 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::G
   std::vector<std::pair<size_t, size_t>> covered[3];
   for (const std::string& part : j.at("parts").get<std::vector<std::string>>()) {
     const std::string file = (fs::path(path) / part).string();
-    ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(file));
+    ASSIGN_OR_RETURN(std::shared_ptr<const ByteSource> bytes, source.OpenPart(part));
+    ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(std::move(bytes), file));
     for (const auto& [name, info] : f.tensors()) {
       const size_t slash = name.find('/'), at = name.rfind('@');
       int kind = -1;
@@ -209,12 +275,16 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::G
   return s;
 }
 
-absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir) {
-  RETURN_IF_ERROR(ReadManifest(path).status());  // a checkpoint at all?
-  ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(path));
+absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir) {
+  RETURN_IF_ERROR(ReadManifest(source).status());  // a checkpoint at all?
+  ASSIGN_OR_RETURN(model::GPTConfig c, ReadCheckpointModel(source));
   model::GPT m(c);
-  RETURN_IF_ERROR(LoadCheckpoint(path, m, nullptr, nullptr).status());
+  RETURN_IF_ERROR(LoadCheckpoint(source, m, nullptr, nullptr).status());
   return model::SaveHFModel(out_dir, m);
+}
+
+absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir) {
+  return ExportCheckpoint(*DirectorySource(path), out_dir);
 }
 
 }  // namespace gantry::train

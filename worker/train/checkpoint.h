@@ -5,6 +5,10 @@
 //   part-RRRRR.safetensors  rank R's pieces in unsharded coordinates: for elements [b, e)
 //                   of tensor T (flattened), "param/T@b", "adamw.m/T@b" and "adamw.v/T@b",
 //                   each of e - b elements; the metadata gives T's global shape
+//   part-RRRRR-SSS.safetensors  the same, cut into slices at the partition map's bounds
+//                   (slice S: the flat range of the map's S-th shard server), when a
+//                   cluster stores the checkpoint over several shard servers; the manifest
+//                   then lists every (rank, slice) file (some may hold no piece) and "cuts"
 // The parts together cover every element of every tensor exactly once. Each rank writes
 // only its own pieces (under ZeRO, the ones it owns; without, an even split), so writing is
 // parallel and needs no gather; any layout reads the ranges it needs. A checkpoint is
@@ -12,10 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/safetensors.h"
 #include "worker/model/gpt.h"
 #include "worker/train/optimizer.h"
 
@@ -41,16 +47,36 @@ struct CheckpointPiece {
 };
 
 std::string CheckpointDirName(int64_t step);  // step_NNNNNNNN
-std::string CheckpointPartName(int rank);     // part-RRRRR.safetensors
+// part-RRRRR.safetensors, or with cuts (slices > 1) part-RRRRR-SSS.safetensors.
+std::string CheckpointPartName(int rank, int slice = 0, int slices = 1);
+// The slice a checkpoint file belongs to: S of part-RRRRR-SSS, 0 of part-RRRRR, -1 for the
+// manifest and config.json.
+int CheckpointFileSlice(const std::string& name);
 
-// Writes rank's part into dir (which must exist).
-absl::Status WriteCheckpointPart(const std::string& dir, int rank, const std::vector<model::ParamTensor>& tensors,
-                                 const std::vector<CheckpointPiece>& pieces);
-// Writes manifest.json and config.json into dir: the checkpoint of `parts` parts.
+// Writes rank's part into dir (which must exist): one file, or with cuts (the interior
+// bounds of the partition map, ascending) one file per slice. Returns the file names.
+absl::StatusOr<std::vector<std::string>> WriteCheckpointPart(const std::string& dir, int rank,
+                                                             const std::vector<model::ParamTensor>& tensors,
+                                                             const std::vector<CheckpointPiece>& pieces,
+                                                             const std::vector<size_t>& cuts = {});
+// Writes manifest.json and config.json into dir: the checkpoint of `parts` parts, each cut
+// at `cuts`.
 absl::Status WriteCheckpointManifest(const std::string& dir, const model::GPTConfig& config,
-                                     const CheckpointState& state, const CheckpointLayout& layout, int parts);
-// The files of a checkpoint of `parts` parts, manifest first.
-std::vector<std::string> CheckpointFiles(int parts);
+                                     const CheckpointState& state, const CheckpointLayout& layout, int parts,
+                                     const std::vector<size_t>& cuts = {});
+// The files of a checkpoint of `parts` parts cut at `cuts`, manifest first.
+std::vector<std::string> CheckpointFiles(int parts, const std::vector<size_t>& cuts = {});
+
+// Where a checkpoint is read from: a directory, or (agent::ShardCheckpointSource) the shard
+// servers that hold its files, read range by range.
+class CheckpointSource {
+ public:
+  virtual ~CheckpointSource() = default;
+  virtual std::string where() const = 0;  // names the checkpoint in errors
+  virtual absl::StatusOr<std::string> ReadSmallFile(const std::string& name) = 0;  // manifest.json, config.json
+  virtual absl::StatusOr<std::shared_ptr<const ByteSource>> OpenPart(const std::string& name) = 0;
+};
+std::unique_ptr<CheckpointSource> DirectorySource(const std::string& dir);
 // Renames tmp_dir into root/step_NNNNNNNN (replacing one of that name), then removes all
 // but the newest `keep` checkpoints under root (keep 0: none removed). Returns the path.
 absl::StatusOr<std::string> PublishCheckpoint(const std::string& tmp_dir, const std::string& root, int64_t step, int keep);
@@ -62,11 +88,16 @@ absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);
 // buffers (num_params each). With it, they are a ZeRO rank's compact buffers and only the
 // ranges of its segments are read. The checkpoint's model must have the model's shape;
 // every element must be covered once (checked on the parts' headers).
+absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::GPT& model, float* m, float* v,
+                                               const std::vector<ShardSegment>* own = nullptr);
 absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m, float* v,
                                                const std::vector<ShardSegment>* own = nullptr);
 // The layout recorded in a checkpoint's manifest.
-absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(const std::string& path);
+absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source);
+// The model shape a checkpoint holds (its config.json).
+absl::StatusOr<model::GPTConfig> ReadCheckpointModel(CheckpointSource& source);
 // A checkpoint as a Hugging Face model directory (config.json + model.safetensors).
+absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir);
 absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir);
 
 }  // namespace gantry::train

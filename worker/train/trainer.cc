@@ -65,33 +65,39 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                   spec.optimizer.placement == "shardserver" ? options.remote_optimizer
                                                                                             : nullptr,
                                                   spec.optimizer.staleness));
-  if (options.resume) {
+  std::unique_ptr<CheckpointSource> local;
+  CheckpointSource* from = options.resume_source;
+  if (options.resume && from == nullptr) {
     if (spec.checkpoint.dir.empty()) {
       return absl::InvalidArgumentError("--resume needs checkpoint.dir in the job spec");
     }
     auto latest = FindLatestCheckpoint(spec.checkpoint.dir);
     if (latest.ok()) {
-      // A ZeRO rank reads only its own pieces of the optimizer state, straight into AdamW's
-      // buffers; parameter-server mode reads it whole, for the shard servers.
-      CheckpointState st;
-      if (AdamW* opt = t->engine_->local_optimizer()) {
-        ASSIGN_OR_RETURN(st, LoadCheckpoint(*latest, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
-      } else {
-        FloatBuffer m(n_params), v(n_params);
-        ASSIGN_OR_RETURN(st, LoadCheckpoint(*latest, *t->model_, m.data(), v.data()));
-        t->engine_->LoadOptimizerState(m.data(), v.data());
-      }
-      if (st.seed != spec.train.seed) {
-        return absl::FailedPreconditionError(absl::StrCat(*latest, ": written with seed ", st.seed,
-                                                          ", the job spec has ", spec.train.seed));
-      }
-      t->start_step_ = st.step;
-      ASSIGN_OR_RETURN(CheckpointLayout was, ReadCheckpointLayout(*latest));
-      std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d ZeRO %d)\n", latest->c_str(),
-                   static_cast<long>(st.step), was.dp, was.zero_stage);
+      local = DirectorySource(*latest);
+      from = local.get();
     } else if (!absl::IsNotFound(latest.status())) {
       return latest.status();
     }
+  }
+  if (from != nullptr) {
+    // A ZeRO rank reads only its own pieces of the optimizer state, straight into AdamW's
+    // buffers; parameter-server mode reads it whole, for the shard servers.
+    CheckpointState st;
+    if (AdamW* opt = t->engine_->local_optimizer()) {
+      ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
+    } else {
+      FloatBuffer m(n_params), v(n_params);
+      ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, m.data(), v.data()));
+      t->engine_->LoadOptimizerState(m.data(), v.data());
+    }
+    if (st.seed != spec.train.seed) {
+      return absl::FailedPreconditionError(absl::StrCat(from->where(), ": written with seed ", st.seed,
+                                                        ", the job spec has ", spec.train.seed));
+    }
+    t->start_step_ = st.step;
+    ASSIGN_OR_RETURN(CheckpointLayout was, ReadCheckpointLayout(*from));
+    std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d ZeRO %d)\n", from->where().c_str(),
+                 static_cast<long>(st.step), was.dp, was.zero_stage);
   }
   t->engine_->Shard();
   RETURN_IF_ERROR(t->engine_->StartRemote(t->start_step_));
@@ -191,10 +197,11 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
   ASSIGN_OR_RETURN(std::vector<CheckpointPiece> pieces, engine_->CheckpointPieces());
-  RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), pieces));
+  RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts).status());
   RETURN_IF_ERROR(engine_->Barrier());  // every part is written
   if (rank != 0) return absl::OkStatus();  // rank 0 publishes the directory they share
-  RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp));
+  RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp,
+                                          options_.checkpoint_cuts));
   ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));
   if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
@@ -222,10 +229,11 @@ absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
-  RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), pieces));
-  std::vector<std::string> files = {CheckpointPartName(rank)};
+  ASSIGN_OR_RETURN(std::vector<std::string> files,
+                   WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts));
   if (rank == 0) {
-    RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp));
+    RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp,
+                                            options_.checkpoint_cuts));
     files.push_back("manifest.json");
     files.push_back("config.json");
   }

@@ -18,6 +18,7 @@
 #include "worker/data/token_file.h"
 #include "worker/model/gpt.h"
 #include "worker/parallel/communicator.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/zero.h"
@@ -30,6 +31,12 @@ struct TrainOptions {
   std::string init_from;     // a Hugging Face GPT-2 directory to start from
   std::string save_dir;      // write the final model here (Hugging Face layout)
   bool resume = false;       // continue from the newest checkpoint in checkpoint.dir
+  // Continue from this checkpoint instead (the worker: one on the shard servers, of which a
+  // rank reads only the ranges it needs).
+  CheckpointSource* resume_source = nullptr;
+  // The partition map's interior bounds (flat parameter index, ascending): each rank's
+  // checkpoint part is cut there, one file per shard server's range.
+  std::vector<size_t> checkpoint_cuts;
   bool print_losses = false; // "step N loss X" with 9 significant digits
   bool progress = false;     // a progress bar with ETA on stderr
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
