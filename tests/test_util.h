@@ -23,6 +23,9 @@ inline std::string SourcePath(const std::string& rel) {
 inline double RelErr(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; ++i) {
+    // A NaN where the reference has a number (an element never written over its poison)
+    // is an infinite error, not one that std::max would skip.
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
     num = std::max(num, std::fabs(static_cast<double>(a[i]) - b[i]));
     den = std::max(den, std::fabs(static_cast<double>(b[i])));
   }

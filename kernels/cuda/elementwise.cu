@@ -32,6 +32,18 @@ __global__ void ResidualForwardKernel(float* out, const float* a, const float* b
   if (i < n) out[i] = a[i] + b[i];
 }
 
+__global__ void ResidualBackwardKernel(float* da, float* db, const float* dout, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  da[i] += dout[i];
+  db[i] += dout[i];
+}
+
+__global__ void ScaleKernel(float* g, int64_t n, float s) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) g[i] *= s;
+}
+
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
 
 absl::Status CheckLength(int64_t n) {
@@ -63,6 +75,22 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
   if (auto s = CheckLength(N); !s.ok()) return s;
   if (N == 0) return absl::OkStatus();
   ResidualForwardKernel<<<Blocks(N), kBlock, 0, stream>>>(out, a, b, N);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t N, cudaStream_t stream) {
+  if (auto s = CheckLength(N); !s.ok()) return s;
+  if (N == 0) return absl::OkStatus();
+  ResidualBackwardKernel<<<Blocks(N), kBlock, 0, stream>>>(da, db, dout, N);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s) {
+  if (auto st = CheckLength(N); !st.ok()) return st;
+  if (N == 0) return absl::OkStatus();
+  ScaleKernel<<<Blocks(N), kBlock, 0, ctx.stream()>>>(g, N, s);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -2,8 +2,10 @@
 # The GPU suite. Two halves, because the GPU host has no gRPC/RocksDB/BLAS packages and
 # no network:
 #   bash tests/gpu/run.sh bundle   here: build, then copy every gpu-labelled test binary and
-#                                  the shared libraries it needs (not libc, not the CUDA
-#                                  driver) into .bundle/
+#                                  the shared libraries it needs into .bundle/: not libc,
+#                                  and not the CUDA 13 libraries (driver, runtime, cuBLAS,
+#                                  cuBLASLt, NCCL), which the GPU host has and which would
+#                                  not fit the 64 MiB a device run may carry
 #   bash tests/gpu/run.sh run      on the GPU host, from the repository root with .bundle/
 #                                  carried along: run each bundled test, a missing GPU is a
 #                                  failure (GANTRY_REQUIRE_GPU=1)
@@ -20,6 +22,7 @@ case "${1:-}" in
       ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
         case "$(basename "$lib")" in
           libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*) ;;
+          libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*) ;;
           *) cp -L "$lib" "$BUNDLE/lib/" ;;
         esac
       done
@@ -29,7 +32,7 @@ case "${1:-}" in
     echo "carry $BUNDLE and run: bash tests/gpu/run.sh run"
     ;;
   run)
-    export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}"
+    export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
     export GANTRY_REQUIRE_GPU=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     fail=0; passed=0

@@ -1,0 +1,176 @@
+// Causal self-attention through cuBLAS strided-batched GEMMs (fp32), the twin of
+// kernels/cpu/attention.cc: q, k, v are permuted to (B, NH, T, hs), the scores and
+// probabilities are (B, NH, T, T) and kept for the backward pass. A fused (flash-style)
+// bf16 kernel is the fast path to come; this one is the exact reference on the GPU.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/reduce.cuh"
+
+namespace gantry::cuda {
+namespace {
+
+// qkv (B, T, 3, NH, hs) → q, k, v each (B, NH, T, hs).
+__global__ void SplitHeadsKernel(float* q, float* k, float* v, const float* qkv, int B, int T, int NH, int hs) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n = static_cast<int64_t>(B) * NH * T * hs;
+  if (i >= n) return;
+  const int d = static_cast<int>(i % hs);
+  const int t = static_cast<int>((i / hs) % T);
+  const int h = static_cast<int>((i / hs / T) % NH);
+  const int b = static_cast<int>(i / hs / T / NH);
+  const int C = NH * hs;
+  const int64_t src = (static_cast<int64_t>(b) * T + t) * 3 * C + static_cast<int64_t>(h) * hs + d;
+  q[i] = qkv[src];
+  k[i] = qkv[src + C];
+  v[i] = qkv[src + 2 * C];
+}
+
+// x (B, NH, T, hs) → out (B, T, NH·hs), at channel offset `part`·C of rows `stride` wide.
+__global__ void MergeHeadsKernel(float* out, const float* x, int B, int T, int NH, int hs, int stride, int part) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n = static_cast<int64_t>(B) * NH * T * hs;
+  if (i >= n) return;
+  const int d = static_cast<int>(i % hs);
+  const int t = static_cast<int>((i / hs) % T);
+  const int h = static_cast<int>((i / hs / T) % NH);
+  const int b = static_cast<int>(i / hs / T / NH);
+  const int C = NH * hs;
+  out[(static_cast<int64_t>(b) * T + t) * stride + static_cast<int64_t>(part) * C + static_cast<int64_t>(h) * hs + d] = x[i];
+}
+
+// dout (B, T, C) → d (B, NH, T, hs)
+__global__ void SplitGradKernel(float* d, const float* dout, int B, int T, int NH, int hs) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n = static_cast<int64_t>(B) * NH * T * hs;
+  if (i >= n) return;
+  const int dd = static_cast<int>(i % hs);
+  const int t = static_cast<int>((i / hs) % T);
+  const int h = static_cast<int>((i / hs / T) % NH);
+  const int b = static_cast<int>(i / hs / T / NH);
+  d[i] = dout[(static_cast<int64_t>(b) * T + t) * NH * hs + static_cast<int64_t>(h) * hs + dd];
+}
+
+// One warp per row i of a (T, T) score matrix: softmax over j <= i, zero above.
+__global__ void CausalSoftmaxKernel(float* att, int rows, int T) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int i = static_cast<int>(row % T);
+  float* a = att + row * T;
+  float mx = -INFINITY;
+  for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, a[j]);
+  mx = WarpMax(mx);
+  float s = 0.f;
+  for (int j = lane; j <= i; j += 32) s += expf(a[j] - mx);
+  const float inv = 1.f / WarpSum(s);
+  for (int j = lane; j < T; j += 32) a[j] = j <= i ? expf(a[j] - mx) * inv : 0.f;
+}
+
+// In place on datt: dpre[i, j] = scale * att[i, j] * (datt[i, j] - sum_k att[i, k] datt[i, k]).
+__global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int rows, int T, float scale) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int i = static_cast<int>(row % T);
+  float* d = datt + row * T;
+  const float* a = att + row * T;
+  float s = 0.f;
+  for (int j = lane; j <= i; j += 32) s += a[j] * d[j];
+  s = WarpSum(s);
+  for (int j = lane; j < T; j += 32) d[j] = j <= i ? scale * a[j] * (d[j] - s) : 0.f;
+}
+
+// Row-major batched products over B·NH (T, hs) and (T, T) matrices, in cuBLAS's
+// column-major terms (a row-major (r, c) matrix is a column-major (c, r) one).
+struct Batched {
+  Context& ctx;
+  int batches, T, hs;
+  // S (T, T) = alpha · X (T, hs) @ Y (T, hs)^T
+  absl::Status ScoresXYt(float* S, const float* X, const float* Y, float alpha) const {
+    const float beta = 0.f;
+    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &alpha, Y, hs,
+                                                     int64_t{T} * hs, X, hs, int64_t{T} * hs, &beta, S, T,
+                                                     int64_t{T} * T, batches));
+    return absl::OkStatus();
+  }
+  // O (T, hs) = P (T, T) @ V (T, hs)
+  absl::Status PV(float* O, const float* P, const float* V) const {
+    const float alpha = 1.f, beta = 0.f;
+    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &alpha, V, hs,
+                                                     int64_t{T} * hs, P, T, int64_t{T} * T, &beta, O, hs,
+                                                     int64_t{T} * hs, batches));
+    return absl::OkStatus();
+  }
+  // O (T, hs) = P (T, T)^T @ D (T, hs)
+  absl::Status PtD(float* O, const float* P, const float* D) const {
+    const float alpha = 1.f, beta = 0.f;
+    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &alpha, D, hs,
+                                                     int64_t{T} * hs, P, T, int64_t{T} * T, &beta, O, hs,
+                                                     int64_t{T} * hs, batches));
+    return absl::OkStatus();
+  }
+};
+
+absl::Status CheckAttention(const char* op, int B, int T, int C, int NH) {
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": bad shape B ", B, " T ", T, " C ", C, " NH ", NH));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t AttentionForwardScratch(int B, int T, int C, int NH) { return size_t{4} * B * T * C; }
+size_t AttentionBackwardScratch(int B, int T, int C, int NH) {
+  return size_t{7} * B * T * C + static_cast<size_t>(B) * NH * T * T;
+}
+
+absl::Status AttentionForward(Context& ctx, float* out, float* att, float* scratch, const float* qkv, int B, int T,
+                              int C, int NH) {
+  if (auto s = CheckAttention("AttentionForward", B, T, C, NH); !s.ok()) return s;
+  const int hs = C / NH;
+  const int64_t n = static_cast<int64_t>(B) * T * C;
+  float *q = scratch, *k = q + n, *v = k + n, *o = v + n;
+  SplitHeadsKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(q, k, v, qkv, B, T, NH, hs);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const Batched g{ctx, B * NH, T, hs};
+  if (auto s = g.ScoresXYt(att, q, k, 1.0f / std::sqrt(static_cast<float>(hs))); !s.ok()) return s;
+  const int rows = B * NH * T;
+  CausalSoftmaxKernel<<<CeilDiv(rows, 8), 256, 0, ctx.stream()>>>(att, rows, T);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (auto s = g.PV(o, att, v); !s.ok()) return s;
+  MergeHeadsKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(out, o, B, T, NH, hs, C, 0);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status AttentionBackward(Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                               const float* att, int B, int T, int C, int NH) {
+  if (auto s = CheckAttention("AttentionBackward", B, T, C, NH); !s.ok()) return s;
+  const int hs = C / NH;
+  const int64_t n = static_cast<int64_t>(B) * T * C;
+  float *q = scratch, *k = q + n, *v = k + n, *d = v + n, *dq = d + n, *dk = dq + n, *dv = dk + n, *datt = dv + n;
+  SplitHeadsKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(q, k, v, qkv, B, T, NH, hs);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  SplitGradKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(d, dout, B, T, NH, hs);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const Batched g{ctx, B * NH, T, hs};
+  if (auto s = g.ScoresXYt(datt, d, v, 1.f); !s.ok()) return s;  // datt = dO @ V^T
+  if (auto s = g.PtD(dv, att, d); !s.ok()) return s;             // dV = P^T @ dO
+  const int rows = B * NH * T;
+  CausalSoftmaxBackwardKernel<<<CeilDiv(rows, 8), 256, 0, ctx.stream()>>>(datt, att, rows, T,
+                                                                        1.0f / std::sqrt(static_cast<float>(hs)));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (auto s = g.PV(dq, datt, k); !s.ok()) return s;   // dQ = dS @ K
+  if (auto s = g.PtD(dk, datt, q); !s.ok()) return s;  // dK = dS^T @ Q
+  for (auto [x, part] : {std::pair{dq, 0}, std::pair{dk, 1}, std::pair{dv, 2}}) {
+    MergeHeadsKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(dqkv, x, B, T, NH, hs, 3 * C, part);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gantry::cuda

@@ -1,0 +1,41 @@
+#include "kernels/cuda/context.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/check.h"
+
+namespace gantry::cuda {
+
+absl::Status BlasStatus(cublasStatus_t s, const char* expr, const char* file, int line) {
+  return absl::InternalError(absl::StrCat(file, ":", line, ": ", expr, " failed: cuBLAS status ", static_cast<int>(s)));
+}
+
+absl::StatusOr<std::unique_ptr<Context>> Context::Create(int device) {
+  std::unique_ptr<Context> c(new Context());
+  c->device_ = device;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&c->blas_));
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(c->blas_, c->stream_));
+  // fp32 GEMMs stay fp32 (no TF32): the CPU twins are the reference.
+  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(c->blas_, CUBLAS_DEFAULT_MATH));
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&c->lt_));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&c->lt_workspace_, kLtWorkspaceBytes));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&c->scratch_, kScratchFloats * sizeof(float)));
+  return c;
+}
+
+Context::~Context() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (scratch_) cudaFree(scratch_);
+  if (lt_workspace_) cudaFree(lt_workspace_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (blas_) cublasDestroy(blas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+absl::Status Context::Synchronize() const {
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace gantry::cuda

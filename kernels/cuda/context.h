@@ -1,0 +1,55 @@
+// The per-device state the CUDA ops share: the stream they run on, the cuBLAS and cuBLASLt
+// handles, cuBLASLt's workspace and a small scratch buffer for the kernels' partial sums.
+// Everything is allocated once, at Create: no op allocates.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace gantry::cuda {
+
+class Context {
+ public:
+  // On device `device` (cudaSetDevice), with a new non-blocking stream.
+  static absl::StatusOr<std::unique_ptr<Context>> Create(int device);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t blas() const { return blas_; }
+  cublasLtHandle_t lt() const { return lt_; }
+  void* lt_workspace() const { return lt_workspace_; }
+  size_t lt_workspace_bytes() const { return kLtWorkspaceBytes; }
+  // Room for kScratchFloats floats of partial sums (column sums, norms).
+  float* scratch() const { return scratch_; }
+  static constexpr size_t kScratchFloats = size_t{4} << 20;
+  absl::Status Synchronize() const;
+
+ private:
+  Context() = default;
+  static constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  float* scratch_ = nullptr;
+};
+
+// A cuBLAS status as an absl::Status naming the call.
+absl::Status BlasStatus(cublasStatus_t s, const char* expr, const char* file, int line);
+
+}  // namespace gantry::cuda
+
+#define CUBLAS_RETURN_IF_ERROR(expr)                                                      \
+  do {                                                                                    \
+    cublasStatus_t gantry_blas_st_ = (expr);                                              \
+    if (gantry_blas_st_ != CUBLAS_STATUS_SUCCESS)                                         \
+      return ::gantry::cuda::BlasStatus(gantry_blas_st_, #expr, __FILE__, __LINE__);      \
+  } while (0)

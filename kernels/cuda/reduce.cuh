@@ -1,0 +1,40 @@
+// Warp and block reductions for the CUDA kernels (device code only).
+#pragma once
+
+namespace gantry::cuda {
+
+__device__ inline float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ inline float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum (blockDim.x a multiple of 32, at most 1024); every thread gets it. Safe to
+// call several times in a row.
+__device__ inline float BlockSum(float v) {
+  __shared__ float part[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = WarpSum(v);
+  __syncthreads();  // the previous call's readers are done with part
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  return WarpSum(lane < warps ? part[lane] : 0.f);
+}
+
+__device__ inline float BlockMax(float v) {
+  __shared__ float part[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  return WarpMax(lane < warps ? part[lane] : -INFINITY);
+}
+
+inline unsigned CeilDiv(int64_t n, int64_t d) { return static_cast<unsigned>((n + d - 1) / d); }
+
+}  // namespace gantry::cuda
