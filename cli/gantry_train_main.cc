@@ -37,6 +37,7 @@ constexpr char kUsage[] =
     "usage:\n"
     "  gantry-train JOB.yaml [--init-from DIR] [--save DIR] [--resume] [--print-losses]\n"
     "                        [--threads N] [--no-progress] [--stop-after STEP]\n"
+    "                        [--device cpu|cuda|cuda:N]   (cuda: one GPU, dp 1, ZeRO 0)\n"
     "  gantry-train prepare [--out-dir DIR] [--val-fraction F] INPUT...\n"
     "  gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                      [--top-k K] [--seed S]\n"
@@ -226,7 +227,7 @@ absl::Status RunCompare(int argc, char** argv) {
 }
 
 absl::Status RunTrain(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 1, {"init-from", "save", "threads", "stop-after"},
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 1, {"init-from", "save", "threads", "stop-after", "device"},
                                      {"resume", "print-losses", "no-progress"}));
   if (a.positional.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat("expected one job spec file, got ", a.positional.size(),
@@ -243,6 +244,7 @@ absl::Status RunTrain(int argc, char** argv) {
   o.print_losses = a.flags.count("print-losses") > 0;
   o.progress = !a.flags.count("no-progress") && isatty(STDERR_FILENO);
   RETURN_IF_ERROR(FlagNumber(a, "stop-after", &o.stop_after));
+  if (a.flags.count("device")) o.device = Flag(a, "device");
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(spec, o));
   return trainer->Run();
 }

@@ -42,6 +42,7 @@ DEFINE_string(host, "", "host name to report (default: this machine's)");
 DEFINE_string(work_dir, "", "scratch directory for checkpoints before upload; required");
 DEFINE_string(metrics_listen, "127.0.0.1:9490", "Prometheus /metrics address (port 0 picks one)");
 DEFINE_int32(threads, 0, "CPU threads for training (0: all the process may use)");
+DEFINE_string(device, "cpu", "where steps run: cpu, cuda or cuda:N (cuda: dp 1, ZeRO 0 jobs)");
 DEFINE_int32(heartbeat_ms, 1000, "heartbeat period");
 DEFINE_double(peak_flops, 0,
               "the device's peak FLOP/s for MFU; 0 on a CPU worker: the fp32 GEMM rate measured at start");
@@ -114,6 +115,7 @@ class Session {
     spec->checkpoint.dir = dir + "/checkpoints";
     train::TrainOptions o;
     o.progress = false;
+    o.device = FLAGS_device;
     // A job placed again (after a restart) continues from its newest committed checkpoint,
     // whatever layout wrote it; a new job with checkpoint.resume_from starts from that job's
     // newest one. Every rank reads it in place on the shard servers, only the ranges it needs.

@@ -172,5 +172,31 @@ TEST_F(TrainerTest, BadCheckpointsAreRefusedByName) {
   EXPECT_EQ(ReadFile(ck + "/part-00000.safetensors"), bytes);
 }
 
+// The device option: a bad name, and a layout the device path does not run yet, are refused
+// with the reason before anything is allocated; without a visible GPU (this machine, CI) a
+// CUDA run is refused naming the device count (where CUDA is not built, saying so).
+TEST_F(TrainerTest, DevicesThatCannotRunAreRefusedWithTheReason) {
+  TrainOptions o;
+  o.out = devnull_;
+  o.device = "tpu:0";
+  auto bad = Trainer::Create(Spec(2), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("expected cpu, cuda or cuda:N"), std::string::npos) << bad.status();
+  o.device = "cuda:0";
+  JobSpec zero1 = Spec(2);
+  zero1.parallel.zero_stage = 1;
+  auto z = Trainer::Create(zero1, o);
+  ASSERT_FALSE(z.ok());
+  EXPECT_EQ(z.status().code(), absl::StatusCode::kUnimplemented) << z.status();
+  EXPECT_NE(z.status().message().find("zero_stage 1"), std::string::npos) << z.status();
+  if (CudaDeviceCount() == 0) {
+    auto none = Trainer::Create(Spec(2), o);
+    ASSERT_FALSE(none.ok());
+    EXPECT_TRUE(none.status().code() == absl::StatusCode::kUnavailable ||
+                none.status().code() == absl::StatusCode::kUnimplemented)
+        << none.status();
+  }
+}
+
 }  // namespace
 }  // namespace gantry::train

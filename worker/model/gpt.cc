@@ -143,18 +143,17 @@ void GPT::Op(const char* name, F&& f) {
 
 void GPT::ZeroGrad() { std::fill(grads_.begin(), grads_.end(), 0.f); }
 
-void GPT::EnsureActivations(int B, int T) {
-  if (B == act_B_ && T == act_T_) return;
+ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T) {
   const size_t BT = static_cast<size_t>(B) * T;
-  const size_t C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
-  const size_t L = config_.n_layer;
+  const size_t C = config.n_embd, V = config.vocab_size, NH = config.n_head;
+  const size_t L = config.n_layer;
   size_t cur = 0;
   auto take = [&](size_t n) {
     const size_t o = cur;
     cur += (n + 15) & ~size_t{15};  // 64-byte aligned sub-buffers
     return o;
   };
-  ActOffsets o{};
+  ActivationLayout o{};
   o.encoded = take(BT * C);
   o.lnf = take(BT * C);
   o.lnf_mean = take(BT);
@@ -188,7 +187,14 @@ void GPT::EnsureActivations(int B, int T) {
   o.res3 = take(BT * C);
   o.layer_stride = cur;
   o.layer0 = block_start;
-  act_.Assign(block_start + L * o.layer_stride);
+  o.total = block_start + L * o.layer_stride;
+  return o;
+}
+
+void GPT::EnsureActivations(int B, int T) {
+  if (B == act_B_ && T == act_T_) return;
+  const ActivationLayout o = LayoutActivations(config_, B, T);
+  act_.Assign(o.total);
   off_ = o;
   act_B_ = B;
   act_T_ = T;

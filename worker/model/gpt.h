@@ -53,6 +53,20 @@ class ParamHost {
   virtual void GradsDone(int unit) = 0;
 };
 
+// Where each activation of a (B, T) step lives in one flat buffer (in floats; sub-buffers
+// 64-byte aligned). Layer l's activations are at layer0 + l * layer_stride + the offset.
+// The CPU model and the CUDA model (gpt_cuda.h) share it.
+struct ActivationLayout {
+  size_t encoded, logits, losses, lnf, lnf_mean, lnf_rstd;
+  size_t layer0, layer_stride;
+  size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj,
+      res3;
+  // backward scratch
+  size_t dres, dln, dqkv, datty, datt, dfch, dlnf;
+  size_t total;
+};
+ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T);
+
 class GPT {
  public:
   explicit GPT(const GPTConfig& config);  // config must be valid
@@ -109,15 +123,6 @@ class GPT {
   struct LayerParams {
     float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   };
-  struct ActOffsets {
-    size_t encoded, logits, losses, lnf, lnf_mean, lnf_rstd;
-    // per layer, base offset + stride
-    size_t layer0, layer_stride;
-    size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, res2, ln2, ln2_mean, ln2_rstd, fch,
-        fch_gelu, fcproj, res3;
-    // backward scratch
-    size_t dres, dln, dqkv, datty, datt, dfch, dlnf;
-  };
   // Tensor pointers of layer l, from the layer's unit base pointer.
   LayerParams Layer(float* unit_base, int l) const;
   float* UnitParams(int u) { return host_ ? host_->AcquireParams(u) : params_.data() + unit_begin(u); }
@@ -143,7 +148,7 @@ class GPT {
   FloatBuffer params_;
   FloatBuffer grads_;
   FloatBuffer act_;
-  ActOffsets off_{};
+  ActivationLayout off_{};
   int act_B_ = 0, act_T_ = 0;
   std::vector<int32_t> inputs_, targets_;
 };

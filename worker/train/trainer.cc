@@ -101,7 +101,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   }
   t->engine_->Shard();
   RETURN_IF_ERROR(t->engine_->StartRemote(t->start_step_));
-  t->model_->ReserveActivations(B, T);
+  RETURN_IF_ERROR(ValidateDevice(options.device));
+  if (options.device != "cpu") {
+    if (spec.parallel.dp > 1 || spec.parallel.zero_stage > 0 || spec.optimizer.placement != "worker") {
+      return absl::UnimplementedError(absl::StrCat(
+          "device ", options.device, " trains one rank with ZeRO 0 and worker placement for now (the spec has dp ",
+          spec.parallel.dp, ", zero_stage ", spec.parallel.zero_stage, ", placement ", spec.optimizer.placement, ")"));
+    }
+    ASSIGN_OR_RETURN(t->device_, CreateDeviceModel(options.device, spec.model, B, T));
+    AdamW* opt = t->engine_->local_optimizer();
+    RETURN_IF_ERROR(t->device_->Upload(t->model_->params(), opt->m().data(), opt->v().data()));
+    std::fprintf(options.out, "device %s\n", t->device_->Describe().c_str());
+  } else {
+    t->model_->ReserveActivations(B, T);
+  }
   t->inputs_.resize(static_cast<size_t>(B) * T);
   t->targets_.resize(static_cast<size_t>(B) * T);
   return t;
@@ -124,6 +137,7 @@ StepReport Trainer::Step(int64_t step) {
   const int accum = spec_.grad_accum();
   const int dp = options_.comm ? options_.comm->size() : 1;
   const int rank = options_.comm ? options_.comm->rank() : 0;
+  if (device_) return DeviceStep(step);
   model_->ZeroGrad();
   double loss = 0.0;
   for (int micro = 0; micro < accum; ++micro) {
@@ -154,6 +168,64 @@ StepReport Trainer::Step(int64_t step) {
   r.compute_seconds = std::max(0.0, secs - timing.exposed_comm - timing.optimizer);
   r.comm_busy_seconds = timing.comm_busy;
   return r;
+}
+
+StepReport Trainer::DeviceStep(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int B = spec_.train.micro_batch, T = spec_.seq_len;
+  const int accum = spec_.grad_accum();
+  auto fail = [&](const absl::Status& s) {
+    comm_status_ = s;
+    return StepReport{};
+  };
+  if (auto s = device_->ZeroGrad(); !s.ok()) return fail(s);
+  double loss = 0.0;
+  for (int micro = 0; micro < accum; ++micro) {
+    train_loader_->Fill(step * accum + micro, inputs_.data(), targets_.data());
+    auto l = device_->ForwardBackward(inputs_.data(), targets_.data(), B, T, 1.0f / accum);
+    if (!l.ok()) return fail(l.status());
+    loss += *l;
+  }
+  loss /= accum;
+  const double lr = LearningRate(spec_.train, step);
+  const auto t_opt = std::chrono::steady_clock::now();
+  auto norm = device_->Update(AdamWConfig{spec_.train.beta1, spec_.train.beta2, spec_.train.eps, spec_.train.weight_decay},
+                              lr, static_cast<int>(step + 1), spec_.train.grad_clip);
+  if (!norm.ok()) return fail(norm.status());
+  const auto t1 = std::chrono::steady_clock::now();
+  StepReport r;
+  r.step = step + 1;
+  r.loss = static_cast<float>(loss);
+  r.lr = lr;
+  r.grad_norm = *norm;
+  r.seconds = std::chrono::duration<double>(t1 - t0).count();
+  r.tokens_per_second = static_cast<double>(B) * T * accum / r.seconds;
+  r.optimizer_seconds = std::chrono::duration<double>(t1 - t_opt).count();
+  r.compute_seconds = r.seconds - r.optimizer_seconds;
+  return r;
+}
+
+absl::Status Trainer::SyncFromDevice() {
+  if (!device_) return absl::OkStatus();
+  AdamW* opt = engine_->local_optimizer();
+  return device_->Download(model_->params(), opt->m().data(), opt->v().data());
+}
+
+float Trainer::EvalLoss(int B, int T) {
+  if (!device_) return Evaluate(*model_, *val_loader_, B, T, spec_.eval.batches);
+  std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(static_cast<size_t>(B) * T);
+  const int64_t n = std::min<int64_t>(spec_.eval.batches, val_loader_->num_windows());
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    val_loader_->Fill(i, in.data(), tg.data());
+    auto l = device_->Evaluate(in.data(), tg.data(), B, T);
+    if (!l.ok()) {
+      comm_status_ = l.status();
+      return NAN;
+    }
+    sum += *l;
+  }
+  return static_cast<float>(sum / static_cast<double>(n));
 }
 
 void Trainer::Print(const std::string& line) {
@@ -334,7 +406,7 @@ absl::Status Trainer::Run() {
       mb(mem.working)));
   auto eval = [&](int64_t step) {
     if (!val_loader_) return;
-    const float v = Evaluate(*model_, *val_loader_, B, T, s.eval.batches);
+    const float v = EvalLoss(B, T);
     val_losses_.push_back({step, v});
     if (options_.on_eval) options_.on_eval(step, v);
     Print(absl::StrFormat("val loss %.4f (step %ld)", v, static_cast<long>(step)));
@@ -366,6 +438,7 @@ absl::Status Trainer::Run() {
     if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
       const auto c0 = std::chrono::steady_clock::now();
       const bool async = options_.on_checkpoint_part || engine_->dp() == 1;
+      RETURN_IF_ERROR(SyncFromDevice());
       RETURN_IF_ERROR(async ? SnapshotCheckpoint(r.step) : WriteCheckpoint(r.step));
       r.checkpoint_stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       reports_.back().checkpoint_stall_seconds = r.checkpoint_stall_seconds;
@@ -383,6 +456,8 @@ absl::Status Trainer::Run() {
     std::fputs("\r\033[K", stderr);
     bar_shown_ = false;
   }
+  RETURN_IF_ERROR(comm_status_);          // a device evaluation that failed
+  RETURN_IF_ERROR(SyncFromDevice());      // the device's parameters and state, for --save and callers
   RETURN_IF_ERROR(FlushWriter());        // every checkpoint written
   RETURN_IF_ERROR(engine_->SyncRemote());  // parameter-server mode: the servers' final parameters
   // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers.

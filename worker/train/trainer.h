@@ -19,6 +19,7 @@
 #include "worker/model/gpt.h"
 #include "worker/parallel/communicator.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/device.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/zero.h"
@@ -37,6 +38,9 @@ struct TrainOptions {
   // The partition map's interior bounds (flat parameter index, ascending): each rank's
   // checkpoint part is cut there, one file per shard server's range.
   std::vector<size_t> checkpoint_cuts;
+  // Where the step runs: "cpu", or "cuda[:N]" (train/device.h): one rank, ZeRO 0, worker
+  // placement for now.
+  std::string device = "cpu";
   bool print_losses = false; // "step N loss X" with 9 significant digits
   bool progress = false;     // a progress bar with ETA on stderr
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
@@ -108,6 +112,11 @@ class Trainer {
   std::unique_ptr<model::GPT> model_;
   parallel::SoloCommunicator solo_;  // the group of one process when options.comm is null
   std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first
+  std::unique_ptr<DeviceModel> device_;  // null: the step runs on the host
+  // Device runs: the host model and AdamW state take the device's (checkpoints, the end).
+  absl::Status SyncFromDevice();
+  StepReport DeviceStep(int64_t step);
+  float EvalLoss(int B, int T);
   std::optional<data::TokenFile> train_file_, val_file_;
   std::optional<data::BatchLoader> train_loader_, val_loader_;
   std::vector<int32_t> inputs_, targets_;

@@ -1,0 +1,92 @@
+// Training on the GPU against the CPU: 20 steps of a small GPT with --device cuda give the
+// CPU run's losses (fp32 twins: <= 1e-4 relative per step, summation orders differ), and a
+// checkpoint written by the GPU run resumes and evaluates on the CPU. CTest label `gpu`.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_test.h"
+#include "tests/test_util.h"
+#include "worker/data/token_file.h"
+#include "worker/train/trainer.h"
+
+namespace gantry::train {
+namespace {
+
+class CudaTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GANTRY_SKIP_WITHOUT_GPU();
+    const std::vector<uint16_t> toks = testing::PatternedTokens(60000, 7);
+    ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), toks).ok());
+    ASSERT_TRUE(data::WriteTokenFile(dir_.File("val.bin"), std::vector<uint16_t>(toks.begin(), toks.begin() + 4000)).ok());
+  }
+  JobSpec Spec(const std::string& ckpt_dir) {
+    auto s = ParseJobSpec("model: {n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 97, seq_len: 32}\n"
+                          "data: {train: " + dir_.File("train.bin") + ", val: " + dir_.File("val.bin") + ", shuffle: true}\n"
+                          "train: {steps: 20, micro_batch: 4, global_batch: 8, lr: 3.0e-3, warmup: 2, min_lr_ratio: 0.1, "
+                          "weight_decay: 0.1, grad_clip: 1.0, seed: 17}\n"
+                          "eval: {every: 10, batches: 4}\n"
+                          "checkpoint: {every: 10, dir: " + ckpt_dir + "}\n");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  std::unique_ptr<Trainer> Run(const std::string& device, const std::string& ckpt_dir, bool resume = false) {
+    TrainOptions o;
+    o.device = device;
+    o.resume = resume;
+    o.out = devnull_;
+    auto t = Trainer::Create(Spec(ckpt_dir), o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return nullptr;
+    auto s = (*t)->Run();
+    EXPECT_TRUE(s.ok()) << s;
+    return std::move(*t);
+  }
+  void TearDown() override {
+    if (devnull_) std::fclose(devnull_);
+  }
+  testing::TempDir dir_;
+  FILE* devnull_ = std::fopen("/dev/null", "w");
+};
+
+TEST_F(CudaTrainingTest, TwentyStepsTrackTheCpuAndItsCheckpointResumesOnTheCpu) {
+  auto cpu = Run("cpu", dir_.File("cpu_ckpt"));
+  auto gpu = Run("cuda:0", dir_.File("gpu_ckpt"));
+  ASSERT_TRUE(cpu && gpu);
+  ASSERT_EQ(cpu->reports().size(), 20u);
+  ASSERT_EQ(gpu->reports().size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    const float a = gpu->reports()[i].loss, b = cpu->reports()[i].loss;
+    EXPECT_LE(std::fabs(a - b) / b, 1e-4) << "step " << i + 1 << ": gpu " << a << " cpu " << b;
+  }
+  EXPECT_LT(gpu->reports().back().loss, 0.8 * gpu->reports().front().loss) << "the GPU run learns";
+  ASSERT_EQ(gpu->val_losses().size(), cpu->val_losses().size());
+  for (size_t i = 0; i < cpu->val_losses().size(); ++i) {
+    EXPECT_LE(std::fabs(gpu->val_losses()[i].second - cpu->val_losses()[i].second) / cpu->val_losses()[i].second, 1e-4);
+  }
+  // The GPU's step-10 checkpoint resumed on the CPU: steps 11-20 follow the GPU run's.
+  std::filesystem::remove_all(dir_.File("gpu_ckpt/step_00000020"));
+  auto resumed = Run("cpu", dir_.File("gpu_ckpt"), /*resume=*/true);
+  ASSERT_TRUE(resumed);
+  ASSERT_EQ(resumed->reports().size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    const float a = resumed->reports()[i].loss, b = gpu->reports()[10 + i].loss;
+    EXPECT_LE(std::fabs(a - b) / b, 1e-4) << "step " << 11 + i << ": cpu from the gpu checkpoint " << a << ", gpu " << b;
+  }
+  // And the GPU's final parameters (synced back to the host model) evaluate on the CPU to
+  // the GPU's validation loss.
+  EXPECT_LE(testing::RelErr(std::vector<float>(resumed->model().params(), resumed->model().params() + resumed->model().num_params()),
+                            std::vector<float>(gpu->model().params(), gpu->model().params() + gpu->model().num_params())),
+            1e-3);
+  ASSERT_FALSE(resumed->val_losses().empty());
+  EXPECT_LE(std::fabs(resumed->val_losses().back().second - gpu->val_losses().back().second) /
+                gpu->val_losses().back().second,
+            1e-4);
+}
+
+}  // namespace
+}  // namespace gantry::train

@@ -1,0 +1,53 @@
+// Where a training step runs. "cpu" is the host loop (model::GPT with ZeroEngine); an
+// accelerator ("cuda:N") is a DeviceModel: the same GPT with its parameters, gradients, AdamW
+// state and activations in one device arena sized at Create, so that a step allocates
+// nothing. The trainer drives either with one loop (Trainer::Step); the host model keeps
+// the parameters and optimizer state for checkpoints, synced at each checkpoint and at the
+// end.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/model/gpt.h"
+#include "worker/train/optimizer.h"
+
+namespace gantry::train {
+
+class DeviceModel {
+ public:
+  virtual ~DeviceModel() = default;
+  virtual std::string Describe() const = 0;  // "cuda:0 (NVIDIA H100 80GB HBM3), arena 9.81 GB"
+  virtual size_t arena_bytes() const = 0;
+  // Host → device: the flat parameters, and AdamW's m and v (whole; null: zeros).
+  virtual absl::Status Upload(const float* params, const float* m, const float* v) = 0;
+  // Device → host (null: skipped).
+  virtual absl::Status Download(float* params, float* m, float* v) = 0;
+  virtual absl::Status ZeroGrad() = 0;
+  // One micro-batch (B, T) of inputs and targets: forward, the fused classifier, backward;
+  // gradients accumulate, scaled by dloss_scale (1 / grad_accum). Returns the mean loss.
+  virtual absl::StatusOr<float> ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                                float dloss_scale) = 0;
+  virtual absl::StatusOr<float> Evaluate(const int32_t* inputs, const int32_t* targets, int B, int T) = 0;
+  // Clips the gradients to grad_clip by their global norm (0: no clipping) and applies
+  // AdamW (weight decay on the decay tensors only). Returns the norm before clipping.
+  virtual absl::StatusOr<double> Update(const AdamWConfig& config, double lr, int step, double grad_clip) = 0;
+  // Per-op device time since the last call, when profiling (bench/gpu).
+  virtual void set_profiling(bool on) = 0;
+  virtual std::vector<std::pair<std::string, double>> TakeOpSeconds() = 0;
+};
+
+// CUDA devices visible to this process (0 in a build without CUDA).
+int CudaDeviceCount();
+// Checks a device name: "cpu", "cuda" (device 0) or "cuda:N".
+absl::Status ValidateDevice(const std::string& device);
+// "cpu": null (the host loop). "cuda[:N]": the CUDA model for micro-batches up to (B, T);
+// UNIMPLEMENTED in a build without CUDA, UNAVAILABLE without a visible device.
+absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string& device,
+                                                               const model::GPTConfig& config, int B, int T);
+
+}  // namespace gantry::train
