@@ -5,8 +5,11 @@ tied embeddings, Conv1D-layout weights), the same AdamW grouping and clipping, o
   bench mode:  torch_gpt2.py bench --n-layer 6 --n-embd 384 --n-head 6 --seq-len 256 \
                    --vocab 256 --batch 8 --steps 10 --threads 2
   train mode:  torch_gpt2.py train --data data/fortunes/train.bin --val data/fortunes/val.bin ...
+  gpu-bench:   torch_gpt2.py gpu-bench   (GPT-2 124M on one GPU, for bench/gpu/run.sh)
 
-Eager mode with scaled_dot_product_attention: what a PyTorch user on CPU runs.
+Eager mode with scaled_dot_product_attention: what a PyTorch user on CPU runs. On the GPU
+(gpu-bench): bf16 autocast, torch.compile, fused AdamW, SDPA (flash) attention, what a
+PyTorch user on a GPU runs.
 """
 import argparse
 import json
@@ -100,6 +103,61 @@ def bench(a):
                       "threads": torch.get_num_threads(), "torch": torch.__version__}))
 
 
+def gpu_bench(a):
+    """GPT-2 124M (vocab padded to 50304), T 1024: the largest micro-batch that fits, tokens/s,
+    MFU ((6N + 6 L C T) x tokens/s / peak), peak memory."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    L, C, nh, T, V = 12, 768, 12, 1024, 50304
+    dev = torch.device("cuda")
+    batches = [a.batch] if a.batch_given else [64, 48, 32, 24, 16, 12, 8, 4, 2, 1]
+    model = opt = step_fn = None
+    for B in batches:
+        model = opt = step_fn = None
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            torch.manual_seed(0)
+            model = GPT(V, T, L, nh, C).to(dev)
+            opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                                    fused=True)
+            step_fn = torch.compile(model)
+            x = torch.randint(0, 50257, (B, T), device=dev)
+            y = torch.randint(0, 50257, (B, T), device=dev)
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = step_fn(x, y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+
+            for _ in range(a.warmup + 2):  # compilation happens here
+                step()
+            torch.cuda.synchronize()
+        except torch.cuda.OutOfMemoryError:
+            model = opt = step_fn = None
+            print(f"B {B}: out of memory", file=sys.stderr)
+            continue
+        times = []
+        for _ in range(a.steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        med = sorted(times)[len(times) // 2]
+        n = sum(p.numel() for p in model.parameters())
+        tok_s = B * T / med
+        mfu = (6 * n + 6 * L * C * T) * tok_s / (a.peak_tflops * 1e12)
+        print(json.dumps({"impl": "pytorch", "batch": B, "tokens_per_s": tok_s, "step_ms": med * 1e3, "mfu": mfu,
+                          "memory_gb": torch.cuda.max_memory_allocated() / 1e9, "torch": torch.__version__,
+                          "gpu": torch.cuda.get_device_name()}))
+        return
+    sys.exit("no micro-batch fits")
+
+
 def load_bin(path):
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(1024), dtype=np.int32)
@@ -136,7 +194,8 @@ def train(a):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["bench", "train"])
+    ap.add_argument("mode", choices=["bench", "train", "gpu-bench"])
+    ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--n-layer", type=int, default=6)
     ap.add_argument("--n-embd", type=int, default=384)
     ap.add_argument("--n-head", type=int, default=6)
@@ -152,4 +211,8 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=1337)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    bench(a) if a.mode == "bench" else train(a)
+    a.batch_given = "--batch" in sys.argv
+    if a.mode == "gpu-bench":
+        gpu_bench(a)
+    else:
+        bench(a) if a.mode == "bench" else train(a)

@@ -17,7 +17,8 @@ case "${1:-}" in
     bash scripts/build.sh
     rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
     # The gantry_test targets labelled gpu (tests/CMakeLists.txt).
-    for bin in build/tests/cuda_kernels_test build/tests/cuda_training_test build/tests/nccl_communicator_test; do
+    for bin in build/tests/cuda_kernels_test build/tests/cuda_training_test build/tests/nccl_communicator_test \
+               build/bench/gpt2_gpu_bench; do
       cp "$bin" "$BUNDLE/bin/"
       ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
         case "$(basename "$lib")" in
@@ -29,14 +30,14 @@ case "${1:-}" in
     done
     cp -r tests/reference/fixtures "$BUNDLE/" 2>/dev/null || true
     du -sh "$BUNDLE"
-    echo "carry $BUNDLE and run: bash tests/gpu/run.sh run"
+    echo "carry $BUNDLE and run: bash tests/gpu/run.sh run; then bash bench/gpu/run.sh"
     ;;
   run)
     export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
     export GANTRY_REQUIRE_GPU=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     fail=0; passed=0
-    for bin in "$BUNDLE"/bin/*; do
+    for bin in "$BUNDLE"/bin/*_test; do
       if "$bin" --gtest_brief=1; then passed=$((passed + 1)); else fail=$((fail + 1)); fi
     done
     echo "$passed passed, $fail failed"
