@@ -91,7 +91,9 @@ std::string When(int64_t ms) {
 
 std::string State(const v1::Job& j) {
   std::string s = v1::JobState_Name(j.state());
-  if (j.state() == v1::PENDING && j.queue_position() > 0) s += absl::StrCat(" (#", j.queue_position(), ")");
+  if ((j.state() == v1::PENDING || j.state() == v1::RESTARTING) && j.queue_position() > 0) {
+    s += absl::StrCat(" (#", j.queue_position(), ")");
+  }
   return s;
 }
 
@@ -348,7 +350,10 @@ int Run(const Options& o) {
       return 0;
     }
     std::printf("Job:        %s\nName:       %s\nState:      %s\n", job.id().c_str(), job.name().c_str(), State(job).c_str());
-    if (!job.reason().empty()) std::printf("Reason:     %s\n", job.reason().c_str());
+    const bool ended = job.state() == v1::FAILED || job.state() == v1::CANCELLED;
+    if (!job.reason().empty()) std::printf("%s%s\n", ended ? "Reason:     " : "Last failure: ", job.reason().c_str());
+    if (!job.waiting_for().empty()) std::printf("Waiting:    %s\n", job.waiting_for().c_str());
+    std::printf("Priority:   %d\nRestarts:   %d\n", job.priority(), job.restarts());
     if (job.workers_size() > 0) {
       std::string ranks;
       for (int r = 0; r < job.workers_size(); ++r) absl::StrAppend(&ranks, r ? ", " : "", "rank ", r, " ", job.workers(r));

@@ -66,13 +66,19 @@ absl::Status Cluster::Recover() {
   if (!jobs.ok()) return jobs.status();
   for (auto& j : *jobs) {
     if (j.state() != v1::SCHEDULED && j.state() != v1::RUNNING) continue;
-    j.set_state(v1::PENDING);
+    // Placed when the last coordinator stopped: placed again once its workers re-attach,
+    // from its last committed checkpoint (not counted against scheduling.max_restarts).
+    j.set_state(v1::RESTARTING);
     j.clear_workers();
     j.set_update_time_unix_ms(NowUnixMs());
+    j.set_failure_time_unix_ms(j.update_time_unix_ms());
+    j.set_steps_at_failure(j.steps_done());
     if (auto s = store_->PutJob(j); !s.ok()) return s;
-    (void)Event(j.id(), [](v1::JobEvent& e) { e.set_message("coordinator restarted: the job is queued again"); });
-    (void)Event(j.id(), [](v1::JobEvent& e) { e.set_state(v1::PENDING); });
-    LOG(INFO) << "recovered " << j.id() << ": re-queued";
+    (void)Event(j.id(), [](v1::JobEvent& e) {
+      e.set_message("coordinator restarted: the job is placed again and resumes from its last committed checkpoint");
+    });
+    (void)Event(j.id(), [](v1::JobEvent& e) { e.set_state(v1::RESTARTING); });
+    LOG(INFO) << "recovered " << j.id() << ": to be placed again";
   }
   jl.unlock();
   std::lock_guard<std::mutex> l(mu_);
@@ -126,14 +132,49 @@ void Cluster::Heartbeat(const std::string& id) {
   it->second.info.set_last_heartbeat_unix_ms(it->second.last_seen_ms);
 }
 
+void Cluster::DropIfStale(const std::string& id, const std::string& job_id, int64_t generation) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto w = workers_.find(id);
+  if (w == workers_.end() || w->second.session == nullptr) return;
+  // A worker now running the current generation of that job sent a late message of an
+  // earlier one (its old job thread): nothing to drop. Otherwise it holds state of a
+  // generation that is over.
+  if (w->second.info.job_id() == job_id && w->second.generation != generation) return;
+  v1::CoordinatorMessage m;
+  m.set_restart_job_id(job_id);
+  w->second.session->Send(m);
+}
+
 void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   Heartbeat(id);
-  std::lock_guard<std::mutex> jl(job_mu_);
+  std::unique_lock<std::mutex> jl(job_mu_);
   auto job = store_->GetJob(u.job_id());
-  if (!job.ok() || job->generation() != u.generation()) return;  // stale worker: ignored
+  if (!job.ok()) return;
+  if (job->generation() != u.generation()) {  // a stale worker: refused, and told to drop it
+    jl.unlock();
+    registry_->GetCounter("gantry_coordinator_stale_messages_total",
+                          "Messages of a job generation that is over, refused.").Inc();
+    DropIfStale(id, u.job_id(), u.generation());
+    return;
+  }
   if (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING) return;  // ended: late report
   const bool first = job->state() != v1::RUNNING;
   job->set_state(v1::RUNNING);
+  if (first && job->failure_time_unix_ms() > 0 && u.report().step() > 0) {
+    // The first step after a failure: how long the job was down, and what it did again.
+    const double secs = static_cast<double>(NowUnixMs() - job->failure_time_unix_ms()) / 1000.0;
+    const int64_t redone = std::max<int64_t>(0, job->steps_at_failure() - (u.report().step() - 1));
+    registry_->GetHistogram("gantry_coordinator_restart_seconds", "From a job's failure to its first resumed step.",
+                            metrics::ExponentialBuckets(0.25, 2, 10))
+        .Observe(secs);
+    registry_->GetCounter("gantry_coordinator_steps_redone_total", "Steps run again after restarts (lost work).")
+        .Inc(static_cast<double>(redone));
+    job->set_failure_time_unix_ms(0);
+    (void)Event(job->id(), [&](v1::JobEvent& e) {
+      e.set_message(absl::StrFormat("resumed: step %d done %.2f s after the failure (%d steps redone)",
+                                    u.report().step(), secs, redone));
+    });
+  }
   job->set_steps_done(u.report().step());
   job->set_last_loss(u.report().loss());
   job->set_update_time_unix_ms(NowUnixMs());
@@ -148,51 +189,55 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   (void)AddEvent(std::move(e), /*sync=*/false);
 }
 
+namespace {
+// Errors of a rank that a new placement may not meet: a lost peer or server, a timeout.
+bool Retryable(int code) {
+  const auto c = static_cast<absl::StatusCode>(code);
+  return c == absl::StatusCode::kUnavailable || c == absl::StatusCode::kAborted ||
+         c == absl::StatusCode::kDeadlineExceeded;
+}
+}  // namespace
+
 void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
   std::lock_guard<std::mutex> l(mu_);
-  {
+  auto w = workers_.find(id);
+  const bool current = w != workers_.end() && w->second.info.job_id() == d.job_id() &&
+                       w->second.generation == d.generation();
+  if (!d.ok()) {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(d.job_id());
-    bool finished = false;
-    if (job.ok() && job->generation() == d.generation() && job->state() == v1::FAILED && !d.ok()) {
-      // Another rank's error after the job failed (a peer lost mid-collective): kept as an
-      // event, since it names what this rank saw (which rank did not arrive).
+    if (job.ok() && job->generation() == d.generation() && (job->state() == v1::FAILED || job->state() == v1::RESTARTING)) {
+      // Another rank's error after the placement ended (a peer lost mid-collective): kept
+      // as an event, since it names what this rank saw (which rank did not arrive).
       (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_message(absl::StrCat("rank ", d.rank(), " on ", id, ": ", d.error())); });
     }
+  }
+  if (d.ok()) {
+    std::lock_guard<std::mutex> jl(job_mu_);
+    auto job = store_->GetJob(d.job_id());
     if (job.ok() && job->generation() == d.generation() &&
         (job->state() == v1::RUNNING || job->state() == v1::SCHEDULED)) {
-      // A gang job succeeds when every rank is done; one failing rank fails it at once.
+      // A gang job succeeds when every rank is done.
       auto& done = done_ranks_[{job->id(), job->generation()}];
-      if (d.ok()) done.insert(d.rank());
-      finished = !d.ok() || static_cast<int>(done.size()) >= std::max(1, job->world_size());
-    }
-    if (finished) {
-      done_ranks_.erase({job->id(), job->generation()});
-      if (!d.ok()) {  // one rank failed: the others drop the job now rather than hang
-        for (const auto& wid : job->workers()) {
-          auto w = workers_.find(wid);
-          if (wid == id || w == workers_.end() || w->second.session == nullptr) continue;
-          v1::CoordinatorMessage m;
-          m.set_abort_job_id(job->id());
-          w->second.session->Send(m);
-        }
+      done.insert(d.rank());
+      if (static_cast<int>(done.size()) >= std::max(1, job->world_size())) {
+        done_ranks_.erase({job->id(), job->generation()});
+        job->set_state(v1::SUCCEEDED);
+        job->set_update_time_unix_ms(NowUnixMs());
+        job->clear_workers();
+        if (store_->PutJob(*job).ok()) (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_state(v1::SUCCEEDED); });
+        LOG(INFO) << "job " << job->id() << " SUCCEEDED";
+        DropRendezvous(job->id());
       }
-      job->set_state(d.ok() ? v1::SUCCEEDED : v1::FAILED);
-      if (!d.ok()) job->set_reason(absl::StrCat("rank ", d.rank(), " on ", id, ": ", d.error()));
-      job->set_update_time_unix_ms(NowUnixMs());
-      job->clear_workers();
-      if (store_->PutJob(*job).ok()) {
-        if (!d.ok()) (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_message(job->reason()); });
-        (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_state(job->state()); });
-      }
-      LOG(INFO) << "job " << job->id() << " " << v1::JobState_Name(job->state()) << (d.ok() ? "" : ": " + d.error());
-      DropRendezvous(job->id());
     }
+  } else {
+    // One failing rank ends the placement at once: restarted if the error may pass.
+    EndPlacementLocked(d.job_id(), d.generation(), absl::StrCat("rank ", d.rank(), " on ", id, ": ", d.error()),
+                       Retryable(d.code()));
   }
-  auto it = workers_.find(id);
-  if (it != workers_.end() && it->second.info.job_id() == d.job_id()) {
-    it->second.info.set_state("idle");
-    it->second.info.clear_job_id();
+  if (current) {  // not a late report of an earlier generation of a job it runs again
+    w->second.info.set_state("idle");
+    w->second.info.clear_job_id();
   }
   UpdateGaugesLocked();
   ScheduleLocked();
@@ -201,26 +246,32 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
 void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& p) {
   Heartbeat(id);
   PendingCheckpoint c;
+  bool stale = false;
   {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(p.job_id());
     if (!job.ok() || job->generation() != p.generation() || (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED)) {
       LOG(WARNING) << "checkpoint part of " << p.job_id() << " generation " << p.generation() << " step " << p.step()
                    << " from " << id << " dropped: the job is not running at that generation";
-      return;
+      registry_->GetCounter("gantry_coordinator_stale_messages_total",
+                            "Messages of a job generation that is over, refused.").Inc();
+      stale = job.ok() && job->generation() != p.generation();
+    } else {
+      const auto key = std::make_tuple(p.job_id(), p.generation(), p.step());
+      PendingCheckpoint& pc = pending_ckpt_[key];
+      if (!pc.ranks.insert(p.rank()).second) return;  // a repeated report
+      for (const auto& f : p.files()) pc.files[f.shard_server()].push_back(f.name());
+      pc.bytes += p.bytes();
+      if (p.rank() == 0) pc.manifest_json = p.manifest_json();
+      if (static_cast<int>(pc.ranks.size()) < std::max(1, job->world_size())) return;
+      auto spec = train::ParseJobSpec(job->spec_yaml());
+      pc.keep = spec.ok() ? spec->checkpoint.keep : 0;
+      c = std::move(pc);
+      pending_ckpt_.erase(key);
     }
-    const auto key = std::make_tuple(p.job_id(), p.generation(), p.step());
-    PendingCheckpoint& pc = pending_ckpt_[key];
-    if (!pc.ranks.insert(p.rank()).second) return;  // a repeated report
-    for (const auto& f : p.files()) pc.files[f.shard_server()].push_back(f.name());
-    pc.bytes += p.bytes();
-    if (p.rank() == 0) pc.manifest_json = p.manifest_json();
-    if (static_cast<int>(pc.ranks.size()) < std::max(1, job->world_size())) return;
-    auto spec = train::ParseJobSpec(job->spec_yaml());
-    pc.keep = spec.ok() ? spec->checkpoint.keep : 0;
-    c = std::move(pc);
-    pending_ckpt_.erase(key);
   }
+  if (stale) DropIfStale(id, p.job_id(), p.generation());
+  if (c.ranks.empty()) return;
   // Every part is durable: commit on each shard server the files it holds. Inline, so that
   // this worker's next message (its job's end, say) is handled after the commit. A shard
   // server answers in milliseconds. Readers take a checkpoint only once every file of it is
@@ -263,31 +314,62 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
   }
 }
 
-void Cluster::FailJobLocked(const std::string& job_id, int64_t generation, const std::string& reason) {
+void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, const std::string& why,
+                                 bool retryable) {
   std::lock_guard<std::mutex> jl(job_mu_);
   auto job = store_->GetJob(job_id);
   if (!job.ok() || job->generation() != generation) return;
   if (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED) return;
-  job->set_state(v1::FAILED);
-  job->set_reason(reason);
-  job->set_update_time_unix_ms(NowUnixMs());
-  // The other ranks drop the job now (a peer is gone).
+  auto spec = train::ParseJobSpec(job->spec_yaml());
+  const int max_restarts = spec.ok() ? spec->scheduling.max_restarts : 0;
+  const bool restart = retryable && job->restarts() < max_restarts;
+  // The other ranks drop this generation now: their collectives fail at once rather than
+  // wait out the timeout.
   for (const auto& wid : job->workers()) {
     auto it = workers_.find(wid);
     if (it == workers_.end() || it->second.session == nullptr) continue;
     v1::CoordinatorMessage m;
-    m.set_abort_job_id(job_id);
+    if (restart) {
+      m.set_restart_job_id(job_id);
+    } else {
+      m.set_abort_job_id(job_id);
+    }
     it->second.session->Send(m);
-    it->second.info.set_state("idle");
+    it->second.info.set_state("idle");  // an assignment waits for its job thread to end
     it->second.info.clear_job_id();
   }
   job->clear_workers();
   done_ranks_.erase({job_id, generation});
+  const int64_t now = NowUnixMs();
+  job->set_update_time_unix_ms(now);
+  job->set_reason(why);
+  if (restart) {
+    job->set_state(v1::RESTARTING);
+    job->set_restarts(job->restarts() + 1);
+    job->set_failure_time_unix_ms(now);
+    job->set_steps_at_failure(job->steps_done());
+  } else {
+    job->set_state(v1::FAILED);
+    if (retryable && max_restarts > 0) {
+      job->set_reason(absl::StrCat(why, " (after ", job->restarts(), " restarts: scheduling.max_restarts is ",
+                                   max_restarts, ")"));
+    }
+  }
   if (!store_->PutJob(*job).ok()) return;
-  (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(reason); });
-  (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+  if (restart) {
+    registry_->GetCounter("gantry_coordinator_job_restarts_total", "Jobs placed again after a failure.").Inc();
+    (void)Event(job_id, [&](v1::JobEvent& e) {
+      e.set_message(absl::StrCat("restart ", job->restarts(), " of ", max_restarts, " at step ", job->steps_done(), ": ",
+                                 why, "; the job resumes from its last committed checkpoint"));
+    });
+    (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::RESTARTING); });
+    LOG(WARNING) << "job " << job_id << " RESTARTING (" << job->restarts() << "/" << max_restarts << "): " << why;
+  } else {
+    (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(job->reason()); });
+    (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+    LOG(WARNING) << "job " << job_id << " FAILED: " << job->reason();
+  }
   DropRendezvous(job_id);
-  LOG(WARNING) << "job " << job_id << " FAILED: " << reason;
 }
 
 void Cluster::RemoveWorker(const std::string& id, const std::string& why) {
@@ -306,10 +388,11 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why) {
       for (int r = 0; r < job->workers_size(); ++r) {
         if (job->workers(r) == id) rank = r;
       }
-      FailJobLocked(job_id, job->generation(),
-                    absl::StrCat("worker ", id, " (", it->second.info.resources().host(),
-                                 rank >= 0 ? absl::StrCat(", rank ", rank) : std::string(), ") was lost at step ",
-                                 job->steps_done(), ": ", why, ". Resubmit the job; automatic restarts come later."));
+      EndPlacementLocked(job_id, job->generation(),
+                         absl::StrCat("worker ", id, " (", it->second.info.resources().host(),
+                                      rank >= 0 ? absl::StrCat(", rank ", rank) : std::string(), ") was lost at step ",
+                                      job->steps_done(), ": ", why),
+                         /*retryable=*/true);
     }
     it->second.info.clear_job_id();
   }
@@ -327,8 +410,7 @@ void Cluster::ScheduleLocked() {
     if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) shard_addrs.push_back(addr);
   }
   if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
-  for (auto& job : *jobs) {  // FIFO: id order is submission order
-    if (job.state() != v1::PENDING) continue;
+  for (auto& job : QueueOrder(*jobs)) {
     // Gang placement: all ranks or none. World size 1 until data parallelism lands.
     const int world = std::max(1, job.world_size());
     std::vector<WorkerState*> chosen;
@@ -374,6 +456,7 @@ void Cluster::ScheduleLocked() {
       WorkerState* w = chosen[r];
       w->info.set_state("busy");
       w->info.set_job_id(job.id());
+      w->generation = job.generation();
       v1::CoordinatorMessage m;
       v1::Assignment* a = m.mutable_assign();
       a->set_job_id(job.id());
@@ -406,11 +489,25 @@ void Cluster::UpdateGaugesLocked() {
   if (!jobs.ok()) return;
   std::map<int, int> by_state;
   for (const auto& j : *jobs) ++by_state[j.state()];
-  for (int s = v1::PENDING; s <= v1::CANCELLED; ++s) {
+  for (int s = v1::PENDING; s <= v1::RESTARTING; ++s) {
     registry_->GetGauge("gantry_coordinator_jobs", "Jobs known to the coordinator, by state.",
                         {{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}})
         .Set(by_state[s]);
   }
+}
+
+std::vector<v1::Job> Cluster::QueueOrder(const std::vector<v1::Job>& jobs) {
+  std::vector<v1::Job> q;
+  for (const auto& j : jobs) {
+    if (Queued(j.state())) q.push_back(j);
+  }
+  std::stable_sort(q.begin(), q.end(), [](const v1::Job& a, const v1::Job& b) {
+    if (a.priority() != b.priority()) return a.priority() > b.priority();
+    const bool ra = a.state() == v1::RESTARTING, rb = b.state() == v1::RESTARTING;
+    if (ra != rb) return ra;
+    return a.id() < b.id();  // ids are in submission order
+  });
+  return q;
 }
 
 std::vector<v1::Worker> Cluster::Workers() {

@@ -40,7 +40,8 @@ class Cluster {
   Cluster(Store* store, metrics::Registry* registry, ClusterOptions options);
   ~Cluster();
 
-  // At start: jobs left SCHEDULED or RUNNING by a previous coordinator go back to PENDING.
+  // At start: jobs left SCHEDULED or RUNNING by a previous coordinator go RESTARTING: placed
+  // again once workers re-attach, from their last committed checkpoint.
   absl::Status Recover();
 
   // Job API hooks (the service calls them with job_mu() held around its store updates).
@@ -64,6 +65,12 @@ class Cluster {
   void RemoveWorker(const std::string& id, const std::string& why);
   std::vector<v1::Worker> Workers();
 
+  // The order in which queued jobs (PENDING or RESTARTING) are placed: higher priority
+  // first, within one a restarting job before new ones, then submission order. Only queued
+  // jobs are returned.
+  static std::vector<v1::Job> QueueOrder(const std::vector<v1::Job>& jobs);
+  static bool Queued(v1::JobState s) { return s == v1::PENDING || s == v1::RESTARTING; }
+
   // Rendezvous store of a job generation (NCCL unique ids, Gloo addresses). Keys live until
   // the job leaves its placement. A Put or Get naming another generation than the job's
   // current one is FAILED_PRECONDITION (a stale worker). Get waits up to wait_ms for the
@@ -81,6 +88,7 @@ class Cluster {
     v1::Worker info;
     WorkerSession* session = nullptr;
     int64_t last_seen_ms = 0;
+    int64_t generation = 0;  // of the job assignment it runs (info.job_id)
   };
   struct Waiter {
     std::string job_id, key;
@@ -94,7 +102,15 @@ class Cluster {
   absl::Status CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key);
   void DropRendezvous(const std::string& job_id);  // rdv_mu_ not held; keeps the failure reports
   void ScheduleLocked();          // cluster mu_ held
-  void FailJobLocked(const std::string& job_id, int64_t generation, const std::string& reason);
+  // A message of (job, generation) came from worker id though that generation is over: unless
+  // the worker runs the job's current generation (a late message of its old job thread), it
+  // is told to drop the job. Takes mu_.
+  void DropIfStale(const std::string& id, const std::string& job_id, int64_t generation);
+  // The placement (job, generation) is over because of `why`: the other ranks drop it. With
+  // `retryable` and restarts left the job goes RESTARTING (placed again, from its last
+  // committed checkpoint), else FAILED. No-op unless the job is SCHEDULED or RUNNING at that
+  // generation. Cluster mu_ held.
+  void EndPlacementLocked(const std::string& job_id, int64_t generation, const std::string& why, bool retryable);
   void Monitor();
   void UpdateGaugesLocked();
   absl::Status Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill);

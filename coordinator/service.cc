@@ -175,7 +175,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Handle(grpc::CallbackServerContext
 
 absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vector<v1::Job>* all) {
   job->set_queue_position(0);
-  if (job->state() != v1::PENDING) return absl::OkStatus();
+  job->clear_waiting_for();
+  if (!Cluster::Queued(job->state())) return absl::OkStatus();
   std::vector<v1::Job> loaded;
   if (all == nullptr) {
     auto jobs = store_->ListJobs();
@@ -183,12 +184,29 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
     loaded = std::move(*jobs);
     all = &loaded;
   }
-  int64_t pos = 0;
-  for (const auto& j : *all) {  // id order = submission order (FIFO)
-    if (j.state() == v1::PENDING) ++pos;
-    if (j.id() == job->id()) break;
+  const std::vector<v1::Job> queue = Cluster::QueueOrder(*all);
+  for (size_t i = 0; i < queue.size(); ++i) {
+    if (queue[i].id() != job->id()) continue;
+    job->set_queue_position(static_cast<int64_t>(i + 1));
+    if (i > 0) {
+      job->set_waiting_for(absl::StrCat("queued behind ", queue[i - 1].id(), " (placement is first come, first served within a priority)"));
+      break;
+    }
+    int alive = 0, idle = 0;
+    for (const auto& w : cluster_->Workers()) {
+      alive += w.state() != "dead";
+      idle += w.state() == "idle";
+    }
+    const int want = std::max(1, job->world_size());
+    job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers", " (", idle, " idle of ",
+                                      alive, " attached)"));
+    if (cluster_->ShardServers().empty()) {
+      if (auto spec = train::ParseJobSpec(job->spec_yaml()); spec.ok() && spec->optimizer.placement == "shardserver") {
+        job->set_waiting_for(absl::StrCat(job->waiting_for(), " and a shard server (parameter-server mode)"));
+      }
+    }
+    break;
   }
-  job->set_queue_position(pos);
   return absl::OkStatus();
 }
 
@@ -206,6 +224,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_update_time_unix_ms(job.submit_time_unix_ms());
     job.set_steps_total(spec->train.steps);
     job.set_world_size(spec->world_size());
+    job.set_priority(spec->scheduling.priority);
     {
       std::lock_guard<std::mutex> l(cluster_->job_mu());
       auto id = store_->CreateJob(job);

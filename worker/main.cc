@@ -98,13 +98,24 @@ class Session {
     d->set_rank(a.rank());
     d->set_ok(s.ok());
     if (!s.ok()) d->set_error(std::string(s.message()));
+    d->set_code(static_cast<int>(s.code()));
     LOG(INFO) << "job " << a.job_id() << (s.ok() ? " finished" : " stopped: " + std::string(s.message()));
     Send(m);
   }
 
   std::atomic<bool> cancel{false};
+  // Ends the running job's placement: its step loop stops at the next step and a collective
+  // in flight fails at once rather than wait out its timeout.
+  void Abort() {
+    cancel = true;
+    std::lock_guard<std::mutex> l(comm_mu_);
+    if (comm_ != nullptr) comm_->Abort();
+  }
 
  private:
+  std::mutex comm_mu_;
+  parallel::GlooCommunicator* comm_ = nullptr;  // the running job's group, while it lives
+
   absl::Status Train(const v1::Assignment& a) {
     // OpenMP's thread count and the pinning belong to the thread that starts the parallel
     // regions: this job thread, not main (an unpinned team here made steps 2x slower).
@@ -152,6 +163,13 @@ class Session {
     }
     if (slice_server.empty() && !servers.empty()) slice_server.push_back(servers[0]);
     std::unique_ptr<parallel::GlooCommunicator> comm;
+    struct ForgetComm {  // destroyed before comm: Abort never reaches a dead communicator
+      Session* s;
+      ~ForgetComm() {
+        std::lock_guard<std::mutex> l(s->comm_mu_);
+        s->comm_ = nullptr;
+      }
+    } forget_comm{this};
     if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
       auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),
                                                              std::chrono::milliseconds(FLAGS_collective_timeout_ms));
@@ -161,6 +179,9 @@ class Session {
                                                                        : FLAGS_collective_timeout_ms);
       ASSIGN_OR_RETURN(comm, parallel::GlooCommunicator::Create(a.rank(), a.world_size(), store, go));
       o.comm = comm.get();
+      std::lock_guard<std::mutex> l(comm_mu_);
+      comm_ = comm.get();
+      if (cancel) comm_->Abort();  // aborted while joining
       LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " joined its group of " << a.world_size();
     }
     std::unique_ptr<agent::ParamServerClient> remote;
@@ -396,12 +417,15 @@ void AttachOnce(const std::shared_ptr<v1::Coordinator::Stub>& stub, metrics::Reg
       session.cancel = false;
       job_id = in.assign().job_id();
       job = std::thread([&session, a = in.assign()] { session.Run(a); });
+    } else if (in.restart_job_id() == job_id) {
+      LOG(INFO) << "job " << job_id << ": restart received: dropping this generation";
+      session.Abort();
     } else if (in.cancel_job_id() == job_id || in.abort_job_id() == job_id) {
       LOG(INFO) << "job " << job_id << ": " << (in.has_cancel_job_id() ? "cancel" : "abort") << " received";
-      session.cancel = true;
+      session.cancel = true;  // a collective in flight fails on its own, naming the ranks missing
     }
   }
-  session.cancel = true;  // the coordinator is gone: this generation of the job is over
+  session.Abort();  // the coordinator is gone: this generation of the job is over
   if (job.joinable()) job.join();
   {
     std::lock_guard<std::mutex> l(mu);

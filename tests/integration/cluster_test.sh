@@ -5,8 +5,10 @@
 # once on two workers; a wrong crc32c is refused and nothing is committed; a shard server
 # SIGKILLed after a commit reads the checkpoint back identical; a coordinator SIGKILLed
 # with a queued job restarts and runs it, and the running jobs resume from their newest
-# committed checkpoints; a worker SIGKILLed mid-job fails the job with a
-# reason; every daemon's /metrics passes promtool; stop is clean.
+# committed checkpoints; of two queued jobs the higher priority is placed first, within a
+# second of a cancel freeing a worker; a worker SIGKILLed mid-job restarts the job on the
+# spare worker from its last committed checkpoint (and with max_restarts 0 fails it with a
+# reason); every daemon's /metrics passes promtool; stop is clean.
 # Usage: cluster_test.sh BUILD_DIR
 set -uo pipefail
 BUILD="$(cd "$1" && pwd)"
@@ -114,13 +116,52 @@ check "after a coordinator SIGKILL the running jobs resume from their newest com
 check "after a coordinator SIGKILL the queued job is still there and runs to SUCCEEDED" \
   wait_for 60 bash -c "'$CLI' describe $q | grep -q 'State:      SUCCEEDED'"
 
-# A worker SIGKILLed mid-job: the job fails with a reason naming the lost worker.
-k=$("$CLI" submit "$TMP/long.yaml")
+# Priorities on a full cluster: two long jobs hold both workers; a low-priority job is
+# queued, then a high-priority one. Cancelling a long job places the high one first, within
+# a second; cancelling the other places the low one.
+l1=$("$CLI" submit "$TMP/long.yaml"); l2=$("$CLI" submit "$TMP/long.yaml")
+{ cat "$TMP/long.yaml"; echo "scheduling: {priority: 0}"; } >"$TMP/low.yaml"
+{ cat "$TMP/long.yaml"; echo "scheduling: {priority: 5}"; } >"$TMP/high.yaml"
+wait_for 20 bash -c "'$CLI' describe $l1 | grep -q 'State:      RUNNING' && '$CLI' describe $l2 | grep -q 'State:      RUNNING'"
+lo=$("$CLI" submit "$TMP/low.yaml"); hi=$("$CLI" submit "$TMP/high.yaml")
+check "the later, higher-priority job is first in the queue, saying what it waits for" bash -c \
+  "'$CLI' describe $hi | grep -q 'PENDING (#1)' && '$CLI' describe $lo | grep -q 'PENDING (#2)' && \
+   '$CLI' describe $hi | grep -q 'Waiting:    waiting for 1 worker (0 idle of 2 attached)'"
+t0=$(date +%s.%N)
+"$CLI" cancel "$l1" >/dev/null
+until "$CLI" describe "$hi" | grep -qE 'State:      (SCHEDULED|RUNNING)'; do
+  [ "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {print (b - a > 10)}')" = 1 ] && break; sleep 0.02
+done
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+check "a cancel frees its worker for the high-priority job within a second ($secs s)" bash -c \
+  "awk -v s=$secs 'BEGIN {exit !(s < 1)}' && '$CLI' describe $lo | grep -q 'PENDING (#1)'"
+"$CLI" cancel "$l2" >/dev/null
+check "the low-priority job runs next" wait_for 10 bash -c "'$CLI' describe $lo | grep -qE 'State:      (SCHEDULED|RUNNING)'"
+"$CLI" cancel "$lo" >/dev/null
+
+# A worker SIGKILLed mid-job: the job restarts on the spare worker and resumes from its last
+# committed checkpoint.
+k=$hi
+wait_for 30 bash -c "'$CLI' describe $k | grep -qE 'Steps:      ([2-9][0-9]|[0-9]{3,})/'"
+wait_for 20 bash -c "'$CLI' checkpoints $k | grep -qE '^[0-9]+ '"
+host=$("$CLI" workers | awk -v j="$k" '$5 == j {print $2}')
+n=${host##*-w}; wpid=$(sed -n "$((2 + n))p" "$TMP/cluster/pids")
+kill -9 "$wpid"
+check "a worker lost mid-job restarts the job, which resumes from its last committed checkpoint" \
+  wait_for 30 bash -c "'$CLI' describe $k | grep -q 'State:      RUNNING' && \
+    '$CLI' describe $k | grep -q 'Restarts:   1' && '$CLI' describe $k | grep -q 'Last failure: worker w-.* was lost at step' && \
+    grep -q 'job $k: rank 0 resuming from the checkpoint of step [1-9]' '$TMP'/cluster/worker*.log"
+"$CLI" cancel "$k" >/dev/null
+
+# With scheduling.max_restarts 0 a lost worker fails the job, naming it. (The killed worker
+# is not restarted: one worker is left.)
+{ cat "$TMP/long.yaml"; echo "scheduling: {max_restarts: 0}"; } >"$TMP/norestart.yaml"
+k=$("$CLI" submit "$TMP/norestart.yaml")
 wait_for 20 bash -c "'$CLI' describe $k | grep -q 'State:      RUNNING'"
 host=$("$CLI" workers | awk -v j="$k" '$5 == j {print $2}')
 n=${host##*-w}; wpid=$(sed -n "$((2 + n))p" "$TMP/cluster/pids")
 kill -9 "$wpid"
-check "a worker lost mid-job fails the job with a reason" \
+check "with max_restarts 0 a worker lost mid-job fails the job with a reason" \
   wait_for 15 bash -c "'$CLI' describe $k | grep -q 'State:      FAILED' && '$CLI' describe $k | grep -q 'Reason:     worker w-.* was lost at step'"
 
 echo "$passed passed, $fail failed"

@@ -97,8 +97,9 @@ check "the step-time split is reported (compute, exposed comm, optimizer)" \
 check "a DP=4 ZeRO-3 worker logs its memory next to the ZeRO formula" \
   grep -q 'memory (ZeRO 3, dp 4): params .* the ZeRO formula predicts' "$TMP/cluster/worker1.log"
 
-# A rank SIGKILLed mid-step (collective timeout 3 s).
-job killed 4 2 100000 ", timeout_s: 3" | sed 's/^checkpoint:.*/checkpoint: {every: 0}/' >"$TMP/killed.yaml"
+# A rank SIGKILLed mid-step (collective timeout 3 s; no restarts, so that the failure itself
+# is what the job reports).
+{ job killed 4 2 100000 ", timeout_s: 3" | sed 's/^checkpoint:.*/checkpoint: {every: 0}/'; echo "scheduling: {max_restarts: 0}"; } >"$TMP/killed.yaml"
 k=$("$CLI" submit "$TMP/killed.yaml")
 wait_for 30 bash -c "'$CLI' describe $k | grep -qE 'Steps:      ([3-9]|[0-9]{2,})/'"
 victim=$("$CLI" describe "$k" | sed -n 's/^Workers: .*rank 2 \([^,]*\).*/\1/p')

@@ -10,7 +10,7 @@
 namespace gantry::parallel {
 
 std::string ReportFailureAndFindMissing(gloo::rendezvous::Store& store, int rank, int size, uint64_t seq,
-                                        std::chrono::milliseconds grace) {
+                                        std::chrono::milliseconds grace, const std::atomic<bool>* stop) {
   const auto key = [](int r) { return absl::StrCat("gantry/failed/", r); };
   const std::string mine = std::to_string(seq);
   try {
@@ -22,12 +22,19 @@ std::string ReportFailureAndFindMissing(gloo::rendezvous::Store& store, int rank
   const auto deadline = std::chrono::steady_clock::now() + grace;
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
-    const auto left = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                 deadline - std::chrono::steady_clock::now()));
-    try {
-      store.wait({key(r)}, left);
-    } catch (const std::exception&) {
-      missing.push_back(r);
+    // In slices, so that an abort is noticed within one.
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (stop != nullptr && stop->load()) return "the job's placement was aborted while waiting for the other ranks' reports";
+      try {
+        store.wait({key(r)}, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
+        break;
+      } catch (const std::exception&) {
+        if (left <= std::chrono::milliseconds(200)) {
+          missing.push_back(r);
+          break;
+        }
+      }
     }
   }
   if (missing.empty()) return "every rank reported the failure (a network fault, or a peer's own error)";

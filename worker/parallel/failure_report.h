@@ -6,6 +6,7 @@
 // or cut off: they did not arrive.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -18,8 +19,9 @@ namespace gantry::parallel {
 
 // "rank 2 did not arrive (...)", "ranks 1, 3 did not arrive (...)", or a sentence saying
 // every rank reported (a network fault) or that the store could not be reached.
+// Stops waiting early once *stop is set (the placement was aborted).
 std::string ReportFailureAndFindMissing(gloo::rendezvous::Store& store, int rank, int size, uint64_t seq,
-                                        std::chrono::milliseconds grace);
+                                        std::chrono::milliseconds grace, const std::atomic<bool>* stop = nullptr);
 
 // The default grace for a collective timeout. It must exceed the timeout: a survivor that
 // sees a peer's socket close fails at once, while one whose own peers are alive notices

@@ -51,10 +51,20 @@ absl::Status GlooCommunicator::Run(const char* what, F&& f) {
   if (!broken_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(what, " #", seq, " on rank ", rank_, ": the group failed earlier: ", broken_));
   }
+  if (aborted_) {
+    broken_ = absl::StrCat(what, " #", seq, " on rank ", rank_, ": the job's placement was aborted");
+    return absl::AbortedError(broken_);
+  }
   try {
     f(static_cast<uint32_t>(seq));
   } catch (const std::exception& e) {
-    const std::string missing = ReportFailureAndFindMissing(*store_, rank_, size_, seq, options_.failure_grace);
+    if (aborted_) {
+      broken_ = absl::StrCat(what, " #", seq, " failed on rank ", rank_, " of ", size_,
+                             " after the job's placement was aborted (gloo: ", e.what(), ")");
+      return absl::AbortedError(broken_);
+    }
+    const std::string missing =
+        ReportFailureAndFindMissing(*store_, rank_, size_, seq, options_.failure_grace, &aborted_);
     broken_ = absl::StrCat(what, " #", seq, " failed on rank ", rank_, " of ", size_, ": ", missing, " (timeout ",
                            options_.timeout.count(), " ms; gloo: ", e.what(), ")");
     return absl::DeadlineExceededError(broken_);

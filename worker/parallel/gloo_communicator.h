@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,10 @@ class GlooCommunicator final : public Communicator {
   absl::Status Send(const float* data, size_t n, int peer) override;
   absl::Status Recv(float* data, size_t n, int peer) override;
   absl::Status Barrier() override;
+  // The job's placement is over (the coordinator said so, or is gone): the current or next
+  // collective's failure ends at once, as ABORTED, without waiting out the failure grace
+  // for the other ranks' reports. Thread-safe.
+  void Abort() { aborted_ = true; }
 
  private:
   GlooCommunicator(int rank, int size, std::shared_ptr<gloo::Context> ctx,
@@ -65,6 +70,7 @@ class GlooCommunicator final : public Communicator {
   GlooOptions options_;
   uint64_t seq_ = 0;
   std::string broken_;  // set by the first failure: the group is not usable after it
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace gantry::parallel

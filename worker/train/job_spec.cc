@@ -122,6 +122,7 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (!(t.weight_decay >= 0)) return FieldError("train.weight_decay", "must be >= 0");
   if (!(t.grad_clip >= 0)) return FieldError("train.grad_clip", "must be >= 0 (0 = off)");
   if (s.eval.every < 0) return FieldError("eval.every", "must be >= 0");
+  if (s.scheduling.max_restarts < 0) return FieldError("scheduling.max_restarts", "must be >= 0 (0 = never restart)");
   if (s.eval.batches < 1) return FieldError("eval.batches", "must be >= 1");
   if (s.checkpoint.every < 0) return FieldError("checkpoint.every", "must be >= 0");
   if (s.checkpoint.keep < 0) return FieldError("checkpoint.keep", "must be >= 0 (0 = keep all)");
@@ -192,7 +193,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
                          {"timeout_s", Real(&s.parallel.timeout_s)}})},
        {"optimizer", sub({{"placement", Str(&s.optimizer.placement)}, {"staleness", Int(&s.optimizer.staleness)}})},
-       {"resources", sub({{"workers", Int(&s.resources.workers)}})}}));
+       {"resources", sub({{"workers", Int(&s.resources.workers)}})},
+       {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})}}));
   if (!max_seq_given) s.model.max_seq_len = s.seq_len;
   if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch * std::max(1, s.parallel.dp);
   RETURN_IF_ERROR(Validate(s, present));

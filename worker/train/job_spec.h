@@ -46,6 +46,12 @@ struct OptimizerSpec {
   int staleness = 0;  // shardserver: how many steps behind the servers a worker's parameters may be
 };
 
+// Scheduling and fault tolerance (the coordinator's).
+struct SchedulingSpec {
+  int priority = 0;      // higher runs first; first come, first served within one
+  int max_restarts = 3;  // times the job is placed again after a lost worker or shard server, or a failed rank
+};
+
 struct ResourcesSpec {
   int workers = 0;  // worker processes the job asks for; 0 = dp (the product of the degrees)
 };
@@ -65,6 +71,7 @@ struct CheckpointSpec {
 
 struct JobSpec {
   std::string name = "job";
+  SchedulingSpec scheduling;
   model::GPTConfig model;
   int seq_len = 0;  // T: tokens per sequence
   DataSpec data;

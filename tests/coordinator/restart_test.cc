@@ -1,0 +1,232 @@
+// Restarts and stale workers, in process: the coordinator's Cluster with fake worker sessions,
+// and a shard server's ParamService over loopback gRPC.
+//  - A lost worker sends its job RESTARTING, and it is placed again at the next generation on
+//    the spare worker; scheduling.max_restarts bounds it.
+//  - No step is applied twice: after the restart, the stale generation's step reports,
+//    checkpoint parts and ends are refused (the job's progress, commits and state stay) and the
+//    stale worker is told to drop the job; its gradient pushes to the shard server are refused
+//    too, and so is a replay of a step the new generation already applied.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "coordinator/cluster.h"
+#include "shardserver/param_service.h"
+#include "tests/test_util.h"
+
+namespace gantry::coordinator {
+namespace {
+
+class FakeSession : public WorkerSession {
+ public:
+  void Send(const v1::CoordinatorMessage& m) override {
+    std::lock_guard<std::mutex> l(mu);
+    got.push_back(m);
+  }
+  std::vector<v1::CoordinatorMessage> Take() {
+    std::lock_guard<std::mutex> l(mu);
+    return std::exchange(got, {});
+  }
+  std::mutex mu;
+  std::vector<v1::CoordinatorMessage> got;
+};
+
+class RestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = *Store::Open(dir_.File("db"));
+    ClusterOptions o;
+    o.placement_grace_ms = 0;  // no shard server in this test
+    cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
+  }
+  std::string Submit(int max_restarts) {
+    v1::Job j;
+    j.set_name("r");
+    j.set_state(v1::PENDING);
+    j.set_world_size(1);
+    j.set_steps_total(100);
+    j.set_spec_yaml(absl::StrCat("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\n"
+                                 "data: {train: /nonexistent.bin}\n"
+                                 "train: {steps: 100, micro_batch: 1, lr: 1.0e-3}\n"
+                                 "scheduling: {max_restarts: ", max_restarts, "}\n"));
+    std::string id;
+    {
+      std::lock_guard<std::mutex> l(cluster_->job_mu());
+      id = *store_->CreateJob(j);
+    }
+    cluster_->JobSubmitted();
+    return id;
+  }
+  // The assignment in a session's messages, if any.
+  static const v1::Assignment* Assigned(const std::vector<v1::CoordinatorMessage>& ms) {
+    for (const auto& m : ms) {
+      if (m.has_assign()) return &m.assign();
+    }
+    return nullptr;
+  }
+  v1::Job Job(const std::string& id) { return *store_->GetJob(id); }
+  void Step(const std::string& worker, const std::string& job, int64_t gen, int64_t step) {
+    v1::StepUpdate u;
+    u.set_job_id(job);
+    u.set_generation(gen);
+    u.mutable_report()->set_step(step);
+    u.mutable_report()->set_loss(1.0f);
+    cluster_->OnStep(worker, u);
+  }
+  testing::TempDir dir_;
+  metrics::Registry registry_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
+  FakeSession s1, s2;
+  const std::string w1 = cluster_->AddWorker(&s1, v1::Resources());
+  const std::string w2 = cluster_->AddWorker(&s2, v1::Resources());
+  const std::string job = Submit(/*max_restarts=*/1);
+  const v1::Assignment* a = Assigned(s1.Take());
+  ASSERT_NE(a, nullptr) << "placed on the first idle worker";
+  EXPECT_EQ(a->generation(), 1);
+  Step(w1, job, 1, 5);
+  EXPECT_EQ(Job(job).steps_done(), 5);
+
+  cluster_->RemoveWorker(w1, "its attach stream closed");
+  const v1::Job after = Job(job);
+  EXPECT_EQ(after.restarts(), 1);
+  EXPECT_EQ(after.generation(), 2) << "placed again at once on the spare worker";
+  EXPECT_EQ(after.state(), v1::SCHEDULED);
+  EXPECT_NE(after.reason().find("worker " + w1), std::string::npos) << after.reason();
+  const v1::Assignment* b = Assigned(s2.Take());
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->generation(), 2);
+  Step(w2, job, 2, 3);  // resumed from a checkpoint of step 2
+  EXPECT_EQ(Job(job).steps_done(), 3);
+  EXPECT_EQ(Job(job).state(), v1::RUNNING);
+
+  // The old generation, replayed by a worker that comes back (re-attached with a new id).
+  FakeSession s3;
+  const std::string w3 = cluster_->AddWorker(&s3, v1::Resources());
+  (void)s3.Take();
+  Step(w3, job, 1, 6);
+  EXPECT_EQ(Job(job).steps_done(), 3) << "a stale step report moves nothing";
+  bool dropped = false;
+  for (const auto& m : s3.Take()) dropped = dropped || m.restart_job_id() == job;
+  EXPECT_TRUE(dropped) << "the stale worker is told to drop the job";
+  v1::CheckpointPart part;
+  part.set_job_id(job);
+  part.set_generation(1);
+  part.set_step(6);
+  part.set_manifest_json("{}");
+  cluster_->OnCheckpointPart(w3, part);
+  auto events = *store_->Events(job, 0, 1000);
+  for (const auto& e : events) {
+    EXPECT_EQ(e.message().find("checkpoint of step 6"), std::string::npos) << "a stale part is never committed: " << e.message();
+  }
+  v1::JobDone d;
+  d.set_job_id(job);
+  d.set_generation(1);
+  d.set_ok(false);
+  d.set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+  d.set_error("stale");
+  cluster_->OnDone(w3, d);
+  d.set_ok(true);
+  cluster_->OnDone(w3, d);
+  EXPECT_EQ(Job(job).state(), v1::RUNNING) << "a stale end neither fails nor finishes the job";
+  EXPECT_EQ(Job(job).restarts(), 1);
+  EXPECT_EQ(Job(job).generation(), 2);
+
+  // A second loss is past max_restarts 1: FAILED, saying so.
+  cluster_->RemoveWorker(w2, "heartbeat timeout");
+  const v1::Job failed = Job(job);
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_NE(failed.reason().find("scheduling.max_restarts is 1"), std::string::npos) << failed.reason();
+}
+
+TEST_F(RestartTest, AHigherPriorityJobIsPlacedFirstAndRestartingJobsLeadTheirPriority) {
+  std::vector<v1::Job> jobs(4);
+  jobs[0].set_id("j-000001"), jobs[0].set_state(v1::PENDING), jobs[0].set_priority(0);
+  jobs[1].set_id("j-000002"), jobs[1].set_state(v1::PENDING), jobs[1].set_priority(5);
+  jobs[2].set_id("j-000003"), jobs[2].set_state(v1::RESTARTING), jobs[2].set_priority(0);
+  jobs[3].set_id("j-000004"), jobs[3].set_state(v1::RUNNING), jobs[3].set_priority(9);
+  const auto q = Cluster::QueueOrder(jobs);
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].id(), "j-000002");
+  EXPECT_EQ(q[1].id(), "j-000003");
+  EXPECT_EQ(q[2].id(), "j-000001");
+}
+
+// The shard server's side: pushes carry (job, generation, step).
+TEST(ParamServerRestartTest, StalePushesAndReplayedStepsAreRefused) {
+  metrics::Registry registry;
+  shardserver::ParamService svc(&registry);
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&svc);
+  auto server = b.BuildAndStart();
+  ASSERT_GT(port, 0);
+  auto stub = v1::ParamServer::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  const int n = 64;
+  auto init = [&](int64_t gen) {
+    grpc::ClientContext ctx;
+    v1::InitRangeRequest r;
+    r.set_job_id("j-000001");
+    r.set_generation(gen);
+    r.mutable_range()->set_begin(0);
+    r.mutable_range()->set_end(n);
+    r.set_beta1(0.9), r.set_beta2(0.95), r.set_eps(1e-8);
+    v1::InitRangeResponse resp;
+    return stub->InitRange(&ctx, r, &resp);
+  };
+  auto push = [&](int64_t gen, int64_t step, v1::PushAck* ack) {
+    grpc::ClientContext ctx;
+    v1::GradientChunk g;
+    g.set_job_id("j-000001");
+    g.set_generation(gen);
+    g.set_step(step);
+    g.set_lr(1e-2);
+    g.set_offset(0);
+    std::vector<float> grad(n, 0.5f);
+    g.set_data(grad.data(), grad.size() * sizeof(float));
+    return stub->PushGradients(&ctx, g, ack);
+  };
+  auto params = [&](int64_t gen) {
+    grpc::ClientContext ctx;
+    v1::ReadParamsRequest r;
+    r.set_job_id("j-000001");
+    r.set_generation(gen);
+    r.set_offset(0);
+    r.set_count(n);
+    v1::ParamsChunk c;
+    EXPECT_TRUE(stub->ReadParams(&ctx, r, &c).ok());
+    std::vector<float> v(n);
+    if (c.data().size() == n * sizeof(float)) std::memcpy(v.data(), c.data().data(), c.data().size());
+    return std::make_pair(v, c.version());
+  };
+  ASSERT_TRUE(init(1).ok());
+  v1::PushAck ack;
+  ASSERT_TRUE(push(1, 1, &ack).ok());
+  EXPECT_TRUE(ack.applied());
+  // The job restarts at generation 2 from a checkpoint of step 0.
+  ASSERT_TRUE(init(2).ok());
+  const auto before = params(2);
+  EXPECT_EQ(before.second, 0);
+  auto stale = push(1, 1, &ack);
+  EXPECT_EQ(stale.error_code(), grpc::FAILED_PRECONDITION) << stale.error_message();
+  EXPECT_NE(stale.error_message().find("not 1"), std::string::npos) << stale.error_message();
+  EXPECT_EQ(params(2), before) << "the stale push changed nothing";
+  ASSERT_TRUE(push(2, 1, &ack).ok());
+  EXPECT_TRUE(ack.applied());
+  const auto once = params(2);
+  EXPECT_EQ(once.second, 1);
+  auto again = push(2, 1, &ack);
+  EXPECT_EQ(again.error_code(), grpc::FAILED_PRECONDITION) << "step 1 is not applied twice";
+  EXPECT_EQ(params(2), once);
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace gantry::coordinator
