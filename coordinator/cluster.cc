@@ -6,6 +6,8 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -200,6 +202,12 @@ bool Retryable(int code) {
 
 void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
   std::lock_guard<std::mutex> l(mu_);
+  for (const auto& server : d.unreachable_shard_servers()) {
+    auto it = shards_.find(server);
+    if (it == shards_.end() || it->second.last_heartbeat_unix_ms() == 0) continue;
+    LOG(WARNING) << "shard server " << server << " counted out until its next heartbeat: " << id << " could not reach it";
+    it->second.set_last_heartbeat_unix_ms(0);
+  }
   auto w = workers_.find(id);
   const bool current = w != workers_.end() && w->second.info.job_id() == d.job_id() &&
                        w->second.generation == d.generation();
@@ -301,6 +309,17 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
     e.set_message(absl::StrCat("checkpoint of step ", p.step(), " committed on ", absl::StrJoin(committed, ", "), " (",
                                n_files, " files, ", c.bytes, " bytes)"));
   });
+  {
+    std::lock_guard<std::mutex> jl(job_mu_);
+    auto job = store_->GetJob(p.job_id());
+    if (job.ok() && p.step() > job->checkpoint_step()) {
+      job->set_checkpoint_step(p.step());
+      job->set_restarts_in_a_row(0);  // progress: the next failure restarts at once
+      job->clear_checkpoint_servers();
+      for (const auto& server : committed) job->add_checkpoint_servers(server);
+      if (auto st = store_->PutJob(*job); !st.ok()) LOG(WARNING) << st;
+    }
+  }
   registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Inc();
   if (c.keep > 0) {  // the newest K whole ones stay
     std::vector<std::string> servers;
@@ -346,6 +365,7 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   if (restart) {
     job->set_state(v1::RESTARTING);
     job->set_restarts(job->restarts() + 1);
+    job->set_restarts_in_a_row(job->restarts_in_a_row() + 1);
     job->set_failure_time_unix_ms(now);
     job->set_steps_at_failure(job->steps_done());
   } else {
@@ -401,6 +421,7 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why) {
 }
 
 void Cluster::ScheduleLocked() {
+  last_schedule_ms_ = NowUnixMs();
   std::lock_guard<std::mutex> jl(job_mu_);
   auto jobs = store_->ListJobs();
   if (!jobs.ok()) return;
@@ -411,6 +432,20 @@ void Cluster::ScheduleLocked() {
   }
   if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
   for (auto& job : QueueOrder(*jobs)) {
+    if (job.state() == v1::RESTARTING) {
+      // Back-off between restarts that made no progress (no checkpoint committed in between):
+      // the first at once, then 1, 2, 4, ... 16 s after the failure, so that a cause that has
+      // not passed yet does not use up max_restarts in a burst.
+      const int n = job.restarts_in_a_row();
+      const int64_t backoff = n <= 1 ? 0 : std::min<int64_t>(16000, int64_t{1000} << std::min(n - 2, 4));
+      if (now - job.failure_time_unix_ms() < backoff) break;  // Monitor retries
+      bool missing = false;
+      const int64_t since = now - job.failure_time_unix_ms();
+      for (const auto& server : job.checkpoint_servers()) {
+        missing = missing || std::find(shard_addrs.begin(), shard_addrs.end(), server) == shard_addrs.end();
+      }
+      if (missing && since < options_.checkpoint_server_wait_ms) break;  // Monitor retries
+    }
     // Gang placement: all ranks or none. World size 1 until data parallelism lands.
     const int world = std::max(1, job.world_size());
     std::vector<WorkerState*> chosen;
@@ -494,6 +529,19 @@ void Cluster::UpdateGaugesLocked() {
                         {{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}})
         .Set(by_state[s]);
   }
+}
+
+std::vector<std::string> Cluster::MissingCheckpointServers(const v1::Job& job) {
+  std::vector<std::string> out;
+  if (job.state() != v1::RESTARTING || NowUnixMs() - job.failure_time_unix_ms() >= options_.checkpoint_server_wait_ms) {
+    return out;
+  }
+  std::vector<std::string> live;
+  for (const auto& s : ShardServers()) live.push_back(s.address());
+  for (const auto& server : job.checkpoint_servers()) {
+    if (std::find(live.begin(), live.end(), server) == live.end()) out.push_back(server);
+  }
+  return out;
 }
 
 std::vector<v1::Job> Cluster::QueueOrder(const std::vector<v1::Job>& jobs) {
@@ -598,11 +646,13 @@ void Cluster::DropRendezvous(const std::string& job_id) {
 void Cluster::RegisterShardServer(const v1::RegisterShardServerRequest& r) {
   std::lock_guard<std::mutex> l(mu_);
   auto& s = shards_[r.address()];
-  const bool fresh = s.address().empty();
+  const int64_t now = NowUnixMs();
+  // New, or back after it was counted out (a restart): jobs may wait for it.
+  const bool fresh = s.address().empty() || now - s.last_heartbeat_unix_ms() > options_.shard_timeout_ms;
   s.set_address(r.address());
   s.set_bytes_stored(r.bytes_stored());
   s.set_data_address(r.data_address());
-  s.set_last_heartbeat_unix_ms(NowUnixMs());
+  s.set_last_heartbeat_unix_ms(now);
   if (fresh) {
     LOG(INFO) << "shard server " << r.address() << " registered";
     ScheduleLocked();  // jobs held back for want of a shard server
@@ -628,6 +678,8 @@ void Cluster::Monitor() {
     if (!grace_over_ && now - started_ms_ >= options_.placement_grace_ms) {
       grace_over_ = true;
       ScheduleLocked();  // no shard server came: place what waited, without one
+    } else if (now - last_schedule_ms_ >= 1000) {
+      ScheduleLocked();  // waits that end with time (a restart's wait for its shard servers)
     }
     std::vector<std::string> silent;
     for (const auto& [id, w] : workers_) {

@@ -33,6 +33,11 @@ struct ClusterOptions {
   // after a restart the shard servers re-register within a heartbeat, and a job placed
   // before that would neither find its checkpoints nor write new ones.
   int64_t placement_grace_ms = 2500;
+  // A restarting job waits up to this long after its failure for the shard servers that hold
+  // its last committed checkpoint (a shard server restarting, or re-registering after a
+  // coordinator restart); then it is placed anyway and resumes from what the live servers
+  // hold whole.
+  int64_t checkpoint_server_wait_ms = 30000;
 };
 
 class Cluster {
@@ -70,6 +75,9 @@ class Cluster {
   // jobs are returned.
   static std::vector<v1::Job> QueueOrder(const std::vector<v1::Job>& jobs);
   static bool Queued(v1::JobState s) { return s == v1::PENDING || s == v1::RESTARTING; }
+  // The shard servers of job's last committed checkpoint that are not live now, while the
+  // job should still wait for them (empty: place it).
+  std::vector<std::string> MissingCheckpointServers(const v1::Job& job);
 
   // Rendezvous store of a job generation (NCCL unique ids, Gloo addresses). Keys live until
   // the job leaves its placement. A Put or Get naming another generation than the job's
@@ -133,6 +141,7 @@ class Cluster {
   bool stop_ = false;
   const int64_t started_ms_;
   bool grace_over_ = false;  // placement_grace_ms has passed since the start
+  int64_t last_schedule_ms_ = 0;
   std::condition_variable cv_;
   std::thread monitor_;
   // Checkpoints being assembled: (job, generation, step) → the parts reported so far.

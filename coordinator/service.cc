@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "worker/train/job_spec.h"
 
 namespace gantry::coordinator {
@@ -200,6 +201,10 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
     const int want = std::max(1, job->world_size());
     job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers", " (", idle, " idle of ",
                                       alive, " attached)"));
+    if (auto missing = cluster_->MissingCheckpointServers(*job); !missing.empty()) {
+      job->set_waiting_for(absl::StrCat(job->waiting_for(), " and shard server ", absl::StrJoin(missing, ", "),
+                                        " (holding its checkpoint of step ", job->checkpoint_step(), ")"));
+    }
     if (cluster_->ShardServers().empty()) {
       if (auto spec = train::ParseJobSpec(job->spec_yaml()); spec.ok() && spec->optimizer.placement == "shardserver") {
         job->set_waiting_for(absl::StrCat(job->waiting_for(), " and a shard server (parameter-server mode)"));

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <mutex>
 #include <map>
+#include <set>
 #include <optional>
 #include <thread>
 #include <tuple>
@@ -99,6 +100,11 @@ class Session {
     d->set_ok(s.ok());
     if (!s.ok()) d->set_error(std::string(s.message()));
     d->set_code(static_cast<int>(s.code()));
+    {
+      std::lock_guard<std::mutex> l(comm_mu_);
+      for (const auto& server : unreachable_) d->add_unreachable_shard_servers(server);
+      unreachable_.clear();
+    }
     LOG(INFO) << "job " << a.job_id() << (s.ok() ? " finished" : " stopped: " + std::string(s.message()));
     Send(m);
   }
@@ -115,6 +121,11 @@ class Session {
  private:
   std::mutex comm_mu_;
   parallel::GlooCommunicator* comm_ = nullptr;  // the running job's group, while it lives
+  std::set<std::string> unreachable_;            // shard servers this run could not reach (comm_mu_)
+  void Unreachable(const std::string& server) {
+    std::lock_guard<std::mutex> l(comm_mu_);
+    unreachable_.insert(server);
+  }
 
   absl::Status Train(const v1::Assignment& a) {
     // OpenMP's thread count and the pinning belong to the thread that starts the parallel
@@ -131,16 +142,23 @@ class Session {
     // whatever layout wrote it; a new job with checkpoint.resume_from starts from that job's
     // newest one. Every rank reads it in place on the shard servers, only the ranges it needs.
     const std::vector<std::string> servers(a.shard_servers().begin(), a.shard_servers().end());
-    auto newest = [&](const std::string& job) -> std::optional<agent::StoredCheckpoint> {
+    // A shard server that cannot be listed may hold the newest checkpoint's slices: starting
+    // without it could redo the whole run, so the placement fails (UNAVAILABLE, retried) and
+    // the coordinator places the job again once the server is back or counted out.
+    auto newest = [&](const std::string& job) -> absl::StatusOr<std::optional<agent::StoredCheckpoint>> {
       std::vector<std::string> unreachable;
       auto stored = agent::ListStoredCheckpoints(servers, job, &unreachable);
-      for (const auto& u : unreachable) LOG(WARNING) << "job " << a.job_id() << ": listing checkpoints of " << job << " on " << u;
-      if (stored.empty()) return std::nullopt;
-      return stored.back();
+      for (const auto& u : unreachable) Unreachable(u.substr(0, u.find(' ')));
+      if (!unreachable.empty()) {
+        return absl::UnavailableError(absl::StrCat("listing the checkpoints of ", job, ": shard server ",
+                                                   absl::StrJoin(unreachable, ", "), " is unreachable"));
+      }
+      if (stored.empty()) return std::optional<agent::StoredCheckpoint>();
+      return std::optional<agent::StoredCheckpoint>(stored.back());
     };
-    std::optional<agent::StoredCheckpoint> best = newest(a.job_id());
+    ASSIGN_OR_RETURN(std::optional<agent::StoredCheckpoint> best, newest(a.job_id()));
     if (!best && !spec->checkpoint.resume_from.empty()) {
-      best = newest(spec->checkpoint.resume_from);
+      ASSIGN_OR_RETURN(best, newest(spec->checkpoint.resume_from));
       if (!best) {
         return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", spec->checkpoint.resume_from,
                                                 " has no committed checkpoint on the shard servers"));
@@ -289,8 +307,12 @@ class Session {
       }
       int64_t bytes = 0;
       for (const auto& [server, names] : by_server) {
-        ASSIGN_OR_RETURN(int64_t n, agent::UploadFiles(server, a.job_id(), step, dir, names));
-        bytes += n;
+        auto n = agent::UploadFiles(server, a.job_id(), step, dir, names);
+        if (!n.ok()) {
+          if (absl::IsUnavailable(n.status()) || absl::IsDeadlineExceeded(n.status())) Unreachable(server);
+          return n.status();
+        }
+        bytes += *n;
       }
       v1::WorkerMessage m;
       auto* p = m.mutable_checkpoint_part();
