@@ -353,6 +353,7 @@ int Run(const Options& o) {
     const bool ended = job.state() == v1::FAILED || job.state() == v1::CANCELLED;
     if (!job.reason().empty()) std::printf("%s%s\n", ended ? "Reason:     " : "Last failure: ", job.reason().c_str());
     if (!job.waiting_for().empty()) std::printf("Waiting:    %s\n", job.waiting_for().c_str());
+    if (!job.stalled().empty() && job.state() == v1::RUNNING) std::printf("Stalled:    %s\n", job.stalled().c_str());
     std::printf("Priority:   %d\nRestarts:   %d\n", job.priority(), job.restarts());
     if (job.workers_size() > 0) {
       std::string ranks;

@@ -126,10 +126,11 @@ std::string Cluster::AddWorker(WorkerSession* s, const v1::Resources& r) {
   return id;
 }
 
-void Cluster::Heartbeat(const std::string& id) {
+void Cluster::Heartbeat(const std::string& id, const v1::Heartbeat* hb) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
+  if (hb != nullptr && !hb->job_id().empty()) it->second.last_hb = *hb;
   it->second.last_seen_ms = NowUnixMs();
   it->second.info.set_last_heartbeat_unix_ms(it->second.last_seen_ms);
 }
@@ -149,6 +150,24 @@ void Cluster::DropIfStale(const std::string& id, const std::string& job_id, int6
 
 void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   Heartbeat(id);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Progress& p = progress_[u.job_id()];
+    if (p.generation <= u.generation()) {
+      const bool was_stalled = p.reported && p.generation == u.generation();
+      p = {u.generation(), u.report().step(), NowUnixMs(), u.report().step_seconds(), false};
+      if (was_stalled) {
+        (void)Event(u.job_id(), [&](v1::JobEvent& e) {
+          e.set_message(absl::StrCat("step ", u.report().step(), " done: the stall is over"));
+        });
+        std::lock_guard<std::mutex> jl(job_mu_);
+        if (auto job = store_->GetJob(u.job_id()); job.ok() && !job->stalled().empty()) {
+          job->clear_stalled();
+          (void)store_->PutJob(*job);
+        }
+      }
+    }
+  }
   std::unique_lock<std::mutex> jl(job_mu_);
   auto job = store_->GetJob(u.job_id());
   if (!job.ok()) return;
@@ -531,6 +550,59 @@ void Cluster::UpdateGaugesLocked() {
   }
 }
 
+void Cluster::CheckStallsLocked(int64_t now) {
+  for (auto it = progress_.begin(); it != progress_.end();) {
+    const std::string& job_id = it->first;
+    Progress& p = it->second;
+    std::lock_guard<std::mutex> jl(job_mu_);
+    auto job = store_->GetJob(job_id);
+    if (!job.ok() || job->generation() != p.generation || job->state() != v1::RUNNING) {
+      if (!job.ok() || job->generation() > p.generation || job->state() == v1::SUCCEEDED ||
+          job->state() == v1::FAILED || job->state() == v1::CANCELLED) {
+        it = progress_.erase(it);
+      } else {
+        ++it;
+      }
+      continue;
+    }
+    const int64_t limit = std::max<int64_t>(options_.stall_ms, static_cast<int64_t>(10 * 1000 * p.step_seconds));
+    if (p.reported || now - p.at_ms < limit) {
+      ++it;
+      continue;
+    }
+    // Stalled: the ranks' last completed collectives, from their heartbeats.
+    std::map<int, std::pair<std::string, uint64_t>> ranks;  // rank → (worker, collectives done)
+    for (const auto& [wid, w] : workers_) {
+      if (w.session == nullptr || w.last_hb.job_id() != job_id || w.last_hb.generation() != p.generation) continue;
+      ranks[w.last_hb.rank()] = {wid, w.last_hb.collectives_done()};
+    }
+    uint64_t most = 0;
+    for (const auto& [r, x] : ranks) most = std::max(most, x.second);
+    std::string behind;
+    for (int r = 0; r < std::max(1, job->world_size()); ++r) {
+      auto x = ranks.find(r);
+      if (x == ranks.end()) {
+        absl::StrAppend(&behind, behind.empty() ? "" : "; ", "rank ", r, " (no heartbeat for this job)");
+      } else if (x->second.second < most) {
+        absl::StrAppend(&behind, behind.empty() ? "" : "; ", "rank ", r, " (", x->second.first, ") at collective #",
+                        x->second.second);
+      }
+    }
+    const std::string what = absl::StrFormat(
+        "step %d stalled for %.1f s: %s", p.step + 1, (now - p.at_ms) / 1000.0,
+        behind.empty() ? absl::StrCat("no rank is behind (every rank has completed collective #", most,
+                                      "): a step or a collective is slow on all of them")
+                       : absl::StrCat("behind: ", behind, "; the others have completed collective #", most));
+    p.reported = true;
+    (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(what); });  // before the record says so
+    job->set_stalled(what);
+    (void)store_->PutJob(*job);
+    registry_->GetCounter("gantry_coordinator_stalls_total", "Steps that stalled past the limit.").Inc();
+    LOG(WARNING) << "job " << job_id << ": " << what;
+    ++it;
+  }
+}
+
 std::vector<std::string> Cluster::MissingCheckpointServers(const v1::Job& job) {
   std::vector<std::string> out;
   if (job.state() != v1::RESTARTING || NowUnixMs() - job.failure_time_unix_ms() >= options_.checkpoint_server_wait_ms) {
@@ -681,6 +753,7 @@ void Cluster::Monitor() {
     } else if (now - last_schedule_ms_ >= 1000) {
       ScheduleLocked();  // waits that end with time (a restart's wait for its shard servers)
     }
+    CheckStallsLocked(now);
     std::vector<std::string> silent;
     for (const auto& [id, w] : workers_) {
       if (w.session != nullptr && now - w.last_seen_ms > options_.worker_timeout_ms) silent.push_back(id);

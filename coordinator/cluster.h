@@ -38,6 +38,9 @@ struct ClusterOptions {
   // coordinator restart); then it is placed anyway and resumes from what the live servers
   // hold whole.
   int64_t checkpoint_server_wait_ms = 30000;
+  // A running job whose next step has not come for max(this, 10 x its last step time) is
+  // stalled: the coordinator names the ranks behind (by their last completed collective).
+  int64_t stall_ms = 60000;
 };
 
 class Cluster {
@@ -61,7 +64,7 @@ class Cluster {
 
   // Worker sessions.
   std::string AddWorker(WorkerSession* s, const v1::Resources& r);
-  void Heartbeat(const std::string& id);
+  void Heartbeat(const std::string& id, const v1::Heartbeat* hb = nullptr);
   void OnStep(const std::string& id, const v1::StepUpdate& u);
   void OnDone(const std::string& id, const v1::JobDone& d);
   // A rank's checkpoint part is durable; the checkpoint is committed on the shard server
@@ -97,7 +100,15 @@ class Cluster {
     WorkerSession* session = nullptr;
     int64_t last_seen_ms = 0;
     int64_t generation = 0;  // of the job assignment it runs (info.job_id)
+    v1::Heartbeat last_hb;   // the last heartbeat that named a job
   };
+  struct Progress {  // of a running job, for stall detection
+    int64_t generation = 0, step = 0, at_ms = 0;
+    double step_seconds = 0;
+    bool reported = false;  // this stall has its event
+  };
+  std::map<std::string, Progress> progress_;  // under mu_
+  void CheckStallsLocked(int64_t now);
   struct Waiter {
     std::string job_id, key;
     int64_t generation, deadline_ms;

@@ -49,7 +49,7 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
       Close("first message was not a registration", grpc::Status(grpc::FAILED_PRECONDITION, "register first"));
       return;
     } else if (in_.has_heartbeat()) {
-      cluster_->Heartbeat(id_);
+      cluster_->Heartbeat(id_, &in_.heartbeat());
     } else if (in_.has_step()) {
       cluster_->OnStep(id_, in_.step());
     } else if (in_.has_done()) {

@@ -89,6 +89,13 @@ class Session {
 
   // Runs one assignment to the end (or until cancelled), reporting as it goes.
   void Run(const v1::Assignment& a) {
+    {
+      std::lock_guard<std::mutex> l(comm_mu_);
+      hb_job_ = a.job_id();
+      hb_generation_ = a.generation();
+      hb_rank_ = a.rank();
+      hb_step_ = 0;
+    }
     LOG(INFO) << "job " << a.job_id() << " generation " << a.generation() << ": rank " << a.rank() << " of "
               << a.world_size();
     absl::Status s = Train(a);
@@ -107,9 +114,21 @@ class Session {
     }
     LOG(INFO) << "job " << a.job_id() << (s.ok() ? " finished" : " stopped: " + std::string(s.message()));
     Send(m);
+    std::lock_guard<std::mutex> l(comm_mu_);
+    hb_job_.clear();
   }
 
   std::atomic<bool> cancel{false};
+  // What a heartbeat says of the running job: placement, last step, last collective.
+  void FillHeartbeat(v1::Heartbeat* hb) {
+    std::lock_guard<std::mutex> l(comm_mu_);
+    if (hb_job_.empty()) return;
+    hb->set_job_id(hb_job_);
+    hb->set_generation(hb_generation_);
+    hb->set_rank(hb_rank_);
+    hb->set_step(hb_step_.load());
+    if (comm_ != nullptr) hb->set_collectives_done(comm_->completed());
+  }
   // Ends the running job's placement: its step loop stops at the next step and a collective
   // in flight fails at once rather than wait out its timeout.
   void Abort() {
@@ -122,6 +141,10 @@ class Session {
   std::mutex comm_mu_;
   parallel::GlooCommunicator* comm_ = nullptr;  // the running job's group, while it lives
   std::set<std::string> unreachable_;            // shard servers this run could not reach (comm_mu_)
+  std::string hb_job_;  // the running assignment, for heartbeats (comm_mu_)
+  int64_t hb_generation_ = 0;
+  int hb_rank_ = 0;
+  std::atomic<int64_t> hb_step_{0};
   void Unreachable(const std::string& server) {
     std::lock_guard<std::mutex> l(comm_mu_);
     unreachable_.insert(server);
@@ -247,6 +270,7 @@ class Session {
       if (a.rank() == 0) Send(m);
     };
     o.on_step = [&](const train::StepReport& r) {
+      hb_step_ = r.step;
       v1::WorkerMessage m;
       auto* rep = step_update(m);
       rep->set_step(r.step);
@@ -422,6 +446,7 @@ void AttachOnce(const std::shared_ptr<v1::Coordinator::Stub>& stub, metrics::Reg
       if (ended || g_stop) break;
       v1::WorkerMessage hb;
       hb.mutable_heartbeat()->set_time_unix_ms(NowUnixMs());
+      session.FillHeartbeat(hb.mutable_heartbeat());
       l.unlock();
       session.Send(hb);
       l.lock();

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <tuple>
 
 #include "coordinator/cluster.h"
 #include "shardserver/param_service.h"
@@ -42,15 +44,16 @@ class RestartTest : public ::testing::Test {
     o.placement_grace_ms = 0;  // no shard server in this test
     cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
   }
-  std::string Submit(int max_restarts) {
+  std::string Submit(int max_restarts, int dp = 1) {
     v1::Job j;
     j.set_name("r");
     j.set_state(v1::PENDING);
-    j.set_world_size(1);
+    j.set_world_size(dp);
     j.set_steps_total(100);
     j.set_spec_yaml(absl::StrCat("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\n"
                                  "data: {train: /nonexistent.bin}\n"
                                  "train: {steps: 100, micro_batch: 1, lr: 1.0e-3}\n"
+                                 "parallel: {dp: ", dp, "}\n"
                                  "scheduling: {max_restarts: ", max_restarts, "}\n"));
     std::string id;
     {
@@ -143,6 +146,66 @@ TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
   const v1::Job failed = Job(job);
   EXPECT_EQ(failed.state(), v1::FAILED);
   EXPECT_NE(failed.reason().find("scheduling.max_restarts is 1"), std::string::npos) << failed.reason();
+}
+
+// A step that does not come within the stall limit: the coordinator compares the ranks'
+// last completed collectives (from their heartbeats) and names the rank behind, in the job
+// record (describe) and as an event; the next step clears it.
+TEST(StallTest, AStalledStepNamesTheRanksBehind) {
+  testing::TempDir dir;
+  metrics::Registry registry;
+  auto store = *Store::Open(dir.File("db"));
+  ClusterOptions o;
+  o.placement_grace_ms = 0;
+  o.stall_ms = 300;
+  Cluster cluster(store.get(), &registry, o);
+  FakeSession s1, s2;
+  const std::string w1 = cluster.AddWorker(&s1, v1::Resources());
+  const std::string w2 = cluster.AddWorker(&s2, v1::Resources());
+  v1::Job j;
+  j.set_name("s");
+  j.set_state(v1::PENDING);
+  j.set_world_size(2);
+  j.set_spec_yaml("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\ndata: {train: /x.bin}\n"
+                  "train: {steps: 100, micro_batch: 1, lr: 1.0e-3}\nparallel: {dp: 2}\n");
+  std::string job;
+  {
+    std::lock_guard<std::mutex> l(cluster.job_mu());
+    job = *store->CreateJob(j);
+  }
+  cluster.JobSubmitted();
+  ASSERT_EQ(store->GetJob(job)->generation(), 1);
+  v1::StepUpdate u;
+  u.set_job_id(job);
+  u.set_generation(1);
+  u.mutable_report()->set_step(3);
+  u.mutable_report()->set_step_seconds(0.001);
+  cluster.OnStep(w1, u);
+  for (auto [w, rank, done] : {std::tuple{w1, 0, 40}, std::tuple{w2, 1, 37}}) {
+    v1::Heartbeat hb;
+    hb.set_job_id(job);
+    hb.set_generation(1);
+    hb.set_rank(rank);
+    hb.set_collectives_done(done);
+    hb.set_step(3);
+    cluster.Heartbeat(w, &hb);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store->GetJob(job)->stalled().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling an observable condition
+  }
+  const std::string stalled = store->GetJob(job)->stalled();
+  EXPECT_NE(stalled.find("step 4 stalled"), std::string::npos) << stalled;
+  EXPECT_NE(stalled.find("rank 1 (" + w2 + ") at collective #37"), std::string::npos) << stalled;
+  EXPECT_NE(stalled.find("the others have completed collective #40"), std::string::npos) << stalled;
+  EXPECT_EQ(stalled.find("rank 0"), std::string::npos) << "rank 0 is not behind: " << stalled;
+  bool event = false;
+  const std::vector<v1::JobEvent> events = *store->Events(job, 0, 1000);
+  for (const auto& e : events) event = event || e.message() == stalled;
+  EXPECT_TRUE(event) << "no event says: " << stalled;
+  u.mutable_report()->set_step(4);
+  cluster.OnStep(w1, u);
+  EXPECT_TRUE(store->GetJob(job)->stalled().empty()) << "the next step clears it";
 }
 
 TEST_F(RestartTest, AHigherPriorityJobIsPlacedFirstAndRestartingJobsLeadTheirPriority) {

@@ -69,6 +69,7 @@ absl::Status GlooCommunicator::Run(const char* what, F&& f) {
                            options_.timeout.count(), " ms; gloo: ", e.what(), ")");
     return absl::DeadlineExceededError(broken_);
   }
+  completed_ = seq;
   return absl::OkStatus();
 }
 

@@ -43,6 +43,8 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   uint64_t seq() const override { return seq_; }
+  // The sequence number of the last collective that completed (thread-safe: heartbeats).
+  uint64_t completed() const { return completed_.load(); }
   absl::Status AllReduceSum(float* data, size_t n) override;
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;
@@ -71,6 +73,7 @@ class GlooCommunicator final : public Communicator {
   uint64_t seq_ = 0;
   std::string broken_;  // set by the first failure: the group is not usable after it
   std::atomic<bool> aborted_{false};
+  std::atomic<uint64_t> completed_{0};
 };
 
 }  // namespace gantry::parallel
