@@ -340,6 +340,7 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
     }
   }
   registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Inc();
+  MaybeGrow(p.job_id(), p.generation(), p.step());
   if (c.keep > 0) {  // the newest K whole ones stay
     std::vector<std::string> servers;
     for (const auto& info : ShardServers()) servers.push_back(info.address());
@@ -353,14 +354,14 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
 }
 
 void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, const std::string& why,
-                                 bool retryable) {
+                                 bool retryable, bool planned) {
   std::lock_guard<std::mutex> jl(job_mu_);
   auto job = store_->GetJob(job_id);
   if (!job.ok() || job->generation() != generation) return;
   if (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED) return;
   auto spec = train::ParseJobSpec(job->spec_yaml());
   const int max_restarts = spec.ok() ? spec->scheduling.max_restarts : 0;
-  const bool restart = retryable && job->restarts() < max_restarts;
+  const bool restart = planned || (retryable && job->restarts() < max_restarts);
   // The other ranks drop this generation now: their collectives fail at once rather than
   // wait out the timeout.
   for (const auto& wid : job->workers()) {
@@ -380,8 +381,11 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   done_ranks_.erase({job_id, generation});
   const int64_t now = NowUnixMs();
   job->set_update_time_unix_ms(now);
-  job->set_reason(why);
-  if (restart) {
+  if (!planned) job->set_reason(why);
+  if (planned) {
+    job->set_state(v1::RESTARTING);
+    job->set_failure_time_unix_ms(0);
+  } else if (restart) {
     job->set_state(v1::RESTARTING);
     job->set_restarts(job->restarts() + 1);
     job->set_restarts_in_a_row(job->restarts_in_a_row() + 1);
@@ -395,7 +399,11 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
     }
   }
   if (!store_->PutJob(*job).ok()) return;
-  if (restart) {
+  if (planned) {
+    (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(why); });
+    (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::RESTARTING); });
+    LOG(INFO) << "job " << job_id << ": " << why;
+  } else if (restart) {
     registry_->GetCounter("gantry_coordinator_job_restarts_total", "Jobs placed again after a failure.").Inc();
     (void)Event(job_id, [&](v1::JobEvent& e) {
       e.set_message(absl::StrCat("restart ", job->restarts(), " of ", max_restarts, " at step ", job->steps_done(), ": ",
@@ -465,8 +473,18 @@ void Cluster::ScheduleLocked() {
       }
       if (missing && since < options_.checkpoint_server_wait_ms) break;  // Monitor retries
     }
-    // Gang placement: all ranks or none. World size 1 until data parallelism lands.
-    const int world = std::max(1, job.world_size());
+    // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
+    // workers allow (at least its smallest).
+    auto parsed = train::ParseJobSpec(job.spec_yaml());
+    int world = std::max(1, job.world_size());
+    if (parsed.ok() && parsed->elastic.enabled()) {
+      const int idle = IdleWorkersLocked();
+      world = 0;
+      for (int d : parsed->DpChoices()) {
+        if (d <= idle) world = d;
+      }
+      if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
+    }
     std::vector<WorkerState*> chosen;
     for (auto& [wid, w] : workers_) {
       if (w.session != nullptr && w.info.state() == "idle") chosen.push_back(&w);
@@ -492,6 +510,7 @@ void Cluster::ScheduleLocked() {
     const auto t_submit = job.submit_time_unix_ms();
     job.set_state(v1::SCHEDULED);
     job.set_generation(job.generation() + 1);
+    job.set_world_size(world);
     job.clear_workers();
     for (auto* w : chosen) job.add_workers(w->info.id());
     job.set_update_time_unix_ms(now);
@@ -601,6 +620,39 @@ void Cluster::CheckStallsLocked(int64_t now) {
     LOG(WARNING) << "job " << job_id << ": " << what;
     ++it;
   }
+}
+
+int Cluster::IdleWorkersLocked() const {
+  int idle = 0;
+  for (const auto& [id, w] : workers_) idle += w.session != nullptr && w.info.state() == "idle";
+  return idle;
+}
+
+void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t step) {
+  std::lock_guard<std::mutex> l(mu_);
+  int world = 0, target = 0;
+  {
+    std::lock_guard<std::mutex> jl(job_mu_);
+    auto job = store_->GetJob(job_id);
+    if (!job.ok() || job->generation() != generation || job->state() != v1::RUNNING) return;
+    auto spec = train::ParseJobSpec(job->spec_yaml());
+    if (!spec.ok() || !spec->elastic.enabled()) return;
+    // Queued jobs come first: growing is only for workers nobody waits for.
+    auto jobs = store_->ListJobs();
+    if (!jobs.ok() || !QueueOrder(*jobs).empty()) return;
+    world = job->world_size();
+    const int idle = IdleWorkersLocked();
+    for (int d : spec->DpChoices()) {
+      if (d <= world + idle) target = d;
+    }
+  }
+  if (target <= world) return;
+  registry_->GetCounter("gantry_coordinator_elastic_resizes_total", "Elastic jobs placed again at another dp.").Inc();
+  EndPlacementLocked(job_id, generation,
+                     absl::StrCat("growing from dp ", world, " to dp ", target, " from the checkpoint of step ", step,
+                                  " (workers came free)"),
+                     /*retryable=*/true, /*planned=*/true);
+  ScheduleLocked();
 }
 
 std::vector<std::string> Cluster::MissingCheckpointServers(const v1::Job& job) {

@@ -129,7 +129,14 @@ class Cluster {
   // `retryable` and restarts left the job goes RESTARTING (placed again, from its last
   // committed checkpoint), else FAILED. No-op unless the job is SCHEDULED or RUNNING at that
   // generation. Cluster mu_ held.
-  void EndPlacementLocked(const std::string& job_id, int64_t generation, const std::string& why, bool retryable);
+  // `planned` (an elastic job growing): placed again whatever max_restarts says, and not
+  // counted as a restart.
+  void EndPlacementLocked(const std::string& job_id, int64_t generation, const std::string& why, bool retryable,
+                          bool planned = false);
+  // After a commit: an elastic job below its largest dp that idle workers could now fill is
+  // placed again, bigger, from the checkpoint just committed. Takes mu_.
+  void MaybeGrow(const std::string& job_id, int64_t generation, int64_t step);
+  int IdleWorkersLocked() const;
   void Monitor();
   void UpdateGaugesLocked();
   absl::Status Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill);

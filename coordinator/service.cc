@@ -198,7 +198,11 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
       alive += w.state() != "dead";
       idle += w.state() == "idle";
     }
-    const int want = std::max(1, job->world_size());
+    int want = std::max(1, job->world_size());
+    if (auto spec = train::ParseJobSpec(job->spec_yaml()); spec.ok() && spec->elastic.enabled()) {
+      const auto choices = spec->DpChoices();
+      if (!choices.empty()) want = choices.front();
+    }
     job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers", " (", idle, " idle of ",
                                       alive, " attached)"));
     if (auto missing = cluster_->MissingCheckpointServers(*job); !missing.empty()) {

@@ -156,6 +156,8 @@ class Session {
     LOG(INFO) << "job " << a.job_id() << ": " << kernels::ConfigureThreads(FLAGS_threads);
     auto spec = train::ParseJobSpec(a.spec_yaml());
     if (!spec.ok()) return spec.status();
+    // An elastic job runs at the dp its placement chose (the global batch stays).
+    if (spec->elastic.enabled()) spec->parallel.dp = a.world_size();
     const std::string dir = absl::StrCat(FLAGS_work_dir, "/", a.job_id(), "/gen", a.generation());
     spec->checkpoint.dir = dir + "/checkpoints";
     train::TrainOptions o;

@@ -208,6 +208,61 @@ TEST(StallTest, AStalledStepNamesTheRanksBehind) {
   EXPECT_TRUE(store->GetJob(job)->stalled().empty()) << "the next step clears it";
 }
 
+// Elastic dp in [1, 2]: placed at dp 1 on the one worker there is; a second worker attaches,
+// and at the next committed checkpoint the job is placed again at dp 2 (not counted as a
+// restart); a lost worker then places it again at dp 1 rather than waiting for a spare.
+TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
+  FakeSession s1, s2;
+  const std::string w1 = cluster_->AddWorker(&s1, v1::Resources());
+  v1::Job j;
+  j.set_name("e");
+  j.set_state(v1::PENDING);
+  j.set_world_size(2);
+  j.set_spec_yaml("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\ndata: {train: /x.bin}\n"
+                  "train: {steps: 100, micro_batch: 1, global_batch: 2, lr: 1.0e-3}\nparallel: {dp: 2}\n"
+                  "elastic: {min_dp: 1, max_dp: 2}\n");
+  std::string job;
+  {
+    std::lock_guard<std::mutex> l(cluster_->job_mu());
+    job = *store_->CreateJob(j);
+  }
+  cluster_->JobSubmitted();
+  const v1::Assignment* a = Assigned(s1.Take());
+  ASSERT_NE(a, nullptr) << "an elastic job starts at the dp the idle workers allow";
+  EXPECT_EQ(a->world_size(), 1);
+  EXPECT_EQ(Job(job).world_size(), 1);
+  Step(w1, job, 1, 4);
+
+  const std::string w2 = cluster_->AddWorker(&s2, v1::Resources());
+  EXPECT_EQ(Job(job).generation(), 1) << "it grows at a checkpoint, not at once";
+  v1::CheckpointPart part;
+  part.set_job_id(job);
+  part.set_generation(1);
+  part.set_rank(0);
+  part.set_step(4);
+  part.set_manifest_json("{}");
+  cluster_->OnCheckpointPart(w1, part);
+  const v1::Job grown = Job(job);
+  EXPECT_EQ(grown.generation(), 2);
+  EXPECT_EQ(grown.world_size(), 2);
+  EXPECT_EQ(grown.restarts(), 0) << "growing is not a restart";
+  const v1::Assignment* b1 = Assigned(s1.Take());
+  const v1::Assignment* b2 = Assigned(s2.Take());
+  ASSERT_TRUE(b1 != nullptr && b2 != nullptr);
+  EXPECT_EQ(b1->world_size(), 2);
+  const std::vector<v1::JobEvent> events = *store_->Events(job, 0, 1000);
+  bool said = false;
+  for (const auto& e : events) said = said || e.message().find("growing from dp 1 to dp 2") != std::string::npos;
+  EXPECT_TRUE(said);
+
+  Step(w1, job, 2, 5);
+  cluster_->RemoveWorker(w2, "heartbeat timeout");
+  const v1::Job shrunk = Job(job);
+  EXPECT_EQ(shrunk.generation(), 3);
+  EXPECT_EQ(shrunk.world_size(), 1) << "placed again smaller rather than waiting";
+  EXPECT_EQ(shrunk.restarts(), 1);
+}
+
 TEST_F(RestartTest, AHigherPriorityJobIsPlacedFirstAndRestartingJobsLeadTheirPriority) {
   std::vector<v1::Job> jobs(4);
   jobs[0].set_id("j-000001"), jobs[0].set_state(v1::PENDING), jobs[0].set_priority(0);

@@ -116,6 +116,25 @@ check "after a coordinator SIGKILL the running jobs resume from their newest com
 check "after a coordinator SIGKILL the queued job is still there and runs to SUCCEEDED" \
   wait_for 60 bash -c "'$CLI' describe $q | grep -q 'State:      SUCCEEDED'"
 
+# Elastic: with one worker free, an elastic job (dp 1..2) starts at dp 1; once the other
+# worker comes free it grows to dp 2 at its next checkpoint, resuming from it.
+l1=$("$CLI" submit "$TMP/long.yaml")
+wait_for 20 bash -c "'$CLI' describe $l1 | grep -q 'State:      RUNNING'"
+sed 's/^checkpoint:.*/checkpoint: {every: 10, dir: x}/' "$TMP/long.yaml" >"$TMP/elastic.yaml"
+printf 'parallel: {dp: 2}\nelastic: {min_dp: 1, max_dp: 2}\n' >>"$TMP/elastic.yaml"
+e=$("$CLI" submit "$TMP/elastic.yaml")
+check "an elastic job starts at dp 1 on the one free worker" wait_for 20 bash -c \
+  "'$CLI' describe $e | grep -q 'State:      RUNNING' && '$CLI' describe $e | grep -q '^Workers:    rank 0 [^,]*\$'"
+"$CLI" cancel "$l1" >/dev/null
+check "it grows to dp 2 at its next checkpoint once the other worker is free, resuming from it" wait_for 30 bash -c \
+  "'$CLI' describe $e | grep -q 'State:      RUNNING' && '$CLI' describe $e | grep -q 'rank 1 w-' && \
+   grep -q 'job $e: rank 1 resuming from the checkpoint of step' '$TMP'/cluster/worker*.log"
+"$CLI" cancel "$e" >/dev/null
+check "the job's events say so, and it was not counted as a restart" bash -c \
+  "'$CLI' watch $e 2>/dev/null | grep -q 'growing from dp 1 to dp 2 from the checkpoint of step' && \
+   '$CLI' describe $e | grep -q 'Restarts:   0'"
+wait_for 10 bash -c "[ \$('$CLI' workers | grep -c ' idle ') -eq 2 ]"
+
 # Priorities on a full cluster: two long jobs hold both workers; a low-priority job is
 # queued, then a high-priority one. Cancelling a long job places the high one first, within
 # a second; cancelling the other places the low one.

@@ -105,6 +105,29 @@ TEST(JobSpecTest, IncoherentParallelSpecsAreRefusedWithTheReason) {
   EXPECT_NE(Error(With("optimizer: {placement: gpu}\n")).find("'gpu' is not worker or shardserver"), std::string::npos);
 }
 
+TEST(JobSpecTest, SchedulingAndElasticSectionsParseAndAreChecked) {
+  const std::string base = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, global_batch: 24, lr: 1.0e-3}
+parallel: {dp: 2}
+)";
+  auto e = ParseJobSpec(base + "scheduling: {priority: 7, max_restarts: 0}\nelastic: {min_dp: 1, max_dp: 4}\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->scheduling.priority, 7);
+  EXPECT_EQ(e->scheduling.max_restarts, 0);
+  EXPECT_EQ(e->DpChoices(), (std::vector<int>{1, 2, 3, 4})) << "24 = 2 x 12: every dp from 1 to 4 divides";
+  auto odd = ParseJobSpec(base + "elastic: {min_dp: 2, max_dp: 5}\n");
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ(odd->DpChoices(), (std::vector<int>{2, 3, 4})) << "2 x 5 does not divide 24";
+  EXPECT_EQ(ParseJobSpec(base)->DpChoices(), (std::vector<int>{2})) << "not elastic: dp alone";
+  EXPECT_NE(Error(base + "elastic: {min_dp: 3, max_dp: 2}\n").find("field 'elastic.max_dp' must be >= elastic.min_dp (3)"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "elastic: {min_dp: 3, max_dp: 4}\n").find("field 'parallel.dp' must be within [elastic.min_dp, elastic.max_dp] = [3, 4], not 2"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "scheduling: {max_restarts: -1}\n").find("scheduling.max_restarts"), std::string::npos);
+}
+
 TEST(LearningRateTest, ConstantWithoutWarmupOrDecay) {
   TrainSpec t;
   t.steps = 100;

@@ -123,6 +123,16 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (!(t.grad_clip >= 0)) return FieldError("train.grad_clip", "must be >= 0 (0 = off)");
   if (s.eval.every < 0) return FieldError("eval.every", "must be >= 0");
   if (s.scheduling.max_restarts < 0) return FieldError("scheduling.max_restarts", "must be >= 0 (0 = never restart)");
+  if (present.count("elastic.min_dp") || present.count("elastic.max_dp")) {
+    const ElasticSpec& e = s.elastic;
+    if (e.min_dp < 1) return FieldError("elastic.min_dp", "must be >= 1");
+    if (e.max_dp < e.min_dp) return FieldError("elastic.max_dp", absl::StrCat("must be >= elastic.min_dp (", e.min_dp, ")"));
+    if (s.parallel.dp < e.min_dp || s.parallel.dp > e.max_dp) {
+      return FieldError("parallel.dp", absl::StrCat("must be within [elastic.min_dp, elastic.max_dp] = [", e.min_dp, ", ",
+                                                    e.max_dp, "], not ", s.parallel.dp));
+    }
+    if (s.resources.workers != 0) return FieldError("resources.workers", "does not combine with elastic (the coordinator picks dp)");
+  }
   if (s.eval.batches < 1) return FieldError("eval.batches", "must be >= 1");
   if (s.checkpoint.every < 0) return FieldError("checkpoint.every", "must be >= 0");
   if (s.checkpoint.keep < 0) return FieldError("checkpoint.keep", "must be >= 0 (0 = keep all)");
@@ -134,6 +144,15 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
 }
 
 }  // namespace
+
+std::vector<int> JobSpec::DpChoices() const {
+  if (!elastic.enabled()) return {parallel.dp};
+  std::vector<int> out;
+  for (int d = elastic.min_dp; d <= elastic.max_dp; ++d) {
+    if (train.micro_batch > 0 && train.global_batch % (train.micro_batch * d) == 0) out.push_back(d);
+  }
+  return out;
+}
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
   YAML::Node root;
@@ -194,7 +213,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                          {"timeout_s", Real(&s.parallel.timeout_s)}})},
        {"optimizer", sub({{"placement", Str(&s.optimizer.placement)}, {"staleness", Int(&s.optimizer.staleness)}})},
        {"resources", sub({{"workers", Int(&s.resources.workers)}})},
-       {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})}}));
+       {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},
+       {"elastic", sub({{"min_dp", Int(&s.elastic.min_dp)}, {"max_dp", Int(&s.elastic.max_dp)}})}}));
   if (!max_seq_given) s.model.max_seq_len = s.seq_len;
   if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch * std::max(1, s.parallel.dp);
   RETURN_IF_ERROR(Validate(s, present));

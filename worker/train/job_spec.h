@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/model/gpt.h"
@@ -52,6 +53,15 @@ struct SchedulingSpec {
   int max_restarts = 3;  // times the job is placed again after a lost worker or shard server, or a failed rank
 };
 
+// Elastic data parallelism: the coordinator places the job at any dp in [min_dp, max_dp]
+// that divides the global batch (the largest the idle workers allow), places it again
+// smaller after a lost worker when no spare is left, and grows it at its next checkpoint when
+// workers come free. 0, 0: not elastic (dp as given).
+struct ElasticSpec {
+  int min_dp = 0, max_dp = 0;
+  bool enabled() const { return max_dp > 0; }
+};
+
 struct ResourcesSpec {
   int workers = 0;  // worker processes the job asks for; 0 = dp (the product of the degrees)
 };
@@ -72,6 +82,7 @@ struct CheckpointSpec {
 struct JobSpec {
   std::string name = "job";
   SchedulingSpec scheduling;
+  ElasticSpec elastic;
   model::GPTConfig model;
   int seq_len = 0;  // T: tokens per sequence
   DataSpec data;
@@ -82,6 +93,9 @@ struct JobSpec {
   OptimizerSpec optimizer;
   ResourcesSpec resources;
   int world_size() const { return parallel.dp; }
+  // The dp sizes an elastic job may run at, ascending (just dp when not elastic): those in
+  // [min_dp, max_dp] for which micro_batch x dp divides the global batch.
+  std::vector<int> DpChoices() const;
   // global_batch = micro_batch x grad_accum x dp
   int grad_accum() const {
     return train.micro_batch > 0 && parallel.dp > 0 ? train.global_batch / (train.micro_batch * parallel.dp) : 0;
