@@ -485,10 +485,21 @@ void Cluster::ScheduleLocked() {
       }
       if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
     }
-    std::vector<WorkerState*> chosen;
+    // Topology: ranks are packed onto as few hosts as possible, hosts with the most idle
+    // workers first, consecutive ranks on one host (so that a group of neighbouring ranks,
+    // a tensor-parallel group to come, shares a host's fast links).
+    std::map<std::string, std::vector<WorkerState*>> by_host;
     for (auto& [wid, w] : workers_) {
-      if (w.session != nullptr && w.info.state() == "idle") chosen.push_back(&w);
-      if (static_cast<int>(chosen.size()) == world) break;
+      if (w.session != nullptr && w.info.state() == "idle") by_host[w.info.resources().host()].push_back(&w);
+    }
+    std::vector<std::vector<WorkerState*>*> hosts;
+    for (auto& [host, ws] : by_host) hosts.push_back(&ws);
+    std::stable_sort(hosts.begin(), hosts.end(), [](auto* a, auto* b) { return a->size() > b->size(); });
+    std::vector<WorkerState*> chosen;
+    for (auto* ws : hosts) {
+      for (WorkerState* w : *ws) {
+        if (static_cast<int>(chosen.size()) < world) chosen.push_back(w);
+      }
     }
     if (static_cast<int>(chosen.size()) < world) break;  // strict FIFO: later jobs wait
     // The partition map of this generation over the live shard servers: where checkpoint

@@ -263,6 +263,24 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
   EXPECT_EQ(shrunk.restarts(), 1);
 }
 
+// Placement packs a job's ranks onto as few hosts as it can: with one idle worker on host a
+// and two on host b, a DP=2 job goes to host b, ranks 0 and 1 side by side.
+TEST_F(RestartTest, RanksArePackedOntoTheHostWithTheMostIdleWorkers) {
+  FakeSession sa, sb1, sb2;
+  v1::Resources a, b;
+  a.set_host("a");
+  b.set_host("b");
+  cluster_->AddWorker(&sa, a);
+  const std::string b1 = cluster_->AddWorker(&sb1, b);
+  const std::string b2 = cluster_->AddWorker(&sb2, b);
+  const std::string job = Submit(/*max_restarts=*/0, /*dp=*/2);
+  const v1::Job placed = Job(job);
+  ASSERT_EQ(placed.workers_size(), 2);
+  EXPECT_EQ(placed.workers(0), b1);
+  EXPECT_EQ(placed.workers(1), b2);
+  EXPECT_EQ(Assigned(sa.Take()), nullptr);
+}
+
 TEST_F(RestartTest, AHigherPriorityJobIsPlacedFirstAndRestartingJobsLeadTheirPriority) {
   std::vector<v1::Job> jobs(4);
   jobs[0].set_id("j-000001"), jobs[0].set_state(v1::PENDING), jobs[0].set_priority(0);

@@ -114,7 +114,12 @@ NcclCommunicator::~NcclCommunicator() {
 absl::Status NcclCommunicator::Fail(const char* what, uint64_t seq, const std::string& why) {
   ncclCommAbort(Comm(comm_));
   comm_ = nullptr;
-  const std::string missing = ReportFailureAndFindMissing(*store_, rank_, size_, seq, options_.failure_grace);
+  if (aborted_) {
+    broken_ = absl::StrCat(what, " #", seq, " on rank ", rank_, " of ", size_, ": the job's placement was aborted");
+    return absl::AbortedError(broken_);
+  }
+  const std::string missing =
+      ReportFailureAndFindMissing(*store_, rank_, size_, seq, options_.failure_grace, &aborted_);
   broken_ = absl::StrCat(what, " #", seq, " failed on rank ", rank_, " of ", size_, ": ", missing, " (timeout ",
                          options_.timeout.count(), " ms; nccl: ", why, ")");
   return absl::DeadlineExceededError(broken_);
@@ -132,6 +137,7 @@ absl::Status NcclCommunicator::WaitDone(const char* what, uint64_t seq) {
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(Comm(comm_), &async);
     if (async != ncclSuccess && async != ncclInProgress) return Fail(what, seq, ncclGetErrorString(async));
+    if (aborted_) return Fail(what, seq, "aborted");
     if (std::chrono::steady_clock::now() > deadline) return Fail(what, seq, "timed out");
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
@@ -143,6 +149,7 @@ absl::Status NcclCommunicator::Run(const char* what, F&& launch) {
   if (!broken_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(what, " #", seq, " on rank ", rank_, ": the group failed earlier: ", broken_));
   }
+  if (aborted_) return Fail(what, seq, "aborted before it started");
   ncclResult_t r = launch();
   if (r == ncclInProgress) r = WaitForComm(Comm(comm_), std::chrono::steady_clock::now() + options_.timeout);
   if (r != ncclSuccess) return Fail(what, seq, r == ncclInProgress ? "enqueue timed out" : ncclGetErrorString(r));

@@ -7,6 +7,7 @@
 // number and the ranks that did not arrive (see failure_report.h), never a hang.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -46,6 +47,10 @@ class NcclCommunicator final : public Communicator {
   // The stream the collectives run on (device work that produces their inputs should be
   // ordered before it).
   void* stream() const { return stream_; }
+  // The job's placement is over: the collective in flight (or the next) aborts the NCCL
+  // communicator (ncclCommAbort) and fails as ABORTED at once, without the failure grace.
+  // Thread-safe: the waiting loop notices it within microseconds.
+  void Abort() { aborted_ = true; }
 
  private:
   struct Impl;
@@ -58,6 +63,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank_ = 0, size_ = 1;
   uint64_t seq_ = 0;
+  std::atomic<bool> aborted_{false};
   NcclOptions options_;
   std::shared_ptr<gloo::rendezvous::Store> store_;
   void* comm_ = nullptr;    // ncclComm_t
