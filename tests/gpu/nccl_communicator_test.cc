@@ -7,6 +7,7 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -59,6 +60,24 @@ TEST_F(NcclCommunicatorTest, WorldSizeOneRunsEveryCollectiveThroughNccl) {
   EXPECT_EQ(comm.seq(), 5u);
   const absl::Status bad = comm.Broadcast(x, n, 1);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+}
+
+// Abort (a restart of the job): the next collective aborts the NCCL communicator and fails as
+// ABORTED at once, without the failure grace; the group stays failed.
+TEST_F(NcclCommunicatorTest, AbortFailsTheNextCollectiveAtOnce) {
+  NcclOptions o;
+  o.timeout = std::chrono::milliseconds(60000);  // a wait of the timeout would show
+  auto c = NcclCommunicator::Create(0, 1, std::make_shared<gloo::rendezvous::HashStore>(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  float* x = Device(std::vector<float>(1024, 1.f));
+  ASSERT_TRUE((*c)->AllReduceSum(x, 1024).ok());
+  (*c)->Abort();
+  const auto t0 = std::chrono::steady_clock::now();
+  const absl::Status s = (*c)->AllReduceSum(x, 1024);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_LT(secs, 5.0) << "no wait for the timeout or the grace";
+  EXPECT_EQ((*c)->Barrier().code(), absl::StatusCode::kFailedPrecondition) << "the group stays failed";
 }
 
 }  // namespace
