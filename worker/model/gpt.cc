@@ -143,7 +143,7 @@ void GPT::Op(const char* name, F&& f) {
 
 void GPT::ZeroGrad() { std::fill(grads_.begin(), grads_.end(), 0.f); }
 
-ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T) {
+ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute) {
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t C = config.n_embd, V = config.vocab_size, NH = config.n_head;
   const size_t L = config.n_layer;
@@ -175,7 +175,6 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T) {
   o.ln1_rstd = take(BT);
   o.qkv = take(BT * 3 * C);
   o.atty = take(BT * C);
-  o.att = take(static_cast<size_t>(B) * NH * T * T);
   o.attproj = take(BT * C);
   o.res2 = take(BT * C);
   o.ln2 = take(BT * C);
@@ -185,23 +184,75 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T) {
   o.fch_gelu = take(BT * 4 * C);
   o.fcproj = take(BT * C);
   o.res3 = take(BT * C);
-  o.layer_stride = cur;
+  const size_t without_att = cur;
+  o.att = take(static_cast<size_t>(B) * NH * T * T);  // last: kSelective leaves it out
+  const size_t whole = cur;
+  o.recompute = recompute;
   o.layer0 = block_start;
-  o.total = block_start + L * o.layer_stride;
+  if (recompute == Recompute::kFull) {
+    o.layer_stride = (BT * C + 15) & ~size_t{15};  // res3 alone
+    o.scratch = block_start + L * o.layer_stride;
+    o.total = o.scratch + whole;
+    return o;
+  }
+  o.layer_stride = recompute == Recompute::kSelective ? without_att : whole;
+  o.scratch = block_start + L * o.layer_stride;
+  o.total = o.scratch + (recompute == Recompute::kSelective ? whole - without_att : 0);
   return o;
 }
 
 void GPT::EnsureActivations(int B, int T) {
   if (B == act_B_ && T == act_T_) return;
-  const ActivationLayout o = LayoutActivations(config_, B, T);
+  const ActivationLayout o = LayoutActivations(config_, B, T, recompute_);
   act_.Assign(o.total);
   off_ = o;
   act_B_ = B;
   act_T_ = T;
 }
 
+void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B, int T, const char* tag) {
+  const int C = config_.n_embd, NH = config_.n_head;
+  const int BT = B * T;
+  auto name = [tag](const char* op) { return *tag ? tag : op; };
+  Op(name("layernorm fwd"), [&] {
+    k::layernorm_forward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
+                         LayerAct(l, off_.ln1_rstd), residual, w.ln1w, w.ln1b, BT, C);
+  });
+  Op(name("matmul fwd"), [&] {
+    k::matmul_forward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * C);
+  });
+  Op(name("attention fwd"), [&] {
+    k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B,
+                         T, C, NH);
+  });
+  Op(name("matmul fwd"), [&] {
+    k::matmul_forward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, w.projb, BT, C,
+                      C);
+  });
+  Op(name("residual fwd"), [&] {
+    k::residual_forward(LayerAct(l, off_.res2), residual, LayerAct(l, off_.attproj),
+                        static_cast<int64_t>(BT) * C);
+  });
+  Op(name("layernorm fwd"), [&] {
+    k::layernorm_forward(LayerAct(l, off_.ln2), LayerAct(l, off_.ln2_mean),
+                         LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), w.ln2w, w.ln2b, BT, C);
+  });
+  Op(name("matmul+gelu fwd"), [&] {
+    k::matmul_bias_gelu_forward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu),
+                                LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, 4 * C);
+  });
+  Op(name("matmul fwd"), [&] {
+    k::matmul_forward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw, w.fcprojb,
+                      BT, 4 * C, C);
+  });
+  Op(name("residual fwd"), [&] {
+    k::residual_forward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
+                        static_cast<int64_t>(BT) * C);
+  });
+}
+
 void GPT::RunForward(const int32_t* inputs, int B, int T) {
-  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int C = config_.n_embd, V = config_.vocab_size;
   const int L = config_.n_layer;
   const int BT = B * T;
   EnsureActivations(B, T);
@@ -214,41 +265,7 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
   const float* residual = A(off_.encoded);
   for (int l = 0; l < L; ++l) {
     const LayerParams w = Layer(UnitParams(1 + l), l);
-    Op("layernorm fwd", [&] {
-      k::layernorm_forward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
-                           LayerAct(l, off_.ln1_rstd), residual, w.ln1w, w.ln1b, BT, C);
-    });
-    Op("matmul fwd", [&] {
-      k::matmul_forward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * C);
-    });
-    Op("attention fwd", [&] {
-      k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B,
-                           T, C, NH);
-    });
-    Op("matmul fwd", [&] {
-      k::matmul_forward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, w.projb, BT, C,
-                        C);
-    });
-    Op("residual fwd", [&] {
-      k::residual_forward(LayerAct(l, off_.res2), residual, LayerAct(l, off_.attproj),
-                          static_cast<int64_t>(BT) * C);
-    });
-    Op("layernorm fwd", [&] {
-      k::layernorm_forward(LayerAct(l, off_.ln2), LayerAct(l, off_.ln2_mean),
-                           LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), w.ln2w, w.ln2b, BT, C);
-    });
-    Op("matmul+gelu fwd", [&] {
-      k::matmul_bias_gelu_forward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu),
-                                  LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, 4 * C);
-    });
-    Op("matmul fwd", [&] {
-      k::matmul_forward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw, w.fcprojb,
-                        BT, 4 * C, C);
-    });
-    Op("residual fwd", [&] {
-      k::residual_forward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
-                          static_cast<int64_t>(BT) * C);
-    });
+    ForwardLayer(l, w, residual, B, T, "");
     ReleaseUnitParams(1 + l);
     residual = LayerAct(l, off_.res3);
   }
@@ -327,6 +344,14 @@ void GPT::RunBackward(int B, int T) {
     const LayerParams w = Layer(UnitParams(1 + l), l);
     const LayerParams g = Layer(UnitGrads(1 + l), l);
     const float* residual = l > 0 ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
+    // Activation checkpointing: what forward did not keep is computed again, as it was.
+    if (off_.recompute == Recompute::kFull) {
+      ForwardLayer(l, w, residual, B, T, "recompute fwd");
+    } else if (off_.recompute == Recompute::kSelective) {
+      Op("recompute attention", [&] {
+        k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, C, NH);
+      });
+    }
     // dres holds d(res3). MLP branch.
     Op("matmul+gelu bwd", [&] {
       k::matmul_backward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu),

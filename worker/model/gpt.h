@@ -56,6 +56,12 @@ class ParamHost {
 // Where each activation of a (B, T) step lives in one flat buffer (in floats; sub-buffers
 // 64-byte aligned). Layer l's activations are at layer0 + l * layer_stride + the offset.
 // The CPU model and the CUDA model (gpt_cuda.h) share it.
+// Activation checkpointing: kFull keeps only each layer's output and recomputes the layer's
+// forward in backward; kSelective keeps all but attention's probabilities (B, NH, T, T),
+// recomputed from the kept qkv. Both give the same bits as kNone: the recomputation runs the
+// same kernels on the same inputs.
+enum class Recompute { kNone, kFull, kSelective };
+
 struct ActivationLayout {
   size_t encoded, logits, losses, lnf, lnf_mean, lnf_rstd;
   size_t layer0, layer_stride;
@@ -63,9 +69,13 @@ struct ActivationLayout {
       res3;
   // backward scratch
   size_t dres, dln, dqkv, datty, datt, dfch, dlnf;
+  // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
+  // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).
+  size_t scratch = 0;
+  Recompute recompute = Recompute::kNone;
   size_t total;
 };
-ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T);
+ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute = Recompute::kNone);
 
 class GPT {
  public:
@@ -116,6 +126,11 @@ class GPT {
   void ResetProfile() { op_seconds_.clear(); }
   // Allocates the activations for (B,T) now rather than at the first forward.
   void ReserveActivations(int B, int T) { EnsureActivations(B, T); }
+  // Activation checkpointing (before the first forward, or re-laid out at the next).
+  void set_recompute(Recompute r) {
+    if (r != recompute_) act_B_ = act_T_ = 0;
+    recompute_ = r;
+  }
   // Bytes of activation memory for the current (B,T).
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
 
@@ -131,7 +146,14 @@ class GPT {
   void UnitGradsDone(int u) { if (host_) host_->GradsDone(u); }
   void EnsureActivations(int B, int T);
   float* A(size_t off) { return act_.data() + off; }
-  float* LayerAct(int l, size_t off) { return act_.data() + off_.layer0 + l * off_.layer_stride + off; }
+  float* LayerAct(int l, size_t off) {
+    if (off_.recompute == Recompute::kFull && off != off_.res3) return act_.data() + off_.scratch + off;
+    if (off_.recompute == Recompute::kFull) return act_.data() + off_.layer0 + l * off_.layer_stride;
+    if (off_.recompute == Recompute::kSelective && off == off_.att) return act_.data() + off_.scratch;
+    return act_.data() + off_.layer0 + l * off_.layer_stride + off;
+  }
+  // Layer l's forward from its input `residual` (the ops of RunForward's loop).
+  void ForwardLayer(int l, const LayerParams& w, const float* residual, int B, int T, const char* tag);
   void RunForward(const int32_t* inputs, int B, int T);
   void RunBackward(int B, int T);
 
@@ -150,6 +172,7 @@ class GPT {
   FloatBuffer act_;
   ActivationLayout off_{};
   int act_B_ = 0, act_T_ = 0;
+  Recompute recompute_ = Recompute::kNone;
   std::vector<int32_t> inputs_, targets_;
 };
 

@@ -121,6 +121,9 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (!(t.eps > 0)) return FieldError("train.eps", "must be > 0");
   if (!(t.weight_decay >= 0)) return FieldError("train.weight_decay", "must be >= 0");
   if (!(t.grad_clip >= 0)) return FieldError("train.grad_clip", "must be >= 0 (0 = off)");
+  if (t.recompute != "none" && t.recompute != "full" && t.recompute != "selective") {
+    return FieldError("train.recompute", absl::StrCat("is '", t.recompute, "': none, full or selective"));
+  }
   if (s.eval.every < 0) return FieldError("eval.every", "must be >= 0");
   if (s.scheduling.max_restarts < 0) return FieldError("scheduling.max_restarts", "must be >= 0 (0 = never restart)");
   if (present.count("elastic.min_dp") || present.count("elastic.max_dp")) {
@@ -202,7 +205,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                       {"eps", Real(&s.train.eps)},
                       {"weight_decay", Real(&s.train.weight_decay)},
                       {"grad_clip", Real(&s.train.grad_clip)},
-                      {"seed", Num(&s.train.seed, "a non-negative integer")}})},
+                      {"seed", Num(&s.train.seed, "a non-negative integer")},
+                      {"recompute", Str(&s.train.recompute)}})},
        {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
        {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)},
                            {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)},

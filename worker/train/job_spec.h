@@ -31,6 +31,9 @@ struct TrainSpec {
   double weight_decay = 0.01;  // tensors of 2 or more dimensions only
   double grad_clip = 1.0;      // max global gradient norm; 0 = off
   uint64_t seed = 1337;
+  // Activation checkpointing: none, full (recompute each block in backward) or selective
+  // (recompute attention's probabilities only). Same losses, bit for bit.
+  std::string recompute = "none";
 };
 
 struct ParallelSpec {
