@@ -39,6 +39,8 @@
 #include "worker/data/prepare.h"
 #include "worker/model/hf_io.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/job_spec.h"
+#include "worker/train/planner.h"
 #include "worker/train/sample.h"
 
 namespace gantry::cli {
@@ -55,6 +57,12 @@ constexpr char kUsage[] =
     "  checkpoints JOB      list a job's committed checkpoints\n"
     "  export JOB [--step N] -o DIR   write a Hugging Face model directory\n"
     "  sample JOB [--step N] --prompt TEXT [--tokens N]   generate text from a checkpoint\n"
+    "  plan [JOB.yaml | --preset gpt2|gpt2-medium|gpt2-large|gpt2-xl | --n-layer L --d-model C --heads H\n"
+    "       --vocab V | --params N] [--seq-len T] [--gpus G] [--gpu-memory GB] [--precision mixed|fp32]\n"
+    "       [--fp32-grad-accum] [--zero S] [--tp T] [--pp P] [--dp D] [--micro-batch B] [--microbatches M]\n"
+    "       [--recompute none|selective|full] [--global-batch N]\n"
+    "                       bytes per GPU, pipeline bubble, bytes sent per step; with --gpus,\n"
+    "                       --gpu-memory and --global-batch, the recommended layout (no coordinator)\n"
     "submit takes --wait to watch the job it queued.\n";
 
 struct Options {
@@ -268,11 +276,118 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   return out.ok() ? 0 : 1;
 }
 
+// gantry plan: the planner, locally.
+int PlanCommand(const std::vector<std::string>& args) {
+  train::PlanInput in;
+  int gpus = 0, global_batch = 0;
+  bool dp_given = false;
+  model::GPTConfig shape;
+  bool shape_given = false;
+  auto bad = [](const std::string& why) {
+    std::fprintf(stderr, "gantry: plan: %s\n", why.c_str());
+    return 2;
+  };
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto next = [&]() -> std::string { return i + 1 < args.size() ? args[++i] : std::string(); };
+    auto num = [&](auto* out) { return absl::SimpleAtoi(next(), out); };
+    auto real = [&](double* out) { return absl::SimpleAtod(next(), out); };
+    bool ok = true;
+    if (a == "--preset") {
+      auto c = train::ModelPreset(next());
+      if (!c.ok()) return bad(std::string(c.status().message()));
+      shape = *c, shape_given = true;
+    } else if (a == "--n-layer") {
+      ok = num(&shape.n_layer), shape_given = true;
+    } else if (a == "--d-model") {
+      ok = num(&shape.n_embd), shape_given = true;
+    } else if (a == "--heads") {
+      ok = num(&shape.n_head), shape_given = true;
+    } else if (a == "--vocab") {
+      ok = num(&shape.vocab_size), shape_given = true;
+    } else if (a == "--seq-len") {
+      ok = num(&in.seq_len);
+    } else if (a == "--params") {
+      ok = real(&in.params);
+    } else if (a == "--gpus") {
+      ok = num(&gpus);
+    } else if (a == "--gpu-memory") {
+      ok = real(&in.device_memory), in.device_memory *= 1e9;
+    } else if (a == "--precision") {
+      const std::string v = next();
+      if (v != "mixed" && v != "fp32") return bad("--precision is mixed or fp32");
+      in.precision = v == "fp32" ? train::Precision::kFp32 : train::Precision::kMixed;
+    } else if (a == "--fp32-grad-accum") {
+      in.fp32_grad_accum = true;
+    } else if (a == "--zero") {
+      ok = num(&in.zero);
+    } else if (a == "--tp") {
+      ok = num(&in.tp);
+    } else if (a == "--pp") {
+      ok = num(&in.pp);
+    } else if (a == "--dp") {
+      ok = num(&in.dp), dp_given = true;
+    } else if (a == "--micro-batch") {
+      ok = num(&in.micro_batch);
+    } else if (a == "--microbatches") {
+      ok = num(&in.microbatches);
+    } else if (a == "--recompute") {
+      const std::string v = next();
+      if (v != "none" && v != "selective" && v != "full") return bad("--recompute is none, selective or full");
+      in.recompute = v == "full" ? model::Recompute::kFull : v == "selective" ? model::Recompute::kSelective
+                                                                           : model::Recompute::kNone;
+    } else if (a == "--global-batch") {
+      ok = num(&global_batch);
+    } else if (a.rfind("--", 0) != 0) {  // a job spec
+      auto spec = train::LoadJobSpec(a);
+      if (!spec.ok()) return bad(std::string(spec.status().message()));
+      const double mem = in.device_memory;
+      in = train::PlanOfSpec(*spec);
+      in.device_memory = mem;
+      dp_given = true;
+    } else {
+      return bad(absl::StrCat("unknown flag ", a));
+    }
+    if (!ok) return bad(absl::StrCat(a, " takes a number"));
+  }
+  if (shape_given) {
+    shape.max_seq_len = std::max(shape.max_seq_len, in.seq_len);
+    if (auto s = shape.Validate(); !s.ok()) return bad(std::string(s.message()));
+    in.model = shape;
+  }
+  if (gpus > 0 && !dp_given) in.dp = std::max(1, gpus / (in.tp * in.pp));
+  auto p = train::MakePlan(in);
+  if (!p.ok()) return bad(std::string(p.status().message()));
+  double n = in.params;
+  if (in.model && n <= 0) {
+    for (const auto& t : model::ParameterLayout(*in.model)) n += static_cast<double>(t.numel);
+  }
+  if (in.model) {
+    std::printf("model: %d layers, d_model %d, %d heads, vocab %d, T %d: %.4g parameters\n", in.model->n_layer,
+                in.model->n_embd, in.model->n_head, in.model->vocab_size, in.seq_len, n);
+  } else {
+    std::printf("model: %.4g parameters (no shape: activations not estimated)\n", n);
+  }
+  std::fputs(train::RenderPlan(in, *p).c_str(), stdout);
+  if (gpus > 0 && global_batch > 0 && in.device_memory > 0) {
+    auto r = train::Recommend(in, gpus, global_batch);
+    if (!r.ok()) {
+      std::printf("recommended: none: %s\n", std::string(r.status().message()).c_str());
+      return 1;
+    }
+    std::printf("\nrecommended for %d GPUs of %.1f GB and a global batch of %d:\n", gpus, in.device_memory / 1e9,
+                global_batch);
+    std::fputs(train::RenderPlan(*r, *train::MakePlan(*r)).c_str(), stdout);
+  }
+  return p->fits ? 0 : 1;
+}
+
 int Run(const Options& o) {
   if (o.args.empty()) {
     std::fputs(kUsage, stderr);
     return 2;
   }
+  if (o.args[0] == "plan") return PlanCommand(o.args);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   auto stub = v1::Coordinator::NewStub(

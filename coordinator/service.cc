@@ -6,8 +6,10 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/train/job_spec.h"
+#include "worker/train/planner.h"
 
 namespace gantry::coordinator {
 namespace {
@@ -225,6 +227,22 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   return Handle(ctx, "SubmitJob", [&]() -> absl::Status {
     auto spec = train::ParseJobSpec(req->spec_yaml());
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
+    // The planner's bytes per rank against the workers there are: a job that cannot fit is
+    // refused now, saying why, rather than failing when a worker runs out of memory.
+    if (auto plan = train::MakePlan(train::PlanOfSpec(*spec)); plan.ok()) {
+      int64_t largest = 0;
+      for (const auto& w : cluster_->Workers()) {
+        if (w.state() != "dead") largest = std::max<int64_t>(largest, w.resources().memory_bytes());
+      }
+      if (largest > 0 && plan->total() > 0.9 * static_cast<double>(largest)) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "the job needs %.2f GB per worker (parameters %.2f, gradients %.2f, optimizer %.2f, activations %.2f GB "
+            "at micro_batch %d), more than 90%% of the largest worker's %.2f GB: lower train.micro_batch, set "
+            "train.recompute: full or raise parallel.zero_stage (gantry plan JOB.yaml shows the figures)",
+            plan->total() / 1e9, plan->params / 1e9, plan->grads / 1e9, plan->optimizer / 1e9, plan->activations / 1e9,
+            spec->train.micro_batch, static_cast<double>(largest) / 1e9));
+      }
+    }
     v1::Job job;
     job.set_name(spec->name);
     job.set_state(v1::PENDING);

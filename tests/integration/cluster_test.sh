@@ -35,6 +35,14 @@ job long 100000 >"$TMP/long.yaml"
 bash "$ROOT/deploy/local/cluster.sh" start --dir "$TMP/cluster" --workers 2 --threads 1 || exit 1
 source "$TMP/cluster/env"
 
+# A job that cannot fit any worker (a 1.5B model at micro-batch 4096) is refused at submit,
+# with the planner's figures and what to change.
+sed -e 's/^model:.*/model: {n_layer: 48, n_head: 25, n_embd: 1600, vocab_size: 50257, seq_len: 1024}/' \
+    -e 's/micro_batch: 4, global_batch: 8/micro_batch: 4096, global_batch: 4096/' "$TMP/example.yaml" >"$TMP/huge.yaml"
+check "a job that cannot fit its workers is refused at submit, saying why" bash -c \
+  "! '$CLI' submit '$TMP/huge.yaml' 2>'$TMP/huge.err' && grep -q 'FAILED_PRECONDITION: the job needs .* GB per worker (parameters' '$TMP/huge.err' && \
+   grep -q 'gantry plan JOB.yaml' '$TMP/huge.err' && '$CLI' plan '$TMP/huge.yaml' | grep -q 'activations'"
+
 "$CLI" submit "$TMP/example.yaml" --wait >"$TMP/watch.txt"; rc=$?
 check "example job watched to SUCCEEDED" bash -c "[ $rc -eq 0 ] && grep -q 'j-000001 SUCCEEDED' '$TMP/watch.txt' && grep -q 'step    30/30' '$TMP/watch.txt'"
 check "checkpoints lists steps 10, 20, 30" bash -c "[ \$('$CLI' checkpoints j-000001 | grep -cE '^(10|20|30) ') -eq 3 ]"

@@ -23,6 +23,7 @@
 #include "worker/data/token_file.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "absl/strings/str_cat.h"
+#include "worker/train/planner.h"
 #include "worker/train/trainer.h"
 
 namespace gantry::train {
@@ -186,6 +187,10 @@ TEST_F(DataParallelTest, DpFourHoldsWhatTheZeroFormulaPredicts) {
           << "zero " << zero << " rank " << rank << ": params " << m.params << " grads " << m.grads << " optimizer "
           << m.optimizer << " vs " << want[zero];
       EXPECT_GE(m.peak, m.model_state() + m.activations) << "zero " << zero;
+      // The planner (gantry plan, gantry submit) predicts the same from the spec alone.
+      const Plan plan = *MakePlan(PlanOfSpec(Spec(4, zero)));
+      EXPECT_LE(std::fabs(plan.model_state() / static_cast<double>(m.model_state()) - 1), 0.10) << "zero " << zero;
+      EXPECT_LE(std::fabs(plan.activations / static_cast<double>(m.activations) - 1), 0.10) << "zero " << zero;
     }
   }
 }

@@ -99,6 +99,11 @@ struct JobSpec {
   // The dp sizes an elastic job may run at, ascending (just dp when not elastic): those in
   // [min_dp, max_dp] for which micro_batch x dp divides the global batch.
   std::vector<int> DpChoices() const;
+  model::Recompute recompute() const {
+    return train.recompute == "full"        ? model::Recompute::kFull
+           : train.recompute == "selective" ? model::Recompute::kSelective
+                                            : model::Recompute::kNone;
+  }
   // global_batch = micro_batch x grad_accum x dp
   int grad_accum() const {
     return train.micro_batch > 0 && parallel.dp > 0 ? train.global_batch / (train.micro_batch * parallel.dp) : 0;

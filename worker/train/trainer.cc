@@ -53,9 +53,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->model_ = std::make_unique<model::GPT>(spec.model);
   t->model_->InitRandom(spec.train.seed);
   if (!options.init_from.empty()) RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, *t->model_));
-  t->model_->set_recompute(spec.train.recompute == "full"        ? model::Recompute::kFull
-                           : spec.train.recompute == "selective" ? model::Recompute::kSelective
-                                                                 : model::Recompute::kNone);
+  t->model_->set_recompute(spec.recompute());
   const size_t n_params = t->model_->num_params();
   parallel::Communicator* comm = options.comm ? options.comm : &t->solo_;
   if (spec.optimizer.placement == "shardserver" && options.remote_optimizer == nullptr) {

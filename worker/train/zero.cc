@@ -1,4 +1,5 @@
 #include "worker/train/zero.h"
+#include "worker/train/planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -55,14 +56,8 @@ size_t ZeroEngine::Pool::allocated_bytes() const {
 }
 
 size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp) {
-  const double p = static_cast<double>(num_params) * sizeof(float);  // one fp32 copy
-  const double d = dp;
-  switch (stage) {
-    case 0: return static_cast<size_t>(4 * p);              // params, grads, m, v
-    case 1: return static_cast<size_t>(2 * p + 2 * p / d);  // m and v sharded
-    case 2: return static_cast<size_t>(p + 3 * p / d);      // and the gradients
-    default: return static_cast<size_t>(4 * p / d);         // and the parameters
-  }
+  // The planner's accounting for fp32 (params, grads, m, v), sharded by stage.
+  return static_cast<size_t>(StateBytes(static_cast<double>(num_params), Precision::kFp32, false, stage, dp).model_state());
 }
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, parallel::Communicator* comm,

@@ -1,0 +1,82 @@
+// The planner against the textbook figures: model states in mixed precision with Adam at
+// 16 bytes/parameter (20 with fp32 gradient accumulation), the ZeRO paper's example (7.5B
+// parameters on 64 GPUs: 120 GB -> 31.4 / 16.6 / 1.9 GB for stages 1 / 2 / 3), the 1F1B
+// bubble (4 stages, 16 micro-batches: 3/19); refusals; and the recommendation.
+// (data_parallel_test checks it against the bytes real CPU runs hold.)
+#include "worker/train/planner.h"
+
+#include <gtest/gtest.h>
+
+namespace gantry::train {
+namespace {
+
+constexpr double kGB = 1e9;
+
+TEST(PlannerTest, ModelStatesInMixedPrecisionAre16BytesAParameterAnd20WithFp32Accumulation) {
+  EXPECT_DOUBLE_EQ(StateBytes(1, Precision::kMixed, false, 0, 1).model_state(), 16);
+  EXPECT_DOUBLE_EQ(StateBytes(1, Precision::kMixed, true, 0, 1).model_state(), 20);
+  EXPECT_DOUBLE_EQ(StateBytes(1, Precision::kFp32, false, 0, 1).model_state(), 16) << "fp32: 4 + 4 + 8";
+  PlanInput in;
+  in.fp32_grad_accum = true;
+  in.params = 1e9;
+  EXPECT_NEAR(MakePlan(in)->model_state() / kGB, 20, 1e-9);
+  in.params = 70e9;
+  EXPECT_NEAR(MakePlan(in)->model_state() / kGB, 1400, 1e-6);
+}
+
+TEST(PlannerTest, TheZeroPapersExample) {
+  PlanInput in;
+  in.params = 7.5e9;
+  in.dp = 64;
+  const double want[] = {120, 31.4, 16.6, 1.9};
+  for (int zero = 0; zero <= 3; ++zero) {
+    in.zero = zero;
+    auto p = MakePlan(in);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_NEAR(p->model_state() / kGB, want[zero], 0.05) << "stage " << zero;
+  }
+}
+
+TEST(PlannerTest, PipelineBubble) {
+  PlanInput in;
+  in.params = 1e9;
+  in.pp = 4;
+  in.microbatches = 16;
+  EXPECT_NEAR(MakePlan(in)->bubble, 3.0 / 19, 1e-12);  // 15.8%
+  in.pp = 1;
+  EXPECT_EQ(MakePlan(in)->bubble, 0);
+}
+
+TEST(PlannerTest, DegreesThatDoNotDivideAreRefused) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2");
+  in.tp = 5;
+  EXPECT_NE(MakePlan(in).status().message().find("tp 5 does not divide the 12 heads"), std::string::npos);
+  in.tp = 1;
+  in.pp = 5;
+  EXPECT_NE(MakePlan(in).status().message().find("pp 5 does not divide the 12 layers"), std::string::npos);
+  EXPECT_FALSE(ModelPreset("gpt5").ok());
+}
+
+TEST(PlannerTest, RecommendsTheSimplestLayoutThatFits) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2-xl");
+  in.device_memory = 80 * kGB;
+  auto r = Recommend(in, 8, 512);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tp * r->pp, 1) << "1.5B fits data-parallel on 80 GB GPUs";
+  EXPECT_EQ(r->dp, 8);
+  EXPECT_EQ(512 % (r->micro_batch * r->dp), 0);
+  EXPECT_TRUE(MakePlan(*r)->fits);
+  // On 16 GB GPUs the model states alone (1.56B x 16 bytes = 25 GB) need sharding.
+  in.device_memory = 16 * kGB;
+  auto small = Recommend(in, 8, 512);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_TRUE(small->zero > 0 || small->tp * small->pp > 1);
+  EXPECT_LE(MakePlan(*small)->total(), 0.9 * 16 * kGB);
+  in.device_memory = 0.5 * kGB;
+  EXPECT_EQ(Recommend(in, 1, 8).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace gantry::train

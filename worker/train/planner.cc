@@ -1,0 +1,177 @@
+#include "worker/train/planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace gantry::train {
+
+namespace {
+const char* RecomputeName(model::Recompute r) {
+  return r == model::Recompute::kFull ? "full" : r == model::Recompute::kSelective ? "selective" : "none";
+}
+double ParamsOf(const model::GPTConfig& c) {
+  double n = 0;
+  for (const auto& t : model::ParameterLayout(c)) n += static_cast<double>(t.numel);
+  return n;
+}
+}  // namespace
+
+Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp) {
+  // Bytes per parameter: fp32 4 / 4 / 8 (m, v); mixed 2 / 2 (+4 accumulation) / 12 (master, m, v).
+  const bool mixed = precision == Precision::kMixed;
+  const double pb = mixed ? 2 : 4, gb = mixed ? (fp32_grad_accum ? 6 : 2) : 4, ob = mixed ? 12 : 8;
+  const double d = std::max(1, dp);
+  Plan p;
+  p.optimizer = params * ob / (zero >= 1 ? d : 1);
+  p.grads = params * gb / (zero >= 2 ? d : 1);
+  p.params = params * pb / (zero >= 3 ? d : 1);
+  return p;
+}
+
+absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
+  if (in.tp < 1 || in.pp < 1 || in.dp < 1) return absl::InvalidArgumentError("tp, pp and dp must be >= 1");
+  if (in.zero < 0 || in.zero > 3) return absl::InvalidArgumentError("zero must be 0 to 3");
+  if (in.micro_batch < 1 || in.microbatches < 1) return absl::InvalidArgumentError("micro-batch sizes must be >= 1");
+  double params = in.params;
+  if (in.model) {
+    const auto& c = *in.model;
+    if (c.n_head % in.tp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tp ", in.tp, " does not divide the ", c.n_head, " heads"));
+    }
+    if (c.n_layer % in.pp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("pp ", in.pp, " does not divide the ", c.n_layer, " layers"));
+    }
+    if (params <= 0) params = ParamsOf(c);
+  }
+  if (params <= 0) return absl::InvalidArgumentError("no model: give a parameter count or a shape");
+  // Model parallelism splits the parameters; ZeRO shards each split over dp.
+  const double split = params / (in.tp * in.pp);
+  Plan p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp);
+  const double act_bytes = in.precision == Precision::kMixed ? 2 : 4;
+  if (in.model) {
+    const auto& c = *in.model;
+    const double s = in.seq_len, b = in.micro_batch, h = c.n_embd, a = c.n_head, t = in.tp, L = c.n_layer;
+    if (in.precision == Precision::kFp32 && in.tp == 1 && in.pp == 1) {
+      // Gantry's own fp32 model: its activation buffer, exactly.
+      p.activations = static_cast<double>(model::LayoutActivations(c, in.micro_batch, in.seq_len, in.recompute).total) * 4;
+    } else {
+      // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)); selective drops the
+      // attention term; full keeps the layer input, 2sbh. x2 in fp32. In 1F1B the first stage
+      // holds p micro-batches of its L/p layers: L layers' worth in all.
+      double per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+      if (in.recompute == model::Recompute::kSelective) per_layer = s * b * h * (10 + 24 / t);
+      if (in.recompute == model::Recompute::kFull) per_layer = 2 * s * b * h;
+      per_layer *= act_bytes / 2;
+      const double in_flight = std::min<double>(in.pp, in.microbatches);
+      p.activations = per_layer * (L / in.pp) * in_flight + s * b * c.vocab_size * 4 / t;  // + fp32 logits
+    }
+    // Tensor parallelism: 2 all-reduces forward and 2 backward of (s, b, h) per layer and
+    // micro-batch, each moving 2(t-1)/t of it.
+    p.tp_bytes = in.tp > 1 ? 4 * (L / in.pp) * in.microbatches * s * b * h * act_bytes * 2 * (t - 1) / t : 0;
+    // Pipeline: each micro-batch's activation forward and its gradient back, per boundary.
+    p.pp_bytes = in.pp > 1 ? 2 * in.microbatches * s * b * h * act_bytes : 0;
+  }
+  // Data parallelism: the gradients reduced (ring: 2(d-1)/d of them); ZeRO 3 also gathers the
+  // parameters in forward and in backward (3(d-1)/d).
+  const double d = in.dp, grad_wire = in.precision == Precision::kMixed ? 2 : 4;
+  p.dp_bytes = in.dp > 1 ? split * grad_wire * (in.zero >= 3 ? 3.0 : 2.0) * (d - 1) / d : 0;
+  p.bubble = static_cast<double>(in.pp - 1) / (in.microbatches + in.pp - 1);
+  p.fits = in.device_memory <= 0 || p.total() <= 0.9 * in.device_memory;
+  return p;
+}
+
+PlanInput PlanOfSpec(const JobSpec& spec) {
+  PlanInput in;
+  in.model = spec.model;
+  in.seq_len = spec.seq_len;
+  in.precision = Precision::kFp32;
+  in.zero = spec.parallel.zero_stage;
+  in.dp = spec.parallel.dp;
+  in.micro_batch = spec.train.micro_batch;
+  in.microbatches = spec.grad_accum();
+  in.recompute = spec.recompute();
+  return in;
+}
+
+absl::StatusOr<model::GPTConfig> ModelPreset(const std::string& name) {
+  model::GPTConfig c;
+  c.vocab_size = 50257;
+  c.max_seq_len = 1024;
+  if (name == "gpt2") {
+    c.n_layer = 12, c.n_head = 12, c.n_embd = 768;
+  } else if (name == "gpt2-medium") {
+    c.n_layer = 24, c.n_head = 16, c.n_embd = 1024;
+  } else if (name == "gpt2-large") {
+    c.n_layer = 36, c.n_head = 20, c.n_embd = 1280;
+  } else if (name == "gpt2-xl") {
+    c.n_layer = 48, c.n_head = 25, c.n_embd = 1600;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model preset '", name, "': expected gpt2, gpt2-medium, gpt2-large or gpt2-xl"));
+  }
+  return c;
+}
+
+absl::StatusOr<PlanInput> Recommend(PlanInput in, int gpus, int global_batch) {
+  if (gpus < 1 || global_batch < 1) return absl::InvalidArgumentError("recommend needs gpus and a global batch >= 1");
+  std::optional<std::pair<std::vector<double>, PlanInput>> best;
+  for (int tp : {1, 2, 4, 8}) {
+    for (int pp = 1; pp <= gpus; ++pp) {
+      if (gpus % (tp * pp) != 0) continue;
+      if (in.model && (in.model->n_head % tp != 0 || in.model->n_layer % pp != 0)) continue;
+      const int dp = gpus / (tp * pp);
+      for (int zero = 0; zero <= 3; ++zero) {
+        for (auto rc : {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {
+          for (int mb : {64, 32, 16, 8, 4, 2, 1}) {
+            if (global_batch % (mb * dp) != 0) continue;
+            PlanInput c = in;
+            c.tp = tp, c.pp = pp, c.dp = dp, c.zero = zero, c.recompute = rc, c.micro_batch = mb;
+            c.microbatches = global_batch / (mb * dp);
+            auto p = MakePlan(c);
+            if (!p.ok() || !p->fits) continue;
+            const std::vector<double> key = {static_cast<double>(tp * pp), static_cast<double>(zero),
+                                             static_cast<double>(rc), p->bubble, -static_cast<double>(mb)};
+            if (!best || key < best->first) best = {key, c};
+          }
+        }
+      }
+    }
+  }
+  if (!best) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "no layout of %d GPUs fits %.1f GB each at global batch %d, even with ZeRO 3, full recompute and "
+        "micro-batch 1",
+        gpus, in.device_memory / 1e9, global_batch));
+  }
+  return best->second;
+}
+
+std::string RenderPlan(const PlanInput& in, const Plan& p) {
+  auto gb = [](double b) { return absl::StrFormat("%8.2f GB", b / 1e9); };
+  std::string s = absl::StrFormat(
+      "layout: tp %d x pp %d x dp %d, ZeRO %d, %s%s, micro-batch %d x %d per step, recompute %s\n", in.tp, in.pp,
+      in.dp, in.zero, in.precision == Precision::kMixed ? "mixed precision" : "fp32",
+      in.fp32_grad_accum ? " (+fp32 grad accumulation)" : "", in.micro_batch, in.microbatches,
+      RecomputeName(in.recompute));
+  absl::StrAppend(&s, "per GPU:\n");
+  absl::StrAppend(&s, "  parameters    ", gb(p.params), "\n");
+  absl::StrAppend(&s, "  gradients     ", gb(p.grads), "\n");
+  absl::StrAppend(&s, "  optimizer     ", gb(p.optimizer), "\n");
+  absl::StrAppend(&s, "  model states  ", gb(p.model_state()), "\n");
+  if (in.model) absl::StrAppend(&s, "  activations   ", gb(p.activations), "\n");
+  absl::StrAppend(&s, "  total         ", gb(p.total()));
+  if (in.device_memory > 0) {
+    absl::StrAppend(&s, absl::StrFormat(" of %.1f GB: %s", in.device_memory / 1e9, p.fits ? "fits" : "DOES NOT FIT"));
+  }
+  absl::StrAppend(&s, "\n");
+  absl::StrAppend(&s, absl::StrFormat("pipeline bubble: %.1f%% ((p-1)/(m+p-1) = %d/%d)\n", 100 * p.bubble, in.pp - 1,
+                                      in.microbatches + in.pp - 1));
+  absl::StrAppend(&s, "sent per GPU per step: data-parallel ", gb(p.dp_bytes), ", tensor-parallel ", gb(p.tp_bytes),
+                  ", pipeline ", gb(p.pp_bytes), "\n");
+  return s;
+}
+
+}  // namespace gantry::train
