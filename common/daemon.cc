@@ -1,5 +1,13 @@
 #include "common/daemon.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -27,6 +35,7 @@ int WaitForTermination(const sigset_t& signals) {
   int sig = 0;
   sigwait(&signals, &sig);
   LOG(INFO) << "signal " << sig << ": shutting down";
+  NotifySystemd("STOPPING=1");
   return sig;
 }
 
@@ -43,7 +52,26 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string&
   return server;
 }
 
+bool NotifySystemd(const std::string& state) {
+  const char* where = std::getenv("NOTIFY_SOCKET");
+  if (where == nullptr || where[0] == '\0') return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t n = std::strlen(where);
+  if (n >= sizeof(addr.sun_path)) return false;
+  std::memcpy(addr.sun_path, where, n);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const ssize_t sent = ::sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
+                                static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n));
+  ::close(fd);
+  return sent == static_cast<ssize_t>(state.size());
+}
+
 void WriteReadyFile(const std::string& path, int grpc_port, int metrics_port) {
+  NotifySystemd(absl::StrCat("READY=1\nSTATUS=serving", grpc_port > 0 ? absl::StrCat(" gRPC on port ", grpc_port) : "",
+                             ", metrics on port ", metrics_port));
   if (path.empty()) return;
   std::string text = "{";
   if (grpc_port > 0) absl::StrAppend(&text, "\"grpc_port\": ", grpc_port, ", ");

@@ -25,7 +25,13 @@ int WaitForTermination(const sigset_t& signals);
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address, int max_message_bytes,
                                                               const std::vector<grpc::Service*>& services, int* port);
 
-// Writes {"grpc_port": G, "metrics_port": M} (G omitted when 0) atomically to path, if set.
+// The daemon is serving: writes {"grpc_port": G, "metrics_port": M} (G omitted when 0)
+// atomically to path, if set, and tells systemd (Type=notify) READY=1 with a STATUS line.
 void WriteReadyFile(const std::string& path, int grpc_port, int metrics_port);
+
+// sd_notify(3) without libsystemd: sends `state` ("READY=1", "STOPPING=1", ...) to the socket
+// in $NOTIFY_SOCKET (a path, or @name for the abstract namespace). False when there is no
+// such socket (not run by systemd) or the send fails.
+bool NotifySystemd(const std::string& state);
 
 }  // namespace gantry

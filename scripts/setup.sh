@@ -13,7 +13,8 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the wire contract
   librocksdb-dev                   # coordinator and shard-server state
   libgloo-dev                      # CPU collectives
-  curl prometheus                  # curl and promtool, to check every /metrics page in the tests
+  curl prometheus                  # curl, promtool and Prometheus: /metrics pages, alert rules, dashboards
+  systemd python3                  # systemd-analyze verify on the units; small test drivers
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min            # the demo corpus
 )
