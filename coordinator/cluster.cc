@@ -18,6 +18,22 @@ namespace gantry::coordinator {
 
 Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions options)
     : store_(store), registry_(registry), options_(options), started_ms_(NowUnixMs()) {
+  // Every series exists from the start (at 0), so that rates, alerts and dashboards see the
+  // first event rather than a series appearing.
+  for (auto [name, help] : {std::pair{"gantry_coordinator_job_restarts_total", "Jobs placed again after a failure."},
+                            std::pair{"gantry_coordinator_steps_redone_total", "Steps run again after restarts (lost work)."},
+                            std::pair{"gantry_coordinator_workers_lost_total", "Workers declared dead."},
+                            std::pair{"gantry_coordinator_stalls_total", "Steps that stalled past the limit."},
+                            std::pair{"gantry_coordinator_checkpoints_committed_total", "Checkpoints committed."},
+                            std::pair{"gantry_coordinator_checkpoints_failed_total",
+                                      "Checkpoints whose commit a shard server refused or missed."},
+                            std::pair{"gantry_coordinator_elastic_resizes_total", "Elastic jobs placed again at another dp."},
+                            std::pair{"gantry_coordinator_stale_messages_total",
+                                      "Messages of a job generation that is over, refused."}}) {
+    registry_->GetCounter(name, help);
+  }
+  registry_->GetHistogram("gantry_coordinator_restart_seconds", "From a job's failure to its first resumed step.",
+                          metrics::ExponentialBuckets(0.25, 2, 10));
   monitor_ = std::thread([this] { Monitor(); });
 }
 
@@ -316,6 +332,9 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
   }
   if (!s.ok()) {
     LOG(WARNING) << "checkpoint of " << p.job_id() << " step " << p.step() << " not committed: " << s;
+    registry_->GetCounter("gantry_coordinator_checkpoints_failed_total",
+                          "Checkpoints whose commit a shard server refused or missed.")
+        .Inc();
     for (const auto& server : committed) {
       if (auto d = agent::DeleteCheckpoint(server, p.job_id(), p.step()); !d.ok()) LOG(WARNING) << d;
     }

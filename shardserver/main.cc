@@ -4,6 +4,8 @@
 #include <glog/logging.h>
 #include <grpcpp/grpcpp.h>
 
+#include <sys/statvfs.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
@@ -64,6 +66,16 @@ int main(int argc, char** argv) {
   std::mutex mu;
   std::condition_variable cv;
   std::thread heartbeat;
+  // The data directory's file system, for the disk-filling alert (deploy/prometheus).
+  auto update_disk = [&] {
+    struct statvfs fs;
+    if (statvfs(FLAGS_data_dir.c_str(), &fs) != 0) return;
+    registry.GetGauge("gantry_shardserver_disk_free_bytes", "Free bytes on the data directory's file system.")
+        .Set(static_cast<double>(fs.f_bavail) * fs.f_frsize);
+    registry.GetGauge("gantry_shardserver_disk_total_bytes", "Size of the data directory's file system.")
+        .Set(static_cast<double>(fs.f_blocks) * fs.f_frsize);
+  };
+  update_disk();
   if (!FLAGS_coordinator.empty()) {
     heartbeat = std::thread([&] {
       auto stub = gantry::v1::Coordinator::NewStub(grpc::CreateChannel(FLAGS_coordinator, grpc::InsecureChannelCredentials()));
@@ -80,6 +92,7 @@ int main(int argc, char** argv) {
           else LOG(WARNING) << "coordinator " << FLAGS_coordinator << " unreachable: " << s.error_message();
           registered = s.ok();
         }
+        update_disk();
         std::unique_lock<std::mutex> l(mu);
         cv.wait_for(l, std::chrono::milliseconds(FLAGS_heartbeat_ms), [&] { return stop.load(); });
       }

@@ -89,6 +89,15 @@ class Session {
 
   // Runs one assignment to the end (or until cancelled), reporting as it goes.
   void Run(const v1::Assignment& a) {
+    // Which job this worker runs, as a series to join the unlabelled worker metrics with
+    // (deploy/grafana): 1 while it runs, 0 after.
+    auto& info = registry_->GetGauge("gantry_worker_job_info", "1 for the job and rank this worker runs now.",
+                                     {{"job", a.job_id()}, {"rank", std::to_string(a.rank())}});
+    info.Set(1);
+    struct Clear {
+      metrics::Gauge& g;
+      ~Clear() { g.Set(0); }
+    } clear_info{info};
     {
       std::lock_guard<std::mutex> l(comm_mu_);
       hb_job_ = a.job_id();
