@@ -33,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
+#include "common/security.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/agent/shard_client.h"
@@ -388,10 +389,8 @@ int Run(const Options& o) {
     return 2;
   }
   if (o.args[0] == "plan") return PlanCommand(o.args);
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  auto stub = v1::Coordinator::NewStub(
-      grpc::CreateCustomChannel(o.coordinator, grpc::InsecureChannelCredentials(), args));
+  // TLS and the cluster token from the environment (common/security.h).
+  auto stub = v1::Coordinator::NewStub(MakeChannel(o.coordinator, 64 << 20));
   const std::string& cmd = o.args[0];
   if (cmd == "submit") {
     bool wait = false;

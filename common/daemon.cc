@@ -1,3 +1,4 @@
+#include "common/security.h"
 #include "common/daemon.h"
 
 #include <sys/socket.h>
@@ -44,7 +45,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string&
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort(address, ServerCredentials(), port);  // TLS when configured (common/security.h)
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   for (auto* s : services) builder.RegisterService(s);
   auto server = builder.BuildAndStart();

@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "common/security.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/train/job_spec.h"
@@ -168,7 +169,8 @@ CoordinatorService::CoordinatorService(Store* store, Cluster* cluster, metrics::
 template <typename F>
 grpc::ServerUnaryReactor* CoordinatorService::Handle(grpc::CallbackServerContext* ctx, const char* method, F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = f();
+  absl::Status s = CheckToken(*ctx);  // the cluster token, when one is configured
+  if (s.ok()) s = f();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics::RecordRpc(*registry_, "coordinator", method, absl::StatusCodeToString(s.code()), secs);
   auto* reactor = ctx->DefaultReactor();
@@ -328,8 +330,9 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
   });
 }
 
-grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                      const v1::WatchJobRequest* req) {
+  if (auto t = CheckToken(*ctx); !t.ok()) return new RefusedWriter<v1::JobEvent>(ToGrpc(t));
   return new WatchReactor(store_, cluster_, *req);
 }
 
@@ -343,7 +346,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
 }
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorService::Attach(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
+  if (auto t = CheckToken(*ctx); !t.ok()) return new RefusedBidi<v1::WorkerMessage, v1::CoordinatorMessage>(ToGrpc(t));
   return new AttachReactor(cluster_);
 }
 
@@ -361,6 +365,10 @@ grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServer
   // Completes when the key is put or the wait ends, on whichever thread that happens; the
   // handler itself returns at once.
   auto* reactor = ctx->DefaultReactor();
+  if (auto t = CheckToken(*ctx); !t.ok()) {
+    reactor->Finish(ToGrpc(t));
+    return reactor;
+  }
   const int64_t wait_ms = std::min<int64_t>(std::max<int64_t>(req->wait_ms(), 0), 10 * 60 * 1000);
   cluster_->RendezvousGet(req->job_id(), req->generation(), req->key(), wait_ms,
                           [reactor, resp](absl::StatusOr<std::string> v) {

@@ -14,7 +14,7 @@ PACKAGES=(
   librocksdb-dev                   # coordinator and shard-server state
   libgloo-dev                      # CPU collectives
   curl prometheus                  # curl, promtool and Prometheus: /metrics pages, alert rules, dashboards
-  systemd python3                  # systemd-analyze verify on the units; small test drivers
+  systemd python3 openssl          # systemd-analyze verify; small test drivers; a test CA (TLS)
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min            # the demo corpus
 )

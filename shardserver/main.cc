@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/security.h"
 #include "common/daemon.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
@@ -48,10 +49,18 @@ int main(int argc, char** argv) {
   }
   int port = 0;
   gantry::shardserver::ParamService params(&registry);  // parameter-server mode
-  auto data_port = params.StartDataPort(FLAGS_listen.substr(0, FLAGS_listen.rfind(':')));
-  if (!data_port.ok()) {
-    LOG(ERROR) << data_port.status();
-    return 1;
+  // The plain-TCP data port carries no TLS and no token: a secured cluster does without it
+  // (parameter-server payloads then go over TLS gRPC).
+  const gantry::SecurityConfig& security = gantry::ProcessSecurity();
+  absl::StatusOr<std::string> data_port = std::string();
+  if (security.server_tls() || !security.token.empty()) {
+    LOG(INFO) << "TLS or a cluster token is configured: no plain-TCP data port";
+  } else {
+    data_port = params.StartDataPort(FLAGS_listen.substr(0, FLAGS_listen.rfind(':')));
+    if (!data_port.ok()) {
+      LOG(ERROR) << data_port.status();
+      return 1;
+    }
   }
   auto started = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {svc->get(), &params}, &port);
   if (!started.ok()) {
@@ -78,12 +87,12 @@ int main(int argc, char** argv) {
   update_disk();
   if (!FLAGS_coordinator.empty()) {
     heartbeat = std::thread([&] {
-      auto stub = gantry::v1::Coordinator::NewStub(grpc::CreateChannel(FLAGS_coordinator, grpc::InsecureChannelCredentials()));
+      auto stub = gantry::v1::Coordinator::NewStub(gantry::MakeChannel(FLAGS_coordinator));
       bool registered = false;
       while (!stop) {
         gantry::v1::RegisterShardServerRequest req;
         req.set_address(address);
-        req.set_data_address(FLAGS_advertise_host + data_port->substr(data_port->rfind(':')));
+        if (!data_port->empty()) req.set_data_address(FLAGS_advertise_host + data_port->substr(data_port->rfind(':')));
         req.set_bytes_stored((*svc)->bytes_stored());
         gantry::v1::RegisterShardServerResponse resp;
         auto s = stub->RegisterShardServer(gantry::ContextWithDeadline(2).get(), req, &resp);

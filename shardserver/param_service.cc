@@ -1,5 +1,7 @@
 #include "shardserver/param_service.h"
 
+#include "common/security.h"
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -25,7 +27,8 @@ constexpr size_t kMaxPayloadBytes = 4 << 20;
 template <typename F>
 grpc::ServerUnaryReactor* ParamService::Handle(grpc::CallbackServerContext* ctx, const char* method, F&& body) {
   const auto t0 = std::chrono::steady_clock::now();
-  const absl::Status s = body();
+  absl::Status s = CheckToken(*ctx);  // the cluster token, when one is configured
+  if (s.ok()) s = body();
   metrics::RecordRpc(*registry_, "shardserver", method, absl::StatusCodeToString(s.code()),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   auto* r = ctx->DefaultReactor();

@@ -1,5 +1,7 @@
 #include "shardserver/service.h"
 
+#include "common/security.h"
+
 #include <glog/logging.h>
 
 #include <chrono>
@@ -279,11 +281,13 @@ int64_t ShardService::bytes_stored() const {
   return static_cast<int64_t>(size + mem);
 }
 
-grpc::ServerReadReactor<v1::Chunk>* ShardService::WriteChunks(grpc::CallbackServerContext*, v1::WriteChunksResponse* resp) {
+grpc::ServerReadReactor<v1::Chunk>* ShardService::WriteChunks(grpc::CallbackServerContext* ctx, v1::WriteChunksResponse* resp) {
+  if (auto t = CheckToken(*ctx); !t.ok()) return new RefusedReader<v1::Chunk>(ToGrpc(t));
   return new WriteReactor(this, resp);
 }
 
-grpc::ServerWriteReactor<v1::Chunk>* ShardService::ReadChunks(grpc::CallbackServerContext*, const v1::ReadChunksRequest* req) {
+grpc::ServerWriteReactor<v1::Chunk>* ShardService::ReadChunks(grpc::CallbackServerContext* ctx, const v1::ReadChunksRequest* req) {
+  if (auto t = CheckToken(*ctx); !t.ok()) return new RefusedWriter<v1::Chunk>(ToGrpc(t));
   return new ReadReactor(this, *req);
 }
 
@@ -291,6 +295,7 @@ grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx,
                                                v1::CommitResponse*) {
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = [&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckToken(*ctx));
     if (!ValidName(req->job_id()) || req->parts().empty()) return absl::InvalidArgumentError("commit needs a job and parts");
     v1::CheckpointInfo info;
     info.set_job_id(req->job_id());
@@ -322,6 +327,11 @@ grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* ShardService::ListCheckpoints(grpc::CallbackServerContext* ctx,
                                                         const v1::ListCheckpointsRequest* req,
                                                         v1::ListCheckpointsResponse* resp) {
+  if (auto t = CheckToken(*ctx); !t.ok()) {
+    auto* r = ctx->DefaultReactor();
+    r->Finish(ToGrpc(t));
+    return r;
+  }
   const std::string prefix = req->job_id().empty() ? "ckpt/" : absl::StrCat("ckpt/", req->job_id(), "/");
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
@@ -338,6 +348,11 @@ grpc::ServerUnaryReactor* ShardService::ListCheckpoints(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ShardService::DeleteCheckpoint(grpc::CallbackServerContext* ctx,
                                                          const v1::DeleteCheckpointRequest* req,
                                                          v1::DeleteCheckpointResponse*) {
+  if (auto t = CheckToken(*ctx); !t.ok()) {
+    auto* r = ctx->DefaultReactor();
+    r->Finish(ToGrpc(t));
+    return r;
+  }
   rocksdb::WriteBatch b;
   const std::string base = Base(req->job_id(), req->step());
   b.Delete(CkptKey(req->job_id(), req->step()));  // invisible first, in the same batch

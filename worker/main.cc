@@ -18,6 +18,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/security.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/daemon.h"
@@ -522,7 +523,7 @@ int main(int argc, char** argv) {
     gantry::worker::g_stop = true;
   });
   std::shared_ptr<gantry::v1::Coordinator::Stub> stub =
-      gantry::v1::Coordinator::NewStub(grpc::CreateChannel(FLAGS_coordinator, grpc::InsecureChannelCredentials()));
+      gantry::v1::Coordinator::NewStub(gantry::MakeChannel(FLAGS_coordinator));
   int backoff_ms = 200;
   while (!gantry::worker::g_stop) {
     const auto t0 = std::chrono::steady_clock::now();

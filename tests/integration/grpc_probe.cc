@@ -8,6 +8,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include "common/security.h"
 #include "common/crc32c.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
 
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string what = argv[1];
-  auto channel = grpc::CreateChannel(argv[2], grpc::InsecureChannelCredentials());
+  auto channel = gantry::MakeChannel(argv[2]);  // TLS and token from the environment, as the CLI
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   if (what == "health") {

@@ -1,3 +1,4 @@
+#include "common/security.h"
 #include "worker/agent/param_client.h"
 
 #include <grpcpp/grpcpp.h>
@@ -45,10 +46,7 @@ ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std
                                      train::AdamWConfig config)
     : job_id_(std::move(job_id)), generation_(generation), num_params_(num_params), config_(config) {
   for (auto& r : ranges) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(16 << 20);
-    servers_.push_back(
-        {r, v1::ParamServer::NewStub(grpc::CreateCustomChannel(r.shard_server, grpc::InsecureChannelCredentials(), args))});
+    servers_.push_back({r, v1::ParamServer::NewStub(MakeChannel(r.shard_server))});
   }
   for (const auto& t : tensors) {
     if (t.decay) decay_.emplace_back(t.offset, t.offset + t.numel);

@@ -1,3 +1,4 @@
+#include "common/security.h"
 #include "worker/agent/shard_client.h"
 
 #include <grpcpp/grpcpp.h>
@@ -21,9 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 std::unique_ptr<v1::ShardServer::Stub> Stub(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(16 << 20);
-  return v1::ShardServer::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  return v1::ShardServer::NewStub(MakeChannel(address));
 }
 }  // namespace
 

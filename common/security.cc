@@ -1,0 +1,122 @@
+#include "common/security.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+
+namespace gantry {
+
+namespace {
+
+absl::StatusOr<std::string> FileOf(const char* var) {
+  const char* path = std::getenv(var);
+  if (path == nullptr || *path == '\0') return std::string();
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(var, "=", path, ": ", text.status().message()));
+  if (text->empty()) return absl::InvalidArgumentError(absl::StrCat(var, "=", path, ": the file is empty"));
+  return *text;
+}
+
+// The token a call carries, from "authorization: Bearer TOKEN".
+std::string CallToken(const grpc::ServerContextBase& ctx) {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return "";
+  const std::string v(it->second.data(), it->second.size());
+  return v.rfind("Bearer ", 0) == 0 ? v.substr(7) : "";
+}
+
+bool SameSecret(const std::string& a, const std::string& b) {  // constant time in the content
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<SecurityConfig> LoadSecurity() {
+  SecurityConfig c;
+  auto ca = FileOf("GANTRY_TLS_CA");
+  if (!ca.ok()) return ca.status();
+  c.ca_pem = *ca;
+  auto cert = FileOf("GANTRY_TLS_CERT");
+  if (!cert.ok()) return cert.status();
+  c.cert_pem = *cert;
+  auto key = FileOf("GANTRY_TLS_KEY");
+  if (!key.ok()) return key.status();
+  c.key_pem = *key;
+  auto client_ca = FileOf("GANTRY_TLS_CLIENT_CA");
+  if (!client_ca.ok()) return client_ca.status();
+  c.client_ca_pem = *client_ca;
+  if (c.cert_pem.empty() != c.key_pem.empty()) {
+    return absl::InvalidArgumentError("GANTRY_TLS_CERT and GANTRY_TLS_KEY go together: set both or neither");
+  }
+  if (const char* t = std::getenv("GANTRY_TOKEN"); t != nullptr && *t != '\0') {
+    c.token = t;
+  } else {
+    auto f = FileOf("GANTRY_TOKEN_FILE");
+    if (!f.ok()) return f.status();
+    c.token = std::string(absl::StripAsciiWhitespace(*f));
+  }
+  if (!c.token.empty() && !c.client_tls() && !c.server_tls()) {
+    return absl::InvalidArgumentError(
+        "a cluster token (GANTRY_TOKEN or GANTRY_TOKEN_FILE) travels only over TLS: set GANTRY_TLS_CA (clients) or "
+        "GANTRY_TLS_CERT and GANTRY_TLS_KEY (servers) too");
+  }
+  return c;
+}
+
+const SecurityConfig& ProcessSecurity() {
+  static const SecurityConfig config = [] {
+    auto c = LoadSecurity();
+    if (!c.ok()) {
+      std::fprintf(stderr, "gantry: %s\n", std::string(c.status().message()).c_str());
+      std::exit(2);
+    }
+    return *c;
+  }();
+  return config;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
+  const SecurityConfig& s = ProcessSecurity();
+  if (!s.client_tls()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = s.ca_pem;
+  o.pem_cert_chain = s.cert_pem;  // mutual TLS when set
+  o.pem_private_key = s.key_pem;
+  auto creds = grpc::SslCredentials(o);
+  if (s.token.empty()) return creds;
+  return grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(s.token));
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
+  const SecurityConfig& s = ProcessSecurity();
+  if (!s.server_tls()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions o(s.client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  o.pem_root_certs = s.client_ca_pem;
+  o.pem_key_cert_pairs.push_back({s.key_pem, s.cert_pem});
+  return grpc::SslServerCredentials(o);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_receive_bytes) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(max_receive_bytes);
+  return grpc::CreateCustomChannel(address, ClientCredentials(), args);
+}
+
+absl::Status CheckToken(const grpc::ServerContextBase& ctx) {
+  const std::string& want = ProcessSecurity().token;
+  if (want.empty()) return absl::OkStatus();
+  const std::string got = CallToken(ctx);
+  if (got.empty()) return absl::UnauthenticatedError("this cluster needs its token (GANTRY_TOKEN or GANTRY_TOKEN_FILE)");
+  if (!SameSecret(got, want)) return absl::UnauthenticatedError("wrong cluster token");
+  return absl::OkStatus();
+}
+
+}  // namespace gantry

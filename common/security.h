@@ -1,0 +1,63 @@
+// TLS and the cluster token, for every gRPC endpoint and client. Configured from the
+// environment (the systemd EnvironmentFile, a Kubernetes Secret, a shell):
+//   GANTRY_TLS_CA      the CA that signed the servers' certificates (clients: TLS on)
+//   GANTRY_TLS_CERT    this process's certificate and key (servers: TLS on; clients: for
+//   GANTRY_TLS_KEY     mutual TLS)
+//   GANTRY_TLS_CLIENT_CA  servers: require client certificates signed by this CA (mTLS)
+//   GANTRY_TOKEN or GANTRY_TOKEN_FILE  the cluster token: clients send it
+//                      ("authorization: Bearer ..."), servers refuse a call without it
+//                      (UNAUTHENTICATED) except the health service
+// A token travels only over TLS, so a token without TLS is a configuration error. Nothing
+// set: plaintext and no token, as on a laptop.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace gantry {
+
+struct SecurityConfig {
+  std::string ca_pem, cert_pem, key_pem, client_ca_pem;
+  std::string token;
+  bool client_tls() const { return !ca_pem.empty(); }
+  bool server_tls() const { return !cert_pem.empty(); }
+};
+
+// Reads the environment and the files it names; errors name the variable and the file.
+absl::StatusOr<SecurityConfig> LoadSecurity();
+// The process's configuration: LoadSecurity() once (a bad one is fatal, said on stderr).
+const SecurityConfig& ProcessSecurity();
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials();
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
+// A channel to address with the process's credentials and the token on every call.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_receive_bytes = 16 << 20);
+
+// OK when no token is configured or the call carries it; UNAUTHENTICATED otherwise.
+absl::Status CheckToken(const grpc::ServerContextBase& ctx);
+
+// Reactors that refuse a streaming call at once with `status` (a missing token).
+template <typename Resp>
+class RefusedWriter final : public grpc::ServerWriteReactor<Resp> {
+ public:
+  explicit RefusedWriter(const grpc::Status& s) { this->Finish(s); }
+  void OnDone() override { delete this; }
+};
+template <typename Req>
+class RefusedReader final : public grpc::ServerReadReactor<Req> {
+ public:
+  explicit RefusedReader(const grpc::Status& s) { this->Finish(s); }
+  void OnDone() override { delete this; }
+};
+template <typename Req, typename Resp>
+class RefusedBidi final : public grpc::ServerBidiReactor<Req, Resp> {
+ public:
+  explicit RefusedBidi(const grpc::Status& s) { this->Finish(s); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace gantry
