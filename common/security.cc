@@ -40,18 +40,12 @@ bool SameSecret(const std::string& a, const std::string& b) {  // constant time 
 
 absl::StatusOr<SecurityConfig> LoadSecurity() {
   SecurityConfig c;
-  auto ca = FileOf("GANTRY_TLS_CA");
-  if (!ca.ok()) return ca.status();
-  c.ca_pem = *ca;
-  auto cert = FileOf("GANTRY_TLS_CERT");
-  if (!cert.ok()) return cert.status();
-  c.cert_pem = *cert;
-  auto key = FileOf("GANTRY_TLS_KEY");
-  if (!key.ok()) return key.status();
-  c.key_pem = *key;
-  auto client_ca = FileOf("GANTRY_TLS_CLIENT_CA");
-  if (!client_ca.ok()) return client_ca.status();
-  c.client_ca_pem = *client_ca;
+  for (auto [var, field] : {std::pair{"GANTRY_TLS_CA", &c.ca_pem}, std::pair{"GANTRY_TLS_CERT", &c.cert_pem},
+                            std::pair{"GANTRY_TLS_KEY", &c.key_pem}, std::pair{"GANTRY_TLS_CLIENT_CA", &c.client_ca_pem}}) {
+    auto pem = FileOf(var);
+    if (!pem.ok()) return pem.status();
+    *field = *pem;
+  }
   if (c.cert_pem.empty() != c.key_pem.empty()) {
     return absl::InvalidArgumentError("GANTRY_TLS_CERT and GANTRY_TLS_KEY go together: set both or neither");
   }
