@@ -64,6 +64,7 @@ constexpr char kUsage[] =
     "       [--recompute none|selective|full] [--global-batch N]\n"
     "                       bytes per GPU, pipeline bubble, bytes sent per step; with --gpus,\n"
     "                       --gpu-memory and --global-batch, the recommended layout (no coordinator)\n"
+    "  health [ADDR]        gRPC health check of ADDR (default: the coordinator); exit 0 if SERVING\n"
     "submit takes --wait to watch the job it queued.\n";
 
 struct Options {
@@ -389,6 +390,15 @@ int Run(const Options& o) {
     return 2;
   }
   if (o.args[0] == "plan") return PlanCommand(o.args);
+  if (o.args[0] == "health") {  // for probes (deploy/k8s): no token needed
+    auto serving = CheckServing(o.args.size() > 1 ? o.args[1] : o.coordinator);
+    if (!serving.ok()) {
+      std::fprintf(stderr, "gantry: %s\n", std::string(serving.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s\n", *serving ? "SERVING" : "NOT_SERVING");
+    return *serving ? 0 : 1;
+  }
   // TLS and the cluster token from the environment (common/security.h).
   auto stub = v1::Coordinator::NewStub(MakeChannel(o.coordinator, 64 << 20));
   const std::string& cmd = o.args[0];

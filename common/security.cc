@@ -1,6 +1,11 @@
 #include "common/security.h"
 
+#include <grpcpp/generic/generic_stub.h>
+
+#include <chrono>
 #include <cstdio>
+#include <future>
+#include <vector>
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
@@ -102,6 +107,27 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_r
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_receive_bytes);
   return grpc::CreateCustomChannel(address, ClientCredentials(), args);
+}
+
+absl::StatusOr<bool> CheckServing(const std::string& address) {
+  grpc::GenericStub stub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice empty("");
+  const grpc::ByteBuffer req(&empty, 1);  // HealthCheckRequest{service = ""}: the server as a whole
+  grpc::ByteBuffer resp;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req, &resp,
+                 [&](grpc::Status st) { done.set_value(st); });
+  const grpc::Status st = done.get_future().get();
+  if (!st.ok()) {
+    return absl::UnavailableError(absl::StrCat("health check of ", address, ": ", st.error_message()));
+  }
+  std::vector<grpc::Slice> slices;
+  (void)resp.Dump(&slices);
+  std::string r;
+  for (auto& sl : slices) r.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  return r.size() == 2 && r[0] == 0x08 && r[1] == 0x01;  // HealthCheckResponse{status = SERVING}
 }
 
 absl::Status CheckToken(const grpc::ServerContextBase& ctx) {

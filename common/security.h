@@ -37,6 +37,10 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
 // A channel to address with the process's credentials and the token on every call.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_receive_bytes = 16 << 20);
 
+// grpc.health.v1.Health/Check on address (TLS from the environment; the health service needs
+// no token): true when the server answers SERVING.
+absl::StatusOr<bool> CheckServing(const std::string& address);
+
 // OK when no token is configured or the call carries it; UNAUTHENTICATED otherwise.
 absl::Status CheckToken(const grpc::ServerContextBase& ctx);
 

@@ -82,31 +82,13 @@ int main(int argc, char** argv) {
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   if (what == "health") {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    grpc::ByteBuffer resp;
-    grpc::Status status;
-    bool done = false;
-    std::mutex mu;
-    std::condition_variable cv;
-    const grpc::ByteBuffer req = ToBuffer("");  // HealthCheckRequest{service = ""}: the server
-    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req, &resp,
-                   [&](grpc::Status s) {
-                     std::lock_guard<std::mutex> l(mu);
-                     status = s;
-                     done = true;
-                     cv.notify_one();
-                   });
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return done; });
-    if (!status.ok()) {
-      std::fprintf(stderr, "health: %s\n", status.error_message().c_str());
+    auto serving = gantry::CheckServing(argv[2]);
+    if (!serving.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(serving.status().message()).c_str());
       return 1;
     }
-    const std::string r = FromBuffer(resp);  // HealthCheckResponse{status = 1 (SERVING)}
-    const bool serving = r.size() == 2 && r[0] == 0x08 && r[1] == 0x01;
-    std::printf("%s\n", serving ? "SERVING" : "NOT_SERVING");
-    return serving ? 0 : 1;
+    std::printf("%s\n", *serving ? "SERVING" : "NOT_SERVING");
+    return *serving ? 0 : 1;
   }
   if (what == "services") {
     grpc::ClientContext ctx;

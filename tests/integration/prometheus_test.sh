@@ -10,7 +10,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 TMP="$(mktemp -d)"
 source "$ROOT/tests/integration/lib.sh"
 for tool in prometheus promtool python3; do
-  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (scripts/setup.sh installs it)"; exit 0; }
+  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (scripts/setup.sh installs it)"; exit 77; }
 done
 check "promtool check config deploy/prometheus/prometheus.yml" bash -c \
   "cd '$ROOT/deploy/prometheus' && promtool check config prometheus.yml >'$TMP/config.txt' 2>&1 && ! grep -qi warning '$TMP/config.txt'"

@@ -10,7 +10,7 @@ TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
 fail=0; passed=0
 check() { local n="$1"; shift; if "$@"; then echo "ok   $n"; passed=$((passed + 1)); else echo "FAIL $n"; fail=$((fail + 1)); fi; }
 if ! command -v systemd-analyze >/dev/null; then
-  echo "SKIP: systemd-analyze is not installed (scripts/setup.sh installs systemd)"; exit 0
+  echo "SKIP: systemd-analyze is not installed (scripts/setup.sh installs systemd)"; exit 77
 fi
 for f in "$ROOT"/deploy/systemd/*.service "$ROOT"/deploy/systemd/*.target; do
   name=$(basename "$f"); role=${name#gantry-}; role=${role%.service}
