@@ -496,17 +496,19 @@ void Cluster::ScheduleLocked() {
     // workers allow (at least its smallest).
     auto parsed = train::ParseJobSpec(job.spec_yaml());
     int world = std::max(1, job.world_size());
+    const int tp = parsed.ok() ? parsed->parallel.tp : 1, pp = parsed.ok() ? parsed->parallel.pp : 1;
     if (parsed.ok() && parsed->elastic.enabled()) {
       const int idle = IdleWorkersLocked();
       world = 0;
       for (int d : parsed->DpChoices()) {
-        if (d <= idle) world = d;
+        if (d * tp * pp <= idle) world = d * tp * pp;
       }
       if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
     }
+    const int dp = world / (tp * pp);
     // Topology: ranks are packed onto as few hosts as possible, hosts with the most idle
-    // workers first, consecutive ranks on one host (so that a group of neighbouring ranks,
-    // a tensor-parallel group to come, shares a host's fast links).
+    // workers first, consecutive ranks on one host. A tensor-parallel group (tp consecutive
+    // ranks) always shares a host: hosts are taken in whole groups.
     std::map<std::string, std::vector<WorkerState*>> by_host;
     for (auto& [wid, w] : workers_) {
       if (w.session != nullptr && w.info.state() == "idle") by_host[w.info.resources().host()].push_back(&w);
@@ -516,8 +518,8 @@ void Cluster::ScheduleLocked() {
     std::stable_sort(hosts.begin(), hosts.end(), [](auto* a, auto* b) { return a->size() > b->size(); });
     std::vector<WorkerState*> chosen;
     for (auto* ws : hosts) {
-      for (WorkerState* w : *ws) {
-        if (static_cast<int>(chosen.size()) < world) chosen.push_back(w);
+      for (size_t g = 0; g + tp <= ws->size(); g += tp) {
+        for (int i = 0; i < tp && static_cast<int>(chosen.size()) < world; ++i) chosen.push_back((*ws)[g + i]);
       }
     }
     if (static_cast<int>(chosen.size()) < world) break;  // strict FIFO: later jobs wait
@@ -567,9 +569,9 @@ void Cluster::ScheduleLocked() {
       a->set_spec_yaml(job.spec_yaml());
       a->set_rank(static_cast<int>(r));
       a->set_world_size(world);
-      a->set_dp(world);
-      a->set_tp(1);
-      a->set_pp(1);
+      a->set_dp(dp);
+      a->set_tp(tp);
+      a->set_pp(pp);
       for (const auto& s : shard_addrs) a->add_shard_servers(s);
       if (!param_ranges.empty()) *a->mutable_param_ranges() = param_ranges;
       w->session->Send(m);
@@ -671,9 +673,9 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
     auto jobs = store_->ListJobs();
     if (!jobs.ok() || !QueueOrder(*jobs).empty()) return;
     world = job->world_size();
-    const int idle = IdleWorkersLocked();
+    const int idle = IdleWorkersLocked(), group = spec->parallel.tp * spec->parallel.pp;
     for (int d : spec->DpChoices()) {
-      if (d <= world + idle) target = d;
+      if (d * group <= world + idle) target = d * group;
     }
   }
   if (target <= world) return;

@@ -202,13 +202,15 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
       alive += w.state() != "dead";
       idle += w.state() == "idle";
     }
-    int want = std::max(1, job->world_size());
-    if (auto spec = train::ParseJobSpec(job->spec_yaml()); spec.ok() && spec->elastic.enabled()) {
+    int want = std::max(1, job->world_size()), tp = 1;
+    if (auto spec = train::ParseJobSpec(job->spec_yaml()); spec.ok()) {
+      tp = spec->parallel.tp;
       const auto choices = spec->DpChoices();
-      if (!choices.empty()) want = choices.front();
+      if (spec->elastic.enabled() && !choices.empty()) want = choices.front() * tp * spec->parallel.pp;
     }
-    job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers", " (", idle, " idle of ",
-                                      alive, " attached)"));
+    job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers",
+                                      tp > 1 ? absl::StrCat(" in groups of ", tp, " on one host") : "", " (", idle,
+                                      " idle of ", alive, " attached)"));
     if (auto missing = cluster_->MissingCheckpointServers(*job); !missing.empty()) {
       job->set_waiting_for(absl::StrCat(job->waiting_for(), " and shard server ", absl::StrJoin(missing, ", "),
                                         " (holding its checkpoint of step ", job->checkpoint_step(), ")"));
@@ -229,6 +231,12 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   return Handle(ctx, "SubmitJob", [&]() -> absl::Status {
     auto spec = train::ParseJobSpec(req->spec_yaml());
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
+    if (spec->parallel.tp > 1 || spec->parallel.pp > 1) {
+      // The coordinator builds and places 3D groups (a tensor-parallel group on one host),
+      // but no worker can run them yet: refused now rather than failed on the workers.
+      return absl::UnimplementedError(absl::StrCat("parallel.tp ", spec->parallel.tp, ", pp ", spec->parallel.pp,
+                                                   ": tensor and pipeline parallelism are not built yet"));
+    }
     // The planner's bytes per rank against the workers there are: a job that cannot fit is
     // refused now, saying why, rather than failing when a worker runs out of memory.
     if (auto plan = train::MakePlan(train::PlanOfSpec(*spec)); plan.ok()) {

@@ -476,12 +476,15 @@ void AttachOnce(const std::shared_ptr<v1::Coordinator::Stub>& stub, metrics::Reg
       session.cancel = false;
       job_id = in.assign().job_id();
       job = std::thread([&session, a = in.assign()] { session.Run(a); });
-    } else if (in.restart_job_id() == job_id) {
-      LOG(INFO) << "job " << job_id << ": restart received: dropping this generation";
+    } else if (in.restart_job_id() == job_id || in.cancel_job_id() == job_id) {
+      // Restarted or cancelled: drop this generation now. Every rank stops, including one
+      // already waiting in the next step's collective for a rank that stopped at the step
+      // boundary.
+      LOG(INFO) << "job " << job_id << ": " << (in.has_cancel_job_id() ? "cancel" : "restart") << " received";
       session.Abort();
-    } else if (in.cancel_job_id() == job_id || in.abort_job_id() == job_id) {
-      LOG(INFO) << "job " << job_id << ": " << (in.has_cancel_job_id() ? "cancel" : "abort") << " received";
-      session.cancel = true;  // a collective in flight fails on its own, naming the ranks missing
+    } else if (in.abort_job_id() == job_id) {
+      LOG(INFO) << "job " << job_id << ": abort received";
+      session.cancel = true;  // the job failed: a collective in flight fails on its own, naming the ranks missing
     }
   }
   session.Abort();  // the coordinator is gone: this generation of the job is over

@@ -281,6 +281,57 @@ TEST_F(RestartTest, RanksArePackedOntoTheHostWithTheMostIdleWorkers) {
   EXPECT_EQ(Assigned(sa.Take()), nullptr);
 }
 
+// 3D placement: a DP=2 x TP=2 job needs two hosts with 2 idle workers each. Hosts a (3 idle),
+// b (2) and c (1): one group on a, one on b; ranks 0-1 on a, 2-3 on b, and the assignments
+// carry dp 2, tp 2. With 1 idle worker per host it waits rather than split a group.
+TEST_F(RestartTest, ATensorParallelGroupIsPlacedOnOneHost) {
+  FakeSession s[6];
+  std::map<std::string, std::string> host_of;
+  for (auto [i, h] : {std::pair{0, "a"}, std::pair{1, "a"}, std::pair{2, "a"}, std::pair{3, "b"}, std::pair{4, "b"},
+                      std::pair{5, "c"}}) {
+    v1::Resources r;
+    r.set_host(h);
+    host_of[cluster_->AddWorker(&s[i], r)] = h;
+  }
+  auto submit = [&](const std::string& name) {
+    v1::Job j;
+    j.set_name(name);
+    j.set_state(v1::PENDING);
+    j.set_world_size(4);
+    j.set_spec_yaml("model: {n_layer: 2, n_head: 2, n_embd: 8, vocab_size: 16, seq_len: 8}\ndata: {train: /x.bin}\n"
+                    "train: {steps: 100, micro_batch: 1, global_batch: 2, lr: 1.0e-3}\nparallel: {dp: 2, tp: 2}\n");
+    std::string id;
+    {
+      std::lock_guard<std::mutex> l(cluster_->job_mu());
+      id = *store_->CreateJob(j);
+    }
+    cluster_->JobSubmitted();
+    return id;
+  };
+  const std::string job = submit("tp");
+  const v1::Job placed = Job(job);
+  ASSERT_EQ(placed.workers_size(), 4);
+  EXPECT_EQ(host_of[placed.workers(0)], host_of[placed.workers(1)]) << "tp group 0 on one host";
+  EXPECT_EQ(host_of[placed.workers(2)], host_of[placed.workers(3)]) << "tp group 1 on one host";
+  EXPECT_EQ(host_of[placed.workers(0)], "a");
+  EXPECT_EQ(host_of[placed.workers(2)], "b");
+  int assigned = 0;
+  for (auto& f : s) {
+    for (const auto& m : f.Take()) {
+      if (!m.has_assign()) continue;
+      ++assigned;
+      EXPECT_EQ(m.assign().dp(), 2);
+      EXPECT_EQ(m.assign().tp(), 2);
+      EXPECT_EQ(m.assign().pp(), 1);
+      EXPECT_EQ(m.assign().world_size(), 4);
+    }
+  }
+  EXPECT_EQ(assigned, 4);
+  // Left idle: one worker on a, one on c: two workers, but no host with a whole group.
+  const std::string next = submit("waits");
+  EXPECT_EQ(Job(next).state(), v1::PENDING) << "a group is never split over hosts";
+}
+
 TEST_F(RestartTest, AHigherPriorityJobIsPlacedFirstAndRestartingJobsLeadTheirPriority) {
   std::vector<v1::Job> jobs(4);
   jobs[0].set_id("j-000001"), jobs[0].set_state(v1::PENDING), jobs[0].set_priority(0);

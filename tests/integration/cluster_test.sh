@@ -43,6 +43,10 @@ check "a job that cannot fit its workers is refused at submit, saying why" bash 
   "! '$CLI' submit '$TMP/huge.yaml' 2>'$TMP/huge.err' && grep -q 'FAILED_PRECONDITION: the job needs .* GB per worker (parameters' '$TMP/huge.err' && \
    grep -q 'gantry plan JOB.yaml' '$TMP/huge.err' && '$CLI' plan '$TMP/huge.yaml' | grep -q 'activations'"
 
+{ cat "$TMP/example.yaml"; echo "parallel: {tp: 2}"; } >"$TMP/tp.yaml"
+check "tensor parallelism is refused at submit until workers can run it" bash -c \
+  "! '$CLI' submit '$TMP/tp.yaml' 2>'$TMP/tp.err' && grep -q 'UNIMPLEMENTED: parallel.tp 2, pp 1: tensor and pipeline parallelism are not built yet' '$TMP/tp.err'"
+
 "$CLI" submit "$TMP/example.yaml" --wait >"$TMP/watch.txt"; rc=$?
 check "example job watched to SUCCEEDED" bash -c "[ $rc -eq 0 ] && grep -q 'j-000001 SUCCEEDED' '$TMP/watch.txt' && grep -q 'step    30/30' '$TMP/watch.txt'"
 check "checkpoints lists steps 10, 20, 30" bash -c "[ \$('$CLI' checkpoints j-000001 | grep -cE '^(10|20|30) ') -eq 3 ]"
@@ -137,11 +141,15 @@ check "an elastic job starts at dp 1 on the one free worker" wait_for 20 bash -c
 check "it grows to dp 2 at its next checkpoint once the other worker is free, resuming from it" wait_for 30 bash -c \
   "'$CLI' describe $e | grep -q 'State:      RUNNING' && '$CLI' describe $e | grep -q 'rank 1 w-' && \
    grep -q 'job $e: rank 1 resuming from the checkpoint of step' '$TMP'/cluster/worker*.log"
+t0=$(date +%s.%N)
 "$CLI" cancel "$e" >/dev/null
+wait_for 60 bash -c "[ \$('$CLI' workers | grep -c ' idle ') -eq 2 ]"
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+check "cancelling it (dp 2) frees both workers within a second, the rank inside a collective too ($secs s)" \
+  awk -v s="$secs" 'BEGIN {exit !(s < 1)}'
 check "the job's events say so, and it was not counted as a restart" bash -c \
   "'$CLI' watch $e 2>/dev/null | grep -q 'growing from dp 1 to dp 2 from the checkpoint of step' && \
    '$CLI' describe $e | grep -q 'Restarts:   0'"
-wait_for 10 bash -c "[ \$('$CLI' workers | grep -c ' idle ') -eq 2 ]"
 
 # Priorities on a full cluster: two long jobs hold both workers; a low-priority job is
 # queued, then a high-priority one. Cancelling a long job places the high one first, within

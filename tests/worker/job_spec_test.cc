@@ -42,7 +42,7 @@ TEST(JobSpecTest, UnknownFieldIsNamedWithItsSection) {
                               "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3, lrr: 3}\n");
   EXPECT_NE(e.find("unknown field 'train.lrr'"), std::string::npos) << e;
   EXPECT_NE(Error(With("optimiser: {}\n")).find("unknown field 'optimiser'"), std::string::npos);
-  EXPECT_NE(Error(With("parallel: {tp: 2}\n")).find("unknown field 'parallel.tp'"), std::string::npos);
+  EXPECT_NE(Error(With("parallel: {cp: 2}\n")).find("unknown field 'parallel.cp'"), std::string::npos);
 }
 
 TEST(JobSpecTest, IllTypedFieldIsNamed) {
@@ -99,7 +99,7 @@ TEST(JobSpecTest, IncoherentParallelSpecsAreRefusedWithTheReason) {
   EXPECT_NE(ps.find("'optimizer.placement' shardserver keeps whole parameters on every worker"), std::string::npos) << ps;
   EXPECT_NE(ps.find("parallel.zero_stage 3 shards the parameters"), std::string::npos) << ps;
   const std::string w = Error(With("parallel: {dp: 4}\nresources: {workers: 3}\n"));
-  EXPECT_NE(w.find("'resources.workers' 3 workers asked for, but the parallel degrees need dp 4 = 4"), std::string::npos) << w;
+  EXPECT_NE(w.find("'resources.workers' 3 workers asked for, but the parallel degrees need dp 4 x tp 1 x pp 1 = 4"), std::string::npos) << w;
   EXPECT_NE(Error(With("parallel: {bucket_mb: 0}\n")).find("'parallel.bucket_mb' must be > 0"), std::string::npos);
   EXPECT_NE(Error(With("parallel: {zero_stage: 4}\n")).find("'parallel.zero_stage' must be 0, 1, 2 or 3"), std::string::npos);
   EXPECT_NE(Error(With("optimizer: {placement: gpu}\n")).find("'gpu' is not worker or shardserver"), std::string::npos);
@@ -126,6 +126,21 @@ parallel: {dp: 2}
   EXPECT_NE(Error(base + "elastic: {min_dp: 3, max_dp: 4}\n").find("field 'parallel.dp' must be within [elastic.min_dp, elastic.max_dp] = [3, 4], not 2"),
             std::string::npos);
   EXPECT_NE(Error(base + "scheduling: {max_restarts: -1}\n").find("scheduling.max_restarts"), std::string::npos);
+}
+
+TEST(JobSpecTest, TensorAndPipelineDegreesMustDivideHeadsAndLayers) {
+  const std::string m = R"(
+model: {n_layer: 6, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
+)";
+  auto ok = ParseJobSpec(m + "parallel: {dp: 2, tp: 2, pp: 3}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->world_size(), 12);
+  EXPECT_NE(Error(m + "parallel: {tp: 3}\n").find("field 'parallel.tp' 3 does not divide model.n_head 4"), std::string::npos);
+  EXPECT_NE(Error(m + "parallel: {pp: 4}\n").find("field 'parallel.pp' 4 does not divide model.n_layer 6"), std::string::npos);
+  EXPECT_NE(Error(m + "parallel: {dp: 2, tp: 2}\nresources: {workers: 2}\n").find("dp 2 x tp 2 x pp 1 = 4"),
+            std::string::npos);
 }
 
 TEST(LearningRateTest, ConstantWithoutWarmupOrDecay) {

@@ -83,6 +83,16 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (t.micro_batch < 1) return FieldError("train.micro_batch", "must be >= 1");
   if (t.global_batch < 1) return FieldError("train.global_batch", "must be >= 1");
   if (s.parallel.dp < 1) return FieldError("parallel.dp", "must be >= 1");
+  if (s.parallel.tp < 1) return FieldError("parallel.tp", "must be >= 1");
+  if (s.parallel.pp < 1) return FieldError("parallel.pp", "must be >= 1");
+  if (s.model.n_head % s.parallel.tp != 0) {
+    return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.n_head ", s.model.n_head,
+                                                  " (each tensor-parallel rank takes whole heads)"));
+  }
+  if (s.model.n_layer % s.parallel.pp != 0) {
+    return FieldError("parallel.pp", absl::StrCat(s.parallel.pp, " does not divide model.n_layer ", s.model.n_layer,
+                                                  " (each stage takes as many layers)"));
+  }
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
   if (!(s.parallel.bucket_mb > 0) || !std::isfinite(s.parallel.bucket_mb)) {
     return FieldError("parallel.bucket_mb", "must be > 0");
@@ -105,7 +115,8 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (s.resources.workers != 0 && s.resources.workers != s.world_size()) {
     return FieldError("resources.workers",
                       absl::StrCat(s.resources.workers, " workers asked for, but the parallel degrees need dp ",
-                                   s.parallel.dp, " = ", s.world_size(), " (one worker per rank)"));
+                                   s.parallel.dp, " x tp ", s.parallel.tp, " x pp ", s.parallel.pp, " = ",
+                                   s.world_size(), " (one worker per rank)"));
   }
   if (t.global_batch % (t.micro_batch * s.parallel.dp) != 0) {
     return FieldError("train.global_batch",
@@ -212,6 +223,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                            {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)},
                            {"resume_from", Str(&s.checkpoint.resume_from)}})},
        {"parallel", sub({{"dp", Int(&s.parallel.dp)},
+                         {"tp", Int(&s.parallel.tp)},
+                         {"pp", Int(&s.parallel.pp)},
                          {"zero_stage", Int(&s.parallel.zero_stage)},
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
                          {"timeout_s", Real(&s.parallel.timeout_s)}})},

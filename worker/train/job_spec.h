@@ -38,6 +38,8 @@ struct TrainSpec {
 
 struct ParallelSpec {
   int dp = 1;          // data-parallel ranks
+  int tp = 1;          // tensor-parallel ranks per group (heads must divide; one host per group)
+  int pp = 1;          // pipeline stages (layers must divide)
   int zero_stage = 0;  // 0: all-reduce; 1: optimizer state sharded; 2: and gradients; 3: and parameters
   double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
   double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default
@@ -95,7 +97,9 @@ struct JobSpec {
   ParallelSpec parallel;
   OptimizerSpec optimizer;
   ResourcesSpec resources;
-  int world_size() const { return parallel.dp; }
+  // Ranks: dp x tp x pp. Rank r is (pp stage, dp replica, tp rank) with tp fastest:
+  // r = (stage * dp + replica) * tp + tp_rank, so a tensor-parallel group is consecutive.
+  int world_size() const { return parallel.dp * parallel.tp * parallel.pp; }
   // The dp sizes an elastic job may run at, ascending (just dp when not elastic): those in
   // [min_dp, max_dp] for which micro_batch x dp divides the global batch.
   std::vector<int> DpChoices() const;

@@ -90,6 +90,8 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.precision = Precision::kFp32;
   in.zero = spec.parallel.zero_stage;
   in.dp = spec.parallel.dp;
+  in.tp = spec.parallel.tp;
+  in.pp = spec.parallel.pp;
   in.micro_batch = spec.train.micro_batch;
   in.microbatches = spec.grad_accum();
   in.recompute = spec.recompute();

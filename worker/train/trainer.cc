@@ -56,6 +56,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->model_->set_recompute(spec.recompute());
   const size_t n_params = t->model_->num_params();
   parallel::Communicator* comm = options.comm ? options.comm : &t->solo_;
+  if (spec.parallel.tp > 1 || spec.parallel.pp > 1) {
+    return absl::UnimplementedError(absl::StrCat("parallel.tp ", spec.parallel.tp, ", pp ", spec.parallel.pp,
+                                                 ": tensor and pipeline parallelism are not built yet (dp and ZeRO are)"));
+  }
   if (spec.optimizer.placement == "shardserver" && options.remote_optimizer == nullptr) {
     return absl::FailedPreconditionError(
         "optimizer.placement shardserver runs AdamW on the shard servers: submit the job to a cluster");
