@@ -12,8 +12,34 @@
 
 namespace gantry {
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+class FileSource final : public ByteSource {
+ public:
+  FileSource(int fd, size_t size, std::string path) : fd_(fd), size_(size), path_(std::move(path)) {}
+  ~FileSource() override { ::close(fd_); }
+  size_t size() const override { return size_; }
+  absl::Status ReadAt(size_t offset, size_t n, void* dst) const override {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd_, static_cast<char*>(dst) + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return absl::DataLossError(absl::StrCat(path_, ": short read at byte ", offset + done));
+      done += static_cast<size_t>(r);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const int fd_;
+  const size_t size_;
+  const std::string path_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const ByteSource>> OpenFileSource(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
@@ -24,19 +50,14 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
-  std::string out;
-  out.resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat(path, ": short read at byte ", done));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
+  return std::make_shared<FileSource>(fd, static_cast<size_t>(st.st_size), path);
+}
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  auto source = OpenFileSource(path);
+  if (!source.ok()) return source.status();
+  std::string out((*source)->size(), '\0');
+  if (auto s = (*source)->ReadAt(0, out.size(), out.data()); !s.ok()) return s;
   return out;
 }
 

@@ -72,28 +72,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 namespace {
 
-class FileSource final : public ByteSource {
- public:
-  FileSource(int fd, size_t size, std::string path) : fd_(fd), size_(size), path_(std::move(path)) {}
-  ~FileSource() override { ::close(fd_); }
-  size_t size() const override { return size_; }
-  absl::Status ReadAt(size_t offset, size_t n, void* dst) const override {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pread(fd_, static_cast<char*>(dst) + done, n - done, static_cast<off_t>(offset + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return absl::DataLossError(absl::StrCat(path_, ": short read at byte ", offset + done));
-      done += static_cast<size_t>(r);
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  const int fd_;
-  const size_t size_;
-  const std::string path_;
-};
-
 class StringSource final : public ByteSource {
  public:
   explicit StringSource(std::string bytes) : bytes_(std::move(bytes)) {}
@@ -111,21 +89,6 @@ class StringSource final : public ByteSource {
 };
 
 }  // namespace
-
-absl::StatusOr<std::shared_ptr<const ByteSource>> OpenFileSource(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::UnavailableError(absl::StrCat(path, ": ", std::strerror(err)));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  return std::make_shared<FileSource>(fd, static_cast<size_t>(st.st_size), path);
-}
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   ASSIGN_OR_RETURN(std::shared_ptr<const ByteSource> source, OpenFileSource(path));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_util.h"
 
 namespace gantry {
 
@@ -21,18 +22,6 @@ struct SafetensorInfo {
   size_t end = 0;
   int64_t numel() const;
 };
-
-// Where a file's bytes come from: a local file, memory, or a remote store (a shard server's
-// checkpoint part); ReadAt of bytes beyond size() is an error.
-class ByteSource {
- public:
-  virtual ~ByteSource() = default;
-  virtual size_t size() const = 0;
-  virtual absl::Status ReadAt(size_t offset, size_t n, void* dst) const = 0;
-};
-
-// A local file as a ByteSource (positioned reads).
-absl::StatusOr<std::shared_ptr<const ByteSource>> OpenFileSource(const std::string& path);
 
 class SafetensorsFile {
  public:

@@ -468,6 +468,7 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why) {
 
 void Cluster::ScheduleLocked() {
   last_schedule_ms_ = NowUnixMs();
+  timed_wait_ = false;
   std::lock_guard<std::mutex> jl(job_mu_);
   auto jobs = store_->ListJobs();
   if (!jobs.ok()) return;
@@ -484,13 +485,19 @@ void Cluster::ScheduleLocked() {
       // not passed yet does not use up max_restarts in a burst.
       const int n = job.restarts_in_a_row();
       const int64_t backoff = n <= 1 ? 0 : std::min<int64_t>(16000, int64_t{1000} << std::min(n - 2, 4));
-      if (now - job.failure_time_unix_ms() < backoff) break;  // Monitor retries
+      if (now - job.failure_time_unix_ms() < backoff) {
+        timed_wait_ = true;  // Monitor retries
+        break;
+      }
       bool missing = false;
       const int64_t since = now - job.failure_time_unix_ms();
       for (const auto& server : job.checkpoint_servers()) {
         missing = missing || std::find(shard_addrs.begin(), shard_addrs.end(), server) == shard_addrs.end();
       }
-      if (missing && since < options_.checkpoint_server_wait_ms) break;  // Monitor retries
+      if (missing && since < options_.checkpoint_server_wait_ms) {
+        timed_wait_ = true;  // Monitor retries
+        break;
+      }
     }
     // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
     // workers allow (at least its smallest).
@@ -605,19 +612,21 @@ void Cluster::CheckStallsLocked(int64_t now) {
   for (auto it = progress_.begin(); it != progress_.end();) {
     const std::string& job_id = it->first;
     Progress& p = it->second;
-    std::lock_guard<std::mutex> jl(job_mu_);
-    auto job = store_->GetJob(job_id);
-    if (!job.ok() || job->generation() != p.generation || job->state() != v1::RUNNING) {
-      if (!job.ok() || job->generation() > p.generation || job->state() == v1::SUCCEEDED ||
-          job->state() == v1::FAILED || job->state() == v1::CANCELLED) {
-        it = progress_.erase(it);
-      } else {
-        ++it;
-      }
+    // A job whose steps keep coming costs nothing here; the store is read only once the next
+    // step is overdue (a stall, or a job that ended or moved on: its entry goes).
+    const int64_t limit = std::max<int64_t>(options_.stall_ms, static_cast<int64_t>(10 * 1000 * p.step_seconds));
+    if (now - p.at_ms < limit) {
+      ++it;
       continue;
     }
-    const int64_t limit = std::max<int64_t>(options_.stall_ms, static_cast<int64_t>(10 * 1000 * p.step_seconds));
-    if (p.reported || now - p.at_ms < limit) {
+    std::lock_guard<std::mutex> jl(job_mu_);
+    auto job = store_->GetJob(job_id);
+    if (!job.ok() || job->generation() > p.generation || job->state() == v1::SUCCEEDED ||
+        job->state() == v1::FAILED || job->state() == v1::CANCELLED) {
+      it = progress_.erase(it);
+      continue;
+    }
+    if (p.reported || job->generation() != p.generation || job->state() != v1::RUNNING) {
       ++it;
       continue;
     }
@@ -834,7 +843,7 @@ void Cluster::Monitor() {
     if (!grace_over_ && now - started_ms_ >= options_.placement_grace_ms) {
       grace_over_ = true;
       ScheduleLocked();  // no shard server came: place what waited, without one
-    } else if (now - last_schedule_ms_ >= 1000) {
+    } else if (timed_wait_ && now - last_schedule_ms_ >= 1000) {
       ScheduleLocked();  // waits that end with time (a restart's wait for its shard servers)
     }
     CheckStallsLocked(now);

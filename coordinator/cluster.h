@@ -160,6 +160,7 @@ class Cluster {
   const int64_t started_ms_;
   bool grace_over_ = false;  // placement_grace_ms has passed since the start
   int64_t last_schedule_ms_ = 0;
+  bool timed_wait_ = false;  // the head of the queue waits for time to pass (a back-off, a server's return)
   std::condition_variable cv_;
   std::thread monitor_;
   // Checkpoints being assembled: (job, generation, step) → the parts reported so far.

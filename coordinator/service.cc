@@ -203,7 +203,8 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
       idle += w.state() == "idle";
     }
     int want = std::max(1, job->world_size()), tp = 1;
-    if (auto spec = train::ParseJobSpec(job->spec_yaml()); spec.ok()) {
+    const auto spec = train::ParseJobSpec(job->spec_yaml());
+    if (spec.ok()) {
       tp = spec->parallel.tp;
       const auto choices = spec->DpChoices();
       if (spec->elastic.enabled() && !choices.empty()) want = choices.front() * tp * spec->parallel.pp;
@@ -215,10 +216,8 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
       job->set_waiting_for(absl::StrCat(job->waiting_for(), " and shard server ", absl::StrJoin(missing, ", "),
                                         " (holding its checkpoint of step ", job->checkpoint_step(), ")"));
     }
-    if (cluster_->ShardServers().empty()) {
-      if (auto spec = train::ParseJobSpec(job->spec_yaml()); spec.ok() && spec->optimizer.placement == "shardserver") {
-        job->set_waiting_for(absl::StrCat(job->waiting_for(), " and a shard server (parameter-server mode)"));
-      }
+    if (spec.ok() && spec->optimizer.placement == "shardserver" && cluster_->ShardServers().empty()) {
+      job->set_waiting_for(absl::StrCat(job->waiting_for(), " and a shard server (parameter-server mode)"));
     }
     break;
   }

@@ -12,17 +12,18 @@
 namespace gantry::cuda {
 namespace {
 
+// Element i of a head-major (B, NH, T, hs) tensor, in a (B, T, ...) tensor whose rows are
+// `stride` wide with head h at channels [h*hs, (h+1)*hs): the row-major offset.
+__device__ inline int64_t TokenMajor(int64_t i, int T, int NH, int hs, int64_t stride) {
+  const int64_t d = i % hs, t = (i / hs) % T, h = (i / hs / T) % NH, b = i / hs / T / NH;
+  return (b * T + t) * stride + h * hs + d;
+}
+
 // qkv (B, T, 3, NH, hs) → q, k, v each (B, NH, T, hs).
 __global__ void SplitHeadsKernel(float* q, float* k, float* v, const float* qkv, int B, int T, int NH, int hs) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t n = static_cast<int64_t>(B) * NH * T * hs;
-  if (i >= n) return;
-  const int d = static_cast<int>(i % hs);
-  const int t = static_cast<int>((i / hs) % T);
-  const int h = static_cast<int>((i / hs / T) % NH);
-  const int b = static_cast<int>(i / hs / T / NH);
-  const int C = NH * hs;
-  const int64_t src = (static_cast<int64_t>(b) * T + t) * 3 * C + static_cast<int64_t>(h) * hs + d;
+  if (i >= static_cast<int64_t>(B) * NH * T * hs) return;
+  const int64_t C = static_cast<int64_t>(NH) * hs, src = TokenMajor(i, T, NH, hs, 3 * C);
   q[i] = qkv[src];
   k[i] = qkv[src + C];
   v[i] = qkv[src + 2 * C];
@@ -31,26 +32,15 @@ __global__ void SplitHeadsKernel(float* q, float* k, float* v, const float* qkv,
 // x (B, NH, T, hs) → out (B, T, NH·hs), at channel offset `part`·C of rows `stride` wide.
 __global__ void MergeHeadsKernel(float* out, const float* x, int B, int T, int NH, int hs, int stride, int part) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t n = static_cast<int64_t>(B) * NH * T * hs;
-  if (i >= n) return;
-  const int d = static_cast<int>(i % hs);
-  const int t = static_cast<int>((i / hs) % T);
-  const int h = static_cast<int>((i / hs / T) % NH);
-  const int b = static_cast<int>(i / hs / T / NH);
-  const int C = NH * hs;
-  out[(static_cast<int64_t>(b) * T + t) * stride + static_cast<int64_t>(part) * C + static_cast<int64_t>(h) * hs + d] = x[i];
+  if (i >= static_cast<int64_t>(B) * NH * T * hs) return;
+  out[TokenMajor(i, T, NH, hs, stride) + static_cast<int64_t>(part) * NH * hs] = x[i];
 }
 
 // dout (B, T, C) → d (B, NH, T, hs)
 __global__ void SplitGradKernel(float* d, const float* dout, int B, int T, int NH, int hs) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t n = static_cast<int64_t>(B) * NH * T * hs;
-  if (i >= n) return;
-  const int dd = static_cast<int>(i % hs);
-  const int t = static_cast<int>((i / hs) % T);
-  const int h = static_cast<int>((i / hs / T) % NH);
-  const int b = static_cast<int>(i / hs / T / NH);
-  d[i] = dout[(static_cast<int64_t>(b) * T + t) * NH * hs + static_cast<int64_t>(h) * hs + dd];
+  if (i >= static_cast<int64_t>(B) * NH * T * hs) return;
+  d[i] = dout[TokenMajor(i, T, NH, hs, static_cast<int64_t>(NH) * hs)];
 }
 
 // One warp per row i of a (T, T) score matrix: softmax over j <= i, zero above.

@@ -1,30 +1,20 @@
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace gantry::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
 
 __global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  out[i] = 0.5f * x * (1.0f + tanhf(u));
+  if (i < n) out[i] = Gelu(inp[i]);
 }
 
 __global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* dout, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  const float th = tanhf(u);
-  const float sech2 = 1.0f - th * th;
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-  dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * dout[i];
+  if (i < n) dinp[i] = GeluGrad(inp[i]) * dout[i];
 }
 
 __global__ void ResidualForwardKernel(float* out, const float* a, const float* b, int64_t n) {

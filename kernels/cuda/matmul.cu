@@ -4,22 +4,16 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 
 namespace gantry::cuda {
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
 __global__ void GeluBackwardInPlaceKernel(float* d, const float* pre, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = pre[i];
-  const float th = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-  d[i] *= 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+  if (i < n) d[i] *= GeluGrad(pre[i]);
 }
 
 struct Rows {  // dout's values, summed per column for dbias

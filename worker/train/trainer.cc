@@ -1,5 +1,7 @@
 #include "worker/train/trainer.h"
 
+#include <functional>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -125,15 +127,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   return t;
 }
 
-float Trainer::Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int T, int batches) {
+namespace {
+// The mean of loss(inputs, targets) over the loader's first `batches` windows.
+absl::StatusOr<float> MeanLoss(data::BatchLoader& loader, int B, int T, int batches,
+                               const std::function<absl::StatusOr<float>(const int32_t*, const int32_t*)>& loss) {
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(static_cast<size_t>(B) * T);
   const int64_t n = std::min<int64_t>(batches, loader.num_windows());
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     loader.Fill(i, in.data(), tg.data());
-    sum += model.Forward(in.data(), tg.data(), B, T);
+    ASSIGN_OR_RETURN(float l, loss(in.data(), tg.data()));
+    sum += l;
   }
   return static_cast<float>(sum / static_cast<double>(n));
+}
+}  // namespace
+
+float Trainer::Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int T, int batches) {
+  return *MeanLoss(loader, B, T, batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
+    return model.Forward(in, tg, B, T);
+  });
 }
 
 StepReport Trainer::Step(int64_t step) {
@@ -218,19 +231,13 @@ absl::Status Trainer::SyncFromDevice() {
 
 float Trainer::EvalLoss(int B, int T) {
   if (!device_) return Evaluate(*model_, *val_loader_, B, T, spec_.eval.batches);
-  std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(static_cast<size_t>(B) * T);
-  const int64_t n = std::min<int64_t>(spec_.eval.batches, val_loader_->num_windows());
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    val_loader_->Fill(i, in.data(), tg.data());
-    auto l = device_->Evaluate(in.data(), tg.data(), B, T);
-    if (!l.ok()) {
-      comm_status_ = l.status();
-      return NAN;
-    }
-    sum += *l;
+  auto v = MeanLoss(*val_loader_, B, T, spec_.eval.batches,
+                    [&](const int32_t* in, const int32_t* tg) { return device_->Evaluate(in, tg, B, T); });
+  if (!v.ok()) {
+    comm_status_ = v.status();
+    return NAN;
   }
-  return static_cast<float>(sum / static_cast<double>(n));
+  return *v;
 }
 
 void Trainer::Print(const std::string& line) {
