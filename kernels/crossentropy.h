@@ -14,4 +14,14 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
 void crossentropy_fused_forward_backward(float* losses, float* logits, const int32_t* targets,
                                          float dloss, int N, int V);
 
+// Vocabulary-parallel: a rank holds columns [v_begin, v_begin + V) of the logits. First,
+// per row, stats (N,3) = (max, sum of exp(x - max), the target's logit or 0 where another
+// rank holds it); the group all-gathers them. Then from every rank's stats (ranks,N,3):
+// losses (N) and, with dloss != 0, logits := dlogits as the fused kernel. Every rank
+// combines the stats in rank order, so all get the same losses.
+void crossentropy_shard_stats(float* stats, const float* logits, const int32_t* targets, int N, int V,
+                              int v_begin);
+void crossentropy_shard_finish(float* losses, float* logits, const float* all_stats, int ranks,
+                               const int32_t* targets, float dloss, int N, int V, int v_begin);
+
 }  // namespace gantry::kernels

@@ -37,38 +37,73 @@ absl::Status GPTConfig::Validate() const {
   return absl::OkStatus();
 }
 
-std::vector<ParamTensor> ParameterLayout(const GPTConfig& c) {
-  const int64_t C = c.n_embd;
+std::vector<ParamTensor> ParameterLayout(const GPTConfig& c) { return ParameterLayout(c, ModelShard{}); }
+
+std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& sh) {
+  const int64_t C = c.n_embd, V = c.vocab_size, r = sh.tp_rank;
+  const int64_t Ca = C / sh.tp, F = 4 * C / sh.tp;  // attention and MLP widths per rank
+  const int lb = sh.layer_begin, le = sh.layer_end < 0 ? c.n_layer : sh.layer_end;
   std::vector<ParamTensor> t;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  // Rows [r0, r1) and column runs (empty: all) of the whole tensor of shape gshape.
+  auto add = [&](std::string name, std::vector<int64_t> gshape, int64_t r0, int64_t r1, Runs runs, bool replica) {
     ParamTensor p;
     p.name = std::move(name);
-    p.numel = 1;
-    for (int64_t d : shape) p.numel *= static_cast<size_t>(d);
-    p.decay = shape.size() >= 2;
-    p.shape = std::move(shape);
+    p.global_shape = std::move(gshape);
+    const int64_t gcols = p.global_numel() / p.global_rows();
+    if (runs.empty()) runs = {{0, gcols}};
+    Runs merged;  // adjacent runs as one (tp 1 holds q, k and v whole)
+    for (const auto& run : runs) {
+      if (!merged.empty() && merged.back().second == run.first) {
+        merged.back().second = run.second;
+      } else {
+        merged.push_back(run);
+      }
+    }
+    int64_t w = 0;
+    for (const auto& [b, e] : merged) w += e - b;
+    p.shape = p.global_shape.size() == 1 ? std::vector<int64_t>{w} : std::vector<int64_t>{r1 - r0, w};
+    p.row_begin = r0;
+    p.col_runs = std::move(merged);
+    p.numel = static_cast<size_t>((r1 - r0) * w);
+    p.decay = p.global_shape.size() >= 2;
+    p.replica = replica;
     p.offset = t.empty() ? 0 : t.back().offset + t.back().numel;
     t.push_back(std::move(p));
   };
-  add("wte.weight", {c.vocab_size, C});
-  add("wpe.weight", {c.max_seq_len, C});
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string h = absl::StrCat("h.", l, ".");
-    add(h + "ln_1.weight", {C});
-    add(h + "ln_1.bias", {C});
-    add(h + "attn.c_attn.weight", {C, 3 * C});
-    add(h + "attn.c_attn.bias", {3 * C});
-    add(h + "attn.c_proj.weight", {C, C});
-    add(h + "attn.c_proj.bias", {C});
-    add(h + "ln_2.weight", {C});
-    add(h + "ln_2.bias", {C});
-    add(h + "mlp.c_fc.weight", {C, 4 * C});
-    add(h + "mlp.c_fc.bias", {4 * C});
-    add(h + "mlp.c_proj.weight", {4 * C, C});
-    add(h + "mlp.c_proj.bias", {C});
+  const bool rep = r > 0;  // replicated tensors: tensor-parallel rank 0 speaks for them
+  auto whole = [&](std::string name, std::vector<int64_t> gshape) {
+    const int64_t rows = gshape.size() == 1 ? 1 : gshape[0];
+    add(std::move(name), std::move(gshape), 0, rows, {}, rep);
+  };
+  auto heads = [&](int64_t base) { return std::pair<int64_t, int64_t>{base + r * Ca, base + (r + 1) * Ca}; };
+  const Runs qkv = {heads(0), heads(C), heads(2 * C)};
+  const Runs mlp = {{r * F, (r + 1) * F}};
+  const int64_t v0 = sh.vocab_begin(c.vocab_size), v1 = sh.vocab_end(c.vocab_size);
+  if (sh.first()) {
+    add("wte.weight", {V, C}, v0, v1, {}, false);
+    whole("wpe.weight", {c.max_seq_len, C});
   }
-  add("ln_f.weight", {C});
-  add("ln_f.bias", {C});
+  for (int l = lb; l < le; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    whole(h + "ln_1.weight", {C});
+    whole(h + "ln_1.bias", {C});
+    add(h + "attn.c_attn.weight", {C, 3 * C}, 0, C, qkv, false);
+    add(h + "attn.c_attn.bias", {3 * C}, 0, 1, qkv, false);
+    add(h + "attn.c_proj.weight", {C, C}, r * Ca, (r + 1) * Ca, {}, false);
+    whole(h + "attn.c_proj.bias", {C});
+    whole(h + "ln_2.weight", {C});
+    whole(h + "ln_2.bias", {C});
+    add(h + "mlp.c_fc.weight", {C, 4 * C}, 0, C, mlp, false);
+    add(h + "mlp.c_fc.bias", {4 * C}, 0, 1, mlp, false);
+    add(h + "mlp.c_proj.weight", {4 * C, C}, r * F, (r + 1) * F, {}, false);
+    whole(h + "mlp.c_proj.bias", {C});
+  }
+  if (sh.last()) {
+    whole("ln_f.weight", {C});
+    whole("ln_f.bias", {C});
+    if (!sh.first()) add("wte.weight", {V, C}, v0, v1, {}, true);  // the first stage speaks for wte
+  }
   return t;
 }
 
@@ -81,8 +116,54 @@ std::vector<size_t> UnitBoundaries(const GPTConfig& c) {
   return b;
 }
 
-GPT::GPT(const GPTConfig& config)
-    : config_(config), tensors_(ParameterLayout(config)), unit_begin_(UnitBoundaries(config)) {
+std::vector<int> BalanceStages(const GPTConfig& c, int pp) {
+  // Forward flops per token: a layer's four projections and attention's two products
+  // (at n_positions), the classifier's product; the embedding is a lookup.
+  const double C = c.n_embd;
+  const double layer = 24 * C * C + 4 * C * c.max_seq_len, head = 2 * C * c.vocab_size + 10 * C, embed = 2 * C;
+  const int L = c.n_layer;
+  auto cost = [&](int s, int a, int b) {  // stage s holding layers [a, b)
+    return (b - a) * layer + (s == 0 ? embed : 0) + (s == pp - 1 ? head : 0);
+  };
+  // best[s][i]: the least max cost of stages 0..s holding layers [0, i); from[s][i] its cut.
+  const double inf = 1e300;
+  std::vector<std::vector<double>> best(pp, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> from(pp, std::vector<int>(L + 1, 0));
+  for (int i = 1; i <= L; ++i) best[0][i] = cost(0, 0, i);
+  for (int s = 1; s < pp; ++s) {
+    for (int i = s + 1; i <= L; ++i) {
+      for (int j = s; j < i; ++j) {
+        const double m = std::max(best[s - 1][j], cost(s, j, i));
+        if (m < best[s][i]) {
+          best[s][i] = m;
+          from[s][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<int> bounds(pp + 1, L);
+  for (int s = pp - 1; s > 0; --s) bounds[s] = from[s][bounds[s + 1]];
+  bounds[0] = 0;
+  return bounds;
+}
+
+GPT::GPT(const GPTConfig& config, const ModelShard& shard)
+    : config_(config), shard_(shard), tensors_(ParameterLayout(config, shard)) {
+  if (shard_.layer_end < 0) shard_.layer_end = config.n_layer;
+  lb_ = shard_.layer_begin;
+  le_ = shard_.layer_end;
+  Ca_ = config.n_embd / shard_.tp;
+  NHa_ = config.n_head / shard_.tp;
+  Fm_ = 4 * config.n_embd / shard_.tp;
+  v0_ = shard_.vocab_begin(config.vocab_size);
+  Vl_ = shard_.vocab_end(config.vocab_size) - v0_;
+  // Units: the embedding (2 tensors), each layer (12), the head (the rest).
+  auto at = [&](size_t i) { return i < tensors_.size() ? tensors_[i].offset : tensors_.back().offset + tensors_.back().numel; };
+  size_t i = 0;
+  unit_begin_ = {0};
+  if (shard_.first()) unit_begin_.push_back(at(i += 2));
+  for (int l = lb_; l < le_; ++l) unit_begin_.push_back(at(i += 12));
+  if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
   const size_t n = num_params();
   params_.Assign(n);
   grads_.Assign(n);
@@ -96,9 +177,9 @@ const ParamTensor* GPT::FindTensor(const std::string& name) const {
 }
 
 GPT::LayerParams GPT::Layer(float* unit_base, int l) const {
-  // 12 tensors per layer, after wte and wpe.
-  const size_t i = 2 + static_cast<size_t>(l) * 12;
-  const size_t begin = unit_begin(1 + l);
+  // 12 tensors per layer, after wte and wpe on the first stage.
+  const size_t i = (shard_.first() ? 2 : 0) + static_cast<size_t>(l - lb_) * 12;
+  const size_t begin = unit_begin(layer_unit(l));
   auto p = [&](size_t j) { return unit_base + (tensors_[i + j].offset - begin); };
   return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
 }
@@ -106,20 +187,36 @@ GPT::LayerParams GPT::Layer(float* unit_base, int l) const {
 void GPT::InitRandom(uint64_t seed) {
   const float std_base = 0.02f;
   const float std_resid = 0.02f / std::sqrt(2.0f * config_.n_layer);
-  for (size_t ti = 0; ti < tensors_.size(); ++ti) {
-    const ParamTensor& t = tensors_[ti];
+  // Streams are numbered by the whole model's tensor index.
+  const std::vector<ParamTensor> all = ParameterLayout(config_);
+  std::vector<float> whole;
+  for (const ParamTensor& t : tensors_) {
+    size_t ti = 0;
+    while (all[ti].name != t.name) ++ti;
     float* p = params_.data() + t.offset;
     const bool is_ln = t.name.find("ln_") != std::string::npos;
     if (is_ln && t.name.ends_with(".weight")) {
       std::fill(p, p + t.numel, 1.0f);
-    } else if (t.shape.size() == 1) {
+    } else if (t.shape.size() == 1 && t.global_shape.size() == 1) {
       std::fill(p, p + t.numel, 0.0f);
     } else {
       const bool resid = t.name.ends_with("attn.c_proj.weight") || t.name.ends_with("mlp.c_proj.weight");
       const double sd = resid ? std_resid : std_base;
       Rng rng(MixSeed(seed, ti));
-      for (size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.Normal() * sd);
+      // A shard draws the whole tensor's stream and keeps its block.
+      whole.resize(all[ti].numel);
+      for (float& x : whole) x = static_cast<float>(rng.Normal() * sd);
+      ForEachRun(t, [&](int64_t g, int64_t l, int64_t n) { std::copy_n(whole.data() + g, n, p + l); });
     }
+  }
+}
+
+void GPT::CopyFromWhole(const GPT& whole) {
+  for (const ParamTensor& t : tensors_) {
+    const ParamTensor* w = whole.FindTensor(t.name);
+    const float* src = whole.params() + w->offset;
+    float* dst = params_.data() + t.offset;
+    ForEachRun(t, [&](int64_t g, int64_t l, int64_t n) { std::copy_n(src + g, n, dst + l); });
   }
 }
 
@@ -144,9 +241,16 @@ void GPT::Op(const char* name, F&& f) {
 void GPT::ZeroGrad() { std::fill(grads_.begin(), grads_.end(), 0.f); }
 
 ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute) {
+  return LayoutActivations(config, ModelShard{}, B, T, recompute);
+}
+
+ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
+                                   Recompute recompute) {
   const size_t BT = static_cast<size_t>(B) * T;
-  const size_t C = config.n_embd, V = config.vocab_size, NH = config.n_head;
-  const size_t L = config.n_layer;
+  const size_t C = config.n_embd;
+  const size_t Ca = C / shard.tp, NH = config.n_head / shard.tp, F = 4 * C / shard.tp;
+  const size_t V = shard.vocab_end(config.vocab_size) - shard.vocab_begin(config.vocab_size);
+  const size_t L = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
   size_t cur = 0;
   auto take = [&](size_t n) {
     const size_t o = cur;
@@ -162,10 +266,10 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
   o.losses = take(BT);
   o.dres = take(BT * C);
   o.dln = take(BT * C);
-  o.dqkv = take(BT * 3 * C);
-  o.datty = take(BT * C);
+  o.dqkv = take(BT * 3 * Ca);
+  o.datty = take(BT * Ca);
   o.datt = take(static_cast<size_t>(B) * NH * T * T);
-  o.dfch = take(BT * 4 * C);
+  o.dfch = take(BT * F);
   o.dlnf = take(BT * C);
   // Per-layer block, offsets relative to the block.
   const size_t block_start = cur;
@@ -173,15 +277,15 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
   o.ln1 = take(BT * C);
   o.ln1_mean = take(BT);
   o.ln1_rstd = take(BT);
-  o.qkv = take(BT * 3 * C);
-  o.atty = take(BT * C);
+  o.qkv = take(BT * 3 * Ca);
+  o.atty = take(BT * Ca);
   o.attproj = take(BT * C);
   o.res2 = take(BT * C);
   o.ln2 = take(BT * C);
   o.ln2_mean = take(BT);
   o.ln2_rstd = take(BT);
-  o.fch = take(BT * 4 * C);
-  o.fch_gelu = take(BT * 4 * C);
+  o.fch = take(BT * F);
+  o.fch_gelu = take(BT * F);
   o.fcproj = take(BT * C);
   o.res3 = take(BT * C);
   const size_t without_att = cur;
@@ -203,32 +307,44 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 
 void GPT::EnsureActivations(int B, int T) {
   if (B == act_B_ && T == act_T_) return;
-  const ActivationLayout o = LayoutActivations(config_, B, T, recompute_);
-  act_.Assign(o.total);
+  const ActivationLayout o = LayoutActivations(config_, shard_, B, T, recompute_);
+  act_.Assign(o.total * static_cast<size_t>(slots_));
   off_ = o;
   act_B_ = B;
   act_T_ = T;
+  inputs_.assign(static_cast<size_t>(slots_), {});
+  base_ = act_.data();
+}
+
+void GPT::TpAllReduce(float* data, size_t n) {
+  if (tp_comm_ == nullptr || shard_.tp == 1) return;
+  absl::Status s = tp_comm_->AllReduceSum(data, n);
+  if (!s.ok() && comm_status_.ok()) comm_status_ = s;
 }
 
 void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B, int T, const char* tag) {
-  const int C = config_.n_embd, NH = config_.n_head;
+  const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
   const int BT = B * T;
   auto name = [tag](const char* op) { return *tag ? tag : op; };
+  // Row-parallel projections: each rank's partial product, summed over the group; rank 0
+  // adds the bias.
+  const bool bias_here = shard_.tp_rank == 0;
   Op(name("layernorm fwd"), [&] {
     k::layernorm_forward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
                          LayerAct(l, off_.ln1_rstd), residual, w.ln1w, w.ln1b, BT, C);
   });
   Op(name("matmul fwd"), [&] {
-    k::matmul_forward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * C);
+    k::matmul_forward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * Ca);
   });
   Op(name("attention fwd"), [&] {
     k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B,
-                         T, C, NH);
+                         T, Ca, NH);
   });
   Op(name("matmul fwd"), [&] {
-    k::matmul_forward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, w.projb, BT, C,
-                      C);
+    k::matmul_forward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, bias_here ? w.projb : nullptr,
+                      BT, Ca, C);
   });
+  Op(name("tp all-reduce"), [&] { TpAllReduce(LayerAct(l, off_.attproj), static_cast<size_t>(BT) * C); });
   Op(name("residual fwd"), [&] {
     k::residual_forward(LayerAct(l, off_.res2), residual, LayerAct(l, off_.attproj),
                         static_cast<int64_t>(BT) * C);
@@ -239,12 +355,13 @@ void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B
   });
   Op(name("matmul+gelu fwd"), [&] {
     k::matmul_bias_gelu_forward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu),
-                                LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, 4 * C);
+                                LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, Fm);
   });
   Op(name("matmul fwd"), [&] {
-    k::matmul_forward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw, w.fcprojb,
-                      BT, 4 * C, C);
+    k::matmul_forward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw,
+                      bias_here ? w.fcprojb : nullptr, BT, Fm, C);
   });
+  Op(name("tp all-reduce"), [&] { TpAllReduce(LayerAct(l, off_.fcproj), static_cast<size_t>(BT) * C); });
   Op(name("residual fwd"), [&] {
     k::residual_forward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
                         static_cast<int64_t>(BT) * C);
@@ -252,34 +369,40 @@ void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B
 }
 
 void GPT::RunForward(const int32_t* inputs, int B, int T) {
-  const int C = config_.n_embd, V = config_.vocab_size;
-  const int L = config_.n_layer;
+  const int C = config_.n_embd;
   const int BT = B * T;
-  EnsureActivations(B, T);
-  inputs_.assign(inputs, inputs + BT);
-  {
-    float* E = UnitParams(0);  // wte at E, wpe at E + wpe offset
-    Op("encoder fwd", [&] { k::encoder_forward(A(off_.encoded), inputs, E, E + tensors_[1].offset, B, T, C); });
+  if (shard_.first()) {
+    inputs_[static_cast<size_t>(base_ - act_.data()) / off_.total].assign(inputs, inputs + BT);
+    float* E = UnitParams(0);  // wte's rows at E, wpe at E + wpe offset
+    // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions,
+    // the group's sum is the embedding.
+    const float* wpe = shard_.tp_rank == 0 ? E + tensors_[1].offset : nullptr;
+    Op("encoder fwd", [&] {
+      k::encoder_forward_shard(A(off_.encoded), inputs, E, v0_, v0_ + Vl_, wpe, B, T, C);
+    });
     ReleaseUnitParams(0);
+    Op("tp all-reduce", [&] { TpAllReduce(A(off_.encoded), static_cast<size_t>(BT) * C); });
   }
   const float* residual = A(off_.encoded);
-  for (int l = 0; l < L; ++l) {
-    const LayerParams w = Layer(UnitParams(1 + l), l);
+  for (int l = lb_; l < le_; ++l) {
+    const LayerParams w = Layer(UnitParams(layer_unit(l)), l);
     ForwardLayer(l, w, residual, B, T, "");
-    ReleaseUnitParams(1 + l);
+    ReleaseUnitParams(layer_unit(l));
     residual = LayerAct(l, off_.res3);
   }
+  if (!shard_.last()) return;
   {
-    float* F = UnitParams(L + 1);  // ln_f weight, then bias
+    float* F = UnitParams(head_unit());  // ln_f weight, then bias
     Op("layernorm fwd", [&] {
       k::layernorm_forward(A(off_.lnf), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
     });
-    ReleaseUnitParams(L + 1);
+    ReleaseUnitParams(head_unit());
   }
-  // Tied classifier: logits = lnf @ wte^T. wte stays acquired for the classifier's backward.
-  wte_ = UnitParams(0);
+  // Tied classifier: logits = lnf @ wte^T (this rank's vocabulary rows). wte stays acquired
+  // until the classifier's backward (or, without one, the end of ForwardStage).
+  const float* W = UnitParams(wte_unit()) + wte_offset();
   Op("classifier matmul fwd", [&] {
-    k::matmul_forward(A(off_.logits), A(off_.lnf), wte_, nullptr, BT, C, V, k::WeightLayout::kOutIn);
+    k::matmul_forward(A(off_.logits), A(off_.lnf), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
   });
 }
 
@@ -289,78 +412,120 @@ static float MeanLoss(const float* losses, int n) {
   return static_cast<float>(s / n);
 }
 
-float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
-  RunForward(inputs, B, T);
-  ReleaseUnitParams(0);
-  if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
-  Op("classifier xent fwd", [&] {
-    k::crossentropy_forward(A(off_.losses), A(off_.logits), targets, B * T, config_.vocab_size);
+float GPT::Loss(const int32_t* targets, int B, int T, float dloss) {
+  const int BT = B * T;
+  if (shard_.tp == 1) {
+    if (dloss == 0.f) {
+      Op("classifier xent fwd", [&] {
+        k::crossentropy_forward(A(off_.losses), A(off_.logits), targets, BT, config_.vocab_size);
+      });
+    } else {
+      Op("classifier softmax+xent", [&] {
+        k::crossentropy_fused_forward_backward(A(off_.losses), A(off_.logits), targets, dloss, BT,
+                                               config_.vocab_size);
+      });
+    }
+    return MeanLoss(A(off_.losses), BT);
+  }
+  // Vocabulary-parallel: each rank's row statistics, all-gathered, combined in rank order.
+  const size_t n = static_cast<size_t>(BT) * 3;
+  xent_stats_.Assign(n * (static_cast<size_t>(shard_.tp) + 1));
+  float* mine = xent_stats_.data() + n * static_cast<size_t>(shard_.tp);
+  Op("classifier softmax+xent", [&] {
+    k::crossentropy_shard_stats(mine, A(off_.logits), targets, BT, Vl_, v0_);
+    if (tp_comm_ != nullptr) {
+      absl::Status s = tp_comm_->AllGather(mine, xent_stats_.data(), n);
+      if (!s.ok() && comm_status_.ok()) comm_status_ = s;
+    }
+    k::crossentropy_shard_finish(A(off_.losses), A(off_.logits), xent_stats_.data(), shard_.tp, targets, dloss, BT,
+                                 Vl_, v0_);
   });
-  return MeanLoss(A(off_.losses), B * T);
+  return MeanLoss(A(off_.losses), BT);
+}
+
+float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  return ForwardStage(0, inputs, targets, B, T, 0.f);
+}
+
+float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale) {
+  EnsureActivations(B, T);
+  base_ = Slot(slot);
+  RunForward(inputs, B, T);
+  if (!shard_.last()) return std::numeric_limits<float>::quiet_NaN();
+  if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
+  if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
+  // Mean over the B*T tokens, times 1/grad_accum.
+  return Loss(targets, B, T, dloss_scale / static_cast<float>(B * T));
+}
+
+const float* GPT::stage_output(int slot) {
+  base_ = Slot(slot);
+  return LayerAct(le_ - 1, off_.res3);
+}
+
+void GPT::BackwardStage(int slot, int B, int T) {
+  base_ = Slot(slot);
+  RunBackward(B, T);
 }
 
 float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
                            float dloss_scale) {
-  RunForward(inputs, B, T);
-  const int BT = B * T;
-  // Mean over the B*T tokens, times 1/grad_accum.
-  const float dloss = dloss_scale / static_cast<float>(BT);
-  Op("classifier softmax+xent", [&] {
-    k::crossentropy_fused_forward_backward(A(off_.losses), A(off_.logits), targets, dloss, BT,
-                                           config_.vocab_size);
-  });
-  const float loss = MeanLoss(A(off_.losses), BT);
+  const float loss = ForwardStage(0, inputs, targets, B, T, dloss_scale);
   RunBackward(B, T);
   return loss;
 }
 
 void GPT::RunBackward(int B, int T) {
-  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
-  const int L = config_.n_layer;
+  const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
   const int BT = B * T;
   float* dres = A(off_.dres);
   float* dln = A(off_.dln);
-  // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
-  // wte's gradient stays acquired until the encoder's backward adds its part.
-  float* dE = UnitGrads(0);
-  Op("classifier matmul bwd", [&] {
-    k::matmul_backward(A(off_.dlnf), dE, nullptr, A(off_.logits), A(off_.lnf), wte_, BT, C, V,
-                       k::WeightLayout::kOutIn);
-  });
-  ReleaseUnitParams(0);
-  wte_ = nullptr;
-  const float* last = L > 0 ? LayerAct(L - 1, off_.res3) : A(off_.encoded);
-  std::fill(dres, dres + static_cast<size_t>(BT) * C, 0.f);
-  {
-    float* F = UnitParams(L + 1);
-    float* dF = UnitGrads(L + 1);
+  if (shard_.last()) {
+    // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
+    // On the first stage wte's gradient stays acquired until the encoder's backward adds its part.
+    // wte is still held from this micro-batch's forward: acquiring it again gathers nothing.
+    float* dE = UnitGrads(wte_unit()) + wte_offset();
+    const float* W = UnitParams(wte_unit()) + wte_offset();
+    Op("classifier matmul bwd", [&] {
+      k::matmul_backward(A(off_.dlnf), dE, nullptr, A(off_.logits), A(off_.lnf), W, BT, C, Vl_,
+                         k::WeightLayout::kOutIn);
+    });
+    ReleaseUnitParams(wte_unit());  // this hold, and the forward's
+    ReleaseUnitParams(wte_unit());
+    Op("tp all-reduce", [&] { TpAllReduce(A(off_.dlnf), static_cast<size_t>(BT) * C); });
+    const float* last = LayerAct(le_ - 1, off_.res3);
+    std::fill(dres, dres + static_cast<size_t>(BT) * C, 0.f);
+    float* F = UnitParams(head_unit());
+    float* dF = UnitGrads(head_unit());
     Op("layernorm bwd", [&] {
       k::layernorm_backward(dres, dF, dF + C, A(off_.dlnf), last, F, A(off_.lnf_mean), A(off_.lnf_rstd), BT, C);
     });
-    ReleaseUnitParams(L + 1);
-    UnitGradsDone(L + 1);
-  }
-  for (int l = L - 1; l >= 0; --l) {
-    const LayerParams w = Layer(UnitParams(1 + l), l);
-    const LayerParams g = Layer(UnitGrads(1 + l), l);
-    const float* residual = l > 0 ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
+    ReleaseUnitParams(head_unit());
+    UnitGradsDone(head_unit());
+  }  // else dres holds d(output), from the next stage
+  for (int l = le_ - 1; l >= lb_; --l) {
+    const int u = layer_unit(l);
+    const LayerParams w = Layer(UnitParams(u), l);
+    const LayerParams g = Layer(UnitGrads(u), l);
+    const float* residual = l > lb_ ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
     // Activation checkpointing: what forward did not keep is computed again, as it was.
     if (off_.recompute == Recompute::kFull) {
       ForwardLayer(l, w, residual, B, T, "recompute fwd");
     } else if (off_.recompute == Recompute::kSelective) {
       Op("recompute attention", [&] {
-        k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, C, NH);
+        k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH);
       });
     }
     // dres holds d(res3). MLP branch.
     Op("matmul+gelu bwd", [&] {
       k::matmul_backward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu),
-                         w.fcprojw, BT, 4 * C, C, k::WeightLayout::kInOut, LayerAct(l, off_.fch));
+                         w.fcprojw, BT, Fm, C, k::WeightLayout::kInOut, LayerAct(l, off_.fch));
     });
     Op("matmul bwd", [&] {
-      k::matmul_backward(dln, g.fcw, g.fcb, A(off_.dfch), LayerAct(l, off_.ln2), w.fcw, BT, C,
-                         4 * C);
+      k::matmul_backward(dln, g.fcw, g.fcb, A(off_.dfch), LayerAct(l, off_.ln2), w.fcw, BT, C, Fm);
     });
+    // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
+    Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
     // d(res2) = d(res3) + ln_2 backward
     Op("layernorm bwd", [&] {
       k::layernorm_backward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), w.ln2w,
@@ -369,30 +534,35 @@ void GPT::RunBackward(int B, int T) {
     // Attention branch.
     Op("matmul bwd", [&] {
       k::matmul_backward(A(off_.datty), g.projw, g.projb, dres, LayerAct(l, off_.atty), w.projw, BT,
-                         C, C);
+                         Ca, C);
     });
     Op("attention bwd", [&] {
       k::attention_backward(A(off_.dqkv), A(off_.datt), A(off_.datty), LayerAct(l, off_.qkv),
-                            LayerAct(l, off_.att), B, T, C, NH);
+                            LayerAct(l, off_.att), B, T, Ca, NH);
     });
     Op("matmul bwd", [&] {
       k::matmul_backward(dln, g.qkvw, g.qkvb, A(off_.dqkv), LayerAct(l, off_.ln1), w.qkvw, BT, C,
-                         3 * C);
+                         3 * Ca);
     });
     // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
     // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
     // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
     // order lr that differ with any change of summation order. Its true value is 0.
-    std::fill(g.qkvb + C, g.qkvb + 2 * C, 0.f);
+    std::fill(g.qkvb + Ca, g.qkvb + 2 * Ca, 0.f);
+    Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
     // d(residual_in) = d(res2) + ln_1 backward
     Op("layernorm bwd", [&] {
       k::layernorm_backward(dres, g.ln1w, g.ln1b, dln, residual, w.ln1w, LayerAct(l, off_.ln1_mean),
                             LayerAct(l, off_.ln1_rstd), BT, C);
     });
-    ReleaseUnitParams(1 + l);
-    UnitGradsDone(1 + l);
+    ReleaseUnitParams(u);
+    UnitGradsDone(u);
   }
-  Op("encoder bwd", [&] { k::encoder_backward(dE, dE + tensors_[1].offset, dres, inputs_.data(), B, T, C); });
+  if (!shard_.first()) return;  // dres holds d(input), for the previous stage
+  float* dE = UnitGrads(0);
+  Op("encoder bwd", [&] {
+    k::encoder_backward_shard(dE, dE + tensors_[1].offset, dres, inputs_[static_cast<size_t>(base_ - act_.data()) / off_.total].data(), v0_, v0_ + Vl_, B, T, C);
+  });
   UnitGradsDone(0);
 }
 

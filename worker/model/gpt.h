@@ -3,12 +3,14 @@
 // (in, out), so a model directory loads and saves with plain copies.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/buffer.h"
+#include "worker/parallel/communicator.h"
 
 namespace gantry::model {
 
@@ -29,10 +31,74 @@ struct ParamTensor {
   size_t offset = 0;  // into the flat buffer, in elements
   size_t numel = 0;
   bool decay = false;  // AdamW weight decay: tensors of 2 or more dimensions only
+  // Where the tensor sits in the whole model's tensor of the same name: a tensor or pipeline
+  // parallel shard holds a block of it. Seen as a matrix (global_shape[0] rows, the rest
+  // flattened into columns; a 1-D tensor is one row), the shard holds rows [row_begin,
+  // row_begin + rows()) and, of each, the column runs col_runs, concatenated. The whole
+  // tensor: row_begin 0, one run [0, cols).
+  std::vector<int64_t> global_shape;
+  int64_t row_begin = 0;
+  std::vector<std::pair<int64_t, int64_t>> col_runs;
+  // Another rank holds the same values and speaks for them: it writes them into checkpoints
+  // and counts them in the gradient norm (tensor-parallel ranks > 0 for the replicated
+  // tensors, the last pipeline stage for its copy of the tied wte).
+  bool replica = false;
+  int64_t rows() const { return shape.size() == 1 ? 1 : shape[0]; }
+  int64_t global_rows() const { return global_shape.size() == 1 ? 1 : global_shape[0]; }
+  int64_t global_numel() const {
+    int64_t n = 1;
+    for (int64_t d : global_shape) n *= d;
+    return n;
+  }
+  int64_t global_cols() const { return global_numel() / global_rows(); }
+  bool whole() const { return global_shape == shape; }
 };
 
-// The parameter tensors of a config, in flat-buffer order.
+// A shard's elements as runs of its whole tensor, in local order: f(global, local, n) says
+// elements [local, local + n) of the shard are [global, global + n) of the whole tensor
+// (flat indices). Whole rows come as one run.
+template <typename F>
+void ForEachRun(const ParamTensor& t, F&& f) {
+  const int64_t gcols = t.global_cols();
+  if (t.col_runs.size() == 1 && t.col_runs[0].first == 0 && t.col_runs[0].second == gcols) {
+    f(t.row_begin * gcols, int64_t{0}, static_cast<int64_t>(t.numel));
+    return;
+  }
+  int64_t local = 0;
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    for (const auto& [b, e] : t.col_runs) {
+      f((t.row_begin + r) * gcols + b, local, e - b);
+      local += e - b;
+    }
+  }
+}
+
+// Which part of the model one rank holds. Tensor parallel (Megatron): rank tp_rank of tp
+// holds heads [tp_rank·H/tp, ...) of every attention (c_attn's q, k and v columns, c_proj's
+// rows), a 1/tp slice of the MLP (c_fc's columns, its c_proj's rows) and of the vocabulary
+// (wte's rows, for the embedding and the classifier); LayerNorms, wpe and the row-parallel
+// biases are replicated. Pipeline parallel: stage `stage` of pp holds layers [layer_begin,
+// layer_end); the first stage the embedding, the last ln_f and the classifier (with pp > 1
+// a copy of wte, whose gradient the two ends sum every step).
+struct ModelShard {
+  int tp = 1, tp_rank = 0;
+  int pp = 1, stage = 0;
+  int layer_begin = 0, layer_end = -1;  // -1: n_layer
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == pp - 1; }
+  bool whole() const { return tp == 1 && pp == 1; }
+  // Rows [vocab_begin, vocab_end) of wte for a vocabulary of V.
+  int vocab_begin(int V) const { return static_cast<int>(static_cast<int64_t>(V) * tp_rank / tp); }
+  int vocab_end(int V) const { return static_cast<int>(static_cast<int64_t>(V) * (tp_rank + 1) / tp); }
+};
+
+// The parameter tensors of a config (or of one shard of it), in flat-buffer order.
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& config);
+std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelShard& shard);
+// Pipeline stages balanced by cost: the layer bounds (pp + 1 entries) that minimise the
+// costliest stage, counting a layer's flops, the embedding's on the first stage and the
+// classifier's on the last. Each stage gets at least one layer (pp <= n_layer).
+std::vector<int> BalanceStages(const GPTConfig& config, int pp);
 
 // Units are the blocks of the flat buffer that forward and backward use together, in
 // flat-buffer order: unit 0 is wte and wpe, unit 1 + l is layer l, unit n_layer + 1 is ln_f.
@@ -76,18 +142,27 @@ struct ActivationLayout {
   size_t total;
 };
 ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute = Recompute::kNone);
+// A shard's activations: attention, MLP and vocabulary widths are 1/tp, and its layers only.
+ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
+                                   Recompute recompute = Recompute::kNone);
 
 class GPT {
  public:
-  explicit GPT(const GPTConfig& config);  // config must be valid
+  explicit GPT(const GPTConfig& config) : GPT(config, ModelShard{}) {}  // config must be valid
+  // One shard of the model (tensor and pipeline parallel). Forward and backward all-reduce
+  // over the tensor-parallel group (set_tp_comm) where the shards' partial sums meet.
+  GPT(const GPTConfig& config, const ModelShard& shard);
 
   const GPTConfig& config() const { return config_; }
+  const ModelShard& shard() const { return shard_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   const ParamTensor* FindTensor(const std::string& name) const;
   size_t num_params() const { return unit_begin_.back(); }
   int num_units() const { return static_cast<int>(unit_begin_.size()) - 1; }
   size_t unit_begin(int u) const { return unit_begin_[static_cast<size_t>(u)]; }
   size_t unit_end(int u) const { return unit_begin_[static_cast<size_t>(u) + 1]; }
+  // The unit of the last stage's copy of wte (pp > 1), or -1.
+  int wte_copy_unit() const { return shard_.last() && !shard_.first() ? num_units() - 1 : -1; }
   // The model's own full buffers are the default home of parameters and gradients. A host
   // (not owned) takes over every unit access; then a buffer it does not need may be freed
   // (ZeRO 2 frees the gradients, ZeRO 3 both) and re-allocated for whole-model work.
@@ -105,11 +180,15 @@ class GPT {
 
   // GPT-2 initialisation: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
   // N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1. Each tensor draws from its
-  // own stream of (seed, tensor index): deterministic per seed.
+  // own stream of (seed, tensor index): deterministic per seed, and a shard holds exactly
+  // the values the whole model has there.
   void InitRandom(uint64_t seed);
+  // This shard's values from the whole model `whole` (same config).
+  void CopyFromWhole(const GPT& whole);
 
   // Forward over inputs (B,T). With targets, returns the mean loss (and keeps per-token
   // losses); without, returns NaN. Logits (B,T,V) stay readable until the next call.
+  // Whole models only (a shard runs stages: ForwardStage).
   float Forward(const int32_t* inputs, const int32_t* targets, int B, int T);
   // Forward and backward in one call (the classifier's softmax, loss and gradient in one
   // pass). Gradients accumulate into grads(); dloss_scale is 1/grad_accum. Returns the
@@ -117,6 +196,27 @@ class GPT {
   float ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
                         float dloss_scale);
   void ZeroGrad();
+
+  // Pipeline stages. Activations live in `slots` sets, one per micro-batch in flight
+  // (set before the first forward). A stage's forward reads the tokens (first stage) or
+  // stage_input(slot) (filled from the previous stage); the last stage computes the loss
+  // and, with dloss_scale != 0, the classifier's gradient too (fused, as ForwardBackward),
+  // and returns the mean loss (NaN elsewhere, or without targets). Backward starts from
+  // that gradient (last stage) or from stage_output_grad(slot) (filled from the next
+  // stage), accumulates into the gradients, and leaves d(input) in stage_input_grad(slot)
+  // for the previous stage. Errors of the tensor-parallel group: comm_status().
+  void set_slots(int slots) {
+    if (slots != slots_) act_B_ = act_T_ = 0;
+    slots_ = slots;
+  }
+  float ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
+  void BackwardStage(int slot, int B, int T);
+  float* stage_input(int slot) { return Slot(slot) + off_.encoded; }
+  const float* stage_output(int slot);
+  float* stage_output_grad(int slot) { return Slot(slot) + off_.dres; }
+  const float* stage_input_grad(int slot) { return Slot(slot) + off_.dres; }
+  void set_tp_comm(parallel::Communicator* comm) { tp_comm_ = comm; }
+  const absl::Status& comm_status() const { return comm_status_; }
 
   const float* logits() const { return act_.data() + off_.logits; }
 
@@ -138,6 +238,13 @@ class GPT {
   struct LayerParams {
     float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   };
+  // This shard's layers [lb_, le_); units: the embedding (first stage), one per layer, the
+  // head (last stage: ln_f, and with pp > 1 the copy of wte).
+  int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - lb_); }
+  int head_unit() const { return layer_unit(le_); }
+  // The unit and offset within it of the classifier's wte.
+  int wte_unit() const { return shard_.first() ? 0 : num_units() - 1; }
+  size_t wte_offset() const { return shard_.first() ? 0 : 2 * static_cast<size_t>(config_.n_embd); }
   // Tensor pointers of layer l, from the layer's unit base pointer.
   LayerParams Layer(float* unit_base, int l) const;
   float* UnitParams(int u) { return host_ ? host_->AcquireParams(u) : params_.data() + unit_begin(u); }
@@ -145,35 +252,50 @@ class GPT {
   float* UnitGrads(int u) { return host_ ? host_->AcquireGrads(u) : grads_.data() + unit_begin(u); }
   void UnitGradsDone(int u) { if (host_) host_->GradsDone(u); }
   void EnsureActivations(int B, int T);
-  float* A(size_t off) { return act_.data() + off; }
-  float* LayerAct(int l, size_t off) {
-    if (off_.recompute == Recompute::kFull && off != off_.res3) return act_.data() + off_.scratch + off;
-    if (off_.recompute == Recompute::kFull) return act_.data() + off_.layer0 + l * off_.layer_stride;
-    if (off_.recompute == Recompute::kSelective && off == off_.att) return act_.data() + off_.scratch;
-    return act_.data() + off_.layer0 + l * off_.layer_stride + off;
+  float* Slot(int slot) {
+    return act_.data() + static_cast<size_t>(slot) * off_.total;
   }
+  float* A(size_t off) { return base_ + off; }
+  float* LayerAct(int l, size_t off) {
+    l -= lb_;
+    if (off_.recompute == Recompute::kFull && off != off_.res3) return base_ + off_.scratch + off;
+    if (off_.recompute == Recompute::kFull) return base_ + off_.layer0 + l * off_.layer_stride;
+    if (off_.recompute == Recompute::kSelective && off == off_.att) return base_ + off_.scratch;
+    return base_ + off_.layer0 + l * off_.layer_stride + off;
+  }
+  // Sums a partial result over the tensor-parallel group (the first failure is kept).
+  void TpAllReduce(float* data, size_t n);
   // Layer l's forward from its input `residual` (the ops of RunForward's loop).
   void ForwardLayer(int l, const LayerParams& w, const float* residual, int B, int T, const char* tag);
   void RunForward(const int32_t* inputs, int B, int T);
+  // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
+  // dloss != 0.
+  float Loss(const int32_t* targets, int B, int T, float dloss);
   void RunBackward(int B, int T);
 
   template <typename F>
   void Op(const char* name, F&& f);
 
   GPTConfig config_;
+  ModelShard shard_;
+  int lb_ = 0, le_ = 0;  // this shard's layers
+  int Ca_ = 0, NHa_ = 0, Fm_ = 0, Vl_ = 0, v0_ = 0;  // attention width, heads, MLP width, vocab rows, first row
   bool profiling_ = false;
   std::vector<std::pair<std::string, double>> op_seconds_;
   std::vector<ParamTensor> tensors_;
   std::vector<size_t> unit_begin_;
   ParamHost* host_ = nullptr;
-  float* wte_ = nullptr;  // unit 0's parameters, acquired from the classifier's forward to its backward
+  parallel::Communicator* tp_comm_ = nullptr;
+  absl::Status comm_status_;
   FloatBuffer params_;
   FloatBuffer grads_;
   FloatBuffer act_;
+  float* base_ = nullptr;  // the current slot's activations
   ActivationLayout off_{};
-  int act_B_ = 0, act_T_ = 0;
+  int act_B_ = 0, act_T_ = 0, slots_ = 1;
   Recompute recompute_ = Recompute::kNone;
-  std::vector<int32_t> inputs_, targets_;
+  std::vector<std::vector<int32_t>> inputs_;  // per slot
+  FloatBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
 };
 
 }  // namespace gantry::model

@@ -1,5 +1,7 @@
 #include "worker/parallel/gloo_communicator.h"
 
+#include <gloo/rendezvous/prefix_store.h>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -168,6 +170,30 @@ absl::Status GlooCommunicator::Barrier() {
     o.setTimeout(options_.timeout);
     gloo::barrier(o);
   });
+}
+
+namespace {
+// A PrefixStore that keeps its base store alive.
+class OwningPrefixStore final : public gloo::rendezvous::PrefixStore {
+ public:
+  OwningPrefixStore(const std::string& prefix, std::shared_ptr<gloo::rendezvous::Store> base)
+      : PrefixStore(prefix, *base), base_(std::move(base)) {}
+
+ private:
+  std::shared_ptr<gloo::rendezvous::Store> base_;
+};
+}  // namespace
+
+GroupFactory GlooGroups(std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options,
+                        std::vector<GlooCommunicator*>* made) {
+  return [store, options, made](const std::string& name, const std::vector<int>& members,
+                                int index) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    auto prefixed = std::make_shared<OwningPrefixStore>(name, store);
+    auto c = GlooCommunicator::Create(index, static_cast<int>(members.size()), prefixed, options);
+    if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat("group ", name, ": ", c.status().message()));
+    if (made != nullptr) made->push_back(c->get());
+    return std::unique_ptr<Communicator>(std::move(*c));
+  };
 }
 
 }  // namespace gantry::parallel

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/parallel/communicator.h"
+#include "worker/parallel/groups.h"
 
 namespace gloo {
 class Context;
@@ -75,5 +76,11 @@ class GlooCommunicator final : public Communicator {
   std::atomic<bool> aborted_{false};
   std::atomic<uint64_t> completed_{0};
 };
+
+// Process groups (parallel/groups.h) of Gloo communicators over one rendezvous store, each
+// group's keys under its name. Every communicator made is also appended to *made, when
+// given (the worker aborts them all at once).
+GroupFactory GlooGroups(std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options,
+                        std::vector<GlooCommunicator*>* made = nullptr);
 
 }  // namespace gantry::parallel

@@ -47,15 +47,23 @@ absl::Status WritePartFile(const std::string& path, int rank, const std::vector<
   std::map<std::string, std::string> meta;
   for (const CheckpointPiece& p : pieces) {
     for (const auto& t : tensors) {
+      if (t.replica) continue;  // another rank writes these values
       const size_t b = std::max(p.flat_begin, t.offset), e = std::min(p.flat_end, t.offset + t.numel);
       if (b >= e) continue;
-      const std::string range = absl::StrCat(t.name, "@", b - t.offset);
-      const std::vector<int64_t> shape = {static_cast<int64_t>(e - b)};
-      const size_t at = b - p.flat_begin;
-      out.push_back({absl::StrCat("param/", range), "F32", shape, p.params + at});
-      out.push_back({absl::StrCat("adamw.m/", range), "F32", shape, p.m + at});
-      out.push_back({absl::StrCat("adamw.v/", range), "F32", shape, p.v + at});
-      meta[t.name] = ShapeString(t.shape);
+      // Pieces are in the whole tensor's coordinates: a shard's block is one run per row
+      // and column run (one run in all for whole rows).
+      const int64_t lb = static_cast<int64_t>(b - t.offset), le = static_cast<int64_t>(e - t.offset);
+      model::ForEachRun(t, [&](int64_t g, int64_t l, int64_t n) {
+        const int64_t lo = std::max(lb, l), hi = std::min(le, l + n);
+        if (lo >= hi) return;
+        const std::string range = absl::StrCat(t.name, "@", g + (lo - l));
+        const std::vector<int64_t> shape = {hi - lo};
+        const size_t at = t.offset + static_cast<size_t>(lo) - p.flat_begin;
+        out.push_back({absl::StrCat("param/", range), "F32", shape, p.params + at});
+        out.push_back({absl::StrCat("adamw.m/", range), "F32", shape, p.m + at});
+        out.push_back({absl::StrCat("adamw.v/", range), "F32", shape, p.v + at});
+      });
+      meta[t.name] = ShapeString(t.global_shape);
     }
   }
   meta["gantry_part"] = std::to_string(rank);
@@ -137,7 +145,7 @@ absl::Status WriteCheckpointManifest(const std::string& dir, const model::GPTCon
       {"model",
        {{"n_layer", config.n_layer}, {"n_head", config.n_head}, {"n_embd", config.n_embd},
         {"vocab_size", config.vocab_size}, {"max_seq_len", config.max_seq_len}}},
-      {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}}},
+      {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}, {"tp", layout.tp}, {"pp", layout.pp}}},
       // Batches follow from (seed, step, rank) alone: the next step's batch is the data position.
       {"data", {{"next_step", state.step}}},
       {"parts", names},
@@ -186,6 +194,8 @@ absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source) 
   CheckpointLayout l;
   l.dp = j.value("layout", nlohmann::json::object()).value("dp", 1);
   l.zero_stage = j.value("layout", nlohmann::json::object()).value("zero_stage", 0);
+  l.tp = j.value("layout", nlohmann::json::object()).value("tp", 1);
+  l.pp = j.value("layout", nlohmann::json::object()).value("pp", 1);
   return l;
 }
 
@@ -211,10 +221,15 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
         ", vocab_size ", c.vocab_size, ", n_positions ", c.max_seq_len, ") differs from the job spec's (", want.n_layer,
         ", ", want.n_head, ", ", want.n_embd, ", ", want.vocab_size, ", ", want.max_seq_len, ")"));
   }
-  std::map<std::string, const model::ParamTensor*> by_name;
-  for (const auto& t : model.tensors()) by_name[t.name] = &t;
+  // Pieces name whole tensors (any layout wrote them); this model may hold a shard of each.
+  const std::vector<model::ParamTensor> global = model::ParameterLayout(c);
+  std::map<std::string, const model::ParamTensor*> by_name, mine;
+  for (const auto& t : global) by_name[t.name] = &t;
+  for (const auto& t : model.tensors()) mine[t.name] = &t;
+  const size_t global_params = global.back().offset + global.back().numel;
   float* dst[3] = {model.params(), m, v};
-  // The flat ranges read, per kind: together they must tile [0, num_params) exactly.
+  // The flat ranges read (whole-model coordinates), per kind: together they must tile
+  // [0, global_params) exactly.
   std::vector<std::pair<size_t, size_t>> covered[3];
   for (const std::string& part : j.at("parts").get<std::vector<std::string>>()) {
     const std::string file = (fs::path(path) / part).string();
@@ -238,17 +253,28 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
         return absl::DataLossError(absl::StrCat(file, ": '", name, "' has ", n, " elements from ", begin, ", beyond ",
                                                 t->second->name, "'s ", t->second->numel));
       }
-      const size_t flat = t->second->offset + begin;
-      covered[kind].emplace_back(flat, flat + n);
-      if (dst[kind] == nullptr) continue;
-      if (kind == 0 || own == nullptr) {
-        RETURN_IF_ERROR(f.ReadF32Into(name, info.shape, dst[kind] + flat));
-        continue;
-      }
-      for (const ShardSegment& s : *own) {  // only what this rank keeps, into its compact buffer
-        const size_t b = std::max(flat, s.flat_begin), e = std::min(flat + n, s.flat_end);
-        if (b < e) RETURN_IF_ERROR(f.ReadF32Slice(name, b - flat, e - b, dst[kind] + s.local + (b - s.flat_begin)));
-      }
+      covered[kind].emplace_back(t->second->offset + begin, t->second->offset + begin + n);
+      auto here = mine.find(t->second->name);
+      if (dst[kind] == nullptr || here == mine.end()) continue;
+      const model::ParamTensor& lt = *here->second;
+      // Where the piece [begin, begin + n) of the whole tensor meets this model's block of it.
+      absl::Status read;
+      model::ForEachRun(lt, [&](int64_t g, int64_t l, int64_t len) {
+        const int64_t lo = std::max<int64_t>(static_cast<int64_t>(begin), g);
+        const int64_t hi = std::min<int64_t>(static_cast<int64_t>(begin + n), g + len);
+        if (lo >= hi || !read.ok()) return;
+        const size_t flat = lt.offset + static_cast<size_t>(l + (lo - g));  // this model's flat index
+        const size_t from = static_cast<size_t>(lo) - begin, count = static_cast<size_t>(hi - lo);
+        if (kind == 0 || own == nullptr) {
+          read = f.ReadF32Slice(name, from, count, dst[kind] + flat);
+          return;
+        }
+        for (const ShardSegment& s : *own) {  // only what this rank keeps, into its compact buffer
+          const size_t b = std::max(flat, s.flat_begin), e = std::min(flat + count, s.flat_end);
+          if (b < e && read.ok()) read = f.ReadF32Slice(name, from + (b - flat), e - b, dst[kind] + s.local + (b - s.flat_begin));
+        }
+      });
+      RETURN_IF_ERROR(read);
     }
   }
   for (int k = 0; k < 3; ++k) {
@@ -263,9 +289,9 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
       }
       next = e;
     }
-    if (!tiled || next != model.num_params()) {
+    if (!tiled || next != global_params) {
       return absl::DataLossError(absl::StrCat(path, ": the parts' ", kKinds[k], " pieces do not cover the ",
-                                              model.num_params(), " parameters exactly once (a gap or an overlap after element ",
+                                              global_params, " parameters exactly once (a gap or an overlap after element ",
                                               next, ")"));
     }
   }

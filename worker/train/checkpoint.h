@@ -35,6 +35,7 @@ struct CheckpointState {
 struct CheckpointLayout {
   int dp = 1;
   int zero_stage = 0;
+  int tp = 1, pp = 1;
 };
 
 // A run of the flat buffer a rank writes, [flat_begin, flat_end), and where its values

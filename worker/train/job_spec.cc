@@ -94,6 +94,19 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
                                                   " (each stage takes as many layers)"));
   }
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
+  if (s.parallel.schedule != "1f1b" && s.parallel.schedule != "gpipe") {
+    return FieldError("parallel.schedule", absl::StrCat("'", s.parallel.schedule, "' is not 1f1b or gpipe"));
+  }
+  const bool model_parallel = s.parallel.tp > 1 || s.parallel.pp > 1;
+  if (model_parallel && s.parallel.zero_stage > 1) {
+    return FieldError("parallel.zero_stage",
+                      absl::StrCat(s.parallel.zero_stage, " with tp ", s.parallel.tp, " x pp ", s.parallel.pp,
+                                   ": tensor and pipeline parallel shards run with ZeRO 0 or 1 (stages 2 and 3 "
+                                   "are for data parallelism alone)"));
+  }
+  if (model_parallel && s.optimizer.placement != "worker") {
+    return FieldError("optimizer.placement", "shardserver runs with data parallelism alone (tp and pp must be 1)");
+  }
   if (!(s.parallel.bucket_mb > 0) || !std::isfinite(s.parallel.bucket_mb)) {
     return FieldError("parallel.bucket_mb", "must be > 0");
   }
@@ -227,7 +240,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                          {"pp", Int(&s.parallel.pp)},
                          {"zero_stage", Int(&s.parallel.zero_stage)},
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
-                         {"timeout_s", Real(&s.parallel.timeout_s)}})},
+                         {"timeout_s", Real(&s.parallel.timeout_s)},
+                         {"schedule", Str(&s.parallel.schedule)}})},
        {"optimizer", sub({{"placement", Str(&s.optimizer.placement)}, {"staleness", Int(&s.optimizer.staleness)}})},
        {"resources", sub({{"workers", Int(&s.resources.workers)}})},
        {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},

@@ -43,6 +43,7 @@ struct ParallelSpec {
   int zero_stage = 0;  // 0: all-reduce; 1: optimizer state sharded; 2: and gradients; 3: and parameters
   double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
   double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default
+  std::string schedule = "1f1b";  // pipeline schedule (pp > 1): 1f1b or gpipe
 };
 
 struct OptimizerSpec {

@@ -21,7 +21,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->spec_ = spec;
   t->options_ = options;
   const int B = spec.train.micro_batch, T = spec.seq_len;
-  const int world = options.comm ? options.comm->size() : 1;
+  const int tp = spec.parallel.tp, pp = spec.parallel.pp;
+  const bool sharded = tp > 1 || pp > 1;
+  if (sharded && !options.save_dir.empty()) {
+    return absl::InvalidArgumentError("--save writes the whole model, and a tensor or pipeline parallel rank holds a "
+                                      "shard: export a checkpoint instead (gantry export)");
+  }
+  if (sharded) {
+    if (options.groups == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("parallel.tp ", tp, " x pp ", pp, " runs ", spec.world_size(),
+                                                        " ranks: submit the job to a cluster"));
+    }
+    const parallel::Layout& l = options.groups->layout;
+    if (l.dp != spec.parallel.dp || l.tp != tp || l.pp != pp) {
+      return absl::InvalidArgumentError(absl::StrCat("the job spec has dp ", spec.parallel.dp, " x tp ", tp, " x pp ", pp,
+                                                     " but this rank's groups are dp ", l.dp, " x tp ", l.tp, " x pp ",
+                                                     l.pp));
+    }
+    t->groups_ = options.groups;
+    t->options_.comm = options.groups->dp;
+  }
+  const int world = t->options_.comm ? t->options_.comm->size() : 1;
   if (world != spec.parallel.dp) {
     return absl::InvalidArgumentError(absl::StrCat("parallel.dp is ", spec.parallel.dp, " but ", world,
                                                    " rank(s) run this job", world == 1 ? " (gantry-train runs one: submit it to a cluster)" : ""));
@@ -52,16 +72,35 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
           spec.model.max_seq_len, ")"));
     }
   }
-  t->model_ = std::make_unique<model::GPT>(spec.model);
-  t->model_->InitRandom(spec.train.seed);
-  if (!options.init_from.empty()) RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, *t->model_));
-  t->model_->set_recompute(spec.recompute());
-  const size_t n_params = t->model_->num_params();
-  parallel::Communicator* comm = options.comm ? options.comm : &t->solo_;
-  if (spec.parallel.tp > 1 || spec.parallel.pp > 1) {
-    return absl::UnimplementedError(absl::StrCat("parallel.tp ", spec.parallel.tp, ", pp ", spec.parallel.pp,
-                                                 ": tensor and pipeline parallelism are not built yet (dp and ZeRO are)"));
+  model::ModelShard shard;
+  if (sharded) {
+    const parallel::Coords me = options.groups->me;
+    const std::vector<int> bounds = model::BalanceStages(spec.model, pp);
+    shard = {tp, me.tp_rank, pp, me.stage, bounds[static_cast<size_t>(me.stage)],
+             bounds[static_cast<size_t>(me.stage) + 1]};
   }
+  t->model_ = std::make_unique<model::GPT>(spec.model, shard);
+  t->model_->InitRandom(spec.train.seed);
+  if (!options.init_from.empty()) {
+    if (shard.whole()) {
+      RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, *t->model_));
+    } else {  // the whole model, then this shard's blocks of it
+      model::GPT whole(spec.model);
+      RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, whole));
+      t->model_->CopyFromWhole(whole);
+    }
+  }
+  t->model_->set_recompute(spec.recompute());
+  if (sharded) {
+    t->model_->set_tp_comm(options.groups->tp);
+    if (pp > 1) {
+      ASSIGN_OR_RETURN(t->schedule_, ParseSchedule(spec.parallel.schedule));
+      t->slots_ = PipelineSlots(t->schedule_, pp, shard.stage, spec.grad_accum());
+      t->model_->set_slots(t->slots_);
+    }
+  }
+  const size_t n_params = t->model_->num_params();
+  parallel::Communicator* comm = t->options_.comm ? t->options_.comm : &t->solo_;
   if (spec.optimizer.placement == "shardserver" && options.remote_optimizer == nullptr) {
     return absl::FailedPreconditionError(
         "optimizer.placement shardserver runs AdamW on the shard servers: submit the job to a cluster");
@@ -71,7 +110,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                               spec.train.weight_decay},
                                                   spec.optimizer.placement == "shardserver" ? options.remote_optimizer
                                                                                             : nullptr,
-                                                  spec.optimizer.staleness));
+                                                  spec.optimizer.staleness,
+                                                  sharded ? ZeroEngine::ModelParallel{options.groups->mp, options.groups->emb}
+                                                          : ZeroEngine::ModelParallel{}));
   std::unique_ptr<CheckpointSource> local;
   CheckpointSource* from = options.resume_source;
   if (options.resume && from == nullptr) {
@@ -103,14 +144,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     }
     t->start_step_ = st.step;
     ASSIGN_OR_RETURN(CheckpointLayout was, ReadCheckpointLayout(*from));
-    std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d ZeRO %d)\n", from->where().c_str(),
-                 static_cast<long>(st.step), was.dp, was.zero_stage);
+    if (t->speaker()) {
+      std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d x tp %d x pp %d, ZeRO %d)\n",
+                   from->where().c_str(), static_cast<long>(st.step), was.dp, was.tp, was.pp, was.zero_stage);
+    }
   }
   t->engine_->Shard();
   RETURN_IF_ERROR(t->engine_->StartRemote(t->start_step_));
   RETURN_IF_ERROR(ValidateDevice(options.device));
   if (options.device != "cpu") {
-    if (spec.parallel.dp > 1 || spec.parallel.zero_stage > 0 || spec.optimizer.placement != "worker") {
+    if (spec.world_size() > 1 || spec.parallel.zero_stage > 0 || spec.optimizer.placement != "worker") {
       return absl::UnimplementedError(absl::StrCat(
           "device ", options.device, " trains one rank with ZeRO 0 and worker placement for now (the spec has dp ",
           spec.parallel.dp, ", zero_stage ", spec.parallel.zero_stage, ", placement ", spec.optimizer.placement, ")"));
@@ -157,15 +200,24 @@ StepReport Trainer::Step(int64_t step) {
   const int rank = options_.comm ? options_.comm->rank() : 0;
   if (device_) return DeviceStep(step);
   model_->ZeroGrad();
-  double loss = 0.0;
-  for (int micro = 0; micro < accum; ++micro) {
-    // Rank r takes windows (step*accum + micro)*dp + r: together the ranks read what one
-    // process with accum*dp micro-batches reads.
-    train_loader_->Fill((step * accum + micro) * dp + rank, inputs_.data(), targets_.data());
-    engine_->BeginMicroBatch(micro, accum);
-    loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, 1.0f / accum);
+  double loss = 0.0, bubble = 0.0;
+  if (spec_.parallel.pp > 1) {
+    loss = PipelineStep(step, &bubble);
+  } else {
+    for (int micro = 0; micro < accum; ++micro) {
+      // Rank r takes windows (step*accum + micro)*dp + r: together the ranks read what one
+      // process with accum*dp micro-batches reads. (Every shard of a replica reads its windows.)
+      train_loader_->Fill((step * accum + micro) * dp + rank, inputs_.data(), targets_.data());
+      engine_->BeginMicroBatch(micro, accum);
+      loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, 1.0f / accum);
+    }
   }
+  if (comm_status_.ok()) comm_status_ = model_->comm_status();
+  if (!comm_status_.ok()) return StepReport{};
   loss /= accum;
+  // A sharded replica's loss is the last stage's (tp rank 0 gives it; FinishStep sums).
+  const model::ModelShard& sh = model_->shard();
+  if (groups_ && !(sh.last() && sh.tp_rank == 0)) loss = 0;
   const double lr = LearningRate(spec_.train, step);
   auto result = engine_->FinishStep(loss, lr, static_cast<int>(step + 1), spec_.train.grad_clip);
   if (!result.ok()) {
@@ -185,7 +237,86 @@ StepReport Trainer::Step(int64_t step) {
   r.optimizer_seconds = timing.optimizer;
   r.compute_seconds = std::max(0.0, secs - timing.exposed_comm - timing.optimizer);
   r.comm_busy_seconds = timing.comm_busy;
+  r.bubble = bubble;
   return r;
+}
+
+double Trainer::PipelineStep(int64_t step, double* bubble) {
+  using Clock = std::chrono::steady_clock;
+  const int B = spec_.train.micro_batch, T = spec_.seq_len;
+  const int accum = spec_.grad_accum();
+  const int dp = options_.comm ? options_.comm->size() : 1;
+  const int rank = options_.comm ? options_.comm->rank() : 0;
+  const model::ModelShard& sh = model_->shard();
+  parallel::Communicator* pp = groups_->pp;
+  const size_t n = static_cast<size_t>(B) * T * spec_.model.n_embd;
+  double loss = 0, compute = 0;
+  const auto t0 = Clock::now();
+  for (const PipeOp& op : PipelineOps(schedule_, sh.pp, sh.stage, accum)) {
+    const int slot = op.micro % slots_;
+    absl::Status s;
+    const auto c0 = Clock::now();
+    switch (op.kind) {
+      case PipeOp::kRecvAct:
+        s = pp->Recv(model_->stage_input(slot), n, sh.stage - 1);
+        break;
+      case PipeOp::kSendAct:
+        s = pp->Send(model_->stage_output(slot), n, sh.stage + 1);
+        break;
+      case PipeOp::kRecvGrad:
+        s = pp->Recv(model_->stage_output_grad(slot), n, sh.stage + 1);
+        break;
+      case PipeOp::kSendGrad:
+        s = pp->Send(model_->stage_input_grad(slot), n, sh.stage - 1);
+        break;
+      case PipeOp::kForward: {
+        train_loader_->Fill((step * accum + op.micro) * dp + rank, inputs_.data(), targets_.data());
+        const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, 1.0f / accum);
+        if (sh.last()) loss += l;
+        compute += std::chrono::duration<double>(Clock::now() - c0).count();
+        break;
+      }
+      case PipeOp::kBackward:
+        engine_->BeginMicroBatch(op.micro, accum);
+        model_->BackwardStage(slot, B, T);
+        compute += std::chrono::duration<double>(Clock::now() - c0).count();
+        break;
+    }
+    if (!s.ok()) {
+      comm_status_ = s;
+      return 0;
+    }
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  *bubble = wall > 0 ? std::max(0.0, 1.0 - compute / wall) : 0.0;
+  return loss;
+}
+
+absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
+  const model::ModelShard& sh = model_->shard();
+  const size_t n = static_cast<size_t>(B) * T * spec_.model.n_embd;
+  float loss = 0;
+  auto sum = MeanLoss(*val_loader_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
+    if (!sh.first()) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0), n, sh.stage - 1));
+    const float l = model_->ForwardStage(0, in, tg, B, T, 0.f);
+    RETURN_IF_ERROR(model_->comm_status());
+    if (!sh.last()) RETURN_IF_ERROR(groups_->pp->Send(model_->stage_output(0), n, sh.stage + 1));
+    return sh.last() ? l : 0.f;
+  });
+  RETURN_IF_ERROR(sum.status());
+  loss = sh.last() && sh.tp_rank == 0 ? *sum : 0.f;  // the last stage's, to every rank
+  if (groups_->mp != nullptr) RETURN_IF_ERROR(groups_->mp->AllReduceSum(&loss, 1));
+  return loss;
+}
+
+bool Trainer::speaker() const { return world_rank() == 0; }
+int Trainer::world_rank() const {
+  if (groups_) return groups_->rank;
+  return options_.comm ? options_.comm->rank() : 0;
+}
+int Trainer::world_size() const {
+  if (groups_) return groups_->layout.world();
+  return options_.comm ? options_.comm->size() : 1;
 }
 
 StepReport Trainer::DeviceStep(int64_t step) {
@@ -230,6 +361,14 @@ absl::Status Trainer::SyncFromDevice() {
 }
 
 float Trainer::EvalLoss(int B, int T) {
+  if (groups_) {
+    auto v = PipelineEval(B, T);
+    if (!v.ok()) {
+      comm_status_ = v.status();
+      return NAN;
+    }
+    return *v;
+  }
   if (!device_) return Evaluate(*model_, *val_loader_, B, T, spec_.eval.batches);
   auto v = MeanLoss(*val_loader_, B, T, spec_.eval.batches,
                     [&](const int32_t* in, const int32_t* tg) { return device_->Evaluate(in, tg, B, T); });
@@ -241,7 +380,7 @@ float Trainer::EvalLoss(int B, int T) {
 }
 
 void Trainer::Print(const std::string& line) {
-  if (options_.comm && options_.comm->rank() != 0) return;  // rank 0 speaks for the group
+  if (!speaker()) return;  // rank 0 speaks for the group
   std::lock_guard<std::mutex> l(print_mu_);  // the checkpoint writer prints too
   if (bar_shown_) {
     std::fputs("\r\033[K", stderr);
@@ -272,19 +411,20 @@ void Trainer::DrawProgress(int64_t done, double elapsed) {
 
 absl::Status Trainer::WriteCheckpoint(int64_t step) {
   namespace fs = std::filesystem;
-  const int rank = options_.comm ? options_.comm->rank() : 0;
-  const int dp = engine_->dp();
+  const int rank = world_rank();
+  // Every rank of the job: the world group when sharded, else the DP group.
+  auto barrier = [&] { return groups_ && groups_->world ? groups_->world->Barrier() : engine_->Barrier(); };
   const std::string tmp = (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", CheckpointDirName(step), ".tmp")).string();
   std::error_code ec;
   if (rank == 0) fs::remove_all(tmp, ec);  // a stale one from a crash
-  RETURN_IF_ERROR(engine_->Barrier());     // ...gone before any rank writes (ranks may share the directory)
+  RETURN_IF_ERROR(barrier());              // ...gone before any rank writes (ranks may share the directory)
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
   ASSIGN_OR_RETURN(std::vector<CheckpointPiece> pieces, engine_->CheckpointPieces());
   RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts).status());
-  RETURN_IF_ERROR(engine_->Barrier());  // every part is written
+  RETURN_IF_ERROR(barrier());  // every part is written
   if (rank != 0) return absl::OkStatus();  // rank 0 publishes the directory they share
-  RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp,
+  RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, Layout(), world_size(),
                                           options_.checkpoint_cuts));
   ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));
@@ -305,8 +445,7 @@ Trainer::~Trainer() {
 
 absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces) {
   namespace fs = std::filesystem;
-  const int rank = options_.comm ? options_.comm->rank() : 0;
-  const int dp = engine_->dp();
+  const int rank = world_rank();
   const std::string tmp =
       (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", CheckpointDirName(step), ".rank", rank, ".tmp")).string();
   std::error_code ec;
@@ -316,7 +455,7 @@ absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>
   ASSIGN_OR_RETURN(std::vector<std::string> files,
                    WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts));
   if (rank == 0) {
-    RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, {dp, engine_->stage()}, dp,
+    RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, Layout(), world_size(),
                                             options_.checkpoint_cuts));
     files.push_back("manifest.json");
     files.push_back("config.json");
@@ -449,7 +588,7 @@ absl::Status Trainer::Run() {
     }
     if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
       const auto c0 = std::chrono::steady_clock::now();
-      const bool async = options_.on_checkpoint_part || engine_->dp() == 1;
+      const bool async = options_.on_checkpoint_part || world_size() == 1;
       RETURN_IF_ERROR(SyncFromDevice());
       RETURN_IF_ERROR(async ? SnapshotCheckpoint(r.step) : WriteCheckpoint(r.step));
       r.checkpoint_stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
@@ -474,7 +613,7 @@ absl::Status Trainer::Run() {
   RETURN_IF_ERROR(engine_->SyncRemote());  // parameter-server mode: the servers' final parameters
   // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers.
   RETURN_IF_ERROR(engine_->GatherParams());
-  if (!options_.save_dir.empty() && (!options_.comm || options_.comm->rank() == 0)) {
+  if (!options_.save_dir.empty() && speaker()) {
     RETURN_IF_ERROR(model::SaveHFModel(options_.save_dir, *model_));
     Print(absl::StrCat("saved ", options_.save_dir));
   }

@@ -21,7 +21,9 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/device.h"
 #include "worker/train/job_spec.h"
+#include "worker/parallel/groups.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/pipeline.h"
 #include "worker/train/zero.h"
 
 namespace gantry::train {
@@ -65,6 +67,9 @@ struct TrainOptions {
   std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
   // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
   parallel::Communicator* comm = nullptr;
+  // Tensor and pipeline parallelism (tp or pp > 1): every group of this rank (parallel/
+  // groups.h); then comm is ignored (groups->dp is the DP group).
+  parallel::Groups* groups = nullptr;
   // Parameter-server mode (optimizer.placement: shardserver): the shard servers' optimizer.
   RemoteOptimizer* remote_optimizer = nullptr;
 };
@@ -82,6 +87,9 @@ struct StepReport {
   double optimizer_seconds = 0;  // clipping and AdamW
   double comm_busy_seconds = 0;  // the communication thread's time, overlapped or not
   double checkpoint_stall_seconds = 0;  // the step loop's time for a checkpoint taken after this step
+  // Pipeline parallel: the fraction of the schedule's time this stage did not compute
+  // (waiting for its neighbours), next to (p - 1) / (m + p - 1) for balanced stages.
+  double bubble = 0;
 };
 
 class Trainer {
@@ -104,11 +112,26 @@ class Trainer {
  private:
   Trainer() = default;
   StepReport Step(int64_t step);
+  // Pipeline parallel: this stage's part of a step's forward and backward (the schedule);
+  // returns the summed loss of the micro-batches (the last stage; 0 elsewhere).
+  double PipelineStep(int64_t step, double* bubble);
+  // The ranks of this job that speak (print, publish): rank 0 of the world.
+  bool speaker() const;
+  int world_rank() const;
+  int world_size() const;
+  CheckpointLayout Layout() const {
+    return {engine_->dp(), engine_->stage(), spec_.parallel.tp, spec_.parallel.pp};
+  }
+  // The mean validation loss of the loader's first batches, through the pipeline.
+  absl::StatusOr<float> PipelineEval(int B, int T);
   void Print(const std::string& line);
   void DrawProgress(int64_t done, double elapsed);
 
   JobSpec spec_;
   TrainOptions options_;
+  parallel::Groups* groups_ = nullptr;
+  Schedule schedule_ = Schedule::k1F1B;
+  int slots_ = 1;
   std::unique_ptr<model::GPT> model_;
   parallel::SoloCommunicator solo_;  // the group of one process when options.comm is null
   std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first

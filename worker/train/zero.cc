@@ -62,7 +62,8 @@ size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, parallel::Communicator* comm,
                                                                int stage, double bucket_mb, const AdamWConfig& config,
-                                                               RemoteOptimizer* remote, int staleness) {
+                                                               RemoteOptimizer* remote, int staleness,
+                                                               ModelParallel mp) {
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(absl::StrCat("ZeRO stage ", stage, " is not 0, 1, 2 or 3"));
   if (remote != nullptr && stage == 3) {
     return absl::InvalidArgumentError("parameter-server mode keeps whole parameters on the workers: ZeRO stage 3 shards them");
@@ -71,6 +72,20 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   std::unique_ptr<ZeroEngine> e(new ZeroEngine());
   e->model_ = model;
   e->remote_ = remote;
+  e->mp_ = mp;
+  for (const model::ParamTensor& t : model->tensors()) {
+    if (t.replica) continue;
+    if (!e->counted_.empty() && e->counted_.back().second == t.offset) {
+      e->counted_.back().second = t.offset + t.numel;
+    } else {
+      e->counted_.push_back({t.offset, t.offset + t.numel});
+    }
+  }
+  if (mp.emb != nullptr) {
+    const model::ParamTensor* wte = model->FindTensor("wte.weight");
+    e->tied_begin_ = wte->offset;
+    e->tied_end_ = wte->offset + wte->numel;
+  }
   e->staleness_ = std::max(0, staleness);
   e->stage_ = stage;
   e->dp_ = comm->size();
@@ -110,7 +125,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   }
   if (stage >= 2) e->grad_shard_.Assign(e->local_size_);
   if (stage == 3) e->param_shard_.Assign(e->local_size_);
-  if (e->dp_ > 1 || stage >= 1) {
+  if (e->dp_ > 1 || stage >= 1 || mp.emb != nullptr) {
     e->comm_ = std::make_unique<parallel::CommThread>(comm);
     model->set_param_host(e.get());
   }
@@ -300,6 +315,13 @@ void ZeroEngine::GradsDone(int unit) {
 
 void ZeroEngine::LaunchBucket(int k) {
   Bucket& b = buckets_[static_cast<size_t>(k)];
+  if (last_micro_ && tied_end_ > tied_begin_ && b.begin <= tied_begin_ && tied_end_ <= b.end) {
+    // The tied wte: this end's gradient plus the other end's, before the DP reduction.
+    float* g = model_->grads() + tied_begin_;
+    const size_t n = tied_end_ - tied_begin_;
+    parallel::Communicator* emb = mp_.emb;
+    comm_->Submit([g, n, emb](parallel::Communicator&) { return emb->AllReduceSum(g, n); });
+  }
   const float inv = 1.0f / static_cast<float>(dp_);
   const size_t begin = b.begin, end = b.end, piece = b.piece, pb = PieceBegin(b), pe = PieceEnd(b);
   const int dp = dp_;
@@ -356,11 +378,11 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   // rank) or its pieces, summed over the group below.
   double sum_sq = 0;
   if (stage_ == 0) {
-    sum_sq = kernels::sum_squares(model_->grads(), static_cast<int64_t>(n));
+    sum_sq = CountedSquares(model_->grads(), {{0, n}});
   } else if (stage_ == 1) {
-    for (const ShardSegment& s : own_) {
-      sum_sq += kernels::sum_squares(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin));
-    }
+    std::vector<std::pair<size_t, size_t>> own;
+    for (const ShardSegment& s : own_) own.push_back({s.flat_begin, s.flat_end});
+    sum_sq = CountedSquares(model_->grads(), own);
   } else {
     sum_sq = kernels::sum_squares(grad_shard_.data(), static_cast<int64_t>(local_size_));
   }
@@ -371,6 +393,12 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     RETURN_IF_ERROR(Wait(comm_->Submit([&sums](parallel::Communicator& c) { return c.AllReduceSum(sums, 2); })));
     if (stage_ > 0) sum_sq = sums[0];
     r.loss = sums[1] / static_cast<float>(dp_);
+  }
+  if (mp_.mp != nullptr) {  // every shard's squares; the loss from the last stage
+    float sums[2] = {static_cast<float>(sum_sq), static_cast<float>(r.loss)};
+    RETURN_IF_ERROR(mp_.mp->AllReduceSum(sums, 2));
+    sum_sq = sums[0];
+    r.loss = sums[1];
   }
   r.grad_norm = std::sqrt(sum_sq);
   const auto t_opt = Clock::now();
@@ -444,6 +472,17 @@ MemoryAccount ZeroEngine::memory() const {
   m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_)
                          : pbytes + (stage_ == 2 ? pbytes / static_cast<size_t>(dp_) : pbytes);
   return m;
+}
+
+double ZeroEngine::CountedSquares(const float* grads, const std::vector<std::pair<size_t, size_t>>& ranges) const {
+  double sum = 0;
+  for (const auto& [b, e] : ranges) {
+    for (const auto& [cb, ce] : counted_) {
+      const size_t lo = std::max(b, cb), hi = std::min(e, ce);
+      if (lo < hi) sum += kernels::sum_squares(grads + lo, static_cast<int64_t>(hi - lo));
+    }
+  }
+  return sum;
 }
 
 void ZeroEngine::NotePeak() { peak_ = memory().peak; }

@@ -72,15 +72,26 @@ struct StepTiming {
   double comm_busy = 0;     // the communication thread's time in collectives (overlapped or not)
 };
 
+// Tensor and pipeline parallel (the model is a shard): mp joins the shards of one replica
+// (the gradient norm and the loss are summed over it; tensors another rank speaks for are
+// not counted), emb the two ends of the pipeline, whose wte gradients are summed before the
+// DP reduction of the last micro-batch.
+struct ZeroModelParallel {
+  parallel::Communicator* mp = nullptr;
+  parallel::Communicator* emb = nullptr;
+};
+
 class ZeroEngine final : public model::ParamHost {
  public:
   // model holds the full parameters; comm is the DP group (SoloCommunicator for one rank).
   // The model's buffers stay until Shard().
   // remote: parameter-server mode (stages 0-2), or null; staleness: how many steps
   // behind the servers a rank's parameters may be (pulls every staleness + 1 steps).
+  using ModelParallel = ZeroModelParallel;
   static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, parallel::Communicator* comm,
                                                             int stage, double bucket_mb, const AdamWConfig& config,
-                                                            RemoteOptimizer* remote = nullptr, int staleness = 0);
+                                                            RemoteOptimizer* remote = nullptr, int staleness = 0,
+                                                            ModelParallel mp = ModelParallel());
   // Parameter-server mode: brings the parameters up to the servers' (collective). Before a
   // checkpoint and at the end; a no-op otherwise or when they are current.
   absl::Status SyncRemote();
@@ -172,8 +183,14 @@ class ZeroEngine final : public model::ParamHost {
   absl::Status WaitAll();
   void NotePeak();
 
+  // Squares of the gradients in `ranges` (flat), only where a tensor is this rank's to count.
+  double CountedSquares(const float* grads, const std::vector<std::pair<size_t, size_t>>& ranges) const;
+
   model::GPT* model_ = nullptr;
   RemoteOptimizer* remote_ = nullptr;
+  ModelParallel mp_;
+  std::vector<std::pair<size_t, size_t>> counted_;  // flat ranges of the tensors this rank counts in the norm
+  size_t tied_begin_ = 0, tied_end_ = 0;           // pp > 1: this stage's wte (flat), summed over emb
   int staleness_ = 0;
   int64_t pulled_step_ = 0, pushed_step_ = 0;  // parameter-server mode: the servers' step the parameters are at
   int stage_ = 0, dp_ = 1, rank_ = 0;

@@ -1,0 +1,288 @@
+// Tensor and pipeline parallelism (with data parallelism and ZeRO) give one process's
+// training: every rank a thread of this process, its groups Gloo communicators over
+// loopback TCP. (tests/integration/model_parallel_test.sh runs layouts with worker processes.)
+#include <gloo/rendezvous/hash_store.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/crossentropy.h"
+#include "common/rng.h"
+#include "kernels/threads.h"
+#include "tests/test_util.h"
+#include "worker/data/token_file.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/train/pipeline.h"
+#include "worker/train/trainer.h"
+
+namespace gantry::train {
+namespace {
+
+// Runs every stage's schedule with rendezvous transfers (a send completes only with the
+// peer's matching receive). False on a deadlock.
+bool CompletesWithRendezvous(Schedule sched, int p, int m) {
+  std::vector<std::vector<PipeOp>> ops;
+  for (int s = 0; s < p; ++s) ops.push_back(PipelineOps(sched, p, s, m));
+  std::vector<size_t> pc(static_cast<size_t>(p), 0);
+  auto at = [&](int s) -> const PipeOp* { return pc[s] < ops[s].size() ? &ops[s][pc[s]] : nullptr; };
+  for (;;) {
+    bool moved = false, done = true;
+    for (int s = 0; s < p; ++s) {
+      const PipeOp* op = at(s);
+      if (op == nullptr) continue;
+      done = false;
+      if (op->kind == PipeOp::kForward || op->kind == PipeOp::kBackward) {
+        ++pc[s];
+        moved = true;
+      } else if (op->kind == PipeOp::kSendAct || op->kind == PipeOp::kSendGrad) {
+        const int peer = op->kind == PipeOp::kSendAct ? s + 1 : s - 1;
+        const PipeOp want = {op->kind == PipeOp::kSendAct ? PipeOp::kRecvAct : PipeOp::kRecvGrad, op->micro};
+        if (const PipeOp* q = at(peer); q != nullptr && *q == want) {
+          ++pc[s];
+          ++pc[peer];
+          moved = true;
+        }
+      }
+    }
+    if (done) return true;
+    if (!moved) return false;
+  }
+}
+
+TEST(PipelineTest, EveryScheduleCompletesWithRendezvousTransfers) {
+  for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe}) {
+    for (int p = 1; p <= 8; ++p) {
+      for (int m = 1; m <= 16; ++m) {
+        EXPECT_TRUE(CompletesWithRendezvous(sched, p, m)) << "p " << p << " m " << m;
+      }
+    }
+  }
+}
+
+TEST(PipelineTest, EachStageRunsEveryMicroBatchOnceAndKeepsAtMostItsSlots) {
+  for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe}) {
+    for (int p = 1; p <= 6; ++p) {
+      for (int m = 1; m <= 10; ++m) {
+        for (int s = 0; s < p; ++s) {
+          std::vector<int> fwd(m, 0), bwd(m, 0);
+          int in_flight = 0, most = 0;
+          for (const PipeOp& op : PipelineOps(sched, p, s, m)) {
+            if (op.kind == PipeOp::kForward) {
+              ++fwd[op.micro];
+              most = std::max(most, ++in_flight);
+            } else if (op.kind == PipeOp::kBackward) {
+              EXPECT_EQ(fwd[op.micro], 1) << "backward before forward";
+              ++bwd[op.micro];
+              --in_flight;
+            }
+          }
+          for (int i = 0; i < m; ++i) EXPECT_TRUE(fwd[i] == 1 && bwd[i] == 1) << "micro " << i;
+          // Slot i % slots is free again by micro-batch i's forward.
+          EXPECT_LE(most, PipelineSlots(sched, p, s, m)) << "p " << p << " s " << s << " m " << m;
+        }
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(IdealBubble(2, 4), 0.2);
+}
+
+TEST(ShardTest, ShardsHoldTheWholeModelsValuesAndStagesAreBalanced) {
+  model::GPTConfig c{16, 31, 4, 4, 32};
+  model::GPT whole(c);
+  whole.InitRandom(7);
+  const std::vector<int> bounds = model::BalanceStages(c, 2);
+  ASSERT_EQ(bounds, (std::vector<int>{0, 2, 4}));
+  size_t held = 0;
+  for (int stage = 0; stage < 2; ++stage) {
+    for (int r = 0; r < 2; ++r) {
+      model::GPT shard(c, {2, r, 2, stage, bounds[stage], bounds[stage + 1]});
+      shard.InitRandom(7);
+      model::GPT copied(c, shard.shard());
+      copied.CopyFromWhole(whole);
+      EXPECT_EQ(std::vector<float>(shard.params(), shard.params() + shard.num_params()),
+                std::vector<float>(copied.params(), copied.params() + copied.num_params()));
+      for (const auto& t : shard.tensors()) held += t.replica ? 0 : t.numel;
+    }
+  }
+  EXPECT_EQ(held, whole.num_params());  // every element spoken for once
+  // A classifier as heavy as the layers moves a layer off the last stage.
+  model::GPTConfig heavy{16, 40000, 4, 4, 32};
+  EXPECT_EQ(model::BalanceStages(heavy, 2), (std::vector<int>{0, 3, 4}));
+}
+
+TEST(ShardTest, VocabularyParallelCrossEntropyMatchesTheWholeKernel) {
+  const int N = 5, V = 23, tp = 3;
+  std::vector<float> logits(N * V);
+  std::vector<int32_t> tg = {0, 7, 22, 15, 8};
+  Rng rng(11);
+  for (float& x : logits) x = static_cast<float>(rng.Normal() * 3);
+  std::vector<float> want_loss(N), want_grad = logits;
+  kernels::crossentropy_fused_forward_backward(want_loss.data(), want_grad.data(), tg.data(), 0.25f, N, V);
+  std::vector<float> stats(static_cast<size_t>(tp) * N * 3);
+  std::vector<std::vector<float>> parts(tp);
+  auto bounds = [&](int r) { return V * r / tp; };
+  for (int r = 0; r < tp; ++r) {
+    const int v0 = bounds(r), w = bounds(r + 1) - v0;
+    for (int n = 0; n < N; ++n) parts[r].insert(parts[r].end(), logits.begin() + n * V + v0, logits.begin() + n * V + v0 + w);
+    kernels::crossentropy_shard_stats(stats.data() + static_cast<size_t>(r) * N * 3, parts[r].data(), tg.data(), N, w, v0);
+  }
+  for (int r = 0; r < tp; ++r) {
+    const int v0 = bounds(r), w = bounds(r + 1) - v0;
+    std::vector<float> loss(N);
+    kernels::crossentropy_shard_finish(loss.data(), parts[r].data(), stats.data(), tp, tg.data(), 0.25f, N, w, v0);
+    for (int n = 0; n < N; ++n) {
+      EXPECT_NEAR(loss[n], want_loss[n], 1e-6 * std::fabs(want_loss[n])) << "rank " << r << " row " << n;
+      for (int i = 0; i < w; ++i) EXPECT_NEAR(parts[r][n * w + i], want_grad[n * V + v0 + i], 1e-7) << n << "," << i;
+    }
+  }
+}
+
+class ModelParallelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), testing::PatternedTokens(40000, 9)).ok());
+  }
+  struct Layout {
+    int dp, tp, pp;
+  };
+  JobSpec Spec(Layout l, int zero) {
+    auto s = ParseJobSpec(absl::StrCat(
+        "model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16}\n"
+        "data: {train: ", dir_.File("train.bin"), ", shuffle: true}\n"
+        "train: {steps: 20, micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, min_lr_ratio: 0.1, "
+        "weight_decay: 0.1, grad_clip: 1.0, seed: 3}\n"
+        "checkpoint: {dir: ", dir_.File("ckpt"), ", every: ", every_, "}\n"
+        "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", zero_stage: ", zero, ", schedule: ", schedule_,
+        "}\n"));
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  struct Result {
+    std::vector<float> losses;  // rank 0's
+    std::vector<double> bubbles;  // per stage (replica 0, tp rank 0), the mean over steps
+    std::vector<std::vector<float>> replicated;  // per rank: ln_f.weight where held
+  };
+  Result Run(Layout l, int zero, int64_t stop_after = 0, bool resume = false) {
+    const int world = l.dp * l.tp * l.pp;
+    std::vector<Result> results(static_cast<size_t>(world));
+    std::vector<absl::Status> status(static_cast<size_t>(world));
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    const JobSpec spec = Spec(l, zero);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        kernels::ConfigureThreads(1);
+        TrainOptions o;
+        o.stop_after = stop_after;
+        o.resume = resume;
+        FILE* null = std::fopen("/dev/null", "w");
+        o.out = null;
+        std::unique_ptr<parallel::Groups> groups;
+        if (l.tp * l.pp > 1) {
+          auto g = parallel::MakeGroups(r, {l.dp, l.tp, l.pp}, parallel::GlooGroups(store, {}));
+          if (!g.ok()) {
+            status[r] = g.status();
+            std::fclose(null);
+            return;
+          }
+          groups = std::move(*g);
+          o.groups = groups.get();
+        }
+        std::unique_ptr<parallel::Communicator> dp;
+        if (!groups && l.dp > 1) {
+          auto c = parallel::GlooCommunicator::Create(r, l.dp, store, {});
+          if (!c.ok()) {
+            status[r] = c.status();
+            std::fclose(null);
+            return;
+          }
+          dp = std::move(*c);
+          o.comm = dp.get();
+        }
+        auto t = Trainer::Create(spec, o);
+        status[r] = t.ok() ? (*t)->Run() : t.status();
+        if (t.ok()) {
+          double bubble = 0;
+          for (const auto& rep : (*t)->reports()) {
+            results[r].losses.push_back(rep.loss);
+            bubble += rep.bubble / static_cast<double>((*t)->reports().size());
+          }
+          results[r].bubbles.push_back(bubble);
+          if (const model::ParamTensor* f = (*t)->model().FindTensor("ln_f.weight")) {
+            results[r].replicated.emplace_back((*t)->model().params() + f->offset,
+                                               (*t)->model().params() + f->offset + f->numel);
+          }
+        }
+        std::fclose(null);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    Result out = results[0];
+    out.bubbles.clear();
+    for (int s = 0; s < l.pp; ++s) {
+      const auto& b = results[static_cast<size_t>(parallel::RankOf({0, 0, s}, {l.dp, l.tp, l.pp}))].bubbles;
+      out.bubbles.push_back(b.empty() ? NAN : b[0]);
+    }
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(results[r].losses, out.losses) << "every rank reports the same loss: rank " << r;
+      if (!results[r].replicated.empty()) out.replicated.push_back(results[r].replicated[0]);
+    }
+    return out;
+  }
+  static void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                          size_t from = 0) {
+    ASSERT_EQ(got.size() + from, want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_LE(std::fabs(got[i] - want[i + from]) / want[i + from], 1e-5)
+          << what << " step " << i + from + 1 << ": " << got[i] << " vs " << want[i + from];
+    }
+  }
+  testing::TempDir dir_;
+  std::string schedule_ = "1f1b";
+  int every_ = 0;  // checkpoints
+};
+
+TEST_F(ModelParallelTest, EveryLayoutWithZeroZeroAndOneGivesOneProcessLosses) {
+  const Result one = Run({1, 1, 1}, 0);
+  ASSERT_EQ(one.losses.size(), 20u);
+  ASSERT_LT(one.losses.back(), one.losses.front() * 0.8) << "the run learns";
+  for (Layout l : {Layout{1, 2, 1}, Layout{1, 1, 2}, Layout{2, 2, 1}, Layout{1, 2, 2}, Layout{2, 1, 2}, Layout{2, 2, 2}}) {
+    for (int zero : {0, 1}) {
+      const std::string what = absl::StrCat("dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " ZeRO ", zero);
+      const Result many = Run(l, zero);
+      ExpectClose(many.losses, one.losses, what);
+      // Replicated tensors stay the same bits on every rank that holds them.
+      for (const auto& r : many.replicated) EXPECT_EQ(r, many.replicated[0]) << what;
+    }
+  }
+}
+
+TEST_F(ModelParallelTest, GPipeGivesTheSameLossesAs1F1BAndThreeStagesToo) {
+  const Result a = Run({1, 1, 2}, 0);
+  schedule_ = "gpipe";
+  const Result g = Run({1, 1, 2}, 0);
+  EXPECT_EQ(g.losses, a.losses) << "the same sums in the same order";
+  schedule_ = "1f1b";
+  const Result three = Run({1, 1, 4}, 0);  // middle stages: receive and send both ways
+  ExpectClose(three.losses, a.losses, "pp 4");
+}
+
+TEST_F(ModelParallelTest, ACheckpointOfTwoTwoTwoResumesAsOneOneOneAndAsFourOneOne) {
+  const Result whole = Run({1, 1, 1}, 0);
+  every_ = 10;
+  const Result first = Run({2, 2, 2}, 1, /*stop_after=*/10);
+  every_ = 0;  // the resumed runs write none: each resumes from step 10
+  ASSERT_EQ(first.losses.size(), 10u);
+  ExpectClose(first.losses, {whole.losses.begin(), whole.losses.begin() + 10}, "dp 2 tp 2 pp 2, steps 1-10");
+  for (Layout l : {Layout{1, 1, 1}, Layout{4, 1, 1}, Layout{1, 2, 2}}) {
+    const Result rest = Run(l, 0, 0, /*resume=*/true);
+    ExpectClose(rest.losses, whole.losses, absl::StrCat("resumed as dp ", l.dp, " tp ", l.tp, " pp ", l.pp), 10);
+  }
+}
+
+}  // namespace
+}  // namespace gantry::train

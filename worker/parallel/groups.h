@@ -1,0 +1,61 @@
+// The process groups of a 3D (data x pipeline x tensor parallel) job. Ranks are numbered
+// as the coordinator assigns them: rank = (stage * dp + replica) * tp + tp_rank, so a
+// tensor-parallel group is tp consecutive ranks (one host).
+//
+//   dp   the replicas of one (stage, tp_rank) shard: gradient reduction and ZeRO
+//   tp   the tensor-parallel ranks of one (stage, replica): the all-reduces inside a layer
+//   pp   the stages of one (replica, tp_rank): activations and their gradients, point to point
+//   emb  the first and last stage of one (replica, tp_rank), pp > 1: the tied wte's gradient
+//   mp   every (stage, tp_rank) of one replica: the gradient norm and the loss
+//   world every rank: barriers around checkpoints
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/parallel/communicator.h"
+
+namespace gantry::parallel {
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int world() const { return dp * tp * pp; }
+};
+
+struct Coords {
+  int replica = 0, tp_rank = 0, stage = 0;
+};
+
+inline Coords CoordsOf(int rank, const Layout& l) {
+  return {(rank / l.tp) % l.dp, rank % l.tp, rank / (l.tp * l.dp)};
+}
+inline int RankOf(const Coords& c, const Layout& l) { return (c.stage * l.dp + c.replica) * l.tp + c.tp_rank; }
+
+struct Groups {
+  Layout layout;
+  Coords me;
+  int rank = 0;
+  // Null where the group would be this rank alone (emb: also where pp is 1 or the stage is
+  // in the middle).
+  Communicator* dp = nullptr;
+  Communicator* tp = nullptr;
+  Communicator* pp = nullptr;
+  Communicator* emb = nullptr;
+  Communicator* mp = nullptr;
+  Communicator* world = nullptr;
+  std::vector<std::unique_ptr<Communicator>> owned;
+};
+
+// Makes a group: `name` is the same on every member, `members` the world ranks in group
+// order, `index` this rank's place among them.
+using GroupFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+    const std::string& name, const std::vector<int>& members, int index)>;
+
+// Every rank creates its groups in the same order (world, dp, tp, pp, emb, mp), so the
+// joins never wait on one another in a cycle. Groups of one are not created.
+absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const Layout& layout, const GroupFactory& factory);
+
+}  // namespace gantry::parallel
