@@ -230,12 +230,6 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   return Handle(ctx, "SubmitJob", [&]() -> absl::Status {
     auto spec = train::ParseJobSpec(req->spec_yaml());
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
-    if (spec->parallel.tp > 1 || spec->parallel.pp > 1) {
-      // The coordinator builds and places 3D groups (a tensor-parallel group on one host),
-      // but no worker can run them yet: refused now rather than failed on the workers.
-      return absl::UnimplementedError(absl::StrCat("parallel.tp ", spec->parallel.tp, ", pp ", spec->parallel.pp,
-                                                   ": tensor and pipeline parallelism are not built yet"));
-    }
     // The planner's bytes per rank against the workers there are: a job that cannot fit is
     // refused now, saying why, rather than failing when a worker runs out of memory.
     if (auto plan = train::MakePlan(train::PlanOfSpec(*spec)); plan.ok()) {

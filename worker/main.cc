@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "common/security.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/daemon.h"
@@ -137,19 +138,21 @@ class Session {
     hb->set_generation(hb_generation_);
     hb->set_rank(hb_rank_);
     hb->set_step(hb_step_.load());
-    if (comm_ != nullptr) hb->set_collectives_done(comm_->completed());
+    uint64_t done = 0;  // over every group of the rank
+    for (auto* c : comms_) done += c->completed();
+    if (!comms_.empty()) hb->set_collectives_done(done);
   }
   // Ends the running job's placement: its step loop stops at the next step and a collective
   // in flight fails at once rather than wait out its timeout.
   void Abort() {
     cancel = true;
     std::lock_guard<std::mutex> l(comm_mu_);
-    if (comm_ != nullptr) comm_->Abort();
+    for (auto* c : comms_) c->Abort();
   }
 
  private:
   std::mutex comm_mu_;
-  parallel::GlooCommunicator* comm_ = nullptr;  // the running job's group, while it lives
+  std::vector<parallel::GlooCommunicator*> comms_;  // the running job's groups, while they live
   std::set<std::string> unreachable_;            // shard servers this run could not reach (comm_mu_)
   std::string hb_job_;  // the running assignment, for heartbeats (comm_mu_)
   int64_t hb_generation_ = 0;
@@ -167,7 +170,7 @@ class Session {
     auto spec = train::ParseJobSpec(a.spec_yaml());
     if (!spec.ok()) return spec.status();
     // An elastic job runs at the dp its placement chose (the global batch stays).
-    if (spec->elastic.enabled()) spec->parallel.dp = a.world_size();
+    if (spec->elastic.enabled()) spec->parallel.dp = a.world_size() / (spec->parallel.tp * spec->parallel.pp);
     const std::string dir = absl::StrCat(FLAGS_work_dir, "/", a.job_id(), "/gen", a.generation());
     spec->checkpoint.dir = dir + "/checkpoints";
     train::TrainOptions o;
@@ -180,7 +183,8 @@ class Session {
     // A shard server that cannot be listed may hold the newest checkpoint's slices: starting
     // without it could redo the whole run, so the placement fails (UNAVAILABLE, retried) and
     // the coordinator places the job again once the server is back or counted out.
-    auto newest = [&](const std::string& job) -> absl::StatusOr<std::optional<agent::StoredCheckpoint>> {
+    // The newest checkpoint of `job`, or with step >= 0 the one of that step.
+    auto newest = [&](const std::string& job, int64_t step = -1) -> absl::StatusOr<std::optional<agent::StoredCheckpoint>> {
       std::vector<std::string> unreachable;
       auto stored = agent::ListStoredCheckpoints(servers, job, &unreachable);
       for (const auto& u : unreachable) Unreachable(u.substr(0, u.find(' ')));
@@ -188,14 +192,29 @@ class Session {
         return absl::UnavailableError(absl::StrCat("listing the checkpoints of ", job, ": shard server ",
                                                    absl::StrJoin(unreachable, ", "), " is unreachable"));
       }
+      if (step >= 0) {
+        std::vector<std::string> steps;
+        for (auto& c : stored) {
+          if (c.step == step) return std::optional<agent::StoredCheckpoint>(std::move(c));
+          steps.push_back(std::to_string(c.step));
+        }
+        return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", job, " has no committed checkpoint of step ",
+                                                step, " (it has: ", steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
+      }
       if (stored.empty()) return std::optional<agent::StoredCheckpoint>();
       return std::optional<agent::StoredCheckpoint>(stored.back());
     };
     ASSIGN_OR_RETURN(std::optional<agent::StoredCheckpoint> best, newest(a.job_id()));
     if (!best && !spec->checkpoint.resume_from.empty()) {
-      ASSIGN_OR_RETURN(best, newest(spec->checkpoint.resume_from));
+      const std::string& from = spec->checkpoint.resume_from;
+      const size_t at = from.find('@');
+      int64_t step = -1;
+      if (at != std::string::npos && !absl::SimpleAtoi(from.substr(at + 1), &step)) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint.resume_from: '", from, "' is not JOB or JOB@STEP"));
+      }
+      ASSIGN_OR_RETURN(best, newest(from.substr(0, at), step));
       if (!best) {
-        return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", spec->checkpoint.resume_from,
+        return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", from.substr(0, at),
                                                 " has no committed checkpoint on the shard servers"));
       }
     }
@@ -216,11 +235,12 @@ class Session {
     }
     if (slice_server.empty() && !servers.empty()) slice_server.push_back(servers[0]);
     std::unique_ptr<parallel::GlooCommunicator> comm;
+    std::unique_ptr<parallel::Groups> groups;
     struct ForgetComm {  // destroyed before comm: Abort never reaches a dead communicator
       Session* s;
       ~ForgetComm() {
         std::lock_guard<std::mutex> l(s->comm_mu_);
-        s->comm_ = nullptr;
+        s->comms_.clear();
       }
     } forget_comm{this};
     if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
@@ -230,11 +250,21 @@ class Session {
       go.hostname = FLAGS_gloo_host;
       go.timeout = std::chrono::milliseconds(spec->parallel.timeout_s > 0 ? static_cast<int64_t>(spec->parallel.timeout_s * 1000)
                                                                        : FLAGS_collective_timeout_ms);
-      ASSIGN_OR_RETURN(comm, parallel::GlooCommunicator::Create(a.rank(), a.world_size(), store, go));
-      o.comm = comm.get();
+      std::vector<parallel::GlooCommunicator*> made;
+      if (spec->parallel.tp > 1 || spec->parallel.pp > 1) {  // 3D: every group of this rank
+        ASSIGN_OR_RETURN(groups, parallel::MakeGroups(a.rank(), {spec->parallel.dp, spec->parallel.tp, spec->parallel.pp},
+                                                      parallel::GlooGroups(store, go, &made)));
+        o.groups = groups.get();
+      } else {
+        ASSIGN_OR_RETURN(comm, parallel::GlooCommunicator::Create(a.rank(), a.world_size(), store, go));
+        o.comm = comm.get();
+        made.push_back(comm.get());
+      }
       std::lock_guard<std::mutex> l(comm_mu_);
-      comm_ = comm.get();
-      if (cancel) comm_->Abort();  // aborted while joining
+      comms_ = made;
+      if (cancel) {
+        for (auto* c : comms_) c->Abort();  // aborted while joining
+      }
       LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " joined its group of " << a.world_size();
     }
     std::unique_ptr<agent::ParamServerClient> remote;

@@ -3,7 +3,8 @@
 # (1) on loopback, their state under one folder. DIR/pids lists the processes in start
 # order: the coordinator, the shard servers, the workers.
 #
-#   deploy/local/cluster.sh start [--dir DIR] [--workers N] [--shardservers S] [--threads T]
+#   deploy/local/cluster.sh start [--dir DIR] [--workers N] [--shardservers S] [--threads T] [--per-host K]
+#     (--per-host: workers named as K to a host, so that a tensor-parallel group of K fits one)
 #   deploy/local/cluster.sh stop  [--dir DIR]
 #
 # start prints the coordinator address and writes DIR/env (source it: it sets
@@ -20,6 +21,7 @@ while [ $# -gt 0 ]; do
     --workers) WORKERS="$2"; shift 2 ;;
     --shardservers) SHARDS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
+    --per-host) PER_HOST="$2"; shift 2 ;;
     *) echo "cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -60,7 +62,7 @@ case "$cmd" in
         LAUNCH=(); PIN=$([ "$WORKERS" -gt "$NCPU" ] && echo 0 || echo 1)
       fi
       (cd "$ROOT" && GANTRY_PIN_THREADS=$PIN exec "${LAUNCH[@]}" "$BIN/worker/gantry-worker" --coordinator "$COORD" --work_dir "$DIR/worker$i" \
-        --metrics_listen 127.0.0.1:0 --threads "$THREADS" --host "$(hostname)-w$i" \
+        --metrics_listen 127.0.0.1:0 --threads "$THREADS" --host "$(hostname)-$([ "${PER_HOST:-1}" -gt 1 ] && echo "h$(( (i - 1) / PER_HOST + 1 ))" || echo "w$i")" \
         --ready_file "$DIR/worker$i.ready") 2>"$DIR/worker$i.log" &
       echo $! >>"$DIR/pids"; wait_ready "$DIR/worker$i.ready" $! "worker$i"
     done

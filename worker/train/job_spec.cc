@@ -100,7 +100,7 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   const bool model_parallel = s.parallel.tp > 1 || s.parallel.pp > 1;
   if (model_parallel && s.parallel.zero_stage > 1) {
     return FieldError("parallel.zero_stage",
-                      absl::StrCat(s.parallel.zero_stage, " with tp ", s.parallel.tp, " x pp ", s.parallel.pp,
+                      absl::StrCat("is ", s.parallel.zero_stage, " with tp ", s.parallel.tp, " x pp ", s.parallel.pp,
                                    ": tensor and pipeline parallel shards run with ZeRO 0 or 1 (stages 2 and 3 "
                                    "are for data parallelism alone)"));
   }

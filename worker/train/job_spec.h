@@ -81,7 +81,9 @@ struct CheckpointSpec {
   int64_t every = 0;  // steps between checkpoints; 0 = none
   int keep = 0;       // keep the newest K checkpoints, remove older ones after each; 0 = all
   double host_budget_mb = 2048;  // host memory for checkpoint copies waiting to be written
-  std::string resume_from;       // a cluster job id: start from its newest committed checkpoint
+  // A cluster job id: start from its newest committed checkpoint; JOB@STEP: from its
+  // checkpoint of that step.
+  std::string resume_from;
   std::string dir;
 };
 
