@@ -287,8 +287,18 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
       return 0;
     }
   }
-  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  *bubble = wall > 0 ? std::max(0.0, 1.0 - compute / wall) : 0.0;
+  // The pipeline's time is the slowest stage's: a stage that ends early (the last one ends
+  // before the first stage's final backward) still idles until the step's end.
+  float wall = static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count());
+  // (Over mp, not pp: the pp group's transfers number differently on the middle stages, and
+  // Gloo tags a collective by its sequence number.)
+  std::vector<float> walls(static_cast<size_t>(groups_->mp->size()));
+  if (absl::Status s = groups_->mp->AllGather(&wall, walls.data(), 1); !s.ok()) {
+    comm_status_ = s;
+    return 0;
+  }
+  const double slowest = *std::max_element(walls.begin(), walls.end());
+  *bubble = slowest > 0 ? std::max(0.0, 1.0 - compute / slowest) : 0.0;
   return loss;
 }
 

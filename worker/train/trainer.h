@@ -87,7 +87,7 @@ struct StepReport {
   double optimizer_seconds = 0;  // clipping and AdamW
   double comm_busy_seconds = 0;  // the communication thread's time, overlapped or not
   double checkpoint_stall_seconds = 0;  // the step loop's time for a checkpoint taken after this step
-  // Pipeline parallel: the fraction of the schedule's time this stage did not compute
+  // Pipeline parallel: the fraction of the pipeline's time (the slowest stage's schedule) this stage did not compute
   // (waiting for its neighbours), next to (p - 1) / (m + p - 1) for balanced stages.
   double bubble = 0;
 };

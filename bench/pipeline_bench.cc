@@ -1,0 +1,142 @@
+// The pipeline bubble, measured: two stages (threads of this process, each one core, joined
+// by Gloo over loopback TCP) train a GPT split 2 + 2 layers with m micro-batches a step.
+// Each stage's bubble is the part of the pipeline's time (the slowest stage's schedule) it
+// did not compute (waiting for a neighbour, or in a transfer); the figure is the mean over
+// the stages and the measured steps (the first two are warm-up), printed next to
+// (p - 1) / (m + p - 1).
+// Target: within 5 points for p = 2, m in {2, 4, 8}, under 1F1B (and GPipe, for reference).
+//   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--steps 10]
+// Exit status 1 when a 1F1B figure misses the target.
+#include <gloo/rendezvous/hash_store.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rng.h"
+#include "kernels/threads.h"
+#include "worker/data/token_file.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/train/trainer.h"
+
+namespace {
+
+using namespace gantry;
+
+struct Figure {
+  double bubble = 0;      // mean over stages and measured steps
+  double step_ms = 0;
+  absl::Status status;
+};
+
+Figure Measure(const std::string& data, const std::string& schedule, int m, int n_embd, int T, int B, int steps) {
+  const int p = 2;
+  auto spec = train::ParseJobSpec(absl::StrCat(
+      "model: {n_layer: 4, n_head: 4, n_embd: ", n_embd, ", vocab_size: 256, seq_len: ", T, "}\n",
+      "data: {train: ", data, "}\n",
+      "train: {steps: ", steps, ", micro_batch: ", B, ", global_batch: ", B * m, ", lr: 1.0e-3}\n",
+      "parallel: {pp: ", p, ", schedule: ", schedule, "}\n"));
+  Figure f;
+  if (!spec.ok()) {
+    f.status = spec.status();
+    return f;
+  }
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::vector<train::StepReport>> reports(p);
+  std::vector<absl::Status> status(p);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      kernels::ConfigureThreads(1);  // one thread a stage, unpinned (main says why)
+      auto groups = parallel::MakeGroups(r, {1, 1, p}, parallel::GlooGroups(store, {}));
+      if (!groups.ok()) {
+        status[r] = groups.status();
+        return;
+      }
+      train::TrainOptions o;
+      o.groups = groups->get();
+      FILE* null = std::fopen("/dev/null", "w");
+      o.out = null;
+      auto t = train::Trainer::Create(*spec, o);
+      status[r] = t.ok() ? (*t)->Run() : t.status();
+      if (t.ok()) reports[r] = (*t)->reports();
+      std::fclose(null);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int n = 0;
+  for (int r = 0; r < p; ++r) {
+    if (!status[r].ok()) {
+      f.status = status[r];
+      return f;
+    }
+    for (size_t i = 2; i < reports[r].size(); ++i) {
+      f.bubble += reports[r][i].bubble;
+      f.step_ms += reports[r][i].seconds * 1e3;
+      ++n;
+    }
+  }
+  f.bubble /= n;
+  f.step_ms /= n;
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // ConfigureThreads pins a calling thread's team to the first CPUs of the process: two
+  // stages in one process would share CPU 0 and take turns. Unpinned, each gets a core.
+  setenv("GANTRY_PIN_THREADS", "0", 1);
+  int n_embd = 192, T = 128, B = 4, steps = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const int v = std::atoi(argv[i + 1]);
+    if (a == "--n-embd") n_embd = v;
+    else if (a == "--seq-len") T = v;
+    else if (a == "--batch") B = v;
+    else if (a == "--steps") steps = v;
+    else {
+      std::fprintf(stderr, "pipeline_bench: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("pipeline_bench.", getpid())).string();
+  std::filesystem::create_directories(dir);
+  std::vector<uint16_t> toks(200000);
+  gantry::Rng rng(1);
+  for (auto& t : toks) t = static_cast<uint16_t>(rng.NextU64() % 256);
+  const std::string data = dir + "/train.bin";
+  if (auto s = gantry::data::WriteTokenFile(data, toks); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("pipeline bubble, p = 2 stages of 2 layers (n_embd %d, T %d, micro-batch %d), %d steps (2 warm-up)\n",
+              n_embd, T, B, steps);
+  std::printf("%-6s %3s %10s %10s %8s %10s\n", "sched", "m", "measured", "(p-1)/(m+p-1)", "points", "step ms");
+  bool ok = true;
+  for (const char* sched : {"1f1b", "gpipe"}) {
+    for (int m : {2, 4, 8}) {
+      const Figure f = Measure(data, sched, m, n_embd, T, B, steps);
+      if (!f.status.ok()) {
+        std::fprintf(stderr, "%s m %d: %s\n", sched, m, f.status.ToString().c_str());
+        return 1;
+      }
+      const double ideal = gantry::train::IdealBubble(2, m);
+      const double points = (f.bubble - ideal) * 100;
+      const bool hit = std::fabs(points) <= 5;
+      if (std::string(sched) == "1f1b") ok = ok && hit;
+      std::printf("%-6s %3d %9.1f%% %12.1f%% %+8.1f %10.1f %s\n", sched, m, f.bubble * 100, ideal * 100, points, f.step_ms,
+                  hit ? "" : "(off target)");
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return ok ? 0 : 1;
+}
