@@ -69,6 +69,5 @@ for l in 1.1.1 4.1.1; do
     "[ $rc -eq 0 ] && $(declare -f same_losses); TMP='$TMP' same_losses '$TMP/$id.txt' 11"
 done
 
-[ -n "${KEEP:-}" ] && cp -r "$TMP" /tmp/mp_keep
 echo "$passed passed, $fail failed"
 [ "$fail" -eq 0 ]

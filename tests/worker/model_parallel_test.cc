@@ -180,27 +180,17 @@ class ModelParallelTest : public ::testing::Test {
         o.resume = resume;
         FILE* null = std::fopen("/dev/null", "w");
         o.out = null;
-        std::unique_ptr<parallel::Groups> groups;
-        if (l.tp * l.pp > 1) {
-          auto g = parallel::MakeGroups(r, {l.dp, l.tp, l.pp}, parallel::GlooGroups(store, {}));
-          if (!g.ok()) {
-            status[r] = g.status();
-            std::fclose(null);
-            return;
-          }
-          groups = std::move(*g);
-          o.groups = groups.get();
+        // Every layout's groups; a data-parallel-only run takes just its dp group.
+        auto groups = parallel::MakeGroups(r, {l.dp, l.tp, l.pp}, parallel::GlooGroups(store, {}));
+        if (!groups.ok()) {
+          status[r] = groups.status();
+          std::fclose(null);
+          return;
         }
-        std::unique_ptr<parallel::Communicator> dp;
-        if (!groups && l.dp > 1) {
-          auto c = parallel::GlooCommunicator::Create(r, l.dp, store, {});
-          if (!c.ok()) {
-            status[r] = c.status();
-            std::fclose(null);
-            return;
-          }
-          dp = std::move(*c);
-          o.comm = dp.get();
+        if (l.tp * l.pp > 1) {
+          o.groups = groups->get();
+        } else {
+          o.comm = (*groups)->dp;
         }
         auto t = Trainer::Create(spec, o);
         status[r] = t.ok() ? (*t)->Run() : t.status();

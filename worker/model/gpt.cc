@@ -50,7 +50,7 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
     ParamTensor p;
     p.name = std::move(name);
     p.global_shape = std::move(gshape);
-    const int64_t gcols = p.global_numel() / p.global_rows();
+    const int64_t gcols = p.global_cols();
     if (runs.empty()) runs = {{0, gcols}};
     Runs merged;  // adjacent runs as one (tp 1 holds q, k and v whole)
     for (const auto& run : runs) {
@@ -313,7 +313,7 @@ void GPT::EnsureActivations(int B, int T) {
   act_B_ = B;
   act_T_ = T;
   inputs_.assign(static_cast<size_t>(slots_), {});
-  base_ = act_.data();
+  Select(0);
 }
 
 void GPT::TpAllReduce(float* data, size_t n) {
@@ -372,7 +372,7 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
   const int C = config_.n_embd;
   const int BT = B * T;
   if (shard_.first()) {
-    inputs_[static_cast<size_t>(base_ - act_.data()) / off_.total].assign(inputs, inputs + BT);
+    inputs_[static_cast<size_t>(slot_)].assign(inputs, inputs + BT);
     float* E = UnitParams(0);  // wte's rows at E, wpe at E + wpe offset
     // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions,
     // the group's sum is the embedding.
@@ -449,7 +449,7 @@ float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 
 float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale) {
   EnsureActivations(B, T);
-  base_ = Slot(slot);
+  Select(slot);
   RunForward(inputs, B, T);
   if (!shard_.last()) return std::numeric_limits<float>::quiet_NaN();
   if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
@@ -459,12 +459,12 @@ float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
 }
 
 const float* GPT::stage_output(int slot) {
-  base_ = Slot(slot);
+  Select(slot);
   return LayerAct(le_ - 1, off_.res3);
 }
 
 void GPT::BackwardStage(int slot, int B, int T) {
-  base_ = Slot(slot);
+  Select(slot);
   RunBackward(B, T);
 }
 
@@ -561,7 +561,7 @@ void GPT::RunBackward(int B, int T) {
   if (!shard_.first()) return;  // dres holds d(input), for the previous stage
   float* dE = UnitGrads(0);
   Op("encoder bwd", [&] {
-    k::encoder_backward_shard(dE, dE + tensors_[1].offset, dres, inputs_[static_cast<size_t>(base_ - act_.data()) / off_.total].data(), v0_, v0_ + Vl_, B, T, C);
+    k::encoder_backward_shard(dE, dE + tensors_[1].offset, dres, inputs_[static_cast<size_t>(slot_)].data(), v0_, v0_ + Vl_, B, T, C);
   });
   UnitGradsDone(0);
 }

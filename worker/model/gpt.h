@@ -51,7 +51,6 @@ struct ParamTensor {
     return n;
   }
   int64_t global_cols() const { return global_numel() / global_rows(); }
-  bool whole() const { return global_shape == shape; }
 };
 
 // A shard's elements as runs of its whole tensor, in local order: f(global, local, n) says
@@ -161,8 +160,6 @@ class GPT {
   int num_units() const { return static_cast<int>(unit_begin_.size()) - 1; }
   size_t unit_begin(int u) const { return unit_begin_[static_cast<size_t>(u)]; }
   size_t unit_end(int u) const { return unit_begin_[static_cast<size_t>(u) + 1]; }
-  // The unit of the last stage's copy of wte (pp > 1), or -1.
-  int wte_copy_unit() const { return shard_.last() && !shard_.first() ? num_units() - 1 : -1; }
   // The model's own full buffers are the default home of parameters and gradients. A host
   // (not owned) takes over every unit access; then a buffer it does not need may be freed
   // (ZeRO 2 frees the gradients, ZeRO 3 both) and re-allocated for whole-model work.
@@ -255,6 +252,11 @@ class GPT {
   float* Slot(int slot) {
     return act_.data() + static_cast<size_t>(slot) * off_.total;
   }
+  // Makes `slot` the current activation set.
+  void Select(int slot) {
+    slot_ = slot;
+    base_ = Slot(slot);
+  }
   float* A(size_t off) { return base_ + off; }
   float* LayerAct(int l, size_t off) {
     l -= lb_;
@@ -291,6 +293,7 @@ class GPT {
   FloatBuffer grads_;
   FloatBuffer act_;
   float* base_ = nullptr;  // the current slot's activations
+  int slot_ = 0;
   ActivationLayout off_{};
   int act_B_ = 0, act_T_ = 0, slots_ = 1;
   Recompute recompute_ = Recompute::kNone;

@@ -305,7 +305,6 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
 absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
   const model::ModelShard& sh = model_->shard();
   const size_t n = static_cast<size_t>(B) * T * spec_.model.n_embd;
-  float loss = 0;
   auto sum = MeanLoss(*val_loader_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
     if (!sh.first()) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0), n, sh.stage - 1));
     const float l = model_->ForwardStage(0, in, tg, B, T, 0.f);
@@ -314,7 +313,7 @@ absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
     return sh.last() ? l : 0.f;
   });
   RETURN_IF_ERROR(sum.status());
-  loss = sh.last() && sh.tp_rank == 0 ? *sum : 0.f;  // the last stage's, to every rank
+  float loss = sh.last() && sh.tp_rank == 0 ? *sum : 0.f;  // the last stage's, to every rank
   if (groups_->mp != nullptr) RETURN_IF_ERROR(groups_->mp->AllReduceSum(&loss, 1));
   return loss;
 }
