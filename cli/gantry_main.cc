@@ -61,9 +61,10 @@ constexpr char kUsage[] =
     "  plan [JOB.yaml | --preset gpt2|gpt2-medium|gpt2-large|gpt2-xl | --n-layer L --d-model C --heads H\n"
     "       --vocab V | --params N] [--seq-len T] [--gpus G] [--gpu-memory GB] [--precision mixed|fp32]\n"
     "       [--fp32-grad-accum] [--zero S] [--tp T] [--pp P] [--dp D] [--micro-batch B] [--microbatches M]\n"
-    "       [--recompute none|selective|full] [--global-batch N]\n"
+    "       [--recompute none|selective|full] [--global-batch N] [--ranks]\n"
     "                       bytes per GPU, pipeline bubble, bytes sent per step; with --gpus,\n"
-    "                       --gpu-memory and --global-batch, the recommended layout (no coordinator)\n"
+    "                       --gpu-memory and --global-batch, the recommended layout (no coordinator);\n"
+    "                       --ranks: each rank's bytes (needs a model shape)\n"
     "  health [ADDR]        gRPC health check of ADDR (default: the coordinator); exit 0 if SERVING\n"
     "submit takes --wait to watch the job it queued.\n";
 
@@ -282,7 +283,7 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
 int PlanCommand(const std::vector<std::string>& args) {
   train::PlanInput in;
   int gpus = 0, global_batch = 0;
-  bool dp_given = false;
+  bool dp_given = false, per_rank = false;
   model::GPTConfig shape;
   bool shape_given = false;
   auto bad = [](const std::string& why) {
@@ -340,6 +341,8 @@ int PlanCommand(const std::vector<std::string>& args) {
                                                                            : model::Recompute::kNone;
     } else if (a == "--global-batch") {
       ok = num(&global_batch);
+    } else if (a == "--ranks") {
+      per_rank = true;
     } else if (a.rfind("--", 0) != 0) {  // a job spec
       auto spec = train::LoadJobSpec(a);
       if (!spec.ok()) return bad(std::string(spec.status().message()));
@@ -371,6 +374,11 @@ int PlanCommand(const std::vector<std::string>& args) {
     std::printf("model: %.4g parameters (no shape: activations not estimated)\n", n);
   }
   std::fputs(train::RenderPlan(in, *p).c_str(), stdout);
+  if (per_rank) {
+    auto ranks = train::PlanRanks(in);
+    if (!ranks.ok()) return bad(std::string(ranks.status().message()));
+    std::printf("\nper rank, in bytes:\n%s", train::RenderRanks(in, *ranks).c_str());
+  }
   if (gpus > 0 && global_batch > 0 && in.device_memory > 0) {
     auto r = train::Recommend(in, gpus, global_batch);
     if (!r.ok()) {

@@ -441,7 +441,11 @@ class Session {
               << m0.optimizer << " = " << m0.model_state() << " bytes; the ZeRO formula predicts " << m0.predicted
               << "; activations " << m0.activations;
     absl::Status s = (*trainer)->Run();
-    set_memory((*trainer)->memory());
+    const train::MemoryAccount m1 = (*trainer)->memory();
+    set_memory(m1);
+    LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " held at the end: params " << m1.params << " + grads "
+              << m1.grads << " + optimizer " << m1.optimizer << " = " << m1.model_state() << " bytes; activations "
+              << m1.activations << ", working " << m1.working << ", peak " << m1.peak;
     std::fclose(log);
     if (absl::IsCancelled(s)) {
       return absl::CancelledError(g_stop ? "worker shutting down (SIGTERM)" : "cancelled");

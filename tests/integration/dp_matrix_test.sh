@@ -4,6 +4,8 @@
 #  - DP in {1, 2, 4} x ZeRO in {0, 1, 2, 3}, the same global batch and seed: each job's 20
 #    per-step losses are gantry-train's in one process (<= 1e-5 relative), and its final
 #    checkpoint, exported, holds the same parameters (<= 1e-5 relative, gantry-train compare);
+#  - in each of those jobs every rank holds the model-state bytes `gantry plan JOB.yaml --ranks`
+#    gives for it within 10%, and exactly its activation bytes;
 #  - DP=2 in parameter-server mode (AdamW on 2 shard servers) gives the same losses;
 #  - a rank SIGKILLed mid-step: the job fails naming the lost worker and its rank, and every
 #    surviving rank fails its step within the collective timeout + the failure grace (1.5x) with
@@ -66,6 +68,8 @@ for dp in 1 2 4; do
     rel=$(rel_params "$id")
     check "DP=$dp ZeRO-$zero ($id): one process's final parameters (relative difference ${rel:-none})" \
       awk -v r="$rel" 'BEGIN {exit !(r != "" && r + 0 <= 1e-5)}'
+    check "DP=$dp ZeRO-$zero ($id): each rank holds what gantry plan --ranks gives it" \
+      as_planned "$id" "$TMP/dp$dp-zero$zero.yaml" "$dp" 1 1
   done
 done
 check "the coordinator commits a DP=4 checkpoint on both shard servers once the 4 ranks' parts are in (4 ranks x 2 slices + manifest + config)" \

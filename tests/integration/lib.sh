@@ -13,6 +13,24 @@ cleanup() {
 trap cleanup EXIT
 fail=0; passed=0
 check() { local n="$1"; shift; if "$@"; then echo "ok   $n"; passed=$((passed + 1)); else echo "FAIL $n"; fail=$((fail + 1)); fi; }
+# as_planned JOB YAML DP TP PP: every rank of JOB held the model-state bytes `gantry plan YAML
+# --ranks` gives it within 10%, and exactly its activation bytes (from the line each worker
+# logs when its part of a job ends). Names the rank and the bytes that differ.
+as_planned() {
+  "$CLI" plan "$2" --ranks | awk '/^per rank, in bytes/ {t = 1; next} t && $1 ~ /^[0-9]+$/ {print "plan", $1, $2, $4 + $5 + $6, $7}' >"$TMP/$1.plan"
+  grep -h "job $1: rank [0-9]* held at the end" "$TMP"/cluster/worker*.log |
+    sed -E 's/.*rank ([0-9]+) held at the end: .* = ([0-9]+) bytes; activations ([0-9]+),.*/held \1 \2 \3/' >>"$TMP/$1.plan"
+  awk -v dp="$3" -v tp="$4" -v pp="$5" '
+    $1 == "plan" {state[$2 " " $3] = $4; act[$2 " " $3] = $5; next}
+    $1 == "held" {
+      n++; k = int($2 / (dp * tp)) " " ($2 % tp)
+      if (!(k in state)) { print "rank " $2 ": no planned row " k; bad = 1; next }
+      d = $3 / state[k] - 1; if (d < 0) d = -d
+      if (d > 0.10) { print "rank " $2 ": held " $3 " bytes of model state, planned " state[k]; bad = 1 }
+      if ($4 != act[k]) { print "rank " $2 ": held " $4 " bytes of activations, planned " act[k]; bad = 1 }
+    }
+    END { if (n != dp * tp * pp) { print n " ranks logged, want " dp * tp * pp; bad = 1 }; exit bad }' "$TMP/$1.plan"
+}
 wait_for() {  # wait_for SECONDS COMMAND...: until COMMAND succeeds
   local end=$(( $(date +%s) + $1 )); shift
   until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$end" ] && return 1; sleep 0.1; done

@@ -3,6 +3,8 @@
 # cluster.sh, 8 workers named two to a host, port 0, a temp dir):
 #  - (dp, tp, pp) in {(1,2,1), (1,1,2), (2,2,1), (1,2,2), (2,1,2), (2,2,2)} x ZeRO {0, 1}: each
 #    job's 20 per-step losses are gantry-train's in one process (<= 1e-5 relative);
+#  - in each of those jobs every rank holds the model-state bytes `gantry plan JOB.yaml --ranks`
+#    gives for it within 10%, and exactly its activation bytes (the worker logs what it held);
 #  - a (2,2,2) checkpoint of step 10 resumes as (1,1,1) and as (4,1,1) (checkpoint.resume_from
 #    JOB@10): steps 11-20 give the one-process losses again.
 # Usage: model_parallel_test.sh BUILD_DIR
@@ -51,6 +53,16 @@ for l in $layouts; do
     "$CLI" watch "$id" >"$TMP/$id.txt"; rc=$?
     check "dp $dp x tp $tp x pp $pp, ZeRO $zero ($id): one process's 20 losses" bash -c \
       "[ $rc -eq 0 ] && $(declare -f same_losses); TMP='$TMP' same_losses '$TMP/$id.txt' 1"
+  done
+done
+
+# The planner's bytes for each rank against what that rank's worker held (its log).
+for l in $layouts; do
+  IFS=. read -r dp tp pp <<<"$l"
+  for zero in 0 1; do
+    id=${ids[$l.$zero]}
+    check "dp $dp x tp $tp x pp $pp, ZeRO $zero ($id): each rank holds what gantry plan --ranks gives it" \
+      as_planned "$id" "$TMP/$l.$zero.yaml" "$dp" "$tp" "$pp"
   done
 done
 

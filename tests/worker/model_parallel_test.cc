@@ -16,6 +16,7 @@
 #include "worker/data/token_file.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/train/pipeline.h"
+#include "worker/train/planner.h"
 #include "worker/train/trainer.h"
 
 namespace gantry::train {
@@ -164,6 +165,7 @@ class ModelParallelTest : public ::testing::Test {
     std::vector<float> losses;  // rank 0's
     std::vector<double> bubbles;  // per stage (replica 0, tp rank 0), the mean over steps
     std::vector<std::vector<float>> replicated;  // per rank: ln_f.weight where held
+    std::vector<MemoryAccount> memory;  // per world rank, after the run
   };
   Result Run(Layout l, int zero, int64_t stop_after = 0, bool resume = false) {
     const int world = l.dp * l.tp * l.pp;
@@ -201,6 +203,7 @@ class ModelParallelTest : public ::testing::Test {
             bubble += rep.bubble / static_cast<double>((*t)->reports().size());
           }
           results[r].bubbles.push_back(bubble);
+          results[r].memory.push_back((*t)->memory());
           if (const model::ParamTensor* f = (*t)->model().FindTensor("ln_f.weight")) {
             results[r].replicated.emplace_back((*t)->model().params() + f->offset,
                                                (*t)->model().params() + f->offset + f->numel);
@@ -220,8 +223,31 @@ class ModelParallelTest : public ::testing::Test {
     for (int r = 0; r < world; ++r) {
       EXPECT_EQ(results[r].losses, out.losses) << "every rank reports the same loss: rank " << r;
       if (!results[r].replicated.empty()) out.replicated.push_back(results[r].replicated[0]);
+      if (r > 0 && !results[r].memory.empty()) out.memory.push_back(results[r].memory[0]);
     }
+    if (stop_after == 0 && !resume) ExpectPlanned(l, zero, out.memory);
     return out;
+  }
+  // The planner's bytes for each rank, from the spec alone, against what the rank held: model
+  // states within 10% (ZeRO rounds each bucket's piece up), activations exactly.
+  void ExpectPlanned(Layout l, int zero, const std::vector<MemoryAccount>& memory) {
+    const std::string what = absl::StrCat("dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " ZeRO ", zero, " ", schedule_);
+    auto ranks = PlanRanks(PlanOfSpec(Spec(l, zero)));
+    ASSERT_TRUE(ranks.ok()) << ranks.status();
+    ASSERT_EQ(ranks->size(), static_cast<size_t>(l.tp * l.pp)) << what;
+    ASSERT_EQ(memory.size(), static_cast<size_t>(l.dp * l.tp * l.pp)) << what;
+    for (int r = 0; r < l.dp * l.tp * l.pp; ++r) {
+      const parallel::Coords c = parallel::CoordsOf(r, {l.dp, l.tp, l.pp});
+      const RankPlan& p = (*ranks)[static_cast<size_t>(c.stage * l.tp + c.tp_rank)];
+      ASSERT_EQ(p.stage, c.stage);
+      ASSERT_EQ(p.tp_rank, c.tp_rank);
+      const MemoryAccount& m = memory[static_cast<size_t>(r)];
+      EXPECT_EQ(p.num_params * 4, static_cast<double>(m.params)) << what << " rank " << r;
+      EXPECT_LE(std::fabs(p.bytes.model_state() / static_cast<double>(m.model_state()) - 1), 0.10)
+          << what << " rank " << r << ": planned " << p.bytes.model_state() << ", held params " << m.params
+          << " + grads " << m.grads << " + optimizer " << m.optimizer;
+      EXPECT_EQ(p.bytes.activations, static_cast<double>(m.activations)) << what << " rank " << r;
+    }
   }
   static void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
                           size_t from = 0) {

@@ -1,8 +1,10 @@
 // The planner against the textbook figures: model states in mixed precision with Adam at
 // 16 bytes/parameter (20 with fp32 gradient accumulation), the ZeRO paper's example (7.5B
 // parameters on 64 GPUs: 120 GB -> 31.4 / 16.6 / 1.9 GB for stages 1 / 2 / 3), the 1F1B
-// bubble (4 stages, 16 micro-batches: 3/19); refusals; and the recommendation.
-// (data_parallel_test checks it against the bytes real CPU runs hold.)
+// bubble (4 stages, 16 micro-batches: 3/19); each rank's shard; refusals; and the
+// recommendation. (data_parallel_test and model_parallel_test check it against the bytes real
+// CPU runs hold, and the dp_matrix and model_parallel integration tests against worker
+// processes.)
 #include "worker/train/planner.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +47,37 @@ TEST(PlannerTest, PipelineBubble) {
   EXPECT_NEAR(MakePlan(in)->bubble, 3.0 / 19, 1e-12);  // 15.8%
   in.pp = 1;
   EXPECT_EQ(MakePlan(in)->bubble, 0);
+}
+
+// Per rank: a pipeline's last stage holds its own copy of wte; tensor ranks each hold the
+// replicated tensors (wpe, the LayerNorms, the row-parallel biases); the plan is the rank that
+// holds the most; GPipe keeps every micro-batch's activations where 1F1B keeps p - s.
+TEST(PlannerTest, EachRankHoldsItsShard) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2");
+  const auto& c = *in.model;
+  const double whole = MakePlan(in)->params / 2;  // mixed precision: 2 bytes a parameter
+  EXPECT_NEAR(whole, 124.44e6, 0.01e6);
+  in.pp = 2;
+  in.microbatches = 8;
+  auto ranks = PlanRanks(in);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  ASSERT_EQ(ranks->size(), 2u);
+  EXPECT_EQ((*ranks)[0].num_params + (*ranks)[1].num_params, whole + double(c.vocab_size) * c.n_embd);
+  const RankPlan& top = (*ranks)[0].bytes.total() >= (*ranks)[1].bytes.total() ? (*ranks)[0] : (*ranks)[1];
+  EXPECT_EQ(MakePlan(in)->total(), top.bytes.total());
+  const double one_f_one_b = (*ranks)[0].bytes.activations;
+  in.schedule = Schedule::kGPipe;
+  EXPECT_DOUBLE_EQ((*PlanRanks(in))[0].bytes.activations, one_f_one_b * 8 / 2) << "8 micro-batches kept, not 2";
+  in.schedule = Schedule::k1F1B;
+  in.pp = 1;
+  in.tp = 4;
+  ranks = PlanRanks(in);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  double sum = 0;
+  for (const auto& r : *ranks) sum += r.num_params;
+  const double C = c.n_embd, replicated = c.max_seq_len * C + c.n_layer * 6 * C + 2 * C;
+  EXPECT_EQ(sum, whole + 3 * replicated);
 }
 
 TEST(PlannerTest, DegreesThatDoNotDivideAreRefused) {

@@ -147,6 +147,11 @@ std::vector<int> BalanceStages(const GPTConfig& c, int pp) {
   return bounds;
 }
 
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage) {
+  const std::vector<int> bounds = BalanceStages(config, pp);
+  return {tp, tp_rank, pp, stage, bounds[static_cast<size_t>(stage)], bounds[static_cast<size_t>(stage) + 1]};
+}
+
 GPT::GPT(const GPTConfig& config, const ModelShard& shard)
     : config_(config), shard_(shard), tensors_(ParameterLayout(config, shard)) {
   if (shard_.layer_end < 0) shard_.layer_end = config.n_layer;

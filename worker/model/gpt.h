@@ -98,6 +98,8 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelSha
 // costliest stage, counting a layer's flops, the embedding's on the first stage and the
 // classifier's on the last. Each stage gets at least one layer (pp <= n_layer).
 std::vector<int> BalanceStages(const GPTConfig& config, int pp);
+// The shard of tensor rank tp_rank of tp on stage `stage` of pp, its layers from BalanceStages.
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage);
 
 // Units are the blocks of the flat buffer that forward and backward use together, in
 // flat-buffer order: unit 0 is wte and wpe, unit 1 + l is layer l, unit n_layer + 1 is ln_f.

@@ -5,17 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 
 namespace gantry::train {
 
 namespace {
 const char* RecomputeName(model::Recompute r) {
   return r == model::Recompute::kFull ? "full" : r == model::Recompute::kSelective ? "selective" : "none";
-}
-double ParamsOf(const model::GPTConfig& c) {
-  double n = 0;
-  for (const auto& t : model::ParameterLayout(c)) n += static_cast<double>(t.numel);
-  return n;
 }
 }  // namespace
 
@@ -31,11 +27,11 @@ Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int ze
   return p;
 }
 
-absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
+namespace {
+absl::Status CheckInput(const PlanInput& in) {
   if (in.tp < 1 || in.pp < 1 || in.dp < 1) return absl::InvalidArgumentError("tp, pp and dp must be >= 1");
   if (in.zero < 0 || in.zero > 3) return absl::InvalidArgumentError("zero must be 0 to 3");
   if (in.micro_batch < 1 || in.microbatches < 1) return absl::InvalidArgumentError("micro-batch sizes must be >= 1");
-  double params = in.params;
   if (in.model) {
     const auto& c = *in.model;
     if (c.n_head % in.tp != 0) {
@@ -44,35 +40,71 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
     if (c.n_layer % in.pp != 0) {
       return absl::InvalidArgumentError(absl::StrCat("pp ", in.pp, " does not divide the ", c.n_layer, " layers"));
     }
-    if (params <= 0) params = ParamsOf(c);
+  } else if (in.params <= 0) {
+    return absl::InvalidArgumentError("no model: give a parameter count or a shape");
   }
-  if (params <= 0) return absl::InvalidArgumentError("no model: give a parameter count or a shape");
-  // Model parallelism splits the parameters; ZeRO shards each split over dp.
-  const double split = params / (in.tp * in.pp);
-  Plan p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp);
-  const double act_bytes = in.precision == Precision::kMixed ? 2 : 4;
-  if (in.model) {
-    const auto& c = *in.model;
-    const double s = in.seq_len, b = in.micro_batch, h = c.n_embd, a = c.n_head, t = in.tp, L = c.n_layer;
-    if (in.precision == Precision::kFp32 && in.tp == 1 && in.pp == 1) {
-      // Gantry's own fp32 model: its activation buffer, exactly.
-      p.activations = static_cast<double>(model::LayoutActivations(c, in.micro_batch, in.seq_len, in.recompute).total) * 4;
-    } else {
-      // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)); selective drops the
-      // attention term; full keeps the layer input, 2sbh. x2 in fp32. In 1F1B the first stage
-      // holds p micro-batches of its L/p layers: L layers' worth in all.
-      double per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
-      if (in.recompute == model::Recompute::kSelective) per_layer = s * b * h * (10 + 24 / t);
-      if (in.recompute == model::Recompute::kFull) per_layer = 2 * s * b * h;
-      per_layer *= act_bytes / 2;
-      const double in_flight = std::min<double>(in.pp, in.microbatches);
-      p.activations = per_layer * (L / in.pp) * in_flight + s * b * c.vocab_size * 4 / t;  // + fp32 logits
+  return absl::OkStatus();
+}
+
+// Activation bytes of one stage's shard for the micro-batches it keeps.
+double ActivationBytes(const PlanInput& in, const model::ModelShard& shard) {
+  const auto& c = *in.model;
+  const double slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
+  if (in.precision == Precision::kFp32) {  // Gantry's own fp32 model: its activation buffer, exactly
+    return static_cast<double>(model::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute).total) *
+           4 * slots;
+  }
+  // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)); selective drops the
+  // attention term; full keeps the layer input, 2sbh. The last stage adds fp32 logits.
+  const double s = in.seq_len, b = in.micro_batch, h = c.n_embd, a = c.n_head, t = in.tp;
+  double per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+  if (in.recompute == model::Recompute::kSelective) per_layer = s * b * h * (10 + 24 / t);
+  if (in.recompute == model::Recompute::kFull) per_layer = 2 * s * b * h;
+  const double layers = shard.layer_end - shard.layer_begin;
+  return per_layer * layers * slots + (shard.last() ? s * b * c.vocab_size * 4 / t : 0);
+}
+}  // namespace
+
+absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
+  RETURN_IF_ERROR(CheckInput(in));
+  if (!in.model) return absl::InvalidArgumentError("per-rank bytes need the model's shape");
+  std::vector<RankPlan> ranks;
+  for (int stage = 0; stage < in.pp; ++stage) {
+    for (int tp_rank = 0; tp_rank < in.tp; ++tp_rank) {
+      const model::ModelShard shard = model::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
+      RankPlan r{stage, tp_rank, 0, {}};
+      for (const auto& t : model::ParameterLayout(*in.model, shard)) r.num_params += static_cast<double>(t.numel);
+      r.bytes = StateBytes(r.num_params, in.precision, in.fp32_grad_accum, in.zero, in.dp);
+      r.bytes.activations = ActivationBytes(in, shard);
+      ranks.push_back(r);
     }
+  }
+  return ranks;
+}
+
+absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
+  RETURN_IF_ERROR(CheckInput(in));
+  Plan p;
+  // Model parallelism splits the parameters; ZeRO shards each split over dp.
+  double split = in.params / (in.tp * in.pp);
+  if (in.model) {  // the rank that holds the most
+    ASSIGN_OR_RETURN(std::vector<RankPlan> ranks, PlanRanks(in));
+    const RankPlan* top = &ranks[0];
+    for (const auto& r : ranks) {
+      if (r.bytes.total() > top->bytes.total()) top = &r;
+    }
+    p = top->bytes;
+    split = top->num_params;
+    const auto& c = *in.model;
+    const double s = in.seq_len, b = in.micro_batch, h = c.n_embd, t = in.tp, L = c.n_layer;
+    const double act_bytes = in.precision == Precision::kMixed ? 2 : 4;
     // Tensor parallelism: 2 all-reduces forward and 2 backward of (s, b, h) per layer and
     // micro-batch, each moving 2(t-1)/t of it.
     p.tp_bytes = in.tp > 1 ? 4 * (L / in.pp) * in.microbatches * s * b * h * act_bytes * 2 * (t - 1) / t : 0;
     // Pipeline: each micro-batch's activation forward and its gradient back, per boundary.
     p.pp_bytes = in.pp > 1 ? 2 * in.microbatches * s * b * h * act_bytes : 0;
+  } else {
+    p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp);
   }
   // Data parallelism: the gradients reduced (ring: 2(d-1)/d of them); ZeRO 3 also gathers the
   // parameters in forward and in backward (3(d-1)/d).
@@ -95,6 +127,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.micro_batch = spec.train.micro_batch;
   in.microbatches = spec.grad_accum();
   in.recompute = spec.recompute();
+  if (auto sched = ParseSchedule(spec.parallel.schedule); sched.ok()) in.schedule = *sched;
   return in;
 }
 
@@ -152,13 +185,17 @@ absl::StatusOr<PlanInput> Recommend(PlanInput in, int gpus, int global_batch) {
 }
 
 std::string RenderPlan(const PlanInput& in, const Plan& p) {
-  auto gb = [](double b) { return absl::StrFormat("%8.2f GB", b / 1e9); };
+  auto gb = [](double b) {  // GB, MB or kB (1e9, 1e6, 1e3 bytes), whichever reads best
+    return b >= 1e9 || b == 0 ? absl::StrFormat("%8.2f GB", b / 1e9)
+                              : b >= 1e6 ? absl::StrFormat("%8.2f MB", b / 1e6) : absl::StrFormat("%8.2f kB", b / 1e3);
+  };
   std::string s = absl::StrFormat(
       "layout: tp %d x pp %d x dp %d, ZeRO %d, %s%s, micro-batch %d x %d per step, recompute %s\n", in.tp, in.pp,
       in.dp, in.zero, in.precision == Precision::kMixed ? "mixed precision" : "fp32",
       in.fp32_grad_accum ? " (+fp32 grad accumulation)" : "", in.micro_batch, in.microbatches,
       RecomputeName(in.recompute));
-  absl::StrAppend(&s, "per GPU:\n");
+  absl::StrAppend(&s, in.model && in.tp * in.pp > 1 ? "per GPU (the rank that holds the most; gantry plan --ranks: each):\n"
+                                                    : "per GPU:\n");
   absl::StrAppend(&s, "  parameters    ", gb(p.params), "\n");
   absl::StrAppend(&s, "  gradients     ", gb(p.grads), "\n");
   absl::StrAppend(&s, "  optimizer     ", gb(p.optimizer), "\n");
@@ -173,6 +210,21 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
                                       in.microbatches + in.pp - 1));
   absl::StrAppend(&s, "sent per GPU per step: data-parallel ", gb(p.dp_bytes), ", tensor-parallel ", gb(p.tp_bytes),
                   ", pipeline ", gb(p.pp_bytes), "\n");
+  return s;
+}
+
+std::string RenderRanks(const PlanInput& in, const std::vector<RankPlan>& ranks) {
+  std::string s = absl::StrFormat("%-6s %-8s %-16s %14s %14s %14s %14s %14s\n", "stage", "tp_rank", "ranks", "params_B",
+                                  "grads_B", "optimizer_B", "activations_B", "total_B");
+  for (const RankPlan& r : ranks) {
+    // World rank (stage x dp + replica) x tp + tp_rank for each data-parallel replica.
+    auto world = [&](int replica) { return (r.stage * in.dp + replica) * in.tp + r.tp_rank; };
+    std::string who = absl::StrCat(world(0));
+    if (in.dp > 1) absl::StrAppend(&who, in.dp > 2 ? ",..," : ",", world(in.dp - 1));
+    absl::StrAppend(&s, absl::StrFormat("%-6d %-8d %-16s %14.0f %14.0f %14.0f %14.0f %14.0f\n", r.stage, r.tp_rank, who,
+                                        r.bytes.params, r.bytes.grads, r.bytes.optimizer, r.bytes.activations,
+                                        r.bytes.total()));
+  }
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/gpt.h"
 #include "worker/train/job_spec.h"
+#include "worker/train/pipeline.h"
 
 namespace gantry::train {
 
@@ -31,11 +32,14 @@ struct PlanInput {
   int micro_batch = 1;
   int microbatches = 1;                     // per step and pipeline (gradient accumulation)
   model::Recompute recompute = model::Recompute::kNone;
+  Schedule schedule = Schedule::k1F1B;      // pp > 1: how many micro-batches a stage keeps
   double device_memory = 0;                 // bytes per GPU; 0: unknown
 };
 
 struct Plan {
-  double params = 0, grads = 0, optimizer = 0, activations = 0;  // bytes per GPU
+  // Bytes per GPU: with a model shape, those of the rank that holds the most (per rank:
+  // PlanRanks); with a parameter count alone, 1/(tp x pp) of the model's.
+  double params = 0, grads = 0, optimizer = 0, activations = 0;
   double model_state() const { return params + grads + optimizer; }
   double total() const { return model_state() + activations; }
   double bubble = 0;                         // (p - 1) / (m + p - 1)
@@ -45,6 +49,19 @@ struct Plan {
 
 // Checks the input (degrees divide heads and layers, positive sizes) and computes.
 absl::StatusOr<Plan> MakePlan(const PlanInput& in);
+
+// What each rank of a layout holds, from the model's shape: the shard the trainer builds
+// (model::ShardOf: its tensors, the replicated LayerNorms and biases, wte at both ends of a
+// pipeline), ZeRO's share of it, and its activations (fp32: Gantry's own buffers, exactly;
+// mixed: Megatron's per-layer bytes) for the micro-batches the schedule keeps on its stage.
+// Every data-parallel replica of (stage, tp_rank) holds the same: world rank
+// (stage x dp + replica) x tp + tp_rank.
+struct RankPlan {
+  int stage = 0, tp_rank = 0;
+  double num_params = 0;  // the shard's parameters
+  Plan bytes;             // params, grads, optimizer, activations
+};
+absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in);  // stage-major
 // Model-state bytes per rank of `params` parameters (already split by tp x pp).
 Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp);
 
@@ -61,5 +78,7 @@ absl::StatusOr<PlanInput> Recommend(PlanInput in, int gpus, int global_batch);
 
 // The plan as a table of lines (GB are 1e9 bytes).
 std::string RenderPlan(const PlanInput& in, const Plan& p);
+// One line per (stage, tp_rank), with the world ranks that hold it, in bytes.
+std::string RenderRanks(const PlanInput& in, const std::vector<RankPlan>& ranks);
 
 }  // namespace gantry::train

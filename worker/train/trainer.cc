@@ -74,10 +74,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   }
   model::ModelShard shard;
   if (sharded) {
-    const parallel::Coords me = options.groups->me;
-    const std::vector<int> bounds = model::BalanceStages(spec.model, pp);
-    shard = {tp, me.tp_rank, pp, me.stage, bounds[static_cast<size_t>(me.stage)],
-             bounds[static_cast<size_t>(me.stage) + 1]};
+    shard = model::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage);
   }
   t->model_ = std::make_unique<model::GPT>(spec.model, shard);
   t->model_->InitRandom(spec.train.seed);
