@@ -14,7 +14,7 @@ PACKAGES=(
   librocksdb-dev                   # coordinator and shard-server state
   libgloo-dev                      # CPU collectives
   curl prometheus                  # curl, promtool and Prometheus: /metrics pages, alert rules, dashboards
-  systemd python3 openssl          # systemd-analyze verify; small test drivers; a test CA (TLS)
+  systemd python3 python3-venv openssl   # systemd-analyze verify; test drivers and their tools; a test CA (TLS)
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min            # the demo corpus
 )

@@ -5,5 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
+# kubernetes-validate (PyPI: it carries the Kubernetes schemas) for k8s_manifests. Best
+# effort: without it (no PyPI) that test prints why it skips.
+TOOLS="${GANTRY_BUILD_DIR:-build}/tools"
+if [ ! -x "$TOOLS/bin/kubernetes-validate" ]; then
+  { python3 -m venv "$TOOLS" &&
+    timeout 300 "$TOOLS/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0; } ||
+    echo "test.sh: kubernetes-validate could not be installed from PyPI: k8s_manifests will skip"
+fi
 cd "${GANTRY_BUILD_DIR:-build}"
 ctest --output-on-failure -LE gpu -j "$(nproc)" --timeout 900

@@ -4,13 +4,15 @@
 # (kubernetes-validate: pip install kubernetes-validate). The ServiceMonitor is a CRD with no
 # schema there; its fields are checked here. Neither tool is a Debian package: where one is
 # missing the test says so and passes nothing.
-# Usage: k8s_test.sh
+# scripts/test.sh installs kubernetes-validate into BUILD_DIR/tools; kubectl comes with the
+# machine (Debian's kubernetes-client, 1.20, is too old for the kustomization's `labels`).
+# Usage: k8s_test.sh [BUILD_DIR]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
-PATH="$PATH:${VENV:-$ROOT/venv}/bin"
+PATH="$PATH:${1:-$ROOT/build}/tools/bin:${VENV:-$ROOT/venv}/bin"
 for tool in kubectl kubernetes-validate; do
-  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (kubectl: Kubernetes' apt repository; kubernetes-validate: pip)"; exit 77; }
+  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (kubectl: Kubernetes' apt repository; kubernetes-validate: scripts/test.sh installs it from PyPI)"; exit 77; }
 done
 fail=0; passed=0
 check() { local n="$1"; shift; if "$@"; then echo "ok   $n"; passed=$((passed + 1)); else echo "FAIL $n"; fail=$((fail + 1)); fi; }

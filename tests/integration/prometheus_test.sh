@@ -50,6 +50,9 @@ check "Prometheus scrapes the 4 daemons" wait_for 30 bash -c \
 # Enough history for the rates: a checkpoint written and seen twice.
 wait_for 60 bash -c "$(declare -f query); API='$API'; query 'rate(gantry_shardserver_checkpoint_written_bytes_total[1m]) > 0' | grep -q '\"result\":\[{'"
 wait_for 30 bash -c "$(declare -f query); API='$API'; query 'rate(gantry_worker_checkpoint_write_seconds_count[5m]) > 0' | grep -q '\"result\":\[{'"
+# and every target scraped 3 times, so that each series of each daemon has 2 samples for
+# increase() (the rates above can be ready a scrape before another daemon's second sample).
+wait_for 30 bash -c "$(declare -f query); API='$API'; query 'count(count_over_time(up[1h]) >= 3) == 4' | grep -q '\"result\":\[{'"
 python3 - "$ROOT/deploy/grafana/gantry-dashboard.json" "$API" >"$TMP/panels.txt" <<'PY'
 import json, sys, urllib.parse, urllib.request
 dash, api = json.load(open(sys.argv[1])), sys.argv[2]
