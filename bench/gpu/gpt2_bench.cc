@@ -23,6 +23,7 @@ namespace {
 int Main(int argc, char** argv) {
   int steps = 10, warmup = 3, only_batch = 0;
   double peak_flops = 989e12;
+  train::DeviceOptions options;  // --attention fused (default) or reference
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     bool ok = true;
@@ -30,9 +31,13 @@ int Main(int argc, char** argv) {
     else if (a == "--warmup") ok = absl::SimpleAtoi(argv[i + 1], &warmup);
     else if (a == "--batch") ok = absl::SimpleAtoi(argv[i + 1], &only_batch);
     else if (a == "--peak-tflops") ok = absl::SimpleAtod(argv[i + 1], &peak_flops), peak_flops *= 1e12;
-    else ok = false;
+    else if (a == "--attention") {
+      const std::string v = argv[i + 1];
+      ok = v == "fused" || v == "reference";
+      options.fused_attention = v == "fused";
+    } else ok = false;
     if (!ok) {
-      std::fprintf(stderr, "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F]\n");
+      std::fprintf(stderr, "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention fused|reference]\n");
       return 2;
     }
   }
@@ -50,7 +55,7 @@ int Main(int argc, char** argv) {
   int B = 0;
   std::vector<int> tries = only_batch > 0 ? std::vector<int>{only_batch} : std::vector<int>{64, 48, 32, 24, 16, 12, 8, 4, 2, 1};
   for (int b : tries) {  // the largest micro-batch whose arena fits
-    auto d = train::CreateDeviceModel("cuda:0", c, b, T);
+    auto d = train::CreateDeviceModel("cuda:0", c, b, T, options);
     if (d.ok()) {
       dev = std::move(*d);
       B = b;

@@ -10,6 +10,8 @@ export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/li
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 echo "== gantry"
 "$BUNDLE/bin/gpt2_gpu_bench" "$@" | tee /tmp/gantry_gpt2.txt
+echo "== gantry, attention by cuBLAS over stored probabilities (the fused kernel's baseline)"
+"$BUNDLE/bin/gpt2_gpu_bench" --attention reference "$@" | tee /tmp/gantry_gpt2_reference.txt
 echo "== pytorch"
 python3 bench/torch_gpt2.py gpu-bench "$@" | tee /tmp/torch_gpt2.txt
 python3 - <<'PY'
@@ -19,4 +21,7 @@ t = json.loads(open("/tmp/torch_gpt2.txt").read().strip().splitlines()[-1])
 print(f"gantry {g['tokens_per_s']:.0f} tok/s (B {g['batch']}, MFU {100 * g['mfu']:.1f}%, {g['memory_gb']:.1f} GB) | "
       f"pytorch {t['tokens_per_s']:.0f} tok/s (B {t['batch']}, MFU {100 * t['mfu']:.1f}%, {t['memory_gb']:.1f} GB) | "
       f"ratio {g['tokens_per_s'] / t['tokens_per_s']:.2f}x (target >= 1.0x, MFU >= 45%)")
+r = json.loads(open("/tmp/gantry_gpt2_reference.txt").read().strip().splitlines()[-1])
+print(f"fused attention {g['tokens_per_s']:.0f} tok/s at B {g['batch']} against the cuBLAS path's "
+      f"{r['tokens_per_s']:.0f} tok/s at B {r['batch']}: {g['tokens_per_s'] / r['tokens_per_s']:.2f}x")
 PY

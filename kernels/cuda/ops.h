@@ -71,6 +71,17 @@ size_t AttentionBackwardScratch(int B, int T, int C, int NH);
 absl::Status AttentionBackward(Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
                                const float* att, int B, int T, int C, int NH);
 
+// Fused causal self-attention (flash-attention style, fp32; head size <= 128): the (T, T)
+// scores are never stored. qkv (B,T,3C) → out (B,T,C), lse (B,NH,T): each query row's
+// log-sum-exp of its scaled scores, which the backward recomputes the probabilities from.
+absl::Status FlashAttentionForward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
+                                   int NH);
+// dout (B,T,C), qkv, out, lse → dqkv (B,T,3C) overwritten. scratch: FlashAttentionBackwardScratch
+// floats. Deterministic (no atomics).
+size_t FlashAttentionBackwardScratch(int B, int T, int C, int NH);
+absl::Status FlashAttentionBackward(Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                    const float* out, const float* lse, int B, int T, int C, int NH);
+
 // logits (N,V), targets (N) → losses (N)
 absl::Status CrossEntropyForward(Context& ctx, float* losses, const float* logits, const int32_t* targets, int N,
                                  int V);

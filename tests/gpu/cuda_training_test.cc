@@ -34,9 +34,11 @@ class CudaTrainingTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
-  std::unique_ptr<Trainer> Run(const std::string& device, const std::string& ckpt_dir, bool resume = false) {
+  std::unique_ptr<Trainer> Run(const std::string& device, const std::string& ckpt_dir, bool resume = false,
+                               bool fused_attention = true) {
     TrainOptions o;
     o.device = device;
+    o.device_options.fused_attention = fused_attention;
     o.resume = resume;
     o.out = devnull_;
     auto t = Trainer::Create(Spec(ckpt_dir), o);
@@ -52,6 +54,22 @@ class CudaTrainingTest : public ::testing::Test {
   testing::TempDir dir_;
   FILE* devnull_ = std::fopen("/dev/null", "w");
 };
+
+// The fused attention (the default) and the cuBLAS path over stored probabilities: both
+// track the CPU's 20 losses; they differ only in summation order.
+TEST_F(CudaTrainingTest, FusedAndUnfusedAttentionBothTrackTheCpu) {
+  auto cpu = Run("cpu", dir_.File("cpu_ckpt"));
+  auto fused = Run("cuda:0", dir_.File("fused_ckpt"));
+  auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, /*fused_attention=*/false);
+  ASSERT_TRUE(cpu && fused && unfused);
+  ASSERT_EQ(fused->reports().size(), 20u);
+  ASSERT_EQ(unfused->reports().size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    const float b = cpu->reports()[i].loss;
+    EXPECT_LE(std::fabs(fused->reports()[i].loss - b) / b, 1e-4) << "fused, step " << i + 1;
+    EXPECT_LE(std::fabs(unfused->reports()[i].loss - b) / b, 1e-4) << "unfused, step " << i + 1;
+  }
+}
 
 TEST_F(CudaTrainingTest, TwentyStepsTrackTheCpuAndItsCheckpointResumesOnTheCpu) {
   auto cpu = Run("cpu", dir_.File("cpu_ckpt"));

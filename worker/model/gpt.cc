@@ -250,7 +250,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 }
 
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute) {
+                                   Recompute recompute, bool fused_attention) {
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t C = config.n_embd;
   const size_t Ca = C / shard.tp, NH = config.n_head / shard.tp, F = 4 * C / shard.tp;
@@ -273,7 +273,8 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.dln = take(BT * C);
   o.dqkv = take(BT * 3 * Ca);
   o.datty = take(BT * Ca);
-  o.datt = take(static_cast<size_t>(B) * NH * T * T);
+  const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
+  o.datt = take(fused_attention ? 0 : att_floats);
   o.dfch = take(BT * F);
   o.dlnf = take(BT * C);
   // Per-layer block, offsets relative to the block.
@@ -294,7 +295,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.fcproj = take(BT * C);
   o.res3 = take(BT * C);
   const size_t without_att = cur;
-  o.att = take(static_cast<size_t>(B) * NH * T * T);  // last: kSelective leaves it out
+  o.att = take(att_floats);  // last: kSelective leaves it out
   const size_t whole = cur;
   o.recompute = recompute;
   o.layer0 = block_start;

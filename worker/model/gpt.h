@@ -144,8 +144,10 @@ struct ActivationLayout {
 };
 ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute = Recompute::kNone);
 // A shard's activations: attention, MLP and vocabulary widths are 1/tp, and its layers only.
+// fused_attention (the CUDA model's flash-style kernel): `att` holds each query row's
+// log-sum-exp, (B, NH, T), rather than the probabilities, and `datt` is empty.
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute = Recompute::kNone);
+                                   Recompute recompute = Recompute::kNone, bool fused_attention = false);
 
 class GPT {
  public:

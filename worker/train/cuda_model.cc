@@ -20,12 +20,13 @@ namespace cu = cuda;
 class CudaModel final : public DeviceModel {
  public:
   static absl::StatusOr<std::unique_ptr<DeviceModel>> Create(int device, const model::GPTConfig& config, int B,
-                                                             int T) {
+                                                             int T, const DeviceOptions& options) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
       return absl::UnavailableError(absl::StrCat("device cuda:", device, ": ", count, " CUDA device(s) visible"));
     }
     std::unique_ptr<CudaModel> m(new CudaModel(config, B, T));
+    m->fused_attention_ = options.fused_attention;
     ASSIGN_OR_RETURN(m->ctx_, cu::Context::Create(device));
     cudaDeviceProp prop{};
     CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
@@ -126,11 +127,13 @@ class CudaModel final : public DeviceModel {
   // One allocation: parameters, gradients, m, v (fp32), the activations of a (max_B,
   // max_T) step, attention's scratch, the token ids and the norm.
   absl::Status Allocate() {
-    const model::ActivationLayout act = model::LayoutActivations(config_, max_B_, max_T_);
+    const model::ActivationLayout act = model::LayoutActivations(config_, model::ModelShard{}, max_B_, max_T_,
+                                                                 model::Recompute::kNone, fused_attention_);
     const int C = config_.n_embd, NH = config_.n_head;
     act_floats_ = act.total;
-    attn_fwd_floats_ = cu::AttentionForwardScratch(max_B_, max_T_, C, NH);
-    attn_bwd_floats_ = cu::AttentionBackwardScratch(max_B_, max_T_, C, NH);
+    attn_fwd_floats_ = fused_attention_ ? 0 : cu::AttentionForwardScratch(max_B_, max_T_, C, NH);
+    attn_bwd_floats_ = fused_attention_ ? cu::FlashAttentionBackwardScratch(max_B_, max_T_, C, NH)
+                                        : cu::AttentionBackwardScratch(max_B_, max_T_, C, NH);
     const size_t tokens = 2 * static_cast<size_t>(max_B_) * max_T_;
     auto align = [](size_t b) { return (b + 255) & ~size_t{255}; };
     const size_t floats[] = {n_, n_, n_, n_, act_floats_, attn_fwd_floats_, attn_bwd_floats_};
@@ -219,6 +222,10 @@ class CudaModel final : public DeviceModel {
         return cu::MatmulForward(*ctx_, LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * C);
       }));
       RETURN_IF_ERROR(Op("attention fwd", [&] {
+        if (fused_attention_) {  // att holds the rows' log-sum-exp
+          return cu::FlashAttentionForward(*ctx_, LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv),
+                                           B, T, C, NH);
+        }
         return cu::AttentionForward(*ctx_, LayerAct(l, off_.atty), LayerAct(l, off_.att), attn_fwd_,
                                     LayerAct(l, off_.qkv), B, T, C, NH);
       }));
@@ -292,6 +299,10 @@ class CudaModel final : public DeviceModel {
         return cu::MatmulBackward(*ctx_, A(off_.datty), g.projw, g.projb, dres, LayerAct(l, off_.atty), w.projw, BT, C, C);
       }));
       RETURN_IF_ERROR(Op("attention bwd", [&] {
+        if (fused_attention_) {
+          return cu::FlashAttentionBackward(*ctx_, A(off_.dqkv), attn_bwd_, A(off_.datty), LayerAct(l, off_.qkv),
+                                            LayerAct(l, off_.atty), LayerAct(l, off_.att), B, T, C, NH);
+        }
         return cu::AttentionBackward(*ctx_, A(off_.dqkv), attn_bwd_, A(off_.datty), LayerAct(l, off_.qkv),
                                      LayerAct(l, off_.att), B, T, C, NH);
       }));
@@ -336,13 +347,15 @@ class CudaModel final : public DeviceModel {
   model::ActivationLayout off_{};
   std::vector<float> host_losses_;
   bool profiling_ = false;
+  bool fused_attention_ = true;
   std::vector<std::pair<std::string, double>> op_seconds_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceModel>> CreateCudaModel(int device, const model::GPTConfig& config, int B, int T) {
-  return CudaModel::Create(device, config, B, T);
+absl::StatusOr<std::unique_ptr<DeviceModel>> CreateCudaModel(int device, const model::GPTConfig& config, int B, int T,
+                                                             const DeviceOptions& options) {
+  return CudaModel::Create(device, config, B, T, options);
 }
 
 }  // namespace gantry::train

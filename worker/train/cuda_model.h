@@ -12,6 +12,7 @@ namespace gantry::train {
 
 // Micro-batches up to (B, T); the arena (parameters, gradients, m, v, activations, attention
 // scratch) is allocated here, once.
-absl::StatusOr<std::unique_ptr<DeviceModel>> CreateCudaModel(int device, const model::GPTConfig& config, int B, int T);
+absl::StatusOr<std::unique_ptr<DeviceModel>> CreateCudaModel(int device, const model::GPTConfig& config, int B, int T,
+                                                             const DeviceOptions& options);
 
 }  // namespace gantry::train

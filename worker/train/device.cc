@@ -38,12 +38,13 @@ int CudaDeviceCount() {
 absl::Status ValidateDevice(const std::string& device) { return ParseDevice(device).status(); }
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string& device,
-                                                               const model::GPTConfig& config, int B, int T) {
+                                                               const model::GPTConfig& config, int B, int T,
+                                                               const DeviceOptions& options) {
   auto ordinal = ParseDevice(device);
   if (!ordinal.ok()) return ordinal.status();
   if (*ordinal < 0) return std::unique_ptr<DeviceModel>();
 #ifdef GANTRY_WITH_CUDA
-  return CreateCudaModel(*ordinal, config, B, T);
+  return CreateCudaModel(*ordinal, config, B, T, options);
 #else
   return absl::UnimplementedError(
       absl::StrCat("device ", device, ": this build has no CUDA (nvcc was not found when it was configured)"));

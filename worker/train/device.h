@@ -47,7 +47,13 @@ int CudaDeviceCount();
 absl::Status ValidateDevice(const std::string& device);
 // "cpu": null (the host loop). "cuda[:N]": the CUDA model for micro-batches up to (B, T);
 // UNIMPLEMENTED in a build without CUDA, UNAVAILABLE without a visible device.
+struct DeviceOptions {
+  // CUDA: attention by the fused flash-style kernels (O(T) memory per row; the (T, T)
+  // probabilities are never stored) rather than by cuBLAS batched GEMMs over them.
+  bool fused_attention = true;
+};
 absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string& device,
-                                                               const model::GPTConfig& config, int B, int T);
+                                                               const model::GPTConfig& config, int B, int T,
+                                                               const DeviceOptions& options = {});
 
 }  // namespace gantry::train

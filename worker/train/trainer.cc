@@ -155,7 +155,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
           "device ", options.device, " trains one rank with ZeRO 0 and worker placement for now (the spec has dp ",
           spec.parallel.dp, ", zero_stage ", spec.parallel.zero_stage, ", placement ", spec.optimizer.placement, ")"));
     }
-    ASSIGN_OR_RETURN(t->device_, CreateDeviceModel(options.device, spec.model, B, T));
+    ASSIGN_OR_RETURN(t->device_, CreateDeviceModel(options.device, spec.model, B, T, options.device_options));
     AdamW* opt = t->engine_->local_optimizer();
     RETURN_IF_ERROR(t->device_->Upload(t->model_->params(), opt->m().data(), opt->v().data()));
     std::fprintf(options.out, "device %s\n", t->device_->Describe().c_str());

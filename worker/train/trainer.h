@@ -43,6 +43,7 @@ struct TrainOptions {
   // Where the step runs: "cpu", or "cuda[:N]" (train/device.h): one rank, ZeRO 0, worker
   // placement for now.
   std::string device = "cpu";
+  DeviceOptions device_options;  // how an accelerator runs (fused attention by default)
   bool print_losses = false; // "step N loss X" with 9 significant digits
   bool progress = false;     // a progress bar with ETA on stderr
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
