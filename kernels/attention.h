@@ -8,6 +8,11 @@ namespace gantry::kernels {
 // diagonal), kept for the backward pass.
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
 
+// qkv (B,T,3C) → lse (B,NH,T): each query row's log-sum-exp of its scaled causal scores,
+// log sum_{j<=i} exp(q_i·k_j / sqrt(hs)), accumulated in double. What the fused GPU kernel
+// keeps in place of att (kernels/cuda/flash_attention.cuh); its reference.
+void attention_lse(float* lse, const float* qkv, int B, int T, int C, int NH);
+
 // dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) → dqkv (B,T,3C) (overwritten);
 // scratch (B,NH,T,T) is working memory.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/vec_math.h"
 
@@ -112,6 +113,30 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         // dV[0:r1] += P[r0:r1, 0:r1]^T dO[r0:r1]
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.f, pb, T, dOb, C,
                     1.f, dv, C3);
+      }
+    }
+  }
+}
+
+void attention_lse(float* lse, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  std::vector<double> s(static_cast<size_t>(T));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int i = 0; i < T; ++i) {
+        const float* q = qkv + (static_cast<int64_t>(b) * T + i) * 3 * C + h * hs;
+        double mx = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          const float* k = qkv + (static_cast<int64_t>(b) * T + j) * 3 * C + C + h * hs;
+          double dot = 0;
+          for (int d = 0; d < hs; ++d) dot += static_cast<double>(q[d]) * k[d];
+          s[j] = dot * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - mx);
+        lse[(static_cast<int64_t>(b) * NH + h) * T + i] = static_cast<float>(mx + std::log(sum));
       }
     }
   }

@@ -143,6 +143,9 @@ void CheckAttention(SafetensorsFile& fx, const std::string& tag) {
   attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   EXPECT_LE(RelErr(out, F32(fx, tag + ".out")), kTol) << tag;
   EXPECT_LE(RelErr(dqkv, F32(fx, tag + ".dqkv")), kTol) << tag;
+  std::vector<float> lse(static_cast<size_t>(B) * NH * T, NAN);
+  attention_lse(lse.data(), qkv.data(), B, T, C, NH);
+  EXPECT_LE(RelErr(lse, F32(fx, tag + ".lse")), kTol) << tag << ": the rows' log-sum-exp";
   // Probabilities: rows sum to 1, zero above the diagonal.
   for (int bh = 0; bh < B * NH; ++bh) {
     for (int t = 0; t < T; ++t) {

@@ -186,8 +186,12 @@ def make_kernels(out_dir):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).reshape(Bn, Tn, Cn)
         y.backward(dout.to(torch.float64))
+        # each query row's log-sum-exp of its scaled causal scores (the fused GPU kernel's lse)
+        scores = (q @ k.transpose(-2, -1)) / hs ** 0.5
+        causal = torch.ones(Tn, Tn, dtype=torch.bool).tril()
+        lse = torch.logsumexp(scores.masked_fill(~causal, float("-inf")), dim=-1)
         out.update({f"{tag}.qkv": qkv, f"{tag}.dout": dout, f"{tag}.out": f32(y),
-                    f"{tag}.dqkv": f32(qkv64.grad),
+                    f"{tag}.dqkv": f32(qkv64.grad), f"{tag}.lse": f32(lse.detach()),
                     f"{tag}.shape": torch.tensor([Bn, Tn, Cn, NHn], dtype=torch.int32)})
     # gelu (tanh)
     x, dout = 3 * r(1000), r(1000)

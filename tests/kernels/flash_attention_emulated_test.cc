@@ -1,0 +1,77 @@
+// The fused CUDA attention kernels (kernels/cuda/flash_attention.cuh), run on the CPU under
+// tests/kernels/cuda_emulator.h: the same device code, its tiles, barriers and warp
+// shuffles, against the CPU twin (kernels::attention_forward/backward/lse, themselves
+// checked against PyTorch in kernels_test). This is what CI, which has no GPU, can say of
+// the kernels' logic; tests/gpu checks them on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "tests/kernels/cuda_emulator.h"
+// (after the emulator)
+#include "kernels/cuda/flash_attention.cuh"
+
+#include "common/rng.h"
+#include "kernels/attention.h"
+#include "tests/test_util.h"
+
+namespace gantry::cuda::flash {
+namespace {
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(r.Normal());
+  return v;
+}
+
+// The launches of kernels/cuda/flash_attention.cu, on the emulator.
+void Forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const emu::Dim3 grid{static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(B * NH), 1};
+  emu::Launch(grid, kWarps * 32, ForwardSharedBytes(hs),
+              [&] { FlashForwardKernel(out, lse, qkv, B, T, NH, hs, scale); });
+}
+void Backward(float* dqkv, float* D, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+              int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const unsigned rows = static_cast<unsigned>(B * NH * T);
+  emu::Launch({(rows + kWarps - 1) / kWarps, 1, 1}, kWarps * 32, 0,
+              [&] { FlashRowDotKernel(D, dout, out, B, T, NH, hs); });
+  const emu::Dim3 grid{static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(B * NH), 1};
+  emu::Launch(grid, kWarps * 32, BackwardQSharedBytes(hs),
+              [&] { FlashBackwardQKernel(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
+  emu::Launch(grid, kWarps * 32, BackwardKVSharedBytes(hs),
+              [&] { FlashBackwardKVKernel(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
+}
+
+// Shapes: one token; several heads and sequences with T not a multiple of the 8-row blocks
+// or the 32-row tiles; head size 96 (lanes with 3 dimensions, some with none past 96) and
+// 128 (the largest) over 3 tiles.
+TEST(FlashAttentionEmulatedTest, MatchesTheCpuTwin) {
+  for (auto [B, T, C, NH] : {std::tuple{1, 1, 4, 1}, std::tuple{2, 17, 32, 4}, std::tuple{1, 40, 96, 1},
+                             std::tuple{1, 70, 128, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "B " << B << " T " << T << " C " << C << " NH " << NH);
+    const size_t BTC = static_cast<size_t>(B) * T * C, att_n = static_cast<size_t>(B) * NH * T * T;
+    const size_t rows = static_cast<size_t>(B) * NH * T;
+    const auto qkv = Random(3 * BTC, 21), dout = Random(BTC, 22);
+    std::vector<float> out(BTC), att(att_n), dqkv(3 * BTC), scratch(att_n), lse(rows);
+    kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    kernels::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    kernels::attention_lse(lse.data(), qkv.data(), B, T, C, NH);
+    // Outputs poisoned: an element no thread writes stays NaN and fails.
+    std::vector<float> f_out(BTC, NAN), f_lse(rows, NAN), f_dqkv(3 * BTC, NAN), D(rows, NAN);
+    Forward(f_out.data(), f_lse.data(), qkv.data(), B, T, C, NH);
+    Backward(f_dqkv.data(), D.data(), dout.data(), qkv.data(), f_out.data(), f_lse.data(), B, T, C, NH);
+    EXPECT_LE(testing::RelErr(f_out, out), 1e-5);
+    EXPECT_LE(testing::RelErr(f_lse, lse), 1e-5);
+    EXPECT_LE(testing::RelErr(f_dqkv, dqkv), 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace gantry::cuda::flash
