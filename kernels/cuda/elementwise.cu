@@ -1,38 +1,10 @@
+#include "kernels/cuda/elementwise.cuh"
+
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace gantry::cuda {
 namespace {
-
-constexpr int kBlock = 256;
-
-__global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = Gelu(inp[i]);
-}
-
-__global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dinp[i] = GeluGrad(inp[i]) * dout[i];
-}
-
-__global__ void ResidualForwardKernel(float* out, const float* a, const float* b, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = a[i] + b[i];
-}
-
-__global__ void ResidualBackwardKernel(float* da, float* db, const float* dout, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  da[i] += dout[i];
-  db[i] += dout[i];
-}
-
-__global__ void ScaleKernel(float* g, int64_t n, float s) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) g[i] *= s;
-}
 
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
 

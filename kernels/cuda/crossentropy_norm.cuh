@@ -1,0 +1,63 @@
+// The fused classifier (softmax + cross-entropy + its gradient) and the sum of squares
+// (the gradient norm), the twins of kernels/cpu/crossentropy.cc and kernels/cpu/grad_norm.cc.
+// Device code only (crossentropy_norm.cu launches it; tests/kernels/cuda_emulated_test.cc
+// runs it on the CPU).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/reduce.cuh"
+
+namespace gantry::cuda {
+namespace {  // one translation unit each
+
+constexpr int kRowThreads = 1024;
+
+// One block per row: the max, the sum of exponentials, the loss; with grad, the row is
+// overwritten by (softmax - onehot) * dloss.
+template <bool kGrad>
+__global__ void CrossEntropyKernel(float* losses, float* logits, const int32_t* targets, float dloss, int V) {
+  float* x = logits + static_cast<int64_t>(blockIdx.x) * V;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  mx = BlockMax(mx);
+  float s = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(x[i] - mx);
+  s = BlockSum(s);
+  const int target = targets[blockIdx.x];
+  const float xt = x[target];
+  __syncthreads();  // every thread has read x[target] before the row is overwritten
+  if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - xt;
+  if (!kGrad) return;
+  const float inv = 1.f / s;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    x[i] = (expf(x[i] - mx) * inv - (i == target ? 1.f : 0.f)) * dloss;
+  }
+}
+
+// SumSquaresPartialKernel's grid: a block of 1024 threads per 1024 elements, at most 1024.
+inline int SumSquaresBlocks(int64_t n) {
+  const int64_t b = (n + 1023) / 1024;
+  return static_cast<int>(b < 1 ? 1 : b > 1024 ? 1024 : b);
+}
+
+__global__ void SumSquaresPartialKernel(float* partial, const float* g, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    s += g[i] * g[i];
+  }
+  s = BlockSum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void SumSquaresFinishKernel(double* result, const float* partial, int blocks) {
+  if (threadIdx.x != 0) return;
+  double s = 0.0;
+  for (int b = 0; b < blocks; ++b) s += partial[b];
+  *result = s;
+}
+
+}  // namespace
+}  // namespace gantry::cuda

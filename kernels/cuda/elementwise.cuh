@@ -1,0 +1,43 @@
+// Elementwise kernels (GELU, residual, scale), the twins of kernels/cpu/gelu.cc and
+// kernels/cpu/residual.cc. Device code only: elementwise.cu launches it, and
+// tests/kernels/cuda_emulated_test.cc runs it on the CPU under tests/kernels/cuda_emulator.h.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/gelu.cuh"
+
+namespace gantry::cuda {
+namespace {  // one translation unit each
+
+constexpr int kBlock = 256;
+
+__global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = Gelu(inp[i]);
+}
+
+__global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dinp[i] = GeluGrad(inp[i]) * dout[i];
+}
+
+__global__ void ResidualForwardKernel(float* out, const float* a, const float* b, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ void ResidualBackwardKernel(float* da, float* db, const float* dout, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  da[i] += dout[i];
+  db[i] += dout[i];
+}
+
+__global__ void ScaleKernel(float* g, int64_t n, float s) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) g[i] *= s;
+}
+
+}  // namespace
+}  // namespace gantry::cuda
