@@ -34,8 +34,8 @@ absl::Status FlashAttentionForward(Context& ctx, float* out, float* lse, const f
   RETURN_IF_ERROR(CheckFlash("FlashAttentionForward", B, T, C, NH));
   const int hs = C / NH;
   const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
-  FlashForwardKernel<<<grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream()>>>(out, lse, qkv, B, T, NH, hs,
-                                                                 1.0f / std::sqrt(static_cast<float>(hs)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  FlashForwardKernel<<<grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream()>>>(out, lse, qkv, B, T, NH, hs, scale);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -46,14 +46,15 @@ absl::Status FlashAttentionBackward(Context& ctx, float* dqkv, float* scratch, c
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   float* D = scratch;
-  FlashRowDotKernel<<<CeilDiv(int64_t{B} * NH * T, kWarps), kWarps * 32, 0, ctx.stream()>>>(D, dout, out, B, T, NH,
-                                                                                           hs);
+  const unsigned row_blocks = CeilDiv(int64_t{B} * NH * T, kWarps);  // a warp per (b, h, i)
+  FlashRowDotKernel<<<row_blocks, kWarps * 32, 0, ctx.stream()>>>(D, dout, out, B, T, NH, hs);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
-  FlashBackwardQKernel<<<grid, kWarps * 32, BackwardQSharedBytes(hs), ctx.stream()>>>(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale);
+  FlashBackwardQKernel<<<grid, kWarps * 32, BackwardQSharedBytes(hs), ctx.stream()>>>(dqkv, dout, qkv, lse, D, B,
+                                                                                    T, NH, hs, scale);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  FlashBackwardKVKernel<<<grid, kWarps * 32, BackwardKVSharedBytes(hs), ctx.stream()>>>(dqkv, dout, qkv, lse,
-                                                                                              D, B, T, NH, hs, scale);
+  FlashBackwardKVKernel<<<grid, kWarps * 32, BackwardKVSharedBytes(hs), ctx.stream()>>>(dqkv, dout, qkv, lse, D, B,
+                                                                                      T, NH, hs, scale);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

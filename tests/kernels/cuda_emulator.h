@@ -3,8 +3,9 @@
 // barrier over the block; a warp shuffle is a barrier over the warp's 32 lanes around an
 // exchange slot; the block's dynamic shared memory is one buffer. Blocks run one after the
 // other, so a function's `__shared__` array (a static here) is the running block's. A thread
-// that returns drops out of its barriers, as an exited CUDA thread stops counting. A shuffle or __syncthreads that only some threads reach deadlocks here (the
-// test times out) where a GPU would be undefined: the emulation checks that too.
+// that returns drops out of its barriers, as an exited CUDA thread stops counting. A shuffle
+// or __syncthreads that only some threads reach deadlocks here (the test times out) where a
+// GPU would be undefined: the emulation checks that too.
 //
 // Not emulated: memory ordering beyond the barriers, timing, occupancy, shared-memory
 // limits (launchers check those). Include this before the device code.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "worker/parallel/groups.h"
 
 namespace gantry::train {
 
@@ -217,8 +218,7 @@ std::string RenderRanks(const PlanInput& in, const std::vector<RankPlan>& ranks)
   std::string s = absl::StrFormat("%-6s %-8s %-16s %14s %14s %14s %14s %14s\n", "stage", "tp_rank", "ranks", "params_B",
                                   "grads_B", "optimizer_B", "activations_B", "total_B");
   for (const RankPlan& r : ranks) {
-    // World rank (stage x dp + replica) x tp + tp_rank for each data-parallel replica.
-    auto world = [&](int replica) { return (r.stage * in.dp + replica) * in.tp + r.tp_rank; };
+    auto world = [&](int replica) { return parallel::RankOf({replica, r.tp_rank, r.stage}, {in.dp, in.tp, in.pp}); };
     std::string who = absl::StrCat(world(0));
     if (in.dp > 1) absl::StrAppend(&who, in.dp > 2 ? ",..," : ",", world(in.dp - 1));
     absl::StrAppend(&s, absl::StrFormat("%-6d %-8d %-16s %14.0f %14.0f %14.0f %14.0f %14.0f\n", r.stage, r.tp_rank, who,
