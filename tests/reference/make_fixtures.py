@@ -5,8 +5,8 @@
 
 gpt2_tiny.safetensors: a small random GPT-2 of odd sizes (vocab 97, n_positions 29, T 23,
 3 layers, 4 heads, C 48, batch 4): its weights, a batch, the logits and loss, every
-parameter's gradient, and the losses and parameters over 5 AdamW steps with gradient
-clipping (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_).
+parameter's gradient, and the losses, clipped gradients and parameters over 5 AdamW steps
+with gradient clipping (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_).
 
 kernels.safetensors: each op alone on random inputs: outputs and gradients.
 
@@ -121,6 +121,8 @@ def make_gpt2(out_dir):
         l = F.cross_entropy(logits.view(-1, V), targets.view(-1))
         l.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
+        for k, v in params.items():  # the clipped gradient this step applies
+            out[f"step{step}.grad.{k}"] = f32(v.grad)
         opt.step()
         losses.append(l.item())
         for k, v in params.items():
@@ -226,6 +228,17 @@ def make_kernels(out_dir):
     norm = torch.nn.utils.clip_grad_norm_([a64, c64], 10.0)
     out.update({"gradnorm.a": a, "gradnorm.b": c2, "gradnorm.norm": f32(norm.reshape(1)),
                 "gradnorm.a_clipped": f32(a64.grad), "gradnorm.b_clipped": f32(c64.grad)})
+    # AdamW where eps matters: gradients of eps's size (exact fp32 inputs, so no rounding
+    # noise decides the update; the model-level test cannot check eps on such elements)
+    p0 = r(n)
+    p64 = d(p0)
+    opt = torch.optim.AdamW([p64], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    grads = [1e-8 * r(n) for _ in range(3)]
+    for gi in grads:
+        p64.grad = gi.to(torch.float64)
+        opt.step()
+    out.update({"adamw_eps.p0": p0, "adamw_eps.g1": grads[0], "adamw_eps.g2": grads[1],
+                "adamw_eps.g3": grads[2], "adamw_eps.p3": f32(p64)})
     save_file(out, os.path.join(out_dir, "kernels.safetensors"),
               metadata={"generator": "tests/reference/make_fixtures.py", "torch": torch.__version__})
     print(f"kernels: {len(out)} tensors")

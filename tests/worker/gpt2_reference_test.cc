@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "kernels/grad_norm.h"
@@ -51,10 +53,20 @@ TEST_F(Gpt2ReferenceTest, LogitsAndLossMatchTorch) {
   auto want = F32(*fx_, "logits");
   const double err = RelErr(model_->logits(), want.data(), want.size());
   if (std::getenv("GANTRY_VERBOSE")) std::printf("logits rel err %.3g\n", err);
+  // The forward half of the chain that kGradRel (below) derives, about 50 u; 1e-5 is 168 u.
+  // The loss is an fp32 mean of 92 token losses on top: a few u more.
   EXPECT_LE(err, 1e-5);
   const float want_loss = F32(*fx_, "loss")[0];
   EXPECT_LE(std::fabs(loss - want_loss) / want_loss, 1e-5) << loss << " vs " << want_loss;
 }
+
+// fp32 rounding and what it allows. u = 2^-24 is the unit roundoff. Backward here is a chain
+// of about 3 x (LayerNorm: C = 48 terms, the attention softmax: T = 23, four GEMMs: K <= 4C
+// = 192) plus the classifier's K = 48. In the probabilistic rounding model (Higham & Mary,
+// 2019) an n-term sum is off by about sqrt(n) u of its scale: about (7 + 5 + 14) u a block,
+// 80-100 u in all, relative to the tensor's largest gradient. kGradRel = 2^-17 = 128 u bounds
+// it; the measured worst is 1.1e-6 (18 u) on AVX2 and AVX-512 OpenBLAS kernels alike.
+constexpr double kGradRel = 0x1p-17;
 
 TEST_F(Gpt2ReferenceTest, EveryGradientMatchesTorch) {
   model_->ZeroGrad();
@@ -64,40 +76,163 @@ TEST_F(Gpt2ReferenceTest, EveryGradientMatchesTorch) {
     ASSERT_EQ(want.size(), t.numel) << t.name;
     const double err = RelErr(model_->grads() + t.offset, want.data(), t.numel);
     if (std::getenv("GANTRY_VERBOSE")) std::printf("%-28s grad rel err %.3g\n", t.name.c_str(), err);
-    EXPECT_LE(err, 1e-4) << t.name;
+    EXPECT_LE(err, kGradRel) << t.name;
+  }
+}
+
+// Five AdamW steps with clipping, against torch's float64 run from the same fp32 start.
+//
+// What fp32 can promise. AdamW moves an element by lr (m^ / (sqrt(v^) + eps) + wd p). A
+// gradient error d shifts that by at most 2 lr d / (sqrt(v^) + eps): one 1/(sqrt(v^) + eps)
+// through m^, one through v^ (|m^| <= sqrt(v^) by Cauchy-Schwarz, for these betas and 5
+// steps). Where the gradient stands well above its rounding noise, sqrt(v^) ~ |g| and the
+// shift is a few u: the parameters agree norm-wise to kParamRel = 1e-5 (measured: 1e-7).
+// Where an element's gradient is within the noise of zero, sqrt(v^) ~ eps and the shift is
+// up to lr d / eps = 1e5 d: the rounding of its gradient, not Gantry, decides that element's
+// step. (h.1.attn.c_attn.weight[4004] has g = 1.2e-8; OpenBLAS's AVX2 and AVX-512 kernels
+// round it 1e-9 apart, and its first update, lr g / (|g| + eps), 1.9e-5 apart.) So:
+//  - each step is taken from the reference's state (its parameters, and its m and v from its
+//    clipped gradients), the gradient is held to kGradRel, and each element to its own bound
+//      |p - p_ref| <= kParamRel max|p_ref| + noise,  noise = 2 lr d / (max(sqrt(v^) - d, 0) + eps),
+//    d = kGradRel max|g_ref| of its tensor; elements whose noise is under half the first term
+//    are held to kParamRel norm-wise (about 85% of them; the others are near-zero gradients:
+//    wpe's rows past T, the rows of tokens the batch lacks, the keys' share of c_attn);
+//  - five free-running steps (the trainer's path) match the reference's losses, and each
+//    element's parameter to the same bound with the noise of every step so far summed (the
+//    steps' errors add; their effect on later gradients is second order: the worst element
+//    uses 4% of its bound).
+class AdamWReference {
+ public:
+  AdamWReference(const SafetensorsFile& fx, const GPT& model, const nlohmann::json& hp)
+      : fx_(fx), model_(model), n_(model.num_params()), m_(n_, 0.0), v_(n_, 0.0) {
+    lr_ = hp["lr"].get<double>();
+    b1_ = hp["beta1"].get<double>();
+    b2_ = hp["beta2"].get<double>();
+    eps_ = hp["eps"].get<double>();
+  }
+  // Reads step k's clipped gradients and parameters, advances m and v, and returns each
+  // element's noise bound for step k taken from step k-1's state.
+  void Advance(int step) {
+    const std::string tag = "step" + std::to_string(step) + ".";
+    prev_params_ = params_.empty() ? Read("param.") : params_;
+    grads_ = Read(tag + "grad.");
+    params_ = Read(tag);
+    noise_.assign(n_, 0.0);
+    for (const auto& t : model_.tensors()) {
+      const float* g = grads_.data() + t.offset;
+      double gmax = 0;
+      for (size_t i = 0; i < t.numel; ++i) gmax = std::max(gmax, double(std::fabs(g[i])));
+      const double d = kGradRel * gmax;
+      for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
+        m_[i] = b1_ * m_[i] + (1 - b1_) * grads_[i];
+        v_[i] = b2_ * v_[i] + (1 - b2_) * double(grads_[i]) * grads_[i];
+        const double vhat = std::sqrt(v_[i] / (1 - std::pow(b2_, step)));
+        noise_[i] = 2 * lr_ * d / (std::max(vhat - d, 0.0) + eps_);
+      }
+    }
+  }
+  std::vector<float> Read(const std::string& prefix) const {
+    std::vector<float> out(n_);
+    for (const auto& t : model_.tensors()) {
+      EXPECT_TRUE(fx_.ReadF32Into(prefix + t.name, t.shape, out.data() + t.offset).ok()) << prefix << t.name;
+    }
+    return out;
+  }
+  const SafetensorsFile& fx_;
+  const GPT& model_;
+  size_t n_;
+  double lr_, b1_, b2_, eps_;
+  std::vector<double> m_, v_, noise_;  // m and v after the step; its noise bounds
+  std::vector<float> prev_params_, grads_, params_;
+};
+
+constexpr double kParamRel = 1e-5;
+
+TEST_F(Gpt2ReferenceTest, EachAdamWStepWithClippingMatchesTorch) {
+  AdamWReference ref(*fx_, *model_, hp_);
+  train::AdamW opt(model_->tensors(), model_->num_params(),
+                   {ref.b1_, ref.b2_, ref.eps_, hp_["weight_decay"].get<double>()});
+  auto want_losses = F32(*fx_, "train_losses");
+  const float clip = hp_["grad_clip"].get<float>();
+  const size_t n = model_->num_params();
+  for (int step = 1; step <= 5; ++step) {
+    ref.Advance(step);
+    // The reference's state before this step: its parameters, its m and v.
+    std::copy(ref.prev_params_.begin(), ref.prev_params_.end(), model_->params());
+    if (step > 1) {
+      for (size_t i = 0; i < n; ++i) {
+        opt.m()[i] = static_cast<float>((ref.m_[i] - (1 - ref.b1_) * ref.grads_[i]) / ref.b1_);
+        opt.v()[i] = static_cast<float>((ref.v_[i] - (1 - ref.b2_) * double(ref.grads_[i]) * ref.grads_[i]) / ref.b2_);
+      }
+    }
+    model_->ZeroGrad();
+    const float loss = model_->ForwardBackward(inputs_.data(), targets_.data(), B_, T_, 1.0f);
+    // As the loss in LogitsAndLossMatchTorch.
+    EXPECT_LE(std::fabs(loss - want_losses[step - 1]) / want_losses[step - 1], 1e-5) << "step " << step;
+    const double norm = std::sqrt(kernels::sum_squares(model_->grads(), static_cast<int64_t>(n)));
+    const float coef = kernels::clip_coefficient(norm, clip);
+    EXPECT_LT(coef, 1.0f) << "the fixture's clip must be active";
+    kernels::scale_inplace(model_->grads(), static_cast<int64_t>(n), coef);
+    for (const auto& t : model_->tensors()) {
+      EXPECT_LE(RelErr(model_->grads() + t.offset, ref.grads_.data() + t.offset, t.numel), kGradRel)
+          << t.name << " step " << step;
+    }
+    opt.Step(model_->params(), model_->grads(), ref.lr_, step);
+    const float* p = model_->params();
+    double pmax = 0;
+    for (size_t i = 0; i < n; ++i) pmax = std::max(pmax, double(std::fabs(ref.params_[i])));
+    const double base = kParamRel * pmax;
+    double clear_err = 0;
+    size_t decided = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double e = std::fabs(double(p[i]) - ref.params_[i]);
+      if (ref.noise_[i] > base / 2) {
+        ++decided;
+        EXPECT_LE(e, base + ref.noise_[i]) << "element " << i << " after step " << step;
+      } else {
+        clear_err = std::max(clear_err, e);
+      }
+    }
+    if (std::getenv("GANTRY_VERBOSE")) {
+      std::printf("step %d params rel err %.3g, %zu of %zu elements in the gradient noise\n", step, clear_err / pmax,
+                  decided, n);
+    }
+    EXPECT_LE(clear_err / pmax, kParamRel) << "parameters after step " << step;
   }
 }
 
 TEST_F(Gpt2ReferenceTest, FiveAdamWStepsWithClippingMatchTorch) {
+  AdamWReference ref(*fx_, *model_, hp_);
   train::AdamW opt(model_->tensors(), model_->num_params(),
-                   {hp_["beta1"].get<double>(), hp_["beta2"].get<double>(), hp_["eps"].get<double>(),
-                    hp_["weight_decay"].get<double>()});
+                   {ref.b1_, ref.b2_, ref.eps_, hp_["weight_decay"].get<double>()});
   auto want_losses = F32(*fx_, "train_losses");
   const float clip = hp_["grad_clip"].get<float>();
-  const int64_t n = static_cast<int64_t>(model_->num_params());
+  const size_t n = model_->num_params();
+  std::vector<double> noise(n, 0.0);
   for (int step = 1; step <= 5; ++step) {
+    ref.Advance(step);
     model_->ZeroGrad();
     const float loss = model_->ForwardBackward(inputs_.data(), targets_.data(), B_, T_, 1.0f);
     EXPECT_LE(std::fabs(loss - want_losses[step - 1]) / want_losses[step - 1], 1e-5) << "step " << step;
-    const double norm = std::sqrt(kernels::sum_squares(model_->grads(), n));
-    const float coef = kernels::clip_coefficient(norm, clip);
-    EXPECT_LT(coef, 1.0f) << "the fixture's clip must be active";
-    kernels::scale_inplace(model_->grads(), n, coef);
-    opt.Step(model_->params(), model_->grads(), hp_["lr"].get<double>(), step);
-    std::vector<float> want(model_->num_params());
-    for (const auto& t : model_->tensors()) {
-      ASSERT_TRUE(fx_->ReadF32Into("step" + std::to_string(step) + "." + t.name, t.shape, want.data() + t.offset).ok());
-    }
-    const double perr = RelErr(model_->params(), want.data(), want.size());
-    if (std::getenv("GANTRY_VERBOSE")) std::printf("step %d loss %.9g (torch %.9g) params rel err %.3g\n", step, loss, want_losses[step - 1], perr);
-    if (std::getenv("GANTRY_VERBOSE") && step == 1) {
-      for (const auto& t : model_->tensors()) {
-        double m = 0;
-        for (size_t i = t.offset; i < t.offset + t.numel; ++i) m = std::max(m, double(std::fabs(model_->params()[i] - want[i])));
-        if (m > 1e-7) std::printf("  %-26s max abs diff %.3g\n", t.name.c_str(), m);
+    const double norm = std::sqrt(kernels::sum_squares(model_->grads(), static_cast<int64_t>(n)));
+    kernels::scale_inplace(model_->grads(), static_cast<int64_t>(n), kernels::clip_coefficient(norm, clip));
+    opt.Step(model_->params(), model_->grads(), ref.lr_, step);
+    double pmax = 0, err = 0;
+    for (size_t i = 0; i < n; ++i) pmax = std::max(pmax, double(std::fabs(ref.params_[i])));
+    const double base = kParamRel * pmax;
+    for (size_t i = 0; i < n; ++i) {
+      noise[i] += ref.noise_[i];
+      const double e = std::fabs(double(model_->params()[i]) - ref.params_[i]);
+      if (noise[i] > base / 2) {
+        EXPECT_LE(e, base + noise[i]) << "element " << i << " after step " << step;
+      } else {
+        err = std::max(err, e);
       }
     }
-    EXPECT_LE(perr, 1e-5) << "parameters after step " << step;
+    if (std::getenv("GANTRY_VERBOSE")) {
+      std::printf("step %d loss %.9g (torch %.9g) params rel err %.3g\n", step, loss, want_losses[step - 1], err / pmax);
+    }
+    EXPECT_LE(err / pmax, kParamRel) << "parameters after step " << step;
   }
 }
 
