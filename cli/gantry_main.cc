@@ -40,8 +40,8 @@
 #include "worker/data/prepare.h"
 #include "worker/model/hf_io.h"
 #include "worker/train/checkpoint.h"
-#include "worker/train/job_spec.h"
-#include "worker/train/planner.h"
+#include "spec/job_spec.h"
+#include "spec/planner.h"
 #include "worker/train/sample.h"
 
 namespace gantry::cli {

@@ -26,7 +26,7 @@
 #include "common/file_util.h"
 #include "worker/model/hf_io.h"
 #include "worker/train/checkpoint.h"
-#include "worker/train/job_spec.h"
+#include "spec/job_spec.h"
 #include "worker/train/sample.h"
 #include "worker/train/trainer.h"
 

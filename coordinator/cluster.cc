@@ -1,8 +1,8 @@
 #include "coordinator/cluster.h"
 
-#include "worker/agent/param_client.h"
-#include "worker/agent/shard_client.h"
-#include "worker/train/job_spec.h"
+#include "spec/partition.h"
+#include "shardserver/client.h"
+#include "spec/job_spec.h"
 
 #include <glog/logging.h>
 
@@ -538,7 +538,7 @@ void Cluster::ScheduleLocked() {
       if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") break;
       size_t n = 0;
       for (const auto& t : model::ParameterLayout(spec->model)) n += t.numel;
-      for (const auto& r : agent::PartitionParams(n, shard_addrs)) {
+      for (const auto& r : spec::PartitionParams(n, shard_addrs)) {
         auto* pr = param_ranges.Add();
         pr->set_shard_server(r.shard_server);
         pr->set_begin(static_cast<int64_t>(r.begin));

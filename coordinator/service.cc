@@ -9,8 +9,8 @@
 #include "common/security.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "worker/train/job_spec.h"
-#include "worker/train/planner.h"
+#include "spec/job_spec.h"
+#include "spec/planner.h"
 
 namespace gantry::coordinator {
 namespace {

@@ -36,7 +36,7 @@
 #include "worker/agent/shard_client.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/model/gpt.h"
-#include "worker/train/job_spec.h"
+#include "spec/job_spec.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/trainer.h"
 

@@ -23,7 +23,7 @@
 #include "worker/data/token_file.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "absl/strings/str_cat.h"
-#include "worker/train/planner.h"
+#include "spec/planner.h"
 #include "worker/train/trainer.h"
 
 namespace gantry::train {

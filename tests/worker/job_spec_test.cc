@@ -1,4 +1,4 @@
-#include "worker/train/job_spec.h"
+#include "spec/job_spec.h"
 
 #include <gtest/gtest.h>
 

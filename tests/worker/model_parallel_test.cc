@@ -15,8 +15,8 @@
 #include "tests/test_util.h"
 #include "worker/data/token_file.h"
 #include "worker/parallel/gloo_communicator.h"
-#include "worker/train/pipeline.h"
-#include "worker/train/planner.h"
+#include "spec/pipeline.h"
+#include "spec/planner.h"
 #include "worker/train/trainer.h"
 
 namespace gantry::train {

@@ -5,7 +5,7 @@
 // recommendation. (data_parallel_test and model_parallel_test check it against the bytes real
 // CPU runs hold, and the dp_matrix and model_parallel integration tests against worker
 // processes.)
-#include "worker/train/planner.h"
+#include "spec/planner.h"
 
 #include <gtest/gtest.h>
 

@@ -1,148 +1,15 @@
-#include "common/security.h"
 #include "worker/agent/shard_client.h"
 
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
-#include <cstring>
-#include <filesystem>
-#include <functional>
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "common/crc32c.h"
-#include "common/file_util.h"
 #include "common/grpc_util.h"
+#include "common/security.h"
 #include "common/status.h"
-#include "nlohmann/json.hpp"
 
 namespace gantry::agent {
 
-namespace fs = std::filesystem;
-
 namespace {
-std::unique_ptr<v1::ShardServer::Stub> Stub(const std::string& address) {
-  return v1::ShardServer::NewStub(MakeChannel(address));
-}
-}  // namespace
-
-absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::string& job_id, int64_t step,
-                                    const std::string& dir, const std::vector<std::string>& files) {
-  auto stub = Stub(address);
-  auto ctx = ContextWithDeadline(600);
-  v1::WriteChunksResponse resp;
-  auto writer = stub->WriteChunks(ctx.get(), &resp);
-  for (const auto& part : files) {
-    ASSIGN_OR_RETURN(std::string bytes, ReadFileToString((fs::path(dir) / part).string()));
-    size_t off = 0;
-    do {
-      const size_t n = std::min(kChunkBytes, bytes.size() - off);
-      v1::Chunk c;
-      c.set_job_id(job_id);
-      c.set_step(step);
-      c.set_part(part);
-      c.set_offset(static_cast<int64_t>(off));
-      c.set_data(bytes.data() + off, n);
-      c.set_crc32c(Crc32c(bytes.data() + off, n));
-      off += n;
-      c.set_last(off >= bytes.size());
-      if (!writer->Write(c)) break;  // the server ended the stream: Finish() says why
-    } while (off < bytes.size());
-  }
-  writer->WritesDone();
-  RETURN_IF_ERROR(Annotate(FromGrpc(writer->Finish()), absl::StrCat("writing checkpoint to ", address)));
-  return resp.bytes();
-}
-
-absl::Status CommitCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
-                              const std::vector<std::string>& parts, const std::string& manifest_json) {
-  v1::CommitRequest commit;
-  commit.set_job_id(job_id);
-  commit.set_step(step);
-  for (const auto& p : parts) commit.add_parts(p);
-  commit.set_manifest_json(manifest_json);
-  v1::CommitResponse cr;
-  return Annotate(FromGrpc(Stub(address)->Commit(ContextWithDeadline(30).get(), commit, &cr)),
-                  absl::StrCat("committing checkpoint on ", address));
-}
-
-absl::Status DeleteCheckpoint(const std::string& address, const std::string& job_id, int64_t step) {
-  v1::DeleteCheckpointRequest req;
-  req.set_job_id(job_id);
-  req.set_step(step);
-  v1::DeleteCheckpointResponse resp;
-  return Annotate(FromGrpc(Stub(address)->DeleteCheckpoint(ContextWithDeadline(30).get(), req, &resp)),
-                  absl::StrCat("deleting checkpoint ", job_id, " step ", step, " on ", address));
-}
-
-absl::StatusOr<int64_t> UploadCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
-                                         const std::string& dir, const std::string& manifest_json) {
-  std::vector<std::string> parts;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_regular_file()) parts.push_back(e.path().filename().string());
-  }
-  if (ec || parts.empty()) return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " is empty or unreadable"));
-  std::sort(parts.begin(), parts.end());
-  ASSIGN_OR_RETURN(int64_t bytes, UploadFiles(address, job_id, step, dir, parts));
-  RETURN_IF_ERROR(CommitCheckpoint(address, job_id, step, parts, manifest_json));
-  return bytes;
-}
-
-absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& address, const std::string& job_id) {
-  auto stub = Stub(address);
-  v1::ListCheckpointsRequest req;
-  req.set_job_id(job_id);
-  v1::ListCheckpointsResponse resp;
-  RETURN_IF_ERROR(Annotate(FromGrpc(stub->ListCheckpoints(ContextWithDeadline(10).get(), req, &resp)),
-                           absl::StrCat("listing checkpoints on ", address)));
-  return std::vector<v1::CheckpointInfo>(resp.checkpoints().begin(), resp.checkpoints().end());
-}
-
-namespace {
-
-// Streams bytes [offset, offset + length) of a committed part (length 0: to its end) into
-// sink, checking each chunk's crc32c and that the chunks follow each other. Returns the
-// bytes read.
-absl::StatusOr<int64_t> ReadRange(v1::ShardServer::StubInterface& stub, const std::string& address,
-                                  const std::string& job_id, int64_t step, const std::string& part, int64_t offset,
-                                  int64_t length, const std::function<void(const std::string&)>& sink) {
-  v1::ReadChunksRequest req;
-  req.set_job_id(job_id);
-  req.set_step(step);
-  req.set_part(part);
-  req.set_offset(offset);
-  req.set_length(length);
-  auto ctx = ContextWithDeadline(600);
-  auto reader = stub.ReadChunks(ctx.get(), req);
-  int64_t pos = offset;
-  bool last = false;
-  v1::Chunk c;
-  absl::Status bad;
-  while (bad.ok() && reader->Read(&c)) {
-    if (c.offset() != pos) {
-      bad = absl::DataLossError(absl::StrCat(part, ": chunk at offset ", c.offset(), ", expected ", pos));
-    } else if (Crc32c(c.data().data(), c.data().size()) != c.crc32c()) {
-      bad = absl::DataLossError(absl::StrCat(part, ": chunk at offset ", c.offset(), " fails its crc32c"));
-    } else {
-      sink(c.data());
-      pos += static_cast<int64_t>(c.data().size());
-      last = c.last();
-    }
-  }
-  if (!bad.ok()) {
-    ctx->TryCancel();
-    while (reader->Read(&c)) {
-    }
-    (void)reader->Finish();
-    return Annotate(bad, absl::StrCat("reading from ", address));
-  }
-  RETURN_IF_ERROR(Annotate(FromGrpc(reader->Finish()), absl::StrCat("reading ", part, " from ", address)));
-  if (!last || (length > 0 && pos != offset + length)) {
-    return absl::DataLossError(absl::StrCat(part, ": stream from ", address, " ended at byte ", pos, " before the last chunk"));
-  }
-  return pos - offset;
-}
 
 // A part on a shard server as a ByteSource: each ReadAt is one ranged stream.
 class RemotePart final : public ByteSource {
@@ -174,68 +41,6 @@ class RemotePart final : public ByteSource {
 
 }  // namespace
 
-absl::Status ReadPartRange(v1::ShardServer::StubInterface& stub, const std::string& address, const std::string& job_id,
-                           int64_t step, const std::string& part, int64_t offset, int64_t n, char* dst) {
-  int64_t at = 0;
-  return ReadRange(stub, address, job_id, step, part, offset, n, [&](const std::string& d) {
-           const size_t k = std::min<size_t>(d.size(), static_cast<size_t>(n - at));  // the server sends no more
-           std::memcpy(dst + at, d.data(), k);
-           at += static_cast<int64_t>(k);
-         })
-      .status();
-}
-
-absl::Status DownloadCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
-                                const std::vector<std::string>& parts, const std::string& dir) {
-  auto stub = Stub(address);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("creating ", dir, ": ", ec.message()));
-  for (const auto& part : parts) {
-    std::string bytes;
-    RETURN_IF_ERROR(ReadRange(*stub, address, job_id, step, part, 0, 0, [&](const std::string& d) { bytes += d; }).status());
-    RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / part).string(), bytes));
-  }
-  return absl::OkStatus();
-}
-
-std::vector<StoredCheckpoint> ListStoredCheckpoints(const std::vector<std::string>& servers, const std::string& job_id,
-                                                    std::vector<std::string>* unreachable) {
-  std::map<int64_t, StoredCheckpoint> by_step;
-  for (const auto& server : servers) {
-    auto list = ListCheckpoints(server, job_id);
-    if (!list.ok()) {
-      if (unreachable) unreachable->push_back(absl::StrCat(server, " (", list.status().message(), ")"));
-      continue;
-    }
-    for (const auto& info : *list) {
-      StoredCheckpoint& c = by_step[info.step()];
-      c.job_id = info.job_id();
-      c.step = info.step();
-      if (c.manifest_json.empty()) c.manifest_json = info.manifest_json();
-      c.commit_time_unix_ms = std::max(c.commit_time_unix_ms, info.commit_time_unix_ms());
-      c.bytes += info.bytes();
-      c.servers.push_back(server);
-      for (int i = 0; i < info.parts_size(); ++i) {
-        c.files[info.parts(i)] = {server, i < info.part_bytes_size() ? info.part_bytes(i) : 0};
-      }
-    }
-  }
-  std::vector<StoredCheckpoint> out;
-  for (auto& [step, c] : by_step) {
-    // A Gantry checkpoint names its parts; it is whole when each is committed somewhere.
-    nlohmann::json m = nlohmann::json::parse(c.manifest_json, nullptr, /*allow_exceptions=*/false);
-    bool whole = true;
-    if (m.is_object() && m.contains("parts") && m["parts"].is_array()) {
-      std::vector<std::string> need = {"manifest.json", "config.json"};
-      for (const auto& p : m["parts"]) need.push_back(p.is_string() ? p.get<std::string>() : std::string());
-      for (const auto& n : need) whole = whole && c.files.count(n) != 0;
-    }
-    if (whole) out.push_back(std::move(c));
-  }
-  return out;
-}
-
 std::string ShardCheckpointSource::where() const {
   return absl::StrCat("shard:", c_.job_id, "/", train::CheckpointDirName(c_.step));
 }
@@ -249,7 +54,7 @@ ShardCheckpointSource::Locate(
   }
   std::lock_guard<std::mutex> l(mu_);
   auto& stub = stubs_[f->second.server];
-  if (!stub) stub = Stub(f->second.server);
+  if (!stub) stub = v1::ShardServer::NewStub(MakeChannel(f->second.server));
   return std::make_pair(stub, &f->second);
 }
 

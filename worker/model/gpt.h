@@ -10,101 +10,10 @@
 
 #include "absl/status/status.h"
 #include "common/buffer.h"
+#include "spec/model_layout.h"
 #include "worker/parallel/communicator.h"
 
 namespace gantry::model {
-
-struct GPTConfig {
-  int max_seq_len = 1024;  // n_positions: rows of wpe
-  int vocab_size = 50257;
-  int n_layer = 12;
-  int n_head = 12;
-  int n_embd = 768;
-
-  absl::Status Validate() const;
-  bool operator==(const GPTConfig&) const = default;
-};
-
-struct ParamTensor {
-  std::string name;  // Hugging Face name without the "transformer." prefix
-  std::vector<int64_t> shape;
-  size_t offset = 0;  // into the flat buffer, in elements
-  size_t numel = 0;
-  bool decay = false;  // AdamW weight decay: tensors of 2 or more dimensions only
-  // Where the tensor sits in the whole model's tensor of the same name: a tensor or pipeline
-  // parallel shard holds a block of it. Seen as a matrix (global_shape[0] rows, the rest
-  // flattened into columns; a 1-D tensor is one row), the shard holds rows [row_begin,
-  // row_begin + rows()) and, of each, the column runs col_runs, concatenated. The whole
-  // tensor: row_begin 0, one run [0, cols).
-  std::vector<int64_t> global_shape;
-  int64_t row_begin = 0;
-  std::vector<std::pair<int64_t, int64_t>> col_runs;
-  // Another rank holds the same values and speaks for them: it writes them into checkpoints
-  // and counts them in the gradient norm (tensor-parallel ranks > 0 for the replicated
-  // tensors, the last pipeline stage for its copy of the tied wte).
-  bool replica = false;
-  int64_t rows() const { return shape.size() == 1 ? 1 : shape[0]; }
-  int64_t global_rows() const { return global_shape.size() == 1 ? 1 : global_shape[0]; }
-  int64_t global_numel() const {
-    int64_t n = 1;
-    for (int64_t d : global_shape) n *= d;
-    return n;
-  }
-  int64_t global_cols() const { return global_numel() / global_rows(); }
-};
-
-// A shard's elements as runs of its whole tensor, in local order: f(global, local, n) says
-// elements [local, local + n) of the shard are [global, global + n) of the whole tensor
-// (flat indices). Whole rows come as one run.
-template <typename F>
-void ForEachRun(const ParamTensor& t, F&& f) {
-  const int64_t gcols = t.global_cols();
-  if (t.col_runs.size() == 1 && t.col_runs[0].first == 0 && t.col_runs[0].second == gcols) {
-    f(t.row_begin * gcols, int64_t{0}, static_cast<int64_t>(t.numel));
-    return;
-  }
-  int64_t local = 0;
-  for (int64_t r = 0; r < t.rows(); ++r) {
-    for (const auto& [b, e] : t.col_runs) {
-      f((t.row_begin + r) * gcols + b, local, e - b);
-      local += e - b;
-    }
-  }
-}
-
-// Which part of the model one rank holds. Tensor parallel (Megatron): rank tp_rank of tp
-// holds heads [tp_rank·H/tp, ...) of every attention (c_attn's q, k and v columns, c_proj's
-// rows), a 1/tp slice of the MLP (c_fc's columns, its c_proj's rows) and of the vocabulary
-// (wte's rows, for the embedding and the classifier); LayerNorms, wpe and the row-parallel
-// biases are replicated. Pipeline parallel: stage `stage` of pp holds layers [layer_begin,
-// layer_end); the first stage the embedding, the last ln_f and the classifier (with pp > 1
-// a copy of wte, whose gradient the two ends sum every step).
-struct ModelShard {
-  int tp = 1, tp_rank = 0;
-  int pp = 1, stage = 0;
-  int layer_begin = 0, layer_end = -1;  // -1: n_layer
-  bool first() const { return stage == 0; }
-  bool last() const { return stage == pp - 1; }
-  bool whole() const { return tp == 1 && pp == 1; }
-  // Rows [vocab_begin, vocab_end) of wte for a vocabulary of V.
-  int vocab_begin(int V) const { return static_cast<int>(static_cast<int64_t>(V) * tp_rank / tp); }
-  int vocab_end(int V) const { return static_cast<int>(static_cast<int64_t>(V) * (tp_rank + 1) / tp); }
-};
-
-// The parameter tensors of a config (or of one shard of it), in flat-buffer order.
-std::vector<ParamTensor> ParameterLayout(const GPTConfig& config);
-std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelShard& shard);
-// Pipeline stages balanced by cost: the layer bounds (pp + 1 entries) that minimise the
-// costliest stage, counting a layer's flops, the embedding's on the first stage and the
-// classifier's on the last. Each stage gets at least one layer (pp <= n_layer).
-std::vector<int> BalanceStages(const GPTConfig& config, int pp);
-// The shard of tensor rank tp_rank of tp on stage `stage` of pp, its layers from BalanceStages.
-ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage);
-
-// Units are the blocks of the flat buffer that forward and backward use together, in
-// flat-buffer order: unit 0 is wte and wpe, unit 1 + l is layer l, unit n_layer + 1 is ln_f.
-// unit_begin[u] .. unit_begin[u + 1] is unit u's range (n_layer + 3 entries).
-std::vector<size_t> UnitBoundaries(const GPTConfig& config);
 
 // Where the model finds a unit's parameters and puts its gradients when they do not live
 // in its own full buffers (ZeRO stages 2 and 3). Pointers address the unit's first element;
@@ -119,35 +28,6 @@ class ParamHost {
   // Backward of this micro-batch is done with the unit's gradients.
   virtual void GradsDone(int unit) = 0;
 };
-
-// Where each activation of a (B, T) step lives in one flat buffer (in floats; sub-buffers
-// 64-byte aligned). Layer l's activations are at layer0 + l * layer_stride + the offset.
-// The CPU model and the CUDA model (gpt_cuda.h) share it.
-// Activation checkpointing: kFull keeps only each layer's output and recomputes the layer's
-// forward in backward; kSelective keeps all but attention's probabilities (B, NH, T, T),
-// recomputed from the kept qkv. Both give the same bits as kNone: the recomputation runs the
-// same kernels on the same inputs.
-enum class Recompute { kNone, kFull, kSelective };
-
-struct ActivationLayout {
-  size_t encoded, logits, losses, lnf, lnf_mean, lnf_rstd;
-  size_t layer0, layer_stride;
-  size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj,
-      res3;
-  // backward scratch
-  size_t dres, dln, dqkv, datty, datt, dfch, dlnf;
-  // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
-  // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).
-  size_t scratch = 0;
-  Recompute recompute = Recompute::kNone;
-  size_t total;
-};
-ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute = Recompute::kNone);
-// A shard's activations: attention, MLP and vocabulary widths are 1/tp, and its layers only.
-// fused_attention (the CUDA model's flash-style kernel): `att` holds each query row's
-// log-sum-exp, (B, NH, T), rather than the probabilities, and `datt` is empty.
-ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute = Recompute::kNone, bool fused_attention = false);
 
 class GPT {
  public:

@@ -16,23 +16,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "spec/ranks.h"
 #include "worker/parallel/communicator.h"
 
 namespace gantry::parallel {
-
-struct Layout {
-  int dp = 1, tp = 1, pp = 1;
-  int world() const { return dp * tp * pp; }
-};
-
-struct Coords {
-  int replica = 0, tp_rank = 0, stage = 0;
-};
-
-inline Coords CoordsOf(int rank, const Layout& l) {
-  return {(rank / l.tp) % l.dp, rank % l.tp, rank / (l.tp * l.dp)};
-}
-inline int RankOf(const Coords& c, const Layout& l) { return (c.stage * l.dp + c.replica) * l.tp + c.tp_rank; }
 
 struct Groups {
   Layout layout;

@@ -20,10 +20,10 @@
 #include "worker/parallel/communicator.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/device.h"
-#include "worker/train/job_spec.h"
+#include "spec/job_spec.h"
 #include "worker/parallel/groups.h"
 #include "worker/train/optimizer.h"
-#include "worker/train/pipeline.h"
+#include "spec/pipeline.h"
 #include "worker/train/zero.h"
 
 namespace gantry::train {

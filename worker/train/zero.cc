@@ -1,5 +1,5 @@
 #include "worker/train/zero.h"
-#include "worker/train/planner.h"
+#include "spec/planner.h"
 
 #include <algorithm>
 #include <chrono>

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/model/gpt.h"
-#include "worker/train/job_spec.h"
-#include "worker/train/pipeline.h"
+#include "spec/model_layout.h"
+#include "spec/job_spec.h"
+#include "spec/pipeline.h"
 
 namespace gantry::train {
 

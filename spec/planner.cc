@@ -1,4 +1,4 @@
-#include "worker/train/planner.h"
+#include "spec/planner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
-#include "worker/parallel/groups.h"
+#include "spec/ranks.h"
 
 namespace gantry::train {
 

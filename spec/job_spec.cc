@@ -1,5 +1,5 @@
 #include "absl/strings/string_view.h"
-#include "worker/train/job_spec.h"
+#include "spec/job_spec.h"
 
 #include <cmath>
 #include <functional>

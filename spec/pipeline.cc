@@ -1,4 +1,4 @@
-#include "worker/train/pipeline.h"
+#include "spec/pipeline.h"
 
 #include <algorithm>
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/model/gpt.h"
+#include "spec/model_layout.h"
 
 namespace gantry::train {
 

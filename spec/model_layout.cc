@@ -1,0 +1,208 @@
+#include "spec/model_layout.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace gantry::model {
+
+absl::Status GPTConfig::Validate() const {
+  auto bad = [](absl::string_view field, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("model.", field, ": ", why));
+  };
+  if (n_layer < 1) return bad("n_layer", "must be >= 1");
+  if (n_head < 1) return bad("n_head", "must be >= 1");
+  if (n_embd < 1) return bad("n_embd", "must be >= 1");
+  if (n_embd % n_head != 0) {
+    return bad("n_embd", absl::StrCat(n_embd, " is not divisible by n_head ", n_head));
+  }
+  if (vocab_size < 2 || vocab_size > 65536) {
+    return bad("vocab_size", absl::StrCat(vocab_size, " outside [2, 65536] (tokens are uint16)"));
+  }
+  if (max_seq_len < 1) return bad("max_seq_len", "must be >= 1");
+  return absl::OkStatus();
+}
+
+std::vector<ParamTensor> ParameterLayout(const GPTConfig& c) { return ParameterLayout(c, ModelShard{}); }
+
+std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& sh) {
+  const int64_t C = c.n_embd, V = c.vocab_size, r = sh.tp_rank;
+  const int64_t Ca = C / sh.tp, F = 4 * C / sh.tp;  // attention and MLP widths per rank
+  const int lb = sh.layer_begin, le = sh.layer_end < 0 ? c.n_layer : sh.layer_end;
+  std::vector<ParamTensor> t;
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  // Rows [r0, r1) and column runs (empty: all) of the whole tensor of shape gshape.
+  auto add = [&](std::string name, std::vector<int64_t> gshape, int64_t r0, int64_t r1, Runs runs, bool replica) {
+    ParamTensor p;
+    p.name = std::move(name);
+    p.global_shape = std::move(gshape);
+    const int64_t gcols = p.global_cols();
+    if (runs.empty()) runs = {{0, gcols}};
+    Runs merged;  // adjacent runs as one (tp 1 holds q, k and v whole)
+    for (const auto& run : runs) {
+      if (!merged.empty() && merged.back().second == run.first) {
+        merged.back().second = run.second;
+      } else {
+        merged.push_back(run);
+      }
+    }
+    int64_t w = 0;
+    for (const auto& [b, e] : merged) w += e - b;
+    p.shape = p.global_shape.size() == 1 ? std::vector<int64_t>{w} : std::vector<int64_t>{r1 - r0, w};
+    p.row_begin = r0;
+    p.col_runs = std::move(merged);
+    p.numel = static_cast<size_t>((r1 - r0) * w);
+    p.decay = p.global_shape.size() >= 2;
+    p.replica = replica;
+    p.offset = t.empty() ? 0 : t.back().offset + t.back().numel;
+    t.push_back(std::move(p));
+  };
+  const bool rep = r > 0;  // replicated tensors: tensor-parallel rank 0 speaks for them
+  auto whole = [&](std::string name, std::vector<int64_t> gshape) {
+    const int64_t rows = gshape.size() == 1 ? 1 : gshape[0];
+    add(std::move(name), std::move(gshape), 0, rows, {}, rep);
+  };
+  auto heads = [&](int64_t base) { return std::pair<int64_t, int64_t>{base + r * Ca, base + (r + 1) * Ca}; };
+  const Runs qkv = {heads(0), heads(C), heads(2 * C)};
+  const Runs mlp = {{r * F, (r + 1) * F}};
+  const int64_t v0 = sh.vocab_begin(c.vocab_size), v1 = sh.vocab_end(c.vocab_size);
+  if (sh.first()) {
+    add("wte.weight", {V, C}, v0, v1, {}, false);
+    whole("wpe.weight", {c.max_seq_len, C});
+  }
+  for (int l = lb; l < le; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    whole(h + "ln_1.weight", {C});
+    whole(h + "ln_1.bias", {C});
+    add(h + "attn.c_attn.weight", {C, 3 * C}, 0, C, qkv, false);
+    add(h + "attn.c_attn.bias", {3 * C}, 0, 1, qkv, false);
+    add(h + "attn.c_proj.weight", {C, C}, r * Ca, (r + 1) * Ca, {}, false);
+    whole(h + "attn.c_proj.bias", {C});
+    whole(h + "ln_2.weight", {C});
+    whole(h + "ln_2.bias", {C});
+    add(h + "mlp.c_fc.weight", {C, 4 * C}, 0, C, mlp, false);
+    add(h + "mlp.c_fc.bias", {4 * C}, 0, 1, mlp, false);
+    add(h + "mlp.c_proj.weight", {4 * C, C}, r * F, (r + 1) * F, {}, false);
+    whole(h + "mlp.c_proj.bias", {C});
+  }
+  if (sh.last()) {
+    whole("ln_f.weight", {C});
+    whole("ln_f.bias", {C});
+    if (!sh.first()) add("wte.weight", {V, C}, v0, v1, {}, true);  // the first stage speaks for wte
+  }
+  return t;
+}
+
+std::vector<size_t> UnitBoundaries(const GPTConfig& c) {
+  const std::vector<ParamTensor> t = ParameterLayout(c);
+  std::vector<size_t> b = {0};
+  b.push_back(t[2].offset);  // after wte, wpe
+  for (int l = 0; l < c.n_layer; ++l) b.push_back(t[2 + 12 * (l + 1)].offset);
+  b.push_back(t.back().offset + t.back().numel);  // ln_f
+  return b;
+}
+
+std::vector<int> BalanceStages(const GPTConfig& c, int pp) {
+  // Forward flops per token: a layer's four projections and attention's two products
+  // (at n_positions), the classifier's product; the embedding is a lookup.
+  const double C = c.n_embd;
+  const double layer = 24 * C * C + 4 * C * c.max_seq_len, head = 2 * C * c.vocab_size + 10 * C, embed = 2 * C;
+  const int L = c.n_layer;
+  auto cost = [&](int s, int a, int b) {  // stage s holding layers [a, b)
+    return (b - a) * layer + (s == 0 ? embed : 0) + (s == pp - 1 ? head : 0);
+  };
+  // best[s][i]: the least max cost of stages 0..s holding layers [0, i); from[s][i] its cut.
+  const double inf = 1e300;
+  std::vector<std::vector<double>> best(pp, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> from(pp, std::vector<int>(L + 1, 0));
+  for (int i = 1; i <= L; ++i) best[0][i] = cost(0, 0, i);
+  for (int s = 1; s < pp; ++s) {
+    for (int i = s + 1; i <= L; ++i) {
+      for (int j = s; j < i; ++j) {
+        const double m = std::max(best[s - 1][j], cost(s, j, i));
+        if (m < best[s][i]) {
+          best[s][i] = m;
+          from[s][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<int> bounds(pp + 1, L);
+  for (int s = pp - 1; s > 0; --s) bounds[s] = from[s][bounds[s + 1]];
+  bounds[0] = 0;
+  return bounds;
+}
+
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage) {
+  const std::vector<int> bounds = BalanceStages(config, pp);
+  return {tp, tp_rank, pp, stage, bounds[static_cast<size_t>(stage)], bounds[static_cast<size_t>(stage) + 1]};
+}
+
+ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute) {
+  return LayoutActivations(config, ModelShard{}, B, T, recompute);
+}
+
+ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
+                                   Recompute recompute, bool fused_attention) {
+  const size_t BT = static_cast<size_t>(B) * T;
+  const size_t C = config.n_embd;
+  const size_t Ca = C / shard.tp, NH = config.n_head / shard.tp, F = 4 * C / shard.tp;
+  const size_t V = shard.vocab_end(config.vocab_size) - shard.vocab_begin(config.vocab_size);
+  const size_t L = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
+  size_t cur = 0;
+  auto take = [&](size_t n) {
+    const size_t o = cur;
+    cur += (n + 15) & ~size_t{15};  // 64-byte aligned sub-buffers
+    return o;
+  };
+  ActivationLayout o{};
+  o.encoded = take(BT * C);
+  o.lnf = take(BT * C);
+  o.lnf_mean = take(BT);
+  o.lnf_rstd = take(BT);
+  o.logits = take(BT * V);
+  o.losses = take(BT);
+  o.dres = take(BT * C);
+  o.dln = take(BT * C);
+  o.dqkv = take(BT * 3 * Ca);
+  o.datty = take(BT * Ca);
+  const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
+  o.datt = take(fused_attention ? 0 : att_floats);
+  o.dfch = take(BT * F);
+  o.dlnf = take(BT * C);
+  // Per-layer block, offsets relative to the block.
+  const size_t block_start = cur;
+  cur = 0;
+  o.ln1 = take(BT * C);
+  o.ln1_mean = take(BT);
+  o.ln1_rstd = take(BT);
+  o.qkv = take(BT * 3 * Ca);
+  o.atty = take(BT * Ca);
+  o.attproj = take(BT * C);
+  o.res2 = take(BT * C);
+  o.ln2 = take(BT * C);
+  o.ln2_mean = take(BT);
+  o.ln2_rstd = take(BT);
+  o.fch = take(BT * F);
+  o.fch_gelu = take(BT * F);
+  o.fcproj = take(BT * C);
+  o.res3 = take(BT * C);
+  const size_t without_att = cur;
+  o.att = take(att_floats);  // last: kSelective leaves it out
+  const size_t whole = cur;
+  o.recompute = recompute;
+  o.layer0 = block_start;
+  if (recompute == Recompute::kFull) {
+    o.layer_stride = (BT * C + 15) & ~size_t{15};  // res3 alone
+    o.scratch = block_start + L * o.layer_stride;
+    o.total = o.scratch + whole;
+    return o;
+  }
+  o.layer_stride = recompute == Recompute::kSelective ? without_att : whole;
+  o.scratch = block_start + L * o.layer_stride;
+  o.total = o.scratch + (recompute == Recompute::kSelective ? whole - without_att : 0);
+  return o;
+}
+
+}  // namespace gantry::model

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The library rules hold on this tree, and the check fails when one is broken: a forbidden
+# link (the coordinator linking the trainer) and a forbidden include (spec/ using a worker
+# header), each added to what is checked without touching the tree.
+set -uo pipefail
+BUILD="$1"
+SRC="$(cd "$(dirname "$0")/.." && pwd)"
+check() { python3 "$SRC/scripts/check_deps.py" --build "$BUILD" --source "$SRC" "$@"; }
+fail=0
+check || { echo "FAIL: the tree breaks a library rule"; fail=1; }
+for inject in "--inject-link coordinator/gantry-coordinator=worker/libgantry_worker.a" \
+              "--inject-link cli/gantry=/usr/lib/x86_64-linux-gnu/libgloo.so" \
+              "--inject-include spec/job_spec.cc=worker/model/gpt.h" \
+              "--inject-include coordinator/cluster.cc=kernels/adamw.h"; do
+  out="$(check $inject)"
+  rc=$?
+  echo "$out"
+  if [ $rc -ne 1 ] || ! grep -q "must not" <<<"$out"; then
+    echo "FAIL: check_deps passed with $inject"
+    fail=1
+  fi
+done
+[ $fail -eq 0 ] && echo "library_dependencies: the rules hold, and a forbidden link or include fails the check"
+exit $fail
