@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -102,6 +103,48 @@ absl::Status Cluster::Recover() {
   std::lock_guard<std::mutex> l(mu_);
   UpdateGaugesLocked();
   return absl::OkStatus();
+}
+
+void Cluster::RememberSpec(const std::string& job_id, train::JobSpec spec) {
+  std::lock_guard<std::mutex> l(spec_mu_);
+  specs_[job_id] = std::make_shared<const train::JobSpec>(std::move(spec));
+}
+
+std::shared_ptr<const train::JobSpec> Cluster::SpecOf(const v1::Job& job) {
+  std::lock_guard<std::mutex> l(spec_mu_);
+  auto& cached = specs_[job.id()];
+  if (cached) return cached;
+  auto spec = train::ParseJobSpec(job.spec_normalised().empty() ? job.spec_yaml() : job.spec_normalised());
+  registry_->GetCounter("gantry_coordinator_spec_parses_total", "Job specs parsed (once per job and coordinator).").Inc();
+  if (!spec.ok()) {
+    LOG(WARNING) << "job " << job.id() << ": its stored spec does not parse: " << spec.status();
+    specs_.erase(job.id());
+    return nullptr;
+  }
+  cached = std::make_shared<const train::JobSpec>(*std::move(spec));
+  return cached;
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> Cluster::ResumePointLocked(const v1::Job& job,
+                                                                           const train::JobSpec& spec) {
+  if (job.checkpoint_step() > 0) return std::make_pair(job.id(), job.checkpoint_step());
+  const std::string& from = spec.checkpoint.resume_from;
+  if (from.empty()) return std::make_pair(std::string(), int64_t{0});
+  const size_t at = from.find('@');
+  const std::string other = from.substr(0, at);
+  int64_t step = 0;
+  if (at != std::string::npos && (!absl::SimpleAtoi(from.substr(at + 1), &step) || step < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint.resume_from: '", from, "' is not JOB or JOB@STEP"));
+  }
+  if (at == std::string::npos) {
+    auto src = store_->GetJob(other);
+    if (!src.ok() || src->checkpoint_step() == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint.resume_from: job ", other, " has no committed checkpoint on the shard servers"));
+    }
+    step = src->checkpoint_step();
+  }
+  return std::make_pair(other, step);
 }
 
 void Cluster::JobSubmitted() {
@@ -307,8 +350,8 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
       pc.bytes += p.bytes();
       if (p.rank() == 0) pc.manifest_json = p.manifest_json();
       if (static_cast<int>(pc.ranks.size()) < std::max(1, job->world_size())) return;
-      auto spec = train::ParseJobSpec(job->spec_yaml());
-      pc.keep = spec.ok() ? spec->checkpoint.keep : 0;
+      const auto spec = SpecOf(*job);
+      pc.keep = spec ? spec->checkpoint.keep : 0;
       c = std::move(pc);
       pending_ckpt_.erase(key);
     }
@@ -378,8 +421,8 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   auto job = store_->GetJob(job_id);
   if (!job.ok() || job->generation() != generation) return;
   if (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED) return;
-  auto spec = train::ParseJobSpec(job->spec_yaml());
-  const int max_restarts = spec.ok() ? spec->scheduling.max_restarts : 0;
+  const auto spec = SpecOf(*job);
+  const int max_restarts = spec ? spec->scheduling.max_restarts : 0;
   const bool restart = planned || (retryable && job->restarts() < max_restarts);
   // The other ranks drop this generation now: their collectives fail at once rather than
   // wait out the timeout.
@@ -501,17 +544,18 @@ void Cluster::ScheduleLocked() {
     }
     // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
     // workers allow (at least its smallest).
-    auto parsed = train::ParseJobSpec(job.spec_yaml());
-    int world = std::max(1, job.world_size());
-    const int tp = parsed.ok() ? parsed->parallel.tp : 1, pp = parsed.ok() ? parsed->parallel.pp : 1;
-    if (parsed.ok() && parsed->elastic.enabled()) {
-      const int idle = IdleWorkersLocked();
-      world = 0;
-      for (int d : parsed->DpChoices()) {
-        if (d * tp * pp <= idle) world = d * tp * pp;
-      }
-      if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
+    const auto spec = SpecOf(job);
+    if (!spec) {  // it parsed at submit: the stored record is damaged
+      job.set_state(v1::FAILED);
+      job.set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
+      job.set_update_time_unix_ms(now);
+      if (!store_->PutJob(job).ok()) return;
+      (void)Event(job.id(), [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+      continue;
     }
+    const int tp = spec->parallel.tp, pp = spec->parallel.pp;
+    const int world = spec->elastic.enabled() ? spec->WorldFor(IdleWorkersLocked()) : spec->world_size();
+    if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
     const int dp = world / (tp * pp);
     // Topology: ranks are packed onto as few hosts as possible, hosts with the most idle
     // workers first, consecutive ranks on one host. A tensor-parallel group (tp consecutive
@@ -534,7 +578,7 @@ void Cluster::ScheduleLocked() {
     // slices go and, in parameter-server mode, who runs AdamW on which range (such a job
     // waits for a shard server, as for workers).
     google::protobuf::RepeatedPtrField<v1::ParamRange> param_ranges;
-    if (auto spec = train::ParseJobSpec(job.spec_yaml()); spec.ok()) {
+    {
       if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") break;
       size_t n = 0;
       for (const auto& t : model::ParameterLayout(spec->model)) n += t.numel;
@@ -546,6 +590,22 @@ void Cluster::ScheduleLocked() {
         pr->set_data_address(shards_[r.shard_server].data_address());
       }
     }
+    // Where the ranks start: decided here, once, from the committed checkpoints recorded.
+    auto resume = ResumePointLocked(job, *spec);
+    if (!resume.ok()) {
+      job.set_state(v1::FAILED);
+      job.set_reason(std::string(resume.status().message()));
+      job.set_update_time_unix_ms(now);
+      if (!store_->PutJob(job).ok()) return;
+      (void)Event(job.id(), [&](v1::JobEvent& e) { e.set_message(job.reason()); });
+      (void)Event(job.id(), [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+      LOG(WARNING) << "job " << job.id() << " failed: " << job.reason();
+      continue;
+    }
+    // The normalised spec the ranks read, at this placement's dp.
+    train::JobSpec placed = *spec;
+    placed.parallel.dp = dp;
+    const std::string placed_yaml = train::ToYaml(placed);
     const auto t_submit = job.submit_time_unix_ms();
     job.set_state(v1::SCHEDULED);
     job.set_generation(job.generation() + 1);
@@ -573,7 +633,9 @@ void Cluster::ScheduleLocked() {
       v1::Assignment* a = m.mutable_assign();
       a->set_job_id(job.id());
       a->set_generation(job.generation());
-      a->set_spec_yaml(job.spec_yaml());
+      a->set_spec_yaml(placed_yaml);
+      a->set_resume_job_id(resume->first);
+      a->set_resume_step(resume->second);
       a->set_rank(static_cast<int>(r));
       a->set_world_size(world);
       a->set_dp(dp);
@@ -676,16 +738,13 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(job_id);
     if (!job.ok() || job->generation() != generation || job->state() != v1::RUNNING) return;
-    auto spec = train::ParseJobSpec(job->spec_yaml());
-    if (!spec.ok() || !spec->elastic.enabled()) return;
+    const auto spec = SpecOf(*job);
+    if (!spec || !spec->elastic.enabled()) return;
     // Queued jobs come first: growing is only for workers nobody waits for.
     auto jobs = store_->ListJobs();
     if (!jobs.ok() || !QueueOrder(*jobs).empty()) return;
     world = job->world_size();
-    const int idle = IdleWorkersLocked(), group = spec->parallel.tp * spec->parallel.pp;
-    for (int d : spec->DpChoices()) {
-      if (d * group <= world + idle) target = d * group;
-    }
+    target = spec->WorldFor(world + IdleWorkersLocked());
   }
   if (target <= world) return;
   registry_->GetCounter("gantry_coordinator_elastic_resizes_total", "Elastic jobs placed again at another dp.").Inc();

@@ -16,6 +16,7 @@
 #include "common/metrics.h"
 #include "coordinator/store.h"
 #include "gantry/v1/coordinator.pb.h"
+#include "spec/job_spec.h"
 
 namespace gantry::coordinator {
 
@@ -91,6 +92,12 @@ class Cluster {
   void RendezvousGet(const std::string& job_id, int64_t generation, const std::string& key, int64_t wait_ms,
                      std::function<void(absl::StatusOr<std::string>)> done);
 
+  // A job's spec, parsed once per coordinator: at submit (Remember), or the first time a job
+  // stored by an earlier coordinator is looked at. Null if the stored text does not parse
+  // (it did when the job was accepted).
+  void RememberSpec(const std::string& job_id, train::JobSpec spec);
+  std::shared_ptr<const train::JobSpec> SpecOf(const v1::Job& job);
+
   void RegisterShardServer(const v1::RegisterShardServerRequest& r);
   std::vector<v1::ShardServerInfo> ShardServers();
 
@@ -153,6 +160,12 @@ class Cluster {
   std::mutex sub_mu_;
   std::map<int, std::function<void()>> subscribers_;
   int next_sub_ = 1;
+  std::mutex spec_mu_;
+  std::map<std::string, std::shared_ptr<const train::JobSpec>> specs_;  // job → its spec (spec_mu_)
+  // Where a placement's ranks start (Assignment.resume_job_id, resume_step): the job's own
+  // last committed checkpoint, else checkpoint.resume_from's; an error names why there is
+  // none. job_mu_ held.
+  absl::StatusOr<std::pair<std::string, int64_t>> ResumePointLocked(const v1::Job& job, const train::JobSpec& spec);
   std::mutex rdv_mu_;
   std::map<std::tuple<std::string, int64_t, std::string>, std::string> rdv_;
   std::vector<Waiter> waiters_;

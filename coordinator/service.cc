@@ -202,13 +202,8 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
       alive += w.state() != "dead";
       idle += w.state() == "idle";
     }
-    int want = std::max(1, job->world_size()), tp = 1;
-    const auto spec = train::ParseJobSpec(job->spec_yaml());
-    if (spec.ok()) {
-      tp = spec->parallel.tp;
-      const auto choices = spec->DpChoices();
-      if (spec->elastic.enabled() && !choices.empty()) want = choices.front() * tp * spec->parallel.pp;
-    }
+    const auto spec = cluster_->SpecOf(*job);
+    const int want = spec ? spec->MinWorld() : std::max(1, job->world_size()), tp = spec ? spec->parallel.tp : 1;
     job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers",
                                       tp > 1 ? absl::StrCat(" in groups of ", tp, " on one host") : "", " (", idle,
                                       " idle of ", alive, " attached)"));
@@ -216,7 +211,7 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
       job->set_waiting_for(absl::StrCat(job->waiting_for(), " and shard server ", absl::StrJoin(missing, ", "),
                                         " (holding its checkpoint of step ", job->checkpoint_step(), ")"));
     }
-    if (spec.ok() && spec->optimizer.placement == "shardserver" && cluster_->ShardServers().empty()) {
+    if (spec && spec->optimizer.placement == "shardserver" && cluster_->ShardServers().empty()) {
       job->set_waiting_for(absl::StrCat(job->waiting_for(), " and a shard server (parameter-server mode)"));
     }
     break;
@@ -250,6 +245,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_name(spec->name);
     job.set_state(v1::PENDING);
     job.set_spec_yaml(req->spec_yaml());
+    job.set_spec_normalised(train::ToYaml(*spec));
     job.set_submit_time_unix_ms(NowUnixMs());
     job.set_update_time_unix_ms(job.submit_time_unix_ms());
     job.set_steps_total(spec->train.steps);
@@ -260,6 +256,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
       auto id = store_->CreateJob(job);
       if (!id.ok()) return id.status();
       resp->set_job_id(*id);
+      cluster_->RememberSpec(*id, *spec);  // parsed once: what placement and the ranks use
       if (auto s = cluster_->AddEvent([&] {
             v1::JobEvent e;
             e.set_job_id(*id);

@@ -16,7 +16,6 @@
 #include "common/grpc_util.h"
 #include "common/net.h"
 #include "common/status.h"
-#include "kernels/adamw.h"
 
 namespace gantry::shardserver {
 
@@ -74,10 +73,10 @@ grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* c
     r->generation = req->generation();
     r->begin = static_cast<size_t>(b);
     r->end = static_cast<size_t>(e);
-    r->beta1 = req->beta1();
-    r->beta2 = req->beta2();
-    r->eps = req->eps();
-    r->weight_decay = req->weight_decay();
+    r->adamw.beta1 = req->beta1();
+    r->adamw.beta2 = req->beta2();
+    r->adamw.eps = req->eps();
+    r->adamw.weight_decay = req->weight_decay();
     // Runs of [0, size) with one decay flag each.
     std::vector<char> decay(r->size(), 0);
     for (const auto& d : req->decay()) {
@@ -143,9 +142,7 @@ absl::Status ParamService::CompletePushLocked(Range* r, int64_t step, double lr,
   }
   // The whole range's gradient is here: one AdamW step.
   for (const Run& run : r->runs) {
-    kernels::AdamWParams hp{static_cast<float>(lr), static_cast<float>(r->beta1), static_cast<float>(r->beta2),
-                            static_cast<float>(r->eps), run.decay ? static_cast<float>(r->weight_decay) : 0.f,
-                            static_cast<int>(step)};
+    const kernels::AdamWParams hp = r->adamw.Params(lr, step, run.decay);
     kernels::adamw_update(r->params.data() + run.begin, r->grad.data() + run.begin, r->m.data() + run.begin,
                           r->v.data() + run.begin, static_cast<int64_t>(run.end - run.begin), hp);
   }

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "common/buffer.h"
+#include "kernels/adamw.h"
 #include "common/metrics.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
 
@@ -49,7 +50,7 @@ class ParamService final : public v1::ParamServer::CallbackService {
   struct Range {
     int64_t generation = 0;
     size_t begin = 0, end = 0;  // flat
-    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+    kernels::AdamWConfig adamw;
     std::vector<Run> runs;  // [0, size) cut by the decay flag
     FloatBuffer params, m, v, grad;
     int64_t step = 0;     // steps applied

@@ -181,6 +181,60 @@ std::vector<int> JobSpec::DpChoices() const {
   return out;
 }
 
+int JobSpec::WorldFor(int available) const {
+  const int group = parallel.tp * parallel.pp;
+  if (!elastic.enabled()) return world_size() <= available ? world_size() : 0;
+  int world = 0;
+  for (int d : DpChoices()) {
+    if (d * group <= available) world = d * group;
+  }
+  return world;
+}
+
+int JobSpec::MinWorld() const {
+  const std::vector<int> choices = DpChoices();
+  return elastic.enabled() && !choices.empty() ? choices.front() * parallel.tp * parallel.pp : world_size();
+}
+
+std::string ToYaml(const JobSpec& s) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(17);
+  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << s.name;
+  auto section = [&](const char* name, auto&& body) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    body();
+    out << YAML::EndMap;
+  };
+  auto kv = [&](const char* key, const auto& value) { out << YAML::Key << key << YAML::Value << value; };
+  section("model", [&] {
+    kv("n_layer", s.model.n_layer), kv("n_head", s.model.n_head), kv("n_embd", s.model.n_embd);
+    kv("vocab_size", s.model.vocab_size), kv("seq_len", s.seq_len), kv("max_seq_len", s.model.max_seq_len);
+  });
+  section("data", [&] { kv("train", s.data.train), kv("val", s.data.val), kv("shuffle", s.data.shuffle); });
+  const TrainSpec& t = s.train;
+  section("train", [&] {
+    kv("steps", t.steps), kv("micro_batch", t.micro_batch), kv("global_batch", t.global_batch), kv("lr", t.lr);
+    kv("warmup", t.warmup), kv("min_lr_ratio", t.min_lr_ratio), kv("beta1", t.beta1), kv("beta2", t.beta2);
+    kv("eps", t.eps), kv("weight_decay", t.weight_decay), kv("grad_clip", t.grad_clip), kv("seed", t.seed);
+    kv("recompute", t.recompute);
+  });
+  section("eval", [&] { kv("every", s.eval.every), kv("batches", s.eval.batches); });
+  section("checkpoint", [&] {
+    kv("every", s.checkpoint.every), kv("keep", s.checkpoint.keep), kv("host_budget_mb", s.checkpoint.host_budget_mb);
+    kv("dir", s.checkpoint.dir), kv("resume_from", s.checkpoint.resume_from);
+  });
+  section("parallel", [&] {
+    kv("dp", s.parallel.dp), kv("tp", s.parallel.tp), kv("pp", s.parallel.pp), kv("zero_stage", s.parallel.zero_stage);
+    kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
+  });
+  section("optimizer", [&] { kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness); });
+  section("resources", [&] { kv("workers", s.resources.workers); });
+  section("scheduling", [&] { kv("priority", s.scheduling.priority), kv("max_restarts", s.scheduling.max_restarts); });
+  if (s.elastic.enabled()) section("elastic", [&] { kv("min_dp", s.elastic.min_dp), kv("max_dp", s.elastic.max_dp); });
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
   YAML::Node root;
   try {

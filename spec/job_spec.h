@@ -16,6 +16,7 @@ struct DataSpec {
   std::string train;  // llm.c .bin token file
   std::string val;    // optional
   bool shuffle = false;
+  bool operator==(const DataSpec&) const = default;
 };
 
 struct TrainSpec {
@@ -34,6 +35,7 @@ struct TrainSpec {
   // Activation checkpointing: none, full (recompute each block in backward) or selective
   // (recompute attention's probabilities only). Same losses, bit for bit.
   std::string recompute = "none";
+  bool operator==(const TrainSpec&) const = default;
 };
 
 struct ParallelSpec {
@@ -44,6 +46,7 @@ struct ParallelSpec {
   double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
   double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default
   std::string schedule = "1f1b";  // pipeline schedule (pp > 1): 1f1b or gpipe
+  bool operator==(const ParallelSpec&) const = default;
 };
 
 struct OptimizerSpec {
@@ -51,12 +54,14 @@ struct OptimizerSpec {
   // server mode: each shard server steps its range of the parameters).
   std::string placement = "worker";
   int staleness = 0;  // shardserver: how many steps behind the servers a worker's parameters may be
+  bool operator==(const OptimizerSpec&) const = default;
 };
 
 // Scheduling and fault tolerance (the coordinator's).
 struct SchedulingSpec {
   int priority = 0;      // higher runs first; first come, first served within one
   int max_restarts = 3;  // times the job is placed again after a lost worker or shard server, or a failed rank
+  bool operator==(const SchedulingSpec&) const = default;
 };
 
 // Elastic data parallelism: the coordinator places the job at any dp in [min_dp, max_dp]
@@ -66,15 +71,18 @@ struct SchedulingSpec {
 struct ElasticSpec {
   int min_dp = 0, max_dp = 0;
   bool enabled() const { return max_dp > 0; }
+  bool operator==(const ElasticSpec&) const = default;
 };
 
 struct ResourcesSpec {
   int workers = 0;  // worker processes the job asks for; 0 = dp (the product of the degrees)
+  bool operator==(const ResourcesSpec&) const = default;
 };
 
 struct EvalSpec {
   int64_t every = 0;  // steps between val-loss evaluations; 0 = only at the end
   int batches = 20;   // micro-batches of the val file per evaluation
+  bool operator==(const EvalSpec&) const = default;
 };
 
 struct CheckpointSpec {
@@ -85,6 +93,7 @@ struct CheckpointSpec {
   // checkpoint of that step.
   std::string resume_from;
   std::string dir;
+  bool operator==(const CheckpointSpec&) const = default;
 };
 
 struct JobSpec {
@@ -111,14 +120,23 @@ struct JobSpec {
            : train.recompute == "selective" ? model::Recompute::kSelective
                                             : model::Recompute::kNone;
   }
+  // Placement: the workers this job takes when `available` are idle: its world, or for an
+  // elastic job the largest of its dp choices that fits (times tp x pp); 0 when none fits.
+  // MinWorld: the fewest it can start on. The coordinator's one rule for both.
+  int WorldFor(int available) const;
+  int MinWorld() const;
   // global_batch = micro_batch x grad_accum x dp
   int grad_accum() const {
     return train.micro_batch > 0 && parallel.dp > 0 ? train.global_batch / (train.micro_batch * parallel.dp) : 0;
   }
+  bool operator==(const JobSpec&) const = default;
 };
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text);
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+// The spec as YAML with every field stated (defaults included, doubles exact): the
+// coordinator's normalised form, which ParseJobSpec reads back to an equal JobSpec.
+std::string ToYaml(const JobSpec& spec);
 
 // The learning rate at 0-based step `step`: linear warmup over `warmup` steps, then cosine
 // decay from lr to lr * min_lr_ratio at the last step.

@@ -167,55 +167,41 @@ class Session {
     // OpenMP's thread count and the pinning belong to the thread that starts the parallel
     // regions: this job thread, not main (an unpinned team here made steps 2x slower).
     LOG(INFO) << "job " << a.job_id() << ": " << kernels::ConfigureThreads(FLAGS_threads);
+    // The coordinator's normalised spec, at this placement's dp.
     auto spec = train::ParseJobSpec(a.spec_yaml());
     if (!spec.ok()) return spec.status();
-    // An elastic job runs at the dp its placement chose (the global batch stays).
-    if (spec->elastic.enabled()) spec->parallel.dp = a.world_size() / (spec->parallel.tp * spec->parallel.pp);
     const std::string dir = absl::StrCat(FLAGS_work_dir, "/", a.job_id(), "/gen", a.generation());
     spec->checkpoint.dir = dir + "/checkpoints";
     train::TrainOptions o;
     o.progress = false;
     o.device = FLAGS_device;
-    // A job placed again (after a restart) continues from its newest committed checkpoint,
-    // whatever layout wrote it; a new job with checkpoint.resume_from starts from that job's
-    // newest one. Every rank reads it in place on the shard servers, only the ranges it needs.
+    // Where to start is the coordinator's decision (Assignment.resume_job_id, resume_step:
+    // this job's last committed checkpoint after a restart, or checkpoint.resume_from's),
+    // whatever layout wrote it. Every rank reads it in place on the shard servers, only the
+    // ranges it needs; the listing finds which server holds which of its files.
     const std::vector<std::string> servers(a.shard_servers().begin(), a.shard_servers().end());
-    // A shard server that cannot be listed may hold the newest checkpoint's slices: starting
-    // without it could redo the whole run, so the placement fails (UNAVAILABLE, retried) and
-    // the coordinator places the job again once the server is back or counted out.
-    // The newest checkpoint of `job`, or with step >= 0 the one of that step.
-    auto newest = [&](const std::string& job, int64_t step = -1) -> absl::StatusOr<std::optional<agent::StoredCheckpoint>> {
+    std::optional<agent::StoredCheckpoint> best;
+    if (a.resume_step() > 0) {
+      // A shard server that cannot be listed may hold the checkpoint's slices: the placement
+      // fails (UNAVAILABLE, retried) and the coordinator places the job again once the
+      // server is back or counted out.
       std::vector<std::string> unreachable;
-      auto stored = agent::ListStoredCheckpoints(servers, job, &unreachable);
+      auto stored = agent::ListStoredCheckpoints(servers, a.resume_job_id(), &unreachable);
       for (const auto& u : unreachable) Unreachable(u.substr(0, u.find(' ')));
       if (!unreachable.empty()) {
-        return absl::UnavailableError(absl::StrCat("listing the checkpoints of ", job, ": shard server ",
+        return absl::UnavailableError(absl::StrCat("listing the checkpoints of ", a.resume_job_id(), ": shard server ",
                                                    absl::StrJoin(unreachable, ", "), " is unreachable"));
       }
-      if (step >= 0) {
-        std::vector<std::string> steps;
-        for (auto& c : stored) {
-          if (c.step == step) return std::optional<agent::StoredCheckpoint>(std::move(c));
-          steps.push_back(std::to_string(c.step));
-        }
-        return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", job, " has no committed checkpoint of step ",
-                                                step, " (it has: ", steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
+      std::vector<std::string> steps;
+      for (auto& c : stored) {
+        if (c.step == a.resume_step()) best = std::move(c);
+        else steps.push_back(std::to_string(c.step));
       }
-      if (stored.empty()) return std::optional<agent::StoredCheckpoint>();
-      return std::optional<agent::StoredCheckpoint>(stored.back());
-    };
-    ASSIGN_OR_RETURN(std::optional<agent::StoredCheckpoint> best, newest(a.job_id()));
-    if (!best && !spec->checkpoint.resume_from.empty()) {
-      const std::string& from = spec->checkpoint.resume_from;
-      const size_t at = from.find('@');
-      int64_t step = -1;
-      if (at != std::string::npos && !absl::SimpleAtoi(from.substr(at + 1), &step)) {
-        return absl::InvalidArgumentError(absl::StrCat("checkpoint.resume_from: '", from, "' is not JOB or JOB@STEP"));
-      }
-      ASSIGN_OR_RETURN(best, newest(from.substr(0, at), step));
       if (!best) {
-        return absl::NotFoundError(absl::StrCat("checkpoint.resume_from: job ", from.substr(0, at),
-                                                " has no committed checkpoint on the shard servers"));
+        return absl::NotFoundError(absl::StrCat(
+            a.resume_job_id() == a.job_id() ? "resuming: job " : "checkpoint.resume_from: job ", a.resume_job_id(),
+            " has no committed checkpoint of step ", a.resume_step(), " on the shard servers (they hold: ",
+            steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
       }
     }
     std::unique_ptr<agent::ShardCheckpointSource> resume_source;
@@ -277,7 +263,7 @@ class Session {
       const std::vector<model::ParamTensor> layout = model::ParameterLayout(spec->model);
       remote = std::make_unique<agent::ParamServerClient>(
           a.job_id(), a.generation(), ranges, layout, layout.back().offset + layout.back().numel,
-          train::AdamWConfig{spec->train.beta1, spec->train.beta2, spec->train.eps, spec->train.weight_decay});
+          train::AdamWOf(spec->train));
       o.remote_optimizer = remote.get();
       LOG(INFO) << "job " << a.job_id() << ": AdamW on " << ranges.size() << " shard server(s)";
     }

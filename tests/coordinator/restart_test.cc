@@ -90,7 +90,8 @@ TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
   const std::string w1 = cluster_->AddWorker(&s1, v1::Resources());
   const std::string w2 = cluster_->AddWorker(&s2, v1::Resources());
   const std::string job = Submit(/*max_restarts=*/1);
-  const v1::Assignment* a = Assigned(s1.Take());
+  const auto m1 = s1.Take();  // the assignment points into it
+  const v1::Assignment* a = Assigned(m1);
   ASSERT_NE(a, nullptr) << "placed on the first idle worker";
   EXPECT_EQ(a->generation(), 1);
   Step(w1, job, 1, 5);
@@ -102,7 +103,8 @@ TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
   EXPECT_EQ(after.generation(), 2) << "placed again at once on the spare worker";
   EXPECT_EQ(after.state(), v1::SCHEDULED);
   EXPECT_NE(after.reason().find("worker " + w1), std::string::npos) << after.reason();
-  const v1::Assignment* b = Assigned(s2.Take());
+  const auto m2 = s2.Take();
+  const v1::Assignment* b = Assigned(m2);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->generation(), 2);
   Step(w2, job, 2, 3);  // resumed from a checkpoint of step 2
@@ -146,6 +148,9 @@ TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
   const v1::Job failed = Job(job);
   EXPECT_EQ(failed.state(), v1::FAILED);
   EXPECT_NE(failed.reason().find("scheduling.max_restarts is 1"), std::string::npos) << failed.reason();
+  // Two placements, a restart decision and a failure read the spec; the coordinator parsed
+  // it once (this job was stored without Cluster::RememberSpec, as after a restart).
+  EXPECT_EQ(registry_.GetCounter("gantry_coordinator_spec_parses_total", "").Value(), 1.0);
 }
 
 // A step that does not come within the stall limit: the coordinator compares the ranks'
@@ -227,10 +232,16 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
     job = *store_->CreateJob(j);
   }
   cluster_->JobSubmitted();
-  const v1::Assignment* a = Assigned(s1.Take());
+  const auto m0 = s1.Take();
+  const v1::Assignment* a = Assigned(m0);
   ASSERT_NE(a, nullptr) << "an elastic job starts at the dp the idle workers allow";
   EXPECT_EQ(a->world_size(), 1);
   EXPECT_EQ(Job(job).world_size(), 1);
+  EXPECT_EQ(a->resume_step(), 0) << "a fresh start";
+  // The ranks read the coordinator's normalised spec, at the dp of their placement.
+  auto placed = train::ParseJobSpec(a->spec_yaml());
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->parallel.dp, 1);
   Step(w1, job, 1, 4);
 
   const std::string w2 = cluster_->AddWorker(&s2, v1::Resources());
@@ -246,10 +257,17 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
   EXPECT_EQ(grown.generation(), 2);
   EXPECT_EQ(grown.world_size(), 2);
   EXPECT_EQ(grown.restarts(), 0) << "growing is not a restart";
-  const v1::Assignment* b1 = Assigned(s1.Take());
-  const v1::Assignment* b2 = Assigned(s2.Take());
+  const auto m1 = s1.Take(), m2 = s2.Take();  // the assignments point into them
+  const v1::Assignment* b1 = Assigned(m1);
+  const v1::Assignment* b2 = Assigned(m2);
   ASSERT_TRUE(b1 != nullptr && b2 != nullptr);
   EXPECT_EQ(b1->world_size(), 2);
+  // Both ranks start where the coordinator recorded the commit: step 4 of this job.
+  for (const v1::Assignment* b : {b1, b2}) {
+    EXPECT_EQ(b->resume_job_id(), job);
+    EXPECT_EQ(b->resume_step(), 4);
+    EXPECT_EQ(train::ParseJobSpec(b->spec_yaml())->parallel.dp, 2);
+  }
   const std::vector<v1::JobEvent> events = *store_->Events(job, 0, 1000);
   bool said = false;
   for (const auto& e : events) said = said || e.message().find("growing from dp 1 to dp 2") != std::string::npos;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/file_util.h"
 #include "tests/test_util.h"
 
 namespace gantry::train {
@@ -126,6 +127,62 @@ parallel: {dp: 2}
   EXPECT_NE(Error(base + "elastic: {min_dp: 3, max_dp: 4}\n").find("field 'parallel.dp' must be within [elastic.min_dp, elastic.max_dp] = [3, 4], not 2"),
             std::string::npos);
   EXPECT_NE(Error(base + "scheduling: {max_restarts: -1}\n").find("scheduling.max_restarts"), std::string::npos);
+}
+
+// The coordinator's normalised form: every field stated, and read back to the same spec.
+TEST(JobSpecTest, NormalisedYamlReadsBackToTheSameSpec) {
+  std::vector<std::string> specs = {
+      kMinimal,
+      R"(
+name: "odd: name # with 'quotes'"
+model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 300, seq_len: 16, max_seq_len: 64}
+data: {train: "a b.bin", val: v.bin, shuffle: true}
+train: {steps: 7, micro_batch: 3, global_batch: 24, lr: 3.0000000000000001e-4, warmup: 2, min_lr_ratio: 0.1,
+        beta1: 0.85, beta2: 0.95, eps: 1.0e-7, weight_decay: 0.123456789, grad_clip: 0, seed: 18446744073709551615,
+        recompute: selective}
+eval: {every: 3, batches: 2}
+checkpoint: {every: 2, keep: 1, host_budget_mb: 0.5, dir: /tmp/x, resume_from: j-000001@40}
+parallel: {dp: 2, tp: 2, pp: 2, zero_stage: 1, bucket_mb: 1.5, timeout_s: 30, schedule: gpipe}
+scheduling: {priority: -3, max_restarts: 0}
+elastic: {min_dp: 1, max_dp: 4}
+)"};
+  auto demo = ReadFileToString(testing::SourcePath("configs/demo.yaml"));
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  specs.push_back(*demo);
+  for (const auto& text : specs) {
+    auto s = ParseJobSpec(text);
+    ASSERT_TRUE(s.ok()) << s.status() << "\n" << text;
+    const std::string normal = ToYaml(*s);
+    auto back = ParseJobSpec(normal);
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << normal;
+    EXPECT_TRUE(*back == *s) << normal;
+    EXPECT_EQ(ToYaml(*back), normal) << "normalising is idempotent";
+  }
+  auto s = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(s.ok());
+  auto changed = *s;
+  changed.train.eps = 1.0000000000000002e-8;  // one ulp away: doubles are written exactly
+  EXPECT_FALSE(*ParseJobSpec(ToYaml(changed)) == *s);
+}
+
+TEST(JobSpecTest, PlacementTakesTheWorldOrTheLargestElasticDpThatFits) {
+  const std::string base = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, global_batch: 24, lr: 1.0e-3}
+)";
+  auto fixed = ParseJobSpec(base + "parallel: {dp: 2, tp: 2}\n");
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->MinWorld(), 4);
+  EXPECT_EQ(fixed->WorldFor(3), 0);
+  EXPECT_EQ(fixed->WorldFor(4), 4);
+  EXPECT_EQ(fixed->WorldFor(9), 4) << "not elastic: its world, however many are idle";
+  auto elastic = ParseJobSpec(base + "parallel: {dp: 2, pp: 2}\nelastic: {min_dp: 2, max_dp: 5}\n");
+  ASSERT_TRUE(elastic.ok()) << elastic.status();
+  EXPECT_EQ(elastic->MinWorld(), 4) << "dp 2 x pp 2";
+  EXPECT_EQ(elastic->WorldFor(3), 0);
+  EXPECT_EQ(elastic->WorldFor(7), 6) << "dp 3";
+  EXPECT_EQ(elastic->WorldFor(100), 8) << "dp 4: 2 x 5 does not divide 24";
 }
 
 TEST(JobSpecTest, TensorAndPipelineDegreesMustDivideHeadsAndLayers) {

@@ -31,6 +31,12 @@ class Communicator {
   virtual absl::Status Send(const float* data, size_t n, int peer) = 0;
   virtual absl::Status Recv(float* data, size_t n, int peer) = 0;
   virtual absl::Status Barrier() = 0;
+  // The job's placement is over (the coordinator said so, or is gone): the collective in
+  // flight, or the next, fails at once as ABORTED rather than waiting out its timeout or a
+  // peer. Thread-safe: called from outside the thread that runs the collectives. Gloo and
+  // NCCL abort their transport (NCCL: ncclCommAbort; a communicator is aborted after a
+  // failure, never destroyed in a collective).
+  virtual void Abort() = 0;
 };
 
 }  // namespace gantry::parallel

@@ -56,7 +56,7 @@ class GlooCommunicator final : public Communicator {
   // The job's placement is over (the coordinator said so, or is gone): the current or next
   // collective's failure ends at once, as ABORTED, without waiting out the failure grace
   // for the other ranks' reports. Thread-safe.
-  void Abort() { aborted_ = true; }
+  void Abort() override { aborted_ = true; }
 
  private:
   GlooCommunicator(int rank, int size, std::shared_ptr<gloo::Context> ctx,

@@ -50,7 +50,7 @@ class NcclCommunicator final : public Communicator {
   // The job's placement is over: the collective in flight (or the next) aborts the NCCL
   // communicator (ncclCommAbort) and fails as ABORTED at once, without the failure grace.
   // Thread-safe: the waiting loop notices it within microseconds.
-  void Abort() { aborted_ = true; }
+  void Abort() override { aborted_ = true; }
 
  private:
   struct Impl;

@@ -100,9 +100,7 @@ class CudaModel final : public DeviceModel {
     const float coef = kernels::clip_coefficient(norm, static_cast<float>(grad_clip));
     if (coef < 1.0f) RETURN_IF_ERROR(cu::ScaleInplace(*ctx_, grads_, static_cast<int64_t>(n_), coef));
     for (const model::ParamTensor& t : tensors_) {
-      const kernels::AdamWParams hp{static_cast<float>(lr), static_cast<float>(c.beta1), static_cast<float>(c.beta2),
-                                    static_cast<float>(c.eps), t.decay ? static_cast<float>(c.weight_decay) : 0.f,
-                                    step};
+      const kernels::AdamWParams hp = c.Params(lr, step, t.decay);
       RETURN_IF_ERROR(Op("adamw", [&] {
         return cu::AdamWUpdate(params_ + t.offset, grads_ + t.offset, m_ + t.offset, v_ + t.offset,
                                static_cast<int64_t>(t.numel), hp, ctx_->stream());

@@ -31,9 +31,7 @@ AdamW::AdamW(const std::vector<model::ParamTensor>& tensors, const std::vector<S
 
 void AdamW::Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step) {
   for (const Range& r : ranges_) {
-    kernels::AdamWParams hp{static_cast<float>(lr), static_cast<float>(config_.beta1),
-                            static_cast<float>(config_.beta2), static_cast<float>(config_.eps),
-                            r.decay ? static_cast<float>(config_.weight_decay) : 0.f, step};
+    const kernels::AdamWParams hp = config_.Params(lr, step, r.decay);
     float* p = params + (pindex == Index::kFlat ? r.flat_begin : r.local);
     const float* g = grads + (gindex == Index::kFlat ? r.flat_begin : r.local);
     kernels::adamw_update(p, g, m_.data() + r.local, v_.data() + r.local,

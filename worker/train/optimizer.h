@@ -5,13 +5,15 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "kernels/adamw.h"
+#include "spec/job_spec.h"
 #include "worker/model/gpt.h"
 
 namespace gantry::train {
 
-struct AdamWConfig {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
-};
+using AdamWConfig = kernels::AdamWConfig;
+// The AdamW of a job spec's train section.
+inline AdamWConfig AdamWOf(const TrainSpec& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay}; }
 
 // A run of the flat parameter buffer [flat_begin, flat_end) that a rank owns, stored at
 // `local` in its compact shard buffers (gradients, m, v and, under ZeRO 3, parameters).

@@ -103,8 +103,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
         "optimizer.placement shardserver runs AdamW on the shard servers: submit the job to a cluster");
   }
   ASSIGN_OR_RETURN(t->engine_, ZeroEngine::Create(t->model_.get(), comm, spec.parallel.zero_stage, spec.parallel.bucket_mb,
-                                                  AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps,
-                                                              spec.train.weight_decay},
+                                                  AdamWOf(spec.train),
                                                   spec.optimizer.placement == "shardserver" ? options.remote_optimizer
                                                                                             : nullptr,
                                                   spec.optimizer.staleness,
@@ -344,7 +343,7 @@ StepReport Trainer::DeviceStep(int64_t step) {
   loss /= accum;
   const double lr = LearningRate(spec_.train, step);
   const auto t_opt = std::chrono::steady_clock::now();
-  auto norm = device_->Update(AdamWConfig{spec_.train.beta1, spec_.train.beta2, spec_.train.eps, spec_.train.weight_decay},
+  auto norm = device_->Update(AdamWOf(spec_.train),
                               lr, static_cast<int>(step + 1), spec_.train.grad_clip);
   if (!norm.ok()) return fail(norm.status());
   const auto t1 = std::chrono::steady_clock::now();
