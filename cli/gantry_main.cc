@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "common/console.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/security.h"
@@ -145,21 +146,16 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
         std::printf("val loss %.4f (before training)\n", r.val_loss());
         continue;
       }
-      std::printf("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s"
-                  " | compute %.1f comm %.1f opt %.1f ms%s\n",
-                  static_cast<long>(r.step()), static_cast<long>(job.steps_total()), r.loss(), r.lr(), r.grad_norm(),
-                  r.step_seconds() * 1e3, r.tokens_per_second(), r.compute_seconds() * 1e3, r.comm_seconds() * 1e3,
-                  r.optimizer_seconds() * 1e3,
-                  std::isnan(r.val_loss()) ? "" : absl::StrFormat(" | val loss %.4f", r.val_loss()).c_str());
+      std::printf("%s\n", FormatStepLine({r.step(), job.steps_total(), r.loss(), r.lr(), r.grad_norm(), r.step_seconds(),
+                                          r.tokens_per_second(), r.compute_seconds(), r.comm_seconds(),
+                                          r.optimizer_seconds(), r.val_loss()})
+                             .c_str());
       if (first_step < 0) first_step = r.step();
       if (tty && job.steps_total() > 0) {
-        const double frac = static_cast<double>(r.step()) / job.steps_total();
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double done = static_cast<double>(r.step() - first_step + 1);
-        const double eta = el / done * (job.steps_total() - r.step());
-        const int w = 30, f = static_cast<int>(frac * w);
-        std::fprintf(stderr, "[%s%s] %3.0f%% ETA %dm%02ds", std::string(f, '=').c_str(), std::string(w - f, ' ').c_str(),
-                     frac * 100, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+        const double eta = el / done * static_cast<double>(job.steps_total() - r.step());
+        std::fputs(FormatProgressBar(r.step(), job.steps_total(), eta).c_str(), stderr);
         bar = true;
       }
     }

@@ -39,7 +39,7 @@ INCLUDE_RULES = {
     "spec/": ["worker/", "kernels/", "coordinator/", "shardserver/", "cli/", "gantry/v1/", "grpcpp/"],
     "kernels/": ["worker/", "spec/", "coordinator/", "shardserver/", "cli/"],
     "coordinator/": ["worker/", "kernels/", "cli/"],
-    "shardserver/": ["worker/", "coordinator/", "cli/", "spec/"],
+    "shardserver/": ["worker/", "coordinator/", "cli/"],
     "worker/": ["coordinator/", "cli/"],
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]([^">]+)[">]', re.M)

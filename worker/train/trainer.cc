@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "common/console.h"
 #include "kernels/grad_norm.h"
 #include "worker/model/hf_io.h"
 #include "worker/train/checkpoint.h"
@@ -398,18 +399,9 @@ void Trainer::Print(const std::string& line) {
 
 void Trainer::DrawProgress(int64_t done, double elapsed) {
   if (!options_.progress) return;
-  const int64_t total = spec_.train.steps - start_step_;
   const int64_t did = done - start_step_;
-  const double frac = total > 0 ? static_cast<double>(did) / total : 1.0;
-  const int width = 30;
-  const int fill = static_cast<int>(frac * width);
-  const double eta = did > 0 ? elapsed / did * (total - did) : 0.0;
-  std::string bar(fill, '=');
-  if (fill < width) bar += '>';
-  bar.resize(width, ' ');
-  std::fprintf(stderr, "\r\033[K[%s] %ld/%ld %3.0f%% ETA %dm%02ds", bar.c_str(),
-               static_cast<long>(done), static_cast<long>(spec_.train.steps), frac * 100,
-               static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+  const double eta = did > 0 ? elapsed / static_cast<double>(did) * static_cast<double>(spec_.train.steps - done) : 0.0;
+  std::fprintf(stderr, "\r\033[K%s", FormatProgressBar(done, spec_.train.steps, eta).c_str());
   std::fflush(stderr);
   bar_shown_ = true;
 }
@@ -581,11 +573,8 @@ absl::Status Trainer::Run() {
     if (options_.print_losses) {
       Print(absl::StrFormat("step %ld loss %.9g", static_cast<long>(r.step), r.loss));
     } else {
-      Print(absl::StrFormat("step %5ld/%ld | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s"
-                            " | compute %.1f comm %.1f opt %.1f ms",
-                            static_cast<long>(r.step), static_cast<long>(s.train.steps), r.loss,
-                            r.lr, r.grad_norm, r.seconds * 1e3, r.tokens_per_second, r.compute_seconds * 1e3,
-                            r.comm_seconds * 1e3, r.optimizer_seconds * 1e3));
+      Print(FormatStepLine({r.step, s.train.steps, r.loss, r.lr, r.grad_norm, r.seconds, r.tokens_per_second,
+                            r.compute_seconds, r.comm_seconds, r.optimizer_seconds}));
     }
     const bool last = r.step == s.train.steps;
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {

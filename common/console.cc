@@ -1,0 +1,27 @@
+#include "common/console.h"
+
+#include "absl/strings/str_format.h"
+
+namespace gantry {
+
+std::string FormatStepLine(const StepLine& s) {
+  std::string line = absl::StrFormat(
+      "step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s | compute %.1f comm %.1f opt %.1f ms",
+      s.step, s.steps, s.loss, s.lr, s.grad_norm, s.seconds * 1e3, s.tokens_per_second, s.compute_seconds * 1e3,
+      s.comm_seconds * 1e3, s.optimizer_seconds * 1e3);
+  if (!std::isnan(s.val_loss)) line += absl::StrFormat(" | val loss %.4f", s.val_loss);
+  return line;
+}
+
+std::string FormatProgressBar(int64_t done, int64_t total, double eta_seconds) {
+  const double frac = total > 0 ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 1.0;
+  constexpr int kWidth = 30;
+  const int fill = static_cast<int>(frac * kWidth);
+  std::string bar(static_cast<size_t>(fill), '=');
+  if (fill < kWidth) bar += '>';
+  bar.resize(kWidth, ' ');
+  const int eta = std::max(0, static_cast<int>(eta_seconds));
+  return absl::StrFormat("[%s] %d/%d %3.0f%% ETA %dm%02ds", bar, done, total, frac * 100, eta / 60, eta % 60);
+}
+
+}  // namespace gantry
