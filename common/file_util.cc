@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -37,6 +38,42 @@ class FileSource final : public ByteSource {
 };
 
 }  // namespace
+
+absl::Status StringSource::ReadAt(size_t offset, size_t n, void* dst) const {
+  if (offset > bytes_.size() || n > bytes_.size() - offset) {
+    return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", +", n, ") beyond ", bytes_.size()));
+  }
+  std::memcpy(dst, bytes_.data() + offset, n);
+  return absl::OkStatus();
+}
+
+SegmentsSource::SegmentsSource(std::string head, std::vector<absl::string_view> runs) : head_(std::move(head)) {
+  runs_.push_back(head_);
+  for (absl::string_view r : runs) {
+    if (!r.empty()) runs_.push_back(r);
+  }
+  for (absl::string_view r : runs_) {
+    starts_.push_back(size_);
+    size_ += r.size();
+  }
+}
+
+absl::Status SegmentsSource::ReadAt(size_t offset, size_t n, void* dst) const {
+  if (offset > size_ || n > size_ - offset) {
+    return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", +", n, ") beyond ", size_));
+  }
+  char* out = static_cast<char*>(dst);
+  // The run holding `offset`, then on through the runs until n bytes are copied.
+  size_t r = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin()) - 1;
+  for (; n > 0; ++r) {
+    const size_t in = offset - starts_[r], k = std::min(n, runs_[r].size() - in);
+    std::memcpy(out, runs_[r].data() + in, k);
+    out += k;
+    offset += k;
+    n -= k;
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::shared_ptr<const ByteSource>> OpenFileSource(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

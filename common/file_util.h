@@ -19,6 +19,33 @@ class ByteSource {
   virtual absl::Status ReadAt(size_t offset, size_t n, void* dst) const = 0;
 };
 
+// Bytes held in memory as a ByteSource.
+class StringSource final : public ByteSource {
+ public:
+  explicit StringSource(std::string bytes) : bytes_(std::move(bytes)) {}
+  size_t size() const override { return bytes_.size(); }
+  absl::Status ReadAt(size_t offset, size_t n, void* dst) const override;
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  const std::string bytes_;
+};
+
+// A file made of runs of memory it does not own (a header string it keeps, then the data
+// where it lies): streamed without assembling it. The runs must outlive the source.
+class SegmentsSource final : public ByteSource {
+ public:
+  SegmentsSource(std::string head, std::vector<absl::string_view> runs);
+  size_t size() const override { return size_; }
+  absl::Status ReadAt(size_t offset, size_t n, void* dst) const override;
+
+ private:
+  const std::string head_;
+  std::vector<absl::string_view> runs_;  // head_ first
+  std::vector<size_t> starts_;           // each run's offset in the file
+  size_t size_ = 0;
+};
+
 // A local file as a ByteSource (positioned reads).
 absl::StatusOr<std::shared_ptr<const ByteSource>> OpenFileSource(const std::string& path);
 

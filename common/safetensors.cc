@@ -72,21 +72,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 namespace {
 
-class StringSource final : public ByteSource {
- public:
-  explicit StringSource(std::string bytes) : bytes_(std::move(bytes)) {}
-  size_t size() const override { return bytes_.size(); }
-  absl::Status ReadAt(size_t offset, size_t n, void* dst) const override {
-    if (offset > bytes_.size() || n > bytes_.size() - offset) {
-      return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", +", n, ") beyond ", bytes_.size()));
-    }
-    std::memcpy(dst, bytes_.data() + offset, n);
-    return absl::OkStatus();
-  }
-
- private:
-  const std::string bytes_;
-};
 
 }  // namespace
 
@@ -341,14 +326,30 @@ std::string SerializeSafetensors(const std::vector<TensorToWrite>& tensors,
   return out;
 }
 
+namespace {
+// The header, then each tensor's bytes where they are.
+std::vector<absl::string_view> DataRuns(const std::vector<TensorToWrite>& tensors, const std::vector<size_t>& sizes) {
+  std::vector<absl::string_view> runs;
+  for (size_t i = 0; i < tensors.size(); ++i) runs.emplace_back(static_cast<const char*>(tensors[i].data), sizes[i]);
+  return runs;
+}
+}  // namespace
+
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  // The header, then each tensor's bytes from where they are: no copy of the whole file.
+  // No copy of the whole file.
   std::vector<size_t> sizes;
   const std::string header = Header(tensors, metadata, &sizes);
   std::vector<absl::string_view> pieces = {header};
-  for (size_t i = 0; i < tensors.size(); ++i) pieces.emplace_back(static_cast<const char*>(tensors[i].data), sizes[i]);
+  for (absl::string_view r : DataRuns(tensors, sizes)) pieces.push_back(r);
   return WriteFileAtomic(path, pieces);
+}
+
+std::shared_ptr<const ByteSource> SafetensorsSource(const std::vector<TensorToWrite>& tensors,
+                                                   const std::map<std::string, std::string>& metadata) {
+  std::vector<size_t> sizes;
+  std::string header = Header(tensors, metadata, &sizes);
+  return std::make_shared<SegmentsSource>(std::move(header), DataRuns(tensors, sizes));
 }
 
 }  // namespace gantry

@@ -72,6 +72,11 @@ std::string SerializeSafetensors(const std::vector<TensorToWrite>& tensors,
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
+// The same file as a ByteSource over the tensors' memory (no copy): what WriteSafetensors
+// would write, byte for byte. The tensors' data must outlive it.
+std::shared_ptr<const ByteSource> SafetensorsSource(const std::vector<TensorToWrite>& tensors,
+                                                   const std::map<std::string, std::string>& metadata = {});
+
 std::string ShapeString(const std::vector<int64_t>& shape);
 
 }  // namespace gantry

@@ -26,32 +26,53 @@ std::unique_ptr<v1::ShardServer::Stub> Stub(const std::string& address) {
 }
 }  // namespace
 
-absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::string& job_id, int64_t step,
-                                    const std::string& dir, const std::vector<std::string>& files) {
+absl::StatusOr<int64_t> UploadSources(const std::string& address, const std::string& job_id, int64_t step,
+                                      const std::vector<std::pair<std::string, const ByteSource*>>& files) {
   auto stub = Stub(address);
   auto ctx = ContextWithDeadline(600);
   v1::WriteChunksResponse resp;
   auto writer = stub->WriteChunks(ctx.get(), &resp);
-  for (const auto& part : files) {
-    ASSIGN_OR_RETURN(std::string bytes, ReadFileToString((fs::path(dir) / part).string()));
+  absl::Status read;
+  std::string buf;
+  for (const auto& [part, source] : files) {
+    const size_t size = source->size();
     size_t off = 0;
+    bool open = true;
     do {
-      const size_t n = std::min(kChunkBytes, bytes.size() - off);
+      const size_t n = std::min(kChunkBytes, size - off);
+      buf.resize(n);
+      read = source->ReadAt(off, n, buf.data());
+      if (!read.ok()) break;
       v1::Chunk c;
       c.set_job_id(job_id);
       c.set_step(step);
       c.set_part(part);
       c.set_offset(static_cast<int64_t>(off));
-      c.set_data(bytes.data() + off, n);
-      c.set_crc32c(Crc32c(bytes.data() + off, n));
+      c.set_crc32c(Crc32c(buf.data(), n));
+      c.set_data(std::move(buf));
       off += n;
-      c.set_last(off >= bytes.size());
-      if (!writer->Write(c)) break;  // the server ended the stream: Finish() says why
-    } while (off < bytes.size());
+      c.set_last(off >= size);
+      open = writer->Write(c);  // false: the server ended the stream, and Finish() says why
+    } while (open && off < size);
+    if (!read.ok() || !open) break;
   }
+  if (!read.ok()) ctx->TryCancel();  // nothing half-sent is committed: the part never completes
   writer->WritesDone();
-  RETURN_IF_ERROR(Annotate(FromGrpc(writer->Finish()), absl::StrCat("writing checkpoint to ", address)));
+  const absl::Status sent = FromGrpc(writer->Finish());
+  RETURN_IF_ERROR(Annotate(read, "reading the checkpoint to send"));
+  RETURN_IF_ERROR(Annotate(sent, absl::StrCat("writing checkpoint to ", address)));
   return resp.bytes();
+}
+
+absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::string& job_id, int64_t step,
+                                    const std::string& dir, const std::vector<std::string>& files) {
+  std::vector<std::shared_ptr<const ByteSource>> open;
+  std::vector<std::pair<std::string, const ByteSource*>> sources;
+  for (const auto& part : files) {
+    ASSIGN_OR_RETURN(open.emplace_back(), OpenFileSource((fs::path(dir) / part).string()));
+    sources.emplace_back(part, open.back().get());
+  }
+  return UploadSources(address, job_id, step, sources);
 }
 
 absl::Status CommitCheckpoint(const std::string& address, const std::string& job_id, int64_t step,

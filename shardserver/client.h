@@ -8,14 +8,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_util.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
 
 namespace gantry::agent {
 
 constexpr size_t kChunkBytes = 1 << 20;
 
-// Streams the named files of dir as parts of checkpoint (job, step), not committed: a
-// sharded checkpoint's ranks each send their own. Returns the bytes written.
+// Streams each (name, bytes) as a part of checkpoint (job, step), not committed: a sharded
+// checkpoint's ranks each send their own, from memory. Returns the bytes written.
+absl::StatusOr<int64_t> UploadSources(const std::string& address, const std::string& job_id, int64_t step,
+                                      const std::vector<std::pair<std::string, const ByteSource*>>& files);
+// The same for the named files of dir.
 absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::string& job_id, int64_t step,
                                     const std::string& dir, const std::vector<std::string>& files);
 // Makes checkpoint (job, step) visible once every named part is written (else an error,

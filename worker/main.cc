@@ -42,7 +42,7 @@
 
 DEFINE_string(coordinator, "127.0.0.1:7070", "coordinator address");
 DEFINE_string(host, "", "host name to report (default: this machine's)");
-DEFINE_string(work_dir, "", "scratch directory for checkpoints before upload; required");
+DEFINE_string(work_dir, "", "scratch directory of the jobs (checkpoints stream to the shard servers from memory); required");
 DEFINE_string(metrics_listen, "127.0.0.1:9490", "Prometheus /metrics address (port 0 picks one)");
 DEFINE_int32(threads, 0, "CPU threads for training (0: all the process may use)");
 DEFINE_string(device, "cpu", "where steps run: cpu, cuda or cuda:N (cuda: dp 1, ZeRO 0 jobs)");
@@ -340,26 +340,29 @@ class Session {
       return !cancel.load() && !g_stop.load();
     };
     // Checkpoints are asynchronous and sharded: the trainer's writer thread hands over this
-    // rank's files (rank 0's include the manifest); they go to the shard server, and the
-    // coordinator, told, commits the checkpoint once every rank's part is there.
-    o.on_checkpoint_part = [&](const std::string& dir, const std::vector<std::string>& files,
-                               int64_t step) -> absl::Status {
+    // rank's files in memory (rank 0's include the manifest); they stream to the shard
+    // servers, and the coordinator, told, commits the checkpoint once every rank's part is in.
+    o.on_checkpoint_part = [&](const std::vector<train::CheckpointFile>& files, int64_t step) -> absl::Status {
       if (slice_server.empty()) {
-        LOG(WARNING) << "job " << a.job_id() << ": no shard server; the checkpoint of step " << step << " stays in " << dir;
+        LOG(WARNING) << "job " << a.job_id() << ": no shard server was registered when the job was placed: the "
+                     << "checkpoint of step " << step << " is not kept";
         return absl::OkStatus();
       }
       const auto t0 = std::chrono::steady_clock::now();
-      std::map<std::string, std::vector<std::string>> by_server;  // the manifest and config go with slice 0
+      // The manifest and config go with slice 0.
+      std::map<std::string, std::vector<std::pair<std::string, const ByteSource*>>> by_server;
+      const train::CheckpointFile* manifest_file = nullptr;
       for (const auto& f : files) {
-        const int slice = train::CheckpointFileSlice(f);
+        const int slice = train::CheckpointFileSlice(f.name);
         if (slice >= static_cast<int>(slice_server.size())) {
-          return absl::InternalError(absl::StrCat(f, ": slice ", slice, " of a partition map of ", slice_server.size()));
+          return absl::InternalError(absl::StrCat(f.name, ": slice ", slice, " of a partition map of ", slice_server.size()));
         }
-        by_server[slice_server[std::max(slice, 0)]].push_back(f);
+        by_server[slice_server[std::max(slice, 0)]].emplace_back(f.name, f.bytes.get());
+        if (f.name == "manifest.json") manifest_file = &f;
       }
       int64_t bytes = 0;
-      for (const auto& [server, names] : by_server) {
-        auto n = agent::UploadFiles(server, a.job_id(), step, dir, names);
+      for (const auto& [server, sources] : by_server) {
+        auto n = agent::UploadSources(server, a.job_id(), step, sources);
         if (!n.ok()) {
           if (absl::IsUnavailable(n.status()) || absl::IsDeadlineExceeded(n.status())) Unreachable(server);
           return n.status();
@@ -372,18 +375,20 @@ class Session {
       p->set_generation(a.generation());
       p->set_rank(a.rank());
       p->set_step(step);
-      for (const auto& [server, names] : by_server) {
-        for (const auto& f : names) {
+      for (const auto& [server, sources] : by_server) {
+        for (const auto& f : sources) {
           auto* pf = p->add_files();
-          pf->set_name(f);
+          pf->set_name(f.first);
           pf->set_shard_server(server);
         }
       }
       p->set_bytes(bytes);
       if (a.rank() == 0) {
-        ASSIGN_OR_RETURN(std::string text, ReadFileToString((std::filesystem::path(dir) / "manifest.json").string()));
+        if (manifest_file == nullptr) return absl::InternalError("rank 0's checkpoint part has no manifest.json");
+        std::string text(manifest_file->bytes->size(), '\0');
+        RETURN_IF_ERROR(manifest_file->bytes->ReadAt(0, text.size(), text.data()));
         nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-        if (manifest.is_discarded()) return absl::DataLossError(absl::StrCat(dir, "/manifest.json is not valid JSON"));
+        if (manifest.is_discarded()) return absl::DataLossError("the checkpoint's manifest.json is not valid JSON");
         manifest["job_id"] = a.job_id();
         manifest["generation"] = a.generation();
         p->set_manifest_json(manifest.dump());
@@ -395,8 +400,6 @@ class Session {
           .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       registry_->GetGauge("gantry_worker_checkpoint_bytes", "Size of this rank's last checkpoint part.")
           .Set(static_cast<double>(bytes));
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);  // on the shard server now
       return absl::OkStatus();
     };
     auto trainer = train::Trainer::Create(*spec, o);

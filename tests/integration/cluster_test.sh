@@ -50,6 +50,8 @@ check "tensor parallelism with ZeRO 3 is refused at submit, saying why" bash -c 
 "$CLI" submit "$TMP/example.yaml" --wait >"$TMP/watch.txt"; rc=$?
 check "example job watched to SUCCEEDED" bash -c "[ $rc -eq 0 ] && grep -q 'j-000001 SUCCEEDED' '$TMP/watch.txt' && grep -q 'step    30/30' '$TMP/watch.txt'"
 check "checkpoints lists steps 10, 20, 30" bash -c "[ \$('$CLI' checkpoints j-000001 | grep -cE '^(10|20|30) ') -eq 3 ]"
+check "checkpoints streamed from the workers' memory: no file was written under their work dirs" \
+  bash -c "[ -z \"\$(find '$TMP'/cluster/worker[0-9] -type f 2>/dev/null)\" ]"
 "$CLI" export j-000001 --step 30 -o "$TMP/export" >/dev/null
 "$TRAIN" "$TMP/example.yaml" --save "$TMP/local" --no-progress --threads 1 >/dev/null
 eval_loss() { "$TRAIN" eval --from "$1" --data "$TMP/data/val.bin" --seq-len 32 --batch 4 --batches 3 --threads 1; }

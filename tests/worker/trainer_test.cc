@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 
 #include "common/file_util.h"
+#include "common/status.h"
 #include "tests/test_util.h"
 #include "worker/data/token_file.h"
 
@@ -92,6 +95,36 @@ TEST_F(TrainerTest, ResumeContinuesExactly) {
   l1.insert(l1.end(), l2.begin(), l2.end());
   EXPECT_EQ(0, std::memcmp(lf.data(), l1.data(), lf.size() * 4));
   EXPECT_EQ(0, std::memcmp(full->model().params(), second->model().params(), full->model().num_params() * 4));
+}
+
+// With the worker's hook, a checkpoint's files go to it from memory: nothing is written
+// under checkpoint.dir (here a path no one can create), and each file is byte for byte the
+// one a local checkpoint of the same run holds.
+TEST_F(TrainerTest, CheckpointPartsStreamFromMemoryByteForByte) {
+  ASSERT_TRUE(Make(Spec(6, 3))->Run().ok());  // local: ckpt/step_00000003, step_00000006
+  JobSpec s = Spec(6, 3);
+  s.checkpoint.dir = "/dev/null/cannot-exist";
+  std::map<int64_t, std::map<std::string, std::string>> sent;
+  TrainOptions o;
+  o.on_checkpoint_part = [&](const std::vector<CheckpointFile>& files, int64_t step) {
+    for (const auto& f : files) {
+      std::string bytes(f.bytes->size(), '\0');
+      RETURN_IF_ERROR(f.bytes->ReadAt(0, bytes.size(), bytes.data()));
+      sent[step][f.name] = std::move(bytes);
+    }
+    return absl::OkStatus();
+  };
+  auto t = Make(s, o);
+  ASSERT_TRUE(t->Run().ok());
+  ASSERT_EQ(sent.size(), 2u);
+  for (const auto& [step, files] : sent) {
+    EXPECT_EQ(files.size(), 3u) << "the part, manifest.json and config.json";
+    for (const auto& [name, bytes] : files) {
+      auto disk = ReadFileToString(dir_.File("ckpt/" + CheckpointDirName(step) + "/" + name));
+      ASSERT_TRUE(disk.ok()) << disk.status();
+      EXPECT_TRUE(*disk == bytes) << name << " of step " << step << " differs from the file on disk";
+    }
+  }
 }
 
 TEST_F(TrainerTest, InitFromSavedModelReproducesIt) {

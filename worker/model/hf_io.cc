@@ -89,10 +89,7 @@ absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir) {
   return m;
 }
 
-absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& c) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("creating ", dir, ": ", ec.message()));
+std::string HFConfigJson(const GPTConfig& c) {
   nlohmann::ordered_json j;
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
@@ -115,7 +112,14 @@ absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& c) {
   j["eos_token_id"] = 0;
   j["torch_dtype"] = "float32";
   j["gantry_tokenizer"] = c.vocab_size == 256 ? "bytes" : "external";
-  return WriteFileAtomic((fs::path(dir) / "config.json").string(), j.dump(2) + "\n");
+  return j.dump(2) + "\n";
+}
+
+absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& c) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("creating ", dir, ": ", ec.message()));
+  return WriteFileAtomic((fs::path(dir) / "config.json").string(), HFConfigJson(c));
 }
 
 absl::Status SaveHFModel(const std::string& dir, const GPT& model) {

@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir);
 
 // Writes DIR/config.json (DIR created if need be).
 absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& config);
+std::string HFConfigJson(const GPTConfig& config);  // config.json's text
 
 // Writes DIR/config.json and DIR/model.safetensors that transformers' GPT2LMHeadModel loads.
 absl::Status SaveHFModel(const std::string& dir, const GPT& model);

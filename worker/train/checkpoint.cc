@@ -41,10 +41,11 @@ absl::StatusOr<nlohmann::json> ReadManifest(CheckpointSource& source) {
 }
 
 // One file of rank's pieces.
-absl::Status WritePartFile(const std::string& path, int rank, const std::vector<model::ParamTensor>& tensors,
-                           const std::vector<CheckpointPiece>& pieces) {
+// The tensors of one file of rank's pieces, and its metadata.
+std::vector<TensorToWrite> PartTensors(int rank, const std::vector<model::ParamTensor>& tensors,
+                                       const std::vector<CheckpointPiece>& pieces, std::map<std::string, std::string>* meta_out) {
   std::vector<TensorToWrite> out;
-  std::map<std::string, std::string> meta;
+  std::map<std::string, std::string>& meta = *meta_out;
   for (const CheckpointPiece& p : pieces) {
     for (const auto& t : tensors) {
       if (t.replica) continue;  // another rank writes these values
@@ -67,7 +68,41 @@ absl::Status WritePartFile(const std::string& path, int rank, const std::vector<
     }
   }
   meta["gantry_part"] = std::to_string(rank);
-  return WriteSafetensors(path, out, meta);
+  return out;
+}
+
+// The pieces clipped to slice s of the cuts: [cuts[s-1], cuts[s]).
+std::vector<CheckpointPiece> SliceOf(const std::vector<CheckpointPiece>& pieces, const std::vector<size_t>& cuts, int s) {
+  const int slices = static_cast<int>(cuts.size()) + 1;
+  const size_t lo = s == 0 ? 0 : cuts[s - 1], hi = s + 1 < slices ? cuts[s] : SIZE_MAX;
+  std::vector<CheckpointPiece> in;
+  for (const CheckpointPiece& p : pieces) {
+    const size_t b = std::max(p.flat_begin, lo), e = std::min(p.flat_end, hi);
+    if (b >= e) continue;
+    const size_t at = b - p.flat_begin;
+    in.push_back({b, e, p.params + at, p.m + at, p.v + at});
+  }
+  return in;
+}
+
+std::string ManifestJson(const model::GPTConfig& config, const CheckpointState& state, const CheckpointLayout& layout,
+                         int parts, const std::vector<size_t>& cuts) {
+  std::vector<std::string> names = CheckpointFiles(parts, cuts);
+  names.erase(names.begin(), names.begin() + 2);  // the parts only
+  nlohmann::json j = {
+      {"format", kFormat},
+      {"step", state.step},
+      {"seed", state.seed},
+      {"model",
+       {{"n_layer", config.n_layer}, {"n_head", config.n_head}, {"n_embd", config.n_embd},
+        {"vocab_size", config.vocab_size}, {"max_seq_len", config.max_seq_len}}},
+      {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}, {"tp", layout.tp}, {"pp", layout.pp}}},
+      // Batches follow from (seed, step, rank) alone: the next step's batch is the data position.
+      {"data", {{"next_step", state.step}}},
+      {"parts", names},
+  };
+  if (!cuts.empty()) j["cuts"] = cuts;
+  return j.dump(2) + "\n";
 }
 
 class DirSource final : public CheckpointSource {
@@ -117,41 +152,39 @@ absl::StatusOr<std::vector<std::string>> WriteCheckpointPart(const std::string& 
   const int slices = static_cast<int>(cuts.size()) + 1;
   std::vector<std::string> files;
   for (int s = 0; s < slices; ++s) {
-    // The pieces clipped to slice s: [cuts[s-1], cuts[s]).
-    const size_t lo = s == 0 ? 0 : cuts[s - 1], hi = s + 1 < slices ? cuts[s] : SIZE_MAX;
-    std::vector<CheckpointPiece> in;
-    for (const CheckpointPiece& p : pieces) {
-      const size_t b = std::max(p.flat_begin, lo), e = std::min(p.flat_end, hi);
-      if (b >= e) continue;
-      const size_t at = b - p.flat_begin;
-      in.push_back({b, e, p.params + at, p.m + at, p.v + at});
-    }
+    std::map<std::string, std::string> meta;
+    const std::vector<TensorToWrite> out = PartTensors(rank, tensors, SliceOf(pieces, cuts, s), &meta);
     files.push_back(CheckpointPartName(rank, s, slices));
-    RETURN_IF_ERROR(WritePartFile((fs::path(dir) / files.back()).string(), rank, tensors, in));
+    RETURN_IF_ERROR(WriteSafetensors((fs::path(dir) / files.back()).string(), out, meta));
   }
   return files;
+}
+
+std::vector<CheckpointFile> CheckpointPartFiles(int rank, const std::vector<model::ParamTensor>& tensors,
+                                                const std::vector<CheckpointPiece>& pieces,
+                                                const std::vector<size_t>& cuts) {
+  const int slices = static_cast<int>(cuts.size()) + 1;
+  std::vector<CheckpointFile> files;
+  for (int s = 0; s < slices; ++s) {
+    std::map<std::string, std::string> meta;
+    const std::vector<TensorToWrite> out = PartTensors(rank, tensors, SliceOf(pieces, cuts, s), &meta);
+    files.push_back({CheckpointPartName(rank, s, slices), SafetensorsSource(out, meta)});
+  }
+  return files;
+}
+
+std::vector<CheckpointFile> CheckpointManifestFiles(const model::GPTConfig& config, const CheckpointState& state,
+                                                    const CheckpointLayout& layout, int parts,
+                                                    const std::vector<size_t>& cuts) {
+  return {{"manifest.json", std::make_shared<StringSource>(ManifestJson(config, state, layout, parts, cuts))},
+          {"config.json", std::make_shared<StringSource>(model::HFConfigJson(config))}};
 }
 
 absl::Status WriteCheckpointManifest(const std::string& dir, const model::GPTConfig& config,
                                      const CheckpointState& state, const CheckpointLayout& layout, int parts,
                                      const std::vector<size_t>& cuts) {
   RETURN_IF_ERROR(model::WriteHFConfig(dir, config));
-  std::vector<std::string> names = CheckpointFiles(parts, cuts);
-  names.erase(names.begin(), names.begin() + 2);  // the parts only
-  nlohmann::json j = {
-      {"format", kFormat},
-      {"step", state.step},
-      {"seed", state.seed},
-      {"model",
-       {{"n_layer", config.n_layer}, {"n_head", config.n_head}, {"n_embd", config.n_embd},
-        {"vocab_size", config.vocab_size}, {"max_seq_len", config.max_seq_len}}},
-      {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}, {"tp", layout.tp}, {"pp", layout.pp}}},
-      // Batches follow from (seed, step, rank) alone: the next step's batch is the data position.
-      {"data", {{"next_step", state.step}}},
-      {"parts", names},
-  };
-  if (!cuts.empty()) j["cuts"] = cuts;
-  return WriteFileAtomic((fs::path(dir) / "manifest.json").string(), j.dump(2) + "\n");
+  return WriteFileAtomic((fs::path(dir) / "manifest.json").string(), ManifestJson(config, state, layout, parts, cuts));
 }
 
 absl::StatusOr<std::string> PublishCheckpoint(const std::string& tmp_dir, const std::string& root, int64_t step,

@@ -60,6 +60,19 @@ absl::StatusOr<std::vector<std::string>> WriteCheckpointPart(const std::string& 
                                                              const std::vector<model::ParamTensor>& tensors,
                                                              const std::vector<CheckpointPiece>& pieces,
                                                              const std::vector<size_t>& cuts = {});
+// The same files in memory, to stream where they go (the shard servers) without a local
+// copy: rank's part files laid over the pieces' buffers (which must outlive them), and the
+// manifest and config.json. Byte for byte what the writers above and below put on disk.
+struct CheckpointFile {
+  std::string name;
+  std::shared_ptr<const ByteSource> bytes;
+};
+std::vector<CheckpointFile> CheckpointPartFiles(int rank, const std::vector<model::ParamTensor>& tensors,
+                                                const std::vector<CheckpointPiece>& pieces,
+                                                const std::vector<size_t>& cuts = {});
+std::vector<CheckpointFile> CheckpointManifestFiles(const model::GPTConfig& config, const CheckpointState& state,
+                                                    const CheckpointLayout& layout, int parts,
+                                                    const std::vector<size_t>& cuts = {});
 // Writes manifest.json and config.json into dir: the checkpoint of `parts` parts, each cut
 // at `cuts`.
 absl::Status WriteCheckpointManifest(const std::string& dir, const model::GPTConfig& config,

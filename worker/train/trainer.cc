@@ -443,6 +443,16 @@ Trainer::~Trainer() {
 absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces) {
   namespace fs = std::filesystem;
   const int rank = world_rank();
+  if (options_.on_checkpoint_part) {  // to the shard servers, from memory
+    std::vector<CheckpointFile> files = CheckpointPartFiles(rank, model_->tensors(), pieces, options_.checkpoint_cuts);
+    if (rank == 0) {
+      for (auto& f : CheckpointManifestFiles(spec_.model, {step, spec_.train.seed}, Layout(), world_size(),
+                                             options_.checkpoint_cuts)) {
+        files.push_back(std::move(f));
+      }
+    }
+    return options_.on_checkpoint_part(files, step);
+  }
   const std::string tmp =
       (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", CheckpointDirName(step), ".rank", rank, ".tmp")).string();
   std::error_code ec;
@@ -457,7 +467,6 @@ absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>
     files.push_back("manifest.json");
     files.push_back("config.json");
   }
-  if (options_.on_checkpoint_part) return options_.on_checkpoint_part(tmp, files, step);  // the hook owns tmp now
   // One rank and no coordinator: the directory is the whole checkpoint; publish it here.
   ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));

@@ -54,17 +54,18 @@ struct TrainOptions {
   // Checkpoints. With on_checkpoint_part set (the worker), they are asynchronous: at a
   // checkpoint the step loop copies this rank's pieces into host memory (within
   // checkpoint.host_budget_mb; beyond it the loop waits for earlier writes, and a copy that
-  // alone exceeds it is written from the live buffers) and goes on. A writer thread writes
-  // the part into its own directory (rank 0 adds the manifest and config.json) and calls
-  // on_checkpoint_part(dir, files, step), which makes them durable: the worker uploads them
-  // and tells the coordinator, which commits the checkpoint once every rank's part is in.
+  // alone exceeds it is sent from the live buffers) and goes on. A writer thread lays the
+  // part's files over that copy in memory (rank 0 adds the manifest and config.json) and
+  // calls on_checkpoint_part(files, step), which makes them durable: the worker streams
+  // them to the shard servers (nothing is written to local disk) and tells the coordinator,
+  // which commits the checkpoint once every rank's part is in. The files' bytes live until
+  // the hook returns.
   // Without the hook (gantry-train), one rank also writes asynchronously and publishes the
   // checkpoint locally; several ranks in one process write synchronously (barrier, every
   // part, barrier, rank 0 publishes). on_checkpoint runs after a local publish, with the path.
   std::function<bool(const StepReport&)> on_step;
   std::function<void(int64_t step, float val_loss)> on_eval;
-  std::function<absl::Status(const std::string& dir, const std::vector<std::string>& files, int64_t step)>
-      on_checkpoint_part;
+  std::function<absl::Status(const std::vector<CheckpointFile>& files, int64_t step)> on_checkpoint_part;
   std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
   // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
   parallel::Communicator* comm = nullptr;
