@@ -164,6 +164,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   }
   t->inputs_.resize(static_cast<size_t>(B) * T);
   t->targets_.resize(static_cast<size_t>(B) * T);
+  t->console_ = std::make_unique<Console>(options.out, t->speaker(), options.progress);
+  Trainer* self = t.get();
+  t->writer_ = std::make_unique<CheckpointWriter>(
+      spec.checkpoint.host_budget_mb * (1 << 20),
+      [self](int64_t step, const std::vector<CheckpointPiece>& pieces) { return self->WritePart(step, pieces); });
   return t;
 }
 
@@ -385,27 +390,6 @@ float Trainer::EvalLoss(int B, int T) {
   return *v;
 }
 
-void Trainer::Print(const std::string& line) {
-  if (!speaker()) return;  // rank 0 speaks for the group
-  std::lock_guard<std::mutex> l(print_mu_);  // the checkpoint writer prints too
-  if (bar_shown_) {
-    std::fputs("\r\033[K", stderr);
-    bar_shown_ = false;
-  }
-  std::fputs(line.c_str(), options_.out);
-  std::fputc('\n', options_.out);
-  std::fflush(options_.out);
-}
-
-void Trainer::DrawProgress(int64_t done, double elapsed) {
-  if (!options_.progress) return;
-  const int64_t did = done - start_step_;
-  const double eta = did > 0 ? elapsed / static_cast<double>(did) * static_cast<double>(spec_.train.steps - done) : 0.0;
-  std::fprintf(stderr, "\r\033[K%s", FormatProgressBar(done, spec_.train.steps, eta).c_str());
-  std::fflush(stderr);
-  bar_shown_ = true;
-}
-
 absl::Status Trainer::WriteCheckpoint(int64_t step) {
   namespace fs = std::filesystem;
   const int rank = world_rank();
@@ -429,16 +413,7 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
   return absl::OkStatus();
 }
 
-Trainer::~Trainer() {
-  if (writer_.joinable()) {
-    {
-      std::lock_guard<std::mutex> l(writer_mu_);
-      writer_stop_ = true;  // the writer finishes what is queued first
-    }
-    writer_cv_.notify_all();
-    writer_.join();
-  }
-}
+Trainer::~Trainer() = default;
 
 absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces) {
   namespace fs = std::filesystem;
@@ -472,76 +447,6 @@ absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>
   Print(absl::StrCat("checkpoint ", path));
   if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
   return absl::OkStatus();
-}
-
-absl::Status Trainer::SnapshotCheckpoint(int64_t step) {
-  ASSIGN_OR_RETURN(std::vector<CheckpointPiece> live, engine_->CheckpointPieces());
-  size_t n = 0;
-  for (const auto& p : live) n += p.flat_end - p.flat_begin;
-  const size_t bytes = 3 * n * sizeof(float);
-  const double budget = spec_.checkpoint.host_budget_mb * (1 << 20);
-  if (static_cast<double>(bytes) > budget) {  // no room for a copy: write from the live buffers, now
-    RETURN_IF_ERROR(FlushWriter());
-    return WritePart(step, live);
-  }
-  {
-    std::unique_lock<std::mutex> l(writer_mu_);
-    writer_cv_.wait(l, [&] { return static_cast<double>(queued_bytes_ + bytes) <= budget || !writer_status_.ok(); });
-    RETURN_IF_ERROR(writer_status_);  // an earlier write failed: say so now
-  }
-  Snapshot snap;
-  snap.step = step;
-  {
-    std::lock_guard<std::mutex> l(writer_mu_);
-    if (spare_.size() == 3 * n) snap.data = std::move(spare_);  // its pages are already mapped
-  }
-  if (snap.data.size() != 3 * n) snap.data.Assign(3 * n);
-  float* at = snap.data.data();
-  for (const auto& p : live) {
-    const size_t len = p.flat_end - p.flat_begin;
-    std::copy(p.params, p.params + len, at);
-    std::copy(p.m, p.m + len, at + len);
-    std::copy(p.v, p.v + len, at + 2 * len);
-    snap.pieces.push_back({p.flat_begin, p.flat_end, at, at + len, at + 2 * len});
-    at += 3 * len;
-  }
-  if (!writer_.joinable()) writer_ = std::thread([this] { WriterLoop(); });
-  {
-    std::lock_guard<std::mutex> l(writer_mu_);
-    queued_bytes_ += bytes;
-    writes_.push_back(std::move(snap));
-  }
-  writer_cv_.notify_all();
-  return absl::OkStatus();
-}
-
-void Trainer::WriterLoop() {
-  std::unique_lock<std::mutex> l(writer_mu_);
-  for (;;) {
-    writer_cv_.wait(l, [&] { return writer_stop_ || !writes_.empty(); });
-    if (writes_.empty()) return;
-    Snapshot snap = std::move(writes_.front());
-    writes_.pop_front();
-    writer_busy_ = true;
-    const bool failed = !writer_status_.ok();
-    l.unlock();
-    absl::Status s = failed ? absl::OkStatus() : WritePart(snap.step, snap.pieces);
-    const size_t bytes = snap.data.size() * sizeof(float);
-    l.lock();
-    spare_ = std::move(snap.data);  // kept for the next copy (one, outside the budget)
-    queued_bytes_ -= bytes;
-    writer_busy_ = false;
-    if (!s.ok() && writer_status_.ok()) {
-      writer_status_ = Annotate(s, absl::StrCat("writing the checkpoint of step ", snap.step));
-    }
-    writer_cv_.notify_all();
-  }
-}
-
-absl::Status Trainer::FlushWriter() {
-  std::unique_lock<std::mutex> l(writer_mu_);
-  writer_cv_.wait(l, [&] { return writes_.empty() && !writer_busy_; });
-  return writer_status_;
 }
 
 absl::Status Trainer::Run() {
@@ -593,11 +498,17 @@ absl::Status Trainer::Run() {
       const auto c0 = std::chrono::steady_clock::now();
       const bool async = options_.on_checkpoint_part || world_size() == 1;
       RETURN_IF_ERROR(SyncFromDevice());
-      RETURN_IF_ERROR(async ? SnapshotCheckpoint(r.step) : WriteCheckpoint(r.step));
+      if (async) {
+        ASSIGN_OR_RETURN(std::vector<CheckpointPiece> live, engine_->CheckpointPieces());
+        RETURN_IF_ERROR(writer_->Snapshot(r.step, live));
+      } else {
+        RETURN_IF_ERROR(WriteCheckpoint(r.step));
+      }
       r.checkpoint_stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       reports_.back().checkpoint_stall_seconds = r.checkpoint_stall_seconds;
     }
-    DrawProgress(r.step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
+    console_->Progress(r.step, s.train.steps, r.step - start_step_,
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
     if (options_.on_step && !options_.on_step(r)) {
       return absl::CancelledError(absl::StrCat("stopped at step ", r.step));
     }
@@ -606,13 +517,10 @@ absl::Status Trainer::Run() {
       break;
     }
   }
-  if (bar_shown_) {
-    std::fputs("\r\033[K", stderr);
-    bar_shown_ = false;
-  }
+  console_->ClearProgress();
   RETURN_IF_ERROR(comm_status_);          // a device evaluation that failed
   RETURN_IF_ERROR(SyncFromDevice());      // the device's parameters and state, for --save and callers
-  RETURN_IF_ERROR(FlushWriter());        // every checkpoint written
+  RETURN_IF_ERROR(writer_->Flush());        // every checkpoint written
   RETURN_IF_ERROR(engine_->SyncRemote());  // parameter-server mode: the servers' final parameters
   // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers.
   RETURN_IF_ERROR(engine_->GatherParams());

@@ -19,6 +19,8 @@
 #include "worker/model/gpt.h"
 #include "worker/parallel/communicator.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/checkpoint_writer.h"
+#include "worker/train/console.h"
 #include "worker/train/device.h"
 #include "spec/job_spec.h"
 #include "worker/parallel/groups.h"
@@ -126,8 +128,7 @@ class Trainer {
   }
   // The mean validation loss of the loader's first batches, through the pipeline.
   absl::StatusOr<float> PipelineEval(int B, int T);
-  void Print(const std::string& line);
-  void DrawProgress(int64_t done, double elapsed);
+  void Print(const std::string& line) { console_->Print(line); }
 
   JobSpec spec_;
   TrainOptions options_;
@@ -148,30 +149,15 @@ class Trainer {
   int64_t start_step_ = 0;
   std::vector<StepReport> reports_;
   std::vector<std::pair<int64_t, float>> val_losses_;
-  bool bar_shown_ = false;
   absl::Status comm_status_;
   MemoryAccount step_memory_;
   // Every rank writes its part, rank 0 publishes (collective).
   absl::Status WriteCheckpoint(int64_t step);
-  // The asynchronous path: a snapshot of this rank's pieces for the writer thread.
-  absl::Status SnapshotCheckpoint(int64_t step);
-  void WriterLoop();
+  // What writing this rank's part of a checkpoint means: streamed from memory to the hook
+  // (the worker), or a local directory published here (one rank, gantry-train).
   absl::Status WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces);
-  absl::Status FlushWriter();  // waits for every queued write; the first error
-  struct Snapshot {
-    int64_t step = 0;
-    FloatBuffer data;  // params, m, v of every piece, piece after piece
-    std::vector<CheckpointPiece> pieces;
-  };
-  std::mutex writer_mu_;
-  std::condition_variable writer_cv_;
-  std::deque<Snapshot> writes_;
-  FloatBuffer spare_;  // the last written copy's buffer, reused by the next
-  size_t queued_bytes_ = 0;
-  bool writer_busy_ = false, writer_stop_ = false;
-  absl::Status writer_status_;
-  std::thread writer_;
-  std::mutex print_mu_;
+  std::unique_ptr<Console> console_;
+  std::unique_ptr<CheckpointWriter> writer_;  // last: its thread ends first, writing what is queued
 };
 
 }  // namespace gantry::train
