@@ -1,0 +1,132 @@
+#include "worker/agent/agent.h"
+
+#include <glog/logging.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/grpc_util.h"
+#include "common/security.h"
+#include "kernels/matmul.h"
+#include "kernels/threads.h"
+
+namespace gantry::agent {
+namespace {
+
+v1::Resources MyResources(const WorkerOptions& options_) {
+  v1::Resources r;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  r.set_host(options_.host.empty() ? host : options_.host);
+  r.set_device_kind("cpu");
+  r.set_device_count(1);
+  struct sysinfo si;
+  if (sysinfo(&si) == 0) r.set_memory_bytes(static_cast<int64_t>(si.totalram) * si.mem_unit);
+  return r;
+}
+
+// One attach session: returns when the stream ends.
+void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordinator::Stub>& stub,
+                metrics::Registry* registry, const std::atomic<bool>* stop_) {
+  grpc::ClientContext ctx;
+  auto stream = stub->Attach(&ctx);
+  Session session(options_, stream.get(), registry, stub, stop_);
+  v1::WorkerMessage reg;
+  *reg.mutable_register_() = MyResources(options_);
+  if (!session.Send(reg)) {
+    LOG(WARNING) << "coordinator " << options_.coordinator << " unreachable: " << stream->Finish().error_message();
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ended = false;
+  std::thread heartbeat([&] {
+    std::unique_lock<std::mutex> l(mu);
+    while (!ended && !(*stop_)) {
+      cv.wait_for(l, std::chrono::milliseconds(options_.heartbeat_ms));
+      if (ended || (*stop_)) break;
+      v1::WorkerMessage hb;
+      hb.mutable_heartbeat()->set_time_unix_ms(NowUnixMs());
+      session.FillHeartbeat(hb.mutable_heartbeat());
+      l.unlock();
+      session.Send(hb);
+      l.lock();
+    }
+    if ((*stop_)) ctx.TryCancel();  // unblock the reader
+  });
+  std::thread job;
+  std::string job_id;
+  v1::CoordinatorMessage in;
+  while (stream->Read(&in)) {
+    if (!in.worker_id().empty()) {
+      LOG(INFO) << "attached to " << options_.coordinator << " as " << in.worker_id();
+    } else if (in.has_assign()) {
+      if (job.joinable()) job.join();  // the coordinator only assigns an idle worker
+      session.cancel = false;
+      job_id = in.assign().job_id();
+      job = std::thread([&session, a = in.assign()] { session.Run(a); });
+    } else if (in.restart_job_id() == job_id || in.cancel_job_id() == job_id) {
+      // Restarted or cancelled: drop this generation now. Every rank stops, including one
+      // already waiting in the next step's collective for a rank that stopped at the step
+      // boundary.
+      LOG(INFO) << "job " << job_id << ": " << (in.has_cancel_job_id() ? "cancel" : "restart") << " received";
+      session.Abort();
+    } else if (in.abort_job_id() == job_id) {
+      LOG(INFO) << "job " << job_id << ": abort received";
+      session.cancel = true;  // the job failed: a collective in flight fails on its own, naming the ranks missing
+    }
+  }
+  session.Abort();  // the coordinator is gone: this generation of the job is over
+  if (job.joinable()) job.join();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ended = true;
+  }
+  cv.notify_all();
+  heartbeat.join();
+  auto st = stream->Finish();
+  if (!(*stop_)) LOG(WARNING) << "attach stream ended: " << st.error_message();
+}
+
+}  // namespace
+
+void RunAgent(const WorkerOptions& options_, metrics::Registry* registry, const std::atomic<bool>* stop_) {
+  std::shared_ptr<v1::Coordinator::Stub> stub =
+      v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
+  int backoff_ms = 200;
+  while (!(*stop_)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    AttachOnce(options_, stub, registry, stop_);
+    if ((*stop_)) break;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff_ms = 200;
+    // Wait before re-attaching (bounded exponential backoff), checking for SIGTERM.
+    for (int waited = 0; waited < backoff_ms && !(*stop_); waited += 50) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    backoff_ms = std::min(backoff_ms * 2, 5000);
+  }
+}
+
+double MeasureCpuPeak(int threads) {
+  double best = 0;
+  std::thread t([&] {
+    kernels::ConfigureThreads(threads);
+    const int n = 1024;
+    std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+    for (int i = 0; i < 4; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      kernels::matmul_forward(c.data(), a.data(), b.data(), nullptr, n, n, n);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i > 0) best = std::max(best, 2.0 * n * n * n / s);
+    }
+  });
+  t.join();
+  return best;
+}
+
+
+}  // namespace gantry::agent

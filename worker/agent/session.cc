@@ -1,0 +1,390 @@
+#include "worker/agent/session.h"
+
+#include <glog/logging.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "kernels/threads.h"
+#include "nlohmann/json.hpp"
+#include "worker/agent/coordinator_store.h"
+#include "worker/agent/param_client.h"
+#include "worker/model/gpt.h"
+#include "worker/train/checkpoint.h"
+
+namespace gantry::agent {
+
+bool Session::Send(const v1::WorkerMessage& m) {
+  std::lock_guard<std::mutex> l(write_mu_);
+  return stream_->Write(m);
+}
+
+// Runs one assignment to the end (or until cancelled), reporting as it goes.
+void Session::Run(const v1::Assignment& a) {
+  // Which job this worker runs, as a series to join the unlabelled worker metrics with
+  // (deploy/grafana): 1 while it runs, 0 after.
+  auto& info = registry_->GetGauge("gantry_worker_job_info", "1 for the job and rank this worker runs now.",
+                                   {{"job", a.job_id()}, {"rank", std::to_string(a.rank())}});
+  info.Set(1);
+  struct Clear {
+    metrics::Gauge& g;
+    ~Clear() { g.Set(0); }
+  } clear_info{info};
+  {
+    std::lock_guard<std::mutex> l(comm_mu_);
+    hb_job_ = a.job_id();
+    hb_generation_ = a.generation();
+    hb_rank_ = a.rank();
+    hb_step_ = 0;
+  }
+  LOG(INFO) << "job " << a.job_id() << " generation " << a.generation() << ": rank " << a.rank() << " of "
+            << a.world_size();
+  absl::Status s = Train(a);
+  v1::WorkerMessage m;
+  auto* d = m.mutable_done();
+  d->set_job_id(a.job_id());
+  d->set_generation(a.generation());
+  d->set_rank(a.rank());
+  d->set_ok(s.ok());
+  if (!s.ok()) d->set_error(std::string(s.message()));
+  d->set_code(static_cast<int>(s.code()));
+  {
+    std::lock_guard<std::mutex> l(comm_mu_);
+    for (const auto& server : unreachable_) d->add_unreachable_shard_servers(server);
+    unreachable_.clear();
+  }
+  LOG(INFO) << "job " << a.job_id() << (s.ok() ? " finished" : " stopped: " + std::string(s.message()));
+  Send(m);
+  std::lock_guard<std::mutex> l(comm_mu_);
+  hb_job_.clear();
+}
+
+// What a heartbeat says of the running job: placement, last step, last collective.
+void Session::FillHeartbeat(v1::Heartbeat* hb) {
+  std::lock_guard<std::mutex> l(comm_mu_);
+  if (hb_job_.empty()) return;
+  hb->set_job_id(hb_job_);
+  hb->set_generation(hb_generation_);
+  hb->set_rank(hb_rank_);
+  hb->set_step(hb_step_.load());
+  uint64_t done = 0;  // over every group of the rank
+  for (auto* c : comms_) done += c->completed();
+  if (!comms_.empty()) hb->set_collectives_done(done);
+}
+// Ends the running job's placement: its step loop stops at the next step and a collective
+// in flight fails at once rather than wait out its timeout.
+void Session::Abort() {
+  cancel = true;
+  std::lock_guard<std::mutex> l(comm_mu_);
+  for (auto* c : comms_) c->Abort();
+}
+
+void Session::Unreachable(const std::string& server) {
+  std::lock_guard<std::mutex> l(comm_mu_);
+  unreachable_.insert(server);
+}
+
+absl::Status Session::Train(const v1::Assignment& a) {
+  // OpenMP's thread count and the pinning belong to the thread that starts the parallel
+  // regions: this job thread, not main (an unpinned team here made steps 2x slower).
+  LOG(INFO) << "job " << a.job_id() << ": " << kernels::ConfigureThreads(options_.threads);
+  // The coordinator's normalised spec, at this placement's dp.
+  auto spec = train::ParseJobSpec(a.spec_yaml());
+  if (!spec.ok()) return spec.status();
+  const std::string dir = absl::StrCat(options_.work_dir, "/", a.job_id(), "/gen", a.generation());
+  spec->checkpoint.dir = dir + "/checkpoints";
+  train::TrainOptions o;
+  o.progress = false;
+  o.device = options_.device;
+  // Where to start is the coordinator's decision (Assignment.resume_job_id, resume_step:
+  // this job's last committed checkpoint after a restart, or checkpoint.resume_from's),
+  // whatever layout wrote it. Every rank reads it in place on the shard servers, only the
+  // ranges it needs; the listing finds which server holds which of its files.
+  ASSIGN_OR_RETURN(std::optional<StoredCheckpoint> best, FindResumePoint(a));
+  std::unique_ptr<agent::ShardCheckpointSource> resume_source;
+  if (best) {
+    LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " resuming from the checkpoint of step " << best->step
+              << (best->job_id == a.job_id() ? std::string() : " of job " + best->job_id) << " on "
+              << absl::StrJoin(best->servers, ", ") << " (" << best->files.size() << " files, " << best->bytes
+              << " bytes)";
+    resume_source = std::make_unique<agent::ShardCheckpointSource>(std::move(*best));
+    o.resume_source = resume_source.get();
+  }
+  // The partition map: checkpoint parts are cut at its bounds, each slice to its server.
+  std::vector<std::string> slice_server;
+  for (const auto& r : a.param_ranges()) {
+    if (!slice_server.empty()) o.checkpoint_cuts.push_back(static_cast<size_t>(r.begin()));
+    slice_server.push_back(r.shard_server());
+  }
+  if (slice_server.empty() && a.shard_servers_size() > 0) slice_server.push_back(a.shard_servers(0));
+  Groups joined;
+  struct ForgetComm {  // destroyed before comm: Abort never reaches a dead communicator
+    Session* s;
+    ~ForgetComm() {
+      std::lock_guard<std::mutex> l(s->comm_mu_);
+      s->comms_.clear();
+    }
+  } forget_comm{this};
+  ASSIGN_OR_RETURN(joined, JoinGroups(a, *spec, &o));
+  std::unique_ptr<agent::ParamServerClient> remote;
+  if (spec->optimizer.placement == "shardserver") {  // the coordinator's partition map
+    std::vector<agent::ParamRangeOf> ranges;
+    for (const auto& r : a.param_ranges()) {
+      ranges.push_back({r.shard_server(), static_cast<size_t>(r.begin()), static_cast<size_t>(r.end()), r.data_address()});
+    }
+    if (ranges.empty()) return absl::FailedPreconditionError("parameter-server job placed without a partition map");
+    const std::vector<model::ParamTensor> layout = model::ParameterLayout(spec->model);
+    remote = std::make_unique<agent::ParamServerClient>(
+        a.job_id(), a.generation(), ranges, layout, layout.back().offset + layout.back().numel,
+        train::AdamWOf(spec->train));
+    o.remote_optimizer = remote.get();
+    LOG(INFO) << "job " << a.job_id() << ": AdamW on " << ranges.size() << " shard server(s)";
+  }
+  FILE* log = std::fopen("/dev/null", "w");
+  o.out = log;
+  std::optional<float> val;  // the last evaluation, sent with the next step's report
+  SetReportHooks(a, *spec, &val, &o);
+  SetCheckpointHook(a, slice_server, &o);
+  auto trainer = train::Trainer::Create(*spec, o);
+  if (!trainer.ok()) {
+    std::fclose(log);
+    return trainer.status();
+  }
+  if (resume_source) {
+    LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " read " << resume_source->bytes_read() << " of the "
+              << resume_source->where() << " checkpoint's bytes (the ranges its layout needs)";
+  }
+  const train::MemoryAccount m0 = (*trainer)->memory();
+  SetMemoryGauges(m0);
+  LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " memory (ZeRO " << spec->parallel.zero_stage << ", dp "
+            << spec->parallel.dp << "): params " << m0.params << " + grads " << m0.grads << " + optimizer "
+            << m0.optimizer << " = " << m0.model_state() << " bytes; the ZeRO formula predicts " << m0.predicted
+            << "; activations " << m0.activations;
+  absl::Status s = (*trainer)->Run();
+  const train::MemoryAccount m1 = (*trainer)->memory();
+  SetMemoryGauges(m1);
+  LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " held at the end: params " << m1.params << " + grads "
+            << m1.grads << " + optimizer " << m1.optimizer << " = " << m1.model_state() << " bytes; activations "
+            << m1.activations << ", working " << m1.working << ", peak " << m1.peak;
+  std::fclose(log);
+  if (absl::IsCancelled(s)) {
+    return absl::CancelledError((*stop_) ? "worker shutting down (SIGTERM)" : "cancelled");
+  }
+  return s;
+}
+
+absl::StatusOr<std::optional<StoredCheckpoint>> Session::FindResumePoint(const v1::Assignment& a) {
+  if (a.resume_step() <= 0) return std::optional<StoredCheckpoint>();
+  const std::vector<std::string> servers(a.shard_servers().begin(), a.shard_servers().end());
+  // A shard server that cannot be listed may hold the checkpoint's slices: the placement
+  // fails (UNAVAILABLE, retried) and the coordinator places the job again once the server
+  // is back or counted out.
+  std::vector<std::string> unreachable;
+  auto stored = ListStoredCheckpoints(servers, a.resume_job_id(), &unreachable);
+  for (const auto& u : unreachable) Unreachable(u.substr(0, u.find(' ')));
+  if (!unreachable.empty()) {
+    return absl::UnavailableError(absl::StrCat("listing the checkpoints of ", a.resume_job_id(), ": shard server ",
+                                               absl::StrJoin(unreachable, ", "), " is unreachable"));
+  }
+  std::vector<std::string> steps;
+  for (auto& c : stored) {
+    if (c.step == a.resume_step()) return std::optional<StoredCheckpoint>(std::move(c));
+    steps.push_back(std::to_string(c.step));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      a.resume_job_id() == a.job_id() ? "resuming: job " : "checkpoint.resume_from: job ", a.resume_job_id(),
+      " has no committed checkpoint of step ", a.resume_step(), " on the shard servers (they hold: ",
+      steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
+}
+
+absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, const train::JobSpec& spec,
+                                                    train::TrainOptions* o) {
+  Groups g;
+  if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
+    auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),
+                                                           std::chrono::milliseconds(options_.collective_timeout_ms));
+    parallel::GlooOptions go;
+    go.hostname = options_.gloo_host;
+    go.timeout = std::chrono::milliseconds(spec.parallel.timeout_s > 0 ? static_cast<int64_t>(spec.parallel.timeout_s * 1000)
+                                                                     : options_.collective_timeout_ms);
+    std::vector<parallel::GlooCommunicator*> made;
+    if (spec.parallel.tp > 1 || spec.parallel.pp > 1) {  // 3D: every group of this rank
+      ASSIGN_OR_RETURN(g.groups, parallel::MakeGroups(a.rank(), {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp},
+                                                    parallel::GlooGroups(store, go, &made)));
+      o->groups = g.groups.get();
+    } else {
+      ASSIGN_OR_RETURN(g.comm, parallel::GlooCommunicator::Create(a.rank(), a.world_size(), store, go));
+      o->comm = g.comm.get();
+      made.push_back(g.comm.get());
+    }
+    std::lock_guard<std::mutex> l(comm_mu_);
+    comms_ = made;
+    if (cancel) {
+      for (auto* c : comms_) c->Abort();  // aborted while joining
+    }
+    LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " joined its group of " << a.world_size();
+  }
+  return g;
+}
+
+void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec, std::optional<float>* val,
+                             train::TrainOptions* o) {
+  // This rank's share of a step's tokens: MFU and tokens/s are per worker (per device).
+  const double rank_tokens_per_step =
+      static_cast<double>(spec.train.global_batch) * spec.seq_len / spec.world_size();
+  const auto& mc = spec.model;
+  double n_params = 0;
+  for (const auto& t : model::ParameterLayout(mc)) n_params += static_cast<double>(t.numel);
+  const double flops_per_token = 6 * n_params + 6.0 * mc.n_layer * mc.n_embd * spec.seq_len;
+  // A step update of this job generation and rank; the caller fills the report.
+  auto step_update = [&a](v1::WorkerMessage& m) {
+    auto* u = m.mutable_step();
+    u->set_job_id(a.job_id());
+    u->set_generation(a.generation());
+    u->set_rank(a.rank());
+    return u->mutable_report();
+  };
+  o->on_eval = [this, &a, val, step_update](int64_t step, float v) {
+    if (step > 0) {
+      *val = v;  // goes out with this step's report
+      return;
+    }
+    v1::WorkerMessage m;  // before training: a report of its own, step 0
+    auto* rep = step_update(m);
+    rep->set_step(0);
+    rep->set_loss(NAN);
+    rep->set_val_loss(v);
+    if (a.rank() == 0) Send(m);
+  };
+  o->on_step = [this, &a, val, step_update, rank_tokens_per_step, flops_per_token](const train::StepReport& r) {
+    hb_step_ = r.step;
+    v1::WorkerMessage m;
+    auto* rep = step_update(m);
+    rep->set_step(r.step);
+    rep->set_loss(r.loss);
+    rep->set_lr(r.lr);
+    rep->set_grad_norm(r.grad_norm);
+    rep->set_step_seconds(r.seconds);
+    rep->set_tokens_per_second(r.tokens_per_second);
+    rep->set_compute_seconds(r.compute_seconds);
+    rep->set_comm_seconds(r.comm_seconds);
+    rep->set_optimizer_seconds(r.optimizer_seconds);
+    rep->set_val_loss(*val ? **val : NAN);
+    val->reset();
+    if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
+    registry_->GetGauge("gantry_worker_tokens_per_second", "This worker's training throughput in the last step.")
+        .Set(rank_tokens_per_step / r.seconds);
+    registry_->GetGauge("gantry_worker_loss", "Training loss of the last step.").Set(r.loss);
+    registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
+        .Observe(r.seconds);
+    registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
+    if (r.checkpoint_stall_seconds > 0) {
+      registry_->GetHistogram("gantry_worker_checkpoint_stall_seconds",
+                              "Time the step loop spent on a checkpoint (the copy, or waiting for the budget).",
+                              metrics::ExponentialBuckets(0.0001, 2, 18))
+          .Observe(r.checkpoint_stall_seconds);
+    }
+    for (auto [part, secs] : {std::pair{"compute", r.compute_seconds}, std::pair{"comm_exposed", r.comm_seconds},
+                              std::pair{"optimizer", r.optimizer_seconds}, std::pair{"comm_busy", r.comm_busy_seconds}}) {
+      registry_->GetGauge("gantry_worker_step_part_seconds",
+                          "The last step's time by part: compute, exposed communication, optimizer; comm_busy is "
+                          "the communication thread's time, overlapped with compute or not.",
+                          {{"part", part}})
+          .Set(secs);
+    }
+    if (options_.peak_flops > 0) {  // set in main: the flag, or the CPU rate measured at start
+      registry_->GetGauge("gantry_worker_mfu_ratio", "Model FLOPs utilisation, (6N + 6LCT) x tokens/s / peak.")
+          .Set(flops_per_token * rank_tokens_per_step / r.seconds / options_.peak_flops);
+    }
+    return !cancel.load() && !stop_->load();
+  };
+}
+
+void Session::SetCheckpointHook(const v1::Assignment& a, const std::vector<std::string>& slice_server,
+                                train::TrainOptions* o) {
+  // Checkpoints are asynchronous and sharded: the trainer's writer thread hands over this
+  // rank's files in memory (rank 0's include the manifest); they stream to the shard
+  // servers, and the coordinator, told, commits the checkpoint once every rank's part is in.
+  o->on_checkpoint_part = [this, &a, slice_server](const std::vector<train::CheckpointFile>& files,
+                                                    int64_t step) -> absl::Status {
+    if (slice_server.empty()) {
+      LOG(WARNING) << "job " << a.job_id() << ": no shard server was registered when the job was placed: the "
+                   << "checkpoint of step " << step << " is not kept";
+      return absl::OkStatus();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    // The manifest and config go with slice 0.
+    std::map<std::string, std::vector<std::pair<std::string, const ByteSource*>>> by_server;
+    const train::CheckpointFile* manifest_file = nullptr;
+    for (const auto& f : files) {
+      const int slice = train::CheckpointFileSlice(f.name);
+      if (slice >= static_cast<int>(slice_server.size())) {
+        return absl::InternalError(absl::StrCat(f.name, ": slice ", slice, " of a partition map of ", slice_server.size()));
+      }
+      by_server[slice_server[std::max(slice, 0)]].emplace_back(f.name, f.bytes.get());
+      if (f.name == "manifest.json") manifest_file = &f;
+    }
+    int64_t bytes = 0;
+    for (const auto& [server, sources] : by_server) {
+      auto n = agent::UploadSources(server, a.job_id(), step, sources);
+      if (!n.ok()) {
+        if (absl::IsUnavailable(n.status()) || absl::IsDeadlineExceeded(n.status())) Unreachable(server);
+        return n.status();
+      }
+      bytes += *n;
+    }
+    v1::WorkerMessage m;
+    auto* p = m.mutable_checkpoint_part();
+    p->set_job_id(a.job_id());
+    p->set_generation(a.generation());
+    p->set_rank(a.rank());
+    p->set_step(step);
+    for (const auto& [server, sources] : by_server) {
+      for (const auto& f : sources) {
+        auto* pf = p->add_files();
+        pf->set_name(f.first);
+        pf->set_shard_server(server);
+      }
+    }
+    p->set_bytes(bytes);
+    if (a.rank() == 0) {
+      if (manifest_file == nullptr) return absl::InternalError("rank 0's checkpoint part has no manifest.json");
+      std::string text(manifest_file->bytes->size(), '\0');
+      RETURN_IF_ERROR(manifest_file->bytes->ReadAt(0, text.size(), text.data()));
+      nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (manifest.is_discarded()) return absl::DataLossError("the checkpoint's manifest.json is not valid JSON");
+      manifest["job_id"] = a.job_id();
+      manifest["generation"] = a.generation();
+      p->set_manifest_json(manifest.dump());
+    }
+    Send(m);
+    registry_->GetHistogram("gantry_worker_checkpoint_write_seconds",
+                            "Writing and uploading this rank's checkpoint part (off the step loop).",
+                            metrics::ExponentialBuckets(0.001, 2, 16))
+        .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    registry_->GetGauge("gantry_worker_checkpoint_bytes", "Size of this rank's last checkpoint part.")
+        .Set(static_cast<double>(bytes));
+    return absl::OkStatus();
+  };
+}
+
+void Session::SetMemoryGauges(const train::MemoryAccount& m) {
+    for (auto [kind, bytes] : {std::pair{"params", m.params}, std::pair{"grads", m.grads},
+                               std::pair{"optimizer", m.optimizer}, std::pair{"activations", m.activations},
+                               std::pair{"working", m.working}, std::pair{"peak", m.peak},
+                               std::pair{"zero_formula", m.predicted}}) {
+      registry_->GetGauge("gantry_worker_memory_bytes",
+                          "Bytes this rank holds for training, by kind; zero_formula is what ZeRO predicts for "
+                          "params + grads + optimizer at the job's stage and dp.",
+                          {{"kind", kind}})
+          .Set(static_cast<double>(bytes));
+    }
+  }
+
+}  // namespace gantry::agent

@@ -1,0 +1,92 @@
+// One job's ranks on this worker, as the coordinator assigned them: the session of an
+// attach stream runs each assignment (spec, groups, resume point, checkpoint streaming,
+// step reports) to its end, and answers heartbeats with where the running job is.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "common/metrics.h"
+#include "gantry/v1/coordinator.grpc.pb.h"
+#include "spec/job_spec.h"
+#include "worker/agent/shard_client.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/train/trainer.h"
+
+namespace gantry::agent {
+
+// What a worker is, from its flags (worker/main.cc).
+struct WorkerOptions {
+  std::string coordinator = "127.0.0.1:7070";
+  std::string host;       // reported host name; empty: this machine's
+  std::string work_dir;   // the jobs' scratch directory
+  std::string device = "cpu";
+  std::string gloo_host = "127.0.0.1";  // where this worker's collectives listen
+  int threads = 0;                       // 0: all the process may use
+  int heartbeat_ms = 1000;
+  int collective_timeout_ms = 30000;
+  double peak_flops = 0;  // for MFU; 0: not reported
+};
+
+using AttachStream = grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
+
+class Session {
+ public:
+  Session(const WorkerOptions& options, AttachStream* stream, metrics::Registry* registry,
+          std::shared_ptr<v1::Coordinator::Stub> stub, const std::atomic<bool>* stop)
+      : options_(options), stream_(stream), registry_(registry), stub_(std::move(stub)), stop_(stop) {}
+
+  bool Send(const v1::WorkerMessage& m);
+  // Runs one assignment to the end (or until cancelled), reporting as it goes.
+  void Run(const v1::Assignment& a);
+  // What a heartbeat says of the running job: placement, last step, last collective.
+  void FillHeartbeat(v1::Heartbeat* hb);
+  // Ends the running job's placement: its step loop stops at the next step and a collective
+  // in flight fails at once rather than wait out its timeout.
+  void Abort();
+
+  std::atomic<bool> cancel{false};
+
+ private:
+  absl::Status Train(const v1::Assignment& a);
+  // The checkpoint the coordinator chose for the ranks to start from, located on the shard
+  // servers (none for a fresh start).
+  absl::StatusOr<std::optional<StoredCheckpoint>> FindResumePoint(const v1::Assignment& a);
+  // Joins this rank's process groups (world > 1), filling o.comm or o.groups.
+  struct Groups {
+    std::unique_ptr<parallel::GlooCommunicator> comm;
+    std::unique_ptr<parallel::Groups> groups;
+  };
+  absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const train::JobSpec& spec, train::TrainOptions* o);
+  // The hook that streams this rank's checkpoint parts to the shard servers and tells the
+  // coordinator; slice_server[s] holds slice s.
+  void SetCheckpointHook(const v1::Assignment& a, const std::vector<std::string>& slice_server, train::TrainOptions* o);
+  // The step and evaluation reports (to the coordinator and /metrics).
+  void SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec, std::optional<float>* val,
+                      train::TrainOptions* o);
+  void SetMemoryGauges(const train::MemoryAccount& m);
+  void Unreachable(const std::string& server);
+
+  const WorkerOptions& options_;
+  AttachStream* stream_;
+  metrics::Registry* registry_;
+  std::shared_ptr<v1::Coordinator::Stub> stub_;
+  const std::atomic<bool>* stop_;
+  std::mutex write_mu_;
+  std::mutex comm_mu_;
+  std::vector<parallel::GlooCommunicator*> comms_;  // the running job's groups, while they live
+  std::set<std::string> unreachable_;               // shard servers this run could not reach (comm_mu_)
+  std::string hb_job_;  // the running assignment, for heartbeats (comm_mu_)
+  int64_t hb_generation_ = 0;
+  int hb_rank_ = 0;
+  std::atomic<int64_t> hb_step_{0};
+};
+
+}  // namespace gantry::agent
