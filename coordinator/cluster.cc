@@ -1,5 +1,7 @@
 #include "coordinator/cluster.h"
 
+#include "coordinator/job_state.h"
+
 #include "spec/partition.h"
 #include "shardserver/client.h"
 #include "spec/job_spec.h"
@@ -87,22 +89,22 @@ absl::Status Cluster::Recover() {
     if (j.state() != v1::SCHEDULED && j.state() != v1::RUNNING) continue;
     // Placed when the last coordinator stopped: placed again once its workers re-attach,
     // from its last committed checkpoint (not counted against scheduling.max_restarts).
-    j.set_state(v1::RESTARTING);
     j.clear_workers();
-    j.set_update_time_unix_ms(NowUnixMs());
-    j.set_failure_time_unix_ms(j.update_time_unix_ms());
+    j.set_failure_time_unix_ms(NowUnixMs());
     j.set_steps_at_failure(j.steps_done());
-    if (auto s = store_->PutJob(j); !s.ok()) return s;
-    (void)Event(j.id(), [](v1::JobEvent& e) {
-      e.set_message("coordinator restarted: the job is placed again and resumes from its last committed checkpoint");
-    });
-    (void)Event(j.id(), [](v1::JobEvent& e) { e.set_state(v1::RESTARTING); });
+    RETURN_IF_ERROR(Transition(
+        j, v1::RESTARTING,
+        "coordinator restarted: the job is placed again and resumes from its last committed checkpoint"));
     LOG(INFO) << "recovered " << j.id() << ": to be placed again";
   }
   jl.unlock();
   std::lock_guard<std::mutex> l(mu_);
   UpdateGaugesLocked();
   return absl::OkStatus();
+}
+
+absl::Status Cluster::Transition(v1::Job& job, v1::JobState to, const std::string& message) {
+  return coordinator::Transition(*store_, [this](v1::JobEvent e) { return AddEvent(std::move(e)); }, job, to, message);
 }
 
 void Cluster::RememberSpec(const std::string& job_id, train::JobSpec spec) {
@@ -239,7 +241,6 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   }
   if (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING) return;  // ended: late report
   const bool first = job->state() != v1::RUNNING;
-  job->set_state(v1::RUNNING);
   if (first && job->failure_time_unix_ms() > 0 && u.report().step() > 0) {
     // The first step after a failure: how long the job was down, and what it did again.
     const double secs = static_cast<double>(NowUnixMs() - job->failure_time_unix_ms()) / 1000.0;
@@ -260,8 +261,7 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   job->set_update_time_unix_ms(NowUnixMs());
   // Step progress is not fsynced (a crash may lose the last few step events); state
   // changes are.
-  if (!store_->PutJob(*job, /*sync=*/first).ok()) return;
-  if (first) (void)Event(job->id(), [](v1::JobEvent& e) { e.set_state(v1::RUNNING); });
+  if (first ? !Transition(*job, v1::RUNNING).ok() : !store_->PutJob(*job, /*sync=*/false).ok()) return;
   v1::JobEvent e;
   e.set_job_id(job->id());
   e.set_time_unix_ms(NowUnixMs());
@@ -308,10 +308,8 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
       done.insert(d.rank());
       if (static_cast<int>(done.size()) >= std::max(1, job->world_size())) {
         done_ranks_.erase({job->id(), job->generation()});
-        job->set_state(v1::SUCCEEDED);
-        job->set_update_time_unix_ms(NowUnixMs());
         job->clear_workers();
-        if (store_->PutJob(*job).ok()) (void)Event(job->id(), [&](v1::JobEvent& e) { e.set_state(v1::SUCCEEDED); });
+        (void)Transition(*job, v1::SUCCEEDED);
         LOG(INFO) << "job " << job->id() << " SUCCEEDED";
         DropRendezvous(job->id());
       }
@@ -442,40 +440,34 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   job->clear_workers();
   done_ranks_.erase({job_id, generation});
   const int64_t now = NowUnixMs();
-  job->set_update_time_unix_ms(now);
   if (!planned) job->set_reason(why);
   if (planned) {
-    job->set_state(v1::RESTARTING);
     job->set_failure_time_unix_ms(0);
   } else if (restart) {
-    job->set_state(v1::RESTARTING);
     job->set_restarts(job->restarts() + 1);
     job->set_restarts_in_a_row(job->restarts_in_a_row() + 1);
     job->set_failure_time_unix_ms(now);
     job->set_steps_at_failure(job->steps_done());
   } else {
-    job->set_state(v1::FAILED);
     if (retryable && max_restarts > 0) {
       job->set_reason(absl::StrCat(why, " (after ", job->restarts(), " restarts: scheduling.max_restarts is ",
                                    max_restarts, ")"));
     }
   }
-  if (!store_->PutJob(*job).ok()) return;
   if (planned) {
-    (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(why); });
-    (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::RESTARTING); });
+    if (!Transition(*job, v1::RESTARTING, why).ok()) return;
     LOG(INFO) << "job " << job_id << ": " << why;
   } else if (restart) {
+    if (!Transition(*job, v1::RESTARTING,
+                    absl::StrCat("restart ", job->restarts(), " of ", max_restarts, " at step ", job->steps_done(), ": ",
+                                 why, "; the job resumes from its last committed checkpoint"))
+             .ok()) {
+      return;
+    }
     registry_->GetCounter("gantry_coordinator_job_restarts_total", "Jobs placed again after a failure.").Inc();
-    (void)Event(job_id, [&](v1::JobEvent& e) {
-      e.set_message(absl::StrCat("restart ", job->restarts(), " of ", max_restarts, " at step ", job->steps_done(), ": ",
-                                 why, "; the job resumes from its last committed checkpoint"));
-    });
-    (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::RESTARTING); });
     LOG(WARNING) << "job " << job_id << " RESTARTING (" << job->restarts() << "/" << max_restarts << "): " << why;
   } else {
-    (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(job->reason()); });
-    (void)Event(job_id, [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+    if (!Transition(*job, v1::FAILED, job->reason()).ok()) return;
     LOG(WARNING) << "job " << job_id << " FAILED: " << job->reason();
   }
   DropRendezvous(job_id);
@@ -546,11 +538,8 @@ void Cluster::ScheduleLocked() {
     // workers allow (at least its smallest).
     const auto spec = SpecOf(job);
     if (!spec) {  // it parsed at submit: the stored record is damaged
-      job.set_state(v1::FAILED);
       job.set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
-      job.set_update_time_unix_ms(now);
-      if (!store_->PutJob(job).ok()) return;
-      (void)Event(job.id(), [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+      if (!Transition(job, v1::FAILED).ok()) return;
       continue;
     }
     const int tp = spec->parallel.tp, pp = spec->parallel.pp;
@@ -593,12 +582,8 @@ void Cluster::ScheduleLocked() {
     // Where the ranks start: decided here, once, from the committed checkpoints recorded.
     auto resume = ResumePointLocked(job, *spec);
     if (!resume.ok()) {
-      job.set_state(v1::FAILED);
       job.set_reason(std::string(resume.status().message()));
-      job.set_update_time_unix_ms(now);
-      if (!store_->PutJob(job).ok()) return;
-      (void)Event(job.id(), [&](v1::JobEvent& e) { e.set_message(job.reason()); });
-      (void)Event(job.id(), [](v1::JobEvent& e) { e.set_state(v1::FAILED); });
+      if (!Transition(job, v1::FAILED, job.reason()).ok()) return;
       LOG(WARNING) << "job " << job.id() << " failed: " << job.reason();
       continue;
     }
@@ -607,23 +592,19 @@ void Cluster::ScheduleLocked() {
     placed.parallel.dp = dp;
     const std::string placed_yaml = train::ToYaml(placed);
     const auto t_submit = job.submit_time_unix_ms();
-    job.set_state(v1::SCHEDULED);
     job.set_generation(job.generation() + 1);
     job.set_world_size(world);
     job.clear_workers();
     for (auto* w : chosen) job.add_workers(w->info.id());
-    job.set_update_time_unix_ms(now);
-    if (!store_->PutJob(job).ok()) return;
-    registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds", "Submit (or re-queue) to placement.",
-                            metrics::ExponentialBuckets(0.01, 4, 8))
-        .Observe(static_cast<double>(now - t_submit) / 1000.0);
     std::string where;
     for (size_t r = 0; r < chosen.size(); ++r) {
       absl::StrAppend(&where, r ? ", " : "", chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "",
                       chosen[r]->info.id(), " (", chosen[r]->info.resources().host(), ")");
     }
-    (void)Event(job.id(), [&](v1::JobEvent& e) { e.set_message(absl::StrCat("placed: ", where)); });
-    (void)Event(job.id(), [](v1::JobEvent& e) { e.set_state(v1::SCHEDULED); });
+    if (!Transition(job, v1::SCHEDULED, absl::StrCat("placed: ", where)).ok()) return;
+    registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds", "Submit (or re-queue) to placement.",
+                            metrics::ExponentialBuckets(0.01, 4, 8))
+        .Observe(static_cast<double>(now - t_submit) / 1000.0);
     for (size_t r = 0; r < chosen.size(); ++r) {
       WorkerState* w = chosen[r];
       w->info.set_state("busy");

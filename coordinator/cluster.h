@@ -59,6 +59,8 @@ class Cluster {
   void JobCancelled(const v1::Job& job);
   // Appends an event and wakes the watchers of its job.
   absl::Status AddEvent(v1::JobEvent e, bool sync = true);
+  // Every state change of a job: coordinator/job_state.h (checked, stored, its events).
+  absl::Status Transition(v1::Job& job, v1::JobState to, const std::string& message = "");
   // Watchers: fn is called (without locks held) after each event of any job.
   int Subscribe(std::function<void()> fn);
   void Unsubscribe(int id);

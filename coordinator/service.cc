@@ -1,5 +1,7 @@
 #include "coordinator/service.h"
 
+#include "coordinator/job_state.h"
+
 #include <glog/logging.h>
 
 #include <chrono>
@@ -15,7 +17,7 @@
 namespace gantry::coordinator {
 namespace {
 
-bool Terminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
 
 // One worker's attach stream.
 class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
@@ -311,15 +313,8 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
       if (!job.ok()) return job.status();
       before = *job;
       if (!Terminal(job->state())) {
-        job->set_state(v1::CANCELLED);
         job->set_reason("cancelled by the user");
-        job->set_update_time_unix_ms(NowUnixMs());
-        if (auto s = store_->PutJob(*job); !s.ok()) return s;
-        v1::JobEvent e;
-        e.set_job_id(job->id());
-        e.set_time_unix_ms(job->update_time_unix_ms());
-        e.set_state(v1::CANCELLED);
-        if (auto s = cluster_->AddEvent(e); !s.ok()) return s;
+        if (auto s = cluster_->Transition(*job, v1::CANCELLED); !s.ok()) return s;
       }
       *resp = *job;
     }

@@ -1,0 +1,47 @@
+#include "coordinator/job_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/status.h"
+
+namespace gantry::coordinator {
+
+bool Terminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+bool TransitionAllowed(v1::JobState from, v1::JobState to) {
+  if (to == v1::FAILED || to == v1::CANCELLED) return !Terminal(from);
+  switch (from) {
+    case v1::PENDING:
+      return to == v1::SCHEDULED;
+    case v1::SCHEDULED:
+      return to == v1::RUNNING || to == v1::SUCCEEDED || to == v1::RESTARTING;
+    case v1::RUNNING:
+      return to == v1::SUCCEEDED || to == v1::RESTARTING;
+    case v1::RESTARTING:
+      return to == v1::SCHEDULED;
+    default:
+      return false;
+  }
+}
+
+absl::Status Transition(Store& store, const EventSink& events, v1::Job& job, v1::JobState to,
+                        const std::string& message) {
+  if (!TransitionAllowed(job.state(), to)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " cannot go from ",
+                                                      v1::JobState_Name(job.state()), " to ", v1::JobState_Name(to)));
+  }
+  job.set_state(to);
+  job.set_update_time_unix_ms(NowUnixMs());
+  RETURN_IF_ERROR(store.PutJob(job));
+  auto event = [&](auto fill) {
+    v1::JobEvent e;
+    e.set_job_id(job.id());
+    e.set_time_unix_ms(job.update_time_unix_ms());
+    fill(e);
+    return events(std::move(e));
+  };
+  if (!message.empty()) RETURN_IF_ERROR(event([&](v1::JobEvent& e) { e.set_message(message); }));
+  return event([&](v1::JobEvent& e) { e.set_state(to); });
+}
+
+}  // namespace gantry::coordinator
