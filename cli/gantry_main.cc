@@ -58,6 +58,7 @@ constexpr char kUsage[] =
     "  workers              list the workers\n"
     "  checkpoints JOB      list a job's committed checkpoints\n"
     "  export JOB [--step N] -o DIR   write a Hugging Face model directory\n"
+    "  download JOB [--step N] -o DIR write the checkpoint's files as the shard servers hold them\n"
     "  sample JOB [--step N] --prompt TEXT [--tokens N]   generate text from a checkpoint\n"
     "  plan [JOB.yaml | --preset gpt2|gpt2-medium|gpt2-large|gpt2-xl | --n-layer L --d-model C --heads H\n"
     "       --vocab V | --params N] [--seq-len T] [--gpus G] [--gpu-memory GB] [--precision mixed|fp32]\n"
@@ -169,7 +170,8 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
   return last == v1::SUCCEEDED ? 0 : 1;
 }
 
-// checkpoints / export / sample: find the job's committed checkpoints on the shard servers.
+// checkpoints / export / download / sample: find the job's committed checkpoints on the
+// shard servers.
 int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   const std::string& cmd = o.args[0];
   std::string job_id, out_dir, prompt;
@@ -194,7 +196,10 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
     }
   }
   if (job_id.empty()) { std::fprintf(stderr, "gantry: %s needs a job id\n", cmd.c_str()); return 2; }
-  if (cmd == "export" && out_dir.empty()) { std::fputs("gantry: export needs -o DIR\n", stderr); return 2; }
+  if ((cmd == "export" || cmd == "download") && out_dir.empty()) {
+    std::fprintf(stderr, "gantry: %s needs -o DIR\n", cmd.c_str());
+    return 2;
+  }
   v1::ListShardServersResponse ss;
   auto s = stub->ListShardServers(Ctx(o).get(), v1::ListShardServersRequest(), &ss);
   if (!s.ok()) return Fail(s);
@@ -238,6 +243,19 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
     std::fprintf(stderr, "gantry: NOT_FOUND: job %s has no committed checkpoint%s\n", job_id.c_str(),
                  step >= 0 ? absl::StrCat(" at step ", step).c_str() : "");
     return 2;
+  }
+  if (cmd == "download") {  // every file from the server that committed it, crc32c-checked
+    std::map<std::string, std::vector<std::string>> by_server;
+    for (const auto& [name, f] : pick->files) by_server[f.server].push_back(name);
+    for (const auto& [server, names] : by_server) {
+      if (auto st = agent::DownloadCheckpoint(server, job_id, pick->step, names, out_dir); !st.ok()) {
+        std::fprintf(stderr, "gantry: %s\n", std::string(st.message()).c_str());
+        return 1;
+      }
+    }
+    std::printf("downloaded %s step %ld to %s (%zu files, %ld bytes)\n", job_id.c_str(), static_cast<long>(pick->step),
+                out_dir.c_str(), pick->files.size(), static_cast<long>(pick->bytes));
+    return 0;
   }
   // The checkpoint's parts (each rank's pieces, on the shard servers) are read in place and
   // assembled into one Hugging Face model directory.
@@ -524,7 +542,9 @@ int Run(const Options& o) {
     }
     return 0;
   }
-  if (cmd == "checkpoints" || cmd == "export" || cmd == "sample") return CheckpointCommand(o, stub.get());
+  if (cmd == "checkpoints" || cmd == "export" || cmd == "download" || cmd == "sample") {
+    return CheckpointCommand(o, stub.get());
+  }
   std::fprintf(stderr, "gantry: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -16,6 +17,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/kill_point.h"
+
+DEFINE_bool(list_kill_points, false,
+            "print this daemon's kill points (for crash tests; arm one with GANTRY_KILL_AT=NAME[@N]) and exit");
 
 namespace gantry {
 
@@ -30,6 +35,21 @@ sigset_t InitDaemon(int* argc, char*** argv, const char* usage) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   return sigs;
+}
+
+std::optional<int> HandleKillPoints() {
+  if (FLAGS_list_kill_points) {
+    std::fputs(KillPointTable().c_str(), stdout);
+    return 0;
+  }
+  if (auto s = ArmKillPointsFromEnv(); !s.ok()) {
+    LOG(ERROR) << s;
+    return 2;
+  }
+  if (const char* armed = std::getenv(kKillPointEnv); armed != nullptr && armed[0] != '\0') {
+    LOG(WARNING) << "armed for a crash test: the process dies at kill point " << armed;
+  }
+  return std::nullopt;
 }
 
 int WaitForTermination(const sigset_t& signals) {

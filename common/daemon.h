@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,13 @@ namespace gantry {
 // Parses flags, starts glog on stderr, and blocks SIGTERM/SIGINT in this thread and every
 // thread created after (WaitForTermination takes them). Call first thing in main.
 sigset_t InitDaemon(int* argc, char*** argv, const char* usage);
+
+// Kill points (common/kill_point.h), for the daemons that have them; call after InitDaemon.
+// With --list_kill_points, prints the binary's kill points ("NAME<TAB>before-commit|
+// after-commit<TAB>DESCRIPTION", one a line) and returns 0: main returns it. Otherwise arms
+// the process from $GANTRY_KILL_AT; a value that names no kill point of this binary is
+// logged and returns 2. nullopt: go on.
+std::optional<int> HandleKillPoints();
 
 // Blocks until SIGTERM or SIGINT; returns the signal.
 int WaitForTermination(const sigset_t& signals);

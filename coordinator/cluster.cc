@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/grpc_util.h"
 #include "common/status.h"
+#include "coordinator/kill_points.h"
 
 namespace gantry::coordinator {
 
@@ -364,7 +365,9 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
   std::vector<std::string> committed;
   size_t n_files = 0;
   absl::Status s;
+  kCommitBeforeShardCommits.Reach();
   for (auto& [server, files] : c.files) {
+    if (!committed.empty()) kCommitBetweenShardCommits.Reach();
     std::sort(files.begin(), files.end());
     n_files += files.size();
     s = agent::CommitCheckpoint(server, p.job_id(), p.step(), files, c.manifest_json);
@@ -384,10 +387,12 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
     });
     return;
   }
+  kCommitAfterShardCommits.Reach();
   (void)Event(p.job_id(), [&](v1::JobEvent& e) {
     e.set_message(absl::StrCat("checkpoint of step ", p.step(), " committed on ", absl::StrJoin(committed, ", "), " (",
                                n_files, " files, ", c.bytes, " bytes)"));
   });
+  kCommitAfterEvent.Reach();
   {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(p.job_id());
@@ -399,6 +404,7 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
       if (auto st = store_->PutJob(*job); !st.ok()) LOG(WARNING) << st;
     }
   }
+  kCommitAfterJobUpdate.Reach();
   registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Inc();
   MaybeGrow(p.job_id(), p.generation(), p.step());
   if (c.keep > 0) {  // the newest K whole ones stay

@@ -20,6 +20,7 @@ DEFINE_int32(worker_timeout_ms, 5000, "a worker silent this long is declared dea
 
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-coordinator --data_dir DIR [--listen HOST:PORT]");
+  if (auto rc = gantry::HandleKillPoints()) return *rc;
   if (FLAGS_data_dir.empty()) {
     LOG(ERROR) << "--data_dir is required";
     return 2;

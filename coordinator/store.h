@@ -10,18 +10,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/rocks.h"
 #include "gantry/v1/coordinator.pb.h"
-
-namespace rocksdb {
-class DB;
-}
 
 namespace gantry::coordinator {
 
 class Store {
  public:
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir);
-  ~Store();
 
   // Assigns the next id ("j-000001", ...) and writes the job, atomically.
   absl::StatusOr<std::string> CreateJob(v1::Job job);
@@ -39,8 +35,8 @@ class Store {
                                                    size_t limit = 0) const;
 
  private:
-  explicit Store(rocksdb::DB* db) : db_(db) {}
-  rocksdb::DB* db_;
+  explicit Store(std::unique_ptr<rocks::Db> db) : db_(std::move(db)) {}
+  std::unique_ptr<rocks::Db> db_;
   std::mutex mu_;  // serialises id and sequence allocation
   std::map<std::string, int64_t> next_seq_;  // per job, read from the store once
 };

@@ -30,6 +30,7 @@ DEFINE_int32(max_message_bytes, 8 << 20, "largest gRPC message accepted");
 
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-shardserver --data_dir DIR [--coordinator HOST:PORT]");
+  if (auto rc = gantry::HandleKillPoints()) return *rc;
   if (FLAGS_data_dir.empty()) {
     LOG(ERROR) << "--data_dir is required";
     return 2;

@@ -14,9 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
 #include "common/grpc_util.h"
+#include "common/kill_point.h"
 #include "common/status.h"
-#include "rocksdb/db.h"
-#include "rocksdb/write_batch.h"
 
 namespace gantry::shardserver {
 namespace {
@@ -40,11 +39,17 @@ bool ValidName(const std::string& s) {
          s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") == std::string::npos;
 }
 
-rocksdb::WriteOptions Synced() {
-  rocksdb::WriteOptions w;
-  w.sync = true;
-  return w;
-}
+// The steps of a checkpoint on a shard server, each write between two kill points: a
+// WriteChunks stream's batch (per rank), then at Commit the commit record. The checkpoint
+// is committed on this server once its record is durable.
+const KillPoint kChunksBeforeWrite("shard.write_chunks.before_write", KillPoint::kBeforeCommit,
+                                   "a WriteChunks stream's chunks are received and checked; their batch is not written");
+const KillPoint kChunksAfterWrite("shard.write_chunks.after_write", KillPoint::kBeforeCommit,
+                                  "the stream's chunks and part sizes are durable, not committed; the reply is not sent");
+const KillPoint kCommitBeforeRecord("shard.commit.before_record", KillPoint::kBeforeCommit,
+                                    "Commit found every named part whole; the commit record is not written");
+const KillPoint kCommitAfterRecord("shard.commit.after_record", KillPoint::kAfterCommit,
+                                   "the commit record is durable; the reply is not sent");
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -105,8 +110,9 @@ class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
     if (next_offset_.size() != done_.size()) {
       s = absl::InvalidArgumentError("stream ended before the last chunk of a part");
     } else {
-      auto w = svc_->db()->Write(Synced(), &batch_);
-      if (!w.ok()) s = absl::UnavailableError(absl::StrCat("writing chunks: ", w.ToString()));
+      kChunksBeforeWrite.Reach();
+      s = Annotate(svc_->db().Write(batch_), "writing chunks");
+      if (s.ok()) kChunksAfterWrite.Reach();
     }
     if (s.ok()) {
       resp_->set_bytes(bytes_);
@@ -124,7 +130,7 @@ class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
   ShardService* svc_;
   v1::WriteChunksResponse* resp_;
   v1::Chunk chunk_;
-  rocksdb::WriteBatch batch_;
+  rocks::Batch batch_;
   std::map<std::string, int64_t> next_offset_;
   std::set<std::string> done_;
   int64_t bytes_ = 0;
@@ -134,19 +140,21 @@ class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
 class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
  public:
   ReadReactor(ShardService* svc, const v1::ReadChunksRequest& req) : svc_(svc), req_(req) {
-    std::string info;
-    auto s = svc_->db()->Get(rocksdb::ReadOptions(), CkptKey(req.job_id(), req.step()), &info);
-    if (!s.ok()) {
-      Finish(grpc::Status(grpc::NOT_FOUND, absl::StrCat("no committed checkpoint of job ", req.job_id(), " at step ", req.step())));
+    if (auto info = svc_->db().Get(CkptKey(req.job_id(), req.step())); !info.ok()) {
+      Finish(absl::IsNotFound(info.status())
+                 ? grpc::Status(grpc::NOT_FOUND, absl::StrCat("no committed checkpoint of job ", req.job_id(), " at step ",
+                                                              req.step()))
+                 : ToGrpc(info.status()));
       return;
     }
-    prefix_ = ChunkPrefix(req.job_id(), req.step(), req.part());
-    std::string size;
-    if (!svc_->db()->Get(rocksdb::ReadOptions(), PartKey(req.job_id(), req.step(), req.part()), &size).ok()) {
-      Finish(grpc::Status(grpc::NOT_FOUND, absl::StrCat("checkpoint has no part '", req.part(), "'")));
+    auto size = svc_->db().Get(PartKey(req.job_id(), req.step(), req.part()));
+    if (!size.ok()) {
+      Finish(absl::IsNotFound(size.status())
+                 ? grpc::Status(grpc::NOT_FOUND, absl::StrCat("checkpoint has no part '", req.part(), "'"))
+                 : ToGrpc(size.status()));
       return;
     }
-    const int64_t part_size = std::stoll(size);
+    const int64_t part_size = std::stoll(*size);
     pos_ = req.offset();
     end_ = req.length() > 0 ? req.offset() + req.length() : part_size;
     if (req.offset() < 0 || req.length() < 0 || end_ > part_size) {
@@ -154,9 +162,9 @@ class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
                                                            "' are beyond its ", part_size)));
       return;
     }
-    it_.reset(svc_->db()->NewIterator(rocksdb::ReadOptions()));
+    it_ = svc_->db().NewCursor(ChunkPrefix(req.job_id(), req.step(), req.part()));
     it_->SeekForPrev(ChunkKey(req.job_id(), req.step(), req.part(), pos_));  // the chunk holding the first byte
-    if (!it_->Valid() || !it_->key().starts_with(prefix_)) it_->Seek(prefix_);
+    if (!it_->Valid()) it_->SeekToFirst();
     Next();
   }
   void OnWriteDone(bool ok) override {
@@ -188,8 +196,8 @@ class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
       StartWrite(&out_);
       return;
     }
-    for (; it_->Valid() && it_->key().starts_with(prefix_); it_->Next()) {
-      const int64_t at = std::stoll(it_->key().ToString().substr(prefix_.size()));
+    for (; it_->Valid(); it_->Next()) {
+      const int64_t at = std::stoll(std::string(it_->suffix()));
       const int64_t n = static_cast<int64_t>(it_->value().size());
       if (at > pos_) break;           // a hole: the store lost a chunk
       if (at + n <= pos_) continue;  // before the range
@@ -202,25 +210,24 @@ class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
       StartWrite(&out_);
       return;
     }
+    if (auto s = it_->status(); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
     Finish(grpc::Status(grpc::DATA_LOSS, absl::StrCat("part '", req_.part(), "' has no stored bytes at offset ", pos_)));
   }
   ShardService* svc_;
   v1::ReadChunksRequest req_;
-  std::string prefix_;
   int64_t pos_ = 0, end_ = 0;
-  std::unique_ptr<rocksdb::Iterator> it_;
+  std::unique_ptr<rocks::Cursor> it_;
   v1::Chunk out_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Open(const std::string& dir, metrics::Registry* registry) {
-  rocksdb::Options o;
-  o.create_if_missing = true;
-  rocksdb::DB* db = nullptr;
-  auto s = rocksdb::DB::Open(o, dir, &db);
-  if (!s.ok()) return absl::UnavailableError(absl::StrCat("opening ", dir, ": ", s.ToString()));
-  std::unique_ptr<ShardService> svc(new ShardService(db, registry));
+  ASSIGN_OR_RETURN(std::unique_ptr<rocks::Db> db, rocks::Db::Open(dir));
+  std::unique_ptr<ShardService> svc(new ShardService(std::move(db), registry));
   ASSIGN_OR_RETURN(int64_t reclaimed, svc->ReclaimUncommitted());
   if (reclaimed > 0) LOG(INFO) << "reclaimed " << reclaimed << " bytes of uncommitted checkpoint parts";
   return svc;
@@ -231,13 +238,13 @@ absl::StatusOr<int64_t> ShardService::ReclaimUncommitted() {
   // longer be: their writers are gone (a later commit naming them finds them missing and is
   // refused). Their chunks are deleted, committed checkpoints are untouched.
   std::set<std::string> committed;  // "<job>/<step>"
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek("ckpt/"); it->Valid() && it->key().starts_with("ckpt/"); it->Next()) {
-    committed.insert(it->key().ToString().substr(5));
-  }
+  RETURN_IF_ERROR(db_->Scan("ckpt/", [&](absl::string_view key, absl::string_view) {
+    committed.emplace(key.substr(5));
+    return true;
+  }));
   std::map<std::string, int64_t> orphans;  // "<job>/<step>" → bytes
-  for (it->Seek("part/"); it->Valid() && it->key().starts_with("part/"); it->Next()) {
-    const std::string rest = it->key().ToString().substr(5);  // <job>/<step, 12 digits>/<part>
+  RETURN_IF_ERROR(db_->Scan("part/", [&](absl::string_view key, absl::string_view value) {
+    const std::string rest(key.substr(5));  // <job>/<step, 12 digits>/<part>
     size_t cut = std::string::npos;
     for (size_t slash = rest.find('/'); slash != std::string::npos; slash = rest.find('/', slash + 1)) {
       if (slash + 13 < rest.size() && rest[slash + 13] == '/' &&
@@ -246,27 +253,24 @@ absl::StatusOr<int64_t> ShardService::ReclaimUncommitted() {
         break;
       }
     }
-    if (cut == std::string::npos) continue;
+    if (cut == std::string::npos) return true;
     const std::string base = rest.substr(0, cut);
-    if (!committed.count(base)) orphans[base] += std::atoll(it->value().ToString().c_str());
-  }
+    if (!committed.count(base)) orphans[base] += std::atoll(std::string(value).c_str());
+    return true;
+  }));
   int64_t bytes = 0;
-  rocksdb::WriteBatch b;
+  rocks::Batch b;
   for (const auto& [base, n] : orphans) {
-    const std::string c0 = absl::StrCat("chunk/", base, "/"), p0 = absl::StrCat("part/", base, "/");
-    b.DeleteRange(c0, c0 + "\xff");
-    b.DeleteRange(p0, p0 + "\xff");
+    b.DeletePrefix(absl::StrCat("chunk/", base, "/"));
+    b.DeletePrefix(absl::StrCat("part/", base, "/"));
     bytes += n;
   }
   if (orphans.empty()) return 0;
-  auto w = db_->Write(Synced(), &b);
-  if (!w.ok()) return absl::UnavailableError(absl::StrCat("reclaiming uncommitted parts: ", w.ToString()));
+  RETURN_IF_ERROR(Annotate(db_->Write(b), "reclaiming uncommitted parts"));
   registry_->GetCounter("gantry_shardserver_reclaimed_bytes_total", "Bytes of uncommitted checkpoint parts reclaimed at start.")
       .Inc(static_cast<double>(bytes));
   return bytes;
 }
-
-ShardService::~ShardService() { delete db_; }
 
 void ShardService::RecordRpc(const char* method, const absl::Status& s, double seconds) {
   metrics::RecordRpc(*registry_, "shardserver", method, absl::StatusCodeToString(s.code()), seconds);
@@ -274,11 +278,8 @@ void ShardService::RecordRpc(const char* method, const absl::Status& s, double s
 }
 
 int64_t ShardService::bytes_stored() const {
-  uint64_t size = 0;
-  db_->GetIntProperty("rocksdb.estimate-live-data-size", &size);
-  uint64_t mem = 0;
-  db_->GetIntProperty("rocksdb.cur-size-all-mem-tables", &mem);
-  return static_cast<int64_t>(size + mem);
+  return static_cast<int64_t>(db_->IntProperty("rocksdb.estimate-live-data-size") +
+                              db_->IntProperty("rocksdb.cur-size-all-mem-tables"));
 }
 
 grpc::ServerReadReactor<v1::Chunk>* ShardService::WriteChunks(grpc::CallbackServerContext* ctx, v1::WriteChunksResponse* resp) {
@@ -304,18 +305,20 @@ grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx,
     info.set_manifest_json(req->manifest_json());
     int64_t total = 0;
     for (const auto& part : req->parts()) {
-      std::string size;
-      if (!db_->Get(rocksdb::ReadOptions(), PartKey(req->job_id(), req->step(), part), &size).ok()) {
+      auto size = db_->Get(PartKey(req->job_id(), req->step(), part));
+      if (absl::IsNotFound(size.status())) {
         return absl::FailedPreconditionError(absl::StrCat("part '", part, "' of ", req->job_id(), " step ", req->step(),
                                                           " is not fully written: nothing committed"));
       }
-      total += std::stoll(size);
+      if (!size.ok()) return size.status();
+      total += std::stoll(*size);
       info.add_parts(part);
-      info.add_part_bytes(std::stoll(size));
+      info.add_part_bytes(std::stoll(*size));
     }
     info.set_bytes(total);
-    auto w = db_->Put(Synced(), CkptKey(req->job_id(), req->step()), info.SerializeAsString());
-    if (!w.ok()) return absl::UnavailableError(absl::StrCat("committing: ", w.ToString()));
+    kCommitBeforeRecord.Reach();
+    RETURN_IF_ERROR(Annotate(db_->Put(CkptKey(req->job_id(), req->step()), info.SerializeAsString()), "committing"));
+    kCommitAfterRecord.Reach();
     return absl::OkStatus();
   }();
   RecordRpc("Commit", s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -333,15 +336,15 @@ grpc::ServerUnaryReactor* ShardService::ListCheckpoints(grpc::CallbackServerCont
     return r;
   }
   const std::string prefix = req->job_id().empty() ? "ckpt/" : absl::StrCat("ckpt/", req->job_id(), "/");
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    if (!resp->add_checkpoints()->ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+  absl::Status s = db_->Scan(prefix, [&](absl::string_view, absl::string_view value) {
+    if (!resp->add_checkpoints()->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
       resp->mutable_checkpoints()->RemoveLast();
     }
-  }
-  RecordRpc("ListCheckpoints", absl::OkStatus(), 0);
+    return true;
+  });
+  RecordRpc("ListCheckpoints", s, 0);
   auto* r = ctx->DefaultReactor();
-  r->Finish(grpc::Status::OK);
+  r->Finish(ToGrpc(s));
   return r;
 }
 
@@ -353,14 +356,12 @@ grpc::ServerUnaryReactor* ShardService::DeleteCheckpoint(grpc::CallbackServerCon
     r->Finish(ToGrpc(t));
     return r;
   }
-  rocksdb::WriteBatch b;
+  rocks::Batch b;
   const std::string base = Base(req->job_id(), req->step());
   b.Delete(CkptKey(req->job_id(), req->step()));  // invisible first, in the same batch
-  const std::string c0 = absl::StrCat("chunk/", base, "/"), p0 = absl::StrCat("part/", base, "/");
-  b.DeleteRange(c0, c0 + "\xff");
-  b.DeleteRange(p0, p0 + "\xff");
-  auto w = db_->Write(Synced(), &b);
-  absl::Status s = w.ok() ? absl::OkStatus() : absl::UnavailableError(w.ToString());
+  b.DeletePrefix(absl::StrCat("chunk/", base, "/"));
+  b.DeletePrefix(absl::StrCat("part/", base, "/"));
+  absl::Status s = Annotate(db_->Write(b), absl::StrCat("deleting checkpoint ", base));
   RecordRpc("DeleteCheckpoint", s, 0);
   auto* r = ctx->DefaultReactor();
   r->Finish(ToGrpc(s));

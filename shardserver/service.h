@@ -6,7 +6,8 @@
 // whole or absent. Each WriteChunks stream lands in one synced batch at its end, so a
 // stream refused mid-way (bad crc32c, a gap in the offsets) writes nothing. At start, the
 // parts of checkpoints never committed (their writers died with the old process or lost
-// it) are reclaimed.
+// it) are reclaimed. Kill points (common/kill_point.h) sit around each write, so that a crash
+// test can stop the server between any two of them.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -16,18 +17,14 @@
 
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
+#include "common/rocks.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
-
-namespace rocksdb {
-class DB;
-}
 
 namespace gantry::shardserver {
 
 class ShardService final : public v1::ShardServer::CallbackService {
  public:
   static absl::StatusOr<std::unique_ptr<ShardService>> Open(const std::string& dir, metrics::Registry* registry);
-  ~ShardService() override;
 
   grpc::ServerReadReactor<v1::Chunk>* WriteChunks(grpc::CallbackServerContext* ctx,
                                                   v1::WriteChunksResponse* resp) override;
@@ -43,7 +40,7 @@ class ShardService final : public v1::ShardServer::CallbackService {
                                              v1::DeleteCheckpointResponse* resp) override;
 
   int64_t bytes_stored() const;
-  rocksdb::DB* db() { return db_; }
+  rocks::Db& db() { return *db_; }
   // Deletes the chunks of parts whose checkpoint is not committed (run at Open: after a
   // crash their writers are gone). Returns the bytes reclaimed.
   absl::StatusOr<int64_t> ReclaimUncommitted();
@@ -51,8 +48,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
   void RecordRpc(const char* method, const absl::Status& s, double seconds);
 
  private:
-  ShardService(rocksdb::DB* db, metrics::Registry* r) : db_(db), registry_(r) {}
-  rocksdb::DB* db_;
+  ShardService(std::unique_ptr<rocks::Db> db, metrics::Registry* r) : db_(std::move(db)), registry_(r) {}
+  std::unique_ptr<rocks::Db> db_;
   metrics::Registry* registry_;
 };
 

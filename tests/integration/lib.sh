@@ -37,21 +37,30 @@ wait_for() {  # wait_for SECONDS COMMAND...: until COMMAND succeeds
 }
 
 # Killing and restarting the daemons of deploy/local/cluster.sh's cluster in place (the
-# fault tests). Each restart_* starts the replacement in the background (its stdout away from
-# the caller's, so that $(restart_...) returns), records its pid in extra.pids (cleanup stops
-# it) and prints the pid.
+# fault tests). Each spawn_* starts the replacement in the background of this shell (so that
+# `wait $SPAWNED` gives its exit status; variables set before the call, GANTRY_KILL_AT=...,
+# reach it), its log appended to LOG (default: the cluster's log of that daemon), its ready
+# file written anew; it records the pid in extra.pids (cleanup stops it) and in SPAWNED.
+# Each restart_* spawns one with its stdout away from the caller's, so that $(restart_...)
+# returns, and prints the pid.
 ready_port() { sed "s/.*\"$2\": \([0-9]*\).*/\1/" "$1"; }  # ready_port FILE KEY
 kill9() { kill -9 "$1" 2>/dev/null; wait "$1" 2>/dev/null; true; }
-restart_coordinator() {  # restart_coordinator PORT
+spawn_coordinator() {  # spawn_coordinator PORT [LOG]
+  rm -f "$TMP/cluster/coordinator.ready"
   "$BUILD/coordinator/gantry-coordinator" --listen "127.0.0.1:$1" --metrics_listen 127.0.0.1:0 \
-    --data_dir "$TMP/cluster/coordinator" >/dev/null 2>>"$TMP/cluster/coordinator.log" &
-  echo $! >>"$TMP/extra.pids"; echo $!
+    --data_dir "$TMP/cluster/coordinator" --ready_file "$TMP/cluster/coordinator.ready" \
+    >/dev/null 2>>"${2:-$TMP/cluster/coordinator.log}" &
+  SPAWNED=$!; echo $SPAWNED >>"$TMP/extra.pids"
 }
-restart_shardserver() {  # restart_shardserver NAME PORT: NAME is shardserver, shardserver2, ...
+spawn_shardserver() {  # spawn_shardserver NAME PORT [LOG]: NAME is shardserver, shardserver2, ...
+  rm -f "$TMP/cluster/$1.ready"
   "$BUILD/shardserver/gantry-shardserver" --listen "127.0.0.1:$2" --metrics_listen 127.0.0.1:0 \
-    --data_dir "$TMP/cluster/$1" --coordinator "$GANTRY_COORDINATOR" >/dev/null 2>>"$TMP/cluster/$1.log" &
-  echo $! >>"$TMP/extra.pids"; echo $!
+    --data_dir "$TMP/cluster/$1" --coordinator "$GANTRY_COORDINATOR" --ready_file "$TMP/cluster/$1.ready" \
+    >/dev/null 2>>"${3:-$TMP/cluster/$1.log}" &
+  SPAWNED=$!; echo $SPAWNED >>"$TMP/extra.pids"
 }
+restart_coordinator() { spawn_coordinator "$1"; echo "$SPAWNED"; }  # restart_coordinator PORT
+restart_shardserver() { spawn_shardserver "$1" "$2"; echo "$SPAWNED"; }  # restart_shardserver NAME PORT
 restart_worker() {  # restart_worker N: a new gantry-worker in worker N's place
   (cd "$ROOT" && exec "$BUILD/worker/gantry-worker" --coordinator "$GANTRY_COORDINATOR" --work_dir "$TMP/cluster/worker$1" \
     --metrics_listen 127.0.0.1:0 --threads 1 --host "$(hostname)-w$1") >/dev/null 2>>"$TMP/cluster/worker$1.log" &

@@ -7,7 +7,6 @@
 
 #include "common/file_util.h"
 #include "shardserver/service.h"
-#include "rocksdb/db.h"
 #include "tests/test_util.h"
 #include "worker/agent/shard_client.h"
 
@@ -117,9 +116,8 @@ TEST_F(ShardServiceTest, ARestartReclaimsUncommittedPartsAndKeepsCommittedOnes) 
   ASSERT_TRUE(agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{\"step\": 10}").ok());
   ASSERT_TRUE(agent::UploadFiles(addr_, "j-000001", 20, dir_.File("ckpt"), {"model.safetensors", "config.json"}).ok());
   auto count = [&](const std::string& prefix) {
-    std::unique_ptr<rocksdb::Iterator> it(svc_->db()->NewIterator(rocksdb::ReadOptions()));
     int n = 0;
-    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) ++n;
+    EXPECT_TRUE(svc_->db().Scan(prefix, [&](absl::string_view, absl::string_view) { return ++n > 0; }).ok());
     return n;
   };
   ASSERT_GT(count("chunk/j-000001/000000000020/"), 0);

@@ -1,0 +1,16 @@
+// The coordinator's kill points (common/kill_point.h) in a checkpoint commit, in order. The
+// checkpoint becomes visible when the last shard server commits its files; what the
+// coordinator records after that is bookkeeping that a restart must not need.
+#pragma once
+
+#include "common/kill_point.h"
+
+namespace gantry::coordinator {
+
+extern const KillPoint kCommitBeforeShardCommits;
+extern const KillPoint kCommitBetweenShardCommits;
+extern const KillPoint kCommitAfterShardCommits;
+extern const KillPoint kCommitAfterEvent;
+extern const KillPoint kCommitAfterJobUpdate;
+
+}  // namespace gantry::coordinator
