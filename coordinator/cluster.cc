@@ -48,6 +48,12 @@ Cluster::~Cluster() {
   }
   cv_.notify_all();
   monitor_.join();
+  std::vector<Lookup> lookups;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    lookups.swap(lookups_);
+  }
+  for (auto& t : lookups) t.thread.join();
   for (auto& w : waiters_) w.done(absl::UnavailableError("coordinator shutting down"));
 }
 
@@ -128,9 +134,52 @@ std::shared_ptr<const train::JobSpec> Cluster::SpecOf(const v1::Job& job) {
   return cached;
 }
 
+bool Cluster::StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& spec,
+                                     const std::vector<std::string>& servers) {
+  if (job.generation() == 0 && spec.checkpoint.resume_from.empty()) return true;  // nothing stored to find
+  if (servers.empty()) return true;  // no shard server to ask: the coordinator's record alone
+  StoredSteps& st = stored_[job.id()];
+  if (st.generation == job.generation()) return st.done;
+  st = StoredSteps{job.generation(), false, 0, 0};
+  const std::string id = job.id(), from = spec.checkpoint.resume_from.substr(0, spec.checkpoint.resume_from.find('@'));
+  for (auto it = lookups_.begin(); it != lookups_.end();) {  // reap the finished ones
+    if (!it->finished->load()) {
+      ++it;
+      continue;
+    }
+    it->thread.join();
+    it = lookups_.erase(it);
+  }
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([this, id, from, servers, generation = job.generation(), finished] {
+    auto newest = [&](const std::string& j) -> int64_t {
+      if (j.empty()) return 0;
+      const auto stored = agent::ListStoredCheckpoints(servers, j);
+      return stored.empty() ? 0 : stored.back().step;
+    };
+    const int64_t own = newest(id), other = newest(from);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      StoredSteps& s = stored_[id];
+      if (s.generation == generation) {
+        s.own = own;
+        s.from = other;
+        s.done = true;
+        if (!stop_) ScheduleLocked();
+      }
+    }
+    finished->store(true);
+  });
+  lookups_.push_back({std::move(t), std::move(finished)});
+  return false;
+}
+
 absl::StatusOr<std::pair<std::string, int64_t>> Cluster::ResumePointLocked(const v1::Job& job,
                                                                            const train::JobSpec& spec) {
-  if (job.checkpoint_step() > 0) return std::make_pair(job.id(), job.checkpoint_step());
+  const auto st = stored_.find(job.id());
+  const bool listed = st != stored_.end() && st->second.done && st->second.generation == job.generation();
+  const int64_t own = std::max(job.checkpoint_step(), listed ? st->second.own : 0);
+  if (own > 0) return std::make_pair(job.id(), own);
   const std::string& from = spec.checkpoint.resume_from;
   if (from.empty()) return std::make_pair(std::string(), int64_t{0});
   const size_t at = from.find('@');
@@ -141,11 +190,11 @@ absl::StatusOr<std::pair<std::string, int64_t>> Cluster::ResumePointLocked(const
   }
   if (at == std::string::npos) {
     auto src = store_->GetJob(other);
-    if (!src.ok() || src->checkpoint_step() == 0) {
+    step = std::max(src.ok() ? src->checkpoint_step() : 0, listed ? st->second.from : 0);
+    if (step == 0) {
       return absl::NotFoundError(
           absl::StrCat("checkpoint.resume_from: job ", other, " has no committed checkpoint on the shard servers"));
     }
-    step = src->checkpoint_step();
   }
   return std::make_pair(other, step);
 }
@@ -548,6 +597,9 @@ void Cluster::ScheduleLocked() {
       if (!Transition(job, v1::FAILED).ok()) return;
       continue;
     }
+    // What the shard servers hold of it, before it is placed again or from another job's
+    // checkpoint: listed off the lock, and the lookup's end places it.
+    if (!StoredStepsKnownLocked(job, *spec, shard_addrs)) break;
     const int tp = spec->parallel.tp, pp = spec->parallel.pp;
     const int world = spec->elastic.enabled() ? spec->WorldFor(IdleWorkersLocked()) : spec->world_size();
     if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
@@ -585,7 +637,7 @@ void Cluster::ScheduleLocked() {
         pr->set_data_address(shards_[r.shard_server].data_address());
       }
     }
-    // Where the ranks start: decided here, once, from the committed checkpoints recorded.
+    // Where the ranks start: decided here, once, from the committed checkpoints.
     auto resume = ResumePointLocked(job, *spec);
     if (!resume.ok()) {
       job.set_reason(std::string(resume.status().message()));

@@ -3,9 +3,11 @@
 // state goes through Store; membership is soft state that workers rebuild by re-attaching.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -165,9 +167,28 @@ class Cluster {
   std::mutex spec_mu_;
   std::map<std::string, std::shared_ptr<const train::JobSpec>> specs_;  // job → its spec (spec_mu_)
   // Where a placement's ranks start (Assignment.resume_job_id, resume_step): the job's own
-  // last committed checkpoint, else checkpoint.resume_from's; an error names why there is
-  // none. job_mu_ held.
+  // newest whole checkpoint, else checkpoint.resume_from's; an error names why there is
+  // none. "Newest" is the later of what the coordinator recorded at commit and what the
+  // shard servers' committed manifests say (a commit can be durable on the servers though
+  // the coordinator never heard it: a server or the coordinator died in between). mu_ and
+  // job_mu_ held.
   absl::StatusOr<std::pair<std::string, int64_t>> ResumePointLocked(const v1::Job& job, const train::JobSpec& spec);
+  // The shard servers' newest whole checkpoints of a job (own) and of its resume_from job
+  // (from), listed off the locks before the job is placed again (generation: the one the
+  // lookup was for). StoredStepsKnownLocked starts the lookup when it is not known yet;
+  // its end places queued jobs. mu_ held.
+  struct StoredSteps {
+    int64_t generation = -1;
+    bool done = false;
+    int64_t own = 0, from = 0;
+  };
+  bool StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& spec, const std::vector<std::string>& servers);
+  std::map<std::string, StoredSteps> stored_;  // under mu_
+  struct Lookup {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished;  // its last act, after it let go of mu_
+  };
+  std::vector<Lookup> lookups_;  // under mu_; the finished ones are joined at the next start, the rest at destruction
   std::mutex rdv_mu_;
   std::map<std::tuple<std::string, int64_t, std::string>, std::string> rdv_;
   std::vector<Waiter> waiters_;
