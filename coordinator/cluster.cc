@@ -528,10 +528,11 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   DropRendezvous(job_id);
 }
 
-void Cluster::RemoveWorker(const std::string& id, const std::string& why) {
+void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool end_stream) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.session == nullptr) return;
+  if (end_stream) it->second.session->End(why);
   it->second.session = nullptr;
   it->second.info.set_state("dead");
   LOG(WARNING) << "worker " << id << " lost: " << why;
@@ -967,7 +968,8 @@ void Cluster::Monitor() {
                                                       " was not put within the wait")));
     }
     for (const auto& id : silent) {
-      RemoveWorker(id, absl::StrFormat("no heartbeat for %.1f s", options_.worker_timeout_ms / 1000.0));
+      RemoveWorker(id, absl::StrFormat("no heartbeat for %.1f s", options_.worker_timeout_ms / 1000.0),
+                   /*end_stream=*/true);
     }
     l.lock();
   }

@@ -27,6 +27,11 @@ class WorkerSession {
  public:
   virtual ~WorkerSession() = default;
   virtual void Send(const v1::CoordinatorMessage& m) = 0;
+  // The cluster counted the worker out while its stream stayed open (it fell silent: a
+  // stopped process, a stalled host): the stream ends, so that the worker, should it come
+  // back, attaches again as a new worker rather than heartbeat on a stream nobody assigns
+  // work to. Called once, with the cluster's lock held; never calls into the cluster.
+  virtual void End(const std::string& why) {}
 };
 
 struct ClusterOptions {
@@ -75,7 +80,8 @@ class Cluster {
   // A rank's checkpoint part is durable; the checkpoint is committed on the shard server
   // once every rank of the generation has reported that step.
   void OnCheckpointPart(const std::string& id, const v1::CheckpointPart& p);
-  void RemoveWorker(const std::string& id, const std::string& why);
+  // end_stream: the worker is counted out while its stream is open (a heartbeat timeout).
+  void RemoveWorker(const std::string& id, const std::string& why, bool end_stream = false);
   std::vector<v1::Worker> Workers();
 
   // The order in which queued jobs (PENDING or RESTARTING) are placed: higher priority

@@ -65,6 +65,15 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
     StartRead(&in_);
   }
   void OnDone() override { delete this; }  // Close() ran before Finish()
+  // The cluster counted this worker out (it holds its lock and forgets the session now).
+  void End(const std::string& why) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(grpc::Status(grpc::UNAVAILABLE, "counted out: " + why + "; attach again"));
+  }
 
  private:
   // Order matters: refuse further sends, leave the cluster (after which it never calls Send

@@ -28,6 +28,15 @@ class FakeSession : public WorkerSession {
     std::lock_guard<std::mutex> l(mu);
     got.push_back(m);
   }
+  void End(const std::string& why) override {
+    std::lock_guard<std::mutex> l(mu);
+    ended = why;
+  }
+  std::string Ended() {
+    std::lock_guard<std::mutex> l(mu);
+    return ended;
+  }
+  std::string ended;
   std::vector<v1::CoordinatorMessage> Take() {
     std::lock_guard<std::mutex> l(mu);
     return std::exchange(got, {});
@@ -156,6 +165,30 @@ TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
 // A step that does not come within the stall limit: the coordinator compares the ranks'
 // last completed collectives (from their heartbeats) and names the rank behind, in the job
 // record (describe) and as an event; the next step clears it.
+// A worker that falls silent (a stopped process) is counted out, and its attach stream is
+// ended: should it come back, it attaches again rather than heartbeat on a stream that is
+// never given work. A worker whose stream closes is not ended twice.
+TEST(MembershipTest, ASilentWorkerIsCountedOutAndItsStreamEnded) {
+  testing::TempDir dir;
+  metrics::Registry registry;
+  auto store = *Store::Open(dir.File("db"));
+  ClusterOptions o;
+  o.worker_timeout_ms = 200;
+  Cluster cluster(store.get(), &registry, o);
+  FakeSession silent, closed;
+  const std::string w1 = cluster.AddWorker(&silent, v1::Resources());
+  const std::string w2 = cluster.AddWorker(&closed, v1::Resources());
+  cluster.RemoveWorker(w2, "its attach stream closed");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (silent.Ended().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polled: the monitor counts it out within its 1 s round
+    cluster.Workers();
+  }
+  EXPECT_NE(silent.Ended().find("no heartbeat for 0.2 s"), std::string::npos) << silent.Ended();
+  EXPECT_EQ(closed.Ended(), "") << "its stream had closed already";
+  for (const auto& w : cluster.Workers()) EXPECT_EQ(w.state(), "dead") << w.id();
+}
+
 TEST(StallTest, AStalledStepNamesTheRanksBehind) {
   testing::TempDir dir;
   metrics::Registry registry;
