@@ -152,16 +152,25 @@ bool Cluster::StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& s
   }
   auto finished = std::make_shared<std::atomic<bool>>(false);
   std::thread t([this, id, from, servers, generation = job.generation(), finished] {
+    // A server that cannot be listed may hold the newest checkpoint: then nothing is
+    // concluded, and the lookup runs again at the monitor's next round (a dead server
+    // leaves the live set after shard_timeout_ms).
+    std::vector<std::string> unreachable;
     auto newest = [&](const std::string& j) -> int64_t {
       if (j.empty()) return 0;
-      const auto stored = agent::ListStoredCheckpoints(servers, j);
+      const auto stored = agent::ListStoredCheckpoints(servers, j, &unreachable);
       return stored.empty() ? 0 : stored.back().step;
     };
     const int64_t own = newest(id), other = newest(from);
     {
       std::lock_guard<std::mutex> l(mu_);
       StoredSteps& s = stored_[id];
-      if (s.generation == generation) {
+      if (s.generation == generation && !unreachable.empty()) {
+        LOG(WARNING) << "job " << id << ": listing its checkpoints before placing it: " << unreachable.front()
+                     << "; trying again";
+        s.generation = -1;  // the next round starts a new lookup
+        timed_wait_ = true;
+      } else if (s.generation == generation) {
         s.own = own;
         s.from = other;
         s.done = true;
