@@ -44,24 +44,4 @@ absl::StatusOr<bool> CheckServing(const std::string& address);
 // OK when no token is configured or the call carries it; UNAUTHENTICATED otherwise.
 absl::Status CheckToken(const grpc::ServerContextBase& ctx);
 
-// Reactors that refuse a streaming call at once with `status` (a missing token).
-template <typename Resp>
-class RefusedWriter final : public grpc::ServerWriteReactor<Resp> {
- public:
-  explicit RefusedWriter(const grpc::Status& s) { this->Finish(s); }
-  void OnDone() override { delete this; }
-};
-template <typename Req>
-class RefusedReader final : public grpc::ServerReadReactor<Req> {
- public:
-  explicit RefusedReader(const grpc::Status& s) { this->Finish(s); }
-  void OnDone() override { delete this; }
-};
-template <typename Req, typename Resp>
-class RefusedBidi final : public grpc::ServerBidiReactor<Req, Resp> {
- public:
-  explicit RefusedBidi(const grpc::Status& s) { this->Finish(s); }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace gantry
