@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "coordinator/checkpoint_commit.h"
 #include "coordinator/store.h"
 #include "gantry/v1/coordinator.pb.h"
 
@@ -41,6 +42,8 @@ struct ClusterOptions {
   // A running job whose next step has not come for max(this, 10 x its last step time) is
   // stalled: the coordinator names the ranks behind (by their last completed collective).
   int64_t stall_ms = 60000;
+  // Deadlines of the commit, listing and delete calls to the shard servers.
+  agent::ShardDeadlines shard_deadlines{};
 };
 
 class Cluster {
@@ -68,7 +71,9 @@ class Cluster {
   void OnStep(const std::string& id, const v1::StepUpdate& u);
   void OnDone(const std::string& id, const v1::JobDone& d);
   // A rank's checkpoint part is durable; the checkpoint is committed on the shard server
-  // once every rank of the generation has reported that step.
+  // once every rank of the generation has reported that step. Returns at once: the commit
+  // runs on the CheckpointCommitter, and the job's end (OnDone, or a lost worker's) is
+  // applied after it.
   void OnCheckpointPart(const std::string& id, const v1::CheckpointPart& p);
   void RemoveWorker(const std::string& id, const std::string& why);
   std::vector<v1::Worker> Workers();
@@ -93,6 +98,10 @@ class Cluster {
 
   void RegisterShardServer(const v1::RegisterShardServerRequest& r);
   std::vector<v1::ShardServerInfo> ShardServers();
+
+  // Waits until the checkpoint commits queued or in flight, and what waits behind them, have
+  // run (tests).
+  void WaitForCommits() { commits_->Drain(); }
 
  private:
   struct WorkerState {
@@ -136,6 +145,10 @@ class Cluster {
   // After a commit: an elastic job below its largest dp that idle workers could now fill is
   // placed again, bigger, from the checkpoint just committed. Takes mu_.
   void MaybeGrow(const std::string& job_id, int64_t generation, int64_t step);
+  // A rank's end of job, applied (OnDone defers it behind the job's commits).
+  void ApplyDone(const std::string& id, const v1::JobDone& d);
+  // A commit ended (on the committer's executor): its event, the job's record, growth.
+  void CheckpointEnded(const CheckpointCommitter::Checkpoint& c, const absl::StatusOr<std::vector<std::string>>& servers);
   int IdleWorkersLocked() const;
   void Monitor();
   void UpdateGaugesLocked();
@@ -166,12 +179,10 @@ class Cluster {
   // Checkpoints being assembled: (job, generation, step) → the parts reported so far.
   struct PendingCheckpoint {
     std::set<int> ranks;
-    std::map<std::string, std::vector<std::string>> files;  // shard server → the files it holds
-    std::string manifest_json;
-    int64_t bytes = 0;
-    int keep = 0;
+    CheckpointCommitter::Checkpoint checkpoint;
   };
   std::map<std::tuple<std::string, int64_t, int64_t>, PendingCheckpoint> pending_ckpt_;  // under job_mu_
+  std::unique_ptr<CheckpointCommitter> commits_;
 };
 
 }  // namespace gantry::coordinator

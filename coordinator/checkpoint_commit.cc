@@ -1,0 +1,102 @@
+#include "coordinator/checkpoint_commit.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+
+namespace gantry::coordinator {
+
+namespace {
+// Executor threads: what follows a commit takes the cluster's locks and writes the store
+// (synced), so more threads would mostly wait on each other; two let one job's fsync
+// overlap another's.
+constexpr int kThreads = 2;
+}  // namespace
+
+CheckpointCommitter::CheckpointCommitter(agent::ShardDeadlines deadlines, LiveServers live, Committed committed)
+    : clients_(deadlines), live_(std::move(live)), committed_(std::move(committed)), executor_(kThreads),
+      jobs_(&executor_) {}
+
+CheckpointCommitter::~CheckpointCommitter() { Drain(); }
+
+void CheckpointCommitter::Commit(Checkpoint c) {
+  auto p = std::make_shared<Checkpoint>(std::move(c));
+  for (auto& [server, files] : p->files) std::sort(files.begin(), files.end());
+  jobs_.Post(p->job_id, [this, p](std::function<void()> done) { CommitOnServers(p, std::move(done)); });
+}
+
+bool CheckpointCommitter::After(const std::string& job_id, std::function<void()> fn) {
+  return jobs_.PostIfBusy(job_id, std::move(fn));
+}
+
+void CheckpointCommitter::Drain() { jobs_.WaitIdle(); }
+
+void CheckpointCommitter::CommitOnServers(Ptr c, std::function<void()> done) {
+  std::vector<std::string> servers;
+  for (const auto& [server, files] : c->files) servers.push_back(server);
+  // Every server at once. Readers take a checkpoint only once every file of it is
+  // committed, so committing in parallel exposes nothing partial.
+  auto all = Gather<absl::Status>::Make(servers.size(), [this, c, servers, done](std::vector<absl::Status> results) {
+    executor_.Post([this, c, servers, results = std::move(results), done]() mutable {
+      Ended(c, servers, std::move(results), std::move(done));
+    });
+  });
+  for (size_t i = 0; i < servers.size(); ++i) {
+    clients_.Commit(servers[i], c->job_id, c->step, c->files.at(servers[i]), c->manifest_json, all->Slot(i));
+  }
+}
+
+void CheckpointCommitter::Ended(Ptr c, std::vector<std::string> servers, std::vector<absl::Status> results,
+                                std::function<void()> done) {
+  std::vector<std::string> committed;
+  absl::Status error;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    if (results[i].ok()) {
+      committed.push_back(servers[i]);
+    } else if (error.ok()) {
+      error = results[i];  // the first server's error, in address order
+    }
+  }
+  if (!error.ok()) {
+    // A checkpoint some server refused stays invisible; the commits that did land go again.
+    LOG(WARNING) << "checkpoint of " << c->job_id << " step " << c->step << " not committed: " << error;
+    std::vector<std::pair<std::string, int64_t>> landed;
+    for (const auto& server : committed) landed.emplace_back(server, c->step);
+    Delete(landed, c->job_id, [this, c, error, done] {
+      committed_(*c, error);
+      done();
+    });
+    return;
+  }
+  committed_(*c, committed);
+  if (c->keep > 0) {
+    Prune(c, std::move(done));
+  } else {
+    done();
+  }
+}
+
+void CheckpointCommitter::Prune(Ptr c, std::function<void()> done) {
+  clients_.ListStored(live_(), c->job_id, [this, c, done](std::vector<agent::StoredCheckpoint> stored, std::vector<std::string>) {
+    // The newest `keep` whole ones stay; each older one goes from every server holding
+    // files of it.
+    std::vector<std::pair<std::string, int64_t>> old;
+    for (size_t i = 0; i + c->keep < stored.size(); ++i) {
+      for (const auto& server : stored[i].servers) old.emplace_back(server, stored[i].step);
+    }
+    Delete(old, c->job_id, done);
+  });
+}
+
+void CheckpointCommitter::Delete(const std::vector<std::pair<std::string, int64_t>>& targets, const std::string& job_id,
+                                 std::function<void()> then) {
+  auto all = Gather<absl::Status>::Make(targets.size(), [this, then](std::vector<absl::Status> results) {
+    for (const auto& r : results) {
+      if (!r.ok()) LOG(WARNING) << r;
+    }
+    executor_.Post(then);
+  });
+  for (size_t i = 0; i < targets.size(); ++i) clients_.Delete(targets[i].first, job_id, targets[i].second, all->Slot(i));
+}
+
+}  // namespace gantry::coordinator
