@@ -8,20 +8,28 @@
 // checkpoint of the next step: a part of MB/S MB on each shard server, plus manifest.json
 // and config.json with the first, written and not committed, as a rank does. Then all J
 // send their CheckpointPart together, and the coordinator commits each checkpoint on its
-// servers. With checkpoint.keep: 2 it then lists the job's checkpoints on every server and
-// deletes the oldest. A commit is in flight from its CheckpointPart until its "checkpoint of
-// step N committed" event reaches the job's WatchJob stream. While any is in flight, a
-// client calls ListJobs every --period-us on one channel, open loop (see ProbeListJobs).
-// The idle figure is the same client's with no commit going on: --idle calls, half before
-// the rounds and half after them.
+// servers. With checkpoint.keep (--keep, 2) it then lists the job's checkpoints on every
+// server and deletes the oldest. A commit is in flight from its CheckpointPart until its
+// "checkpoint of step N committed" event reaches the job's WatchJob stream. While any is in
+// flight, a client calls ListJobs every --period-us on one channel, open loop (see
+// ProbeListJobs).
+// The idle figure is the same client's with no commit going on: --idle calls in each
+// round, after the uploads once the daemons are quiet (WaitQuiet: the shard servers'
+// flushes and the last round's deletes are over) and before the parts are sent. Idle and
+// in-flight samples thus alternate through the run, and this shared machine's slow spells
+// fall on both alike.
 // Target: in-flight p99 <= 2x idle p99.
-//   coordinator_bench [--jobs 4] [--mb 64] [--shard-servers 2] [--rounds 12] [--idle 2000]
-//                     [--period-us 2000] [--coordinator BIN] [--shardserver BIN] [--dir DIR]
+//   coordinator_bench [--jobs 4] [--mb 64] [--shard-servers 2] [--rounds 20] [--idle 150] [--keep 2]
+//                     [--period-us 2000] [--pin] [--coordinator BIN] [--shardserver BIN] [--dir DIR]
+// --pin puts the coordinator and this client on CPU 0 and the shard servers on CPU 1, as
+// if they ran on other machines: on a 2-CPU box the shard servers' RocksDB work during a
+// commit otherwise takes CPU from the coordinator, whatever the coordinator does.
 // BIN default to this build's daemons; pointing them at another build's binaries measures
 // that build with the same client.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,7 +46,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,7 +89,16 @@ struct Daemon {
   int port = 0;
 };
 
-Daemon Spawn(const std::string& name, std::vector<std::string> args, const std::string& dir) {
+// The CPU a process runs on with --pin (-1: anywhere).
+void PinTo(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (::sched_setaffinity(0, sizeof(set), &set) != 0) _exit(126);
+}
+
+Daemon Spawn(const std::string& name, std::vector<std::string> args, const std::string& dir, int cpu) {
   Daemon d;
   d.name = name;
   d.log = (fs::path(dir) / (name + ".log")).string();
@@ -95,6 +114,7 @@ Daemon Spawn(const std::string& name, std::vector<std::string> args, const std::
   if (d.pid < 0) Die(absl::StrCat("fork: ", std::strerror(errno)));
   if (d.pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    PinTo(cpu);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     ::execv(argv[0], argv.data());
@@ -330,6 +350,47 @@ std::vector<double> ProbeListJobs(v1::Coordinator::Stub* stub, std::chrono::micr
   return out;
 }
 
+// CPU time (user + system) a process has used, in clock ticks.
+int64_t CpuTicks(pid_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));  // size 0 to stat(): read as a stream
+  std::string stat;
+  std::getline(file, stat);
+  const size_t comm_end = stat.rfind(')');
+  if (comm_end == std::string::npos) return 0;
+  // After "(comm)", fields from the third on; utime and stime are the 14th and 15th.
+  std::istringstream in(stat.substr(comm_end + 1));
+  std::string field;
+  int64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::atoll(field.c_str());
+    if (i == 15) stime = std::atoll(field.c_str());
+  }
+  return utime + stime;
+}
+
+// Waits until the daemons are quiet: together at most one clock tick (10 ms) of CPU in
+// each of 3 intervals of 300 ms in a row, so that the shard servers' background work
+// (memtable flushes and compactions after the uploads, the last round's deletes) is over,
+// not only waiting on the disk. Returns false if that did not happen within 60 s.
+bool WaitQuiet(const std::vector<pid_t>& pids) {
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  auto total = [&] {
+    int64_t t = 0;
+    for (pid_t p : pids) t += CpuTicks(p);
+    return t;
+  };
+  int64_t before = total();
+  int quiet = 0;  // intervals in a row
+  while (Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the sampling interval of a condition, with a deadline
+    const int64_t now = total();
+    quiet = now - before <= 1 ? quiet + 1 : 0;
+    if (quiet == 3) return true;
+    before = now;
+  }
+  return false;
+}
+
 struct Stats {
   size_t n = 0;
   double p50 = 0, p99 = 0, max = 0;
@@ -352,8 +413,11 @@ int main(int argc, char** argv) {
   const int jobs = IntFlag(argc, argv, "--jobs", 4);
   const int mb = IntFlag(argc, argv, "--mb", 64);
   const int servers = IntFlag(argc, argv, "--shard-servers", 2);
-  const int rounds = IntFlag(argc, argv, "--rounds", 12);
-  const int idle_n = IntFlag(argc, argv, "--idle", 2000);
+  const int rounds = IntFlag(argc, argv, "--rounds", 20);
+  const int keep = IntFlag(argc, argv, "--keep", 2);
+  bool pin = false;
+  for (int i = 1; i < argc; ++i) pin = pin || !std::strcmp(argv[i], "--pin");
+  const int idle_n = IntFlag(argc, argv, "--idle", 150);
   const std::chrono::microseconds period(IntFlag(argc, argv, "--period-us", 2000));
   const std::string coordinator_bin = Flag(argc, argv, "--coordinator", GANTRY_COORDINATOR_BIN);
   const std::string shardserver_bin = Flag(argc, argv, "--shardserver", GANTRY_SHARDSERVER_BIN);
@@ -364,15 +428,22 @@ int main(int argc, char** argv) {
     if (::mkdtemp(tmpl) == nullptr) Die(absl::StrCat("mkdtemp: ", std::strerror(errno)));
     dir = tmpl;
   }
-  if (jobs < 1 || mb < 1 || servers < 1 || rounds < 1 || idle_n < 2 || period.count() < 1) {
-    Die("--jobs, --mb, --shard-servers, --rounds, --period-us must be positive and --idle at least 2");
+  if (jobs < 1 || mb < 1 || servers < 1 || rounds < 1 || idle_n < 1 || period.count() < 1) {
+    Die("--jobs, --mb, --shard-servers, --rounds, --idle and --period-us must be positive");
   }
 
+  if (pin) {
+    if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) Die("--pin needs 2 CPUs");
+    PinTo(0);  // this client beside the coordinator; the threads made later inherit it
+  }
   // The daemons, before any thread of ours exists.
+  // A worker is declared dead after 60 s without a heartbeat rather than 5: on a loaded
+  // machine this process's heartbeat threads can be starved for seconds, and a job restarted
+  // for that would end the run. Failure detection is not what is measured.
   Daemon coord = Spawn("coordinator",
                        {coordinator_bin, "--listen", "127.0.0.1:0", "--metrics_listen", "127.0.0.1:0", "--data_dir",
-                        (fs::path(dir) / "coordinator").string()},
-                       dir);
+                        (fs::path(dir) / "coordinator").string(), "--worker_timeout_ms", "60000"},
+                       dir, pin ? 0 : -1);
   WaitReady(coord);
   const std::string coord_addr = absl::StrCat("127.0.0.1:", coord.port);
   std::vector<Daemon> shards;
@@ -381,7 +452,7 @@ int main(int argc, char** argv) {
     shards.push_back(Spawn(name,
                            {shardserver_bin, "--listen", "127.0.0.1:0", "--metrics_listen", "127.0.0.1:0",
                             "--data_dir", (fs::path(dir) / name).string(), "--coordinator", coord_addr},
-                           dir));
+                           dir, pin ? 1 : -1));
   }
   for (auto& d : shards) WaitReady(d);
 
@@ -411,7 +482,7 @@ int main(int argc, char** argv) {
                                    "model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\n"
                                    "data: {train: /nonexistent.bin}\n"
                                    "train: {steps: 1000000, micro_batch: 1, lr: 1.0e-3}\n"
-                                   "checkpoint: {every: 1, dir: /unused, keep: 2}\n"));
+                                   "checkpoint: {every: 1, dir: /unused, keep: ", keep, "}\n"));
     v1::SubmitJobResponse resp;
     auto ctx = gantry::ContextWithDeadline(10);
     if (auto s = stub->SubmitJob(ctx.get(), req, &resp); !s.ok()) Die(absl::StrCat("SubmitJob: ", s.error_message()));
@@ -455,8 +526,30 @@ int main(int argc, char** argv) {
   }
 
   std::vector<double> idle, busy, windows;
+  std::vector<pid_t> pids = {coord.pid};
+  for (const auto& d : shards) pids.push_back(d.pid);
+  int never_quiet = 0;
+  auto shard_ticks = [&] {
+    int64_t t = 0;
+    for (const auto& d : shards) t += CpuTicks(d.pid);
+    return t;
+  };
+  // CPU the daemons used in a phase, as a share of its wall time.
+  struct CpuShare {
+    int64_t coord = 0, shard = 0;
+    double seconds = 0;
+    void add(int64_t c, int64_t s, Clock::duration d) {
+      coord += c;
+      shard += s;
+      seconds += std::chrono::duration<double>(d).count();
+    }
+    std::string Print() const {
+      const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+      return absl::StrFormat("coordinator %.0f%%, shard servers %.0f%% of a CPU", 100 * coord * tick / seconds,
+                             100 * shard * tick / seconds);
+    }
+  } idle_cpu, busy_cpu;
   auto append = [](std::vector<double>& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); };
-  append(idle, ProbeListJobs(stub.get(), period, [&](int64_t k) { return k < idle_n / 2; }));
   for (int step = 1; step <= rounds; ++step) {
     // The ranks' uploads (not committed), all jobs at once, as ranks write asynchronously.
     std::vector<std::thread> uploads;
@@ -482,7 +575,15 @@ int main(int argc, char** argv) {
     for (const auto& e : errors) {
       if (!e.empty()) Die(absl::StrCat("upload: ", e));
     }
+    // The coordinator idle: once the daemons are quiet (the uploads' flushes and the last
+    // round's pruning over), with the jobs placed and the workers heartbeating.
+    if (!WaitQuiet(pids)) ++never_quiet;
+    const int64_t c0 = CpuTicks(coord.pid), s0 = shard_ticks();
+    const auto i0 = Clock::now();
+    append(idle, ProbeListJobs(stub.get(), period, [&](int64_t k) { return k < idle_n; }));
+    idle_cpu.add(CpuTicks(coord.pid) - c0, shard_ticks() - s0, Clock::now() - i0);
     // The commits: every job's CheckpointPart at once, then ListJobs until all have ended.
+    const int64_t c1 = CpuTicks(coord.pid), s1 = shard_ticks();
     const auto t0 = Clock::now();
     for (int j = 0; j < jobs; ++j) {
       const v1::Assignment& a = assigned[j];
@@ -508,11 +609,14 @@ int main(int argc, char** argv) {
       }
       workers[worker_of[a.job_id()]]->Send(m);
     }
-    append(busy, ProbeListJobs(stub.get(), period, [&](int64_t) { return events.Outstanding(job_ids, step) > 0; }));
+    const auto give_up = t0 + std::chrono::seconds(120);
+    append(busy, ProbeListJobs(stub.get(), period, [&](int64_t) {
+      return events.Outstanding(job_ids, step) > 0 && Clock::now() < give_up;
+    }));
     events.Wait(job_ids, step);
     windows.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    busy_cpu.add(CpuTicks(coord.pid) - c1, shard_ticks() - s1, Clock::now() - t0);
   }
-  append(idle, ProbeListJobs(stub.get(), period, [&](int64_t k) { return k < idle_n - idle_n / 2; }));
   const auto failures = events.Failures();
 
   workers.clear();
@@ -520,6 +624,10 @@ int main(int argc, char** argv) {
   Stop(coord);
   if (own_dir) fs::remove_all(dir);
   if (!failures.empty()) Die(absl::StrCat("a commit failed: ", failures.front()));
+  if (never_quiet > 0) {
+    std::fprintf(stderr, "coordinator_bench: %d of %d idle windows began before the daemons were quiet (60 s)\n",
+                 never_quiet, rounds);
+  }
   if (busy.size() < 100) {
     std::fprintf(stderr, "coordinator_bench: only %zu ListJobs calls fell in the commit windows: p99 needs more "
                  "(raise --rounds)\n", busy.size());
@@ -527,13 +635,15 @@ int main(int argc, char** argv) {
 
   const Stats i = Of(idle), b = Of(busy), w = Of(windows);
   std::printf("coordinator responsiveness: ListJobs latency (a call every %.1f ms, open loop), %d jobs each committing "
-              "a %d MB checkpoint over %d shard servers, %d rounds\n",
-              period.count() / 1e3, jobs, mb, servers, rounds);
+              "a %d MB checkpoint over %d shard servers, %d rounds%s\n",
+              period.count() / 1e3, jobs, mb, servers, rounds,
+              pin ? "; coordinator and client on CPU 0, shard servers on CPU 1" : "");
   std::printf("%-28s %8s %9s %9s %9s\n", "phase", "calls", "p50 ms", "p99 ms", "max ms");
   std::printf("%-28s %8zu %9.2f %9.2f %9.2f\n", "idle", i.n, i.p50, i.p99, i.max);
   std::printf("%-28s %8zu %9.2f %9.2f %9.2f\n", absl::StrCat(jobs, " commits in flight").c_str(), b.n, b.p50, b.p99,
               b.max);
   std::printf("commit window (parts sent to the last commit event): median %.1f ms, max %.1f ms\n", w.p50, w.max);
+  std::printf("daemons' CPU: idle %s; in flight %s\n", idle_cpu.Print().c_str(), busy_cpu.Print().c_str());
   const double ratio = b.p99 / i.p99;
   std::printf("p99 in flight / idle p99: %.2fx (target <= 2x: %s)\n", ratio, ratio <= 2.0 ? "met" : "NOT met");
   return 0;
