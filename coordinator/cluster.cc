@@ -372,8 +372,9 @@ void Cluster::CheckpointEnded(const CheckpointCommitter::Checkpoint& c,
   }
   registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Inc();
   // Only an elastic job can grow. MaybeGrow holds mu_ while it waits for job_mu_, which
-  // another commit's synced write may hold: the handlers that need mu_ (ListJobs through
-  // Workers(), heartbeats) would wait behind that write for nothing.
+  // another commit's synced write may hold: the handlers that need mu_ (heartbeats, step
+  // reports, GetJob and ListJobs of a queued job through Workers()) would wait behind that
+  // write for nothing.
   if (c.elastic) MaybeGrow(c.job_id, c.generation, c.step);
 }
 
