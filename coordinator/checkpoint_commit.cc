@@ -32,31 +32,35 @@ bool CheckpointCommitter::After(const std::string& job_id, std::function<void()>
 void CheckpointCommitter::Drain() { jobs_.WaitIdle(); }
 
 void CheckpointCommitter::CommitOnServers(Ptr c, std::function<void()> done) {
-  std::vector<std::string> servers;
-  for (const auto& [server, files] : c->files) servers.push_back(server);
-  // Every server at once. Readers take a checkpoint only once every file of it is
-  // committed, so committing in parallel exposes nothing partial.
-  auto all = Gather<absl::Status>::Make(servers.size(), [this, c, servers, done](std::vector<absl::Status> results) {
-    executor_.Post([this, c, servers, results = std::move(results), done]() mutable {
-      Ended(c, servers, std::move(results), std::move(done));
-    });
-  });
-  for (size_t i = 0; i < servers.size(); ++i) {
-    clients_.Commit(servers[i], c->job_id, c->step, c->files.at(servers[i]), c->manifest_json, all->Slot(i));
-  }
+  auto servers = std::make_shared<std::vector<std::string>>();
+  for (const auto& [server, files] : c->files) servers->push_back(server);
+  CommitFrom(std::move(c), std::move(servers), 0, {}, std::move(done));
 }
 
-void CheckpointCommitter::Ended(Ptr c, std::vector<std::string> servers, std::vector<absl::Status> results,
-                                std::function<void()> done) {
-  std::vector<std::string> committed;
-  absl::Status error;
-  for (size_t i = 0; i < servers.size(); ++i) {
-    if (results[i].ok()) {
-      committed.push_back(servers[i]);
-    } else if (error.ok()) {
-      error = results[i];  // the first server's error, in address order
-    }
+void CheckpointCommitter::CommitFrom(Ptr c, std::shared_ptr<const std::vector<std::string>> servers, size_t i,
+                                     std::vector<std::string> committed, std::function<void()> done) {
+  if (i == servers->size()) {
+    executor_.Post([this, c, committed = std::move(committed), done = std::move(done)]() mutable {
+      Ended(c, std::move(committed), absl::OkStatus(), std::move(done));
+    });
+    return;
   }
+  const std::string& server = (*servers)[i];
+  clients_.Commit(server, c->job_id, c->step, c->files.at(server), c->manifest_json,
+                  [this, c, servers, i, committed = std::move(committed), done = std::move(done)](absl::Status s) mutable {
+                    if (!s.ok()) {
+                      executor_.Post([this, c, committed = std::move(committed), s, done = std::move(done)]() mutable {
+                        Ended(c, std::move(committed), s, std::move(done));
+                      });
+                      return;
+                    }
+                    committed.push_back((*servers)[i]);
+                    CommitFrom(c, servers, i + 1, std::move(committed), std::move(done));
+                  });
+}
+
+void CheckpointCommitter::Ended(Ptr c, std::vector<std::string> committed, absl::Status error,
+                                std::function<void()> done) {
   if (!error.ok()) {
     // A checkpoint some server refused stays invisible; the commits that did land go again.
     LOG(WARNING) << "checkpoint of " << c->job_id << " step " << c->step << " not committed: " << error;

@@ -1,7 +1,8 @@
 // Checkpoint commits, off the coordinator's reactors. Once every rank of a job's generation
 // has reported its part of a step (Cluster::OnCheckpointPart), the checkpoint is committed
-// here: on every shard server that holds files of it, all at once; then checkpoint.keep
-// prunes the job's older checkpoints (every live server listed, the old ones deleted).
+// here: on every shard server that holds files of it, one after another; then
+// checkpoint.keep prunes the job's older checkpoints (every live server listed at once, the
+// old ones deleted).
 //
 // Nothing here blocks its caller. The shard-server calls go out on one long-lived channel
 // per server (agent::ShardClients) with deadlines sized to the work, their answers come back
@@ -63,7 +64,12 @@ class CheckpointCommitter {
  private:
   using Ptr = std::shared_ptr<const Checkpoint>;
   void CommitOnServers(Ptr c, std::function<void()> done);
-  void Ended(Ptr c, std::vector<std::string> servers, std::vector<absl::Status> results, std::function<void()> done);
+  // Commits on servers[i], and on the next once it has answered: one server after another
+  // in address order, as the inline commit did, and the first refusal stops the rest.
+  void CommitFrom(Ptr c, std::shared_ptr<const std::vector<std::string>> servers, size_t i,
+                  std::vector<std::string> committed, std::function<void()> done);
+  // On the executor: the servers committed on, and the error that stopped the commit.
+  void Ended(Ptr c, std::vector<std::string> committed, absl::Status error, std::function<void()> done);
   void Prune(Ptr c, std::function<void()> done);
   // Deletes job's checkpoints (server, step), all at once; `then` runs on the executor once
   // every server has answered (a failure is logged: the checkpoint stays, as before).

@@ -6,7 +6,8 @@
 //  - A worker lost while its checkpoint commits: the job restarts after the commit, from it.
 //  - Commit, listing and deletes (checkpoint.keep) of every checkpoint go over one channel per
 //    shard server; a commit past its deadline, or refused by one of two servers, fails, is
-//    counted and said in an event, and the commits that landed are deleted again.
+//    counted and said in an event; servers commit one after another, a refusal stops the
+//    rest, and the commits that landed are deleted again.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -309,21 +311,45 @@ TEST_F(CommitTest, ACommitPastItsDeadlineFailsAndSaysSo) {
   EXPECT_EQ(Job(job).checkpoint_step(), 0);
 }
 
-TEST_F(CommitTest, ACommitOneServerRefusesIsRemovedFromTheOther) {
+TEST_F(CommitTest, ACommitTheSecondServerRefusesIsRemovedFromTheFirst) {
   Start(2);
   PlaceJob(/*keep=*/0);
   const std::string w = worker_, job = job_;
-  shards_[1]->Hold();
+  // Servers commit one after another in address order.
+  HoldingShardServer* first = shards_[0].get();
+  HoldingShardServer* second = shards_[1].get();
+  if (second->address() < first->address()) std::swap(first, second);
+  second->Hold();
   Part(w, job, 1, 4);
-  ASSERT_TRUE(shards_[1]->WaitHeld(1));
-  shards_[1]->Release(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "part 'x' is not fully written"));
+  ASSERT_TRUE(second->WaitHeld(1)) << "the second server's commit comes once the first has answered";
+  EXPECT_EQ(first->stored(), std::vector<int64_t>({4}));
+  second->Release(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "part 'x' is not fully written"));
   cluster_->WaitForCommits();
-  EXPECT_GE(EventIndex(job, "checkpoint of step 4 not committed: committing checkpoint on " + shards_[1]->address() +
+  EXPECT_GE(EventIndex(job, "checkpoint of step 4 not committed: committing checkpoint on " + second->address() +
                                 ": part 'x' is not fully written"),
             0);
-  EXPECT_EQ(shards_[0]->deleted(), std::vector<int64_t>({4})) << "the commit that landed is deleted again";
-  EXPECT_TRUE(shards_[0]->stored().empty());
+  EXPECT_EQ(first->deleted(), std::vector<int64_t>({4})) << "the commit that landed is deleted again";
+  EXPECT_TRUE(first->stored().empty());
   EXPECT_EQ(Job(job).checkpoint_step(), 0);
+}
+
+TEST_F(CommitTest, AFirstServerThatRefusesStopsTheCommit) {
+  Start(2);
+  PlaceJob(/*keep=*/0);
+  const std::string w = worker_, job = job_;
+  HoldingShardServer* first = shards_[0].get();
+  HoldingShardServer* second = shards_[1].get();
+  if (second->address() < first->address()) std::swap(first, second);
+  first->Hold();
+  Part(w, job, 1, 4);
+  ASSERT_TRUE(first->WaitHeld(1));
+  first->Release(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "part 'y' is not fully written"));
+  cluster_->WaitForCommits();
+  EXPECT_GE(EventIndex(job, "checkpoint of step 4 not committed: committing checkpoint on " + first->address() +
+                                ": part 'y' is not fully written"),
+            0);
+  EXPECT_TRUE(second->stored().empty()) << "nothing is committed after a refusal";
+  EXPECT_TRUE(second->deleted().empty()) << "and so nothing is deleted";
 }
 
 }  // namespace
