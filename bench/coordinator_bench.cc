@@ -14,8 +14,9 @@
 // flight, a client calls ListJobs every --period-us on one channel, open loop (see
 // ProbeListJobs).
 // The idle figure is the same client's with no commit going on: --idle calls in each
-// round, after the uploads once the daemons are quiet (WaitQuiet: the shard servers'
-// flushes and the last round's deletes are over) and before the parts are sent. Idle and
+// round, after the uploads once their bytes are on disk (sync) and the daemons are quiet
+// (WaitQuiet: the shard servers' flushes and the last round's deletes are over), and
+// before the parts are sent. Idle and
 // in-flight samples thus alternate through the run, and this shared machine's slow spells
 // fall on both alike.
 // Target: in-flight p99 <= 2x idle p99.
@@ -575,8 +576,11 @@ int main(int argc, char** argv) {
     for (const auto& e : errors) {
       if (!e.empty()) Die(absl::StrCat("upload: ", e));
     }
-    // The coordinator idle: once the daemons are quiet (the uploads' flushes and the last
-    // round's pruning over), with the jobs placed and the workers heartbeating.
+    // The coordinator idle: once the uploads' bytes are on disk (the kernel's writeback
+    // would otherwise take CPU during the idle window, not the in-flight one) and the
+    // daemons are quiet (the shard servers' flushes and the last round's pruning over),
+    // with the jobs placed and the workers heartbeating.
+    ::sync();
     if (!WaitQuiet(pids)) ++never_quiet;
     const int64_t c0 = CpuTicks(coord.pid), s0 = shard_ticks();
     const auto i0 = Clock::now();
