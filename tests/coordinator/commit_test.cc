@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -189,6 +190,22 @@ class CommitTest : public ::testing::Test {
     }
     cluster_->OnCheckpointPart(worker, p);
   }
+  // The two shard servers in the order a commit goes through them (address order).
+  std::pair<HoldingShardServer*, HoldingShardServer*> CommitOrder() {
+    HoldingShardServer* a = shards_[0].get();
+    HoldingShardServer* b = shards_[1].get();
+    return b->address() < a->address() ? std::make_pair(b, a) : std::make_pair(a, b);
+  }
+  // Rank 0's part of step 4 with server's commits held; once the commit has reached it,
+  // runs `held`, has the server refuse it saying why, and waits for the commit to end.
+  void CommitRefusedBy(HoldingShardServer* server, const std::string& why, const std::function<void()>& held = [] {}) {
+    server->Hold();
+    Part(worker_, job_, 1, 4);
+    ASSERT_TRUE(server->WaitHeld(1)) << "the commit did not reach " << server->address();
+    held();
+    server->Release(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, why));
+    cluster_->WaitForCommits();
+  }
   v1::Job Job(const std::string& id) { return *store_->GetJob(id); }
   // Index of the job's first event that says `text` (or has state `state`), -1 if none.
   int EventIndex(const std::string& job, const std::string& text, v1::JobState state = v1::JOB_STATE_UNSPECIFIED) {
@@ -314,39 +331,25 @@ TEST_F(CommitTest, ACommitPastItsDeadlineFailsAndSaysSo) {
 TEST_F(CommitTest, ACommitTheSecondServerRefusesIsRemovedFromTheFirst) {
   Start(2);
   PlaceJob(/*keep=*/0);
-  const std::string w = worker_, job = job_;
-  // Servers commit one after another in address order.
-  HoldingShardServer* first = shards_[0].get();
-  HoldingShardServer* second = shards_[1].get();
-  if (second->address() < first->address()) std::swap(first, second);
-  second->Hold();
-  Part(w, job, 1, 4);
-  ASSERT_TRUE(second->WaitHeld(1)) << "the second server's commit comes once the first has answered";
-  EXPECT_EQ(first->stored(), std::vector<int64_t>({4}));
-  second->Release(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "part 'x' is not fully written"));
-  cluster_->WaitForCommits();
-  EXPECT_GE(EventIndex(job, "checkpoint of step 4 not committed: committing checkpoint on " + second->address() +
-                                ": part 'x' is not fully written"),
+  auto [first, second] = CommitOrder();
+  CommitRefusedBy(second, "part 'x' is not fully written", [first = first] {
+    EXPECT_EQ(first->stored(), std::vector<int64_t>({4})) << "the second server's commit comes once the first's is done";
+  });
+  EXPECT_GE(EventIndex(job_, "checkpoint of step 4 not committed: committing checkpoint on " + second->address() +
+                                 ": part 'x' is not fully written"),
             0);
   EXPECT_EQ(first->deleted(), std::vector<int64_t>({4})) << "the commit that landed is deleted again";
   EXPECT_TRUE(first->stored().empty());
-  EXPECT_EQ(Job(job).checkpoint_step(), 0);
+  EXPECT_EQ(Job(job_).checkpoint_step(), 0);
 }
 
 TEST_F(CommitTest, AFirstServerThatRefusesStopsTheCommit) {
   Start(2);
   PlaceJob(/*keep=*/0);
-  const std::string w = worker_, job = job_;
-  HoldingShardServer* first = shards_[0].get();
-  HoldingShardServer* second = shards_[1].get();
-  if (second->address() < first->address()) std::swap(first, second);
-  first->Hold();
-  Part(w, job, 1, 4);
-  ASSERT_TRUE(first->WaitHeld(1));
-  first->Release(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "part 'y' is not fully written"));
-  cluster_->WaitForCommits();
-  EXPECT_GE(EventIndex(job, "checkpoint of step 4 not committed: committing checkpoint on " + first->address() +
-                                ": part 'y' is not fully written"),
+  auto [first, second] = CommitOrder();
+  CommitRefusedBy(first, "part 'y' is not fully written");
+  EXPECT_GE(EventIndex(job_, "checkpoint of step 4 not committed: committing checkpoint on " + first->address() +
+                                 ": part 'y' is not fully written"),
             0);
   EXPECT_TRUE(second->stored().empty()) << "nothing is committed after a refusal";
   EXPECT_TRUE(second->deleted().empty()) << "and so nothing is deleted";
