@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/kill_point.h"
+#include "common/rpc_edge.h"
 
 DEFINE_bool(list_kill_points, false,
             "print this daemon's kill points (for crash tests; arm one with GANTRY_KILL_AT=NAME[@N]) and exit");
@@ -61,10 +62,13 @@ int WaitForTermination(const sigset_t& signals) {
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address, int max_message_bytes,
-                                                              const std::vector<grpc::Service*>& services, int* port) {
+                                                              const std::vector<grpc::Service*>& services,
+                                                              metrics::Registry* registry, const std::string& component,
+                                                              int* port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  AddRpcEdge(builder, registry, component);
   builder.AddListeningPort(address, ServerCredentials(), port);  // TLS when configured (common/security.h)
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   for (auto* s : services) builder.RegisterService(s);

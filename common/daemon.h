@@ -9,8 +9,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/metrics.h"
 
 namespace gantry {
 
@@ -29,9 +31,12 @@ std::optional<int> HandleKillPoints();
 int WaitForTermination(const sigset_t& signals);
 
 // Builds and starts a gRPC server on `address` (port 0 picks one) with health checking and
-// reflection enabled. *port receives the bound port.
+// reflection enabled, and the RPC edge's metrics and logs (common/rpc_edge.h) recorded in
+// registry as gantry_<component>_*. *port receives the bound port.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address, int max_message_bytes,
-                                                              const std::vector<grpc::Service*>& services, int* port);
+                                                              const std::vector<grpc::Service*>& services,
+                                                              metrics::Registry* registry, const std::string& component,
+                                                              int* port);
 
 // The daemon is serving: writes {"grpc_port": G, "metrics_port": M} (G omitted when 0)
 // atomically to path, if set, and tells systemd (Type=notify) READY=1 with a STATUS line.

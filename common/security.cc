@@ -103,9 +103,11 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
   return grpc::SslServerCredentials(o);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_receive_bytes) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_receive_bytes,
+                                           int max_reconnect_backoff_ms) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_receive_bytes);
+  if (max_reconnect_backoff_ms > 0) args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_reconnect_backoff_ms);
   return grpc::CreateCustomChannel(address, ClientCredentials(), args);
 }
 

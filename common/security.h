@@ -34,8 +34,12 @@ const SecurityConfig& ProcessSecurity();
 
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials();
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
-// A channel to address with the process's credentials and the token on every call.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_receive_bytes = 16 << 20);
+// A channel to address with the process's credentials and the token on every call. A
+// positive max_reconnect_backoff_ms caps the wait between reconnection attempts (gRPC's
+// default grows to 120 s): a long-lived channel to a daemon that restarts is usable again
+// within that time of its return.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_receive_bytes = 16 << 20,
+                                           int max_reconnect_backoff_ms = 0);
 
 // grpc.health.v1.Health/Check on address (TLS from the environment; the health service needs
 // no token): true when the server answers SERVING.
@@ -43,25 +47,5 @@ absl::StatusOr<bool> CheckServing(const std::string& address);
 
 // OK when no token is configured or the call carries it; UNAUTHENTICATED otherwise.
 absl::Status CheckToken(const grpc::ServerContextBase& ctx);
-
-// Reactors that refuse a streaming call at once with `status` (a missing token).
-template <typename Resp>
-class RefusedWriter final : public grpc::ServerWriteReactor<Resp> {
- public:
-  explicit RefusedWriter(const grpc::Status& s) { this->Finish(s); }
-  void OnDone() override { delete this; }
-};
-template <typename Req>
-class RefusedReader final : public grpc::ServerReadReactor<Req> {
- public:
-  explicit RefusedReader(const grpc::Status& s) { this->Finish(s); }
-  void OnDone() override { delete this; }
-};
-template <typename Req, typename Resp>
-class RefusedBidi final : public grpc::ServerBidiReactor<Req, Resp> {
- public:
-  explicit RefusedBidi(const grpc::Status& s) { this->Finish(s); }
-  void OnDone() override { delete this; }
-};
 
 }  // namespace gantry

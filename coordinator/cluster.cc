@@ -3,7 +3,6 @@
 #include "coordinator/job_state.h"
 
 #include "spec/partition.h"
-#include "shardserver/client.h"
 #include "spec/job_spec.h"
 
 #include <glog/logging.h>
@@ -38,6 +37,16 @@ Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions optio
   }
   registry_->GetHistogram("gantry_coordinator_restart_seconds", "From a job's failure to its first resumed step.",
                           metrics::ExponentialBuckets(0.25, 2, 10));
+  commits_ = std::make_unique<CheckpointCommitter>(
+      options_.shard_deadlines,
+      [this] {
+        std::vector<std::string> servers;
+        for (const auto& info : ShardServers()) servers.push_back(info.address());
+        return servers;
+      },
+      [this](const CheckpointCommitter::Checkpoint& c, const absl::StatusOr<std::vector<std::string>>& servers) {
+        CheckpointEnded(c, servers);
+      });
   monitor_ = std::thread([this] { Monitor(); });
 }
 
@@ -48,12 +57,7 @@ Cluster::~Cluster() {
   }
   cv_.notify_all();
   monitor_.join();
-  std::vector<Lookup> lookups;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    lookups.swap(lookups_);
-  }
-  for (auto& t : lookups) t.thread.join();
+  commits_.reset();  // the commits in flight end (each call has a deadline) while the cluster is whole
   for (auto& w : waiters_) w.done(absl::UnavailableError("coordinator shutting down"));
 }
 
@@ -142,44 +146,29 @@ bool Cluster::StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& s
   if (st.generation == job.generation()) return st.done;
   st = StoredSteps{job.generation(), false, 0, 0};
   const std::string id = job.id(), from = spec.checkpoint.resume_from.substr(0, spec.checkpoint.resume_from.find('@'));
-  for (auto it = lookups_.begin(); it != lookups_.end();) {  // reap the finished ones
-    if (!it->finished->load()) {
-      ++it;
-      continue;
-    }
-    it->thread.join();
-    it = lookups_.erase(it);
-  }
-  auto finished = std::make_shared<std::atomic<bool>>(false);
-  std::thread t([this, id, from, servers, generation = job.generation(), finished] {
-    // A server that cannot be listed may hold the newest checkpoint: then nothing is
-    // concluded, and the lookup runs again at the monitor's next round (a dead server
-    // leaves the live set after shard_timeout_ms).
-    std::vector<std::string> unreachable;
-    auto newest = [&](const std::string& j) -> int64_t {
-      if (j.empty()) return 0;
-      const auto stored = agent::ListStoredCheckpoints(servers, j, &unreachable);
-      return stored.empty() ? 0 : stored.back().step;
-    };
-    const int64_t own = newest(id), other = newest(from);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      StoredSteps& s = stored_[id];
-      if (s.generation == generation && !unreachable.empty()) {
-        LOG(WARNING) << "job " << id << ": listing its checkpoints before placing it: " << unreachable.front()
-                     << "; trying again";
-        s.generation = -1;  // the next round starts a new lookup
-        timed_wait_ = true;
-      } else if (s.generation == generation) {
-        s.own = own;
-        s.from = other;
-        s.done = true;
-        if (!stop_) ScheduleLocked();
-      }
-    }
-    finished->store(true);
-  });
-  lookups_.push_back({std::move(t), std::move(finished)});
+  // A server that cannot be listed may hold the newest checkpoint: then nothing is
+  // concluded, and the lookup runs again at the monitor's next round (a dead server leaves
+  // the live set after shard_timeout_ms).
+  std::vector<std::string> jobs = {id};
+  if (!from.empty()) jobs.push_back(from);
+  commits_->ListNewest(id, servers, std::move(jobs),
+                       [this, id, generation = job.generation()](std::vector<int64_t> newest,
+                                                                 std::vector<std::string> unreachable) {
+                         std::lock_guard<std::mutex> l(mu_);
+                         StoredSteps& s = stored_[id];
+                         if (s.generation != generation) return;  // a later placement's lookup replaced it
+                         if (!unreachable.empty()) {
+                           LOG(WARNING) << "job " << id << ": listing its checkpoints before placing it: "
+                                        << unreachable.front() << "; trying again";
+                           s.generation = -1;  // the next round starts a new lookup
+                           timed_wait_ = true;
+                           return;
+                         }
+                         s.own = newest[0];
+                         s.from = newest.size() > 1 ? newest[1] : 0;
+                         s.done = true;
+                         if (!stop_) ScheduleLocked();
+                       });
   return false;
 }
 
@@ -338,6 +327,13 @@ bool Retryable(int code) {
 }  // namespace
 
 void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
+  // A rank sends its checkpoint parts before its end: the end is applied after the commits
+  // they started, so a job has SUCCEEDED only once its last checkpoint is committed.
+  if (commits_->After(d.job_id(), [this, id, d] { ApplyDone(id, d); })) return;
+  ApplyDone(id, d);
+}
+
+void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& server : d.unreachable_shard_servers()) {
     auto it = shards_.find(server);
@@ -388,8 +384,8 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
 
 void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& p) {
   Heartbeat(id);
-  PendingCheckpoint c;
-  bool stale = false;
+  CheckpointCommitter::Checkpoint c;
+  bool complete = false, stale = false;
   {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(p.job_id());
@@ -403,78 +399,64 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
       const auto key = std::make_tuple(p.job_id(), p.generation(), p.step());
       PendingCheckpoint& pc = pending_ckpt_[key];
       if (!pc.ranks.insert(p.rank()).second) return;  // a repeated report
-      for (const auto& f : p.files()) pc.files[f.shard_server()].push_back(f.name());
-      pc.bytes += p.bytes();
-      if (p.rank() == 0) pc.manifest_json = p.manifest_json();
+      for (const auto& f : p.files()) pc.checkpoint.files[f.shard_server()].push_back(f.name());
+      pc.checkpoint.bytes += p.bytes();
+      if (p.rank() == 0) pc.checkpoint.manifest_json = p.manifest_json();
       if (static_cast<int>(pc.ranks.size()) < std::max(1, job->world_size())) return;
       const auto spec = SpecOf(*job);
-      pc.keep = spec ? spec->checkpoint.keep : 0;
-      c = std::move(pc);
+      pc.checkpoint.keep = spec ? spec->checkpoint.keep : 0;
+      pc.checkpoint.elastic = spec && spec->elastic.enabled();
+      c = std::move(pc.checkpoint);
+      c.job_id = p.job_id();
+      c.generation = p.generation();
+      c.step = p.step();
       pending_ckpt_.erase(key);
+      complete = true;
     }
   }
   if (stale) DropIfStale(id, p.job_id(), p.generation());
-  if (c.ranks.empty()) return;
-  // Every part is durable: commit on each shard server the files it holds. Inline, so that
-  // this worker's next message (its job's end, say) is handled after the commit. A shard
-  // server answers in milliseconds. Readers take a checkpoint only once every file of it is
-  // committed, so one that some server refused stays invisible; the commits that did land
-  // are removed again.
-  std::vector<std::string> committed;
-  size_t n_files = 0;
-  absl::Status s;
-  kCommitBeforeShardCommits.Reach();
-  for (auto& [server, files] : c.files) {
-    if (!committed.empty()) kCommitBetweenShardCommits.Reach();
-    std::sort(files.begin(), files.end());
-    n_files += files.size();
-    s = agent::CommitCheckpoint(server, p.job_id(), p.step(), files, c.manifest_json);
-    if (!s.ok()) break;
-    committed.push_back(server);
-  }
-  if (!s.ok()) {
-    LOG(WARNING) << "checkpoint of " << p.job_id() << " step " << p.step() << " not committed: " << s;
+  // Every part is durable: the commit runs on the committer, not on this worker's reactor.
+  // The worker's next messages are read meanwhile; its end of job, or its loss, is applied
+  // after the commit (OnDone, RemoveWorker).
+  if (complete) commits_->Commit(std::move(c));
+}
+
+void Cluster::CheckpointEnded(const CheckpointCommitter::Checkpoint& c,
+                              const absl::StatusOr<std::vector<std::string>>& servers) {
+  if (!servers.ok()) {
     registry_->GetCounter("gantry_coordinator_checkpoints_failed_total",
                           "Checkpoints whose commit a shard server refused or missed.")
         .Inc();
-    for (const auto& server : committed) {
-      if (auto d = agent::DeleteCheckpoint(server, p.job_id(), p.step()); !d.ok()) LOG(WARNING) << d;
-    }
-    (void)Event(p.job_id(), [&](v1::JobEvent& e) {
-      e.set_message(absl::StrCat("checkpoint of step ", p.step(), " not committed: ", s.message()));
+    (void)Event(c.job_id, [&](v1::JobEvent& e) {
+      e.set_message(absl::StrCat("checkpoint of step ", c.step, " not committed: ", servers.status().message()));
     });
     return;
   }
-  kCommitAfterShardCommits.Reach();
-  (void)Event(p.job_id(), [&](v1::JobEvent& e) {
-    e.set_message(absl::StrCat("checkpoint of step ", p.step(), " committed on ", absl::StrJoin(committed, ", "), " (",
+  size_t n_files = 0;
+  for (const auto& [server, files] : c.files) n_files += files.size();
+  (void)Event(c.job_id, [&](v1::JobEvent& e) {
+    e.set_message(absl::StrCat("checkpoint of step ", c.step, " committed on ", absl::StrJoin(*servers, ", "), " (",
                                n_files, " files, ", c.bytes, " bytes)"));
   });
   kCommitAfterEvent.Reach();
   {
     std::lock_guard<std::mutex> jl(job_mu_);
-    auto job = store_->GetJob(p.job_id());
-    if (job.ok() && p.step() > job->checkpoint_step()) {
-      job->set_checkpoint_step(p.step());
+    auto job = store_->GetJob(c.job_id);
+    if (job.ok() && c.step > job->checkpoint_step()) {
+      job->set_checkpoint_step(c.step);
       job->set_restarts_in_a_row(0);  // progress: the next failure restarts at once
       job->clear_checkpoint_servers();
-      for (const auto& server : committed) job->add_checkpoint_servers(server);
+      for (const auto& server : *servers) job->add_checkpoint_servers(server);
       if (auto st = store_->PutJob(*job); !st.ok()) LOG(WARNING) << st;
     }
   }
   kCommitAfterJobUpdate.Reach();
   registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Inc();
-  MaybeGrow(p.job_id(), p.generation(), p.step());
-  if (c.keep > 0) {  // the newest K whole ones stay
-    std::vector<std::string> servers;
-    for (const auto& info : ShardServers()) servers.push_back(info.address());
-    auto stored = agent::ListStoredCheckpoints(servers, p.job_id());
-    for (size_t i = 0; i + c.keep < stored.size(); ++i) {
-      for (const auto& server : stored[i].servers) {
-        if (auto d = agent::DeleteCheckpoint(server, p.job_id(), stored[i].step); !d.ok()) LOG(WARNING) << d;
-      }
-    }
-  }
+  // Only an elastic job can grow. MaybeGrow holds mu_ while it waits for job_mu_, which
+  // another commit's synced write may hold: the handlers that need mu_ (heartbeats, step
+  // reports, GetJob and ListJobs of a queued job through Workers()) would wait behind that
+  // write for nothing.
+  if (c.elastic) MaybeGrow(c.job_id, c.generation, c.step);
 }
 
 void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, const std::string& why,
@@ -554,11 +536,20 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool e
       for (int r = 0; r < job->workers_size(); ++r) {
         if (job->workers(r) == id) rank = r;
       }
-      EndPlacementLocked(job_id, job->generation(),
-                         absl::StrCat("worker ", id, " (", it->second.info.resources().host(),
-                                      rank >= 0 ? absl::StrCat(", rank ", rank) : std::string(), ") was lost at step ",
-                                      job->steps_done(), ": ", why),
-                         /*retryable=*/true);
+      const std::string reason =
+          absl::StrCat("worker ", id, " (", it->second.info.resources().host(),
+                       rank >= 0 ? absl::StrCat(", rank ", rank) : std::string(), ") was lost at step ", job->steps_done(),
+                       ": ", why);
+      const int64_t generation = job->generation();
+      // After the job's commits in flight, as its end of job: the restart then resumes
+      // from the checkpoint its parts completed.
+      const bool deferred = commits_->After(job_id, [this, job_id, generation, reason] {
+        std::lock_guard<std::mutex> l(mu_);
+        EndPlacementLocked(job_id, generation, reason, /*retryable=*/true);
+        UpdateGaugesLocked();
+        ScheduleLocked();
+      });
+      if (!deferred) EndPlacementLocked(job_id, generation, reason, /*retryable=*/true);
     }
     it->second.info.clear_job_id();
   }

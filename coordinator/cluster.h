@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "coordinator/checkpoint_commit.h"
 #include "coordinator/store.h"
 #include "gantry/v1/coordinator.pb.h"
 #include "spec/job_spec.h"
@@ -49,6 +50,8 @@ struct ClusterOptions {
   // A running job whose next step has not come for max(this, 10 x its last step time) is
   // stalled: the coordinator names the ranks behind (by their last completed collective).
   int64_t stall_ms = 60000;
+  // Deadlines of the commit, listing and delete calls to the shard servers.
+  agent::ShardDeadlines shard_deadlines{};
 };
 
 class Cluster {
@@ -78,7 +81,9 @@ class Cluster {
   void OnStep(const std::string& id, const v1::StepUpdate& u);
   void OnDone(const std::string& id, const v1::JobDone& d);
   // A rank's checkpoint part is durable; the checkpoint is committed on the shard server
-  // once every rank of the generation has reported that step.
+  // once every rank of the generation has reported that step. Returns at once: the commit
+  // runs on the CheckpointCommitter, and the job's end (OnDone, or a lost worker's) is
+  // applied after it.
   void OnCheckpointPart(const std::string& id, const v1::CheckpointPart& p);
   // end_stream: the worker is counted out while its stream is open (a heartbeat timeout).
   void RemoveWorker(const std::string& id, const std::string& why, bool end_stream = false);
@@ -110,6 +115,10 @@ class Cluster {
 
   void RegisterShardServer(const v1::RegisterShardServerRequest& r);
   std::vector<v1::ShardServerInfo> ShardServers();
+
+  // Waits until the checkpoint commits and resume lookups queued or in flight, and what
+  // waits behind them, have run (tests).
+  void WaitForCommits() { commits_->Drain(); }
 
  private:
   struct WorkerState {
@@ -153,6 +162,10 @@ class Cluster {
   // After a commit: an elastic job below its largest dp that idle workers could now fill is
   // placed again, bigger, from the checkpoint just committed. Takes mu_.
   void MaybeGrow(const std::string& job_id, int64_t generation, int64_t step);
+  // A rank's end of job, applied (OnDone defers it behind the job's commits).
+  void ApplyDone(const std::string& id, const v1::JobDone& d);
+  // A commit ended (on the committer's executor): its event, the job's record, growth.
+  void CheckpointEnded(const CheckpointCommitter::Checkpoint& c, const absl::StatusOr<std::vector<std::string>>& servers);
   int IdleWorkersLocked() const;
   void Monitor();
   void UpdateGaugesLocked();
@@ -180,8 +193,8 @@ class Cluster {
   // job_mu_ held.
   absl::StatusOr<std::pair<std::string, int64_t>> ResumePointLocked(const v1::Job& job, const train::JobSpec& spec);
   // The shard servers' newest whole checkpoints of a job (own) and of its resume_from job
-  // (from), listed off the locks before the job is placed again (generation: the one the
-  // lookup was for). StoredStepsKnownLocked starts the lookup when it is not known yet;
+  // (from), listed on the committer (behind the job's commits) before the job is placed
+  // again (generation: the one the lookup was for). StoredStepsKnownLocked starts the lookup when it is not known yet;
   // its end places queued jobs. mu_ held.
   struct StoredSteps {
     int64_t generation = -1;
@@ -190,11 +203,6 @@ class Cluster {
   };
   bool StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& spec, const std::vector<std::string>& servers);
   std::map<std::string, StoredSteps> stored_;  // under mu_
-  struct Lookup {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> finished;  // its last act, after it let go of mu_
-  };
-  std::vector<Lookup> lookups_;  // under mu_; the finished ones are joined at the next start, the rest at destruction
   std::mutex rdv_mu_;
   std::map<std::tuple<std::string, int64_t, std::string>, std::string> rdv_;
   std::vector<Waiter> waiters_;
@@ -208,12 +216,10 @@ class Cluster {
   // Checkpoints being assembled: (job, generation, step) → the parts reported so far.
   struct PendingCheckpoint {
     std::set<int> ranks;
-    std::map<std::string, std::vector<std::string>> files;  // shard server → the files it holds
-    std::string manifest_json;
-    int64_t bytes = 0;
-    int keep = 0;
+    CheckpointCommitter::Checkpoint checkpoint;
   };
   std::map<std::tuple<std::string, int64_t, int64_t>, PendingCheckpoint> pending_ckpt_;  // under job_mu_
+  std::unique_ptr<CheckpointCommitter> commits_;
 };
 
 }  // namespace gantry::coordinator

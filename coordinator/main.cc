@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   int port = 0;
-  auto server = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {&service}, &port);
+  auto server = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {&service}, &registry, "coordinator", &port);
   if (!server.ok()) {
     LOG(ERROR) << server.status();
     return 1;

@@ -4,11 +4,11 @@
 
 #include <glog/logging.h>
 
-#include <chrono>
 #include <deque>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "common/security.h"
+#include "common/rpc_edge.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "spec/job_spec.h"
@@ -177,18 +177,6 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
 CoordinatorService::CoordinatorService(Store* store, Cluster* cluster, metrics::Registry* registry)
     : store_(store), cluster_(cluster), registry_(registry) {}
 
-template <typename F>
-grpc::ServerUnaryReactor* CoordinatorService::Handle(grpc::CallbackServerContext* ctx, const char* method, F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = CheckToken(*ctx);  // the cluster token, when one is configured
-  if (s.ok()) s = f();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  metrics::RecordRpc(*registry_, "coordinator", method, absl::StatusCodeToString(s.code()), secs);
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpc(s));
-  return reactor;
-}
-
 absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vector<v1::Job>* all) {
   job->set_queue_position(0);
   job->clear_waiting_for();
@@ -233,7 +221,7 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                         const v1::SubmitJobRequest* req,
                                                         v1::SubmitJobResponse* resp) {
-  return Handle(ctx, "SubmitJob", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     auto spec = train::ParseJobSpec(req->spec_yaml());
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
     // The planner's bytes per rank against the workers there are: a job that cannot fit is
@@ -288,7 +276,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                      v1::Job* resp) {
-  return Handle(ctx, "GetJob", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return job.status();
     *resp = *job;
@@ -299,7 +287,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* ctx,
                                                        const v1::ListJobsRequest* req,
                                                        v1::ListJobsResponse* resp) {
-  return Handle(ctx, "ListJobs", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     auto jobs = store_->ListJobs();
     if (!jobs.ok()) return jobs.status();
     for (auto it = jobs->rbegin(); it != jobs->rend(); ++it) {  // newest first
@@ -314,7 +302,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CancelJobRequest* req, v1::Job* resp) {
-  return Handle(ctx, "CancelJob", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     v1::Job before;
     {
       std::lock_guard<std::mutex> l(cluster_->job_mu());
@@ -334,14 +322,13 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
 
 grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                      const v1::WatchJobRequest* req) {
-  if (auto t = CheckToken(*ctx); !t.ok()) return new RefusedWriter<v1::JobEvent>(ToGrpc(t));
-  return new WatchReactor(store_, cluster_, *req);
+  return ServeStream<grpc::ServerWriteReactor<v1::JobEvent>>(ctx, [&] { return new WatchReactor(store_, cluster_, *req); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* ctx,
                                                           const v1::ListWorkersRequest*,
                                                           v1::ListWorkersResponse* resp) {
-  return Handle(ctx, "ListWorkers", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     for (auto& w : cluster_->Workers()) *resp->add_workers() = std::move(w);
     return absl::OkStatus();
   });
@@ -349,14 +336,14 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorService::Attach(
     grpc::CallbackServerContext* ctx) {
-  if (auto t = CheckToken(*ctx); !t.ok()) return new RefusedBidi<v1::WorkerMessage, v1::CoordinatorMessage>(ToGrpc(t));
-  return new AttachReactor(cluster_);
+  return ServeStream<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>>(
+      ctx, [&] { return new AttachReactor(cluster_); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RendezvousPut(grpc::CallbackServerContext* ctx,
                                                             const v1::RendezvousPutRequest* req,
                                                             v1::RendezvousPutResponse*) {
-  return Handle(ctx, "RendezvousPut", [&]() {
+  return ServeUnary(ctx, [&]() {
     return cluster_->RendezvousPut(req->job_id(), req->generation(), req->key(), req->value());
   });
 }
@@ -366,24 +353,20 @@ grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServer
                                                             v1::RendezvousGetResponse* resp) {
   // Completes when the key is put or the wait ends, on whichever thread that happens; the
   // handler itself returns at once.
-  auto* reactor = ctx->DefaultReactor();
-  if (auto t = CheckToken(*ctx); !t.ok()) {
-    reactor->Finish(ToGrpc(t));
-    return reactor;
-  }
-  const int64_t wait_ms = std::min<int64_t>(std::max<int64_t>(req->wait_ms(), 0), 10 * 60 * 1000);
-  cluster_->RendezvousGet(req->job_id(), req->generation(), req->key(), wait_ms,
-                          [reactor, resp](absl::StatusOr<std::string> v) {
-                            if (v.ok()) resp->set_value(*std::move(v));
-                            reactor->Finish(ToGrpc(v.status()));
-                          });
-  return reactor;
+  return ServeUnaryLater(ctx, [&](std::function<void(const absl::Status&)> finish) {
+    const int64_t wait_ms = std::min<int64_t>(std::max<int64_t>(req->wait_ms(), 0), 10 * 60 * 1000);
+    cluster_->RendezvousGet(req->job_id(), req->generation(), req->key(), wait_ms,
+                            [finish, resp](absl::StatusOr<std::string> v) {
+                              if (v.ok()) resp->set_value(*std::move(v));
+                              finish(v.status());
+                            });
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterShardServer(grpc::CallbackServerContext* ctx,
                                                                   const v1::RegisterShardServerRequest* req,
                                                                   v1::RegisterShardServerResponse*) {
-  return Handle(ctx, "RegisterShardServer", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     if (req->address().empty()) return absl::InvalidArgumentError("address is required");
     cluster_->RegisterShardServer(*req);
     return absl::OkStatus();
@@ -393,7 +376,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterShardServer(grpc::Callback
 grpc::ServerUnaryReactor* CoordinatorService::ListShardServers(grpc::CallbackServerContext* ctx,
                                                                const v1::ListShardServersRequest*,
                                                                v1::ListShardServersResponse* resp) {
-  return Handle(ctx, "ListShardServers", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     for (auto& s : cluster_->ShardServers()) *resp->add_shard_servers() = std::move(s);
     return absl::OkStatus();
   });

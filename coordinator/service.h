@@ -42,8 +42,6 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                              v1::ListShardServersResponse* resp) override;
 
  private:
-  template <typename F>
-  grpc::ServerUnaryReactor* Handle(grpc::CallbackServerContext* ctx, const char* method, F&& f);
   absl::Status FillQueuePosition(v1::Job* job, const std::vector<v1::Job>* all);
 
   Store* store_;

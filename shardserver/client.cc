@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
+#include "common/executor.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/status.h"
@@ -24,6 +26,76 @@ namespace {
 std::unique_ptr<v1::ShardServer::Stub> Stub(const std::string& address) {
   return v1::ShardServer::NewStub(MakeChannel(address));
 }
+
+v1::CommitRequest CommitRequestOf(const std::string& job_id, int64_t step, const std::vector<std::string>& parts,
+                                  const std::string& manifest_json) {
+  v1::CommitRequest commit;
+  commit.set_job_id(job_id);
+  commit.set_step(step);
+  for (const auto& p : parts) commit.add_parts(p);
+  commit.set_manifest_json(manifest_json);
+  return commit;
+}
+std::string CommitWhat(const std::string& address) { return absl::StrCat("committing checkpoint on ", address); }
+std::string ListWhat(const std::string& address) { return absl::StrCat("listing checkpoints on ", address); }
+std::string DeleteWhat(const std::string& address, const std::string& job_id, int64_t step) {
+  return absl::StrCat("deleting checkpoint ", job_id, " step ", step, " on ", address);
+}
+
+// The servers' listings of one job (in `servers` order) as whole checkpoints, by step: a
+// checkpoint counts when every file its manifest names is committed on some server. A
+// listing that failed names its server in *unreachable.
+std::vector<StoredCheckpoint> CombineListings(const std::vector<std::string>& servers,
+                                              std::vector<absl::StatusOr<std::vector<v1::CheckpointInfo>>> lists,
+                                              std::vector<std::string>* unreachable) {
+  std::map<int64_t, StoredCheckpoint> by_step;
+  for (size_t k = 0; k < servers.size(); ++k) {
+    const std::string& server = servers[k];
+    const auto& list = lists[k];
+    if (!list.ok()) {
+      if (unreachable) unreachable->push_back(absl::StrCat(server, " (", list.status().message(), ")"));
+      continue;
+    }
+    for (const auto& info : *list) {
+      StoredCheckpoint& c = by_step[info.step()];
+      c.job_id = info.job_id();
+      c.step = info.step();
+      if (c.manifest_json.empty()) c.manifest_json = info.manifest_json();
+      c.commit_time_unix_ms = std::max(c.commit_time_unix_ms, info.commit_time_unix_ms());
+      c.bytes += info.bytes();
+      c.servers.push_back(server);
+      for (int i = 0; i < info.parts_size(); ++i) {
+        c.files[info.parts(i)] = {server, i < info.part_bytes_size() ? info.part_bytes(i) : 0};
+      }
+    }
+  }
+  std::vector<StoredCheckpoint> out;
+  for (auto& [step, c] : by_step) {
+    // A Gantry checkpoint names its parts; it is whole when each is committed somewhere.
+    nlohmann::json m = nlohmann::json::parse(c.manifest_json, nullptr, /*allow_exceptions=*/false);
+    bool whole = true;
+    if (m.is_object() && m.contains("parts") && m["parts"].is_array()) {
+      std::vector<std::string> need = {"manifest.json", "config.json"};
+      for (const auto& p : m["parts"]) need.push_back(p.is_string() ? p.get<std::string>() : std::string());
+      for (const auto& n : need) whole = whole && c.files.count(n) != 0;
+    }
+    if (whole) out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// One asynchronous call: what must live until its callback has run.
+template <typename Req, typename Resp>
+struct AsyncCall {
+  AsyncCall(std::shared_ptr<v1::ShardServer::Stub> s, double deadline_seconds) : stub(std::move(s)) {
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(deadline_seconds * 1000)));
+  }
+  std::shared_ptr<v1::ShardServer::Stub> stub;  // its channel stays up while the call runs
+  grpc::ClientContext ctx;
+  Req req;
+  Resp resp;
+};
 }  // namespace
 
 absl::StatusOr<int64_t> UploadSources(const std::string& address, const std::string& job_id, int64_t step,
@@ -77,23 +149,10 @@ absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::strin
 
 absl::Status CommitCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
                               const std::vector<std::string>& parts, const std::string& manifest_json) {
-  v1::CommitRequest commit;
-  commit.set_job_id(job_id);
-  commit.set_step(step);
-  for (const auto& p : parts) commit.add_parts(p);
-  commit.set_manifest_json(manifest_json);
   v1::CommitResponse cr;
-  return Annotate(FromGrpc(Stub(address)->Commit(ContextWithDeadline(30).get(), commit, &cr)),
-                  absl::StrCat("committing checkpoint on ", address));
-}
-
-absl::Status DeleteCheckpoint(const std::string& address, const std::string& job_id, int64_t step) {
-  v1::DeleteCheckpointRequest req;
-  req.set_job_id(job_id);
-  req.set_step(step);
-  v1::DeleteCheckpointResponse resp;
-  return Annotate(FromGrpc(Stub(address)->DeleteCheckpoint(ContextWithDeadline(30).get(), req, &resp)),
-                  absl::StrCat("deleting checkpoint ", job_id, " step ", step, " on ", address));
+  return Annotate(FromGrpc(Stub(address)->Commit(ContextWithDeadline(ShardDeadlines().Commit(parts.size())).get(),
+                                                 CommitRequestOf(job_id, step, parts, manifest_json), &cr)),
+                  CommitWhat(address));
 }
 
 absl::StatusOr<int64_t> UploadCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
@@ -115,8 +174,8 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::strin
   v1::ListCheckpointsRequest req;
   req.set_job_id(job_id);
   v1::ListCheckpointsResponse resp;
-  RETURN_IF_ERROR(Annotate(FromGrpc(stub->ListCheckpoints(ContextWithDeadline(10).get(), req, &resp)),
-                           absl::StrCat("listing checkpoints on ", address)));
+  RETURN_IF_ERROR(Annotate(FromGrpc(stub->ListCheckpoints(ContextWithDeadline(ShardDeadlines().list_seconds).get(), req, &resp)),
+                           ListWhat(address)));
   return std::vector<v1::CheckpointInfo>(resp.checkpoints().begin(), resp.checkpoints().end());
 }
 
@@ -190,39 +249,64 @@ absl::Status DownloadCheckpoint(const std::string& address, const std::string& j
 
 std::vector<StoredCheckpoint> ListStoredCheckpoints(const std::vector<std::string>& servers, const std::string& job_id,
                                                     std::vector<std::string>* unreachable) {
-  std::map<int64_t, StoredCheckpoint> by_step;
-  for (const auto& server : servers) {
-    auto list = ListCheckpoints(server, job_id);
-    if (!list.ok()) {
-      if (unreachable) unreachable->push_back(absl::StrCat(server, " (", list.status().message(), ")"));
-      continue;
-    }
-    for (const auto& info : *list) {
-      StoredCheckpoint& c = by_step[info.step()];
-      c.job_id = info.job_id();
-      c.step = info.step();
-      if (c.manifest_json.empty()) c.manifest_json = info.manifest_json();
-      c.commit_time_unix_ms = std::max(c.commit_time_unix_ms, info.commit_time_unix_ms());
-      c.bytes += info.bytes();
-      c.servers.push_back(server);
-      for (int i = 0; i < info.parts_size(); ++i) {
-        c.files[info.parts(i)] = {server, i < info.part_bytes_size() ? info.part_bytes(i) : 0};
-      }
-    }
-  }
-  std::vector<StoredCheckpoint> out;
-  for (auto& [step, c] : by_step) {
-    // A Gantry checkpoint names its parts; it is whole when each is committed somewhere.
-    nlohmann::json m = nlohmann::json::parse(c.manifest_json, nullptr, /*allow_exceptions=*/false);
-    bool whole = true;
-    if (m.is_object() && m.contains("parts") && m["parts"].is_array()) {
-      std::vector<std::string> need = {"manifest.json", "config.json"};
-      for (const auto& p : m["parts"]) need.push_back(p.is_string() ? p.get<std::string>() : std::string());
-      for (const auto& n : need) whole = whole && c.files.count(n) != 0;
-    }
-    if (whole) out.push_back(std::move(c));
-  }
-  return out;
+  std::vector<absl::StatusOr<std::vector<v1::CheckpointInfo>>> lists;
+  for (const auto& server : servers) lists.push_back(ListCheckpoints(server, job_id));
+  return CombineListings(servers, std::move(lists), unreachable);
+}
+
+std::shared_ptr<v1::ShardServer::Stub> ShardClients::StubFor(const std::string& address) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& stub = stubs_[address];
+  // A shard server that restarts is reachable again within a second of its return (its
+  // heartbeat period), as with the fresh connection each call used to make.
+  if (!stub) stub = v1::ShardServer::NewStub(MakeChannel(address, 16 << 20, /*max_reconnect_backoff_ms=*/1000));
+  return stub;
+}
+
+void ShardClients::Commit(const std::string& address, const std::string& job_id, int64_t step,
+                          const std::vector<std::string>& parts, const std::string& manifest_json, Done done) {
+  auto call = std::make_shared<AsyncCall<v1::CommitRequest, v1::CommitResponse>>(StubFor(address),
+                                                                                 deadlines_.Commit(parts.size()));
+  call->req = CommitRequestOf(job_id, step, parts, manifest_json);
+  call->stub->async()->Commit(&call->ctx, &call->req, &call->resp,
+                              [call, address, done = std::move(done)](grpc::Status s) {
+                                done(Annotate(FromGrpc(s), CommitWhat(address)));
+                              });
+}
+
+void ShardClients::Delete(const std::string& address, const std::string& job_id, int64_t step, Done done) {
+  auto call = std::make_shared<AsyncCall<v1::DeleteCheckpointRequest, v1::DeleteCheckpointResponse>>(
+      StubFor(address), deadlines_.delete_seconds);
+  call->req.set_job_id(job_id);
+  call->req.set_step(step);
+  call->stub->async()->DeleteCheckpoint(&call->ctx, &call->req, &call->resp,
+                                        [call, address, job_id, step, done = std::move(done)](grpc::Status s) {
+                                          done(Annotate(FromGrpc(s), DeleteWhat(address, job_id, step)));
+                                        });
+}
+
+void ShardClients::List(const std::string& address, const std::string& job_id, Listed done) {
+  auto call = std::make_shared<AsyncCall<v1::ListCheckpointsRequest, v1::ListCheckpointsResponse>>(
+      StubFor(address), deadlines_.list_seconds);
+  call->req.set_job_id(job_id);
+  call->stub->async()->ListCheckpoints(
+      &call->ctx, &call->req, &call->resp, [call, address, done = std::move(done)](grpc::Status s) {
+        if (!s.ok()) {
+          done(Annotate(FromGrpc(s), ListWhat(address)));
+          return;
+        }
+        done(std::vector<v1::CheckpointInfo>(call->resp.checkpoints().begin(), call->resp.checkpoints().end()));
+      });
+}
+
+void ShardClients::ListStored(const std::vector<std::string>& servers, const std::string& job_id, StoredListed done) {
+  using Listing = absl::StatusOr<std::vector<v1::CheckpointInfo>>;
+  auto all = Gather<Listing>::Make(servers.size(), [servers, done = std::move(done)](std::vector<Listing> lists) {
+    std::vector<std::string> unreachable;
+    auto stored = CombineListings(servers, std::move(lists), &unreachable);
+    done(std::move(stored), std::move(unreachable));
+  });
+  for (size_t i = 0; i < servers.size(); ++i) List(servers[i], job_id, all->Slot(i));
 }
 
 }  // namespace gantry::agent

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,19 @@
 namespace gantry::agent {
 
 constexpr size_t kChunkBytes = 1 << 20;
+
+// Deadlines of the checkpoint calls that move no checkpoint bytes, sized to the server's
+// work. A commit reads one size record per part and makes one synced RocksDB write; a
+// delete is one synced batch of range deletes; a listing reads the job's commit records.
+// None grows with the checkpoint's bytes, so each is bounded by a synced write on a busy
+// disk (a few seconds at worst), with room to spare, and a commit by its part count.
+struct ShardDeadlines {
+  double commit_seconds = 10;
+  double commit_per_part_seconds = 0.01;
+  double delete_seconds = 10;
+  double list_seconds = 10;
+  double Commit(size_t parts) const { return commit_seconds + commit_per_part_seconds * static_cast<double>(parts); }
+};
 
 // Streams each (name, bytes) as a part of checkpoint (job, step), not committed: a sharded
 // checkpoint's ranks each send their own, from memory. Returns the bytes written.
@@ -26,7 +40,6 @@ absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::strin
 // and nothing is visible).
 absl::Status CommitCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
                               const std::vector<std::string>& parts, const std::string& manifest_json);
-absl::Status DeleteCheckpoint(const std::string& address, const std::string& job_id, int64_t step);
 
 // Streams every regular file of dir as a part (its file name), then commits the checkpoint
 // (job, step) with the manifest. Returns the bytes written.
@@ -70,5 +83,36 @@ struct StoredCheckpoint {
 // named in *unreachable (its checkpoints then look incomplete).
 std::vector<StoredCheckpoint> ListStoredCheckpoints(const std::vector<std::string>& servers, const std::string& job_id,
                                                     std::vector<std::string>* unreachable = nullptr);
+
+// The shard servers as a daemon that must not block sees them (the coordinator): one
+// long-lived channel per server, made on first use and kept (gRPC reconnects it after a
+// server restarts), and the checkpoint calls without waiting: each returns at once and its
+// callback runs on a gRPC thread when the server answers or the deadline passes. Callbacks
+// must not block either: hand slow work on to an executor. Thread-safe.
+class ShardClients {
+ public:
+  using Done = std::function<void(absl::Status)>;
+  using Listed = std::function<void(absl::StatusOr<std::vector<v1::CheckpointInfo>>)>;
+  // The whole checkpoints over the servers (as ListStoredCheckpoints) and the servers that
+  // could not be listed, each with why.
+  using StoredListed = std::function<void(std::vector<StoredCheckpoint>, std::vector<std::string> unreachable)>;
+
+  explicit ShardClients(ShardDeadlines deadlines = {}) : deadlines_(deadlines) {}
+
+  // As CommitCheckpoint.
+  void Commit(const std::string& address, const std::string& job_id, int64_t step, const std::vector<std::string>& parts,
+              const std::string& manifest_json, Done done);
+  void Delete(const std::string& address, const std::string& job_id, int64_t step, Done done);
+  void List(const std::string& address, const std::string& job_id, Listed done);
+  // Every server listed at once; done runs after the last answer.
+  void ListStored(const std::vector<std::string>& servers, const std::string& job_id, StoredListed done);
+
+ private:
+  std::shared_ptr<v1::ShardServer::Stub> StubFor(const std::string& address);
+
+  const ShardDeadlines deadlines_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<v1::ShardServer::Stub>> stubs_;
+};
 
 }  // namespace gantry::agent

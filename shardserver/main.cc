@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  auto started = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {svc->get(), &params}, &port);
+  auto started = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {svc->get(), &params}, &registry,
+                                         "shardserver", &port);
   if (!started.ok()) {
     LOG(ERROR) << started.status();
     return 1;

@@ -1,6 +1,6 @@
 #include "shardserver/param_service.h"
 
-#include "common/security.h"
+#include "common/rpc_edge.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,18 +21,6 @@ namespace gantry::shardserver {
 
 namespace {
 constexpr size_t kMaxPayloadBytes = 4 << 20;
-}
-
-template <typename F>
-grpc::ServerUnaryReactor* ParamService::Handle(grpc::CallbackServerContext* ctx, const char* method, F&& body) {
-  const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = CheckToken(*ctx);  // the cluster token, when one is configured
-  if (s.ok()) s = body();
-  metrics::RecordRpc(*registry_, "shardserver", method, absl::StatusCodeToString(s.code()),
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  auto* r = ctx->DefaultReactor();
-  r->Finish(ToGrpc(s));
-  return r;
 }
 
 absl::Status ParamService::CheckWithin(const Range& r, const char* what, int64_t offset, size_t n) {
@@ -64,7 +52,7 @@ absl::StatusOr<ParamService::Range*> ParamService::Find(const std::string& job, 
 
 grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* ctx, const v1::InitRangeRequest* req,
                                                   v1::InitRangeResponse*) {
-  return Handle(ctx, "InitRange", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     const int64_t b = req->range().begin(), e = req->range().end();
     if (req->job_id().empty() || b < 0 || e <= b) {
       return absl::InvalidArgumentError(absl::StrCat("InitRange needs a job and a range, got '", req->job_id(), "' [", b, ", ", e, ")"));
@@ -104,7 +92,7 @@ grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* ParamService::WriteParams(grpc::CallbackServerContext* ctx, const v1::ParamsChunk* req,
                                                     v1::ParamsAck*) {
-  return Handle(ctx, "WriteParams", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
     RETURN_IF_ERROR(CheckPayload(*r, "parameters", req->offset(), req->data().size()));
     std::lock_guard<std::mutex> l(r->mu);
@@ -115,7 +103,7 @@ grpc::ServerUnaryReactor* ParamService::WriteParams(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* ParamService::PushGradients(grpc::CallbackServerContext* ctx, const v1::GradientChunk* req,
                                                       v1::PushAck* resp) {
-  return Handle(ctx, "PushGradients", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
     const size_t n = req->data().size() / sizeof(float);
     RETURN_IF_ERROR(CheckPayload(*r, "gradients", req->offset(), req->data().size()));
@@ -262,7 +250,7 @@ void ParamService::ServeConnection(int fd) {
 
 grpc::ServerUnaryReactor* ParamService::ReadParams(grpc::CallbackServerContext* ctx, const v1::ReadParamsRequest* req,
                                                    v1::ParamsChunk* resp) {
-  return Handle(ctx, "ReadParams", [&]() -> absl::Status {
+  return ServeUnary(ctx, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
     if (req->count() < 0) return absl::InvalidArgumentError(absl::StrCat("read of ", req->count(), " values"));
     RETURN_IF_ERROR(CheckPayload(*r, "read", req->offset(), static_cast<size_t>(req->count()) * sizeof(float)));

@@ -69,9 +69,6 @@ class ParamService final : public v1::ParamServer::CallbackService {
   static absl::Status CheckPayload(const Range& r, const char* what, int64_t offset, size_t bytes);
   // The job's range at this generation, or an error naming what does not match.
   absl::StatusOr<Range*> Find(const std::string& job, int64_t generation);
-  // Runs body, records the RPC, finishes the reactor.
-  template <typename F>
-  grpc::ServerUnaryReactor* Handle(grpc::CallbackServerContext* ctx, const char* method, F&& body);
 
   metrics::Registry* registry_;
   std::mutex mu_;

@@ -1,6 +1,6 @@
 #include "shardserver/service.h"
 
-#include "common/security.h"
+#include "common/rpc_edge.h"
 
 #include <glog/logging.h>
 
@@ -58,17 +58,14 @@ int64_t NowMs() {
 // One WriteChunks stream.
 class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
  public:
-  WriteReactor(ShardService* svc, v1::WriteChunksResponse* resp) : svc_(svc), resp_(resp) {
-    t0_ = std::chrono::steady_clock::now();
-    StartRead(&chunk_);
-  }
+  WriteReactor(ShardService* svc, v1::WriteChunksResponse* resp) : svc_(svc), resp_(resp) { StartRead(&chunk_); }
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client finished sending
-      Finish(End());
+      Finish(ToGrpc(End()));
       return;
     }
     if (absl::Status s = Take(); !s.ok()) {
-      Finish(Fail(s));
+      Finish(ToGrpc(s));
       return;
     }
     StartRead(&chunk_);
@@ -105,7 +102,7 @@ class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
     }
     return absl::OkStatus();
   }
-  grpc::Status End() {
+  absl::Status End() {
     absl::Status s;
     if (next_offset_.size() != done_.size()) {
       s = absl::InvalidArgumentError("stream ended before the last chunk of a part");
@@ -118,13 +115,9 @@ class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
       resp_->set_bytes(bytes_);
       svc_->registry()->GetCounter("gantry_shardserver_checkpoint_written_bytes_total",
                                    "Checkpoint bytes written (rate() of it is the write throughput).").Inc(static_cast<double>(bytes_));
+      svc_->UpdateStoredBytes();
     }
-    return Record(s);
-  }
-  grpc::Status Fail(const absl::Status& s) { return Record(s); }
-  grpc::Status Record(const absl::Status& s) {
-    svc_->RecordRpc("WriteChunks", s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
-    return ToGrpc(s);
+    return s;
   }
 
   ShardService* svc_;
@@ -134,7 +127,6 @@ class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
   std::map<std::string, int64_t> next_offset_;
   std::set<std::string> done_;
   int64_t bytes_ = 0;
-  std::chrono::steady_clock::time_point t0_;
 };
 
 class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
@@ -230,6 +222,7 @@ absl::StatusOr<std::unique_ptr<ShardService>> ShardService::Open(const std::stri
   std::unique_ptr<ShardService> svc(new ShardService(std::move(db), registry));
   ASSIGN_OR_RETURN(int64_t reclaimed, svc->ReclaimUncommitted());
   if (reclaimed > 0) LOG(INFO) << "reclaimed " << reclaimed << " bytes of uncommitted checkpoint parts";
+  svc->UpdateStoredBytes();
   return svc;
 }
 
@@ -272,8 +265,7 @@ absl::StatusOr<int64_t> ShardService::ReclaimUncommitted() {
   return bytes;
 }
 
-void ShardService::RecordRpc(const char* method, const absl::Status& s, double seconds) {
-  metrics::RecordRpc(*registry_, "shardserver", method, absl::StatusCodeToString(s.code()), seconds);
+void ShardService::UpdateStoredBytes() {
   registry_->GetGauge("gantry_shardserver_stored_bytes", "Bytes of chunk data stored.").Set(static_cast<double>(bytes_stored()));
 }
 
@@ -283,20 +275,16 @@ int64_t ShardService::bytes_stored() const {
 }
 
 grpc::ServerReadReactor<v1::Chunk>* ShardService::WriteChunks(grpc::CallbackServerContext* ctx, v1::WriteChunksResponse* resp) {
-  if (auto t = CheckToken(*ctx); !t.ok()) return new RefusedReader<v1::Chunk>(ToGrpc(t));
-  return new WriteReactor(this, resp);
+  return ServeStream<grpc::ServerReadReactor<v1::Chunk>>(ctx, [&] { return new WriteReactor(this, resp); });
 }
 
 grpc::ServerWriteReactor<v1::Chunk>* ShardService::ReadChunks(grpc::CallbackServerContext* ctx, const v1::ReadChunksRequest* req) {
-  if (auto t = CheckToken(*ctx); !t.ok()) return new RefusedWriter<v1::Chunk>(ToGrpc(t));
-  return new ReadReactor(this, *req);
+  return ServeStream<grpc::ServerWriteReactor<v1::Chunk>>(ctx, [&] { return new ReadReactor(this, *req); });
 }
 
 grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx, const v1::CommitRequest* req,
                                                v1::CommitResponse*) {
-  const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = [&]() -> absl::Status {
-    RETURN_IF_ERROR(CheckToken(*ctx));
+  return ServeUnary(ctx, [&]() -> absl::Status {
     if (!ValidName(req->job_id()) || req->parts().empty()) return absl::InvalidArgumentError("commit needs a job and parts");
     v1::CheckpointInfo info;
     info.set_job_id(req->job_id());
@@ -319,53 +307,38 @@ grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx,
     kCommitBeforeRecord.Reach();
     RETURN_IF_ERROR(Annotate(db_->Put(CkptKey(req->job_id(), req->step()), info.SerializeAsString()), "committing"));
     kCommitAfterRecord.Reach();
+    UpdateStoredBytes();
     return absl::OkStatus();
-  }();
-  RecordRpc("Commit", s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  auto* r = ctx->DefaultReactor();
-  r->Finish(ToGrpc(s));
-  return r;
+  });
 }
 
 grpc::ServerUnaryReactor* ShardService::ListCheckpoints(grpc::CallbackServerContext* ctx,
                                                         const v1::ListCheckpointsRequest* req,
                                                         v1::ListCheckpointsResponse* resp) {
-  if (auto t = CheckToken(*ctx); !t.ok()) {
-    auto* r = ctx->DefaultReactor();
-    r->Finish(ToGrpc(t));
-    return r;
-  }
-  const std::string prefix = req->job_id().empty() ? "ckpt/" : absl::StrCat("ckpt/", req->job_id(), "/");
-  absl::Status s = db_->Scan(prefix, [&](absl::string_view, absl::string_view value) {
-    if (!resp->add_checkpoints()->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-      resp->mutable_checkpoints()->RemoveLast();
-    }
-    return true;
+  return ServeUnary(ctx, [&]() -> absl::Status {
+    const std::string prefix = req->job_id().empty() ? "ckpt/" : absl::StrCat("ckpt/", req->job_id(), "/");
+    return db_->Scan(prefix, [&](absl::string_view, absl::string_view value) {
+      if (!resp->add_checkpoints()->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+        resp->mutable_checkpoints()->RemoveLast();
+      }
+      return true;
+    });
   });
-  RecordRpc("ListCheckpoints", s, 0);
-  auto* r = ctx->DefaultReactor();
-  r->Finish(ToGrpc(s));
-  return r;
 }
 
 grpc::ServerUnaryReactor* ShardService::DeleteCheckpoint(grpc::CallbackServerContext* ctx,
                                                          const v1::DeleteCheckpointRequest* req,
                                                          v1::DeleteCheckpointResponse*) {
-  if (auto t = CheckToken(*ctx); !t.ok()) {
-    auto* r = ctx->DefaultReactor();
-    r->Finish(ToGrpc(t));
-    return r;
-  }
-  rocks::Batch b;
-  const std::string base = Base(req->job_id(), req->step());
-  b.Delete(CkptKey(req->job_id(), req->step()));  // invisible first, in the same batch
-  b.DeletePrefix(absl::StrCat("chunk/", base, "/"));
-  b.DeletePrefix(absl::StrCat("part/", base, "/"));
-  absl::Status s = Annotate(db_->Write(b), absl::StrCat("deleting checkpoint ", base));
-  RecordRpc("DeleteCheckpoint", s, 0);
-  auto* r = ctx->DefaultReactor();
-  r->Finish(ToGrpc(s));
-  return r;
+  return ServeUnary(ctx, [&]() -> absl::Status {
+    rocks::Batch b;
+    const std::string base = Base(req->job_id(), req->step());
+    b.Delete(CkptKey(req->job_id(), req->step()));  // invisible first, in the same batch
+    b.DeletePrefix(absl::StrCat("chunk/", base, "/"));
+    b.DeletePrefix(absl::StrCat("part/", base, "/"));
+    RETURN_IF_ERROR(Annotate(db_->Write(b), absl::StrCat("deleting checkpoint ", base)));
+    UpdateStoredBytes();
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace gantry::shardserver

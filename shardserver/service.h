@@ -45,7 +45,8 @@ class ShardService final : public v1::ShardServer::CallbackService {
   // crash their writers are gone). Returns the bytes reclaimed.
   absl::StatusOr<int64_t> ReclaimUncommitted();
   metrics::Registry* registry() { return registry_; }
-  void RecordRpc(const char* method, const absl::Status& s, double seconds);
+  // Sets gantry_shardserver_stored_bytes (after the store changed).
+  void UpdateStoredBytes();
 
  private:
   ShardService(std::unique_ptr<rocks::Db> db, metrics::Registry* r) : db_(std::move(db)), registry_(r) {}

@@ -16,34 +16,12 @@
 #include <tuple>
 
 #include "coordinator/cluster.h"
+#include "tests/coordinator/cluster_test_util.h"
 #include "shardserver/param_service.h"
 #include "tests/test_util.h"
 
 namespace gantry::coordinator {
 namespace {
-
-class FakeSession : public WorkerSession {
- public:
-  void Send(const v1::CoordinatorMessage& m) override {
-    std::lock_guard<std::mutex> l(mu);
-    got.push_back(m);
-  }
-  void End(const std::string& why) override {
-    std::lock_guard<std::mutex> l(mu);
-    ended = why;
-  }
-  std::string Ended() {
-    std::lock_guard<std::mutex> l(mu);
-    return ended;
-  }
-  std::string ended;
-  std::vector<v1::CoordinatorMessage> Take() {
-    std::lock_guard<std::mutex> l(mu);
-    return std::exchange(got, {});
-  }
-  std::mutex mu;
-  std::vector<v1::CoordinatorMessage> got;
-};
 
 class RestartTest : public ::testing::Test {
  protected:
@@ -54,30 +32,11 @@ class RestartTest : public ::testing::Test {
     cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
   }
   std::string Submit(int max_restarts, int dp = 1) {
-    v1::Job j;
-    j.set_name("r");
-    j.set_state(v1::PENDING);
-    j.set_world_size(dp);
-    j.set_steps_total(100);
-    j.set_spec_yaml(absl::StrCat("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\n"
-                                 "data: {train: /nonexistent.bin}\n"
-                                 "train: {steps: 100, micro_batch: 1, lr: 1.0e-3}\n"
-                                 "parallel: {dp: ", dp, "}\n"
-                                 "scheduling: {max_restarts: ", max_restarts, "}\n"));
-    std::string id;
-    {
-      std::lock_guard<std::mutex> l(cluster_->job_mu());
-      id = *store_->CreateJob(j);
-    }
-    cluster_->JobSubmitted();
-    return id;
+    return SubmitTinyJob(*cluster_, *store_, "r", dp,
+                         absl::StrCat("parallel: {dp: ", dp, "}\nscheduling: {max_restarts: ", max_restarts, "}\n"));
   }
-  // The assignment in a session's messages, if any.
   static const v1::Assignment* Assigned(const std::vector<v1::CoordinatorMessage>& ms) {
-    for (const auto& m : ms) {
-      if (m.has_assign()) return &m.assign();
-    }
-    return nullptr;
+    return FakeSession::Assigned(ms);
   }
   v1::Job Job(const std::string& id) { return *store_->GetJob(id); }
   void Step(const std::string& worker, const std::string& job, int64_t gen, int64_t step) {
@@ -286,6 +245,7 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
   part.set_step(4);
   part.set_manifest_json("{}");
   cluster_->OnCheckpointPart(w1, part);
+  cluster_->WaitForCommits();  // the commit runs off the caller's thread
   const v1::Job grown = Job(job);
   EXPECT_EQ(grown.generation(), 2);
   EXPECT_EQ(grown.world_size(), 2);
