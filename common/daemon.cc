@@ -12,6 +12,8 @@
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <filesystem>
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -36,6 +38,20 @@ sigset_t InitDaemon(int* argc, char*** argv, const char* usage) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   return sigs;
+}
+
+std::optional<int> PrepareDataDir(const std::string& data_dir) {
+  if (data_dir.empty()) {
+    LOG(ERROR) << "--data_dir is required";
+    return 2;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) {
+    LOG(ERROR) << "--data_dir " << data_dir << ": cannot create it: " << ec.message();
+    return 1;
+  }
+  return std::nullopt;
 }
 
 std::optional<int> HandleKillPoints() {

@@ -27,6 +27,10 @@ sigset_t InitDaemon(int* argc, char*** argv, const char* usage);
 // logged and returns 2. nullopt: go on.
 std::optional<int> HandleKillPoints();
 
+// The daemon's --data_dir: required (else logged, and 2: main returns it), created if
+// missing (else logged, and 1). nullopt: go on.
+std::optional<int> PrepareDataDir(const std::string& data_dir);
+
 // Blocks until SIGTERM or SIGINT; returns the signal.
 int WaitForTermination(const sigset_t& signals);
 

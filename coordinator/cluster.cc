@@ -2,7 +2,7 @@
 
 #include "coordinator/job_state.h"
 
-#include "spec/partition.h"
+#include "coordinator/placement.h"
 #include "spec/job_spec.h"
 
 #include <glog/logging.h>
@@ -58,7 +58,6 @@ Cluster::~Cluster() {
   cv_.notify_all();
   monitor_.join();
   commits_.reset();  // the commits in flight end (each call has a deadline) while the cluster is whole
-  for (auto& w : waiters_) w.done(absl::UnavailableError("coordinator shutting down"));
 }
 
 absl::Status Cluster::Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill) {
@@ -176,25 +175,13 @@ absl::StatusOr<std::pair<std::string, int64_t>> Cluster::ResumePointLocked(const
                                                                            const train::JobSpec& spec) {
   const auto st = stored_.find(job.id());
   const bool listed = st != stored_.end() && st->second.done && st->second.generation == job.generation();
-  const int64_t own = std::max(job.checkpoint_step(), listed ? st->second.own : 0);
-  if (own > 0) return std::make_pair(job.id(), own);
-  const std::string& from = spec.checkpoint.resume_from;
-  if (from.empty()) return std::make_pair(std::string(), int64_t{0});
-  const size_t at = from.find('@');
-  const std::string other = from.substr(0, at);
-  int64_t step = 0;
-  if (at != std::string::npos && (!absl::SimpleAtoi(from.substr(at + 1), &step) || step < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint.resume_from: '", from, "' is not JOB or JOB@STEP"));
+  placement::Stored own{job.checkpoint_step(), listed ? st->second.own : 0}, from{0, listed ? st->second.from : 0};
+  const std::string& resume_from = spec.checkpoint.resume_from;
+  if (!resume_from.empty() && resume_from.find('@') == std::string::npos) {
+    auto src = store_->GetJob(resume_from);
+    if (src.ok()) from.recorded = src->checkpoint_step();
   }
-  if (at == std::string::npos) {
-    auto src = store_->GetJob(other);
-    step = std::max(src.ok() ? src->checkpoint_step() : 0, listed ? st->second.from : 0);
-    if (step == 0) {
-      return absl::NotFoundError(
-          absl::StrCat("checkpoint.resume_from: job ", other, " has no committed checkpoint on the shard servers"));
-    }
-  }
-  return std::make_pair(other, step);
+  return placement::ResumePoint(job, spec, own, from);
 }
 
 void Cluster::JobSubmitted() {
@@ -203,7 +190,7 @@ void Cluster::JobSubmitted() {
 }
 
 void Cluster::JobCancelled(const v1::Job& job) {
-  DropRendezvous(job.id());
+  rendezvous_.Drop(job.id());
   std::lock_guard<std::mutex> l(mu_);
   done_ranks_.erase({job.id(), job.generation()});
   UpdateGaugesLocked();
@@ -366,7 +353,7 @@ void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
         job->clear_workers();
         (void)Transition(*job, v1::SUCCEEDED);
         LOG(INFO) << "job " << job->id() << " SUCCEEDED";
-        DropRendezvous(job->id());
+        rendezvous_.Drop(job->id());
       }
     }
   } else {
@@ -516,7 +503,7 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
     if (!Transition(*job, v1::FAILED, job->reason()).ok()) return;
     LOG(WARNING) << "job " << job_id << " FAILED: " << job->reason();
   }
-  DropRendezvous(job_id);
+  rendezvous_.Drop(job_id);
 }
 
 void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool end_stream) {
@@ -569,23 +556,10 @@ void Cluster::ScheduleLocked() {
     if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) shard_addrs.push_back(addr);
   }
   if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
-  for (auto& job : QueueOrder(*jobs)) {
+  for (auto& job : placement::QueueOrder(*jobs)) {
     if (job.state() == v1::RESTARTING) {
-      // Back-off between restarts that made no progress (no checkpoint committed in between):
-      // the first at once, then 1, 2, 4, ... 16 s after the failure, so that a cause that has
-      // not passed yet does not use up max_restarts in a burst.
-      const int n = job.restarts_in_a_row();
-      const int64_t backoff = n <= 1 ? 0 : std::min<int64_t>(16000, int64_t{1000} << std::min(n - 2, 4));
-      if (now - job.failure_time_unix_ms() < backoff) {
-        timed_wait_ = true;  // Monitor retries
-        break;
-      }
-      bool missing = false;
-      const int64_t since = now - job.failure_time_unix_ms();
-      for (const auto& server : job.checkpoint_servers()) {
-        missing = missing || std::find(shard_addrs.begin(), shard_addrs.end(), server) == shard_addrs.end();
-      }
-      if (missing && since < options_.checkpoint_server_wait_ms) {
+      if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
+          !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
         timed_wait_ = true;  // Monitor retries
         break;
       }
@@ -605,39 +579,20 @@ void Cluster::ScheduleLocked() {
     const int world = spec->elastic.enabled() ? spec->WorldFor(IdleWorkersLocked()) : spec->world_size();
     if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
     const int dp = world / (tp * pp);
-    // Topology: ranks are packed onto as few hosts as possible, hosts with the most idle
-    // workers first, consecutive ranks on one host. A tensor-parallel group (tp consecutive
-    // ranks) always shares a host: hosts are taken in whole groups.
-    std::map<std::string, std::vector<WorkerState*>> by_host;
+    std::vector<WorkerState*> idle;
+    std::vector<std::string> idle_hosts;
     for (auto& [wid, w] : workers_) {
-      if (w.session != nullptr && w.info.state() == "idle") by_host[w.info.resources().host()].push_back(&w);
+      if (w.session == nullptr || w.info.state() != "idle") continue;
+      idle.push_back(&w);
+      idle_hosts.push_back(w.info.resources().host());
     }
-    std::vector<std::vector<WorkerState*>*> hosts;
-    for (auto& [host, ws] : by_host) hosts.push_back(&ws);
-    std::stable_sort(hosts.begin(), hosts.end(), [](auto* a, auto* b) { return a->size() > b->size(); });
     std::vector<WorkerState*> chosen;
-    for (auto* ws : hosts) {
-      for (size_t g = 0; g + tp <= ws->size(); g += tp) {
-        for (int i = 0; i < tp && static_cast<int>(chosen.size()) < world; ++i) chosen.push_back((*ws)[g + i]);
-      }
-    }
-    if (static_cast<int>(chosen.size()) < world) break;  // strict FIFO: later jobs wait
-    // The partition map of this generation over the live shard servers: where checkpoint
-    // slices go and, in parameter-server mode, who runs AdamW on which range (such a job
-    // waits for a shard server, as for workers).
-    google::protobuf::RepeatedPtrField<v1::ParamRange> param_ranges;
-    {
-      if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") break;
-      size_t n = 0;
-      for (const auto& t : model::ParameterLayout(spec->model)) n += t.numel;
-      for (const auto& r : spec::PartitionParams(n, shard_addrs)) {
-        auto* pr = param_ranges.Add();
-        pr->set_shard_server(r.shard_server);
-        pr->set_begin(static_cast<int64_t>(r.begin));
-        pr->set_end(static_cast<int64_t>(r.end));
-        pr->set_data_address(shards_[r.shard_server].data_address());
-      }
-    }
+    for (size_t i : placement::ChooseWorkers(idle_hosts, world, tp)) chosen.push_back(idle[i]);
+    if (chosen.empty()) break;  // strict FIFO: later jobs wait
+    // A parameter-server job waits for a shard server, as for workers.
+    if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") break;
+    const auto param_ranges = placement::ParamRanges(
+        *spec, shard_addrs, [&](const std::string& server) { return shards_[server].data_address(); });
     // Where the ranks start: decided here, once, from the committed checkpoints.
     auto resume = ResumePointLocked(job, *spec);
     if (!resume.ok()) {
@@ -682,7 +637,7 @@ void Cluster::ScheduleLocked() {
       a->set_tp(tp);
       a->set_pp(pp);
       for (const auto& s : shard_addrs) a->add_shard_servers(s);
-      if (!param_ranges.empty()) *a->mutable_param_ranges() = param_ranges;
+      a->mutable_param_ranges()->Assign(param_ranges.begin(), param_ranges.end());
       w->session->Send(m);
     }
     LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed: " << where;
@@ -782,7 +737,7 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
     if (!spec || !spec->elastic.enabled()) return;
     // Queued jobs come first: growing is only for workers nobody waits for.
     auto jobs = store_->ListJobs();
-    if (!jobs.ok() || !QueueOrder(*jobs).empty()) return;
+    if (!jobs.ok() || !placement::QueueOrder(*jobs).empty()) return;
     world = job->world_size();
     target = spec->WorldFor(world + IdleWorkersLocked());
   }
@@ -796,30 +751,9 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
 }
 
 std::vector<std::string> Cluster::MissingCheckpointServers(const v1::Job& job) {
-  std::vector<std::string> out;
-  if (job.state() != v1::RESTARTING || NowUnixMs() - job.failure_time_unix_ms() >= options_.checkpoint_server_wait_ms) {
-    return out;
-  }
   std::vector<std::string> live;
   for (const auto& s : ShardServers()) live.push_back(s.address());
-  for (const auto& server : job.checkpoint_servers()) {
-    if (std::find(live.begin(), live.end(), server) == live.end()) out.push_back(server);
-  }
-  return out;
-}
-
-std::vector<v1::Job> Cluster::QueueOrder(const std::vector<v1::Job>& jobs) {
-  std::vector<v1::Job> q;
-  for (const auto& j : jobs) {
-    if (Queued(j.state())) q.push_back(j);
-  }
-  std::stable_sort(q.begin(), q.end(), [](const v1::Job& a, const v1::Job& b) {
-    if (a.priority() != b.priority()) return a.priority() > b.priority();
-    const bool ra = a.state() == v1::RESTARTING, rb = b.state() == v1::RESTARTING;
-    if (ra != rb) return ra;
-    return a.id() < b.id();  // ids are in submission order
-  });
-  return q;
+  return placement::MissingCheckpointServers(job, live, NowUnixMs(), options_.checkpoint_server_wait_ms);
 }
 
 std::vector<v1::Worker> Cluster::Workers() {
@@ -832,8 +766,7 @@ std::vector<v1::Worker> Cluster::Workers() {
 absl::Status Cluster::CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
-  const bool report = key.rfind(kFailureReportPrefix, 0) == 0;
-  if (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING && !report) {
+  if (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING && !Rendezvous::IsFailureReport(key)) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
                                                       ": no rendezvous outside a placement"));
   }
@@ -848,20 +781,7 @@ absl::Status Cluster::RendezvousPut(const std::string& job_id, int64_t generatio
                                     const std::string& value) {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous key is empty");
   RETURN_IF_ERROR(CheckGeneration(job_id, generation, key));
-  std::vector<std::function<void(absl::StatusOr<std::string>)>> wake;
-  {
-    std::lock_guard<std::mutex> l(rdv_mu_);
-    rdv_[{job_id, generation, key}] = value;
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->job_id == job_id && it->generation == generation && it->key == key) {
-        wake.push_back(std::move(it->done));
-        it = waiters_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& fn : wake) fn(value);
+  rendezvous_.Put(job_id, generation, key, value);
   return absl::OkStatus();
 }
 
@@ -871,40 +791,7 @@ void Cluster::RendezvousGet(const std::string& job_id, int64_t generation, const
     done(s);
     return;
   }
-  std::unique_lock<std::mutex> l(rdv_mu_);
-  auto it = rdv_.find({job_id, generation, key});
-  if (it != rdv_.end()) {
-    std::string v = it->second;
-    l.unlock();
-    done(std::move(v));
-    return;
-  }
-  if (wait_ms <= 0) {
-    l.unlock();
-    done(absl::NotFoundError(absl::StrCat("rendezvous key '", key, "' of ", job_id, " is not set")));
-    return;
-  }
-  waiters_.push_back({job_id, key, generation, NowUnixMs() + wait_ms, std::move(done)});
-}
-
-void Cluster::DropRendezvous(const std::string& job_id) {
-  std::vector<std::function<void(absl::StatusOr<std::string>)>> fail;
-  {
-    std::lock_guard<std::mutex> l(rdv_mu_);
-    for (auto it = rdv_.begin(); it != rdv_.end();) {
-      const bool report = std::get<2>(it->first).rfind(kFailureReportPrefix, 0) == 0;
-      it = std::get<0>(it->first) == job_id && !report ? rdv_.erase(it) : std::next(it);
-    }
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->job_id == job_id && it->key.rfind(kFailureReportPrefix, 0) != 0) {
-        fail.push_back(std::move(it->done));
-        it = waiters_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& fn : fail) fn(absl::AbortedError(absl::StrCat("job ", job_id, " left its placement")));
+  rendezvous_.Get(job_id, generation, key, wait_ms, NowUnixMs(), std::move(done));
 }
 
 void Cluster::RegisterShardServer(const v1::RegisterShardServerRequest& r) {
@@ -951,22 +838,7 @@ void Cluster::Monitor() {
       if (w.session != nullptr && now - w.last_seen_ms > options_.worker_timeout_ms) silent.push_back(id);
     }
     l.unlock();
-    std::vector<Waiter> expired;
-    {
-      std::lock_guard<std::mutex> rl(rdv_mu_);
-      for (auto it = waiters_.begin(); it != waiters_.end();) {
-        if (it->deadline_ms <= now) {
-          expired.push_back(std::move(*it));
-          it = waiters_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    for (auto& w : expired) {
-      w.done(absl::DeadlineExceededError(absl::StrCat("rendezvous key '", w.key, "' of ", w.job_id,
-                                                      " was not put within the wait")));
-    }
+    rendezvous_.Expire(now);
     for (const auto& id : silent) {
       RemoveWorker(id, absl::StrFormat("no heartbeat for %.1f s", options_.worker_timeout_ms / 1000.0),
                    /*end_stream=*/true);

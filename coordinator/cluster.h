@@ -17,6 +17,7 @@
 
 #include "common/metrics.h"
 #include "coordinator/checkpoint_commit.h"
+#include "coordinator/rendezvous.h"
 #include "coordinator/store.h"
 #include "gantry/v1/coordinator.pb.h"
 #include "spec/job_spec.h"
@@ -89,11 +90,6 @@ class Cluster {
   void RemoveWorker(const std::string& id, const std::string& why, bool end_stream = false);
   std::vector<v1::Worker> Workers();
 
-  // The order in which queued jobs (PENDING or RESTARTING) are placed: higher priority
-  // first, within one a restarting job before new ones, then submission order. Only queued
-  // jobs are returned.
-  static std::vector<v1::Job> QueueOrder(const std::vector<v1::Job>& jobs);
-  static bool Queued(v1::JobState s) { return s == v1::PENDING || s == v1::RESTARTING; }
   // The shard servers of job's last committed checkpoint that are not live now, while the
   // job should still wait for them (empty: place it).
   std::vector<std::string> MissingCheckpointServers(const v1::Job& job);
@@ -135,17 +131,9 @@ class Cluster {
   };
   std::map<std::string, Progress> progress_;  // under mu_
   void CheckStallsLocked(int64_t now);
-  struct Waiter {
-    std::string job_id, key;
-    int64_t generation, deadline_ms;
-    std::function<void(absl::StatusOr<std::string>)> done;
-  };
-  // Rendezvous keys live while the job is placed at that generation; failure reports (keys
-  // under kFailureReportPrefix, written by ranks whose collective failed) also after the
-  // job ended, so that the ranks that survive a lost peer can still tell each other apart.
-  static constexpr char kFailureReportPrefix[] = "gantry/failed/";
+  // Whether (job, generation) may use the rendezvous store: the job is placed at that
+  // generation (a failure report also after it left its placement).
   absl::Status CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key);
-  void DropRendezvous(const std::string& job_id);  // rdv_mu_ not held; keeps the failure reports
   void ScheduleLocked();          // cluster mu_ held
   // A message of (job, generation) came from worker id though that generation is over: unless
   // the worker runs the job's current generation (a late message of its old job thread), it
@@ -203,9 +191,7 @@ class Cluster {
   };
   bool StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& spec, const std::vector<std::string>& servers);
   std::map<std::string, StoredSteps> stored_;  // under mu_
-  std::mutex rdv_mu_;
-  std::map<std::tuple<std::string, int64_t, std::string>, std::string> rdv_;
-  std::vector<Waiter> waiters_;
+  Rendezvous rendezvous_;
   bool stop_ = false;
   const int64_t started_ms_;
   bool grace_over_ = false;  // placement_grace_ms has passed since the start

@@ -3,7 +3,6 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
-#include <filesystem>
 
 #include "common/daemon.h"
 #include "common/metrics.h"
@@ -21,12 +20,7 @@ DEFINE_int32(worker_timeout_ms, 5000, "a worker silent this long is declared dea
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-coordinator --data_dir DIR [--listen HOST:PORT]");
   if (auto rc = gantry::HandleKillPoints()) return *rc;
-  if (FLAGS_data_dir.empty()) {
-    LOG(ERROR) << "--data_dir is required";
-    return 2;
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(FLAGS_data_dir, ec);
+  if (auto rc = gantry::PrepareDataDir(FLAGS_data_dir)) return *rc;
   auto store = gantry::coordinator::Store::Open(FLAGS_data_dir + "/db");
   if (!store.ok()) {
     LOG(ERROR) << store.status();

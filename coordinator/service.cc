@@ -1,6 +1,7 @@
 #include "coordinator/service.h"
 
 #include "coordinator/job_state.h"
+#include "coordinator/placement.h"
 
 #include <glog/logging.h>
 
@@ -180,7 +181,7 @@ CoordinatorService::CoordinatorService(Store* store, Cluster* cluster, metrics::
 absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vector<v1::Job>* all) {
   job->set_queue_position(0);
   job->clear_waiting_for();
-  if (!Cluster::Queued(job->state())) return absl::OkStatus();
+  if (!placement::Queued(job->state())) return absl::OkStatus();
   std::vector<v1::Job> loaded;
   if (all == nullptr) {
     auto jobs = store_->ListJobs();
@@ -188,7 +189,7 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
     loaded = std::move(*jobs);
     all = &loaded;
   }
-  const std::vector<v1::Job> queue = Cluster::QueueOrder(*all);
+  const std::vector<v1::Job> queue = placement::QueueOrder(*all);
   for (size_t i = 0; i < queue.size(); ++i) {
     if (queue[i].id() != job->id()) continue;
     job->set_queue_position(static_cast<int64_t>(i + 1));

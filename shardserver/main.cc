@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <filesystem>
 #include <thread>
 
 #include "common/security.h"
@@ -31,12 +30,7 @@ DEFINE_int32(max_message_bytes, 8 << 20, "largest gRPC message accepted");
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-shardserver --data_dir DIR [--coordinator HOST:PORT]");
   if (auto rc = gantry::HandleKillPoints()) return *rc;
-  if (FLAGS_data_dir.empty()) {
-    LOG(ERROR) << "--data_dir is required";
-    return 2;
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(FLAGS_data_dir, ec);
+  if (auto rc = gantry::PrepareDataDir(FLAGS_data_dir)) return *rc;
   gantry::metrics::Registry registry;
   auto svc = gantry::shardserver::ShardService::Open(FLAGS_data_dir + "/chunks", &registry);
   if (!svc.ok()) {

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "coordinator/cluster.h"
+#include "coordinator/placement.h"
 #include "tests/coordinator/cluster_test_util.h"
 #include "shardserver/param_service.h"
 #include "tests/test_util.h"
@@ -349,7 +350,7 @@ TEST_F(RestartTest, AHigherPriorityJobIsPlacedFirstAndRestartingJobsLeadTheirPri
   jobs[1].set_id("j-000002"), jobs[1].set_state(v1::PENDING), jobs[1].set_priority(5);
   jobs[2].set_id("j-000003"), jobs[2].set_state(v1::RESTARTING), jobs[2].set_priority(0);
   jobs[3].set_id("j-000004"), jobs[3].set_state(v1::RUNNING), jobs[3].set_priority(9);
-  const auto q = Cluster::QueueOrder(jobs);
+  const auto q = placement::QueueOrder(jobs);
   ASSERT_EQ(q.size(), 3u);
   EXPECT_EQ(q[0].id(), "j-000002");
   EXPECT_EQ(q[1].id(), "j-000003");

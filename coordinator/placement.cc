@@ -1,0 +1,95 @@
+#include "coordinator/placement.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "spec/model_layout.h"
+#include "spec/partition.h"
+
+namespace gantry::coordinator::placement {
+
+std::vector<v1::Job> QueueOrder(const std::vector<v1::Job>& jobs) {
+  std::vector<v1::Job> q;
+  for (const auto& j : jobs) {
+    if (Queued(j.state())) q.push_back(j);
+  }
+  std::stable_sort(q.begin(), q.end(), [](const v1::Job& a, const v1::Job& b) {
+    if (a.priority() != b.priority()) return a.priority() > b.priority();
+    const bool ra = a.state() == v1::RESTARTING, rb = b.state() == v1::RESTARTING;
+    if (ra != rb) return ra;
+    return a.id() < b.id();  // ids are in submission order
+  });
+  return q;
+}
+
+int64_t RestartBackoffMs(int restarts_in_a_row) {
+  const int n = restarts_in_a_row;
+  return n <= 1 ? 0 : std::min<int64_t>(16000, int64_t{1000} << std::min(n - 2, 4));
+}
+
+std::vector<std::string> MissingCheckpointServers(const v1::Job& job, const std::vector<std::string>& live,
+                                                  int64_t now_ms, int64_t wait_ms) {
+  std::vector<std::string> out;
+  if (job.state() != v1::RESTARTING || now_ms - job.failure_time_unix_ms() >= wait_ms) return out;
+  for (const auto& server : job.checkpoint_servers()) {
+    if (std::find(live.begin(), live.end(), server) == live.end()) out.push_back(server);
+  }
+  return out;
+}
+
+std::vector<size_t> ChooseWorkers(const std::vector<std::string>& idle_hosts, int world, int tp) {
+  std::map<std::string, std::vector<size_t>> by_host;
+  for (size_t i = 0; i < idle_hosts.size(); ++i) by_host[idle_hosts[i]].push_back(i);
+  std::vector<const std::vector<size_t>*> hosts;
+  for (const auto& [host, ws] : by_host) hosts.push_back(&ws);
+  std::stable_sort(hosts.begin(), hosts.end(), [](auto* a, auto* b) { return a->size() > b->size(); });
+  std::vector<size_t> chosen;
+  const size_t group = static_cast<size_t>(std::max(1, tp));
+  for (const auto* ws : hosts) {
+    for (size_t g = 0; g + group <= ws->size(); g += group) {
+      for (size_t i = 0; i < group && static_cast<int>(chosen.size()) < world; ++i) chosen.push_back((*ws)[g + i]);
+    }
+  }
+  if (static_cast<int>(chosen.size()) < world) chosen.clear();
+  return chosen;
+}
+
+std::vector<v1::ParamRange> ParamRanges(const train::JobSpec& spec, const std::vector<std::string>& servers,
+                                        const std::function<std::string(const std::string&)>& data_address) {
+  std::vector<v1::ParamRange> out;
+  size_t n = 0;
+  for (const auto& t : model::ParameterLayout(spec.model)) n += t.numel;
+  for (const auto& r : spec::PartitionParams(n, servers)) {
+    v1::ParamRange& pr = out.emplace_back();
+    pr.set_shard_server(r.shard_server);
+    pr.set_begin(static_cast<int64_t>(r.begin));
+    pr.set_end(static_cast<int64_t>(r.end));
+    pr.set_data_address(data_address(r.shard_server));
+  }
+  return out;
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> ResumePoint(const v1::Job& job, const train::JobSpec& spec,
+                                                            Stored own, Stored from) {
+  if (own.newest() > 0) return std::make_pair(job.id(), own.newest());
+  const std::string& spec_from = spec.checkpoint.resume_from;
+  if (spec_from.empty()) return std::make_pair(std::string(), int64_t{0});
+  const size_t at = spec_from.find('@');
+  const std::string other = spec_from.substr(0, at);
+  int64_t step = 0;
+  if (at != std::string::npos && (!absl::SimpleAtoi(spec_from.substr(at + 1), &step) || step < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint.resume_from: '", spec_from, "' is not JOB or JOB@STEP"));
+  }
+  if (at == std::string::npos) {
+    step = from.newest();
+    if (step == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint.resume_from: job ", other, " has no committed checkpoint on the shard servers"));
+    }
+  }
+  return std::make_pair(other, step);
+}
+
+}  // namespace gantry::coordinator::placement

@@ -1,0 +1,65 @@
+// The coordinator's placement rules, as functions of the state they read (no locks, no
+// I/O): which queued job goes first, how long a failing job waits before its next try,
+// which shard servers it waits for, which idle workers take its ranks, and the partition
+// map of its parameters over the shard servers. Cluster::ScheduleLocked applies them; the
+// service's queue position and "waiting for" text read the same rules.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gantry/v1/coordinator.pb.h"
+#include "spec/job_spec.h"
+
+namespace gantry::coordinator::placement {
+
+inline bool Queued(v1::JobState s) { return s == v1::PENDING || s == v1::RESTARTING; }
+
+// The order in which queued jobs (PENDING or RESTARTING) are placed: higher priority first,
+// within one a restarting job before new ones, then submission order. Only queued jobs are
+// returned. Placement is strict first come, first served in this order: a job that does not
+// fit holds back the ones behind it.
+std::vector<v1::Job> QueueOrder(const std::vector<v1::Job>& jobs);
+
+// The wait before a restart that follows restarts_in_a_row failures without progress (no
+// checkpoint committed in between): the first at once, then 1, 2, 4, ... 16 s after the
+// failure, so that a cause that has not passed yet does not use up max_restarts in a burst.
+int64_t RestartBackoffMs(int restarts_in_a_row);
+
+// The shard servers of a RESTARTING job's last committed checkpoint that are not live, while
+// the job should still wait for them: until wait_ms after its failure (then it is placed
+// anyway and resumes from what the live servers hold whole). Empty: do not wait.
+std::vector<std::string> MissingCheckpointServers(const v1::Job& job, const std::vector<std::string>& live,
+                                                  int64_t now_ms, int64_t wait_ms);
+
+// Gang placement of `world` ranks over the idle workers, given by their hosts: the indices
+// of the chosen workers in rank order, or empty when they do not fit (all ranks or none).
+// Ranks are packed onto as few hosts as possible, hosts with the most idle workers first,
+// consecutive ranks on one host. A tensor-parallel group (tp consecutive ranks) always
+// shares a host: hosts are taken in whole groups of tp.
+std::vector<size_t> ChooseWorkers(const std::vector<std::string>& idle_hosts, int world, int tp);
+
+// The partition map of a job's parameters over the live shard servers: where checkpoint
+// slices go and, in parameter-server mode, which server runs AdamW on which range.
+// data_address gives a server's parameter-server data port.
+std::vector<v1::ParamRange> ParamRanges(const train::JobSpec& spec, const std::vector<std::string>& servers,
+                                        const std::function<std::string(const std::string&)>& data_address);
+
+// Where a placement's ranks start (Assignment.resume_job_id, resume_step): the job's own
+// newest whole checkpoint, the later of the coordinator's record (recorded) and the shard
+// servers' committed manifests (listed; 0 when not listed or none), else what its spec's
+// checkpoint.resume_from names: JOB@STEP as given, or JOB's newest (from_recorded,
+// from_listed). ("", 0) is a fresh start; an error names why resume_from cannot be met.
+struct Stored {
+  int64_t recorded = 0, listed = 0;
+  int64_t newest() const { return std::max(recorded, listed); }
+};
+absl::StatusOr<std::pair<std::string, int64_t>> ResumePoint(const v1::Job& job, const train::JobSpec& spec,
+                                                            Stored own, Stored from);
+
+}  // namespace gantry::coordinator::placement

@@ -1,0 +1,138 @@
+// The coordinator's placement rules and its rendezvous store, as plain functions and one
+// object: no cluster, no RPC.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/placement.h"
+#include "coordinator/rendezvous.h"
+
+namespace gantry::coordinator {
+namespace {
+
+v1::Job QueuedJob(const std::string& id, v1::JobState state, int priority) {
+  v1::Job j;
+  j.set_id(id);
+  j.set_state(state);
+  j.set_priority(priority);
+  return j;
+}
+
+TEST(PlacementTest, QueueOrderIsPriorityThenRestartsThenSubmission) {
+  const std::vector<v1::Job> jobs = {
+      QueuedJob("j1", v1::PENDING, 0),    QueuedJob("j2", v1::RUNNING, 9), QueuedJob("j3", v1::RESTARTING, 0),
+      QueuedJob("j4", v1::PENDING, 5),    QueuedJob("j5", v1::SUCCEEDED, 9), QueuedJob("j6", v1::RESTARTING, 5),
+      QueuedJob("j0", v1::PENDING, 0)};
+  std::vector<std::string> order;
+  for (const auto& j : placement::QueueOrder(jobs)) order.push_back(j.id());
+  EXPECT_EQ(order, (std::vector<std::string>{"j6", "j4", "j3", "j0", "j1"}));
+}
+
+TEST(PlacementTest, RestartBackoffDoublesFromTheSecondRestartUpTo16Seconds) {
+  const std::vector<int64_t> want = {0, 0, 1000, 2000, 4000, 8000, 16000, 16000, 16000};
+  for (size_t n = 0; n < want.size(); ++n) EXPECT_EQ(placement::RestartBackoffMs(static_cast<int>(n)), want[n]) << n;
+}
+
+TEST(PlacementTest, ARestartingJobWaitsForItsCheckpointServersOnlyUntilTheWaitEnds) {
+  v1::Job j = QueuedJob("j", v1::RESTARTING, 0);
+  j.set_failure_time_unix_ms(1000);
+  j.add_checkpoint_servers("a:1");
+  j.add_checkpoint_servers("b:1");
+  EXPECT_EQ(placement::MissingCheckpointServers(j, {"a:1"}, 1500, 1000), std::vector<std::string>{"b:1"});
+  EXPECT_TRUE(placement::MissingCheckpointServers(j, {"a:1", "b:1"}, 1500, 1000).empty());
+  EXPECT_TRUE(placement::MissingCheckpointServers(j, {"a:1"}, 2000, 1000).empty()) << "the wait is over";
+  j.set_state(v1::PENDING);
+  EXPECT_TRUE(placement::MissingCheckpointServers(j, {}, 1500, 1000).empty()) << "only a restart waits";
+}
+
+TEST(PlacementTest, RanksPackOntoTheFullestHostsAndTensorParallelGroupsNeverSpanHosts) {
+  // Workers 0..6: three on h1, one on h2, three on h3.
+  const std::vector<std::string> hosts = {"h1", "h3", "h1", "h2", "h3", "h1", "h3"};
+  // The fullest hosts first (h1 before h3 on a tie, by name), consecutive ranks on one host.
+  EXPECT_EQ(placement::ChooseWorkers(hosts, 4, 1), (std::vector<size_t>{0, 2, 5, 1}));
+  // tp 2: one whole group from each host of three; h2's single worker can hold no group.
+  EXPECT_EQ(placement::ChooseWorkers(hosts, 4, 2), (std::vector<size_t>{0, 2, 1, 4}));
+  EXPECT_TRUE(placement::ChooseWorkers(hosts, 6, 2).empty()) << "only two whole groups of 2 fit on h1 and h3";
+  EXPECT_TRUE(placement::ChooseWorkers(hosts, 8, 1).empty()) << "all ranks or none";
+  EXPECT_EQ(placement::ChooseWorkers(hosts, 7, 1).size(), 7u);
+}
+
+TEST(PlacementTest, ParameterRangesCoverTheModelOnceOverTheServers) {
+  train::JobSpec spec;
+  spec.model.n_layer = 1;
+  spec.model.n_head = 1;
+  spec.model.n_embd = 8;
+  spec.model.vocab_size = 16;
+  spec.model.max_seq_len = 8;
+  const auto ranges = placement::ParamRanges(spec, {"s1:1", "s2:1"}, [](const std::string& s) { return s + "-data"; });
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].begin(), 0);
+  EXPECT_EQ(ranges[0].end(), ranges[1].begin());
+  EXPECT_GT(ranges[1].end(), ranges[1].begin());
+  for (const auto& r : ranges) EXPECT_EQ(r.data_address(), r.shard_server() + "-data");
+}
+
+TEST(PlacementTest, TheResumePointIsTheNewestOfRecordAndManifestsThenResumeFrom) {
+  const v1::Job job = QueuedJob("j", v1::RESTARTING, 0);
+  train::JobSpec spec;
+  using Point = std::pair<std::string, int64_t>;
+  EXPECT_EQ(*placement::ResumePoint(job, spec, {0, 0}, {0, 0}), Point("", 0)) << "a fresh start";
+  EXPECT_EQ(*placement::ResumePoint(job, spec, {4, 6}, {0, 0}), Point("j", 6)) << "a commit the record missed";
+  EXPECT_EQ(*placement::ResumePoint(job, spec, {8, 6}, {0, 0}), Point("j", 8));
+  spec.checkpoint.resume_from = "base";
+  EXPECT_EQ(*placement::ResumePoint(job, spec, {0, 0}, {3, 5}), Point("base", 5));
+  EXPECT_EQ(*placement::ResumePoint(job, spec, {2, 0}, {3, 5}), Point("j", 2)) << "its own checkpoint comes first";
+  EXPECT_TRUE(absl::IsNotFound(placement::ResumePoint(job, spec, {0, 0}, {0, 0}).status()));
+  spec.checkpoint.resume_from = "base@7";
+  EXPECT_EQ(*placement::ResumePoint(job, spec, {0, 0}, {0, 0}), Point("base", 7)) << "JOB@STEP as given";
+  spec.checkpoint.resume_from = "base@x";
+  const auto bad = placement::ResumePoint(job, spec, {0, 0}, {0, 0});
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_NE(bad.status().message().find("'base@x' is not JOB or JOB@STEP"), std::string::npos) << bad.status();
+}
+
+TEST(RendezvousTest, AGetWaitsForItsPutAndIsScopedByGeneration) {
+  Rendezvous rdv;
+  std::vector<absl::StatusOr<std::string>> got;
+  auto keep = [&](absl::StatusOr<std::string> v) { got.push_back(std::move(v)); };
+  rdv.Get("j", 1, "k", /*wait_ms=*/0, 0, keep);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(absl::IsNotFound(got[0].status())) << got[0].status();
+  rdv.Get("j", 1, "k", 1000, 0, keep);
+  rdv.Put("j", 2, "k", "other generation");
+  EXPECT_EQ(got.size(), 1u) << "another generation's key answers nothing";
+  rdv.Put("j", 1, "k", "v");
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(*got[1], "v");
+  rdv.Get("j", 1, "k", 0, 0, keep);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(*got[2], "v");
+}
+
+TEST(RendezvousTest, DropKeepsFailureReportsAndExpireEndsTheWait) {
+  Rendezvous rdv;
+  const std::string report = std::string(Rendezvous::kFailureReportPrefix) + "rank1";
+  std::vector<absl::StatusOr<std::string>> got;
+  auto keep = [&](absl::StatusOr<std::string> v) { got.push_back(std::move(v)); };
+  rdv.Put("j", 1, "addr", "x");
+  rdv.Put("j", 1, report, "lost peer");
+  rdv.Get("j", 1, "late", 1000, 0, keep);
+  rdv.Get("j", 1, report + "-other", 1000, 0, keep);
+  rdv.Drop("j");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(absl::IsAborted(got[0].status())) << got[0].status();
+  rdv.Get("j", 1, "addr", 0, 0, keep);
+  EXPECT_TRUE(absl::IsNotFound(got[1].status())) << "the placement's keys went";
+  rdv.Get("j", 1, report, 0, 0, keep);
+  EXPECT_EQ(*got[2], "lost peer") << "a failure report stays";
+  rdv.Expire(999);
+  EXPECT_EQ(got.size(), 3u) << "the report's wait has not run out";
+  rdv.Expire(1000);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(got[3].status())) << got[3].status();
+}
+
+}  // namespace
+}  // namespace gantry::coordinator
