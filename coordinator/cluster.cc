@@ -154,8 +154,10 @@ bool Cluster::StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& s
                        [this, id, generation = job.generation()](std::vector<int64_t> newest,
                                                                  std::vector<std::string> unreachable) {
                          std::lock_guard<std::mutex> l(mu_);
-                         StoredSteps& s = stored_[id];
-                         if (s.generation != generation) return;  // a later placement's lookup replaced it
+                         auto it = stored_.find(id);
+                         // Not queued any more, or a later placement's lookup replaced it.
+                         if (it == stored_.end() || it->second.generation != generation) return;
+                         StoredSteps& s = it->second;
                          if (!unreachable.empty()) {
                            LOG(WARNING) << "job " << id << ": listing its checkpoints before placing it: "
                                         << unreachable.front() << "; trying again";
@@ -556,7 +558,12 @@ void Cluster::ScheduleLocked() {
     if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) shard_addrs.push_back(addr);
   }
   if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
-  for (auto& job : placement::QueueOrder(*jobs)) {
+  auto queue = placement::QueueOrder(*jobs);
+  // A lookup of stored steps serves one placement of a queued job: the others' go.
+  std::set<std::string> queued;
+  for (const auto& job : queue) queued.insert(job.id());
+  for (auto it = stored_.begin(); it != stored_.end();) it = queued.count(it->first) ? std::next(it) : stored_.erase(it);
+  for (auto& job : queue) {
     if (job.state() == v1::RESTARTING) {
       if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
           !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
