@@ -1,9 +1,10 @@
 #include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/ns.h"
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 
 absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t N,
                          const kernels::AdamWParams& hp, cudaStream_t stream) {
@@ -11,10 +12,10 @@ absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, 
   if (N == 0) return absl::OkStatus();
   const AdamWScalars k = AdamWScalarsOf(hp);
   constexpr int kBlock = 256;
-  AdamWKernel<<<static_cast<unsigned>((N + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+  GANTRY_LAUNCH(AdamWKernel, static_cast<unsigned>((N + kBlock - 1) / kBlock), kBlock, 0, stream)(
       params, grads, m, v, N, hp.beta1, hp.beta2, hp.eps, k.step_size, k.bc2_sqrt, k.decay);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -2,12 +2,14 @@
 // (adamw.cu launches it; tests/kernels/cuda_emulated_test.cc runs it on the CPU).
 #pragma once
 
+#include "kernels/cuda/ns.h"
+
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/adamw.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
 
 __global__ void AdamWKernel(float* params, const float* grads, float* m, float* v, int64_t n,
@@ -36,4 +38,4 @@ inline AdamWScalars AdamWScalarsOf(const kernels::AdamWParams& hp) {
 }
 
 }  // namespace
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -3,13 +3,14 @@
 // probabilities are (B, NH, T, T) and kept for the backward pass. A fused (flash-style)
 // bf16 kernel is the fast path to come; this one is the exact reference on the GPU.
 #include <cmath>
+#include "kernels/cuda/ns.h"
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
 // Element i of a head-major (B, NH, T, hs) tensor, in a (B, T, ...) tensor whose rows are
@@ -124,15 +125,15 @@ absl::Status AttentionForward(Context& ctx, float* out, float* att, float* scrat
   const int hs = C / NH;
   const int64_t n = static_cast<int64_t>(B) * T * C;
   float *q = scratch, *k = q + n, *v = k + n, *o = v + n;
-  SplitHeadsKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(q, k, v, qkv, B, T, NH, hs);
+  GANTRY_LAUNCH(SplitHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(q, k, v, qkv, B, T, NH, hs);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const Batched g{ctx, B * NH, T, hs};
   if (auto s = g.ScoresXYt(att, q, k, 1.0f / std::sqrt(static_cast<float>(hs))); !s.ok()) return s;
   const int rows = B * NH * T;
-  CausalSoftmaxKernel<<<CeilDiv(rows, 8), 256, 0, ctx.stream()>>>(att, rows, T);
+  GANTRY_LAUNCH(CausalSoftmaxKernel, CeilDiv(rows, 8), 256, 0, ctx.stream())(att, rows, T);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (auto s = g.PV(o, att, v); !s.ok()) return s;
-  MergeHeadsKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(out, o, B, T, NH, hs, C, 0);
+  GANTRY_LAUNCH(MergeHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(out, o, B, T, NH, hs, C, 0);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -143,24 +144,24 @@ absl::Status AttentionBackward(Context& ctx, float* dqkv, float* scratch, const 
   const int hs = C / NH;
   const int64_t n = static_cast<int64_t>(B) * T * C;
   float *q = scratch, *k = q + n, *v = k + n, *d = v + n, *dq = d + n, *dk = dq + n, *dv = dk + n, *datt = dv + n;
-  SplitHeadsKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(q, k, v, qkv, B, T, NH, hs);
+  GANTRY_LAUNCH(SplitHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(q, k, v, qkv, B, T, NH, hs);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  SplitGradKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(d, dout, B, T, NH, hs);
+  GANTRY_LAUNCH(SplitGradKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(d, dout, B, T, NH, hs);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const Batched g{ctx, B * NH, T, hs};
   if (auto s = g.ScoresXYt(datt, d, v, 1.f); !s.ok()) return s;  // datt = dO @ V^T
   if (auto s = g.PtD(dv, att, d); !s.ok()) return s;             // dV = P^T @ dO
   const int rows = B * NH * T;
-  CausalSoftmaxBackwardKernel<<<CeilDiv(rows, 8), 256, 0, ctx.stream()>>>(datt, att, rows, T,
+  GANTRY_LAUNCH(CausalSoftmaxBackwardKernel, CeilDiv(rows, 8), 256, 0, ctx.stream())(datt, att, rows, T,
                                                                         1.0f / std::sqrt(static_cast<float>(hs)));
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (auto s = g.PV(dq, datt, k); !s.ok()) return s;   // dQ = dS @ K
   if (auto s = g.PtD(dk, datt, q); !s.ok()) return s;  // dK = dS^T @ Q
   for (auto [x, part] : {std::pair{dq, 0}, std::pair{dk, 1}, std::pair{dv, 2}}) {
-    MergeHeadsKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(dqkv, x, B, T, NH, hs, 3 * C, part);
+    GANTRY_LAUNCH(MergeHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(dqkv, x, B, T, NH, hs, 3 * C, part);
     CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return absl::OkStatus();
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

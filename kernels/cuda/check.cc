@@ -1,8 +1,9 @@
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/ns.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 
 absl::Status CudaStatus(cudaError_t err, const char* expr, const char* file, int line) {
   return absl::InternalError(absl::StrCat(file, ":", line, ": ", expr, " failed: ",
@@ -10,4 +11,4 @@ absl::Status CudaStatus(cudaError_t err, const char* expr, const char* file, int
                                           cudaGetErrorString(err), ")"));
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -1,19 +1,19 @@
 // CUDA error checking: a failed CUDA call becomes an absl::Status carrying file:line.
 #pragma once
 
-#include <cuda_runtime.h>
+#include "kernels/cuda/runtime.h"
 
 #include "absl/status/status.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 
 absl::Status CudaStatus(cudaError_t err, const char* expr, const char* file, int line);
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS
 
 #define CUDA_RETURN_IF_ERROR(expr)                                                  \
   do {                                                                              \
     cudaError_t gantry_cuda_err_ = (expr);                                          \
     if (gantry_cuda_err_ != cudaSuccess)                                            \
-      return ::gantry::cuda::CudaStatus(gantry_cuda_err_, #expr, __FILE__, __LINE__); \
+      return ::gantry::GANTRY_CUDA_NS::CudaStatus(gantry_cuda_err_, #expr, __FILE__, __LINE__); \
   } while (0)

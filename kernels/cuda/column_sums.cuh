@@ -4,6 +4,8 @@
 // quantities summed (the second may be 0).
 #pragma once
 
+#include "kernels/cuda/ns.h"
+
 #include <algorithm>
 
 #include "kernels/cuda/check.h"
@@ -11,7 +13,7 @@
 #include "kernels/cuda/column_sums_kernels.cuh"
 #include "kernels/cuda/reduce.cuh"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 
 // out0[c] += sum_r f(r, c).x, out1[c] += sum_r f(r, c).y (null: skipped).
 template <typename F>
@@ -21,11 +23,11 @@ absl::Status ColumnSums(Context& ctx, float* out0, float* out1, F f, int N, int 
   if (g.used == 0) return absl::InvalidArgumentError("ColumnSums: too many columns for the scratch buffer");
   const int rows_per_chunk = g.rows_per_chunk, used = g.used;
   auto* partial = reinterpret_cast<float2*>(ctx.scratch());
-  ColumnPartialsKernel<<<dim3(CeilDiv(C, 32), used), dim3(32, 8), 0, ctx.stream()>>>(partial, f, N, C, rows_per_chunk);
+  GANTRY_LAUNCH(ColumnPartialsKernel<F>, dim3(CeilDiv(C, 32), used), dim3(32, 8), 0, ctx.stream())(partial, f, N, C, rows_per_chunk);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  ColumnFinishKernel<<<CeilDiv(C, 256), 256, 0, ctx.stream()>>>(out0, out1, partial, used, C);
+  GANTRY_LAUNCH(ColumnFinishKernel, CeilDiv(C, 256), 256, 0, ctx.stream())(out0, out1, partial, used, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -4,10 +4,12 @@
 // __device__ float2 operator()(int row, int col) const, the two quantities summed.
 #pragma once
 
+#include "kernels/cuda/ns.h"
+
 #include <algorithm>
 #include <cstdint>
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 
 // The partials' grid for N rows and C columns with room for scratch_floats: `used` chunks of
 // rows_per_chunk rows (at most 64, as the scratch allows); chunks 0 when C does not fit.
@@ -59,4 +61,4 @@ static __global__ void ColumnFinishKernel(float* out0, float* out1, const float2
   if (out1) out1[c] += t.y;
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

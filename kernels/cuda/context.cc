@@ -1,9 +1,10 @@
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/ns.h"
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 
 absl::Status BlasStatus(cublasStatus_t s, const char* expr, const char* file, int line) {
   return absl::InternalError(absl::StrCat(file, ":", line, ": ", expr, " failed: cuBLAS status ", static_cast<int>(s)));
@@ -38,4 +39,4 @@ absl::Status Context::Synchronize() const {
   return absl::OkStatus();
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

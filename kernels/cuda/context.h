@@ -3,15 +3,13 @@
 // Everything is allocated once, at Create: no op allocates.
 #pragma once
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
+#include "kernels/cuda/runtime.h"
 
 #include <memory>
 
 #include "absl/status/statusor.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 
 class Context {
  public:
@@ -45,11 +43,11 @@ class Context {
 // A cuBLAS status as an absl::Status naming the call.
 absl::Status BlasStatus(cublasStatus_t s, const char* expr, const char* file, int line);
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS
 
 #define CUBLAS_RETURN_IF_ERROR(expr)                                                      \
   do {                                                                                    \
     cublasStatus_t gantry_blas_st_ = (expr);                                              \
     if (gantry_blas_st_ != CUBLAS_STATUS_SUCCESS)                                         \
-      return ::gantry::cuda::BlasStatus(gantry_blas_st_, #expr, __FILE__, __LINE__);      \
+      return ::gantry::GANTRY_CUDA_NS::BlasStatus(gantry_blas_st_, #expr, __FILE__, __LINE__);      \
   } while (0)

@@ -1,12 +1,13 @@
 // The fused classifier (softmax + cross-entropy + its gradient) and the gradient norm on the
 // GPU, the twins of kernels/cpu/crossentropy.cc and kernels/cpu/grad_norm.cc.
 #include "kernels/cuda/crossentropy_norm.cuh"
+#include "kernels/cuda/ns.h"
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
 absl::Status CheckRows(const char* op, int N, int V) {
@@ -20,7 +21,7 @@ absl::Status CrossEntropyForward(Context& ctx, float* losses, const float* logit
                                  int V) {
   if (auto s = CheckRows("CrossEntropyForward", N, V); !s.ok()) return s;
   // The forward-only kernel never writes the row.
-  CrossEntropyKernel<false><<<N, kRowThreads, 0, ctx.stream()>>>(losses, const_cast<float*>(logits), targets, 0.f, V);
+  GANTRY_LAUNCH(CrossEntropyKernel<false>, N, kRowThreads, 0, ctx.stream())(losses, const_cast<float*>(logits), targets, 0.f, V);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -28,7 +29,7 @@ absl::Status CrossEntropyForward(Context& ctx, float* losses, const float* logit
 absl::Status CrossEntropyFusedForwardBackward(Context& ctx, float* losses, float* logits, const int32_t* targets,
                                               float dloss, int N, int V) {
   if (auto s = CheckRows("CrossEntropyFusedForwardBackward", N, V); !s.ok()) return s;
-  CrossEntropyKernel<true><<<N, kRowThreads, 0, ctx.stream()>>>(losses, logits, targets, dloss, V);
+  GANTRY_LAUNCH(CrossEntropyKernel<true>, N, kRowThreads, 0, ctx.stream())(losses, logits, targets, dloss, V);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -36,11 +37,11 @@ absl::Status CrossEntropyFusedForwardBackward(Context& ctx, float* losses, float
 absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N) {
   if (N < 0) return absl::InvalidArgumentError("SumSquares: negative length");
   const int blocks = SumSquaresBlocks(N);
-  SumSquaresPartialKernel<<<blocks, 1024, 0, ctx.stream()>>>(ctx.scratch(), g, N);
+  GANTRY_LAUNCH(SumSquaresPartialKernel, blocks, 1024, 0, ctx.stream())(ctx.scratch(), g, N);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  SumSquaresFinishKernel<<<1, 32, 0, ctx.stream()>>>(result, ctx.scratch(), blocks);
+  GANTRY_LAUNCH(SumSquaresFinishKernel, 1, 32, 0, ctx.stream())(result, ctx.scratch(), blocks);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -4,12 +4,14 @@
 // runs it on the CPU).
 #pragma once
 
+#include "kernels/cuda/ns.h"
+
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/reduce.cuh"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
 
 constexpr int kRowThreads = 1024;
@@ -60,4 +62,4 @@ __global__ void SumSquaresFinishKernel(double* result, const float* partial, int
 }
 
 }  // namespace
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -1,9 +1,10 @@
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/ns.h"
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
@@ -18,7 +19,7 @@ absl::Status CheckLength(int64_t n) {
 absl::Status GeluForward(float* out, const float* inp, int64_t N, cudaStream_t stream) {
   if (auto s = CheckLength(N); !s.ok()) return s;
   if (N == 0) return absl::OkStatus();
-  GeluForwardKernel<<<Blocks(N), kBlock, 0, stream>>>(out, inp, N);
+  GANTRY_LAUNCH(GeluForwardKernel, Blocks(N), kBlock, 0, stream)(out, inp, N);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -27,7 +28,7 @@ absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int6
                           cudaStream_t stream) {
   if (auto s = CheckLength(N); !s.ok()) return s;
   if (N == 0) return absl::OkStatus();
-  GeluBackwardKernel<<<Blocks(N), kBlock, 0, stream>>>(dinp, inp, dout, N);
+  GANTRY_LAUNCH(GeluBackwardKernel, Blocks(N), kBlock, 0, stream)(dinp, inp, dout, N);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -36,7 +37,7 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
                              cudaStream_t stream) {
   if (auto s = CheckLength(N); !s.ok()) return s;
   if (N == 0) return absl::OkStatus();
-  ResidualForwardKernel<<<Blocks(N), kBlock, 0, stream>>>(out, a, b, N);
+  GANTRY_LAUNCH(ResidualForwardKernel, Blocks(N), kBlock, 0, stream)(out, a, b, N);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -44,7 +45,7 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
 absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t N, cudaStream_t stream) {
   if (auto s = CheckLength(N); !s.ok()) return s;
   if (N == 0) return absl::OkStatus();
-  ResidualBackwardKernel<<<Blocks(N), kBlock, 0, stream>>>(da, db, dout, N);
+  GANTRY_LAUNCH(ResidualBackwardKernel, Blocks(N), kBlock, 0, stream)(da, db, dout, N);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -52,9 +53,9 @@ absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t N
 absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s) {
   if (auto st = CheckLength(N); !st.ok()) return st;
   if (N == 0) return absl::OkStatus();
-  ScaleKernel<<<Blocks(N), kBlock, 0, ctx.stream()>>>(g, N, s);
+  GANTRY_LAUNCH(ScaleKernel, Blocks(N), kBlock, 0, ctx.stream())(g, N, s);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

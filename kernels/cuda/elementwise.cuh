@@ -1,13 +1,15 @@
 // Elementwise kernels (GELU, residual, scale), the twins of kernels/cpu/gelu.cc and
 // kernels/cpu/residual.cc. Device code only: elementwise.cu launches it, and
-// tests/kernels/cuda_emulated_test.cc runs it on the CPU under tests/kernels/cuda_emulator.h.
+// tests/kernels/cuda_emulated_test.cc runs it on the CPU under kernels/emulated/device.h.
 #pragma once
+
+#include "kernels/cuda/ns.h"
 
 #include <cstdint>
 
 #include "kernels/cuda/gelu.cuh"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
 
 constexpr int kBlock = 256;
@@ -40,4 +42,4 @@ __global__ void ScaleKernel(float* g, int64_t n, float s) {
 }
 
 }  // namespace
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

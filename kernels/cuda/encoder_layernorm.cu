@@ -1,13 +1,14 @@
 // Token + position embedding and LayerNorm on the GPU (fp32), the twins of
 // kernels/cpu/encoder.cc and kernels/cpu/layernorm.cc.
 #include "kernels/cuda/encoder_layernorm.cuh"
+#include "kernels/cuda/ns.h"
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/ops.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
 absl::Status CheckDims(const char* op, std::initializer_list<int64_t> dims) {
@@ -23,7 +24,7 @@ absl::Status EncoderForward(Context& ctx, float* out, const int32_t* inp, const 
                             int T, int C) {
   if (auto s = CheckDims("EncoderForward", {B, T, C, int64_t{B} * T * C}); !s.ok()) return s;
   const int64_t n = static_cast<int64_t>(B) * T * C;
-  EncoderForwardKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(out, inp, wte, wpe, B * T, T, C);
+  GANTRY_LAUNCH(EncoderForwardKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(out, inp, wte, wpe, B * T, T, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -31,9 +32,9 @@ absl::Status EncoderForward(Context& ctx, float* out, const int32_t* inp, const 
 absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
                              int T, int C) {
   if (auto s = CheckDims("EncoderBackward", {B, T, C, int64_t{B} * T * C}); !s.ok()) return s;
-  EncoderBackwardWteKernel<<<CeilDiv(C, 128), 128, 0, ctx.stream()>>>(dwte, dout, inp, B * T, C);
+  GANTRY_LAUNCH(EncoderBackwardWteKernel, CeilDiv(C, 128), 128, 0, ctx.stream())(dwte, dout, inp, B * T, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  EncoderBackwardWpeKernel<<<CeilDiv(int64_t{T} * C, 256), 256, 0, ctx.stream()>>>(dwpe, dout, B, T, C);
+  GANTRY_LAUNCH(EncoderBackwardWpeKernel, CeilDiv(int64_t{T} * C, 256), 256, 0, ctx.stream())(dwpe, dout, B, T, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -41,7 +42,7 @@ absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe, const float
 absl::Status LayerNormForward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int N, int C) {
   if (auto s = CheckDims("LayerNormForward", {N, C}); !s.ok()) return s;
-  LayerNormForwardKernel<<<CeilDiv(N, 8), 256, 0, ctx.stream()>>>(out, mean, rstd, inp, weight, bias, N, C);
+  GANTRY_LAUNCH(LayerNormForwardKernel, CeilDiv(N, 8), 256, 0, ctx.stream())(out, mean, rstd, inp, weight, bias, N, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -50,9 +51,9 @@ absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float*
                                const float* inp, const float* weight, const float* mean, const float* rstd, int N,
                                int C) {
   if (auto s = CheckDims("LayerNormBackward", {N, C}); !s.ok()) return s;
-  LayerNormBackwardInputKernel<<<CeilDiv(N, 8), 256, 0, ctx.stream()>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  GANTRY_LAUNCH(LayerNormBackwardInputKernel, CeilDiv(N, 8), 256, 0, ctx.stream())(dinp, dout, inp, weight, mean, rstd, N, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return ColumnSums(ctx, dweight, dbias, LayerNormParamGrads{dout, inp, mean, rstd, C}, N, C);
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -3,12 +3,14 @@
 // (encoder_layernorm.cu launches it; tests/kernels/cuda_emulated_test.cc runs it on the CPU).
 #pragma once
 
+#include "kernels/cuda/ns.h"
+
 #include <cstdint>
 
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/layernorm.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
 
 __global__ void EncoderForwardKernel(float* out, const int32_t* inp, const float* wte, const float* wpe, int BT, int T,
@@ -91,4 +93,4 @@ struct LayerNormParamGrads {
 };
 
 }  // namespace
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

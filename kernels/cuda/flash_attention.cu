@@ -1,6 +1,7 @@
 // Launchers of the fused causal attention (flash_attention.cuh holds the kernels and how
 // they split the work).
 #include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/ns.h"
 
 #include <cmath>
 
@@ -9,7 +10,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
 using namespace flash;  // NOLINT: the kernels and their constants
@@ -35,7 +36,7 @@ absl::Status FlashAttentionForward(Context& ctx, float* out, float* lse, const f
   const int hs = C / NH;
   const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  FlashForwardKernel<<<grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream()>>>(out, lse, qkv, B, T, NH, hs, scale);
+  GANTRY_LAUNCH(FlashForwardKernel, grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream())(out, lse, qkv, B, T, NH, hs, scale);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -47,16 +48,16 @@ absl::Status FlashAttentionBackward(Context& ctx, float* dqkv, float* scratch, c
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   float* D = scratch;
   const unsigned row_blocks = CeilDiv(int64_t{B} * NH * T, kWarps);  // a warp per (b, h, i)
-  FlashRowDotKernel<<<row_blocks, kWarps * 32, 0, ctx.stream()>>>(D, dout, out, B, T, NH, hs);
+  GANTRY_LAUNCH(FlashRowDotKernel, row_blocks, kWarps * 32, 0, ctx.stream())(D, dout, out, B, T, NH, hs);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
-  FlashBackwardQKernel<<<grid, kWarps * 32, BackwardQSharedBytes(hs), ctx.stream()>>>(dqkv, dout, qkv, lse, D, B,
+  GANTRY_LAUNCH(FlashBackwardQKernel, grid, kWarps * 32, BackwardQSharedBytes(hs), ctx.stream())(dqkv, dout, qkv, lse, D, B,
                                                                                     T, NH, hs, scale);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  FlashBackwardKVKernel<<<grid, kWarps * 32, BackwardKVSharedBytes(hs), ctx.stream()>>>(dqkv, dout, qkv, lse, D, B,
+  GANTRY_LAUNCH(FlashBackwardKVKernel, grid, kWarps * 32, BackwardKVSharedBytes(hs), ctx.stream())(dqkv, dout, qkv, lse, D, B,
                                                                                       T, NH, hs, scale);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -17,6 +17,8 @@
 // dV have their own pass over the queries rather than atomics from the dQ pass).
 #pragma once
 
+#include "kernels/cuda/ns.h"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -35,7 +37,7 @@
 #define GANTRY_DYNAMIC_SHARED(name) extern __shared__ float name[]
 #endif
 
-namespace gantry::cuda::flash {
+namespace gantry::GANTRY_CUDA_NS::flash {
 namespace {  // one translation unit each: the launcher's, or the emulated test's
 
 
@@ -247,4 +249,4 @@ inline size_t BackwardQSharedBytes(int hs) { return sizeof(float) * (2 * kTile *
 inline size_t BackwardKVSharedBytes(int hs) { return BackwardQSharedBytes(hs) + sizeof(float) * 2 * kTile; }
 
 }  // namespace
-}  // namespace gantry::cuda::flash
+}  // namespace gantry::GANTRY_CUDA_NS::flash

@@ -1,7 +1,9 @@
 // GELU, tanh form, and its derivative, as the CPU twin (kernels/cpu/gelu.cc) computes them.
 #pragma once
 
-namespace gantry::cuda {
+#include "kernels/cuda/ns.h"
+
+namespace gantry::GANTRY_CUDA_NS {
 
 constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
@@ -18,4 +20,4 @@ __device__ inline float GeluGrad(float x) {
   return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

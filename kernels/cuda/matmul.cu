@@ -2,13 +2,14 @@
 // reference), bias added in the epilogue. Row-major (N, C) matrices are column-major (C, N)
 // ones to cuBLAS, so out (N,OC) = inp @ W is out^T = W^T @ inp^T in its terms.
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/ns.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
 __global__ void GeluBackwardInPlaceKernel(float* d, const float* pre, int64_t n) {
@@ -102,7 +103,7 @@ absl::Status MatmulBackward(Context& ctx, float* dinp, float* dweight, float* db
     }
     if (gelu_pre != nullptr) {
       const int64_t n = static_cast<int64_t>(N) * C;
-      GeluBackwardInPlaceKernel<<<CeilDiv(n, 256), 256, 0, ctx.stream()>>>(dinp, gelu_pre, n);
+      GANTRY_LAUNCH(GeluBackwardInPlaceKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(dinp, gelu_pre, n);
       CUDA_RETURN_IF_ERROR(cudaGetLastError());
     }
   }
@@ -117,4 +118,4 @@ absl::Status MatmulBackward(Context& ctx, float* dinp, float* dweight, float* db
   return absl::OkStatus();
 }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

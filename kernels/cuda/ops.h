@@ -5,14 +5,14 @@
 
 #include <cstdint>
 
-#include <cuda_runtime.h>
+#include "kernels/cuda/runtime.h"
 
 #include "absl/status/status.h"
 #include "kernels/adamw.h"
 #include "kernels/cuda/context.h"
 #include "kernels/matmul.h"
 
-namespace gantry::cuda {
+namespace gantry::GANTRY_CUDA_NS {
 
 // inp (N) → out (N), GELU tanh form
 absl::Status GeluForward(float* out, const float* inp, int64_t N, cudaStream_t stream);
@@ -93,4 +93,4 @@ absl::Status CrossEntropyFusedForwardBackward(Context& ctx, float* losses, float
 absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N);
 absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s);
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

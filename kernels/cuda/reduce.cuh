@@ -1,7 +1,9 @@
 // Warp and block reductions for the CUDA kernels (device code only).
 #pragma once
 
-namespace gantry::cuda {
+#include "kernels/cuda/ns.h"
+
+namespace gantry::GANTRY_CUDA_NS {
 
 __device__ inline float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -37,4 +39,4 @@ __device__ inline float BlockMax(float v) {
 
 inline unsigned CeilDiv(int64_t n, int64_t d) { return static_cast<unsigned>((n + d - 1) / d); }
 
-}  // namespace gantry::cuda
+}  // namespace gantry::GANTRY_CUDA_NS

@@ -1,6 +1,6 @@
 // The hand-written CUDA kernels (kernels/cuda/*.cuh: elementwise, AdamW, encoder, LayerNorm
 // with its column sums, the fused classifier, the sum of squares) run on the CPU under
-// tests/kernels/cuda_emulator.h, with the launch geometry of their .cu launchers, against
+// kernels/emulated/device.h, with the launch geometry of their .cu launchers, against
 // their CPU twins (themselves checked against PyTorch in kernels_test). Outputs start as NaN
 // so that an element no thread writes fails. This is what CI, which has no GPU, can say of
 // the kernels' indexing, reductions and barriers; tests/gpu checks them on a GPU (cuBLAS's
@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "tests/kernels/cuda_emulator.h"
+#include "kernels/emulated/device.h"
 // (after the emulator)
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/column_sums_kernels.cuh"

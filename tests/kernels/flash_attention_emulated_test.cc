@@ -1,5 +1,5 @@
 // The fused CUDA attention kernels (kernels/cuda/flash_attention.cuh), run on the CPU under
-// tests/kernels/cuda_emulator.h: the same device code, its tiles, barriers and warp
+// kernels/emulated/device.h: the same device code, its tiles, barriers and warp
 // shuffles, against the CPU twin (kernels::attention_forward/backward/lse, themselves
 // checked against PyTorch in kernels_test). This is what CI, which has no GPU, can say of
 // the kernels' logic; tests/gpu checks them on a GPU.
@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "tests/kernels/cuda_emulator.h"
+#include "kernels/emulated/device.h"
 // (after the emulator)
 #include "kernels/cuda/flash_attention.cuh"
 

@@ -1,0 +1,402 @@
+#include "kernels/emulated/cuda_api.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace gantry::emucuda {
+
+struct EmuStream {};
+struct EmuEvent {
+  std::chrono::steady_clock::time_point at;
+  bool recorded = false;
+};
+struct EmuBlas {};
+struct EmuLt {};
+struct EmuLtMatmulDesc {
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+};
+struct EmuLtLayout {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct EmuLtPreference {
+  size_t max_workspace = 0;
+};
+
+namespace {
+
+constexpr size_t kDeviceBytes = size_t{80} << 30;  // what cudaMemGetInfo reports: an H100's
+constexpr size_t kAlignment = 256;                 // cudaMalloc's alignment
+
+std::mutex mu;
+std::map<uintptr_t, size_t> allocations;  // base → bytes, under mu
+size_t allocated = 0;
+thread_local int current_device = 0;
+thread_local cudaError_t last_error = cudaSuccess;
+
+cudaError_t Fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+
+bool InDevice(const void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> l(mu);
+  auto it = allocations.upper_bound(a);
+  if (it == allocations.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+}  // namespace
+
+bool IsDeviceMemory(const void* ptr, size_t bytes) { return InDevice(ptr, bytes); }
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (ptr == nullptr) return Fail(cudaErrorInvalidValue);
+  void* p = std::aligned_alloc(kAlignment, (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
+  if (p == nullptr) return Fail(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> l(mu);
+  allocations[reinterpret_cast<uintptr_t>(p)] = bytes;
+  allocated += bytes;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == allocations.end()) return Fail(cudaErrorInvalidValue);  // not a cudaMalloc base
+    allocated -= it->second;
+    allocations.erase(it);
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return Fail(cudaErrorInvalidValue);
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if ((dst_device && !InDevice(dst, bytes)) || (src_device && !InDevice(src, bytes))) {
+    return Fail(cudaErrorInvalidValue);  // a pointer on the wrong side, or a range past its allocation
+  }
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!InDevice(ptr, bytes)) return Fail(cudaErrorInvalidValue);
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) { return cudaMemset(ptr, value, bytes); }
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  std::lock_guard<std::mutex> l(mu);
+  *total = kDeviceBytes;
+  *free = kDeviceBytes > allocated ? kDeviceBytes - allocated : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  *stream = new EmuStream();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete stream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
+  return event == nullptr ? Fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  *event = new EmuEvent();
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  event->at = std::chrono::steady_clock::now();
+  event->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event == nullptr ? Fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (start == nullptr || end == nullptr || !start->recorded || !end->recorded) {
+    return Fail(cudaErrorInvalidResourceHandle);
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= kDeviceCount) return Fail(cudaErrorInvalidDevice);
+  current_device = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = current_device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = kDeviceCount;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device < 0 || device >= kDeviceCount) return Fail(cudaErrorInvalidDevice);
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "emulated CUDA device %d", device);
+  prop->totalGlobalMem = kDeviceBytes;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError() { return std::exchange(last_error, cudaSuccess); }
+const char* cudaGetErrorName(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+  }
+  return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument (emulated: a pointer on the wrong side of a copy, or past its allocation)";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+  }
+  return "unknown error";
+}
+
+// --- cuBLAS ---
+
+namespace {
+
+// cuBLAS's argument checks for one column-major GEMM: op(A) (m, k), op(B) (k, n), C (m, n).
+bool GemmArgsValid(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                   int64_t ldb, int64_t ldc) {
+  if (m < 0 || n < 0 || k < 0) return false;
+  const int64_t a_rows = ta == CUBLAS_OP_N ? m : k, b_rows = tb == CUBLAS_OP_N ? k : n;
+  return lda >= std::max<int64_t>(1, a_rows) && ldb >= std::max<int64_t>(1, b_rows) && ldc >= std::max<int64_t>(1, m);
+}
+
+void Sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // C = beta C (cuBLAS reads no A or B)
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        float& c = C[static_cast<int64_t>(j) * ldc + i];
+        c = beta == 0.f ? 0.f : beta * c;  // beta 0: C is not read
+      }
+    }
+    return;
+  }
+  cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+              m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  *handle = new EmuBlas();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) {
+  return handle == nullptr ? CUBLAS_STATUS_NOT_INITIALIZED : CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
+  return handle == nullptr ? CUBLAS_STATUS_NOT_INITIALIZED : CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long strideA, const float* B, int ldb, long long strideB,
+                                         const float* beta, float* C, int ldc, long long strideC, int batch) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (batch < 0 || alpha == nullptr || beta == nullptr || !GemmArgsValid(transa, transb, m, n, k, lda, ldb, ldc)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  for (int i = 0; i < batch; ++i) {
+    Sgemm(transa, transb, m, n, k, *alpha, A + i * strideA, lda, B + i * strideB, ldb, *beta, C + i * strideC, ldc);
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// --- cuBLASLt ---
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  *handle = new EmuLt();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *desc = new EmuLtMatmulDesc{compute, scale};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t bytes) {
+  if (desc == nullptr || buf == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+      if (bytes != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      cublasOperation_t op;
+      std::memcpy(&op, buf, bytes);
+      (attr == CUBLASLT_MATMUL_DESC_TRANSA ? desc->transa : desc->transb) = op;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      if (bytes != sizeof(cublasLtEpilogue_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->epilogue, buf, bytes);
+      if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS) {
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+      }
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      if (bytes != sizeof(const float*)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->bias, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType_t type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (ld < static_cast<int64_t>(std::max<uint64_t>(1, rows))) return CUBLAS_STATUS_INVALID_VALUE;
+  *layout = new EmuLtLayout{type, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  *pref = new EmuLtPreference();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t bytes) {
+  if (pref == nullptr || attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || bytes != sizeof(size_t)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  std::memcpy(&pref->max_workspace, buf, bytes);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace {
+
+// The shapes of D = op(A) op(B) + C agree (cuBLASLt's check before any algorithm).
+bool LtShapesAgree(const EmuLtMatmulDesc& op, const EmuLtLayout& a, const EmuLtLayout& b, const EmuLtLayout& c,
+                   const EmuLtLayout& d) {
+  const uint64_t m = op.transa == CUBLAS_OP_N ? a.rows : a.cols, ka = op.transa == CUBLAS_OP_N ? a.cols : a.rows;
+  const uint64_t kb = op.transb == CUBLAS_OP_N ? b.rows : b.cols, n = op.transb == CUBLAS_OP_N ? b.cols : b.rows;
+  return ka == kb && d.rows == m && d.cols == n && c.rows == m && c.cols == n;
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results, int* returned) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (desc == nullptr || a == nullptr || b == nullptr || c == nullptr || d == nullptr || pref == nullptr ||
+      requested < 1 || results == nullptr || returned == nullptr) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (!LtShapesAgree(*desc, *a, *b, *c, *d)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memset(results, 0, sizeof(*results));
+  results->state = CUBLAS_STATUS_SUCCESS;
+  results->wavesCount = 1.f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (desc == nullptr || a == nullptr || b == nullptr || c == nullptr || d == nullptr || alpha == nullptr ||
+      beta == nullptr || !LtShapesAgree(*desc, *a, *b, *c, *d)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && desc->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  const int m = static_cast<int>(d->rows), n = static_cast<int>(d->cols);
+  const int k = static_cast<int>(desc->transa == CUBLAS_OP_N ? a->cols : a->rows);
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  auto* out = static_cast<float*>(D);
+  const auto* in_c = static_cast<const float*>(C);
+  if (in_c != out && be != 0.f) {  // D starts as C
+    for (int j = 0; j < n; ++j) {
+      std::memmove(out + static_cast<int64_t>(j) * d->ld, in_c + static_cast<int64_t>(j) * c->ld, sizeof(float) * m);
+    }
+  }
+  Sgemm(desc->transa, desc->transb, m, n, k, al, static_cast<const float*>(A), static_cast<int>(a->ld),
+        static_cast<const float*>(B), static_cast<int>(b->ld), be, out, static_cast<int>(d->ld));
+  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) out[static_cast<int64_t>(j) * d->ld + i] += desc->bias[i];
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace gantry::emucuda

@@ -1,0 +1,41 @@
+// CUDA's device-side language on the CPU, over kernels/emulated/emulator.h: include this
+// before device code (kernels/cuda/*.cuh) to compile it as C++ for the emulator. The names
+// live in namespace gantry, where all of the device code does.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/emulated/emulator.h"
+
+namespace gantry {
+
+struct float2 {
+  float x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+using dim3 = emu::Dim3;
+using std::max;
+using std::min;
+
+inline void __syncthreads() { emu::SyncThreads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::SyncWarp(); }
+inline float __shfl_sync(unsigned, float v, int src) { return emu::Exchange(v, static_cast<unsigned>(src)); }
+inline float __shfl_xor_sync(unsigned, float v, int mask) {
+  return emu::Exchange(v, (emu::Self().linear % 32) ^ static_cast<unsigned>(mask));
+}
+
+}  // namespace gantry
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__
+#define __shared__ static thread_local
+#define threadIdx (::gantry::emu::Self().tid)
+#define blockIdx (::gantry::emu::Self().bid)
+#define blockDim (::gantry::emu::Self().bdim)
+#define gridDim (::gantry::emu::Self().gdim)
+#define GANTRY_DYNAMIC_SHARED(name) float* name = ::gantry::emu::DynamicShared()

@@ -1,0 +1,76 @@
+// Enough of CUDA's execution model to run device code on the CPU (the cuda-emulated backend,
+// and the kernels' tests in CI, which has no GPU). A launch runs its blocks one after the
+// other on the calling thread; a block's threads are fibers on that thread, switched only at
+// barriers, so a kernel without barriers costs about a function call per thread.
+//   __syncthreads     a barrier over the block's threads
+//   __syncwarp        a barrier over the warp's lanes
+//   a warp shuffle    a write to the warp's exchange slots, a barrier, a read, a barrier
+// A thread that returns drops out of its barriers, as an exited CUDA thread stops counting.
+// A barrier that only some threads reach is undefined on a GPU; here the launch stops the
+// process naming the kernel's block and the threads left waiting (a test fails, not hangs).
+// A block's dynamic shared memory is one buffer, and a `__shared__` array is a thread-local
+// static: the running block's, on this thread.
+//
+// Not emulated: memory ordering beyond the barriers, timing, occupancy, shared-memory
+// limits (the launchers check those), gridDim.z and blockDim.z (must be 1).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace gantry::emu {
+
+struct Dim3 {
+  Dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  unsigned x, y, z;
+};
+
+struct Block;
+struct Thread {
+  Dim3 tid, bid, bdim, gdim;
+  Block* block = nullptr;
+  unsigned linear = 0;  // tid.x + tid.y * bdim.x: warps are runs of 32 of these
+};
+// The thread running now (set by the scheduler before it resumes a fiber).
+Thread& Self();
+// The running block's dynamic shared memory.
+float* DynamicShared();
+
+void SyncThreads();
+void SyncWarp();
+// A warp shuffle: every lane offers v and takes lane src's offer.
+float Exchange(float v, unsigned src);
+
+// Runs call(ctx) as every thread of a (grid.x, grid.y) grid of (block.x, block.y) blocks.
+void LaunchRaw(Dim3 grid, Dim3 block, size_t shared_bytes, void (*call)(void*), void* ctx);
+
+template <typename Kernel>
+void Launch(Dim3 grid, Dim3 block, size_t shared_bytes, Kernel kernel) {
+  LaunchRaw(grid, block, shared_bytes, [](void* k) { (*static_cast<Kernel*>(k))(); }, &kernel);
+}
+
+// kernel(args...) launched as the real runtime would: GANTRY_LAUNCH (kernels/cuda/runtime.h)
+// expands to Launcher(grid, block, shared, stream).Bind(kernel)(args...).
+template <typename F>
+struct BoundKernel {
+  F* kernel;
+  Dim3 grid, block;
+  size_t shared;
+  template <typename... Args>
+  void operator()(Args... args) const {
+    Launch(grid, block, shared, [&] { kernel(args...); });
+  }
+};
+struct Launcher {
+  Launcher(Dim3 g, Dim3 b, size_t s = 0, const void* /*stream: launches run at once*/ = nullptr)
+      : grid(g), block(b), shared(s) {}
+  template <typename F>
+  BoundKernel<F> Bind(F* kernel) const {
+    return {kernel, grid, block, shared};
+  }
+  Dim3 grid, block;
+  size_t shared;
+};
+
+}  // namespace gantry::emu
