@@ -1,5 +1,5 @@
 // Fused AdamW on fp32 master weights, the twin of kernels/cpu/adamw.cc. Device code only
-// (adamw.cu launches it; tests/kernels/cuda_emulated_test.cc runs it on the CPU).
+// (adamw.cu launches it; tests/kernels/backend_ops_test.cc runs it on the CPU).
 #pragma once
 
 #include "kernels/cuda/ns.h"

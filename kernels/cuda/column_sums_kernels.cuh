@@ -1,5 +1,5 @@
 // The column-sum kernels of column_sums.cuh (device code only, so that
-// tests/kernels/cuda_emulated_test.cc can run them on the CPU): a fixed grid of row chunks
+// tests/kernels/backend_ops_test.cc can run them on the CPU): a fixed grid of row chunks
 // writes partial sums, then one thread per column adds the chunks in order. F is a functor:
 // __device__ float2 operator()(int row, int col) const, the two quantities summed.
 #pragma once

@@ -34,6 +34,25 @@ absl::Status CrossEntropyFusedForwardBackward(Context& ctx, float* losses, float
   return absl::OkStatus();
 }
 
+absl::Status CrossEntropyShardStats(Context& ctx, float* stats, const float* logits, const int32_t* targets, int N,
+                                   int V, int v_begin) {
+  if (N <= 0 || V <= 0) return absl::InvalidArgumentError(absl::StrCat("CrossEntropyShardStats: bad shape (", N, ", ", V, ")"));
+  GANTRY_LAUNCH(CrossEntropyShardStatsKernel, N, kRowThreads, 0, ctx.stream())(stats, logits, targets, V, v_begin);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status CrossEntropyShardFinish(Context& ctx, float* losses, float* logits, const float* all_stats, int ranks,
+                                    const int32_t* targets, float dloss, int N, int V, int v_begin) {
+  if (N <= 0 || V <= 0 || ranks <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CrossEntropyShardFinish: bad shape (", N, ", ", V, ", ", ranks, " ranks)"));
+  }
+  GANTRY_LAUNCH(CrossEntropyShardFinishKernel, N, kRowThreads, 0, ctx.stream())(losses, logits, all_stats, ranks,
+                                                                               targets, dloss, N, V, v_begin);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
 absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N) {
   if (N < 0) return absl::InvalidArgumentError("SumSquares: negative length");
   const int blocks = SumSquaresBlocks(N);

@@ -1,6 +1,6 @@
 // The fused classifier (softmax + cross-entropy + its gradient) and the sum of squares
 // (the gradient norm), the twins of kernels/cpu/crossentropy.cc and kernels/cpu/grad_norm.cc.
-// Device code only (crossentropy_norm.cu launches it; tests/kernels/cuda_emulated_test.cc
+// Device code only (crossentropy_norm.cu launches it; tests/kernels/backend_ops_test.cc
 // runs it on the CPU).
 #pragma once
 
@@ -36,6 +36,48 @@ __global__ void CrossEntropyKernel(float* losses, float* logits, const int32_t* 
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     x[i] = (expf(x[i] - mx) * inv - (i == target ? 1.f : 0.f)) * dloss;
   }
+}
+
+// Vocabulary-parallel classifier (the twins of kernels::crossentropy_shard_stats and
+// _finish), one block per row. Stats: this rank's (max, sum of exp(x - max), target logit
+// or 0 where another rank holds the target) over its V columns.
+__global__ void CrossEntropyShardStatsKernel(float* stats, const float* logits, const int32_t* targets, int V,
+                                             int v_begin) {
+  const float* x = logits + static_cast<int64_t>(blockIdx.x) * V;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  mx = BlockMax(mx);
+  float s = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(x[i] - mx);
+  s = BlockSum(s);
+  if (threadIdx.x == 0) {
+    const int t = targets[blockIdx.x] - v_begin;
+    float* out = stats + static_cast<int64_t>(blockIdx.x) * 3;
+    out[0] = mx;
+    out[1] = s;
+    out[2] = t >= 0 && t < V ? x[t] : 0.f;
+  }
+}
+
+// From every rank's stats (ranks, N, 3): the row's loss and, with dloss != 0, this rank's
+// columns of (softmax - onehot) * dloss.
+__global__ void CrossEntropyShardFinishKernel(float* losses, float* logits, const float* all_stats, int ranks,
+                                              const int32_t* targets, float dloss, int N, int V, int v_begin) {
+  const int n = blockIdx.x;
+  float mx = all_stats[static_cast<int64_t>(n) * 3];
+  for (int r = 1; r < ranks; ++r) mx = fmaxf(mx, all_stats[(static_cast<int64_t>(r) * N + n) * 3]);
+  float sum = 0.f, tgt = 0.f;
+  for (int r = 0; r < ranks; ++r) {
+    const float* s = all_stats + (static_cast<int64_t>(r) * N + n) * 3;
+    sum += s[1] * expf(s[0] - mx);
+    tgt += s[2];
+  }
+  if (threadIdx.x == 0) losses[n] = logf(sum) + mx - tgt;
+  if (dloss == 0.f) return;
+  float* x = logits + static_cast<int64_t>(n) * V;
+  const float inv = 1.f / sum;
+  const int t = targets[n] - v_begin;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = (expf(x[i] - mx) * inv - (i == t ? 1.f : 0.f)) * dloss;
 }
 
 // SumSquaresPartialKernel's grid: a block of 1024 threads per 1024 elements, at most 1024.

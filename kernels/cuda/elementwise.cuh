@@ -1,6 +1,6 @@
 // Elementwise kernels (GELU, residual, scale), the twins of kernels/cpu/gelu.cc and
 // kernels/cpu/residual.cc. Device code only: elementwise.cu launches it, and
-// tests/kernels/cuda_emulated_test.cc runs it on the CPU under kernels/emulated/device.h.
+// tests/kernels/backend_ops_test.cc runs it on the CPU under kernels/emulated/device.h.
 #pragma once
 
 #include "kernels/cuda/ns.h"

@@ -3,6 +3,8 @@
 #include "kernels/cuda/encoder_layernorm.cuh"
 #include "kernels/cuda/ns.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/column_sums.cuh"
@@ -22,20 +24,34 @@ absl::Status CheckDims(const char* op, std::initializer_list<int64_t> dims) {
 
 absl::Status EncoderForward(Context& ctx, float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
                             int T, int C) {
+  return EncoderForwardShard(ctx, out, inp, wte, 0, std::numeric_limits<int>::max(), wpe, B, T, C);
+}
+
+absl::Status EncoderForwardShard(Context& ctx, float* out, const int32_t* inp, const float* wte, int v_begin,
+                                 int v_end, const float* wpe, int B, int T, int C) {
   if (auto s = CheckDims("EncoderForward", {B, T, C, int64_t{B} * T * C}); !s.ok()) return s;
   const int64_t n = static_cast<int64_t>(B) * T * C;
-  GANTRY_LAUNCH(EncoderForwardKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(out, inp, wte, wpe, B * T, T, C);
+  GANTRY_LAUNCH(EncoderForwardKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(out, inp, wte, v_begin, v_end, wpe,
+                                                                             B * T, T, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
 absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
                              int T, int C) {
+  return EncoderBackwardShard(ctx, dwte, dwpe, dout, inp, 0, std::numeric_limits<int>::max(), B, T, C);
+}
+
+absl::Status EncoderBackwardShard(Context& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                                  int v_begin, int v_end, int B, int T, int C) {
   if (auto s = CheckDims("EncoderBackward", {B, T, C, int64_t{B} * T * C}); !s.ok()) return s;
-  GANTRY_LAUNCH(EncoderBackwardWteKernel, CeilDiv(C, 128), 128, 0, ctx.stream())(dwte, dout, inp, B * T, C);
+  GANTRY_LAUNCH(EncoderBackwardWteKernel, CeilDiv(C, 128), 128, 0, ctx.stream())(dwte, dout, inp, v_begin, v_end,
+                                                                                 B * T, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  GANTRY_LAUNCH(EncoderBackwardWpeKernel, CeilDiv(int64_t{T} * C, 256), 256, 0, ctx.stream())(dwpe, dout, B, T, C);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (dwpe != nullptr) {
+    GANTRY_LAUNCH(EncoderBackwardWpeKernel, CeilDiv(int64_t{T} * C, 256), 256, 0, ctx.stream())(dwpe, dout, B, T, C);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
   return absl::OkStatus();
 }
 

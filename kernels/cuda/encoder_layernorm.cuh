@@ -1,6 +1,6 @@
 // Token + position embedding and LayerNorm kernels (fp32), the twins of
 // kernels/cpu/encoder.cc and kernels/cpu/layernorm.cc. Device code only
-// (encoder_layernorm.cu launches it; tests/kernels/cuda_emulated_test.cc runs it on the CPU).
+// (encoder_layernorm.cu launches it; tests/kernels/backend_ops_test.cc runs it on the CPU).
 #pragma once
 
 #include "kernels/cuda/ns.h"
@@ -13,20 +13,30 @@
 namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
 
-__global__ void EncoderForwardKernel(float* out, const int32_t* inp, const float* wte, const float* wpe, int BT, int T,
-                                     int C) {
+// Vocabulary-parallel: wte holds rows [v_begin, v_end); a token outside them embeds 0 here
+// (another rank holds it), and wpe (null: another rank adds it) is added to every row.
+__global__ void EncoderForwardKernel(float* out, const int32_t* inp, const float* wte, int v_begin, int v_end,
+                                     const float* wpe, int BT, int T, int C) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(BT) * C) return;
-  const int bt = static_cast<int>(i / C), c = static_cast<int>(i % C), t = bt % T;
-  out[i] = wte[static_cast<int64_t>(inp[bt]) * C + c] + wpe[static_cast<int64_t>(t) * C + c];
+  const int bt = static_cast<int>(i / C), c = static_cast<int>(i % C), t = bt % T, tok = inp[bt];
+  const bool here = tok >= v_begin && tok < v_end;
+  const float te = here ? wte[static_cast<int64_t>(tok - v_begin) * C + c] : 0.f;
+  out[i] = wpe != nullptr ? te + wpe[static_cast<int64_t>(t) * C + c] : te;
 }
 
 // One thread per column of wte: the rows of dout added into the tokens' rows in (b, t)
 // order, as on the CPU (no atomics, the same sums).
-__global__ void EncoderBackwardWteKernel(float* dwte, const float* dout, const int32_t* inp, int BT, int C) {
+__global__ void EncoderBackwardWteKernel(float* dwte, const float* dout, const int32_t* inp, int v_begin, int v_end,
+                                         int BT, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  for (int bt = 0; bt < BT; ++bt) dwte[static_cast<int64_t>(inp[bt]) * C + c] += dout[static_cast<int64_t>(bt) * C + c];
+  for (int bt = 0; bt < BT; ++bt) {
+    const int tok = inp[bt];
+    if (tok >= v_begin && tok < v_end) {
+      dwte[static_cast<int64_t>(tok - v_begin) * C + c] += dout[static_cast<int64_t>(bt) * C + c];
+    }
+  }
 }
 
 __global__ void EncoderBackwardWpeKernel(float* dwpe, const float* dout, int B, int T, int C) {

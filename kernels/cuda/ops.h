@@ -34,10 +34,16 @@ absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, 
 // inp (B,T) token ids, wte (V,C), wpe (maxT,C) → out (B,T,C)
 absl::Status EncoderForward(Context& ctx, float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
                             int T, int C);
+// Vocabulary-parallel: wte holds rows [v_begin, v_end) (other tokens embed 0), wpe may be null.
+absl::Status EncoderForwardShard(Context& ctx, float* out, const int32_t* inp, const float* wte, int v_begin,
+                                 int v_end, const float* wpe, int B, int T, int C);
 // dout (B,T,C), inp (B,T) → dwte (V,C) +=, dwpe (maxT,C) +=. Deterministic: each column's
 // rows are summed in (b, t) order.
 absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
                              int T, int C);
+// Rows [v_begin, v_end) of dwte only; dwpe null: skipped.
+absl::Status EncoderBackwardShard(Context& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                                  int v_begin, int v_end, int B, int T, int C);
 
 // inp (N,C) → out (N,C), mean (N), rstd (N)
 absl::Status LayerNormForward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
@@ -88,6 +94,12 @@ absl::Status CrossEntropyForward(Context& ctx, float* losses, const float* logit
 // One pass per row: losses (N), and logits (N,V) := (softmax - onehot) * dloss
 absl::Status CrossEntropyFusedForwardBackward(Context& ctx, float* losses, float* logits, const int32_t* targets,
                                               float dloss, int N, int V);
+
+// Vocabulary-parallel classifier, as kernels::crossentropy_shard_stats and _finish.
+absl::Status CrossEntropyShardStats(Context& ctx, float* stats, const float* logits, const int32_t* targets, int N,
+                                   int V, int v_begin);
+absl::Status CrossEntropyShardFinish(Context& ctx, float* losses, float* logits, const float* all_stats, int ranks,
+                                    const int32_t* targets, float dloss, int N, int V, int v_begin);
 
 // sum of g[i]^2 (fp32 squares, fp64 across blocks, fixed order) → *result (device)
 absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N);

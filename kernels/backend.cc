@@ -1,0 +1,67 @@
+#include "kernels/backend.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+// kernels/cuda/backend.h, as each of its two builds declares it.
+namespace gantry::cuda_emulated {
+absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options);
+}  // namespace gantry::cuda_emulated
+#if defined(GANTRY_HAVE_CUDA_BACKEND)
+namespace gantry::cuda {
+absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options);
+}  // namespace gantry::cuda
+#endif
+
+namespace gantry::kernels {
+
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
+  if (name == "cpu") return BackendKind::kCpu;
+  if (name == "cuda") return BackendKind::kCuda;
+  if (name == "cuda-emulated") return BackendKind::kCudaEmulated;
+  return absl::InvalidArgumentError(
+      absl::StrCat("device kind '", name, "' is none of cpu, cuda, cuda-emulated"));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device, const BackendOptions& options) {
+  switch (kind) {
+    case BackendKind::kCpu:
+      return absl::InvalidArgumentError("the cpu backend is shared: use kernels::CpuBackend()");
+    case BackendKind::kCudaEmulated:
+      return cuda_emulated::NewBackend(device, options);
+    case BackendKind::kCuda:
+#if defined(GANTRY_HAVE_CUDA_BACKEND)
+      return cuda::NewBackend(device, options);
+#else
+      return absl::UnimplementedError("this build of Gantry has no CUDA backend (nvcc was not found at configure time)");
+#endif
+  }
+  return absl::InvalidArgumentError("unknown backend kind");
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    backend_ = std::exchange(o.backend_, nullptr);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::Assign(Backend* backend, size_t floats) {
+  Reset();
+  backend_ = backend;
+  data_ = static_cast<float*>(backend->Allocate(floats * sizeof(float)));
+  if (data_ == nullptr) return;  // the backend keeps the error
+  size_ = floats;
+  backend->Zero(data_, floats * sizeof(float));
+}
+
+void DeviceBuffer::Reset() {
+  if (backend_ != nullptr && data_ != nullptr) backend_->Free(data_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace gantry::kernels

@@ -1,0 +1,159 @@
+// Where a model's tensors live and its ops run: one interface, three backends.
+//   cpu            host memory, kernels/cpu (OpenBLAS, OpenMP).
+//   cuda           device memory, kernels/cuda and cuBLAS(Lt), on a CUDA stream.
+//   cuda-emulated  kernels/cuda's own launchers and device code compiled for the CPU
+//                  emulator, over the emulated runtime and cuBLAS (kernels/emulated): the
+//                  GPU's code path, run in CI without a GPU. Its "device" memory is host
+//                  memory that the emulated runtime records.
+// The model (worker/model/gpt.h) is written once over this interface.
+//
+// Pointers passed to ops and copies are the backend's device pointers (from Allocate),
+// except the `host` side of CopyToDevice/CopyToHost. Ops run in order, asynchronously on an
+// accelerator; the first error is kept (as CUDA keeps a sticky error) and returned by
+// Synchronize, which also waits for the work queued. Shapes follow kernels/*.h: row-major
+// (rows, columns), B batch, T tokens, C channels, NH heads, V vocabulary rows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/adamw.h"
+#include "kernels/matmul.h"
+
+namespace gantry::kernels {
+
+enum class BackendKind { kCpu, kCuda, kCudaEmulated };
+// "cpu", "cuda" or "cuda-emulated" (INVALID_ARGUMENT naming the others otherwise).
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
+inline const char* BackendKindName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kCpu: return "cpu";
+    case BackendKind::kCuda: return "cuda";
+    case BackendKind::kCudaEmulated: return "cuda-emulated";
+  }
+  return "?";
+}
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  // "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)", "cuda-emulated:1".
+  virtual std::string Describe() const = 0;
+
+  // --- memory ---
+  // bytes of device memory (64-byte aligned at least), or null with the error kept.
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  virtual void CopyToDevice(void* dst, const void* host, size_t bytes) = 0;
+  virtual void CopyToHost(void* host, const void* src, size_t bytes) = 0;
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Zero(void* p, size_t bytes) = 0;
+
+  // --- ordering ---
+  // Waits for the work queued; returns the first error since the last call (and clears it).
+  virtual absl::Status Synchronize() = 0;
+  // Whether host code may read and write device pointers directly (cpu, cuda-emulated):
+  // a communicator on the host (Gloo) can then work on them as they are.
+  virtual bool host_addressable() const = 0;
+
+  // --- the model's ops ---
+  // inp (B,T) token ids; wte rows [v_begin, v_end) of the vocabulary at wte (those of other
+  // ranks embed nothing: vocabulary-parallel), wpe (maxT,C) or null (added by another rank)
+  // → out (B,T,C).
+  virtual void EncoderForward(float* out, const int32_t* inp, const float* wte, int v_begin, int v_end,
+                              const float* wpe, int B, int T, int C) = 0;
+  // dout (B,T,C) → dwte rows [v_begin, v_end) +=, dwpe (T,C) += (null: skipped).
+  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int v_begin,
+                               int v_end, int B, int T, int C) = 0;
+  // inp (N,C) → out (N,C), mean (N), rstd (N).
+  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                const float* bias, int N, int C) = 0;
+  // → dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
+  // inp (N,C), weight (C,OC) kInOut or (OC,C) kOutIn, bias (OC) or null → out (N,OC).
+  virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                             int OC, WeightLayout layout = WeightLayout::kInOut) = 0;
+  // → pre (N,OC) = inp @ W + bias, out = gelu(pre).
+  virtual void MatmulBiasGeluForward(float* pre, float* out, const float* inp, const float* weight,
+                                     const float* bias, int N, int C, int OC) = 0;
+  // dout (N,OC) → dinp (N,C) overwritten (null: skipped; times gelu'(gelu_pre) when given),
+  // dweight +=, dbias (OC) += (null: skipped).
+  virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, int N, int C, int OC, WeightLayout layout = WeightLayout::kInOut,
+                              const float* gelu_pre = nullptr) = 0;
+  // Causal self-attention. What forward keeps for backward (`state`) is the (B,NH,T,T)
+  // probabilities, or with fused_attention() each query row's log-sum-exp (B,NH,T).
+  virtual bool fused_attention() const = 0;
+  // qkv (B,T,3C) → out (B,T,C), state.
+  virtual void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH) = 0;
+  // dout (B,T,C), qkv, out, state → dqkv (B,T,3C) overwritten. scratch: (B,NH,T,T) floats
+  // of working memory (the backends that need more keep their own).
+  virtual void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                                 const float* state, int B, int T, int C, int NH) = 0;
+  virtual void GeluForward(float* out, const float* inp, int64_t n) = 0;
+  virtual void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  virtual void ResidualForward(float* out, const float* a, const float* b, int64_t n) = 0;
+  virtual void ResidualBackward(float* da, float* db, const float* dout, int64_t n) = 0;
+  // logits (N,V), targets (N) → losses (N).
+  virtual void CrossEntropyForward(float* losses, const float* logits, const int32_t* targets, int N, int V) = 0;
+  // losses (N), and logits := (softmax - onehot) * dloss, in one pass per row.
+  virtual void CrossEntropyFusedForwardBackward(float* losses, float* logits, const int32_t* targets, float dloss,
+                                                int N, int V) = 0;
+  // Vocabulary-parallel classifier (kernels/crossentropy.h): this rank's per-row (max, sum
+  // of exp, target logit) of its V columns from v_begin → stats (N,3); then, from every
+  // rank's stats (ranks, N, 3), the losses and the gradient of its columns.
+  virtual void CrossEntropyShardStats(float* stats, const float* logits, const int32_t* targets, int N, int V,
+                                      int v_begin) = 0;
+  virtual void CrossEntropyShardFinish(float* losses, float* logits, const float* all_stats, int ranks,
+                                       const int32_t* targets, float dloss, int N, int V, int v_begin) = 0;
+  // AdamW on params, grads, m, v (n), in place.
+  virtual void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) = 0;
+  // The sum of g[i]^2 over n, read back to the host (it waits for the work queued).
+  virtual double SumSquares(const float* g, int64_t n) = 0;
+  virtual void Scale(float* g, int64_t n, float s) = 0;
+};
+
+// The process's cpu backend (stateless; never freed).
+Backend& CpuBackend();
+// A backend of `kind` on device ordinal `device` (cuda kinds). cuda: UNIMPLEMENTED in a
+// build without CUDA, UNAVAILABLE without that device; cuda-emulated: always (the
+// emulated runtime offers 8 devices).
+struct BackendOptions {
+  // cuda kinds: attention by the fused flash-style kernels (the (T,T) probabilities are never
+  // stored) rather than by cuBLAS batched GEMMs over them.
+  bool fused_attention = true;
+};
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device = 0,
+                                                       const BackendOptions& options = {});
+
+// An allocation of a backend's device memory, freed with it.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* backend, size_t floats) { Assign(backend, floats); }
+  ~DeviceBuffer() { Reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  // floats of device memory, zeroed.
+  void Assign(Backend* backend, size_t floats);
+  void Reset();
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace gantry::kernels

@@ -1,0 +1,125 @@
+// The cpu backend: host memory and kernels/cpu, run at once on the calling thread (the
+// kernels themselves use OpenMP and OpenBLAS threads). Nothing here can fail but an
+// allocation.
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/attention.h"
+#include "kernels/backend.h"
+#include "kernels/crossentropy.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/grad_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/residual.h"
+
+namespace gantry::kernels {
+namespace {
+
+class Cpu final : public Backend {
+ public:
+  BackendKind kind() const override { return BackendKind::kCpu; }
+  std::string Describe() const override { return "cpu"; }
+
+  void* Allocate(size_t bytes) override {
+    constexpr size_t kAlign = 64;
+    void* p = std::aligned_alloc(kAlign, (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign);
+    if (p == nullptr) Keep(absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes")));
+    return p;
+  }
+  void Free(void* p) override { std::free(p); }
+  void CopyToDevice(void* dst, const void* host, size_t bytes) override { Copy(dst, host, bytes); }
+  void CopyToHost(void* host, const void* src, size_t bytes) override { Copy(host, src, bytes); }
+  void Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  }
+  void Zero(void* p, size_t bytes) override {
+    if (bytes > 0) std::memset(p, 0, bytes);
+  }
+  absl::Status Synchronize() override { return std::exchange(error_, absl::OkStatus()); }
+  bool host_addressable() const override { return true; }
+
+  void EncoderForward(float* out, const int32_t* inp, const float* wte, int v_begin, int v_end, const float* wpe,
+                      int B, int T, int C) override {
+    encoder_forward_shard(out, inp, wte, v_begin, v_end, wpe, B, T, C);
+  }
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int v_begin, int v_end, int B,
+                       int T, int C) override {
+    encoder_backward_shard(dwte, dwpe, dout, inp, v_begin, v_end, B, T, C);
+  }
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override {
+    layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
+    layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                     WeightLayout layout) override {
+    matmul_forward(out, inp, weight, bias, N, C, OC, layout);
+  }
+  void MatmulBiasGeluForward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int N,
+                             int C, int OC) override {
+    matmul_bias_gelu_forward(pre, out, inp, weight, bias, N, C, OC);
+  }
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int N, int C, int OC, WeightLayout layout,
+                      const float* gelu_pre) override {
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre);
+  }
+  bool fused_attention() const override { return false; }
+  void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH) override {
+    attention_forward(out, state, qkv, B, T, C, NH);
+  }
+  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float*,
+                         const float* state, int B, int T, int C, int NH) override {
+    attention_backward(dqkv, scratch, dout, qkv, state, B, T, C, NH);
+  }
+  void GeluForward(float* out, const float* inp, int64_t n) override { gelu_forward(out, inp, n); }
+  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    gelu_backward(dinp, inp, dout, n);
+  }
+  void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+    residual_forward(out, a, b, n);
+  }
+  void ResidualBackward(float* da, float* db, const float* dout, int64_t n) override {
+    residual_backward(da, db, dout, n);
+  }
+  void CrossEntropyForward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
+    crossentropy_forward(losses, logits, targets, N, V);
+  }
+  void CrossEntropyFusedForwardBackward(float* losses, float* logits, const int32_t* targets, float dloss, int N,
+                                        int V) override {
+    crossentropy_fused_forward_backward(losses, logits, targets, dloss, N, V);
+  }
+  void CrossEntropyShardStats(float* stats, const float* logits, const int32_t* targets, int N, int V,
+                              int v_begin) override {
+    crossentropy_shard_stats(stats, logits, targets, N, V, v_begin);
+  }
+  void CrossEntropyShardFinish(float* losses, float* logits, const float* all_stats, int ranks,
+                               const int32_t* targets, float dloss, int N, int V, int v_begin) override {
+    crossentropy_shard_finish(losses, logits, all_stats, ranks, targets, dloss, N, V, v_begin);
+  }
+  void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) override {
+    adamw_update(params, grads, m, v, n, hp);
+  }
+  double SumSquares(const float* g, int64_t n) override { return sum_squares(g, n); }
+  void Scale(float* g, int64_t n, float s) override { scale_inplace(g, n, s); }
+
+ private:
+  void Keep(absl::Status s) {
+    if (error_.ok()) error_ = std::move(s);
+  }
+  absl::Status error_;
+};
+
+}  // namespace
+
+Backend& CpuBackend() {
+  static Cpu* cpu = new Cpu();
+  return *cpu;
+}
+
+}  // namespace gantry::kernels

@@ -1,0 +1,217 @@
+#include "kernels/cuda/backend.h"
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+
+namespace gantry::GANTRY_CUDA_NS {
+namespace {
+
+using kernels::BackendKind;
+using kernels::WeightLayout;
+
+#if defined(GANTRY_CUDA_EMULATED)
+constexpr BackendKind kKind = BackendKind::kCudaEmulated;
+constexpr bool kHostAddressable = true;
+#else
+constexpr BackendKind kKind = BackendKind::kCuda;
+constexpr bool kHostAddressable = false;
+#endif
+
+class Cuda final : public kernels::Backend {
+ public:
+  Cuda(std::unique_ptr<Context> ctx, int device, std::string name, const kernels::BackendOptions& options)
+      : ctx_(std::move(ctx)), device_(device), name_(std::move(name)), fused_(options.fused_attention) {}
+  ~Cuda() override {
+    (void)ctx_->Synchronize();
+    if (scratch_ != nullptr) cudaFree(scratch_);
+  }
+
+  BackendKind kind() const override { return kKind; }
+  std::string Describe() const override { return name_; }
+
+  void* Allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (Check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc")) return p;
+    return nullptr;
+  }
+  void Free(void* p) override {
+    if (p != nullptr) (void)Check(cudaFree(p), "cudaFree");
+  }
+  void CopyToDevice(void* dst, const void* host, size_t bytes) override {
+    if (bytes > 0) Check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_->stream()), "copy to device");
+    // The host buffer may change once this returns: the copy must have read it.
+    if (bytes > 0) Check(cudaStreamSynchronize(ctx_->stream()), "copy to device");
+  }
+  void CopyToHost(void* host, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    Check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream()), "copy to host");
+    Check(cudaStreamSynchronize(ctx_->stream()), "copy to host");
+  }
+  void Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0 && dst != src) {
+      Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_->stream()), "device copy");
+    }
+  }
+  void Zero(void* p, size_t bytes) override {
+    if (bytes > 0) Check(cudaMemsetAsync(p, 0, bytes, ctx_->stream()), "cudaMemsetAsync");
+  }
+  absl::Status Synchronize() override {
+    Keep(ctx_->Synchronize());
+    std::lock_guard<std::mutex> l(mu_);
+    return std::exchange(error_, absl::OkStatus());
+  }
+  bool host_addressable() const override { return kHostAddressable; }
+
+  void EncoderForward(float* out, const int32_t* inp, const float* wte, int v_begin, int v_end, const float* wpe,
+                      int B, int T, int C) override {
+    Keep(EncoderForwardShard(*ctx_, out, inp, wte, v_begin, v_end, wpe, B, T, C));
+  }
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int v_begin, int v_end, int B,
+                       int T, int C) override {
+    Keep(EncoderBackwardShard(*ctx_, dwte, dwpe, dout, inp, v_begin, v_end, B, T, C));
+  }
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override {
+    Keep(GANTRY_CUDA_NS::LayerNormForward(*ctx_, out, mean, rstd, inp, weight, bias, N, C));
+  }
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
+    Keep(GANTRY_CUDA_NS::LayerNormBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+  }
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                     WeightLayout layout) override {
+    Keep(GANTRY_CUDA_NS::MatmulForward(*ctx_, out, inp, weight, bias, N, C, OC, layout));
+  }
+  void MatmulBiasGeluForward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int N,
+                             int C, int OC) override {
+    Keep(GANTRY_CUDA_NS::MatmulBiasGeluForward(*ctx_, pre, out, inp, weight, bias, N, C, OC));
+  }
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int N, int C, int OC, WeightLayout layout,
+                      const float* gelu_pre) override {
+    Keep(GANTRY_CUDA_NS::MatmulBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre));
+  }
+  bool fused_attention() const override { return fused_; }
+  void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH) override {
+    if (fused_) {
+      Keep(FlashAttentionForward(*ctx_, out, state, qkv, B, T, C, NH));
+    } else if (float* s = Scratch(AttentionForwardScratch(B, T, C, NH))) {
+      Keep(GANTRY_CUDA_NS::AttentionForward(*ctx_, out, state, s, qkv, B, T, C, NH));
+    }
+  }
+  void AttentionBackward(float* dqkv, float*, const float* dout, const float* qkv, const float* out,
+                         const float* state, int B, int T, int C, int NH) override {
+    if (fused_) {
+      if (float* s = Scratch(FlashAttentionBackwardScratch(B, T, C, NH))) {
+        Keep(FlashAttentionBackward(*ctx_, dqkv, s, dout, qkv, out, state, B, T, C, NH));
+      }
+    } else if (float* s = Scratch(AttentionBackwardScratch(B, T, C, NH))) {
+      Keep(GANTRY_CUDA_NS::AttentionBackward(*ctx_, dqkv, s, dout, qkv, state, B, T, C, NH));
+    }
+  }
+  void GeluForward(float* out, const float* inp, int64_t n) override {
+    Keep(GANTRY_CUDA_NS::GeluForward(out, inp, n, ctx_->stream()));
+  }
+  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    Keep(GANTRY_CUDA_NS::GeluBackward(dinp, inp, dout, n, ctx_->stream()));
+  }
+  void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+    Keep(GANTRY_CUDA_NS::ResidualForward(out, a, b, n, ctx_->stream()));
+  }
+  void ResidualBackward(float* da, float* db, const float* dout, int64_t n) override {
+    Keep(GANTRY_CUDA_NS::ResidualBackward(da, db, dout, n, ctx_->stream()));
+  }
+  void CrossEntropyForward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
+    Keep(GANTRY_CUDA_NS::CrossEntropyForward(*ctx_, losses, logits, targets, N, V));
+  }
+  void CrossEntropyFusedForwardBackward(float* losses, float* logits, const int32_t* targets, float dloss, int N,
+                                        int V) override {
+    Keep(GANTRY_CUDA_NS::CrossEntropyFusedForwardBackward(*ctx_, losses, logits, targets, dloss, N, V));
+  }
+  void CrossEntropyShardStats(float* stats, const float* logits, const int32_t* targets, int N, int V,
+                              int v_begin) override {
+    Keep(GANTRY_CUDA_NS::CrossEntropyShardStats(*ctx_, stats, logits, targets, N, V, v_begin));
+  }
+  void CrossEntropyShardFinish(float* losses, float* logits, const float* all_stats, int ranks,
+                               const int32_t* targets, float dloss, int N, int V, int v_begin) override {
+    Keep(GANTRY_CUDA_NS::CrossEntropyShardFinish(*ctx_, losses, logits, all_stats, ranks, targets, dloss, N, V,
+                                                 v_begin));
+  }
+  void AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
+             const kernels::AdamWParams& hp) override {
+    Keep(AdamWUpdate(params, grads, m, v, n, hp, ctx_->stream()));
+  }
+  double SumSquares(const float* g, int64_t n) override {
+    double* d = static_cast<double*>(static_cast<void*>(Scratch(sizeof(double) / sizeof(float))));
+    if (d == nullptr) return 0.0;
+    Keep(GANTRY_CUDA_NS::SumSquares(*ctx_, d, g, n));
+    double host = 0.0;
+    CopyToHost(&host, d, sizeof(host));
+    return host;
+  }
+  void Scale(float* g, int64_t n, float s) override { Keep(ScaleInplace(*ctx_, g, n, s)); }
+
+ private:
+  // Keeps the first error; true when s is OK.
+  bool Keep(absl::Status s) {
+    if (s.ok()) return true;
+    std::lock_guard<std::mutex> l(mu_);
+    if (error_.ok()) error_ = absl::Status(s.code(), absl::StrCat(name_, ": ", s.message()));
+    return false;
+  }
+  bool Check(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return true;
+    return Keep(absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")")));
+  }
+  // The ops' working memory beyond the model's: grown when an op needs more (the first
+  // step's sizes are the largest of a run, so it grows at most once or twice).
+  float* Scratch(size_t floats) {
+    if (floats <= scratch_floats_) return scratch_;
+    (void)ctx_->Synchronize();  // the old buffer may still be in use by queued work
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    scratch_ = nullptr;
+    scratch_floats_ = 0;
+    void* p = nullptr;
+    if (!Check(cudaMalloc(&p, floats * sizeof(float)), "cudaMalloc (scratch)")) return nullptr;
+    scratch_ = static_cast<float*>(p);
+    scratch_floats_ = floats;
+    return scratch_;
+  }
+
+  std::unique_ptr<Context> ctx_;
+  const int device_;
+  const std::string name_;
+  const bool fused_;
+  float* scratch_ = nullptr;
+  size_t scratch_floats_ = 0;
+  std::mutex mu_;
+  absl::Status error_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+    return absl::UnavailableError(absl::StrCat(kernels::BackendKindName(kKind), ":", device, ": ", count,
+                                               " device(s) visible"));
+  }
+  auto ctx = Context::Create(device);
+  if (!ctx.ok()) return ctx.status();
+  cudaDeviceProp prop{};
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  std::string name = absl::StrCat(kernels::BackendKindName(kKind), ":", device);
+#if !defined(GANTRY_CUDA_EMULATED)
+  absl::StrAppend(&name, " (", prop.name, ")");
+#endif
+  return std::unique_ptr<kernels::Backend>(new Cuda(std::move(*ctx), device, std::move(name), options));
+}
+
+}  // namespace gantry::GANTRY_CUDA_NS
