@@ -23,6 +23,7 @@ import sys
 TRAINER = ["libgantry_worker.a", "libgantry_agent.a", "libgantry_parallel.a", "libgantry_parallel_nccl.a",
            "libgloo", "libnccl"]
 MODEL = ["libgantry_model.a", "libgantry_kernels.a", "libgantry_kernels_cuda.a", "libgantry_remote_checkpoint.a",
+         "libgantry_backends.a", "libgantry_kernels_cuda_emulated.a", "libgantry_cuda_emulator.a",
          "libopenblas", "libcudart", "libcublas"]
 LINK_RULES = {
     # the coordinator: the spec, the shard-server client, common; never the model or trainer

@@ -16,8 +16,10 @@ namespace gantry::emu {
 #error "the CUDA emulator's fibers switch stacks in x86-64 assembly"
 #endif
 
-// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack,
-// stores the stack pointer in *save, loads `load` and restores what is saved there.
+// Saves the callee-saved registers on the current stack, stores the stack pointer in *save,
+// loads `load` and restores what is saved there. MXCSR and the x87 control word are not
+// switched: every fiber runs with the launching thread's (device code changes neither), and
+// reloading them costs more than the rest of the switch.
 extern "C" void gantry_emu_switch(void** save, void* load);
 asm(R"(
   .text
@@ -30,14 +32,8 @@ gantry_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $16, %rsp
-  stmxcsr 8(%rsp)
-  fnstcw 12(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr 8(%rsp)
-  fldcw 12(%rsp)
-  addq $16, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -52,59 +48,55 @@ gantry_emu_switch:
 
 namespace {
 
-constexpr size_t kStackBytes = 256 << 10;  // per thread; kernels keep small arrays in "registers"
+constexpr size_t kStackBytes = 64 << 10;  // per thread; kernels keep small arrays in "registers"
+constexpr uint64_t kCanary = 0x6761'6e74'7279'5f5fULL;  // at each stack's lowest word
 
+// A barrier of a block or a warp: the threads that wait at it, released together when the
+// last one arrives (or when the last one still expected exits).
 struct Barrier {
   int expected = 0, arrived = 0;
-  uint64_t generation = 0;
-  // One more thread arrived (or, with drop, left for good). True when that released it.
-  bool Arrive(bool drop) {
-    if (drop) {
-      --expected;
-    } else {
-      ++arrived;
-    }
-    if (arrived > 0 && arrived >= expected) {
-      arrived = 0;
-      ++generation;
-      return true;
-    }
-    return false;
-  }
+  std::vector<uint32_t> waiting;
 };
 
-struct Fiber {
-  void* sp = nullptr;
-  Thread thread;
-  bool done = false;
-  const Barrier* waiting = nullptr;  // and the generation it waits to pass
-  uint64_t wait_generation = 0;
-};
-
-// A stack per thread slot, mapped once per OS thread and reused by every block.
+// The thread stacks, kStackBytes each, packed in one region mapped once per OS thread and
+// reused by every launch: packed on huge pages, a block's 1024 stacks cost a few TLB entries
+// rather than one each (which dominated the switch). A canary at each stack's bottom,
+// checked after every block, catches an overflow (there are no guard pages between them).
 class Stacks {
  public:
   ~Stacks() {
-    for (void* s : stacks_) munmap(s, kStackBytes + page_);
+    if (base_ != nullptr) munmap(base_, bytes_);
   }
-  // The top (highest address) of stack i.
-  char* Top(size_t i) {
-    while (stacks_.size() <= i) {
-      void* s = mmap(nullptr, kStackBytes + page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
-      if (s == MAP_FAILED) {
-        std::fprintf(stderr, "CUDA emulator: cannot map a thread stack\n");
+  void Reserve(size_t n) {
+    if (n <= count_) return;
+    if (base_ != nullptr) munmap(base_, bytes_);
+    bytes_ = n * kStackBytes;
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "CUDA emulator: cannot map %zu thread stacks\n", n);
+      std::abort();
+    }
+    madvise(p, bytes_, MADV_HUGEPAGE);  // advisory
+    base_ = static_cast<char*>(p);
+    count_ = n;
+    for (size_t i = 0; i < n; ++i) *Bottom(i) = kCanary;
+  }
+  // The top (highest address) of stack i, staggered by a few cache lines per stack: stacks a
+  // power of two apart would put every fiber's saved registers in the same cache sets.
+  char* Top(size_t i) { return base_ + (i + 1) * kStackBytes - (i % 61) * 64; }
+  void CheckCanaries(size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (*Bottom(i) != kCanary) {
+        std::fprintf(stderr, "CUDA emulator: thread %zu overflowed its %zu KiB stack\n", i, kStackBytes >> 10);
         std::abort();
       }
-      mprotect(s, page_, PROT_NONE);  // a guard page below: an overflow faults
-      stacks_.push_back(s);
     }
-    return static_cast<char*>(stacks_[i]) + page_ + kStackBytes;
   }
 
  private:
-  const size_t page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  std::vector<void*> stacks_;
+  uint64_t* Bottom(size_t i) { return reinterpret_cast<uint64_t*>(base_ + i * kStackBytes); }
+  char* base_ = nullptr;
+  size_t bytes_ = 0, count_ = 0;
 };
 
 }  // namespace
@@ -118,18 +110,69 @@ struct Block {
 
 namespace {
 
+struct Fiber {
+  void* sp = nullptr;
+  Thread thread;
+  bool done = false;
+};
+
+// One launch's scheduler on this OS thread. Fibers switch to each other directly: a thread
+// that waits hands the CPU to the next ready one (a FIFO), and only when none is ready does
+// control go back to the launch loop (the block is done, or it deadlocks).
 struct Scheduler {
   void* main_sp = nullptr;
   std::vector<Fiber> fibers;
-  size_t current = 0;
+  uint32_t current = 0;
+  std::vector<uint32_t> ready;  // FIFO from `head`
+  size_t head = 0;
+  uint32_t done = 0;
   void (*call)(void*) = nullptr;
   void* ctx = nullptr;
   Block* block = nullptr;
   Stacks stacks;
+
+  void Push(uint32_t t) { ready.push_back(t); }
+  bool Pop(uint32_t* t) {
+    if (head == ready.size()) {
+      ready.clear();
+      head = 0;
+      return false;
+    }
+    *t = ready[head++];
+    return true;
+  }
+  // Leaves the current fiber (saving it in *save) for the next ready one, or the launch loop.
+  void SwitchAway(void** save) {
+    uint32_t next;
+    if (Pop(&next)) {
+      current = next;
+      gantry_emu_self = &fibers[next].thread;
+      gantry_emu_switch(save, fibers[next].sp);
+    } else {
+      gantry_emu_switch(save, main_sp);
+    }
+  }
+  // The current thread arrives at b (or, with drop, leaves it for good). The last arrival
+  // releases the waiters (ready again) and goes on.
+  void Arrive(Barrier& b, bool drop) {
+    if (drop) {
+      --b.expected;
+    } else {
+      ++b.arrived;
+    }
+    if (b.arrived > 0 && b.arrived >= b.expected) {
+      for (uint32_t t : b.waiting) Push(t);
+      b.waiting.clear();
+      b.arrived = 0;
+      return;
+    }
+    if (drop) return;
+    b.waiting.push_back(current);
+    SwitchAway(&fibers[current].sp);
+  }
 };
 
 thread_local Scheduler* tls_scheduler = nullptr;
-thread_local Thread tls_self;
 
 Scheduler& Sched() {
   if (tls_scheduler == nullptr) {
@@ -139,67 +182,45 @@ Scheduler& Sched() {
   return *tls_scheduler;
 }
 
-void Yield(Scheduler& s) { gantry_emu_switch(&s.fibers[s.current].sp, s.main_sp); }
-
-void Wait(Barrier& b, bool released) {
-  if (released) return;  // the last to arrive goes on
-  Scheduler& s = Sched();
-  Fiber& f = s.fibers[s.current];
-  f.waiting = &b;
-  f.wait_generation = b.generation;
-  Yield(s);
-  f.waiting = nullptr;
-}
-
 Barrier& WarpBarrier(Scheduler& s) { return s.block->warp_barriers[s.fibers[s.current].thread.linear / 32]; }
 
 [[noreturn]] void FiberEntry() {
   Scheduler& s = Sched();
   s.call(s.ctx);
   // Exited: the thread drops out of its block's and its warp's barriers.
-  Fiber& f = s.fibers[s.current];
-  s.block->block_barrier.Arrive(/*drop=*/true);
-  WarpBarrier(s).Arrive(/*drop=*/true);
-  f.done = true;
+  s.fibers[s.current].done = true;
+  ++s.done;
+  s.Arrive(s.block->block_barrier, /*drop=*/true);
+  s.Arrive(WarpBarrier(s), /*drop=*/true);
   void* unused = nullptr;
-  gantry_emu_switch(&unused, s.main_sp);
+  s.SwitchAway(&unused);
   std::abort();  // never resumed
 }
 
-// A fresh fiber's stack: what gantry_emu_switch pops (MXCSR and control word, six
-// registers), then FiberEntry as the return address, placed so that FiberEntry starts with
-// the stack aligned as after a call.
+// A fresh fiber's stack: what gantry_emu_switch pops (six registers), then FiberEntry as the
+// return address, placed so that FiberEntry starts with the stack aligned as after a call.
 void* InitialStack(char* top) {
   auto* p = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(top) & ~uintptr_t{15});
   *--p = 0;                                             // alignment pad: FiberEntry never returns
   *--p = reinterpret_cast<uint64_t>(&FiberEntry);       // return address, at a 16-byte boundary
   for (int r = 0; r < 6; ++r) *--p = 0;                 // rbp rbx r12 r13 r14 r15
-  p -= 2;
-  uint32_t mxcsr = 0;
-  uint16_t fpucw = 0;
-  asm volatile("stmxcsr %0" : "=m"(mxcsr));
-  asm volatile("fnstcw %0" : "=m"(fpucw));
-  auto* save = reinterpret_cast<char*>(p);
-  std::memcpy(save + 8, &mxcsr, 4);
-  std::memcpy(save + 12, &fpucw, 2);
   return p;
 }
 
 }  // namespace
 
-Thread& Self() { return tls_self; }
+__thread const Thread* gantry_emu_self = nullptr;
+
 float* DynamicShared() { return Sched().block->shared.data(); }
 
 void SyncThreads() {
   Scheduler& s = Sched();
-  Barrier& b = s.block->block_barrier;
-  Wait(b, b.Arrive(false));
+  s.Arrive(s.block->block_barrier, false);
 }
 
 void SyncWarp() {
   Scheduler& s = Sched();
-  Barrier& b = WarpBarrier(s);
-  Wait(b, b.Arrive(false));
+  s.Arrive(WarpBarrier(s), false);
 }
 
 float Exchange(float v, unsigned src) {
@@ -218,13 +239,12 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
     std::fprintf(stderr, "CUDA emulator: gridDim.z and blockDim.z must be 1\n");
     std::abort();
   }
-  thread_local std::unique_ptr<Scheduler> owned;
-  if (!owned) owned = std::make_unique<Scheduler>();
-  Scheduler* outer = tls_scheduler;
-  if (outer != nullptr) {
+  if (tls_scheduler != nullptr) {
     std::fprintf(stderr, "CUDA emulator: a launch from device code\n");
     std::abort();
   }
+  thread_local std::unique_ptr<Scheduler> owned;
+  if (!owned) owned = std::make_unique<Scheduler>();
   Scheduler& s = *owned;
   tls_scheduler = &s;
   s.call = call;
@@ -237,46 +257,50 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
   block.warp_barriers.resize(warps);
   s.block = &block;
   s.fibers.resize(threads);
+  s.stacks.Reserve(threads);
+  s.ready.reserve(threads);
   for (unsigned by = 0; by < grid.y; ++by) {
     for (unsigned bx = 0; bx < grid.x; ++bx) {
-      block.block_barrier = Barrier{static_cast<int>(threads), 0, 0};
+      block.block_barrier.expected = static_cast<int>(threads);
+      block.block_barrier.arrived = 0;
+      block.block_barrier.waiting.clear();
       for (unsigned w = 0; w < warps; ++w) {
-        block.warp_barriers[w] = Barrier{static_cast<int>(std::min(32u, threads - w * 32)), 0, 0};
+        Barrier& b = block.warp_barriers[w];
+        b.expected = static_cast<int>(std::min(32u, threads - w * 32));
+        b.arrived = 0;
+        b.waiting.clear();
       }
+      s.ready.clear();
+      s.head = 0;
+      s.done = 0;
       for (unsigned t = 0; t < threads; ++t) {
         Fiber& f = s.fibers[t];
         f.thread = Thread{Dim3(t % block_dim.x, t / block_dim.x, 1), Dim3(bx, by, 1), block_dim, grid, &block, t};
         f.done = false;
-        f.waiting = nullptr;
         f.sp = InitialStack(s.stacks.Top(t));
+        s.Push(t);
       }
-      unsigned left = threads;
-      while (left > 0) {
-        bool ran = false;
-        for (unsigned t = 0; t < threads; ++t) {
-          Fiber& f = s.fibers[t];
-          if (f.done || (f.waiting != nullptr && f.waiting->generation == f.wait_generation)) continue;
-          s.current = t;
-          tls_self = f.thread;
-          gantry_emu_switch(&s.main_sp, f.sp);
-          ran = true;
-          left -= f.done;
+      uint32_t first;
+      s.Pop(&first);
+      s.current = first;
+      gantry_emu_self = &s.fibers[first].thread;
+      gantry_emu_switch(&s.main_sp, s.fibers[first].sp);  // back once no thread is ready
+      if (s.done != threads) {
+        std::string waiting;
+        for (unsigned t = 0; t < threads && waiting.size() < 200; ++t) {
+          if (!s.fibers[t].done) waiting += " " + std::to_string(t);
         }
-        if (!ran) {
-          std::string waiting;
-          for (unsigned t = 0; t < threads && waiting.size() < 200; ++t) {
-            if (!s.fibers[t].done) waiting += " " + std::to_string(t);
-          }
-          std::fprintf(stderr,
-                       "CUDA emulator: block (%u, %u) deadlocks: threads wait at a barrier that the others never "
-                       "reach (a barrier in divergent code): waiting:%s\n",
-                       bx, by, waiting.c_str());
-          std::abort();
-        }
+        std::fprintf(stderr,
+                     "CUDA emulator: block (%u, %u) deadlocks: threads wait at a barrier that the others never "
+                     "reach (a barrier in divergent code): waiting:%s\n",
+                     bx, by, waiting.c_str());
+        std::abort();
       }
+      s.stacks.CheckCanaries(threads);
     }
   }
-  tls_scheduler = outer;
+  gantry_emu_self = nullptr;
+  tls_scheduler = nullptr;
 }
 
 }  // namespace gantry::emu

@@ -32,8 +32,10 @@ struct Thread {
   Block* block = nullptr;
   unsigned linear = 0;  // tid.x + tid.y * bdim.x: warps are runs of 32 of these
 };
-// The thread running now (set by the scheduler before it resumes a fiber).
-Thread& Self();
+// The thread running now (set by the scheduler before it resumes a fiber). Initial-exec TLS,
+// so that threadIdx and friends cost a load.
+extern __thread const Thread* gantry_emu_self;
+inline const Thread& Self() { return *gantry_emu_self; }
 // The running block's dynamic shared memory.
 float* DynamicShared();
 

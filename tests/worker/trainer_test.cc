@@ -214,7 +214,13 @@ TEST_F(TrainerTest, DevicesThatCannotRunAreRefusedWithTheReason) {
   o.device = "tpu:0";
   auto bad = Trainer::Create(Spec(2), o);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("expected cpu, cuda or cuda:N"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("expected cpu, cuda, cuda:N, cuda-emulated or cuda-emulated:N"),
+            std::string::npos)
+      << bad.status();
+  for (const char* name : {"cpu:1", "cuda:x", "cuda-emulated:-1", "cuda-emulated:"}) {
+    o.device = name;
+    EXPECT_TRUE(absl::IsInvalidArgument(Trainer::Create(Spec(2), o).status())) << name;
+  }
   o.device = "cuda:0";
   JobSpec zero1 = Spec(2);
   zero1.parallel.zero_stage = 1;

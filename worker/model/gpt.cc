@@ -20,8 +20,8 @@ namespace gantry::model {
 
 namespace k = gantry::kernels;
 
-GPT::GPT(const GPTConfig& config, const ModelShard& shard)
-    : config_(config), shard_(shard), tensors_(ParameterLayout(config, shard)) {
+GPT::GPT(const GPTConfig& config, const ModelShard& shard, kernels::Backend* backend)
+    : config_(config), shard_(shard), be_(backend), tensors_(ParameterLayout(config, shard)) {
   if (shard_.layer_end < 0) shard_.layer_end = config.n_layer;
   lb_ = shard_.layer_begin;
   le_ = shard_.layer_end;
@@ -38,8 +38,20 @@ GPT::GPT(const GPTConfig& config, const ModelShard& shard)
   for (int l = lb_; l < le_; ++l) unit_begin_.push_back(at(i += 12));
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
   const size_t n = num_params();
-  params_.Assign(n);
-  grads_.Assign(n);
+  params_.Assign(be_, n);
+  grads_.Assign(be_, n);
+}
+
+template <typename F>
+void GPT::FillParamsOnHost(F&& fill) {
+  if (be_->host_addressable()) {
+    fill(params_.data());
+    return;
+  }
+  std::vector<float> host(num_params());
+  ReadParams(host.data());
+  fill(host.data());
+  WriteParams(host.data());
 }
 
 const ParamTensor* GPT::FindTensor(const std::string& name) const {
@@ -63,10 +75,11 @@ void GPT::InitRandom(uint64_t seed) {
   // Streams are numbered by the whole model's tensor index.
   const std::vector<ParamTensor> all = ParameterLayout(config_);
   std::vector<float> whole;
+  FillParamsOnHost([&](float* params) {
   for (const ParamTensor& t : tensors_) {
     size_t ti = 0;
     while (all[ti].name != t.name) ++ti;
-    float* p = params_.data() + t.offset;
+    float* p = params + t.offset;
     const bool is_ln = t.name.find("ln_") != std::string::npos;
     if (is_ln && t.name.ends_with(".weight")) {
       std::fill(p, p + t.numel, 1.0f);
@@ -82,15 +95,25 @@ void GPT::InitRandom(uint64_t seed) {
       ForEachRun(t, [&](int64_t g, int64_t l, int64_t n) { std::copy_n(whole.data() + g, n, p + l); });
     }
   }
+  });
 }
 
 void GPT::CopyFromWhole(const GPT& whole) {
-  for (const ParamTensor& t : tensors_) {
-    const ParamTensor* w = whole.FindTensor(t.name);
-    const float* src = whole.params() + w->offset;
-    float* dst = params_.data() + t.offset;
-    ForEachRun(t, [&](int64_t g, int64_t l, int64_t n) { std::copy_n(src + g, n, dst + l); });
+  std::vector<float> staged;
+  const float* all = whole.params();
+  if (!whole.backend().host_addressable()) {
+    staged.resize(whole.num_params());
+    whole.ReadParams(staged.data());
+    all = staged.data();
   }
+  FillParamsOnHost([&](float* params) {
+    for (const ParamTensor& t : tensors_) {
+      const ParamTensor* w = whole.FindTensor(t.name);
+      const float* src = all + w->offset;
+      float* dst = params + t.offset;
+      ForEachRun(t, [&](int64_t g, int64_t l, int64_t n) { std::copy_n(src + g, n, dst + l); });
+    }
+  });
 }
 
 template <typename F>
@@ -101,6 +124,7 @@ void GPT::Op(const char* name, F&& f) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   f();
+  if (be_->kind() != kernels::BackendKind::kCpu) Sync();  // the op's time, not its launch's
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (auto& [n, t] : op_seconds_) {
     if (n == name) {
@@ -111,21 +135,30 @@ void GPT::Op(const char* name, F&& f) {
   op_seconds_.emplace_back(name, dt);
 }
 
-void GPT::ZeroGrad() { std::fill(grads_.begin(), grads_.end(), 0.f); }
+void GPT::ZeroGrad() { be_->Zero(grads_.data(), grads_.size() * sizeof(float)); }
+
+void GPT::Sync() {
+  absl::Status s = be_->Synchronize();
+  if (!s.ok() && comm_status_.ok()) comm_status_ = std::move(s);
+}
 
 void GPT::EnsureActivations(int B, int T) {
   if (B == act_B_ && T == act_T_) return;
-  const ActivationLayout o = LayoutActivations(config_, shard_, B, T, recompute_);
-  act_.Assign(o.total * static_cast<size_t>(slots_));
+  const ActivationLayout o = LayoutActivations(config_, shard_, B, T, recompute_, be_->fused_attention());
+  act_.Assign(be_, o.total * static_cast<size_t>(slots_));
   off_ = o;
   act_B_ = B;
   act_T_ = T;
-  inputs_.assign(static_cast<size_t>(slots_), {});
+  tokens_per_slot_ = static_cast<size_t>(B) * T;
+  static_assert(sizeof(int32_t) == sizeof(float));
+  tokens_.Assign(be_, 2 * tokens_per_slot_ * static_cast<size_t>(slots_));
+  losses_.resize(tokens_per_slot_);
   Select(0);
 }
 
 void GPT::TpAllReduce(float* data, size_t n) {
   if (tp_comm_ == nullptr || shard_.tp == 1) return;
+  Sync();  // the communicator reads what the queued ops write
   absl::Status s = tp_comm_->AllReduceSum(data, n);
   if (!s.ok() && comm_status_.ok()) comm_status_ = s;
 }
@@ -138,40 +171,39 @@ void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B
   // adds the bias.
   const bool bias_here = shard_.tp_rank == 0;
   Op(name("layernorm fwd"), [&] {
-    k::layernorm_forward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
+    be_->LayerNormForward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
                          LayerAct(l, off_.ln1_rstd), residual, w.ln1w, w.ln1b, BT, C);
   });
   Op(name("matmul fwd"), [&] {
-    k::matmul_forward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * Ca);
+    be_->MatmulForward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * Ca);
   });
   Op(name("attention fwd"), [&] {
-    k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B,
-                         T, Ca, NH);
+    be_->AttentionForward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH);
   });
   Op(name("matmul fwd"), [&] {
-    k::matmul_forward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, bias_here ? w.projb : nullptr,
+    be_->MatmulForward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, bias_here ? w.projb : nullptr,
                       BT, Ca, C);
   });
   Op(name("tp all-reduce"), [&] { TpAllReduce(LayerAct(l, off_.attproj), static_cast<size_t>(BT) * C); });
   Op(name("residual fwd"), [&] {
-    k::residual_forward(LayerAct(l, off_.res2), residual, LayerAct(l, off_.attproj),
+    be_->ResidualForward(LayerAct(l, off_.res2), residual, LayerAct(l, off_.attproj),
                         static_cast<int64_t>(BT) * C);
   });
   Op(name("layernorm fwd"), [&] {
-    k::layernorm_forward(LayerAct(l, off_.ln2), LayerAct(l, off_.ln2_mean),
+    be_->LayerNormForward(LayerAct(l, off_.ln2), LayerAct(l, off_.ln2_mean),
                          LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), w.ln2w, w.ln2b, BT, C);
   });
   Op(name("matmul+gelu fwd"), [&] {
-    k::matmul_bias_gelu_forward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu),
+    be_->MatmulBiasGeluForward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu),
                                 LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, Fm);
   });
   Op(name("matmul fwd"), [&] {
-    k::matmul_forward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw,
+    be_->MatmulForward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw,
                       bias_here ? w.fcprojb : nullptr, BT, Fm, C);
   });
   Op(name("tp all-reduce"), [&] { TpAllReduce(LayerAct(l, off_.fcproj), static_cast<size_t>(BT) * C); });
   Op(name("residual fwd"), [&] {
-    k::residual_forward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
+    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
                         static_cast<int64_t>(BT) * C);
   });
 }
@@ -180,13 +212,12 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
   const int C = config_.n_embd;
   const int BT = B * T;
   if (shard_.first()) {
-    inputs_[static_cast<size_t>(slot_)].assign(inputs, inputs + BT);
     float* E = UnitParams(0);  // wte's rows at E, wpe at E + wpe offset
     // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions,
     // the group's sum is the embedding.
     const float* wpe = shard_.tp_rank == 0 ? E + tensors_[1].offset : nullptr;
     Op("encoder fwd", [&] {
-      k::encoder_forward_shard(A(off_.encoded), inputs, E, v0_, v0_ + Vl_, wpe, B, T, C);
+      be_->EncoderForward(A(off_.encoded), SlotTokens(), E, v0_, v0_ + Vl_, wpe, B, T, C);
     });
     ReleaseUnitParams(0);
     Op("tp all-reduce", [&] { TpAllReduce(A(off_.encoded), static_cast<size_t>(BT) * C); });
@@ -202,7 +233,7 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
   {
     float* F = UnitParams(head_unit());  // ln_f weight, then bias
     Op("layernorm fwd", [&] {
-      k::layernorm_forward(A(off_.lnf), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
+      be_->LayerNormForward(A(off_.lnf), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
     });
     ReleaseUnitParams(head_unit());
   }
@@ -210,45 +241,50 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
   // until the classifier's backward (or, without one, the end of ForwardStage).
   const float* W = UnitParams(wte_unit()) + wte_offset();
   Op("classifier matmul fwd", [&] {
-    k::matmul_forward(A(off_.logits), A(off_.lnf), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
+    be_->MatmulForward(A(off_.logits), A(off_.lnf), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
   });
 }
 
-static float MeanLoss(const float* losses, int n) {
+float GPT::MeanLoss(int n) {
+  be_->CopyToHost(losses_.data(), A(off_.losses), static_cast<size_t>(n) * sizeof(float));
   double s = 0.0;
-  for (int i = 0; i < n; ++i) s += losses[i];
+  for (int i = 0; i < n; ++i) s += losses_[static_cast<size_t>(i)];
   return static_cast<float>(s / n);
 }
 
-float GPT::Loss(const int32_t* targets, int B, int T, float dloss) {
+float GPT::Loss(int B, int T, float dloss) {
   const int BT = B * T;
+  const int32_t* targets = SlotTokens() + tokens_per_slot_;
   if (shard_.tp == 1) {
     if (dloss == 0.f) {
       Op("classifier xent fwd", [&] {
-        k::crossentropy_forward(A(off_.losses), A(off_.logits), targets, BT, config_.vocab_size);
+        be_->CrossEntropyForward(A(off_.losses), A(off_.logits), targets, BT, config_.vocab_size);
       });
     } else {
       Op("classifier softmax+xent", [&] {
-        k::crossentropy_fused_forward_backward(A(off_.losses), A(off_.logits), targets, dloss, BT,
+        be_->CrossEntropyFusedForwardBackward(A(off_.losses), A(off_.logits), targets, dloss, BT,
                                                config_.vocab_size);
       });
     }
-    return MeanLoss(A(off_.losses), BT);
+    return MeanLoss(BT);
   }
   // Vocabulary-parallel: each rank's row statistics, all-gathered, combined in rank order.
   const size_t n = static_cast<size_t>(BT) * 3;
-  xent_stats_.Assign(n * (static_cast<size_t>(shard_.tp) + 1));
+  if (xent_stats_.size() != n * (static_cast<size_t>(shard_.tp) + 1)) {
+    xent_stats_.Assign(be_, n * (static_cast<size_t>(shard_.tp) + 1));
+  }
   float* mine = xent_stats_.data() + n * static_cast<size_t>(shard_.tp);
   Op("classifier softmax+xent", [&] {
-    k::crossentropy_shard_stats(mine, A(off_.logits), targets, BT, Vl_, v0_);
+    be_->CrossEntropyShardStats(mine, A(off_.logits), targets, BT, Vl_, v0_);
     if (tp_comm_ != nullptr) {
+      Sync();  // the communicator reads the stats
       absl::Status s = tp_comm_->AllGather(mine, xent_stats_.data(), n);
       if (!s.ok() && comm_status_.ok()) comm_status_ = s;
     }
-    k::crossentropy_shard_finish(A(off_.losses), A(off_.logits), xent_stats_.data(), shard_.tp, targets, dloss, BT,
+    be_->CrossEntropyShardFinish(A(off_.losses), A(off_.logits), xent_stats_.data(), shard_.tp, targets, dloss, BT,
                                  Vl_, v0_);
   });
-  return MeanLoss(A(off_.losses), BT);
+  return MeanLoss(BT);
 }
 
 float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
@@ -258,12 +294,20 @@ float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale) {
   EnsureActivations(B, T);
   Select(slot);
+  // The tokens into the backend's memory: the encoder reads the inputs again in backward.
+  auto* tokens = reinterpret_cast<int32_t*>(tokens_.data()) + static_cast<size_t>(slot) * 2 * tokens_per_slot_;
+  const size_t bytes = static_cast<size_t>(B) * T * sizeof(int32_t);
+  if (shard_.first()) be_->CopyToDevice(tokens, inputs, bytes);
+  if (shard_.last() && targets != nullptr) be_->CopyToDevice(tokens + tokens_per_slot_, targets, bytes);
   RunForward(inputs, B, T);
-  if (!shard_.last()) return std::numeric_limits<float>::quiet_NaN();
-  if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
-  if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
-  // Mean over the B*T tokens, times 1/grad_accum.
-  return Loss(targets, B, T, dloss_scale / static_cast<float>(B * T));
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  if (shard_.last()) {
+    if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
+    // Mean over the B*T tokens, times 1/grad_accum.
+    if (targets != nullptr) loss = Loss(B, T, dloss_scale / static_cast<float>(B * T));
+  }
+  Sync();
+  return loss;
 }
 
 const float* GPT::stage_output(int slot) {
@@ -274,12 +318,14 @@ const float* GPT::stage_output(int slot) {
 void GPT::BackwardStage(int slot, int B, int T) {
   Select(slot);
   RunBackward(B, T);
+  Sync();
 }
 
 float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
                            float dloss_scale) {
   const float loss = ForwardStage(0, inputs, targets, B, T, dloss_scale);
   RunBackward(B, T);
+  Sync();
   return loss;
 }
 
@@ -295,18 +341,18 @@ void GPT::RunBackward(int B, int T) {
     float* dE = UnitGrads(wte_unit()) + wte_offset();
     const float* W = UnitParams(wte_unit()) + wte_offset();
     Op("classifier matmul bwd", [&] {
-      k::matmul_backward(A(off_.dlnf), dE, nullptr, A(off_.logits), A(off_.lnf), W, BT, C, Vl_,
+      be_->MatmulBackward(A(off_.dlnf), dE, nullptr, A(off_.logits), A(off_.lnf), W, BT, C, Vl_,
                          k::WeightLayout::kOutIn);
     });
     ReleaseUnitParams(wte_unit());  // this hold, and the forward's
     ReleaseUnitParams(wte_unit());
     Op("tp all-reduce", [&] { TpAllReduce(A(off_.dlnf), static_cast<size_t>(BT) * C); });
     const float* last = LayerAct(le_ - 1, off_.res3);
-    std::fill(dres, dres + static_cast<size_t>(BT) * C, 0.f);
+    be_->Zero(dres, static_cast<size_t>(BT) * C * sizeof(float));
     float* F = UnitParams(head_unit());
     float* dF = UnitGrads(head_unit());
     Op("layernorm bwd", [&] {
-      k::layernorm_backward(dres, dF, dF + C, A(off_.dlnf), last, F, A(off_.lnf_mean), A(off_.lnf_rstd), BT, C);
+      be_->LayerNormBackward(dres, dF, dF + C, A(off_.dlnf), last, F, A(off_.lnf_mean), A(off_.lnf_rstd), BT, C);
     });
     ReleaseUnitParams(head_unit());
     UnitGradsDone(head_unit());
@@ -321,46 +367,46 @@ void GPT::RunBackward(int B, int T) {
       ForwardLayer(l, w, residual, B, T, "recompute fwd");
     } else if (off_.recompute == Recompute::kSelective) {
       Op("recompute attention", [&] {
-        k::attention_forward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH);
+        be_->AttentionForward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH);
       });
     }
     // dres holds d(res3). MLP branch.
     Op("matmul+gelu bwd", [&] {
-      k::matmul_backward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu),
+      be_->MatmulBackward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu),
                          w.fcprojw, BT, Fm, C, k::WeightLayout::kInOut, LayerAct(l, off_.fch));
     });
     Op("matmul bwd", [&] {
-      k::matmul_backward(dln, g.fcw, g.fcb, A(off_.dfch), LayerAct(l, off_.ln2), w.fcw, BT, C, Fm);
+      be_->MatmulBackward(dln, g.fcw, g.fcb, A(off_.dfch), LayerAct(l, off_.ln2), w.fcw, BT, C, Fm);
     });
     // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
     Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
     // d(res2) = d(res3) + ln_2 backward
     Op("layernorm bwd", [&] {
-      k::layernorm_backward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), w.ln2w,
+      be_->LayerNormBackward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), w.ln2w,
                             LayerAct(l, off_.ln2_mean), LayerAct(l, off_.ln2_rstd), BT, C);
     });
     // Attention branch.
     Op("matmul bwd", [&] {
-      k::matmul_backward(A(off_.datty), g.projw, g.projb, dres, LayerAct(l, off_.atty), w.projw, BT,
+      be_->MatmulBackward(A(off_.datty), g.projw, g.projb, dres, LayerAct(l, off_.atty), w.projw, BT,
                          Ca, C);
     });
     Op("attention bwd", [&] {
-      k::attention_backward(A(off_.dqkv), A(off_.datt), A(off_.datty), LayerAct(l, off_.qkv),
-                            LayerAct(l, off_.att), B, T, Ca, NH);
+      be_->AttentionBackward(A(off_.dqkv), A(off_.datt), A(off_.datty), LayerAct(l, off_.qkv),
+                             LayerAct(l, off_.atty), LayerAct(l, off_.att), B, T, Ca, NH);
     });
     Op("matmul bwd", [&] {
-      k::matmul_backward(dln, g.qkvw, g.qkvb, A(off_.dqkv), LayerAct(l, off_.ln1), w.qkvw, BT, C,
+      be_->MatmulBackward(dln, g.qkvw, g.qkvb, A(off_.dqkv), LayerAct(l, off_.ln1), w.qkvw, BT, C,
                          3 * Ca);
     });
     // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
     // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
     // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
     // order lr that differ with any change of summation order. Its true value is 0.
-    std::fill(g.qkvb + Ca, g.qkvb + 2 * Ca, 0.f);
+    be_->Zero(g.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
     Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
     // d(residual_in) = d(res2) + ln_1 backward
     Op("layernorm bwd", [&] {
-      k::layernorm_backward(dres, g.ln1w, g.ln1b, dln, residual, w.ln1w, LayerAct(l, off_.ln1_mean),
+      be_->LayerNormBackward(dres, g.ln1w, g.ln1b, dln, residual, w.ln1w, LayerAct(l, off_.ln1_mean),
                             LayerAct(l, off_.ln1_rstd), BT, C);
     });
     ReleaseUnitParams(u);
@@ -369,7 +415,7 @@ void GPT::RunBackward(int B, int T) {
   if (!shard_.first()) return;  // dres holds d(input), for the previous stage
   float* dE = UnitGrads(0);
   Op("encoder bwd", [&] {
-    k::encoder_backward_shard(dE, dE + tensors_[1].offset, dres, inputs_[static_cast<size_t>(slot_)].data(), v0_, v0_ + Vl_, B, T, C);
+    be_->EncoderBackward(dE, dE + tensors_[1].offset, dres, SlotTokens(), v0_, v0_ + Vl_, B, T, C);
   });
   UnitGradsDone(0);
 }

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "common/buffer.h"
+#include "kernels/backend.h"
 #include "spec/model_layout.h"
 #include "worker/parallel/communicator.h"
 
@@ -29,12 +30,19 @@ class ParamHost {
   virtual void GradsDone(int unit) = 0;
 };
 
+// The model is written once over kernels::Backend: its parameters, gradients and activations
+// live in the backend's memory, and every op runs there. On the cpu backend (the default)
+// and cuda-emulated, host code may address that memory directly (params(), grads(),
+// logits(), the stage buffers); on cuda it is device memory, reached through
+// ReadParams/WriteParams and the backend's copies.
 class GPT {
  public:
   explicit GPT(const GPTConfig& config) : GPT(config, ModelShard{}) {}  // config must be valid
   // One shard of the model (tensor and pipeline parallel). Forward and backward all-reduce
   // over the tensor-parallel group (set_tp_comm) where the shards' partial sums meet.
-  GPT(const GPTConfig& config, const ModelShard& shard);
+  // backend: not owned; it outlives the model.
+  GPT(const GPTConfig& config, const ModelShard& shard, kernels::Backend* backend = &kernels::CpuBackend());
+  kernels::Backend& backend() const { return *be_; }
 
   const GPTConfig& config() const { return config_; }
   const ModelShard& shard() const { return shard_; }
@@ -48,10 +56,14 @@ class GPT {
   // (not owned) takes over every unit access; then a buffer it does not need may be freed
   // (ZeRO 2 frees the gradients, ZeRO 3 both) and re-allocated for whole-model work.
   void set_param_host(ParamHost* host) { host_ = host; }
-  void FreeParamBuffer() { params_ = FloatBuffer(); }
-  void FreeGradBuffer() { grads_ = FloatBuffer(); }
-  void AllocateParamBuffer() { if (params_.size() != num_params()) params_.Assign(num_params()); }
-  void AllocateGradBuffer() { if (grads_.size() != num_params()) grads_.Assign(num_params()); }
+  void FreeParamBuffer() { params_.Reset(); }
+  void FreeGradBuffer() { grads_.Reset(); }
+  void AllocateParamBuffer() { if (params_.size() != num_params()) params_.Assign(be_, num_params()); }
+  void AllocateGradBuffer() { if (grads_.size() != num_params()) grads_.Assign(be_, num_params()); }
+  // The parameters to or from host memory (num_params() floats), on any backend.
+  void ReadParams(float* host) const { be_->CopyToHost(host, params_.data(), num_params() * sizeof(float)); }
+  void WriteParams(const float* host) { be_->CopyToDevice(params_.data(), host, num_params() * sizeof(float)); }
+  void ReadGrads(float* host) const { be_->CopyToHost(host, grads_.data(), num_params() * sizeof(float)); }
   bool has_param_buffer() const { return params_.size() == num_params(); }
   bool has_grad_buffer() const { return grads_.size() == num_params(); }
   float* params() { return params_.data(); }
@@ -97,6 +109,8 @@ class GPT {
   float* stage_output_grad(int slot) { return Slot(slot) + off_.dres; }
   const float* stage_input_grad(int slot) { return Slot(slot) + off_.dres; }
   void set_tp_comm(parallel::Communicator* comm) { tp_comm_ = comm; }
+  // The first error of the tensor-parallel group or of the backend's ops (a model whose
+  // status is not OK has computed nothing reliable since).
   const absl::Status& comm_status() const { return comm_status_; }
 
   const float* logits() const { return act_.data() + off_.logits; }
@@ -151,12 +165,24 @@ class GPT {
   }
   // Sums a partial result over the tensor-parallel group (the first failure is kept).
   void TpAllReduce(float* data, size_t n);
+  // Waits for the backend's queued ops; keeps their first error in comm_status_.
+  void Sync();
+  // Runs fill(p) on the parameters as host memory: in place where the backend is host
+  // addressable, else on a host copy written back.
+  template <typename F>
+  void FillParamsOnHost(F&& fill);
+  // The current slot's tokens (inputs, then targets) in the backend's memory.
+  const int32_t* SlotTokens() const {
+    return reinterpret_cast<const int32_t*>(tokens_.data()) + static_cast<size_t>(slot_) * 2 * tokens_per_slot_;
+  }
   // Layer l's forward from its input `residual` (the ops of RunForward's loop).
   void ForwardLayer(int l, const LayerParams& w, const float* residual, int B, int T, const char* tag);
   void RunForward(const int32_t* inputs, int B, int T);
   // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
   // dloss != 0.
-  float Loss(const int32_t* targets, int B, int T, float dloss);
+  float Loss(int B, int T, float dloss);
+  // The mean of the current slot's n per-token losses (read back to the host).
+  float MeanLoss(int n);
   void RunBackward(int B, int T);
 
   template <typename F>
@@ -168,21 +194,24 @@ class GPT {
   int Ca_ = 0, NHa_ = 0, Fm_ = 0, Vl_ = 0, v0_ = 0;  // attention width, heads, MLP width, vocab rows, first row
   bool profiling_ = false;
   std::vector<std::pair<std::string, double>> op_seconds_;
+  kernels::Backend* be_;
   std::vector<ParamTensor> tensors_;
   std::vector<size_t> unit_begin_;
   ParamHost* host_ = nullptr;
   parallel::Communicator* tp_comm_ = nullptr;
   absl::Status comm_status_;
-  FloatBuffer params_;
-  FloatBuffer grads_;
-  FloatBuffer act_;
+  kernels::DeviceBuffer params_;
+  kernels::DeviceBuffer grads_;
+  kernels::DeviceBuffer act_;
   float* base_ = nullptr;  // the current slot's activations
   int slot_ = 0;
   ActivationLayout off_{};
   int act_B_ = 0, act_T_ = 0, slots_ = 1;
   Recompute recompute_ = Recompute::kNone;
-  std::vector<std::vector<int32_t>> inputs_;  // per slot
-  FloatBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
+  kernels::DeviceBuffer tokens_;  // per slot: inputs (B*T) then targets (B*T), as int32
+  size_t tokens_per_slot_ = 0;
+  std::vector<float> losses_;     // the host copy of the per-token losses
+  kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
 };
 
 }  // namespace gantry::model

@@ -11,16 +11,21 @@
 
 namespace gantry::train {
 
-namespace {
-// -1 for "cpu", else the CUDA ordinal.
-absl::StatusOr<int> ParseDevice(const std::string& device) {
-  if (device == "cpu") return -1;
-  if (device == "cuda") return 0;
-  int n = -1;
-  if (device.rfind("cuda:", 0) == 0 && absl::SimpleAtoi(device.substr(5), &n) && n >= 0) return n;
-  return absl::InvalidArgumentError(absl::StrCat("device '", device, "': expected cpu, cuda or cuda:N"));
+absl::StatusOr<DeviceName> ParseDevice(const std::string& device) {
+  const size_t colon = device.find(':');
+  const std::string kind = device.substr(0, colon);
+  DeviceName d;
+  auto k = kernels::ParseBackendKind(kind);
+  int n = 0;
+  if (k.ok() && (colon == std::string::npos ||
+                 (*k != kernels::BackendKind::kCpu && absl::SimpleAtoi(device.substr(colon + 1), &n) && n >= 0))) {
+    d.kind = *k;
+    d.ordinal = n;
+    return d;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("device '", device, "': expected cpu, cuda, cuda:N, cuda-emulated or cuda-emulated:N"));
 }
-}  // namespace
 
 int CudaDeviceCount() {
 #ifdef GANTRY_WITH_CUDA
@@ -40,11 +45,11 @@ absl::Status ValidateDevice(const std::string& device) { return ParseDevice(devi
 absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string& device,
                                                                const model::GPTConfig& config, int B, int T,
                                                                const DeviceOptions& options) {
-  auto ordinal = ParseDevice(device);
-  if (!ordinal.ok()) return ordinal.status();
-  if (*ordinal < 0) return std::unique_ptr<DeviceModel>();
+  auto name = ParseDevice(device);
+  if (!name.ok()) return name.status();
+  if (name->kind != kernels::BackendKind::kCuda) return std::unique_ptr<DeviceModel>();
 #ifdef GANTRY_WITH_CUDA
-  return CreateCudaModel(*ordinal, config, B, T, options);
+  return CreateCudaModel(name->ordinal, config, B, T, options);
 #else
   return absl::UnimplementedError(
       absl::StrCat("device ", device, ": this build has no CUDA (nvcc was not found when it was configured)"));

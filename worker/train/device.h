@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/backend.h"
 #include "worker/model/gpt.h"
 #include "worker/train/optimizer.h"
 
@@ -43,7 +44,12 @@ class DeviceModel {
 
 // CUDA devices visible to this process (0 in a build without CUDA).
 int CudaDeviceCount();
-// Checks a device name: "cpu", "cuda" (device 0) or "cuda:N".
+// A device name: "cpu", "cuda" or "cuda-emulated" (device 0), "cuda:N" or "cuda-emulated:N".
+struct DeviceName {
+  kernels::BackendKind kind = kernels::BackendKind::kCpu;
+  int ordinal = 0;
+};
+absl::StatusOr<DeviceName> ParseDevice(const std::string& device);
 absl::Status ValidateDevice(const std::string& device);
 // "cpu": null (the host loop). "cuda[:N]": the CUDA model for micro-batches up to (B, T);
 // UNIMPLEMENTED in a build without CUDA, UNAVAILABLE without a visible device.

@@ -77,7 +77,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   if (sharded) {
     shard = model::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage);
   }
-  t->model_ = std::make_unique<model::GPT>(spec.model, shard);
+  ASSIGN_OR_RETURN(const DeviceName device, ParseDevice(options.device));
+  kernels::Backend* backend = &kernels::CpuBackend();
+  if (device.kind == kernels::BackendKind::kCudaEmulated) {
+    // The model's ops run the CUDA code under the emulator; its memory is host memory, so
+    // that ZeRO, AdamW, the checkpoints and Gloo reach it as on cpu.
+    kernels::BackendOptions bo;
+    bo.fused_attention = options.device_options.fused_attention;
+    ASSIGN_OR_RETURN(t->backend_, kernels::CreateBackend(device.kind, device.ordinal, bo));
+    backend = t->backend_.get();
+    if (t->speaker()) std::fprintf(options.out, "device %s\n", backend->Describe().c_str());
+  }
+  t->model_ = std::make_unique<model::GPT>(spec.model, shard, backend);
   t->model_->InitRandom(spec.train.seed);
   if (!options.init_from.empty()) {
     if (shard.whole()) {
@@ -148,8 +159,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   }
   t->engine_->Shard();
   RETURN_IF_ERROR(t->engine_->StartRemote(t->start_step_));
-  RETURN_IF_ERROR(ValidateDevice(options.device));
-  if (options.device != "cpu") {
+  if (device.kind == kernels::BackendKind::kCuda) {
     if (spec.world_size() > 1 || spec.parallel.zero_stage > 0 || spec.optimizer.placement != "worker") {
       return absl::UnimplementedError(absl::StrCat(
           "device ", options.device, " trains one rank with ZeRO 0 and worker placement for now (the spec has dp ",

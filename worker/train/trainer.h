@@ -42,8 +42,9 @@ struct TrainOptions {
   // The partition map's interior bounds (flat parameter index, ascending): each rank's
   // checkpoint part is cut there, one file per shard server's range.
   std::vector<size_t> checkpoint_cuts;
-  // Where the step runs: "cpu", or "cuda[:N]" (train/device.h): one rank, ZeRO 0, worker
-  // placement for now.
+  // Where the step runs (train/device.h): "cpu"; "cuda[:N]", one rank, ZeRO 0, worker
+  // placement for now; or "cuda-emulated[:N]": the model on the cuda-emulated backend
+  // (kernels/backend.h), every layout.
   std::string device = "cpu";
   DeviceOptions device_options;  // how an accelerator runs (fused attention by default)
   bool print_losses = false; // "step N loss X" with 9 significant digits
@@ -135,6 +136,7 @@ class Trainer {
   parallel::Groups* groups_ = nullptr;
   Schedule schedule_ = Schedule::k1F1B;
   int slots_ = 1;
+  std::unique_ptr<kernels::Backend> backend_;  // the model's, unless cpu (before model_: outlives it)
   std::unique_ptr<model::GPT> model_;
   parallel::SoloCommunicator solo_;  // the group of one process when options.comm is null
   std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first

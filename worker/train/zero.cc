@@ -35,7 +35,7 @@ float* ZeroEngine::Pool::Take(size_t n) {
   if (!best) {
     slots_.push_back(std::make_unique<Slot>());
     best = slots_.back().get();
-    best->buf.Assign(n);
+    best->buf.Assign(backend_, n);
   }
   best->used = true;
   return best->buf.data();
@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   if (!(bucket_mb > 0)) return absl::InvalidArgumentError(absl::StrCat("bucket size ", bucket_mb, " MB must be > 0"));
   std::unique_ptr<ZeroEngine> e(new ZeroEngine());
   e->model_ = model;
+  e->pool_.set_backend(&model->backend());
   e->remote_ = remote;
   e->mp_ = mp;
   for (const model::ParamTensor& t : model->tensors()) {

@@ -155,18 +155,21 @@ class ZeroEngine final : public model::ParamHost {
     int gathered_refs = 0;
     size_t size() const { return end - begin; }
   };
-  // Working buffers reused across steps (taken and given from both threads).
+  // Working buffers reused across steps (taken and given from both threads), in the model's
+  // backend's memory: the model reads gathered parameters and writes gradients there.
   class Pool {
    public:
+    void set_backend(kernels::Backend* backend) { backend_ = backend; }
     float* Take(size_t n);
     void Give(float* p);
     size_t allocated_bytes() const;
 
    private:
     struct Slot {
-      FloatBuffer buf;
+      kernels::DeviceBuffer buf;
       bool used = false;
     };
+    kernels::Backend* backend_ = &kernels::CpuBackend();
     mutable std::mutex mu_;
     std::vector<std::unique_ptr<Slot>> slots_;
   };
