@@ -563,41 +563,62 @@ void Cluster::ScheduleLocked() {
   std::set<std::string> queued;
   for (const auto& job : queue) queued.insert(job.id());
   for (auto it = stored_.begin(); it != stored_.end();) it = queued.count(it->first) ? std::next(it) : stored_.erase(it);
+  // First come, first served within a device kind: a job that cannot be placed yet holds
+  // back the later ones of its kind (resources.device), not those of other kinds, whose
+  // workers it could not use.
+  std::set<std::string> held;
   for (auto& job : queue) {
-    if (job.state() == v1::RESTARTING) {
-      if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
-          !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
-        timed_wait_ = true;  // Monitor retries
-        break;
-      }
-    }
-    // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
-    // workers allow (at least its smallest).
     const auto spec = SpecOf(job);
     if (!spec) {  // it parsed at submit: the stored record is damaged
       job.set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
       if (!Transition(job, v1::FAILED).ok()) return;
       continue;
     }
+    const std::string& device = spec->resources.device;
+    if (held.count(device)) continue;
+    auto hold = [&] { held.insert(device); };
+    if (job.state() == v1::RESTARTING) {
+      if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
+          !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
+        timed_wait_ = true;  // Monitor retries
+        hold();
+        continue;
+      }
+    }
     // What the shard servers hold of it, before it is placed again or from another job's
     // checkpoint: listed off the lock, and the lookup's end places it.
-    if (!StoredStepsKnownLocked(job, *spec, shard_addrs)) break;
+    if (!StoredStepsKnownLocked(job, *spec, shard_addrs)) {
+      hold();
+      continue;
+    }
+    // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
+    // workers allow (at least its smallest).
     const int tp = spec->parallel.tp, pp = spec->parallel.pp;
-    const int world = spec->elastic.enabled() ? spec->WorldFor(IdleWorkersLocked()) : spec->world_size();
-    if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
+    const int world = spec->elastic.enabled() ? spec->WorldFor(IdleWorkersLocked(spec->resources.device)) : spec->world_size();
+    if (world == 0) {  // not even its smallest dp: it waits (first come, first served)
+      hold();
+      continue;
+    }
     const int dp = world / (tp * pp);
     std::vector<WorkerState*> idle;
     std::vector<std::string> idle_hosts;
     for (auto& [wid, w] : workers_) {
       if (w.session == nullptr || w.info.state() != "idle") continue;
+      if (!placement::Offers(w.info.resources(), spec->resources.device)) continue;
       idle.push_back(&w);
       idle_hosts.push_back(w.info.resources().host());
     }
     std::vector<WorkerState*> chosen;
     for (size_t i : placement::ChooseWorkers(idle_hosts, world, tp)) chosen.push_back(idle[i]);
-    if (chosen.empty()) break;  // strict FIFO: later jobs wait
+    if (chosen.empty()) {  // later jobs of its kind wait
+      hold();
+      continue;
+    }
     // A parameter-server job waits for a shard server, as for workers.
-    if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") break;
+    if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") {
+      hold();
+      continue;
+    }
     const auto param_ranges = placement::ParamRanges(
         *spec, shard_addrs, [&](const std::string& server) { return shards_[server].data_address(); });
     // Where the ranks start: decided here, once, from the committed checkpoints.
@@ -727,9 +748,11 @@ void Cluster::CheckStallsLocked(int64_t now) {
   }
 }
 
-int Cluster::IdleWorkersLocked() const {
+int Cluster::IdleWorkersLocked(const std::string& device) const {
   int idle = 0;
-  for (const auto& [id, w] : workers_) idle += w.session != nullptr && w.info.state() == "idle";
+  for (const auto& [id, w] : workers_) {
+    idle += w.session != nullptr && w.info.state() == "idle" && placement::Offers(w.info.resources(), device);
+  }
   return idle;
 }
 
@@ -742,11 +765,15 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
     if (!job.ok() || job->generation() != generation || job->state() != v1::RUNNING) return;
     const auto spec = SpecOf(*job);
     if (!spec || !spec->elastic.enabled()) return;
-    // Queued jobs come first: growing is only for workers nobody waits for.
+    // Queued jobs of its device kind come first: growing is only for workers nobody waits for.
     auto jobs = store_->ListJobs();
-    if (!jobs.ok() || !placement::QueueOrder(*jobs).empty()) return;
+    if (!jobs.ok()) return;
+    for (const auto& q : placement::QueueOrder(*jobs)) {
+      const auto qs = SpecOf(q);
+      if (!qs || qs->resources.device == spec->resources.device) return;
+    }
     world = job->world_size();
-    target = spec->WorldFor(world + IdleWorkersLocked());
+    target = spec->WorldFor(world + IdleWorkersLocked(spec->resources.device));
   }
   if (target <= world) return;
   registry_->GetCounter("gantry_coordinator_elastic_resizes_total", "Elastic jobs placed again at another dp.").Inc();

@@ -154,7 +154,7 @@ class Cluster {
   void ApplyDone(const std::string& id, const v1::JobDone& d);
   // A commit ended (on the committer's executor): its event, the job's record, growth.
   void CheckpointEnded(const CheckpointCommitter::Checkpoint& c, const absl::StatusOr<std::vector<std::string>>& servers);
-  int IdleWorkersLocked() const;
+  int IdleWorkersLocked(const std::string& device) const;  // idle workers offering that device kind
   void Monitor();
   void UpdateGaugesLocked();
   absl::Status Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill);

@@ -37,6 +37,12 @@ int64_t RestartBackoffMs(int restarts_in_a_row);
 std::vector<std::string> MissingCheckpointServers(const v1::Job& job, const std::vector<std::string>& live,
                                                   int64_t now_ms, int64_t wait_ms);
 
+// Whether a worker offers the device kind a job's resources.device names (a worker that
+// reports none offers cpu).
+inline bool Offers(const v1::Resources& r, const std::string& device) {
+  return (r.device_kind().empty() ? std::string("cpu") : r.device_kind()) == device;
+}
+
 // Gang placement of `world` ranks over the idle workers, given by their hosts: the indices
 // of the chosen workers in rank order, or empty when they do not fit (all ranks or none).
 // Ranks are packed onto as few hosts as possible, hosts with the most idle workers first,

@@ -189,24 +189,34 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
     loaded = std::move(*jobs);
     all = &loaded;
   }
-  const std::vector<v1::Job> queue = placement::QueueOrder(*all);
+  // The queue of its device kind: jobs of other kinds wait for other workers.
+  const auto own_spec = cluster_->SpecOf(*job);
+  const std::string own_device = own_spec ? own_spec->resources.device : "cpu";
+  std::vector<v1::Job> queue;
+  for (auto& q : placement::QueueOrder(*all)) {
+    const auto qs = cluster_->SpecOf(q);
+    if ((qs ? qs->resources.device : "cpu") == own_device) queue.push_back(std::move(q));
+  }
   for (size_t i = 0; i < queue.size(); ++i) {
     if (queue[i].id() != job->id()) continue;
     job->set_queue_position(static_cast<int64_t>(i + 1));
     if (i > 0) {
-      job->set_waiting_for(absl::StrCat("queued behind ", queue[i - 1].id(), " (placement is first come, first served within a priority)"));
+      job->set_waiting_for(absl::StrCat("queued behind ", queue[i - 1].id(),
+                                        " (placement is first come, first served within a priority and device kind)"));
       break;
     }
     int alive = 0, idle = 0;
     for (const auto& w : cluster_->Workers()) {
+      if (!placement::Offers(w.resources(), own_device)) continue;
       alive += w.state() != "dead";
       idle += w.state() == "idle";
     }
-    const auto spec = cluster_->SpecOf(*job);
+    const auto& spec = own_spec;
     const int want = spec ? spec->MinWorld() : std::max(1, job->world_size()), tp = spec ? spec->parallel.tp : 1;
-    job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers",
+    const std::string kind = own_device == "cpu" ? "" : absl::StrCat(" ", own_device);
+    job->set_waiting_for(absl::StrCat("waiting for ", want, kind, want == 1 ? " worker" : " workers",
                                       tp > 1 ? absl::StrCat(" in groups of ", tp, " on one host") : "", " (", idle,
-                                      " idle of ", alive, " attached)"));
+                                      " idle of ", alive, kind, " attached)"));
     if (auto missing = cluster_->MissingCheckpointServers(*job); !missing.empty()) {
       job->set_waiting_for(absl::StrCat(job->waiting_for(), " and shard server ", absl::StrJoin(missing, ", "),
                                         " (holding its checkpoint of step ", job->checkpoint_step(), ")"));

@@ -125,6 +125,16 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
     return FieldError("optimizer.staleness", "applies to optimizer.placement shardserver only");
   }
   if (s.resources.workers < 0) return FieldError("resources.workers", "must be >= 1");
+  if (s.resources.device != "cpu" && s.resources.device != "cuda" && s.resources.device != "cuda-emulated") {
+    return FieldError("resources.device", absl::StrCat("is '", s.resources.device, "': cpu, cuda or cuda-emulated"));
+  }
+  if (s.resources.device == "cuda" &&
+      (s.world_size() > 1 || s.parallel.zero_stage > 0 || s.optimizer.placement != "worker")) {
+    return FieldError("resources.device",
+                      absl::StrCat("cuda trains one rank with ZeRO 0 and worker placement for now (dp ", s.parallel.dp,
+                                   ", tp ", s.parallel.tp, ", pp ", s.parallel.pp, ", zero_stage ",
+                                   s.parallel.zero_stage, "); cuda-emulated runs every layout"));
+  }
   if (s.resources.workers != 0 && s.resources.workers != s.world_size()) {
     return FieldError("resources.workers",
                       absl::StrCat(s.resources.workers, " workers asked for, but the parallel degrees need dp ",
@@ -228,7 +238,7 @@ std::string ToYaml(const JobSpec& s) {
     kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
   });
   section("optimizer", [&] { kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness); });
-  section("resources", [&] { kv("workers", s.resources.workers); });
+  section("resources", [&] { kv("workers", s.resources.workers), kv("device", s.resources.device); });
   section("scheduling", [&] { kv("priority", s.scheduling.priority), kv("max_restarts", s.scheduling.max_restarts); });
   if (s.elastic.enabled()) section("elastic", [&] { kv("min_dp", s.elastic.min_dp), kv("max_dp", s.elastic.max_dp); });
   out << YAML::EndMap;
@@ -297,7 +307,7 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                          {"timeout_s", Real(&s.parallel.timeout_s)},
                          {"schedule", Str(&s.parallel.schedule)}})},
        {"optimizer", sub({{"placement", Str(&s.optimizer.placement)}, {"staleness", Int(&s.optimizer.staleness)}})},
-       {"resources", sub({{"workers", Int(&s.resources.workers)}})},
+       {"resources", sub({{"workers", Int(&s.resources.workers)}, {"device", Str(&s.resources.device)}})},
        {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},
        {"elastic", sub({{"min_dp", Int(&s.elastic.min_dp)}, {"max_dp", Int(&s.elastic.max_dp)}})}}));
   if (!max_seq_given) s.model.max_seq_len = s.seq_len;

@@ -76,6 +76,9 @@ struct ElasticSpec {
 
 struct ResourcesSpec {
   int workers = 0;  // worker processes the job asks for; 0 = dp (the product of the degrees)
+  // The device kind the job runs on: cpu, cuda or cuda-emulated (the CUDA code path run by
+  // the CPU emulator). The coordinator places it only on workers that offer that kind.
+  std::string device = "cpu";
   bool operator==(const ResourcesSpec&) const = default;
 };
 

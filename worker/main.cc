@@ -10,13 +10,17 @@
 #include "common/daemon.h"
 #include "common/metrics.h"
 #include "worker/agent/agent.h"
+#include "worker/train/device.h"
 
 DEFINE_string(coordinator, "127.0.0.1:7070", "coordinator address");
 DEFINE_string(host, "", "host name to report (default: this machine's)");
 DEFINE_string(work_dir, "", "scratch directory of the jobs (checkpoints stream to the shard servers from memory); required");
 DEFINE_string(metrics_listen, "127.0.0.1:9490", "Prometheus /metrics address (port 0 picks one)");
 DEFINE_int32(threads, 0, "CPU threads for training (0: all the process may use)");
-DEFINE_string(device, "cpu", "where steps run: cpu, cuda or cuda:N (cuda: dp 1, ZeRO 0 jobs)");
+DEFINE_string(device, "cpu",
+              "the device this worker offers, and where its steps run: cpu, cuda[:N] (dp 1, ZeRO 0 jobs) or "
+              "cuda-emulated[:N] (the CUDA code path on the CPU emulator, every layout); jobs whose "
+              "resources.device names that kind are placed here");
 DEFINE_int32(heartbeat_ms, 1000, "heartbeat period");
 DEFINE_double(peak_flops, 0,
               "the device's peak FLOP/s for MFU; 0 on a CPU worker: the fp32 GEMM rate measured at start");
@@ -28,6 +32,10 @@ int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-worker --work_dir DIR [--coordinator HOST:PORT]");
   if (FLAGS_work_dir.empty()) {
     LOG(ERROR) << "--work_dir is required";
+    return 2;
+  }
+  if (auto d = gantry::train::ParseDevice(FLAGS_device); !d.ok()) {
+    LOG(ERROR) << "--device: " << d.status().message();
     return 2;
   }
   // Threads are configured (and pinned) by each job's thread, not here: a pinned main

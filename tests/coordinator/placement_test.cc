@@ -59,6 +59,16 @@ TEST(PlacementTest, RanksPackOntoTheFullestHostsAndTensorParallelGroupsNeverSpan
   EXPECT_EQ(placement::ChooseWorkers(hosts, 7, 1).size(), 7u);
 }
 
+TEST(PlacementTest, AWorkerOffersTheDeviceKindItReportsAndCpuWhenItReportsNone) {
+  v1::Resources r;
+  EXPECT_TRUE(placement::Offers(r, "cpu"));
+  EXPECT_FALSE(placement::Offers(r, "cuda-emulated"));
+  r.set_device_kind("cuda-emulated");
+  EXPECT_TRUE(placement::Offers(r, "cuda-emulated"));
+  EXPECT_FALSE(placement::Offers(r, "cpu"));
+  EXPECT_FALSE(placement::Offers(r, "cuda"));
+}
+
 TEST(PlacementTest, ParameterRangesCoverTheModelOnceOverTheServers) {
   train::JobSpec spec;
   spec.model.n_layer = 1;

@@ -293,6 +293,37 @@ TEST_F(RestartTest, RanksArePackedOntoTheHostWithTheMostIdleWorkers) {
   EXPECT_EQ(Assigned(sa.Take()), nullptr);
 }
 
+// resources.device: a cuda-emulated job goes to the workers that offer cuda-emulated, never to
+// an idle cpu worker, and waits while too few of them are idle. First come, first served
+// holds within a device kind only: a cpu job submitted behind the waiting one is placed on
+// the cpu workers at once.
+TEST_F(RestartTest, AJobIsPlacedOnlyOnWorkersOfItsDeviceKind) {
+  FakeSession cpu1, cpu2, emu1, emu2;
+  v1::Resources cpu, emu;
+  cpu.set_host("h");
+  emu.set_host("h");
+  emu.set_device_kind("cuda-emulated");
+  const std::string c1 = cluster_->AddWorker(&cpu1, cpu);
+  const std::string c2 = cluster_->AddWorker(&cpu2, cpu);
+  const std::string e1 = cluster_->AddWorker(&emu1, emu);
+  const std::string job = SubmitTinyJob(*cluster_, *store_, "gpu-path", 2,
+                                        "parallel: {dp: 2}\nresources: {device: cuda-emulated}\n");
+  EXPECT_EQ(Job(job).state(), v1::PENDING) << "two cpu workers are idle, but one cuda-emulated";
+  const std::string other = Submit(/*max_restarts=*/0, /*dp=*/2);
+  const v1::Job on_cpu = Job(other);
+  EXPECT_EQ(on_cpu.state(), v1::SCHEDULED) << "not held behind a job of another device kind";
+  ASSERT_EQ(on_cpu.workers_size(), 2);
+  EXPECT_EQ(on_cpu.workers(0), c1);
+  EXPECT_EQ(on_cpu.workers(1), c2);
+  EXPECT_EQ(Assigned(emu1.Take()), nullptr);
+  const std::string e2 = cluster_->AddWorker(&emu2, emu);
+  const v1::Job placed = Job(job);
+  ASSERT_EQ(placed.state(), v1::SCHEDULED);
+  ASSERT_EQ(placed.workers_size(), 2);
+  EXPECT_EQ(placed.workers(0), e1);
+  EXPECT_EQ(placed.workers(1), e2);
+}
+
 // 3D placement: a DP=2 x TP=2 job needs two hosts with 2 idle workers each. Hosts a (3 idle),
 // b (2) and c (1): one group on a, one on b; ranks 0-1 on a, 2-3 on b, and the assignments
 // carry dp 2, tp 2. With 1 idle worker per host it waits rather than split a group.

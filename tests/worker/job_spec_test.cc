@@ -32,6 +32,23 @@ TEST(JobSpecTest, ParsesMinimalSpecWithDefaults) {
   EXPECT_DOUBLE_EQ(s->train.grad_clip, 1.0);
 }
 
+TEST(JobSpecTest, ResourcesDeviceIsCheckedAndKeptThroughTheNormalisedSpec) {
+  auto s = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->resources.device, "cpu");
+  auto e = ParseJobSpec(With("resources: {device: cuda-emulated}\nparallel: {dp: 2, zero_stage: 1}\n"));
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto again = ParseJobSpec(ToYaml(*e));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->resources.device, "cuda-emulated");
+  EXPECT_NE(Error(With("resources: {device: tpu}\n")).find("field 'resources.device' is 'tpu': cpu, cuda or cuda-emulated"),
+            std::string::npos);
+  EXPECT_NE(Error(With("resources: {device: cuda}\nparallel: {dp: 2}\n"))
+                .find("cuda trains one rank with ZeRO 0 and worker placement for now"),
+            std::string::npos);
+  EXPECT_TRUE(ParseJobSpec(With("resources: {device: cuda}\n")).ok());
+}
+
 TEST(JobSpecTest, BundledDemoSpecParses) {
   auto s = LoadJobSpec(testing::SourcePath("configs/demo.yaml"));
   ASSERT_TRUE(s.ok()) << s.status();

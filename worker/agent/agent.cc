@@ -13,6 +13,7 @@
 #include "common/security.h"
 #include "kernels/matmul.h"
 #include "kernels/threads.h"
+#include "worker/train/device.h"
 
 namespace gantry::agent {
 namespace {
@@ -22,7 +23,10 @@ v1::Resources MyResources(const WorkerOptions& options_) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   r.set_host(options_.host.empty() ? host : options_.host);
-  r.set_device_kind("cpu");
+  // The kind this worker offers (--device, checked at start); a job of resources.device of
+  // that kind may be placed here.
+  const auto device = train::ParseDevice(options_.device);
+  r.set_device_kind(kernels::BackendKindName(device.ok() ? device->kind : kernels::BackendKind::kCpu));
   r.set_device_count(1);
   struct sysinfo si;
   if (sysinfo(&si) == 0) r.set_memory_bytes(static_cast<int64_t>(si.totalram) * si.mem_unit);

@@ -156,6 +156,7 @@ absl::Status Session::Train(const v1::Assignment& a) {
     std::fclose(log);
     return trainer.status();
   }
+  LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " runs on " << (*trainer)->model().backend().Describe();
   if (resume_source) {
     LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " read " << resume_source->bytes_read() << " of the "
               << resume_source->where() << " checkpoint's bytes (the ranges its layout needs)";
