@@ -208,6 +208,33 @@ TEST_F(TrainerTest, BadCheckpointsAreRefusedByName) {
 // The device option: a bad name, and a layout the device path does not run yet, are refused
 // with the reason before anything is allocated; without a visible GPU (this machine, CI) a
 // CUDA run is refused naming the device count (where CUDA is not built, saying so).
+// One rank on an accelerator runs whole on the device (DeviceModel: the GPT on the backend,
+// AdamW's state and update beside it). On cuda-emulated, which runs that path in CI: the
+// cpu losses and evaluations, and a checkpoint written from the device (synced back to the
+// host mirror) that resumes on cpu with the uninterrupted losses.
+TEST_F(TrainerTest, OneRankOnCudaEmulatedRunsOnTheDeviceWithTheCpuResults) {
+  auto cpu = Make(Spec(12));
+  ASSERT_TRUE(cpu->Run().ok());
+  TrainOptions emulated;
+  emulated.device = "cuda-emulated";
+  emulated.stop_after = 6;
+  auto dev = Make(Spec(12, /*ckpt_every=*/6), emulated);
+  ASSERT_TRUE(dev->Run().ok());
+  const auto want = Losses(*cpu), got = Losses(*dev);
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
+  ASSERT_GE(dev->val_losses().size(), 2u);
+  EXPECT_NEAR(dev->val_losses()[1].second, cpu->val_losses()[1].second, 1e-5 * cpu->val_losses()[1].second)
+      << "evaluation on the device";
+  TrainOptions resume;
+  resume.resume = true;
+  auto rest = Make(Spec(12, 6), resume);
+  ASSERT_TRUE(rest->Run().ok());
+  const auto tail = Losses(*rest);
+  ASSERT_EQ(tail.size(), 6u);
+  for (size_t i = 0; i < tail.size(); ++i) EXPECT_NEAR(tail[i], want[i + 6], 1e-5 * want[i + 6]) << "step " << i + 7;
+}
+
 TEST_F(TrainerTest, DevicesThatCannotRunAreRefusedWithTheReason) {
   TrainOptions o;
   o.out = devnull_;

@@ -5,8 +5,6 @@
 
 #ifdef GANTRY_WITH_CUDA
 #include <cuda_runtime.h>
-
-#include "worker/train/cuda_model.h"
 #endif
 
 namespace gantry::train {
@@ -47,13 +45,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string
                                                                const DeviceOptions& options) {
   auto name = ParseDevice(device);
   if (!name.ok()) return name.status();
-  if (name->kind != kernels::BackendKind::kCuda) return std::unique_ptr<DeviceModel>();
-#ifdef GANTRY_WITH_CUDA
-  return CreateCudaModel(name->ordinal, config, B, T, options);
-#else
-  return absl::UnimplementedError(
-      absl::StrCat("device ", device, ": this build has no CUDA (nvcc was not found when it was configured)"));
-#endif
+  if (name->kind == kernels::BackendKind::kCpu) return std::unique_ptr<DeviceModel>();
+  kernels::BackendOptions bo;
+  bo.fused_attention = options.fused_attention;
+  auto backend = kernels::CreateBackend(name->kind, name->ordinal, bo);
+  if (!backend.ok()) return backend.status();
+  return CreateBackendModel(std::move(*backend), config, B, T);
 }
 
 }  // namespace gantry::train

@@ -58,6 +58,10 @@ struct DeviceOptions {
   // probabilities are never stored) rather than by cuBLAS batched GEMMs over them.
   bool fused_attention = true;
 };
+// The model::GPT of an accelerator backend as a DeviceModel (AdamW's state and update on the
+// device too).
+absl::StatusOr<std::unique_ptr<DeviceModel>> CreateBackendModel(std::unique_ptr<kernels::Backend> backend,
+                                                                const model::GPTConfig& config, int B, int T);
 absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string& device,
                                                                const model::GPTConfig& config, int B, int T,
                                                                const DeviceOptions& options = {});
