@@ -52,7 +52,8 @@ double ActivationBytes(const PlanInput& in, const model::ModelShard& shard) {
   const auto& c = *in.model;
   const double slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
   if (in.precision == Precision::kFp32) {  // Gantry's own fp32 model: its activation buffer, exactly
-    return static_cast<double>(model::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute).total) *
+    return static_cast<double>(
+               model::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute, in.fused_attention).total) *
            4 * slots;
   }
   // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)); selective drops the
@@ -129,6 +130,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.microbatches = spec.grad_accum();
   in.recompute = spec.recompute();
   if (auto sched = ParseSchedule(spec.parallel.schedule); sched.ok()) in.schedule = *sched;
+  in.fused_attention = spec.resources.device != "cpu";  // the cuda backends' default
   return in;
 }
 

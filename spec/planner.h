@@ -33,6 +33,10 @@ struct PlanInput {
   int microbatches = 1;                     // per step and pipeline (gradient accumulation)
   model::Recompute recompute = model::Recompute::kNone;
   Schedule schedule = Schedule::k1F1B;      // pp > 1: how many micro-batches a stage keeps
+  // fp32: attention by the fused kernels of the cuda backends (resources.device cuda or
+  // cuda-emulated), which keep each query row's log-sum-exp (B, NH, T) where the cpu keeps
+  // the probabilities (B, NH, T, T).
+  bool fused_attention = false;
   double device_memory = 0;                 // bytes per GPU; 0: unknown
 };
 

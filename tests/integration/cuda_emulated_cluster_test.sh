@@ -9,7 +9,8 @@
 #    while only one of them is free it waits, saying for what, though the cpu worker is idle;
 #  - dp 2 with ZeRO 1, and tp 2, each give gantry-train's one-process cpu losses for 20 steps
 #    (<= 1e-5 relative), and the dp 2 job's checkpoint, exported, holds the one-process
-#    parameters;
+#    parameters, and each of its ranks holds the bytes `gantry plan --ranks` gives it (the
+#    planner counts the fused attention's log-sum-exps for a cuda-emulated job);
 #  - a cpu job (the default) runs on the cpu worker meanwhile.
 # Usage: cuda_emulated_cluster_test.sh BUILD_DIR
 set -uo pipefail
@@ -71,6 +72,8 @@ check "cpu dp 1 ($cpu1): one process's 20 losses" bash -c "$(declare -f same_los
 rel=$("$CLI" export "$dp2" --step 20 -o "$TMP/export-dp2" >/dev/null && "$TRAIN" compare "$TMP/export-dp2" "$TMP/one" | awk '{print $3}')
 check "the cuda-emulated dp 2 checkpoint, exported, holds the one-process parameters (relative difference ${rel:-none})" \
   awk -v r="$rel" 'BEGIN {exit !(r != "" && r + 0 <= 1e-5)}'
+check "cuda-emulated dp 2 ZeRO 1 ($dp2): each rank holds what gantry plan --ranks gives it (fused attention's activations)" \
+  as_planned "$dp2" "$TMP/dp2.yaml" 2 1 1
 check "the workers' logs name the backend the model ran on" bash -c "grep -q 'runs on cuda-emulated:0' '$TMP/cluster/worker1.log' && grep -q 'runs on cuda-emulated:0' '$TMP/cluster/worker2.log' && grep -q 'runs on cpu' '$TMP/cluster/worker3.log'"
 
 echo "$passed passed, $fail failed"

@@ -156,6 +156,7 @@ class ModelParallelTest : public ::testing::Test {
         "train: {steps: 20, micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, min_lr_ratio: 0.1, "
         "weight_decay: 0.1, grad_clip: 1.0, seed: 3, recompute: ", recompute_, "}\n"
         "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
+        "resources: {device: ", device_, "}\n"
         "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", zero_stage: ", zero, ", schedule: ", schedule_,
         "}\n"));
     EXPECT_TRUE(s.ok()) << s.status();
@@ -226,9 +227,7 @@ class ModelParallelTest : public ::testing::Test {
       if (!results[r].replicated.empty()) out.replicated.push_back(results[r].replicated[0]);
       if (r > 0 && !results[r].memory.empty()) out.memory.push_back(results[r].memory[0]);
     }
-    // The planner does not know the device yet: cuda's fused attention keeps (B, NH, T)
-    // log-sum-exps where the planner counts (B, NH, T, T) probabilities.
-    if (stop_after == 0 && !resume && device_ == "cpu") ExpectPlanned(l, zero, out.memory);
+    if (stop_after == 0 && !resume) ExpectPlanned(l, zero, out.memory);
     return out;
   }
   // The planner's bytes for each rank, from the spec alone, against what the rank held: model
@@ -245,7 +244,9 @@ class ModelParallelTest : public ::testing::Test {
       ASSERT_EQ(p.stage, c.stage);
       ASSERT_EQ(p.tp_rank, c.tp_rank);
       const MemoryAccount& m = memory[static_cast<size_t>(r)];
-      EXPECT_EQ(p.num_params * 4, static_cast<double>(m.params)) << what << " rank " << r;
+      // The whole shard's parameters are held, except under ZeRO 3, which keeps 1/dp of them
+      // between steps (its share, rounded up to whole bucket pieces: the 10% check below).
+      if (zero < 3) EXPECT_EQ(p.num_params * 4, static_cast<double>(m.params)) << what << " rank " << r;
       EXPECT_LE(std::fabs(p.bytes.model_state() / static_cast<double>(m.model_state()) - 1), 0.10)
           << what << " rank " << r << ": planned " << p.bytes.model_state() << ", held params " << m.params
           << " + grads " << m.grads << " + optimizer " << m.optimizer;
