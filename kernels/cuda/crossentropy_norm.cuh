@@ -18,15 +18,21 @@ constexpr int kRowThreads = 1024;
 
 // One block per row: the max, the sum of exponentials, the loss; with grad, the row is
 // overwritten by (softmax - onehot) * dloss.
-template <bool kGrad>
-__global__ void CrossEntropyKernel(float* losses, float* logits, const int32_t* targets, float dloss, int V) {
-  float* x = logits + static_cast<int64_t>(blockIdx.x) * V;
+// The block's row x (V): its max and the sum of exp(x - max), in every thread.
+__device__ inline float2 RowMaxSumExp(const float* x, int V) {
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
   mx = BlockMax(mx);
   float s = 0.f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(x[i] - mx);
-  s = BlockSum(s);
+  return make_float2(mx, BlockSum(s));
+}
+
+template <bool kGrad>
+__global__ void CrossEntropyKernel(float* losses, float* logits, const int32_t* targets, float dloss, int V) {
+  float* x = logits + static_cast<int64_t>(blockIdx.x) * V;
+  const float2 ms = RowMaxSumExp(x, V);
+  const float mx = ms.x, s = ms.y;
   const int target = targets[blockIdx.x];
   const float xt = x[target];
   __syncthreads();  // every thread has read x[target] before the row is overwritten
@@ -44,17 +50,12 @@ __global__ void CrossEntropyKernel(float* losses, float* logits, const int32_t* 
 __global__ void CrossEntropyShardStatsKernel(float* stats, const float* logits, const int32_t* targets, int V,
                                              int v_begin) {
   const float* x = logits + static_cast<int64_t>(blockIdx.x) * V;
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
-  mx = BlockMax(mx);
-  float s = 0.f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(x[i] - mx);
-  s = BlockSum(s);
+  const float2 ms = RowMaxSumExp(x, V);
   if (threadIdx.x == 0) {
     const int t = targets[blockIdx.x] - v_begin;
     float* out = stats + static_cast<int64_t>(blockIdx.x) * 3;
-    out[0] = mx;
-    out[1] = s;
+    out[0] = ms.x;
+    out[1] = ms.y;
     out[2] = t >= 0 && t < V ? x[t] : 0.f;
   }
 }
