@@ -118,6 +118,9 @@ class Backend {
   // The sum of g[i]^2 over n, read back to the host (it waits for the work queued).
   virtual double SumSquares(const float* g, int64_t n) = 0;
   virtual void Scale(float* g, int64_t n, float s) = 0;
+  // fp32 → bf16 (uint16_t), nearest with ties to even (kernels/cast.h), and back (exact).
+  virtual void CastToBf16(uint16_t* out, const float* in, int64_t n) = 0;
+  virtual void CastFromBf16(float* out, const uint16_t* in, int64_t n) = 0;
 };
 
 // The process's cpu backend (stateless; never freed).

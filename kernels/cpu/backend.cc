@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "kernels/backend.h"
 #include "kernels/crossentropy.h"
 #include "kernels/encoder.h"
@@ -123,6 +124,8 @@ class Cpu final : public Backend {
   }
   double SumSquares(const float* g, int64_t n) override { return sum_squares(g, n); }
   void Scale(float* g, int64_t n, float s) override { scale_inplace(g, n, s); }
+  void CastToBf16(uint16_t* out, const float* in, int64_t n) override { cast_to_bf16(out, in, n); }
+  void CastFromBf16(float* out, const uint16_t* in, int64_t n) override { cast_from_bf16(out, in, n); }
 
  private:
   void Keep(absl::Status s) {

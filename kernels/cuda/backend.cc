@@ -157,6 +157,12 @@ class Cuda final : public kernels::Backend {
     return host;
   }
   void Scale(float* g, int64_t n, float s) override { Keep(ScaleInplace(*ctx_, g, n, s)); }
+  void CastToBf16(uint16_t* out, const float* in, int64_t n) override {
+    Keep(GANTRY_CUDA_NS::CastToBf16(out, in, n, ctx_->stream()));
+  }
+  void CastFromBf16(float* out, const uint16_t* in, int64_t n) override {
+    Keep(GANTRY_CUDA_NS::CastFromBf16(out, in, n, ctx_->stream()));
+  }
 
  private:
   // Keeps the first error; true when s is OK.

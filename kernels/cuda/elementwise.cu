@@ -14,40 +14,40 @@ absl::Status CheckLength(int64_t n) {
   return absl::OkStatus();
 }
 
+// One thread per element: kernel(args..., n) over Blocks(n) blocks of kBlock.
+template <typename... Params, typename... Args>
+absl::Status Elementwise(void (*kernel)(Params...), int64_t n, cudaStream_t stream, Args... args) {
+  if (auto s = CheckLength(n); !s.ok()) return s;
+  if (n == 0) return absl::OkStatus();
+  GANTRY_LAUNCH(kernel, Blocks(n), kBlock, 0, stream)(args..., n);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status GeluForward(float* out, const float* inp, int64_t N, cudaStream_t stream) {
-  if (auto s = CheckLength(N); !s.ok()) return s;
-  if (N == 0) return absl::OkStatus();
-  GANTRY_LAUNCH(GeluForwardKernel, Blocks(N), kBlock, 0, stream)(out, inp, N);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return Elementwise(GeluForwardKernel, N, stream, out, inp);
 }
 
-absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t N,
-                          cudaStream_t stream) {
-  if (auto s = CheckLength(N); !s.ok()) return s;
-  if (N == 0) return absl::OkStatus();
-  GANTRY_LAUNCH(GeluBackwardKernel, Blocks(N), kBlock, 0, stream)(dinp, inp, dout, N);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t N, cudaStream_t stream) {
+  return Elementwise(GeluBackwardKernel, N, stream, dinp, inp, dout);
 }
 
-absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t N,
-                             cudaStream_t stream) {
-  if (auto s = CheckLength(N); !s.ok()) return s;
-  if (N == 0) return absl::OkStatus();
-  GANTRY_LAUNCH(ResidualForwardKernel, Blocks(N), kBlock, 0, stream)(out, a, b, N);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t N, cudaStream_t stream) {
+  return Elementwise(ResidualForwardKernel, N, stream, out, a, b);
 }
 
 absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t N, cudaStream_t stream) {
-  if (auto s = CheckLength(N); !s.ok()) return s;
-  if (N == 0) return absl::OkStatus();
-  GANTRY_LAUNCH(ResidualBackwardKernel, Blocks(N), kBlock, 0, stream)(da, db, dout, N);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return Elementwise(ResidualBackwardKernel, N, stream, da, db, dout);
+}
+
+absl::Status CastToBf16(uint16_t* out, const float* in, int64_t N, cudaStream_t stream) {
+  return Elementwise(CastToBf16Kernel, N, stream, out, in);
+}
+
+absl::Status CastFromBf16(float* out, const uint16_t* in, int64_t N, cudaStream_t stream) {
+  return Elementwise(CastFromBf16Kernel, N, stream, out, in);
 }
 
 absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s) {

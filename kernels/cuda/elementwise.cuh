@@ -36,6 +36,24 @@ __global__ void ResidualBackwardKernel(float* da, float* db, const float* dout, 
   db[i] += dout[i];
 }
 
+// fp32 ↔ bf16 (held as uint16_t), the twins of kernels/cast.h: round to nearest, ties to
+// even; a NaN stays a (quiet) NaN.
+__global__ void CastToBf16Kernel(uint16_t* out, const float* in, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t u = __float_as_uint(in[i]);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    out[i] = static_cast<uint16_t>((u >> 16) | 0x0040u);
+  } else {
+    out[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+__global__ void CastFromBf16Kernel(float* out, const uint16_t* in, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+}
+
 __global__ void ScaleKernel(float* g, int64_t n, float s) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) g[i] *= s;

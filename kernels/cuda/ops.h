@@ -24,6 +24,9 @@ absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t
                              cudaStream_t stream);
 // dout (N) → da (N) +=, db (N) +=
 absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t N, cudaStream_t stream);
+// in (N) fp32 → out (N) bf16 (uint16_t), nearest with ties to even; and back (exact)
+absl::Status CastToBf16(uint16_t* out, const float* in, int64_t N, cudaStream_t stream);
+absl::Status CastFromBf16(float* out, const uint16_t* in, int64_t N, cudaStream_t stream);
 // params, grads, m, v (N) → updated in place (fp32)
 absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t N,
                          const kernels::AdamWParams& hp, cudaStream_t stream);

@@ -19,6 +19,17 @@ using dim3 = emu::Dim3;
 using std::max;
 using std::min;
 
+inline unsigned __float_as_uint(float x) {
+  unsigned u;
+  __builtin_memcpy(&u, &x, sizeof(u));
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float x;
+  __builtin_memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
 inline void __syncthreads() { emu::SyncThreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::SyncWarp(); }
 inline float __shfl_sync(unsigned, float v, int src) { return emu::Exchange(v, static_cast<unsigned>(src)); }

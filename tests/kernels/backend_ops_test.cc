@@ -85,7 +85,9 @@ class BackendOpsTest : public ::testing::Test {
     be_ = std::move(*be);
   }
   void TearDown() override {
-    if (be_) EXPECT_TRUE(be_->Synchronize().ok());
+    if (be_) {
+      EXPECT_TRUE(be_->Synchronize().ok());
+    }
   }
   // The op's status so far on the backend under test (its errors are sticky).
   ::testing::AssertionResult Ok() {
@@ -350,6 +352,27 @@ TEST_F(BackendOpsTest, TheClassifierWholeAndVocabularyParallelMatchesTheCpuBacke
         EXPECT_LE(RelErr(shard_losses, fused_losses), kTol) << "the split loss is the whole one";
       }
     }
+  }
+}
+
+TEST_F(BackendOpsTest, Bf16CastsMatchTheCpuBackendBitForBit) {
+  for (int64_t n : {1, 7, 257, 1000, 70001}) {
+    SCOPED_TRACE(n);
+    auto x = Random(n, 21, 100.f);
+    const float edges[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3.4028235e38f, INFINITY, -INFINITY, -0.0f, 1e-40f, NAN};
+    for (size_t i = 0; i < std::size(edges) && i < x.size(); ++i) x[i] = edges[i];
+    std::vector<uint16_t> want(n);
+    std::vector<float> back(n);
+    cpu().CastToBf16(want.data(), x.data(), n);
+    cpu().CastFromBf16(back.data(), want.data(), n);
+    Dev<float> eX(be(), x), eBack(be(), n);
+    Dev<uint16_t> eB(be(), std::vector<uint16_t>(n, 0xffff));
+    be().CastToBf16(eB.get(), eX.get(), n);
+    be().CastFromBf16(eBack.get(), eB.get(), n);
+    ASSERT_TRUE(Ok());
+    EXPECT_EQ(eB.Host(), want);
+    const auto got = eBack.Host();
+    EXPECT_EQ(std::memcmp(got.data(), back.data(), n * sizeof(float)), 0);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "kernels/adamw.h"
+#include "kernels/cast.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/encoder.h"
@@ -156,7 +157,9 @@ void CheckAttention(SafetensorsFile& fx, const std::string& tag) {
       double s = 0;
       for (int u = 0; u < T; ++u) {
         const float p = att[(static_cast<size_t>(bh) * T + t) * T + u];
-        if (u > t) ASSERT_EQ(p, 0.f);
+        if (u > t) {
+          ASSERT_EQ(p, 0.f);
+        }
         s += p;
       }
       ASSERT_NEAR(s, 1.0, 1e-5);
@@ -203,6 +206,31 @@ TEST_F(KernelsTest, AdamWThreeStepsMatchTorch) {
 
 // Gradients of eps's size: each update is lr g / (|g|-ish + eps), where eps weighs as much as
 // g. The inputs are exact fp32, so the same kTol holds.
+// fp32 -> bf16 -> fp32 against PyTorch's .to(torch.bfloat16): random values over 80 binary
+// orders of magnitude and the edges (ties both ways, the largest finite and overflow to
+// inf, infinities, signed zeros, subnormals, NaN), bit for bit.
+TEST_F(KernelsTest, Bf16CastsMatchTorchBitForBit) {
+  const auto x = F("cast.x"), want = F("cast.bf16");
+  ASSERT_EQ(x.size(), want.size());
+  std::vector<uint16_t> b(x.size());
+  std::vector<float> back(x.size());
+  kernels::cast_to_bf16(b.data(), x.data(), static_cast<int64_t>(x.size()));
+  kernels::cast_from_bf16(back.data(), b.data(), static_cast<int64_t>(b.size()));
+  int nans = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(back[i])) << i;
+      ++nans;
+      continue;
+    }
+    uint32_t g, w;
+    std::memcpy(&g, &back[i], 4);
+    std::memcpy(&w, &want[i], 4);
+    EXPECT_EQ(g, w) << "element " << i << ": " << x[i] << " -> " << back[i] << ", torch " << want[i];
+  }
+  EXPECT_EQ(nans, 1);
+}
+
 TEST_F(KernelsTest, AdamWWithGradientsNearEpsMatchesTorch) {
   auto p = F("adamw_eps.p0");
   std::vector<float> m(p.size(), 0.f), v(p.size(), 0.f);

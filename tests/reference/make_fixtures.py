@@ -239,6 +239,16 @@ def make_kernels(out_dir):
         opt.step()
     out.update({"adamw_eps.p0": p0, "adamw_eps.g1": grads[0], "adamw_eps.g2": grads[1],
                 "adamw_eps.g3": grads[2], "adamw_eps.p3": f32(p64)})
+    # fp32 -> bf16 -> fp32 (round to nearest, ties to even): random values over many
+    # magnitudes, then the edges: ties both ways, the largest finite, overflow to inf,
+    # infinities, signed zeros, subnormals and NaN.
+    x = r(4000) * torch.exp2(torch.randint(-40, 40, (4000,), generator=g).to(torch.float32))
+    one = 1.0
+    edges = torch.tensor([one + 2**-8, one + 3 * 2**-8, -(one + 2**-8), one + 2**-8 + 2**-20, 3.3895314e38,
+                          3.4028235e38, float("inf"), float("-inf"), 0.0, -0.0, 1e-40, -3e-39, 1.17549435e-38,
+                          float("nan")], dtype=torch.float32)
+    x = torch.cat([x, edges])
+    out.update({"cast.x": x, "cast.bf16": x.to(torch.bfloat16).to(torch.float32)})
     save_file(out, os.path.join(out_dir, "kernels.safetensors"),
               metadata={"generator": "tests/reference/make_fixtures.py", "torch": torch.__version__})
     print(f"kernels: {len(out)} tensors")
