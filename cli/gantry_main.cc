@@ -534,11 +534,16 @@ int Run(const Options& o) {
       std::printf("%s\n", Json(resp).c_str());
       return 0;
     }
-    std::printf("%-10s %-20s %-8s %-6s %-10s %s\n", "WORKER", "HOST", "DEVICE", "STATE", "JOB", "LAST HEARTBEAT");
+    std::printf("%-10s %-20s %-8s %-6s %-10s %-16s %s\n", "WORKER", "HOST", "DEVICE", "STATE", "JOB", "LAST HEARTBEAT",
+                "GPU");
     for (const auto& w : resp.workers()) {
-      std::printf("%-10s %-20s %-8s %-6s %-10s %s\n", w.id().c_str(), w.resources().host().c_str(),
-                  absl::StrCat(w.resources().device_kind(), "x", w.resources().device_count()).c_str(), w.state().c_str(),
-                  w.job_id().empty() ? "-" : w.job_id().c_str(), When(w.last_heartbeat_unix_ms()).c_str());
+      const auto& r = w.resources();
+      const std::string gpu = r.device_name().empty()
+                                  ? "-"
+                                  : absl::StrFormat("%s, %.1f GB", r.device_name(), r.device_memory_bytes() / 1e9);
+      std::printf("%-10s %-20s %-8s %-6s %-10s %-16s %s\n", w.id().c_str(), r.host().c_str(),
+                  absl::StrCat(r.device_kind(), "x", r.device_count()).c_str(), w.state().c_str(),
+                  w.job_id().empty() ? "-" : w.job_id().c_str(), When(w.last_heartbeat_unix_ms()).c_str(), gpu.c_str());
     }
     return 0;
   }

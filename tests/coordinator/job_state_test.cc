@@ -15,8 +15,12 @@ TEST(JobStateTest, TheTableAllowsTheLifeOfAJobAndNothingAfterItsEnd) {
   for (v1::JobState from : all) {
     for (v1::JobState to : all) {
       allowed += TransitionAllowed(from, to);
-      if (Terminal(from)) EXPECT_FALSE(TransitionAllowed(from, to)) << "a final state is final";
-      if (from == to) EXPECT_FALSE(TransitionAllowed(from, to));
+      if (Terminal(from)) {
+        EXPECT_FALSE(TransitionAllowed(from, to)) << "a final state is final";
+      }
+      if (from == to) {
+        EXPECT_FALSE(TransitionAllowed(from, to));
+      }
     }
   }
   EXPECT_EQ(allowed, 3 + 5 + 4 + 3) << "the table in job_state.h";

@@ -4,7 +4,8 @@
 # the CPU emulator (kernels/emulated), with their groups on Gloo. Three workers on loopback
 # (deploy/local/cluster.sh --devices with 8 cuda-emulated workers and a cpu one, --per-host 2:
 # the cuda-emulated workers two to a host), one shard server:
-#  - `gantry workers` shows each worker's device kind;
+#  - `gantry workers` shows each worker's device kind, and the device (name, memory) of the
+#    cuda-emulated ones;
 #  - a job of resources.device cuda-emulated is placed on the cuda-emulated workers only, and
 #    while too few of them are free it waits, saying for what, though the cpu worker is idle;
 #  - dp 2 with ZeRO 1, and tp 2, each give gantry-train's one-process cpu losses for 20 steps
@@ -43,6 +44,9 @@ bash "$ROOT/deploy/local/cluster.sh" start --dir "$TMP/cluster" --workers 9 --sh
 source "$TMP/cluster/env"
 check "gantry workers shows each worker's device kind (8 cuda-emulated, 1 cpu)" bash -c \
   "[ \"\$('$CLI' workers | grep -c 'cuda-emulatedx1')\" -eq 8 ] && [ \"\$('$CLI' workers | grep -c ' cpux1 ')\" -eq 1 ]"
+check "gantry workers shows each cuda-emulated worker's device, with its memory, and none for the cpu one" bash -c \
+  "[ \"\$('$CLI' workers | grep -c 'cuda-emulatedx1 .* cuda-emulated:0, [0-9.]* GB\$')\" -eq 8 ] &&
+   '$CLI' workers | grep ' cpux1 ' | grep -q ' -\$'"
 
 same_losses() {  # same_losses WATCH_OUTPUT: 20 step losses within 1e-5 of one.txt
   paste <(grep '^step' "$1" | awk -F'|' '{print $2}' | awk '{print $2}') "$TMP/one.txt" |

@@ -28,6 +28,12 @@ v1::Resources MyResources(const WorkerOptions& options_) {
   const auto device = train::ParseDevice(options_.device);
   r.set_device_kind(kernels::BackendKindName(device.ok() ? device->kind : kernels::BackendKind::kCpu));
   r.set_device_count(1);
+  if (device.ok() && device->kind != kernels::BackendKind::kCpu) {  // its GPUs
+    const train::DeviceInventory inv = train::InventoryOf(*device);
+    r.set_device_count(inv.count);
+    r.set_device_name(inv.name);
+    r.set_device_memory_bytes(inv.memory_bytes);
+  }
   struct sysinfo si;
   if (sysinfo(&si) == 0) r.set_memory_bytes(static_cast<int64_t>(si.totalram) * si.mem_unit);
   return r;

@@ -1,5 +1,7 @@
 #include "worker/train/device.h"
 
+#include <sys/sysinfo.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -36,6 +38,30 @@ int CudaDeviceCount() {
 #else
   return 0;
 #endif
+}
+
+DeviceInventory InventoryOf(const DeviceName& device) {
+  DeviceInventory inv;
+  if (device.kind == kernels::BackendKind::kCudaEmulated) {
+    auto backend = kernels::CreateBackend(device.kind, device.ordinal);
+    if (!backend.ok()) return inv;
+    inv.count = 1;
+    inv.name = (*backend)->Describe();
+    struct sysinfo si;
+    if (sysinfo(&si) == 0) inv.memory_bytes = static_cast<int64_t>(si.totalram) * si.mem_unit;
+    return inv;
+  }
+#ifdef GANTRY_WITH_CUDA
+  if (device.kind == kernels::BackendKind::kCuda) {
+    inv.count = CudaDeviceCount();
+    cudaDeviceProp prop{};
+    if (inv.count > device.ordinal && cudaGetDeviceProperties(&prop, device.ordinal) == cudaSuccess) {
+      inv.name = prop.name;
+      inv.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    }
+  }
+#endif
+  return inv;
 }
 
 absl::Status ValidateDevice(const std::string& device) { return ParseDevice(device).status(); }

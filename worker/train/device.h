@@ -50,6 +50,14 @@ struct DeviceName {
   int ordinal = 0;
 };
 absl::StatusOr<DeviceName> ParseDevice(const std::string& device);
+// What a worker of that device offers, for its registration: the GPUs visible (cuda), or the
+// emulated device (cuda-emulated: one, whose memory is the host's). count 0 where none is.
+struct DeviceInventory {
+  int count = 0;
+  std::string name;
+  int64_t memory_bytes = 0;
+};
+DeviceInventory InventoryOf(const DeviceName& device);
 absl::Status ValidateDevice(const std::string& device);
 // "cpu": null (the host loop). "cuda[:N]": the CUDA model for micro-batches up to (B, T);
 // UNIMPLEMENTED in a build without CUDA, UNAVAILABLE without a visible device.
