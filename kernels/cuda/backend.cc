@@ -26,8 +26,8 @@ constexpr bool kHostAddressable = false;
 
 class Cuda final : public kernels::Backend {
  public:
-  Cuda(std::unique_ptr<Context> ctx, int device, std::string name, const kernels::BackendOptions& options)
-      : ctx_(std::move(ctx)), device_(device), name_(std::move(name)), fused_(options.fused_attention) {}
+  Cuda(std::unique_ptr<Context> ctx, std::string name, const kernels::BackendOptions& options)
+      : ctx_(std::move(ctx)), name_(std::move(name)), fused_(options.fused_attention) {}
   ~Cuda() override {
     (void)ctx_->Synchronize();
     if (scratch_ != nullptr) cudaFree(scratch_);
@@ -192,7 +192,6 @@ class Cuda final : public kernels::Backend {
   }
 
   std::unique_ptr<Context> ctx_;
-  const int device_;
   const std::string name_;
   const bool fused_;
   float* scratch_ = nullptr;
@@ -217,7 +216,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const k
 #if !defined(GANTRY_CUDA_EMULATED)
   absl::StrAppend(&name, " (", prop.name, ")");
 #endif
-  return std::unique_ptr<kernels::Backend>(new Cuda(std::move(*ctx), device, std::move(name), options));
+  return std::unique_ptr<kernels::Backend>(new Cuda(std::move(*ctx), std::move(name), options));
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

@@ -63,7 +63,6 @@ bool InDevice(const void* p, size_t bytes) {
 
 }  // namespace
 
-bool IsDeviceMemory(const void* ptr, size_t bytes) { return InDevice(ptr, bytes); }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return Fail(cudaErrorInvalidValue);

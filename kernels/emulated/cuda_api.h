@@ -80,8 +80,6 @@ cudaError_t cudaGetLastError();
 const char* cudaGetErrorName(cudaError_t err);
 const char* cudaGetErrorString(cudaError_t err);
 
-// Whether [ptr, ptr + bytes) lies in one cudaMalloc allocation (tests).
-bool IsDeviceMemory(const void* ptr, size_t bytes);
 
 // --- cuBLAS ---
 enum cublasStatus_t {

@@ -76,25 +76,25 @@ void GPT::InitRandom(uint64_t seed) {
   const std::vector<ParamTensor> all = ParameterLayout(config_);
   std::vector<float> whole;
   FillParamsOnHost([&](float* params) {
-  for (const ParamTensor& t : tensors_) {
-    size_t ti = 0;
-    while (all[ti].name != t.name) ++ti;
-    float* p = params + t.offset;
-    const bool is_ln = t.name.find("ln_") != std::string::npos;
-    if (is_ln && t.name.ends_with(".weight")) {
-      std::fill(p, p + t.numel, 1.0f);
-    } else if (t.shape.size() == 1 && t.global_shape.size() == 1) {
-      std::fill(p, p + t.numel, 0.0f);
-    } else {
-      const bool resid = t.name.ends_with("attn.c_proj.weight") || t.name.ends_with("mlp.c_proj.weight");
-      const double sd = resid ? std_resid : std_base;
-      Rng rng(MixSeed(seed, ti));
-      // A shard draws the whole tensor's stream and keeps its block.
-      whole.resize(all[ti].numel);
-      for (float& x : whole) x = static_cast<float>(rng.Normal() * sd);
-      ForEachRun(t, [&](int64_t g, int64_t l, int64_t n) { std::copy_n(whole.data() + g, n, p + l); });
+    for (const ParamTensor& t : tensors_) {
+      size_t ti = 0;
+      while (all[ti].name != t.name) ++ti;
+      float* p = params + t.offset;
+      const bool is_ln = t.name.find("ln_") != std::string::npos;
+      if (is_ln && t.name.ends_with(".weight")) {
+        std::fill(p, p + t.numel, 1.0f);
+      } else if (t.shape.size() == 1 && t.global_shape.size() == 1) {
+        std::fill(p, p + t.numel, 0.0f);
+      } else {
+        const bool resid = t.name.ends_with("attn.c_proj.weight") || t.name.ends_with("mlp.c_proj.weight");
+        const double sd = resid ? std_resid : std_base;
+        Rng rng(MixSeed(seed, ti));
+        // A shard draws the whole tensor's stream and keeps its block.
+        whole.resize(all[ti].numel);
+        for (float& x : whole) x = static_cast<float>(rng.Normal() * sd);
+        ForEachRun(t, [&](int64_t g, int64_t l, int64_t n) { std::copy_n(whole.data() + g, n, p + l); });
+      }
     }
-  }
   });
 }
 
@@ -208,7 +208,7 @@ void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B
   });
 }
 
-void GPT::RunForward(const int32_t* inputs, int B, int T) {
+void GPT::RunForward(int B, int T) {
   const int C = config_.n_embd;
   const int BT = B * T;
   if (shard_.first()) {
@@ -246,9 +246,13 @@ void GPT::RunForward(const int32_t* inputs, int B, int T) {
 }
 
 float GPT::MeanLoss(int n) {
-  be_->CopyToHost(losses_.data(), A(off_.losses), static_cast<size_t>(n) * sizeof(float));
+  const float* losses = A(off_.losses);
+  if (!be_->host_addressable()) {  // read back; on the others the host reads them in place
+    be_->CopyToHost(losses_.data(), losses, static_cast<size_t>(n) * sizeof(float));
+    losses = losses_.data();
+  }
   double s = 0.0;
-  for (int i = 0; i < n; ++i) s += losses_[static_cast<size_t>(i)];
+  for (int i = 0; i < n; ++i) s += losses[i];
   return static_cast<float>(s / n);
 }
 
@@ -299,7 +303,7 @@ float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
   const size_t bytes = static_cast<size_t>(B) * T * sizeof(int32_t);
   if (shard_.first()) be_->CopyToDevice(tokens, inputs, bytes);
   if (shard_.last() && targets != nullptr) be_->CopyToDevice(tokens + tokens_per_slot_, targets, bytes);
-  RunForward(inputs, B, T);
+  RunForward(B, T);
   float loss = std::numeric_limits<float>::quiet_NaN();
   if (shard_.last()) {
     if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows

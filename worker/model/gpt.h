@@ -177,7 +177,7 @@ class GPT {
   }
   // Layer l's forward from its input `residual` (the ops of RunForward's loop).
   void ForwardLayer(int l, const LayerParams& w, const float* residual, int B, int T, const char* tag);
-  void RunForward(const int32_t* inputs, int B, int T);
+  void RunForward(int B, int T);  // the first stage reads the slot's tokens
   // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
   // dloss != 0.
   float Loss(int B, int T, float dloss);
@@ -210,7 +210,7 @@ class GPT {
   Recompute recompute_ = Recompute::kNone;
   kernels::DeviceBuffer tokens_;  // per slot: inputs (B*T) then targets (B*T), as int32
   size_t tokens_per_slot_ = 0;
-  std::vector<float> losses_;     // the host copy of the per-token losses
+  std::vector<float> losses_;     // the host copy of the per-token losses (backends the host cannot address)
   kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
 };
 

@@ -1,9 +1,8 @@
-// Where a training step runs. "cpu" is the host loop (model::GPT with ZeroEngine); an
-// accelerator ("cuda:N") is a DeviceModel: the same GPT with its parameters, gradients, AdamW
-// state and activations in one device arena sized at Create, so that a step allocates
-// nothing. The trainer drives either with one loop (Trainer::Step); the host model keeps
-// the parameters and optimizer state for checkpoints, synced at each checkpoint and at the
-// end.
+// Where a training step runs. "cpu" is the host loop (model::GPT with ZeroEngine). One rank
+// on an accelerator ("cuda:N", "cuda-emulated:N") is a DeviceModel: the same GPT on that
+// backend, with AdamW's state and update beside it, its buffers allocated at Create so that
+// a step allocates nothing. The host model keeps the parameters and optimizer state for
+// checkpoints, synced at each checkpoint and at the end.
 #pragma once
 
 #include <cstdint>
@@ -58,9 +57,9 @@ struct DeviceInventory {
   int64_t memory_bytes = 0;
 };
 DeviceInventory InventoryOf(const DeviceName& device);
-absl::Status ValidateDevice(const std::string& device);
-// "cpu": null (the host loop). "cuda[:N]": the CUDA model for micro-batches up to (B, T);
-// UNIMPLEMENTED in a build without CUDA, UNAVAILABLE without a visible device.
+// "cpu": null (the host loop). "cuda[:N]" and "cuda-emulated[:N]": the GPT on that backend
+// (CreateBackendModel) for micro-batches up to (B, T); cuda is UNIMPLEMENTED in a build
+// without CUDA, UNAVAILABLE without a visible device.
 struct DeviceOptions {
   // CUDA: attention by the fused flash-style kernels (O(T) memory per row; the (T, T)
   // probabilities are never stored) rather than by cuBLAS batched GEMMs over them.
