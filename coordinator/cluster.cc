@@ -195,14 +195,18 @@ void Cluster::JobCancelled(const v1::Job& job) {
   rendezvous_.Drop(job.id());
   std::lock_guard<std::mutex> l(mu_);
   done_ranks_.erase({job.id(), job.generation()});
-  UpdateGaugesLocked();
-  for (const auto& wid : job.workers()) {
+  // Its workers are free at once: each is told to drop the job, and joins the job's threads
+  // before it starts the next assignment.
+  for (const auto& wid : std::set<std::string>(job.workers().begin(), job.workers().end())) {
     auto it = workers_.find(wid);
     if (it == workers_.end() || it->second.session == nullptr) continue;
     v1::CoordinatorMessage m;
     m.set_cancel_job_id(job.id());
     it->second.session->Send(m);
+    if (it->second.info.job_id() == job.id() && it->second.generation == job.generation()) it->second.Free();
   }
+  UpdateGaugesLocked();
+  ScheduleLocked();
 }
 
 std::string Cluster::AddWorker(WorkerSession* s, const v1::Resources& r) {
@@ -215,7 +219,11 @@ std::string Cluster::AddWorker(WorkerSession* s, const v1::Resources& r) {
   w.session = s;
   w.last_seen_ms = NowUnixMs();
   w.info.set_last_heartbeat_unix_ms(w.last_seen_ms);
-  LOG(INFO) << "worker " << id << " attached from " << r.host() << " (" << r.device_kind() << " x" << r.device_count() << ")";
+  LOG(INFO) << "worker " << id << " attached from " << r.host() << " (" << r.device_kind() << " x" << r.device_count()
+            << (r.device_name().empty() ? std::string() : ", " + r.device_name()) << ")";
+  if (placement::SlotsOf(r) == 0) {
+    LOG(WARNING) << "worker " << id << " offers " << r.device_kind() << " but reports no GPU: no rank is placed on it";
+  }
   v1::CoordinatorMessage m;
   m.set_worker_id(id);
   s->Send(m);
@@ -364,8 +372,8 @@ void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
                        Retryable(d.code()));
   }
   if (current) {  // not a late report of an earlier generation of a job it runs again
-    w->second.info.set_state("idle");
-    w->second.info.clear_job_id();
+    w->second.running.erase(d.rank());
+    if (w->second.running.empty()) w->second.Free();  // its last rank of the job
   }
   UpdateGaugesLocked();
   ScheduleLocked();
@@ -459,7 +467,7 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   const bool restart = planned || (retryable && job->restarts() < max_restarts);
   // The other ranks drop this generation now: their collectives fail at once rather than
   // wait out the timeout.
-  for (const auto& wid : job->workers()) {
+  for (const auto& wid : std::set<std::string>(job->workers().begin(), job->workers().end())) {
     auto it = workers_.find(wid);
     if (it == workers_.end() || it->second.session == nullptr) continue;
     v1::CoordinatorMessage m;
@@ -469,8 +477,7 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
       m.set_abort_job_id(job_id);
     }
     it->second.session->Send(m);
-    it->second.info.set_state("idle");  // an assignment waits for its job thread to end
-    it->second.info.clear_job_id();
+    it->second.Free();  // an assignment waits for the job's threads to end
   }
   job->clear_workers();
   done_ranks_.erase({job_id, generation});
@@ -521,14 +528,14 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool e
   if (!job_id.empty()) {
     auto job = store_->GetJob(job_id);
     if (job.ok()) {
-      int rank = -1;
+      std::vector<int> ranks;
       for (int r = 0; r < job->workers_size(); ++r) {
-        if (job->workers(r) == id) rank = r;
+        if (job->workers(r) == id) ranks.push_back(r);
       }
       const std::string reason =
           absl::StrCat("worker ", id, " (", it->second.info.resources().host(),
-                       rank >= 0 ? absl::StrCat(", rank ", rank) : std::string(), ") was lost at step ", job->steps_done(),
-                       ": ", why);
+                       ranks.empty() ? std::string() : absl::StrCat(ranks.size() > 1 ? ", ranks " : ", rank ", absl::StrJoin(ranks, ", ")),
+                       ") was lost at step ", job->steps_done(), ": ", why);
       const int64_t generation = job->generation();
       // After the job's commits in flight, as its end of job: the restart then resumes
       // from the checkpoint its parts completed.
@@ -540,7 +547,8 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool e
       });
       if (!deferred) EndPlacementLocked(job_id, generation, reason, /*retryable=*/true);
     }
-    it->second.info.clear_job_id();
+    it->second.Free();
+    it->second.info.set_state("dead");
   }
   UpdateGaugesLocked();
   ScheduleLocked();
@@ -594,22 +602,27 @@ void Cluster::ScheduleLocked() {
     // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
     // workers allow (at least its smallest).
     const int tp = spec->parallel.tp, pp = spec->parallel.pp;
-    const int world = spec->elastic.enabled() ? spec->WorldFor(IdleWorkersLocked(spec->resources.device)) : spec->world_size();
+    const int world = spec->elastic.enabled() ? spec->WorldFor(IdleSlotsLocked(spec->resources.device)) : spec->world_size();
     if (world == 0) {  // not even its smallest dp: it waits (first come, first served)
       hold();
       continue;
     }
     const int dp = world / (tp * pp);
     std::vector<WorkerState*> idle;
-    std::vector<std::string> idle_hosts;
+    std::vector<placement::IdleWorker> idle_slots;
     for (auto& [wid, w] : workers_) {
       if (w.session == nullptr || w.info.state() != "idle") continue;
       if (!placement::Offers(w.info.resources(), spec->resources.device)) continue;
       idle.push_back(&w);
-      idle_hosts.push_back(w.info.resources().host());
+      idle_slots.push_back({w.info.resources().host(), placement::SlotsOf(w.info.resources())});
     }
-    std::vector<WorkerState*> chosen;
-    for (size_t i : placement::ChooseWorkers(idle_hosts, world, tp)) chosen.push_back(idle[i]);
+    // Rank r runs on chosen[r].first, as its local rank chosen[r].second (its device ordinal).
+    std::vector<std::pair<WorkerState*, int>> chosen;
+    std::map<WorkerState*, int> local_world;
+    for (const auto& slot : placement::ChooseSlots(idle_slots, world, tp)) {
+      chosen.emplace_back(idle[slot.worker], slot.local);
+      ++local_world[idle[slot.worker]];
+    }
     if (chosen.empty()) {  // later jobs of its kind wait
       hold();
       continue;
@@ -637,20 +650,24 @@ void Cluster::ScheduleLocked() {
     job.set_generation(job.generation() + 1);
     job.set_world_size(world);
     job.clear_workers();
-    for (auto* w : chosen) job.add_workers(w->info.id());
+    for (const auto& [w, local] : chosen) job.add_workers(w->info.id());
     std::string where;
     for (size_t r = 0; r < chosen.size(); ++r) {
-      absl::StrAppend(&where, r ? ", " : "", chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "",
-                      chosen[r]->info.id(), " (", chosen[r]->info.resources().host(), ")");
+      const auto& [w, local] = chosen[r];
+      const bool gpus = !placement::Offers(w->info.resources(), "cpu");
+      absl::StrAppend(&where, r ? ", " : "", chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "", w->info.id(), " (",
+                      w->info.resources().host(), gpus ? absl::StrCat(" gpu ", local) : std::string(), ")");
     }
     if (!Transition(job, v1::SCHEDULED, absl::StrCat("placed: ", where)).ok()) return;
     registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds", "Submit (or re-queue) to placement.",
                             metrics::ExponentialBuckets(0.01, 4, 8))
         .Observe(static_cast<double>(now - t_submit) / 1000.0);
     for (size_t r = 0; r < chosen.size(); ++r) {
-      WorkerState* w = chosen[r];
+      const auto& [w, local] = chosen[r];
       w->info.set_state("busy");
       w->info.set_job_id(job.id());
+      w->info.add_ranks(static_cast<int>(r));
+      w->running.insert(static_cast<int>(r));
       w->generation = job.generation();
       v1::CoordinatorMessage m;
       v1::Assignment* a = m.mutable_assign();
@@ -664,6 +681,8 @@ void Cluster::ScheduleLocked() {
       a->set_dp(dp);
       a->set_tp(tp);
       a->set_pp(pp);
+      a->set_local_rank(local);
+      a->set_local_world(local_world[w]);
       for (const auto& s : shard_addrs) a->add_shard_servers(s);
       a->mutable_param_ranges()->Assign(param_ranges.begin(), param_ranges.end());
       w->session->Send(m);
@@ -719,7 +738,7 @@ void Cluster::CheckStallsLocked(int64_t now) {
     std::map<int, std::pair<std::string, uint64_t>> ranks;  // rank → (worker, collectives done)
     for (const auto& [wid, w] : workers_) {
       if (w.session == nullptr || w.last_hb.job_id() != job_id || w.last_hb.generation() != p.generation) continue;
-      ranks[w.last_hb.rank()] = {wid, w.last_hb.collectives_done()};
+      for (const auto& rp : w.last_hb.ranks()) ranks[rp.rank()] = {wid, rp.collectives_done()};
     }
     uint64_t most = 0;
     for (const auto& [r, x] : ranks) most = std::max(most, x.second);
@@ -748,10 +767,12 @@ void Cluster::CheckStallsLocked(int64_t now) {
   }
 }
 
-int Cluster::IdleWorkersLocked(const std::string& device) const {
+int Cluster::IdleSlotsLocked(const std::string& device) const {
   int idle = 0;
   for (const auto& [id, w] : workers_) {
-    idle += w.session != nullptr && w.info.state() == "idle" && placement::Offers(w.info.resources(), device);
+    if (w.session != nullptr && w.info.state() == "idle" && placement::Offers(w.info.resources(), device)) {
+      idle += placement::SlotsOf(w.info.resources());
+    }
   }
   return idle;
 }
@@ -773,7 +794,7 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
       if (!qs || qs->resources.device == spec->resources.device) return;
     }
     world = job->world_size();
-    target = spec->WorldFor(world + IdleWorkersLocked(spec->resources.device));
+    target = spec->WorldFor(world + IdleSlotsLocked(spec->resources.device));
   }
   if (target <= world) return;
   registry_->GetCounter("gantry_coordinator_elastic_resizes_total", "Elastic jobs placed again at another dp.").Inc();

@@ -122,7 +122,16 @@ class Cluster {
     WorkerSession* session = nullptr;
     int64_t last_seen_ms = 0;
     int64_t generation = 0;  // of the job assignment it runs (info.job_id)
+    std::set<int> running;   // the ranks of it not done yet (busy while any is)
     v1::Heartbeat last_hb;   // the last heartbeat that named a job
+    // The worker runs no job any more (its job threads may still be ending: the worker
+    // joins them before it starts the next assignment).
+    void Free() {
+      info.set_state("idle");
+      info.clear_job_id();
+      info.clear_ranks();
+      running.clear();
+    }
   };
   struct Progress {  // of a running job, for stall detection
     int64_t generation = 0, step = 0, at_ms = 0;
@@ -154,7 +163,7 @@ class Cluster {
   void ApplyDone(const std::string& id, const v1::JobDone& d);
   // A commit ended (on the committer's executor): its event, the job's record, growth.
   void CheckpointEnded(const CheckpointCommitter::Checkpoint& c, const absl::StatusOr<std::vector<std::string>>& servers);
-  int IdleWorkersLocked(const std::string& device) const;  // idle workers offering that device kind
+  int IdleSlotsLocked(const std::string& device) const;  // ranks the idle workers offering that device kind can host
   void Monitor();
   void UpdateGaugesLocked();
   absl::Status Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill);

@@ -39,17 +39,40 @@ std::vector<std::string> MissingCheckpointServers(const v1::Job& job, const std:
   return out;
 }
 
-std::vector<size_t> ChooseWorkers(const std::vector<std::string>& idle_hosts, int world, int tp) {
+std::vector<Slot> ChooseSlots(const std::vector<IdleWorker>& idle, int world, int tp) {
+  // Hosts in name order, then the fullest first; a host's workers with the most slots first.
   std::map<std::string, std::vector<size_t>> by_host;
-  for (size_t i = 0; i < idle_hosts.size(); ++i) by_host[idle_hosts[i]].push_back(i);
-  std::vector<const std::vector<size_t>*> hosts;
-  for (const auto& [host, ws] : by_host) hosts.push_back(&ws);
-  std::stable_sort(hosts.begin(), hosts.end(), [](auto* a, auto* b) { return a->size() > b->size(); });
-  std::vector<size_t> chosen;
+  for (size_t i = 0; i < idle.size(); ++i) by_host[idle[i].host].push_back(i);
+  std::vector<std::pair<int, std::vector<size_t>>> hosts;  // (idle slots, workers)
+  for (auto& [host, ws] : by_host) {
+    std::stable_sort(ws.begin(), ws.end(), [&](size_t a, size_t b) { return idle[a].slots > idle[b].slots; });
+    int slots = 0;
+    for (size_t w : ws) slots += std::max(0, idle[w].slots);
+    hosts.emplace_back(slots, ws);
+  }
+  std::stable_sort(hosts.begin(), hosts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<Slot> chosen;
+  if (world < 1) return chosen;
+  // Best fit: the whole job on one worker.
+  const size_t none = idle.size();
+  size_t best = none;
+  for (const auto& [slots, ws] : hosts) {
+    for (size_t w : ws) {
+      if (idle[w].slots >= world && (best == none || idle[w].slots < idle[best].slots)) best = w;
+    }
+  }
+  if (best != none) {
+    for (int r = 0; r < world; ++r) chosen.push_back({best, r});
+    return chosen;
+  }
   const size_t group = static_cast<size_t>(std::max(1, tp));
-  for (const auto* ws : hosts) {
-    for (size_t g = 0; g + group <= ws->size(); g += group) {
-      for (size_t i = 0; i < group && static_cast<int>(chosen.size()) < world; ++i) chosen.push_back((*ws)[g + i]);
+  for (const auto& [slots, ws] : hosts) {
+    std::vector<Slot> host_slots;  // worker-major
+    for (size_t w : ws) {
+      for (int l = 0; l < idle[w].slots; ++l) host_slots.push_back({w, l});
+    }
+    for (size_t g = 0; g + group <= host_slots.size(); g += group) {
+      for (size_t i = 0; i < group && static_cast<int>(chosen.size()) < world; ++i) chosen.push_back(host_slots[g + i]);
     }
   }
   if (static_cast<int>(chosen.size()) < world) chosen.clear();

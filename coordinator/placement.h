@@ -43,12 +43,30 @@ inline bool Offers(const v1::Resources& r, const std::string& device) {
   return (r.device_kind().empty() ? std::string("cpu") : r.device_kind()) == device;
 }
 
-// Gang placement of `world` ranks over the idle workers, given by their hosts: the indices
-// of the chosen workers in rank order, or empty when they do not fit (all ranks or none).
-// Ranks are packed onto as few hosts as possible, hosts with the most idle workers first,
-// consecutive ranks on one host. A tensor-parallel group (tp consecutive ranks) always
-// shares a host: hosts are taken in whole groups of tp.
-std::vector<size_t> ChooseWorkers(const std::vector<std::string>& idle_hosts, int world, int tp);
+// How many ranks a worker hosts at once: one per GPU on a cuda kind (a rank's local index
+// is its device ordinal; a worker that sees no GPU hosts none), one on a cpu worker.
+inline int SlotsOf(const v1::Resources& r) { return Offers(r, "cpu") ? 1 : std::max(0, r.device_count()); }
+
+// Gang placement of `world` ranks over the idle workers: for each rank in rank order, the
+// worker (an index into idle) and its local index there, or empty when they do not fit (all
+// ranks or none). A worker runs one job at a time (its GPUs that the job leaves unused wait
+// for the job's end).
+//   - A job that one worker can hold goes whole to the worker with the fewest GPUs that
+//     holds it (best fit; on a tie, the first in the order below).
+//   - Otherwise ranks are packed onto as few hosts as possible: hosts with the most idle
+//     slots first, within a host the workers with the most slots first, consecutive ranks on
+//     one worker (local 0, 1, ...), then on the next. A tensor-parallel group (tp
+//     consecutive ranks) always shares a host: hosts are taken in whole groups of tp.
+struct IdleWorker {
+  std::string host;
+  int slots = 1;
+};
+struct Slot {
+  size_t worker = 0;
+  int local = 0;
+  bool operator==(const Slot& o) const { return worker == o.worker && local == o.local; }
+};
+std::vector<Slot> ChooseSlots(const std::vector<IdleWorker>& idle, int world, int tp);
 
 // The partition map of a job's parameters over the live shard servers: where checkpoint
 // slices go and, in parameter-server mode, which server runs AdamW on which range.

@@ -205,18 +205,24 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
                                         " (placement is first come, first served within a priority and device kind)"));
       break;
     }
-    int alive = 0, idle = 0;
+    int alive = 0, idle = 0, idle_gpus = 0;
     for (const auto& w : cluster_->Workers()) {
       if (!placement::Offers(w.resources(), own_device)) continue;
       alive += w.state() != "dead";
       idle += w.state() == "idle";
+      if (w.state() == "idle") idle_gpus += placement::SlotsOf(w.resources());
     }
     const auto& spec = own_spec;
     const int want = spec ? spec->MinWorld() : std::max(1, job->world_size()), tp = spec ? spec->parallel.tp : 1;
-    const std::string kind = own_device == "cpu" ? "" : absl::StrCat(" ", own_device);
-    job->set_waiting_for(absl::StrCat("waiting for ", want, kind, want == 1 ? " worker" : " workers",
-                                      tp > 1 ? absl::StrCat(" in groups of ", tp, " on one host") : "", " (", idle,
-                                      " idle of ", alive, kind, " attached)"));
+    const std::string groups = tp > 1 ? absl::StrCat(" in groups of ", tp, " on one host") : "";
+    if (own_device == "cpu") {
+      job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers", groups, " (", idle,
+                                        " idle of ", alive, " attached)"));
+    } else {  // one rank per GPU
+      job->set_waiting_for(absl::StrCat("waiting for ", want, " ", own_device, want == 1 ? " GPU" : " GPUs", groups,
+                                        " (", idle_gpus, " on ", idle, " idle of ", alive, " ", own_device,
+                                        " workers attached)"));
+    }
     if (auto missing = cluster_->MissingCheckpointServers(*job); !missing.empty()) {
       job->set_waiting_for(absl::StrCat(job->waiting_for(), " and shard server ", absl::StrJoin(missing, ", "),
                                         " (holding its checkpoint of step ", job->checkpoint_step(), ")"));

@@ -6,10 +6,12 @@
 // kernels/cuda/backend.h, as each of its two builds declares it.
 namespace gantry::cuda_emulated {
 absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options);
+int DeviceCount();
 }  // namespace gantry::cuda_emulated
 #if defined(GANTRY_HAVE_CUDA_BACKEND)
 namespace gantry::cuda {
 absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options);
+int DeviceCount();
 }  // namespace gantry::cuda
 #endif
 
@@ -21,6 +23,22 @@ absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
   if (name == "cuda-emulated") return BackendKind::kCudaEmulated;
   return absl::InvalidArgumentError(
       absl::StrCat("device kind '", name, "' is none of cpu, cuda, cuda-emulated"));
+}
+
+int DeviceCount(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kCpu:
+      return 1;
+    case BackendKind::kCudaEmulated:
+      return cuda_emulated::DeviceCount();
+    case BackendKind::kCuda:
+#if defined(GANTRY_HAVE_CUDA_BACKEND)
+      return cuda::DeviceCount();
+#else
+      return 0;
+#endif
+  }
+  return 0;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device, const BackendOptions& options) {

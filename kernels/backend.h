@@ -125,6 +125,9 @@ class Backend {
 
 // The process's cpu backend (stateless; never freed).
 Backend& CpuBackend();
+// Devices of that kind this process sees: 1 for cpu, the emulated runtime's for cuda-emulated,
+// the visible GPUs for cuda (0 in a build without the cuda backend).
+int DeviceCount(BackendKind kind);
 // A backend of `kind` on device ordinal `device` (cuda kinds). cuda: UNIMPLEMENTED in a
 // build without CUDA, UNAVAILABLE without that device; cuda-emulated: always (the
 // emulated runtime offers 8 devices).

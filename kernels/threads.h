@@ -12,6 +12,9 @@ namespace gantry::kernels {
 // stacked on one CPU for a while by the scheduler, which on a small VM made steps up to
 // 1.6x slower at random (docs/perf.md). Pinning is skipped when the user set
 // OMP_PROC_BIND or GOMP_CPU_AFFINITY, or GANTRY_PIN_THREADS=0. Returns a one-line summary.
-std::string ConfigureThreads(int n);
+// Several teams in one process (the ranks of a worker with several GPUs) share its CPUs:
+// team `part` of `parts` takes n / parts threads (at least one) and, pinned, the CPUs from
+// part * (n / parts) on, so that the teams do not stack on the same CPUs.
+std::string ConfigureThreads(int n, int part = 0, int parts = 1);
 
 }  // namespace gantry::kernels

@@ -20,7 +20,11 @@ DEFINE_int32(threads, 0, "CPU threads for training (0: all the process may use)"
 DEFINE_string(device, "cpu",
               "the device this worker offers, and where its steps run: cpu, cuda[:N] (dp 1, ZeRO 0 jobs) or "
               "cuda-emulated[:N] (the CUDA code path on the CPU emulator, every layout); jobs whose "
-              "resources.device names that kind are placed here");
+              "resources.device names that kind are placed here, one rank per GPU (N: the first GPU's ordinal)");
+DEFINE_int32(gpus, 0,
+             "GPUs this worker offers (cuda kinds), from --device's ordinal on: a job's ranks here run one per "
+             "GPU. 0: every GPU visible from the ordinal on (cuda), 1 (cuda-emulated). For cuda-emulated it is "
+             "a fake GPU count for tests, up to 8");
 DEFINE_int32(heartbeat_ms, 1000, "heartbeat period");
 DEFINE_double(peak_flops, 0,
               "the device's peak FLOP/s for MFU; 0 on a CPU worker: the fp32 GEMM rate measured at start");
@@ -34,8 +38,13 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--work_dir is required";
     return 2;
   }
-  if (auto d = gantry::train::ParseDevice(FLAGS_device); !d.ok()) {
-    LOG(ERROR) << "--device: " << d.status().message();
+  auto device = gantry::train::ParseDevice(FLAGS_device);
+  if (!device.ok()) {
+    LOG(ERROR) << "--device: " << device.status().message();
+    return 2;
+  }
+  if (auto s = gantry::train::CheckGpus(*device, FLAGS_gpus); !s.ok()) {
+    LOG(ERROR) << "--gpus: " << s.message();
     return 2;
   }
   // Threads are configured (and pinned) by each job's thread, not here: a pinned main
@@ -61,6 +70,7 @@ int main(int argc, char** argv) {
   options.host = FLAGS_host;
   options.work_dir = FLAGS_work_dir;
   options.device = FLAGS_device;
+  options.gpus = FLAGS_gpus;
   options.gloo_host = FLAGS_gloo_host;
   options.threads = FLAGS_threads;
   options.heartbeat_ms = FLAGS_heartbeat_ms;

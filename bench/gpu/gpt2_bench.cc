@@ -41,7 +41,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  if (train::CudaDeviceCount() == 0) {
+  if (kernels::DeviceCount(kernels::BackendKind::kCuda) == 0) {
     std::fprintf(stderr, "gpt2_bench: no CUDA device visible\n");
     return 1;
   }

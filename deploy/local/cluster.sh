@@ -4,10 +4,12 @@
 # order: the coordinator, the shard servers, the workers.
 #
 #   deploy/local/cluster.sh start [--dir DIR] [--workers N] [--shardservers S] [--threads T] [--per-host K]
-#                                 [--devices D1,D2,...]
+#                                 [--devices D1,D2,...] [--gpus G1,G2,...]
 #     (--per-host: workers named as K to a host, so that a tensor-parallel group of K fits one;
 #      --devices: each worker's --device in turn, cpu for those not named, e.g.
-#      cuda-emulated,cuda-emulated,cpu: a job's resources.device picks the workers)
+#      cuda-emulated,cuda-emulated,cpu: a job's resources.device picks the workers;
+#      --gpus: each worker's --gpus in turn (cuda kinds; for cuda-emulated a fake GPU count),
+#      the default for those not named: a worker hosts one rank of a job per GPU)
 #   deploy/local/cluster.sh stop  [--dir DIR]
 #
 # start prints the coordinator address and writes DIR/env (source it: it sets
@@ -17,7 +19,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BIN="${GANTRY_BIN:-$ROOT/build}"
 cmd="${1:-}"; shift || true
-DIR="$ROOT/runs/cluster"; WORKERS=1; SHARDS=1; THREADS=0; DEVICES=()
+DIR="$ROOT/runs/cluster"; WORKERS=1; SHARDS=1; THREADS=0; DEVICES=(); GPUS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR="$2"; shift 2 ;;
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS="$2"; shift 2 ;;
     --per-host) PER_HOST="$2"; shift 2 ;;
     --devices) IFS=, read -r -a DEVICES <<<"$2"; shift 2 ;;
+    --gpus) IFS=, read -r -a GPUS <<<"$2"; shift 2 ;;
     *) echo "cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +70,7 @@ case "$cmd" in
       fi
       (cd "$ROOT" && GANTRY_PIN_THREADS=$PIN exec "${LAUNCH[@]}" "$BIN/worker/gantry-worker" --coordinator "$COORD" --work_dir "$DIR/worker$i" \
         --metrics_listen 127.0.0.1:0 --threads "$THREADS" --host "$(hostname)-$([ "${PER_HOST:-1}" -gt 1 ] && echo "h$(( (i - 1) / PER_HOST + 1 ))" || echo "w$i")" \
-        --device "${DEVICES[$((i - 1))]:-cpu}" --ready_file "$DIR/worker$i.ready") 2>"$DIR/worker$i.log" &
+        --device "${DEVICES[$((i - 1))]:-cpu}" --gpus "${GPUS[$((i - 1))]:-0}" --ready_file "$DIR/worker$i.ready") 2>"$DIR/worker$i.log" &
       echo $! >>"$DIR/pids"; wait_ready "$DIR/worker$i.ready" $! "worker$i"
     done
     # Wait until every worker has attached and the shard server has registered.

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -37,25 +38,30 @@ const bool kCpusRead = (ProcessCpus(), true);
 
 }  // namespace
 
-std::string ConfigureThreads(int n) {
+std::string ConfigureThreads(int n, int part, int parts) {
   (void)kCpusRead;
   const std::vector<int>& cpus = ProcessCpus();
   if (n <= 0) n = cpus.empty() ? omp_get_num_procs() : static_cast<int>(cpus.size());
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  parts = std::max(1, parts);
+  part = std::clamp(part, 0, parts - 1);
+  const int per = std::max(1, n / parts), first = part * per;
+  omp_set_num_threads(per);
+  openblas_set_num_threads(per);
   const char* pin_env = std::getenv("GANTRY_PIN_THREADS");
   const bool user_binding = std::getenv("OMP_PROC_BIND") || std::getenv("GOMP_CPU_AFFINITY");
   const bool pin = !user_binding && !(pin_env && std::strcmp(pin_env, "0") == 0) && !cpus.empty();
   if (pin) {
-#pragma omp parallel num_threads(n)
+#pragma omp parallel num_threads(per)
     {
       cpu_set_t one;
       CPU_ZERO(&one);
-      CPU_SET(cpus[static_cast<size_t>(omp_get_thread_num()) % cpus.size()], &one);
+      CPU_SET(cpus[static_cast<size_t>(first + omp_get_thread_num()) % cpus.size()], &one);
       pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
     }
   }
-  return std::to_string(n) + " threads" + (pin ? ", pinned" : "");
+  std::string out = std::to_string(per) + " threads" + (pin ? ", pinned" : "");
+  if (parts > 1) out += " (part " + std::to_string(part) + " of " + std::to_string(parts) + " of the CPUs)";
+  return out;
 }
 
 }  // namespace gantry::kernels

@@ -13,5 +13,7 @@ namespace gantry::GANTRY_CUDA_NS {
 
 // On device ordinal `device`: UNAVAILABLE when it is not there.
 absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options);
+// Devices visible to this process (0 when the runtime cannot tell).
+int DeviceCount();
 
 }  // namespace gantry::GANTRY_CUDA_NS

@@ -47,16 +47,67 @@ TEST(PlacementTest, ARestartingJobWaitsForItsCheckpointServersOnlyUntilTheWaitEn
   EXPECT_TRUE(placement::MissingCheckpointServers(j, {}, 1500, 1000).empty()) << "only a restart waits";
 }
 
+// The worker of each rank, for placements of one-slot workers.
+std::vector<size_t> WorkersOf(const std::vector<placement::Slot>& slots) {
+  std::vector<size_t> out;
+  for (const auto& s : slots) {
+    EXPECT_EQ(s.local, 0) << "a one-slot worker hosts one rank";
+    out.push_back(s.worker);
+  }
+  return out;
+}
+
+std::vector<placement::IdleWorker> OneSlotEach(const std::vector<std::string>& hosts) {
+  std::vector<placement::IdleWorker> out;
+  for (const auto& h : hosts) out.push_back({h, 1});
+  return out;
+}
+
 TEST(PlacementTest, RanksPackOntoTheFullestHostsAndTensorParallelGroupsNeverSpanHosts) {
   // Workers 0..6: three on h1, one on h2, three on h3.
-  const std::vector<std::string> hosts = {"h1", "h3", "h1", "h2", "h3", "h1", "h3"};
+  const auto idle = OneSlotEach({"h1", "h3", "h1", "h2", "h3", "h1", "h3"});
   // The fullest hosts first (h1 before h3 on a tie, by name), consecutive ranks on one host.
-  EXPECT_EQ(placement::ChooseWorkers(hosts, 4, 1), (std::vector<size_t>{0, 2, 5, 1}));
+  EXPECT_EQ(WorkersOf(placement::ChooseSlots(idle, 4, 1)), (std::vector<size_t>{0, 2, 5, 1}));
   // tp 2: one whole group from each host of three; h2's single worker can hold no group.
-  EXPECT_EQ(placement::ChooseWorkers(hosts, 4, 2), (std::vector<size_t>{0, 2, 1, 4}));
-  EXPECT_TRUE(placement::ChooseWorkers(hosts, 6, 2).empty()) << "only two whole groups of 2 fit on h1 and h3";
-  EXPECT_TRUE(placement::ChooseWorkers(hosts, 8, 1).empty()) << "all ranks or none";
-  EXPECT_EQ(placement::ChooseWorkers(hosts, 7, 1).size(), 7u);
+  EXPECT_EQ(WorkersOf(placement::ChooseSlots(idle, 4, 2)), (std::vector<size_t>{0, 2, 1, 4}));
+  EXPECT_TRUE(placement::ChooseSlots(idle, 6, 2).empty()) << "only two whole groups of 2 fit on h1 and h3";
+  EXPECT_TRUE(placement::ChooseSlots(idle, 8, 1).empty()) << "all ranks or none";
+  EXPECT_EQ(placement::ChooseSlots(idle, 7, 1).size(), 7u);
+  EXPECT_EQ(WorkersOf(placement::ChooseSlots(idle, 1, 1)), (std::vector<size_t>{0})) << "the fullest host's first";
+}
+
+TEST(PlacementTest, AGpuWorkerHostsOneRankPerGpuAndTheLocalIndexIsTheDeviceOrdinal) {
+  v1::Resources r;
+  r.set_device_kind("cuda");
+  r.set_device_count(8);
+  EXPECT_EQ(placement::SlotsOf(r), 8) << "one rank per GPU";
+  r.set_device_count(0);
+  EXPECT_EQ(placement::SlotsOf(r), 0) << "a cuda worker that sees no GPU hosts no rank";
+  r.set_device_kind("cpu");
+  r.set_device_count(4);
+  EXPECT_EQ(placement::SlotsOf(r), 1) << "a cpu worker hosts one rank";
+
+  using S = placement::Slot;
+  // a: 8 GPUs on h1, b: 2 on h2, c: 4 on h3, d: 0 (none visible) on h4.
+  const std::vector<placement::IdleWorker> idle = {{"h1", 8}, {"h2", 2}, {"h3", 4}, {"h4", 0}};
+  // Best fit: the smallest worker that holds the whole job, ranks on devices 0, 1, ...
+  EXPECT_EQ(placement::ChooseSlots(idle, 1, 1), (std::vector<S>{{1, 0}}));
+  EXPECT_EQ(placement::ChooseSlots(idle, 2, 1), (std::vector<S>{{1, 0}, {1, 1}}));
+  EXPECT_EQ(placement::ChooseSlots(idle, 4, 2), (std::vector<S>{{2, 0}, {2, 1}, {2, 2}, {2, 3}}));
+  EXPECT_EQ(placement::ChooseSlots(idle, 8, 8).size(), 8u);
+  for (const auto& s : placement::ChooseSlots(idle, 8, 8)) EXPECT_EQ(s.worker, 0u);
+  // Too big for one worker: the fullest first, each worker's ranks on consecutive devices.
+  EXPECT_EQ(placement::ChooseSlots(idle, 12, 4),
+            (std::vector<S>{{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}, {0, 6}, {0, 7}, {2, 0}, {2, 1}, {2, 2}, {2, 3}}));
+  EXPECT_EQ(placement::ChooseSlots(idle, 14, 2).size(), 14u);
+  EXPECT_TRUE(placement::ChooseSlots(idle, 15, 1).empty()) << "14 GPUs: all ranks or none";
+  EXPECT_TRUE(placement::ChooseSlots(idle, 16, 8).empty()) << "a tp group of 8 fits on h1 only";
+  // Two workers of 3 GPUs on one host: a tp group of 4 may span them (same host), the rest
+  // of the host cannot hold a second group.
+  const std::vector<placement::IdleWorker> two = {{"h", 3}, {"h", 3}};
+  EXPECT_EQ(placement::ChooseSlots(two, 4, 4), (std::vector<S>{{0, 0}, {0, 1}, {0, 2}, {1, 0}}));
+  EXPECT_TRUE(placement::ChooseSlots(two, 8, 4).empty());
+  EXPECT_EQ(placement::ChooseSlots(two, 3, 1), (std::vector<S>{{0, 0}, {0, 1}, {0, 2}})) << "best fit on a tie: the first";
 }
 
 TEST(PlacementTest, AWorkerOffersTheDeviceKindItReportsAndCpuWhenItReportsNone) {

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -183,9 +184,10 @@ TEST(StallTest, AStalledStepNamesTheRanksBehind) {
     v1::Heartbeat hb;
     hb.set_job_id(job);
     hb.set_generation(1);
-    hb.set_rank(rank);
-    hb.set_collectives_done(done);
-    hb.set_step(3);
+    v1::RankProgress* rp = hb.add_ranks();
+    rp->set_rank(rank);
+    rp->set_collectives_done(done);
+    rp->set_step(3);
     cluster.Heartbeat(w, &hb);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -303,6 +305,7 @@ TEST_F(RestartTest, AJobIsPlacedOnlyOnWorkersOfItsDeviceKind) {
   cpu.set_host("h");
   emu.set_host("h");
   emu.set_device_kind("cuda-emulated");
+  emu.set_device_count(1);
   const std::string c1 = cluster_->AddWorker(&cpu1, cpu);
   const std::string c2 = cluster_->AddWorker(&cpu2, cpu);
   const std::string e1 = cluster_->AddWorker(&emu1, emu);
@@ -322,6 +325,102 @@ TEST_F(RestartTest, AJobIsPlacedOnlyOnWorkersOfItsDeviceKind) {
   ASSERT_EQ(placed.workers_size(), 2);
   EXPECT_EQ(placed.workers(0), e1);
   EXPECT_EQ(placed.workers(1), e2);
+}
+
+// A worker with several GPUs hosts one rank per GPU: a dp 4 job on a worker with 4
+// cuda-emulated GPUs gets four assignments there, each with its local rank (the device
+// ordinal) and local world 4; the worker stays busy until its last rank is done. A cuda
+// worker that sees no GPU gets no rank, and a job bigger than one worker spans two, each
+// worker's ranks on its devices 0, 1, ...
+TEST_F(RestartTest, AGpuWorkerHostsOneRankPerGpuUntilItsLastRankIsDone) {
+  FakeSession none, four, two;
+  v1::Resources r;
+  r.set_host("h");
+  r.set_device_kind("cuda-emulated");
+  r.set_device_count(0);
+  const std::string w0 = cluster_->AddWorker(&none, r);
+  r.set_device_count(4);
+  const std::string w4 = cluster_->AddWorker(&four, r);
+  const std::string dp4 = SubmitTinyJob(*cluster_, *store_, "dp4", 4, "parallel: {dp: 4}\nresources: {device: cuda-emulated}\n");
+  EXPECT_EQ(Assigned(none.Take()), nullptr) << "a cuda worker without GPUs hosts no rank";
+  const auto got = four.Take();
+  std::vector<const v1::Assignment*> as;
+  for (const auto& m : got) {
+    if (m.has_assign()) as.push_back(&m.assign());
+  }
+  ASSERT_EQ(as.size(), 4u) << "one assignment per rank, all on the 4-GPU worker";
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(as[i]->rank(), i);
+    EXPECT_EQ(as[i]->local_rank(), i) << "the local rank is the device ordinal";
+    EXPECT_EQ(as[i]->local_world(), 4);
+    EXPECT_EQ(as[i]->world_size(), 4);
+  }
+  v1::Job j = Job(dp4);
+  ASSERT_EQ(j.workers_size(), 4);
+  for (const auto& w : j.workers()) EXPECT_EQ(w, w4);
+  auto state_of = [&](const std::string& id) {
+    for (const auto& w : cluster_->Workers()) {
+      if (w.id() == id) return w;
+    }
+    return v1::Worker();
+  };
+  EXPECT_EQ(state_of(w4).state(), "busy");
+  EXPECT_EQ(state_of(w4).ranks_size(), 4);
+  // A second job waits: the worker runs one job at a time.
+  const std::string dp2 = SubmitTinyJob(*cluster_, *store_, "dp2", 2, "parallel: {dp: 2}\nresources: {device: cuda-emulated}\n");
+  EXPECT_EQ(Job(dp2).state(), v1::PENDING);
+  for (int rank = 0; rank < 4; ++rank) {
+    v1::JobDone d;
+    d.set_job_id(dp4);
+    d.set_generation(j.generation());
+    d.set_rank(rank);
+    d.set_ok(true);
+    cluster_->OnDone(w4, d);
+    cluster_->WaitForCommits();
+    if (rank < 3) {
+      EXPECT_EQ(state_of(w4).state(), "busy") << "rank " << rank << " done, others still run";
+      EXPECT_EQ(Job(dp2).state(), v1::PENDING);
+    }
+  }
+  EXPECT_EQ(Job(dp4).state(), v1::SUCCEEDED);
+  const v1::Job placed = Job(dp2);
+  ASSERT_EQ(placed.state(), v1::SCHEDULED) << "its last rank done, the worker takes the next job";
+  const auto next = four.Take();
+  std::vector<int> locals;
+  for (const auto& m : next) {
+    if (m.has_assign()) locals.push_back(m.assign().local_rank());
+  }
+  EXPECT_EQ(locals, (std::vector<int>{0, 1}));
+  // Too big for one worker: 6 ranks over the 4-GPU and a 2-GPU worker, each on its devices
+  // from 0; cancelling frees both at once.
+  cluster_->RemoveWorker(w0, "test");
+  r.set_device_count(2);
+  const std::string w2 = cluster_->AddWorker(&two, r);
+  {
+    std::lock_guard<std::mutex> l(cluster_->job_mu());
+    v1::Job c = Job(dp2);
+    ASSERT_TRUE(cluster_->Transition(c, v1::CANCELLED).ok());
+  }
+  cluster_->JobCancelled(placed);
+  EXPECT_EQ(state_of(w4).state(), "idle") << "a cancel frees the job's workers at once";
+  four.Take();
+  const std::string dp6 = SubmitTinyJob(*cluster_, *store_, "dp6", 6, "parallel: {dp: 6}\nresources: {device: cuda-emulated}\n");
+  const v1::Job six = Job(dp6);
+  ASSERT_EQ(six.state(), v1::SCHEDULED);
+  ASSERT_EQ(six.workers_size(), 6);
+  std::vector<std::pair<std::string, int>> where;
+  for (auto* s : {&four, &two}) {
+    for (const auto& m : s->Take()) {
+      if (m.has_assign()) {
+        where.emplace_back(six.workers(m.assign().rank()), m.assign().local_rank());
+        EXPECT_EQ(m.assign().local_world(), s == &four ? 4 : 2);
+      }
+    }
+  }
+  std::sort(where.begin(), where.end());
+  std::vector<std::pair<std::string, int>> want = {{w4, 0}, {w4, 1}, {w4, 2}, {w4, 3}, {w2, 0}, {w2, 1}};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(where, want);
 }
 
 // 3D placement: a DP=2 x TP=2 job needs two hosts with 2 idle workers each. Hosts a (3 idle),

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The CUDA code path through real worker processes, without a GPU: workers started with
 # --device cuda-emulated run the model on kernels/cuda's own launchers and device code under
-# the CPU emulator (kernels/emulated), with their groups on Gloo. Three workers on loopback
-# (deploy/local/cluster.sh --devices with 8 cuda-emulated workers and a cpu one, --per-host 2:
-# the cuda-emulated workers two to a host), one shard server:
-#  - `gantry workers` shows each worker's device kind, and the device (name, memory) of the
-#    cuda-emulated ones;
+# the CPU emulator (kernels/emulated), with their groups on Gloo. Four workers on loopback
+# (deploy/local/cluster.sh --devices with 3 cuda-emulated workers of 4, 2 and 2 fake GPUs
+# (--gpus) and a cpu one, --per-host 2: the 4- and a 2-GPU worker on one host), one shard
+# server:
+#  - a worker refuses more GPUs than there are, or GPUs on a cpu worker, naming why;
+#  - `gantry workers` shows each worker's device kind and GPU count, and the device (name,
+#    memory) of the cuda-emulated ones;
+#  - a job's ranks run one per GPU, a rank's local index is its device ordinal: the
+#    (2, 2, 2) job takes all 8 GPUs of the three workers (its tensor-parallel pairs on one
+#    host), and a dp 2 job goes whole to a 2-GPU worker;
 #  - a job of resources.device cuda-emulated is placed on the cuda-emulated workers only, and
 #    while too few of them are free it waits, saying for what, though the cpu worker is idle;
 #  - dp 2 with ZeRO 1, and tp 2, each give gantry-train's one-process cpu losses for 20 steps
@@ -38,15 +43,23 @@ job one cpu "dp: 1" >"$TMP/one.yaml"
 "$TRAIN" "$TMP/one.yaml" --print-losses --save "$TMP/one" --no-progress --threads 1 | grep '^step' | awk '{print $4}' >"$TMP/one.txt"
 [ "$(wc -l <"$TMP/one.txt")" -eq 20 ] || { echo "FAIL one-process reference"; exit 1; }
 
+WORKER="$BUILD/worker/gantry-worker"
+check "a worker refuses more emulated GPUs than the emulated runtime has, naming the count" bash -c \
+  "'$WORKER' --work_dir '$TMP/w' --device cuda-emulated:6 --gpus 3 2>&1 | grep -q -- '--gpus: 3 GPUs from cuda-emulated:6 asked, but 2 emulated devices exist from it'"
+check "a cpu worker refuses --gpus" bash -c \
+  "'$WORKER' --work_dir '$TMP/w' --gpus 2 2>&1 | grep -q -- '--gpus: a cpu worker offers no GPU'"
+
 E=cuda-emulated
-bash "$ROOT/deploy/local/cluster.sh" start --dir "$TMP/cluster" --workers 9 --shardservers 1 --threads 1 \
-  --per-host 2 --devices $E,$E,$E,$E,$E,$E,$E,$E,cpu >/dev/null || exit 1
+bash "$ROOT/deploy/local/cluster.sh" start --dir "$TMP/cluster" --workers 4 --shardservers 1 --threads 1 \
+  --per-host 2 --devices $E,$E,$E,cpu --gpus 4,2,2 >/dev/null || exit 1
 source "$TMP/cluster/env"
-check "gantry workers shows each worker's device kind (8 cuda-emulated, 1 cpu)" bash -c \
-  "[ \"\$('$CLI' workers | grep -c 'cuda-emulatedx1')\" -eq 8 ] && [ \"\$('$CLI' workers | grep -c ' cpux1 ')\" -eq 1 ]"
+check "gantry workers shows each worker's device kind and GPUs (cuda-emulated x4, x2, x2, cpu)" bash -c \
+  "[ \"\$('$CLI' workers | grep -c 'cuda-emulatedx4')\" -eq 1 ] && [ \"\$('$CLI' workers | grep -c 'cuda-emulatedx2')\" -eq 2 ] &&
+   [ \"\$('$CLI' workers | grep -c ' cpux1 ')\" -eq 1 ]"
 check "gantry workers shows each cuda-emulated worker's device, with its memory, and none for the cpu one" bash -c \
-  "[ \"\$('$CLI' workers | grep -c 'cuda-emulatedx1 .* cuda-emulated:0, [0-9.]* GB\$')\" -eq 8 ] &&
+  "[ \"\$('$CLI' workers | grep -c 'cuda-emulatedx[42] .* cuda-emulated:0, [0-9.]* GB\$')\" -eq 3 ] &&
    '$CLI' workers | grep ' cpux1 ' | grep -q ' -\$'"
+w4=$("$CLI" workers | awk '/cuda-emulatedx4/ {print $1}')
 
 same_losses() {  # same_losses WATCH_OUTPUT: 20 step losses within 1e-5 of one.txt
   paste <(grep '^step' "$1" | awk -F'|' '{print $2}' | awk '{print $2}') "$TMP/one.txt" |
@@ -54,7 +67,7 @@ same_losses() {  # same_losses WATCH_OUTPUT: 20 step losses within 1e-5 of one.t
 }
 
 cpu_worker=$("$CLI" workers | awk '/ cpux1 / {print $1}')
-# (2, 2, 2) first: it takes all 8 cuda-emulated workers, so the next waits for them while the
+# (2, 2, 2) first: it takes all 8 cuda-emulated GPUs, so the next waits for them while the
 # cpu job, submitted after it, runs on the cpu worker at once.
 declare -A layout=([3d]="dp: 2, tp: 2, pp: 2" [dp2z0]="dp: 2, zero_stage: 0" [dp2z1]="dp: 2, zero_stage: 1"
                    [dp2z2]="dp: 2, zero_stage: 2" [dp2z3]="dp: 2, zero_stage: 3" [tp2]="tp: 2" [pp2]="pp: 2")
@@ -71,7 +84,9 @@ for rec in none full; do
   done
 done
 check "a cuda-emulated job waits for cuda-emulated workers, saying so, while the cpu worker is idle or busy" wait_for 30 bash -c \
-  "'$CLI' describe '${ids[dp2z0-none]}' | grep -q 'waiting for 2 cuda-emulated workers\\|queued behind'"
+  "'$CLI' describe '${ids[dp2z0-none]}' | grep -q 'waiting for 2 cuda-emulated GPUs (0 on 0 idle of 3\\|queued behind'"
+check "gantry workers shows the ranks a busy worker runs (the 4-GPU worker's)" wait_for 60 bash -c \
+  "'$CLI' workers | awk '\$1 == \"$w4\" && \$4 == \"busy\" {print \$6}' | grep -q '^0,1'"
 "$CLI" watch "$cpu1" >"$TMP/$cpu1.txt"; rc=$?
 check "the cpu job, submitted behind a cuda-emulated one that waits, ran on the cpu worker" bash -c \
   "[ $rc -eq 0 ] && grep -o 'placed: .*' '$TMP/$cpu1.txt' | head -1 | grep -q '$cpu_worker'"
@@ -89,7 +104,18 @@ check "the cuda-emulated dp 2 ZeRO 1 checkpoint, exported, holds the one-process
   awk -v r="$rel" 'BEGIN {exit !(r != "" && r + 0 <= 1e-5)}'
 check "cuda-emulated dp 2 ZeRO 1 ($dp2): each rank holds what gantry plan --ranks gives it (fused attention's activations)" \
   as_planned "$dp2" "$TMP/dp2z1-none.yaml" 2 1 1
-check "the workers' logs name the backend the model ran on" bash -c "grep -q 'runs on cuda-emulated:0' '$TMP/cluster/worker1.log' && grep -q 'runs on cuda-emulated:0' '$TMP/cluster/worker8.log' && grep -q 'runs on cpu' '$TMP/cluster/worker9.log'"
+d3=${ids[3d-none]}
+check "the (2, 2, 2) job's placement: ranks 0-3 on the 4-GPU worker's GPUs 0-3, 4-5 and 6-7 on the 2-GPU workers' 0-1" bash -c \
+  "grep -o 'placed: .*' '$TMP/$d3.txt' | head -1 |
+   grep -q 'rank 0 $w4 ([^ ]* gpu 0), rank 1 $w4 ([^ ]* gpu 1), rank 2 $w4 ([^ ]* gpu 2), rank 3 $w4 ([^ ]* gpu 3), rank 4 w-[0-9]* ([^ ]* gpu 0), rank 5 w-[0-9]* ([^ ]* gpu 1), rank 6 w-[0-9]* ([^ ]* gpu 0), rank 7 w-[0-9]* ([^ ]* gpu 1)'"
+for n in dp2z0-none dp2z1-none dp2z2-none dp2z3-none; do
+  check "dp 2 ($n) went whole to one worker, its ranks on GPUs 0 and 1" bash -c \
+    "grep -o 'placed: .*' '$TMP/${ids[$n]}.txt' | head -1 | grep -q 'rank 0 \(w-[0-9]*\) ([^ ]* gpu 0), rank 1 \1 ([^ ]* gpu 1)\$'"
+done
+check "each rank ran on the device of its local rank, as the workers' logs say, and the cpu job on cpu" bash -c \
+  "for rd in 0:0 1:1 2:2 3:3 4:0 5:1 6:0 7:1; do
+     grep -q \"job $d3: rank \${rd%:*} runs on cuda-emulated:\${rd#*:}\$\" '$TMP'/cluster/worker[123].log || exit 1
+   done; grep -q 'runs on cpu' '$TMP/cluster/worker4.log'"
 
 echo "$passed passed, $fail failed"
 [ "$fail" -eq 0 ]

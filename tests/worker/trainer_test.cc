@@ -255,7 +255,7 @@ TEST_F(TrainerTest, DevicesThatCannotRunAreRefusedWithTheReason) {
   ASSERT_FALSE(z.ok());
   EXPECT_EQ(z.status().code(), absl::StatusCode::kUnimplemented) << z.status();
   EXPECT_NE(z.status().message().find("zero_stage 1"), std::string::npos) << z.status();
-  if (CudaDeviceCount() == 0) {
+  if (kernels::DeviceCount(kernels::BackendKind::kCuda) == 0) {
     auto none = Trainer::Create(Spec(2), o);
     ASSERT_FALSE(none.ok());
     EXPECT_TRUE(none.status().code() == absl::StatusCode::kUnavailable ||

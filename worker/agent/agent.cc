@@ -28,8 +28,8 @@ v1::Resources MyResources(const WorkerOptions& options_) {
   const auto device = train::ParseDevice(options_.device);
   r.set_device_kind(kernels::BackendKindName(device.ok() ? device->kind : kernels::BackendKind::kCpu));
   r.set_device_count(1);
-  if (device.ok() && device->kind != kernels::BackendKind::kCpu) {  // its GPUs
-    const train::DeviceInventory inv = train::InventoryOf(*device);
+  if (device.ok() && device->kind != kernels::BackendKind::kCpu) {  // its GPUs (checked at start)
+    const train::DeviceInventory inv = train::InventoryOf(*device, options_.gpus);
     r.set_device_count(inv.count);
     r.set_device_name(inv.name);
     r.set_device_memory_bytes(inv.memory_bytes);
@@ -68,17 +68,28 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
     }
     if ((*stop_)) ctx.TryCancel();  // unblock the reader
   });
-  std::thread job;
+  // The running job's ranks here, a thread each (one per GPU the coordinator gave it).
+  std::vector<std::thread> ranks;
+  auto join_ranks = [&ranks] {
+    for (auto& t : ranks) t.join();
+    ranks.clear();
+  };
   std::string job_id;
+  int64_t generation = -1;
   v1::CoordinatorMessage in;
   while (stream->Read(&in)) {
     if (!in.worker_id().empty()) {
       LOG(INFO) << "attached to " << options_.coordinator << " as " << in.worker_id();
     } else if (in.has_assign()) {
-      if (job.joinable()) job.join();  // the coordinator only assigns an idle worker
-      session.cancel = false;
-      job_id = in.assign().job_id();
-      job = std::thread([&session, a = in.assign()] { session.Run(a); });
+      if (in.assign().job_id() != job_id || in.assign().generation() != generation) {
+        // The first rank of a new placement: the coordinator assigns only an idle worker,
+        // whose earlier job's ranks may still be ending (a cancel, a restart).
+        join_ranks();
+        session.cancel = false;
+        job_id = in.assign().job_id();
+        generation = in.assign().generation();
+      }
+      ranks.emplace_back([&session, a = in.assign()] { session.Run(a); });
     } else if (in.restart_job_id() == job_id || in.cancel_job_id() == job_id) {
       // Restarted or cancelled: drop this generation now. Every rank stops, including one
       // already waiting in the next step's collective for a rank that stopped at the step
@@ -91,7 +102,7 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
     }
   }
   session.Abort();  // the coordinator is gone: this generation of the job is over
-  if (job.joinable()) job.join();
+  join_ranks();
   {
     std::lock_guard<std::mutex> l(mu);
     ended = true;

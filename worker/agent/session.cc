@@ -36,16 +36,19 @@ void Session::Run(const v1::Assignment& a) {
     metrics::Gauge& g;
     ~Clear() { g.Set(0); }
   } clear_info{info};
+  RankState* rank = nullptr;
   {
     std::lock_guard<std::mutex> l(comm_mu_);
     hb_job_ = a.job_id();
     hb_generation_ = a.generation();
-    hb_rank_ = a.rank();
-    hb_step_ = 0;
+    auto& r = ranks_[a.rank()];
+    r = std::make_unique<RankState>();
+    rank = r.get();
   }
   LOG(INFO) << "job " << a.job_id() << " generation " << a.generation() << ": rank " << a.rank() << " of "
-            << a.world_size();
-  absl::Status s = Train(a);
+            << a.world_size()
+            << (a.local_world() > 1 ? absl::StrCat(", local rank ", a.local_rank(), " of ", a.local_world()) : "");
+  absl::Status s = Train(a, rank);
   v1::WorkerMessage m;
   auto* d = m.mutable_done();
   d->set_job_id(a.job_id());
@@ -62,7 +65,8 @@ void Session::Run(const v1::Assignment& a) {
   LOG(INFO) << "job " << a.job_id() << (s.ok() ? " finished" : " stopped: " + std::string(s.message()));
   Send(m);
   std::lock_guard<std::mutex> l(comm_mu_);
-  hb_job_.clear();
+  ranks_.erase(a.rank());
+  if (ranks_.empty()) hb_job_.clear();
 }
 
 // What a heartbeat says of the running job: placement, last step, last collective.
@@ -71,18 +75,23 @@ void Session::FillHeartbeat(v1::Heartbeat* hb) {
   if (hb_job_.empty()) return;
   hb->set_job_id(hb_job_);
   hb->set_generation(hb_generation_);
-  hb->set_rank(hb_rank_);
-  hb->set_step(hb_step_.load());
-  uint64_t done = 0;  // over every group of the rank
-  for (auto* c : comms_) done += c->completed();
-  if (!comms_.empty()) hb->set_collectives_done(done);
+  for (const auto& [r, st] : ranks_) {
+    v1::RankProgress* p = hb->add_ranks();
+    p->set_rank(r);
+    p->set_step(st->step.load());
+    uint64_t done = 0;  // over every group of the rank
+    for (auto* c : st->comms) done += c->completed();
+    if (!st->comms.empty()) p->set_collectives_done(done);
+  }
 }
 // Ends the running job's placement: its step loop stops at the next step and a collective
 // in flight fails at once rather than wait out its timeout.
 void Session::Abort() {
   cancel = true;
   std::lock_guard<std::mutex> l(comm_mu_);
-  for (auto* c : comms_) c->Abort();
+  for (const auto& [r, st] : ranks_) {
+    for (auto* c : st->comms) c->Abort();
+  }
 }
 
 void Session::Unreachable(const std::string& server) {
@@ -90,10 +99,13 @@ void Session::Unreachable(const std::string& server) {
   unreachable_.insert(server);
 }
 
-absl::Status Session::Train(const v1::Assignment& a) {
+absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   // OpenMP's thread count and the pinning belong to the thread that starts the parallel
-  // regions: this job thread, not main (an unpinned team here made steps 2x slower).
-  LOG(INFO) << "job " << a.job_id() << ": " << kernels::ConfigureThreads(options_.threads);
+  // regions: this job thread, not main (an unpinned team here made steps 2x slower). The
+  // ranks of one worker share its CPUs, each its own part of them.
+  const int local = std::max(0, a.local_rank()), local_world = std::max(1, a.local_world());
+  LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << ": "
+            << kernels::ConfigureThreads(options_.threads, local, local_world);
   // The coordinator's normalised spec, at this placement's dp.
   auto spec = train::ParseJobSpec(a.spec_yaml());
   if (!spec.ok()) return spec.status();
@@ -101,7 +113,13 @@ absl::Status Session::Train(const v1::Assignment& a) {
   spec->checkpoint.dir = dir + "/checkpoints";
   train::TrainOptions o;
   o.progress = false;
-  o.device = options_.device;
+  // A rank's local index on this worker is its device ordinal (counted from the worker's
+  // first GPU).
+  auto device = train::ParseDevice(options_.device);
+  if (!device.ok()) return device.status();
+  o.device = device->kind == kernels::BackendKind::kCpu
+                 ? options_.device
+                 : absl::StrCat(kernels::BackendKindName(device->kind), ":", device->ordinal + local);
   // Where to start is the coordinator's decision (Assignment.resume_job_id, resume_step:
   // this job's last committed checkpoint after a restart, or checkpoint.resume_from's),
   // whatever layout wrote it. Every rank reads it in place on the shard servers, only the
@@ -126,12 +144,13 @@ absl::Status Session::Train(const v1::Assignment& a) {
   Groups joined;
   struct ForgetComm {  // destroyed before comm: Abort never reaches a dead communicator
     Session* s;
+    RankState* rank;
     ~ForgetComm() {
       std::lock_guard<std::mutex> l(s->comm_mu_);
-      s->comms_.clear();
+      rank->comms.clear();
     }
-  } forget_comm{this};
-  ASSIGN_OR_RETURN(joined, JoinGroups(a, *spec, &o));
+  } forget_comm{this, rank};
+  ASSIGN_OR_RETURN(joined, JoinGroups(a, *spec, rank, &o));
   std::unique_ptr<agent::ParamServerClient> remote;
   if (spec->optimizer.placement == "shardserver") {  // the coordinator's partition map
     std::vector<agent::ParamRangeOf> ranges;
@@ -149,7 +168,7 @@ absl::Status Session::Train(const v1::Assignment& a) {
   FILE* log = std::fopen("/dev/null", "w");
   o.out = log;
   std::optional<float> val;  // the last evaluation, sent with the next step's report
-  SetReportHooks(a, *spec, &val, &o);
+  SetReportHooks(a, *spec, rank, &val, &o);
   SetCheckpointHook(a, slice_server, &o);
   auto trainer = train::Trainer::Create(*spec, o);
   if (!trainer.ok()) {
@@ -162,14 +181,14 @@ absl::Status Session::Train(const v1::Assignment& a) {
               << resume_source->where() << " checkpoint's bytes (the ranges its layout needs)";
   }
   const train::MemoryAccount m0 = (*trainer)->memory();
-  SetMemoryGauges(m0);
+  SetMemoryGauges(a, m0);
   LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " memory (ZeRO " << spec->parallel.zero_stage << ", dp "
             << spec->parallel.dp << "): params " << m0.params << " + grads " << m0.grads << " + optimizer "
             << m0.optimizer << " = " << m0.model_state() << " bytes; the ZeRO formula predicts " << m0.predicted
             << "; activations " << m0.activations;
   absl::Status s = (*trainer)->Run();
   const train::MemoryAccount m1 = (*trainer)->memory();
-  SetMemoryGauges(m1);
+  SetMemoryGauges(a, m1);
   LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " held at the end: params " << m1.params << " + grads "
             << m1.grads << " + optimizer " << m1.optimizer << " = " << m1.model_state() << " bytes; activations "
             << m1.activations << ", working " << m1.working << ", peak " << m1.peak;
@@ -205,7 +224,7 @@ absl::StatusOr<std::optional<StoredCheckpoint>> Session::FindResumePoint(const v
 }
 
 absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, const train::JobSpec& spec,
-                                                    train::TrainOptions* o) {
+                                                    RankState* rank, train::TrainOptions* o) {
   Groups g;
   if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
     auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),
@@ -225,20 +244,23 @@ absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, con
       made.push_back(g.comm.get());
     }
     std::lock_guard<std::mutex> l(comm_mu_);
-    comms_ = made;
+    rank->comms = made;
     if (cancel) {
-      for (auto* c : comms_) c->Abort();  // aborted while joining
+      for (auto* c : made) c->Abort();  // aborted while joining
     }
     LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " joined its group of " << a.world_size();
   }
   return g;
 }
 
-void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec, std::optional<float>* val,
-                             train::TrainOptions* o) {
-  // This rank's share of a step's tokens: MFU and tokens/s are per worker (per device).
+void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec, RankState* rank,
+                             std::optional<float>* val, train::TrainOptions* o) {
+  // This rank's share of a step's tokens: MFU is per device. The worker's gauges are local
+  // rank 0's, tokens/s for all of the worker's ranks (they step together).
   const double rank_tokens_per_step =
       static_cast<double>(spec.train.global_batch) * spec.seq_len / spec.world_size();
+  const bool speaks = a.local_rank() == 0;
+  const int local_world = std::max(1, a.local_world());
   const auto& mc = spec.model;
   double n_params = 0;
   for (const auto& t : model::ParameterLayout(mc)) n_params += static_cast<double>(t.numel);
@@ -263,8 +285,9 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
     rep->set_val_loss(v);
     if (a.rank() == 0) Send(m);
   };
-  o->on_step = [this, &a, val, step_update, rank_tokens_per_step, flops_per_token](const train::StepReport& r) {
-    hb_step_ = r.step;
+  o->on_step = [this, &a, rank, val, step_update, rank_tokens_per_step, flops_per_token, speaks,
+                 local_world](const train::StepReport& r) {
+    rank->step = r.step;
     v1::WorkerMessage m;
     auto* rep = step_update(m);
     rep->set_step(r.step);
@@ -279,8 +302,9 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
     rep->set_val_loss(*val ? **val : NAN);
     val->reset();
     if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
+    if (!speaks) return !cancel.load() && !stop_->load();
     registry_->GetGauge("gantry_worker_tokens_per_second", "This worker's training throughput in the last step.")
-        .Set(rank_tokens_per_step / r.seconds);
+        .Set(rank_tokens_per_step * local_world / r.seconds);
     registry_->GetGauge("gantry_worker_loss", "Training loss of the last step.").Set(r.loss);
     registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
         .Observe(r.seconds);
@@ -375,7 +399,8 @@ void Session::SetCheckpointHook(const v1::Assignment& a, const std::vector<std::
   };
 }
 
-void Session::SetMemoryGauges(const train::MemoryAccount& m) {
+void Session::SetMemoryGauges(const v1::Assignment& a, const train::MemoryAccount& m) {
+    if (a.local_rank() != 0) return;  // local rank 0's (the ranks of a job hold alike)
     for (auto [kind, bytes] : {std::pair{"params", m.params}, std::pair{"grads", m.grads},
                                std::pair{"optimizer", m.optimizer}, std::pair{"activations", m.activations},
                                std::pair{"working", m.working}, std::pair{"peak", m.peak},

@@ -1,9 +1,12 @@
 // One job's ranks on this worker, as the coordinator assigned them: the session of an
 // attach stream runs each assignment (spec, groups, resume point, checkpoint streaming,
-// step reports) to its end, and answers heartbeats with where the running job is.
+// step reports) to its end, and answers heartbeats with where the running job is. A worker
+// with several GPUs runs several ranks of one job at once, each assignment on its own
+// thread and on the device its local rank names.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -27,7 +30,8 @@ struct WorkerOptions {
   std::string coordinator = "127.0.0.1:7070";
   std::string host;       // reported host name; empty: this machine's
   std::string work_dir;   // the jobs' scratch directory
-  std::string device = "cpu";
+  std::string device = "cpu";  // a cuda kind: the first GPU's ordinal (local rank 0's)
+  int gpus = 0;                 // GPUs offered (cuda kinds); 0: those visible (cuda), 1 (cuda-emulated)
   std::string gloo_host = "127.0.0.1";  // where this worker's collectives listen
   int threads = 0;                       // 0: all the process may use
   int heartbeat_ms = 1000;
@@ -44,18 +48,24 @@ class Session {
       : options_(options), stream_(stream), registry_(registry), stub_(std::move(stub)), stop_(stop) {}
 
   bool Send(const v1::WorkerMessage& m);
-  // Runs one assignment to the end (or until cancelled), reporting as it goes.
+  // Runs one assignment (one rank) to the end (or until cancelled), reporting as it goes.
+  // Several ranks of one job run at once, each on its own thread.
   void Run(const v1::Assignment& a);
-  // What a heartbeat says of the running job: placement, last step, last collective.
+  // What a heartbeat says of the running job: placement, and each rank's last step and
+  // last collective.
   void FillHeartbeat(v1::Heartbeat* hb);
-  // Ends the running job's placement: its step loop stops at the next step and a collective
+  // Ends the running job's placement: its step loops stop at the next step and a collective
   // in flight fails at once rather than wait out its timeout.
   void Abort();
 
   std::atomic<bool> cancel{false};
 
  private:
-  absl::Status Train(const v1::Assignment& a);
+  struct RankState {
+    std::vector<parallel::GlooCommunicator*> comms;  // its groups, while they live (comm_mu_)
+    std::atomic<int64_t> step{0};
+  };
+  absl::Status Train(const v1::Assignment& a, RankState* rank);
   // The checkpoint the coordinator chose for the ranks to start from, located on the shard
   // servers (none for a fresh start).
   absl::StatusOr<std::optional<StoredCheckpoint>> FindResumePoint(const v1::Assignment& a);
@@ -64,14 +74,15 @@ class Session {
     std::unique_ptr<parallel::GlooCommunicator> comm;
     std::unique_ptr<parallel::Groups> groups;
   };
-  absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const train::JobSpec& spec, train::TrainOptions* o);
+  absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const train::JobSpec& spec, RankState* rank,
+                                    train::TrainOptions* o);
   // The hook that streams this rank's checkpoint parts to the shard servers and tells the
   // coordinator; slice_server[s] holds slice s.
   void SetCheckpointHook(const v1::Assignment& a, const std::vector<std::string>& slice_server, train::TrainOptions* o);
   // The step and evaluation reports (to the coordinator and /metrics).
-  void SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec, std::optional<float>* val,
+  void SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec, RankState* rank, std::optional<float>* val,
                       train::TrainOptions* o);
-  void SetMemoryGauges(const train::MemoryAccount& m);
+  void SetMemoryGauges(const v1::Assignment& a, const train::MemoryAccount& m);
   void Unreachable(const std::string& server);
 
   const WorkerOptions& options_;
@@ -81,12 +92,10 @@ class Session {
   const std::atomic<bool>* stop_;
   std::mutex write_mu_;
   std::mutex comm_mu_;
-  std::vector<parallel::GlooCommunicator*> comms_;  // the running job's groups, while they live
-  std::set<std::string> unreachable_;               // shard servers this run could not reach (comm_mu_)
-  std::string hb_job_;  // the running assignment, for heartbeats (comm_mu_)
+  std::set<std::string> unreachable_;  // shard servers this run could not reach (comm_mu_)
+  std::string hb_job_;                 // the running job's placement, for heartbeats (comm_mu_)
   int64_t hb_generation_ = 0;
-  int hb_rank_ = 0;
-  std::atomic<int64_t> hb_step_{0};
+  std::map<int, std::unique_ptr<RankState>> ranks_;  // its ranks running here (comm_mu_)
 };
 
 }  // namespace gantry::agent

@@ -27,23 +27,32 @@ absl::StatusOr<DeviceName> ParseDevice(const std::string& device) {
       absl::StrCat("device '", device, "': expected cpu, cuda, cuda:N, cuda-emulated or cuda-emulated:N"));
 }
 
-int CudaDeviceCount() {
-#ifdef GANTRY_WITH_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
+namespace {
+// GPUs visible from the device's ordinal on (the emulated runtime's count for cuda-emulated).
+int VisibleFrom(const DeviceName& device) {
+  return std::max(0, kernels::DeviceCount(device.kind) - device.ordinal);
+}
+}  // namespace
+
+absl::Status CheckGpus(const DeviceName& device, int gpus) {
+  if (gpus < 0) return absl::InvalidArgumentError(absl::StrCat(gpus, " GPUs"));
+  if (device.kind == kernels::BackendKind::kCpu) {
+    return gpus == 0 ? absl::OkStatus() : absl::InvalidArgumentError("a cpu worker offers no GPU (--gpus is for cuda kinds)");
   }
-  return n;
-#else
-  return 0;
-#endif
+  const int visible = VisibleFrom(device);
+  if (gpus > visible) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        gpus, " GPUs from ", kernels::BackendKindName(device.kind), ":", device.ordinal, " asked, but ", visible,
+        device.kind == kernels::BackendKind::kCuda ? " are visible from it (CUDA_VISIBLE_DEVICES, nvidia-smi)"
+                                                   : " emulated devices exist from it"));
+  }
+  return absl::OkStatus();
 }
 
-DeviceInventory InventoryOf(const DeviceName& device) {
+DeviceInventory InventoryOf(const DeviceName& device, int gpus) {
   DeviceInventory inv;
   if (device.kind == kernels::BackendKind::kCudaEmulated) {
-    inv.count = 1;  // the emulated runtime offers any ordinal up to 8
+    inv.count = std::min(gpus > 0 ? gpus : 1, VisibleFrom(device));
     inv.name = absl::StrCat(kernels::BackendKindName(device.kind), ":", device.ordinal);
     struct sysinfo si;
     if (sysinfo(&si) == 0) inv.memory_bytes = static_cast<int64_t>(si.totalram) * si.mem_unit;
@@ -51,9 +60,9 @@ DeviceInventory InventoryOf(const DeviceName& device) {
   }
 #ifdef GANTRY_WITH_CUDA
   if (device.kind == kernels::BackendKind::kCuda) {
-    inv.count = CudaDeviceCount();
+    inv.count = gpus > 0 ? std::min(gpus, VisibleFrom(device)) : VisibleFrom(device);
     cudaDeviceProp prop{};
-    if (inv.count > device.ordinal && cudaGetDeviceProperties(&prop, device.ordinal) == cudaSuccess) {
+    if (inv.count > 0 && cudaGetDeviceProperties(&prop, device.ordinal) == cudaSuccess) {
       inv.name = prop.name;
       inv.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
     }
@@ -61,7 +70,6 @@ DeviceInventory InventoryOf(const DeviceName& device) {
 #endif
   return inv;
 }
-
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string& device,
                                                                const model::GPTConfig& config, int B, int T,

@@ -41,22 +41,24 @@ class DeviceModel {
   virtual std::vector<std::pair<std::string, double>> TakeOpSeconds() = 0;
 };
 
-// CUDA devices visible to this process (0 in a build without CUDA).
-int CudaDeviceCount();
 // A device name: "cpu", "cuda" or "cuda-emulated" (device 0), "cuda:N" or "cuda-emulated:N".
 struct DeviceName {
   kernels::BackendKind kind = kernels::BackendKind::kCpu;
   int ordinal = 0;
 };
 absl::StatusOr<DeviceName> ParseDevice(const std::string& device);
-// What a worker of that device offers, for its registration: the GPUs visible (cuda), or the
-// emulated device (cuda-emulated: one, whose memory is the host's). count 0 where none is.
+// What a worker of that device offers, for its registration: `gpus` GPUs from the device's
+// ordinal on (0: those visible from it, cuda; one, cuda-emulated), named after the first,
+// with its memory (cuda-emulated: the host's). count 0 where none is. CheckGpus says
+// whether the worker can offer that many (cuda: visible; cuda-emulated: the emulated
+// runtime's devices; cpu: --gpus is not for it).
 struct DeviceInventory {
   int count = 0;
   std::string name;
   int64_t memory_bytes = 0;
 };
-DeviceInventory InventoryOf(const DeviceName& device);
+DeviceInventory InventoryOf(const DeviceName& device, int gpus = 0);
+absl::Status CheckGpus(const DeviceName& device, int gpus);
 // "cpu": null (the host loop). "cuda[:N]" and "cuda-emulated[:N]": the GPT on that backend
 // (CreateBackendModel) for micro-batches up to (B, T); cuda is UNIMPLEMENTED in a build
 // without CUDA, UNAVAILABLE without a visible device.
