@@ -56,8 +56,35 @@ class Backend {
   virtual void Zero(void* p, size_t bytes) = 0;
 
   // --- ordering ---
-  // Waits for the work queued; returns the first error since the last call (and clears it).
+  // Waits for the work queued on every stream; returns the first error since the last call
+  // (and clears it).
   virtual absl::Status Synchronize() = 0;
+  // Streams and events. Copies, zeroing and ops are issued on the current stream (the
+  // backend's own until SetStream) and run in issue order there; work on two streams may
+  // overlap unless an event orders it. The cpu backend runs everything at issue, in order,
+  // so its streams and events order trivially (its handles are still checked). Ops that use
+  // the backend's scratch (the reductions: column sums, SumSquares) must not run on two
+  // streams at once. Handles are freed with the backend, or by Free*.
+  struct StreamHandle;
+  struct EventHandle;
+  using Stream = StreamHandle*;
+  using Event = EventHandle*;
+  virtual Stream NewStream() = 0;
+  virtual void FreeStream(Stream s) = 0;
+  virtual Event NewEvent() = 0;
+  virtual void FreeEvent(Event e) = 0;
+  // Where the following work is issued; null: the backend's own stream.
+  virtual void SetStream(Stream s) = 0;
+  virtual Stream current_stream() const = 0;
+  // Marks the point the current stream has reached.
+  virtual void Record(Event e) = 0;
+  // The current stream's later work waits until e's point is reached.
+  virtual void Wait(Event e) = 0;
+  // The host waits until e's point is reached.
+  virtual absl::Status SynchronizeEvent(Event e) = 0;
+  // The runtime's own stream (cudaStream_t) behind s (null: the backend's), for a
+  // communicator that enqueues on it (NCCL); null on cpu.
+  virtual void* native_stream(Stream s) const = 0;
   // Whether host code may read and write device pointers directly (cpu, cuda-emulated):
   // a communicator on the host (Gloo) can then work on them as they are.
   virtual bool host_addressable() const = 0;

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <mutex>
-#include <utility>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention.h"
@@ -56,6 +58,25 @@ class Cpu final : public Backend {
     return std::exchange(error_, absl::OkStatus());
   }
   bool host_addressable() const override { return true; }
+  // Everything runs at issue: a stream or event is only a handle, checked where it is used.
+  Stream NewStream() override { return reinterpret_cast<Stream>(NewHandle(streams_)); }
+  void FreeStream(Stream s) override {
+    if (Current() == s) Current() = nullptr;
+    FreeHandle(streams_, s, "FreeStream");
+  }
+  Event NewEvent() override { return reinterpret_cast<Event>(NewHandle(events_)); }
+  void FreeEvent(Event e) override { FreeHandle(events_, e, "FreeEvent"); }
+  void SetStream(Stream s) override {
+    if (s == nullptr || Known(streams_, s, "SetStream")) Current() = s;
+  }
+  Stream current_stream() const override { return Current(); }
+  void Record(Event e) override { (void)Known(events_, e, "Record"); }
+  void Wait(Event e) override { (void)Known(events_, e, "Wait"); }
+  absl::Status SynchronizeEvent(Event e) override {
+    if (Known(events_, e, "SynchronizeEvent")) return absl::OkStatus();
+    return Synchronize();  // the error Known kept
+  }
+  void* native_stream(Stream) const override { return nullptr; }
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, int v_begin, int v_end, const float* wpe,
                       int B, int T, int C) override {
@@ -132,8 +153,43 @@ class Cpu final : public Backend {
     std::lock_guard<std::mutex> l(mu_);
     if (error_.ok()) error_ = std::move(s);
   }
+  // The handles: distinct addresses, known until freed (mu_).
+  using Handles = std::set<std::unique_ptr<char>, std::less<>>;
+  char* NewHandle(Handles& hs) {
+    std::lock_guard<std::mutex> l(mu_);
+    return hs.insert(std::make_unique<char>()).first->get();
+  }
+  bool Known(Handles& hs, const void* h, const char* what) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& x : hs) {
+        if (x.get() == h) return true;
+      }
+    }
+    Keep(absl::InvalidArgumentError(absl::StrCat("cpu: ", what, ": not a live ", Noun(hs), " of this backend")));
+    return false;
+  }
+  void FreeHandle(Handles& hs, const void* h, const char* what) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto it = hs.begin(); it != hs.end(); ++it) {
+        if (it->get() == h) {
+          hs.erase(it);
+          return;
+        }
+      }
+    }
+    Keep(absl::InvalidArgumentError(absl::StrCat("cpu: ", what, ": not a live ", Noun(hs), " of this backend")));
+  }
+  const char* Noun(const Handles& hs) const { return &hs == &streams_ ? "stream" : "event"; }
+  // The current stream is the calling thread's: one cpu backend serves every thread.
+  static Stream& Current() {
+    static thread_local Stream current = nullptr;
+    return current;
+  }
   std::mutex mu_;  // one cpu backend serves every thread (ranks in one process)
   absl::Status error_;
+  Handles streams_, events_;
 };
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
@@ -29,7 +31,10 @@ class Cuda final : public kernels::Backend {
   Cuda(std::unique_ptr<Context> ctx, std::string name, const kernels::BackendOptions& options)
       : ctx_(std::move(ctx)), name_(std::move(name)), fused_(options.fused_attention) {}
   ~Cuda() override {
-    (void)ctx_->Synchronize();
+    (void)Synchronize();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    (void)ctx_->SetStream(nullptr);
+    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
     if (scratch_ != nullptr) cudaFree(scratch_);
   }
 
@@ -63,11 +68,70 @@ class Cuda final : public kernels::Backend {
     if (bytes > 0) Check(cudaMemsetAsync(p, 0, bytes, ctx_->stream()), "cudaMemsetAsync");
   }
   absl::Status Synchronize() override {
-    Keep(ctx_->Synchronize());
+    WaitForAllStreams();
     std::lock_guard<std::mutex> l(mu_);
     return std::exchange(error_, absl::OkStatus());
   }
   bool host_addressable() const override { return kHostAddressable; }
+  // A backend is driven by one thread at a time (a rank's), as its context's current stream
+  // and cuBLAS handle are.
+  Stream NewStream() override {
+    cudaStream_t s = nullptr;
+    if (!Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags")) return nullptr;
+    streams_.push_back(s);
+    return reinterpret_cast<Stream>(s);
+  }
+  void FreeStream(Stream s) override {
+    auto it = std::find(streams_.begin(), streams_.end(), Native(s));
+    if (it == streams_.end()) {
+      Keep(absl::InvalidArgumentError("FreeStream: not a live stream of this backend"));
+      return;
+    }
+    if (ctx_->stream() == *it) Keep(ctx_->SetStream(nullptr));
+    Check(cudaStreamSynchronize(*it), "cudaStreamSynchronize");
+    Check(cudaStreamDestroy(*it), "cudaStreamDestroy");
+    streams_.erase(it);
+  }
+  Event NewEvent() override {
+    cudaEvent_t e = nullptr;
+    if (!Check(cudaEventCreate(&e), "cudaEventCreate")) return nullptr;
+    events_.push_back(e);
+    return reinterpret_cast<Event>(e);
+  }
+  void FreeEvent(Event e) override {
+    auto it = std::find(events_.begin(), events_.end(), reinterpret_cast<cudaEvent_t>(e));
+    if (it == events_.end()) {
+      Keep(absl::InvalidArgumentError("FreeEvent: not a live event of this backend"));
+      return;
+    }
+    Check(cudaEventDestroy(*it), "cudaEventDestroy");
+    events_.erase(it);
+  }
+  void SetStream(Stream s) override {
+    if (s != nullptr && std::find(streams_.begin(), streams_.end(), Native(s)) == streams_.end()) {
+      Keep(absl::InvalidArgumentError("SetStream: not a live stream of this backend"));
+      return;
+    }
+    Keep(ctx_->SetStream(Native(s)));
+  }
+  Stream current_stream() const override {
+    return ctx_->stream() == ctx_->own_stream() ? nullptr : reinterpret_cast<Stream>(ctx_->stream());
+  }
+  void Record(Event e) override {
+    if (cudaEvent_t ev = Live(e, "Record")) Check(cudaEventRecord(ev, ctx_->stream()), "cudaEventRecord");
+  }
+  void Wait(Event e) override {
+    if (cudaEvent_t ev = Live(e, "Wait")) Check(cudaStreamWaitEvent(ctx_->stream(), ev, 0), "cudaStreamWaitEvent");
+  }
+  absl::Status SynchronizeEvent(Event e) override {
+    cudaEvent_t ev = Live(e, "SynchronizeEvent");
+    if (ev != nullptr && Check(cudaEventSynchronize(ev), "cudaEventSynchronize")) return absl::OkStatus();
+    std::lock_guard<std::mutex> l(mu_);
+    return std::exchange(error_, absl::OkStatus());
+  }
+  void* native_stream(Stream s) const override {
+    return s == nullptr ? static_cast<void*>(ctx_->own_stream()) : static_cast<void*>(Native(s));
+  }
 
   void EncoderForward(float* out, const int32_t* inp, const float* wte, int v_begin, int v_end, const float* wpe,
                       int B, int T, int C) override {
@@ -180,7 +244,7 @@ class Cuda final : public kernels::Backend {
   // step's sizes are the largest of a run, so it grows at most once or twice).
   float* Scratch(size_t floats) {
     if (floats <= scratch_floats_) return scratch_;
-    (void)ctx_->Synchronize();  // the old buffer may still be in use by queued work
+    WaitForAllStreams();  // the old buffer may still be in use by queued work
     if (scratch_ != nullptr) cudaFree(scratch_);
     scratch_ = nullptr;
     scratch_floats_ = 0;
@@ -191,7 +255,22 @@ class Cuda final : public kernels::Backend {
     return scratch_;
   }
 
+  static cudaStream_t Native(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
+  // e if it is a live event of this backend; else null, with the error kept.
+  cudaEvent_t Live(Event e, const char* what) {
+    auto ev = reinterpret_cast<cudaEvent_t>(e);
+    if (std::find(events_.begin(), events_.end(), ev) != events_.end()) return ev;
+    Keep(absl::InvalidArgumentError(absl::StrCat(what, ": not a live event of this backend")));
+    return nullptr;
+  }
+  void WaitForAllStreams() {
+    Keep(ctx_->Synchronize());
+    for (cudaStream_t s : streams_) Check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+
   std::unique_ptr<Context> ctx_;
+  std::vector<cudaStream_t> streams_;  // made by NewStream, live
+  std::vector<cudaEvent_t> events_;    // made by NewEvent, live
   const std::string name_;
   const bool fused_;
   float* scratch_ = nullptr;

@@ -14,7 +14,8 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(int device) {
   std::unique_ptr<Context> c(new Context());
   c->device_ = device;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->own_stream_, cudaStreamNonBlocking));
+  c->stream_ = c->own_stream_;
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&c->blas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(c->blas_, c->stream_));
   // fp32 GEMMs stay fp32 (no TF32): the CPU twins are the reference.
@@ -26,16 +27,23 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(int device) {
 }
 
 Context::~Context() {
-  if (stream_) cudaStreamSynchronize(stream_);
+  if (own_stream_) cudaStreamSynchronize(own_stream_);
   if (scratch_) cudaFree(scratch_);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (lt_) cublasLtDestroy(lt_);
   if (blas_) cublasDestroy(blas_);
-  if (stream_) cudaStreamDestroy(stream_);
+  if (own_stream_) cudaStreamDestroy(own_stream_);
+}
+
+absl::Status Context::SetStream(cudaStream_t s) {
+  cudaStream_t next = s != nullptr ? s : own_stream_;
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, next));
+  stream_ = next;
+  return absl::OkStatus();
 }
 
 absl::Status Context::Synchronize() const {
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(own_stream_));
   return absl::OkStatus();
 }
 

@@ -19,7 +19,11 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
+  // Where the ops issue: the context's own stream, or the one SetStream chose.
   cudaStream_t stream() const { return stream_; }
+  cudaStream_t own_stream() const { return own_stream_; }
+  // Issues the following work (kernels, copies, cuBLAS) on s; null: the own stream.
+  absl::Status SetStream(cudaStream_t s);
   cublasHandle_t blas() const { return blas_; }
   cublasLtHandle_t lt() const { return lt_; }
   void* lt_workspace() const { return lt_workspace_; }
@@ -27,12 +31,14 @@ class Context {
   // Room for kScratchFloats floats of partial sums (column sums, norms).
   float* scratch() const { return scratch_; }
   static constexpr size_t kScratchFloats = size_t{4} << 20;
+  // Waits for the own stream's work.
   absl::Status Synchronize() const;
 
  private:
   Context() = default;
   static constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
   int device_ = 0;
+  cudaStream_t own_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

@@ -196,7 +196,9 @@ TEST_F(CudaKernelsTest, MatmulMatchesCpuTwinInBothLayouts) {
         EXPECT_LE(RelErr(Download(dOut, NO), out), 1e-5);
         EXPECT_LE(RelErr(Download(dDinp, NC), dinp), 1e-5);
         EXPECT_LE(RelErr(Download(dDw, CO), dw), 1e-5);
-        if (with_bias) EXPECT_LE(RelErr(Download(dDb, OC), db), 1e-5);
+        if (with_bias) {
+          EXPECT_LE(RelErr(Download(dDb, OC), db), 1e-5);
+        }
       }
     }
   }

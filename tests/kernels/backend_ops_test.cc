@@ -388,6 +388,61 @@ TEST_F(BackendOpsTest, CopiesAndZeroKeepBytes) {
   }
 }
 
+// Work on a second stream that waits for an event recorded on the first sees the first's
+// results; the host waits for an event; the current stream is what SetStream chose; a
+// handle that is not the backend's is an error naming the call. On the cpu backend too,
+// whose streams order trivially (everything runs at issue).
+TEST_F(BackendOpsTest, StreamsAndEventsOrderWorkAndRefuseForeignHandles) {
+  for (Backend* b : {&be(), &cpu()}) {
+    SCOPED_TRACE(b->Describe());
+    const int64_t n = 1000;
+    const auto a = Random(n, 11);
+    Dev<float> dA(*b, a), y(*b, n), z(*b, n);
+    Backend::Stream s1 = b->NewStream();
+    Backend::Event e1 = b->NewEvent(), e2 = b->NewEvent();
+    ASSERT_NE(s1, nullptr);
+    ASSERT_NE(e1, nullptr);
+    EXPECT_EQ(b->current_stream(), nullptr) << "the backend's own stream at start";
+    b->ResidualForward(y.get(), dA.get(), dA.get(), n);  // y = 2a, on the own stream
+    b->Record(e1);
+    b->SetStream(s1);
+    EXPECT_EQ(b->current_stream(), s1);
+    b->Wait(e1);
+    b->Scale(y.get(), n, 0.25f);                    // y = a/2, on s1 after the own stream's y
+    b->ResidualForward(z.get(), y.get(), dA.get(), n);  // z = 1.5a
+    b->Record(e2);
+    b->SetStream(nullptr);
+    EXPECT_EQ(b->current_stream(), nullptr);
+    EXPECT_TRUE(b->SynchronizeEvent(e2).ok());
+    std::vector<float> want(n);
+    for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = a[static_cast<size_t>(i)] * 0.5f + a[static_cast<size_t>(i)];
+    EXPECT_LE(RelErr(z.Host(), want), kTol);
+    if (b->kind() == BackendKind::kCpu) {
+      EXPECT_EQ(b->native_stream(s1), nullptr);
+    } else {
+      EXPECT_NE(b->native_stream(s1), nullptr);
+      EXPECT_NE(b->native_stream(nullptr), nullptr) << "the own stream, for NCCL";
+      EXPECT_NE(b->native_stream(s1), b->native_stream(nullptr));
+    }
+    EXPECT_TRUE(b->Synchronize().ok());
+    int not_a_handle = 0;
+    b->SetStream(reinterpret_cast<Backend::Stream>(&not_a_handle));
+    EXPECT_EQ(b->current_stream(), nullptr) << "a foreign stream is not taken";
+    absl::Status s = b->Synchronize();
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("SetStream: not a live stream"), std::string::npos) << s;
+    b->SetStream(s1);
+    b->FreeStream(s1);
+    EXPECT_EQ(b->current_stream(), nullptr) << "freeing the current stream goes back to the own one";
+    b->FreeStream(s1);
+    s = b->Synchronize();
+    EXPECT_NE(s.message().find("FreeStream: not a live stream"), std::string::npos) << s;
+    b->FreeEvent(e1);
+    b->FreeEvent(e2);
+    EXPECT_TRUE(b->Synchronize().ok());
+  }
+}
+
 TEST_F(BackendOpsTest, ABadShapeIsAnErrorNamingTheOpAndTheBackend) {
   Dev<float> a(be(), 16), b(be(), 16);
   be().MatmulForward(a.get(), b.get(), b.get(), nullptr, 0, 4, 4);
