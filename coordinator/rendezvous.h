@@ -22,9 +22,13 @@ class Rendezvous {
  public:
   using Done = std::function<void(absl::StatusOr<std::string>)>;
   // Keys under this prefix are failure reports: they stay after the job left its placement,
-  // so that the ranks that survive a lost peer can still tell each other apart.
+  // so that the ranks that survive a lost peer can still tell each other apart. A process
+  // group's keys are under its name ("dp/s0/t0/gantry/failed/2"): the prefix counts after
+  // any whole path segment.
   static constexpr char kFailureReportPrefix[] = "gantry/failed/";
-  static bool IsFailureReport(const std::string& key) { return key.rfind(kFailureReportPrefix, 0) == 0; }
+  static bool IsFailureReport(const std::string& key) {
+    return key.rfind(kFailureReportPrefix, 0) == 0 || key.find(std::string("/") + kFailureReportPrefix) != std::string::npos;
+  }
 
   ~Rendezvous();  // the waiting Gets are answered UNAVAILABLE
 

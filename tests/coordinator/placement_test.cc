@@ -195,5 +195,23 @@ TEST(RendezvousTest, DropKeepsFailureReportsAndExpireEndsTheWait) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(got[3].status())) << got[3].status();
 }
 
+// A process group's keys are under its name: its failure reports stay too (a lost peer in a
+// dp or tp group is named after the job failed), and a key that only resembles one does not.
+TEST(RendezvousTest, AGroupsFailureReportsUnderItsNameAreFailureReportsToo) {
+  EXPECT_TRUE(Rendezvous::IsFailureReport("gantry/failed/2"));
+  EXPECT_TRUE(Rendezvous::IsFailureReport("world/gantry/failed/2"));
+  EXPECT_TRUE(Rendezvous::IsFailureReport("dp/s0/t1/gantry/failed/0"));
+  EXPECT_FALSE(Rendezvous::IsFailureReport("dp/s0/t1/xgantry/failed/0"));
+  EXPECT_FALSE(Rendezvous::IsFailureReport("dp/s0/t1/0"));
+  EXPECT_FALSE(Rendezvous::IsFailureReport("gantry/nccl_unique_id"));
+  Rendezvous rdv;
+  std::vector<absl::StatusOr<std::string>> got;
+  rdv.Put("j", 1, "tp/s0/r0/gantry/failed/1", "lost peer");
+  rdv.Drop("j");
+  rdv.Get("j", 1, "tp/s0/r0/gantry/failed/1", 0, 0, [&](absl::StatusOr<std::string> v) { got.push_back(std::move(v)); });
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(*got[0], "lost peer");
+}
+
 }  // namespace
 }  // namespace gantry::coordinator

@@ -117,5 +117,20 @@ check "each rank ran on the device of its local rank, as the workers' logs say, 
      grep -q \"job $d3: rank \${rd%:*} runs on cuda-emulated:\${rd#*:}\$\" '$TMP'/cluster/worker[123].log || exit 1
    done; grep -q 'runs on cpu' '$TMP/cluster/worker4.log'"
 
+# A cancel reaches every rank of a worker with several GPUs: a dp 4 job, whole on the 4-GPU
+# worker, cancelled while it runs, stops its four rank threads and frees the worker.
+job long4 cuda-emulated "dp: 4" | sed 's/steps: 20,/steps: 100000,/; s/micro_batch: 2,/micro_batch: 1,/' >"$TMP/long4.yaml"
+l4=$("$CLI" submit "$TMP/long4.yaml")
+wait_for 60 bash -c "'$CLI' describe $l4 | grep -qE 'Steps:      [1-9]'"
+ranks_of() { "$CLI" workers | awk -v w="$1" '$1 == w {print $5, $6}'; }
+state_of() { "$CLI" workers | awk -v w="$1" '$1 == w {print $4}'; }
+w4_idle() { [ "$(state_of "$w4")" = idle ]; }
+# Each rank stops at its next step (cancelled) or in the collective it is in (aborted).
+four_stopped() { [ "$(grep -c "job $l4 stopped: \(cancelled\|.*placement was aborted\)" "$TMP/cluster/worker1.log")" -eq 4 ]; }
+check "a dp 4 job runs whole on the 4-GPU worker, ranks 0-3" bash -c "[ \"$(ranks_of "$w4")\" = '$l4 0,1,2,3' ]"
+"$CLI" cancel "$l4" >/dev/null
+check "cancelled, the worker is free at once" wait_for 10 w4_idle
+check "and its four rank threads stop, each saying why" wait_for 20 four_stopped
+
 echo "$passed passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -16,6 +16,7 @@
 #include "worker/agent/coordinator_store.h"
 #include "worker/agent/param_client.h"
 #include "worker/model/gpt.h"
+#include "worker/parallel/device_groups.h"
 #include "worker/train/checkpoint.h"
 
 namespace gantry::agent {
@@ -233,15 +234,19 @@ absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, con
     go.hostname = options_.gloo_host;
     go.timeout = std::chrono::milliseconds(spec.parallel.timeout_s > 0 ? static_cast<int64_t>(spec.parallel.timeout_s * 1000)
                                                                      : options_.collective_timeout_ms);
-    std::vector<parallel::GlooCommunicator*> made;
+    // On the rank's device: NCCL on its GPU for cuda, Gloo for cpu and cuda-emulated.
+    ASSIGN_OR_RETURN(train::DeviceName device, train::ParseDevice(o->device));
+    std::vector<parallel::Communicator*> made;
+    const parallel::GroupFactory factory = parallel::DeviceGroups(device.kind, device.ordinal, store, go, &made);
     if (spec.parallel.tp > 1 || spec.parallel.pp > 1) {  // 3D: every group of this rank
       ASSIGN_OR_RETURN(g.groups, parallel::MakeGroups(a.rank(), {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp},
-                                                    parallel::GlooGroups(store, go, &made)));
+                                                    factory));
       o->groups = g.groups.get();
     } else {
-      ASSIGN_OR_RETURN(g.comm, parallel::GlooCommunicator::Create(a.rank(), a.world_size(), store, go));
+      std::vector<int> world(static_cast<size_t>(a.world_size()));
+      for (int r = 0; r < a.world_size(); ++r) world[static_cast<size_t>(r)] = r;
+      ASSIGN_OR_RETURN(g.comm, factory("world", world, a.rank()));
       o->comm = g.comm.get();
-      made.push_back(g.comm.get());
     }
     std::lock_guard<std::mutex> l(comm_mu_);
     rank->comms = made;

@@ -62,7 +62,7 @@ class Session {
 
  private:
   struct RankState {
-    std::vector<parallel::GlooCommunicator*> comms;  // its groups, while they live (comm_mu_)
+    std::vector<parallel::Communicator*> comms;  // its groups, while they live (comm_mu_)
     std::atomic<int64_t> step{0};
   };
   absl::Status Train(const v1::Assignment& a, RankState* rank);
@@ -71,7 +71,7 @@ class Session {
   absl::StatusOr<std::optional<StoredCheckpoint>> FindResumePoint(const v1::Assignment& a);
   // Joins this rank's process groups (world > 1), filling o.comm or o.groups.
   struct Groups {
-    std::unique_ptr<parallel::GlooCommunicator> comm;
+    std::unique_ptr<parallel::Communicator> comm;
     std::unique_ptr<parallel::Groups> groups;
   };
   absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const train::JobSpec& spec, RankState* rank,

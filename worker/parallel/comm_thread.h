@@ -53,6 +53,7 @@ class SoloCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   uint64_t seq() const override { return seq_; }
+  uint64_t completed() const override { return seq_; }
   absl::Status AllReduceSum(float*, size_t) override { return Next(); }
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;

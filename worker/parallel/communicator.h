@@ -1,5 +1,5 @@
 // Collectives over a process group, the same interface on CPU (Gloo over TCP) and GPU
-// (NCCL, to come). Every collective gets the next sequence number and runs under the
+// (NCCL, on device buffers). Every collective gets the next sequence number and runs under the
 // group's timeout: a failure or a hang becomes an error naming the collective, its
 // sequence number and this rank, never a hang.
 #pragma once
@@ -19,6 +19,9 @@ class Communicator {
   virtual int size() const = 0;
   // Sequence number of the last collective started (1 for the first).
   virtual uint64_t seq() const = 0;
+  // Sequence number of the last collective that completed. Thread-safe (the worker's
+  // heartbeats read it while the collectives run).
+  virtual uint64_t completed() const = 0;
 
   // data (n) ← sum over ranks of data (n)
   virtual absl::Status AllReduceSum(float* data, size_t n) = 0;

@@ -184,16 +184,20 @@ class OwningPrefixStore final : public gloo::rendezvous::PrefixStore {
 };
 }  // namespace
 
-GroupFactory GlooGroups(std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options,
-                        std::vector<GlooCommunicator*>* made) {
-  return [store, options, made](const std::string& name, const std::vector<int>& members,
-                                int index) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-    auto prefixed = std::make_shared<OwningPrefixStore>(name, store);
-    auto c = GlooCommunicator::Create(index, static_cast<int>(members.size()), prefixed, options);
+GroupFactory StoreGroups(std::shared_ptr<gloo::rendezvous::Store> store, MemberFactory create,
+                         std::vector<Communicator*>* made) {
+  return [store, create = std::move(create), made](const std::string& name, const std::vector<int>& members,
+                                                   int index) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    auto c = create(index, static_cast<int>(members.size()), std::make_shared<OwningPrefixStore>(name, store));
     if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat("group ", name, ": ", c.status().message()));
     if (made != nullptr) made->push_back(c->get());
-    return std::unique_ptr<Communicator>(std::move(*c));
+    return std::move(*c);
   };
+}
+
+GroupFactory GlooGroups(std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options,
+                        std::vector<Communicator*>* made) {
+  return StoreGroupsOf<GlooCommunicator>(std::move(store), options, made);
 }
 
 }  // namespace gantry::parallel

@@ -44,8 +44,7 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   uint64_t seq() const override { return seq_; }
-  // The sequence number of the last collective that completed (thread-safe: heartbeats).
-  uint64_t completed() const { return completed_.load(); }
+  uint64_t completed() const override { return completed_.load(); }
   absl::Status AllReduceSum(float* data, size_t n) override;
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;
@@ -81,6 +80,27 @@ class GlooCommunicator final : public Communicator {
 // group's keys under its name. Every communicator made is also appended to *made, when
 // given (the worker aborts them all at once).
 GroupFactory GlooGroups(std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options,
-                        std::vector<GlooCommunicator*>* made = nullptr);
+                        std::vector<Communicator*>* made = nullptr);
+// Process groups whose members meet through one rendezvous store, each group's keys under
+// its name: create makes member `index` of a group of `size` on that group's view of the
+// store. Errors name the group; every communicator made is appended to *made, when given.
+using MemberFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+    int index, int size, std::shared_ptr<gloo::rendezvous::Store> group_store)>;
+GroupFactory StoreGroups(std::shared_ptr<gloo::rendezvous::Store> store, MemberFactory create,
+                         std::vector<Communicator*>* made);
+// StoreGroups whose members are C::Create(index, size, group_store, options).
+template <typename C, typename Options>
+GroupFactory StoreGroupsOf(std::shared_ptr<gloo::rendezvous::Store> store, const Options& options,
+                           std::vector<Communicator*>* made) {
+  return StoreGroups(
+      std::move(store),
+      [options](int index, int size, std::shared_ptr<gloo::rendezvous::Store> s)
+          -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        auto c = C::Create(index, size, std::move(s), options);
+        if (!c.ok()) return c.status();
+        return std::unique_ptr<Communicator>(std::move(*c));
+      },
+      made);
+}
 
 }  // namespace gantry::parallel

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "worker/parallel/failure_report.h"
+#include "worker/parallel/gloo_communicator.h"
 
 namespace gantry::parallel {
 namespace {
@@ -153,7 +155,9 @@ absl::Status NcclCommunicator::Run(const char* what, F&& launch) {
   ncclResult_t r = launch();
   if (r == ncclInProgress) r = WaitForComm(Comm(comm_), std::chrono::steady_clock::now() + options_.timeout);
   if (r != ncclSuccess) return Fail(what, seq, r == ncclInProgress ? "enqueue timed out" : ncclGetErrorString(r));
-  return WaitDone(what, seq);
+  RETURN_IF_ERROR(WaitDone(what, seq));
+  completed_ = seq;
+  return absl::OkStatus();
 }
 
 absl::Status NcclCommunicator::AllReduceSum(float* data, size_t n) {
@@ -185,6 +189,11 @@ absl::Status NcclCommunicator::Recv(float* data, size_t n, int peer) {
 
 absl::Status NcclCommunicator::Barrier() {
   return Run("barrier", [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_)); });
+}
+
+GroupFactory NcclGroups(std::shared_ptr<gloo::rendezvous::Store> store, const NcclOptions& options,
+                        std::vector<Communicator*>* made) {
+  return StoreGroupsOf<NcclCommunicator>(std::move(store), options, made);
 }
 
 }  // namespace gantry::parallel

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/parallel/communicator.h"
+#include "worker/parallel/groups.h"
 
 namespace gloo::rendezvous {
 class Store;
@@ -37,6 +38,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   uint64_t seq() const override { return seq_; }
+  uint64_t completed() const override { return completed_.load(); }
   absl::Status AllReduceSum(float* data, size_t n) override;
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;
@@ -64,6 +66,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   uint64_t seq_ = 0;
   std::atomic<bool> aborted_{false};
+  std::atomic<uint64_t> completed_{0};
   NcclOptions options_;
   std::shared_ptr<gloo::rendezvous::Store> store_;
   void* comm_ = nullptr;    // ncclComm_t
@@ -72,5 +75,11 @@ class NcclCommunicator final : public Communicator {
   float* scratch_ = nullptr;  // one float on the device, for Barrier
   std::string broken_;
 };
+
+// Process groups (parallel/groups.h) of NCCL communicators on one CUDA device, their unique
+// ids exchanged through one rendezvous store (each group's under its name). Every
+// communicator made is also appended to *made, when given.
+GroupFactory NcclGroups(std::shared_ptr<gloo::rendezvous::Store> store, const NcclOptions& options,
+                        std::vector<Communicator*>* made = nullptr);
 
 }  // namespace gantry::parallel
