@@ -180,8 +180,8 @@ TEST_F(Gpt2ReferenceTest, EachAdamWStepWithClippingMatchesTorch) {
     std::copy(ref.prev_params_.begin(), ref.prev_params_.end(), model_->params());
     if (step > 1) {
       for (size_t i = 0; i < n; ++i) {
-        opt.m()[i] = static_cast<float>((ref.m_[i] - (1 - ref.b1_) * ref.grads_[i]) / ref.b1_);
-        opt.v()[i] = static_cast<float>((ref.v_[i] - (1 - ref.b2_) * double(ref.grads_[i]) * ref.grads_[i]) / ref.b2_);
+        opt.m().data()[i] = static_cast<float>((ref.m_[i] - (1 - ref.b1_) * ref.grads_[i]) / ref.b1_);
+        opt.v().data()[i] = static_cast<float>((ref.v_[i] - (1 - ref.b2_) * double(ref.grads_[i]) * ref.grads_[i]) / ref.b2_);
       }
     }
     ClippedGradients(*model_, inputs_, targets_, B_, T_, want_losses[step - 1], clip, step);

@@ -6,14 +6,15 @@
 
 namespace gantry::train {
 
-AdamW::AdamW(const std::vector<model::ParamTensor>& tensors, size_t num_params, AdamWConfig config)
-    : AdamW(tensors, {ShardSegment{0, num_params, 0}}, num_params, config) {}
+AdamW::AdamW(const std::vector<model::ParamTensor>& tensors, size_t num_params, AdamWConfig config,
+             kernels::Backend* backend)
+    : AdamW(tensors, {ShardSegment{0, num_params, 0}}, num_params, config, backend) {}
 
 AdamW::AdamW(const std::vector<model::ParamTensor>& tensors, const std::vector<ShardSegment>& segments,
-             size_t local_size, AdamWConfig config)
-    : config_(config), segments_(segments) {
-  m_.Assign(local_size);
-  v_.Assign(local_size);
+             size_t local_size, AdamWConfig config, kernels::Backend* backend)
+    : config_(config), backend_(backend), segments_(segments) {
+  m_.Assign(backend, local_size);
+  v_.Assign(backend, local_size);
   for (const ShardSegment& s : segments) {
     for (const auto& t : tensors) {
       const size_t b = std::max(s.flat_begin, t.offset), e = std::min(s.flat_end, t.offset + t.numel);
@@ -34,8 +35,8 @@ void AdamW::Step(float* params, Index pindex, const float* grads, Index gindex, 
     const kernels::AdamWParams hp = config_.Params(lr, step, r.decay);
     float* p = params + (pindex == Index::kFlat ? r.flat_begin : r.local);
     const float* g = grads + (gindex == Index::kFlat ? r.flat_begin : r.local);
-    kernels::adamw_update(p, g, m_.data() + r.local, v_.data() + r.local,
-                          static_cast<int64_t>(r.flat_end - r.flat_begin), hp);
+    backend_->AdamW(p, g, m_.data() + r.local, v_.data() + r.local, static_cast<int64_t>(r.flat_end - r.flat_begin),
+                    hp);
   }
 }
 

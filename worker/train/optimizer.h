@@ -1,11 +1,12 @@
-// AdamW over a model's flat parameters: fp32 state m and v, decay on tensors of 2+ dims.
+// AdamW over a model's flat parameters: fp32 state m and v, decay on tensors of 2+ dims. The
+// state lives on a backend (the model's: its device memory), and the update runs there.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "common/buffer.h"
 #include "kernels/adamw.h"
+#include "kernels/backend.h"
 #include "spec/job_spec.h"
 #include "worker/model/gpt.h"
 
@@ -23,27 +24,31 @@ struct ShardSegment {
 
 class AdamW {
  public:
-  // State for the whole flat buffer.
-  AdamW(const std::vector<model::ParamTensor>& tensors, size_t num_params, AdamWConfig config);
+  // State for the whole flat buffer, on backend (the cpu backend by default).
+  AdamW(const std::vector<model::ParamTensor>& tensors, size_t num_params, AdamWConfig config,
+        kernels::Backend* backend = &kernels::CpuBackend());
   // State for the segments a ZeRO rank owns; local_size is the size of its compact buffers.
   AdamW(const std::vector<model::ParamTensor>& tensors, const std::vector<ShardSegment>& segments,
-        size_t local_size, AdamWConfig config);
+        size_t local_size, AdamWConfig config, kernels::Backend* backend = &kernels::CpuBackend());
 
   // How a buffer is indexed: as the whole flat buffer, or compact like m and v.
   enum class Index { kFlat, kLocal };
   // One update with learning rate lr; step is 1-based. ZeRO 1 passes flat parameters and
   // gradients (its shard of the gradients is reduced in place), ZeRO 2 flat parameters and
-  // compact gradients, ZeRO 3 both compact.
+  // compact gradients, ZeRO 3 both compact. All in the backend's memory; queued there.
   void Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step);
   void Step(float* params, const float* grads, double lr, int step) {
     Step(params, Index::kFlat, grads, Index::kFlat, lr, step);
   }
 
   const std::vector<ShardSegment>& segments() const { return segments_; }
-  FloatBuffer& m() { return m_; }
-  FloatBuffer& v() { return v_; }
-  const FloatBuffer& m() const { return m_; }
-  const FloatBuffer& v() const { return v_; }
+  // The state, in the backend's memory (host code may touch it where the backend is host
+  // addressable).
+  kernels::DeviceBuffer& m() { return m_; }
+  kernels::DeviceBuffer& v() { return v_; }
+  const kernels::DeviceBuffer& m() const { return m_; }
+  const kernels::DeviceBuffer& v() const { return v_; }
+  kernels::Backend& backend() const { return *backend_; }
 
  private:
   struct Range {
@@ -51,9 +56,10 @@ class AdamW {
     bool decay;
   };
   AdamWConfig config_;
+  kernels::Backend* backend_;
   std::vector<ShardSegment> segments_;
   std::vector<Range> ranges_;  // the segments cut at tensor boundaries, each with its decay flag
-  FloatBuffer m_, v_;
+  kernels::DeviceBuffer m_, v_;
 };
 
 }  // namespace gantry::train

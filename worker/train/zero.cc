@@ -69,6 +69,15 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     return absl::InvalidArgumentError("parameter-server mode keeps whole parameters on the workers: ZeRO stage 3 shards them");
   }
   if (!(bucket_mb > 0)) return absl::InvalidArgumentError(absl::StrCat("bucket size ", bucket_mb, " MB must be > 0"));
+  // The step's norm, clipping and AdamW run on the model's backend. The reductions' staging
+  // and elementwise work (on the communication thread), the checkpoint pieces and the
+  // optimizer state a checkpoint loads are still read and written by the host: a backend
+  // whose memory the host cannot touch needs those on the device first (a cuda model trains
+  // through the DeviceModel, one rank, until then).
+  if (!model->backend().host_addressable()) {
+    return absl::UnimplementedError(absl::StrCat("ZeroEngine on ", model->backend().Describe(),
+                                                 ", whose memory the host cannot address, is not built yet"));
+  }
   std::unique_ptr<ZeroEngine> e(new ZeroEngine());
   e->model_ = model;
   e->pool_.set_backend(&model->backend());
@@ -117,15 +126,16 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     if (e->PieceBegin(b) < e->PieceEnd(b)) segments.push_back({e->PieceBegin(b), e->PieceEnd(b), b.local});
   }
   e->own_ = segments;
+  kernels::Backend* be = &model->backend();
   if (remote != nullptr) {
-    e->opt_ = std::make_unique<AdamW>(model->tensors(), std::vector<ShardSegment>{}, 0, config);  // no state here
+    e->opt_ = std::make_unique<AdamW>(model->tensors(), std::vector<ShardSegment>{}, 0, config, be);  // no state here
   } else if (stage == 0) {
-    e->opt_ = std::make_unique<AdamW>(model->tensors(), model->num_params(), config);
+    e->opt_ = std::make_unique<AdamW>(model->tensors(), model->num_params(), config, be);
   } else {
-    e->opt_ = std::make_unique<AdamW>(model->tensors(), segments, e->local_size_, config);
+    e->opt_ = std::make_unique<AdamW>(model->tensors(), segments, e->local_size_, config, be);
   }
-  if (stage >= 2) e->grad_shard_.Assign(e->local_size_);
-  if (stage == 3) e->param_shard_.Assign(e->local_size_);
+  if (stage >= 2) e->grad_shard_.Assign(be, e->local_size_);
+  if (stage == 3) e->param_shard_.Assign(be, e->local_size_);
   if (e->dp_ > 1 || stage >= 1 || mp.emb != nullptr) {
     e->comm_ = std::make_unique<parallel::CommThread>(comm);
     model->set_param_host(e.get());
@@ -142,10 +152,11 @@ ZeroEngine::~ZeroEngine() {
 
 void ZeroEngine::Shard() {
   if (stage_ == 3 && model_->has_param_buffer()) {
+    kernels::Backend& be = model_->backend();
     for (const Bucket& b : buckets_) {
       float* dst = param_shard_.data() + b.local;
-      std::fill(dst, dst + b.piece, 0.f);
-      std::copy(model_->params() + PieceBegin(b), model_->params() + PieceEnd(b), dst);
+      be.Zero(dst, b.piece * sizeof(float));
+      be.Copy(dst, model_->params() + PieceBegin(b), (PieceEnd(b) - PieceBegin(b)) * sizeof(float));
     }
     model_->FreeParamBuffer();
   }
@@ -374,6 +385,7 @@ void ZeroEngine::LaunchBucket(int k) {
 
 absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss, double lr, int step, double grad_clip) {
   if (comm_) RETURN_IF_ERROR(WaitAll());
+  kernels::Backend& be = model_->backend();
   const size_t n = model_->num_params();
   // Squares of the gradients this rank holds: all of them (stage 0, identical on every
   // rank) or its pieces, summed over the group below.
@@ -385,7 +397,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     for (const ShardSegment& s : own_) own.push_back({s.flat_begin, s.flat_end});
     sum_sq = CountedSquares(model_->grads(), own);
   } else {
-    sum_sq = kernels::sum_squares(grad_shard_.data(), static_cast<int64_t>(local_size_));
+    sum_sq = be.SumSquares(grad_shard_.data(), static_cast<int64_t>(local_size_));
   }
   StepResult r;
   r.loss = local_loss;
@@ -413,7 +425,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     const auto t_push = Clock::now();
     for (const ShardSegment& sg : own_) {
       float* g = stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin;
-      if (coef < 1.0f) kernels::scale_inplace(g, static_cast<int64_t>(sg.flat_end - sg.flat_begin), coef);
+      if (coef < 1.0f) be.Scale(g, static_cast<int64_t>(sg.flat_end - sg.flat_begin), coef);
       RETURN_IF_ERROR(remote_->Push(step, lr, g, sg.flat_begin, sg.flat_end));
     }
     pushed_step_ = step;
@@ -426,21 +438,22 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     return r;
   }
   if (stage_ == 0) {
-    if (coef < 1.0f) kernels::scale_inplace(model_->grads(), static_cast<int64_t>(n), coef);
+    if (coef < 1.0f) be.Scale(model_->grads(), static_cast<int64_t>(n), coef);
     opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
   } else if (stage_ == 1) {
     for (const ShardSegment& s : opt_->segments()) {
-      if (coef < 1.0f) kernels::scale_inplace(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);
+      if (coef < 1.0f) be.Scale(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);
     }
     opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
   } else {
-    if (coef < 1.0f) kernels::scale_inplace(grad_shard_.data(), static_cast<int64_t>(local_size_), coef);
+    if (coef < 1.0f) be.Scale(grad_shard_.data(), static_cast<int64_t>(local_size_), coef);
     if (stage_ == 2) {
       opt_->Step(params, I::kFlat, grad_shard_.data(), I::kLocal, lr, step);
     } else {
       opt_->Step(param_shard_.data(), I::kLocal, grad_shard_.data(), I::kLocal, lr, step);
     }
   }
+  RETURN_IF_ERROR(be.Synchronize());  // the update done, before the gathers read it
   timing_.optimizer += Since(t_opt);
   if ((stage_ == 1 || stage_ == 2) && dp_ > 1) {
     // Every rank updated its pieces: gather each bucket into every rank's parameters.
@@ -480,7 +493,7 @@ double ZeroEngine::CountedSquares(const float* grads, const std::vector<std::pai
   for (const auto& [b, e] : ranges) {
     for (const auto& [cb, ce] : counted_) {
       const size_t lo = std::max(b, cb), hi = std::min(e, ce);
-      if (lo < hi) sum += kernels::sum_squares(grads + lo, static_cast<int64_t>(hi - lo));
+      if (lo < hi) sum += model_->backend().SumSquares(grads + lo, static_cast<int64_t>(hi - lo));
     }
   }
   return sum;

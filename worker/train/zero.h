@@ -203,8 +203,9 @@ class ZeroEngine final : public model::ParamHost {
   size_t local_size_ = 0;
   std::unique_ptr<AdamW> opt_;
   FloatBuffer remote_m_, remote_v_;  // parameter-server mode: resumed state to send, or a checkpoint's pieces
-  FloatBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
-  FloatBuffer param_shard_;  // stage 3: the own parameter pieces (compact)
+  // In the model's backend's memory, as its parameters and gradients are.
+  kernels::DeviceBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
+  kernels::DeviceBuffer param_shard_;  // stage 3: the own parameter pieces (compact)
   Pool pool_;
   std::unique_ptr<parallel::CommThread> comm_;
   std::deque<uint64_t> in_flight_;  // stage 2/3: tickets of launched bucket reductions
