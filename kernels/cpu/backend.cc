@@ -4,9 +4,9 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -153,35 +153,27 @@ class Cpu final : public Backend {
     std::lock_guard<std::mutex> l(mu_);
     if (error_.ok()) error_ = std::move(s);
   }
-  // The handles: distinct addresses, known until freed (mu_).
-  using Handles = std::set<std::unique_ptr<char>, std::less<>>;
-  char* NewHandle(Handles& hs) {
+  // The handles: ids from a counter, never dereferenced, known until freed (mu_).
+  using Handles = std::set<uintptr_t>;
+  void* NewHandle(Handles& hs) {
     std::lock_guard<std::mutex> l(mu_);
-    return hs.insert(std::make_unique<char>()).first->get();
+    hs.insert(++last_handle_);
+    return reinterpret_cast<void*>(last_handle_);
   }
-  bool Known(Handles& hs, const void* h, const char* what) {
+  // Whether h is live in hs; freed from it with `erase`. Else the error, naming the call.
+  bool Known(Handles& hs, const void* h, const char* what, bool erase = false) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      for (const auto& x : hs) {
-        if (x.get() == h) return true;
+      if (auto it = hs.find(reinterpret_cast<uintptr_t>(h)); it != hs.end()) {
+        if (erase) hs.erase(it);
+        return true;
       }
     }
-    Keep(absl::InvalidArgumentError(absl::StrCat("cpu: ", what, ": not a live ", Noun(hs), " of this backend")));
+    Keep(absl::InvalidArgumentError(
+        absl::StrCat("cpu: ", what, ": not a live ", &hs == &streams_ ? "stream" : "event", " of this backend")));
     return false;
   }
-  void FreeHandle(Handles& hs, const void* h, const char* what) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (auto it = hs.begin(); it != hs.end(); ++it) {
-        if (it->get() == h) {
-          hs.erase(it);
-          return;
-        }
-      }
-    }
-    Keep(absl::InvalidArgumentError(absl::StrCat("cpu: ", what, ": not a live ", Noun(hs), " of this backend")));
-  }
-  const char* Noun(const Handles& hs) const { return &hs == &streams_ ? "stream" : "event"; }
+  void FreeHandle(Handles& hs, const void* h, const char* what) { (void)Known(hs, h, what, /*erase=*/true); }
   // The current stream is the calling thread's: one cpu backend serves every thread.
   static Stream& Current() {
     static thread_local Stream current = nullptr;
@@ -190,6 +182,7 @@ class Cpu final : public Backend {
   std::mutex mu_;  // one cpu backend serves every thread (ranks in one process)
   absl::Status error_;
   Handles streams_, events_;
+  uintptr_t last_handle_ = 0;
 };
 
 }  // namespace

@@ -116,11 +116,13 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   o.progress = false;
   // A rank's local index on this worker is its device ordinal (counted from the worker's
   // first GPU).
-  auto device = train::ParseDevice(options_.device);
-  if (!device.ok()) return device.status();
-  o.device = device->kind == kernels::BackendKind::kCpu
-                 ? options_.device
-                 : absl::StrCat(kernels::BackendKindName(device->kind), ":", device->ordinal + local);
+  ASSIGN_OR_RETURN(train::DeviceName device, train::ParseDevice(options_.device));
+  if (device.kind != kernels::BackendKind::kCpu) {
+    device.ordinal += local;
+    o.device = absl::StrCat(kernels::BackendKindName(device.kind), ":", device.ordinal);
+  } else {
+    o.device = options_.device;
+  }
   // Where to start is the coordinator's decision (Assignment.resume_job_id, resume_step:
   // this job's last committed checkpoint after a restart, or checkpoint.resume_from's),
   // whatever layout wrote it. Every rank reads it in place on the shard servers, only the
@@ -151,7 +153,7 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
       rank->comms.clear();
     }
   } forget_comm{this, rank};
-  ASSIGN_OR_RETURN(joined, JoinGroups(a, *spec, rank, &o));
+  ASSIGN_OR_RETURN(joined, JoinGroups(a, *spec, device, rank, &o));
   std::unique_ptr<agent::ParamServerClient> remote;
   if (spec->optimizer.placement == "shardserver") {  // the coordinator's partition map
     std::vector<agent::ParamRangeOf> ranges;
@@ -225,7 +227,8 @@ absl::StatusOr<std::optional<StoredCheckpoint>> Session::FindResumePoint(const v
 }
 
 absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, const train::JobSpec& spec,
-                                                    RankState* rank, train::TrainOptions* o) {
+                                                    const train::DeviceName& device, RankState* rank,
+                                                    train::TrainOptions* o) {
   Groups g;
   if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
     auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),
@@ -235,7 +238,6 @@ absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, con
     go.timeout = std::chrono::milliseconds(spec.parallel.timeout_s > 0 ? static_cast<int64_t>(spec.parallel.timeout_s * 1000)
                                                                      : options_.collective_timeout_ms);
     // On the rank's device: NCCL on its GPU for cuda, Gloo for cpu and cuda-emulated.
-    ASSIGN_OR_RETURN(train::DeviceName device, train::ParseDevice(o->device));
     std::vector<parallel::Communicator*> made;
     const parallel::GroupFactory factory = parallel::DeviceGroups(device.kind, device.ordinal, store, go, &made);
     if (spec.parallel.tp > 1 || spec.parallel.pp > 1) {  // 3D: every group of this rank

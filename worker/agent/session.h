@@ -20,7 +20,9 @@
 #include "gantry/v1/coordinator.grpc.pb.h"
 #include "spec/job_spec.h"
 #include "worker/agent/shard_client.h"
-#include "worker/parallel/gloo_communicator.h"
+#include "worker/parallel/communicator.h"
+#include "worker/parallel/groups.h"
+#include "worker/train/device.h"
 #include "worker/train/trainer.h"
 
 namespace gantry::agent {
@@ -74,8 +76,8 @@ class Session {
     std::unique_ptr<parallel::Communicator> comm;
     std::unique_ptr<parallel::Groups> groups;
   };
-  absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const train::JobSpec& spec, RankState* rank,
-                                    train::TrainOptions* o);
+  absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const train::JobSpec& spec,
+                                    const train::DeviceName& device, RankState* rank, train::TrainOptions* o);
   // The hook that streams this rank's checkpoint parts to the shard servers and tells the
   // coordinator; slice_server[s] holds slice s.
   void SetCheckpointHook(const v1::Assignment& a, const std::vector<std::string>& slice_server, train::TrainOptions* o);
