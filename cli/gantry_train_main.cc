@@ -178,7 +178,9 @@ absl::Status RunEval(int argc, char** argv) {
     loader.Fill(0, in.data(), tg.data());
     model->Forward(in.data(), nullptr, B, T);
     const size_t n = in.size() * static_cast<size_t>(model->config().vocab_size);
-    RETURN_IF_ERROR(WriteFileAtomic(path, absl::string_view(reinterpret_cast<const char*>(model->logits()), n * sizeof(float))));
+    std::vector<float> logits(n);
+    model->ReadLogits(logits.data(), 0, in.size());
+    RETURN_IF_ERROR(WriteFileAtomic(path, absl::string_view(reinterpret_cast<const char*>(logits.data()), n * sizeof(float))));
   }
   std::printf("loss %.9g\n", loss);
   return absl::OkStatus();

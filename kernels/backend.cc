@@ -67,13 +67,13 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-void DeviceBuffer::Assign(Backend* backend, size_t floats) {
+void DeviceBuffer::Assign(Backend* backend, size_t floats, bool zero) {
   Reset();
   backend_ = backend;
   data_ = static_cast<float*>(backend->Allocate(floats * sizeof(float)));
   if (data_ == nullptr) return;  // the backend keeps the error
   size_ = floats;
-  backend->Zero(data_, floats * sizeof(float));
+  if (zero) backend->Zero(data_, floats * sizeof(float));
 }
 
 void DeviceBuffer::Reset() {

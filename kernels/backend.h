@@ -85,9 +85,19 @@ class Backend {
   // The runtime's own stream (cudaStream_t) behind s (null: the backend's), for a
   // communicator that enqueues on it (NCCL); null on cpu.
   virtual void* native_stream(Stream s) const = 0;
-  // Whether host code may read and write device pointers directly (cpu, cuda-emulated):
-  // a communicator on the host (Gloo) can then work on them as they are.
+  // Whether host code may read and write device pointers directly (cpu only). cuda-emulated
+  // says no, as cuda does, although its memory is the host's: code that runs on it takes the
+  // GPU's paths (copies through CopyToHost/CopyToDevice), so CI runs them. Communicators
+  // take device pointers on every backend (Gloo reaches cuda-emulated's memory as NCCL
+  // reaches a GPU's).
   virtual bool host_addressable() const = 0;
+  // Another backend on the same device, for a second host thread (each backend is driven by
+  // one thread at a time): its own stream, handles and scratch; memory that either
+  // allocates is valid on both. Work on the two is ordered by the host (Synchronize).
+  virtual absl::StatusOr<std::unique_ptr<Backend>> NewPeer() const = 0;
+  // Binds the calling thread to this backend's device (cuda: cudaSetDevice). A thread that
+  // drives a backend it did not create calls it first.
+  virtual absl::Status BindThread() = 0;
 
   // --- the model's ops ---
   // inp (B,T) token ids; wte rows [v_begin, v_end) of the vocabulary at wte (those of other
@@ -176,8 +186,8 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  // floats of device memory, zeroed.
-  void Assign(Backend* backend, size_t floats);
+  // floats of device memory, zeroed (queued on the backend's current stream) unless !zero.
+  void Assign(Backend* backend, size_t floats, bool zero = true);
   void Reset();
   float* data() { return data_; }
   const float* data() const { return data_; }

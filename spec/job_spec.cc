@@ -128,13 +128,6 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (s.resources.device != "cpu" && s.resources.device != "cuda" && s.resources.device != "cuda-emulated") {
     return FieldError("resources.device", absl::StrCat("is '", s.resources.device, "': cpu, cuda or cuda-emulated"));
   }
-  if (s.resources.device == "cuda" &&
-      (s.world_size() > 1 || s.parallel.zero_stage > 0 || s.optimizer.placement != "worker")) {
-    return FieldError("resources.device",
-                      absl::StrCat("cuda trains one rank with ZeRO 0 and worker placement for now (dp ", s.parallel.dp,
-                                   ", tp ", s.parallel.tp, ", pp ", s.parallel.pp, ", zero_stage ",
-                                   s.parallel.zero_stage, "); cuda-emulated runs every layout"));
-  }
   if (s.resources.workers != 0 && s.resources.workers != s.world_size()) {
     return FieldError("resources.workers",
                       absl::StrCat(s.resources.workers, " workers asked for, but the parallel degrees need dp ",

@@ -1,5 +1,5 @@
 // GPT-2 124M (12 layers, 768, 12 heads, T 1024, vocab 50257 padded to 50304) training steps
-// on one GPU through gantry's device model: the largest micro-batch that fits, tokens/s, MFU
+// on one GPU through gantry's model and ZeroEngine on the cuda backend: the largest micro-batch that fits, tokens/s, MFU
 // (llm.c's definition, (6N + 6 L C T) x tokens/s / peak, 989 TFLOP/s for the H100/H200
 // bf16 dense peak), the arena and the device's peak memory, and the time per op per step.
 // bench/gpu/run.sh runs it next to the PyTorch peer (bench/torch_gpt2.py gpu-bench) and
@@ -14,22 +14,38 @@
 
 #include "absl/strings/numbers.h"
 #include "common/rng.h"
+#include "kernels/backend.h"
 #include "worker/model/gpt.h"
+#include "worker/parallel/comm_thread.h"
 #include "worker/train/device.h"
+#include "worker/train/zero.h"
 
 namespace gantry {
 namespace {
 
+// The model and its optimizer on one device, as the Trainer runs one rank: model::GPT on the
+// backend, ZeroEngine (ZeRO 0, one rank) for the norm, the clip and AdamW.
+struct OnDevice {
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<model::GPT> model;
+  parallel::SoloCommunicator solo;
+  std::unique_ptr<train::ZeroEngine> engine;
+};
+
 int Main(int argc, char** argv) {
-  int steps = 10, warmup = 3, only_batch = 0;
+  int steps = 10, warmup = 3, only_batch = 0, T = 1024, layers = 12;
   double peak_flops = 989e12;
-  train::DeviceOptions options;  // --attention fused (default) or reference
+  std::string device = "cuda:0";
+  kernels::BackendOptions options;  // --attention fused (default) or reference
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     bool ok = true;
     if (a == "--steps") ok = absl::SimpleAtoi(argv[i + 1], &steps);
     else if (a == "--warmup") ok = absl::SimpleAtoi(argv[i + 1], &warmup);
     else if (a == "--batch") ok = absl::SimpleAtoi(argv[i + 1], &only_batch);
+    else if (a == "--seq-len") ok = absl::SimpleAtoi(argv[i + 1], &T) && T >= 1 && T <= 1024;
+    else if (a == "--layers") ok = absl::SimpleAtoi(argv[i + 1], &layers) && layers >= 1;
+    else if (a == "--device") device = argv[i + 1];
     else if (a == "--peak-tflops") ok = absl::SimpleAtod(argv[i + 1], &peak_flops), peak_flops *= 1e12;
     else if (a == "--attention") {
       const std::string v = argv[i + 1];
@@ -37,51 +53,70 @@ int Main(int argc, char** argv) {
       options.fused_attention = v == "fused";
     } else ok = false;
     if (!ok) {
-      std::fprintf(stderr, "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention fused|reference]\n");
+      std::fprintf(stderr,
+                   "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention fused|reference]\n"
+                   "                  [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
       return 2;
     }
   }
-  if (kernels::DeviceCount(kernels::BackendKind::kCuda) == 0) {
-    std::fprintf(stderr, "gpt2_bench: no CUDA device visible\n");
+  auto name = train::ParseDevice(device);
+  if (!name.ok() || name->kind == kernels::BackendKind::kCpu) {
+    std::fprintf(stderr, "gpt2_bench: --device %s: a cuda kind is needed\n", device.c_str());
+    return 2;
+  }
+  if (kernels::DeviceCount(name->kind) <= name->ordinal) {
+    std::fprintf(stderr, "gpt2_bench: no %s device visible\n", device.c_str());
     return 1;
   }
   model::GPTConfig c;
   c.vocab_size = 50304;
   c.max_seq_len = 1024;
-  const int T = 1024;
-  model::GPT host(c);
-  host.InitRandom(1337);
-  std::unique_ptr<train::DeviceModel> dev;
+  c.n_layer = layers;
+  const train::AdamWConfig adam{0.9, 0.95, 1e-8, 0.1};
+  std::unique_ptr<OnDevice> held;  // in place: the engine points at its model
   int B = 0;
   std::vector<int> tries = only_batch > 0 ? std::vector<int>{only_batch} : std::vector<int>{64, 48, 32, 24, 16, 12, 8, 4, 2, 1};
-  for (int b : tries) {  // the largest micro-batch whose arena fits
-    auto d = train::CreateDeviceModel("cuda:0", c, b, T, options);
-    if (d.ok()) {
-      dev = std::move(*d);
+  for (int b : tries) {  // the largest micro-batch that fits
+    auto held_b = std::make_unique<OnDevice>();
+    OnDevice& d = *held_b;
+    auto be = kernels::CreateBackend(name->kind, name->ordinal, options);
+    if (!be.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(be.status().message()).c_str());
+      return 1;
+    }
+    d.backend = std::move(*be);
+    d.model = std::make_unique<model::GPT>(c, model::ModelShard{}, d.backend.get());
+    d.model->InitRandom(1337);
+    auto e = train::ZeroEngine::Create(d.model.get(), &d.solo, 0, 25, adam);
+    absl::Status s = e.ok() ? absl::OkStatus() : e.status();
+    if (s.ok()) {
+      d.engine = std::move(*e);
+      d.model->ReserveActivations(b, T);
+      s = d.backend->Synchronize();  // an allocation the device refused
+    }
+    if (s.ok()) {
+      held = std::move(held_b);
       B = b;
       break;
     }
-    std::fprintf(stderr, "B %d: %s\n", b, std::string(d.status().message()).c_str());
+    std::fprintf(stderr, "B %d: %s\n", b, std::string(s.message()).c_str());
   }
-  if (!dev) return 1;
-  if (auto s = dev->Upload(host.params(), nullptr, nullptr); !s.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-    return 1;
-  }
+  if (B == 0) return 1;
+  OnDevice& dev = *held;
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
   Rng r(7);
   for (size_t i = 0; i < in.size(); ++i) {
     in[i] = static_cast<int32_t>(r.NextU64() % 50257);
     tg[i] = static_cast<int32_t>(r.NextU64() % 50257);
   }
-  const train::AdamWConfig adam{0.9, 0.95, 1e-8, 0.1};
   auto step = [&](int s) -> bool {
-    auto z = dev->ZeroGrad();
-    auto l = dev->ForwardBackward(in.data(), tg.data(), B, T, 1.0f);
-    auto n = dev->Update(adam, 6e-4, s, 1.0);
-    if (!z.ok() || !l.ok() || !n.ok()) {
-      std::fprintf(stderr, "step failed: %s %s %s\n", std::string(z.message()).c_str(),
-                   std::string(l.status().message()).c_str(), std::string(n.status().message()).c_str());
+    dev.model->ZeroGrad();
+    dev.engine->BeginMicroBatch(0, 1);
+    const float loss = dev.model->ForwardBackward(in.data(), tg.data(), B, T, 1.0f);
+    absl::Status st = dev.model->comm_status();
+    if (st.ok()) st = dev.engine->FinishStep(loss, 6e-4, s, 1.0).status();  // waits for the update
+    if (!st.ok()) {
+      std::fprintf(stderr, "step failed: %s\n", std::string(st.message()).c_str());
       return false;
     }
     return true;
@@ -92,31 +127,36 @@ int Main(int argc, char** argv) {
   std::vector<double> times;
   for (int s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (!step(warmup + 1 + s)) return 1;  // Update syncs on the norm: the step is done
+    if (!step(warmup + 1 + s)) return 1;
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
   const double tok_s = static_cast<double>(B) * T / med;
-  const double n_params = static_cast<double>(host.num_params());
+  const double n_params = static_cast<double>(dev.model->num_params());
   const double flops_per_token = 6 * n_params + 6.0 * c.n_layer * c.n_embd * T;
   const double mfu = flops_per_token * tok_s / peak_flops;
   // One profiled step: the time per op (each op synchronised, so the sum exceeds the step).
-  dev->set_profiling(true);
-  (void)dev->TakeOpSeconds();
+  dev.model->set_profiling(true);
+  dev.model->ResetProfile();
+  (void)dev.engine->TakeTiming();
   if (!step(warmup + steps + 1)) return 1;
-  auto ops = dev->TakeOpSeconds();
-  dev->set_profiling(false);
+  auto ops = dev.model->op_seconds();
+  const double optimizer = dev.engine->TakeTiming().optimizer;
+  if (optimizer > 0) ops.emplace_back("optimizer (norm, clip, adamw)", optimizer);
+  dev.model->set_profiling(false);
   std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second > b.second; });
   double total = 0;
   for (auto& [n, s] : ops) total += s;
   size_t free_b = 0, total_b = 0;
-  cudaMemGetInfo(&free_b, &total_b);
-  std::printf("gantry GPT-2 124M on %s: B %d x T %d, %.0f parameters\n", dev->Describe().c_str(), B, T, n_params);
+  if (name->kind == kernels::BackendKind::kCuda) cudaMemGetInfo(&free_b, &total_b);
+  const train::MemoryAccount mem = dev.engine->memory();
+  std::printf("gantry GPT-2 124M on %s: B %d x T %d, %.0f parameters, model state + activations %.2f GB\n",
+              dev.backend->Describe().c_str(), B, T, n_params, (mem.model_state() + mem.activations) / 1e9);
   std::printf("step %.1f ms (median of %d) | %.0f tokens/s | MFU %.1f%% of %.0f TFLOP/s | device memory in use %.2f GB\n",
               med * 1e3, steps, tok_s, 100 * mfu, peak_flops / 1e12, (total_b - free_b) / 1e9);
-  std::printf("%-24s %10s %7s\n", "op (profiled step)", "ms", "share");
-  for (auto& [n, s] : ops) std::printf("%-24s %10.2f %6.1f%%\n", n.c_str(), s * 1e3, 100 * s / total);
+  std::printf("%-30s %10s %7s\n", "op (profiled step)", "ms", "share");
+  for (auto& [n, s] : ops) std::printf("%-30s %10.2f %6.1f%%\n", n.c_str(), s * 1e3, 100 * s / total);
   std::printf("{\"impl\": \"gantry\", \"batch\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"mfu\": %.4f, "
               "\"memory_gb\": %.3f}\n",
               B, tok_s, med * 1e3, mfu, (total_b - free_b) / 1e9);

@@ -58,6 +58,8 @@ class Cpu final : public Backend {
     return std::exchange(error_, absl::OkStatus());
   }
   bool host_addressable() const override { return true; }
+  absl::StatusOr<std::unique_ptr<Backend>> NewPeer() const override { return std::unique_ptr<Backend>(new Cpu()); }
+  absl::Status BindThread() override { return absl::OkStatus(); }
   // Everything runs at issue: a stream or event is only a handle, checked where it is used.
   Stream NewStream() override { return reinterpret_cast<Stream>(NewHandle(streams_)); }
   void FreeStream(Stream s) override {

@@ -20,16 +20,14 @@ using kernels::WeightLayout;
 
 #if defined(GANTRY_CUDA_EMULATED)
 constexpr BackendKind kKind = BackendKind::kCudaEmulated;
-constexpr bool kHostAddressable = true;
 #else
 constexpr BackendKind kKind = BackendKind::kCuda;
-constexpr bool kHostAddressable = false;
 #endif
 
 class Cuda final : public kernels::Backend {
  public:
   Cuda(std::unique_ptr<Context> ctx, std::string name, const kernels::BackendOptions& options)
-      : ctx_(std::move(ctx)), name_(std::move(name)), fused_(options.fused_attention) {}
+      : ctx_(std::move(ctx)), name_(std::move(name)), options_(options), fused_(options.fused_attention) {}
   ~Cuda() override {
     (void)Synchronize();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -72,7 +70,17 @@ class Cuda final : public kernels::Backend {
     std::lock_guard<std::mutex> l(mu_);
     return std::exchange(error_, absl::OkStatus());
   }
-  bool host_addressable() const override { return kHostAddressable; }
+  // Not on cuda-emulated either (see kernels/backend.h): it runs the GPU's paths.
+  bool host_addressable() const override { return false; }
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> NewPeer() const override {
+    return NewBackend(ctx_->device(), options_);
+  }
+  absl::Status BindThread() override {
+    if (cudaError_t e = cudaSetDevice(ctx_->device()); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat(name_, ": cudaSetDevice failed: ", cudaGetErrorName(e)));
+    }
+    return absl::OkStatus();
+  }
   // A backend is driven by one thread at a time (a rank's), as its context's current stream
   // and cuBLAS handle are.
   Stream NewStream() override {
@@ -272,6 +280,7 @@ class Cuda final : public kernels::Backend {
   std::vector<cudaStream_t> streams_;  // made by NewStream, live
   std::vector<cudaEvent_t> events_;    // made by NewEvent, live
   const std::string name_;
+  const kernels::BackendOptions options_;
   const bool fused_;
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;

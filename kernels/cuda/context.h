@@ -22,6 +22,7 @@ class Context {
   // Where the ops issue: the context's own stream, or the one SetStream chose.
   cudaStream_t stream() const { return stream_; }
   cudaStream_t own_stream() const { return own_stream_; }
+  int device() const { return device_; }
   // Issues the following work (kernels, copies, cuBLAS) on s; null: the own stream.
   absl::Status SetStream(cudaStream_t s);
   cublasHandle_t blas() const { return blas_; }

@@ -18,6 +18,7 @@ case "${1:-}" in
     rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
     # The gantry_test targets labelled gpu (tests/CMakeLists.txt).
     for bin in build/tests/cuda_kernels_test build/tests/cuda_backend_ops_test build/tests/cuda_training_test build/tests/nccl_communicator_test \
+               build/tests/nccl_training_test \
                build/bench/gpt2_gpu_bench; do
       cp "$bin" "$BUNDLE/bin/"
       ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do

@@ -10,6 +10,8 @@
 // tests/gpu builds this file again with GANTRY_TEST_BACKEND=cuda for a real GPU.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -440,6 +442,50 @@ TEST_F(BackendOpsTest, StreamsAndEventsOrderWorkAndRefuseForeignHandles) {
     b->FreeEvent(e1);
     b->FreeEvent(e2);
     EXPECT_TRUE(b->Synchronize().ok());
+  }
+}
+
+// A peer (another backend on the device, for a second thread: ZeroEngine's communication
+// thread) shares the device's memory: what one writes the other reads once the host has
+// ordered them, from another thread bound to the device. The cuda kinds do not let the host
+// address their memory (cuda-emulated neither, so that CI runs cuda's paths).
+TEST_F(BackendOpsTest, APeerOnAnotherThreadSharesTheDeviceMemory) {
+  EXPECT_TRUE(cpu().host_addressable());
+  EXPECT_FALSE(be().host_addressable()) << be().Describe();
+  for (Backend* b : {&be(), &cpu()}) {
+    SCOPED_TRACE(b->Describe());
+    auto peer = b->NewPeer();
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    EXPECT_EQ((*peer)->kind(), b->kind());
+    EXPECT_EQ((*peer)->Describe(), b->Describe()) << "the same device";
+    const int64_t n = 777;
+    const auto a = Random(n, 21);
+    Dev<float> x(*b, a), y(*b, n);
+    b->Scale(x.get(), n, 2.f);  // x = 2a, on b
+    ASSERT_TRUE(b->Synchronize().ok());
+    absl::Status on_thread;
+    float* from_peer = nullptr;
+    std::thread t([&] {
+      Backend& p = **peer;
+      on_thread = p.BindThread();
+      from_peer = static_cast<float*>(p.Allocate(n * sizeof(float)));
+      p.ResidualForward(y.get(), x.get(), x.get(), n);  // y = 4a, by the peer on b's memory
+      p.Copy(from_peer, y.get(), n * sizeof(float));
+      p.Scale(from_peer, n, 0.5f);                      // 2a, in the peer's memory
+      if (on_thread.ok()) on_thread = p.Synchronize();
+    });
+    t.join();
+    ASSERT_TRUE(on_thread.ok()) << on_thread;
+    ASSERT_NE(from_peer, nullptr);
+    std::vector<float> four(a), two(a), got(static_cast<size_t>(n));
+    for (float& v : four) v *= 4.f;
+    for (float& v : two) v *= 2.f;
+    EXPECT_LE(RelErr(y.Host(), four), kTol);
+    b->CopyToHost(got.data(), from_peer, got.size() * sizeof(float));  // the peer's memory, read by b
+    EXPECT_LE(RelErr(got, two), kTol);
+    (*peer)->Free(from_peer);
+    EXPECT_TRUE(b->Synchronize().ok());
+    EXPECT_TRUE((*peer)->Synchronize().ok());
   }
 }
 

@@ -43,10 +43,11 @@ TEST(JobSpecTest, ResourcesDeviceIsCheckedAndKeptThroughTheNormalisedSpec) {
   EXPECT_EQ(again->resources.device, "cuda-emulated");
   EXPECT_NE(Error(With("resources: {device: tpu}\n")).find("field 'resources.device' is 'tpu': cpu, cuda or cuda-emulated"),
             std::string::npos);
-  EXPECT_NE(Error(With("resources: {device: cuda}\nparallel: {dp: 2}\n"))
-                .find("cuda trains one rank with ZeRO 0 and worker placement for now"),
-            std::string::npos);
+  // cuda runs every layout, as cuda-emulated does.
   EXPECT_TRUE(ParseJobSpec(With("resources: {device: cuda}\n")).ok());
+  auto g = ParseJobSpec(With("resources: {device: cuda}\nparallel: {dp: 2, zero_stage: 3}\n"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->parallel.zero_stage, 3);
 }
 
 TEST(JobSpecTest, BundledDemoSpecParses) {

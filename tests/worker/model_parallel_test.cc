@@ -207,8 +207,10 @@ class ModelParallelTest : public ::testing::Test {
           results[r].bubbles.push_back(bubble);
           results[r].memory.push_back((*t)->memory());
           if (const model::ParamTensor* f = (*t)->model().FindTensor("ln_f.weight")) {
-            results[r].replicated.emplace_back((*t)->model().params() + f->offset,
-                                               (*t)->model().params() + f->offset + f->numel);
+            std::vector<float> all((*t)->model().num_params());  // through the backend: device memory
+            (*t)->model().ReadParams(all.data());
+            results[r].replicated.emplace_back(all.begin() + static_cast<ptrdiff_t>(f->offset),
+                                               all.begin() + static_cast<ptrdiff_t>(f->offset + f->numel));
           }
         }
         std::fclose(null);

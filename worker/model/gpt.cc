@@ -42,6 +42,13 @@ GPT::GPT(const GPTConfig& config, const ModelShard& shard, kernels::Backend* bac
   grads_.Assign(be_, n);
 }
 
+const float* GPT::HostParams(std::vector<float>* staged) const {
+  if (be_->host_addressable()) return params_.data();
+  staged->resize(num_params());
+  ReadParams(staged->data());
+  return staged->data();
+}
+
 template <typename F>
 void GPT::FillParamsOnHost(F&& fill) {
   if (be_->host_addressable()) {
@@ -100,12 +107,7 @@ void GPT::InitRandom(uint64_t seed) {
 
 void GPT::CopyFromWhole(const GPT& whole) {
   std::vector<float> staged;
-  const float* all = whole.params();
-  if (!whole.backend().host_addressable()) {
-    staged.resize(whole.num_params());
-    whole.ReadParams(staged.data());
-    all = staged.data();
-  }
+  const float* all = whole.HostParams(&staged);
   FillParamsOnHost([&](float* params) {
     for (const ParamTensor& t : tensors_) {
       const ParamTensor* w = whole.FindTensor(t.name);
@@ -243,6 +245,11 @@ void GPT::RunForward(int B, int T) {
   Op("classifier matmul fwd", [&] {
     be_->MatmulForward(A(off_.logits), A(off_.lnf), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
   });
+}
+
+void GPT::ReadLogits(float* host, size_t row, size_t rows) {
+  be_->CopyToHost(host, logits() + row * static_cast<size_t>(Vl_), rows * static_cast<size_t>(Vl_) * sizeof(float));
+  Sync();
 }
 
 float GPT::MeanLoss(int n) {

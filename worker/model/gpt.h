@@ -63,6 +63,9 @@ class GPT {
   // The parameters to or from host memory (num_params() floats), on any backend.
   void ReadParams(float* host) const { be_->CopyToHost(host, params_.data(), num_params() * sizeof(float)); }
   void WriteParams(const float* host) { be_->CopyToDevice(params_.data(), host, num_params() * sizeof(float)); }
+  // The parameters where the host can read them: in place on a host-addressable backend,
+  // else a copy in *staged.
+  const float* HostParams(std::vector<float>* staged) const;
   void ReadGrads(float* host) const { be_->CopyToHost(host, grads_.data(), num_params() * sizeof(float)); }
   bool has_param_buffer() const { return params_.size() == num_params(); }
   bool has_grad_buffer() const { return grads_.size() == num_params(); }
@@ -112,8 +115,13 @@ class GPT {
   // The first error of the tensor-parallel group or of the backend's ops (a model whose
   // status is not OK has computed nothing reliable since).
   const absl::Status& comm_status() const { return comm_status_; }
+  // Waits for the backend's queued ops; keeps their first error in comm_status_.
+  void Sync();
 
+  // The last forward's logits (B*T rows of this rank's vocabulary), in the backend's memory.
   const float* logits() const { return act_.data() + off_.logits; }
+  // Rows [row, row + rows) of them, copied to the host.
+  void ReadLogits(float* host, size_t row, size_t rows);
 
   // Per-op wall time, accumulated while profiling is on (bench/ prints it).
   void set_profiling(bool on) { profiling_ = on; }
@@ -165,8 +173,6 @@ class GPT {
   }
   // Sums a partial result over the tensor-parallel group (the first failure is kept).
   void TpAllReduce(float* data, size_t n);
-  // Waits for the backend's queued ops; keeps their first error in comm_status_.
-  void Sync();
   // Runs fill(p) on the parameters as host memory: in place where the backend is host
   // addressable, else on a host copy written back.
   template <typename F>

@@ -76,10 +76,18 @@ absl::Status LoadHFWeights(const std::string& dir, GPT& model) {
   ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
   // Tensors are named with or without the "transformer." prefix; use whichever is present.
   const std::string prefix = f.Has("transformer.wte.weight") ? "transformer." : "";
-  for (const ParamTensor& t : model.tensors()) {
-    RETURN_IF_ERROR(f.ReadF32Into(prefix + t.name, t.shape, model.params() + t.offset));
+  // Read in place where the host addresses the model's memory, else through a host copy.
+  std::vector<float> staged;
+  float* params = model.params();
+  if (!model.backend().host_addressable()) {
+    staged.resize(model.num_params());
+    params = staged.data();
   }
-  return absl::OkStatus();
+  for (const ParamTensor& t : model.tensors()) {
+    RETURN_IF_ERROR(f.ReadF32Into(prefix + t.name, t.shape, params + t.offset));
+  }
+  if (!staged.empty()) model.WriteParams(staged.data());
+  return model.backend().Synchronize();
 }
 
 absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir) {
@@ -124,9 +132,11 @@ absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& c) {
 
 absl::Status SaveHFModel(const std::string& dir, const GPT& model) {
   RETURN_IF_ERROR(WriteHFConfig(dir, model.config()));
+  std::vector<float> staged;
+  const float* params = model.HostParams(&staged);
   std::vector<TensorToWrite> out;
   for (const ParamTensor& t : model.tensors()) {
-    out.push_back({t.name, "F32", t.shape, model.params() + t.offset});
+    out.push_back({t.name, "F32", t.shape, params + t.offset});
   }
   return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), out,
                           {{"format", "pt"}, {"producer", "gantry"}});

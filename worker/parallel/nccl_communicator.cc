@@ -109,6 +109,7 @@ NcclCommunicator::~NcclCommunicator() {
     }
   }
   if (scratch_) cudaFree(scratch_);
+  if (staged_) cudaFree(staged_);
   if (done_) cudaEventDestroy(static_cast<cudaEvent_t>(done_));
   if (stream_) cudaStreamDestroy(Stream(stream_));
 }
@@ -152,6 +153,8 @@ absl::Status NcclCommunicator::Run(const char* what, F&& launch) {
     return absl::FailedPreconditionError(absl::StrCat(what, " #", seq, " on rank ", rank_, ": the group failed earlier: ", broken_));
   }
   if (aborted_) return Fail(what, seq, "aborted before it started");
+  // The calling thread (the training thread or a communication thread) on this rank's GPU.
+  if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) return Fail(what, seq, CudaError(e));
   ncclResult_t r = launch();
   if (r == ncclInProgress) r = WaitForComm(Comm(comm_), std::chrono::steady_clock::now() + options_.timeout);
   if (r != ncclSuccess) return Fail(what, seq, r == ncclInProgress ? "enqueue timed out" : ncclGetErrorString(r));
@@ -160,31 +163,92 @@ absl::Status NcclCommunicator::Run(const char* what, F&& launch) {
   return absl::OkStatus();
 }
 
+bool NcclCommunicator::OnHost(const void* p) {
+  if (p == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // older runtimes answer an error for pageable host memory
+    return true;
+  }
+  return a.type == cudaMemoryTypeUnregistered;
+}
+
+template <typename F>
+absl::Status NcclCommunicator::RunStaged(const char* what, const float* in, size_t in_n, float* out, size_t out_n,
+                                         F&& launch) {
+  const bool in_host = OnHost(in), out_host = OnHost(out);
+  if (!in_host && !out_host) return Run(what, [&] { return launch(in, out); });
+  // Host buffers (a loss, a norm's partial sums, a stage's time): through device scratch on
+  // the communicator's stream. Anything large belongs in device memory to begin with.
+  const size_t need = (in_host ? in_n : 0) + (out_host ? out_n : 0);
+  if (need > kMaxStagedFloats) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " on rank ", rank_, ": ", need,
+                                                   " floats of host memory given to NCCL (at most ", kMaxStagedFloats,
+                                                   " are staged through the device); pass device memory"));
+  }
+  if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) return absl::InternalError(CudaError(e));
+  if (need > staged_floats_) {
+    if (staged_ != nullptr) cudaFree(staged_);
+    staged_ = nullptr;
+    staged_floats_ = 0;
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, need * sizeof(float)); e != cudaSuccess) return absl::InternalError(CudaError(e));
+    staged_ = static_cast<float*>(p);
+    staged_floats_ = need;
+  }
+  const float* din = in;
+  float* dout = out;
+  if (in_host) {
+    din = staged_;
+    cudaMemcpyAsync(staged_, in, in_n * sizeof(float), cudaMemcpyHostToDevice, Stream(stream_));
+  }
+  if (out_host) dout = in == out && in_host ? staged_ : staged_ + (in_host ? in_n : 0);
+  RETURN_IF_ERROR(Run(what, [&] { return launch(din, dout); }));
+  if (out_host) {
+    if (cudaError_t e = cudaMemcpy(out, dout, out_n * sizeof(float), cudaMemcpyDeviceToHost); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat(what, " on rank ", rank_, ": copying the result to the host: ", CudaError(e)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NcclCommunicator::AllReduceSum(float* data, size_t n) {
-  return Run("all_reduce", [&] { return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_)); });
+  return RunStaged("all_reduce", data, n, data, n, [&](const float* in, float* out) {
+    return ncclAllReduce(in, out, n, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_));
+  });
 }
 
 absl::Status NcclCommunicator::ReduceScatterSum(const float* in, float* out, size_t n) {
-  return Run("reduce_scatter", [&] { return ncclReduceScatter(in, out, n, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_)); });
+  return RunStaged("reduce_scatter", in, n * static_cast<size_t>(size_), out, n, [&](const float* i, float* o) {
+    return ncclReduceScatter(i, o, n, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_));
+  });
 }
 
 absl::Status NcclCommunicator::AllGather(const float* in, float* out, size_t n) {
-  return Run("all_gather", [&] { return ncclAllGather(in, out, n, ncclFloat32, Comm(comm_), Stream(stream_)); });
+  return RunStaged("all_gather", in, n, out, n * static_cast<size_t>(size_), [&](const float* i, float* o) {
+    return ncclAllGather(i, o, n, ncclFloat32, Comm(comm_), Stream(stream_));
+  });
 }
 
 absl::Status NcclCommunicator::Broadcast(float* data, size_t n, int root) {
   if (root < 0 || root >= size_) return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root));
-  return Run("broadcast", [&] { return ncclBroadcast(data, data, n, ncclFloat32, root, Comm(comm_), Stream(stream_)); });
+  return RunStaged("broadcast", data, n, data, n, [&](const float* in, float* out) {
+    return ncclBroadcast(in, out, n, ncclFloat32, root, Comm(comm_), Stream(stream_));
+  });
 }
 
 absl::Status NcclCommunicator::Send(const float* data, size_t n, int peer) {
   if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("send to rank ", peer));
-  return Run("send", [&] { return ncclSend(data, n, ncclFloat32, peer, Comm(comm_), Stream(stream_)); });
+  return RunStaged("send", data, n, nullptr, 0, [&](const float* in, float*) {
+    return ncclSend(in, n, ncclFloat32, peer, Comm(comm_), Stream(stream_));
+  });
 }
 
 absl::Status NcclCommunicator::Recv(float* data, size_t n, int peer) {
   if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer));
-  return Run("recv", [&] { return ncclRecv(data, n, ncclFloat32, peer, Comm(comm_), Stream(stream_)); });
+  return RunStaged("recv", nullptr, 0, data, n, [&](const float*, float* out) {
+    return ncclRecv(out, n, ncclFloat32, peer, Comm(comm_), Stream(stream_));
+  });
 }
 
 absl::Status NcclCommunicator::Barrier() {

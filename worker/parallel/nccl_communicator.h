@@ -1,4 +1,5 @@
-// The GPU Communicator: NCCL on one CUDA device per rank. Buffers are device pointers. The
+// The GPU Communicator: NCCL on one CUDA device per rank. Buffers are device pointers (small
+// host buffers, up to kMaxStagedFloats, are staged through device memory). The
 // ranks meet through the same rendezvous store as Gloo's (the coordinator's, in a cluster):
 // rank 0 puts the NCCL unique id there, the others read it. The communicator is created
 // non-blocking, and every collective is enqueued on the communicator's stream and then
@@ -60,6 +61,12 @@ class NcclCommunicator final : public Communicator {
   // Enqueues one collective (launch returns NCCL's result), then waits for it.
   template <typename F>
   absl::Status Run(const char* what, F&& launch);
+  // Run, with host buffers (pageable memory: a loss, partial sums) staged through device
+  // memory; launch(device in, device out).
+  template <typename F>
+  absl::Status RunStaged(const char* what, const float* in, size_t in_n, float* out, size_t out_n, F&& launch);
+  static bool OnHost(const void* p);
+  static constexpr size_t kMaxStagedFloats = size_t{1} << 16;
   absl::Status WaitDone(const char* what, uint64_t seq);
   absl::Status Fail(const char* what, uint64_t seq, const std::string& why);
 
@@ -73,6 +80,8 @@ class NcclCommunicator final : public Communicator {
   void* stream_ = nullptr;  // cudaStream_t
   void* done_ = nullptr;    // cudaEvent_t
   float* scratch_ = nullptr;  // one float on the device, for Barrier
+  float* staged_ = nullptr;   // device copies of host buffers (RunStaged)
+  size_t staged_floats_ = 0;
   std::string broken_;
 };
 

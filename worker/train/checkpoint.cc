@@ -260,7 +260,11 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
   for (const auto& t : global) by_name[t.name] = &t;
   for (const auto& t : model.tensors()) mine[t.name] = &t;
   const size_t global_params = global.back().offset + global.back().numel;
-  float* dst[3] = {model.params(), m, v};
+  // Parameters straight into the model where the host addresses its memory, else into a
+  // host copy written to the device once every piece is read (m and v: the caller's).
+  std::vector<float> staged;
+  if (!model.backend().host_addressable()) staged.resize(model.num_params());
+  float* dst[3] = {staged.empty() ? model.params() : staged.data(), m, v};
   // The flat ranges read (whole-model coordinates), per kind: together they must tile
   // [0, global_params) exactly.
   std::vector<std::pair<size_t, size_t>> covered[3];
@@ -327,6 +331,10 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
                                               global_params, " parameters exactly once (a gap or an overlap after element ",
                                               next, ")"));
     }
+  }
+  if (!staged.empty()) {
+    model.WriteParams(staged.data());
+    RETURN_IF_ERROR(model.backend().Synchronize());
   }
   CheckpointState s;
   s.step = j.at("step").get<int64_t>();

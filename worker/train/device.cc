@@ -71,17 +71,4 @@ DeviceInventory InventoryOf(const DeviceName& device, int gpus) {
   return inv;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string& device,
-                                                               const model::GPTConfig& config, int B, int T,
-                                                               const DeviceOptions& options) {
-  auto name = ParseDevice(device);
-  if (!name.ok()) return name.status();
-  if (name->kind == kernels::BackendKind::kCpu) return std::unique_ptr<DeviceModel>();
-  kernels::BackendOptions bo;
-  bo.fused_attention = options.fused_attention;
-  auto backend = kernels::CreateBackend(name->kind, name->ordinal, bo);
-  if (!backend.ok()) return backend.status();
-  return CreateBackendModel(std::move(*backend), config, B, T);
-}
-
 }  // namespace gantry::train

@@ -1,8 +1,6 @@
-// Where a training step runs. "cpu" is the host loop (model::GPT with ZeroEngine). One rank
-// on an accelerator ("cuda:N", "cuda-emulated:N") is a DeviceModel: the same GPT on that
-// backend, with AdamW's state and update beside it, its buffers allocated at Create so that
-// a step allocates nothing. The host model keeps the parameters and optimizer state for
-// checkpoints, synced at each checkpoint and at the end.
+// The device a rank runs on ("cpu", "cuda:N", "cuda-emulated:N"), and what a worker of that
+// device offers. The model and ZeroEngine run on the device's backend (kernels/backend.h),
+// one path for every device and layout (train/trainer.h).
 #pragma once
 
 #include <cstdint>
@@ -17,29 +15,6 @@
 #include "worker/train/optimizer.h"
 
 namespace gantry::train {
-
-class DeviceModel {
- public:
-  virtual ~DeviceModel() = default;
-  virtual std::string Describe() const = 0;  // "cuda:0 (NVIDIA H100 80GB HBM3), arena 9.81 GB"
-  virtual size_t arena_bytes() const = 0;
-  // Host → device: the flat parameters, and AdamW's m and v (whole; null: zeros).
-  virtual absl::Status Upload(const float* params, const float* m, const float* v) = 0;
-  // Device → host (null: skipped).
-  virtual absl::Status Download(float* params, float* m, float* v) = 0;
-  virtual absl::Status ZeroGrad() = 0;
-  // One micro-batch (B, T) of inputs and targets: forward, the fused classifier, backward;
-  // gradients accumulate, scaled by dloss_scale (1 / grad_accum). Returns the mean loss.
-  virtual absl::StatusOr<float> ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                                float dloss_scale) = 0;
-  virtual absl::StatusOr<float> Evaluate(const int32_t* inputs, const int32_t* targets, int B, int T) = 0;
-  // Clips the gradients to grad_clip by their global norm (0: no clipping) and applies
-  // AdamW (weight decay on the decay tensors only). Returns the norm before clipping.
-  virtual absl::StatusOr<double> Update(const AdamWConfig& config, double lr, int step, double grad_clip) = 0;
-  // Per-op device time since the last call, when profiling (bench/gpu).
-  virtual void set_profiling(bool on) = 0;
-  virtual std::vector<std::pair<std::string, double>> TakeOpSeconds() = 0;
-};
 
 // A device name: "cpu", "cuda" or "cuda-emulated" (device 0), "cuda:N" or "cuda-emulated:N".
 struct DeviceName {
@@ -59,20 +34,11 @@ struct DeviceInventory {
 };
 DeviceInventory InventoryOf(const DeviceName& device, int gpus = 0);
 absl::Status CheckGpus(const DeviceName& device, int gpus);
-// "cpu": null (the host loop). "cuda[:N]" and "cuda-emulated[:N]": the GPT on that backend
-// (CreateBackendModel) for micro-batches up to (B, T); cuda is UNIMPLEMENTED in a build
-// without CUDA, UNAVAILABLE without a visible device.
+// How an accelerator runs (TrainOptions::device_options).
 struct DeviceOptions {
   // CUDA: attention by the fused flash-style kernels (O(T) memory per row; the (T, T)
   // probabilities are never stored) rather than by cuBLAS batched GEMMs over them.
   bool fused_attention = true;
 };
-// The model::GPT of an accelerator backend as a DeviceModel (AdamW's state and update on the
-// device too).
-absl::StatusOr<std::unique_ptr<DeviceModel>> CreateBackendModel(std::unique_ptr<kernels::Backend> backend,
-                                                                const model::GPTConfig& config, int B, int T);
-absl::StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceModel(const std::string& device,
-                                                               const model::GPTConfig& config, int B, int T,
-                                                               const DeviceOptions& options = {});
 
 }  // namespace gantry::train

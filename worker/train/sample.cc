@@ -28,7 +28,7 @@ absl::StatusOr<std::vector<uint16_t>> Sample(model::GPT& model, const std::vecto
   const int T = std::min<int>(c.max_seq_len, static_cast<int>(seq.size()) + options.tokens);
   std::vector<int32_t> window(static_cast<size_t>(T), 0);
   Rng rng(options.seed);
-  std::vector<float> probs(static_cast<size_t>(c.vocab_size));
+  std::vector<float> probs(static_cast<size_t>(c.vocab_size)), row(static_cast<size_t>(c.vocab_size));
   std::vector<int> order(static_cast<size_t>(c.vocab_size));
   std::vector<uint16_t> out;
   for (int i = 0; i < options.tokens; ++i) {
@@ -36,7 +36,8 @@ absl::StatusOr<std::vector<uint16_t>> Sample(model::GPT& model, const std::vecto
     std::fill(window.begin(), window.end(), 0);
     for (int j = 0; j < len; ++j) window[static_cast<size_t>(j)] = seq[seq.size() - len + j];
     model.Forward(window.data(), nullptr, 1, T);
-    const float* logits = model.logits() + static_cast<size_t>(len - 1) * c.vocab_size;
+    model.ReadLogits(row.data(), static_cast<size_t>(len - 1), 1);
+    const float* logits = row.data();
     int next = 0;
     if (options.temperature == 0) {
       next = static_cast<int>(std::max_element(logits, logits + c.vocab_size) - logits);

@@ -78,16 +78,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     shard = model::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage);
   }
   ASSIGN_OR_RETURN(const DeviceName device, ParseDevice(options.device));
-  // One rank with ZeRO 0 and AdamW on the worker runs on an accelerator whole: the model, its
-  // AdamW state and update on the device (DeviceModel), the host model a mirror for
-  // checkpoints. cuda runs only that for now; cuda-emulated runs it too (so that CI covers
-  // the path), and every other layout with the model's ops on the backend.
-  const bool device_resident = device.kind != kernels::BackendKind::kCpu && spec.world_size() == 1 &&
-                               spec.parallel.zero_stage == 0 && spec.optimizer.placement == "worker";
+  // One model over the rank's backend, every layout: its parameters, gradients, activations
+  // and AdamW state in the device's memory, ZeroEngine's collectives on it (NCCL for cuda,
+  // Gloo for cpu and cuda-emulated). cuda-emulated takes cuda's paths: the host reaches the
+  // model's memory only through the backend's copies.
   kernels::Backend* backend = &kernels::CpuBackend();
-  if (device.kind == kernels::BackendKind::kCudaEmulated && !device_resident) {
-    // The model's ops run the CUDA code under the emulator; its memory is host memory, so
-    // that ZeRO, AdamW, the checkpoints and Gloo reach it as on cpu.
+  if (device.kind != kernels::BackendKind::kCpu) {
     kernels::BackendOptions bo;
     bo.fused_attention = options.device_options.fused_attention;
     ASSIGN_OR_RETURN(t->backend_, kernels::CreateBackend(device.kind, device.ordinal, bo));
@@ -145,8 +141,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     // A ZeRO rank reads only its own pieces of the optimizer state, straight into AdamW's
     // buffers; parameter-server mode reads it whole, for the shard servers.
     CheckpointState st;
-    if (AdamW* opt = t->engine_->local_optimizer()) {
+    if (AdamW* opt = t->engine_->local_optimizer(); opt != nullptr && backend->host_addressable()) {
       ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
+    } else if (opt != nullptr) {  // through host copies of m and v
+      FloatBuffer m(opt->m().size()), v(opt->v().size());
+      ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, m.data(), v.data(), &opt->segments()));
+      backend->CopyToDevice(opt->m().data(), m.data(), m.size() * sizeof(float));
+      backend->CopyToDevice(opt->v().data(), v.data(), v.size() * sizeof(float));
     } else {
       FloatBuffer m(n_params), v(n_params);
       ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, m.data(), v.data()));
@@ -165,19 +166,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   }
   t->engine_->Shard();
   RETURN_IF_ERROR(t->engine_->StartRemote(t->start_step_));
-  if (device.kind == kernels::BackendKind::kCuda && !device_resident) {
-    return absl::UnimplementedError(absl::StrCat(
-        "device ", options.device, " trains one rank with ZeRO 0 and worker placement for now (the spec has dp ",
-        spec.parallel.dp, ", zero_stage ", spec.parallel.zero_stage, ", placement ", spec.optimizer.placement, ")"));
-  }
-  if (device_resident) {
-    ASSIGN_OR_RETURN(t->device_, CreateDeviceModel(options.device, spec.model, B, T, options.device_options));
-    AdamW* opt = t->engine_->local_optimizer();
-    RETURN_IF_ERROR(t->device_->Upload(t->model_->params(), opt->m().data(), opt->v().data()));
-    std::fprintf(options.out, "device %s\n", t->device_->Describe().c_str());
-  } else {
-    t->model_->ReserveActivations(B, T);
-  }
+  t->model_->ReserveActivations(B, T);
+  if (absl::Status s = backend->Synchronize(); !s.ok()) return Annotate(s, "setting the model up on its device");
   t->inputs_.resize(static_cast<size_t>(B) * T);
   t->targets_.resize(static_cast<size_t>(B) * T);
   t->console_ = std::make_unique<Console>(options.out, t->speaker(), options.progress);
@@ -216,7 +206,6 @@ StepReport Trainer::Step(int64_t step) {
   const int accum = spec_.grad_accum();
   const int dp = options_.comm ? options_.comm->size() : 1;
   const int rank = options_.comm ? options_.comm->rank() : 0;
-  if (device_) return DeviceStep(step);
   model_->ZeroGrad();
   double loss = 0.0, bubble = 0.0;
   if (spec_.parallel.pp > 1) {
@@ -274,6 +263,9 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
     const int slot = op.micro % slots_;
     absl::Status s;
     const auto c0 = Clock::now();
+    // The communicator reads and writes the slots' buffers on its own (NCCL: its stream):
+    // the model's queued work on them done first.
+    if (op.kind != PipeOp::kForward && op.kind != PipeOp::kBackward) model_->Sync();
     switch (op.kind) {
       case PipeOp::kRecvAct:
         s = pp->Recv(model_->stage_input(slot), n, sh.stage - 1);
@@ -346,47 +338,6 @@ int Trainer::world_size() const {
   return options_.comm ? options_.comm->size() : 1;
 }
 
-StepReport Trainer::DeviceStep(int64_t step) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int B = spec_.train.micro_batch, T = spec_.seq_len;
-  const int accum = spec_.grad_accum();
-  auto fail = [&](const absl::Status& s) {
-    comm_status_ = s;
-    return StepReport{};
-  };
-  if (auto s = device_->ZeroGrad(); !s.ok()) return fail(s);
-  double loss = 0.0;
-  for (int micro = 0; micro < accum; ++micro) {
-    train_loader_->Fill(step * accum + micro, inputs_.data(), targets_.data());
-    auto l = device_->ForwardBackward(inputs_.data(), targets_.data(), B, T, 1.0f / accum);
-    if (!l.ok()) return fail(l.status());
-    loss += *l;
-  }
-  loss /= accum;
-  const double lr = LearningRate(spec_.train, step);
-  const auto t_opt = std::chrono::steady_clock::now();
-  auto norm = device_->Update(AdamWOf(spec_.train),
-                              lr, static_cast<int>(step + 1), spec_.train.grad_clip);
-  if (!norm.ok()) return fail(norm.status());
-  const auto t1 = std::chrono::steady_clock::now();
-  StepReport r;
-  r.step = step + 1;
-  r.loss = static_cast<float>(loss);
-  r.lr = lr;
-  r.grad_norm = *norm;
-  r.seconds = std::chrono::duration<double>(t1 - t0).count();
-  r.tokens_per_second = static_cast<double>(B) * T * accum / r.seconds;
-  r.optimizer_seconds = std::chrono::duration<double>(t1 - t_opt).count();
-  r.compute_seconds = r.seconds - r.optimizer_seconds;
-  return r;
-}
-
-absl::Status Trainer::SyncFromDevice() {
-  if (!device_) return absl::OkStatus();
-  AdamW* opt = engine_->local_optimizer();
-  return device_->Download(model_->params(), opt->m().data(), opt->v().data());
-}
-
 float Trainer::EvalLoss(int B, int T) {
   if (groups_) {
     auto v = PipelineEval(B, T);
@@ -396,14 +347,7 @@ float Trainer::EvalLoss(int B, int T) {
     }
     return *v;
   }
-  if (!device_) return Evaluate(*model_, *val_loader_, B, T, spec_.eval.batches);
-  auto v = MeanLoss(*val_loader_, B, T, spec_.eval.batches,
-                    [&](const int32_t* in, const int32_t* tg) { return device_->Evaluate(in, tg, B, T); });
-  if (!v.ok()) {
-    comm_status_ = v.status();
-    return NAN;
-  }
-  return *v;
+  return Evaluate(*model_, *val_loader_, B, T, spec_.eval.batches);
 }
 
 absl::Status Trainer::WriteCheckpoint(int64_t step) {
@@ -513,7 +457,6 @@ absl::Status Trainer::Run() {
     if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
       const auto c0 = std::chrono::steady_clock::now();
       const bool async = options_.on_checkpoint_part || world_size() == 1;
-      RETURN_IF_ERROR(SyncFromDevice());
       if (async) {
         ASSIGN_OR_RETURN(std::vector<CheckpointPiece> live, engine_->CheckpointPieces());
         RETURN_IF_ERROR(writer_->Snapshot(r.step, live));
@@ -535,7 +478,6 @@ absl::Status Trainer::Run() {
   }
   console_->ClearProgress();
   RETURN_IF_ERROR(comm_status_);          // a device evaluation that failed
-  RETURN_IF_ERROR(SyncFromDevice());      // the device's parameters and state, for --save and callers
   RETURN_IF_ERROR(writer_->Flush());        // every checkpoint written
   RETURN_IF_ERROR(engine_->SyncRemote());  // parameter-server mode: the servers' final parameters
   // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers.

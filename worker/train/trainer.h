@@ -42,9 +42,8 @@ struct TrainOptions {
   // The partition map's interior bounds (flat parameter index, ascending): each rank's
   // checkpoint part is cut there, one file per shard server's range.
   std::vector<size_t> checkpoint_cuts;
-  // Where the step runs (train/device.h): "cpu"; "cuda[:N]", one rank, ZeRO 0, worker
-  // placement for now; or "cuda-emulated[:N]": the model on the cuda-emulated backend
-  // (kernels/backend.h), every layout.
+  // Where the model lives and its ops run (train/device.h, kernels/backend.h): "cpu",
+  // "cuda[:N]" or "cuda-emulated[:N]"; every layout on each.
   std::string device = "cpu";
   DeviceOptions device_options;  // how an accelerator runs (fused attention by default)
   bool print_losses = false; // "step N loss X" with 9 significant digits
@@ -140,10 +139,7 @@ class Trainer {
   std::unique_ptr<model::GPT> model_;
   parallel::SoloCommunicator solo_;  // the group of one process when options.comm is null
   std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first
-  std::unique_ptr<DeviceModel> device_;  // null: the step runs on the host
   // Device runs: the host model and AdamW state take the device's (checkpoints, the end).
-  absl::Status SyncFromDevice();
-  StepReport DeviceStep(int64_t step);
   float EvalLoss(int B, int T);
   std::optional<data::TokenFile> train_file_, val_file_;
   std::optional<data::BatchLoader> train_loader_, val_loader_;

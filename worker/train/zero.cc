@@ -26,7 +26,7 @@ void AddTo(float* dst, const float* src, size_t n) {
 
 }  // namespace
 
-float* ZeroEngine::Pool::Take(size_t n) {
+float* ZeroEngine::Pool::Take(size_t n, kernels::Backend* on) {
   std::lock_guard<std::mutex> l(mu_);
   Slot* best = nullptr;
   for (auto& s : slots_) {
@@ -35,7 +35,7 @@ float* ZeroEngine::Pool::Take(size_t n) {
   if (!best) {
     slots_.push_back(std::make_unique<Slot>());
     best = slots_.back().get();
-    best->buf.Assign(backend_, n);
+    best->buf.Assign(on, n, /*zero=*/false);  // every taker writes the whole buffer before reading it
   }
   best->used = true;
   return best->buf.data();
@@ -69,18 +69,15 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     return absl::InvalidArgumentError("parameter-server mode keeps whole parameters on the workers: ZeRO stage 3 shards them");
   }
   if (!(bucket_mb > 0)) return absl::InvalidArgumentError(absl::StrCat("bucket size ", bucket_mb, " MB must be > 0"));
-  // The step's norm, clipping and AdamW run on the model's backend. The reductions' staging
-  // and elementwise work (on the communication thread), the checkpoint pieces and the
-  // optimizer state a checkpoint loads are still read and written by the host: a backend
-  // whose memory the host cannot touch needs those on the device first (a cuda model trains
-  // through the DeviceModel, one rank, until then).
-  if (!model->backend().host_addressable()) {
-    return absl::UnimplementedError(absl::StrCat("ZeroEngine on ", model->backend().Describe(),
-                                                 ", whose memory the host cannot address, is not built yet"));
-  }
   std::unique_ptr<ZeroEngine> e(new ZeroEngine());
   e->model_ = model;
-  e->pool_.set_backend(&model->backend());
+  if (!model->backend().host_addressable()) {
+    // The communication thread's staging and elementwise work on the device, on a backend of
+    // its own (its own stream); see CommBackend().
+    auto peer = model->backend().NewPeer();
+    if (!peer.ok()) return Annotate(peer.status(), "a backend for the communication thread");
+    e->peer_ = std::move(*peer);
+  }
   e->remote_ = remote;
   e->mp_ = mp;
   for (const model::ParamTensor& t : model->tensors()) {
@@ -138,6 +135,10 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   if (stage == 3) e->param_shard_.Assign(be, e->local_size_);
   if (e->dp_ > 1 || stage >= 1 || mp.emb != nullptr) {
     e->comm_ = std::make_unique<parallel::CommThread>(comm);
+    if (e->peer_) {  // the thread drives the peer from its first operation on
+      kernels::Backend* peer = e->peer_.get();
+      e->comm_->Submit([peer](parallel::Communicator&) { return peer->BindThread(); });
+    }
     model->set_param_host(e.get());
   }
   return e;
@@ -205,7 +206,7 @@ absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
       out.push_back({pb, pe, model_->params() + pb, remote_m_.data() + at, remote_v_.data() + at});
       at += pe - pb;
     }
-    return out;
+    return HostPieces(std::move(out), /*state_on_device=*/false);
   }
   for (const Bucket& b : buckets_) {
     const size_t pb = PieceBegin(b), pe = PieceEnd(b);
@@ -219,13 +220,40 @@ absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
     p.v = opt_->v().data() + at;
     out.push_back(p);
   }
-  return out;
+  return HostPieces(std::move(out), /*state_on_device=*/true);
+}
+
+absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::HostPieces(std::vector<CheckpointPiece> pieces,
+                                                                    bool state_on_device) {
+  if (!peer_) return pieces;  // the host reads the model's memory in place
+  kernels::Backend& be = model_->backend();
+  size_t total = 0;
+  for (const CheckpointPiece& p : pieces) total += p.flat_end - p.flat_begin;
+  host_pieces_.Assign(total * (state_on_device ? 3 : 1));
+  float* at = host_pieces_.data();
+  for (CheckpointPiece& p : pieces) {
+    const size_t n = p.flat_end - p.flat_begin;
+    for (const float** field : {&p.params, &p.m, &p.v}) {
+      if (field != &p.params && !state_on_device) continue;
+      be.CopyToHost(at, *field, n * sizeof(float));
+      *field = at;
+      at += n;
+    }
+  }
+  RETURN_IF_ERROR(be.Synchronize());
+  return pieces;
 }
 
 absl::Status ZeroEngine::SyncRemote() {
   if (remote_ == nullptr || pulled_step_ == pushed_step_) return absl::OkStatus();
   RETURN_IF_ERROR(Barrier());  // every rank's push of the last step has returned: it is applied
-  RETURN_IF_ERROR(remote_->Pull(model_->params()));
+  if (peer_) {
+    FloatBuffer host(model_->num_params());
+    RETURN_IF_ERROR(remote_->Pull(host.data()));
+    model_->WriteParams(host.data());
+  } else {
+    RETURN_IF_ERROR(remote_->Pull(model_->params()));
+  }
   pulled_step_ = pushed_step_;
   return absl::OkStatus();
 }
@@ -235,7 +263,8 @@ absl::Status ZeroEngine::StartRemote(int64_t start_step) {
   pulled_step_ = pushed_step_ = start_step;
   const bool resumed = remote_m_.size() == model_->num_params();
   if (rank_ == 0) {
-    RETURN_IF_ERROR(remote_->Init(model_->params(), resumed ? remote_m_.data() : nullptr,
+    std::vector<float> staged;
+    RETURN_IF_ERROR(remote_->Init(model_->HostParams(&staged), resumed ? remote_m_.data() : nullptr,
                                   resumed ? remote_v_.data() : nullptr, start_step));
   }
   remote_m_ = FloatBuffer();
@@ -251,6 +280,7 @@ absl::Status ZeroEngine::Barrier() {
 absl::Status ZeroEngine::GatherParams() {
   if (stage_ != 3 || model_->has_param_buffer()) return absl::OkStatus();
   model_->AllocateParamBuffer();
+  OrderForComm();
   for (const Bucket& b : buckets_) SubmitGather(b, param_shard_.data() + b.local, b.piece);
   return WaitAll();
 }
@@ -258,16 +288,21 @@ absl::Status ZeroEngine::GatherParams() {
 void ZeroEngine::SubmitGather(const Bucket& b, const float* piece, size_t len) {
   float* params = model_->params();
   comm_->Submit([this, &b, piece, len, params](parallel::Communicator& c) {
-    float* out = pool_.Take(b.piece * dp_);
+    kernels::Backend* on = CommBackend();
+    float* out = pool_.Take(b.piece * dp_, on);
     const float* in = piece;
     float* staged = nullptr;
+    absl::Status s;
     if (len != b.piece) {  // the short last piece, padded
-      staged = pool_.Take(b.piece);
-      std::fill(std::copy(piece, piece + len, staged), staged + b.piece, 0.f);
+      staged = pool_.Take(b.piece, on);
+      CommCopy(staged, piece, len);
+      CommZero(staged + len, b.piece - len);
+      s = CommSync();  // staged before the collective reads it
       in = staged;
     }
-    absl::Status s = c.AllGather(in, out, b.piece);
-    std::copy(out, out + b.size(), params + b.begin);
+    s.Update(c.AllGather(in, out, b.piece));
+    CommCopy(params + b.begin, out, b.size());
+    s.Update(CommSync());
     if (staged != nullptr) pool_.Give(staged);
     pool_.Give(out);
     return s;
@@ -284,7 +319,8 @@ float* ZeroEngine::AcquireParams(int unit) {
   if (stage_ < 3) return model_->params() + model_->unit_begin(unit);
   Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
   if (b.gathered_refs++ > 0) return b.gathered;
-  b.gathered = pool_.Take(b.piece * dp_);
+  OrderForComm();  // queued work may still read the buffer the pool hands out
+  b.gathered = pool_.Take(b.piece * dp_, &model_->backend());
   const float* in = param_shard_.data() + b.local;
   float* out = b.gathered;
   const size_t piece = b.piece;
@@ -313,8 +349,8 @@ float* ZeroEngine::AcquireGrads(int unit) {
       (void)Wait(in_flight_.front());
       in_flight_.pop_front();
     }
-    b.work = pool_.Take(b.piece * dp_);
-    std::fill(b.work, b.work + b.piece * dp_, 0.f);
+    b.work = pool_.Take(b.piece * dp_, &model_->backend());
+    model_->backend().Zero(b.work, b.piece * dp_ * sizeof(float));
     NotePeak();
   }
   return b.work + (model_->unit_begin(unit) - b.begin);
@@ -327,6 +363,7 @@ void ZeroEngine::GradsDone(int unit) {
 
 void ZeroEngine::LaunchBucket(int k) {
   Bucket& b = buckets_[static_cast<size_t>(k)];
+  if (last_micro_ || stage_ >= 2) OrderForComm();  // backward's gradients written before the thread reads them
   if (last_micro_ && tied_end_ > tied_begin_ && b.begin <= tied_begin_ && tied_end_ <= b.end) {
     // The tied wte: this end's gradient plus the other end's, before the DP reduction.
     float* g = model_->grads() + tied_begin_;
@@ -340,9 +377,10 @@ void ZeroEngine::LaunchBucket(int k) {
   if (stage_ == 0) {
     if (!last_micro_ || dp == 1) return;
     float* g = model_->grads() + begin;
-    comm_->Submit([g, begin, end, inv](parallel::Communicator& c) {
+    comm_->Submit([this, g, begin, end, inv](parallel::Communicator& c) {
       absl::Status s = c.AllReduceSum(g, end - begin);
-      Scale(g, end - begin, inv);
+      CommScale(g, end - begin, inv);
+      s.Update(CommSync());
       return s;
     });
   } else if (stage_ == 1) {
@@ -351,16 +389,17 @@ void ZeroEngine::LaunchBucket(int k) {
     comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv](parallel::Communicator& c) {
       // The bucket padded to dp pieces; the own piece is reduced in place (through a
       // scratch piece when it is the short last one).
-      float* staged = pool_.Take(piece * dp);
-      std::copy(grads + begin, grads + end, staged);
-      std::fill(staged + (end - begin), staged + piece * dp, 0.f);
-      float* out = pe - pb == piece ? grads + pb : pool_.Take(piece);
-      absl::Status s = c.ReduceScatterSum(staged, out, piece);
-      if (out != grads + pb) {
-        std::copy(out, out + (pe - pb), grads + pb);
-        pool_.Give(out);
-      }
-      Scale(grads + pb, pe - pb, inv);
+      kernels::Backend* on = CommBackend();
+      float* staged = pool_.Take(piece * dp, on);
+      CommCopy(staged, grads + begin, end - begin);
+      CommZero(staged + (end - begin), piece * dp - (end - begin));
+      float* out = pe - pb == piece ? grads + pb : pool_.Take(piece, on);
+      absl::Status s = CommSync();  // staged before the collective reads it
+      s.Update(c.ReduceScatterSum(staged, out, piece));
+      if (out != grads + pb) CommCopy(grads + pb, out, pe - pb);
+      CommScale(grads + pb, pe - pb, inv);
+      s.Update(CommSync());
+      if (out != grads + pb) pool_.Give(out);
       pool_.Give(staged);
       return s;
     });
@@ -370,13 +409,12 @@ void ZeroEngine::LaunchBucket(int k) {
     float* shard = grad_shard_.data() + b.local;
     const bool first = micro_ == 0;
     in_flight_.push_back(comm_->Submit([this, work, shard, piece, first, inv](parallel::Communicator& c) {
-      float* out = first ? shard : pool_.Take(piece);
+      float* out = first ? shard : pool_.Take(piece, CommBackend());
       absl::Status s = c.ReduceScatterSum(work, out, piece);
-      Scale(out, piece, inv);
-      if (!first) {
-        AddTo(shard, out, piece);
-        pool_.Give(out);
-      }
+      CommScale(out, piece, inv);
+      if (!first) CommAdd(shard, out, piece);
+      s.Update(CommSync());
+      if (!first) pool_.Give(out);
       pool_.Give(work);
       return s;
     }));
@@ -425,8 +463,16 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     const auto t_push = Clock::now();
     for (const ShardSegment& sg : own_) {
       float* g = stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin;
-      if (coef < 1.0f) be.Scale(g, static_cast<int64_t>(sg.flat_end - sg.flat_begin), coef);
-      RETURN_IF_ERROR(remote_->Push(step, lr, g, sg.flat_begin, sg.flat_end));
+      const size_t len = sg.flat_end - sg.flat_begin;
+      if (coef < 1.0f) be.Scale(g, static_cast<int64_t>(len), coef);
+      const float* push = g;
+      FloatBuffer host;
+      if (peer_) {  // the servers' client reads host memory
+        host.Assign(len);
+        be.CopyToHost(host.data(), g, len * sizeof(float));
+        push = host.data();
+      }
+      RETURN_IF_ERROR(remote_->Push(step, lr, push, sg.flat_begin, sg.flat_end));
     }
     pushed_step_ = step;
     // Synchronous (staleness 0): every step. Else every staleness + 1 steps, so that the
@@ -500,5 +546,45 @@ double ZeroEngine::CountedSquares(const float* grads, const std::vector<std::pai
 }
 
 void ZeroEngine::NotePeak() { peak_ = memory().peak; }
+
+kernels::Backend* ZeroEngine::CommBackend() { return peer_ ? peer_.get() : &model_->backend(); }
+
+void ZeroEngine::OrderForComm() {
+  if (peer_) model_->Sync();  // keeps an error for the step to answer
+}
+
+void ZeroEngine::CommScale(float* p, size_t n, float s) {
+  if (peer_) {
+    peer_->Scale(p, static_cast<int64_t>(n), s);
+  } else {
+    Scale(p, n, s);
+  }
+}
+
+void ZeroEngine::CommAdd(float* dst, const float* src, size_t n) {
+  if (peer_) {
+    peer_->ResidualForward(dst, dst, src, static_cast<int64_t>(n));
+  } else {
+    AddTo(dst, src, n);
+  }
+}
+
+void ZeroEngine::CommCopy(float* dst, const float* src, size_t n) {
+  if (peer_) {
+    peer_->Copy(dst, src, n * sizeof(float));
+  } else {
+    std::copy(src, src + n, dst);
+  }
+}
+
+void ZeroEngine::CommZero(float* p, size_t n) {
+  if (peer_) {
+    peer_->Zero(p, n * sizeof(float));
+  } else {
+    std::fill(p, p + n, 0.f);
+  }
+}
+
+absl::Status ZeroEngine::CommSync() { return peer_ ? peer_->Synchronize() : absl::OkStatus(); }
 
 }  // namespace gantry::train

@@ -14,7 +14,10 @@
 //   stage 3  as 2, and only the own parameter pieces are kept: each unit is all-gathered
 //            just before its forward and its backward and released after
 //
-// Reductions run on a communication thread while backward goes on (overlap). Stages 0 and
+// Reductions run on a communication thread while backward goes on (overlap). On a backend
+// the host cannot address (cuda, cuda-emulated) the thread's staging and elementwise work
+// runs on a peer backend of the same device (its own stream), and the training thread's
+// queued work is waited for before the thread reads what it wrote (OrderForComm). Stages 0 and
 // 1 reduce once per step, after the last micro-batch; stages 2 and 3 keep no full gradient,
 // so they reduce every micro-batch. The global gradient norm is the sum over shards.
 #pragma once
@@ -159,8 +162,9 @@ class ZeroEngine final : public model::ParamHost {
   // backend's memory: the model reads gathered parameters and writes gradients there.
   class Pool {
    public:
-    void set_backend(kernels::Backend* backend) { backend_ = backend; }
-    float* Take(size_t n);
+    // n floats, allocated by `on` (the backend of the thread that takes them) when no free
+    // buffer fits.
+    float* Take(size_t n, kernels::Backend* on);
     void Give(float* p);
     size_t allocated_bytes() const;
 
@@ -169,7 +173,6 @@ class ZeroEngine final : public model::ParamHost {
       kernels::DeviceBuffer buf;
       bool used = false;
     };
-    kernels::Backend* backend_ = &kernels::CpuBackend();
     mutable std::mutex mu_;
     std::vector<std::unique_ptr<Slot>> slots_;
   };
@@ -185,6 +188,20 @@ class ZeroEngine final : public model::ParamHost {
   absl::Status Wait(uint64_t ticket);
   absl::Status WaitAll();
   void NotePeak();
+  // The communication thread's work on the model's memory: host loops (no OpenMP team of
+  // their own) on a host-addressable backend, else queued on peer_; CommSync waits for it.
+  kernels::Backend* CommBackend();
+  void CommScale(float* p, size_t n, float s);
+  void CommAdd(float* dst, const float* src, size_t n);
+  void CommCopy(float* dst, const float* src, size_t n);
+  void CommZero(float* p, size_t n);
+  absl::Status CommSync();
+  // Device backends: waits for the training thread's queued work before the communication
+  // thread reads or writes the memory it touches.
+  void OrderForComm();
+  // The pieces' device pointers replaced by host copies in host_pieces_ (a device backend);
+  // m and v too when state_on_device.
+  absl::StatusOr<std::vector<CheckpointPiece>> HostPieces(std::vector<CheckpointPiece> pieces, bool state_on_device);
 
   // Squares of the gradients in `ranges` (flat), only where a tensor is this rank's to count.
   double CountedSquares(const float* grads, const std::vector<std::pair<size_t, size_t>>& ranges) const;
@@ -206,7 +223,9 @@ class ZeroEngine final : public model::ParamHost {
   // In the model's backend's memory, as its parameters and gradients are.
   kernels::DeviceBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
   kernels::DeviceBuffer param_shard_;  // stage 3: the own parameter pieces (compact)
+  std::unique_ptr<kernels::Backend> peer_;  // device backends: the communication thread's (outlives pool_)
   Pool pool_;
+  FloatBuffer host_pieces_;  // device backends: the last CheckpointPieces' host copies
   std::unique_ptr<parallel::CommThread> comm_;
   std::deque<uint64_t> in_flight_;  // stage 2/3: tickets of launched bucket reductions
   int micro_ = 0;
