@@ -103,7 +103,10 @@ int main(int argc, char** argv) {
     bytes = fs::file_size(part);
     std::vector<char> same(bytes, 1);
     w_plain.push_back(PlainWrite(dir + "/plain.bin", same));
-    if (!train::WriteCheckpointManifest(dir, m.config(), {1, 1}, {1, 0}, 1).ok()) return 1;
+    train::CheckpointState state;
+    state.step = 1;
+    state.seed = 1;
+    if (!train::WriteCheckpointManifest(dir, m.config(), state, {1, 0}, 1).ok()) return 1;
     t0 = Clock::now();
     if (!train::LoadCheckpoint(dir, m, mv.data(), mv.data() + n).ok()) return 1;
     r_ours.push_back(Since(t0));

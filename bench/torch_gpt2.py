@@ -74,9 +74,11 @@ def make_optimizer(model, lr, betas, eps, wd):
                              lr=lr, betas=betas, eps=eps)
 
 
-def train_step(model, opt, x, y, clip):
+def train_step(model, opt, x, y, clip, dtype=None):
+    """One step; dtype torch.bfloat16: the forward under CPU autocast (fp32 master weights)."""
     opt.zero_grad(set_to_none=True)
-    loss = model(x, y)
+    with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+        loss = model(x, y)
     loss.backward()
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -91,12 +93,13 @@ def bench(a):
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g)
     y = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g)
+    dtype = torch.bfloat16 if a.precision == "bf16" else None
     for _ in range(a.warmup):
-        train_step(model, opt, x, y, 1.0)
+        train_step(model, opt, x, y, 1.0, dtype)
     times = []
     for _ in range(a.steps):
         t0 = time.perf_counter()
-        train_step(model, opt, x, y, 1.0)
+        train_step(model, opt, x, y, 1.0, dtype)
         times.append(time.perf_counter() - t0)
     med = sorted(times)[len(times) // 2]
     print(json.dumps({"impl": "pytorch", "tokens_per_s": a.batch * a.seq_len / med, "step_ms": med * 1e3,
@@ -205,6 +208,7 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bench: bf16 = CPU autocast")
     ap.add_argument("--data")
     ap.add_argument("--val")
     ap.add_argument("--lr", type=float, default=3e-3)

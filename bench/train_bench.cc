@@ -1,6 +1,6 @@
 // gantry-train's training step (forward, backward, clip, AdamW) timed on random tokens.
 //   train_bench --n-layer L --n-embd C --n-head H --seq-len T --vocab V --batch B
-//               [--steps N] [--warmup W] [--threads N]
+//               [--steps N] [--warmup W] [--threads N] [--precision fp32|bf16|fp16]
 // Prints one JSON line: tokens/s, median step ms. bench/train_vs_pytorch.py runs it next to
 // the PyTorch peer.
 #include <omp.h>
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/rng.h"
@@ -21,8 +22,20 @@
 
 int main(int argc, char** argv) {
   int L = 6, C = 384, H = 6, T = 256, V = 256, B = 8, steps = 10, warmup = 2, threads = 2, profile = 0;
+  gantry::kernels::Precision precision = gantry::kernels::Precision::kFp32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char* k = argv[i];
+    if (!std::strcmp(k, "--precision")) {
+      const std::string p = argv[i + 1];
+      if (p != "fp32" && p != "bf16" && p != "fp16") {
+        std::fprintf(stderr, "train_bench: --precision is fp32, bf16 or fp16\n");
+        return 2;
+      }
+      precision = p == "bf16" ? gantry::kernels::Precision::kBf16
+                  : p == "fp16" ? gantry::kernels::Precision::kFp16
+                                : gantry::kernels::Precision::kFp32;
+      continue;
+    }
     const int v = std::atoi(argv[i + 1]);
     if (!std::strcmp(k, "--n-layer")) L = v;
     else if (!std::strcmp(k, "--n-embd")) C = v;
@@ -44,6 +57,7 @@ int main(int argc, char** argv) {
   }
   gantry::model::GPT model(cfg);
   model.InitRandom(0);
+  model.set_precision(precision);
   gantry::train::AdamW opt(model.tensors(), model.num_params(), {0.9, 0.95, 1e-8, 0.1});
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   gantry::Rng rng(1);

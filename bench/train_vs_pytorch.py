@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""gantry-train against PyTorch on CPU: the same GPT-2, batch, fp32 and thread count,
+"""gantry-train against PyTorch on CPU: the same GPT-2, batch, precision and thread count,
 measured in one run. Prints each figure and the ratio (target: Gantry >= 1.2x).
 
-  python3 bench/train_vs_pytorch.py [--build build] [--threads 2] [--steps 10]
+  python3 bench/train_vs_pytorch.py [--build build] [--threads 2] [--steps 10] [--precision bf16]
+
+--precision bf16: Gantry's bf16 (train.precision) against PyTorch's CPU autocast bf16, and
+Gantry's own fp32 measured beside them (the bf16/fp32 column).
 
 Needs a Python with torch (for example: python3 -m venv venv && venv/bin/pip install torch numpy).
 """
@@ -33,6 +36,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=5,
                     help="alternating runs of each; the best run (by its median step) is reported")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     # Both sides pinned (OMP_PROC_BIND): unpinned OpenMP threads on a small VM are stacked on
     # one CPU at random and the figures swing by 1.5x (docs/perf.md).
@@ -41,11 +45,16 @@ def main():
     for name, L, C, H, T, V, B in CONFIGS:
         args = ["--n-layer", str(L), "--n-embd", str(C), "--n-head", str(H), "--seq-len", str(T),
                 "--vocab", str(V), "--batch", str(B), "--steps", str(a.steps), "--threads", str(a.threads)]
-        gs, ts = [], []
+        gs, ts, fs = [], [], []
+        prec = ["--precision", a.precision]
         for i in range(a.repeats):  # alternate, so a slow spell of the machine hits both
-            ours = lambda: gs.append(run([os.path.join(a.build, "bench", "train_bench")] + args, env))
-            theirs = lambda: ts.append(run([sys.executable, os.path.join(HERE, "torch_gpt2.py"), "bench"] + args, env))
-            for f in ((ours, theirs) if i % 2 == 0 else (theirs, ours)):  # and swap who goes first
+            ours = lambda: gs.append(run([os.path.join(a.build, "bench", "train_bench")] + args + prec, env))
+            theirs = lambda: ts.append(run([sys.executable, os.path.join(HERE, "torch_gpt2.py"), "bench"] + args + prec,
+                                           env))
+            order = [ours, theirs] if i % 2 == 0 else [theirs, ours]  # and swap who goes first
+            if a.precision != "fp32":  # Gantry's fp32 beside its bf16
+                order.append(lambda: fs.append(run([os.path.join(a.build, "bench", "train_bench")] + args, env)))
+            for f in order:
                 f()
         # Two statistics over the runs of each side: the median run (what a user typically
         # sees) and the best run (interference on a shared VM only ever slows a run down).
@@ -58,10 +67,14 @@ def main():
         pairs = sorted(x["tokens_per_s"] / y["tokens_per_s"] for x, y in zip(gs, ts))
         g["paired"] = pairs[len(pairs) // 2]
         g["spread"] = [round(r["tokens_per_s"]) for r in gs]
+        if fs:  # the paired bf16/fp32 ratio of Gantry itself
+            own = sorted(x["tokens_per_s"] / y["tokens_per_s"] for x, y in zip(gs, fs))
+            g["vs_fp32"] = own[len(own) // 2]
+            g["fp32_median"] = med(fs)
         t["spread"] = [round(r["tokens_per_s"]) for r in ts]
         rows.append((name, g, t))
         print(f"{name}: gantry {g['tokens_per_s']:.0f} tok/s, pytorch {t['tokens_per_s']:.0f} tok/s", file=sys.stderr)
-    print(f"\nfp32 training step (forward + backward + clip + AdamW), {a.threads} threads pinned, "
+    print(f"\n{a.precision} training step (forward + backward + clip + AdamW), {a.threads} threads pinned, "
           f"each run the median step of {a.steps}; {a.repeats} alternating runs per side")
     print(f"{'config':30} {'stat':>6} {'gantry tok/s':>13} {'pytorch tok/s':>14} {'ratio':>7}")
     for name, g, t in rows:
@@ -69,6 +82,9 @@ def main():
         print(f"{'':30} {'best':>6} {g['tokens_per_s']:13.0f} {t['tokens_per_s']:14.0f} "
               f"{g['tokens_per_s'] / t['tokens_per_s']:6.2f}x")
         print(f"{'':30} {'paired':>6} {'':13} {'':14} {g['paired']:6.2f}x  (median of the per-pair ratios)")
+        if "vs_fp32" in g:
+            print(f"{'':30} {'fp32':>6} {g['fp32_median']:13.0f} {'':14} {'':7}  gantry {a.precision}/fp32 "
+                  f"{g['vs_fp32']:.2f}x (paired)")
     for name, g, t in rows:
         print(f"  {name}: gantry runs {g['spread']} tok/s, pytorch runs {t['spread']} tok/s")
     print(f"pytorch {rows[0][2]['torch']}; target ratio >= 1.20")

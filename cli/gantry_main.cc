@@ -57,7 +57,7 @@ constexpr char kUsage[] =
     "  watch JOB            follow a job's steps and events until it ends\n"
     "  workers              list the workers\n"
     "  checkpoints JOB      list a job's committed checkpoints\n"
-    "  export JOB [--step N] -o DIR   write a Hugging Face model directory\n"
+    "  export JOB [--step N] [--dtype fp32|bf16] -o DIR   write a Hugging Face model directory\n"
     "  download JOB [--step N] -o DIR write the checkpoint's files as the shard servers hold them\n"
     "  sample JOB [--step N] --prompt TEXT [--tokens N]   generate text from a checkpoint\n"
     "  plan [JOB.yaml | --preset gpt2|gpt2-medium|gpt2-large|gpt2-xl | --n-layer L --d-model C --heads H\n"
@@ -147,10 +147,12 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
         std::printf("val loss %.4f (before training)\n", r.val_loss());
         continue;
       }
-      std::printf("%s\n", FormatStepLine({r.step(), job.steps_total(), r.loss(), r.lr(), r.grad_norm(), r.step_seconds(),
-                                          r.tokens_per_second(), r.compute_seconds(), r.comm_seconds(),
-                                          r.optimizer_seconds(), r.val_loss()})
-                             .c_str());
+      StepLine line{r.step(), job.steps_total(), r.loss(), r.lr(), r.grad_norm(), r.step_seconds(),
+                    r.tokens_per_second(), r.compute_seconds(), r.comm_seconds(), r.optimizer_seconds(), r.val_loss()};
+      line.loss_scale = r.loss_scale();
+      line.skipped = r.skipped();
+      line.skipped_steps = r.skipped_steps();
+      std::printf("%s\n", FormatStepLine(line).c_str());
       if (first_step < 0) first_step = r.step();
       if (tty && job.steps_total() > 0) {
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -174,7 +176,7 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
 // shard servers.
 int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   const std::string& cmd = o.args[0];
-  std::string job_id, out_dir, prompt;
+  std::string job_id, out_dir, prompt, dtype_name = "fp32";
   int64_t step = -1;
   int tokens = 200;
   for (size_t i = 1; i < o.args.size(); ++i) {
@@ -186,6 +188,8 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
       out_dir = next();
     } else if (a == "--prompt") {
       prompt = next();
+    } else if (a == "--dtype") {
+      dtype_name = next();
     } else if (a == "--tokens") {
       if (!absl::SimpleAtoi(next(), &tokens)) { std::fputs("gantry: --tokens takes a number\n", stderr); return 2; }
     } else if (job_id.empty()) {
@@ -198,6 +202,11 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   if (job_id.empty()) { std::fprintf(stderr, "gantry: %s needs a job id\n", cmd.c_str()); return 2; }
   if ((cmd == "export" || cmd == "download") && out_dir.empty()) {
     std::fprintf(stderr, "gantry: %s needs -o DIR\n", cmd.c_str());
+    return 2;
+  }
+  const auto dtype = model::ParseExportDtype(dtype_name);
+  if (!dtype.ok()) {
+    std::fprintf(stderr, "gantry: %s\n", std::string(dtype.status().message()).c_str());
     return 2;
   }
   v1::ListShardServersResponse ss;
@@ -262,7 +271,7 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   const std::string tmp = absl::StrCat(std::filesystem::temp_directory_path().string(), "/gantry-", cmd, "-", getpid());
   std::string dir = cmd == "sample" ? tmp + "/model" : out_dir;
   agent::ShardCheckpointSource source(*pick);
-  auto st = train::ExportCheckpoint(source, dir);
+  auto st = train::ExportCheckpoint(source, dir, cmd == "export" ? *dtype : kernels::Precision::kFp32);
   std::error_code ec;
   if (!st.ok()) {
     std::filesystem::remove_all(tmp, ec);
@@ -270,8 +279,8 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
     return 1;
   }
   if (cmd == "export") {
-    std::printf("exported %s step %ld to %s (Hugging Face GPT-2: config.json + model.safetensors)\n", job_id.c_str(),
-                static_cast<long>(pick->step), dir.c_str());
+    std::printf("exported %s step %ld to %s (Hugging Face GPT-2: config.json + model.safetensors, %s)\n",
+                job_id.c_str(), static_cast<long>(pick->step), dir.c_str(), dtype_name.c_str());
     return 0;
   }
   auto model = model::LoadHFModel(dir);

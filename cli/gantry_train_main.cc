@@ -44,8 +44,8 @@ constexpr char kUsage[] =
     "                      [--top-k K] [--seed S]\n"
     "  gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]\n"
     "                    [--logits FILE]   (the first batch's logits, B x T x V float32, raw)\n"
-    "  gantry-train export --checkpoint DIR --out OUT   (a checkpoint, any layout, as a\n"
-    "                                                    Hugging Face model directory)\n"
+    "  gantry-train export --checkpoint DIR --out OUT [--dtype fp32|bf16]\n"
+    "                      (a checkpoint, any layout, as a Hugging Face model directory)\n"
     "  gantry-train compare DIR_A DIR_B   (two model directories: relative difference of the\n"
     "                                      parameters, ||a - b|| / ||b||, and the worst tensor)\n";
 
@@ -187,14 +187,16 @@ absl::Status RunEval(int argc, char** argv) {
 }
 
 absl::Status RunExport(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"checkpoint", "out"}, {}));
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"checkpoint", "out", "dtype"}, {}));
   if (!a.positional.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a.positional[0], "'"));
   const std::string ckpt = Flag(a, "checkpoint"), out = Flag(a, "out");
   if (ckpt.empty() || out.empty()) return absl::InvalidArgumentError("export: --checkpoint DIR and --out OUT are required");
-  RETURN_IF_ERROR(train::ExportCheckpoint(ckpt, out));
+  const std::string dtype_name = Flag(a, "dtype").empty() ? "fp32" : Flag(a, "dtype");
+  ASSIGN_OR_RETURN(kernels::Precision dtype, model::ParseExportDtype(dtype_name));
+  RETURN_IF_ERROR(train::ExportCheckpoint(ckpt, out, dtype));
   ASSIGN_OR_RETURN(train::CheckpointLayout l, train::ReadCheckpointLayout(*train::DirectorySource(ckpt)));
-  std::printf("exported %s (written by dp %d ZeRO %d) to %s (Hugging Face GPT-2: config.json + model.safetensors)\n",
-              ckpt.c_str(), l.dp, l.zero_stage, out.c_str());
+  std::printf("exported %s (written by dp %d ZeRO %d) to %s (Hugging Face GPT-2: config.json + model.safetensors, %s)\n",
+              ckpt.c_str(), l.dp, l.zero_stage, out.c_str(), dtype_name.c_str());
   return absl::OkStatus();
 }
 

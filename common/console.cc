@@ -9,6 +9,10 @@ std::string FormatStepLine(const StepLine& s) {
       "step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %7.1f ms | %.0f tok/s | compute %.1f comm %.1f opt %.1f ms",
       s.step, s.steps, s.loss, s.lr, s.grad_norm, s.seconds * 1e3, s.tokens_per_second, s.compute_seconds * 1e3,
       s.comm_seconds * 1e3, s.optimizer_seconds * 1e3);
+  if (s.loss_scale > 0) {
+    line += absl::StrFormat(" | scale %g skipped %d%s", s.loss_scale, s.skipped_steps,
+                            s.skipped ? " (overflow: step skipped)" : "");
+  }
   if (!std::isnan(s.val_loss)) line += absl::StrFormat(" | val loss %.4f", s.val_loss);
   return line;
 }

@@ -14,6 +14,11 @@ struct StepLine {
   double seconds = 0, tokens_per_second = 0;
   double compute_seconds = 0, comm_seconds = 0, optimizer_seconds = 0;
   double val_loss = NAN;  // shown when known
+  // fp16 loss scaling, shown when loss_scale > 0: "| scale 65536 skipped 2", and "(overflow:
+  // step skipped)" on a step whose update was skipped.
+  double loss_scale = 0;
+  bool skipped = false;
+  int64_t skipped_steps = 0;
 };
 
 // "step    12/2500 | loss 5.474583 | lr 6.00e-05 | norm 4.7321 |    34.7 ms | 22154 tok/s |

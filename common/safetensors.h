@@ -61,7 +61,7 @@ class SafetensorsFile {
 // One tensor to write. Data points at numel elements of the dtype's size.
 struct TensorToWrite {
   std::string name;
-  std::string dtype;  // "F32" or "I32"
+  std::string dtype;  // "F32", "I32" or "BF16" (uint16_t bits)
   std::vector<int64_t> shape;
   const void* data = nullptr;
 };

@@ -2,11 +2,16 @@
 // projection). qkv rows hold [q | k | v], each C wide, head h at channels [h*hs, (h+1)*hs).
 #pragma once
 
+#include "kernels/cast.h"
+
 namespace gantry::kernels {
 
 // qkv (B,T,3C) → out (B,T,C), att (B,NH,T,T) softmax probabilities (zero above the
-// diagonal), kept for the backward pass.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// diagonal), kept for the backward pass. Mixed precision (p bf16 or fp16): each exp(s - max)
+// is rounded to p's type before it is normalised by the unrounded sum, as 16-bit flash
+// attention (PyTorch's SDPA under autocast) rounds the weights it multiplies V by.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                       Precision p = Precision::kFp32);
 
 // qkv (B,T,3C) → lse (B,NH,T): each query row's log-sum-exp of its scaled causal scores,
 // log sum_{j<=i} exp(q_i·k_j / sqrt(hs)), accumulated in double. What the fused GPU kernel

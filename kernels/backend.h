@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/adamw.h"
+#include "kernels/cast.h"
 #include "kernels/matmul.h"
 
 namespace gantry::kernels {
@@ -128,8 +129,11 @@ class Backend {
   // Causal self-attention. What forward keeps for backward (`state`) is the (B,NH,T,T)
   // probabilities, or with fused_attention() each query row's log-sum-exp (B,NH,T).
   virtual bool fused_attention() const = 0;
-  // qkv (B,T,3C) → out (B,T,C), state.
-  virtual void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH) = 0;
+  // qkv (B,T,3C) → out (B,T,C), state. p (mixed precision): the softmax's weights exp(s - max)
+  // rounded to p's type before they weigh V, their sum unrounded (16-bit flash attention's
+  // roundings, PyTorch's SDPA's); kFp32: none.
+  virtual void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH,
+                                Precision p = Precision::kFp32) = 0;
   // dout (B,T,C), qkv, out, state → dqkv (B,T,3C) overwritten. scratch: (B,NH,T,T) floats
   // of working memory (the backends that need more keep their own).
   virtual void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
@@ -158,6 +162,10 @@ class Backend {
   // fp32 → bf16 (uint16_t), nearest with ties to even (kernels/cast.h), and back (exact).
   virtual void CastToBf16(uint16_t* out, const float* in, int64_t n) = 0;
   virtual void CastFromBf16(float* out, const uint16_t* in, int64_t n) = 0;
+  // in (n) → out (n): each value rounded to the nearest of precision p (kernels/cast.h:
+  // RoundToBf16, RoundToFp16), kept as fp32; out == in allowed. A mixed-precision model's
+  // 16-bit tensors are its fp32 values rounded where PyTorch autocast would cast.
+  virtual void RoundTo(float* out, const float* in, int64_t n, Precision p) = 0;
 };
 
 // The process's cpu backend (stateless; never freed).

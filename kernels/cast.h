@@ -21,6 +21,49 @@ inline float FloatOfBf16(uint16_t b) {
   return x;
 }
 
+// The working precision of a mixed-precision model (train.precision): fp32 values rounded to
+// the nearest value of the 16-bit type, held in fp32 (kernels/cpu/cast.cc: RoundTo).
+enum class Precision { kFp32, kBf16, kFp16 };
+
+// x rounded to the nearest fp16 value (ties to even), as an fp32: |x| >= 65520 becomes an
+// infinity of x's sign (fp16's largest finite is 65504), values below fp16's smallest normal
+// 2^-14 round to its subnormals (multiples of 2^-24), NaN stays NaN.
+inline float RoundToFp16(float x) {
+  uint32_t u;
+  __builtin_memcpy(&u, &x, sizeof(u));
+  const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+  uint32_t r;
+  if (a > 0x7f800000u) {
+    r = a | 0x00400000u;  // NaN, quiet
+  } else if (a >= 0x477ff000u) {
+    r = 0x7f800000u;  // 65520 and above (and inf): inf
+  } else if (a >= 0x38800000u) {
+    r = (a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu;  // normal: keep 10 significand bits
+  } else {
+    const uint32_t e = a >> 23;  // subnormal in fp16: a multiple of 2^-24
+    uint32_t q = 0;
+    if (e > 0) {
+      const uint32_t m = (a & 0x7fffffu) | 0x800000u, s = 126u - e;  // value = m 2^(e-150)
+      if (s < 32u) {
+        q = m >> s;
+        const uint32_t rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
+        q += (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
+      }
+    }
+    const float f = static_cast<float>(q) * 5.9604644775390625e-8f;  // q 2^-24, exact
+    __builtin_memcpy(&r, &f, sizeof(r));
+  }
+  r |= sign;
+  float y;
+  __builtin_memcpy(&y, &r, sizeof(y));
+  return y;
+}
+inline float RoundToBf16(float x) { return FloatOfBf16(Bf16Of(x)); }
+
+// in (n) → out (n): each value rounded to the precision's nearest (kFp32: copied). in == out
+// is allowed.
+void round_to(float* out, const float* in, int64_t n, Precision p);
+
 // in (n) → out (n)
 void cast_to_bf16(uint16_t* out, const float* in, int64_t n);
 void cast_from_bf16(float* out, const uint16_t* in, int64_t n);

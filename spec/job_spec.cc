@@ -151,6 +151,19 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (t.recompute != "none" && t.recompute != "full" && t.recompute != "selective") {
     return FieldError("train.recompute", absl::StrCat("is '", t.recompute, "': none, full or selective"));
   }
+  if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
+    return FieldError("train.precision", absl::StrCat("is '", t.precision, "': fp32, bf16 or fp16"));
+  }
+  if (!(t.loss_scale >= 1) || !std::isfinite(t.loss_scale) || std::exp2(std::round(std::log2(t.loss_scale))) != t.loss_scale) {
+    return FieldError("train.loss_scale", "must be a power of 2, at least 1 (GradScaler's default is 65536)");
+  }
+  if (t.loss_scale_window < 1) return FieldError("train.loss_scale_window", "must be >= 1");
+  if (t.precision == "fp16" && s.optimizer.placement == "shardserver") {
+    // A skipped step must leave every copy of the state untouched; the shard servers step
+    // on every push.
+    return FieldError("train.precision",
+                      "fp16 (loss scaling skips steps) runs with optimizer.placement worker; use bf16 with shardserver");
+  }
   if (s.eval.every < 0) return FieldError("eval.every", "must be >= 0");
   if (s.scheduling.max_restarts < 0) return FieldError("scheduling.max_restarts", "must be >= 0 (0 = never restart)");
   if (present.count("elastic.min_dp") || present.count("elastic.max_dp")) {
@@ -219,7 +232,8 @@ std::string ToYaml(const JobSpec& s) {
     kv("steps", t.steps), kv("micro_batch", t.micro_batch), kv("global_batch", t.global_batch), kv("lr", t.lr);
     kv("warmup", t.warmup), kv("min_lr_ratio", t.min_lr_ratio), kv("beta1", t.beta1), kv("beta2", t.beta2);
     kv("eps", t.eps), kv("weight_decay", t.weight_decay), kv("grad_clip", t.grad_clip), kv("seed", t.seed);
-    kv("recompute", t.recompute);
+    kv("recompute", t.recompute), kv("precision", t.precision), kv("loss_scale", t.loss_scale);
+    kv("loss_scale_window", t.loss_scale_window);
   });
   section("eval", [&] { kv("every", s.eval.every), kv("batches", s.eval.batches); });
   section("checkpoint", [&] {
@@ -287,7 +301,10 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                       {"weight_decay", Real(&s.train.weight_decay)},
                       {"grad_clip", Real(&s.train.grad_clip)},
                       {"seed", Num(&s.train.seed, "a non-negative integer")},
-                      {"recompute", Str(&s.train.recompute)}})},
+                      {"recompute", Str(&s.train.recompute)},
+                      {"precision", Str(&s.train.precision)},
+                      {"loss_scale", Real(&s.train.loss_scale)},
+                      {"loss_scale_window", Int(&s.train.loss_scale_window)}})},
        {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
        {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)},
                            {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)},

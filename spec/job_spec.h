@@ -35,6 +35,16 @@ struct TrainSpec {
   // Activation checkpointing: none, full (recompute each block in backward) or selective
   // (recompute attention's probabilities only). Same losses, bit for bit.
   std::string recompute = "none";
+  // Mixed precision: fp32, bf16 or fp16. In bf16 and fp16 the fp32 parameters stay the
+  // master copy (with AdamW's state, where ZeRO keeps them); GEMMs read 16-bit weights and
+  // activations and accumulate in fp32; LayerNorm, softmax, the loss and the gradient
+  // accumulation stay fp32, as under PyTorch autocast (docs/architecture.md, "Mixed precision").
+  std::string precision = "fp32";
+  // fp16: dynamic loss scaling with PyTorch GradScaler's rules: the loss is multiplied by the
+  // scale (initially loss_scale), a step whose gradients hold an inf or NaN is skipped and
+  // halves it, and loss_scale_window clean steps in a row double it.
+  double loss_scale = 65536;
+  int loss_scale_window = 2000;
   bool operator==(const TrainSpec&) const = default;
 };
 

@@ -11,6 +11,8 @@
 
 #include "common/rng.h"
 #include "common/safetensors.h"
+#include "nlohmann/json.hpp"
+#include "spec/model_layout.h"
 
 namespace gantry::testing {
 
@@ -55,6 +57,21 @@ inline SafetensorsFile OpenFixture(const std::string& name) {
     std::abort();
   }
   return *std::move(f);
+}
+
+// The test GPT of a reference fixture (gpt2_tiny.safetensors: its "config" metadata), and the
+// batch shape it was run at.
+inline model::GPTConfig FixtureConfig(const SafetensorsFile& f, int* B, int* T) {
+  auto cfg = nlohmann::json::parse(f.metadata().at("config"));
+  model::GPTConfig c;
+  c.vocab_size = cfg["vocab_size"];
+  c.max_seq_len = cfg["n_positions"];
+  c.n_layer = cfg["n_layer"];
+  c.n_head = cfg["n_head"];
+  c.n_embd = cfg["n_embd"];
+  *T = cfg["T"];
+  *B = cfg["batch"];
+  return c;
 }
 
 inline std::vector<float> F32(const SafetensorsFile& f, const std::string& name) {

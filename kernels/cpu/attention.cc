@@ -17,7 +17,7 @@ namespace {
 constexpr int kRowBlock = 64;
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Precision prec) {
   // qkv (B,T,3C) → out (B,T,C), att (B,NH,T,T)
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -49,6 +49,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
             sum += row[s];
           }
           const float inv = 1.0f / sum;
+          if (prec != Precision::kFp32) round_to(row, row, t + 1, prec);  // the weights, not their sum
 #pragma omp simd
           for (int s = 0; s <= t; ++s) row[s] *= inv;
           std::memset(row + t + 1, 0, sizeof(float) * (T - t - 1));

@@ -110,8 +110,9 @@ class Cpu final : public Backend {
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre);
   }
   bool fused_attention() const override { return false; }
-  void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH) override {
-    attention_forward(out, state, qkv, B, T, C, NH);
+  void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH,
+                        Precision p) override {
+    attention_forward(out, state, qkv, B, T, C, NH, p);
   }
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float*,
                          const float* state, int B, int T, int C, int NH) override {
@@ -149,6 +150,7 @@ class Cpu final : public Backend {
   void Scale(float* g, int64_t n, float s) override { scale_inplace(g, n, s); }
   void CastToBf16(uint16_t* out, const float* in, int64_t n) override { cast_to_bf16(out, in, n); }
   void CastFromBf16(float* out, const uint16_t* in, int64_t n) override { cast_from_bf16(out, in, n); }
+  void RoundTo(float* out, const float* in, int64_t n, Precision p) override { round_to(out, in, n, p); }
 
  private:
   void Keep(absl::Status s) {

@@ -3,6 +3,7 @@
 // probabilities are (B, NH, T, T) and kept for the backward pass. A fused (flash-style)
 // bf16 kernel is the fast path to come; this one is the exact reference on the GPU.
 #include <cmath>
+#include "kernels/cuda/round.cuh"
 #include "kernels/cuda/ns.h"
 
 #include "absl/strings/str_cat.h"
@@ -45,7 +46,9 @@ __global__ void SplitGradKernel(float* d, const float* dout, int B, int T, int N
 }
 
 // One warp per row i of a (T, T) score matrix: softmax over j <= i, zero above.
-__global__ void CausalSoftmaxKernel(float* att, int rows, int T) {
+// round_bits: each exp(s - m) rounded to that type (kernels/cuda/round.cuh) before it is
+// normalised by the unrounded sum (mixed precision: flash attention's rounding of the weights).
+__global__ void CausalSoftmaxKernel(float* att, int rows, int T, int round_bits) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -57,7 +60,7 @@ __global__ void CausalSoftmaxKernel(float* att, int rows, int T) {
   float s = 0.f;
   for (int j = lane; j <= i; j += 32) s += expf(a[j] - mx);
   const float inv = 1.f / WarpSum(s);
-  for (int j = lane; j < T; j += 32) a[j] = j <= i ? expf(a[j] - mx) * inv : 0.f;
+  for (int j = lane; j < T; j += 32) a[j] = j <= i ? RoundBits(expf(a[j] - mx), round_bits) * inv : 0.f;
 }
 
 // In place on datt: dpre[i, j] = scale * att[i, j] * (datt[i, j] - sum_k att[i, k] datt[i, k]).
@@ -120,7 +123,7 @@ size_t AttentionBackwardScratch(int B, int T, int C, int NH) {
 }
 
 absl::Status AttentionForward(Context& ctx, float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                              int C, int NH) {
+                              int C, int NH, int round_bits) {
   if (auto s = CheckAttention("AttentionForward", B, T, C, NH); !s.ok()) return s;
   const int hs = C / NH;
   const int64_t n = static_cast<int64_t>(B) * T * C;
@@ -130,7 +133,7 @@ absl::Status AttentionForward(Context& ctx, float* out, float* att, float* scrat
   const Batched g{ctx, B * NH, T, hs};
   if (auto s = g.ScoresXYt(att, q, k, 1.0f / std::sqrt(static_cast<float>(hs))); !s.ok()) return s;
   const int rows = B * NH * T;
-  GANTRY_LAUNCH(CausalSoftmaxKernel, CeilDiv(rows, 8), 256, 0, ctx.stream())(att, rows, T);
+  GANTRY_LAUNCH(CausalSoftmaxKernel, CeilDiv(rows, 8), 256, 0, ctx.stream())(att, rows, T, round_bits);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (auto s = g.PV(o, att, v); !s.ok()) return s;
   GANTRY_LAUNCH(MergeHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(out, o, B, T, NH, hs, C, 0);

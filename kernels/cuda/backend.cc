@@ -171,11 +171,13 @@ class Cuda final : public kernels::Backend {
     Keep(GANTRY_CUDA_NS::MatmulBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre));
   }
   bool fused_attention() const override { return fused_; }
-  void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH) override {
+  void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH,
+                        kernels::Precision p) override {
+    const int bits = p == kernels::Precision::kBf16 ? 16 : p == kernels::Precision::kFp16 ? 10 : 0;
     if (fused_) {
-      Keep(FlashAttentionForward(*ctx_, out, state, qkv, B, T, C, NH));
+      Keep(FlashAttentionForward(*ctx_, out, state, qkv, B, T, C, NH, bits));
     } else if (float* s = Scratch(AttentionForwardScratch(B, T, C, NH))) {
-      Keep(GANTRY_CUDA_NS::AttentionForward(*ctx_, out, state, s, qkv, B, T, C, NH));
+      Keep(GANTRY_CUDA_NS::AttentionForward(*ctx_, out, state, s, qkv, B, T, C, NH, bits));
     }
   }
   void AttentionBackward(float* dqkv, float*, const float* dout, const float* qkv, const float* out,
@@ -234,6 +236,13 @@ class Cuda final : public kernels::Backend {
   }
   void CastFromBf16(float* out, const uint16_t* in, int64_t n) override {
     Keep(GANTRY_CUDA_NS::CastFromBf16(out, in, n, ctx_->stream()));
+  }
+  void RoundTo(float* out, const float* in, int64_t n, kernels::Precision p) override {
+    if (p == kernels::Precision::kFp32) {
+      if (out != in) Copy(out, in, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    Keep(GANTRY_CUDA_NS::RoundTo(out, in, n, p == kernels::Precision::kBf16 ? 16 : 10, ctx_->stream()));
   }
 
  private:

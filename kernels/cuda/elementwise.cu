@@ -50,6 +50,11 @@ absl::Status CastFromBf16(float* out, const uint16_t* in, int64_t N, cudaStream_
   return Elementwise(CastFromBf16Kernel, N, stream, out, in);
 }
 
+absl::Status RoundTo(float* out, const float* in, int64_t N, int bits, cudaStream_t stream) {
+  if (bits != 16 && bits != 10) return absl::InvalidArgumentError("RoundTo: bits must be 16 (bf16) or 10 (fp16)");
+  return Elementwise(RoundToKernel, N, stream, out, in, bits);
+}
+
 absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s) {
   if (auto st = CheckLength(N); !st.ok()) return st;
   if (N == 0) return absl::OkStatus();

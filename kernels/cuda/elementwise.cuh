@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/round.cuh"
 
 namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
@@ -52,6 +53,11 @@ __global__ void CastToBf16Kernel(uint16_t* out, const float* in, int64_t n) {
 __global__ void CastFromBf16Kernel(float* out, const uint16_t* in, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+}
+
+__global__ void RoundToKernel(float* out, const float* in, int bits, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = RoundBits(in[i], bits);
 }
 
 __global__ void ScaleKernel(float* g, int64_t n, float s) {

@@ -31,12 +31,12 @@ absl::Status CheckFlash(const char* op, int B, int T, int C, int NH) {
 size_t FlashAttentionBackwardScratch(int B, int T, int C, int NH) { return static_cast<size_t>(B) * NH * T; }
 
 absl::Status FlashAttentionForward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
-                                   int NH) {
+                                   int NH, int round_bits) {
   RETURN_IF_ERROR(CheckFlash("FlashAttentionForward", B, T, C, NH));
   const int hs = C / NH;
   const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  GANTRY_LAUNCH(FlashForwardKernel, grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream())(out, lse, qkv, B, T, NH, hs, scale);
+  GANTRY_LAUNCH(FlashForwardKernel, grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream())(out, lse, qkv, B, T, NH, hs, scale, round_bits);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@
 // dV have their own pass over the queries rather than atomics from the dQ pass).
 #pragma once
 
+#include "kernels/cuda/round.cuh"
 #include "kernels/cuda/ns.h"
 
 #include <cmath>
@@ -91,8 +92,10 @@ struct WarpRow {
 };
 
 // grid (ceil(T / kWarps), B * NH). out (B, T, C), lse (B, NH, T).
+// round_bits (kernels/cuda/round.cuh): the weights exp(s - m) rounded to that type before they
+// weigh V, their sum kept unrounded, as 16-bit flash attention computes (mixed precision).
 __global__ void FlashForwardKernel(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs,
-                                   float scale) {
+                                   float scale, int round_bits) {
   GANTRY_DYNAMIC_SHARED(sm);
   const WarpRow w(NH, hs);
   const int C = w.C, bh = w.bh, b = w.b, h = w.h, warp = w.warp, lane = w.lane, i = w.row, pad = w.pad;
@@ -121,7 +124,7 @@ __global__ void FlashForwardKernel(float* out, float* lse, const float* qkv, int
     l = l * corr + WarpSum(p);
 GANTRY_UNROLL
     for (int e = 0; e < kPerLane; ++e) acc[e] *= corr;
-    AccumulateTile(acc, p, Vs, hs, min(kTile, i - j0 + 1), hs);
+    AccumulateTile(acc, RoundBits(p, round_bits), Vs, hs, min(kTile, i - j0 + 1), hs);
     m = m_new;
   }
   if (i >= T) return;

@@ -27,6 +27,9 @@ absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t N
 // in (N) fp32 → out (N) bf16 (uint16_t), nearest with ties to even; and back (exact)
 absl::Status CastToBf16(uint16_t* out, const float* in, int64_t N, cudaStream_t stream);
 absl::Status CastFromBf16(float* out, const uint16_t* in, int64_t N, cudaStream_t stream);
+// in (N) → out (N) rounded to bf16 (bits 16) or fp16 (bits 10: the significand bits kept), held
+// as fp32; in == out allowed. The twin of kernels/cast.h's RoundToBf16 / RoundToFp16.
+absl::Status RoundTo(float* out, const float* in, int64_t N, int bits, cudaStream_t stream);
 // params, grads, m, v (N) → updated in place (fp32)
 absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t N,
                          const kernels::AdamWParams& hp, cudaStream_t stream);
@@ -72,9 +75,11 @@ absl::Status MatmulBackward(Context& ctx, float* dinp, float* dweight, float* db
 
 // Causal self-attention through cuBLAS batched GEMMs. qkv (B,T,3C) → out (B,T,C), att
 // (B,NH,T,T) probabilities (zero above the diagonal). scratch: AttentionForwardScratch floats.
+// round_bits 16 (bf16) or 10 (fp16): mixed precision, each exp(s - max) rounded to that type
+// before it is normalised (kernels/attention.h); 0: fp32.
 size_t AttentionForwardScratch(int B, int T, int C, int NH);
 absl::Status AttentionForward(Context& ctx, float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                              int C, int NH);
+                              int C, int NH, int round_bits = 0);
 // dout (B,T,C), qkv, att → dqkv (B,T,3C) overwritten. scratch: AttentionBackwardScratch.
 size_t AttentionBackwardScratch(int B, int T, int C, int NH);
 absl::Status AttentionBackward(Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -83,8 +88,9 @@ absl::Status AttentionBackward(Context& ctx, float* dqkv, float* scratch, const 
 // Fused causal self-attention (flash-attention style, fp32; head size <= 128): the (T, T)
 // scores are never stored. qkv (B,T,3C) → out (B,T,C), lse (B,NH,T): each query row's
 // log-sum-exp of its scaled scores, which the backward recomputes the probabilities from.
+// round_bits as AttentionForward's: the weights exp(s - m) that multiply V rounded, their sum not.
 absl::Status FlashAttentionForward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
-                                   int NH);
+                                   int NH, int round_bits = 0);
 // dout (B,T,C), qkv, out, lse → dqkv (B,T,3C) overwritten. scratch: FlashAttentionBackwardScratch
 // floats. Deterministic (no atomics).
 size_t FlashAttentionBackwardScratch(int B, int T, int C, int NH);

@@ -53,6 +53,9 @@ spec "$TMP/trunc.yaml" "" "$TMP/trunc.bin"
 expect_error "truncated body" "trunc.bin: header says" "$BIN" "$TMP/trunc.yaml"
 expect_error "export of a missing checkpoint" "nockpt/manifest.json: no such file" "$BIN" export --checkpoint "$TMP/nockpt" --out "$TMP/out"
 expect_error "export without --out" "export: --checkpoint DIR and --out OUT are required" "$BIN" export --checkpoint "$TMP/nockpt"
+expect_error "export to an unknown dtype" "--dtype is 'fp8': fp32 or bf16" "$BIN" export --checkpoint "$TMP/nockpt" --out "$TMP/out" --dtype fp8
+spec "$TMP/prec.yaml" ", precision: fp8"
+expect_error "unknown precision" "field 'train.precision' is 'fp8': fp32, bf16 or fp16" "$BIN" "$TMP/prec.yaml"
 
 cp "$TMP/data/train.bin" "$TMP/vocab.bin"; printf '\xff\x7f' | dd of="$TMP/vocab.bin" bs=1 seek=1100 conv=notrunc status=none
 spec "$TMP/vocab.yaml" "" "$TMP/vocab.bin"

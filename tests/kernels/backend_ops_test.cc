@@ -300,6 +300,33 @@ TEST_F(BackendOpsTest, AttentionBothWaysMatchesTheCpuBackend) {
   }
 }
 
+// Mixed precision: the softmax's weights exp(s - max) rounded to bf16 (fp16) before they weigh
+// V, their sum not, on both backends. One head of size 1 and two tokens: the second query's
+// scores are 0.1 (key 0) and 0 (key 1), so its weights are 1 and exp(-0.1) = 0.9048374,
+// which rounds to 0.90625 in bf16 and 1853 x 2^-11 = 0.9047852 in fp16 (neither near a
+// boundary), and with v = (0, 1) its output is rounded weight / (1 + exp(-0.1)): 0.4757618
+// (bf16), 0.4749928 (fp16), against fp32's 0.4750208 (differences of 7.4e-4 and 2.8e-5,
+// far above fp32 rounding).
+TEST_F(BackendOpsTest, MixedPrecisionAttentionRoundsTheWeightsNotTheirSum) {
+  // qkv (1, 2, 3): token 0 = (q 0, k 0.1, v 0), token 1 = (q 1, k 0, v 1).
+  const std::vector<float> qkv = {0.f, 0.1f, 0.f, 1.f, 0.f, 1.f};
+  const double sum = 1.0 + std::exp(-0.1);
+  for (auto [p, w] : {std::pair{Precision::kBf16, 0.90625}, std::pair{Precision::kFp16, 1853.0 / 2048},
+                      std::pair{Precision::kFp32, std::exp(-0.1)}}) {
+    SCOPED_TRACE(static_cast<int>(p));
+    std::vector<float> out(2), att(4);
+    cpu().AttentionForward(out.data(), att.data(), qkv.data(), 1, 2, 1, 1, p);
+    Dev<float> eQkv(be(), qkv), eOut(be(), 2), eState(be(), 4);
+    be().AttentionForward(eOut.get(), eState.get(), eQkv.get(), 1, 2, 1, 1, p);
+    ASSERT_TRUE(Ok());
+    const auto dev = eOut.Host();
+    for (const auto& o : {out, dev}) {
+      EXPECT_EQ(o[0], 0.f);
+      EXPECT_LE(std::fabs(o[1] - w / sum), 1e-6 * w / sum) << o[1] << " vs " << w / sum;
+    }
+  }
+}
+
 TEST_F(BackendOpsTest, TheClassifierWholeAndVocabularyParallelMatchesTheCpuBackend) {
   for (auto [N, V] : {std::tuple{1, 1}, std::tuple{7, 33}, std::tuple{16, 257}, std::tuple{3, 1000},
                       std::tuple{33, 1256}}) {
@@ -375,6 +402,27 @@ TEST_F(BackendOpsTest, Bf16CastsMatchTheCpuBackendBitForBit) {
     EXPECT_EQ(eB.Host(), want);
     const auto got = eBack.Host();
     EXPECT_EQ(std::memcmp(got.data(), back.data(), n * sizeof(float)), 0);
+  }
+}
+
+TEST_F(BackendOpsTest, RoundToMatchesTheCpuBackendBitForBit) {
+  for (int64_t n : {1, 7, 257, 1000, 70001}) {
+    SCOPED_TRACE(n);
+    auto x = Random(n, 23, 1000.f);
+    const float edges[] = {65504.f, 65520.f, -70000.f, 0x1p-14f, 0x1p-25f, 3 * 0x1p-25f, 1e-9f, 1.0f + 0x1p-11f,
+                           3.4028235e38f, INFINITY, -0.0f, 1e-40f, NAN};
+    for (size_t i = 0; i < std::size(edges) && i < x.size(); ++i) x[i] = edges[i];
+    for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp32}) {
+      std::vector<float> want(n);
+      cpu().RoundTo(want.data(), x.data(), n, p);
+      Dev<float> eX(be(), x), eOut(be(), n), eIn(be(), x);
+      be().RoundTo(eOut.get(), eX.get(), n, p);
+      be().RoundTo(eIn.get(), eIn.get(), n, p);  // in place
+      ASSERT_TRUE(Ok());
+      const auto got = eOut.Host(), in_place = eIn.Host();
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << static_cast<int>(p);
+      EXPECT_EQ(std::memcmp(in_place.data(), want.data(), n * sizeof(float)), 0) << static_cast<int>(p);
+    }
   }
 }
 

@@ -33,7 +33,7 @@ void Forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const emu::Dim3 grid{static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(B * NH), 1};
   emu::Launch(grid, kWarps * 32, ForwardSharedBytes(hs),
-              [&] { FlashForwardKernel(out, lse, qkv, B, T, NH, hs, scale); });
+              [&] { FlashForwardKernel(out, lse, qkv, B, T, NH, hs, scale, 0); });
 }
 void Backward(float* dqkv, float* D, const float* dout, const float* qkv, const float* out, const float* lse, int B,
               int T, int C, int NH) {

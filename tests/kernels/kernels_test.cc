@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstring>
+#include <tuple>
+
 #include "kernels/adamw.h"
 #include "kernels/cast.h"
 #include "kernels/attention.h"
@@ -256,6 +259,96 @@ TEST_F(KernelsTest, GradNormAndClipMatchTorch) {
   EXPECT_LE(RelErr(b, F("gradnorm.b_clipped")), kTol);
   EXPECT_EQ(clip_coefficient(norm, 0.f), 1.0f);           // 0 = off
   EXPECT_EQ(clip_coefficient(1.0, 5.0f), 1.0f);           // under the limit
+}
+
+// Mixed precision (tests/reference/make_fixtures.py --only amp): rounding fp32 to bf16 and to
+// fp16 against PyTorch's .to(dtype), bit for bit, over 50 binary orders of magnitude and the
+// edges (fp16: its largest finite, the overflow threshold 65520 and beyond, its smallest
+// normal and subnormals with ties both ways; bf16's as above; infinities, zeros, NaN).
+class AmpKernelsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { fx_ = new SafetensorsFile(testing::OpenFixture("amp.safetensors")); }
+  static void TearDownTestSuite() { delete fx_; }
+  static SafetensorsFile* fx_;
+  std::vector<float> F(const std::string& n) { return F32(*fx_, n); }
+};
+SafetensorsFile* AmpKernelsTest::fx_ = nullptr;
+
+TEST_F(AmpKernelsTest, RoundingToBf16AndFp16MatchesTorchBitForBit) {
+  const auto x = F("round.x");
+  for (auto [name, p] : {std::pair{"bf16", Precision::kBf16}, std::pair{"fp16", Precision::kFp16}}) {
+    const auto want = F(std::string("round.") + name);
+    ASSERT_EQ(want.size(), x.size());
+    std::vector<float> got(x.size());
+    round_to(got.data(), x.data(), static_cast<int64_t>(x.size()), p);
+    int nans = 0, infs = 0, subnormal = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << name << " element " << i;
+        ++nans;
+        continue;
+      }
+      infs += std::isinf(want[i]) && !std::isinf(x[i]);
+      subnormal += p == Precision::kFp16 && want[i] != 0 && std::fabs(want[i]) < 0x1p-14f;
+      uint32_t g, w;
+      std::memcpy(&g, &got[i], 4);
+      std::memcpy(&w, &want[i], 4);
+      EXPECT_EQ(g, w) << name << " element " << i << ": " << x[i] << " -> " << got[i] << ", torch " << want[i];
+    }
+    EXPECT_EQ(nans, 1) << name;
+    EXPECT_GT(infs, 0) << name << ": the fixture overflows (fp16 from 65520, bf16 past 3.39e38)";
+    if (p == Precision::kFp16) {
+      EXPECT_GT(subnormal, 3) << "the fixture reaches fp16's subnormals";
+    }
+    std::vector<float> in_place = x;  // out == in
+    round_to(in_place.data(), in_place.data(), static_cast<int64_t>(x.size()), p);
+    EXPECT_EQ(std::memcmp(in_place.data(), got.data(), x.size() * 4), 0) << name;
+  }
+}
+
+// One addmm and one GELU under torch.autocast: the inputs (and weight and bias) rounded to the
+// 16-bit type, the fp32 GEMM (the products of 16-bit values are exact in fp32), the output
+// rounded once. Where the two fp32 sums (29 terms, in different orders) straddle a rounding
+// boundary the results differ by one unit of the 16-bit type: a sum is off by at most
+// 29 x 2^-24 of its terms' magnitudes, a few 1e-6 relative here, so against bf16's 2^-8 and
+// fp16's 2^-11 spacing a straddle takes a few elements in a thousand at most; we allow 5%.
+// GELU's tanh form is the same story, plus its own fp32 error: for x well below 0 it is
+// 0.5 x (1 + tanh(u)) with tanh(u) near -1, a cancellation that leaves an absolute error of a
+// few fp32 ulps of 1 times |x| whichever tanh is used (PyTorch's and ours differ there), so
+// GELU's bound adds 4 |x| 2^-24.
+TEST_F(AmpKernelsTest, AutocastMatmulAndGeluMatchTorchToOneUnit) {
+  const int N = 37, C = 29, OC = 41;
+  for (auto [name, p, ulp] : {std::tuple{"bf16", Precision::kBf16, 0x1p-7}, std::tuple{"fp16", Precision::kFp16, 0x1p-10}}) {
+    auto inp = F("matmul.inp"), w = F("matmul.weight"), b = F("matmul.bias");
+    round_to(inp.data(), inp.data(), static_cast<int64_t>(inp.size()), p);
+    round_to(w.data(), w.data(), static_cast<int64_t>(w.size()), p);
+    round_to(b.data(), b.data(), static_cast<int64_t>(b.size()), p);
+    std::vector<float> out(static_cast<size_t>(N) * OC);
+    matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    round_to(out.data(), out.data(), static_cast<int64_t>(out.size()), p);
+    auto gin = F("gelu.inp");
+    round_to(gin.data(), gin.data(), static_cast<int64_t>(gin.size()), p);
+    std::vector<float> gout(gin.size());
+    gelu_forward(gout.data(), gin.data(), static_cast<int64_t>(gin.size()));
+    round_to(gout.data(), gout.data(), static_cast<int64_t>(gout.size()), p);
+    // The type's smallest spacing (its subnormals': bf16's is below any value here).
+    const double min_unit = p == Precision::kFp16 ? 0x1p-24 : 0x1p-133;
+    for (auto [what, got, want, x] : {std::tuple{"matmul", out, F(std::string("matmul.out_") + name), std::vector<float>()},
+                                      std::tuple{"gelu", gout, F(std::string("gelu.out_") + name), gin}}) {
+      ASSERT_EQ(got.size(), want.size());
+      size_t equal = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        equal += got[i] == want[i];
+        // One unit of the type at |want| (its spacing there: ulp x 2^exponent).
+        const double unit =
+            std::max(min_unit, ulp * std::exp2(std::floor(std::log2(std::max(std::fabs(want[i]), 1e-30f)))));
+        const double formula = x.empty() ? 0 : 4 * std::fabs(x[i]) * 0x1p-24;
+        EXPECT_LE(std::fabs(got[i] - want[i]), unit * 1.0001 + formula) << name << " " << what << " element " << i;
+      }
+      EXPECT_GE(static_cast<double>(equal), 0.95 * got.size()) << name << " " << what << ": " << equal << " of "
+                                                               << got.size() << " bit for bit";
+    }
+  }
 }
 
 TEST(ResidualTest, ForwardAddsAndBackwardAccumulatesIntoBoth) {

@@ -10,6 +10,16 @@ with gradient clipping (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_).
 
 kernels.safetensors: each op alone on random inputs: outputs and gradients.
 
+amp.safetensors (--only amp): mixed precision under torch.autocast on the CPU. fp32 values
+rounded to bf16 and fp16 (edges included); one addmm and one GELU under autocast; and
+gpt2_tiny's model (its weights, read from gpt2_tiny.safetensors) trained 10 AdamW steps on 10
+batches in fp32, in bf16 autocast, and in fp16 autocast with GradScaler (from 2^16, and from
+2^24 with growth_interval 3, which overflows, skips and grows): the losses, the scales and
+the skipped steps. The model is written as Hugging Face's GPT-2 runs it (Conv1D is addmm,
+attention is scaled_dot_product_attention, the tied head F.linear), so autocast casts where it
+casts for that model. These are fp32/bf16/fp16 computations, not float64: the point is
+autocast's roundings.
+
 Everything is computed in float64 from float32 inputs and stored as float32, so the
 reference carries no fp32 rounding of its own. Tensors use Hugging Face GPT-2 names and
 layouts (Conv1D weights are (in, out)). Needs torch, numpy and safetensors; CI does not.
@@ -254,11 +264,125 @@ def make_kernels(out_dir):
     print(f"kernels: {len(out)} tensors")
 
 
+def gpt2_forward_autocast(p, idx):
+    """gpt2_forward as Hugging Face's GPT-2 computes it, for autocast: Conv1D's addmm, SDPA,
+    the tied head through F.linear. In fp32 it equals gpt2_forward up to rounding."""
+    Bn, Tn = idx.shape
+    x = p["wte.weight"][idx] + p["wpe.weight"][:Tn]
+    hs = C // NH
+    lin = lambda a, name: torch.addmm(p[name + ".bias"], a.reshape(-1, a.shape[-1]), p[name + ".weight"])
+    for l in range(L):
+        h = f"h.{l}."
+        a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps=1e-5)
+        q, k, v = lin(a, h + "attn.c_attn").view(Bn, Tn, 3 * C).split(C, dim=2)
+        q, k, v = (t.reshape(Bn, Tn, NH, hs).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(Bn, Tn, C)
+        x = x + lin(y, h + "attn.c_proj").view(Bn, Tn, C)
+        m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps=1e-5)
+        m = F.gelu(lin(m, h + "mlp.c_fc"), approximate="tanh")
+        x = x + lin(m, h + "mlp.c_proj").view(Bn, Tn, C)
+    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps=1e-5)
+    return F.linear(x, p["wte.weight"])
+
+
+AMP_HP = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0, steps=10)
+
+
+def train_amp(init, batches, dtype, init_scale=None, growth_interval=2000):
+    """AMP_HP["steps"] AdamW steps, one batch each, fp32 master weights; dtype None: fp32.
+    Returns the losses, and with a GradScaler the scale each step used and whether it skipped."""
+    params = {k: v.clone().requires_grad_(True) for k, v in init.items()}
+    decay = [v for v in params.values() if v.dim() >= 2]
+    no_decay = [v for v in params.values() if v.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": AMP_HP["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=AMP_HP["lr"], betas=(AMP_HP["beta1"], AMP_HP["beta2"]), eps=AMP_HP["eps"])
+    scaler = None
+    if init_scale is not None:
+        scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+    losses, scales, skipped, first_logits = [], [], [], None
+    for inputs, targets in batches:
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+            logits = gpt2_forward_autocast(params, inputs)
+            loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        if first_logits is None:
+            first_logits = logits.detach().float()
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(params.values()), AMP_HP["grad_clip"])
+            opt.step()
+        else:
+            scales.append(scaler.get_scale())
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(list(params.values()), AMP_HP["grad_clip"])
+            before = opt.state_dict()["state"].get(0, {}).get("step", torch.tensor(0.0)).item()
+            scaler.step(opt)
+            scaler.update()
+            after = opt.state_dict()["state"].get(0, {}).get("step", torch.tensor(0.0)).item()
+            skipped.append(int(after == before))
+        losses.append(loss.item())
+    return losses, scales, skipped, first_logits
+
+
+def make_amp(out_dir):
+    from safetensors.torch import load_file
+    g = torch.Generator().manual_seed(16)
+    out = {}
+    # Rounding: random values over many magnitudes, then the edges of both types.
+    x = torch.randn(4000, generator=g) * torch.exp2(torch.randint(-30, 20, (4000,), generator=g).float())
+    edges = [65504.0, 65519.99, 65520.0, 65536.0, -65520.0, 1e6, 2.0**-14, 2.0**-14 * (1 - 2.0**-12), 2.0**-24,
+             2.0**-25, 2.0**-25 * 1.0001, 3 * 2.0**-25, 5 * 2.0**-25, 1e-10, 1 + 2.0**-11, 1 + 3 * 2.0**-11,
+             1 + 2.0**-8, 1 + 3 * 2.0**-8, 3.3895314e38, 3.4028235e38, float("inf"), float("-inf"), 0.0, -0.0,
+             1e-40, -3e-39, float("nan")]
+    x = torch.cat([x, torch.tensor(edges, dtype=torch.float32)])
+    out.update({"round.x": x, "round.bf16": x.to(torch.bfloat16).float(), "round.fp16": x.to(torch.float16).float()})
+    # One addmm and one GELU under autocast, each type.
+    N, Cn, OC = 37, 29, 41
+    inp, w, b = torch.randn(N, Cn, generator=g), 0.3 * torch.randn(Cn, OC, generator=g), torch.randn(OC, generator=g)
+    gin = 3 * torch.randn(1000, generator=g)
+    out.update({"matmul.inp": inp, "matmul.weight": w, "matmul.bias": b, "gelu.inp": gin})
+    for name, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        with torch.autocast("cpu", dtype=dt):
+            out[f"matmul.out_{name}"] = torch.addmm(b, inp, w).float()
+        out[f"gelu.out_{name}"] = F.gelu(gin.to(dt), approximate="tanh").float()
+    # The model, trained.
+    tiny = load_file(os.path.join(out_dir, "gpt2_tiny.safetensors"))
+    init = {k[len("param."):]: v for k, v in tiny.items() if k.startswith("param.")}
+    batches = [(torch.randint(0, V, (B, T), generator=g), torch.randint(0, V, (B, T), generator=g))
+               for _ in range(AMP_HP["steps"])]
+    out["inputs"] = torch.stack([b[0] for b in batches]).to(torch.int32)
+    out["targets"] = torch.stack([b[1] for b in batches]).to(torch.int32)
+    runs = {"fp32": (None, None, 2000), "bf16": (torch.bfloat16, None, 2000),
+            "fp16": (torch.float16, 2.0**16, 2000), "fp16_overflow": (torch.float16, 2.0**24, 3)}
+    summary = {}
+    for name, (dt, scale, interval) in runs.items():
+        losses, scales, skipped, logits = train_amp(init, batches, dt, scale, interval)
+        out[f"{name}.losses"] = torch.tensor(losses, dtype=torch.float32)
+        out[f"{name}.logits"] = logits
+        if scale is not None:
+            out[f"{name}.scales"] = torch.tensor(scales, dtype=torch.float32)
+            out[f"{name}.skipped"] = torch.tensor(skipped, dtype=torch.int32)
+        summary[name] = dict(losses=[round(l, 6) for l in losses], scales=scales, skipped=skipped)
+    meta = {"hparams": json.dumps(dict(AMP_HP, growth_interval={"fp16": 2000, "fp16_overflow": 3},
+                                       init_scale={"fp16": 2.0**16, "fp16_overflow": 2.0**24})),
+            "generator": "tests/reference/make_fixtures.py --only amp", "torch": torch.__version__}
+    save_file(out, os.path.join(out_dir, "amp.safetensors"), metadata=meta)
+    for name, s in summary.items():
+        print(f"amp {name}: {s}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
+    ap.add_argument("--only", choices=["gpt2", "kernels", "amp"], help="write this fixture file alone")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
-    make_gpt2(args.out)
-    make_kernels(args.out)
+    if args.only in (None, "gpt2"):
+        make_gpt2(args.out)
+    if args.only in (None, "kernels"):
+        make_kernels(args.out)
+    if args.only in (None, "amp"):
+        make_amp(args.out)

@@ -39,7 +39,7 @@ class DataParallelTest : public ::testing::Test {
     auto s = ParseJobSpec("model: {n_layer: 2, n_head: 2, n_embd: " + std::to_string(n_embd_) + ", vocab_size: 31, seq_len: 16}\n"
                           "data: {train: " + dir_.File("train.bin") + ", shuffle: true}\n"
                           "train: {steps: " + std::to_string(steps_) + ", micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, "
-                          "min_lr_ratio: 0.1, weight_decay: 0.1, grad_clip: 1.0, seed: 3}\n"
+                          "min_lr_ratio: 0.1, weight_decay: 0.1, grad_clip: 1.0, seed: 3" + train_extra_ + "}\n"
                           "parallel: {dp: " + std::to_string(dp) + ", zero_stage: " + std::to_string(zero) +
                           ", bucket_mb: " + bucket_mb_ + "}\n" + extra);
     EXPECT_TRUE(s.ok()) << s.status();
@@ -48,6 +48,7 @@ class DataParallelTest : public ::testing::Test {
   struct Result {
     std::vector<float> losses, params;
     std::vector<MemoryAccount> memory;  // by rank
+    std::vector<StepReport> reports;    // rank 0's
   };
   Result Run(int dp, int zero = 0, const std::string& extra = "", int64_t stop_after = 0, bool resume = false) {
     std::vector<Result> results(static_cast<size_t>(dp));
@@ -87,6 +88,7 @@ class DataParallelTest : public ::testing::Test {
         status[r] = t.ok() ? (*t)->Run() : t.status();
         if (t.ok()) {
           for (const auto& rep : (*t)->reports()) results[r].losses.push_back(rep.loss);
+          results[r].reports = (*t)->reports();
           results[r].params.assign((*t)->model().params(), (*t)->model().params() + (*t)->model().num_params());
           results[r].memory.push_back((*t)->memory());
         }
@@ -98,6 +100,12 @@ class DataParallelTest : public ::testing::Test {
     for (const auto& s : status) EXPECT_TRUE(s.ok()) << s;
     for (int r = 1; r < dp; ++r) {  // every rank holds the same model
       EXPECT_EQ(results[0].params, results[r].params) << "rank " << r;
+      // ...and took the same loss-scaling decisions (fp16)
+      EXPECT_EQ(results[0].reports.size(), results[r].reports.size()) << "rank " << r;
+      for (size_t i = 0; i < std::min(results[0].reports.size(), results[r].reports.size()); ++i) {
+        EXPECT_EQ(results[0].reports[i].skipped, results[r].reports[i].skipped) << "rank " << r << " step " << i + 1;
+        EXPECT_EQ(results[0].reports[i].loss_scale, results[r].reports[i].loss_scale) << "rank " << r << " step " << i + 1;
+      }
       if (!results[r].memory.empty()) results[0].memory.push_back(results[r].memory[0]);
     }
     return results[0];
@@ -126,6 +134,7 @@ class DataParallelTest : public ::testing::Test {
   std::function<std::unique_ptr<CheckpointSource>()> source_factory_;  // resume from it, per rank
   std::function<void(int rank, CheckpointSource*)> source_read_;       // after the rank's run
   std::string bucket_mb_ = "25";
+  std::string train_extra_;  // more of the train section, as ", key: value"
   testing::TempDir dir_;
 };
 
@@ -193,6 +202,61 @@ TEST_F(DataParallelTest, DpFourHoldsWhatTheZeroFormulaPredicts) {
       EXPECT_LE(std::fabs(plan.activations / static_cast<double>(m.activations) - 1), 0.10) << "zero " << zero;
     }
   }
+}
+
+// fp16 loss scaling at dp 2: a scale of 2^40 overflows every gradient (the logits' gradient
+// alone is about 2^40 / 64 per token, beyond fp16's 65504), so each rank's step is skipped on
+// both ranks, the scale halves each step, and the parameters stay the initial ones bit for
+// bit, under every ZeRO stage (whose pieces are never updated, gathered or not).
+TEST_F(DataParallelTest, AnFp16OverflowSkipsTheStepOnEveryRankAndHalvesTheScale) {
+  steps_ = 3;
+  train_extra_ = ", precision: fp16, loss_scale: 1099511627776";
+  std::vector<float> initial;
+  {
+    TrainOptions o;
+    FILE* null = std::fopen("/dev/null", "w");
+    o.out = null;
+    auto t = Trainer::Create(Spec(1), o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    initial.assign((*t)->model().params(), (*t)->model().params() + (*t)->model().num_params());
+    std::fclose(null);
+  }
+  for (int zero : {0, 1, 3}) {
+    SCOPED_TRACE(absl::StrCat("zero ", zero));
+    const Result r = Run(2, zero);
+    ASSERT_EQ(r.reports.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(r.reports[i].skipped) << "step " << i + 1;
+      EXPECT_EQ(r.reports[i].loss_scale, std::ldexp(1.0, 40 - static_cast<int>(i))) << "step " << i + 1;
+      EXPECT_EQ(r.reports[i].skipped_steps, static_cast<int64_t>(i + 1));
+      EXPECT_TRUE(std::isfinite(r.reports[i].loss)) << "the loss is the unscaled forward's";
+    }
+    EXPECT_EQ(r.params, initial) << "skipped steps leave the parameters bit for bit";
+  }
+}
+
+// The loss scaler's state is in the checkpoint: an fp16 run whose scale backs off from 2^30
+// and then grows every 3 clean steps, stopped at step 10 and resumed, gives the uninterrupted
+// run's losses, scales and parameters bit for bit (restarting from the spec's 2^30 would skip
+// steps again).
+TEST_F(DataParallelTest, AnFp16CheckpointKeepsTheLossScale) {
+  train_extra_ = ", precision: fp16, loss_scale: 1073741824, loss_scale_window: 3";
+  const std::string ckpt = "checkpoint: {every: 10, dir: " + dir_.File("ckpt") + "}\n";
+  const Result full = Run(2, 1, ckpt);
+  ASSERT_EQ(full.reports.size(), 20u);
+  EXPECT_TRUE(full.reports[0].skipped) << "2^30 overflows";
+  EXPECT_FALSE(full.reports[19].skipped);
+  EXPECT_GT(full.reports[9].skipped_steps, 0);
+  std::filesystem::remove_all(dir_.File("ckpt"));
+  ASSERT_EQ(Run(2, 1, ckpt, /*stop_after=*/10).losses.size(), 10u);
+  const Result resumed = Run(2, 1, ckpt, 0, /*resume=*/true);
+  ASSERT_EQ(resumed.reports.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(resumed.losses[i], full.losses[10 + i]) << "step " << 11 + i;
+    EXPECT_EQ(resumed.reports[i].loss_scale, full.reports[10 + i].loss_scale) << "step " << 11 + i;
+    EXPECT_EQ(resumed.reports[i].skipped_steps, full.reports[10 + i].skipped_steps) << "step " << 11 + i;
+  }
+  EXPECT_EQ(resumed.params, full.params);
 }
 
 TEST_F(DataParallelTest, ZeroCheckpointsResumeAtTheSameLayoutAndAsOneProcess) {

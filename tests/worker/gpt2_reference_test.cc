@@ -24,14 +24,7 @@ class Gpt2ReferenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     fx_ = std::make_unique<SafetensorsFile>(testing::OpenFixture("gpt2_tiny.safetensors"));
-    auto cfg = nlohmann::json::parse(fx_->metadata().at("config"));
-    config_.vocab_size = cfg["vocab_size"];
-    config_.max_seq_len = cfg["n_positions"];
-    config_.n_layer = cfg["n_layer"];
-    config_.n_head = cfg["n_head"];
-    config_.n_embd = cfg["n_embd"];
-    T_ = cfg["T"];
-    B_ = cfg["batch"];
+    config_ = testing::FixtureConfig(*fx_, &B_, &T_);
     hp_ = nlohmann::json::parse(fx_->metadata().at("hparams"));
     model_ = std::make_unique<GPT>(config_);
     for (const auto& t : model_->tensors()) {

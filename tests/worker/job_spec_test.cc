@@ -124,6 +124,34 @@ TEST(JobSpecTest, IncoherentParallelSpecsAreRefusedWithTheReason) {
   EXPECT_NE(Error(With("optimizer: {placement: gpu}\n")).find("'gpu' is not worker or shardserver"), std::string::npos);
 }
 
+TEST(JobSpecTest, PrecisionAndLossScalingAreParsedAndChecked) {
+  auto d = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->train.precision, "fp32");
+  EXPECT_EQ(d->train.loss_scale, 65536) << "GradScaler's initial scale";
+  EXPECT_EQ(d->train.loss_scale_window, 2000) << "GradScaler's growth interval";
+  const std::string base = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+)";
+  auto train = [&](const std::string& extra) { return base + "train: {steps: 10, micro_batch: 2, lr: 1.0e-3" + extra + "}\n"; };
+  for (const char* p : {"fp32", "bf16", "fp16"}) {
+    auto s = ParseJobSpec(train(std::string(", precision: ") + p));
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->train.precision, p);
+  }
+  EXPECT_NE(Error(train(", precision: fp8")).find("field 'train.precision' is 'fp8': fp32, bf16 or fp16"),
+            std::string::npos);
+  EXPECT_NE(Error(train(", loss_scale: 1000")).find("'train.loss_scale' must be a power of 2"), std::string::npos);
+  EXPECT_NE(Error(train(", loss_scale: 0.5")).find("'train.loss_scale' must be a power of 2, at least 1"),
+            std::string::npos);
+  EXPECT_NE(Error(train(", loss_scale_window: 0")).find("'train.loss_scale_window' must be >= 1"), std::string::npos);
+  const std::string ps = Error(train(", precision: fp16") + "parallel: {dp: 2}\noptimizer: {placement: shardserver}\n");
+  EXPECT_NE(ps.find("'train.precision' fp16 (loss scaling skips steps) runs with optimizer.placement worker"),
+            std::string::npos)
+      << ps;
+}
+
 TEST(JobSpecTest, SchedulingAndElasticSectionsParseAndAreChecked) {
   const std::string base = R"(
 model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
@@ -157,7 +185,7 @@ model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 300, seq_len: 16, max_seq
 data: {train: "a b.bin", val: v.bin, shuffle: true}
 train: {steps: 7, micro_batch: 3, global_batch: 24, lr: 3.0000000000000001e-4, warmup: 2, min_lr_ratio: 0.1,
         beta1: 0.85, beta2: 0.95, eps: 1.0e-7, weight_decay: 0.123456789, grad_clip: 0, seed: 18446744073709551615,
-        recompute: selective}
+        recompute: selective, precision: fp16, loss_scale: 1024, loss_scale_window: 50}
 eval: {every: 3, batches: 2}
 checkpoint: {every: 2, keep: 1, host_budget_mb: 0.5, dir: /tmp/x, resume_from: j-000001@40}
 parallel: {dp: 2, tp: 2, pp: 2, zero_stage: 1, bucket_mb: 1.5, timeout_s: 30, schedule: gpipe}

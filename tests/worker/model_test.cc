@@ -63,6 +63,35 @@ TEST(HfIoTest, SaveThenLoadGivesIdenticalWeightsAndLogits) {
   EXPECT_EQ(m.Forward(in.data(), tg.data(), 2, 3), (*loaded)->Forward(in.data(), tg.data(), 2, 3));
 }
 
+// export --dtype bf16: every tensor stored as BF16, each value the fp32 master rounded to
+// nearest (ties to even), config.json saying bfloat16; it loads back as those values.
+TEST(HfIoTest, Bf16ExportHoldsTheRoundedMasterWeights) {
+  testing::TempDir d;
+  GPT m(Small());
+  m.InitRandom(3);
+  ASSERT_TRUE(SaveHFModel(d.path(), m, kernels::Precision::kBf16).ok());
+  auto cfg = nlohmann::json::parse(*ReadFileToString(d.File("config.json")));
+  EXPECT_EQ(cfg["torch_dtype"], "bfloat16");
+  auto f = SafetensorsFile::Open(d.File("model.safetensors"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (const auto& t : m.tensors()) {
+    ASSERT_TRUE(f->Has(t.name)) << t.name;
+    EXPECT_EQ(f->tensors().at(t.name).dtype, "BF16") << t.name;
+  }
+  EXPECT_LT(std::filesystem::file_size(d.File("model.safetensors")), m.num_params() * 2 + 8192) << "2 bytes a weight";
+  auto loaded = LoadHFModel(d.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  size_t changed = 0;
+  for (size_t i = 0; i < m.num_params(); ++i) {
+    ASSERT_EQ((*loaded)->params()[i], kernels::RoundToBf16(m.params()[i])) << i;
+    changed += (*loaded)->params()[i] != m.params()[i];
+  }
+  EXPECT_GT(changed, m.num_params() / 2) << "N(0, 0.02) weights are rarely bf16 values";
+  EXPECT_FALSE(ParseExportDtype("fp8").ok());
+  EXPECT_NE(std::string(ParseExportDtype("fp8").status().message()).find("--dtype is 'fp8': fp32 or bf16"),
+            std::string::npos);
+}
+
 TEST(HfIoTest, LoadsNamesWithTransformerPrefix) {
   testing::TempDir d;
   GPT m(Small());

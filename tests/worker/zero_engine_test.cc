@@ -158,5 +158,35 @@ TEST(ZeroEngineTest, ReductionsPerStepFollowTheStage) {
   }
 }
 
+// ZeRO 3 gathers the next unit while the current one computes: in forward each layer and the
+// head find their gather launched by the unit before them (the first unit and the
+// classifier's second use of the embedding cannot be foreseen), in backward each layer below
+// the top one; what the step computes is bit for bit the same as gathering on demand.
+TEST(ZeroEngineTest, ZeroThreeGathersTheNextUnitAheadWithTheSameResult) {
+  kernels::ConfigureThreads(1);
+  std::vector<std::vector<float>> params;
+  for (bool prefetch : {true, false}) {
+    model::GPT m(Config());
+    m.InitRandom(1);
+    MirrorCommunicator comm;
+    auto e = ZeroEngine::Create(&m, &comm, 3, /*bucket_mb=*/1000, AdamWConfig{});
+    ASSERT_TRUE(e.ok());
+    (*e)->Shard();
+    (*e)->set_prefetch(prefetch);
+    const auto in = Tokens(2 * 16, 2), tg = Tokens(2 * 16, 3);
+    m.ZeroGrad();
+    (*e)->BeginMicroBatch(0, 1);
+    m.ForwardBackward(in.data(), tg.data(), 2, 16, 1.f);
+    ASSERT_TRUE((*e)->FinishStep(1.0, 1e-3, 1, 1.0).ok());
+    const int L = Config().n_layer;
+    // forward: layers 1..L and the head (L + 1); backward: layers L-1..1 (layer L follows the
+    // head, acquired on the way up)
+    EXPECT_EQ((*e)->prefetch_hits(), prefetch ? (L + 1) + (L - 1) : 0);
+    ASSERT_TRUE((*e)->GatherParams().ok());
+    params.emplace_back(m.params(), m.params() + m.num_params());
+  }
+  EXPECT_EQ(params[0], params[1]);
+}
+
 }  // namespace
 }  // namespace gantry::train

@@ -307,6 +307,9 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
     rep->set_comm_seconds(r.comm_seconds);
     rep->set_optimizer_seconds(r.optimizer_seconds);
     rep->set_val_loss(*val ? **val : NAN);
+    rep->set_loss_scale(r.loss_scale);
+    rep->set_skipped(r.skipped);
+    rep->set_skipped_steps(r.skipped_steps);
     val->reset();
     if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
     if (!speaks) return !cancel.load() && !stop_->load();
@@ -316,6 +319,12 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
     registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
         .Observe(r.seconds);
     registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
+    if (r.loss_scale > 0) {  // fp16
+      registry_->GetGauge("gantry_worker_loss_scale", "fp16 dynamic loss scale of the last step.").Set(r.loss_scale);
+      auto& skipped = registry_->GetCounter("gantry_worker_skipped_steps_total",
+                                            "Steps whose update an fp16 overflow (inf/NaN gradients) skipped.");
+      if (r.skipped) skipped.Inc();
+    }
     if (r.checkpoint_stall_seconds > 0) {
       registry_->GetHistogram("gantry_worker_checkpoint_stall_seconds",
                               "Time the step loop spent on a checkpoint (the copy, or waiting for the budget).",

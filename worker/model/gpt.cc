@@ -2,6 +2,7 @@
 #include "worker/model/gpt.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -137,6 +138,82 @@ void GPT::Op(const char* name, F&& f) {
   op_seconds_.emplace_back(name, dt);
 }
 
+void GPT::Round(float* p, size_t n) {
+  if (mixed()) be_->RoundTo(p, p, static_cast<int64_t>(n), lp_);
+}
+
+namespace {
+// The GEMM tensors of a layer (weights and biases; not LayerNorm's), and their places among
+// its 12 tensors.
+constexpr int kGemmTensors = 8;
+constexpr int kGemmAt[kGemmTensors] = {2, 3, 4, 5, 8, 9, 10, 11};
+}  // namespace
+
+size_t GPT::GemmFloats(int l, size_t sizes[]) const {
+  const size_t first = (shard_.first() ? 2 : 0) + static_cast<size_t>(l - lb_) * 12;
+  size_t total = 0;
+  for (int i = 0; i < kGemmTensors; ++i) total += sizes[i] = tensors_[first + kGemmAt[i]].numel;
+  return total;
+}
+
+std::array<float**, 8> GPT::GemmFields(LayerParams& p) {
+  return {&p.qkvw, &p.qkvb, &p.projw, &p.projb, &p.fcw, &p.fcb, &p.fcprojw, &p.fcprojb};
+}
+
+GPT::LayerParams GPT::GemmWeights(const LayerParams& w, int l) {
+  if (!mixed()) return w;
+  LayerParams r = w;
+  const std::array<float**, kGemmTensors> gemm = GemmFields(r);
+  size_t sizes[kGemmTensors];
+  const size_t total = GemmFloats(l, sizes);
+  if (lp_layer_.size() != total) lp_layer_.Assign(be_, total, /*zero=*/false);
+  float* out = lp_layer_.data();
+  for (int i = 0; i < kGemmTensors; ++i) {
+    be_->RoundTo(out, *gemm[i], static_cast<int64_t>(sizes[i]), lp_);
+    *gemm[i] = out;
+    out += sizes[i];
+  }
+  return r;
+}
+
+GPT::LayerParams GPT::GemmGrads(const LayerParams& g, int l) {
+  if (!mixed()) return g;
+  LayerParams r = g;
+  const std::array<float**, kGemmTensors> gemm = GemmFields(r);
+  size_t sizes[kGemmTensors];
+  const size_t total = GemmFloats(l, sizes);
+  if (lp_grad_.size() != total) lp_grad_.Assign(be_, total, /*zero=*/false);
+  be_->Zero(lp_grad_.data(), total * sizeof(float));
+  float* out = lp_grad_.data();
+  for (int i = 0; i < kGemmTensors; ++i) {
+    *gemm[i] = out;
+    out += sizes[i];
+  }
+  return r;
+}
+
+void GPT::AddGemmGrads(const LayerParams& g, int l) {
+  if (!mixed()) return;
+  LayerParams r = g;
+  const std::array<float**, kGemmTensors> gemm = GemmFields(r);
+  size_t sizes[kGemmTensors];
+  const size_t total = GemmFloats(l, sizes);
+  Round(lp_grad_.data(), total);
+  const float* in = lp_grad_.data();
+  for (int i = 0; i < kGemmTensors; ++i) {
+    be_->ResidualForward(*gemm[i], *gemm[i], in, static_cast<int64_t>(sizes[i]));
+    in += sizes[i];
+  }
+}
+
+const float* GPT::ClassifierWeight(const float* W) {
+  if (!mixed()) return W;
+  const size_t n = static_cast<size_t>(Vl_) * config_.n_embd;
+  if (lp_wte_.size() != n) lp_wte_.Assign(be_, n, /*zero=*/false);
+  be_->RoundTo(lp_wte_.data(), W, static_cast<int64_t>(n), lp_);
+  return lp_wte_.data();
+}
+
 void GPT::ZeroGrad() { be_->Zero(grads_.data(), grads_.size() * sizeof(float)); }
 
 void GPT::Sync() {
@@ -175,18 +252,22 @@ void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B
   Op(name("layernorm fwd"), [&] {
     be_->LayerNormForward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
                          LayerAct(l, off_.ln1_rstd), residual, w.ln1w, w.ln1b, BT, C);
+    Round(LayerAct(l, off_.ln1), static_cast<size_t>(BT) * C);
   });
   Op(name("matmul fwd"), [&] {
     be_->MatmulForward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * Ca);
+    Round(LayerAct(l, off_.qkv), static_cast<size_t>(BT) * 3 * Ca);
   });
   Op(name("attention fwd"), [&] {
-    be_->AttentionForward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH);
+    be_->AttentionForward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH, lp_);
+    Round(LayerAct(l, off_.atty), static_cast<size_t>(BT) * Ca);
   });
   Op(name("matmul fwd"), [&] {
     be_->MatmulForward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, bias_here ? w.projb : nullptr,
                       BT, Ca, C);
   });
   Op(name("tp all-reduce"), [&] { TpAllReduce(LayerAct(l, off_.attproj), static_cast<size_t>(BT) * C); });
+  Round(LayerAct(l, off_.attproj), static_cast<size_t>(BT) * C);
   Op(name("residual fwd"), [&] {
     be_->ResidualForward(LayerAct(l, off_.res2), residual, LayerAct(l, off_.attproj),
                         static_cast<int64_t>(BT) * C);
@@ -194,16 +275,27 @@ void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B
   Op(name("layernorm fwd"), [&] {
     be_->LayerNormForward(LayerAct(l, off_.ln2), LayerAct(l, off_.ln2_mean),
                          LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), w.ln2w, w.ln2b, BT, C);
+    Round(LayerAct(l, off_.ln2), static_cast<size_t>(BT) * C);
   });
   Op(name("matmul+gelu fwd"), [&] {
-    be_->MatmulBiasGeluForward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu),
-                                LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, Fm);
+    if (!mixed()) {
+      be_->MatmulBiasGeluForward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu), LayerAct(l, off_.ln2), w.fcw,
+                                 w.fcb, BT, C, Fm);
+      return;
+    }
+    // Autocast rounds the GEMM's output, then GELU's: not fused.
+    const size_t n = static_cast<size_t>(BT) * Fm;
+    be_->MatmulForward(LayerAct(l, off_.fch), LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, Fm);
+    Round(LayerAct(l, off_.fch), n);
+    be_->GeluForward(LayerAct(l, off_.fch_gelu), LayerAct(l, off_.fch), static_cast<int64_t>(n));
+    Round(LayerAct(l, off_.fch_gelu), n);
   });
   Op(name("matmul fwd"), [&] {
     be_->MatmulForward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw,
                       bias_here ? w.fcprojb : nullptr, BT, Fm, C);
   });
   Op(name("tp all-reduce"), [&] { TpAllReduce(LayerAct(l, off_.fcproj), static_cast<size_t>(BT) * C); });
+  Round(LayerAct(l, off_.fcproj), static_cast<size_t>(BT) * C);
   Op(name("residual fwd"), [&] {
     be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
                         static_cast<int64_t>(BT) * C);
@@ -226,7 +318,7 @@ void GPT::RunForward(int B, int T) {
   }
   const float* residual = A(off_.encoded);
   for (int l = lb_; l < le_; ++l) {
-    const LayerParams w = Layer(UnitParams(layer_unit(l)), l);
+    const LayerParams w = GemmWeights(Layer(UnitParams(layer_unit(l)), l), l);
     ForwardLayer(l, w, residual, B, T, "");
     ReleaseUnitParams(layer_unit(l));
     residual = LayerAct(l, off_.res3);
@@ -236,14 +328,16 @@ void GPT::RunForward(int B, int T) {
     float* F = UnitParams(head_unit());  // ln_f weight, then bias
     Op("layernorm fwd", [&] {
       be_->LayerNormForward(A(off_.lnf), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
+      Round(A(off_.lnf), static_cast<size_t>(BT) * C);
     });
     ReleaseUnitParams(head_unit());
   }
   // Tied classifier: logits = lnf @ wte^T (this rank's vocabulary rows). wte stays acquired
   // until the classifier's backward (or, without one, the end of ForwardStage).
-  const float* W = UnitParams(wte_unit()) + wte_offset();
+  const float* W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
   Op("classifier matmul fwd", [&] {
     be_->MatmulForward(A(off_.logits), A(off_.lnf), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
+    Round(A(off_.logits), static_cast<size_t>(BT) * Vl_);
   });
 }
 
@@ -275,6 +369,7 @@ float GPT::Loss(int B, int T, float dloss) {
       Op("classifier softmax+xent", [&] {
         be_->CrossEntropyFusedForwardBackward(A(off_.losses), A(off_.logits), targets, dloss, BT,
                                                config_.vocab_size);
+        Round(A(off_.logits), static_cast<size_t>(BT) * Vl_);  // d(logits), the gradient of a 16-bit tensor
       });
     }
     return MeanLoss(BT);
@@ -294,6 +389,7 @@ float GPT::Loss(int B, int T, float dloss) {
     }
     be_->CrossEntropyShardFinish(A(off_.losses), A(off_.logits), xent_stats_.data(), shard_.tp, targets, dloss, BT,
                                  Vl_, v0_);
+    if (dloss != 0.f) Round(A(off_.logits), static_cast<size_t>(BT) * Vl_);
   });
   return MeanLoss(BT);
 }
@@ -350,14 +446,27 @@ void GPT::RunBackward(int B, int T) {
     // On the first stage wte's gradient stays acquired until the encoder's backward adds its part.
     // wte is still held from this micro-batch's forward: acquiring it again gathers nothing.
     float* dE = UnitGrads(wte_unit()) + wte_offset();
-    const float* W = UnitParams(wte_unit()) + wte_offset();
+    const float* W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
     Op("classifier matmul bwd", [&] {
-      be_->MatmulBackward(A(off_.dlnf), dE, nullptr, A(off_.logits), A(off_.lnf), W, BT, C, Vl_,
-                         k::WeightLayout::kOutIn);
+      if (!mixed()) {
+        be_->MatmulBackward(A(off_.dlnf), dE, nullptr, A(off_.logits), A(off_.lnf), W, BT, C, Vl_,
+                            k::WeightLayout::kOutIn);
+        return;
+      }
+      // The weight's gradient of this micro-batch is a 16-bit tensor (autocast's), rounded
+      // before it joins the fp32 accumulation.
+      const size_t n = static_cast<size_t>(Vl_) * C;
+      if (lp_grad_wte_.size() != n) lp_grad_wte_.Assign(be_, n, /*zero=*/false);
+      be_->Zero(lp_grad_wte_.data(), n * sizeof(float));
+      be_->MatmulBackward(A(off_.dlnf), lp_grad_wte_.data(), nullptr, A(off_.logits), A(off_.lnf), W, BT, C, Vl_,
+                          k::WeightLayout::kOutIn);
+      Round(lp_grad_wte_.data(), n);
+      be_->ResidualForward(dE, dE, lp_grad_wte_.data(), static_cast<int64_t>(n));
     });
     ReleaseUnitParams(wte_unit());  // this hold, and the forward's
     ReleaseUnitParams(wte_unit());
     Op("tp all-reduce", [&] { TpAllReduce(A(off_.dlnf), static_cast<size_t>(BT) * C); });
+    Round(A(off_.dlnf), static_cast<size_t>(BT) * C);
     const float* last = LayerAct(le_ - 1, off_.res3);
     be_->Zero(dres, static_cast<size_t>(BT) * C * sizeof(float));
     float* F = UnitParams(head_unit());
@@ -370,40 +479,63 @@ void GPT::RunBackward(int B, int T) {
   }  // else dres holds d(output), from the next stage
   for (int l = le_ - 1; l >= lb_; --l) {
     const int u = layer_unit(l);
-    const LayerParams w = Layer(UnitParams(u), l);
-    const LayerParams g = Layer(UnitGrads(u), l);
+    const LayerParams w = GemmWeights(Layer(UnitParams(u), l), l);
+    const LayerParams g_acc = Layer(UnitGrads(u), l);
+    // Mixed precision: this micro-batch's GEMM gradients apart, rounded, then accumulated.
+    const LayerParams g = GemmGrads(g_acc, l);
     const float* residual = l > lb_ ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
     // Activation checkpointing: what forward did not keep is computed again, as it was.
     if (off_.recompute == Recompute::kFull) {
       ForwardLayer(l, w, residual, B, T, "recompute fwd");
     } else if (off_.recompute == Recompute::kSelective) {
       Op("recompute attention", [&] {
-        be_->AttentionForward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH);
+        be_->AttentionForward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH,
+                              lp_);
+        Round(LayerAct(l, off_.atty), static_cast<size_t>(BT) * Ca);
       });
+    }
+    // Mixed precision: the gradient reaching a 16-bit tensor is rounded as that tensor was;
+    // the residual stream's (dres) stays fp32, so the GEMMs read a rounded copy of it (in dln,
+    // free until they write it).
+    const float* dout = dres;
+    if (mixed()) {
+      be_->RoundTo(dln, dres, static_cast<int64_t>(BT) * C, lp_);
+      dout = dln;
     }
     // dres holds d(res3). MLP branch.
     Op("matmul+gelu bwd", [&] {
-      be_->MatmulBackward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu),
-                         w.fcprojw, BT, Fm, C, k::WeightLayout::kInOut, LayerAct(l, off_.fch));
+      if (!mixed()) {
+        be_->MatmulBackward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu), w.fcprojw, BT, Fm,
+                            C, k::WeightLayout::kInOut, LayerAct(l, off_.fch));
+        return;
+      }
+      const size_t n = static_cast<size_t>(BT) * Fm;
+      be_->MatmulBackward(A(off_.dfch), g.fcprojw, g.fcprojb, dout, LayerAct(l, off_.fch_gelu), w.fcprojw, BT, Fm, C);
+      Round(A(off_.dfch), n);
+      be_->GeluBackward(A(off_.dfch), LayerAct(l, off_.fch), A(off_.dfch), static_cast<int64_t>(n));
+      Round(A(off_.dfch), n);
     });
     Op("matmul bwd", [&] {
       be_->MatmulBackward(dln, g.fcw, g.fcb, A(off_.dfch), LayerAct(l, off_.ln2), w.fcw, BT, C, Fm);
     });
     // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
     Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
+    Round(dln, static_cast<size_t>(BT) * C);
     // d(res2) = d(res3) + ln_2 backward
     Op("layernorm bwd", [&] {
       be_->LayerNormBackward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), w.ln2w,
                             LayerAct(l, off_.ln2_mean), LayerAct(l, off_.ln2_rstd), BT, C);
     });
     // Attention branch.
+    if (mixed()) be_->RoundTo(dln, dres, static_cast<int64_t>(BT) * C, lp_);
     Op("matmul bwd", [&] {
-      be_->MatmulBackward(A(off_.datty), g.projw, g.projb, dres, LayerAct(l, off_.atty), w.projw, BT,
-                         Ca, C);
+      be_->MatmulBackward(A(off_.datty), g.projw, g.projb, dout, LayerAct(l, off_.atty), w.projw, BT, Ca, C);
+      Round(A(off_.datty), static_cast<size_t>(BT) * Ca);
     });
     Op("attention bwd", [&] {
       be_->AttentionBackward(A(off_.dqkv), A(off_.datt), A(off_.datty), LayerAct(l, off_.qkv),
                              LayerAct(l, off_.atty), LayerAct(l, off_.att), B, T, Ca, NH);
+      Round(A(off_.dqkv), static_cast<size_t>(BT) * 3 * Ca);
     });
     Op("matmul bwd", [&] {
       be_->MatmulBackward(dln, g.qkvw, g.qkvb, A(off_.dqkv), LayerAct(l, off_.ln1), w.qkvw, BT, C,
@@ -413,8 +545,10 @@ void GPT::RunBackward(int B, int T) {
     // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
     // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
     // order lr that differ with any change of summation order. Its true value is 0.
-    be_->Zero(g.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
+    AddGemmGrads(g_acc, l);
+    be_->Zero(g_acc.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
     Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
+    Round(dln, static_cast<size_t>(BT) * C);
     // d(residual_in) = d(res2) + ln_1 backward
     Op("layernorm bwd", [&] {
       be_->LayerNormBackward(dres, g.ln1w, g.ln1b, dln, residual, w.ln1w, LayerAct(l, off_.ln1_mean),

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -137,6 +138,16 @@ class GPT {
   // Bytes of activation memory for the current (B,T).
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
 
+  // Mixed precision (train.precision). In bf16 or fp16 the parameters stay fp32 (the
+  // master copy; the optimizer updates them); each GEMM reads its weights and bias rounded
+  // to the 16-bit type, its input rounded, and its output is rounded: the points where
+  // PyTorch autocast casts (addmm/linear out, GELU out, attention out, the logits, and the
+  // gradients flowing into each of those). LayerNorm, the residual stream, softmax, the
+  // loss and the weight gradients (accumulated by the GEMMs in fp32) stay fp32. Values are
+  // held in fp32 buffers, rounded in place (Backend::RoundTo).
+  void set_precision(kernels::Precision p) { lp_ = p; }
+  kernels::Precision precision() const { return lp_; }
+
  private:
   struct LayerParams {
     float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
@@ -193,6 +204,23 @@ class GPT {
 
   template <typename F>
   void Op(const char* name, F&& f);
+  // Mixed precision: n values rounded in place (nothing in fp32).
+  void Round(float* p, size_t n);
+  // Layer l's weights for the GEMMs: w itself in fp32, else w with its GEMM tensors
+  // (weights and biases) rounded into lp_layer_ (LayerNorm's stay fp32).
+  LayerParams GemmWeights(const LayerParams& w, int l);
+  // Mixed precision: layer l's GEMM gradients (of g) pointed at lp_grad_, zeroed, for one
+  // micro-batch's backward (LayerNorm's stay g's); then AddGemmGrads rounds them (each is a
+  // 16-bit tensor under autocast) and adds them to g's fp32 accumulators. g itself in fp32.
+  LayerParams GemmGrads(const LayerParams& g, int l);
+  void AddGemmGrads(const LayerParams& g, int l);
+  // The sizes of layer l's 8 GEMM tensors (into sizes), and their sum.
+  size_t GemmFloats(int l, size_t sizes[]) const;
+  // The GEMM tensors' pointers of p (weights and biases, in layer order).
+  static std::array<float**, 8> GemmFields(LayerParams& p);
+  // The classifier's weight (this rank's wte rows) for its GEMM: W, or rounded into lp_wte_.
+  const float* ClassifierWeight(const float* W);
+  bool mixed() const { return lp_ != kernels::Precision::kFp32; }
 
   GPTConfig config_;
   ModelShard shard_;
@@ -218,6 +246,9 @@ class GPT {
   size_t tokens_per_slot_ = 0;
   std::vector<float> losses_;     // the host copy of the per-token losses (backends the host cannot address)
   kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
+  kernels::Precision lp_ = kernels::Precision::kFp32;
+  kernels::DeviceBuffer lp_layer_, lp_wte_;  // mixed precision: rounded GEMM weights
+  kernels::DeviceBuffer lp_grad_, lp_grad_wte_;  // and one micro-batch's GEMM gradients
 };
 
 }  // namespace gantry::model

@@ -97,7 +97,7 @@ absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir) {
   return m;
 }
 
-std::string HFConfigJson(const GPTConfig& c) {
+std::string HFConfigJson(const GPTConfig& c, kernels::Precision dtype) {
   nlohmann::ordered_json j;
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
@@ -118,25 +118,41 @@ std::string HFConfigJson(const GPTConfig& c) {
   j["tie_word_embeddings"] = true;
   j["bos_token_id"] = 0;
   j["eos_token_id"] = 0;
-  j["torch_dtype"] = "float32";
+  j["torch_dtype"] = dtype == kernels::Precision::kBf16 ? "bfloat16" : "float32";
   j["gantry_tokenizer"] = c.vocab_size == 256 ? "bytes" : "external";
   return j.dump(2) + "\n";
 }
 
-absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& c) {
+absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& c, kernels::Precision dtype) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", dir, ": ", ec.message()));
-  return WriteFileAtomic((fs::path(dir) / "config.json").string(), HFConfigJson(c));
+  return WriteFileAtomic((fs::path(dir) / "config.json").string(), HFConfigJson(c, dtype));
 }
 
-absl::Status SaveHFModel(const std::string& dir, const GPT& model) {
-  RETURN_IF_ERROR(WriteHFConfig(dir, model.config()));
+absl::StatusOr<kernels::Precision> ParseExportDtype(const std::string& name) {
+  if (name == "fp32") return kernels::Precision::kFp32;
+  if (name == "bf16") return kernels::Precision::kBf16;
+  return absl::InvalidArgumentError(absl::StrCat("--dtype is '", name, "': fp32 or bf16"));
+}
+
+absl::Status SaveHFModel(const std::string& dir, const GPT& model, kernels::Precision dtype) {
+  if (dtype == kernels::Precision::kFp16) return absl::InvalidArgumentError("export writes fp32 or bf16, not fp16");
+  RETURN_IF_ERROR(WriteHFConfig(dir, model.config(), dtype));
   std::vector<float> staged;
   const float* params = model.HostParams(&staged);
+  std::vector<uint16_t> bf16;
+  if (dtype == kernels::Precision::kBf16) {
+    bf16.resize(model.num_params());
+    kernels::cast_to_bf16(bf16.data(), params, static_cast<int64_t>(bf16.size()));
+  }
   std::vector<TensorToWrite> out;
   for (const ParamTensor& t : model.tensors()) {
-    out.push_back({t.name, "F32", t.shape, params + t.offset});
+    if (bf16.empty()) {
+      out.push_back({t.name, "F32", t.shape, params + t.offset});
+    } else {
+      out.push_back({t.name, "BF16", t.shape, bf16.data() + t.offset});
+    }
   }
   return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), out,
                           {{"format", "pt"}, {"producer", "gantry"}});

@@ -23,10 +23,18 @@ absl::Status LoadHFWeights(const std::string& dir, GPT& model);
 absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir);
 
 // Writes DIR/config.json (DIR created if need be).
-absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& config);
-std::string HFConfigJson(const GPTConfig& config);  // config.json's text
+// dtype: what model.safetensors holds (config.json's torch_dtype).
+absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& config,
+                           kernels::Precision dtype = kernels::Precision::kFp32);
+std::string HFConfigJson(const GPTConfig& config,
+                         kernels::Precision dtype = kernels::Precision::kFp32);  // config.json's text
 
-// Writes DIR/config.json and DIR/model.safetensors that transformers' GPT2LMHeadModel loads.
-absl::Status SaveHFModel(const std::string& dir, const GPT& model);
+// "fp32" or "bf16" (`export --dtype`), or INVALID_ARGUMENT naming the choices.
+absl::StatusOr<kernels::Precision> ParseExportDtype(const std::string& name);
+
+// Writes DIR/config.json and DIR/model.safetensors that transformers' GPT2LMHeadModel loads,
+// the weights in fp32 or bf16 (rounded to nearest, ties to even, as torch's .to(bfloat16)).
+absl::Status SaveHFModel(const std::string& dir, const GPT& model,
+                         kernels::Precision dtype = kernels::Precision::kFp32);
 
 }  // namespace gantry::model

@@ -1,6 +1,7 @@
 #include "worker/train/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -34,6 +35,12 @@ absl::StatusOr<nlohmann::json> ReadManifest(CheckpointSource& source) {
     (void)j.at("step").get<int64_t>();
     (void)j.at("seed").get<uint64_t>();
     (void)j.at("parts").get<std::vector<std::string>>();
+    if (j.contains("loss_scale")) {  // fp16 runs
+      const nlohmann::json& ls = j.at("loss_scale");
+      (void)ls.at("scale").get<double>();
+      (void)ls.at("growth_tracker").get<int>();
+      (void)ls.at("skipped_steps").get<int64_t>();
+    }
     return j;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": ", e.what()));
@@ -102,6 +109,11 @@ std::string ManifestJson(const model::GPTConfig& config, const CheckpointState& 
       {"parts", names},
   };
   if (!cuts.empty()) j["cuts"] = cuts;
+  if (state.loss_scale) {
+    j["loss_scale"] = {{"scale", state.loss_scale->scale},
+                       {"growth_tracker", state.loss_scale->growth_tracker},
+                       {"skipped_steps", state.loss_scale->skipped_steps}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -339,19 +351,32 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
   CheckpointState s;
   s.step = j.at("step").get<int64_t>();
   s.seed = j.at("seed").get<uint64_t>();
+  if (j.contains("loss_scale")) {
+    const nlohmann::json& ls = j.at("loss_scale");
+    LossScaleState st;
+    st.scale = ls.at("scale").get<double>();
+    st.growth_tracker = ls.at("growth_tracker").get<int>();
+    st.skipped_steps = ls.at("skipped_steps").get<int64_t>();
+    if (!(st.scale > 0) || !std::isfinite(st.scale) || st.growth_tracker < 0 || st.skipped_steps < 0) {
+      return absl::DataLossError(absl::StrCat(path, "/manifest.json: loss_scale is invalid (scale ", st.scale,
+                                              ", growth_tracker ", st.growth_tracker, ", skipped_steps ",
+                                              st.skipped_steps, ")"));
+    }
+    s.loss_scale = st;
+  }
   return s;
 }
 
-absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir) {
+absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir, kernels::Precision dtype) {
   RETURN_IF_ERROR(ReadManifest(source).status());  // a checkpoint at all?
   ASSIGN_OR_RETURN(model::GPTConfig c, ReadCheckpointModel(source));
   model::GPT m(c);
   RETURN_IF_ERROR(LoadCheckpoint(source, m, nullptr, nullptr).status());
-  return model::SaveHFModel(out_dir, m);
+  return model::SaveHFModel(out_dir, m, dtype);
 }
 
-absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir) {
-  return ExportCheckpoint(*DirectorySource(path), out_dir);
+absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir, kernels::Precision dtype) {
+  return ExportCheckpoint(*DirectorySource(path), out_dir, dtype);
 }
 
 }  // namespace gantry::train

@@ -17,12 +17,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/safetensors.h"
 #include "worker/model/gpt.h"
+#include "worker/train/loss_scale.h"
 #include "worker/train/optimizer.h"
 
 namespace gantry::train {
@@ -30,6 +32,9 @@ namespace gantry::train {
 struct CheckpointState {
   int64_t step = 0;  // steps completed (the data position: the next batch is step's)
   uint64_t seed = 0;
+  // fp16 runs: the loss scaler's state ("loss_scale" in the manifest); absent otherwise, and
+  // in checkpoints written before it existed.
+  std::optional<LossScaleState> loss_scale;
 };
 
 struct CheckpointLayout {
@@ -111,7 +116,10 @@ absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source);
 // The model shape a checkpoint holds (its config.json).
 absl::StatusOr<model::GPTConfig> ReadCheckpointModel(CheckpointSource& source);
 // A checkpoint as a Hugging Face model directory (config.json + model.safetensors).
-absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir);
-absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir);
+// dtype: the exported weights' (fp32 or bf16; the checkpoint holds the fp32 master).
+absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir,
+                              kernels::Precision dtype = kernels::Precision::kFp32);
+absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir,
+                              kernels::Precision dtype = kernels::Precision::kFp32);
 
 }  // namespace gantry::train

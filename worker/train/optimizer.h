@@ -15,6 +15,12 @@ namespace gantry::train {
 using AdamWConfig = kernels::AdamWConfig;
 // The AdamW of a job spec's train section.
 inline AdamWConfig AdamWOf(const TrainSpec& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay}; }
+// train.precision as the model's working precision.
+inline kernels::Precision PrecisionOf(const TrainSpec& t) {
+  return t.precision == "bf16"   ? kernels::Precision::kBf16
+         : t.precision == "fp16" ? kernels::Precision::kFp16
+                                 : kernels::Precision::kFp32;
+}
 
 // A run of the flat parameter buffer [flat_begin, flat_end) that a rank owns, stored at
 // `local` in its compact shard buffers (gradients, m, v and, under ZeRO 3, parameters).

@@ -102,6 +102,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     }
   }
   t->model_->set_recompute(spec.recompute());
+  t->model_->set_precision(PrecisionOf(spec.train));
+  if (spec.train.precision == "fp16") t->scaler_ = LossScaler(spec.train.loss_scale, spec.train.loss_scale_window);
   if (sharded) {
     t->model_->set_tp_comm(options.groups->tp);
     if (pp > 1) {
@@ -158,6 +160,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                         ", the job spec has ", spec.train.seed));
     }
     t->start_step_ = st.step;
+    if (st.loss_scale) t->scaler_.Restore(*st.loss_scale);
     ASSIGN_OR_RETURN(CheckpointLayout was, ReadCheckpointLayout(*from));
     if (t->speaker()) {
       std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d x tp %d x pp %d, ZeRO %d)\n",
@@ -216,7 +219,7 @@ StepReport Trainer::Step(int64_t step) {
       // process with accum*dp micro-batches reads. (Every shard of a replica reads its windows.)
       train_loader_->Fill((step * accum + micro) * dp + rank, inputs_.data(), targets_.data());
       engine_->BeginMicroBatch(micro, accum);
-      loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, 1.0f / accum);
+      loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum);
     }
   }
   if (comm_status_.ok()) comm_status_ = model_->comm_status();
@@ -226,11 +229,16 @@ StepReport Trainer::Step(int64_t step) {
   const model::ModelShard& sh = model_->shard();
   if (groups_ && !(sh.last() && sh.tp_rank == 0)) loss = 0;
   const double lr = LearningRate(spec_.train, step);
-  auto result = engine_->FinishStep(loss, lr, static_cast<int>(step + 1), spec_.train.grad_clip);
+  // AdamW's step count: the updates applied so far (a step skipped for an fp16 overflow is
+  // not one), plus this one.
+  const int64_t applied = step - scaler_.state().skipped_steps;
+  const float scale = scaler_.scale();
+  auto result = engine_->FinishStep(loss, lr, static_cast<int>(applied + 1), spec_.train.grad_clip, scale);
   if (!result.ok()) {
     comm_status_ = result.status();
     return StepReport{};
   }
+  scaler_.Update(result->skipped);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const StepTiming timing = engine_->TakeTiming();
   StepReport r;
@@ -245,6 +253,11 @@ StepReport Trainer::Step(int64_t step) {
   r.compute_seconds = std::max(0.0, secs - timing.exposed_comm - timing.optimizer);
   r.comm_busy_seconds = timing.comm_busy;
   r.bubble = bubble;
+  if (scaler_.enabled()) {
+    r.loss_scale = scale;
+    r.skipped = result->skipped;
+    r.skipped_steps = scaler_.state().skipped_steps;
+  }
   return r;
 }
 
@@ -281,7 +294,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
         break;
       case PipeOp::kForward: {
         train_loader_->Fill((step * accum + op.micro) * dp + rank, inputs_.data(), targets_.data());
-        const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, 1.0f / accum);
+        const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum);
         if (sh.last()) loss += l;
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
         break;
@@ -365,7 +378,7 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
   RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts).status());
   RETURN_IF_ERROR(barrier());  // every part is written
   if (rank != 0) return absl::OkStatus();  // rank 0 publishes the directory they share
-  RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, Layout(), world_size(),
+  RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, StateAt(step), Layout(), world_size(),
                                           options_.checkpoint_cuts));
   ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));
@@ -375,13 +388,25 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
 
 Trainer::~Trainer() = default;
 
+CheckpointState Trainer::StateAt(int64_t step) {
+  CheckpointState st;
+  st.step = step;
+  st.seed = spec_.train.seed;
+  if (!scaler_.enabled()) return st;
+  std::lock_guard<std::mutex> l(scale_mu_);
+  auto it = scale_at_.find(step);
+  st.loss_scale = it != scale_at_.end() ? it->second : scaler_.state();
+  scale_at_.erase(scale_at_.begin(), it);  // older steps' are written
+  return st;
+}
+
 absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces) {
   namespace fs = std::filesystem;
   const int rank = world_rank();
   if (options_.on_checkpoint_part) {  // to the shard servers, from memory
     std::vector<CheckpointFile> files = CheckpointPartFiles(rank, model_->tensors(), pieces, options_.checkpoint_cuts);
     if (rank == 0) {
-      for (auto& f : CheckpointManifestFiles(spec_.model, {step, spec_.train.seed}, Layout(), world_size(),
+      for (auto& f : CheckpointManifestFiles(spec_.model, StateAt(step), Layout(), world_size(),
                                              options_.checkpoint_cuts)) {
         files.push_back(std::move(f));
       }
@@ -397,7 +422,7 @@ absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>
   ASSIGN_OR_RETURN(std::vector<std::string> files,
                    WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts));
   if (rank == 0) {
-    RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, {step, spec_.train.seed}, Layout(), world_size(),
+    RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, StateAt(step), Layout(), world_size(),
                                             options_.checkpoint_cuts));
     files.push_back("manifest.json");
     files.push_back("config.json");
@@ -447,8 +472,12 @@ absl::Status Trainer::Run() {
     if (options_.print_losses) {
       Print(absl::StrFormat("step %ld loss %.9g", static_cast<long>(r.step), r.loss));
     } else {
-      Print(FormatStepLine({r.step, s.train.steps, r.loss, r.lr, r.grad_norm, r.seconds, r.tokens_per_second,
-                            r.compute_seconds, r.comm_seconds, r.optimizer_seconds}));
+      StepLine line{r.step, s.train.steps, r.loss, r.lr, r.grad_norm, r.seconds, r.tokens_per_second,
+                    r.compute_seconds, r.comm_seconds, r.optimizer_seconds};
+      line.loss_scale = r.loss_scale;
+      line.skipped = r.skipped;
+      line.skipped_steps = r.skipped_steps;
+      Print(FormatStepLine(line));
     }
     const bool last = r.step == s.train.steps;
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
@@ -457,6 +486,10 @@ absl::Status Trainer::Run() {
     if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
       const auto c0 = std::chrono::steady_clock::now();
       const bool async = options_.on_checkpoint_part || world_size() == 1;
+      if (scaler_.enabled()) {  // the scaler's state as of this step, for the writer
+        std::lock_guard<std::mutex> l(scale_mu_);
+        scale_at_[r.step] = scaler_.state();
+      }
       if (async) {
         ASSIGN_OR_RETURN(std::vector<CheckpointPiece> live, engine_->CheckpointPieces());
         RETURN_IF_ERROR(writer_->Snapshot(r.step, live));

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "worker/train/checkpoint_writer.h"
 #include "worker/train/console.h"
 #include "worker/train/device.h"
+#include "worker/train/loss_scale.h"
 #include "spec/job_spec.h"
 #include "worker/parallel/groups.h"
 #include "worker/train/optimizer.h"
@@ -94,6 +96,11 @@ struct StepReport {
   // Pipeline parallel: the fraction of the pipeline's time (the slowest stage's schedule) this stage did not compute
   // (waiting for its neighbours), next to (p - 1) / (m + p - 1) for balanced stages.
   double bubble = 0;
+  // fp16 loss scaling (0 and false otherwise): the scale this step's loss was multiplied by,
+  // whether an inf or NaN in its gradients skipped its update, and the steps skipped so far.
+  double loss_scale = 0;
+  bool skipped = false;
+  int64_t skipped_steps = 0;
 };
 
 class Trainer {
@@ -137,7 +144,12 @@ class Trainer {
   int slots_ = 1;
   std::unique_ptr<kernels::Backend> backend_;  // the model's, unless cpu (before model_: outlives it)
   std::unique_ptr<model::GPT> model_;
-  parallel::SoloCommunicator solo_;  // the group of one process when options.comm is null
+  parallel::SoloCommunicator solo_;
+  LossScaler scaler_;  // fp16: dynamic loss scaling (disabled otherwise)
+  // fp16: the scaler's state at each checkpoint step not yet written (the writer thread reads it).
+  std::mutex scale_mu_;
+  std::map<int64_t, LossScaleState> scale_at_;
+  CheckpointState StateAt(int64_t step);  // the group of one process when options.comm is null
   std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first
   // Device runs: the host model and AdamW state take the device's (checkpoints, the end).
   float EvalLoss(int B, int T);

@@ -311,6 +311,7 @@ void ZeroEngine::SubmitGather(const Bucket& b, const float* piece, size_t len) {
 
 void ZeroEngine::BeginMicroBatch(int micro, int accum) {
   micro_ = micro;
+  last_unit_ = -1;
   last_micro_ = micro == accum - 1;
   for (Bucket& b : buckets_) b.pending = b.units;
 }
@@ -318,17 +319,54 @@ void ZeroEngine::BeginMicroBatch(int micro, int accum) {
 float* ZeroEngine::AcquireParams(int unit) {
   if (stage_ < 3) return model_->params() + model_->unit_begin(unit);
   Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
-  if (b.gathered_refs++ > 0) return b.gathered;
+  // The model walks its units up in forward and down in backward: the next one this way.
+  const int prev = last_unit_;
+  last_unit_ = unit;
+  const int next = prev < 0 || unit > prev ? unit + 1 : unit - 1;
+  // A failure is kept by the thread and answered by FinishStep; forward goes on with
+  // whatever the buffer holds until then.
+  if (b.prefetched) {  // on its way: the prefetch's reference becomes this one
+    b.prefetched = false;
+    ++prefetch_hits_;
+    (void)Wait(b.ticket);
+  } else if (b.gathered_refs > 0) {  // held, and whole: its first acquirer waited
+    ++b.gathered_refs;
+  } else {
+    StartGather(b);
+    (void)Wait(b.ticket);
+  }
+  if (prefetch_ && unit != prev) Prefetch(next);
+  NotePeak();
+  return b.gathered;
+}
+
+void ZeroEngine::StartGather(Bucket& b) {
   OrderForComm();  // queued work may still read the buffer the pool hands out
   b.gathered = pool_.Take(b.piece * dp_, &model_->backend());
+  b.gathered_refs = 1;
   const float* in = param_shard_.data() + b.local;
   float* out = b.gathered;
   const size_t piece = b.piece;
-  // A failure is kept by the thread and answered by FinishStep; forward goes on with
-  // whatever the buffer holds until then.
-  (void)Wait(comm_->Submit([in, out, piece](parallel::Communicator& c) { return c.AllGather(in, out, piece); }));
-  NotePeak();
-  return b.gathered;
+  b.ticket = comm_->Submit([in, out, piece](parallel::Communicator& c) { return c.AllGather(in, out, piece); });
+}
+
+void ZeroEngine::Prefetch(int unit) {
+  if (unit < 0 || unit >= model_->num_units()) return;
+  Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
+  if (b.prefetched || b.gathered_refs > 0) return;
+  StartGather(b);
+  b.prefetched = true;
+}
+
+void ZeroEngine::DropPrefetches() {
+  for (Bucket& b : buckets_) {
+    if (!b.prefetched) continue;
+    b.prefetched = false;
+    if (--b.gathered_refs == 0) {
+      pool_.Give(b.gathered);
+      b.gathered = nullptr;
+    }
+  }
 }
 
 void ZeroEngine::ReleaseParams(int unit) {
@@ -421,8 +459,10 @@ void ZeroEngine::LaunchBucket(int k) {
   }
 }
 
-absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss, double lr, int step, double grad_clip) {
+absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss, double lr, int step, double grad_clip,
+                                                               float loss_scale) {
   if (comm_) RETURN_IF_ERROR(WaitAll());
+  DropPrefetches();  // gathered before this update: stale after it
   kernels::Backend& be = model_->backend();
   const size_t n = model_->num_params();
   // Squares of the gradients this rank holds: all of them (stage 0, identical on every
@@ -451,9 +491,18 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     sum_sq = sums[0];
     r.loss = sums[1];
   }
-  r.grad_norm = std::sqrt(sum_sq);
+  // Unscaled: the scale is a power of 2, so the norm of the unscaled gradients is exactly
+  // this one times 1/scale, and scaling each gradient once by coef/scale rounds as
+  // GradScaler's unscale (exact) followed by the clip does.
+  const float inv_scale = 1.0f / loss_scale;
+  r.grad_norm = std::sqrt(sum_sq) * inv_scale;
+  if (loss_scale != 1.0f && !std::isfinite(sum_sq)) {
+    r.skipped = true;
+    NotePeak();
+    return r;
+  }
   const auto t_opt = Clock::now();
-  const float coef = kernels::clip_coefficient(r.grad_norm, static_cast<float>(grad_clip));
+  const float coef = kernels::clip_coefficient(r.grad_norm, static_cast<float>(grad_clip)) * inv_scale;
   using I = AdamW::Index;
   float* params = model_->params();
   if (remote_ != nullptr) {
@@ -464,7 +513,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     for (const ShardSegment& sg : own_) {
       float* g = stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin;
       const size_t len = sg.flat_end - sg.flat_begin;
-      if (coef < 1.0f) be.Scale(g, static_cast<int64_t>(len), coef);
+      if (coef != 1.0f) be.Scale(g, static_cast<int64_t>(len), coef);
       const float* push = g;
       FloatBuffer host;
       if (peer_) {  // the servers' client reads host memory
@@ -484,15 +533,15 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     return r;
   }
   if (stage_ == 0) {
-    if (coef < 1.0f) be.Scale(model_->grads(), static_cast<int64_t>(n), coef);
+    if (coef != 1.0f) be.Scale(model_->grads(), static_cast<int64_t>(n), coef);
     opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
   } else if (stage_ == 1) {
     for (const ShardSegment& s : opt_->segments()) {
-      if (coef < 1.0f) be.Scale(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);
+      if (coef != 1.0f) be.Scale(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);
     }
     opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
   } else {
-    if (coef < 1.0f) be.Scale(grad_shard_.data(), static_cast<int64_t>(local_size_), coef);
+    if (coef != 1.0f) be.Scale(grad_shard_.data(), static_cast<int64_t>(local_size_), coef);
     if (stage_ == 2) {
       opt_->Step(params, I::kFlat, grad_shard_.data(), I::kLocal, lr, step);
     } else {

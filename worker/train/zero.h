@@ -12,7 +12,9 @@
 //   stage 2  as 1, and only the own gradient pieces are kept: backward writes a bucket into
 //            a working buffer that is reduce-scattered (every micro-batch) and given back
 //   stage 3  as 2, and only the own parameter pieces are kept: each unit is all-gathered
-//            just before its forward and its backward and released after
+//            before its forward and its backward and released after; acquiring a unit
+//            launches the gather of the next one in the same direction (up in forward,
+//            down in backward), which runs while this one computes (prefetch)
 //
 // Reductions run on a communication thread while backward goes on (overlap). On a backend
 // the host cannot address (cuda, cuda-emulated) the thread's staging and elementwise work
@@ -130,13 +132,23 @@ class ZeroEngine final : public model::ParamHost {
   void BeginMicroBatch(int micro, int accum);
   struct StepResult {
     double loss = 0, grad_norm = 0;
+    bool skipped = false;  // loss scaling: the gradients held an inf or NaN, nothing was updated
   };
   // After the last micro-batch: waits for the reductions, averages loss and gradients over
-  // the group, clips to grad_clip (0: off), runs AdamW (step is 1-based) and brings every
-  // rank's parameters up to date.
-  absl::StatusOr<StepResult> FinishStep(double local_loss, double lr, int step, double grad_clip);
+  // the group, unscales them (loss_scale: what the loss was multiplied by, a power of 2),
+  // clips to grad_clip (0: off), runs AdamW (step is 1-based: the updates applied so far + 1)
+  // and brings every rank's parameters up to date. With loss scaling (loss_scale != 1), a
+  // gradient holding an inf or NaN on any rank (the global norm is not finite, the same on
+  // every rank) skips the update on every rank: `skipped`, parameters and state untouched.
+  absl::StatusOr<StepResult> FinishStep(double local_loss, double lr, int step, double grad_clip,
+                                        float loss_scale = 1.0f);
   // The timing since the last call.
   StepTiming TakeTiming();
+  // ZeRO 3: gather the next unit while the current one computes (on by default; off for
+  // the paired benchmark, bench/zero3_prefetch_bench.cc).
+  void set_prefetch(bool on) { prefetch_ = on; }
+  // Stage 3: acquisitions that found their unit's gather already launched (by a prefetch).
+  int64_t prefetch_hits() const { return prefetch_hits_; }
   MemoryAccount memory() const;
   // Bytes of params + grads + optimizer state the ZeRO formula predicts per rank.
   static size_t PredictedModelStateBytes(size_t num_params, int stage, int dp);
@@ -156,6 +168,8 @@ class ZeroEngine final : public model::ParamHost {
     float* work = nullptr;      // stage 2/3: this micro-batch's gradients of the bucket
     float* gathered = nullptr;  // stage 3: the gathered parameters
     int gathered_refs = 0;
+    bool prefetched = false;    // stage 3: gathered ahead, not acquired yet (holds one ref)
+    uint64_t ticket = 0;        // the prefetch's gather
     size_t size() const { return end - begin; }
   };
   // Working buffers reused across steps (taken and given from both threads), in the model's
@@ -179,6 +193,13 @@ class ZeroEngine final : public model::ParamHost {
 
   ZeroEngine() = default;
   void LaunchBucket(int k);
+  // Stage 3: takes a buffer for b's gathered parameters (one reference) and queues the
+  // all-gather (b.ticket).
+  void StartGather(Bucket& b);
+  // Stage 3: starts gathering unit's parameters unless they are held or on their way.
+  void Prefetch(int unit);
+  // Stage 3: prefetched units nobody acquired are given back (before an update makes them stale).
+  void DropPrefetches();
   // Queues the all-gather of bucket b from this rank's piece (len elements, padded when the
   // last piece is short) into the model's parameters.
   void SubmitGather(const Bucket& b, const float* piece, size_t len);
@@ -230,6 +251,9 @@ class ZeroEngine final : public model::ParamHost {
   std::deque<uint64_t> in_flight_;  // stage 2/3: tickets of launched bucket reductions
   int micro_ = 0;
   bool last_micro_ = true;
+  bool prefetch_ = true;
+  int last_unit_ = -1;  // stage 3: the unit acquired last this micro-batch (the direction)
+  int64_t prefetch_hits_ = 0;
   StepTiming timing_;
   size_t peak_ = 0;
 };
