@@ -46,7 +46,7 @@ def main():
         args = ["--n-layer", str(L), "--n-embd", str(C), "--n-head", str(H), "--seq-len", str(T),
                 "--vocab", str(V), "--batch", str(B), "--steps", str(a.steps), "--threads", str(a.threads)]
         gs, ts, fs = [], [], []
-        prec = ["--precision", a.precision]
+        prec = ["--precision", a.precision] if a.precision != "fp32" else []  # (older builds know no flag)
         for i in range(a.repeats):  # alternate, so a slow spell of the machine hits both
             ours = lambda: gs.append(run([os.path.join(a.build, "bench", "train_bench")] + args + prec, env))
             theirs = lambda: ts.append(run([sys.executable, os.path.join(HERE, "torch_gpt2.py"), "bench"] + args + prec,

@@ -98,11 +98,14 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
     return FieldError("parallel.schedule", absl::StrCat("'", s.parallel.schedule, "' is not 1f1b or gpipe"));
   }
   const bool model_parallel = s.parallel.tp > 1 || s.parallel.pp > 1;
-  if (model_parallel && s.parallel.zero_stage > 1) {
+  if (s.parallel.pp > 1 && s.parallel.zero_stage > 1) {
+    // As DeepSpeed: stages 2 and 3 reduce (and 3 gathers) every micro-batch, which the
+    // pipeline's schedule interleaves across stages.
     return FieldError("parallel.zero_stage",
-                      absl::StrCat("is ", s.parallel.zero_stage, " with tp ", s.parallel.tp, " x pp ", s.parallel.pp,
-                                   ": tensor and pipeline parallel shards run with ZeRO 0 or 1 (stages 2 and 3 "
-                                   "are for data parallelism alone)"));
+                      absl::StrCat("is ", s.parallel.zero_stage, " with pp ", s.parallel.pp,
+                                   ": pipeline stages run with ZeRO 0 or 1 (stages 2 and 3 reduce and gather every "
+                                   "micro-batch, which the pipeline schedule interleaves); tensor parallelism takes "
+                                   "any stage"));
   }
   if (model_parallel && s.optimizer.placement != "worker") {
     return FieldError("optimizer.placement", "shardserver runs with data parallelism alone (tp and pp must be 1)");

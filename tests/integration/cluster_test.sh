@@ -43,9 +43,9 @@ check "a job that cannot fit its workers is refused at submit, saying why" bash 
   "! '$CLI' submit '$TMP/huge.yaml' 2>'$TMP/huge.err' && grep -q 'FAILED_PRECONDITION: the job needs .* GB per worker (parameters' '$TMP/huge.err' && \
    grep -q 'gantry plan JOB.yaml' '$TMP/huge.err' && '$CLI' plan '$TMP/huge.yaml' | grep -q 'activations'"
 
-{ cat "$TMP/example.yaml"; echo "parallel: {tp: 2, zero_stage: 3}"; } >"$TMP/tp.yaml"
-check "tensor parallelism with ZeRO 3 is refused at submit, saying why" bash -c \
-  "! '$CLI' submit '$TMP/tp.yaml' 2>'$TMP/tp.err' && grep -q 'parallel.zero_stage. is 3 with tp 2 x pp 1: tensor and pipeline parallel shards run with ZeRO 0 or 1' '$TMP/tp.err'"
+{ cat "$TMP/example.yaml"; echo "parallel: {pp: 2, zero_stage: 3}"; } >"$TMP/pp.yaml"
+check "pipeline parallelism with ZeRO 3 is refused at submit, saying why" bash -c \
+  "! '$CLI' submit '$TMP/pp.yaml' 2>'$TMP/pp.err' && grep -q 'parallel.zero_stage. is 3 with pp 2: pipeline stages run with ZeRO 0 or 1' '$TMP/pp.err'"
 
 "$CLI" submit "$TMP/example.yaml" --wait >"$TMP/watch.txt"; rc=$?
 check "example job watched to SUCCEEDED" bash -c "[ $rc -eq 0 ] && grep -q 'j-000001 SUCCEEDED' '$TMP/watch.txt' && grep -q 'step    30/30' '$TMP/watch.txt'"

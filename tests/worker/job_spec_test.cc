@@ -121,6 +121,12 @@ TEST(JobSpecTest, IncoherentParallelSpecsAreRefusedWithTheReason) {
   EXPECT_NE(w.find("'resources.workers' 3 workers asked for, but the parallel degrees need dp 4 x tp 1 x pp 1 = 4"), std::string::npos) << w;
   EXPECT_NE(Error(With("parallel: {bucket_mb: 0}\n")).find("'parallel.bucket_mb' must be > 0"), std::string::npos);
   EXPECT_NE(Error(With("parallel: {zero_stage: 4}\n")).find("'parallel.zero_stage' must be 0, 1, 2 or 3"), std::string::npos);
+  // ZeRO 2 and 3 shard a tensor-parallel shard's state too (as FSDP with TP); pipeline stages
+  // keep to 0 and 1.
+  EXPECT_TRUE(ParseJobSpec(With("parallel: {tp: 2, zero_stage: 3}\n")).ok());
+  EXPECT_TRUE(ParseJobSpec(With("parallel: {tp: 2, zero_stage: 2}\n")).ok());
+  EXPECT_NE(Error(With("parallel: {pp: 2, zero_stage: 2}\n")).find("'parallel.zero_stage' is 2 with pp 2: pipeline stages run with ZeRO 0 or 1"),
+            std::string::npos);
   EXPECT_NE(Error(With("optimizer: {placement: gpu}\n")).find("'gpu' is not worker or shardserver"), std::string::npos);
 }
 

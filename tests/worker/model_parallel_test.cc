@@ -315,7 +315,7 @@ TEST_F(ModelParallelTest, Bf16LayoutsGiveOneProcessLossesWithinBf16Tolerance) {
     Layout l;
     int zero;
   };
-  for (Case c : {Case{{2, 1, 1}, 1}, Case{{2, 1, 1}, 3}, Case{{2, 2, 1}, 1}, Case{{2, 2, 2}, 1}}) {
+  for (Case c : {Case{{2, 1, 1}, 1}, Case{{2, 1, 1}, 3}, Case{{2, 2, 1}, 3}, Case{{2, 2, 2}, 1}}) {
     const std::string what = absl::StrCat("bf16 dp ", c.l.dp, " tp ", c.l.tp, " pp ", c.l.pp, " ZeRO ", c.zero);
     const Result many = Run(c.l, c.zero);
     ASSERT_EQ(many.losses.size(), one.losses.size()) << what;
@@ -325,6 +325,19 @@ TEST_F(ModelParallelTest, Bf16LayoutsGiveOneProcessLossesWithinBf16Tolerance) {
       EXPECT_LE(std::fabs(many.losses[i] - one.losses[i]), tol) << what << " step " << i + 1;
     }
     if (std::getenv("GANTRY_VERBOSE")) std::printf("%s: worst %.3g (bf16 vs fp32 %.3g)\n", what.c_str(), worst, parted);
+    for (const auto& r : many.replicated) EXPECT_EQ(r, many.replicated[0]) << what;
+  }
+}
+
+// ZeRO 2 and 3 over the data-parallel replicas of tensor-parallel shards (FSDP with TP, as
+// torchtitan runs it): each shard's gradients reduce-scattered and its parameters gathered
+// over its dp group, the norm counting each tensor once over the shards.
+TEST_F(ModelParallelTest, TensorParallelShardsTakeZeroTwoAndThree) {
+  const Result one = Run({1, 1, 1}, 0);
+  for (int zero : {2, 3}) {
+    const std::string what = absl::StrCat("dp 2 tp 2 ZeRO ", zero);
+    const Result many = Run({2, 2, 1}, zero);
+    ExpectClose(many.losses, one.losses, what);
     for (const auto& r : many.replicated) EXPECT_EQ(r, many.replicated[0]) << what;
   }
 }

@@ -474,8 +474,15 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     std::vector<std::pair<size_t, size_t>> own;
     for (const ShardSegment& s : own_) own.push_back({s.flat_begin, s.flat_end});
     sum_sq = CountedSquares(model_->grads(), own);
-  } else {
+  } else if (counted_.size() == 1 && counted_[0] == std::pair<size_t, size_t>{0, n}) {
     sum_sq = be.SumSquares(grad_shard_.data(), static_cast<int64_t>(local_size_));
+  } else {  // a tensor-parallel shard: its own pieces of the tensors it speaks for
+    for (const ShardSegment& s : own_) {
+      for (const auto& [cb, ce] : counted_) {
+        const size_t lo = std::max(s.flat_begin, cb), hi = std::min(s.flat_end, ce);
+        if (lo < hi) sum_sq += be.SumSquares(grad_shard_.data() + s.local + (lo - s.flat_begin), static_cast<int64_t>(hi - lo));
+      }
+    }
   }
   StepResult r;
   r.loss = local_loss;
