@@ -152,6 +152,7 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
       line.loss_scale = r.loss_scale();
       line.skipped = r.skipped();
       line.skipped_steps = r.skipped_steps();
+      line.offload_bytes = static_cast<double>(r.offload_bytes());
       std::printf("%s\n", FormatStepLine(line).c_str());
       if (first_step < 0) first_step = r.step();
       if (tty && job.steps_total() > 0) {

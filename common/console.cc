@@ -13,6 +13,7 @@ std::string FormatStepLine(const StepLine& s) {
     line += absl::StrFormat(" | scale %g skipped %d%s", s.loss_scale, s.skipped_steps,
                             s.skipped ? " (overflow: step skipped)" : "");
   }
+  if (s.offload_bytes > 0) line += absl::StrFormat(" | offload %.1f MB", s.offload_bytes / 1e6);
   if (!std::isnan(s.val_loss)) line += absl::StrFormat(" | val loss %.4f", s.val_loss);
   return line;
 }

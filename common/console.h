@@ -19,6 +19,7 @@ struct StepLine {
   double loss_scale = 0;
   bool skipped = false;
   int64_t skipped_steps = 0;
+  double offload_bytes = 0;  // optimizer offload, shown when > 0: "| offload 1.2 MB"
 };
 
 // "step    12/2500 | loss 5.474583 | lr 6.00e-05 | norm 4.7321 |    34.7 ms | 22154 tok/s |

@@ -124,6 +124,14 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
                       "with shardserver, or placement worker with zero_stage 3");
   }
   if (s.optimizer.staleness < 0) return FieldError("optimizer.staleness", "must be >= 0 (0 = synchronous)");
+  if (s.optimizer.offload != "none" && s.optimizer.offload != "cpu") {
+    return FieldError("optimizer.offload", absl::StrCat("is '", s.optimizer.offload, "': none or cpu"));
+  }
+  if (s.optimizer.offload == "cpu" && (s.parallel.zero_stage < 1 || s.optimizer.placement != "worker")) {
+    return FieldError("optimizer.offload",
+                      "cpu offloads a ZeRO rank's shard of the optimizer: it needs parallel.zero_stage 1, 2 or 3 and "
+                      "optimizer.placement worker");
+  }
   if (s.optimizer.staleness > 0 && s.optimizer.placement != "shardserver") {
     return FieldError("optimizer.staleness", "applies to optimizer.placement shardserver only");
   }
@@ -247,7 +255,9 @@ std::string ToYaml(const JobSpec& s) {
     kv("dp", s.parallel.dp), kv("tp", s.parallel.tp), kv("pp", s.parallel.pp), kv("zero_stage", s.parallel.zero_stage);
     kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
   });
-  section("optimizer", [&] { kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness); });
+  section("optimizer", [&] {
+    kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness), kv("offload", s.optimizer.offload);
+  });
   section("resources", [&] { kv("workers", s.resources.workers), kv("device", s.resources.device); });
   section("scheduling", [&] { kv("priority", s.scheduling.priority), kv("max_restarts", s.scheduling.max_restarts); });
   if (s.elastic.enabled()) section("elastic", [&] { kv("min_dp", s.elastic.min_dp), kv("max_dp", s.elastic.max_dp); });
@@ -319,7 +329,9 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
                          {"timeout_s", Real(&s.parallel.timeout_s)},
                          {"schedule", Str(&s.parallel.schedule)}})},
-       {"optimizer", sub({{"placement", Str(&s.optimizer.placement)}, {"staleness", Int(&s.optimizer.staleness)}})},
+       {"optimizer", sub({{"placement", Str(&s.optimizer.placement)},
+                          {"staleness", Int(&s.optimizer.staleness)},
+                          {"offload", Str(&s.optimizer.offload)}})},
        {"resources", sub({{"workers", Int(&s.resources.workers)}, {"device", Str(&s.resources.device)}})},
        {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},
        {"elastic", sub({{"min_dp", Int(&s.elastic.min_dp)}, {"max_dp", Int(&s.elastic.max_dp)}})}}));

@@ -64,6 +64,9 @@ struct OptimizerSpec {
   // server mode: each shard server steps its range of the parameters).
   std::string placement = "worker";
   int staleness = 0;  // shardserver: how many steps behind the servers a worker's parameters may be
+  // ZeRO-Offload: "cpu" keeps a rank's fp32 master shard and AdamW's m and v in host memory
+  // and runs AdamW there (ZeRO 1-3, placement worker); "none" keeps them with the model.
+  std::string offload = "none";
   bool operator==(const OptimizerSpec&) const = default;
 };
 

@@ -16,7 +16,7 @@ const char* RecomputeName(model::Recompute r) {
 }
 }  // namespace
 
-Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp) {
+Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp, bool offload) {
   // Bytes per parameter: fp32 4 / 4 / 8 (m, v); mixed 2 / 2 (+4 accumulation) / 12 (master, m, v).
   const bool mixed = precision == Precision::kMixed;
   const double pb = mixed ? 2 : 4, gb = mixed ? (fp32_grad_accum ? 6 : 2) : 4, ob = mixed ? 12 : 8;
@@ -25,6 +25,10 @@ Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int ze
   p.optimizer = params * ob / (zero >= 1 ? d : 1);
   p.grads = params * gb / (zero >= 2 ? d : 1);
   p.params = params * pb / (zero >= 3 ? d : 1);
+  if (offload && zero >= 1) {
+    p.host = params * 16 / d;  // master, m, v and the gradients' staging, fp32
+    p.optimizer = 0;
+  }
   return p;
 }
 
@@ -76,7 +80,7 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
       const model::ModelShard shard = model::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
       RankPlan r{stage, tp_rank, 0, {}};
       for (const auto& t : model::ParameterLayout(*in.model, shard)) r.num_params += static_cast<double>(t.numel);
-      r.bytes = StateBytes(r.num_params, in.precision, in.fp32_grad_accum, in.zero, in.dp);
+      r.bytes = StateBytes(r.num_params, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer);
       r.bytes.activations = ActivationBytes(in, shard);
       ranks.push_back(r);
     }
@@ -106,7 +110,7 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
     // Pipeline: each micro-batch's activation forward and its gradient back, per boundary.
     p.pp_bytes = in.pp > 1 ? 2 * in.microbatches * s * b * h * act_bytes : 0;
   } else {
-    p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp);
+    p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer);
   }
   // Data parallelism: the gradients reduced (ring: 2(d-1)/d of them); ZeRO 3 also gathers the
   // parameters in forward and in backward (3(d-1)/d).
@@ -131,6 +135,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.recompute = spec.recompute();
   if (auto sched = ParseSchedule(spec.parallel.schedule); sched.ok()) in.schedule = *sched;
   in.fused_attention = spec.resources.device != "cpu";  // the cuda backends' default
+  in.offload_optimizer = spec.optimizer.offload == "cpu";
   return in;
 }
 
@@ -209,6 +214,7 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
     absl::StrAppend(&s, absl::StrFormat(" of %.1f GB: %s", in.device_memory / 1e9, p.fits ? "fits" : "DOES NOT FIT"));
   }
   absl::StrAppend(&s, "\n");
+  if (p.host > 0) absl::StrAppend(&s, "host memory (optimizer offload): ", gb(p.host), " per rank\n");
   absl::StrAppend(&s, absl::StrFormat("pipeline bubble: %.1f%% ((p-1)/(m+p-1) = %d/%d)\n", 100 * p.bubble, in.pp - 1,
                                       in.microbatches + in.pp - 1));
   absl::StrAppend(&s, "sent per GPU per step: data-parallel ", gb(p.dp_bytes), ", tensor-parallel ", gb(p.tp_bytes),

@@ -38,12 +38,16 @@ struct PlanInput {
   // the probabilities (B, NH, T, T).
   bool fused_attention = false;
   double device_memory = 0;                 // bytes per GPU; 0: unknown
+  // optimizer.offload cpu (ZeRO 1-3): the optimizer's share (master, m, v) in host memory,
+  // with a host copy of the rank's gradient shard to step it from.
+  bool offload_optimizer = false;
 };
 
 struct Plan {
   // Bytes per GPU: with a model shape, those of the rank that holds the most (per rank:
   // PlanRanks); with a parameter count alone, 1/(tp x pp) of the model's.
   double params = 0, grads = 0, optimizer = 0, activations = 0;
+  double host = 0;  // host memory per rank (offload: the optimizer's shard and its gradient staging)
   double model_state() const { return params + grads + optimizer; }
   double total() const { return model_state() + activations; }
   double bubble = 0;                         // (p - 1) / (m + p - 1)
@@ -66,8 +70,10 @@ struct RankPlan {
   Plan bytes;             // params, grads, optimizer, activations
 };
 absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in);  // stage-major
-// Model-state bytes per rank of `params` parameters (already split by tp x pp).
-Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp);
+// Model-state bytes per rank of `params` parameters (already split by tp x pp). offload: the
+// optimizer's shard in host memory (`host`): fp32 master, m and v, and the gradient shard's
+// host copy (4 bytes each per parameter of the shard); nothing of it on the device.
+Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp, bool offload = false);
 
 // The input a job spec describes (fp32: Gantry's training path).
 PlanInput PlanOfSpec(const JobSpec& spec);

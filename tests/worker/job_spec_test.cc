@@ -152,6 +152,14 @@ data: {train: t.bin}
   EXPECT_NE(Error(train(", loss_scale: 0.5")).find("'train.loss_scale' must be a power of 2, at least 1"),
             std::string::npos);
   EXPECT_NE(Error(train(", loss_scale_window: 0")).find("'train.loss_scale_window' must be >= 1"), std::string::npos);
+  auto off = ParseJobSpec(train("") + "parallel: {dp: 2, zero_stage: 2}\noptimizer: {offload: cpu}\n");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->optimizer.offload, "cpu");
+  EXPECT_EQ(ParseJobSpec(ToYaml(*off))->optimizer.offload, "cpu");
+  EXPECT_NE(Error(train("") + "optimizer: {offload: cpu}\n").find("'optimizer.offload' cpu offloads a ZeRO rank's shard"),
+            std::string::npos);
+  EXPECT_NE(Error(train("") + "optimizer: {offload: nvme}\n").find("'optimizer.offload' is 'nvme': none or cpu"),
+            std::string::npos);
   const std::string ps = Error(train(", precision: fp16") + "parallel: {dp: 2}\noptimizer: {placement: shardserver}\n");
   EXPECT_NE(ps.find("'train.precision' fp16 (loss scaling skips steps) runs with optimizer.placement worker"),
             std::string::npos)

@@ -26,6 +26,27 @@ TEST(PlannerTest, ModelStatesInMixedPrecisionAre16BytesAParameterAnd20WithFp32Ac
   EXPECT_NEAR(MakePlan(in)->model_state() / kGB, 1400, 1e-6);
 }
 
+// optimizer.offload cpu: the optimizer's share leaves the device for the host, with a host
+// copy of the gradient shard to step it from (fp32 master, m, v, gradients: 16 bytes a
+// parameter of the rank's 1/dp), and `gantry plan` says so.
+TEST(PlannerTest, OptimizerOffloadMovesTheOptimizersShareToTheHost) {
+  const Plan on = StateBytes(1e9, Precision::kFp32, false, 2, 4, /*offload=*/true);
+  const Plan off = StateBytes(1e9, Precision::kFp32, false, 2, 4);
+  EXPECT_DOUBLE_EQ(on.optimizer, 0);
+  EXPECT_DOUBLE_EQ(on.params, off.params);
+  EXPECT_DOUBLE_EQ(on.grads, off.grads);
+  EXPECT_DOUBLE_EQ(on.host, 1e9 * 16 / 4);
+  EXPECT_DOUBLE_EQ(StateBytes(1e9, Precision::kFp32, false, 0, 4, true).host, 0) << "ZeRO 0 has no shard to offload";
+  PlanInput in;
+  in.params = 1e9;
+  in.zero = 1;
+  in.dp = 2;
+  in.offload_optimizer = true;
+  auto p = MakePlan(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_NE(RenderPlan(in, *p).find("host memory (optimizer offload): "), std::string::npos) << RenderPlan(in, *p);
+}
+
 TEST(PlannerTest, TheZeroPapersExample) {
   PlanInput in;
   in.params = 7.5e9;

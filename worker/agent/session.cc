@@ -310,6 +310,7 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
     rep->set_loss_scale(r.loss_scale);
     rep->set_skipped(r.skipped);
     rep->set_skipped_steps(r.skipped_steps);
+    rep->set_offload_bytes(static_cast<int64_t>(r.offload_bytes));
     val->reset();
     if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
     if (!speaks) return !cancel.load() && !stop_->load();
@@ -319,6 +320,11 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
     registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
         .Observe(r.seconds);
     registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
+    if (r.offload_bytes > 0) {
+      registry_->GetCounter("gantry_worker_offload_bytes_total",
+                            "Bytes moved between host and device for the offloaded optimizer's updates.")
+          .Inc(static_cast<double>(r.offload_bytes));
+    }
     if (r.loss_scale > 0) {  // fp16
       registry_->GetGauge("gantry_worker_loss_scale", "fp16 dynamic loss scale of the last step.").Set(r.loss_scale);
       auto& skipped = registry_->GetCounter("gantry_worker_skipped_steps_total",

@@ -125,6 +125,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                   spec.optimizer.staleness,
                                                   sharded ? ZeroEngine::ModelParallel{options.groups->mp, options.groups->emb}
                                                           : ZeroEngine::ModelParallel{}));
+  if (spec.optimizer.offload == "cpu") RETURN_IF_ERROR(t->engine_->OffloadOptimizer());
   std::unique_ptr<CheckpointSource> local;
   CheckpointSource* from = options.resume_source;
   if (options.resume && from == nullptr) {
@@ -143,13 +144,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     // A ZeRO rank reads only its own pieces of the optimizer state, straight into AdamW's
     // buffers; parameter-server mode reads it whole, for the shard servers.
     CheckpointState st;
-    if (AdamW* opt = t->engine_->local_optimizer(); opt != nullptr && backend->host_addressable()) {
+    // (The optimizer's backend: the model's, or the host's when it is offloaded.)
+    if (AdamW* opt = t->engine_->local_optimizer(); opt != nullptr && opt->backend().host_addressable()) {
       ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
     } else if (opt != nullptr) {  // through host copies of m and v
       FloatBuffer m(opt->m().size()), v(opt->v().size());
       ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, m.data(), v.data(), &opt->segments()));
-      backend->CopyToDevice(opt->m().data(), m.data(), m.size() * sizeof(float));
-      backend->CopyToDevice(opt->v().data(), v.data(), v.size() * sizeof(float));
+      opt->backend().CopyToDevice(opt->m().data(), m.data(), m.size() * sizeof(float));
+      opt->backend().CopyToDevice(opt->v().data(), v.data(), v.size() * sizeof(float));
     } else {
       FloatBuffer m(n_params), v(n_params);
       ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, m.data(), v.data()));
@@ -252,6 +254,7 @@ StepReport Trainer::Step(int64_t step) {
   r.optimizer_seconds = timing.optimizer;
   r.compute_seconds = std::max(0.0, secs - timing.exposed_comm - timing.optimizer);
   r.comm_busy_seconds = timing.comm_busy;
+  r.offload_bytes = timing.offload_bytes;
   r.bubble = bubble;
   if (scaler_.enabled()) {
     r.loss_scale = scale;
@@ -477,6 +480,7 @@ absl::Status Trainer::Run() {
       line.loss_scale = r.loss_scale;
       line.skipped = r.skipped;
       line.skipped_steps = r.skipped_steps;
+      line.offload_bytes = static_cast<double>(r.offload_bytes);
       Print(FormatStepLine(line));
     }
     const bool last = r.step == s.train.steps;

@@ -101,6 +101,8 @@ struct StepReport {
   double loss_scale = 0;
   bool skipped = false;
   int64_t skipped_steps = 0;
+  // optimizer.offload: bytes this rank moved between host and device for its update.
+  size_t offload_bytes = 0;
 };
 
 class Trainer {

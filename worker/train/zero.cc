@@ -55,9 +55,44 @@ size_t ZeroEngine::Pool::allocated_bytes() const {
   return b;
 }
 
-size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp) {
+size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload) {
   // The planner's accounting for fp32 (params, grads, m, v), sharded by stage.
-  return static_cast<size_t>(StateBytes(static_cast<double>(num_params), Precision::kFp32, false, stage, dp).model_state());
+  return static_cast<size_t>(
+      StateBytes(static_cast<double>(num_params), Precision::kFp32, false, stage, dp, offload).model_state());
+}
+
+absl::Status ZeroEngine::OffloadOptimizer() {
+  if (stage_ < 1 || remote_ != nullptr) {
+    return absl::FailedPreconditionError("optimizer offload shards the optimizer: ZeRO stage 1-3, placement worker");
+  }
+  opt_ = std::make_unique<AdamW>(model_->tensors(), own_, local_size_, opt_config_, &kernels::CpuBackend());
+  host_master_.Assign(local_size_);
+  host_grads_.Assign(local_size_);
+  offload_ = true;
+  NotePeak();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> ZeroEngine::OffloadedStep(double lr, int step) {
+  kernels::Backend& be = model_->backend();
+  // The reduced (and clipped) gradient pieces: stage 1 in place in the model's gradients,
+  // stages 2 and 3 in the compact shard.
+  size_t bytes = 0;
+  for (const ShardSegment& s : own_) {
+    const size_t n = s.flat_end - s.flat_begin;
+    const float* g = stage_ == 1 ? model_->grads() + s.flat_begin : grad_shard_.data() + s.local;
+    be.CopyToHost(host_grads_.data() + s.local, g, n * sizeof(float));
+    bytes += n * sizeof(float);
+  }
+  RETURN_IF_ERROR(be.Synchronize());
+  opt_->Step(host_master_.data(), AdamW::Index::kLocal, host_grads_.data(), AdamW::Index::kLocal, lr, step);
+  float* params = stage_ == 3 ? param_shard_.data() : model_->params();
+  for (const ShardSegment& s : own_) {
+    const size_t n = s.flat_end - s.flat_begin;
+    be.CopyToDevice(params + (stage_ == 3 ? s.local : s.flat_begin), host_master_.data() + s.local, n * sizeof(float));
+    bytes += n * sizeof(float);
+  }
+  return bytes;
 }
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, parallel::Communicator* comm,
@@ -80,6 +115,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   }
   e->remote_ = remote;
   e->mp_ = mp;
+  e->opt_config_ = config;
   for (const model::ParamTensor& t : model->tensors()) {
     if (t.replica) continue;
     if (!e->counted_.empty() && e->counted_.back().second == t.offset) {
@@ -161,6 +197,14 @@ void ZeroEngine::Shard() {
     }
     model_->FreeParamBuffer();
   }
+  if (offload_) {  // the master pieces, from the parameters as loaded
+    kernels::Backend& be = model_->backend();
+    for (const ShardSegment& s : own_) {
+      const float* p = stage_ == 3 ? param_shard_.data() + s.local : model_->params() + s.flat_begin;
+      be.CopyToHost(host_master_.data() + s.local, p, (s.flat_end - s.flat_begin) * sizeof(float));
+    }
+    (void)be.Synchronize();  // an error surfaces at the first step
+  }
   if (stage_ >= 2) model_->FreeGradBuffer();
   NotePeak();
 }
@@ -207,6 +251,13 @@ absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
       at += pe - pb;
     }
     return HostPieces(std::move(out), /*state_on_device=*/false);
+  }
+  if (offload_) {  // the master pieces and their state, in host memory already
+    for (const Bucket& b : buckets_) {
+      const size_t pb = PieceBegin(b), pe = PieceEnd(b);
+      if (pb < pe) out.push_back({pb, pe, host_master_.data() + b.local, opt_->m().data() + b.local, opt_->v().data() + b.local});
+    }
+    return out;
   }
   for (const Bucket& b : buckets_) {
     const size_t pb = PieceBegin(b), pe = PieceEnd(b);
@@ -546,14 +597,20 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     for (const ShardSegment& s : opt_->segments()) {
       if (coef != 1.0f) be.Scale(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);
     }
-    opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
+    if (!offload_) opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
   } else {
     if (coef != 1.0f) be.Scale(grad_shard_.data(), static_cast<int64_t>(local_size_), coef);
-    if (stage_ == 2) {
+    if (offload_) {
+      // below
+    } else if (stage_ == 2) {
       opt_->Step(params, I::kFlat, grad_shard_.data(), I::kLocal, lr, step);
     } else {
       opt_->Step(param_shard_.data(), I::kLocal, grad_shard_.data(), I::kLocal, lr, step);
     }
+  }
+  if (offload_) {
+    ASSIGN_OR_RETURN(const size_t moved, OffloadedStep(lr, step));
+    timing_.offload_bytes += moved;
   }
   RETURN_IF_ERROR(be.Synchronize());  // the update done, before the gathers read it
   timing_.optimizer += Since(t_opt);
@@ -578,14 +635,15 @@ MemoryAccount ZeroEngine::memory() const {
   const size_t f = sizeof(float);
   m.params = (model_->has_param_buffer() ? model_->num_params() * f : 0) + param_shard_.size() * f;
   m.grads = (model_->has_grad_buffer() ? model_->num_params() * f : 0) + grad_shard_.size() * f;
-  m.optimizer = (opt_->m().size() + opt_->v().size()) * f;
+  m.optimizer = offload_ ? 0 : (opt_->m().size() + opt_->v().size()) * f;
+  if (offload_) m.host = (opt_->m().size() + opt_->v().size() + host_master_.size() + host_grads_.size()) * f;
   m.activations = model_->activation_bytes();
   m.working = pool_.allocated_bytes();
   m.peak = std::max(peak_, m.model_state() + m.activations + m.working);
   // Parameter-server mode: params and grads (ZeRO 2: a 1/dp shard of them); the optimizer
   // state is on the servers.
   const size_t pbytes = model_->num_params() * f;
-  m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_)
+  m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_, offload_)
                          : pbytes + (stage_ == 2 ? pbytes / static_cast<size_t>(dp_) : pbytes);
   return m;
 }

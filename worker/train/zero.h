@@ -67,6 +67,7 @@ struct MemoryAccount {
   size_t working = 0;                           // collective staging, gathered units, buckets
   size_t peak = 0;                              // the largest sum of all of the above seen
   size_t predicted = 0;  // the ZeRO formula for params + grads + optimizer at this stage and dp
+  size_t host = 0;       // optimizer offload: host memory (master, m, v, gradient staging)
   size_t model_state() const { return params + grads + optimizer; }
 };
 
@@ -75,6 +76,7 @@ struct StepTiming {
   double exposed_comm = 0;  // the training thread waiting on collectives
   double optimizer = 0;     // clipping and AdamW
   double comm_busy = 0;     // the communication thread's time in collectives (overlapped or not)
+  size_t offload_bytes = 0; // optimizer offload: bytes moved between host and device (gradients down, parameters up)
 };
 
 // Tensor and pipeline parallel (the model is a shard): mp joins the shards of one replica
@@ -110,7 +112,15 @@ class ZeroEngine final : public model::ParamHost {
   int dp() const { return dp_; }
   // Starts using the layout: stage 3 copies its parameter pieces out of the model and frees
   // the model's parameters, stages 2 and 3 free its gradients. Call after loading weights.
+  // With the optimizer offloaded, the host master shard is taken from the parameters here.
   void Shard();
+  // ZeRO-Offload (optimizer.offload: cpu; stages 1-3): this rank's fp32 master pieces and
+  // AdamW's m and v live in host memory and AdamW runs there (the cpu backend's kernel,
+  // multi-threaded); each step the reduced, clipped gradient pieces go to the host and the
+  // updated pieces come back into the model's parameters (ZeRO 3: its parameter shard). Call
+  // right after Create, before loading a checkpoint's state into local_optimizer().
+  absl::Status OffloadOptimizer();
+  bool offloaded() const { return offload_; }
   // Parameter-server mode: the optimizer state of the whole flat buffer (num_params each),
   // from a checkpoint, for StartRemote to send to the servers.
   void LoadOptimizerState(const float* m, const float* v);
@@ -151,7 +161,7 @@ class ZeroEngine final : public model::ParamHost {
   int64_t prefetch_hits() const { return prefetch_hits_; }
   MemoryAccount memory() const;
   // Bytes of params + grads + optimizer state the ZeRO formula predicts per rank.
-  static size_t PredictedModelStateBytes(size_t num_params, int stage, int dp);
+  static size_t PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload = false);
 
   // model::ParamHost
   float* AcquireParams(int unit) override;
@@ -240,6 +250,12 @@ class ZeroEngine final : public model::ParamHost {
   std::vector<int> unit_bucket_;
   size_t local_size_ = 0;
   std::unique_ptr<AdamW> opt_;
+  AdamWConfig opt_config_;
+  bool offload_ = false;
+  FloatBuffer host_master_, host_grads_;  // offload: this rank's pieces (compact), in host memory
+  // Offload: the update of the pieces on the host, between the device's gradients and
+  // parameters. Returns the bytes moved.
+  absl::StatusOr<size_t> OffloadedStep(double lr, int step);
   FloatBuffer remote_m_, remote_v_;  // parameter-server mode: resumed state to send, or a checkpoint's pieces
   // In the model's backend's memory, as its parameters and gradients are.
   kernels::DeviceBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
