@@ -203,7 +203,7 @@ void ZeroEngine::Shard() {
       const float* p = stage_ == 3 ? param_shard_.data() + s.local : model_->params() + s.flat_begin;
       be.CopyToHost(host_master_.data() + s.local, p, (s.flat_end - s.flat_begin) * sizeof(float));
     }
-    (void)be.Synchronize();  // an error surfaces at the first step
+    model_->Sync();  // a copy's error is kept in the model's status, which the first step answers
   }
   if (stage_ >= 2) model_->FreeGradBuffer();
   NotePeak();
