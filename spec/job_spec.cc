@@ -127,6 +127,14 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (s.optimizer.offload != "none" && s.optimizer.offload != "cpu") {
     return FieldError("optimizer.offload", absl::StrCat("is '", s.optimizer.offload, "': none or cpu"));
   }
+  if (s.parallel.offload_params != "none" && s.parallel.offload_params != "cpu") {
+    return FieldError("parallel.offload_params", absl::StrCat("is '", s.parallel.offload_params, "': none or cpu"));
+  }
+  if (s.parallel.offload_params == "cpu" && (s.parallel.zero_stage != 3 || s.optimizer.offload != "cpu")) {
+    return FieldError("parallel.offload_params",
+                      "cpu keeps ZeRO 3's parameter shard in host memory as the offloaded optimizer's fp32 master: it "
+                      "needs parallel.zero_stage 3 and optimizer.offload cpu");
+  }
   if (s.optimizer.offload == "cpu" && (s.parallel.zero_stage < 1 || s.optimizer.placement != "worker")) {
     return FieldError("optimizer.offload",
                       "cpu offloads a ZeRO rank's shard of the optimizer: it needs parallel.zero_stage 1, 2 or 3 and "
@@ -254,6 +262,7 @@ std::string ToYaml(const JobSpec& s) {
   section("parallel", [&] {
     kv("dp", s.parallel.dp), kv("tp", s.parallel.tp), kv("pp", s.parallel.pp), kv("zero_stage", s.parallel.zero_stage);
     kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
+    kv("offload_params", s.parallel.offload_params);
   });
   section("optimizer", [&] {
     kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness), kv("offload", s.optimizer.offload);
@@ -328,7 +337,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                          {"zero_stage", Int(&s.parallel.zero_stage)},
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
                          {"timeout_s", Real(&s.parallel.timeout_s)},
-                         {"schedule", Str(&s.parallel.schedule)}})},
+                         {"schedule", Str(&s.parallel.schedule)},
+                         {"offload_params", Str(&s.parallel.offload_params)}})},
        {"optimizer", sub({{"placement", Str(&s.optimizer.placement)},
                           {"staleness", Int(&s.optimizer.staleness)},
                           {"offload", Str(&s.optimizer.offload)}})},

@@ -56,6 +56,9 @@ struct ParallelSpec {
   double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
   double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default
   std::string schedule = "1f1b";  // pipeline schedule (pp > 1): 1f1b or gpipe
+  // ZeRO 3 with optimizer.offload cpu: "cpu" keeps the rank's parameter shard in host memory
+  // only (it is the offloaded fp32 master); each unit's piece goes to the device to be gathered.
+  std::string offload_params = "none";
   bool operator==(const ParallelSpec&) const = default;
 };
 

@@ -16,7 +16,8 @@ const char* RecomputeName(model::Recompute r) {
 }
 }  // namespace
 
-Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp, bool offload) {
+Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp, bool offload,
+                bool offload_params) {
   // Bytes per parameter: fp32 4 / 4 / 8 (m, v); mixed 2 / 2 (+4 accumulation) / 12 (master, m, v).
   const bool mixed = precision == Precision::kMixed;
   const double pb = mixed ? 2 : 4, gb = mixed ? (fp32_grad_accum ? 6 : 2) : 4, ob = mixed ? 12 : 8;
@@ -28,6 +29,7 @@ Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int ze
   if (offload && zero >= 1) {
     p.host = params * 16 / d;  // master, m, v and the gradients' staging, fp32
     p.optimizer = 0;
+    if (offload_params && zero >= 3) p.params = 0;  // the master is the shard
   }
   return p;
 }
@@ -80,7 +82,8 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
       const model::ModelShard shard = model::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
       RankPlan r{stage, tp_rank, 0, {}};
       for (const auto& t : model::ParameterLayout(*in.model, shard)) r.num_params += static_cast<double>(t.numel);
-      r.bytes = StateBytes(r.num_params, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer);
+      r.bytes = StateBytes(r.num_params, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer,
+                           in.offload_params);
       r.bytes.activations = ActivationBytes(in, shard);
       ranks.push_back(r);
     }
@@ -110,7 +113,7 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
     // Pipeline: each micro-batch's activation forward and its gradient back, per boundary.
     p.pp_bytes = in.pp > 1 ? 2 * in.microbatches * s * b * h * act_bytes : 0;
   } else {
-    p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer);
+    p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer, in.offload_params);
   }
   // Data parallelism: the gradients reduced (ring: 2(d-1)/d of them); ZeRO 3 also gathers the
   // parameters in forward and in backward (3(d-1)/d).
@@ -136,6 +139,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   if (auto sched = ParseSchedule(spec.parallel.schedule); sched.ok()) in.schedule = *sched;
   in.fused_attention = spec.resources.device != "cpu";  // the cuda backends' default
   in.offload_optimizer = spec.optimizer.offload == "cpu";
+  in.offload_params = spec.parallel.offload_params == "cpu";
   return in;
 }
 

@@ -41,6 +41,9 @@ struct PlanInput {
   // optimizer.offload cpu (ZeRO 1-3): the optimizer's share (master, m, v) in host memory,
   // with a host copy of the rank's gradient shard to step it from.
   bool offload_optimizer = false;
+  // parallel.offload_params cpu (ZeRO 3, with the optimizer offloaded): the parameter shard
+  // is the host's master; the device keeps none of it between units.
+  bool offload_params = false;
 };
 
 struct Plan {
@@ -73,7 +76,8 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in);  // stage-
 // Model-state bytes per rank of `params` parameters (already split by tp x pp). offload: the
 // optimizer's shard in host memory (`host`): fp32 master, m and v, and the gradient shard's
 // host copy (4 bytes each per parameter of the shard); nothing of it on the device.
-Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp, bool offload = false);
+Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp, bool offload = false,
+                bool offload_params = false);
 
 // The input a job spec describes (fp32: Gantry's training path).
 PlanInput PlanOfSpec(const JobSpec& spec);

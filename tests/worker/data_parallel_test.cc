@@ -41,7 +41,7 @@ class DataParallelTest : public ::testing::Test {
                           "train: {steps: " + std::to_string(steps_) + ", micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, "
                           "min_lr_ratio: 0.1, weight_decay: 0.1, grad_clip: 1.0, seed: 3" + train_extra_ + "}\n"
                           "parallel: {dp: " + std::to_string(dp) + ", zero_stage: " + std::to_string(zero) +
-                          ", bucket_mb: " + bucket_mb_ + "}\n" + extra);
+                          ", bucket_mb: " + bucket_mb_ + parallel_extra_ + "}\n" + extra);
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
@@ -134,7 +134,8 @@ class DataParallelTest : public ::testing::Test {
   std::function<std::unique_ptr<CheckpointSource>()> source_factory_;  // resume from it, per rank
   std::function<void(int rank, CheckpointSource*)> source_read_;       // after the rank's run
   std::string bucket_mb_ = "25";
-  std::string train_extra_;  // more of the train section, as ", key: value"
+  std::string train_extra_;     // more of the train section, as ", key: value"
+  std::string parallel_extra_;  // more of the parallel section, as ", key: value"
   testing::TempDir dir_;
 };
 
@@ -285,6 +286,20 @@ TEST_F(DataParallelTest, OptimizerOffloadTrainsBitForBitAndMovesTheStateToTheHos
     }
     EXPECT_GT(off.reports[0].offload_bytes, 0u);
   }
+  {  // ZeRO 3 with its parameter shard offloaded too: the device keeps no parameters between units
+    const Result plain = Run(2, 3);
+    parallel_extra_ = ", offload_params: cpu";
+    const Result both = Run(2, 3, offload);
+    parallel_extra_.clear();
+    EXPECT_EQ(both.losses, plain.losses);
+    EXPECT_EQ(both.params, plain.params);
+    ASSERT_EQ(both.memory.size(), 2u);
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(both.memory[r].params, 0u) << "rank " << r;
+      EXPECT_LE(std::fabs(static_cast<double>(both.memory[r].model_state()) / both.memory[r].predicted - 1), 0.10)
+          << "rank " << r;
+    }
+  }
   const std::string ckpt = "checkpoint: {every: 10, dir: " + dir_.File("ckpt") + "}\n";
   const Result full = Run(2, 2, ckpt + offload);
   std::filesystem::remove_all(dir_.File("ckpt"));
@@ -296,6 +311,17 @@ TEST_F(DataParallelTest, OptimizerOffloadTrainsBitForBitAndMovesTheStateToTheHos
   std::filesystem::remove_all(dir_.File("ckpt/step_00000020"));
   const Result plain = Run(2, 2, ckpt, 0, /*resume=*/true);  // the same checkpoint, not offloaded
   for (size_t i = 0; i < 10; ++i) EXPECT_EQ(plain.losses[i], full.losses[10 + i]) << "step " << 11 + i;
+  // ZeRO 3 with both offloads writes its checkpoint from the host and resumes from it.
+  std::filesystem::remove_all(dir_.File("ckpt"));
+  parallel_extra_ = ", offload_params: cpu";
+  const Result full3 = Run(2, 3, ckpt + offload);
+  std::filesystem::remove_all(dir_.File("ckpt"));
+  ASSERT_EQ(Run(2, 3, ckpt + offload, /*stop_after=*/10).losses.size(), 10u);
+  const Result resumed3 = Run(2, 3, ckpt + offload, 0, /*resume=*/true);
+  parallel_extra_.clear();
+  ASSERT_EQ(resumed3.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed3.losses[i], full3.losses[10 + i]) << "ZeRO 3 step " << 11 + i;
+  EXPECT_EQ(resumed3.params, full3.params);
 }
 
 TEST_F(DataParallelTest, ZeroCheckpointsResumeAtTheSameLayoutAndAsOneProcess) {

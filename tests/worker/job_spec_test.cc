@@ -160,6 +160,15 @@ data: {train: t.bin}
             std::string::npos);
   EXPECT_NE(Error(train("") + "optimizer: {offload: nvme}\n").find("'optimizer.offload' is 'nvme': none or cpu"),
             std::string::npos);
+  auto both = ParseJobSpec(train("") + "parallel: {dp: 2, zero_stage: 3, offload_params: cpu}\noptimizer: {offload: cpu}\n");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(ParseJobSpec(ToYaml(*both))->parallel.offload_params, "cpu");
+  EXPECT_NE(Error(train("") + "parallel: {dp: 2, zero_stage: 3, offload_params: cpu}\n")
+                .find("'parallel.offload_params' cpu keeps ZeRO 3's parameter shard in host memory"),
+            std::string::npos);
+  EXPECT_NE(Error(train("") + "parallel: {dp: 2, zero_stage: 2, offload_params: cpu}\noptimizer: {offload: cpu}\n")
+                .find("needs parallel.zero_stage 3 and optimizer.offload cpu"),
+            std::string::npos);
   const std::string ps = Error(train(", precision: fp16") + "parallel: {dp: 2}\noptimizer: {placement: shardserver}\n");
   EXPECT_NE(ps.find("'train.precision' fp16 (loss scaling skips steps) runs with optimizer.placement worker"),
             std::string::npos)

@@ -158,7 +158,7 @@ class ModelParallelTest : public ::testing::Test {
         "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
         "resources: {device: ", device_, "}\n", optimizer_,
         "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", zero_stage: ", zero, ", schedule: ", schedule_,
-        "}\n"));
+        parallel_extra_, "}\n"));
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
@@ -272,6 +272,7 @@ class ModelParallelTest : public ::testing::Test {
   std::string recompute_ = "none";
   std::string precision_ = "fp32";
   std::string optimizer_;  // an optimizer section, as "optimizer: {...}\n"
+  std::string parallel_extra_;  // more of the parallel section, as ", key: value"
   std::string ckpt_ = "ckpt";  // checkpoint.dir, under dir_
 };
 
@@ -408,6 +409,12 @@ TEST_F(ModelParallelTest, OptimizerOffloadOnCudaEmulatedMatchesAndShrinksTheDevi
   const Result off = Run({2, 1, 1}, 3);
   ASSERT_EQ(off.losses.size(), plain.losses.size());
   EXPECT_EQ(off.losses, plain.losses);
+  parallel_extra_ = ", offload_params: cpu";  // and ZeRO 3's parameter shard
+  const Result both = Run({2, 1, 1}, 3);
+  EXPECT_EQ(both.losses, plain.losses);
+  parallel_extra_.clear();
+  auto both_ranks = PlanRanks(PlanOfSpec(Spec({2, 1, 1}, 3)));
+  ASSERT_TRUE(both_ranks.ok());
   optimizer_.clear();
   auto ranks = PlanRanks(PlanOfSpec(Spec({2, 1, 1}, 3)));
   ASSERT_TRUE(ranks.ok()) << ranks.status();
@@ -418,6 +425,13 @@ TEST_F(ModelParallelTest, OptimizerOffloadOnCudaEmulatedMatchesAndShrinksTheDevi
     EXPECT_LE(std::fabs(shrink / planned - 1), 0.10) << "rank " << r << ": the device holds " << shrink
                                                       << " bytes less, the planner says " << planned;
     EXPECT_GT(off.memory[r].host, 0u);
+    // both offloads: the optimizer state and the parameter shard leave the device
+    const double both_shrink =
+        static_cast<double>(plain.memory[r].model_state()) - static_cast<double>(both.memory[r].model_state());
+    const double both_planned = planned + (*ranks)[0].bytes.params;
+    EXPECT_LE(std::fabs(both_shrink / both_planned - 1), 0.10)
+        << "rank " << r << ": the device holds " << both_shrink << " bytes less, the planner says " << both_planned;
+    EXPECT_EQ(both.memory[r].params, 0u);
   }
 }
 

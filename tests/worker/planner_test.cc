@@ -37,6 +37,9 @@ TEST(PlannerTest, OptimizerOffloadMovesTheOptimizersShareToTheHost) {
   EXPECT_DOUBLE_EQ(on.grads, off.grads);
   EXPECT_DOUBLE_EQ(on.host, 1e9 * 16 / 4);
   EXPECT_DOUBLE_EQ(StateBytes(1e9, Precision::kFp32, false, 0, 4, true).host, 0) << "ZeRO 0 has no shard to offload";
+  EXPECT_DOUBLE_EQ(StateBytes(1e9, Precision::kFp32, false, 3, 4, true, /*offload_params=*/true).params, 0)
+      << "ZeRO 3's parameter shard is the host's master";
+  EXPECT_DOUBLE_EQ(StateBytes(1e9, Precision::kFp32, false, 3, 4, true, true).host, 1e9 * 16 / 4);
   PlanInput in;
   in.params = 1e9;
   in.zero = 1;

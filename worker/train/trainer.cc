@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                   sharded ? ZeroEngine::ModelParallel{options.groups->mp, options.groups->emb}
                                                           : ZeroEngine::ModelParallel{}));
   if (spec.optimizer.offload == "cpu") RETURN_IF_ERROR(t->engine_->OffloadOptimizer());
+  if (spec.parallel.offload_params == "cpu") RETURN_IF_ERROR(t->engine_->OffloadParams());
   std::unique_ptr<CheckpointSource> local;
   CheckpointSource* from = options.resume_source;
   if (options.resume && from == nullptr) {

@@ -55,10 +55,11 @@ size_t ZeroEngine::Pool::allocated_bytes() const {
   return b;
 }
 
-size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload) {
+size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload, bool offload_params) {
   // The planner's accounting for fp32 (params, grads, m, v), sharded by stage.
   return static_cast<size_t>(
-      StateBytes(static_cast<double>(num_params), Precision::kFp32, false, stage, dp, offload).model_state());
+      StateBytes(static_cast<double>(num_params), Precision::kFp32, false, stage, dp, offload, offload_params)
+          .model_state());
 }
 
 absl::Status ZeroEngine::OffloadOptimizer() {
@@ -69,6 +70,17 @@ absl::Status ZeroEngine::OffloadOptimizer() {
   host_master_.Assign(local_size_);
   host_grads_.Assign(local_size_);
   offload_ = true;
+  NotePeak();
+  return absl::OkStatus();
+}
+
+absl::Status ZeroEngine::OffloadParams() {
+  if (stage_ != 3 || !offload_) {
+    return absl::FailedPreconditionError(
+        "parameter offload keeps ZeRO 3's shard as the offloaded optimizer's master: stage 3, optimizer offloaded first");
+  }
+  offload_params_ = true;
+  param_shard_.Reset();
   NotePeak();
   return absl::OkStatus();
 }
@@ -86,6 +98,7 @@ absl::StatusOr<size_t> ZeroEngine::OffloadedStep(double lr, int step) {
   }
   RETURN_IF_ERROR(be.Synchronize());
   opt_->Step(host_master_.data(), AdamW::Index::kLocal, host_grads_.data(), AdamW::Index::kLocal, lr, step);
+  if (offload_params_) return bytes;  // the updated master is the shard
   float* params = stage_ == 3 ? param_shard_.data() : model_->params();
   for (const ShardSegment& s : own_) {
     const size_t n = s.flat_end - s.flat_begin;
@@ -188,22 +201,23 @@ ZeroEngine::~ZeroEngine() {
 }
 
 void ZeroEngine::Shard() {
-  if (stage_ == 3 && model_->has_param_buffer()) {
-    kernels::Backend& be = model_->backend();
-    for (const Bucket& b : buckets_) {
-      float* dst = param_shard_.data() + b.local;
-      be.Zero(dst, b.piece * sizeof(float));
-      be.Copy(dst, model_->params() + PieceBegin(b), (PieceEnd(b) - PieceBegin(b)) * sizeof(float));
-    }
-    model_->FreeParamBuffer();
-  }
-  if (offload_) {  // the master pieces, from the parameters as loaded
-    kernels::Backend& be = model_->backend();
+  kernels::Backend& be = model_->backend();
+  if (offload_ && model_->has_param_buffer()) {  // the master pieces, from the parameters as loaded
     for (const ShardSegment& s : own_) {
-      const float* p = stage_ == 3 ? param_shard_.data() + s.local : model_->params() + s.flat_begin;
-      be.CopyToHost(host_master_.data() + s.local, p, (s.flat_end - s.flat_begin) * sizeof(float));
+      be.CopyToHost(host_master_.data() + s.local, model_->params() + s.flat_begin,
+                    (s.flat_end - s.flat_begin) * sizeof(float));
     }
     model_->Sync();  // a copy's error is kept in the model's status, which the first step answers
+  }
+  if (stage_ == 3 && model_->has_param_buffer()) {
+    if (!offload_params_) {  // (offloaded, the master pieces are the shard)
+      for (const Bucket& b : buckets_) {
+        float* dst = param_shard_.data() + b.local;
+        be.Zero(dst, b.piece * sizeof(float));
+        be.Copy(dst, model_->params() + PieceBegin(b), (PieceEnd(b) - PieceBegin(b)) * sizeof(float));
+      }
+    }
+    model_->FreeParamBuffer();
   }
   if (stage_ >= 2) model_->FreeGradBuffer();
   NotePeak();
@@ -331,9 +345,18 @@ absl::Status ZeroEngine::Barrier() {
 absl::Status ZeroEngine::GatherParams() {
   if (stage_ != 3 || model_->has_param_buffer()) return absl::OkStatus();
   model_->AllocateParamBuffer();
+  const float* shard = param_shard_.data();
+  float* staged = nullptr;
+  if (offload_params_) {  // the shard from the host, whole
+    staged = pool_.Take(local_size_, &model_->backend());
+    model_->backend().CopyToDevice(staged, host_master_.data(), local_size_ * sizeof(float));
+    shard = staged;
+  }
   OrderForComm();
-  for (const Bucket& b : buckets_) SubmitGather(b, param_shard_.data() + b.local, b.piece);
-  return WaitAll();
+  for (const Bucket& b : buckets_) SubmitGather(b, shard + b.local, b.piece);
+  absl::Status s = WaitAll();
+  if (staged != nullptr) pool_.Give(staged);
+  return s;
 }
 
 void ZeroEngine::SubmitGather(const Bucket& b, const float* piece, size_t len) {
@@ -398,7 +421,19 @@ void ZeroEngine::StartGather(Bucket& b) {
   const float* in = param_shard_.data() + b.local;
   float* out = b.gathered;
   const size_t piece = b.piece;
-  b.ticket = comm_->Submit([in, out, piece](parallel::Communicator& c) { return c.AllGather(in, out, piece); });
+  float* staged = nullptr;
+  if (offload_params_) {  // the own piece from the host first
+    staged = pool_.Take(piece, &model_->backend());
+    model_->backend().CopyToDevice(staged, host_master_.data() + b.local, piece * sizeof(float));
+    timing_.offload_bytes += piece * sizeof(float);
+    OrderForComm();  // copied before the thread's collective reads it
+    in = staged;
+  }
+  b.ticket = comm_->Submit([this, in, out, piece, staged](parallel::Communicator& c) {
+    absl::Status s = c.AllGather(in, out, piece);
+    if (staged != nullptr) pool_.Give(staged);
+    return s;
+  });
 }
 
 void ZeroEngine::Prefetch(int unit) {
@@ -643,7 +678,7 @@ MemoryAccount ZeroEngine::memory() const {
   // Parameter-server mode: params and grads (ZeRO 2: a 1/dp shard of them); the optimizer
   // state is on the servers.
   const size_t pbytes = model_->num_params() * f;
-  m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_, offload_)
+  m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_, offload_, offload_params_)
                          : pbytes + (stage_ == 2 ? pbytes / static_cast<size_t>(dp_) : pbytes);
   return m;
 }

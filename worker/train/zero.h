@@ -121,6 +121,11 @@ class ZeroEngine final : public model::ParamHost {
   // right after Create, before loading a checkpoint's state into local_optimizer().
   absl::Status OffloadOptimizer();
   bool offloaded() const { return offload_; }
+  // ZeRO-3 parameter offload (parallel.offload_params: cpu; after OffloadOptimizer): the
+  // rank's parameter shard is kept in host memory only (the offloaded master pieces); each
+  // unit's own piece is copied to the device just before its all-gather (which the prefetch
+  // launches a unit ahead). Call before Shard().
+  absl::Status OffloadParams();
   // Parameter-server mode: the optimizer state of the whole flat buffer (num_params each),
   // from a checkpoint, for StartRemote to send to the servers.
   void LoadOptimizerState(const float* m, const float* v);
@@ -161,7 +166,8 @@ class ZeroEngine final : public model::ParamHost {
   int64_t prefetch_hits() const { return prefetch_hits_; }
   MemoryAccount memory() const;
   // Bytes of params + grads + optimizer state the ZeRO formula predicts per rank.
-  static size_t PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload = false);
+  static size_t PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload = false,
+                                         bool offload_params = false);
 
   // model::ParamHost
   float* AcquireParams(int unit) override;
@@ -252,6 +258,7 @@ class ZeroEngine final : public model::ParamHost {
   std::unique_ptr<AdamW> opt_;
   AdamWConfig opt_config_;
   bool offload_ = false;
+  bool offload_params_ = false;  // ZeRO 3: the parameter shard is host_master_ only
   FloatBuffer host_master_, host_grads_;  // offload: this rank's pieces (compact), in host memory
   // Offload: the update of the pieces on the host, between the device's gradients and
   // parameters. Returns the bytes moved.
