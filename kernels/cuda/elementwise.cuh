@@ -42,12 +42,7 @@ __global__ void ResidualBackwardKernel(float* da, float* db, const float* dout, 
 __global__ void CastToBf16Kernel(uint16_t* out, const float* in, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const uint32_t u = __float_as_uint(in[i]);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    out[i] = static_cast<uint16_t>((u >> 16) | 0x0040u);
-  } else {
-    out[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
+  out[i] = static_cast<uint16_t>(__float_as_uint(RoundBf16(in[i])) >> 16);  // its low half is zero
 }
 
 __global__ void CastFromBf16Kernel(float* out, const uint16_t* in, int64_t n) {
