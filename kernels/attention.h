@@ -3,14 +3,16 @@
 #pragma once
 
 #include "kernels/cast.h"
+#include "kernels/dtype.h"
 
 namespace gantry::kernels {
 
 // qkv (B,T,3C) → out (B,T,C), att (B,NH,T,T) softmax probabilities (zero above the
 // diagonal), kept for the backward pass. Mixed precision (p bf16 or fp16): each exp(s - max)
 // is rounded to p's type before it is normalised by the unrounded sum, as 16-bit flash
-// attention (PyTorch's SDPA under autocast) rounds the weights it multiplies V by.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+// attention (PyTorch's SDPA under autocast) rounds the weights it multiplies V by. qkv and
+// out both fp32 or both of one 16-bit type (read exactly; out rounded; att stays fp32).
+void attention_forward(Ptr out, float* att, CPtr qkv, int B, int T, int C, int NH,
                        Precision p = Precision::kFp32);
 
 // qkv (B,T,3C) → lse (B,NH,T): each query row's log-sum-exp of its scaled causal scores,
@@ -19,8 +21,9 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_lse(float* lse, const float* qkv, int B, int T, int C, int NH);
 
 // dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) → dqkv (B,T,3C) (overwritten);
-// scratch (B,NH,T,T) is working memory.
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH);
+// scratch (B,NH,T,T) is working memory. dqkv, dout and qkv all fp32 or all of one 16-bit type
+// (dqkv rounded).
+void attention_backward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, const float* att, int B, int T, int C,
+                        int NH);
 
 }  // namespace gantry::kernels

@@ -57,6 +57,27 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int dev
   return absl::InvalidArgumentError("unknown backend kind");
 }
 
+absl::Status CheckTypes(const char* op, std::initializer_list<CPtr> same, std::initializer_list<CPtr> out) {
+  const CPtr* first = nullptr;
+  for (const CPtr& t : same) {
+    if (!t) continue;
+    if (first == nullptr) {
+      first = &t;
+    } else if (t.type != first->type) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": tensors of ", PrecisionName(first->type), " and ",
+                                                     PrecisionName(t.type), " in one call"));
+    }
+  }
+  const Precision type = first ? first->type : Precision::kFp32;
+  for (const CPtr& t : out) {
+    if (t && !t.f32() && t.type != type) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": a ", PrecisionName(t.type), " output of ", PrecisionName(type), " inputs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
     Reset();

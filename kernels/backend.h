@@ -12,10 +12,19 @@
 // accelerator; the first error is kept (as CUDA keeps a sticky error) and returned by
 // Synchronize, which also waits for the work queued. Shapes follow kernels/*.h: row-major
 // (rows, columns), B batch, T tokens, C channels, NH heads, V vocabulary rows.
+//
+// Element types (kernels/dtype.h). The ops' tensors are fp32 unless an argument is a typed
+// pointer (Ptr, CPtr), which may also be a 16-bit tensor (bf16 or fp16) of a mixed-precision
+// model. An op reads 16-bit values exactly, computes in fp32 (sums, softmax, statistics) and
+// rounds what it writes into a 16-bit tensor to nearest, ties to even: the bits of the fp32 op
+// on the same values followed by RoundTo, up to the order of fp32 sums. The 16-bit tensors of
+// one call share one type, and a GEMM's inputs (inp, weight, bias; dout, inp, weight) are all
+// fp32 or all 16-bit; a call that breaks this is an INVALID_ARGUMENT kept as the op's error.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -24,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/adamw.h"
 #include "kernels/cast.h"
+#include "kernels/dtype.h"
 #include "kernels/matmul.h"
 
 namespace gantry::kernels {
@@ -109,64 +119,78 @@ class Backend {
   // dout (B,T,C) → dwte rows [v_begin, v_end) +=, dwpe (T,C) += (null: skipped).
   virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int v_begin,
                                int v_end, int B, int T, int C) = 0;
-  // inp (N,C) → out (N,C), mean (N), rstd (N).
-  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+  // inp (N,C) → out (N,C) (fp32 or 16-bit), mean (N), rstd (N).
+  virtual void LayerNormForward(Ptr out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int N, int C) = 0;
   // → dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                  const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
   // inp (N,C), weight (C,OC) kInOut or (OC,C) kOutIn, bias (OC) or null → out (N,OC).
-  virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
-                             int OC, WeightLayout layout = WeightLayout::kInOut) = 0;
-  // → pre (N,OC) = inp @ W + bias, out = gelu(pre).
-  virtual void MatmulBiasGeluForward(float* pre, float* out, const float* inp, const float* weight,
-                                     const float* bias, int N, int C, int OC) = 0;
+  // 16-bit inputs: each product is exact in fp32 and sums are fp32 (a 16-bit GEMM with fp32
+  // accumulation: cuBLAS's CUBLAS_COMPUTE_32F, the CPU's bf16 dot-product instructions); out
+  // may be fp32 (no rounding) or 16-bit.
+  virtual void MatmulForward(Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
+                             WeightLayout layout = WeightLayout::kInOut) = 0;
+  // → pre (N,OC) = inp @ W + bias, out = gelu(pre). 16-bit: pre rounded, then gelu of the
+  // rounded pre rounded (autocast's two roundings); all five tensors of one type.
+  virtual void MatmulBiasGeluForward(Ptr pre, Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC) = 0;
   // dout (N,OC) → dinp (N,C) overwritten (null: skipped; times gelu'(gelu_pre) when given),
-  // dweight +=, dbias (OC) += (null: skipped).
-  virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                              const float* weight, int N, int C, int OC, WeightLayout layout = WeightLayout::kInOut,
-                              const float* gelu_pre = nullptr) = 0;
+  // dweight (fp32) +=, dbias (OC, fp32) += (null: skipped). 16-bit: dinp may be fp32 (the
+  // fp32 sums) or 16-bit (rounded; with gelu_pre, rounded before and after the product with
+  // gelu'(gelu_pre), as autocast rounds the GEMM's output and then GELU's gradient).
+  virtual void MatmulBackward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C,
+                              int OC, WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr) = 0;
   // Causal self-attention. What forward keeps for backward (`state`) is the (B,NH,T,T)
   // probabilities, or with fused_attention() each query row's log-sum-exp (B,NH,T).
   virtual bool fused_attention() const = 0;
   // qkv (B,T,3C) → out (B,T,C), state. p (mixed precision): the softmax's weights exp(s - max)
   // rounded to p's type before they weigh V, their sum unrounded (16-bit flash attention's
   // roundings, PyTorch's SDPA's); kFp32: none.
-  virtual void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH,
+  // qkv and out both fp32 or both 16-bit.
+  virtual void AttentionForward(Ptr out, float* state, CPtr qkv, int B, int T, int C, int NH,
                                 Precision p = Precision::kFp32) = 0;
   // dout (B,T,C), qkv, out, state → dqkv (B,T,3C) overwritten. scratch: (B,NH,T,T) floats
-  // of working memory (the backends that need more keep their own).
-  virtual void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                                 const float* state, int B, int T, int C, int NH) = 0;
-  virtual void GeluForward(float* out, const float* inp, int64_t n) = 0;
-  virtual void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  // of working memory (the backends that need more keep their own). dqkv, dout, qkv and out
+  // all fp32 or all 16-bit.
+  virtual void AttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state, int B,
+                                 int T, int C, int NH) = 0;
+  // All fp32 or all 16-bit.
+  virtual void GeluForward(Ptr out, CPtr inp, int64_t n) = 0;
+  virtual void GeluBackward(Ptr dinp, CPtr inp, CPtr dout, int64_t n) = 0;
   virtual void ResidualForward(float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void ResidualBackward(float* da, float* db, const float* dout, int64_t n) = 0;
-  // logits (N,V), targets (N) → losses (N).
-  virtual void CrossEntropyForward(float* losses, const float* logits, const int32_t* targets, int N, int V) = 0;
+  // logits (N,V) fp32 or 16-bit (softmax and loss in fp32 either way), targets (N) → losses (N).
+  virtual void CrossEntropyForward(float* losses, CPtr logits, const int32_t* targets, int N, int V) = 0;
   // losses (N), and logits := (softmax - onehot) * dloss, in one pass per row.
-  virtual void CrossEntropyFusedForwardBackward(float* losses, float* logits, const int32_t* targets, float dloss,
+  virtual void CrossEntropyFusedForwardBackward(float* losses, Ptr logits, const int32_t* targets, float dloss,
                                                 int N, int V) = 0;
   // Vocabulary-parallel classifier (kernels/crossentropy.h): this rank's per-row (max, sum
   // of exp, target logit) of its V columns from v_begin → stats (N,3); then, from every
   // rank's stats (ranks, N, 3), the losses and the gradient of its columns.
-  virtual void CrossEntropyShardStats(float* stats, const float* logits, const int32_t* targets, int N, int V,
+  virtual void CrossEntropyShardStats(float* stats, CPtr logits, const int32_t* targets, int N, int V,
                                       int v_begin) = 0;
-  virtual void CrossEntropyShardFinish(float* losses, float* logits, const float* all_stats, int ranks,
+  virtual void CrossEntropyShardFinish(float* losses, Ptr logits, const float* all_stats, int ranks,
                                        const int32_t* targets, float dloss, int N, int V, int v_begin) = 0;
   // AdamW on params, grads, m, v (n), in place.
   virtual void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) = 0;
   // The sum of g[i]^2 over n, read back to the host (it waits for the work queued).
   virtual double SumSquares(const float* g, int64_t n) = 0;
   virtual void Scale(float* g, int64_t n, float s) = 0;
-  // fp32 → bf16 (uint16_t), nearest with ties to even (kernels/cast.h), and back (exact).
-  virtual void CastToBf16(uint16_t* out, const float* in, int64_t n) = 0;
-  virtual void CastFromBf16(float* out, const uint16_t* in, int64_t n) = 0;
+  // in (n) → out (n) of out's type: 16-bit values widened exactly, fp32 rounded to a 16-bit
+  // type to nearest, ties to even (kernels/cast.h: Bf16Of, Fp16Of; NaN kept), fp32 copied;
+  // 16-bit to the other 16-bit type through its fp32 value.
+  virtual void Convert(Ptr out, CPtr in, int64_t n) = 0;
+  void CastToBf16(uint16_t* out, const float* in, int64_t n) { Convert(Ptr(out, Precision::kBf16), in, n); }
+  void CastFromBf16(float* out, const uint16_t* in, int64_t n) { Convert(out, CPtr(in, Precision::kBf16), n); }
   // in (n) → out (n): each value rounded to the nearest of precision p (kernels/cast.h:
   // RoundToBf16, RoundToFp16), kept as fp32; out == in allowed. A mixed-precision model's
   // 16-bit tensors are its fp32 values rounded where PyTorch autocast would cast.
   virtual void RoundTo(float* out, const float* in, int64_t n, Precision p) = 0;
 };
+
+// The element-type rule of the ops (above): the non-null tensors of `same` share one type, and
+// each non-null tensor of `out` is fp32 or of that type. INVALID_ARGUMENT naming op otherwise.
+absl::Status CheckTypes(const char* op, std::initializer_list<CPtr> same, std::initializer_list<CPtr> out = {});
 
 // The process's cpu backend (stateless; never freed).
 Backend& CpuBackend();

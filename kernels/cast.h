@@ -60,6 +60,47 @@ inline float RoundToFp16(float x) {
 }
 inline float RoundToBf16(float x) { return FloatOfBf16(Bf16Of(x)); }
 
+// One value: the IEEE fp16 bits nearest x, ties to even (FloatOfFp16(Fp16Of(x)) ==
+// RoundToFp16(x) for every x that is not a NaN; a NaN stays a quiet NaN of x's sign).
+// Integer arithmetic only, so loops over it vectorise.
+inline uint16_t Fp16Of(float x) {
+  uint32_t u;
+  __builtin_memcpy(&u, &x, sizeof(u));
+  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN, quiet
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // 65520 and above: inf
+  if (a >= 0x38800000u) {  // normal: keep 10 significand bits, rebias the exponent (127 - 15)
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+    return static_cast<uint16_t>(sign | ((r - 0x38000000u) >> 13));
+  }
+  // Below fp16's smallest normal 2^-14: a multiple q of 2^-24, q = |x| 2^24 to nearest, ties
+  // to even (adding 2^23 leaves a float whose last place is 1: the addition rounds). q may be
+  // 0x400, which is the encoding of 2^-14.
+  float ax;
+  __builtin_memcpy(&ax, &a, sizeof(ax));
+  const float t = ax * 16777216.0f + 8388608.0f;
+  uint32_t q;
+  __builtin_memcpy(&q, &t, sizeof(q));
+  return static_cast<uint16_t>(sign | (q - 0x4b000000u));
+}
+// The fp32 value of fp16 bits h (exact).
+inline float FloatOfFp16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  uint32_t u;
+  if (e == 0x1f) {
+    u = sign | 0x7f800000u | (m << 13);  // inf, NaN
+  } else if (e != 0) {
+    u = sign | ((e + 112u) << 23) | (m << 13);
+  } else {  // zero or subnormal: m 2^-24, exact in fp32
+    const float f = static_cast<float>(m) * 5.9604644775390625e-8f;
+    __builtin_memcpy(&u, &f, sizeof(u));
+    u |= sign;
+  }
+  float x;
+  __builtin_memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
 // in (n) → out (n): each value rounded to the precision's nearest (kFp32: copied). in == out
 // is allowed.
 void round_to(float* out, const float* in, int64_t n, Precision p);

@@ -1,12 +1,14 @@
 // LayerNorm over the last dimension (eps 1e-5, as GPT-2).
 #pragma once
 
+#include "kernels/dtype.h"
+
 namespace gantry::kernels {
 
 constexpr float kLayerNormEps = 1e-5f;
 
-// inp (N,C), weight (C), bias (C) → out (N,C), mean (N), rstd (N)
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+// inp (N,C), weight (C), bias (C) → out (N,C) (fp32, or rounded to 16 bits), mean (N), rstd (N)
+void layernorm_forward(Ptr out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C);
 
 // dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)

@@ -1,28 +1,35 @@
 // Matmul with bias through the BLAS (OpenBLAS sgemm; docs/perf.md has the choice).
 #pragma once
 
+#include "kernels/dtype.h"
+
 namespace gantry::kernels {
 
 // Weight layouts: kInOut is Hugging Face GPT-2's Conv1D layout, weight (C, OC), out = inp @ W.
 // kOutIn is torch.nn.Linear's and the tied embedding's, weight (OC, C), out = inp @ W^T.
 enum class WeightLayout { kInOut, kOutIn };
 
+// Element types (kernels/dtype.h): the inputs (inp, weight, bias; dout, inp, weight, gelu_pre)
+// all fp32, or all of one 16-bit type; then every product is exact in fp32 and sums are fp32
+// (kernels/cpu/gemm16.h), and an output may be fp32 or of that type (rounded). dweight and dbias
+// are fp32.
+
 // inp (N,C), weight (C,OC) or (OC,C), bias (OC) or null → out (N,OC)
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int N, int C, int OC, WeightLayout layout = WeightLayout::kInOut);
+void matmul_forward(Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
+                    WeightLayout layout = WeightLayout::kInOut);
 
 // Fused with GELU (the MLP's first projection): inp (N,C), weight (C,OC), bias (OC)
 //   → pre (N,OC) = inp @ W + bias, out (N,OC) = gelu(pre)
-// Same bits as matmul_forward followed by gelu_forward, one pass fewer over memory.
-void matmul_bias_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
-                              const float* bias, int N, int C, int OC);
+// Same bits as matmul_forward followed by gelu_forward, one pass fewer over memory (16-bit:
+// pre rounded, gelu of the rounded pre rounded).
+void matmul_bias_gelu_forward(Ptr pre, Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC);
 
 // dout (N,OC), inp (N,C), weight → dinp (N,C) = (overwritten; skipped if null),
 //   dweight +=, dbias (OC) += (skipped if null)
 // If gelu_pre (N,C) is given, dinp is multiplied by gelu'(gelu_pre): the backward of a GELU
-// that produced inp, fused (same bits as gelu_backward after it).
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC,
-                     WeightLayout layout = WeightLayout::kInOut, const float* gelu_pre = nullptr);
+// that produced inp, fused (same bits as gelu_backward after it; a 16-bit dinp is rounded
+// before and after that product).
+void matmul_backward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C, int OC,
+                     WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr);
 
 }  // namespace gantry::kernels

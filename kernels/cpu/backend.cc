@@ -88,39 +88,43 @@ class Cpu final : public Backend {
                        int T, int C) override {
     encoder_backward_shard(dwte, dwpe, dout, inp, v_begin, v_end, B, T, C);
   }
-  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                        const float* bias, int N, int C) override {
+  void LayerNormForward(Ptr out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                        int N, int C) override {
     layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override {
     layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
-  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+  void MatmulForward(Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
                      WeightLayout layout) override {
+    if (!Types("MatmulForward", {inp, weight, bias}, {out})) return;
     matmul_forward(out, inp, weight, bias, N, C, OC, layout);
   }
-  void MatmulBiasGeluForward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int N,
-                             int C, int OC) override {
+  void MatmulBiasGeluForward(Ptr pre, Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC) override {
+    if (!Types("MatmulBiasGeluForward", {pre, out, inp, weight, bias})) return;
     matmul_bias_gelu_forward(pre, out, inp, weight, bias, N, C, OC);
   }
-  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                      const float* weight, int N, int C, int OC, WeightLayout layout,
-                      const float* gelu_pre) override {
+  void MatmulBackward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C, int OC,
+                      WeightLayout layout, CPtr gelu_pre) override {
+    if (!Types("MatmulBackward", {dout, inp, weight, gelu_pre}, {dinp})) return;
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre);
   }
   bool fused_attention() const override { return false; }
-  void AttentionForward(float* out, float* state, const float* qkv, int B, int T, int C, int NH,
-                        Precision p) override {
+  void AttentionForward(Ptr out, float* state, CPtr qkv, int B, int T, int C, int NH, Precision p) override {
+    if (!Types("AttentionForward", {out, qkv})) return;
     attention_forward(out, state, qkv, B, T, C, NH, p);
   }
-  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float*,
-                         const float* state, int B, int T, int C, int NH) override {
+  void AttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state, int B, int T,
+                         int C, int NH) override {
+    if (!Types("AttentionBackward", {dqkv, dout, qkv, out})) return;
     attention_backward(dqkv, scratch, dout, qkv, state, B, T, C, NH);
   }
-  void GeluForward(float* out, const float* inp, int64_t n) override { gelu_forward(out, inp, n); }
-  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
-    gelu_backward(dinp, inp, dout, n);
+  void GeluForward(Ptr out, CPtr inp, int64_t n) override {
+    if (Types("GeluForward", {out, inp})) gelu_forward(out, inp, n);
+  }
+  void GeluBackward(Ptr dinp, CPtr inp, CPtr dout, int64_t n) override {
+    if (Types("GeluBackward", {dinp, inp, dout})) gelu_backward(dinp, inp, dout, n);
   }
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
     residual_forward(out, a, b, n);
@@ -128,19 +132,18 @@ class Cpu final : public Backend {
   void ResidualBackward(float* da, float* db, const float* dout, int64_t n) override {
     residual_backward(da, db, dout, n);
   }
-  void CrossEntropyForward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
+  void CrossEntropyForward(float* losses, CPtr logits, const int32_t* targets, int N, int V) override {
     crossentropy_forward(losses, logits, targets, N, V);
   }
-  void CrossEntropyFusedForwardBackward(float* losses, float* logits, const int32_t* targets, float dloss, int N,
+  void CrossEntropyFusedForwardBackward(float* losses, Ptr logits, const int32_t* targets, float dloss, int N,
                                         int V) override {
     crossentropy_fused_forward_backward(losses, logits, targets, dloss, N, V);
   }
-  void CrossEntropyShardStats(float* stats, const float* logits, const int32_t* targets, int N, int V,
-                              int v_begin) override {
+  void CrossEntropyShardStats(float* stats, CPtr logits, const int32_t* targets, int N, int V, int v_begin) override {
     crossentropy_shard_stats(stats, logits, targets, N, V, v_begin);
   }
-  void CrossEntropyShardFinish(float* losses, float* logits, const float* all_stats, int ranks,
-                               const int32_t* targets, float dloss, int N, int V, int v_begin) override {
+  void CrossEntropyShardFinish(float* losses, Ptr logits, const float* all_stats, int ranks, const int32_t* targets,
+                               float dloss, int N, int V, int v_begin) override {
     crossentropy_shard_finish(losses, logits, all_stats, ranks, targets, dloss, N, V, v_begin);
   }
   void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) override {
@@ -148,11 +151,18 @@ class Cpu final : public Backend {
   }
   double SumSquares(const float* g, int64_t n) override { return sum_squares(g, n); }
   void Scale(float* g, int64_t n, float s) override { scale_inplace(g, n, s); }
-  void CastToBf16(uint16_t* out, const float* in, int64_t n) override { cast_to_bf16(out, in, n); }
-  void CastFromBf16(float* out, const uint16_t* in, int64_t n) override { cast_from_bf16(out, in, n); }
+  void Convert(Ptr out, CPtr in, int64_t n) override { convert(out, in, n); }
   void RoundTo(float* out, const float* in, int64_t n, Precision p) override { round_to(out, in, n, p); }
 
  private:
+  // The element types the interface allows (kernels/backend.h): the tensors given (non-null)
+  // of one type, or a GEMM's inputs all fp32 or all of one 16-bit type. Else the error is kept.
+  bool Types(const char* op, std::initializer_list<CPtr> same, std::initializer_list<CPtr> out = {}) {
+    absl::Status s = CheckTypes(op, same, out);
+    if (s.ok()) return true;
+    Keep(std::move(s));
+    return false;
+  }
   void Keep(absl::Status s) {
     std::lock_guard<std::mutex> l(mu_);
     if (error_.ok()) error_ = std::move(s);

@@ -5,16 +5,20 @@
 #include <cstdint>
 
 #include "kernels/cpu/column_blocks.h"
+#include "kernels/cpu/elem.h"
 
 namespace gantry::kernels {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C) {
-  // inp (N,C) → out (N,C), mean (N), rstd (N)
+namespace {
+
+// inp (N,C) → out (N,C) of E's type, mean (N), rstd (N)
+template <typename E>
+void LayerNormForward(typename E::T* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<int64_t>(n) * C;
-    float* o = out + static_cast<int64_t>(n) * C;
+    typename E::T* o = out + static_cast<int64_t>(n) * C;
     float m = 0.f;
 #pragma omp simd reduction(+ : m)
     for (int c = 0; c < C; ++c) m += x[c];
@@ -27,10 +31,21 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
     }
     var /= static_cast<float>(C);
     const float r = 1.0f / std::sqrt(var + kLayerNormEps);
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    for (int c = 0; c < C; ++c) o[c] = E::St((x[c] - m) * r * weight[c] + bias[c]);
     mean[n] = m;
     rstd[n] = r;
   }
+}
+
+}  // namespace
+
+void layernorm_forward(Ptr out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  // inp (N,C) → out (N,C), mean (N), rstd (N)
+  elem::With(out.type, [&](auto e) {
+    using E = decltype(e);
+    LayerNormForward<E>(elem::Of<E>(out), mean, rstd, inp, weight, bias, N, C);
+  });
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
