@@ -61,7 +61,7 @@ constexpr char kUsage[] =
     "  download JOB [--step N] -o DIR write the checkpoint's files as the shard servers hold them\n"
     "  sample JOB [--step N] --prompt TEXT [--tokens N]   generate text from a checkpoint\n"
     "  plan [JOB.yaml | --preset gpt2|gpt2-medium|gpt2-large|gpt2-xl | --n-layer L --d-model C --heads H\n"
-    "       --vocab V | --params N] [--seq-len T] [--gpus G] [--gpu-memory GB] [--precision mixed|fp32]\n"
+    "       --vocab V | --params N] [--seq-len T] [--gpus G] [--gpu-memory GB] [--precision fp32|bf16|fp16|mixed]\n"
     "       [--fp32-grad-accum] [--zero S] [--tp T] [--pp P] [--dp D] [--micro-batch B] [--microbatches M]\n"
     "       [--recompute none|selective|full] [--global-batch N] [--ranks]\n"
     "                       bytes per GPU, pipeline bubble, bytes sent per step; with --gpus,\n"
@@ -342,8 +342,12 @@ int PlanCommand(const std::vector<std::string>& args) {
       ok = real(&in.device_memory), in.device_memory *= 1e9;
     } else if (a == "--precision") {
       const std::string v = next();
-      if (v != "mixed" && v != "fp32") return bad("--precision is mixed or fp32");
-      in.precision = v == "fp32" ? train::Precision::kFp32 : train::Precision::kMixed;
+      if (v != "mixed" && v != "fp32" && v != "bf16" && v != "fp16") {
+        return bad("--precision is fp32, bf16 or fp16 (Gantry's train.precision), or mixed (the textbook's accounting)");
+      }
+      in.precision = v == "fp32"   ? train::Precision::kFp32
+                     : v == "mixed" ? train::Precision::kMixed
+                                    : train::Precision::kAutocast;
     } else if (a == "--fp32-grad-accum") {
       in.fp32_grad_accum = true;
     } else if (a == "--zero") {

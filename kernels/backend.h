@@ -137,7 +137,9 @@ class Backend {
   // dout (N,OC) → dinp (N,C) overwritten (null: skipped; times gelu'(gelu_pre) when given),
   // dweight (fp32) +=, dbias (OC, fp32) += (null: skipped). 16-bit: dinp may be fp32 (the
   // fp32 sums) or 16-bit (rounded; with gelu_pre, rounded before and after the product with
-  // gelu'(gelu_pre), as autocast rounds the GEMM's output and then GELU's gradient).
+  // gelu'(gelu_pre), as autocast rounds the GEMM's output and then GELU's gradient); this
+  // call's weight and bias gradients are 16-bit tensors (autocast's): each rounded to the type
+  // before it is added to the fp32 dweight and dbias.
   virtual void MatmulBackward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C,
                               int OC, WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr) = 0;
   // Causal self-attention. What forward keeps for backward (`state`) is the (B,NH,T,T)

@@ -12,7 +12,8 @@ enum class WeightLayout { kInOut, kOutIn };
 // Element types (kernels/dtype.h): the inputs (inp, weight, bias; dout, inp, weight, gelu_pre)
 // all fp32, or all of one 16-bit type; then every product is exact in fp32 and sums are fp32
 // (kernels/cpu/gemm16.h), and an output may be fp32 or of that type (rounded). dweight and dbias
-// are fp32.
+// are fp32 accumulators; with 16-bit inputs the gradients a call adds to them are rounded to
+// the type first (autocast's 16-bit weight gradients, accumulated in fp32).
 
 // inp (N,C), weight (C,OC) or (OC,C), bias (OC) or null → out (N,OC)
 void matmul_forward(Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,

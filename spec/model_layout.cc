@@ -91,6 +91,10 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
     whole("ln_f.bias", {C});
     if (!sh.first()) add("wte.weight", {V, C}, v0, v1, {}, true);  // the first stage speaks for wte
   }
+  for (ParamTensor& p : t) {
+    p.gemm = p.name == "wte.weight" || p.name.find(".attn.c_") != std::string::npos ||
+             p.name.find(".mlp.c_") != std::string::npos;
+  }
   return t;
 }
 
@@ -144,7 +148,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 }
 
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute, bool fused_attention) {
+                                   Recompute recompute, bool fused_attention, bool half) {
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t C = config.n_embd;
   const size_t Ca = C / shard.tp, NH = config.n_head / shard.tp, F = 4 * C / shard.tp;
@@ -156,37 +160,40 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
     cur += (n + 15) & ~size_t{15};  // 64-byte aligned sub-buffers
     return o;
   };
+  // A tensor autocast keeps in 16 bits: n elements in n/2 floats' room when half.
+  auto take16 = [&](size_t n) { return take(half ? (n + 1) / 2 : n); };
   ActivationLayout o{};
+  o.half = half;
   o.encoded = take(BT * C);
-  o.lnf = take(BT * C);
+  o.lnf = take16(BT * C);
   o.lnf_mean = take(BT);
   o.lnf_rstd = take(BT);
-  o.logits = take(BT * V);
+  o.logits = take16(BT * V);
   o.losses = take(BT);
+  o.proj = take(BT * C);
   o.dres = take(BT * C);
+  o.dres16 = take(half ? (BT * C + 1) / 2 : 0);
   o.dln = take(BT * C);
-  o.dqkv = take(BT * 3 * Ca);
-  o.datty = take(BT * Ca);
+  o.dqkv = take16(BT * 3 * Ca);
+  o.datty = take16(BT * Ca);
   const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
   o.datt = take(fused_attention ? 0 : att_floats);
-  o.dfch = take(BT * F);
+  o.dfch = take16(BT * F);
   o.dlnf = take(BT * C);
   // Per-layer block, offsets relative to the block.
   const size_t block_start = cur;
   cur = 0;
-  o.ln1 = take(BT * C);
+  o.ln1 = take16(BT * C);
   o.ln1_mean = take(BT);
   o.ln1_rstd = take(BT);
-  o.qkv = take(BT * 3 * Ca);
-  o.atty = take(BT * Ca);
-  o.attproj = take(BT * C);
+  o.qkv = take16(BT * 3 * Ca);
+  o.atty = take16(BT * Ca);
   o.res2 = take(BT * C);
-  o.ln2 = take(BT * C);
+  o.ln2 = take16(BT * C);
   o.ln2_mean = take(BT);
   o.ln2_rstd = take(BT);
-  o.fch = take(BT * F);
-  o.fch_gelu = take(BT * F);
-  o.fcproj = take(BT * C);
+  o.fch = take16(BT * F);
+  o.fch_gelu = take16(BT * F);
   o.res3 = take(BT * C);
   const size_t without_att = cur;
   o.att = take(att_floats);  // last: kSelective leaves it out

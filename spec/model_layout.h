@@ -33,6 +33,10 @@ struct ParamTensor {
   size_t offset = 0;  // into the flat buffer, in elements
   size_t numel = 0;
   bool decay = false;  // AdamW weight decay: tensors of 2 or more dimensions only
+  // An operand of a GEMM (the projections' weights and biases, wte as the classifier): a
+  // mixed-precision model reads it in 16 bits, as autocast casts it (LayerNorm's tensors and
+  // wpe stay fp32, and so does wte for the embedding's lookup).
+  bool gemm = false;
   // Where the tensor sits in the whole model's tensor of the same name: a tensor or pipeline
   // parallel shard holds a block of it. Seen as a matrix (global_shape[0] rows, the rest
   // flattened into columns; a 1-D tensor is one row), the shard holds rows [row_begin,
@@ -110,7 +114,10 @@ std::vector<size_t> UnitBoundaries(const GPTConfig& config);
 
 // Where each activation of a (B, T) step lives in one flat buffer (in floats; sub-buffers
 // 64-byte aligned). Layer l's activations are at layer0 + l * layer_stride + the offset.
-// The CPU model and the CUDA model (gpt_cuda.h) share it.
+// Mixed precision (half): the tensors autocast keeps in 16 bits (LayerNorms' outputs, qkv,
+// attention's output, the MLP's hidden and GELU, the logits, and their gradients dqkv, datty,
+// dfch) take 2 bytes an element, the rest (the residual stream, statistics, the projections'
+// fp32 sums that tensor parallelism adds up, the attention probabilities) 4.
 // Activation checkpointing: kFull keeps only each layer's output and recomputes the layer's
 // forward in backward; kSelective keeps all but attention's probabilities (B, NH, T, T),
 // recomputed from the kept qkv. Both give the same bits as kNone: the recomputation runs the
@@ -119,11 +126,14 @@ enum class Recompute { kNone, kFull, kSelective };
 
 struct ActivationLayout {
   size_t encoded, logits, losses, lnf, lnf_mean, lnf_rstd;
+  // The attention and MLP projections' output (before tensor parallelism sums it), added to
+  // the residual stream at once: one buffer, not kept.
+  size_t proj;
   size_t layer0, layer_stride;
-  size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj,
-      res3;
-  // backward scratch
-  size_t dres, dln, dqkv, datty, datt, dfch, dlnf;
+  size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+  // backward scratch; dres16: the residual stream's gradient rounded, for the GEMMs (half)
+  size_t dres, dres16, dln, dqkv, datty, datt, dfch, dlnf;
+  bool half = false;
   // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
   // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).
   size_t scratch = 0;
@@ -135,6 +145,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 // fused_attention (the CUDA model's flash-style kernel): `att` holds each query row's
 // log-sum-exp, (B, NH, T), rather than the probabilities, and `datt` is empty.
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute = Recompute::kNone, bool fused_attention = false);
+                                   Recompute recompute = Recompute::kNone, bool fused_attention = false,
+                                   bool half = false);
 
 }  // namespace gantry::model

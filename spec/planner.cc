@@ -17,8 +17,9 @@ const char* RecomputeName(model::Recompute r) {
 }  // namespace
 
 Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp, bool offload,
-                bool offload_params) {
-  // Bytes per parameter: fp32 4 / 4 / 8 (m, v); mixed 2 / 2 (+4 accumulation) / 12 (master, m, v).
+                bool offload_params, double gemm_params) {
+  // Bytes per parameter: fp32 4 / 4 / 8 (m, v); mixed 2 / 2 (+4 accumulation) / 12 (master, m, v);
+  // autocast fp32's, and 2 a GEMM parameter for the working copy (ZeRO 0-2).
   const bool mixed = precision == Precision::kMixed;
   const double pb = mixed ? 2 : 4, gb = mixed ? (fp32_grad_accum ? 6 : 2) : 4, ob = mixed ? 12 : 8;
   const double d = std::max(1, dp);
@@ -31,6 +32,7 @@ Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int ze
     p.optimizer = 0;
     if (offload_params && zero >= 3) p.params = 0;  // the master is the shard
   }
+  if (precision == Precision::kAutocast && zero <= 2) p.params += 2 * (gemm_params < 0 ? params : gemm_params);
   return p;
 }
 
@@ -53,13 +55,45 @@ absl::Status CheckInput(const PlanInput& in) {
   return absl::OkStatus();
 }
 
+// Transient bytes of one rank (Plan::working). ZeRO 3 (worker/train/zero.h): the buffers of
+// its collectives, which a pool keeps once made, one for each concurrent use of a size: of a
+// layer's unit, the one in use and the one prefetched, and two gradient buckets (the one
+// backward fills and the one reducing: a third waits); of the first stage's embedding unit,
+// which also serves the tied classifier, the gathered one (held from the classifier's forward
+// through its backward) and its gradient bucket (from the classifier's backward to the
+// encoder's). Each is its unit padded to dp equal pieces. kAutocast adds the 16-bit copies of
+// one layer's GEMM tensors and of the classifier's wte, each tensor 64-byte aligned.
+double WorkingBytes(const PlanInput& in, const model::ModelShard& shard, const std::vector<model::ParamTensor>& tensors) {
+  if (in.zero < 3) return 0;
+  const double d = in.dp;
+  auto padded = [&](double n) { return std::ceil(n / d) * d; };
+  auto aligned = [](double n) { return std::ceil(n / 32) * 32; };
+  double layer = 0, layer_gemm = 0, wte = 0, embedding = 0, head = 0;
+  const size_t at = shard.first() ? 2 : 0;  // a layer's 12 tensors (every layer's the same)
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const double n = static_cast<double>(tensors[i].numel);
+    if (tensors[i].name == "wte.weight") wte = n;
+    if (i < at) embedding += n;
+    if (i >= at && i < at + 12) {
+      layer += n;
+      if (tensors[i].gemm) layer_gemm += aligned(n);
+    }
+    if (i >= at + 12 * static_cast<size_t>(shard.layer_end - shard.layer_begin)) head += n;
+  }
+  const double floats = 4 * padded(layer) + (shard.first() ? 2 * padded(embedding) : 0) + 2 * padded(head);
+  double bytes = 4 * floats;
+  if (in.precision == Precision::kAutocast) bytes += 2 * (layer_gemm + (shard.last() ? aligned(wte) : 0));
+  return bytes;
+}
+
 // Activation bytes of one stage's shard for the micro-batches it keeps.
 double ActivationBytes(const PlanInput& in, const model::ModelShard& shard) {
   const auto& c = *in.model;
   const double slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
-  if (in.precision == Precision::kFp32) {  // Gantry's own fp32 model: its activation buffer, exactly
-    return static_cast<double>(
-               model::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute, in.fused_attention).total) *
+  if (in.precision != Precision::kMixed) {  // Gantry's own model: its activation buffer, exactly
+    return static_cast<double>(model::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute,
+                                                        in.fused_attention, in.precision == Precision::kAutocast)
+                                   .total) *
            4 * slots;
   }
   // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)); selective drops the
@@ -81,10 +115,16 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
     for (int tp_rank = 0; tp_rank < in.tp; ++tp_rank) {
       const model::ModelShard shard = model::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
       RankPlan r{stage, tp_rank, 0, {}};
-      for (const auto& t : model::ParameterLayout(*in.model, shard)) r.num_params += static_cast<double>(t.numel);
+      const std::vector<model::ParamTensor> tensors = model::ParameterLayout(*in.model, shard);
+      double gemm = 0;
+      for (const auto& t : tensors) {
+        r.num_params += static_cast<double>(t.numel);
+        if (t.gemm) gemm += std::ceil(static_cast<double>(t.numel) / 32) * 32;  // the model's 64-byte aligned copies
+      }
       r.bytes = StateBytes(r.num_params, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer,
-                           in.offload_params);
+                           in.offload_params, gemm);
       r.bytes.activations = ActivationBytes(in, shard);
+      r.bytes.working = WorkingBytes(in, shard, tensors);
       ranks.push_back(r);
     }
   }
@@ -106,7 +146,7 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
     split = top->num_params;
     const auto& c = *in.model;
     const double s = in.seq_len, b = in.micro_batch, h = c.n_embd, t = in.tp, L = c.n_layer;
-    const double act_bytes = in.precision == Precision::kMixed ? 2 : 4;
+    const double act_bytes = in.precision == Precision::kFp32 ? 4 : 2;
     // Tensor parallelism: 2 all-reduces forward and 2 backward of (s, b, h) per layer and
     // micro-batch, each moving 2(t-1)/t of it.
     p.tp_bytes = in.tp > 1 ? 4 * (L / in.pp) * in.microbatches * s * b * h * act_bytes * 2 * (t - 1) / t : 0;
@@ -117,7 +157,7 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
   }
   // Data parallelism: the gradients reduced (ring: 2(d-1)/d of them); ZeRO 3 also gathers the
   // parameters in forward and in backward (3(d-1)/d).
-  const double d = in.dp, grad_wire = in.precision == Precision::kMixed ? 2 : 4;
+  const double d = in.dp, grad_wire = in.precision == Precision::kMixed ? 2 : 4;  // Gantry reduces fp32
   p.dp_bytes = in.dp > 1 ? split * grad_wire * (in.zero >= 3 ? 3.0 : 2.0) * (d - 1) / d : 0;
   p.bubble = static_cast<double>(in.pp - 1) / (in.microbatches + in.pp - 1);
   p.fits = in.device_memory <= 0 || p.total() <= 0.9 * in.device_memory;
@@ -128,7 +168,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   PlanInput in;
   in.model = spec.model;
   in.seq_len = spec.seq_len;
-  in.precision = Precision::kFp32;
+  in.precision = spec.train.precision == "fp32" ? Precision::kFp32 : Precision::kAutocast;
   in.zero = spec.parallel.zero_stage;
   in.dp = spec.parallel.dp;
   in.tp = spec.parallel.tp;
@@ -203,7 +243,8 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
   };
   std::string s = absl::StrFormat(
       "layout: tp %d x pp %d x dp %d, ZeRO %d, %s%s, micro-batch %d x %d per step, recompute %s\n", in.tp, in.pp,
-      in.dp, in.zero, in.precision == Precision::kMixed ? "mixed precision" : "fp32",
+      in.dp, in.zero,
+      in.precision == Precision::kMixed ? "mixed precision" : in.precision == Precision::kAutocast ? "bf16/fp16" : "fp32",
       in.fp32_grad_accum ? " (+fp32 grad accumulation)" : "", in.micro_batch, in.microbatches,
       RecomputeName(in.recompute));
   absl::StrAppend(&s, in.model && in.tp * in.pp > 1 ? "per GPU (the rank that holds the most; gantry plan --ranks: each):\n"
@@ -213,6 +254,7 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
   absl::StrAppend(&s, "  optimizer     ", gb(p.optimizer), "\n");
   absl::StrAppend(&s, "  model states  ", gb(p.model_state()), "\n");
   if (in.model) absl::StrAppend(&s, "  activations   ", gb(p.activations), "\n");
+  if (p.working > 0) absl::StrAppend(&s, "  working       ", gb(p.working), "\n");
   absl::StrAppend(&s, "  total         ", gb(p.total()));
   if (in.device_memory > 0) {
     absl::StrAppend(&s, absl::StrFormat(" of %.1f GB: %s", in.device_memory / 1e9, p.fits ? "fits" : "DOES NOT FIT"));

@@ -19,7 +19,13 @@ namespace gantry::train {
 
 enum class Precision {
   kFp32,   // Gantry's CPU and fp32 GPU paths: params, grads, m, v in fp32 (4 + 4 + 8 bytes)
-  kMixed,  // bf16/fp16 params and grads + fp32 master, m, v (2 + 2 + 12 = 16 bytes)
+  kMixed,  // the textbook's (the ZeRO paper's, Megatron's): bf16/fp16 params and grads + fp32
+           // master, m, v (2 + 2 + 12 = 16 bytes)
+  // Gantry's own train.precision bf16/fp16 (autocast's model): fp32 params (the master), grads,
+  // m and v as kFp32, plus the 16-bit working copy of the GEMM tensors (2 bytes each) under
+  // ZeRO 0-2 (ZeRO 3 makes a unit's at a time: working bytes); activations by Gantry's layout
+  // with 16-bit tensors.
+  kAutocast,
 };
 
 struct PlanInput {
@@ -52,10 +58,14 @@ struct Plan {
   double params = 0, grads = 0, optimizer = 0, activations = 0;
   double host = 0;  // host memory per rank (offload: the optimizer's shard and its gradient staging)
   double model_state() const { return params + grads + optimizer; }
-  double total() const { return model_state() + activations; }
+  double total() const { return model_state() + activations + working; }
   double bubble = 0;                         // (p - 1) / (m + p - 1)
   double dp_bytes = 0, tp_bytes = 0, pp_bytes = 0;  // sent per GPU per step
   bool fits = true;                          // within device_memory (when known)
+  // Transient bytes beyond params, grads, optimizer and activations, at their largest: ZeRO's
+  // collective buffers (stage 3: gathered units and per-micro-batch gradient buckets) and
+  // kAutocast's 16-bit copies of a unit's GEMM tensors under ZeRO 3. In total().
+  double working = 0;
 };
 
 // Checks the input (degrees divide heads and layers, positive sizes) and computes.
@@ -76,8 +86,9 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in);  // stage-
 // Model-state bytes per rank of `params` parameters (already split by tp x pp). offload: the
 // optimizer's shard in host memory (`host`): fp32 master, m and v, and the gradient shard's
 // host copy (4 bytes each per parameter of the shard); nothing of it on the device.
+// kAutocast: gemm_params of the params are GEMM operands (model::ParamTensor::gemm; < 0: all).
 Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int zero, int dp, bool offload = false,
-                bool offload_params = false);
+                bool offload_params = false, double gemm_params = -1);
 
 // The input a job spec describes (fp32: Gantry's training path).
 PlanInput PlanOfSpec(const JobSpec& spec);

@@ -156,21 +156,23 @@ void Gemm16Blocks(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int 
   if (M >= N) {
     const int rows = static_cast<int>(std::min<int64_t>(M, std::max<int64_t>(16, kScratch / std::max(N, 1) / 16 * 16)));
     scratch.resize(static_cast<size_t>(rows) * N);
+    float* buf = scratch.data();  // (the team's threads see this thread's buffer through buf)
     for (int r0 = 0; r0 < M; r0 += rows) {
       const int r1 = std::min(M, r0 + rows);
       const uint16_t* a = ta ? A + r0 : A + static_cast<int64_t>(r0) * lda;
-      gemm16(ta, tb, r1 - r0, N, K, a, lda, B, ldb, 0.f, scratch.data(), N, t, [&](int i0, int i1) {
-        ForRows(i0, i1, [&](int i) { fin(r0 + i, 0, N, scratch.data() + static_cast<int64_t>(i) * N); });
+      gemm16(ta, tb, r1 - r0, N, K, a, lda, B, ldb, 0.f, buf, N, t, [&](int i0, int i1) {
+        ForRows(i0, i1, [&](int i) { fin(r0 + i, 0, N, buf + static_cast<int64_t>(i) * N); });
       });
     }
   } else {
     const int cols = static_cast<int>(std::min<int64_t>(N, std::max<int64_t>(16, kScratch / std::max(M, 1) / 16 * 16)));
     scratch.resize(static_cast<size_t>(M) * cols);
+    float* buf = scratch.data();
     for (int c0 = 0; c0 < N; c0 += cols) {
       const int c1 = std::min(N, c0 + cols), w = c1 - c0;
       const uint16_t* b = tb ? B + static_cast<int64_t>(c0) * ldb : B + c0;
-      gemm16(ta, tb, M, w, K, A, lda, b, ldb, 0.f, scratch.data(), w, t, [&](int i0, int i1) {
-        ForRows(i0, i1, [&](int i) { fin(i, c0, c1, scratch.data() + static_cast<int64_t>(i) * w); });
+      gemm16(ta, tb, M, w, K, A, lda, b, ldb, 0.f, buf, w, t, [&](int i0, int i1) {
+        ForRows(i0, i1, [&](int i) { fin(i, c0, c1, buf + static_cast<int64_t>(i) * w); });
       });
     }
   }
@@ -186,7 +188,8 @@ void ColumnSums(float* dbias, const typename E::T* dout, int N, int OC) {
       const typename E::T* d = dout + static_cast<int64_t>(n) * OC;
       for (int o = o0; o < o1; ++o) acc[o - o0] += E::Ld(d[o]);
     }
-    for (int o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
+    // A 16-bit dout's bias gradient is a 16-bit tensor: rounded, then accumulated.
+    for (int o = o0; o < o1; ++o) dbias[o] += E::Ld(E::St(acc[o - o0]));
   });
 }
 
@@ -307,11 +310,18 @@ void matmul_backward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp
           for (int c = c0; c < c1; ++c) row[c] = E::St(vec::GeluGrad(E::Ld(g[c])) * E::Ld(E::St(src[c - c0])));
         });
       }
-      // dW += inp^T dout (kInOut: (C,OC)) or dout^T inp (kOutIn: (OC,C)), fp32.
+      // dW += round(inp^T dout) (kInOut: (C,OC)) or round(dout^T inp) (kOutIn: (OC,C)): this
+      // call's weight gradient is a 16-bit tensor, accumulated in fp32.
+      const int wcols = layout == WeightLayout::kInOut ? OC : C;
+      auto accumulate = [&](int r, int c0, int c1, const float* src) {
+        float* row = dweight + static_cast<int64_t>(r) * wcols;
+#pragma omp simd
+        for (int c = c0; c < c1; ++c) row[c] += E::Ld(E::St(src[c - c0]));
+      };
       if (layout == WeightLayout::kInOut) {
-        gemm16(true, false, C, OC, N, x, C, dy, OC, 1.f, dweight, OC, E::kType);
+        Gemm16Blocks(true, false, C, OC, N, x, C, dy, OC, E::kType, accumulate);
       } else {
-        gemm16(true, false, OC, C, N, dy, OC, x, C, 1.f, dweight, C, E::kType);
+        Gemm16Blocks(true, false, OC, C, N, dy, OC, x, C, E::kType, accumulate);
       }
       if (dbias != nullptr) ColumnSums<E>(dbias, dy, N, OC);
     }

@@ -246,10 +246,18 @@ class ModelParallelTest : public ::testing::Test {
       ASSERT_EQ(p.stage, c.stage);
       ASSERT_EQ(p.tp_rank, c.tp_rank);
       const MemoryAccount& m = memory[static_cast<size_t>(r)];
-      // The whole shard's parameters are held, except under ZeRO 3, which keeps 1/dp of them
-      // between steps (its share, rounded up to whole bucket pieces: the 10% check below).
+      // The whole shard's parameters are held (fp32, and in bf16 or fp16 the 16-bit working
+      // copy of the GEMM tensors too), except under ZeRO 3, which keeps 1/dp of them between
+      // steps (its share, rounded up to whole bucket pieces: the 10% check below).
       if (zero < 3) {
-        EXPECT_EQ(p.num_params * 4, static_cast<double>(m.params)) << what << " rank " << r;
+        double gemm = 0;
+        for (const auto& t : model::ParameterLayout(Spec(l, zero).model, model::ShardOf(Spec(l, zero).model, l.tp,
+                                                                                          c.tp_rank, l.pp, c.stage))) {
+          gemm += t.gemm ? std::ceil(static_cast<double>(t.numel) / 32) * 32 : 0;
+        }
+        EXPECT_EQ(p.num_params * 4 + (precision_ == "fp32" ? 0 : 2 * gemm), static_cast<double>(m.params))
+            << what << " rank " << r;
+        EXPECT_EQ(p.bytes.params, static_cast<double>(m.params)) << what << " rank " << r;
       }
       EXPECT_LE(std::fabs(p.bytes.model_state() / static_cast<double>(m.model_state()) - 1), 0.10)
           << what << " rank " << r << ": planned " << p.bytes.model_state() << ", held params " << m.params

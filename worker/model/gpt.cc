@@ -52,6 +52,7 @@ const float* GPT::HostParams(std::vector<float>* staged) const {
 
 template <typename F>
 void GPT::FillParamsOnHost(F&& fill) {
+  MarkParamsChanged();
   if (be_->host_addressable()) {
     fill(params_.data());
     return;
@@ -71,7 +72,7 @@ const ParamTensor* GPT::FindTensor(const std::string& name) const {
 
 GPT::LayerParams GPT::Layer(float* unit_base, int l) const {
   // 12 tensors per layer, after wte and wpe on the first stage.
-  const size_t i = (shard_.first() ? 2 : 0) + static_cast<size_t>(l - lb_) * 12;
+  const size_t i = LayerTensor(l);
   const size_t begin = unit_begin(layer_unit(l));
   auto p = [&](size_t j) { return unit_base + (tensors_[i + j].offset - begin); };
   return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
@@ -142,76 +143,61 @@ void GPT::Round(float* p, size_t n) {
   if (mixed()) be_->RoundTo(p, p, static_cast<int64_t>(n), lp_);
 }
 
-namespace {
-// The GEMM tensors of a layer (weights and biases; not LayerNorm's), and their places among
-// its 12 tensors.
-constexpr int kGemmTensors = 8;
-constexpr int kGemmAt[kGemmTensors] = {2, 3, 4, 5, 8, 9, 10, 11};
-}  // namespace
-
-size_t GPT::GemmFloats(int l, size_t sizes[]) const {
-  const size_t first = (shard_.first() ? 2 : 0) + static_cast<size_t>(l - lb_) * 12;
-  size_t total = 0;
-  for (int i = 0; i < kGemmTensors; ++i) total += sizes[i] = tensors_[first + kGemmAt[i]].numel;
-  return total;
-}
-
-std::array<float**, 8> GPT::GemmFields(LayerParams& p) {
-  return {&p.qkvw, &p.qkvb, &p.projw, &p.projb, &p.fcw, &p.fcb, &p.fcprojw, &p.fcprojb};
-}
-
-GPT::LayerParams GPT::GemmWeights(const LayerParams& w, int l) {
-  if (!mixed()) return w;
-  LayerParams r = w;
-  const std::array<float**, kGemmTensors> gemm = GemmFields(r);
-  size_t sizes[kGemmTensors];
-  const size_t total = GemmFloats(l, sizes);
-  if (lp_layer_.size() != total) lp_layer_.Assign(be_, total, /*zero=*/false);
-  float* out = lp_layer_.data();
-  for (int i = 0; i < kGemmTensors; ++i) {
-    be_->RoundTo(out, *gemm[i], static_cast<int64_t>(sizes[i]), lp_);
-    *gemm[i] = out;
-    out += sizes[i];
+void GPT::RefreshWorking() {
+  if (working_valid_ || !mixed() || gathers() || !has_param_buffer()) return;
+  if (image_at_.empty()) {  // the image's layout: the GEMM tensors in flat order
+    size_t at = 0;
+    image_at_.assign(tensors_.size(), 0);
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      image_at_[i] = at;
+      if (tensors_[i].gemm) at += (tensors_[i].numel + 31) / 32 * 32;  // 64-byte aligned
+    }
+    image_at_.push_back(at);
   }
-  return r;
-}
-
-GPT::LayerParams GPT::GemmGrads(const LayerParams& g, int l) {
-  if (!mixed()) return g;
-  LayerParams r = g;
-  const std::array<float**, kGemmTensors> gemm = GemmFields(r);
-  size_t sizes[kGemmTensors];
-  const size_t total = GemmFloats(l, sizes);
-  if (lp_grad_.size() != total) lp_grad_.Assign(be_, total, /*zero=*/false);
-  be_->Zero(lp_grad_.data(), total * sizeof(float));
-  float* out = lp_grad_.data();
-  for (int i = 0; i < kGemmTensors; ++i) {
-    *gemm[i] = out;
-    out += sizes[i];
+  const size_t floats = (image_at_.back() + 1) / 2;
+  if (work_.size() != floats) work_.Assign(be_, floats, /*zero=*/false);
+  auto* image = reinterpret_cast<uint16_t*>(work_.data());
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i].gemm) continue;
+    be_->Convert(kernels::Ptr(image + image_at_[i], lp_), params_.data() + tensors_[i].offset,
+                 static_cast<int64_t>(tensors_[i].numel));
   }
-  return r;
+  working_valid_ = true;
 }
 
-void GPT::AddGemmGrads(const LayerParams& g, int l) {
-  if (!mixed()) return;
-  LayerParams r = g;
-  const std::array<float**, kGemmTensors> gemm = GemmFields(r);
-  size_t sizes[kGemmTensors];
-  const size_t total = GemmFloats(l, sizes);
-  Round(lp_grad_.data(), total);
-  const float* in = lp_grad_.data();
-  for (int i = 0; i < kGemmTensors; ++i) {
-    be_->ResidualForward(*gemm[i], *gemm[i], in, static_cast<int64_t>(sizes[i]));
-    in += sizes[i];
+GPT::GemmParams GPT::GemmWeights(const LayerParams& w, int l) {
+  if (!mixed()) return {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
+  // The layer's GEMM tensors are its tensors 2-5 and 8-11.
+  constexpr int kAt[8] = {2, 3, 4, 5, 8, 9, 10, 11};
+  const size_t first = LayerTensor(l);
+  kernels::CPtr p[8];
+  if (!gathers()) {
+    const auto* image = reinterpret_cast<const uint16_t*>(work_.data());
+    for (int i = 0; i < 8; ++i) p[i] = kernels::CPtr(image + image_at_[first + kAt[i]], lp_);
+  } else {  // ZeRO 3: the gathered unit's tensors cast now
+    const float* src[8] = {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
+    size_t total = 0;
+    for (int i = 0; i < 8; ++i) total += (tensors_[first + kAt[i]].numel + 31) / 32 * 32;
+    if (lp_unit_.size() < (total + 1) / 2) lp_unit_.Assign(be_, (total + 1) / 2, /*zero=*/false);
+    auto* out = reinterpret_cast<uint16_t*>(lp_unit_.data());
+    for (int i = 0; i < 8; ++i) {
+      const size_t n = tensors_[first + kAt[i]].numel;
+      be_->Convert(kernels::Ptr(out, lp_), src[i], static_cast<int64_t>(n));
+      p[i] = kernels::CPtr(out, lp_);
+      out += (n + 31) / 32 * 32;
+    }
   }
+  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
 }
 
-const float* GPT::ClassifierWeight(const float* W) {
+kernels::CPtr GPT::ClassifierWeight(const float* W) {
   if (!mixed()) return W;
-  const size_t n = static_cast<size_t>(Vl_) * config_.n_embd;
-  if (lp_wte_.size() != n) lp_wte_.Assign(be_, n, /*zero=*/false);
-  be_->RoundTo(lp_wte_.data(), W, static_cast<int64_t>(n), lp_);
-  return lp_wte_.data();
+  const size_t wte = static_cast<size_t>(FindTensor("wte.weight") - tensors_.data());
+  if (!gathers()) return kernels::CPtr(reinterpret_cast<const uint16_t*>(work_.data()) + image_at_[wte], lp_);
+  const size_t n = tensors_[wte].numel;
+  if (lp_wte_.size() != (n + 1) / 2) lp_wte_.Assign(be_, (n + 1) / 2, /*zero=*/false);
+  be_->Convert(kernels::Ptr(lp_wte_.data(), lp_), W, static_cast<int64_t>(n));
+  return kernels::CPtr(lp_wte_.data(), lp_);
 }
 
 void GPT::ZeroGrad() { be_->Zero(grads_.data(), grads_.size() * sizeof(float)); }
@@ -223,7 +209,7 @@ void GPT::Sync() {
 
 void GPT::EnsureActivations(int B, int T) {
   if (B == act_B_ && T == act_T_) return;
-  const ActivationLayout o = LayoutActivations(config_, shard_, B, T, recompute_, be_->fused_attention());
+  const ActivationLayout o = LayoutActivations(config_, shard_, B, T, recompute_, be_->fused_attention(), mixed());
   act_.Assign(be_, o.total * static_cast<size_t>(slots_));
   off_ = o;
   act_B_ = B;
@@ -242,63 +228,49 @@ void GPT::TpAllReduce(float* data, size_t n) {
   if (!s.ok() && comm_status_.ok()) comm_status_ = s;
 }
 
-void GPT::ForwardLayer(int l, const LayerParams& w, const float* residual, int B, int T, const char* tag) {
+void GPT::ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+                       const char* tag) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
   const int BT = B * T;
   auto name = [tag](const char* op) { return *tag ? tag : op; };
-  // Row-parallel projections: each rank's partial product, summed over the group; rank 0
-  // adds the bias.
+  // Row-parallel projections: each rank's partial product (fp32), summed over the group, then
+  // rounded (autocast's 16-bit output); rank 0 adds the bias.
   const bool bias_here = shard_.tp_rank == 0;
+  float* proj = A(off_.proj);
   Op(name("layernorm fwd"), [&] {
-    be_->LayerNormForward(LayerAct(l, off_.ln1), LayerAct(l, off_.ln1_mean),
-                         LayerAct(l, off_.ln1_rstd), residual, w.ln1w, w.ln1b, BT, C);
-    Round(LayerAct(l, off_.ln1), static_cast<size_t>(BT) * C);
+    be_->LayerNormForward(H(LayerAct(l, off_.ln1)), LayerAct(l, off_.ln1_mean), LayerAct(l, off_.ln1_rstd), residual,
+                          p.ln1w, p.ln1b, BT, C);
   });
   Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(LayerAct(l, off_.qkv), LayerAct(l, off_.ln1), w.qkvw, w.qkvb, BT, C, 3 * Ca);
-    Round(LayerAct(l, off_.qkv), static_cast<size_t>(BT) * 3 * Ca);
+    be_->MatmulForward(H(LayerAct(l, off_.qkv)), H(LayerAct(l, off_.ln1)), w.qkvw, w.qkvb, BT, C, 3 * Ca);
   });
   Op(name("attention fwd"), [&] {
-    be_->AttentionForward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH, lp_);
-    Round(LayerAct(l, off_.atty), static_cast<size_t>(BT) * Ca);
+    be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca, NH,
+                          lp_);
   });
   Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(LayerAct(l, off_.attproj), LayerAct(l, off_.atty), w.projw, bias_here ? w.projb : nullptr,
-                      BT, Ca, C);
+    be_->MatmulForward(proj, H(LayerAct(l, off_.atty)), w.projw, bias_here ? w.projb : nullptr, BT, Ca, C);
   });
-  Op(name("tp all-reduce"), [&] { TpAllReduce(LayerAct(l, off_.attproj), static_cast<size_t>(BT) * C); });
-  Round(LayerAct(l, off_.attproj), static_cast<size_t>(BT) * C);
+  Op(name("tp all-reduce"), [&] { TpAllReduce(proj, static_cast<size_t>(BT) * C); });
+  Round(proj, static_cast<size_t>(BT) * C);
   Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res2), residual, LayerAct(l, off_.attproj),
-                        static_cast<int64_t>(BT) * C);
+    be_->ResidualForward(LayerAct(l, off_.res2), residual, proj, static_cast<int64_t>(BT) * C);
   });
   Op(name("layernorm fwd"), [&] {
-    be_->LayerNormForward(LayerAct(l, off_.ln2), LayerAct(l, off_.ln2_mean),
-                         LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), w.ln2w, w.ln2b, BT, C);
-    Round(LayerAct(l, off_.ln2), static_cast<size_t>(BT) * C);
+    be_->LayerNormForward(H(LayerAct(l, off_.ln2)), LayerAct(l, off_.ln2_mean), LayerAct(l, off_.ln2_rstd),
+                          LayerAct(l, off_.res2), p.ln2w, p.ln2b, BT, C);
   });
   Op(name("matmul+gelu fwd"), [&] {
-    if (!mixed()) {
-      be_->MatmulBiasGeluForward(LayerAct(l, off_.fch), LayerAct(l, off_.fch_gelu), LayerAct(l, off_.ln2), w.fcw,
-                                 w.fcb, BT, C, Fm);
-      return;
-    }
-    // Autocast rounds the GEMM's output, then GELU's: not fused.
-    const size_t n = static_cast<size_t>(BT) * Fm;
-    be_->MatmulForward(LayerAct(l, off_.fch), LayerAct(l, off_.ln2), w.fcw, w.fcb, BT, C, Fm);
-    Round(LayerAct(l, off_.fch), n);
-    be_->GeluForward(LayerAct(l, off_.fch_gelu), LayerAct(l, off_.fch), static_cast<int64_t>(n));
-    Round(LayerAct(l, off_.fch_gelu), n);
+    be_->MatmulBiasGeluForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.fch_gelu)), H(LayerAct(l, off_.ln2)),
+                               w.fcw, w.fcb, BT, C, Fm);
   });
   Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(LayerAct(l, off_.fcproj), LayerAct(l, off_.fch_gelu), w.fcprojw,
-                      bias_here ? w.fcprojb : nullptr, BT, Fm, C);
+    be_->MatmulForward(proj, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, bias_here ? w.fcprojb : nullptr, BT, Fm, C);
   });
-  Op(name("tp all-reduce"), [&] { TpAllReduce(LayerAct(l, off_.fcproj), static_cast<size_t>(BT) * C); });
-  Round(LayerAct(l, off_.fcproj), static_cast<size_t>(BT) * C);
+  Op(name("tp all-reduce"), [&] { TpAllReduce(proj, static_cast<size_t>(BT) * C); });
+  Round(proj, static_cast<size_t>(BT) * C);
   Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), LayerAct(l, off_.fcproj),
-                        static_cast<int64_t>(BT) * C);
+    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), proj, static_cast<int64_t>(BT) * C);
   });
 }
 
@@ -318,8 +290,8 @@ void GPT::RunForward(int B, int T) {
   }
   const float* residual = A(off_.encoded);
   for (int l = lb_; l < le_; ++l) {
-    const LayerParams w = GemmWeights(Layer(UnitParams(layer_unit(l)), l), l);
-    ForwardLayer(l, w, residual, B, T, "");
+    const LayerParams p = Layer(UnitParams(layer_unit(l)), l);
+    ForwardLayer(l, p, GemmWeights(p, l), residual, B, T, "");
     ReleaseUnitParams(layer_unit(l));
     residual = LayerAct(l, off_.res3);
   }
@@ -327,22 +299,35 @@ void GPT::RunForward(int B, int T) {
   {
     float* F = UnitParams(head_unit());  // ln_f weight, then bias
     Op("layernorm fwd", [&] {
-      be_->LayerNormForward(A(off_.lnf), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
-      Round(A(off_.lnf), static_cast<size_t>(BT) * C);
+      be_->LayerNormForward(H(A(off_.lnf)), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
     });
     ReleaseUnitParams(head_unit());
   }
   // Tied classifier: logits = lnf @ wte^T (this rank's vocabulary rows). wte stays acquired
   // until the classifier's backward (or, without one, the end of ForwardStage).
-  const float* W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
+  const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
   Op("classifier matmul fwd", [&] {
-    be_->MatmulForward(A(off_.logits), A(off_.lnf), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
-    Round(A(off_.logits), static_cast<size_t>(BT) * Vl_);
+    be_->MatmulForward(H(A(off_.logits)), H(A(off_.lnf)), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
   });
 }
 
 void GPT::ReadLogits(float* host, size_t row, size_t rows) {
-  be_->CopyToHost(host, logits() + row * static_cast<size_t>(Vl_), rows * static_cast<size_t>(Vl_) * sizeof(float));
+  const size_t n = rows * static_cast<size_t>(Vl_);
+  if (!mixed()) {
+    be_->CopyToHost(host, logits() + row * static_cast<size_t>(Vl_), n * sizeof(float));
+    Sync();
+    return;
+  }
+  // 16-bit logits: widened on the device into the backward scratch dln's room (free between
+  // steps), a block of rows at a time.
+  const kernels::CPtr all = H(const_cast<float*>(logits()));
+  const size_t room = static_cast<size_t>(act_B_) * act_T_ * config_.n_embd;
+  for (size_t done = 0; done < n;) {
+    const size_t m = std::min(room, n - done);
+    be_->Convert(A(off_.dln), all + static_cast<int64_t>(row * static_cast<size_t>(Vl_) + done), static_cast<int64_t>(m));
+    be_->CopyToHost(host + done, A(off_.dln), m * sizeof(float));
+    done += m;
+  }
   Sync();
 }
 
@@ -363,13 +348,12 @@ float GPT::Loss(int B, int T, float dloss) {
   if (shard_.tp == 1) {
     if (dloss == 0.f) {
       Op("classifier xent fwd", [&] {
-        be_->CrossEntropyForward(A(off_.losses), A(off_.logits), targets, BT, config_.vocab_size);
+        be_->CrossEntropyForward(A(off_.losses), H(A(off_.logits)), targets, BT, config_.vocab_size);
       });
     } else {
       Op("classifier softmax+xent", [&] {
-        be_->CrossEntropyFusedForwardBackward(A(off_.losses), A(off_.logits), targets, dloss, BT,
-                                               config_.vocab_size);
-        Round(A(off_.logits), static_cast<size_t>(BT) * Vl_);  // d(logits), the gradient of a 16-bit tensor
+        be_->CrossEntropyFusedForwardBackward(A(off_.losses), H(A(off_.logits)), targets, dloss, BT,
+                                              config_.vocab_size);
       });
     }
     return MeanLoss(BT);
@@ -381,15 +365,14 @@ float GPT::Loss(int B, int T, float dloss) {
   }
   float* mine = xent_stats_.data() + n * static_cast<size_t>(shard_.tp);
   Op("classifier softmax+xent", [&] {
-    be_->CrossEntropyShardStats(mine, A(off_.logits), targets, BT, Vl_, v0_);
+    be_->CrossEntropyShardStats(mine, H(A(off_.logits)), targets, BT, Vl_, v0_);
     if (tp_comm_ != nullptr) {
       Sync();  // the communicator reads the stats
       absl::Status s = tp_comm_->AllGather(mine, xent_stats_.data(), n);
       if (!s.ok() && comm_status_.ok()) comm_status_ = s;
     }
-    be_->CrossEntropyShardFinish(A(off_.losses), A(off_.logits), xent_stats_.data(), shard_.tp, targets, dloss, BT,
-                                 Vl_, v0_);
-    if (dloss != 0.f) Round(A(off_.logits), static_cast<size_t>(BT) * Vl_);
+    be_->CrossEntropyShardFinish(A(off_.losses), H(A(off_.logits)), xent_stats_.data(), shard_.tp, targets, dloss,
+                                 BT, Vl_, v0_);
   });
   return MeanLoss(BT);
 }
@@ -400,6 +383,7 @@ float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 
 float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale) {
   EnsureActivations(B, T);
+  RefreshWorking();
   Select(slot);
   // The tokens into the backend's memory: the encoder reads the inputs again in backward.
   auto* tokens = reinterpret_cast<int32_t*>(tokens_.data()) + static_cast<size_t>(slot) * 2 * tokens_per_slot_;
@@ -439,36 +423,30 @@ float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B,
 void GPT::RunBackward(int B, int T) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
   const int BT = B * T;
+  const size_t btc = static_cast<size_t>(BT) * C;
   float* dres = A(off_.dres);
   float* dln = A(off_.dln);
+  // The GEMMs read the residual stream's gradient (fp32) as a 16-bit tensor: a rounded copy.
+  const kernels::Ptr dout = mixed() ? kernels::Ptr(A(off_.dres16), lp_) : kernels::Ptr(dres);
+  auto round_dres = [&] {
+    if (mixed()) be_->Convert(dout, dres, static_cast<int64_t>(btc));
+  };
   if (shard_.last()) {
     // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
     // On the first stage wte's gradient stays acquired until the encoder's backward adds its part.
     // wte is still held from this micro-batch's forward: acquiring it again gathers nothing.
     float* dE = UnitGrads(wte_unit()) + wte_offset();
-    const float* W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
+    const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
     Op("classifier matmul bwd", [&] {
-      if (!mixed()) {
-        be_->MatmulBackward(A(off_.dlnf), dE, nullptr, A(off_.logits), A(off_.lnf), W, BT, C, Vl_,
-                            k::WeightLayout::kOutIn);
-        return;
-      }
-      // The weight's gradient of this micro-batch is a 16-bit tensor (autocast's), rounded
-      // before it joins the fp32 accumulation.
-      const size_t n = static_cast<size_t>(Vl_) * C;
-      if (lp_grad_wte_.size() != n) lp_grad_wte_.Assign(be_, n, /*zero=*/false);
-      be_->Zero(lp_grad_wte_.data(), n * sizeof(float));
-      be_->MatmulBackward(A(off_.dlnf), lp_grad_wte_.data(), nullptr, A(off_.logits), A(off_.lnf), W, BT, C, Vl_,
+      be_->MatmulBackward(A(off_.dlnf), dE, nullptr, H(A(off_.logits)), H(A(off_.lnf)), W, BT, C, Vl_,
                           k::WeightLayout::kOutIn);
-      Round(lp_grad_wte_.data(), n);
-      be_->ResidualForward(dE, dE, lp_grad_wte_.data(), static_cast<int64_t>(n));
     });
     ReleaseUnitParams(wte_unit());  // this hold, and the forward's
     ReleaseUnitParams(wte_unit());
-    Op("tp all-reduce", [&] { TpAllReduce(A(off_.dlnf), static_cast<size_t>(BT) * C); });
-    Round(A(off_.dlnf), static_cast<size_t>(BT) * C);
+    Op("tp all-reduce", [&] { TpAllReduce(A(off_.dlnf), btc); });
+    Round(A(off_.dlnf), btc);
     const float* last = LayerAct(le_ - 1, off_.res3);
-    be_->Zero(dres, static_cast<size_t>(BT) * C * sizeof(float));
+    be_->Zero(dres, btc * sizeof(float));
     float* F = UnitParams(head_unit());
     float* dF = UnitGrads(head_unit());
     Op("layernorm bwd", [&] {
@@ -479,80 +457,60 @@ void GPT::RunBackward(int B, int T) {
   }  // else dres holds d(output), from the next stage
   for (int l = le_ - 1; l >= lb_; --l) {
     const int u = layer_unit(l);
-    const LayerParams w = GemmWeights(Layer(UnitParams(u), l), l);
-    const LayerParams g_acc = Layer(UnitGrads(u), l);
-    // Mixed precision: this micro-batch's GEMM gradients apart, rounded, then accumulated.
-    const LayerParams g = GemmGrads(g_acc, l);
+    const LayerParams p = Layer(UnitParams(u), l);
+    const GemmParams w = GemmWeights(p, l);
+    const LayerParams g = Layer(UnitGrads(u), l);
     const float* residual = l > lb_ ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
     // Activation checkpointing: what forward did not keep is computed again, as it was.
     if (off_.recompute == Recompute::kFull) {
-      ForwardLayer(l, w, residual, B, T, "recompute fwd");
+      ForwardLayer(l, p, w, residual, B, T, "recompute fwd");
     } else if (off_.recompute == Recompute::kSelective) {
       Op("recompute attention", [&] {
-        be_->AttentionForward(LayerAct(l, off_.atty), LayerAct(l, off_.att), LayerAct(l, off_.qkv), B, T, Ca, NH,
-                              lp_);
-        Round(LayerAct(l, off_.atty), static_cast<size_t>(BT) * Ca);
+        be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca,
+                              NH, lp_);
       });
     }
-    // Mixed precision: the gradient reaching a 16-bit tensor is rounded as that tensor was;
-    // the residual stream's (dres) stays fp32, so the GEMMs read a rounded copy of it (in dln,
-    // free until they write it).
-    const float* dout = dres;
-    if (mixed()) {
-      be_->RoundTo(dln, dres, static_cast<int64_t>(BT) * C, lp_);
-      dout = dln;
-    }
-    // dres holds d(res3). MLP branch.
+    // dres holds d(res3). MLP branch; with 16-bit tensors each gradient reaching one is
+    // rounded as that tensor was, and each weight gradient before it is accumulated.
+    round_dres();
     Op("matmul+gelu bwd", [&] {
-      if (!mixed()) {
-        be_->MatmulBackward(A(off_.dfch), g.fcprojw, g.fcprojb, dres, LayerAct(l, off_.fch_gelu), w.fcprojw, BT, Fm,
-                            C, k::WeightLayout::kInOut, LayerAct(l, off_.fch));
-        return;
-      }
-      const size_t n = static_cast<size_t>(BT) * Fm;
-      be_->MatmulBackward(A(off_.dfch), g.fcprojw, g.fcprojb, dout, LayerAct(l, off_.fch_gelu), w.fcprojw, BT, Fm, C);
-      Round(A(off_.dfch), n);
-      be_->GeluBackward(A(off_.dfch), LayerAct(l, off_.fch), A(off_.dfch), static_cast<int64_t>(n));
-      Round(A(off_.dfch), n);
+      be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,
+                          Fm, C, k::WeightLayout::kInOut, H(LayerAct(l, off_.fch)));
     });
     Op("matmul bwd", [&] {
-      be_->MatmulBackward(dln, g.fcw, g.fcb, A(off_.dfch), LayerAct(l, off_.ln2), w.fcw, BT, C, Fm);
+      be_->MatmulBackward(dln, g.fcw, g.fcb, H(A(off_.dfch)), H(LayerAct(l, off_.ln2)), w.fcw, BT, C, Fm);
     });
     // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
-    Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
-    Round(dln, static_cast<size_t>(BT) * C);
+    Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
+    Round(dln, btc);
     // d(res2) = d(res3) + ln_2 backward
     Op("layernorm bwd", [&] {
-      be_->LayerNormBackward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), w.ln2w,
-                            LayerAct(l, off_.ln2_mean), LayerAct(l, off_.ln2_rstd), BT, C);
+      be_->LayerNormBackward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_mean),
+                             LayerAct(l, off_.ln2_rstd), BT, C);
     });
     // Attention branch.
-    if (mixed()) be_->RoundTo(dln, dres, static_cast<int64_t>(BT) * C, lp_);
+    round_dres();
     Op("matmul bwd", [&] {
-      be_->MatmulBackward(A(off_.datty), g.projw, g.projb, dout, LayerAct(l, off_.atty), w.projw, BT, Ca, C);
-      Round(A(off_.datty), static_cast<size_t>(BT) * Ca);
+      be_->MatmulBackward(H(A(off_.datty)), g.projw, g.projb, dout, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C);
     });
     Op("attention bwd", [&] {
-      be_->AttentionBackward(A(off_.dqkv), A(off_.datt), A(off_.datty), LayerAct(l, off_.qkv),
-                             LayerAct(l, off_.atty), LayerAct(l, off_.att), B, T, Ca, NH);
-      Round(A(off_.dqkv), static_cast<size_t>(BT) * 3 * Ca);
+      be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
+                             H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH);
     });
     Op("matmul bwd", [&] {
-      be_->MatmulBackward(dln, g.qkvw, g.qkvb, A(off_.dqkv), LayerAct(l, off_.ln1), w.qkvw, BT, C,
-                         3 * Ca);
+      be_->MatmulBackward(dln, g.qkvw, g.qkvb, H(A(off_.dqkv)), H(LayerAct(l, off_.ln1)), w.qkvw, BT, C, 3 * Ca);
     });
     // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
     // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
     // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
     // order lr that differ with any change of summation order. Its true value is 0.
-    AddGemmGrads(g_acc, l);
-    be_->Zero(g_acc.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
-    Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
-    Round(dln, static_cast<size_t>(BT) * C);
+    be_->Zero(g.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
+    Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
+    Round(dln, btc);
     // d(residual_in) = d(res2) + ln_1 backward
     Op("layernorm bwd", [&] {
-      be_->LayerNormBackward(dres, g.ln1w, g.ln1b, dln, residual, w.ln1w, LayerAct(l, off_.ln1_mean),
-                            LayerAct(l, off_.ln1_rstd), BT, C);
+      be_->LayerNormBackward(dres, g.ln1w, g.ln1b, dln, residual, p.ln1w, LayerAct(l, off_.ln1_mean),
+                             LayerAct(l, off_.ln1_rstd), BT, C);
     });
     ReleaseUnitParams(u);
     UnitGradsDone(u);

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +28,9 @@ class ParamHost {
   virtual float* AcquireGrads(int unit) = 0;
   // Backward of this micro-batch is done with the unit's gradients.
   virtual void GradsDone(int unit) = 0;
+  // Whether AcquireParams hands out gathered copies (ZeRO 3) rather than the model's own
+  // buffer: a mixed-precision model then makes its 16-bit GEMM weights per acquisition.
+  virtual bool gathers_params() const { return false; }
 };
 
 // The model is written once over kernels::Backend: its parameters, gradients and activations
@@ -57,13 +59,26 @@ class GPT {
   // (not owned) takes over every unit access; then a buffer it does not need may be freed
   // (ZeRO 2 frees the gradients, ZeRO 3 both) and re-allocated for whole-model work.
   void set_param_host(ParamHost* host) { host_ = host; }
-  void FreeParamBuffer() { params_.Reset(); }
+  void FreeParamBuffer() {
+    params_.Reset();
+    work_.Reset();
+  }
   void FreeGradBuffer() { grads_.Reset(); }
-  void AllocateParamBuffer() { if (params_.size() != num_params()) params_.Assign(be_, num_params()); }
+  void AllocateParamBuffer() {
+    if (params_.size() != num_params()) params_.Assign(be_, num_params());
+    MarkParamsChanged();
+  }
   void AllocateGradBuffer() { if (grads_.size() != num_params()) grads_.Assign(be_, num_params()); }
   // The parameters to or from host memory (num_params() floats), on any backend.
   void ReadParams(float* host) const { be_->CopyToHost(host, params_.data(), num_params() * sizeof(float)); }
-  void WriteParams(const float* host) { be_->CopyToDevice(params_.data(), host, num_params() * sizeof(float)); }
+  void WriteParams(const float* host) {
+    be_->CopyToDevice(params_.data(), host, num_params() * sizeof(float));
+    MarkParamsChanged();
+  }
+  // Whoever writes the parameters other than through this class's own methods (an optimizer
+  // step, a load into params()) says so: a mixed-precision model recasts its 16-bit working
+  // copy of the GEMM weights from them before its next forward.
+  void MarkParamsChanged() { working_valid_ = false; }
   // The parameters where the host can read them: in place on a host-addressable backend,
   // else a copy in *staged.
   const float* HostParams(std::vector<float>* staged) const;
@@ -137,15 +152,26 @@ class GPT {
   }
   // Bytes of activation memory for the current (B,T).
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
+  // Mixed precision: bytes of the 16-bit working copies of the GEMM weights (the persistent
+  // copy of ZeRO 0-2, or one unit's and the classifier's under ZeRO 3).
+  size_t working_param_bytes() const { return (work_.size() + lp_unit_.size() + lp_wte_.size()) * sizeof(float); }
 
   // Mixed precision (train.precision). In bf16 or fp16 the parameters stay fp32 (the
-  // master copy; the optimizer updates them); each GEMM reads its weights and bias rounded
-  // to the 16-bit type, its input rounded, and its output is rounded: the points where
-  // PyTorch autocast casts (addmm/linear out, GELU out, attention out, the logits, and the
-  // gradients flowing into each of those). LayerNorm, the residual stream, softmax, the
-  // loss and the weight gradients (accumulated by the GEMMs in fp32) stay fp32. Values are
-  // held in fp32 buffers, rounded in place (Backend::RoundTo).
-  void set_precision(kernels::Precision p) { lp_ = p; }
+  // master copy; the optimizer updates them), and the GEMMs read a 16-bit working copy of
+  // their weights and biases, recast after every update (MarkParamsChanged): kept whole
+  // under ZeRO 0-2, made per unit as ZeRO 3 gathers it. The tensors autocast holds in 16 bits
+  // are 16-bit tensors (model::LayoutActivations: GEMM inputs and outputs, GELU's, attention's,
+  // the logits and the gradients flowing into each of those); each GEMM's weight gradient is
+  // rounded to 16 bits before it joins the fp32 accumulation, as autocast's is. LayerNorm, the
+  // residual stream, softmax, the loss and the gradient accumulation stay fp32.
+  void set_precision(kernels::Precision p) {
+    if (p != lp_) act_B_ = act_T_ = 0;
+    lp_ = p;
+    work_.Reset();
+    lp_unit_.Reset();
+    lp_wte_.Reset();
+    MarkParamsChanged();
+  }
   kernels::Precision precision() const { return lp_; }
 
  private:
@@ -192,8 +218,11 @@ class GPT {
   const int32_t* SlotTokens() const {
     return reinterpret_cast<const int32_t*>(tokens_.data()) + static_cast<size_t>(slot_) * 2 * tokens_per_slot_;
   }
-  // Layer l's forward from its input `residual` (the ops of RunForward's loop).
-  void ForwardLayer(int l, const LayerParams& w, const float* residual, int B, int T, const char* tag);
+  // Layer l's forward from its input `residual` (the ops of RunForward's loop): p its fp32
+  // tensors, w its GEMM operands.
+  struct GemmParams;
+  void ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+                    const char* tag);
   void RunForward(int B, int T);  // the first stage reads the slot's tokens
   // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
   // dloss != 0.
@@ -204,23 +233,25 @@ class GPT {
 
   template <typename F>
   void Op(const char* name, F&& f);
-  // Mixed precision: n values rounded in place (nothing in fp32).
+  // Mixed precision: n values of an fp32 buffer rounded in place (nothing in fp32).
   void Round(float* p, size_t n);
-  // Layer l's weights for the GEMMs: w itself in fp32, else w with its GEMM tensors
-  // (weights and biases) rounded into lp_layer_ (LayerNorm's stay fp32).
-  LayerParams GemmWeights(const LayerParams& w, int l);
-  // Mixed precision: layer l's GEMM gradients (of g) pointed at lp_grad_, zeroed, for one
-  // micro-batch's backward (LayerNorm's stay g's); then AddGemmGrads rounds them (each is a
-  // 16-bit tensor under autocast) and adds them to g's fp32 accumulators. g itself in fp32.
-  LayerParams GemmGrads(const LayerParams& g, int l);
-  void AddGemmGrads(const LayerParams& g, int l);
-  // The sizes of layer l's 8 GEMM tensors (into sizes), and their sum.
-  size_t GemmFloats(int l, size_t sizes[]) const;
-  // The GEMM tensors' pointers of p (weights and biases, in layer order).
-  static std::array<float**, 8> GemmFields(LayerParams& p);
-  // The classifier's weight (this rank's wte rows) for its GEMM: W, or rounded into lp_wte_.
-  const float* ClassifierWeight(const float* W);
+  // An activation that autocast holds in 16 bits: of the 16-bit type in mixed precision.
+  kernels::Ptr H(float* p) const { return mixed() ? kernels::Ptr(p, lp_) : kernels::Ptr(p); }
+  // The GEMMs' operands of a layer: its weights and biases in fp32, or their 16-bit copies.
+  struct GemmParams {
+    kernels::CPtr qkvw, qkvb, projw, projb, fcw, fcb, fcprojw, fcprojb;
+  };
+  // Layer l's GEMM operands from its fp32 tensors w: w's own (fp32), the persistent working
+  // copy's, or (ZeRO 3) w's cast into lp_unit_.
+  GemmParams GemmWeights(const LayerParams& w, int l);
+  // The classifier's weight (this rank's wte rows at W) for its GEMM, likewise.
+  kernels::CPtr ClassifierWeight(const float* W);
+  // Mixed precision, ZeRO 0-2: the working copy recast from the parameters when they changed.
+  void RefreshWorking();
+  bool gathers() const { return host_ != nullptr && host_->gathers_params(); }
   bool mixed() const { return lp_ != kernels::Precision::kFp32; }
+  // The index in tensors_ of layer l's first tensor.
+  size_t LayerTensor(int l) const { return (shard_.first() ? 2 : 0) + static_cast<size_t>(l - lb_) * 12; }
 
   GPTConfig config_;
   ModelShard shard_;
@@ -247,8 +278,12 @@ class GPT {
   std::vector<float> losses_;     // the host copy of the per-token losses (backends the host cannot address)
   kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
   kernels::Precision lp_ = kernels::Precision::kFp32;
-  kernels::DeviceBuffer lp_layer_, lp_wte_;  // mixed precision: rounded GEMM weights
-  kernels::DeviceBuffer lp_grad_, lp_grad_wte_;  // and one micro-batch's GEMM gradients
+  // Mixed precision: the 16-bit working copy of every GEMM tensor (ZeRO 0-2; at image_at_[i]
+  // 16-bit elements for tensor i, the GEMM tensors in flat order), valid until the
+  // parameters change; under ZeRO 3, one unit's GEMM tensors and the classifier's wte.
+  kernels::DeviceBuffer work_, lp_unit_, lp_wte_;
+  std::vector<size_t> image_at_;
+  bool working_valid_ = false;
 };
 
 }  // namespace gantry::model

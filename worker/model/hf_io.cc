@@ -79,6 +79,7 @@ absl::Status LoadHFWeights(const std::string& dir, GPT& model) {
   // Read in place where the host addresses the model's memory, else through a host copy.
   std::vector<float> staged;
   float* params = model.params();
+  model.MarkParamsChanged();
   if (!model.backend().host_addressable()) {
     staged.resize(model.num_params());
     params = staged.data();

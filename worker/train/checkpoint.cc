@@ -277,6 +277,7 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
   std::vector<float> staged;
   if (!model.backend().host_addressable()) staged.resize(model.num_params());
   float* dst[3] = {staged.empty() ? model.params() : staged.data(), m, v};
+  model.MarkParamsChanged();
   // The flat ranges read (whole-model coordinates), per kind: together they must tile
   // [0, global_params) exactly.
   std::vector<std::pair<size_t, size_t>> covered[3];

@@ -29,8 +29,13 @@ void AddTo(float* dst, const float* src, size_t n) {
 float* ZeroEngine::Pool::Take(size_t n, kernels::Backend* on) {
   std::lock_guard<std::mutex> l(mu_);
   Slot* best = nullptr;
+  // The smallest free buffer that fits, if it is not much larger: a bucket's request does
+  // not take (and so multiply) a larger unit's buffer, so the pool holds one buffer of each
+  // size per concurrent use, which the planner counts (spec/planner.cc: WorkingBytes).
   for (auto& s : slots_) {
-    if (!s->used && s->buf.size() >= n && (!best || s->buf.size() < best->buf.size())) best = s.get();
+    if (!s->used && s->buf.size() >= n && s->buf.size() <= n + n / 4 && (!best || s->buf.size() < best->buf.size())) {
+      best = s.get();
+    }
   }
   if (!best) {
     slots_.push_back(std::make_unique<Slot>());
@@ -320,6 +325,7 @@ absl::Status ZeroEngine::SyncRemote() {
     RETURN_IF_ERROR(remote_->Pull(model_->params()));
   }
   pulled_step_ = pushed_step_;
+  model_->MarkParamsChanged();
   return absl::OkStatus();
 }
 
@@ -356,6 +362,7 @@ absl::Status ZeroEngine::GatherParams() {
   for (const Bucket& b : buckets_) SubmitGather(b, shard + b.local, b.piece);
   absl::Status s = WaitAll();
   if (staged != nullptr) pool_.Give(staged);
+  model_->MarkParamsChanged();
   return s;
 }
 
@@ -617,6 +624,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
       RETURN_IF_ERROR(remote_->Push(step, lr, push, sg.flat_begin, sg.flat_end));
     }
     pushed_step_ = step;
+    model_->MarkParamsChanged();
     // Synchronous (staleness 0): every step. Else every staleness + 1 steps, so that the
     // parameters are at most `staleness` steps behind. (The next step's all-reduce orders
     // every rank's push before any rank pushes again, so no barrier is needed in between.)
@@ -654,6 +662,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     for (const Bucket& b : buckets_) SubmitGather(b, params + PieceBegin(b), PieceEnd(b) - PieceBegin(b));
     RETURN_IF_ERROR(WaitAll());
   }
+  model_->MarkParamsChanged();  // (mixed precision: the working copy is recast)
   NotePeak();
   return r;
 }
@@ -674,12 +683,18 @@ MemoryAccount ZeroEngine::memory() const {
   if (offload_) m.host = (opt_->m().size() + opt_->v().size() + host_master_.size() + host_grads_.size()) * f;
   m.activations = model_->activation_bytes();
   m.working = pool_.allocated_bytes();
+  // Mixed precision: the 16-bit working copy of the GEMM weights (ZeRO 0-2, persistent) is
+  // parameter memory; ZeRO 3's per-unit copies are working memory.
+  (stage_ == 3 ? m.working : m.params) += model_->working_param_bytes();
   m.peak = std::max(peak_, m.model_state() + m.activations + m.working);
   // Parameter-server mode: params and grads (ZeRO 2: a 1/dp shard of them); the optimizer
   // state is on the servers.
   const size_t pbytes = model_->num_params() * f;
   m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_, offload_, offload_params_)
                          : pbytes + (stage_ == 2 ? pbytes / static_cast<size_t>(dp_) : pbytes);
+  if (model_->precision() != kernels::Precision::kFp32 && stage_ < 3) {  // + the working copy (2 bytes a GEMM parameter)
+    for (const model::ParamTensor& t : model_->tensors()) m.predicted += t.gemm ? 2 * t.numel : 0;
+  }
   return m;
 }
 

@@ -174,6 +174,7 @@ class ZeroEngine final : public model::ParamHost {
   void ReleaseParams(int unit) override;
   float* AcquireGrads(int unit) override;
   void GradsDone(int unit) override;
+  bool gathers_params() const override { return stage_ == 3; }
 
  private:
   struct Bucket {
