@@ -23,6 +23,15 @@ struct Rows {  // dout's values, summed per column for dbias
   __device__ float2 operator()(int r, int c) const { return make_float2(x[static_cast<int64_t>(r) * C + c], 0.f); }
 };
 
+// The largest power of two up to 256 that divides p's address: the alignment cuBLASLt's
+// heuristic may assume of that matrix (it assumes 256 unless told).
+uint32_t Alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
+
 // Releases cuBLASLt descriptors at scope exit.
 struct LtDescriptors {
   cublasLtMatmulDesc_t op = nullptr;
@@ -57,6 +66,17 @@ absl::Status Gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const flo
   const size_t ws = ctx.lt_workspace_bytes();
   CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // The pointers' own alignments (a weight or activation may start anywhere in a larger
+  // buffer): an algorithm that needs more is not chosen.
+  const uint32_t align_a = Alignment(A), align_b = Alignment(B), align_d = Alignment(D);
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                              &align_a, sizeof(align_a)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                              &align_b, sizeof(align_b)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                              &align_d, sizeof(align_d)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                              &align_d, sizeof(align_d)));
   cublasLtMatmulHeuristicResult_t h;
   int found = 0;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), l.op, l.a, l.b, l.d, l.d, l.pref, 1, &h, &found));

@@ -617,5 +617,162 @@ TEST(EmulatedRuntimeTest, SgemmStridedBatchedKeepsCublasContract) {
   }
 }
 
+// cublasLtMatmul with 16-bit types, as kernels/cuda/matmul.cu calls it: D (m, n) = op(A) op(B)
+// + beta C (+ bias), C = D. align: the preference's minimum alignment of every matrix (0: not set,
+// cuBLASLt's 256). The first status that is not success, of the heuristic or the matmul.
+cublasStatus_t Lt(cublasLtHandle_t h, cudaDataType_t ab, cudaDataType_t dt, cublasOperation_t ta, int m, int n, int k,
+                  const void* A, int lda, const void* B, int ldb, void* D, int ldd, float beta, const void* bias,
+                  uint32_t align = 0) {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  const cublasOperation_t tb = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  if (st == CUBLAS_STATUS_SUCCESS && bias != nullptr) {
+    st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&la, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lb, ab, k, n, ldb);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (st == CUBLAS_STATUS_SUCCESS && align != 0) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  }
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &result, &found);
+  const float alpha = 1.f;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmul(h, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &result.algo, nullptr, 0, nullptr);
+  }
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  for (auto l : {la, lb, ld}) {
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+  if (op) cublasLtMatmulDescDestroy(op);
+  return st;
+}
+
+// 16-bit A and B (bf16, fp16) into an fp32 or same-type D, with and without C (beta 1 or 0: C
+// not read) and a bias of D's type, against a loop from the definition (exact products, sums
+// in double): within an fp32 sum's bound, (k + 2) 2^-24 S with S the sum of the terms'
+// magnitudes (k products, C and the bias), and half an ulp of D's type for its rounding. The
+// rows of D past m (its leading dimension's padding) are not written.
+TEST(EmulatedRuntimeTest, LtMatmulOf16BitInputsKeepsCublasLtContract) {
+  using kernels::Precision;
+  const int m = 5, n = 3, k = 7, lda = k + 2, ldb = k + 1, ldd = m + 3;
+  cublasLtHandle_t h;
+  ASSERT_EQ(cublasLtCreate(&h), CUBLAS_STATUS_SUCCESS);
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    const cudaDataType_t ab = p == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+    auto draw = [&](size_t count, uint64_t seed) {
+      std::vector<uint16_t> v(count);
+      const auto x = Random(count, seed);
+      for (size_t i = 0; i < count; ++i) v[i] = kernels::Of16(x[i], p);
+      return v;
+    };
+    const auto A = draw(static_cast<size_t>(lda) * m, 1), B = draw(static_cast<size_t>(ldb) * n, 2);
+    for (bool d16 : {false, true}) {
+      for (float beta : {0.f, 1.f}) {
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << kernels::PrecisionName(p) << (d16 ? " D 16-bit" : " D fp32") << " beta "
+                                            << beta << (with_bias ? " bias" : ""));
+          const auto c16 = draw(static_cast<size_t>(ldd) * n, 3), bias16 = draw(m, 4);
+          const auto c32 = Random(static_cast<size_t>(ldd) * n, 3), bias32 = Random(m, 4);
+          // D starts as C (beta 1) or as NaN (beta 0: it must not be read).
+          std::vector<uint16_t> D16(static_cast<size_t>(ldd) * n, 0xffff);
+          std::vector<float> D32(static_cast<size_t>(ldd) * n, NAN);
+          if (beta != 0.f) D16 = c16, D32 = c32;
+          const std::vector<uint16_t> D16_0 = D16;
+          const std::vector<float> D32_0 = D32;
+          auto c_at = [&](int i, int j) -> double {
+            const size_t at = static_cast<size_t>(j) * ldd + i;
+            return beta == 0.f ? 0.0 : d16 ? kernels::FloatOf16(c16[at], p) : c32[at];
+          };
+          auto bias_at = [&](int i) -> double {
+            return !with_bias ? 0.0 : d16 ? kernels::FloatOf16(bias16[i], p) : bias32[i];
+          };
+          const void* bias = !with_bias ? nullptr : d16 ? static_cast<const void*>(bias16.data()) : bias32.data();
+          void* D = d16 ? static_cast<void*>(D16.data()) : D32.data();
+          // Host vectors: told their alignment (2 bytes; the default assumes cudaMalloc's 256).
+          ASSERT_EQ(Lt(h, ab, d16 ? ab : CUDA_R_32F, CUBLAS_OP_T, m, n, k, A.data(), lda, B.data(), ldb, D, ldd, beta,
+                       bias, 2),
+                    CUBLAS_STATUS_SUCCESS);
+          for (int j = 0; j < n; ++j) {
+            for (int i = 0; i < ldd; ++i) {
+              const size_t at = static_cast<size_t>(j) * ldd + i;
+              if (i >= m) {  // padding: untouched
+                if (d16) {
+                  EXPECT_EQ(D16[at], D16_0[at]);
+                } else {
+                  EXPECT_EQ(std::memcmp(&D32[at], &D32_0[at], 4), 0);
+                }
+                continue;
+              }
+              double want = c_at(i, j) + bias_at(i), s = std::fabs(c_at(i, j)) + std::fabs(bias_at(i));
+              for (int q = 0; q < k; ++q) {  // op(A) = A^T: A stored (k, m)
+                const double t = static_cast<double>(kernels::FloatOf16(A[static_cast<size_t>(i) * lda + q], p)) *
+                                 kernels::FloatOf16(B[static_cast<size_t>(j) * ldb + q], p);
+                want += t;
+                s += std::fabs(t);
+              }
+              const double got = d16 ? kernels::FloatOf16(D16[at], p) : D32[at];
+              double tol = (k + 2) * 0x1p-24 * s;
+              if (d16) {  // and half an ulp of the 16-bit result
+                int e = 0;
+                std::frexp(std::max(std::fabs(got), 1e-30), &e);
+                tol += std::ldexp(1.0, std::max(e - 1, p == Precision::kBf16 ? -126 : -14) -
+                                           (p == Precision::kBf16 ? 8 : 11));
+              }
+              EXPECT_LE(std::fabs(got - want), tol) << "D(" << i << ", " << j << ")";
+            }
+          }
+        }
+      }
+    }
+    // cuBLASLt's types for CUBLAS_COMPUTE_32F: A and B alike; D fp32 or A's 16-bit type.
+    std::vector<float> D(static_cast<size_t>(ldd) * n);
+    const cudaDataType_t other = ab == CUDA_R_16BF ? CUDA_R_16F : CUDA_R_16BF;
+    EXPECT_EQ(Lt(h, ab, other, CUBLAS_OP_T, m, n, k, A.data(), lda, B.data(), ldb, D.data(), ldd, 0.f, nullptr, 2),
+              CUBLAS_STATUS_NOT_SUPPORTED)
+        << "a D of the other 16-bit type";
+    EXPECT_EQ(Lt(h, CUDA_R_32F, ab, CUBLAS_OP_T, m, n, k, D.data(), lda, D.data(), ldb, D.data(), ldd, 0.f, nullptr, 2),
+              CUBLAS_STATUS_NOT_SUPPORTED)
+        << "fp32 inputs, a 16-bit D";
+    // A pointer less aligned than the algorithm assumes: refused; told the alignment, taken.
+    std::vector<uint16_t> D16(static_cast<size_t>(ldd) * n + 1);
+    EXPECT_EQ(Lt(h, ab, ab, CUBLAS_OP_T, m, n, k, A.data() + 1, lda, B.data(), ldb, D16.data(), ldd, 0.f, nullptr),
+              CUBLAS_STATUS_INVALID_VALUE)
+        << "A 2 bytes past an aligned address, with the default preference (256)";
+    EXPECT_EQ(Lt(h, ab, ab, CUBLAS_OP_T, m, n, k, A.data() + 1, lda, B.data(), ldb, D16.data(), ldd, 0.f, nullptr, 2),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  // A and B of two types; C and D of two types.
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, b16, c, d;
+  cublasLtMatmulPreference_t pref;
+  ASSERT_EQ(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, m, k, m), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&b, CUDA_R_16F, k, n, k), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&b16, CUDA_R_16BF, k, n, k), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, m, n, m), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, m, n, m), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(h, op, a, b, d, d, pref, 1, &result, &found), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(h, op, a, b16, d, d, pref, 1, &result, &found), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(h, op, a, b16, c, d, pref, 1, &result, &found), CUBLAS_STATUS_NOT_SUPPORTED);
+  cublasLtMatmulPreferenceDestroy(pref);
+  for (auto l : {a, b, b16, c, d}) cublasLtMatrixLayoutDestroy(l);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(h);
+}
+
 }  // namespace
 }  // namespace gantry::emucuda
