@@ -1,13 +1,18 @@
 // Causal self-attention through cuBLAS strided-batched GEMMs (fp32), the twin of
 // kernels/cpu/attention.cc: q, k, v are permuted to (B, NH, T, hs), the scores and
-// probabilities are (B, NH, T, T) and kept for the backward pass. A fused (flash-style)
-// bf16 kernel is the fast path to come; this one is the exact reference on the GPU.
+// probabilities are (B, NH, T, T) and kept for the backward pass. The fused kernels
+// (flash_attention.cu) are the fast path; this one is the exact reference on the GPU. 16-bit
+// qkv, out, dout and dqkv (one type) are widened into the fp32 scratch as they are permuted and
+// rounded as they are permuted back, as the CPU twin widens and rounds each head: the GEMMs and
+// the probabilities stay fp32.
 #include <cmath>
 #include "kernels/cuda/round.cuh"
 #include "kernels/cuda/ns.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/elem.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -21,28 +26,34 @@ __device__ inline int64_t TokenMajor(int64_t i, int T, int NH, int hs, int64_t s
   return (b * T + t) * stride + h * hs + d;
 }
 
-// qkv (B, T, 3, NH, hs) → q, k, v each (B, NH, T, hs).
-__global__ void SplitHeadsKernel(float* q, float* k, float* v, const float* qkv, int B, int T, int NH, int hs) {
+// qkv (B, T, 3, NH, hs) of E's type → q, k, v each (B, NH, T, hs) fp32.
+template <typename E>
+__global__ void SplitHeadsKernel(float* q, float* k, float* v, const typename E::T* qkv, int B, int T, int NH,
+                                 int hs) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(B) * NH * T * hs) return;
   const int64_t C = static_cast<int64_t>(NH) * hs, src = TokenMajor(i, T, NH, hs, 3 * C);
-  q[i] = qkv[src];
-  k[i] = qkv[src + C];
-  v[i] = qkv[src + 2 * C];
+  q[i] = E::Ld(qkv[src]);
+  k[i] = E::Ld(qkv[src + C]);
+  v[i] = E::Ld(qkv[src + 2 * C]);
 }
 
-// x (B, NH, T, hs) → out (B, T, NH·hs), at channel offset `part`·C of rows `stride` wide.
-__global__ void MergeHeadsKernel(float* out, const float* x, int B, int T, int NH, int hs, int stride, int part) {
+// x (B, NH, T, hs) fp32 → out (B, T, NH·hs) of E's type, at channel offset `part`·C of rows
+// `stride` wide.
+template <typename E>
+__global__ void MergeHeadsKernel(typename E::T* out, const float* x, int B, int T, int NH, int hs, int stride,
+                                 int part) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(B) * NH * T * hs) return;
-  out[TokenMajor(i, T, NH, hs, stride) + static_cast<int64_t>(part) * NH * hs] = x[i];
+  out[TokenMajor(i, T, NH, hs, stride) + static_cast<int64_t>(part) * NH * hs] = E::St(x[i]);
 }
 
-// dout (B, T, C) → d (B, NH, T, hs)
-__global__ void SplitGradKernel(float* d, const float* dout, int B, int T, int NH, int hs) {
+// dout (B, T, C) of E's type → d (B, NH, T, hs) fp32
+template <typename E>
+__global__ void SplitGradKernel(float* d, const typename E::T* dout, int B, int T, int NH, int hs) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(B) * NH * T * hs) return;
-  d[i] = dout[TokenMajor(i, T, NH, hs, static_cast<int64_t>(NH) * hs)];
+  d[i] = E::Ld(dout[TokenMajor(i, T, NH, hs, static_cast<int64_t>(NH) * hs)]);
 }
 
 // One warp per row i of a (T, T) score matrix: softmax over j <= i, zero above.
@@ -115,20 +126,15 @@ absl::Status CheckAttention(const char* op, int B, int T, int C, int NH) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-size_t AttentionForwardScratch(int B, int T, int C, int NH) { return size_t{4} * B * T * C; }
-size_t AttentionBackwardScratch(int B, int T, int C, int NH) {
-  return size_t{7} * B * T * C + static_cast<size_t>(B) * NH * T * T;
-}
-
-absl::Status AttentionForward(Context& ctx, float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                              int C, int NH, int round_bits) {
-  if (auto s = CheckAttention("AttentionForward", B, T, C, NH); !s.ok()) return s;
+// The forward of E's qkv and out: the heads widened into the fp32 scratch, fp32 GEMMs and
+// softmax, the output rounded as it is merged.
+template <typename E>
+absl::Status AttentionForwardOf(Context& ctx, typename E::T* out, float* att, float* scratch,
+                                const typename E::T* qkv, int B, int T, int C, int NH, int round_bits) {
   const int hs = C / NH;
   const int64_t n = static_cast<int64_t>(B) * T * C;
   float *q = scratch, *k = q + n, *v = k + n, *o = v + n;
-  GANTRY_LAUNCH(SplitHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(q, k, v, qkv, B, T, NH, hs);
+  GANTRY_LAUNCH(SplitHeadsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(q, k, v, qkv, B, T, NH, hs);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const Batched g{ctx, B * NH, T, hs};
   if (auto s = g.ScoresXYt(att, q, k, 1.0f / std::sqrt(static_cast<float>(hs))); !s.ok()) return s;
@@ -136,20 +142,21 @@ absl::Status AttentionForward(Context& ctx, float* out, float* att, float* scrat
   GANTRY_LAUNCH(CausalSoftmaxKernel, CeilDiv(rows, 8), 256, 0, ctx.stream())(att, rows, T, round_bits);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (auto s = g.PV(o, att, v); !s.ok()) return s;
-  GANTRY_LAUNCH(MergeHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(out, o, B, T, NH, hs, C, 0);
+  GANTRY_LAUNCH(MergeHeadsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(out, o, B, T, NH, hs, C, 0);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
-absl::Status AttentionBackward(Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                               const float* att, int B, int T, int C, int NH) {
-  if (auto s = CheckAttention("AttentionBackward", B, T, C, NH); !s.ok()) return s;
+// Its backward: q, k, v and dout widened, dq, dk, dv rounded as they are merged into dqkv.
+template <typename E>
+absl::Status AttentionBackwardOf(Context& ctx, typename E::T* dqkv, float* scratch, const typename E::T* dout,
+                                 const typename E::T* qkv, const float* att, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const int64_t n = static_cast<int64_t>(B) * T * C;
   float *q = scratch, *k = q + n, *v = k + n, *d = v + n, *dq = d + n, *dk = dq + n, *dv = dk + n, *datt = dv + n;
-  GANTRY_LAUNCH(SplitHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(q, k, v, qkv, B, T, NH, hs);
+  GANTRY_LAUNCH(SplitHeadsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(q, k, v, qkv, B, T, NH, hs);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  GANTRY_LAUNCH(SplitGradKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(d, dout, B, T, NH, hs);
+  GANTRY_LAUNCH(SplitGradKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(d, dout, B, T, NH, hs);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const Batched g{ctx, B * NH, T, hs};
   if (auto s = g.ScoresXYt(datt, d, v, 1.f); !s.ok()) return s;  // datt = dO @ V^T
@@ -161,10 +168,42 @@ absl::Status AttentionBackward(Context& ctx, float* dqkv, float* scratch, const 
   if (auto s = g.PV(dq, datt, k); !s.ok()) return s;   // dQ = dS @ K
   if (auto s = g.PtD(dk, datt, q); !s.ok()) return s;  // dK = dS^T @ Q
   for (auto [x, part] : {std::pair{dq, 0}, std::pair{dk, 1}, std::pair{dv, 2}}) {
-    GANTRY_LAUNCH(MergeHeadsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(dqkv, x, B, T, NH, hs, 3 * C, part);
+    GANTRY_LAUNCH(MergeHeadsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(dqkv, x, B, T, NH, hs, 3 * C, part);
     CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t AttentionForwardScratch(int B, int T, int C, int NH) { return size_t{4} * B * T * C; }
+size_t AttentionBackwardScratch(int B, int T, int C, int NH) {
+  return size_t{7} * B * T * C + static_cast<size_t>(B) * NH * T * T;
+}
+
+absl::Status AttentionForward(Context& ctx, kernels::Ptr out, float* att, float* scratch, kernels::CPtr qkv, int B,
+                              int T, int C, int NH, int round_bits) {
+  // qkv (B,T,3C) → out (B,T,C), att (B,NH,T,T)
+  if (auto s = CheckAttention("AttentionForward", B, T, C, NH); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckType("AttentionForward", qkv.type, {out}));
+  if (round_bits != 0 && round_bits != 16 && round_bits != 10) {
+    return absl::InvalidArgumentError(absl::StrCat("AttentionForward: round_bits ", round_bits, " is none of 0, 10, 16"));
+  }
+  return WithType(qkv.type, [&](auto e) {
+    using E = decltype(e);
+    return AttentionForwardOf<E>(ctx, Of<E>(out), att, scratch, Of<E>(qkv), B, T, C, NH, round_bits);
+  });
+}
+
+absl::Status AttentionBackward(Context& ctx, kernels::Ptr dqkv, float* scratch, kernels::CPtr dout, kernels::CPtr qkv,
+                               const float* att, int B, int T, int C, int NH) {
+  // dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) → dqkv (B,T,3C)
+  if (auto s = CheckAttention("AttentionBackward", B, T, C, NH); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckType("AttentionBackward", dqkv.type, {dout, qkv}));
+  return WithType(dqkv.type, [&](auto e) {
+    using E = decltype(e);
+    return AttentionBackwardOf<E>(ctx, Of<E>(dqkv), scratch, Of<E>(dout), Of<E>(qkv), att, B, T, C, NH);
+  });
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

@@ -151,8 +151,7 @@ class Cuda final : public kernels::Backend {
   }
   void LayerNormForward(kernels::Ptr out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C) override {
-    if (!Fp32Only("LayerNormForward", {out})) return;
-    Keep(GANTRY_CUDA_NS::LayerNormForward(*ctx_, out.as_f32(), mean, rstd, inp, weight, bias, N, C));
+    Keep(GANTRY_CUDA_NS::LayerNormForward(*ctx_, out, mean, rstd, inp, weight, bias, N, C));
   }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override {
@@ -160,29 +159,24 @@ class Cuda final : public kernels::Backend {
   }
   void MatmulForward(kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight, kernels::CPtr bias, int N, int C,
                      int OC, WeightLayout layout) override {
-    if (!Fp32Only("MatmulForward", {out, inp, weight, bias})) return;
-    Keep(GANTRY_CUDA_NS::MatmulForward(*ctx_, out.as_f32(), inp.as_f32(), weight.as_f32(), bias.as_f32(), N, C, OC,
-                                       layout));
+    if (!Types("MatmulForward", {inp, weight, bias}, {out})) return;
+    Keep(GANTRY_CUDA_NS::MatmulForward(*ctx_, out, inp, weight, bias, N, C, OC, layout));
   }
   void MatmulBiasGeluForward(kernels::Ptr pre, kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight,
                              kernels::CPtr bias, int N, int C, int OC) override {
-    if (!Fp32Only("MatmulBiasGeluForward", {pre, out, inp, weight, bias})) return;
-    Keep(GANTRY_CUDA_NS::MatmulBiasGeluForward(*ctx_, pre.as_f32(), out.as_f32(), inp.as_f32(), weight.as_f32(),
-                                               bias.as_f32(), N, C, OC));
+    if (!Types("MatmulBiasGeluForward", {pre, out, inp, weight, bias})) return;
+    Keep(GANTRY_CUDA_NS::MatmulBiasGeluForward(*ctx_, pre, out, inp, weight, bias, N, C, OC));
   }
   void MatmulBackward(kernels::Ptr dinp, float* dweight, float* dbias, kernels::CPtr dout, kernels::CPtr inp,
                       kernels::CPtr weight, int N, int C, int OC, WeightLayout layout,
                       kernels::CPtr gelu_pre) override {
-    if (!Fp32Only("MatmulBackward", {dinp, dout, inp, weight, gelu_pre})) return;
-    Keep(GANTRY_CUDA_NS::MatmulBackward(*ctx_, dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(),
-                                        weight.as_f32(), N, C, OC, layout, gelu_pre.as_f32()));
+    if (!Types("MatmulBackward", {dout, inp, weight, gelu_pre}, {dinp})) return;
+    Keep(GANTRY_CUDA_NS::MatmulBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre));
   }
   bool fused_attention() const override { return fused_; }
-  void AttentionForward(kernels::Ptr out_t, float* state, kernels::CPtr qkv_t, int B, int T, int C, int NH,
+  void AttentionForward(kernels::Ptr out, float* state, kernels::CPtr qkv, int B, int T, int C, int NH,
                         kernels::Precision p) override {
-    if (!Fp32Only("AttentionForward", {out_t, qkv_t})) return;
-    float* out = out_t.as_f32();
-    const float* qkv = qkv_t.as_f32();
+    if (!Types("AttentionForward", {out, qkv})) return;
     const int bits = p == kernels::Precision::kBf16 ? 16 : p == kernels::Precision::kFp16 ? 10 : 0;
     if (fused_) {
       Keep(FlashAttentionForward(*ctx_, out, state, qkv, B, T, C, NH, bits));
@@ -190,11 +184,9 @@ class Cuda final : public kernels::Backend {
       Keep(GANTRY_CUDA_NS::AttentionForward(*ctx_, out, state, s, qkv, B, T, C, NH, bits));
     }
   }
-  void AttentionBackward(kernels::Ptr dqkv_t, float*, kernels::CPtr dout_t, kernels::CPtr qkv_t,
-                         kernels::CPtr out_t, const float* state, int B, int T, int C, int NH) override {
-    if (!Fp32Only("AttentionBackward", {dqkv_t, dout_t, qkv_t, out_t})) return;
-    float* dqkv = dqkv_t.as_f32();
-    const float *dout = dout_t.as_f32(), *qkv = qkv_t.as_f32(), *out = out_t.as_f32();
+  void AttentionBackward(kernels::Ptr dqkv, float*, kernels::CPtr dout, kernels::CPtr qkv, kernels::CPtr out,
+                         const float* state, int B, int T, int C, int NH) override {
+    if (!Types("AttentionBackward", {dqkv, dout, qkv, out})) return;
     if (fused_) {
       if (float* s = Scratch(FlashAttentionBackwardScratch(B, T, C, NH))) {
         Keep(FlashAttentionBackward(*ctx_, dqkv, s, dout, qkv, out, state, B, T, C, NH));
@@ -204,12 +196,12 @@ class Cuda final : public kernels::Backend {
     }
   }
   void GeluForward(kernels::Ptr out, kernels::CPtr inp, int64_t n) override {
-    if (!Fp32Only("GeluForward", {out, inp})) return;
-    Keep(GANTRY_CUDA_NS::GeluForward(out.as_f32(), inp.as_f32(), n, ctx_->stream()));
+    if (!Types("GeluForward", {out, inp})) return;
+    Keep(GANTRY_CUDA_NS::GeluForward(out, inp, n, ctx_->stream()));
   }
   void GeluBackward(kernels::Ptr dinp, kernels::CPtr inp, kernels::CPtr dout, int64_t n) override {
-    if (!Fp32Only("GeluBackward", {dinp, inp, dout})) return;
-    Keep(GANTRY_CUDA_NS::GeluBackward(dinp.as_f32(), inp.as_f32(), dout.as_f32(), n, ctx_->stream()));
+    if (!Types("GeluBackward", {dinp, inp, dout})) return;
+    Keep(GANTRY_CUDA_NS::GeluBackward(dinp, inp, dout, n, ctx_->stream()));
   }
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
     Keep(GANTRY_CUDA_NS::ResidualForward(out, a, b, n, ctx_->stream()));
@@ -218,24 +210,20 @@ class Cuda final : public kernels::Backend {
     Keep(GANTRY_CUDA_NS::ResidualBackward(da, db, dout, n, ctx_->stream()));
   }
   void CrossEntropyForward(float* losses, kernels::CPtr logits, const int32_t* targets, int N, int V) override {
-    if (!Fp32Only("CrossEntropyForward", {logits})) return;
-    Keep(GANTRY_CUDA_NS::CrossEntropyForward(*ctx_, losses, logits.as_f32(), targets, N, V));
+    Keep(GANTRY_CUDA_NS::CrossEntropyForward(*ctx_, losses, logits, targets, N, V));
   }
   void CrossEntropyFusedForwardBackward(float* losses, kernels::Ptr logits, const int32_t* targets, float dloss, int N,
                                         int V) override {
-    if (!Fp32Only("CrossEntropyFusedForwardBackward", {logits})) return;
-    Keep(GANTRY_CUDA_NS::CrossEntropyFusedForwardBackward(*ctx_, losses, logits.as_f32(), targets, dloss, N, V));
+    Keep(GANTRY_CUDA_NS::CrossEntropyFusedForwardBackward(*ctx_, losses, logits, targets, dloss, N, V));
   }
   void CrossEntropyShardStats(float* stats, kernels::CPtr logits, const int32_t* targets, int N, int V,
                               int v_begin) override {
-    if (!Fp32Only("CrossEntropyShardStats", {logits})) return;
-    Keep(GANTRY_CUDA_NS::CrossEntropyShardStats(*ctx_, stats, logits.as_f32(), targets, N, V, v_begin));
+    Keep(GANTRY_CUDA_NS::CrossEntropyShardStats(*ctx_, stats, logits, targets, N, V, v_begin));
   }
   void CrossEntropyShardFinish(float* losses, kernels::Ptr logits, const float* all_stats, int ranks,
                                const int32_t* targets, float dloss, int N, int V, int v_begin) override {
-    if (!Fp32Only("CrossEntropyShardFinish", {logits})) return;
-    Keep(GANTRY_CUDA_NS::CrossEntropyShardFinish(*ctx_, losses, logits.as_f32(), all_stats, ranks, targets, dloss, N,
-                                                 V, v_begin));
+    Keep(GANTRY_CUDA_NS::CrossEntropyShardFinish(*ctx_, losses, logits, all_stats, ranks, targets, dloss, N, V,
+                                                 v_begin));
   }
   void AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
              const kernels::AdamWParams& hp) override {
@@ -251,17 +239,7 @@ class Cuda final : public kernels::Backend {
   }
   void Scale(float* g, int64_t n, float s) override { Keep(ScaleInplace(*ctx_, g, n, s)); }
   void Convert(kernels::Ptr out, kernels::CPtr in, int64_t n) override {
-    using kernels::Precision;
-    if (out.type == in.type) {
-      if (out.data != in.data) Copy(out.data, in.data, static_cast<size_t>(n) * kernels::ElemBytes(in.type));
-    } else if (out.type == Precision::kBf16 && in.f32()) {
-      Keep(GANTRY_CUDA_NS::CastToBf16(out.as_16(), in.as_f32(), n, ctx_->stream()));
-    } else if (out.f32() && in.type == Precision::kBf16) {
-      Keep(GANTRY_CUDA_NS::CastFromBf16(out.as_f32(), in.as_16(), n, ctx_->stream()));
-    } else {
-      Keep(absl::UnimplementedError(absl::StrCat("Convert ", kernels::PrecisionName(in.type), " to ",
-                                                 kernels::PrecisionName(out.type), ": not yet on this backend")));
-    }
+    Keep(GANTRY_CUDA_NS::Convert(out, in, n, ctx_->stream()));
   }
   void RoundTo(float* out, const float* in, int64_t n, kernels::Precision p) override {
     if (p == kernels::Precision::kFp32) {
@@ -272,12 +250,10 @@ class Cuda final : public kernels::Backend {
   }
 
  private:
-  // Until the 16-bit kernels land: fp32 tensors only.
-  bool Fp32Only(const char* op, std::initializer_list<kernels::CPtr> ts) {
-    for (const kernels::CPtr& t : ts) {
-      if (t && !t.f32()) return Keep(absl::UnimplementedError(absl::StrCat(op, ": 16-bit tensors not yet on this backend")));
-    }
-    return true;
+  // The element types the interface allows (kernels/backend.h: kernels::CheckTypes, the cpu
+  // backend's rule and words); else the error is kept.
+  bool Types(const char* op, std::initializer_list<kernels::CPtr> same, std::initializer_list<kernels::CPtr> out = {}) {
+    return Keep(kernels::CheckTypes(op, same, out));
   }
   // Keeps the first error; true when s is OK.
   bool Keep(absl::Status s) {

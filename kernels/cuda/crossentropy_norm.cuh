@@ -1,7 +1,9 @@
 // The fused classifier (softmax + cross-entropy + its gradient) and the sum of squares
 // (the gradient norm), the twins of kernels/cpu/crossentropy.cc and kernels/cpu/grad_norm.cc.
 // Device code only (crossentropy_norm.cu launches it; tests/kernels/backend_ops_test.cc
-// runs it on the CPU).
+// runs it on the CPU). The logits are of an element type E (elem.cuh): fp32 or 16-bit, read
+// exactly; max, sums, loss and each gradient value are fp32, the gradient rounded once as it
+// is stored (the target's element included: (p - 1) dloss in fp32, then rounded).
 #pragma once
 
 #include "kernels/cuda/ns.h"
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/elem.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace gantry::GANTRY_CUDA_NS {
@@ -18,51 +21,55 @@ constexpr int kRowThreads = 1024;
 
 // One block per row: the max, the sum of exponentials, the loss; with grad, the row is
 // overwritten by (softmax - onehot) * dloss.
-// The block's row x (V): its max and the sum of exp(x - max), in every thread.
-__device__ inline float2 RowMaxSumExp(const float* x, int V) {
+// The block's row x (V) of E's type: its max and the sum of exp(x - max), in every thread.
+template <typename E>
+__device__ inline float2 RowMaxSumExp(const typename E::T* x, int V) {
   float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, E::Ld(x[i]));
   mx = BlockMax(mx);
   float s = 0.f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(x[i] - mx);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(E::Ld(x[i]) - mx);
   return make_float2(mx, BlockSum(s));
 }
 
-template <bool kGrad>
-__global__ void CrossEntropyKernel(float* losses, float* logits, const int32_t* targets, float dloss, int V) {
-  float* x = logits + static_cast<int64_t>(blockIdx.x) * V;
-  const float2 ms = RowMaxSumExp(x, V);
+// logits (N, V) of E's type, targets (N) → losses (N); with kGrad, logits := dlogits.
+template <typename E, bool kGrad>
+__global__ void CrossEntropyKernel(float* losses, typename E::T* logits, const int32_t* targets, float dloss, int V) {
+  typename E::T* x = logits + static_cast<int64_t>(blockIdx.x) * V;
+  const float2 ms = RowMaxSumExp<E>(x, V);
   const float mx = ms.x, s = ms.y;
   const int target = targets[blockIdx.x];
-  const float xt = x[target];
+  const float xt = E::Ld(x[target]);
   __syncthreads();  // every thread has read x[target] before the row is overwritten
   if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - xt;
   if (!kGrad) return;
   const float inv = 1.f / s;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    x[i] = (expf(x[i] - mx) * inv - (i == target ? 1.f : 0.f)) * dloss;
+    x[i] = E::St((expf(E::Ld(x[i]) - mx) * inv - (i == target ? 1.f : 0.f)) * dloss);
   }
 }
 
 // Vocabulary-parallel classifier (the twins of kernels::crossentropy_shard_stats and
 // _finish), one block per row. Stats: this rank's (max, sum of exp(x - max), target logit
 // or 0 where another rank holds the target) over its V columns.
-__global__ void CrossEntropyShardStatsKernel(float* stats, const float* logits, const int32_t* targets, int V,
+template <typename E>
+__global__ void CrossEntropyShardStatsKernel(float* stats, const typename E::T* logits, const int32_t* targets, int V,
                                              int v_begin) {
-  const float* x = logits + static_cast<int64_t>(blockIdx.x) * V;
-  const float2 ms = RowMaxSumExp(x, V);
+  const typename E::T* x = logits + static_cast<int64_t>(blockIdx.x) * V;
+  const float2 ms = RowMaxSumExp<E>(x, V);
   if (threadIdx.x == 0) {
     const int t = targets[blockIdx.x] - v_begin;
     float* out = stats + static_cast<int64_t>(blockIdx.x) * 3;
     out[0] = ms.x;
     out[1] = ms.y;
-    out[2] = t >= 0 && t < V ? x[t] : 0.f;
+    out[2] = t >= 0 && t < V ? E::Ld(x[t]) : 0.f;
   }
 }
 
 // From every rank's stats (ranks, N, 3): the row's loss and, with dloss != 0, this rank's
 // columns of (softmax - onehot) * dloss.
-__global__ void CrossEntropyShardFinishKernel(float* losses, float* logits, const float* all_stats, int ranks,
+template <typename E>
+__global__ void CrossEntropyShardFinishKernel(float* losses, typename E::T* logits, const float* all_stats, int ranks,
                                               const int32_t* targets, float dloss, int N, int V, int v_begin) {
   const int n = blockIdx.x;
   float mx = all_stats[static_cast<int64_t>(n) * 3];
@@ -75,10 +82,12 @@ __global__ void CrossEntropyShardFinishKernel(float* losses, float* logits, cons
   }
   if (threadIdx.x == 0) losses[n] = logf(sum) + mx - tgt;
   if (dloss == 0.f) return;
-  float* x = logits + static_cast<int64_t>(n) * V;
+  typename E::T* x = logits + static_cast<int64_t>(n) * V;
   const float inv = 1.f / sum;
   const int t = targets[n] - v_begin;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = (expf(x[i] - mx) * inv - (i == t ? 1.f : 0.f)) * dloss;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    x[i] = E::St((expf(E::Ld(x[i]) - mx) * inv - (i == t ? 1.f : 0.f)) * dloss);
+  }
 }
 
 // SumSquaresPartialKernel's grid: a block of 1024 threads per 1024 elements, at most 1024.

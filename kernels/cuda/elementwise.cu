@@ -1,7 +1,9 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/ns.h"
 
+#include "common/status.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/elem.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace gantry::GANTRY_CUDA_NS {
@@ -26,12 +28,20 @@ absl::Status Elementwise(void (*kernel)(Params...), int64_t n, cudaStream_t stre
 
 }  // namespace
 
-absl::Status GeluForward(float* out, const float* inp, int64_t N, cudaStream_t stream) {
-  return Elementwise(GeluForwardKernel, N, stream, out, inp);
+absl::Status GeluForward(kernels::Ptr out, kernels::CPtr inp, int64_t N, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckType("GeluForward", out.type, {inp}));
+  return WithType(out.type, [&](auto e) {
+    using E = decltype(e);
+    return Elementwise(GeluForwardKernel<E>, N, stream, Of<E>(out), Of<E>(inp));
+  });
 }
 
-absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t N, cudaStream_t stream) {
-  return Elementwise(GeluBackwardKernel, N, stream, dinp, inp, dout);
+absl::Status GeluBackward(kernels::Ptr dinp, kernels::CPtr inp, kernels::CPtr dout, int64_t N, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckType("GeluBackward", dinp.type, {inp, dout}));
+  return WithType(dinp.type, [&](auto e) {
+    using E = decltype(e);
+    return Elementwise(GeluBackwardKernel<E>, N, stream, Of<E>(dinp), Of<E>(inp), Of<E>(dout));
+  });
 }
 
 absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t N, cudaStream_t stream) {
@@ -42,12 +52,22 @@ absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t N
   return Elementwise(ResidualBackwardKernel, N, stream, da, db, dout);
 }
 
-absl::Status CastToBf16(uint16_t* out, const float* in, int64_t N, cudaStream_t stream) {
-  return Elementwise(CastToBf16Kernel, N, stream, out, in);
-}
-
-absl::Status CastFromBf16(float* out, const uint16_t* in, int64_t N, cudaStream_t stream) {
-  return Elementwise(CastFromBf16Kernel, N, stream, out, in);
+absl::Status Convert(kernels::Ptr out, kernels::CPtr in, int64_t N, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckLength(N));
+  if (out.type == in.type) {  // a copy (none in place)
+    if (N > 0 && out.data != in.data) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data, in.data, static_cast<size_t>(N) * kernels::ElemBytes(in.type),
+                                           cudaMemcpyDeviceToDevice, stream));
+    }
+    return absl::OkStatus();
+  }
+  return WithType(out.type, [&](auto eo) {
+    return WithType(in.type, [&](auto ei) {
+      using EO = decltype(eo);
+      using EI = decltype(ei);
+      return Elementwise(ConvertKernel<EO, EI>, N, stream, Of<EO>(out), Of<EI>(in));
+    });
+  });
 }
 
 absl::Status RoundTo(float* out, const float* in, int64_t N, int bits, cudaStream_t stream) {

@@ -1,5 +1,5 @@
-// Token + position embedding and LayerNorm on the GPU (fp32), the twins of
-// kernels/cpu/encoder.cc and kernels/cpu/layernorm.cc.
+// Token + position embedding and LayerNorm on the GPU (fp32; LayerNorm's output fp32 or
+// 16-bit), the twins of kernels/cpu/encoder.cc and kernels/cpu/layernorm.cc.
 #include "kernels/cuda/encoder_layernorm.cuh"
 #include "kernels/cuda/ns.h"
 
@@ -55,12 +55,17 @@ absl::Status EncoderBackwardShard(Context& ctx, float* dwte, float* dwpe, const 
   return absl::OkStatus();
 }
 
-absl::Status LayerNormForward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
+absl::Status LayerNormForward(Context& ctx, kernels::Ptr out, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int N, int C) {
+  // inp (N,C) → out (N,C) of out's type, mean (N), rstd (N)
   if (auto s = CheckDims("LayerNormForward", {N, C}); !s.ok()) return s;
-  GANTRY_LAUNCH(LayerNormForwardKernel, CeilDiv(N, 8), 256, 0, ctx.stream())(out, mean, rstd, inp, weight, bias, N, C);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return WithType(out.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    GANTRY_LAUNCH(LayerNormForwardKernel<E>, CeilDiv(N, 8), 256, 0, ctx.stream())(Of<E>(out), mean, rstd, inp, weight,
+                                                                                  bias, N, C);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
 }
 
 absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,

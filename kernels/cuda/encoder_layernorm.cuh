@@ -1,5 +1,5 @@
-// Token + position embedding and LayerNorm kernels (fp32), the twins of
-// kernels/cpu/encoder.cc and kernels/cpu/layernorm.cc. Device code only
+// Token + position embedding and LayerNorm kernels (fp32; LayerNorm's output fp32 or 16-bit),
+// the twins of kernels/cpu/encoder.cc and kernels/cpu/layernorm.cc. Device code only
 // (encoder_layernorm.cu launches it; tests/kernels/backend_ops_test.cc runs it on the CPU).
 #pragma once
 
@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/elem.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/layernorm.h"
 
@@ -47,8 +48,9 @@ __global__ void EncoderBackwardWpeKernel(float* dwpe, const float* dout, int B, 
   dwpe[i] += s;
 }
 
-// One warp per row.
-__global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
+// One warp per row. out of E's type: the fp32 value (x - m) r w + b rounded once.
+template <typename E>
+__global__ void LayerNormForwardKernel(typename E::T* out, float* mean, float* rstd, const float* inp, const float* w,
                                        const float* bias, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -62,8 +64,8 @@ __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, con
     v += d * d;
   }
   const float r = rsqrtf(WarpSum(v) / C + kernels::kLayerNormEps);
-  float* o = out + static_cast<int64_t>(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + bias[c];
+  typename E::T* o = out + static_cast<int64_t>(row) * C;
+  for (int c = lane; c < C; c += 32) o[c] = E::St((x[c] - m) * r * w[c] + bias[c]);
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;

@@ -1,5 +1,5 @@
 // Launchers of the fused causal attention (flash_attention.cuh holds the kernels and how
-// they split the work).
+// they split the work), for fp32 or 16-bit qkv, out, dout and dqkv (one type a call).
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/ns.h"
 
@@ -16,6 +16,7 @@ namespace {
 using namespace flash;  // NOLINT: the kernels and their constants
 
 absl::Status CheckFlash(const char* op, int B, int T, int C, int NH) {
+  // qkv (B,T,3C), heads of C / NH <= kMaxHead
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH != 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": bad shape B ", B, " T ", T, " C ", C, " NH ", NH));
   }
@@ -30,34 +31,51 @@ absl::Status CheckFlash(const char* op, int B, int T, int C, int NH) {
 
 size_t FlashAttentionBackwardScratch(int B, int T, int C, int NH) { return static_cast<size_t>(B) * NH * T; }
 
-absl::Status FlashAttentionForward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
+absl::Status FlashAttentionForward(Context& ctx, kernels::Ptr out, float* lse, kernels::CPtr qkv, int B, int T, int C,
                                    int NH, int round_bits) {
+  // qkv (B,T,3C) → out (B,T,C), lse (B,NH,T)
   RETURN_IF_ERROR(CheckFlash("FlashAttentionForward", B, T, C, NH));
+  RETURN_IF_ERROR(CheckType("FlashAttentionForward", qkv.type, {out}));
+  if (round_bits != 0 && round_bits != 16 && round_bits != 10) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FlashAttentionForward: round_bits ", round_bits, " is none of 0, 10, 16"));
+  }
   const int hs = C / NH;
   const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  GANTRY_LAUNCH(FlashForwardKernel, grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream())(out, lse, qkv, B, T, NH, hs, scale, round_bits);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return WithType(qkv.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    GANTRY_LAUNCH(FlashForwardKernel<E>, grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream())(
+        Of<E>(out), lse, Of<E>(qkv), B, T, NH, hs, scale, round_bits);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
 }
 
-absl::Status FlashAttentionBackward(Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                    const float* out, const float* lse, int B, int T, int C, int NH) {
+absl::Status FlashAttentionBackward(Context& ctx, kernels::Ptr dqkv, float* scratch, kernels::CPtr dout,
+                                    kernels::CPtr qkv, kernels::CPtr out, const float* lse, int B, int T, int C,
+                                    int NH) {
+  // dout (B,T,C), qkv (B,T,3C), out (B,T,C), lse (B,NH,T) → dqkv (B,T,3C)
   RETURN_IF_ERROR(CheckFlash("FlashAttentionBackward", B, T, C, NH));
+  RETURN_IF_ERROR(CheckType("FlashAttentionBackward", dqkv.type, {dout, qkv, out}));
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   float* D = scratch;
   const unsigned row_blocks = CeilDiv(int64_t{B} * NH * T, kWarps);  // a warp per (b, h, i)
-  GANTRY_LAUNCH(FlashRowDotKernel, row_blocks, kWarps * 32, 0, ctx.stream())(D, dout, out, B, T, NH, hs);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
   const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
-  GANTRY_LAUNCH(FlashBackwardQKernel, grid, kWarps * 32, BackwardQSharedBytes(hs), ctx.stream())(dqkv, dout, qkv, lse, D, B,
-                                                                                    T, NH, hs, scale);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  GANTRY_LAUNCH(FlashBackwardKVKernel, grid, kWarps * 32, BackwardKVSharedBytes(hs), ctx.stream())(dqkv, dout, qkv, lse, D, B,
-                                                                                      T, NH, hs, scale);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return WithType(dqkv.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    GANTRY_LAUNCH(FlashRowDotKernel<E>, row_blocks, kWarps * 32, 0, ctx.stream())(D, Of<E>(dout), Of<E>(out), B, T,
+                                                                                  NH, hs);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GANTRY_LAUNCH(FlashBackwardQKernel<E>, grid, kWarps * 32, BackwardQSharedBytes(hs), ctx.stream())(
+        Of<E>(dqkv), Of<E>(dout), Of<E>(qkv), lse, D, B, T, NH, hs, scale);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GANTRY_LAUNCH(FlashBackwardKVKernel<E>, grid, kWarps * 32, BackwardKVSharedBytes(hs), ctx.stream())(
+        Of<E>(dqkv), Of<E>(dout), Of<E>(qkv), lse, D, B, T, NH, hs, scale);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

@@ -2,7 +2,7 @@
 // so that tests/kernels/flash_attention_emulated_test.cc can run the same kernels on the CPU
 // under an emulation of CUDA's threads, barriers and warp shuffles, in CI, which has no GPU.
 //
-// Fused causal self-attention (flash-attention style, fp32): the (T, T) scores are never
+// Fused causal self-attention (flash-attention style, fp32 inside): the (T, T) scores are never
 // written to memory. Forward keeps each query row's log-sum-exp of its scaled scores; the
 // backward recomputes the probabilities from it. The CPU twin is kernels/cpu/attention.cc
 // (the same math with the probabilities kept): tests/gpu compares them.
@@ -15,8 +15,14 @@
 // online softmax (running max m, running sum l) rescales the accumulator when m grows.
 // Deterministic: every sum has a fixed order, and nothing is accumulated atomically (dK and
 // dV have their own pass over the queries rather than atomics from the dQ pass).
+//
+// Element types (elem.cuh): qkv, out, dout and dqkv are of one type E, fp32 or 16-bit. Values
+// are widened as they are loaded (into shared memory and registers, all fp32), the outputs
+// rounded once as they are stored; lse, D and every sum stay fp32. So a 16-bit call gives the
+// fp32 kernels' bits on the widened inputs, rounded.
 #pragma once
 
+#include "kernels/cuda/elem.cuh"
 #include "kernels/cuda/round.cuh"
 #include "kernels/cuda/ns.h"
 
@@ -48,17 +54,18 @@ constexpr int kMaxHead = 128;  // head size limit: 4 dimensions per lane
 constexpr int kPerLane = kMaxHead / 32;
 
 // Row t of head h of part (0 q, 1 k, 2 v) of sequence b in qkv (B, T, 3C).
-__device__ inline const float* QkvRow(const float* qkv, int b, int t, int T, int part, int h, int C, int hs) {
+template <typename S>
+__device__ inline const S* QkvRow(const S* qkv, int b, int t, int T, int part, int h, int C, int hs) {
   return qkv + (static_cast<int64_t>(b) * T + t) * 3 * C + static_cast<int64_t>(part) * C + static_cast<int64_t>(h) * hs;
 }
 
-// Loads rows [r0, r0 + 32) of a (T, ·) matrix (row pointer `row(r)`) into a (32, stride)
-// shared tile; rows past T are zero.
-template <typename RowFn>
+// Loads rows [r0, r0 + 32) of a (T, ·) matrix of E's type (row pointer `row(r)`), widened,
+// into a (32, stride) fp32 shared tile; rows past T are zero.
+template <typename E, typename RowFn>
 __device__ inline void LoadTile(float* tile, int stride, int r0, int T, int hs, RowFn row) {
   for (int idx = threadIdx.x; idx < kTile * hs; idx += blockDim.x) {
     const int r = idx / hs, d = idx % hs;
-    tile[r * stride + d] = r0 + r < T ? row(r0 + r)[d] : 0.f;
+    tile[r * stride + d] = r0 + r < T ? E::Ld(row(r0 + r)[d]) : 0.f;
   }
 }
 
@@ -91,11 +98,12 @@ struct WarpRow {
         row(blockIdx.x * kWarps + warp), pad(hs + 1) {}
 };
 
-// grid (ceil(T / kWarps), B * NH). out (B, T, C), lse (B, NH, T).
+// grid (ceil(T / kWarps), B * NH). qkv (B, T, 3C) → out (B, T, C), lse (B, NH, T).
 // round_bits (kernels/cuda/round.cuh): the weights exp(s - m) rounded to that type before they
 // weigh V, their sum kept unrounded, as 16-bit flash attention computes (mixed precision).
-__global__ void FlashForwardKernel(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs,
-                                   float scale, int round_bits) {
+template <typename E>
+__global__ void FlashForwardKernel(typename E::T* out, float* lse, const typename E::T* qkv, int B, int T, int NH,
+                                   int hs, float scale, int round_bits) {
   GANTRY_DYNAMIC_SHARED(sm);
   const WarpRow w(NH, hs);
   const int C = w.C, bh = w.bh, b = w.b, h = w.h, warp = w.warp, lane = w.lane, i = w.row, pad = w.pad;
@@ -103,8 +111,8 @@ __global__ void FlashForwardKernel(float* out, float* lse, const float* qkv, int
   float* Vs = Ks + kTile * pad;
   float* q = Vs + kTile * hs + warp * hs;
   if (i < T) {
-    const float* src = QkvRow(qkv, b, i, T, 0, h, C, hs);
-    for (int d = lane; d < hs; d += 32) q[d] = src[d];
+    const typename E::T* src = QkvRow(qkv, b, i, T, 0, h, C, hs);
+    for (int d = lane; d < hs; d += 32) q[d] = E::Ld(src[d]);
   }
   __syncwarp();
   float acc[kPerLane] = {};
@@ -112,8 +120,8 @@ __global__ void FlashForwardKernel(float* out, float* lse, const float* qkv, int
   const int last = min(T - 1, static_cast<int>(blockIdx.x) * kWarps + kWarps - 1);  // the block's last query
   for (int j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();  // the previous tile is consumed
-    LoadTile(Ks, pad, j0, T, hs, [&](int j) { return QkvRow(qkv, b, j, T, 1, h, C, hs); });
-    LoadTile(Vs, hs, j0, T, hs, [&](int j) { return QkvRow(qkv, b, j, T, 2, h, C, hs); });
+    LoadTile<E>(Ks, pad, j0, T, hs, [&](int j) { return QkvRow(qkv, b, j, T, 1, h, C, hs); });
+    LoadTile<E>(Vs, hs, j0, T, hs, [&](int j) { return QkvRow(qkv, b, j, T, 2, h, C, hs); });
     __syncthreads();
     if (i >= T || j0 > i) continue;  // warp-uniform
     const int j = j0 + lane;
@@ -128,32 +136,35 @@ GANTRY_UNROLL
     m = m_new;
   }
   if (i >= T) return;
-  float* dst = out + (static_cast<int64_t>(b) * T + i) * C + static_cast<int64_t>(h) * hs;
+  typename E::T* dst = out + (static_cast<int64_t>(b) * T + i) * C + static_cast<int64_t>(h) * hs;
 GANTRY_UNROLL
   for (int e = 0; e < kPerLane; ++e) {
     const int d = lane + 32 * e;
-    if (d < hs) dst[d] = acc[e] / l;
+    if (d < hs) dst[d] = E::St(acc[e] / l);
   }
   if (lane == 0) lse[static_cast<int64_t>(bh) * T + i] = m + logf(l);
 }
 
-// One warp per row: D[bh, i] = dout_i · out_i (the softmax backward's row term).
-__global__ void FlashRowDotKernel(float* D, const float* dout, const float* out, int B, int T, int NH, int hs) {
+// One warp per row: D[bh, i] = dout_i · out_i (the softmax backward's row term), in fp32.
+template <typename E>
+__global__ void FlashRowDotKernel(float* D, const typename E::T* dout, const typename E::T* out, int B, int T, int NH,
+                                  int hs) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;  // (b, h, i)
   const int lane = threadIdx.x % 32;
   if (row >= static_cast<int64_t>(B) * NH * T) return;
   const int i = static_cast<int>(row % T), h = static_cast<int>(row / T % NH), b = static_cast<int>(row / T / NH);
   const int64_t at = (static_cast<int64_t>(b) * T + i) * NH * hs + static_cast<int64_t>(h) * hs;
   float s = 0.f;
-  for (int d = lane; d < hs; d += 32) s += dout[at + d] * out[at + d];
+  for (int d = lane; d < hs; d += 32) s += E::Ld(dout[at + d]) * E::Ld(out[at + d]);
   s = WarpSum(s);
   if (lane == 0) D[row] = s;
 }
 
 // dQ: a warp per query row i, keys j <= i streamed. ds_ij = p_ij (dout_i · v_j - D_i),
 // dq_i = scale * sum_j ds_ij k_j. Writes dqkv's q part.
-__global__ void FlashBackwardQKernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                     const float* D, int B, int T, int NH, int hs, float scale) {
+template <typename E>
+__global__ void FlashBackwardQKernel(typename E::T* dqkv, const typename E::T* dout, const typename E::T* qkv,
+                                     const float* lse, const float* D, int B, int T, int NH, int hs, float scale) {
   GANTRY_DYNAMIC_SHARED(sm);
   const WarpRow w(NH, hs);
   const int C = w.C, bh = w.bh, b = w.b, h = w.h, warp = w.warp, lane = w.lane, i = w.row, pad = w.pad;
@@ -162,9 +173,9 @@ __global__ void FlashBackwardQKernel(float* dqkv, const float* dout, const float
   float* q = Vs + kTile * pad + warp * 2 * hs;
   float* g = q + hs;  // dout_i
   if (i < T) {
-    const float* src = QkvRow(qkv, b, i, T, 0, h, C, hs);
-    const float* gs = dout + (static_cast<int64_t>(b) * T + i) * C + static_cast<int64_t>(h) * hs;
-    for (int d = lane; d < hs; d += 32) q[d] = src[d], g[d] = gs[d];
+    const typename E::T* src = QkvRow(qkv, b, i, T, 0, h, C, hs);
+    const typename E::T* gs = dout + (static_cast<int64_t>(b) * T + i) * C + static_cast<int64_t>(h) * hs;
+    for (int d = lane; d < hs; d += 32) q[d] = E::Ld(src[d]), g[d] = E::Ld(gs[d]);
   }
   __syncwarp();
   const float lse_i = i < T ? lse[static_cast<int64_t>(bh) * T + i] : 0.f;
@@ -173,8 +184,8 @@ __global__ void FlashBackwardQKernel(float* dqkv, const float* dout, const float
   const int last = min(T - 1, static_cast<int>(blockIdx.x) * kWarps + kWarps - 1);
   for (int j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();
-    LoadTile(Ks, pad, j0, T, hs, [&](int j) { return QkvRow(qkv, b, j, T, 1, h, C, hs); });
-    LoadTile(Vs, pad, j0, T, hs, [&](int j) { return QkvRow(qkv, b, j, T, 2, h, C, hs); });
+    LoadTile<E>(Ks, pad, j0, T, hs, [&](int j) { return QkvRow(qkv, b, j, T, 1, h, C, hs); });
+    LoadTile<E>(Vs, pad, j0, T, hs, [&](int j) { return QkvRow(qkv, b, j, T, 2, h, C, hs); });
     __syncthreads();
     if (i >= T || j0 > i) continue;
     const int j = j0 + lane;
@@ -186,18 +197,19 @@ __global__ void FlashBackwardQKernel(float* dqkv, const float* dout, const float
     AccumulateTile(acc, ds, Ks, pad, min(kTile, i - j0 + 1), hs);
   }
   if (i >= T) return;
-  float* dst = dqkv + (static_cast<int64_t>(b) * T + i) * 3 * C + static_cast<int64_t>(h) * hs;
+  typename E::T* dst = dqkv + (static_cast<int64_t>(b) * T + i) * 3 * C + static_cast<int64_t>(h) * hs;
 GANTRY_UNROLL
   for (int e = 0; e < kPerLane; ++e) {
     const int d = lane + 32 * e;
-    if (d < hs) dst[d] = acc[e] * scale;
+    if (d < hs) dst[d] = E::St(acc[e] * scale);
   }
 }
 
 // dK, dV: a warp per key row j, queries i >= j streamed. dv_j = sum_i p_ij dout_i,
 // dk_j = scale * sum_i ds_ij q_i. Writes dqkv's k and v parts.
-__global__ void FlashBackwardKVKernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                      const float* D, int B, int T, int NH, int hs, float scale) {
+template <typename E>
+__global__ void FlashBackwardKVKernel(typename E::T* dqkv, const typename E::T* dout, const typename E::T* qkv,
+                                      const float* lse, const float* D, int B, int T, int NH, int hs, float scale) {
   GANTRY_DYNAMIC_SHARED(sm);
   const WarpRow w(NH, hs);
   const int C = w.C, bh = w.bh, b = w.b, h = w.h, warp = w.warp, lane = w.lane, j = w.row, pad = w.pad;
@@ -208,18 +220,18 @@ __global__ void FlashBackwardKVKernel(float* dqkv, const float* dout, const floa
   float* k = Ds + kTile + warp * 2 * hs;
   float* v = k + hs;
   if (j < T) {
-    const float* ks = QkvRow(qkv, b, j, T, 1, h, C, hs);
-    const float* vs = QkvRow(qkv, b, j, T, 2, h, C, hs);
-    for (int d = lane; d < hs; d += 32) k[d] = ks[d], v[d] = vs[d];
+    const typename E::T* ks = QkvRow(qkv, b, j, T, 1, h, C, hs);
+    const typename E::T* vs = QkvRow(qkv, b, j, T, 2, h, C, hs);
+    for (int d = lane; d < hs; d += 32) k[d] = E::Ld(ks[d]), v[d] = E::Ld(vs[d]);
   }
   __syncwarp();
   float dk[kPerLane] = {}, dv[kPerLane] = {};
   const int first = static_cast<int>(blockIdx.x) * kWarps;  // the block's first key: earlier queries see none
   for (int i0 = first - first % kTile; i0 < T; i0 += kTile) {
     __syncthreads();
-    LoadTile(Qs, pad, i0, T, hs, [&](int i) { return QkvRow(qkv, b, i, T, 0, h, C, hs); });
-    LoadTile(Gs, pad, i0, T, hs,
-             [&](int i) { return dout + (static_cast<int64_t>(b) * T + i) * C + static_cast<int64_t>(h) * hs; });
+    LoadTile<E>(Qs, pad, i0, T, hs, [&](int i) { return QkvRow(qkv, b, i, T, 0, h, C, hs); });
+    LoadTile<E>(Gs, pad, i0, T, hs,
+                [&](int i) { return dout + (static_cast<int64_t>(b) * T + i) * C + static_cast<int64_t>(h) * hs; });
     if (threadIdx.x < kTile) {
       const int i = i0 + threadIdx.x;
       Ls[threadIdx.x] = i < T ? lse[static_cast<int64_t>(bh) * T + i] : 0.f;
@@ -237,11 +249,11 @@ __global__ void FlashBackwardKVKernel(float* dqkv, const float* dout, const floa
     AccumulateTile(dk, ds, Qs, pad, min(kTile, T - i0), hs);
   }
   if (j >= T) return;
-  float* dst = dqkv + (static_cast<int64_t>(b) * T + j) * 3 * C + static_cast<int64_t>(h) * hs;
+  typename E::T* dst = dqkv + (static_cast<int64_t>(b) * T + j) * 3 * C + static_cast<int64_t>(h) * hs;
 GANTRY_UNROLL
   for (int e = 0; e < kPerLane; ++e) {
     const int d = lane + 32 * e;
-    if (d < hs) dst[C + d] = dk[e] * scale, dst[2 * C + d] = dv[e];
+    if (d < hs) dst[C + d] = E::St(dk[e] * scale), dst[2 * C + d] = E::St(dv[e]);
   }
 }
 

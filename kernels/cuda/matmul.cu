@@ -1,10 +1,16 @@
-// Matmul through cuBLASLt in fp32 (no TF32: the CPU twin, kernels/cpu/matmul.cc, is the
-// reference), bias added in the epilogue. Row-major (N, C) matrices are column-major (C, N)
-// ones to cuBLAS, so out (N,OC) = inp @ W is out^T = W^T @ inp^T in its terms.
+// Matmul through cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F): fp32 inputs without
+// TF32 (the CPU twin, kernels/cpu/matmul.cc, is the reference), or bf16 / fp16 inputs
+// (CUDA_R_16BF / CUDA_R_16F), whose products are exact in fp32. The output D is fp32 or of the
+// inputs' 16-bit type, rounded once by cuBLASLt after the bias is added in fp32: the bias in
+// cuBLASLt's epilogue when it is of D's type (its bias vector is), else added to the fp32 D by
+// a kernel. Row-major (N, C) matrices are column-major (C, N) ones to cuBLAS, so out (N,OC) =
+// inp @ W is out^T = W^T @ inp^T in its terms.
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/cuda/ns.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/elem.cuh"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
@@ -12,16 +18,46 @@
 namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
-__global__ void GeluBackwardInPlaceKernel(float* d, const float* pre, int64_t n) {
+using kernels::CPtr;
+using kernels::Precision;
+using kernels::Ptr;
+
+// d (n) of ED's type := gelu'(pre) * d, pre (n) of EP's type (a 16-bit d: its rounded value
+// times gelu', rounded again).
+template <typename ED, typename EP>
+__global__ void GeluBackwardInPlaceKernel(typename ED::T* d, const typename EP::T* pre, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) d[i] *= GeluGrad(pre[i]);
+  if (i < n) d[i] = ED::St(GeluGrad(EP::Ld(pre[i])) * ED::Ld(d[i]));
 }
 
-struct Rows {  // dout's values, summed per column for dbias
-  const float* x;
+// out (rows, OC) fp32 += bias (OC) of E's type, widened.
+template <typename E>
+__global__ void AddBiasKernel(float* out, const typename E::T* bias, int64_t n, int OC) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] += E::Ld(bias[i % OC]);
+}
+
+template <typename E>
+struct Rows {  // dout's values (E's type), widened, summed per column for dbias
+  const typename E::T* x;
   int C;
-  __device__ float2 operator()(int r, int c) const { return make_float2(x[static_cast<int64_t>(r) * C + c], 0.f); }
+  __device__ float2 operator()(int r, int c) const {
+    return make_float2(E::Ld(x[static_cast<int64_t>(r) * C + c]), 0.f);
+  }
 };
+
+cudaDataType_t CudaType(Precision t) {
+  return t == Precision::kBf16 ? CUDA_R_16BF : t == Precision::kFp16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// The largest power of two up to 256 that divides p's address: the alignment cuBLASLt's
+// heuristic may assume of that matrix (it assumes 256 unless told).
+uint32_t Alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
 
 // Releases cuBLASLt descriptors at scope exit.
 struct LtDescriptors {
@@ -37,9 +73,10 @@ struct LtDescriptors {
   }
 };
 
-// Column-major D (m, n) = op(A) @ op(B) + beta * D (+ bias (m) per row of D).
-absl::Status Gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const float* A, int lda, const float* B,
-                  int ldb, float* D, int ldd, float beta, const float* bias) {
+// Column-major D (m, n) = op(A) @ op(B) + beta * D (+ bias (m) per row of D), A and B of type
+// ab, D (and the bias) of type dt: fp32 accumulation, D rounded once at the end.
+absl::Status Gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const void* A, int lda, const void* B, int ldb,
+                  Precision ab, void* D, int ldd, Precision dt, float beta, const void* bias) {
   LtDescriptors l;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -50,19 +87,33 @@ absl::Status Gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const flo
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.d, CUDA_R_32F, m, n, ldd));
+  const cudaDataType_t tab = CudaType(ab), td = CudaType(dt);
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.a, tab, ta ? k : m, ta ? m : k, lda));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.b, tab, tb ? n : k, tb ? k : n, ldb));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.d, td, m, n, ldd));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&l.pref));
   const size_t ws = ctx.lt_workspace_bytes();
   CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // The pointers' own alignments (a weight or activation may start anywhere in a larger
+  // buffer): an algorithm that needs more is not chosen.
+  const uint32_t align_a = Alignment(A), align_b = Alignment(B), align_d = Alignment(D);
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                              &align_a, sizeof(align_a)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                              &align_b, sizeof(align_b)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                              &align_d, sizeof(align_d)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                              &align_d, sizeof(align_d)));
   cublasLtMatmulHeuristicResult_t h;
   int found = 0;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), l.op, l.a, l.b, l.d, l.d, l.pref, 1, &h, &found));
   if (found == 0) {
-    return absl::UnimplementedError(absl::StrCat("cuBLASLt has no fp32 algorithm for m ", m, " n ", n, " k ", k,
-                                                 ta ? " A^T" : "", tb ? " B^T" : "", bias ? " with bias" : ""));
+    return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for ", kernels::PrecisionName(ab),
+                                                 " inputs and a ", kernels::PrecisionName(dt), " output, m ", m,
+                                                 " n ", n, " k ", k, ta ? " A^T" : "", tb ? " B^T" : "",
+                                                 bias ? " with bias" : ""));
   }
   const float alpha = 1.f;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(ctx.lt(), l.op, &alpha, A, l.a, B, l.b, &beta, D, l.d, D, l.d, &h.algo,
@@ -77,45 +128,78 @@ absl::Status CheckShape(const char* op, int N, int C, int OC) {
 
 }  // namespace
 
-absl::Status MatmulForward(Context& ctx, float* out, const float* inp, const float* weight, const float* bias, int N,
-                           int C, int OC, kernels::WeightLayout layout) {
-  if (auto s = CheckShape("MatmulForward", N, C, OC); !s.ok()) return s;
+absl::Status MatmulForward(Context& ctx, Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
+                           kernels::WeightLayout layout) {
+  // inp (N,C) @ W + bias → out (N,OC)
+  RETURN_IF_ERROR(CheckShape("MatmulForward", N, C, OC));
+  const Precision t = inp.type;
+  RETURN_IF_ERROR(CheckType("MatmulForward", t, {weight, bias}));
+  RETURN_IF_ERROR(CheckOutType("MatmulForward", t, out));
   // out^T (OC, N) = W' (OC, C) @ inp^T (C, N), W' = W stored (OC, C) [kInOut] or (C, OC)^T [kOutIn]
   const bool outin = layout == kernels::WeightLayout::kOutIn;
-  return Gemm(ctx, outin, false, OC, N, C, weight, outin ? C : OC, inp, C, out, OC, 0.f, bias);
+  // The epilogue's bias is of D's type: a 16-bit bias of an fp32 output is added after.
+  const bool bias_after = bias && bias.type != out.type;
+  RETURN_IF_ERROR(Gemm(ctx, outin, false, OC, N, C, weight.data, outin ? C : OC, inp.data, C, t, out.data, OC,
+                       out.type, 0.f, bias_after ? nullptr : bias.data));
+  if (!bias_after) return absl::OkStatus();
+  return WithType(t, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    const int64_t n = static_cast<int64_t>(N) * OC;
+    GANTRY_LAUNCH(AddBiasKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(out.as_f32(), Of<E>(bias), n, OC);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
 }
 
-absl::Status MatmulBiasGeluForward(Context& ctx, float* pre, float* out, const float* inp, const float* weight,
-                                   const float* bias, int N, int C, int OC) {
-  if (auto s = MatmulForward(ctx, pre, inp, weight, bias, N, C, OC); !s.ok()) return s;
+absl::Status MatmulBiasGeluForward(Context& ctx, Ptr pre, Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C,
+                                   int OC) {
+  // inp (N,C) @ W (C,OC) + bias → pre (N,OC), gelu(pre) → out (N,OC). Not cuBLASLt's GELU
+  // epilogue: a 16-bit out is gelu of the rounded pre.
+  RETURN_IF_ERROR(CheckType("MatmulBiasGeluForward", inp.type, {pre, out, weight, bias}));
+  RETURN_IF_ERROR(MatmulForward(ctx, pre, inp, weight, bias, N, C, OC));
   return GeluForward(out, pre, static_cast<int64_t>(N) * OC, ctx.stream());
 }
 
-absl::Status MatmulBackward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* weight, int N, int C, int OC, kernels::WeightLayout layout,
-                            const float* gelu_pre) {
-  if (auto s = CheckShape("MatmulBackward", N, C, OC); !s.ok()) return s;
+absl::Status MatmulBackward(Context& ctx, Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight,
+                            int N, int C, int OC, kernels::WeightLayout layout, CPtr gelu_pre) {
+  // dout (N,OC) → dinp (N,C), dweight +=, dbias (OC) +=
+  RETURN_IF_ERROR(CheckShape("MatmulBackward", N, C, OC));
+  const Precision t = dout.type;
+  RETURN_IF_ERROR(CheckType("MatmulBackward", t, {inp, weight, gelu_pre}));
+  RETURN_IF_ERROR(CheckOutType("MatmulBackward", t, dinp));
   const bool outin = layout == kernels::WeightLayout::kOutIn;
-  if (dinp != nullptr) {
+  if (dinp) {
     // dinp^T (C, N) = W'' (C, OC) @ dout^T (OC, N)
-    if (auto s = Gemm(ctx, !outin, false, C, N, OC, weight, outin ? C : OC, dout, OC, dinp, C, 0.f, nullptr); !s.ok()) {
-      return s;
-    }
-    if (gelu_pre != nullptr) {
-      const int64_t n = static_cast<int64_t>(N) * C;
-      GANTRY_LAUNCH(GeluBackwardInPlaceKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(dinp, gelu_pre, n);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    RETURN_IF_ERROR(Gemm(ctx, !outin, false, C, N, OC, weight.data, outin ? C : OC, dout.data, OC, t, dinp.data, C,
+                         dinp.type, 0.f, nullptr));
+    if (gelu_pre) {
+      RETURN_IF_ERROR(WithType(dinp.type, [&](auto ed) {
+        return WithType(gelu_pre.type, [&](auto ep) -> absl::Status {
+          using ED = decltype(ed);
+          using EP = decltype(ep);
+          const int64_t n = static_cast<int64_t>(N) * C;
+          auto* kernel = GeluBackwardInPlaceKernel<ED, EP>;
+          GANTRY_LAUNCH(kernel, CeilDiv(n, 256), 256, 0, ctx.stream())(Of<ED>(dinp), Of<EP>(gelu_pre), n);
+          CUDA_RETURN_IF_ERROR(cudaGetLastError());
+          return absl::OkStatus();
+        });
+      }));
     }
   }
   if (outin) {
     // dW (OC, C) row-major = (C, OC) column-major = inp^T (C, N) @ dout (N, OC)
-    if (auto s = Gemm(ctx, false, true, C, OC, N, inp, C, dout, OC, dweight, C, 1.f, nullptr); !s.ok()) return s;
+    RETURN_IF_ERROR(Gemm(ctx, false, true, C, OC, N, inp.data, C, dout.data, OC, t, dweight, C, Precision::kFp32, 1.f,
+                         nullptr));
   } else {
     // dW (C, OC) row-major = (OC, C) column-major = dout^T (OC, N) @ inp (N, C)
-    if (auto s = Gemm(ctx, false, true, OC, C, N, dout, OC, inp, C, dweight, OC, 1.f, nullptr); !s.ok()) return s;
+    RETURN_IF_ERROR(Gemm(ctx, false, true, OC, C, N, dout.data, OC, inp.data, C, t, dweight, OC, Precision::kFp32, 1.f,
+                         nullptr));
   }
-  if (dbias != nullptr) return ColumnSums(ctx, dbias, nullptr, Rows{dout, OC}, N, OC);
-  return absl::OkStatus();
+  if (dbias == nullptr) return absl::OkStatus();
+  return WithType(t, [&](auto e) {
+    using E = decltype(e);
+    return ColumnSums(ctx, dbias, nullptr, Rows<E>{Of<E>(dout), OC}, N, OC);
+  });
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

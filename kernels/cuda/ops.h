@@ -1,6 +1,11 @@
 // CUDA twins of the CPU ops in kernels/*.h. Pointers are device pointers; each launcher
 // checks its arguments and the launch and returns a Status. The CPU versions are the
 // reference: tests/gpu compares each against its CPU twin.
+//
+// Typed tensors (kernels::Ptr, CPtr: fp32, bf16 or fp16, kernels/dtype.h) follow the backend's
+// contract (kernels/backend.h): 16-bit values read exactly, fp32 inside, what is stored into a
+// 16-bit tensor rounded to nearest, ties to even. Each launcher checks the type combination it
+// takes (INVALID_ARGUMENT naming the op otherwise).
 #pragma once
 
 #include <cstdint>
@@ -10,23 +15,24 @@
 #include "absl/status/status.h"
 #include "kernels/adamw.h"
 #include "kernels/cuda/context.h"
+#include "kernels/dtype.h"
 #include "kernels/matmul.h"
 
 namespace gantry::GANTRY_CUDA_NS {
 
-// inp (N) → out (N), GELU tanh form
-absl::Status GeluForward(float* out, const float* inp, int64_t N, cudaStream_t stream);
-// inp (N), dout (N) → dinp (N)
-absl::Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t N,
+// inp (N) → out (N), GELU tanh form; both of one type
+absl::Status GeluForward(kernels::Ptr out, kernels::CPtr inp, int64_t N, cudaStream_t stream);
+// inp (N), dout (N) → dinp (N); all of one type
+absl::Status GeluBackward(kernels::Ptr dinp, kernels::CPtr inp, kernels::CPtr dout, int64_t N,
                           cudaStream_t stream);
 // a (N), b (N) → out (N)
 absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t N,
                              cudaStream_t stream);
 // dout (N) → da (N) +=, db (N) +=
 absl::Status ResidualBackward(float* da, float* db, const float* dout, int64_t N, cudaStream_t stream);
-// in (N) fp32 → out (N) bf16 (uint16_t), nearest with ties to even; and back (exact)
-absl::Status CastToBf16(uint16_t* out, const float* in, int64_t N, cudaStream_t stream);
-absl::Status CastFromBf16(float* out, const uint16_t* in, int64_t N, cudaStream_t stream);
+// in (N) → out (N) of out's type, any two of fp32, bf16, fp16: widened exactly, rounded to
+// nearest, ties to even (a NaN stays a quiet NaN), copied when the types agree (in place: nothing).
+absl::Status Convert(kernels::Ptr out, kernels::CPtr in, int64_t N, cudaStream_t stream);
 // in (N) → out (N) rounded to bf16 (bits 16) or fp16 (bits 10: the significand bits kept), held
 // as fp32; in == out allowed. The twin of kernels/cast.h's RoundToBf16 / RoundToFp16.
 absl::Status RoundTo(float* out, const float* in, int64_t N, int bits, cudaStream_t stream);
@@ -51,64 +57,75 @@ absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe, const float
 absl::Status EncoderBackwardShard(Context& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp,
                                   int v_begin, int v_end, int B, int T, int C);
 
-// inp (N,C) → out (N,C), mean (N), rstd (N)
-absl::Status LayerNormForward(Context& ctx, float* out, float* mean, float* rstd, const float* inp,
+// inp (N,C) → out (N,C) (fp32 or 16-bit: rounded), mean (N), rstd (N)
+absl::Status LayerNormForward(Context& ctx, kernels::Ptr out, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int N, int C);
 // → dinp (N,C) +=, dweight (C) +=, dbias (C) += (deterministic: fixed-order partial sums)
 absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean, const float* rstd, int N,
                                int C);
 
-// cuBLASLt in fp32 (no TF32), bias in the epilogue. inp (N,C), weight (C,OC) kInOut or
-// (OC,C) kOutIn, bias (OC) or null → out (N,OC)
-absl::Status MatmulForward(Context& ctx, float* out, const float* inp, const float* weight, const float* bias, int N,
-                           int C, int OC, kernels::WeightLayout layout = kernels::WeightLayout::kInOut);
-// → pre (N,OC) = inp @ W + bias, out (N,OC) = gelu(pre)
-absl::Status MatmulBiasGeluForward(Context& ctx, float* pre, float* out, const float* inp, const float* weight,
-                                   const float* bias, int N, int C, int OC);
-// dout (N,OC) → dinp (N,C) overwritten (null: skipped; times gelu'(gelu_pre) when given),
-// dweight +=, dbias (OC) += (null: skipped)
-absl::Status MatmulBackward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* weight, int N, int C, int OC,
+// cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F; fp32 inputs: no TF32). The inputs
+// (inp, weight, bias; dout, inp, weight, gelu_pre) all fp32 or all of one 16-bit type, whose
+// products are exact in fp32; an output fp32 or of the inputs' type (rounded once, after the
+// bias is added in fp32: cuBLASLt's bias epilogue where the bias is of D's type, else a kernel).
+// inp (N,C), weight (C,OC) kInOut or (OC,C) kOutIn, bias (OC) or null → out (N,OC)
+absl::Status MatmulForward(Context& ctx, kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight,
+                           kernels::CPtr bias, int N, int C, int OC,
+                           kernels::WeightLayout layout = kernels::WeightLayout::kInOut);
+// → pre (N,OC) = inp @ W + bias, out (N,OC) = gelu(pre); all of one type (16-bit: pre rounded,
+// then gelu of the rounded pre rounded)
+absl::Status MatmulBiasGeluForward(Context& ctx, kernels::Ptr pre, kernels::Ptr out, kernels::CPtr inp,
+                                   kernels::CPtr weight, kernels::CPtr bias, int N, int C, int OC);
+// dout (N,OC) → dinp (N,C) overwritten (null: skipped; times gelu'(gelu_pre) when given; a
+// 16-bit dinp is rounded before and after that product), dweight (fp32) +=, dbias (OC, fp32)
+// += (null: skipped)
+absl::Status MatmulBackward(Context& ctx, kernels::Ptr dinp, float* dweight, float* dbias, kernels::CPtr dout,
+                            kernels::CPtr inp, kernels::CPtr weight, int N, int C, int OC,
                             kernels::WeightLayout layout = kernels::WeightLayout::kInOut,
-                            const float* gelu_pre = nullptr);
+                            kernels::CPtr gelu_pre = nullptr);
 
-// Causal self-attention through cuBLAS batched GEMMs. qkv (B,T,3C) → out (B,T,C), att
+// Causal self-attention through cuBLAS batched GEMMs (fp32). qkv (B,T,3C) → out (B,T,C), att
 // (B,NH,T,T) probabilities (zero above the diagonal). scratch: AttentionForwardScratch floats.
 // round_bits 16 (bf16) or 10 (fp16): mixed precision, each exp(s - max) rounded to that type
-// before it is normalised (kernels/attention.h); 0: fp32.
+// before it is normalised (kernels/attention.h); 0: fp32. qkv and out both fp32 or both of one
+// 16-bit type (widened into the fp32 scratch, out rounded); att fp32.
 size_t AttentionForwardScratch(int B, int T, int C, int NH);
-absl::Status AttentionForward(Context& ctx, float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                              int C, int NH, int round_bits = 0);
+absl::Status AttentionForward(Context& ctx, kernels::Ptr out, float* att, float* scratch, kernels::CPtr qkv, int B,
+                              int T, int C, int NH, int round_bits = 0);
 // dout (B,T,C), qkv, att → dqkv (B,T,3C) overwritten. scratch: AttentionBackwardScratch.
+// dqkv, dout and qkv all of one type.
 size_t AttentionBackwardScratch(int B, int T, int C, int NH);
-absl::Status AttentionBackward(Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+absl::Status AttentionBackward(Context& ctx, kernels::Ptr dqkv, float* scratch, kernels::CPtr dout, kernels::CPtr qkv,
                                const float* att, int B, int T, int C, int NH);
 
-// Fused causal self-attention (flash-attention style, fp32; head size <= 128): the (T, T)
+// Fused causal self-attention (flash-attention style, fp32 inside; head size <= 128): the (T, T)
 // scores are never stored. qkv (B,T,3C) → out (B,T,C), lse (B,NH,T): each query row's
 // log-sum-exp of its scaled scores, which the backward recomputes the probabilities from.
 // round_bits as AttentionForward's: the weights exp(s - m) that multiply V rounded, their sum not.
-absl::Status FlashAttentionForward(Context& ctx, float* out, float* lse, const float* qkv, int B, int T, int C,
+// qkv and out both fp32 or both of one 16-bit type (out rounded); lse fp32.
+absl::Status FlashAttentionForward(Context& ctx, kernels::Ptr out, float* lse, kernels::CPtr qkv, int B, int T, int C,
                                    int NH, int round_bits = 0);
 // dout (B,T,C), qkv, out, lse → dqkv (B,T,3C) overwritten. scratch: FlashAttentionBackwardScratch
-// floats. Deterministic (no atomics).
+// floats. Deterministic (no atomics). dqkv, dout, qkv and out all of one type (dqkv rounded).
 size_t FlashAttentionBackwardScratch(int B, int T, int C, int NH);
-absl::Status FlashAttentionBackward(Context& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                    const float* out, const float* lse, int B, int T, int C, int NH);
+absl::Status FlashAttentionBackward(Context& ctx, kernels::Ptr dqkv, float* scratch, kernels::CPtr dout,
+                                    kernels::CPtr qkv, kernels::CPtr out, const float* lse, int B, int T, int C,
+                                    int NH);
 
-// logits (N,V), targets (N) → losses (N)
-absl::Status CrossEntropyForward(Context& ctx, float* losses, const float* logits, const int32_t* targets, int N,
+// The classifier's logits may be fp32 or 16-bit (read exactly; softmax and loss in fp32; the
+// gradient stored rounded to their type). logits (N,V), targets (N) → losses (N)
+absl::Status CrossEntropyForward(Context& ctx, float* losses, kernels::CPtr logits, const int32_t* targets, int N,
                                  int V);
 // One pass per row: losses (N), and logits (N,V) := (softmax - onehot) * dloss
-absl::Status CrossEntropyFusedForwardBackward(Context& ctx, float* losses, float* logits, const int32_t* targets,
-                                              float dloss, int N, int V);
+absl::Status CrossEntropyFusedForwardBackward(Context& ctx, float* losses, kernels::Ptr logits,
+                                              const int32_t* targets, float dloss, int N, int V);
 
 // Vocabulary-parallel classifier, as kernels::crossentropy_shard_stats and _finish.
-absl::Status CrossEntropyShardStats(Context& ctx, float* stats, const float* logits, const int32_t* targets, int N,
+absl::Status CrossEntropyShardStats(Context& ctx, float* stats, kernels::CPtr logits, const int32_t* targets, int N,
                                    int V, int v_begin);
-absl::Status CrossEntropyShardFinish(Context& ctx, float* losses, float* logits, const float* all_stats, int ranks,
-                                    const int32_t* targets, float dloss, int N, int V, int v_begin);
+absl::Status CrossEntropyShardFinish(Context& ctx, float* losses, kernels::Ptr logits, const float* all_stats,
+                                    int ranks, const int32_t* targets, float dloss, int N, int V, int v_begin);
 
 // sum of g[i]^2 (fp32 squares, fp64 across blocks, fixed order) → *result (device)
 absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N);

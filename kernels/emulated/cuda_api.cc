@@ -10,6 +10,9 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
+
+#include "kernels/cast.h"
 
 namespace gantry::emucuda {
 
@@ -25,7 +28,7 @@ struct EmuLtMatmulDesc {
   cudaDataType_t scale;
   cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const float* bias = nullptr;
+  const void* bias = nullptr;  // of D's type
 };
 struct EmuLtLayout {
   cudaDataType_t type;
@@ -34,6 +37,7 @@ struct EmuLtLayout {
 };
 struct EmuLtPreference {
   size_t max_workspace = 0;
+  uint32_t min_alignment[4] = {256, 256, 256, 256};  // A, B, C, D: what the algorithms may assume
 };
 
 namespace {
@@ -303,7 +307,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
       }
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
-      if (bytes != sizeof(const float*)) return CUBLAS_STATUS_INVALID_VALUE;
+      if (bytes != sizeof(const void*)) return CUBLAS_STATUS_INVALID_VALUE;
       std::memcpy(&desc->bias, buf, bytes);
       return CUBLAS_STATUS_SUCCESS;
   }
@@ -311,7 +315,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType_t type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
-  if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (type != CUDA_R_32F && type != CUDA_R_16F && type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (ld < static_cast<int64_t>(std::max<uint64_t>(1, rows))) return CUBLAS_STATUS_INVALID_VALUE;
   *layout = new EmuLtLayout{type, rows, cols, ld};
   return CUBLAS_STATUS_SUCCESS;
@@ -331,11 +335,21 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
                                                     size_t bytes) {
-  if (pref == nullptr || attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || bytes != sizeof(size_t)) {
-    return CUBLAS_STATUS_INVALID_VALUE;
+  if (pref == nullptr || buf == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+      if (bytes != sizeof(size_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&pref->max_workspace, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+      if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&pref->min_alignment[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
   }
-  std::memcpy(&pref->max_workspace, buf, bytes);
-  return CUBLAS_STATUS_SUCCESS;
+  return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 namespace {
@@ -346,6 +360,58 @@ bool LtShapesAgree(const EmuLtMatmulDesc& op, const EmuLtLayout& a, const EmuLtL
   const uint64_t m = op.transa == CUBLAS_OP_N ? a.rows : a.cols, ka = op.transa == CUBLAS_OP_N ? a.cols : a.rows;
   const uint64_t kb = op.transb == CUBLAS_OP_N ? b.rows : b.cols, n = op.transb == CUBLAS_OP_N ? b.cols : b.rows;
   return ka == kb && d.rows == m && d.cols == n && c.rows == m && c.cols == n;
+}
+
+// Whether cuBLASLt has the types of A, B, C, D for CUBLAS_COMPUTE_32F with fp32 scale (the
+// only compute type the emulated descriptor takes): A and B alike, C and D alike, and the
+// output fp32 or the inputs' 16-bit type.
+bool LtTypesSupported(const EmuLtLayout& a, const EmuLtLayout& b, const EmuLtLayout& c, const EmuLtLayout& d) {
+  if (a.type != b.type || c.type != d.type) return false;
+  return d.type == CUDA_R_32F || d.type == a.type;
+}
+
+float Load(const void* p, cudaDataType_t t, int64_t i) {
+  switch (t) {
+    case CUDA_R_16BF:
+      return kernels::FloatOfBf16(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_16F:
+      return kernels::FloatOfFp16(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_32F:
+      break;
+  }
+  return static_cast<const float*>(p)[i];
+}
+
+// x stored into element i of p, rounded to nearest even for a 16-bit type.
+void Store(void* p, cudaDataType_t t, int64_t i, float x) {
+  switch (t) {
+    case CUDA_R_16BF:
+      static_cast<uint16_t*>(p)[i] = kernels::Bf16Of(x);
+      return;
+    case CUDA_R_16F:
+      static_cast<uint16_t*>(p)[i] = kernels::Fp16Of(x);
+      return;
+    case CUDA_R_32F:
+      break;
+  }
+  static_cast<float*>(p)[i] = x;
+}
+
+// The stored part of a column-major matrix (l's columns of l.ld elements, the last one l.rows)
+// widened to fp32, with the same leading dimension.
+std::vector<float> Widen(const void* p, const EmuLtLayout& l) {
+  std::vector<float> w(l.cols == 0 ? 0 : static_cast<size_t>((l.cols - 1) * l.ld + l.rows));
+  for (uint64_t j = 0; j < l.cols; ++j) {
+    for (uint64_t i = 0; i < l.rows; ++i) {
+      const int64_t at = static_cast<int64_t>(j) * l.ld + static_cast<int64_t>(i);
+      w[static_cast<size_t>(at)] = Load(p, l.type, at);
+    }
+  }
+  return w;
+}
+
+bool Aligned(const void* p, uint32_t alignment) {
+  return alignment == 0 || reinterpret_cast<uintptr_t>(p) % alignment == 0;
 }
 
 }  // namespace
@@ -361,7 +427,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (!LtShapesAgree(*desc, *a, *b, *c, *d)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!LtTypesSupported(*a, *b, *c, *d)) return CUBLAS_STATUS_NOT_SUPPORTED;
   std::memset(results, 0, sizeof(*results));
+  for (int i = 0; i < 4; ++i) results->algo.data[i] = pref->min_alignment[i];  // what the algorithm assumes
   results->state = CUBLAS_STATUS_SUCCESS;
   results->wavesCount = 1.f;
   *returned = 1;
@@ -371,28 +439,58 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
                               const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
-                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (desc == nullptr || a == nullptr || b == nullptr || c == nullptr || d == nullptr || alpha == nullptr ||
       beta == nullptr || !LtShapesAgree(*desc, *a, *b, *c, *d)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  if (!LtTypesSupported(*a, *b, *c, *d)) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && desc->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (algo != nullptr) {  // the algorithm's assumed alignments (cublasLtMatmulAlgoGetHeuristic's)
+    const void* ptrs[4] = {A, B, C, D};
+    for (int i = 0; i < 4; ++i) {
+      if (!Aligned(ptrs[i], static_cast<uint32_t>(algo->data[i]))) return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
   const int m = static_cast<int>(d->rows), n = static_cast<int>(d->cols);
   const int k = static_cast<int>(desc->transa == CUBLAS_OP_N ? a->cols : a->rows);
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  auto* out = static_cast<float*>(D);
-  const auto* in_c = static_cast<const float*>(C);
-  if (in_c != out && be != 0.f) {  // D starts as C
+  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  if (a->type == CUDA_R_32F) {  // fp32 throughout (LtTypesSupported): straight into D
+    auto* out = static_cast<float*>(D);
+    const auto* in_c = static_cast<const float*>(C);
+    if (in_c != out && be != 0.f) {  // D starts as C
+      for (int j = 0; j < n; ++j) {
+        std::memmove(out + static_cast<int64_t>(j) * d->ld, in_c + static_cast<int64_t>(j) * c->ld, sizeof(float) * m);
+      }
+    }
+    Sgemm(desc->transa, desc->transb, m, n, k, al, static_cast<const float*>(A), static_cast<int>(a->ld),
+          static_cast<const float*>(B), static_cast<int>(b->ld), be, out, static_cast<int>(d->ld));
+    if (bias) {
+      const auto* bv = static_cast<const float*>(desc->bias);
+      for (int j = 0; j < n; ++j) {
+        for (int i = 0; i < m; ++i) out[static_cast<int64_t>(j) * d->ld + i] += bv[i];
+      }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  // 16-bit A and B: widened (exact), the same fp32 sgemm into an fp32 (m, n) accumulator that
+  // starts as C widened (beta 0: C is not read), the bias added in fp32, D stored once.
+  const std::vector<float> wa = Widen(A, *a), wb = Widen(B, *b);
+  std::vector<float> acc(static_cast<size_t>(m) * n, 0.f);
+  if (be != 0.f) {
     for (int j = 0; j < n; ++j) {
-      std::memmove(out + static_cast<int64_t>(j) * d->ld, in_c + static_cast<int64_t>(j) * c->ld, sizeof(float) * m);
+      for (int i = 0; i < m; ++i) acc[static_cast<size_t>(j) * m + i] = Load(C, c->type, static_cast<int64_t>(j) * c->ld + i);
     }
   }
-  Sgemm(desc->transa, desc->transb, m, n, k, al, static_cast<const float*>(A), static_cast<int>(a->ld),
-        static_cast<const float*>(B), static_cast<int>(b->ld), be, out, static_cast<int>(d->ld));
-  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS) {
-    for (int j = 0; j < n; ++j) {
-      for (int i = 0; i < m; ++i) out[static_cast<int64_t>(j) * d->ld + i] += desc->bias[i];
+  Sgemm(desc->transa, desc->transb, m, n, k, al, wa.data(), static_cast<int>(a->ld), wb.data(), static_cast<int>(b->ld),
+        be, acc.data(), std::max(m, 1));
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      float x = acc[static_cast<size_t>(j) * m + i];
+      if (bias) x += Load(desc->bias, d->type, i);
+      Store(D, d->type, static_cast<int64_t>(j) * d->ld + i, x);
     }
   }
   return CUBLAS_STATUS_SUCCESS;

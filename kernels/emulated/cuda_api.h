@@ -12,7 +12,17 @@
 //   GEMMs    cublasSgemmStridedBatched and cublasLtMatmul check their arguments as cuBLAS
 //            documents (dimensions, leading dimensions, transposes, types) and compute in
 //            fp32 with OpenBLAS's column-major sgemm; cuBLASLt's bias epilogue adds a bias
-//            per row of D.
+//            per row of D. cublasLtMatmul takes the type combinations cuBLASLt has for
+//            CUBLAS_COMPUTE_32F with fp32 scale: A and B of one type, C and D of one type,
+//            (A, D) one of (32F, 32F), (16BF, 16BF), (16BF, 32F), (16F, 16F), (16F, 32F); others
+//            are CUBLAS_STATUS_NOT_SUPPORTED. 16-bit A and B are widened to fp32 (exactly:
+//            every product of two 16-bit values is exact in fp32) and multiplied by the same
+//            sgemm, with C widened; the bias (of D's type, as cuBLASLt's bias vector is) is
+//            added in fp32, and a 16-bit D is rounded once, to nearest even (kernels/cast.h).
+//            The heuristic's algorithm assumes the alignments of the preference
+//            (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, 256 unless set); a matmul whose
+//            pointer is less aligned than its algorithm assumes is CUBLAS_STATUS_INVALID_VALUE
+//            (the arguments conflict with the algorithm: on a GPU it may read out of bounds).
 #pragma once
 
 #include <cstddef>
@@ -122,7 +132,13 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
 };
 enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
-enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
+enum cublasLtMatmulPreferenceAttributes_t {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,  // uint32_t, default 256
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+};
 struct cublasLtMatmulAlgo_t {
   uint64_t data[8];
 };
@@ -153,7 +169,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
                                               cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t* results, int* returned);
-// D = alpha op(A) op(B) + beta C (+ bias per row of D), column-major.
+// D = alpha op(A) op(B) + beta C (+ bias per row of D), column-major; beta 0: C is not read.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
                               const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,

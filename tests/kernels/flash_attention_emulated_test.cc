@@ -27,13 +27,14 @@ std::vector<float> Random(size_t n, uint64_t seed) {
   return v;
 }
 
-// The launches of kernels/cuda/flash_attention.cu, on the emulator.
+// The launches of kernels/cuda/flash_attention.cu, on the emulator (fp32 tensors: the kernels'
+// F32 instantiation; tests/kernels/backend_ops_test.cc runs the 16-bit ones through the backend).
 void Forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const emu::Dim3 grid{static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(B * NH), 1};
   emu::Launch(grid, kWarps * 32, ForwardSharedBytes(hs),
-              [&] { FlashForwardKernel(out, lse, qkv, B, T, NH, hs, scale, 0); });
+              [&] { FlashForwardKernel<F32>(out, lse, qkv, B, T, NH, hs, scale, 0); });
 }
 void Backward(float* dqkv, float* D, const float* dout, const float* qkv, const float* out, const float* lse, int B,
               int T, int C, int NH) {
@@ -41,12 +42,12 @@ void Backward(float* dqkv, float* D, const float* dout, const float* qkv, const 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const unsigned rows = static_cast<unsigned>(B * NH * T);
   emu::Launch({(rows + kWarps - 1) / kWarps, 1, 1}, kWarps * 32, 0,
-              [&] { FlashRowDotKernel(D, dout, out, B, T, NH, hs); });
+              [&] { FlashRowDotKernel<F32>(D, dout, out, B, T, NH, hs); });
   const emu::Dim3 grid{static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(B * NH), 1};
   emu::Launch(grid, kWarps * 32, BackwardQSharedBytes(hs),
-              [&] { FlashBackwardQKernel(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
+              [&] { FlashBackwardQKernel<F32>(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
   emu::Launch(grid, kWarps * 32, BackwardKVSharedBytes(hs),
-              [&] { FlashBackwardKVKernel(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
+              [&] { FlashBackwardKVKernel<F32>(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
 }
 
 // Shapes: one token; several heads and sequences with T not a multiple of the 8-row blocks
