@@ -1,5 +1,8 @@
 #include "kernels/backend.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +87,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     backend_ = std::exchange(o.backend_, nullptr);
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
+    host_ = std::exchange(o.host_, false);
   }
   return *this;
 }
@@ -97,10 +101,29 @@ void DeviceBuffer::Assign(Backend* backend, size_t floats, bool zero) {
   if (zero) backend->Zero(data_, floats * sizeof(float));
 }
 
+void DeviceBuffer::AssignHost(Backend* backend, size_t floats) {
+  Reset();
+  backend_ = backend;
+  host_ = true;
+  data_ = static_cast<float*>(backend->AllocateHost(floats * sizeof(float)));
+  if (data_ == nullptr) return;
+  size_ = floats;
+  std::memset(data_, 0, floats * sizeof(float));
+}
+
+void* Backend::AllocateHost(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 64, std::max<size_t>(bytes, 1)) != 0) return nullptr;
+  return p;
+}
+
+void Backend::FreeHost(void* p) { std::free(p); }
+
 void DeviceBuffer::Reset() {
-  if (backend_ != nullptr && data_ != nullptr) backend_->Free(data_);
+  if (backend_ != nullptr && data_ != nullptr) host_ ? backend_->FreeHost(data_) : backend_->Free(data_);
   data_ = nullptr;
   size_ = 0;
+  host_ = false;
 }
 
 }  // namespace gantry::kernels

@@ -65,6 +65,19 @@ class Backend {
   virtual void CopyToHost(void* host, const void* src, size_t bytes) = 0;
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void Zero(void* p, size_t bytes) = 0;
+  // Host memory for the host side of copies: on cuda page-locked (cudaHostAlloc), so that a
+  // copy to or from it runs at the link's full speed and asynchronously, overlapping the
+  // host's work; elsewhere plain 64-byte aligned host memory. Null with the error kept.
+  virtual void* AllocateHost(size_t bytes);
+  virtual void FreeHost(void* p);
+  // Whether AllocateHost's memory is page-locked.
+  virtual bool pinned_host() const { return false; }
+  // As CopyToDevice / CopyToHost, issued on the current stream, but returning before the copy
+  // is done where the backend can (cuda, with AllocateHost's memory on the host side): the
+  // host memory must then stay unchanged (to the device) or unread (to the host) until the
+  // stream reaches this point (an event recorded after it, SynchronizeEvent, or Synchronize).
+  virtual void CopyToDeviceAsync(void* dst, const void* host, size_t bytes) { CopyToDevice(dst, host, bytes); }
+  virtual void CopyToHostAsync(void* host, const void* src, size_t bytes) { CopyToHost(host, src, bytes); }
 
   // --- ordering ---
   // Waits for the work queued on every stream; returns the first error since the last call
@@ -222,6 +235,8 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   // floats of device memory, zeroed (queued on the backend's current stream) unless !zero.
   void Assign(Backend* backend, size_t floats, bool zero = true);
+  // floats of the backend's host memory for transfers (Backend::AllocateHost), zeroed.
+  void AssignHost(Backend* backend, size_t floats);
   void Reset();
   float* data() { return data_; }
   const float* data() const { return data_; }
@@ -231,6 +246,7 @@ class DeviceBuffer {
   Backend* backend_ = nullptr;
   float* data_ = nullptr;
   size_t size_ = 0;
+  bool host_ = false;  // from AllocateHost
 };
 
 }  // namespace gantry::kernels

@@ -47,6 +47,21 @@ class Cuda final : public kernels::Backend {
   void Free(void* p) override {
     if (p != nullptr) (void)Check(cudaFree(p), "cudaFree");
   }
+  void* AllocateHost(size_t bytes) override {
+    void* p = nullptr;
+    if (Check(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault), "cudaHostAlloc")) return p;
+    return nullptr;
+  }
+  void FreeHost(void* p) override {
+    if (p != nullptr) (void)Check(cudaFreeHost(p), "cudaFreeHost");
+  }
+  bool pinned_host() const override { return true; }
+  void CopyToDeviceAsync(void* dst, const void* host, size_t bytes) override {
+    if (bytes > 0) Check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_->stream()), "copy to device");
+  }
+  void CopyToHostAsync(void* host, const void* src, size_t bytes) override {
+    if (bytes > 0) Check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream()), "copy to host");
+  }
   void CopyToDevice(void* dst, const void* host, size_t bytes) override {
     if (bytes > 0) Check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_->stream()), "copy to device");
     // The host buffer may change once this returns: the copy must have read it.
@@ -171,7 +186,10 @@ class Cuda final : public kernels::Backend {
                       kernels::CPtr weight, int N, int C, int OC, WeightLayout layout,
                       kernels::CPtr gelu_pre) override {
     if (!Types("MatmulBackward", {dout, inp, weight, gelu_pre}, {dinp})) return;
-    Keep(GANTRY_CUDA_NS::MatmulBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre));
+    void* scratch16 = nullptr;
+    if (!dout.f32() && (scratch16 = Scratch(GANTRY_CUDA_NS::MatmulBackwardScratch16(C, OC))) == nullptr) return;
+    Keep(GANTRY_CUDA_NS::MatmulBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre,
+                                        scratch16));
   }
   bool fused_attention() const override { return fused_; }
   void AttentionForward(kernels::Ptr out, float* state, kernels::CPtr qkv, int B, int T, int C, int NH,

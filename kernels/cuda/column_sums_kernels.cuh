@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/cuda/ns.h"
+#include "kernels/cuda/round.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -49,7 +50,10 @@ __global__ void ColumnPartialsKernel(float2* partial, F f, int N, int C, int row
   }
 }
 
-static __global__ void ColumnFinishKernel(float* out0, float* out1, const float2* partial, int chunks, int C) {
+// out0/out1 += the column totals, each rounded first to round_bits (kernels/cuda/round.cuh:
+// RoundBits; 0: not rounded).
+static __global__ void ColumnFinishKernel(float* out0, float* out1, const float2* partial, int chunks, int C,
+                                          int round_bits) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float2 t = make_float2(0.f, 0.f);
@@ -57,8 +61,8 @@ static __global__ void ColumnFinishKernel(float* out0, float* out1, const float2
     t.x += partial[static_cast<int64_t>(k) * C + c].x;
     t.y += partial[static_cast<int64_t>(k) * C + c].y;
   }
-  if (out0) out0[c] += t.x;
-  if (out1) out1[c] += t.y;
+  if (out0) out0[c] += RoundBits(t.x, round_bits);
+  if (out1) out1[c] += RoundBits(t.y, round_bits);
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

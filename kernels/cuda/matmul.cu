@@ -37,6 +37,13 @@ __global__ void AddBiasKernel(float* out, const typename E::T* bias, int64_t n, 
   if (i < n) out[i] += E::Ld(bias[i % OC]);
 }
 
+// acc (n) fp32 += d (n) of E's type, widened.
+template <typename E>
+__global__ void AddWidenedKernel(float* acc, const typename E::T* d, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] += E::Ld(d[i]);
+}
+
 template <typename E>
 struct Rows {  // dout's values (E's type), widened, summed per column for dbias
   const typename E::T* x;
@@ -160,8 +167,10 @@ absl::Status MatmulBiasGeluForward(Context& ctx, Ptr pre, Ptr out, CPtr inp, CPt
   return GeluForward(out, pre, static_cast<int64_t>(N) * OC, ctx.stream());
 }
 
+size_t MatmulBackwardScratch16(int C, int OC) { return (static_cast<size_t>(C) * OC + 1) / 2; }
+
 absl::Status MatmulBackward(Context& ctx, Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight,
-                            int N, int C, int OC, kernels::WeightLayout layout, CPtr gelu_pre) {
+                            int N, int C, int OC, kernels::WeightLayout layout, CPtr gelu_pre, void* scratch16) {
   // dout (N,OC) → dinp (N,C), dweight +=, dbias (OC) +=
   RETURN_IF_ERROR(CheckShape("MatmulBackward", N, C, OC));
   const Precision t = dout.type;
@@ -186,19 +195,32 @@ absl::Status MatmulBackward(Context& ctx, Ptr dinp, float* dweight, float* dbias
       }));
     }
   }
+  // fp32: dW += straight from cuBLASLt (beta 1). 16-bit: this call's dW rounded into scratch16
+  // (beta 0), then widened and added.
+  const bool half = t != Precision::kFp32;
+  if (half && scratch16 == nullptr) return absl::InvalidArgumentError("MatmulBackward: 16-bit inputs need scratch16");
+  void* dw = half ? scratch16 : dweight;
   if (outin) {
     // dW (OC, C) row-major = (C, OC) column-major = inp^T (C, N) @ dout (N, OC)
-    RETURN_IF_ERROR(Gemm(ctx, false, true, C, OC, N, inp.data, C, dout.data, OC, t, dweight, C, Precision::kFp32, 1.f,
-                         nullptr));
+    RETURN_IF_ERROR(Gemm(ctx, false, true, C, OC, N, inp.data, C, dout.data, OC, t, dw, C, t, half ? 0.f : 1.f, nullptr));
   } else {
     // dW (C, OC) row-major = (OC, C) column-major = dout^T (OC, N) @ inp (N, C)
-    RETURN_IF_ERROR(Gemm(ctx, false, true, OC, C, N, dout.data, OC, inp.data, C, t, dweight, OC, Precision::kFp32, 1.f,
-                         nullptr));
+    RETURN_IF_ERROR(Gemm(ctx, false, true, OC, C, N, dout.data, OC, inp.data, C, t, dw, OC, t, half ? 0.f : 1.f, nullptr));
   }
+  RETURN_IF_ERROR(WithType(t, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    if constexpr (E::kType != Precision::kFp32) {
+      const int64_t n = static_cast<int64_t>(OC) * C;
+      GANTRY_LAUNCH(AddWidenedKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(dweight, Of<E>(CPtr(dw, t)), n);
+      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
+    return absl::OkStatus();
+  }));
   if (dbias == nullptr) return absl::OkStatus();
+  const int bits = t == Precision::kBf16 ? 16 : t == Precision::kFp16 ? 10 : 0;
   return WithType(t, [&](auto e) {
     using E = decltype(e);
-    return ColumnSums(ctx, dbias, nullptr, Rows<E>{Of<E>(dout), OC}, N, OC);
+    return ColumnSums(ctx, dbias, nullptr, Rows<E>{Of<E>(dout), OC}, N, OC, bits);
   });
 }
 

@@ -79,11 +79,14 @@ absl::Status MatmulBiasGeluForward(Context& ctx, kernels::Ptr pre, kernels::Ptr 
                                    kernels::CPtr weight, kernels::CPtr bias, int N, int C, int OC);
 // dout (N,OC) → dinp (N,C) overwritten (null: skipped; times gelu'(gelu_pre) when given; a
 // 16-bit dinp is rounded before and after that product), dweight (fp32) +=, dbias (OC, fp32)
-// += (null: skipped)
+// += (null: skipped). 16-bit inputs: this call's weight and bias gradients are rounded to the
+// type before they are added (autocast's 16-bit gradients, accumulated in fp32); the weight's
+// goes through scratch16, room for OC x C 16-bit values (MatmulBackwardScratch16 floats).
+size_t MatmulBackwardScratch16(int C, int OC);
 absl::Status MatmulBackward(Context& ctx, kernels::Ptr dinp, float* dweight, float* dbias, kernels::CPtr dout,
                             kernels::CPtr inp, kernels::CPtr weight, int N, int C, int OC,
                             kernels::WeightLayout layout = kernels::WeightLayout::kInOut,
-                            kernels::CPtr gelu_pre = nullptr);
+                            kernels::CPtr gelu_pre = nullptr, void* scratch16 = nullptr);
 
 // Causal self-attention through cuBLAS batched GEMMs (fp32). qkv (B,T,3C) → out (B,T,C), att
 // (B,NH,T,T) probabilities (zero above the diagonal). scratch: AttentionForwardScratch floats.

@@ -92,6 +92,20 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags) {
+  if (ptr == nullptr || flags != cudaHostAllocDefault) return Fail(cudaErrorInvalidValue);
+  void* p = std::aligned_alloc(kAlignment, (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
+  if (p == nullptr) return Fail(cudaErrorMemoryAllocation);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr != nullptr && InDevice(ptr, 1)) return Fail(cudaErrorInvalidValue);  // device memory is cudaFree's
+  std::free(ptr);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return Fail(cudaErrorInvalidValue);

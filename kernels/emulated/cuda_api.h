@@ -65,6 +65,11 @@ cudaError_t cudaMalloc(T** ptr, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
 }
 cudaError_t cudaFree(void* ptr);
+// Page-locked host memory (the real runtime's cudaHostAllocDefault): host memory here, kept
+// apart from the device's, which a copy must name as the host side.
+constexpr unsigned cudaHostAllocDefault = 0;
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes);

@@ -441,6 +441,46 @@ TEST_F(BackendOpsTest, CopiesAndZeroKeepBytes) {
   }
 }
 
+// Host memory for transfers (AllocateHost: page-locked on the cuda kinds) and the copies that
+// may return before they are done: on a second stream, down and back up, ordered by events,
+// the bytes arrive; a device pointer is no host memory to free (cuda-emulated checks it).
+TEST_F(BackendOpsTest, HostMemoryForTransfersAndAsynchronousCopiesKeepBytes) {
+  for (Backend* b : {&be(), &cpu()}) {
+    SCOPED_TRACE(b->Describe());
+    EXPECT_EQ(b->pinned_host(), b->kind() != kernels::BackendKind::kCpu) << "page-locked on the cuda kinds";
+    const size_t n = 4099;
+    const auto x = Random(n, 21);
+    DeviceBuffer host, back;
+    host.AssignHost(b, n);
+    back.AssignHost(b, n);
+    ASSERT_NE(host.data(), nullptr);
+    EXPECT_EQ(std::vector<float>(host.data(), host.data() + n), std::vector<float>(n, 0.f)) << "zeroed";
+    std::copy(x.begin(), x.end(), host.data());
+    Dev<float> d(*b, n);
+    Backend::Stream s = b->NewStream();
+    Backend::Event up = b->NewEvent(), down = b->NewEvent();
+    b->SetStream(s);
+    b->CopyToDeviceAsync(d.get(), host.data(), n * sizeof(float));
+    b->Record(up);
+    b->SetStream(nullptr);
+    b->Wait(up);
+    b->Scale(d.get(), static_cast<int64_t>(n), 2.f);
+    b->CopyToHostAsync(back.data(), d.get(), n * sizeof(float));
+    b->Record(down);
+    ASSERT_TRUE(b->SynchronizeEvent(down).ok());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(back.data()[i], 2 * x[i]) << i;
+    b->FreeEvent(up);
+    b->FreeEvent(down);
+    b->FreeStream(s);
+    ASSERT_TRUE(b->Synchronize().ok());
+  }
+  if (be().kind() == kernels::BackendKind::kCudaEmulated) {
+    Dev<float> d(be(), 16);
+    be().FreeHost(d.get());
+    EXPECT_FALSE(be().Synchronize().ok()) << "freeing device memory as host memory is an error";
+  }
+}
+
 // Work on a second stream that waits for an event recorded on the first sees the first's
 // results; the host waits for an event; the current stream is what SetStream chose; a
 // handle that is not the backend's is an error naming the call. On the cpu backend too,
@@ -703,20 +743,6 @@ auto Cross(const GemmRef& r) {
   return ::testing::AssertionSuccess();
 }
 
-// The cpu reference's GEMMs with a 16-bit output (kernels/cpu/matmul.cc: Gemm16Blocks) hand
-// rows to the OpenMP team (ForRows), whose lambdas read the fp32 block through the name of a
-// static thread_local scratch: on any thread but the caller that is the thread's own, empty
-// one, and the process crashes (a bug of the reference, reported, not fixed here). While it
-// stands, the reference's 16-bit-output GEMMs run with one OpenMP thread: its results do not
-// depend on the thread count.
-class OneCpuThread {
- public:
-  OneCpuThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~OneCpuThread() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 
 // Every pair of fp32, bf16 and fp16, on every 16-bit pattern and on fp32 values around every
 // rounding boundary (the midpoints between neighbouring 16-bit values: ties, and one fp32 ulp
@@ -864,7 +890,6 @@ TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
           // The cpu backend: out fp32 and 16-bit; dinp fp32 and 16-bit (dweight, dbias once).
           std::vector<float> out32(no), dinp32(nx), dw = dw0, db = db0;
           std::vector<uint16_t> out16(no), dinp16(nx);
-          const OneCpuThread one_thread;
           cpu().MatmulForward(out32.data(), CPtr(x.data(), p), CPtr(w.data(), p), bias_c, N, C, OC, layout);
           cpu().MatmulForward(Ptr(out16.data(), p), CPtr(x.data(), p), CPtr(w.data(), p), bias_c, N, C, OC, layout);
           cpu().MatmulBackward(dinp32.data(), dw.data(), with_bias ? db.data() : nullptr, CPtr(dout.data(), p),
@@ -875,7 +900,8 @@ TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
           Dev<uint16_t> eX(be(), x), eW(be(), w), eB(be(), b), eDout(be(), dout),
               eOut16(be(), std::vector<uint16_t>(no, kPoison16)), eDinp16(be(), std::vector<uint16_t>(nx, kPoison16));
           Dev<float> eOut32(be(), no), eDinp32(be(), nx), eDw(be(), dw0), eDb(be(), db0), eDw2(be(), dw0),
-              eDfw(be(), df), eDbw(be(), db0), eDinpW(be(), nx), eDwW(be(), dw0), eXw(be(), xf), eWw(be(), wf);
+              eDfw(be(), df), eDbw(be(), std::vector<float>(OC, 0.f)), eDinpW(be(), nx), eDwW(be(), dw0),
+              eXw(be(), xf), eWw(be(), wf);
           const CPtr bias_e = with_bias ? CPtr(eB.get(), p) : nullptr;
           be().MatmulForward(eOut32.get(), CPtr(eX.get(), p), CPtr(eW.get(), p), bias_e, N, C, OC, layout);
           be().MatmulForward(Ptr(eOut16.get(), p), CPtr(eX.get(), p), CPtr(eW.get(), p), bias_e, N, C, OC, layout);
@@ -883,12 +909,21 @@ TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
                               CPtr(eX.get(), p), CPtr(eW.get(), p), N, C, OC, layout);
           be().MatmulBackward(Ptr(eDinp16.get(), p), eDw2.get(), nullptr, CPtr(eDout.get(), p), CPtr(eX.get(), p),
                               CPtr(eW.get(), p), N, C, OC, layout);
-          // The fp32 op on the widened values, for dbias: the same column sums, in the same order.
+          // Into zeros, the gradients themselves: each a value of p (rounded, not fp32 sums).
+          Dev<float> eDwZero(be(), std::vector<float>(nw, 0.f)), eDbZero(be(), std::vector<float>(OC, 0.f));
+          be().MatmulBackward(nullptr, eDwZero.get(), eDbZero.get(), CPtr(eDout.get(), p), CPtr(eX.get(), p),
+                              CPtr(eW.get(), p), N, C, OC, layout);
+          std::vector<float> cpu_dw_zero(nw, 0.f), cpu_db_zero(OC, 0.f);
+          cpu().MatmulBackward(nullptr, cpu_dw_zero.data(), cpu_db_zero.data(), CPtr(dout.data(), p), CPtr(x.data(), p),
+                               CPtr(w.data(), p), N, C, OC, layout);
+          // The fp32 op on the widened values, for dbias: the same column sums, in the same order
+          // (into zeros: the sums themselves).
           be().MatmulBackward(eDinpW.get(), eDwW.get(), with_bias ? eDbw.get() : nullptr, eDfw.get(), eXw.get(),
                               eWw.get(), N, C, OC, layout);
           ASSERT_TRUE(Ok());
           // out (N, OC) = sum over C of x w (+ bias); dinp (N, C) = sum over OC of dout w;
-          // dweight += sum over N of x dout (one more term: dw0); dbias += sum over N of dout.
+          // dweight += round(sum over N of x dout); dbias += round(sum over N of dout): this
+          // call's weight and bias gradients are 16-bit tensors, accumulated in fp32.
           const auto out_ref = GemmOf(
               N, OC, C, [&](int n, int c) { return xf[static_cast<size_t>(n) * C + c]; }, W,
               [&](int, int o) { return with_bias ? bf[o] : 0.f; });
@@ -903,25 +938,56 @@ TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
               [&](int n, int c) {
                 return outin ? xf[static_cast<size_t>(n) * C + c] : df[static_cast<size_t>(n) * OC + c];
               },
-              [&](int r, int c) { return dw0[static_cast<size_t>(r) * (outin ? C : OC) + c]; });
+              [](int, int) { return 0.f; });
           const auto db_ref = GemmOf(
               1, OC, N, [](int, int) { return 1.f; }, [&](int n, int o) { return df[static_cast<size_t>(n) * OC + o]; },
-              [&](int, int o) { return db0[o]; });
+              [](int, int) { return 0.f; });
+          // An accumulator a0 + round(s): across backends, the sums' bound, one ulp of p at the
+          // gradient's size (the roundings) and one of fp32 at the total's (the additions,
+          // half an ulp each); against the exact sum e, ToExact, half an ulp of p and half of fp32.
+          auto acc_cross = [&](const GemmRef& r, const std::vector<float>& a0) {
+            return [&r, &a0, p](size_t i) {
+              const double g = std::fabs(r.exact[i]) + r.Cross(i);
+              return r.Cross(i) + Ulp(g, p) + 2 * kU * (std::fabs(a0[i]) + g);
+            };
+          };
+          auto near_acc = [&](const std::vector<float>& got, const GemmRef& r,
+                              const std::vector<float>& a0) -> ::testing::AssertionResult {
+            for (size_t i = 0; i < got.size(); ++i) {
+              const double g = std::fabs(r.exact[i]) + r.ToExact(i);
+              const double err = std::fabs(got[i] - (a0[i] + r.exact[i]));
+              const double bound = r.ToExact(i) + Ulp(g, p) / 2 + kU * (std::fabs(a0[i]) + g);
+              if (!(err <= bound)) {
+                return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << a0[i] << " + the exact "
+                                                     << r.exact[i] << ", off by " << err << " > " << bound;
+              }
+            }
+            return ::testing::AssertionSuccess();
+          };
           const auto got_out32 = eOut32.Host(), got_dinp32 = eDinp32.Host();
           const auto got_out16 = eOut16.Host(), got_dinp16 = eDinp16.Host();
           EXPECT_TRUE(Within(got_out32, out32, Cross(out_ref))) << "out fp32: the summation-order bound";
           EXPECT_TRUE(Within16(got_out16, out16, p, Cross(out_ref))) << "out 16-bit: that and one ulp";
           EXPECT_TRUE(Within(got_dinp32, dinp32, Cross(dinp_ref))) << "dinp fp32";
           EXPECT_TRUE(Within16(got_dinp16, dinp16, p, Cross(dinp_ref))) << "dinp 16-bit";
-          EXPECT_TRUE(Within(eDw.Host(), dw, Cross(dw_ref))) << "dweight +=";
-          EXPECT_TRUE(Within(eDw2.Host(), dw, Cross(dw_ref))) << "dweight += (the call with a 16-bit dinp)";
+          EXPECT_TRUE(Within(eDw.Host(), dw, acc_cross(dw_ref, dw0))) << "dweight += round";
+          EXPECT_TRUE(Within(eDw2.Host(), dw, acc_cross(dw_ref, dw0))) << "dweight += round (the call with a 16-bit dinp)";
+          EXPECT_TRUE(near_acc(eDw.Host(), dw_ref, dw0)) << "dweight: its gradient rounded to nearest";
+          EXPECT_TRUE(near_acc(dw, dw_ref, dw0)) << "the cpu's dweight: its gradient rounded to nearest";
+          for (const auto& [what, g] : {std::pair{"dweight", eDwZero.Host()}, std::pair{"dbias", eDbZero.Host()},
+                                        std::pair{"cpu dweight", cpu_dw_zero}, std::pair{"cpu dbias", cpu_db_zero}}) {
+            EXPECT_TRUE(SameBits(g, Widen(Narrow(g, p), p))) << what << ": this call's gradient is a 16-bit value";
+          }
           EXPECT_TRUE(NearExact(got_out32, out_ref, Precision::kFp32));
           EXPECT_TRUE(NearExact(Widen(got_out16, p), out_ref, p)) << "rounded to nearest";
           EXPECT_TRUE(NearExact(got_dinp32, dinp_ref, Precision::kFp32));
           EXPECT_TRUE(NearExact(Widen(got_dinp16, p), dinp_ref, p)) << "rounded to nearest";
           if (with_bias) {
-            EXPECT_TRUE(Within(eDb.Host(), db, Cross(db_ref))) << "dbias +=";
-            EXPECT_TRUE(SameBits(eDb.Host(), eDbw.Host())) << "dbias: the fp32 column sums of the widened dout";
+            EXPECT_TRUE(Within(eDb.Host(), db, acc_cross(db_ref, db0))) << "dbias += round";
+            std::vector<float> db_want = db0;
+            const auto sums = eDbw.Host();
+            for (int o = 0; o < OC; ++o) db_want[o] += FloatOf16(Of16(sums[o], p), p);
+            EXPECT_TRUE(SameBits(eDb.Host(), db_want)) << "dbias: the fp32 column sums of the widened dout, rounded";
           } else {
             EXPECT_TRUE(SameBits(eDb.Host(), db0)) << "untouched without a bias";
           }
@@ -943,7 +1009,6 @@ TEST_F(BackendOpsTest, TheFusedGeluMatmulsIn16BitsMatchTheCpuBackend) {
       const auto x = Random16(nx, 1, p), w = Random16(static_cast<size_t>(C) * OC, 2, p), b = Random16(OC, 3, p);
       const auto xf = Widen(x, p), wf = Widen(w, p), bf = Widen(b, p);
       std::vector<uint16_t> pre(no), out(no);
-      const OneCpuThread one_thread;
       cpu().MatmulBiasGeluForward(Ptr(pre.data(), p), Ptr(out.data(), p), CPtr(x.data(), p), CPtr(w.data(), p),
                                   CPtr(b.data(), p), N, C, OC);
       Dev<uint16_t> eX(be(), x), eW(be(), w), eB(be(), b), ePre(be(), std::vector<uint16_t>(no, kPoison16)),

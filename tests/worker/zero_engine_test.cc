@@ -188,5 +188,53 @@ TEST(ZeroEngineTest, ZeroThreeGathersTheNextUnitAheadWithTheSameResult) {
   EXPECT_EQ(params[0], params[1]);
 }
 
+// Optimizer offload steps its shard a chunk at a time between the chunks' copies (down, host
+// AdamW, up): however the chunks cut the pieces (here 97 floats: across tensors, pieces and
+// the AdamW kernel's vector width), the parameters are bit for bit those of one chunk and of
+// the optimizer on the device, over three steps, on the cpu backend and on cuda-emulated
+// (whose copies go through its streams and events).
+TEST(ZeroEngineTest, OffloadedChunksGiveTheBitsOfOneChunkAndOfNoOffload) {
+  kernels::ConfigureThreads(1);
+  for (const char* device : {"cpu", "cuda-emulated"}) {
+    std::unique_ptr<kernels::Backend> owned;
+    kernels::Backend* be = &kernels::CpuBackend();
+    if (std::string(device) != "cpu") {
+      auto b = kernels::CreateBackend(kernels::BackendKind::kCudaEmulated);
+      ASSERT_TRUE(b.ok()) << b.status();
+      owned = std::move(*b);
+      be = owned.get();
+    }
+    for (int stage : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(device) + " stage " + std::to_string(stage));
+      std::vector<std::vector<float>> params;
+      for (size_t chunk : {size_t{0}, size_t{97}, size_t{1} << 30}) {  // 0: not offloaded
+        model::GPT m(Config(), model::ModelShard{}, be);
+        m.InitRandom(1);
+        MirrorCommunicator comm;
+        auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/0.02, AdamWConfig{0.9, 0.95, 1e-8, 0.1});
+        ASSERT_TRUE(e.ok());
+        if (chunk > 0) {
+          ASSERT_TRUE((*e)->OffloadOptimizer().ok());
+          (*e)->set_offload_chunk(chunk);
+        }
+        (*e)->Shard();
+        for (int step = 1; step <= 3; ++step) {
+          const auto in = Tokens(2 * 16, 2 + step), tg = Tokens(2 * 16, 30 + step);
+          m.ZeroGrad();
+          (*e)->BeginMicroBatch(0, 1);
+          m.ForwardBackward(in.data(), tg.data(), 2, 16, 1.f);
+          ASSERT_TRUE((*e)->FinishStep(1.0, 1e-2, step, 1.0).ok());
+        }
+        ASSERT_TRUE((*e)->GatherParams().ok());
+        params.emplace_back(m.num_params());
+        m.ReadParams(params.back().data());
+        ASSERT_TRUE(be->Synchronize().ok());
+      }
+      EXPECT_EQ(params[1], params[2]) << "chunks of 97 against one chunk";
+      EXPECT_EQ(params[1], params[0]) << "offloaded against the optimizer on the device";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gantry::train

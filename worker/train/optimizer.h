@@ -42,7 +42,10 @@ class AdamW {
   // One update with learning rate lr; step is 1-based. ZeRO 1 passes flat parameters and
   // gradients (its shard of the gradients is reduced in place), ZeRO 2 flat parameters and
   // compact gradients, ZeRO 3 both compact. All in the backend's memory; queued there.
-  void Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step);
+  // local_begin/local_end: only the elements whose compact index is in that range (the
+  // offloaded optimizer steps its shard a chunk at a time, between the chunks' copies).
+  void Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step,
+            size_t local_begin = 0, size_t local_end = static_cast<size_t>(-1));
   void Step(float* params, const float* grads, double lr, int step) {
     Step(params, Index::kFlat, grads, Index::kFlat, lr, step);
   }

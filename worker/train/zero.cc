@@ -72,8 +72,15 @@ absl::Status ZeroEngine::OffloadOptimizer() {
     return absl::FailedPreconditionError("optimizer offload shards the optimizer: ZeRO stage 1-3, placement worker");
   }
   opt_ = std::make_unique<AdamW>(model_->tensors(), own_, local_size_, opt_config_, &kernels::CpuBackend());
-  host_master_.Assign(local_size_);
-  host_grads_.Assign(local_size_);
+  kernels::Backend& be = model_->backend();
+  host_master_.AssignHost(&be, local_size_);
+  host_grads_.AssignHost(&be, local_size_);
+  if (local_size_ > 0 && (host_master_.data() == nullptr || host_grads_.data() == nullptr)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("optimizer offload: cannot allocate 2 x ", local_size_ * sizeof(float), " bytes of host memory"));
+  }
+  down_ = be.NewStream();
+  up_ = be.NewStream();
   offload_ = true;
   NotePeak();
   return absl::OkStatus();
@@ -93,23 +100,55 @@ absl::Status ZeroEngine::OffloadParams() {
 absl::StatusOr<size_t> ZeroEngine::OffloadedStep(double lr, int step) {
   kernels::Backend& be = model_->backend();
   // The reduced (and clipped) gradient pieces: stage 1 in place in the model's gradients,
-  // stages 2 and 3 in the compact shard.
+  // stages 2 and 3 in the compact shard. The parameters: the model's (stages 1, 2), the
+  // compact shard (3), or none (offloaded parameters: the updated master is the shard).
+  const float* grads = stage_ == 1 ? model_->grads() : grad_shard_.data();
+  float* params = offload_params_ ? nullptr : stage_ == 3 ? param_shard_.data() : model_->params();
+  const bool flat = stage_ != 3;  // whether the parameters are indexed flat (else compact)
+  // Runs f(segment part's flat begin, local begin, length) for the parts of own_ in the
+  // compact range [c0, c1).
+  auto parts = [&](size_t c0, size_t c1, auto&& f) {
+    for (const ShardSegment& s : own_) {
+      const size_t lo = std::max(s.local, c0), hi = std::min(s.local + (s.flat_end - s.flat_begin), c1);
+      if (lo < hi) f(s.flat_begin + (lo - s.local), lo, hi - lo);
+    }
+  };
+  const size_t chunks = (local_size_ + offload_chunk_ - 1) / offload_chunk_;
+  std::vector<kernels::Backend::Event> arrived(chunks);
+  // The gradients' writers (the reductions, the clip) are on the backend's own stream: the
+  // copies down wait for them.
+  kernels::Backend::Event ready = be.NewEvent();
+  be.Record(ready);
+  be.SetStream(down_);
+  be.Wait(ready);
   size_t bytes = 0;
-  for (const ShardSegment& s : own_) {
-    const size_t n = s.flat_end - s.flat_begin;
-    const float* g = stage_ == 1 ? model_->grads() + s.flat_begin : grad_shard_.data() + s.local;
-    be.CopyToHost(host_grads_.data() + s.local, g, n * sizeof(float));
-    bytes += n * sizeof(float);
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t c0 = c * offload_chunk_, c1 = std::min(local_size_, c0 + offload_chunk_);
+    parts(c0, c1, [&](size_t fb, size_t lb, size_t n) {
+      be.CopyToHostAsync(host_grads_.data() + lb, grads + (stage_ == 1 ? fb : lb), n * sizeof(float));
+      bytes += n * sizeof(float);
+    });
+    arrived[c] = be.NewEvent();
+    be.Record(arrived[c]);
   }
-  RETURN_IF_ERROR(be.Synchronize());
-  opt_->Step(host_master_.data(), AdamW::Index::kLocal, host_grads_.data(), AdamW::Index::kLocal, lr, step);
-  if (offload_params_) return bytes;  // the updated master is the shard
-  float* params = stage_ == 3 ? param_shard_.data() : model_->params();
-  for (const ShardSegment& s : own_) {
-    const size_t n = s.flat_end - s.flat_begin;
-    be.CopyToDevice(params + (stage_ == 3 ? s.local : s.flat_begin), host_master_.data() + s.local, n * sizeof(float));
-    bytes += n * sizeof(float);
+  absl::Status s;
+  for (size_t c = 0; c < chunks && s.ok(); ++c) {
+    const size_t c0 = c * offload_chunk_, c1 = std::min(local_size_, c0 + offload_chunk_);
+    s.Update(be.SynchronizeEvent(arrived[c]));
+    if (!s.ok()) break;
+    opt_->Step(host_master_.data(), AdamW::Index::kLocal, host_grads_.data(), AdamW::Index::kLocal, lr, step, c0, c1);
+    if (params == nullptr) continue;
+    be.SetStream(up_);
+    parts(c0, c1, [&](size_t fb, size_t lb, size_t n) {
+      be.CopyToDeviceAsync(params + (flat ? fb : lb), host_master_.data() + lb, n * sizeof(float));
+      bytes += n * sizeof(float);
+    });
   }
+  be.SetStream(nullptr);
+  s.Update(be.Synchronize());  // the parameters up before the gathers read them
+  for (kernels::Backend::Event e : arrived) be.FreeEvent(e);
+  be.FreeEvent(ready);
+  RETURN_IF_ERROR(s);
   return bytes;
 }
 
@@ -203,6 +242,8 @@ ZeroEngine::~ZeroEngine() {
     (void)comm_->WaitAll();
     model_->set_param_host(nullptr);
   }
+  if (down_ != nullptr) model_->backend().FreeStream(down_);
+  if (up_ != nullptr) model_->backend().FreeStream(up_);
 }
 
 void ZeroEngine::Shard() {

@@ -121,6 +121,8 @@ class ZeroEngine final : public model::ParamHost {
   // right after Create, before loading a checkpoint's state into local_optimizer().
   absl::Status OffloadOptimizer();
   bool offloaded() const { return offload_; }
+  // The chunk of the offloaded step's pipeline, in floats (tests make it small).
+  void set_offload_chunk(size_t floats) { offload_chunk_ = std::max<size_t>(floats, 1); }
   // ZeRO-3 parameter offload (parallel.offload_params: cpu; after OffloadOptimizer): the
   // rank's parameter shard is kept in host memory only (the offloaded master pieces); each
   // unit's own piece is copied to the device just before its all-gather (which the prefetch
@@ -260,9 +262,15 @@ class ZeroEngine final : public model::ParamHost {
   AdamWConfig opt_config_;
   bool offload_ = false;
   bool offload_params_ = false;  // ZeRO 3: the parameter shard is host_master_ only
-  FloatBuffer host_master_, host_grads_;  // offload: this rank's pieces (compact), in host memory
+  // Offload: this rank's pieces (compact) in the backend's host memory for transfers (pinned
+  // on cuda), and the streams that move them (gradients down, parameters up).
+  kernels::DeviceBuffer host_master_, host_grads_;
+  kernels::Backend::Stream down_ = nullptr, up_ = nullptr;
   // Offload: the update of the pieces on the host, between the device's gradients and
-  // parameters. Returns the bytes moved.
+  // parameters, in chunks of offload_chunk_: every chunk's gradients are queued down at
+  // once; as each arrives the host steps it and queues its parameters up, so the copies of
+  // the other chunks overlap the host's AdamW. Returns the bytes moved.
+  size_t offload_chunk_ = size_t{1} << 22;  // floats (16 MB)
   absl::StatusOr<size_t> OffloadedStep(double lr, int step);
   FloatBuffer remote_m_, remote_v_;  // parameter-server mode: resumed state to send, or a checkpoint's pieces
   // In the model's backend's memory, as its parameters and gradients are.
