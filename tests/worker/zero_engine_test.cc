@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/rng.h"
+#include "kernels/cast.h"
 #include "kernels/threads.h"
 #include "tests/test_util.h"
 
@@ -44,6 +45,16 @@ class MirrorCommunicator final : public parallel::Communicator {
     // for the parameters this test checks, so the peer's half is filled with this rank's.
     std::copy(in, in + n, out);
     std::copy(in, in + n, out + n);
+    return Next();
+  }
+  absl::Status AllReduceSumBf16(uint16_t* data, size_t n) override {
+    Reduction();
+    for (size_t i = 0; i < n; ++i) data[i] = kernels::Bf16Of(2 * kernels::FloatOfBf16(data[i]));  // exact
+    return Next();
+  }
+  absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) override {
+    Reduction();
+    for (size_t i = 0; i < n; ++i) out[i] = kernels::Bf16Of(2 * kernels::FloatOfBf16(in[i]));
     return Next();
   }
   absl::Status Broadcast(float*, size_t, int) override { return Next(); }
