@@ -173,6 +173,9 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
     return FieldError("train.precision", absl::StrCat("is '", t.precision, "': fp32, bf16 or fp16"));
   }
+  if (t.grad_reduce_dtype != "fp32" && t.grad_reduce_dtype != "bf16") {
+    return FieldError("train.grad_reduce_dtype", absl::StrCat("is '", t.grad_reduce_dtype, "': fp32 or bf16"));
+  }
   if (!(t.loss_scale >= 1) || !std::isfinite(t.loss_scale) || std::exp2(std::round(std::log2(t.loss_scale))) != t.loss_scale) {
     return FieldError("train.loss_scale", "must be a power of 2, at least 1 (GradScaler's default is 65536)");
   }
@@ -252,7 +255,7 @@ std::string ToYaml(const JobSpec& s) {
     kv("warmup", t.warmup), kv("min_lr_ratio", t.min_lr_ratio), kv("beta1", t.beta1), kv("beta2", t.beta2);
     kv("eps", t.eps), kv("weight_decay", t.weight_decay), kv("grad_clip", t.grad_clip), kv("seed", t.seed);
     kv("recompute", t.recompute), kv("precision", t.precision), kv("loss_scale", t.loss_scale);
-    kv("loss_scale_window", t.loss_scale_window);
+    kv("loss_scale_window", t.loss_scale_window), kv("grad_reduce_dtype", t.grad_reduce_dtype);
   });
   section("eval", [&] { kv("every", s.eval.every), kv("batches", s.eval.batches); });
   section("checkpoint", [&] {
@@ -326,7 +329,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                       {"recompute", Str(&s.train.recompute)},
                       {"precision", Str(&s.train.precision)},
                       {"loss_scale", Real(&s.train.loss_scale)},
-                      {"loss_scale_window", Int(&s.train.loss_scale_window)}})},
+                      {"loss_scale_window", Int(&s.train.loss_scale_window)},
+                      {"grad_reduce_dtype", Str(&s.train.grad_reduce_dtype)}})},
        {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
        {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)},
                            {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)},

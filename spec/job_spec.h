@@ -45,6 +45,12 @@ struct TrainSpec {
   // halves it, and loss_scale_window clean steps in a row double it.
   double loss_scale = 65536;
   int loss_scale_window = 2000;
+  // The type the data-parallel gradient reductions move and add in: fp32 or bf16 (as
+  // Megatron's accumulate_allreduce_grads_in_fp32 off). Gradients accumulate across
+  // micro-batches in fp32 either way; bf16 rounds each bucket to bf16 before its all-reduce or
+  // reduce-scatter and widens the reduced result back (docs/architecture.md, "Gradient
+  // reduction in bf16"). Halves the bytes the reductions send.
+  std::string grad_reduce_dtype = "fp32";
   bool operator==(const TrainSpec&) const = default;
 };
 

@@ -62,7 +62,8 @@ absl::Status CheckInput(const PlanInput& in) {
 // which also serves the tied classifier, the gathered one (held from the classifier's forward
 // through its backward) and its gradient bucket (from the classifier's backward to the
 // encoder's). Each is its unit padded to dp equal pieces. kAutocast adds the 16-bit copies of
-// one layer's GEMM tensors and of the classifier's wte, each tensor 64-byte aligned.
+// one layer's GEMM tensors and of the classifier's wte, each tensor 64-byte aligned; a bf16
+// gradient reduction its staging buffers.
 double WorkingBytes(const PlanInput& in, const model::ModelShard& shard, const std::vector<model::ParamTensor>& tensors) {
   if (in.zero < 3) return 0;
   const double d = in.dp;
@@ -83,6 +84,9 @@ double WorkingBytes(const PlanInput& in, const model::ModelShard& shard, const s
   const double floats = 4 * padded(layer) + (shard.first() ? 2 * padded(embedding) : 0) + 2 * padded(head);
   double bytes = 4 * floats;
   if (in.precision == Precision::kAutocast) bytes += 2 * (layer_gemm + (shard.last() ? aligned(wte) : 0));
+  // bf16 gradient reduction: each unit's bucket rounded into a bf16 staging buffer on the
+  // communication thread (one reduction at a time: one buffer of each unit size).
+  if (in.bf16_grad_reduce) bytes += 2 * (padded(layer) + (shard.first() ? padded(embedding) : 0) + padded(head));
   return bytes;
 }
 
@@ -155,10 +159,15 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
   } else {
     p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer, in.offload_params);
   }
-  // Data parallelism: the gradients reduced (ring: 2(d-1)/d of them); ZeRO 3 also gathers the
-  // parameters in forward and in backward (3(d-1)/d).
-  const double d = in.dp, grad_wire = in.precision == Precision::kMixed ? 2 : 4;  // Gantry reduces fp32
-  p.dp_bytes = in.dp > 1 ? split * grad_wire * (in.zero >= 3 ? 3.0 : 2.0) * (d - 1) / d : 0;
+  // Data parallelism, in ring collectives that each move (d-1)/d of their buffer: the
+  // gradients all-reduced (ZeRO 0: twice that) or reduce-scattered (ZeRO 1-3), and the
+  // parameters all-gathered after the update (ZeRO 1, 2) or in forward and in backward (ZeRO
+  // 3). Gantry's parameters are fp32 on the wire; its gradients are too unless
+  // train.grad_reduce_dtype is bf16.
+  const double d = in.dp, param_wire = in.precision == Precision::kMixed ? 2 : 4;
+  const double grad_wire = in.precision == Precision::kMixed || in.bf16_grad_reduce ? 2 : 4;
+  const double moved = in.zero == 0 ? 2 * grad_wire : grad_wire + (in.zero >= 3 ? 2 : 1) * param_wire;
+  p.dp_bytes = in.dp > 1 ? split * moved * (d - 1) / d : 0;
   p.bubble = static_cast<double>(in.pp - 1) / (in.microbatches + in.pp - 1);
   p.fits = in.device_memory <= 0 || p.total() <= 0.9 * in.device_memory;
   return p;
@@ -180,6 +189,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.fused_attention = spec.resources.device != "cpu";  // the cuda backends' default
   in.offload_optimizer = spec.optimizer.offload == "cpu";
   in.offload_params = spec.parallel.offload_params == "cpu";
+  in.bf16_grad_reduce = spec.train.grad_reduce_dtype == "bf16";
   return in;
 }
 
@@ -263,7 +273,9 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
   if (p.host > 0) absl::StrAppend(&s, "host memory (optimizer offload): ", gb(p.host), " per rank\n");
   absl::StrAppend(&s, absl::StrFormat("pipeline bubble: %.1f%% ((p-1)/(m+p-1) = %d/%d)\n", 100 * p.bubble, in.pp - 1,
                                       in.microbatches + in.pp - 1));
-  absl::StrAppend(&s, "sent per GPU per step: data-parallel ", gb(p.dp_bytes), ", tensor-parallel ", gb(p.tp_bytes),
+  absl::StrAppend(&s, "sent per GPU per step: data-parallel ", gb(p.dp_bytes),
+                  in.bf16_grad_reduce && in.precision != Precision::kMixed ? " (gradients in bf16)" : "",
+                  ", tensor-parallel ", gb(p.tp_bytes),
                   ", pipeline ", gb(p.pp_bytes), "\n");
   return s;
 }

@@ -34,6 +34,9 @@ struct PlanInput {
   int seq_len = 1024;
   Precision precision = Precision::kMixed;
   bool fp32_grad_accum = false;             // mixed: an fp32 gradient accumulation buffer (+4 bytes)
+  // train.grad_reduce_dtype bf16: the DP gradient reductions move 2 bytes a gradient (kMixed
+  // always does), and ZeRO 3 keeps a bf16 staging buffer of each size of unit (working bytes).
+  bool bf16_grad_reduce = false;
   int zero = 0, tp = 1, pp = 1, dp = 1;
   int micro_batch = 1;
   int microbatches = 1;                     // per step and pipeline (gradient accumulation)

@@ -62,6 +62,41 @@ TEST_F(NcclCommunicatorTest, WorldSizeOneRunsEveryCollectiveThroughNccl) {
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
 }
 
+// The bf16 sums (ncclBfloat16) on world size 1: device buffers come back bit for bit (NaN
+// poisoning shows an unwritten element), the reduce-scatter also in place (out = in + rank·n,
+// which NCCL allows), a small host buffer through the staging; each takes a sequence number.
+TEST_F(NcclCommunicatorTest, Bf16SumsRunThroughNcclOnDeviceAndHostBuffers) {
+  auto c = NcclCommunicator::Create(0, 1, std::make_shared<gloo::rendezvous::HashStore>(), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  NcclCommunicator& comm = **c;
+  const size_t n = (1 << 20) + 5;  // an odd count of 2-byte elements
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = static_cast<uint16_t>(0x3c00u + (i * 2654435761u) % 0x0800u);  // finite bf16
+  uint16_t* x = nullptr;
+  uint16_t* y = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&y, n * 2), cudaSuccess);
+  ptrs_.push_back(reinterpret_cast<float*>(x));
+  ptrs_.push_back(reinterpret_cast<float*>(y));
+  ASSERT_EQ(cudaMemcpy(x, h.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(y, 0xff, n * 2), cudaSuccess);  // NaN
+  auto host = [&](const uint16_t* d) {
+    std::vector<uint16_t> out(n);
+    EXPECT_EQ(cudaMemcpy(out.data(), d, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  };
+  ASSERT_TRUE(comm.AllReduceSumBf16(x, n).ok());
+  EXPECT_EQ(host(x), h) << "a sum over one rank is the input";
+  ASSERT_TRUE(comm.ReduceScatterSumBf16(x, y, n).ok());
+  EXPECT_EQ(host(y), h);
+  ASSERT_TRUE(comm.ReduceScatterSumBf16(x, x, n).ok()) << "in place";
+  EXPECT_EQ(host(x), h);
+  std::vector<uint16_t> small(h.begin(), h.begin() + 1001);
+  ASSERT_TRUE(comm.AllReduceSumBf16(small.data(), small.size()).ok());
+  EXPECT_EQ(small, std::vector<uint16_t>(h.begin(), h.begin() + 1001));
+  EXPECT_EQ(comm.seq(), 4u);
+}
+
 // Abort (a restart of the job): the next collective aborts the NCCL communicator and fails as
 // ABORTED at once, without the failure grace; the group stays failed.
 TEST_F(NcclCommunicatorTest, AbortFailsTheNextCollectiveAtOnce) {

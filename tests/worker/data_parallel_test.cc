@@ -6,6 +6,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -29,6 +31,44 @@
 namespace gantry::train {
 namespace {
 
+// Passes every collective on to a communicator, counting the bytes of the buffers handed to
+// its sums (all-reduce: the buffer; reduce-scatter: the whole input), fp32 and bf16 apart.
+class CountingCommunicator final : public parallel::Communicator {
+ public:
+  explicit CountingCommunicator(parallel::Communicator* c) : c_(c) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  uint64_t seq() const override { return c_->seq(); }
+  uint64_t completed() const override { return c_->completed(); }
+  absl::Status AllReduceSum(float* data, size_t n) override {
+    f32_bytes += n * sizeof(float);
+    return c_->AllReduceSum(data, n);
+  }
+  absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override {
+    f32_bytes += n * static_cast<size_t>(size()) * sizeof(float);
+    return c_->ReduceScatterSum(in, out, n);
+  }
+  absl::Status AllReduceSumBf16(uint16_t* data, size_t n) override {
+    bf16_bytes += n * sizeof(uint16_t);
+    return c_->AllReduceSumBf16(data, n);
+  }
+  absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) override {
+    bf16_bytes += n * static_cast<size_t>(size()) * sizeof(uint16_t);
+    return c_->ReduceScatterSumBf16(in, out, n);
+  }
+  absl::Status AllGather(const float* in, float* out, size_t n) override { return c_->AllGather(in, out, n); }
+  absl::Status Broadcast(float* data, size_t n, int root) override { return c_->Broadcast(data, n, root); }
+  absl::Status Send(const float* data, size_t n, int peer) override { return c_->Send(data, n, peer); }
+  absl::Status Recv(float* data, size_t n, int peer) override { return c_->Recv(data, n, peer); }
+  absl::Status Barrier() override { return c_->Barrier(); }
+  void Abort() override { c_->Abort(); }
+  // Written by the communication thread, read after the run.
+  std::atomic<size_t> f32_bytes{0}, bf16_bytes{0};
+
+ private:
+  parallel::Communicator* c_;
+};
+
 class DataParallelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -49,6 +89,7 @@ class DataParallelTest : public ::testing::Test {
     std::vector<float> losses, params;
     std::vector<MemoryAccount> memory;  // by rank
     std::vector<StepReport> reports;    // rank 0's
+    size_t f32_sum_bytes = 0, bf16_sum_bytes = 0;  // rank 0's, handed to the DP group's sums
   };
   Result Run(int dp, int zero = 0, const std::string& extra = "", int64_t stop_after = 0, bool resume = false) {
     std::vector<Result> results(static_cast<size_t>(dp));
@@ -84,6 +125,11 @@ class DataParallelTest : public ::testing::Test {
           comm = std::move(*c);
           o.comm = comm.get();
         }
+        std::unique_ptr<CountingCommunicator> counting;
+        if (o.comm != nullptr) {
+          counting = std::make_unique<CountingCommunicator>(o.comm);
+          o.comm = counting.get();
+        }
         auto t = Trainer::Create(Spec(dp, zero, extra), o);
         status[r] = t.ok() ? (*t)->Run() : t.status();
         if (t.ok()) {
@@ -91,6 +137,10 @@ class DataParallelTest : public ::testing::Test {
           results[r].reports = (*t)->reports();
           results[r].params.assign((*t)->model().params(), (*t)->model().params() + (*t)->model().num_params());
           results[r].memory.push_back((*t)->memory());
+        }
+        if (counting) {  // (Run waited for every collective it queued)
+          results[r].f32_sum_bytes = counting->f32_bytes;
+          results[r].bf16_sum_bytes = counting->bf16_bytes;
         }
         if (source_read_) source_read_(r, source.get());
         std::fclose(null);
@@ -174,6 +224,112 @@ TEST_F(DataParallelTest, EveryDpAndZeroStageGivesOneProcessLossesAndParameters) 
         ExpectSameTraining(Run(dp, zero), one, what);
       }
     }
+  }
+}
+
+// train.grad_reduce_dtype bf16: dp 2 and 4 under ZeRO 0-3, in bf16 mixed precision, against
+// the same runs reducing in fp32. Step 1's loss is the same bit for bit (it is computed before
+// any reduction is used). After it the runs part by the rounding of the reduction alone:
+// each gradient that reaches AdamW differs from the fp32-reduced one by the rounding of each
+// rank's bucket to bf16 and by the dp - 1 additions in bf16, each at most bf16's unit
+// roundoff u = 2^-8 (8 significant bits) of the values it rounds. That is the same kind and
+// size of perturbation as precision bf16 itself makes, at many more points (every GEMM
+// input, output and weight gradient), so the bound is the one those runs keep to
+// (tests/worker/mixed_precision_test.cc, kLossTol): half of u, 2^-9 of the loss. It is loose
+// enough for AdamW, whose update g/sqrt(v) turns a rounding that changes the sign of a
+// cancelling sum into a whole update of size lr (measured here: at most 2.2e-4 of the loss,
+// dp 4 ZeRO 3; the trajectories part further with more layers and steps: model_parallel_test's
+// 4-layer fp32 model reaches 1.8e-3 by its step 13, so the bound is of this run's size, not of
+// every run's). AdamW and the clip forgive a gradient off by a constant factor (a missed 1/dp
+// moved the losses by only 2.5e-3), so step 1's gradient norm is held too: the parameters are
+// still the same there, and each reduced gradient is off by at most about dp u of the mean of
+// the ranks' |g| (the ranks' values rounded: u of that mean; then dp - 1 additions, each u of
+// a partial sum; gamma_dp = dp u / (1 - dp u) with the higher orders), so the norm by at most
+// gamma_dp times the norm of that mean, which is the mean's norm where the ranks' gradients
+// agree in sign. kNormTol = 2^-5 (gamma_4 = 2^-6, and
+// a factor 2 for the ranks' gradients that cancel) (measured: 3.5e-4; a missed 1/dp: 1,
+// i.e. 100%). The runs must not be identical (the bf16 path ran), and every rank holds the
+// same parameters bit for bit (Run checks it: an all-reduce that left ranks with different
+// bits, or a rank left out of a sum, would show there).
+TEST_F(DataParallelTest, Bf16GradientReductionTrainsAsFp32ReductionWithinItsRounding) {
+  constexpr double kLossTol = 0x1p-9;  // relative to the loss, see above
+  constexpr double kNormTol = 0x1p-5;  // step 1's gradient norm, relative, see above
+  bucket_mb_ = "0.004";  // several buckets in flight, short last pieces
+  for (int dp : {2, 4}) {
+    for (int zero : {0, 1, 2, 3}) {
+      SCOPED_TRACE(absl::StrCat("dp ", dp, " zero ", zero));
+      train_extra_ = ", precision: bf16";
+      const Result fp32 = Run(dp, zero);
+      train_extra_ = ", precision: bf16, grad_reduce_dtype: bf16";
+      const Result bf16 = Run(dp, zero);
+      train_extra_.clear();
+      ASSERT_EQ(fp32.losses.size(), 20u);
+      ASSERT_EQ(bf16.losses.size(), 20u);
+      EXPECT_EQ(bf16.losses[0], fp32.losses[0]) << "step 1's loss comes before any reduction is used";
+      ASSERT_FALSE(fp32.reports.empty());
+      ASSERT_FALSE(bf16.reports.empty());
+      const double norm = fp32.reports[0].grad_norm;
+      EXPECT_LE(std::fabs(bf16.reports[0].grad_norm - norm), kNormTol * norm)
+          << "step 1's gradient norm: " << bf16.reports[0].grad_norm << " vs " << norm;
+      double worst = 0;
+      for (size_t i = 0; i < 20; ++i) {
+        const double rel = std::fabs(bf16.losses[i] - fp32.losses[i]) / fp32.losses[i];
+        worst = std::max(worst, rel);
+        EXPECT_LE(rel, kLossTol) << "step " << i + 1 << ": " << bf16.losses[i] << " vs " << fp32.losses[i];
+      }
+      EXPECT_NE(bf16.losses, fp32.losses) << "the bf16 reduction rounds: some loss must differ";
+      EXPECT_NE(bf16.params, fp32.params);
+      EXPECT_GT(bf16.bf16_sum_bytes, 0u);
+      EXPECT_LT(fp32.losses.back(), 0.8 * fp32.losses.front()) << "it trains";
+      if (std::getenv("GANTRY_VERBOSE")) {
+        std::printf("dp %d zero %d: largest relative loss difference %.3g, step 1's norm %.3g\n", dp, zero, worst,
+                    bf16.reports[0].grad_norm / norm - 1);
+      }
+    }
+  }
+}
+
+// The bytes handed to the DP group's sums halve: what the fp32 reduction hands over is twice
+// what the bf16 one does, and what is left in fp32 is each step's sum of (norm, loss).
+// ZeRO 0 hands every gradient over once a step.
+TEST_F(DataParallelTest, Bf16GradientReductionHandsHalfTheBytesToTheCommunicator) {
+  steps_ = 3;
+  const size_t n = model::GPT(Spec(1).model).num_params();
+  for (int zero : {0, 1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("zero ", zero));
+    const Result fp32 = Run(2, zero);
+    train_extra_ = ", grad_reduce_dtype: bf16";
+    const Result bf16 = Run(2, zero);
+    train_extra_.clear();
+    EXPECT_EQ(fp32.bf16_sum_bytes, 0u);
+    EXPECT_GT(bf16.bf16_sum_bytes, 0u);
+    EXPECT_EQ(bf16.f32_sum_bytes, 3 * 2 * sizeof(float)) << "left in fp32: the (norm, loss) sum of each step";
+    EXPECT_EQ(fp32.f32_sum_bytes, bf16.f32_sum_bytes + 2 * bf16.bf16_sum_bytes);
+    if (zero == 0) {
+      EXPECT_EQ(bf16.bf16_sum_bytes, 3 * n * sizeof(uint16_t));
+    }
+  }
+}
+
+// ZeRO 3's bf16 staging is what the planner adds for it (spec/planner.cc, WorkingBytes): one
+// buffer of each unit size (a layer, the embedding, the head), each its unit padded to dp
+// pieces, in 2 bytes. dp 4 with one micro-batch a step, so that the fp32 run's pool holds
+// no accumulation pieces (which the bf16 path does not take) to blur the difference.
+TEST_F(DataParallelTest, Bf16GradientReductionStagingIsWhatThePlannerCounts) {
+  steps_ = 2;
+  const Result fp32 = Run(4, 3);
+  train_extra_ = ", grad_reduce_dtype: bf16";
+  const Result bf16 = Run(4, 3);
+  const double planned = MakePlan(PlanOfSpec(Spec(4, 3)))->working;
+  train_extra_.clear();
+  const double planned_fp32 = MakePlan(PlanOfSpec(Spec(4, 3)))->working;
+  ASSERT_EQ(bf16.memory.size(), 4u);
+  ASSERT_EQ(fp32.memory.size(), 4u);
+  EXPECT_GT(planned, planned_fp32);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(static_cast<double>(bf16.memory[r].working) - static_cast<double>(fp32.memory[r].working),
+              planned - planned_fp32)
+        << "rank " << r;
   }
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cast.h"
 #include "worker/parallel/device_groups.h"
 
 namespace gantry::parallel {
@@ -112,7 +113,129 @@ TEST_P(GlooCommunicatorTest, AllGatherBroadcastSendRecvBarrier) {
   for (const auto& s : st) EXPECT_TRUE(s.ok()) << s;
 }
 
+// bf16 sums of small integers: every partial sum is an integer below 2^8, which bf16's 8
+// significant bits hold exactly, so whatever the order of the additions the result is the
+// exact sum, on every rank. The reduce-scatter also runs in place (out = in + rank·n).
+int16_t Small(int rank, size_t i) { return static_cast<int16_t>((rank + 1) * (static_cast<int>(i % 11) - 5)); }
+
+TEST_P(GlooCommunicatorTest, Bf16SumsOfSmallIntegersAreExact) {
+  const int p = GetParam();
+  for (size_t n : {size_t{1}, size_t{1001}, size_t{100003}}) {
+    auto st = OnRanks(p, [&](Communicator& c) -> absl::Status {
+      const uint64_t seq0 = c.seq();
+      std::vector<uint16_t> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = kernels::Bf16Of(Small(c.rank(), i));
+      if (auto s = c.AllReduceSumBf16(x.data(), n); !s.ok()) return s;
+      for (size_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int r = 0; r < p; ++r) want += Small(r, i);
+        if (kernels::FloatOfBf16(x[i]) != want) {
+          return absl::InternalError(absl::StrCat("all_reduce element ", i, ": ", kernels::FloatOfBf16(x[i]), " != ", want));
+        }
+      }
+      std::vector<uint16_t> in(n * p), out(n, 0x7fc0);  // out poisoned with NaN
+      for (size_t i = 0; i < in.size(); ++i) in[i] = kernels::Bf16Of(Small(c.rank(), i));
+      std::vector<uint16_t> in_place = in;
+      if (auto s = c.ReduceScatterSumBf16(in.data(), out.data(), n); !s.ok()) return s;
+      uint16_t* own = in_place.data() + static_cast<size_t>(c.rank()) * n;
+      if (auto s = c.ReduceScatterSumBf16(in_place.data(), own, n); !s.ok()) return s;
+      for (size_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int r = 0; r < p; ++r) want += Small(r, c.rank() * n + i);
+        if (kernels::FloatOfBf16(out[i]) != want || own[i] != out[i]) {
+          return absl::InternalError(absl::StrCat("rank ", c.rank(), " reduce_scatter element ", i, ": ",
+                                                  kernels::FloatOfBf16(out[i]), " (in place ",
+                                                  kernels::FloatOfBf16(own[i]), ") != ", want));
+        }
+      }
+      if (c.seq() != seq0 + 3) return absl::InternalError(absl::StrCat("seq ", c.seq(), " after 3 collectives from ", seq0));
+      return absl::OkStatus();
+    });
+    for (const auto& s : st) EXPECT_TRUE(s.ok()) << "n " << n << ": " << s;
+  }
+}
+
+// bf16 sums of values that do not add exactly: each addition takes fp32 and rounds to the
+// nearest bf16, so the all-reduce leaves every rank with the same bits (one rank reduces each
+// segment and the others receive its result), within the rounding of p - 1 additions of the
+// exact sum: |error| <= gamma sum |x|, gamma = (p - 1) u / (1 - (p - 1) u), the bound of a
+// recursive sum whose each addition is off by at most u of its result (Higham, 4.2). Here u =
+// 2^-8 (bf16's unit roundoff, 8 significant bits) + 2^-23 (the fp32 addition, exact unless
+// the exponents are far apart, rounds once more before the bf16 rounding). With 2 ranks there
+// is one addition, so the result is exactly the bf16 nearest the fp32 sum, and a
+// reduce-scatter's block the same.
+TEST_P(GlooCommunicatorTest, Bf16AllReduceGivesEveryRankTheSameBitsWithinTheRounding) {
+  const int p = GetParam();
+  const size_t n = 20011;
+  auto value = [](int rank, size_t i) {
+    return kernels::Bf16Of(std::sin(0.37f * static_cast<float>(i) + static_cast<float>(rank)) * (1.f + static_cast<float>(i % 5)));
+  };
+  std::vector<std::vector<uint16_t>> got(static_cast<size_t>(p));
+  auto st = OnRanks(p, [&](Communicator& c) -> absl::Status {
+    std::vector<uint16_t> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = value(c.rank(), i);
+    if (auto s = c.AllReduceSumBf16(x.data(), n); !s.ok()) return s;
+    got[static_cast<size_t>(c.rank())] = x;
+    std::vector<uint16_t> in(n * p), out(n);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = value(c.rank(), i % n);
+    if (auto s = c.ReduceScatterSumBf16(in.data(), out.data(), n); !s.ok()) return s;
+    for (size_t i = 0; i < n && p == 2; ++i) {
+      const uint16_t want = kernels::Bf16Of(kernels::FloatOfBf16(value(0, i)) + kernels::FloatOfBf16(value(1, i)));
+      if (out[i] != want) return absl::InternalError(absl::StrCat("rank ", c.rank(), " reduce_scatter element ", i));
+    }
+    return absl::OkStatus();
+  });
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  size_t inexact = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double exact = 0, magnitude = 0;
+    for (int r = 0; r < p; ++r) {
+      exact += kernels::FloatOfBf16(value(r, i));
+      magnitude += std::fabs(kernels::FloatOfBf16(value(r, i)));
+    }
+    for (int r = 1; r < p; ++r) ASSERT_EQ(got[r][i], got[0][i]) << "rank " << r << " element " << i;
+    const double sum = kernels::FloatOfBf16(got[0][i]);
+    const double u = 0x1p-8 + 0x1p-23, gamma = (p - 1) * u / (1 - (p - 1) * u);
+    ASSERT_LE(std::fabs(sum - exact), gamma * magnitude) << "element " << i;
+    if (p == 2) {
+      ASSERT_EQ(got[0][i], kernels::Bf16Of(kernels::FloatOfBf16(value(0, i)) + kernels::FloatOfBf16(value(1, i))))
+          << "element " << i;
+    }
+    inexact += sum != exact;
+  }
+  if (p > 1) {
+    EXPECT_GT(inexact, n / 4) << "most of these sums are not bf16 values: the rounding is exercised";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooCommunicatorTest, ::testing::Values(1, 2, 3, 4));
+
+TEST(GlooCommunicatorFailureTest, ABf16CollectiveFailsAsItsFp32TwinDoes) {
+  // Rank 1 never arrives at the bf16 reduce-scatter: rank 0 fails within the timeout, naming
+  // the collective, its sequence number and the missing rank; the group stays failed.
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
+  std::string later;
+  auto st = OnRanks(
+      2,
+      [&](Communicator& c) -> absl::Status {
+        std::vector<uint16_t> x(2 << 14, 0x3f80), y(x.size() / 2);
+        if (c.rank() == 1) {
+          done.wait_for(std::chrono::seconds(30));
+          return absl::OkStatus();
+        }
+        absl::Status s = c.ReduceScatterSumBf16(x.data(), y.data(), y.size());
+        later = std::string(c.AllReduceSumBf16(x.data(), x.size()).message());
+        rank0_done.set_value();
+        return s;
+      },
+      std::chrono::milliseconds(1500));
+  ASSERT_FALSE(st[0].ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(st[0])) << st[0];
+  EXPECT_NE(st[0].message().find("reduce_scatter #1 failed on rank 0 of 2: rank 1 did not arrive"), absl::string_view::npos)
+      << st[0];
+  EXPECT_NE(later.find("all_reduce #2 on rank 0: the group failed earlier: reduce_scatter #1"), std::string::npos) << later;
+}
 
 TEST(GlooCommunicatorFailureTest, AMissingRankIsAnErrorNamingTheCollectiveNotAHang) {
   // Rank 1 is connected but never arrives at the all-reduce (it waits until rank 0 is done):

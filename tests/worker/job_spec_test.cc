@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "tests/test_util.h"
 
@@ -175,6 +176,39 @@ data: {train: t.bin}
       << ps;
 }
 
+// train.grad_reduce_dtype: fp32 by default; bf16 with any precision and layout; anything else
+// is an error naming the field; the normalised YAML states it and reads it back.
+TEST(JobSpecTest, GradReduceDtypeIsFp32OrBf16AndRoundTrips) {
+  auto d = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->train.grad_reduce_dtype, "fp32");
+  EXPECT_NE(ToYaml(*d).find("grad_reduce_dtype: fp32"), std::string::npos) << "every field stated:\n" << ToYaml(*d);
+  const std::string base = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+)";
+  auto train = [&](const std::string& extra) { return base + "train: {steps: 10, micro_batch: 2, lr: 1.0e-3" + extra + "}\n"; };
+  for (const char* p : {"fp32", "bf16", "fp16"}) {
+    SCOPED_TRACE(p);
+    auto s = ParseJobSpec(train(absl::StrCat(", precision: ", p, ", grad_reduce_dtype: bf16")) +
+                          "parallel: {dp: 2, zero_stage: 3}\n");
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->train.grad_reduce_dtype, "bf16");
+    auto back = ParseJobSpec(ToYaml(*s));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->train.grad_reduce_dtype, "bf16");
+    EXPECT_TRUE(*back == *s);
+  }
+  for (const char* bad : {"fp16", "BF16", "float32"}) {
+    EXPECT_NE(Error(train(absl::StrCat(", grad_reduce_dtype: ", bad)))
+                  .find(absl::StrCat("field 'train.grad_reduce_dtype' is '", bad, "': fp32 or bf16")),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(Error(train(", grad_reduce_dtype: [bf16]")).find("'train.grad_reduce_dtype' must be a string"),
+            std::string::npos);
+}
+
 TEST(JobSpecTest, SchedulingAndElasticSectionsParseAndAreChecked) {
   const std::string base = R"(
 model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
@@ -208,7 +242,7 @@ model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 300, seq_len: 16, max_seq
 data: {train: "a b.bin", val: v.bin, shuffle: true}
 train: {steps: 7, micro_batch: 3, global_batch: 24, lr: 3.0000000000000001e-4, warmup: 2, min_lr_ratio: 0.1,
         beta1: 0.85, beta2: 0.95, eps: 1.0e-7, weight_decay: 0.123456789, grad_clip: 0, seed: 18446744073709551615,
-        recompute: selective, precision: fp16, loss_scale: 1024, loss_scale_window: 50}
+        recompute: selective, precision: fp16, loss_scale: 1024, loss_scale_window: 50, grad_reduce_dtype: bf16}
 eval: {every: 3, batches: 2}
 checkpoint: {every: 2, keep: 1, host_budget_mb: 0.5, dir: /tmp/x, resume_from: j-000001@40}
 parallel: {dp: 2, tp: 2, pp: 2, zero_stage: 1, bucket_mb: 1.5, timeout_s: 30, schedule: gpipe}

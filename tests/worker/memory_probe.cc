@@ -6,6 +6,7 @@
 // per process so that each high-water mark is the layout's own.
 //   memory_probe --layers L --heads H --embd C --vocab V --seq T --micro-batch B
 //                --precision fp32|bf16|fp16 --dp D --zero Z [--steps N] [--threads N]
+//                [--grad-reduce fp32|bf16]
 #include <gloo/rendezvous/hash_store.h>
 #include <omp.h>
 
@@ -52,7 +53,7 @@ int Fail(const std::string& why) {
 int main(int argc, char** argv) {
   using namespace gantry;
   int layers = 2, heads = 2, embd = 64, vocab = 256, seq = 64, micro = 1, dp = 1, zero = 0, steps = 2, threads = 0;
-  std::string precision = "bf16";
+  std::string precision = "bf16", grad_reduce = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
     else if (k == "--steps") steps = std::atoi(v);
     else if (k == "--threads") threads = std::atoi(v);
     else if (k == "--precision") precision = v;
+    else if (k == "--grad-reduce") grad_reduce = v;
     else return Fail("unknown flag " + k);
   }
   gantry::testing::TempDir dir;
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
       "model: {n_layer: ", layers, ", n_head: ", heads, ", n_embd: ", embd, ", vocab_size: ", vocab,
       ", max_seq_len: ", seq, ", seq_len: ", seq, "}\n", "data: {train: ", dir.File("train.bin"), "}\n",
       "train: {steps: ", steps, ", micro_batch: ", micro, ", global_batch: ", micro * dp,
-      ", lr: 1.0e-4, warmup: 0, precision: ", precision, "}\n", "parallel: {dp: ", dp, ", zero_stage: ", zero, "}\n");
+      ", lr: 1.0e-4, warmup: 0, precision: ", precision, ", grad_reduce_dtype: ", grad_reduce, "}\n", "parallel: {dp: ", dp, ", zero_stage: ", zero, "}\n");
   auto spec = train::ParseJobSpec(yaml);
   if (!spec.ok()) return Fail(spec.status().ToString());
   auto plan_ranks = train::PlanRanks(train::PlanOfSpec(*spec));

@@ -104,6 +104,48 @@ TEST(PlannerTest, EachRankHoldsItsShard) {
   EXPECT_EQ(sum, whole + 3 * replicated);
 }
 
+// Data-parallel bytes per GPU and step (ring collectives, (d-1)/d of each buffer): ZeRO 0
+// all-reduces the gradients (2x), ZeRO 1 and 2 reduce-scatter them and all-gather the
+// parameters, ZeRO 3 gathers the parameters twice. train.grad_reduce_dtype bf16 (set by
+// PlanOfSpec) halves the gradients' share; Gantry's parameters stay 4 bytes on the wire.
+TEST(PlannerTest, Bf16GradientReductionHalvesTheGradientBytes) {
+  PlanInput in;
+  in.params = 1e9;
+  in.precision = Precision::kFp32;
+  in.dp = 4;
+  const double ring = 1e9 * 3 / 4;
+  for (int zero = 0; zero <= 3; ++zero) {
+    SCOPED_TRACE(zero);
+    in.zero = zero;
+    in.bf16_grad_reduce = false;
+    const double grads = zero == 0 ? 2 : 1, params = zero == 0 ? 0 : zero == 3 ? 2 : 1;
+    EXPECT_DOUBLE_EQ(MakePlan(in)->dp_bytes, ring * (4 * grads + 4 * params));
+    in.bf16_grad_reduce = true;
+    EXPECT_DOUBLE_EQ(MakePlan(in)->dp_bytes, ring * (2 * grads + 4 * params));
+  }
+  in.zero = 0;
+  EXPECT_NE(RenderPlan(in, *MakePlan(in)).find("(gradients in bf16)"), std::string::npos);
+  in.dp = 1;
+  EXPECT_EQ(MakePlan(in)->dp_bytes, 0);
+  // From a spec: the field sets it, and ZeRO 3 plans a bf16 staging buffer per unit size.
+  const std::string yaml = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 64, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, global_batch: 4, lr: 1.0e-3, precision: bf16)";
+  auto fp32 = ParseJobSpec(yaml + "}\nparallel: {dp: 2, zero_stage: 3}\n");
+  auto bf16 = ParseJobSpec(yaml + ", grad_reduce_dtype: bf16}\nparallel: {dp: 2, zero_stage: 3}\n");
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_FALSE(PlanOfSpec(*fp32).bf16_grad_reduce);
+  EXPECT_TRUE(PlanOfSpec(*bf16).bf16_grad_reduce);
+  const Plan a = *MakePlan(PlanOfSpec(*fp32)), b = *MakePlan(PlanOfSpec(*bf16));
+  EXPECT_LT(b.dp_bytes, a.dp_bytes);
+  // A layer's unit: 12 C^2 + 13 C parameters, in 2 bytes; the embedding's (wte, wpe) and the
+  // head's (ln_f) too, each padded to dp pieces (even sizes here).
+  const double C = 64, layer = 12 * C * C + 13 * C, embedding = 256 * C + 8 * C, head = 2 * C;
+  EXPECT_DOUBLE_EQ(b.working - a.working, 2 * (layer + embedding + head));
+}
+
 TEST(PlannerTest, DegreesThatDoNotDivideAreRefused) {
   PlanInput in;
   in.model = *ModelPreset("gpt2");

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/rng.h"
+#include "kernels/cast.h"
 #include "kernels/threads.h"
 #include "tests/test_util.h"
 
@@ -44,6 +45,16 @@ class MirrorCommunicator final : public parallel::Communicator {
     // for the parameters this test checks, so the peer's half is filled with this rank's.
     std::copy(in, in + n, out);
     std::copy(in, in + n, out + n);
+    return Next();
+  }
+  absl::Status AllReduceSumBf16(uint16_t* data, size_t n) override {
+    Reduction();
+    for (size_t i = 0; i < n; ++i) data[i] = kernels::Bf16Of(2 * kernels::FloatOfBf16(data[i]));  // exact
+    return Next();
+  }
+  absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) override {
+    Reduction();
+    for (size_t i = 0; i < n; ++i) out[i] = kernels::Bf16Of(2 * kernels::FloatOfBf16(in[i]));
     return Next();
   }
   absl::Status Broadcast(float*, size_t, int) override { return Next(); }
@@ -155,6 +166,68 @@ TEST(ZeroEngineTest, ReductionsPerStepFollowTheStage) {
     const int units = m.num_units();
     const int want[] = {1, 1, accum, accum * units};
     EXPECT_EQ(comm.reductions.load(), want[stage] + 1) << "stage " << stage;
+  }
+}
+
+// train.grad_reduce_dtype bf16 against the mirror, whose sums double exactly: the doubling
+// and the 1/dp scale are exact in bf16 and fp32, so the reduced gradient the optimizer sees is
+// each local fp32 gradient rounded to bf16 (to nearest, ties to even), on every element this
+// rank owns (stage 1: its pieces of many small buckets, the short last ones included), while
+// the fp32 reduction gives the local gradients back. Stage 1 leaves the gradients outside its
+// pieces as backward wrote them. Each bucket is reduced once, as in fp32.
+TEST(ZeroEngineTest, Bf16ReductionGivesTheLocalGradientsRoundedToBf16) {
+  kernels::ConfigureThreads(1);
+  for (int stage : {0, 1}) {
+    SCOPED_TRACE(stage);
+    std::vector<float> grads[2];
+    int reductions[2] = {0, 0};
+    std::vector<std::pair<size_t, size_t>> own;
+    for (bool bf16 : {false, true}) {
+      model::GPT m(Config());
+      m.InitRandom(1);
+      MirrorCommunicator comm;
+      auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/0.01, AdamWConfig{});
+      ASSERT_TRUE(e.ok()) << e.status();
+      (*e)->set_grad_reduce_bf16(bf16);
+      EXPECT_EQ((*e)->grad_reduce_bf16(), bf16);
+      (*e)->Shard();
+      const auto in = Tokens(2 * 16, 2), tg = Tokens(2 * 16, 3);
+      m.ZeroGrad();
+      (*e)->BeginMicroBatch(0, 1);
+      m.ForwardBackward(in.data(), tg.data(), 2, 16, 1.f);
+      ASSERT_TRUE((*e)->FinishStep(1.0, 1e-3, 1, /*grad_clip=*/0).ok());  // no clip: the gradients as reduced
+      grads[bf16].assign(m.grads(), m.grads() + m.num_params());
+      reductions[bf16] = comm.reductions.load();
+      if (stage == 0) {
+        own = {{0, m.num_params()}};
+      } else if (bf16) {
+        auto pieces = (*e)->CheckpointPieces();  // ZeRO 1: the pieces this rank owns
+        ASSERT_TRUE(pieces.ok()) << pieces.status();
+        own.clear();
+        for (const auto& p : *pieces) own.push_back({p.flat_begin, p.flat_end});
+      }
+    }
+    EXPECT_EQ(reductions[1], reductions[0]);
+    EXPECT_GE(reductions[1], 6) << "one bucket a unit";
+    std::vector<bool> owned(grads[0].size(), false);
+    size_t rounded = 0;
+    for (const auto& [b, e] : own) {
+      for (size_t i = b; i < e; ++i) {
+        owned[i] = true;
+        ASSERT_EQ(grads[1][i], kernels::RoundToBf16(grads[0][i])) << "element " << i << " (fp32 " << grads[0][i] << ")";
+        rounded += grads[1][i] != grads[0][i];
+      }
+    }
+    EXPECT_GT(rounded, grads[0].size() / 4) << "most fp32 gradients are not bf16 values";
+    if (stage == 1) {
+      size_t outside = 0;
+      for (size_t i = 0; i < owned.size(); ++i) {
+        if (owned[i]) continue;
+        ++outside;
+        ASSERT_EQ(grads[1][i], grads[0][i]) << "element " << i << " is another rank's piece: not written here";
+      }
+      EXPECT_GT(outside, grads[0].size() / 3);
+    }
   }
 }
 

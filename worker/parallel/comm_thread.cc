@@ -76,6 +76,11 @@ absl::Status SoloCommunicator::ReduceScatterSum(const float* in, float* out, siz
   return Next();
 }
 
+absl::Status SoloCommunicator::ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) {
+  if (in != out) std::copy(in, in + n, out);
+  return Next();
+}
+
 absl::Status SoloCommunicator::AllGather(const float* in, float* out, size_t n) {
   if (in != out) std::copy(in, in + n, out);
   return Next();

@@ -57,6 +57,8 @@ class SoloCommunicator final : public Communicator {
   absl::Status AllReduceSum(float*, size_t) override { return Next(); }
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;
+  absl::Status AllReduceSumBf16(uint16_t*, size_t) override { return Next(); }
+  absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) override;
   absl::Status Broadcast(float*, size_t, int root) override;
   absl::Status Send(const float*, size_t, int peer) override;
   absl::Status Recv(float*, size_t, int peer) override;

@@ -29,6 +29,13 @@ class Communicator {
   virtual absl::Status ReduceScatterSum(const float* in, float* out, size_t n) = 0;
   // in (n) → out (size·n): rank r's in at out[r·n, (r+1)·n)
   virtual absl::Status AllGather(const float* in, float* out, size_t n) = 0;
+  // The same sums over bf16 values (uint16_t bits, kernels/cast.h), for gradients reduced in
+  // 2 bytes (train.grad_reduce_dtype bf16). Each addition takes two bf16 values, adds them in
+  // fp32 and rounds the sum to the nearest bf16, ties to even (as NCCL's ncclBfloat16 sum
+  // does); the order of the additions is the transport's, and AllReduceSumBf16 leaves every
+  // rank with the same bits. ReduceScatterSumBf16 may run in place: out == in + rank·n.
+  virtual absl::Status AllReduceSumBf16(uint16_t* data, size_t n) = 0;
+  virtual absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) = 0;
   // data (n) ← root's data (n)
   virtual absl::Status Broadcast(float* data, size_t n, int root) = 0;
   virtual absl::Status Send(const float* data, size_t n, int peer) = 0;

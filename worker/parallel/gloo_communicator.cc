@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cast.h"
 #include "worker/parallel/failure_report.h"
 
 namespace gantry::parallel {
@@ -24,6 +25,44 @@ void SumFloats(void* out, const void* a, const void* b, size_t n) {
   const auto* y = static_cast<const float*>(b);
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
+
+void SumBf16(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<uint16_t*>(out);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = kernels::Bf16Of(kernels::FloatOfBf16(x[i]) + kernels::FloatOfBf16(y[i]));
+}
+
+namespace {
+
+// Ring reduce-scatter of elements of type T, summed by sum (a Gloo reduce function): in size-1
+// steps each rank passes a running partial sum of one block to its right neighbour; the block
+// rank r ends with is its own, fully reduced. Each rank moves (size-1)/size of the data, as a
+// reduce-scatter should. out is written only after the last read of in, so out may be
+// in + r·n (in place). Throws gloo's exceptions.
+template <typename T>
+void RingReduceScatter(gloo::Context& ctx, int r, int p, uint32_t tag, std::chrono::milliseconds timeout, const T* in,
+                       T* out, size_t n, void (*sum)(void*, const void*, const void*, size_t)) {
+  const int right = (r + 1) % p, left = (r + p - 1) % p;
+  std::vector<T> acc(n), incoming(n);
+  auto send_buf = ctx.createUnboundBuffer(acc.data(), n * sizeof(T));
+  auto recv_buf = ctx.createUnboundBuffer(incoming.data(), n * sizeof(T));
+  // Step s: send the partial of block (r - s - 1) mod p, receive block (r - s - 2) mod p.
+  int block = (r + p - 1) % p;
+  std::copy(in + static_cast<size_t>(block) * n, in + static_cast<size_t>(block + 1) * n, acc.begin());
+  for (int s = 0; s < p - 1; ++s) {
+    const uint64_t slot = (static_cast<uint64_t>(tag) << 16) | static_cast<uint64_t>(s);
+    send_buf->send(right, slot);
+    recv_buf->recv(left, slot);
+    if (!recv_buf->waitRecv(nullptr, timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
+    if (!send_buf->waitSend(nullptr, timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
+    block = (block + p - 1) % p;
+    sum(acc.data(), incoming.data(), in + static_cast<size_t>(block) * n, n);
+  }
+  std::copy(acc.begin(), acc.end(), out);  // block == r now
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     int rank, int size, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options) {
@@ -75,47 +114,44 @@ absl::Status GlooCommunicator::Run(const char* what, F&& f) {
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::AllReduceSum(float* data, size_t n) {
+template <typename T>
+absl::Status GlooCommunicator::AllReduce(T* data, size_t n, void (*sum)(void*, const void*, const void*, size_t)) {
   if (size_ == 1 || n == 0) return Run("all_reduce", [](uint32_t) {});
   return Run("all_reduce", [&](uint32_t tag) {
     gloo::AllreduceOptions o(ctx_);
     o.setOutput(data, n);
-    o.setReduceFunction(&SumFloats);
+    o.setReduceFunction(sum);
     o.setTag(tag);
     o.setTimeout(options_.timeout);
     gloo::allreduce(o);
   });
 }
 
-absl::Status GlooCommunicator::ReduceScatterSum(const float* in, float* out, size_t n) {
+template <typename T>
+absl::Status GlooCommunicator::ReduceScatter(const T* in, T* out, size_t n,
+                                             void (*sum)(void*, const void*, const void*, size_t)) {
   if (size_ == 1) {
-    std::copy(in, in + n, out);
+    if (in != out) std::copy(in, in + n, out);
     return Run("reduce_scatter", [](uint32_t) {});
   }
-  // Ring reduce-scatter: in size-1 steps each rank passes a running partial sum of one
-  // block to its right neighbour; the block rank r ends with is its own, fully reduced.
-  // Each rank moves (size-1)/size of the data, as a reduce-scatter should.
   return Run("reduce_scatter", [&](uint32_t tag) {
-    const int p = size_, r = rank_;
-    const int right = (r + 1) % p, left = (r + p - 1) % p;
-    std::vector<float> acc(n), incoming(n);
-    auto send_buf = ctx_->createUnboundBuffer(acc.data(), n * sizeof(float));
-    auto recv_buf = ctx_->createUnboundBuffer(incoming.data(), n * sizeof(float));
-    // Step s: send the partial of block (r - s - 1) mod p, receive block (r - s - 2) mod p.
-    int block = (r + p - 1) % p;
-    std::copy(in + static_cast<size_t>(block) * n, in + static_cast<size_t>(block + 1) * n, acc.begin());
-    for (int s = 0; s < p - 1; ++s) {
-      const uint64_t slot = (static_cast<uint64_t>(tag) << 16) | static_cast<uint64_t>(s);
-      send_buf->send(right, slot);
-      recv_buf->recv(left, slot);
-      if (!recv_buf->waitRecv(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
-      if (!send_buf->waitSend(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
-      block = (block + p - 1) % p;
-      const float* mine = in + static_cast<size_t>(block) * n;
-      for (size_t i = 0; i < n; ++i) acc[i] = incoming[i] + mine[i];
-    }
-    std::copy(acc.begin(), acc.end(), out);  // block == r now
+    RingReduceScatter(*ctx_, rank_, size_, tag, options_.timeout, in, out, n, sum);
   });
+}
+
+absl::Status GlooCommunicator::AllReduceSum(float* data, size_t n) { return AllReduce(data, n, &SumFloats); }
+
+absl::Status GlooCommunicator::ReduceScatterSum(const float* in, float* out, size_t n) {
+  return ReduceScatter(in, out, n, &SumFloats);
+}
+
+// Gloo has no bf16 type: its algorithms move 2-byte elements and add them with SumBf16. The
+// ring all-reduce reduces each segment on one rank and then passes that result on, so every
+// rank ends with the same bits.
+absl::Status GlooCommunicator::AllReduceSumBf16(uint16_t* data, size_t n) { return AllReduce(data, n, &SumBf16); }
+
+absl::Status GlooCommunicator::ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) {
+  return ReduceScatter(in, out, n, &SumBf16);
 }
 
 absl::Status GlooCommunicator::AllGather(const float* in, float* out, size_t n) {

@@ -23,6 +23,9 @@ namespace gantry::parallel {
 
 // Gloo's reduce function for float sums: out (n) = a (n) + b (n).
 void SumFloats(void* out, const void* a, const void* b, size_t n);
+// Gloo's reduce function for bf16 sums (uint16_t bits): out (n) = a (n) + b (n), each sum
+// taken in fp32 and rounded to the nearest bf16, ties to even.
+void SumBf16(void* out, const void* a, const void* b, size_t n);
 
 struct GlooOptions {
   std::string hostname = "127.0.0.1";  // the address this rank listens on
@@ -48,6 +51,8 @@ class GlooCommunicator final : public Communicator {
   absl::Status AllReduceSum(float* data, size_t n) override;
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;
+  absl::Status AllReduceSumBf16(uint16_t* data, size_t n) override;
+  absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) override;
   absl::Status Broadcast(float* data, size_t n, int root) override;
   absl::Status Send(const float* data, size_t n, int peer) override;
   absl::Status Recv(float* data, size_t n, int peer) override;
@@ -65,6 +70,11 @@ class GlooCommunicator final : public Communicator {
   // an exception into an error that names the collective, the sequence number and the rank.
   template <typename F>
   absl::Status Run(const char* what, F&& f);
+  // The sums over elements of type T (fp32, bf16), added by sum (a Gloo reduce function).
+  template <typename T>
+  absl::Status AllReduce(T* data, size_t n, void (*sum)(void*, const void*, const void*, size_t));
+  template <typename T>
+  absl::Status ReduceScatter(const T* in, T* out, size_t n, void (*sum)(void*, const void*, const void*, size_t));
 
   int rank_, size_;
   std::shared_ptr<gloo::Context> ctx_;

@@ -173,39 +173,47 @@ bool NcclCommunicator::OnHost(const void* p) {
   return a.type == cudaMemoryTypeUnregistered;
 }
 
-template <typename F>
-absl::Status NcclCommunicator::RunStaged(const char* what, const float* in, size_t in_n, float* out, size_t out_n,
+template <typename T, typename F>
+absl::Status NcclCommunicator::RunStaged(const char* what, const T* in, size_t in_n, T* out, size_t out_n,
                                          F&& launch) {
   const bool in_host = OnHost(in), out_host = OnHost(out);
   if (!in_host && !out_host) return Run(what, [&] { return launch(in, out); });
   // Host buffers (a loss, a norm's partial sums, a stage's time): through device scratch on
   // the communicator's stream. Anything large belongs in device memory to begin with.
   const size_t need = (in_host ? in_n : 0) + (out_host ? out_n : 0);
-  if (need > kMaxStagedFloats) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " on rank ", rank_, ": ", need,
-                                                   " floats of host memory given to NCCL (at most ", kMaxStagedFloats,
+  const size_t need_floats = (need * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+  if (need_floats > kMaxStagedFloats) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " on rank ", rank_, ": ", need * sizeof(T),
+                                                   " bytes of host memory given to NCCL (at most ",
+                                                   kMaxStagedFloats * sizeof(float),
                                                    " are staged through the device); pass device memory"));
   }
   if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) return absl::InternalError(CudaError(e));
-  if (need > staged_floats_) {
+  if (need_floats > staged_floats_) {
     if (staged_ != nullptr) cudaFree(staged_);
     staged_ = nullptr;
     staged_floats_ = 0;
     void* p = nullptr;
-    if (cudaError_t e = cudaMalloc(&p, need * sizeof(float)); e != cudaSuccess) return absl::InternalError(CudaError(e));
+    if (cudaError_t e = cudaMalloc(&p, need_floats * sizeof(float)); e != cudaSuccess) {
+      return absl::InternalError(CudaError(e));
+    }
     staged_ = static_cast<float*>(p);
-    staged_floats_ = need;
+    staged_floats_ = need_floats;
   }
-  const float* din = in;
-  float* dout = out;
+  T* const staged = reinterpret_cast<T*>(staged_);
+  const T* din = in;
+  T* dout = out;
   if (in_host) {
-    din = staged_;
-    cudaMemcpyAsync(staged_, in, in_n * sizeof(float), cudaMemcpyHostToDevice, Stream(stream_));
+    din = staged;
+    cudaMemcpyAsync(staged, in, in_n * sizeof(T), cudaMemcpyHostToDevice, Stream(stream_));
   }
-  if (out_host) dout = in == out && in_host ? staged_ : staged_ + (in_host ? in_n : 0);
+  // In place (out == in, or a reduce-scatter's out == in + rank·n): the same offset into the
+  // staged input.
+  const bool inside_in = in_host && out >= in && out + out_n <= in + in_n;
+  if (out_host) dout = inside_in ? staged + (out - in) : staged + (in_host ? in_n : 0);
   RETURN_IF_ERROR(Run(what, [&] { return launch(din, dout); }));
   if (out_host) {
-    if (cudaError_t e = cudaMemcpy(out, dout, out_n * sizeof(float), cudaMemcpyDeviceToHost); e != cudaSuccess) {
+    if (cudaError_t e = cudaMemcpy(out, dout, out_n * sizeof(T), cudaMemcpyDeviceToHost); e != cudaSuccess) {
       return absl::InternalError(absl::StrCat(what, " on rank ", rank_, ": copying the result to the host: ", CudaError(e)));
     }
   }
@@ -230,6 +238,18 @@ absl::Status NcclCommunicator::AllGather(const float* in, float* out, size_t n) 
   });
 }
 
+absl::Status NcclCommunicator::AllReduceSumBf16(uint16_t* data, size_t n) {
+  return RunStaged("all_reduce", data, n, data, n, [&](const uint16_t* in, uint16_t* out) {
+    return ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, Comm(comm_), Stream(stream_));
+  });
+}
+
+absl::Status NcclCommunicator::ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) {
+  return RunStaged("reduce_scatter", in, n * static_cast<size_t>(size_), out, n, [&](const uint16_t* i, uint16_t* o) {
+    return ncclReduceScatter(i, o, n, ncclBfloat16, ncclSum, Comm(comm_), Stream(stream_));
+  });
+}
+
 absl::Status NcclCommunicator::Broadcast(float* data, size_t n, int root) {
   if (root < 0 || root >= size_) return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root));
   return RunStaged("broadcast", data, n, data, n, [&](const float* in, float* out) {
@@ -239,14 +259,14 @@ absl::Status NcclCommunicator::Broadcast(float* data, size_t n, int root) {
 
 absl::Status NcclCommunicator::Send(const float* data, size_t n, int peer) {
   if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("send to rank ", peer));
-  return RunStaged("send", data, n, nullptr, 0, [&](const float* in, float*) {
+  return RunStaged<float>("send", data, n, nullptr, 0, [&](const float* in, float*) {
     return ncclSend(in, n, ncclFloat32, peer, Comm(comm_), Stream(stream_));
   });
 }
 
 absl::Status NcclCommunicator::Recv(float* data, size_t n, int peer) {
   if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer));
-  return RunStaged("recv", nullptr, 0, data, n, [&](const float*, float* out) {
+  return RunStaged<float>("recv", nullptr, 0, data, n, [&](const float*, float* out) {
     return ncclRecv(out, n, ncclFloat32, peer, Comm(comm_), Stream(stream_));
   });
 }

@@ -43,6 +43,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllReduceSum(float* data, size_t n) override;
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;
+  absl::Status AllReduceSumBf16(uint16_t* data, size_t n) override;
+  absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) override;
   absl::Status Broadcast(float* data, size_t n, int root) override;
   absl::Status Send(const float* data, size_t n, int peer) override;
   absl::Status Recv(float* data, size_t n, int peer) override;
@@ -62,11 +64,11 @@ class NcclCommunicator final : public Communicator {
   template <typename F>
   absl::Status Run(const char* what, F&& launch);
   // Run, with host buffers (pageable memory: a loss, partial sums) staged through device
-  // memory; launch(device in, device out).
-  template <typename F>
-  absl::Status RunStaged(const char* what, const float* in, size_t in_n, float* out, size_t out_n, F&& launch);
+  // memory; launch(device in, device out). in_n, out_n: elements of T (float, bf16 bits).
+  template <typename T, typename F>
+  absl::Status RunStaged(const char* what, const T* in, size_t in_n, T* out, size_t out_n, F&& launch);
   static bool OnHost(const void* p);
-  static constexpr size_t kMaxStagedFloats = size_t{1} << 16;
+  static constexpr size_t kMaxStagedFloats = size_t{1} << 16;  // the staging's size, in 4-byte words
   absl::Status WaitDone(const char* what, uint64_t seq);
   absl::Status Fail(const char* what, uint64_t seq, const std::string& why);
 

@@ -125,6 +125,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                   spec.optimizer.staleness,
                                                   sharded ? ZeroEngine::ModelParallel{options.groups->mp, options.groups->emb}
                                                           : ZeroEngine::ModelParallel{}));
+  t->engine_->set_grad_reduce_bf16(spec.train.grad_reduce_dtype == "bf16");
   if (spec.optimizer.offload == "cpu") RETURN_IF_ERROR(t->engine_->OffloadOptimizer());
   if (spec.parallel.offload_params == "cpu") RETURN_IF_ERROR(t->engine_->OffloadParams());
   std::unique_ptr<CheckpointSource> local;

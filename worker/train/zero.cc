@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/cast.h"
 #include "kernels/grad_norm.h"
 
 namespace gantry::train {
@@ -22,6 +23,12 @@ void Scale(float* p, size_t n, float s) {
 }
 void AddTo(float* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+void ToBf16(uint16_t* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = kernels::Bf16Of(src[i]);
+}
+void FromBf16(float* dst, const uint16_t* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = kernels::FloatOfBf16(src[i]);
 }
 
 }  // namespace
@@ -546,18 +553,51 @@ void ZeroEngine::LaunchBucket(int k) {
   const float inv = 1.0f / static_cast<float>(dp_);
   const size_t begin = b.begin, end = b.end, piece = b.piece, pb = PieceBegin(b), pe = PieceEnd(b);
   const int dp = dp_;
+  // bf16 reduction: the fp32 gradients are rounded into a bf16 staging buffer, the collective
+  // sums that, and its result is widened back into fp32 before the 1/dp scale; the staging is
+  // written (CommSync) before the collective reads it.
+  const bool bf16 = grad_reduce_bf16_;
   if (stage_ == 0) {
     if (!last_micro_ || dp == 1) return;
     float* g = model_->grads() + begin;
-    comm_->Submit([this, g, begin, end, inv](parallel::Communicator& c) {
-      absl::Status s = c.AllReduceSum(g, end - begin);
-      CommScale(g, end - begin, inv);
+    comm_->Submit([this, g, begin, end, inv, bf16](parallel::Communicator& c) {
+      const size_t n = end - begin;
+      absl::Status s;
+      uint16_t* h = nullptr;
+      if (bf16) {
+        h = TakeBf16(n);
+        CommToBf16(h, g, n, n);
+        s = CommSync();
+        s.Update(c.AllReduceSumBf16(h, n));
+        CommFromBf16(g, h, n);
+      } else {
+        s = c.AllReduceSum(g, n);
+      }
+      CommScale(g, n, inv);
       s.Update(CommSync());
+      if (h != nullptr) GiveBf16(h);
       return s;
     });
   } else if (stage_ == 1) {
     if (!last_micro_) return;
     float* grads = model_->grads();
+    if (bf16) {
+      comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv](parallel::Communicator& c) {
+        // The bucket padded to dp pieces in bf16, reduce-scattered in place; the own piece
+        // (short, when it is the last) widened back into the gradients.
+        uint16_t* staged = TakeBf16(piece * dp);
+        uint16_t* own = staged + piece * static_cast<size_t>(rank_);
+        CommToBf16(staged, grads + begin, end - begin, piece * dp);
+        absl::Status s = CommSync();
+        s.Update(c.ReduceScatterSumBf16(staged, own, piece));
+        CommFromBf16(grads + pb, own, pe - pb);
+        CommScale(grads + pb, pe - pb, inv);
+        s.Update(CommSync());
+        GiveBf16(staged);
+        return s;
+      });
+      return;
+    }
     comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv](parallel::Communicator& c) {
       // The bucket padded to dp pieces; the own piece is reduced in place (through a
       // scratch piece when it is the short last one).
@@ -580,6 +620,26 @@ void ZeroEngine::LaunchBucket(int k) {
     b.work = nullptr;
     float* shard = grad_shard_.data() + b.local;
     const bool first = micro_ == 0;
+    if (bf16) {
+      in_flight_.push_back(comm_->Submit([this, work, shard, piece, dp, first, inv](parallel::Communicator& c) {
+        // work (padded, zeros past the bucket) rounded into the staging, reduce-scattered in
+        // place; once rounded, work's fp32 values are spent and it takes the widened piece.
+        uint16_t* staged = TakeBf16(piece * dp);
+        uint16_t* own = staged + piece * static_cast<size_t>(rank_);
+        CommToBf16(staged, work, piece * dp, piece * dp);
+        absl::Status s = CommSync();
+        s.Update(c.ReduceScatterSumBf16(staged, own, piece));
+        float* out = first ? shard : work;
+        CommFromBf16(out, own, piece);
+        CommScale(out, piece, inv);
+        if (!first) CommAdd(shard, out, piece);  // the accumulation, in fp32
+        s.Update(CommSync());
+        GiveBf16(staged);
+        pool_.Give(work);
+        return s;
+      }));
+      return;
+    }
     in_flight_.push_back(comm_->Submit([this, work, shard, piece, first, inv](parallel::Communicator& c) {
       float* out = first ? shard : pool_.Take(piece, CommBackend());
       absl::Status s = c.ReduceScatterSum(work, out, piece);
@@ -789,6 +849,31 @@ void ZeroEngine::CommZero(float* p, size_t n) {
     std::fill(p, p + n, 0.f);
   }
 }
+
+void ZeroEngine::CommToBf16(uint16_t* dst, const float* src, size_t n, size_t padded) {
+  if (peer_) {
+    peer_->CastToBf16(dst, src, static_cast<int64_t>(n));
+    if (padded > n) peer_->Zero(dst + n, (padded - n) * sizeof(uint16_t));
+  } else {
+    ToBf16(dst, src, n);
+    std::fill(dst + n, dst + padded, uint16_t{0});
+  }
+}
+
+void ZeroEngine::CommFromBf16(float* dst, const uint16_t* src, size_t n) {
+  if (peer_) {
+    peer_->CastFromBf16(dst, src, static_cast<int64_t>(n));
+  } else {
+    FromBf16(dst, src, n);
+  }
+}
+
+uint16_t* ZeroEngine::TakeBf16(size_t n) {
+  // The pool hands out floats: two bf16 values each.
+  return reinterpret_cast<uint16_t*>(pool_.Take((n + 1) / 2, CommBackend()));
+}
+
+void ZeroEngine::GiveBf16(uint16_t* p) { pool_.Give(reinterpret_cast<float*>(p)); }
 
 absl::Status ZeroEngine::CommSync() { return peer_ ? peer_->Synchronize() : absl::OkStatus(); }
 

@@ -164,6 +164,16 @@ class ZeroEngine final : public model::ParamHost {
   // ZeRO 3: gather the next unit while the current one computes (on by default; off for
   // the paired benchmark, bench/zero3_prefetch_bench.cc).
   void set_prefetch(bool on) { prefetch_ = on; }
+  // train.grad_reduce_dtype bf16 (off: fp32). Each bucket's DP reduction (stage 0's
+  // all-reduce, stage 1's reduce-scatter, stages 2 and 3's per-micro-batch reduce-scatter)
+  // rounds the bucket's fp32 gradients to bf16 in a staging buffer, reduces those (the
+  // communicator's bf16 sums: half the bytes), widens the result back to fp32 and scales it
+  // by 1/dp. Accumulation stays fp32: the micro-batches' gradients in the model's buffer
+  // (stages 0, 1), each micro-batch's reduced piece added into the fp32 shard (stages 2, 3).
+  // The tied wte's sum over the pipeline's ends, the loss and the norm stay fp32. Set before
+  // the first step.
+  void set_grad_reduce_bf16(bool on) { grad_reduce_bf16_ = on; }
+  bool grad_reduce_bf16() const { return grad_reduce_bf16_; }
   // Stage 3: acquisitions that found their unit's gather already launched (by a prefetch).
   int64_t prefetch_hits() const { return prefetch_hits_; }
   MemoryAccount memory() const;
@@ -235,6 +245,13 @@ class ZeroEngine final : public model::ParamHost {
   void CommAdd(float* dst, const float* src, size_t n);
   void CommCopy(float* dst, const float* src, size_t n);
   void CommZero(float* p, size_t n);
+  // bf16 reduction: src (n) rounded to bf16 into dst (padded), dst[n, padded) zeroed; and
+  // bf16 src (n) widened into dst (n).
+  void CommToBf16(uint16_t* dst, const float* src, size_t n, size_t padded);
+  void CommFromBf16(float* dst, const uint16_t* src, size_t n);
+  // A staging buffer of n bf16 values from the pool (on the communication thread's backend).
+  uint16_t* TakeBf16(size_t n);
+  void GiveBf16(uint16_t* p);
   absl::Status CommSync();
   // Device backends: waits for the training thread's queued work before the communication
   // thread reads or writes the memory it touches.
@@ -284,6 +301,7 @@ class ZeroEngine final : public model::ParamHost {
   int micro_ = 0;
   bool last_micro_ = true;
   bool prefetch_ = true;
+  bool grad_reduce_bf16_ = false;
   int last_unit_ = -1;  // stage 3: the unit acquired last this micro-batch (the direction)
   int64_t prefetch_hits_ = 0;
   StepTiming timing_;
