@@ -48,7 +48,9 @@ int g_reps = 7;
 bool g_cpu_time = false;  // --cpu-time: the calling thread's CPU time (1 thread only)
 
 double Now() {
-  if (!g_cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (!g_cpu_time) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
@@ -267,9 +269,11 @@ int main(int argc, char** argv) {
     std::printf("own avx512_bf16: not run (%s)\n",
                 gantry::kernels::gemm16_native_unsupported_reason(Precision::kBf16));
   }
-  std::printf("GFLOP/s; sgemm = fp32 per-thread sgemm slices (today's fp32 step); bits = same bits with 1 thread\n");
+  std::printf("GFLOP/s; sgemm = fp32 per-thread sgemm slices (today's fp32 step); "
+              "bits = same bits with 1 thread\n");
   std::printf("%-15s %5s %5s %5s | %7s | %7s %7s %7s %7s %7s %7s | %6s %6s | %s\n", "shape", "M", "N", "K",
-              "sgemm", "gemm16", "own", "conv", "conv16", "dnnl", "dnnlsl", "g16/sg", "g16/dn", "bits sg/own/conv/dnnl/dnnlsl, oneDNN impl whole|slice 0");
+              "sgemm", "gemm16", "own", "conv", "conv16", "dnnl", "dnnlsl", "g16/sg", "g16/dn",
+              "bits sg/own/conv/dnnl/dnnlsl, oneDNN impl whole|slice 0");
   std::mt19937 rng(20);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   OnednnBf16 onednn;
@@ -299,8 +303,8 @@ int main(int argc, char** argv) {
           SgemmSlices(s, Af.data(), lda, Bf.data(), ldb, Cm.data(), ldc);
           break;
         case kGemm16:
-          gantry::kernels::gemm16(s.ta, s.tb, s.M, s.N, s.K, A.data(), lda, B.data(), ldb, s.beta, Cm.data(), ldc,
-                                  Precision::kBf16);
+          gantry::kernels::gemm16(s.ta, s.tb, s.M, s.N, s.K, A.data(), lda, B.data(), ldb, s.beta,
+                                  Cm.data(), ldc, Precision::kBf16);
           break;
         case kOwn:
           gantry::kernels::gemm16_native(s.ta, s.tb, s.M, s.N, s.K, A.data(), lda, B.data(), ldb, s.beta,
@@ -344,14 +348,16 @@ int main(int argc, char** argv) {
     }
     const double gf = 2.0 * s.M * s.N * s.K * 1e-9;
     auto rate = [&](int w) { return t[w] > 0 ? gf / t[w] : 0.0; };
-    std::printf("%-15s %5d %5d %5d | %7.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %5.2fx %5.2fx | %s/%s/%s/%s/%s  %s|%s\n",
+    std::printf("%-15s %5d %5d %5d | %7.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %5.2fx %5.2fx | "
+                "%s/%s/%s/%s/%s  %s|%s\n",
                 s.what, s.M, s.N, s.K, rate(kSgemm), rate(kGemm16), rate(kOwn), rate(kConv), rate(kConv16),
                 rate(kDnnl), rate(kDnnlSlices), t[kSgemm] / t[kGemm16], t[kDnnl] / t[kGemm16],
                 bits[kSgemm], native ? bits[kOwn] : "-", bits[kConv], bits[kDnnl], bits[kDnnlSlices],
                 onednn.Impl(s, "whole").c_str(), onednn.Impl(s, "slice 0").c_str());
   }
-  std::printf("%-33s | %7.2f | %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f | %5.2fx %5.2fx   (total ms)\n", "total", total[kSgemm] * 1e3,
-              total[kGemm16] * 1e3, total[kOwn] * 1e3, total[kConv] * 1e3, total[kConv16] * 1e3, total[kDnnl] * 1e3,
+  std::printf("%-33s | %7.2f | %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f | %5.2fx %5.2fx   (total ms)\n", "total",
+              total[kSgemm] * 1e3, total[kGemm16] * 1e3, total[kOwn] * 1e3, total[kConv] * 1e3,
+              total[kConv16] * 1e3, total[kDnnl] * 1e3,
               total[kDnnlSlices] * 1e3, total[kSgemm] / total[kGemm16], total[kDnnl] / total[kGemm16]);
   return 0;
 }

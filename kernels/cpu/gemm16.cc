@@ -160,9 +160,9 @@ namespace {
 
 constexpr int kMr = 8;     // rows of a kernel tile
 constexpr int kNr = 48;    // columns of a kernel tile: 3 zmm of 16 fp32
-constexpr int kKc = 256;   // K block (128 pairs): B's tile panel, 128 x 48 words = 24 KiB, in L1
-constexpr int kMc = 256;   // rows of A per block (128 KiB of A's pairs per K block, in L2)
-constexpr int kNc = 1536;  // columns of B per packed block (768 KiB of pairs)
+constexpr int kKc = 384;   // K block (192 pairs): B's tile panel, 192 x 48 words = 36 KiB, in L1
+constexpr int kMc = 256;   // rows of A per block (192 KiB of A's pairs per K block, in L2)
+constexpr int kNc = 1536;  // columns of B per packed block (1.1 MiB of pairs)
 
 #define GANTRY_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
@@ -210,7 +210,8 @@ void Tile(int np, const uint16_t* a, int64_t a_row, int64_t a_pair, const uint32
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
     const __m512bh b2 = (__m512bh)_mm512_loadu_si512(bp + 32);
     bp += kNr;
-    const uint16_t* row[kMr] = {a0, a0 + a_row, a0 + 2 * a_row, a0 + s3, a4, a4 + a_row, a4 + 2 * a_row, a4 + s3};
+    const uint16_t* row[kMr] = {a0, a0 + a_row, a0 + 2 * a_row, a0 + s3,
+                                a4, a4 + a_row, a4 + 2 * a_row, a4 + s3};
     a0 += a_pair;
     a4 += a_pair;
 #pragma GCC unroll 8
@@ -259,8 +260,10 @@ void PackB(bool tb, const uint16_t* B, int64_t ldb, int k0, int kc, int j0, int 
           const uint16_t* b1 = b0 + ldb;
           for (int j = 0; j < kNr; j += 16) {  // interleave 16 columns of rows k and k+1
             // (The maskz forms: GCC 12 warns about the plain ones' undefined pass-through.)
-            const __m512i lo = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + j)));
-            const __m512i hi = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + j)));
+            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + j));
+            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + j));
+            const __m512i lo = _mm512_maskz_cvtepu16_epi32(0xffff, x0);
+            const __m512i hi = _mm512_maskz_cvtepu16_epi32(0xffff, x1);
             _mm512_storeu_si512(o + j, _mm512_or_si512(lo, _mm512_maskz_slli_epi32(0xffff, hi, 16)));
           }
         } else {
@@ -350,7 +353,8 @@ void NativeBlock(bool ta, bool tb, int m0, int m, int n0, int n, int K, const ui
         for (int ir = 0; ir < mc; ir += kMr) {
           const int rows = std::min(kMr, mc - ir);
           if (!direct || rows < kMr) {
-            PackA(ta, A, lda, m0 + ic + ir, rows, pc, kc, buf.a.data() + static_cast<int64_t>(ir / kMr) * np * kMr);
+            PackA(ta, A, lda, m0 + ic + ir, rows, pc, kc,
+                  buf.a.data() + static_cast<int64_t>(ir / kMr) * np * kMr);
           }
         }
         for (int jr = 0; jr < nc; jr += kNr) {
@@ -396,7 +400,9 @@ bool gemm16_native_supported(Precision t) { return t == Precision::kBf16 && CpuH
 
 const char* gemm16_native_unsupported_reason(Precision t) {
   if (t != Precision::kBf16) return "no native path for this type (fp16 is widened to fp32 on every CPU)";
-  if (!CpuHasAvx512Bf16()) return "this CPU has no AVX512_BF16 (cpuid), or the OS does not save the AVX-512 state";
+  if (!CpuHasAvx512Bf16()) {
+    return "this CPU has no AVX512_BF16 (cpuid), or the OS does not save the AVX-512 state";
+  }
   return "";
 }
 

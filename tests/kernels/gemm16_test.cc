@@ -57,7 +57,10 @@ struct Problem {
     B.assign(static_cast<size_t>(b_rows) * ldb, nan16);
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uni(-1.f, 1.f);
-    auto rounded = [&] { return Bits(t == Precision::kBf16 ? RoundToBf16(uni(rng)) : RoundToFp16(uni(rng)), t); };
+    auto rounded = [&] {
+      const float x = uni(rng);
+      return Bits(t == Precision::kBf16 ? RoundToBf16(x) : RoundToFp16(x), t);
+    };
     for (int r = 0; r < a_rows; ++r) {
       for (int c = 0; c < a_cols; ++c) A[static_cast<size_t>(r) * lda + c] = rounded();
     }
@@ -80,15 +83,17 @@ struct Problem {
           mag = std::fabs(s);
         }
         for (int k = 0; k < K; ++k) {
-          const double a = Value(ta ? A[static_cast<size_t>(k) * lda + m] : A[static_cast<size_t>(m) * lda + k], t);
-          const double b = Value(tb ? B[static_cast<size_t>(n) * ldb + k] : B[static_cast<size_t>(k) * ldb + n], t);
+          const size_t ia = ta ? static_cast<size_t>(k) * lda + m : static_cast<size_t>(m) * lda + k;
+          const size_t ib = tb ? static_cast<size_t>(n) * ldb + k : static_cast<size_t>(k) * ldb + n;
+          const double a = Value(A[ia], t), b = Value(B[ib], t);
           s += a * b;  // exact: a 16-bit significand times another fits fp32's, and float64's
           mag += std::fabs(a * b);
         }
         ref[static_cast<size_t>(m) * N + n] = s;
-        // Any order of summing K + 1 fp32 terms (and rounding beta C0) is within (K + 1) u of
-        // the sum of their magnitudes (Higham, Accuracy and Stability, 3.1): products are
-        // exact, so this is the whole error of either path. One u more covers beta C0.
+        // Summing n fp32 terms in any order errs by at most (n - 1) u (1 + O(u)) times the sum
+        // of their magnitudes (Higham, Accuracy and Stability, 3.1). Here n = K + 1: K exact
+        // products and beta C0, itself rounded once; (K + 2) u covers both. Products being
+        // exact, this is the whole error of either path.
         bound[static_cast<size_t>(m) * N + n] = (K + 2) * kU * mag;
       }
     }
@@ -96,12 +101,14 @@ struct Problem {
 
   std::string Describe() const {
     return std::string(Name(t)) + " ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " " +
-           std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " beta " + std::to_string(beta);
+           std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+           " beta " + std::to_string(beta);
   }
 
   // Runs the path from C0 and returns C (with its padding). rows_seen counts how often
   // `after` covered each row; snapshot holds the rows as they were when `after` saw them.
-  std::vector<float> Run(Path path, std::vector<int>* rows_seen = nullptr, std::vector<float>* snapshot = nullptr) const {
+  std::vector<float> Run(Path path, std::vector<int>* rows_seen = nullptr,
+                         std::vector<float>* snapshot = nullptr) const {
     std::vector<float> C = C0;
     std::vector<std::atomic<int>> seen(M);
     std::vector<float> snap(C.size(), 0.f);
@@ -166,7 +173,7 @@ struct Dims {
   int M, N, K;
 };
 // Odd shapes (edge tiles in every direction; N > M takes the column split), K over one block
-// of the native kernel (256) and odd, and shapes big enough to be threaded.
+// of the native kernel (384) and odd, and shapes big enough to be threaded.
 const Dims kShapes[] = {{37, 53, 29}, {300, 200, 150}, {45, 400, 517}, {1000, 130, 300}, {1, 1, 1}, {8, 48, 2}};
 
 // Runs every shape, transpose pair and beta through `body`.
