@@ -145,6 +145,16 @@ class GPT {
   void ResetProfile() { op_seconds_.clear(); }
   // Allocates the activations for (B,T) now rather than at the first forward.
   void ReserveActivations(int B, int T) { EnsureActivations(B, T); }
+  // Frees the activations and the per-unit 16-bit copies (training is over: a ZeRO 3 rank
+  // gathers the whole model next); the next forward allocates them again.
+  void ReleaseActivations() {
+    act_.Reset();
+    tokens_.Reset();
+    xent_stats_.Reset();
+    lp_unit_.Reset();
+    lp_wte_.Reset();
+    act_B_ = act_T_ = 0;
+  }
   // Activation checkpointing (before the first forward, or re-laid out at the next).
   void set_recompute(Recompute r) {
     if (r != recompute_) act_B_ = act_T_ = 0;

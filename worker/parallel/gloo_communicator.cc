@@ -44,22 +44,31 @@ template <typename T>
 void RingReduceScatter(gloo::Context& ctx, int r, int p, uint32_t tag, std::chrono::milliseconds timeout, const T* in,
                        T* out, size_t n, void (*sum)(void*, const void*, const void*, size_t)) {
   const int right = (r + 1) % p, left = (r + p - 1) % p;
-  std::vector<T> acc(n), incoming(n);
-  auto send_buf = ctx.createUnboundBuffer(acc.data(), n * sizeof(T));
-  auto recv_buf = ctx.createUnboundBuffer(incoming.data(), n * sizeof(T));
-  // Step s: send the partial of block (r - s - 1) mod p, receive block (r - s - 2) mod p.
-  int block = (r + p - 1) % p;
-  std::copy(in + static_cast<size_t>(block) * n, in + static_cast<size_t>(block + 1) * n, acc.begin());
-  for (int s = 0; s < p - 1; ++s) {
-    const uint64_t slot = (static_cast<uint64_t>(tag) << 16) | static_cast<uint64_t>(s);
-    send_buf->send(right, slot);
-    recv_buf->recv(left, slot);
-    if (!recv_buf->waitRecv(nullptr, timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
-    if (!send_buf->waitSend(nullptr, timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
-    block = (block + p - 1) % p;
-    sum(acc.data(), incoming.data(), in + static_cast<size_t>(block) * n, n);
+  // The ring runs over the blocks' columns a chunk at a time, so that its two working buffers
+  // stay small whatever n is (ZeRO 3's embedding unit is tens of millions of elements).
+  constexpr size_t kChunk = size_t{1} << 22;
+  const size_t room = std::min(n, kChunk);
+  std::vector<T> acc(room), incoming(room);
+  auto send_buf = ctx.createUnboundBuffer(acc.data(), room * sizeof(T));
+  auto recv_buf = ctx.createUnboundBuffer(incoming.data(), room * sizeof(T));
+  for (size_t c0 = 0, chunk = 0; c0 < n; c0 += room, ++chunk) {
+    const size_t len = std::min(room, n - c0);
+    // Step s: send the partial of block (r - s - 1) mod p, receive block (r - s - 2) mod p.
+    int block = (r + p - 1) % p;
+    const T* col = in + c0;
+    std::copy(col + static_cast<size_t>(block) * n, col + static_cast<size_t>(block) * n + len, acc.begin());
+    for (int s = 0; s < p - 1; ++s) {
+      const uint64_t slot = (static_cast<uint64_t>(tag) << 32) | (static_cast<uint64_t>(chunk) << 16) |
+                            static_cast<uint64_t>(s);
+      send_buf->send(right, slot, 0, len * sizeof(T));
+      recv_buf->recv(left, slot, 0, len * sizeof(T));
+      if (!recv_buf->waitRecv(nullptr, timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
+      if (!send_buf->waitSend(nullptr, timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
+      block = (block + p - 1) % p;
+      sum(acc.data(), incoming.data(), col + static_cast<size_t>(block) * n, len);
+    }
+    std::copy(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(len), out + c0);  // block == r now
   }
-  std::copy(acc.begin(), acc.end(), out);  // block == r now
 }
 
 }  // namespace

@@ -60,6 +60,17 @@ void ZeroEngine::Pool::Give(float* p) {
   }
 }
 
+void ZeroEngine::Pool::ReleaseFree() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::erase_if(slots_, [](const std::unique_ptr<Slot>& s) { return !s->used; });
+}
+
+void ZeroEngine::ReleaseWorking() {
+  if (comm_) (void)comm_->WaitAll();
+  DropPrefetches();
+  pool_.ReleaseFree();
+}
+
 size_t ZeroEngine::Pool::allocated_bytes() const {
   std::lock_guard<std::mutex> l(mu_);
   size_t b = 0;

@@ -144,6 +144,9 @@ class ZeroEngine final : public model::ParamHost {
   // Collective: the model's full parameter buffer valid (stage 3 allocates and gathers it;
   // it stays until Shard() frees it again).
   absl::Status GatherParams();
+  // Frees the pool's buffers that no collective holds (training is over; they are made again
+  // when needed), after giving back prefetched units.
+  void ReleaseWorking();
 
   // Before each micro-batch's forward: micro in [0, accum).
   void BeginMicroBatch(int micro, int accum);
@@ -209,6 +212,8 @@ class ZeroEngine final : public model::ParamHost {
     // buffer fits.
     float* Take(size_t n, kernels::Backend* on);
     void Give(float* p);
+    // Frees the buffers not in use.
+    void ReleaseFree();
     size_t allocated_bytes() const;
 
    private:
