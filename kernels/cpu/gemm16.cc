@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/blocks.h"
 #include "kernels/cpu/gemm16_paths.h"
 
 namespace gantry::kernels {
@@ -23,16 +24,6 @@ constexpr int64_t kSmallWork = int64_t{1} << 18;
 int Threads(int64_t work) {
   if (omp_in_parallel() || work < kSmallWork) return 1;
   return omp_get_max_threads();
-}
-
-// The part [i0, i1) of `total` rows (or columns) that thread t of n computes. Edges fall on
-// multiples of `align` (whole cache lines of output rows; whole kernel tiles of columns).
-void Slice(int total, int t, int n, int align, int* i0, int* i1) {
-  auto edge = [&](int i) {
-    return i == n ? total : std::min(total, static_cast<int>(int64_t{total} * i / n) / align * align);
-  };
-  *i0 = edge(t);
-  *i1 = edge(t + 1);
 }
 
 // C (M,N) *= beta (beta 0: C = 0, whatever C held), for K == 0.
@@ -67,6 +58,15 @@ void WidenRow(const uint16_t* in, float* out, int n, Precision t) {
   }
 }
 
+// The GEMMs with nothing to sum (M, N or K zero): C = beta C where K is 0, `after` over the
+// rows. Whether it was one.
+bool EmptyGemm(int M, int N, int K, float beta, float* C, int ldc, const std::function<void(int, int)>& after) {
+  if (M > 0 && N > 0 && K > 0) return false;
+  if (M > 0 && N > 0) ScaleC(M, N, beta, C, ldc);
+  if (M > 0 && after) after(0, M);
+  return true;
+}
+
 // Rows [r0, r1) and columns [c0, c1) of a 16-bit matrix of leading dimension ld, widened into
 // dst as a dense (r1 - r0, c1 - c0) fp32 matrix.
 void WidenBlock(const uint16_t* src, int ld, int r0, int r1, int c0, int c1, float* dst, Precision t) {
@@ -86,28 +86,16 @@ void gemm16_convert(bool ta, bool tb, int M, int N, int K, const uint16_t* A, in
                     const uint16_t* B, int ldb, float beta, float* C, int ldc, Precision t,
                     const std::function<void(int, int)>& after, int64_t wide_floats) {
   // A (M,K) or stored (K,M), B (K,N) or stored (N,K) → C (M,N)
-  if (M <= 0 || N <= 0) {
-    if (M > 0 && after) after(0, M);
-    return;
-  }
-  if (K <= 0) {
-    ScaleC(M, N, beta, C, ldc);
-    if (after) after(0, M);
-    return;
-  }
+  if (EmptyGemm(M, N, K, beta, C, ldc, after)) return;
   const CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
   const int nt = Threads(static_cast<int64_t>(M) * N * K);
   // The output is cut into blocks of rows (or of columns, whichever dimension is larger) that
-  // depend on the shape only, one sgemm call each, and the blocks are shared out over the
-  // threads. Cutting per thread instead (as matmul.cc does) would make the result depend on the
-  // thread count: OpenBLAS's Haswell/Zen sgemm gives an element different bits depending on
-  // the extent of the call it is in (rows near a call's edge when the edge is not a multiple of
-  // 24; any column split), measured on 0.3.21 (docs/perf.md, issue 20). 6 blocks per 1536 rows
-  // (or columns) balance 1, 2, 3 and 6 threads.
+  // depend on the shape only (kernels/cpu/blocks.h), one sgemm call each, shared out over the
+  // threads.
   const bool split_rows = M >= N;
   const int total = split_rows ? M : N;
-  const int nb = 6 * ((total + 1535) / 1536);
+  const int nb = ShapeBlocks(total);
   // K is cut into chunks, also by the shape only, so that a chunk of the shared operand (B when
   // the rows are split, A when the columns are) fits kWideFloats: it is widened once per chunk
   // by the whole team, each block widens its own part, and the chunks' products add up in C
@@ -432,15 +420,7 @@ void gemm16_native(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int
     std::fprintf(stderr, "gemm16_native: %s\n", gemm16_native_unsupported_reason(t));
     std::abort();
   }
-  if (M <= 0 || N <= 0) {
-    if (M > 0 && after) after(0, M);
-    return;
-  }
-  if (K <= 0) {
-    ScaleC(M, N, beta, C, ldc);
-    if (after) after(0, M);
-    return;
-  }
+  if (EmptyGemm(M, N, K, beta, C, ldc, after)) return;
   const int nt = Threads(static_cast<int64_t>(M) * N * K);
   const bool split_rows = M >= N;
 #pragma omp parallel num_threads(nt)

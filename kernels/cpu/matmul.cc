@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/cpu/blocks.h"
 #include "kernels/cpu/column_blocks.h"
 #include "kernels/cpu/elem.h"
 #include "kernels/cpu/gemm16.h"
@@ -16,45 +17,43 @@
 namespace gantry::kernels {
 namespace {
 
-// C (M,N) = op(A) op(B) + beta C, row-major. The output is split into one block of rows (or
-// of columns, whichever dimension is larger) per thread of our own OpenMP team, and each
-// thread runs a single-threaded sgemm on its block (OpenBLAS's OpenMP build does not fork
-// inside a parallel region). Keeping every thread in one team matters: when OpenBLAS forked
-// its own team right after one of ours, the idle-spinning threads cost each GEMM 30-60%
-// (docs/perf.md). Each output element is computed by one call, so results do not depend on
-// the thread count. `after(r0, r1)` runs on the thread that computed rows [r0, r1) (row
-// split only), while those rows are still in cache.
+// C (M,N) = op(A) op(B) + beta C, row-major. The output is cut into blocks of rows (or of
+// columns, whichever dimension is larger) by its shape alone (kernels/cpu/blocks.h), and the
+// blocks are shared out over the threads of our own OpenMP team, each a single-threaded sgemm
+// (OpenBLAS's OpenMP build does not fork inside a parallel region). Keeping every thread in
+// one team matters: when OpenBLAS forked its own team right after one of ours, the
+// idle-spinning threads cost each GEMM 30-60% (docs/perf.md). Each output element is computed
+// by one call whose extent the shape fixes, so results do not depend on the thread count.
+// `after(r0, r1)` runs on the thread that computed rows [r0, r1) (row blocks only), while
+// those rows are still in cache.
 template <typename After>
 void Gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc, After&& after) {
   const CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE TB = tb ? CblasTrans : CblasNoTrans;
-  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t work = static_cast<int64_t>(M) * N * K;
-  if (nt == 1 || work < (int64_t{1} << 18)) {
+  if (work < (int64_t{1} << 18)) {
     cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
     after(0, M);
     return;
   }
+  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool split_rows = M >= N;
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num();
-    const int n = omp_get_num_threads();
-    const int total = split_rows ? M : N;
-    // Block edges on multiples of 16 (whole cache lines of the output).
-    auto edge = [&](int i) { return i == n ? total : std::min(total, (total * i / n) & ~15); };
-    const int i0 = edge(t), i1 = edge(t + 1);
-    if (i1 > i0) {
-      if (split_rows) {
-        const float* a = ta ? A + i0 : A + static_cast<int64_t>(i0) * lda;
-        cblas_sgemm(CblasRowMajor, TA, TB, i1 - i0, N, K, 1.f, a, lda, B, ldb, beta,
-                    C + static_cast<int64_t>(i0) * ldc, ldc);
-        after(i0, i1);
-      } else {
-        const float* b = tb ? B + static_cast<int64_t>(i0) * ldb : B + i0;
-        cblas_sgemm(CblasRowMajor, TA, TB, M, i1 - i0, K, 1.f, A, lda, b, ldb, beta, C + i0, ldc);
-      }
+  const int total = split_rows ? M : N;
+  const int nb = ShapeBlocks(total);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int b = 0; b < nb; ++b) {
+    int i0, i1;
+    Slice(total, b, nb, 16, &i0, &i1);  // edges on multiples of 16: whole cache lines of the output
+    if (i1 <= i0) continue;
+    if (split_rows) {
+      const float* a = ta ? A + i0 : A + static_cast<int64_t>(i0) * lda;
+      cblas_sgemm(CblasRowMajor, TA, TB, i1 - i0, N, K, 1.f, a, lda, B, ldb, beta,
+                  C + static_cast<int64_t>(i0) * ldc, ldc);
+      after(i0, i1);
+    } else {
+      const float* b = tb ? B + static_cast<int64_t>(i0) * ldb : B + i0;
+      cblas_sgemm(CblasRowMajor, TA, TB, M, i1 - i0, K, 1.f, A, lda, b, ldb, beta, C + i0, ldc);
     }
   }
   if (!split_rows) after(0, M);

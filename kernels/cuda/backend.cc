@@ -282,6 +282,9 @@ class Cuda final : public kernels::Backend {
   }
   bool Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
+    // The runtime also left the error as the thread's last one: taken, so that a later
+    // launch's cudaGetLastError does not report it as its own (it is kept here).
+    (void)cudaGetLastError();
     return Keep(absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")")));
   }
   // The ops' working memory beyond the model's: grown when an op needs more (the first

@@ -727,6 +727,30 @@ auto Cross(const GemmRef& r) {
   return [&r](size_t i) { return r.Cross(i); };
 }
 
+// A 16-bit GEMM's weight or bias gradient accumulated, a0 + round_p(s) (r: the sums s, without
+// a0). Across backends: the sums' bound, one ulp of p at the gradient's size (the roundings)
+// and one of fp32 at the total's (the additions, half an ulp each).
+auto AccCross(const GemmRef& r, const std::vector<float>& a0, Precision p) {
+  return [&r, &a0, p](size_t i) {
+    const double g = std::fabs(r.exact[i]) + r.Cross(i);
+    return r.Cross(i) + Ulp(g, p) + 2 * kU * (std::fabs(a0[i]) + g);
+  };
+}
+// Against the exact sum e: ToExact, half an ulp of p and half of fp32.
+::testing::AssertionResult NearExactAccumulated(const std::vector<float>& got, const GemmRef& r,
+                                                const std::vector<float>& a0, Precision p) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = std::fabs(r.exact[i]) + r.ToExact(i);
+    const double err = std::fabs(got[i] - (a0[i] + r.exact[i]));
+    const double bound = r.ToExact(i) + Ulp(g, p) / 2 + kU * (std::fabs(a0[i]) + g);
+    if (!(err <= bound)) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << a0[i] << " + the exact "
+                                           << r.exact[i] << ", off by " << err << " > " << bound;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // One backend's GEMM output (fp32, or 16-bit of type p) against the exact values: within
 // ToExact, and for a 16-bit output half an ulp more (rounded to nearest). An output rounded
 // another way (truncated: up to a whole ulp) fails here, where the cross-backend bound of one
@@ -942,27 +966,9 @@ TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
           const auto db_ref = GemmOf(
               1, OC, N, [](int, int) { return 1.f; }, [&](int n, int o) { return df[static_cast<size_t>(n) * OC + o]; },
               [](int, int) { return 0.f; });
-          // An accumulator a0 + round(s): across backends, the sums' bound, one ulp of p at the
-          // gradient's size (the roundings) and one of fp32 at the total's (the additions,
-          // half an ulp each); against the exact sum e, ToExact, half an ulp of p and half of fp32.
-          auto acc_cross = [&](const GemmRef& r, const std::vector<float>& a0) {
-            return [&r, &a0, p](size_t i) {
-              const double g = std::fabs(r.exact[i]) + r.Cross(i);
-              return r.Cross(i) + Ulp(g, p) + 2 * kU * (std::fabs(a0[i]) + g);
-            };
-          };
-          auto near_acc = [&](const std::vector<float>& got, const GemmRef& r,
-                              const std::vector<float>& a0) -> ::testing::AssertionResult {
-            for (size_t i = 0; i < got.size(); ++i) {
-              const double g = std::fabs(r.exact[i]) + r.ToExact(i);
-              const double err = std::fabs(got[i] - (a0[i] + r.exact[i]));
-              const double bound = r.ToExact(i) + Ulp(g, p) / 2 + kU * (std::fabs(a0[i]) + g);
-              if (!(err <= bound)) {
-                return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << a0[i] << " + the exact "
-                                                     << r.exact[i] << ", off by " << err << " > " << bound;
-              }
-            }
-            return ::testing::AssertionSuccess();
+          auto acc_cross = [&](const GemmRef& r, const std::vector<float>& a0) { return AccCross(r, a0, p); };
+          auto near_acc = [&](const std::vector<float>& got, const GemmRef& r, const std::vector<float>& a0) {
+            return NearExactAccumulated(got, r, a0, p);
           };
           const auto got_out32 = eOut32.Host(), got_dinp32 = eDinp32.Host();
           const auto got_out16 = eOut16.Host(), got_dinp16 = eDinp16.Host();
@@ -1096,9 +1102,9 @@ TEST_F(BackendOpsTest, TheFusedGeluMatmulsIn16BitsMatchTheCpuBackend) {
       const auto outf = Widen(out, p);
       const auto dw_ref = GemmOf(
           OC, C, N, [&](int o, int n) { return outf[static_cast<size_t>(n) * OC + o]; },
-          [&](int n, int c) { return doutf[static_cast<size_t>(n) * C + c]; },
-          [&](int o, int c) { return dw0[static_cast<size_t>(o) * C + c]; });
-      EXPECT_TRUE(Within(eDw.Host(), dw, Cross(dw_ref))) << "dweight +=";
+          [&](int n, int c) { return doutf[static_cast<size_t>(n) * C + c]; }, [](int, int) { return 0.f; });
+      EXPECT_TRUE(Within(eDw.Host(), dw, AccCross(dw_ref, dw0, p))) << "dweight += round";
+      EXPECT_TRUE(NearExactAccumulated(eDw.Host(), dw_ref, dw0, p)) << "dweight: its gradient rounded to nearest";
     }
   }
 }

@@ -361,6 +361,38 @@ TEST(ResidualTest, ForwardAddsAndBackwardAccumulatesIntoBoth) {
   EXPECT_EQ(db, dout);
 }
 
+// The fp32 GEMMs cut their output by its shape alone (kernels/cpu/blocks.h), so forward and
+// backward give the same bits at 1, 2 and 3 threads under any OpenBLAS kernel (Haswell's and
+// Zen's sgemm give an element other bits in a call of another extent: per-thread slices were
+// not enough). A shape of the test GPT-2 layer's qkv projection, both layouts.
+TEST(MatmulTest, SameBitsWhateverTheThreadCount) {
+  const int N = 2048, C = 384, OC = 1152;
+  std::vector<float> x(static_cast<size_t>(N) * C), w(static_cast<size_t>(C) * OC), b(OC), dout(static_cast<size_t>(N) * OC);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 0.37f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(static_cast<float>(i) * 0.11f) * 0.05f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.01f * static_cast<float>(i % 7);
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::sin(static_cast<float>(i) * 0.013f) * 1e-2f;
+  const int saved = omp_get_max_threads();
+  for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+    std::vector<std::vector<float>> out, dinp, dw;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      out.emplace_back(static_cast<size_t>(N) * OC);
+      dinp.emplace_back(static_cast<size_t>(N) * C);
+      dw.emplace_back(static_cast<size_t>(C) * OC, 0.f);
+      matmul_forward(out.back().data(), x.data(), w.data(), b.data(), N, C, OC, layout);
+      matmul_backward(dinp.back().data(), dw.back().data(), nullptr, dout.data(), x.data(), w.data(), N, C, OC,
+                      layout);
+    }
+    for (size_t k = 1; k < out.size(); ++k) {
+      EXPECT_EQ(out[k], out[0]) << "forward, " << k + 1 << " threads";
+      EXPECT_EQ(dinp[k], dinp[0]) << "dinp, " << k + 1 << " threads";
+      EXPECT_EQ(dw[k], dw[0]) << "dweight, " << k + 1 << " threads";
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST(SumSquaresTest, SameBitsWhateverTheThreadCount) {
   std::vector<float> g(100003);
   for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(static_cast<float>(i)) * 1e-3f;

@@ -519,11 +519,13 @@ absl::Status Trainer::Run() {
   RETURN_IF_ERROR(comm_status_);          // a device evaluation that failed
   RETURN_IF_ERROR(writer_->Flush());        // every checkpoint written
   RETURN_IF_ERROR(engine_->SyncRemote());  // parameter-server mode: the servers' final parameters
-  // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers. The
-  // training's buffers go first, so that a ZeRO 3 rank's whole fp32 model takes their room
-  // rather than adding to its training peak.
-  model_->ReleaseActivations();
-  engine_->ReleaseWorking();
+  // The whole model on every rank at the end (ZeRO 3 gathers it): for --save and callers. Under
+  // ZeRO 3 the training's buffers go first, so that the rank's whole fp32 model takes their
+  // room rather than adding to its training peak.
+  if (engine_->stage() == 3) {
+    model_->ReleaseActivations();
+    engine_->ReleaseWorking();
+  }
   RETURN_IF_ERROR(engine_->GatherParams());
   if (!options_.save_dir.empty() && speaker()) {
     RETURN_IF_ERROR(model::SaveHFModel(options_.save_dir, *model_));
