@@ -410,15 +410,22 @@ INSTANTIATE_TEST_SUITE_P(Recompute, CudaEmulatedLayoutTest, ::testing::Values("n
 
 // train.grad_reduce_dtype bf16 on the GPU's code path (cuda-emulated): the casts to and from
 // the bf16 staging run on the communication thread's peer backend (the CUDA cast kernels,
-// emulated), the sums in Gloo's bf16 reduction. dp 2 under ZeRO 0, 1 and 3 (the model in
-// fp32: the cuda backends' 16-bit tensors are not there yet) give the cpu backend's losses
-// with the same reduction within 1e-5, as every cuda-emulated layout gives the cpu's: the
-// casts are the same bits on both backends (BackendOpsTest.Bf16CastsMatchTheCpuBackendBitForBit),
-// so the runs differ only where the backends' fp32 gradients (1e-7 apart) fall on two sides of
-// a bf16 rounding boundary, which is rare and moves one element by one bf16 unit. The cpu's
-// bf16-reduced run parts from its fp32-reduced one by far more than that (checked), so the
-// device path does round.
+// emulated), the sums in Gloo's bf16 reduction. dp 2 under ZeRO 0, 1 and 3 (an fp32 model)
+// against the cpu backend with the same reduction. The casts are the same bits on both
+// backends (BackendOpsTest.Bf16CastsMatchTheCpuBackendBitForBit), but the fp32 gradients they
+// round come from sums in other orders (1e-7 apart), so some fall on two sides of a bf16
+// rounding boundary: each such flip moves a gradient element by one bf16 unit (2^-8 of it),
+// every step has some (the probability of a flip is about the fp32 difference over the bf16
+// spacing, 2^-16 of an element, over 10^5 elements), and AdamW, which divides each gradient by
+// its own running size, carries them into the trajectory: the runs part as bf16 layouts do
+// (measured 1e-5 of the loss under one OpenBLAS kernel, 1.1e-5 under another). The bound is
+// the suite's bf16 bound, half of bf16's unit roundoff of the loss (2^-9 = 1.95e-3,
+// tests/worker/mixed_precision_test.cc). That the device path does round: the cpu's bf16- and
+// fp32-reduced runs part by more than the bound (an unrounded path would fail it), and the
+// emulated run sits at least 4 times closer to the cpu's bf16-reduced run than that
+// (measured: 2e-5 against 3.6e-3).
 TEST_F(ModelParallelTest, Bf16GradientReductionOnCudaEmulatedGivesTheCpuLosses) {
+  const double tol = 0x1p-9;
   for (int zero : {0, 1, 3}) {
     const std::string what = absl::StrCat("bf16 reduction, dp 2 ZeRO ", zero);
     device_ = "cpu";
@@ -428,14 +435,16 @@ TEST_F(ModelParallelTest, Bf16GradientReductionOnCudaEmulatedGivesTheCpuLosses) 
     device_ = "cuda-emulated";
     const Result emulated = Run({2, 1, 1}, zero);
     grad_reduce_ = "fp32";
-    ExpectClose(emulated.losses, cpu.losses, what);
-    ASSERT_EQ(fp32.losses.size(), cpu.losses.size());
+    ASSERT_EQ(emulated.losses.size(), cpu.losses.size()) << what;
+    ASSERT_EQ(fp32.losses.size(), cpu.losses.size()) << what;
     double parted = 0, off = 0;
     for (size_t i = 0; i < cpu.losses.size(); ++i) {
-      parted = std::max(parted, std::fabs(static_cast<double>(cpu.losses[i]) - fp32.losses[i]) / fp32.losses[i]);
-      off = std::max(off, std::fabs(static_cast<double>(emulated.losses[i]) - cpu.losses[i]) / cpu.losses[i]);
+      EXPECT_LE(std::fabs(static_cast<double>(emulated.losses[i]) - cpu.losses[i]), tol) << what << " step " << i + 1;
+      parted = std::max(parted, std::fabs(static_cast<double>(cpu.losses[i]) - fp32.losses[i]));
+      off = std::max(off, std::fabs(static_cast<double>(emulated.losses[i]) - cpu.losses[i]));
     }
-    EXPECT_GT(parted, 1e-4) << what << ": the bf16 reduction moves the losses well beyond the backends' 1e-5";
+    EXPECT_GT(parted, tol) << what << ": the bf16 reduction moves the losses beyond the bound";
+    EXPECT_LT(4 * off, parted) << what << ": the device path rounds as the cpu's does";
     if (std::getenv("GANTRY_VERBOSE")) {
       std::printf("%s: cuda-emulated vs cpu %.3g, bf16 vs fp32 reduction %.3g\n", what.c_str(), off, parted);
     }
