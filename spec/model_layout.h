@@ -37,6 +37,9 @@ struct ParamTensor {
   // mixed-precision model reads it in 16 bits, as autocast casts it (LayerNorm's tensors and
   // wpe stay fp32, and so does wte for the embedding's lookup).
   bool gemm = false;
+  // The 16-bit elements the tensor's working copy takes (a GEMM tensor's, in mixed precision):
+  // numel rounded up to 32, so that each copy starts 64-byte aligned.
+  size_t working_room() const { return (numel + 31) / 32 * 32; }
   // Where the tensor sits in the whole model's tensor of the same name: a tensor or pipeline
   // parallel shard holds a block of it. Seen as a matrix (global_shape[0] rows, the rest
   // flattened into columns; a 1-D tensor is one row), the shard holds rows [row_begin,

@@ -68,22 +68,21 @@ double WorkingBytes(const PlanInput& in, const model::ModelShard& shard, const s
   if (in.zero < 3) return 0;
   const double d = in.dp;
   auto padded = [&](double n) { return std::ceil(n / d) * d; };
-  auto aligned = [](double n) { return std::ceil(n / 32) * 32; };
   double layer = 0, layer_gemm = 0, wte = 0, embedding = 0, head = 0;
   const size_t at = shard.first() ? 2 : 0;  // a layer's 12 tensors (every layer's the same)
   for (size_t i = 0; i < tensors.size(); ++i) {
     const double n = static_cast<double>(tensors[i].numel);
-    if (tensors[i].name == "wte.weight") wte = n;
+    if (tensors[i].name == "wte.weight") wte = static_cast<double>(tensors[i].working_room());
     if (i < at) embedding += n;
     if (i >= at && i < at + 12) {
       layer += n;
-      if (tensors[i].gemm) layer_gemm += aligned(n);
+      if (tensors[i].gemm) layer_gemm += static_cast<double>(tensors[i].working_room());
     }
     if (i >= at + 12 * static_cast<size_t>(shard.layer_end - shard.layer_begin)) head += n;
   }
   const double floats = 4 * padded(layer) + (shard.first() ? 2 * padded(embedding) : 0) + 2 * padded(head);
   double bytes = 4 * floats;
-  if (in.precision == Precision::kAutocast) bytes += 2 * (layer_gemm + (shard.last() ? aligned(wte) : 0));
+  if (in.precision == Precision::kAutocast) bytes += 2 * (layer_gemm + (shard.last() ? wte : 0));
   // bf16 gradient reduction: each unit's bucket rounded into a bf16 staging buffer on the
   // communication thread (one reduction at a time: one buffer of each unit size).
   if (in.bf16_grad_reduce) bytes += 2 * (padded(layer) + (shard.first() ? padded(embedding) : 0) + padded(head));
@@ -123,7 +122,7 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
       double gemm = 0;
       for (const auto& t : tensors) {
         r.num_params += static_cast<double>(t.numel);
-        if (t.gemm) gemm += std::ceil(static_cast<double>(t.numel) / 32) * 32;  // the model's 64-byte aligned copies
+        if (t.gemm) gemm += static_cast<double>(t.working_room());
       }
       r.bytes = StateBytes(r.num_params, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer,
                            in.offload_params, gemm);

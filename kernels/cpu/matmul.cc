@@ -94,6 +94,21 @@ void MatmulBiasGeluForward32(float* pre, float* out, const float* inp, const flo
   });
 }
 
+// dbias (OC) += the column sums of dout (N, OC) of E's type, rows in order (deterministic).
+template <typename E>
+void ColumnSums(float* dbias, const typename E::T* dout, int N, int OC) {
+  constexpr int kCols = 64;
+  ParallelColumnBlocks<kCols>(OC, [&](int o0, int o1) {
+    float acc[kCols] = {0};
+    for (int n = 0; n < N; ++n) {
+      const typename E::T* d = dout + static_cast<int64_t>(n) * OC;
+      for (int o = o0; o < o1; ++o) acc[o - o0] += E::Ld(d[o]);
+    }
+    // A 16-bit dout's bias gradient is a 16-bit tensor: rounded, then accumulated.
+    for (int o = o0; o < o1; ++o) dbias[o] += E::Ld(E::St(acc[o - o0]));
+  });
+}
+
 void MatmulBackward32(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int N, int C, int OC, WeightLayout layout, const float* gelu_pre) {
   // The optional GELU backward on dinp's rows, applied by the thread that computed them.
@@ -115,17 +130,7 @@ void MatmulBackward32(float* dinp, float* dweight, float* dbias, const float* do
     if (dinp != nullptr) Gemm(false, false, N, C, OC, dout, OC, weight, C, 0.f, dinp, C, gelu_rows);
     Gemm(true, false, OC, C, N, dout, OC, inp, C, 1.f, dweight, C);
   }
-  if (dbias != nullptr) {
-    constexpr int kCols = 64;
-    ParallelColumnBlocks<kCols>(OC, [&](int o0, int o1) {
-      float acc[kCols] = {0};
-      for (int n = 0; n < N; ++n) {
-        const float* d = dout + static_cast<int64_t>(n) * OC;
-        for (int o = o0; o < o1; ++o) acc[o - o0] += d[o];
-      }
-      for (int o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
-    });
-  }
+  if (dbias != nullptr) ColumnSums<elem::Elem<Precision::kFp32>>(dbias, dout, N, OC);
 }
 
 
@@ -175,21 +180,6 @@ void Gemm16Blocks(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int 
       });
     }
   }
-}
-
-// dbias (OC) += the column sums of dout (N, OC), rows in order (deterministic).
-template <typename E>
-void ColumnSums(float* dbias, const typename E::T* dout, int N, int OC) {
-  constexpr int kCols = 64;
-  ParallelColumnBlocks<kCols>(OC, [&](int o0, int o1) {
-    float acc[kCols] = {0};
-    for (int n = 0; n < N; ++n) {
-      const typename E::T* d = dout + static_cast<int64_t>(n) * OC;
-      for (int o = o0; o < o1; ++o) acc[o - o0] += E::Ld(d[o]);
-    }
-    // A 16-bit dout's bias gradient is a 16-bit tensor: rounded, then accumulated.
-    for (int o = o0; o < o1; ++o) dbias[o] += E::Ld(E::St(acc[o - o0]));
-  });
 }
 
 template <typename E>

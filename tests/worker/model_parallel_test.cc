@@ -254,7 +254,7 @@ class ModelParallelTest : public ::testing::Test {
         double gemm = 0;
         for (const auto& t : model::ParameterLayout(Spec(l, zero).model, model::ShardOf(Spec(l, zero).model, l.tp,
                                                                                           c.tp_rank, l.pp, c.stage))) {
-          gemm += t.gemm ? std::ceil(static_cast<double>(t.numel) / 32) * 32 : 0;
+          gemm += t.gemm ? static_cast<double>(t.working_room()) : 0;
         }
         EXPECT_EQ(p.num_params * 4 + (precision_ == "fp32" ? 0 : 2 * gemm), static_cast<double>(m.params))
             << what << " rank " << r;

@@ -38,6 +38,7 @@ GPT::GPT(const GPTConfig& config, const ModelShard& shard, kernels::Backend* bac
   if (shard_.first()) unit_begin_.push_back(at(i += 2));
   for (int l = lb_; l < le_; ++l) unit_begin_.push_back(at(i += 12));
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
+  if (const ParamTensor* wte = FindTensor("wte.weight")) wte_tensor_ = static_cast<size_t>(wte - tensors_.data());
   const size_t n = num_params();
   params_.Assign(be_, n);
   grads_.Assign(be_, n);
@@ -150,7 +151,7 @@ void GPT::RefreshWorking() {
     image_at_.assign(tensors_.size(), 0);
     for (size_t i = 0; i < tensors_.size(); ++i) {
       image_at_[i] = at;
-      if (tensors_[i].gemm) at += (tensors_[i].numel + 31) / 32 * 32;  // 64-byte aligned
+      if (tensors_[i].gemm) at += tensors_[i].working_room();
     }
     image_at_.push_back(at);
   }
@@ -177,14 +178,14 @@ GPT::GemmParams GPT::GemmWeights(const LayerParams& w, int l) {
   } else {  // ZeRO 3: the gathered unit's tensors cast now
     const float* src[8] = {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
     size_t total = 0;
-    for (int i = 0; i < 8; ++i) total += (tensors_[first + kAt[i]].numel + 31) / 32 * 32;
+    for (int i = 0; i < 8; ++i) total += tensors_[first + kAt[i]].working_room();
     if (lp_unit_.size() < (total + 1) / 2) lp_unit_.Assign(be_, (total + 1) / 2, /*zero=*/false);
     auto* out = reinterpret_cast<uint16_t*>(lp_unit_.data());
     for (int i = 0; i < 8; ++i) {
-      const size_t n = tensors_[first + kAt[i]].numel;
-      be_->Convert(kernels::Ptr(out, lp_), src[i], static_cast<int64_t>(n));
+      const ParamTensor& t = tensors_[first + kAt[i]];
+      be_->Convert(kernels::Ptr(out, lp_), src[i], static_cast<int64_t>(t.numel));
       p[i] = kernels::CPtr(out, lp_);
-      out += (n + 31) / 32 * 32;
+      out += t.working_room();
     }
   }
   return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
@@ -192,7 +193,7 @@ GPT::GemmParams GPT::GemmWeights(const LayerParams& w, int l) {
 
 kernels::CPtr GPT::ClassifierWeight(const float* W) {
   if (!mixed()) return W;
-  const size_t wte = static_cast<size_t>(FindTensor("wte.weight") - tensors_.data());
+  const size_t wte = wte_tensor_;
   if (!gathers()) return kernels::CPtr(reinterpret_cast<const uint16_t*>(work_.data()) + image_at_[wte], lp_);
   const size_t n = tensors_[wte].numel;
   if (lp_wte_.size() != (n + 1) / 2) lp_wte_.Assign(be_, (n + 1) / 2, /*zero=*/false);

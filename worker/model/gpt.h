@@ -293,6 +293,7 @@ class GPT {
   // parameters change; under ZeRO 3, one unit's GEMM tensors and the classifier's wte.
   kernels::DeviceBuffer work_, lp_unit_, lp_wte_;
   std::vector<size_t> image_at_;
+  size_t wte_tensor_ = 0;  // the index in tensors_ of this shard's wte rows (a stage with the classifier has them)
   bool working_valid_ = false;
 };
 

@@ -805,7 +805,7 @@ MemoryAccount ZeroEngine::memory() const {
   m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_, offload_, offload_params_)
                          : pbytes + (stage_ == 2 ? pbytes / static_cast<size_t>(dp_) : pbytes);
   if (model_->precision() != kernels::Precision::kFp32 && stage_ < 3) {  // + the working copy (2 bytes a GEMM parameter)
-    for (const model::ParamTensor& t : model_->tensors()) m.predicted += t.gemm ? 2 * t.numel : 0;
+    for (const model::ParamTensor& t : model_->tensors()) m.predicted += t.gemm ? 2 * t.working_room() : 0;
   }
   return m;
 }
