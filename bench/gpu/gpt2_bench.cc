@@ -37,6 +37,8 @@ int Main(int argc, char** argv) {
   double peak_flops = 989e12;
   std::string device = "cuda:0";
   kernels::BackendOptions options;  // --attention fused (default) or reference
+  // --precision: bf16 (default; the peer runs under bf16 autocast) or fp32.
+  kernels::Precision precision = kernels::Precision::kBf16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     bool ok = true;
@@ -47,7 +49,11 @@ int Main(int argc, char** argv) {
     else if (a == "--layers") ok = absl::SimpleAtoi(argv[i + 1], &layers) && layers >= 1;
     else if (a == "--device") device = argv[i + 1];
     else if (a == "--peak-tflops") ok = absl::SimpleAtod(argv[i + 1], &peak_flops), peak_flops *= 1e12;
-    else if (a == "--attention") {
+    else if (a == "--precision") {
+      const std::string v = argv[i + 1];
+      ok = v == "bf16" || v == "fp32";
+      precision = v == "fp32" ? kernels::Precision::kFp32 : kernels::Precision::kBf16;
+    } else if (a == "--attention") {
       const std::string v = argv[i + 1];
       ok = v == "fused" || v == "reference";
       options.fused_attention = v == "fused";
@@ -55,7 +61,7 @@ int Main(int argc, char** argv) {
     if (!ok) {
       std::fprintf(stderr,
                    "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention fused|reference]\n"
-                   "                  [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
+                   "                  [--precision bf16|fp32] [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
       return 2;
     }
   }
@@ -87,6 +93,7 @@ int Main(int argc, char** argv) {
     d.backend = std::move(*be);
     d.model = std::make_unique<model::GPT>(c, model::ModelShard{}, d.backend.get());
     d.model->InitRandom(1337);
+    d.model->set_precision(precision);
     auto e = train::ZeroEngine::Create(d.model.get(), &d.solo, 0, 25, adam);
     absl::Status s = e.ok() ? absl::OkStatus() : e.status();
     if (s.ok()) {
@@ -151,8 +158,8 @@ int Main(int argc, char** argv) {
   size_t free_b = 0, total_b = 0;
   if (name->kind == kernels::BackendKind::kCuda) cudaMemGetInfo(&free_b, &total_b);
   const train::MemoryAccount mem = dev.engine->memory();
-  std::printf("gantry GPT-2 124M on %s: B %d x T %d, %.0f parameters, model state + activations %.2f GB\n",
-              dev.backend->Describe().c_str(), B, T, n_params, (mem.model_state() + mem.activations) / 1e9);
+  std::printf("gantry GPT-2 124M on %s, %s: B %d x T %d, %.0f parameters, model state + activations %.2f GB\n",
+              dev.backend->Describe().c_str(), kernels::PrecisionName(precision), B, T, n_params, (mem.model_state() + mem.activations) / 1e9);
   std::printf("step %.1f ms (median of %d) | %.0f tokens/s | MFU %.1f%% of %.0f TFLOP/s | device memory in use %.2f GB\n",
               med * 1e3, steps, tok_s, 100 * mfu, peak_flops / 1e12, (total_b - free_b) / 1e9);
   std::printf("%-30s %10s %7s\n", "op (profiled step)", "ms", "share");

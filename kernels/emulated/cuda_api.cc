@@ -355,6 +355,13 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
       if (bytes != sizeof(size_t)) return CUBLAS_STATUS_INVALID_VALUE;
       std::memcpy(&pref->max_workspace, buf, bytes);
       return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: {  // no split K here: any mask is kept
+      uint32_t mask = 0;
+      if (bytes != sizeof(mask)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&mask, buf, bytes);
+      return mask & ~static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK) ? CUBLAS_STATUS_INVALID_VALUE
+                                                                          : CUBLAS_STATUS_SUCCESS;
+    }
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
@@ -489,22 +496,32 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     }
     return CUBLAS_STATUS_SUCCESS;
   }
-  // 16-bit A and B: widened (exact), the same fp32 sgemm into an fp32 (m, n) accumulator that
-  // starts as C widened (beta 0: C is not read), the bias added in fp32, D stored once.
+  // 16-bit A and B: widened (exact), the same fp32 sgemm into an fp32 (m, n) accumulator. An
+  // fp32 D: C (beta) and the bias added to it in fp32, stored. A 16-bit D as an H200's cuBLAS 13
+  // ran it (docs/perf.md, "The first run on a GPU"): the product rounded to D's type, and only
+  // then C (beta 1) and the bias added, rounded again.
   const std::vector<float> wa = Widen(A, *a), wb = Widen(B, *b);
   std::vector<float> acc(static_cast<size_t>(m) * n, 0.f);
-  if (be != 0.f) {
-    for (int j = 0; j < n; ++j) {
-      for (int i = 0; i < m; ++i) acc[static_cast<size_t>(j) * m + i] = Load(C, c->type, static_cast<int64_t>(j) * c->ld + i);
-    }
-  }
   Sgemm(desc->transa, desc->transb, m, n, k, al, wa.data(), static_cast<int>(a->ld), wb.data(), static_cast<int>(b->ld),
-        be, acc.data(), std::max(m, 1));
+        0.f, acc.data(), std::max(m, 1));
+  const bool d16 = d->type != CUDA_R_32F;
   for (int j = 0; j < n; ++j) {
     for (int i = 0; i < m; ++i) {
+      const int64_t at = static_cast<int64_t>(j) * d->ld + i;
       float x = acc[static_cast<size_t>(j) * m + i];
+      if (be == 0.f && !bias) {
+        Store(D, d->type, at, x);
+        continue;
+      }
+      // C first: it may be D itself.
+      const float cv = be != 0.f ? be * Load(C, c->type, static_cast<int64_t>(j) * c->ld + i) : 0.f;
+      if (d16) {
+        Store(D, d->type, at, x);
+        x = Load(D, d->type, at);
+      }
+      x += cv;
       if (bias) x += Load(desc->bias, d->type, i);
-      Store(D, d->type, static_cast<int64_t>(j) * d->ld + i, x);
+      Store(D, d->type, at, x);
     }
   }
   return CUBLAS_STATUS_SUCCESS;

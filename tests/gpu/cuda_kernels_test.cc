@@ -42,6 +42,7 @@ class CudaKernelsTest : public ::testing::Test {
     void* d = nullptr;
     EXPECT_EQ(cudaMalloc(&d, h.size() * 4), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // see Upload
     ptrs_.push_back(static_cast<float*>(d));
     return static_cast<int32_t*>(d);
   }
@@ -62,6 +63,11 @@ class CudaKernelsTest : public ::testing::Test {
     float* d = nullptr;
     EXPECT_EQ(cudaMalloc(&d, h.size() * 4), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    // A copy from pageable memory returns once staged; the legacy stream it runs on does not
+    // order the context's non-blocking stream, whose kernels could read (or a beta-1 GEMM add
+    // to) the destination before the bytes land. Seen on an H200: dweight and dbias came back
+    // as their starting values.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ptrs_.push_back(d);
     return d;
   }
@@ -183,14 +189,16 @@ TEST_F(CudaKernelsTest, MatmulMatchesCpuTwinInBothLayouts) {
                                           << static_cast<int>(layout) << " bias " << with_bias);
         const size_t NC = static_cast<size_t>(N) * C, NO = static_cast<size_t>(N) * OC, CO = static_cast<size_t>(C) * OC;
         auto x = Random(NC, 1), w = Random(CO, 2, 0.1f), b = Random(OC, 3), dout = Random(NO, 4);
-        auto dw = Random(CO, 5), db = Random(OC, 6);
+        // dweight and dbias accumulate: each side starts from the same values.
+        const auto dw0 = Random(CO, 5), db0 = Random(OC, 6);
+        auto dw = dw0, db = db0;
         std::vector<float> out(NO), dinp(NC);
         const float* bias = with_bias ? b.data() : nullptr;
         kernels::matmul_forward(out.data(), x.data(), w.data(), bias, N, C, OC, layout);
         kernels::matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), x.data(),
                                  w.data(), N, C, OC, layout);
-        float *dX = Upload(x), *dW = Upload(w), *dOut = Poisoned(NO), *dDinp = Poisoned(NC), *dDw = Upload(dw),
-              *dDb = Upload(db);
+        float *dX = Upload(x), *dW = Upload(w), *dOut = Poisoned(NO), *dDinp = Poisoned(NC), *dDw = Upload(dw0),
+              *dDb = Upload(db0);
         ASSERT_TRUE(MatmulForward(*ctx_, dOut, dX, dW, with_bias ? Upload(b) : nullptr, N, C, OC, layout).ok());
         ASSERT_TRUE(MatmulBackward(*ctx_, dDinp, dDw, with_bias ? dDb : nullptr, Upload(dout), dX, dW, N, C, OC, layout).ok());
         EXPECT_LE(RelErr(Download(dOut, NO), out), 1e-5);
@@ -215,11 +223,12 @@ TEST_F(CudaKernelsTest, MatmulWithGeluMatchesCpuTwin) {
   EXPECT_LE(RelErr(Download(dPre, NO), pre), 1e-5);
   EXPECT_LE(RelErr(Download(dOut, NO), out), 1e-5);
   // The backward of a projection whose input came out of a GELU: dinp times gelu'(pre).
-  auto gpre = Random(NC, 4, 2.f), dout = Random(NO, 5), dw = Random(CO, 6);
+  const auto gpre = Random(NC, 4, 2.f), dout = Random(NO, 5), dw0 = Random(CO, 6);
+  auto dw = dw0;  // accumulated into: the device's copy starts from dw0 too
   std::vector<float> dinp(NC);
   kernels::matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, C, OC,
                            kernels::WeightLayout::kInOut, gpre.data());
-  float *dDinp = Poisoned(NC), *dDw = Upload(dw);
+  float *dDinp = Poisoned(NC), *dDw = Upload(dw0);
   ASSERT_TRUE(MatmulBackward(*ctx_, dDinp, dDw, nullptr, Upload(dout), Upload(x), Upload(w), N, C, OC,
                              kernels::WeightLayout::kInOut, Upload(gpre)).ok());
   EXPECT_LE(RelErr(Download(dDinp, NC), dinp), 1e-5);
@@ -306,6 +315,7 @@ TEST_F(CudaKernelsTest, GradNormMatchesCpuTwin) {
     ASSERT_EQ(cudaMalloc(&dR, sizeof(double)), cudaSuccess);
     ASSERT_TRUE(SumSquares(*ctx_, dR, dG, static_cast<int64_t>(n)).ok());
     double got = 0;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the context's stream is not the copy's
     ASSERT_EQ(cudaMemcpy(&got, dR, sizeof(double), cudaMemcpyDeviceToHost), cudaSuccess);
     cudaFree(dR);
     EXPECT_LE(std::fabs(got - want) / want, 1e-5) << n;

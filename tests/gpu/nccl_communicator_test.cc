@@ -27,11 +27,14 @@ class NcclCommunicatorTest : public ::testing::Test {
     float* d = nullptr;
     EXPECT_EQ(cudaMalloc(&d, h.size() * 4), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    // The copy runs on the legacy stream, which orders no non-blocking stream: landed first.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ptrs_.push_back(d);
     return d;
   }
   std::vector<float> Host(const float* d, size_t n) {
     std::vector<float> h(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     return h;
   }
@@ -80,8 +83,10 @@ TEST_F(NcclCommunicatorTest, Bf16SumsRunThroughNcclOnDeviceAndHostBuffers) {
   ptrs_.push_back(reinterpret_cast<float*>(y));
   ASSERT_EQ(cudaMemcpy(x, h.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(y, 0xff, n * 2), cudaSuccess);  // NaN
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   auto host = [&](const uint16_t* d) {
     std::vector<uint16_t> out(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(out.data(), d, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     return out;
   };

@@ -6,9 +6,12 @@
 #                                  and not the CUDA 13 libraries (driver, runtime, cuBLAS,
 #                                  cuBLASLt, NCCL), which the GPU host has and which would
 #                                  not fit the 64 MiB a device run may carry
-#   bash tests/gpu/run.sh run      on the GPU host, from the repository root with .bundle/
-#                                  carried along: run each bundled test, a missing GPU is a
-#                                  failure (GANTRY_REQUIRE_GPU=1)
+#                                  and .bundle.tgz, the same packed (the bundle is some 66 MB
+#                                  with OpenBLAS, over what a device run may carry; packed, 25)
+#   bash tests/gpu/run.sh run      on the GPU host, from the repository root with .bundle/ or
+#                                  .bundle.tgz carried along: run each bundled test (each
+#                                  within GANTRY_GPU_TEST_TIMEOUT seconds, 300 by default); a
+#                                  missing GPU is a failure (GANTRY_REQUIRE_GPU=1)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUNDLE=.bundle
@@ -30,16 +33,19 @@ case "${1:-}" in
       done
     done
     cp -r tests/reference/fixtures "$BUNDLE/" 2>/dev/null || true
-    du -sh "$BUNDLE"
-    echo "carry $BUNDLE and run: bash tests/gpu/run.sh run; then bash bench/gpu/run.sh"
+    tar -czf "$BUNDLE.tgz" "$BUNDLE"
+    du -sh "$BUNDLE" "$BUNDLE.tgz"
+    echo "carry $BUNDLE.tgz and run: bash tests/gpu/run.sh run; then bash bench/gpu/run.sh"
     ;;
   run)
+    [ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
     export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
     export GANTRY_REQUIRE_GPU=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     fail=0; passed=0
     for bin in "$BUNDLE"/bin/*_test; do
-      if "$bin" --gtest_brief=1; then passed=$((passed + 1)); else fail=$((fail + 1)); fi
+      echo "== $(basename "$bin")"
+      if timeout "${GANTRY_GPU_TEST_TIMEOUT:-300}" "$bin" --gtest_brief=1; then passed=$((passed + 1)); else fail=$((fail + 1)); fi
     done
     echo "$passed passed, $fail failed"
     [ "$fail" -eq 0 ]

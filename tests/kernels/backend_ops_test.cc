@@ -1488,7 +1488,8 @@ cublasStatus_t Lt(cublasLtHandle_t h, cudaDataType_t ab, cudaDataType_t dt, cubl
 }
 
 // 16-bit A and B (bf16, fp16) into an fp32 or same-type D, with and without C (beta 1 or 0: C
-// not read) and a bias of D's type, against a loop from the definition (exact products, sums
+// not read) and a bias of D's type (a 16-bit D's added to the rounded product, as on an H200),
+// against a loop from the definition (exact products, sums
 // in double): within an fp32 sum's bound, (k + 2) 2^-24 S with S the sum of the terms'
 // magnitudes (k products, C and the bias), and half an ulp of D's type for its rounding. The
 // rows of D past m (its leading dimension's padding) are not written.
@@ -1551,12 +1552,24 @@ TEST(EmulatedRuntimeTest, LtMatmulOf16BitInputsKeepsCublasLtContract) {
                 s += std::fabs(t);
               }
               const double got = d16 ? kernels::FloatOf16(D16[at], p) : D32[at];
-              double tol = (k + 2) * 0x1p-24 * s;
-              if (d16) {  // and half an ulp of the 16-bit result
+              auto half_ulp = [&](double v) {  // of a 16-bit value
                 int e = 0;
-                std::frexp(std::max(std::fabs(got), 1e-30), &e);
-                tol += std::ldexp(1.0, std::max(e - 1, p == Precision::kBf16 ? -126 : -14) -
+                std::frexp(std::max(std::fabs(v), 1e-30), &e);
+                return std::ldexp(1.0, std::max(e - 1, p == Precision::kBf16 ? -126 : -14) -
                                            (p == Precision::kBf16 ? 8 : 11));
+              };
+              double tol = (k + 2) * 0x1p-24 * s;
+              if (d16 && (with_bias || beta != 0.f)) {
+                // A 16-bit D's C and bias, as cuBLAS 13 adds them on an H200: to the product
+                // already rounded to 16 bits, the sum rounded again.
+                const double added = c_at(i, j) + bias_at(i);
+                const double first = kernels::FloatOf16(kernels::Of16(static_cast<float>(want - added), p), p);
+                EXPECT_LE(std::fabs(got - (first + added)),
+                          half_ulp(got) + 0x1p-22 * (std::fabs(first) + std::fabs(c_at(i, j)) + std::fabs(bias_at(i))))
+                    << "D(" << i << ", " << j << "): C and the bias added to the rounded product";
+                tol = (k + 2) * 0x1p-24 * s + half_ulp(first) + half_ulp(got);
+              } else if (d16) {  // and half an ulp of the 16-bit result
+                tol += half_ulp(got);
               }
               EXPECT_LE(std::fabs(got - want), tol) << "D(" << i << ", " << j << ")";
             }
