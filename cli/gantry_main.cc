@@ -39,6 +39,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "worker/agent/shard_client.h"
 #include "worker/data/prepare.h"
+#include "worker/data/tokenizer.h"
 #include "worker/model/hf_io.h"
 #include "worker/train/checkpoint.h"
 #include "spec/job_spec.h"
@@ -272,7 +273,12 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   const std::string tmp = absl::StrCat(std::filesystem::temp_directory_path().string(), "/gantry-", cmd, "-", getpid());
   std::string dir = cmd == "sample" ? tmp + "/model" : out_dir;
   agent::ShardCheckpointSource source(*pick);
-  auto st = train::ExportCheckpoint(source, dir, cmd == "export" ? *dtype : kernels::Precision::kFp32);
+  std::string missing;
+  auto st = train::ExportCheckpoint(source, dir, cmd == "export" ? *dtype : kernels::Precision::kFp32, "", &missing);
+  if (st.ok() && !missing.empty()) {
+    std::fprintf(stderr, "note: the job's tokenizer %s is not on this machine; %s\n", missing.c_str(),
+                 cmd == "export" ? "the export has no tokenizer.json" : "each sampled id is shown as a byte");
+  }
   std::error_code ec;
   if (!st.ok()) {
     std::filesystem::remove_all(tmp, ec);
@@ -295,8 +301,14 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   so.temperature = 0.8f;
   so.top_k = 40;
   std::fputs(prompt.c_str(), stdout);
-  auto out = train::Sample(**model, data::EncodeBytes(prompt), so, [](uint16_t t) {
-    std::fputs(data::TokenText(t).c_str(), stdout);
+  auto tok = data::TokenizerForModel(dir, "", (*model)->config().vocab_size);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "gantry: %s\n", std::string(tok.status().message()).c_str());
+    return 1;
+  }
+  if ((*tok)->end_of_text() >= 0) so.start = static_cast<uint32_t>((*tok)->end_of_text());
+  auto out = train::Sample(**model, (*tok)->Encode(prompt), so, [&](uint32_t t) {
+    std::fputs((*tok)->TokenText(t).c_str(), stdout);
     std::fflush(stdout);
   });
   std::fputc('\n', stdout);

@@ -1,28 +1,35 @@
 // gantry-train: Gantry's training code in one process, no daemons.
 //
 //   gantry-train JOB.yaml [--init-from DIR] [--save DIR] [--resume] [--print-losses]
-//   gantry-train prepare [--out-dir DIR] [--val-fraction F] INPUT...
+//   gantry-train prepare [--out-dir DIR] [--val-fraction F] [--tokenizer PATH [--shard-tokens N]
+//                        [--threads N] [--eot TOKEN]] INPUT...
 //   gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
+//                       [--tokenizer PATH]
+//   gantry-train export --checkpoint DIR --out OUT [--dtype fp32|bf16] [--tokenizer PATH]
 //   gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]
 //
 // Bad input is a one-line error on stderr and exit status 2.
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/console.h"
 #include "common/status.h"
 #include "kernels/threads.h"
-#include "worker/data/loader.h"
+#include "worker/data/dataset.h"
 #include "worker/data/prepare.h"
 #include "worker/data/token_file.h"
+#include "worker/data/tokenizer.h"
 #include "common/file_util.h"
 #include "worker/model/hf_io.h"
 #include "worker/train/checkpoint.h"
@@ -39,13 +46,16 @@ constexpr char kUsage[] =
     "                        [--threads N] [--no-progress] [--stop-after STEP]\n"
     "                        [--device cpu|cuda|cuda:N|cuda-emulated]   (cuda: one GPU, dp 1, ZeRO 0;\n"
     "                        cuda-emulated: the CUDA code path on the CPU, any layout)\n"
-    "  gantry-train prepare [--out-dir DIR] [--val-fraction F] INPUT...\n"
+    "  gantry-train prepare [--out-dir DIR] [--val-fraction F] [--tokenizer PATH [--shard-tokens N]\n"
+    "                       [--threads N] [--eot TOKEN]] INPUT...\n"
     "  gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
-    "                      [--top-k K] [--seed S]\n"
+    "                      [--top-k K] [--seed S] [--tokenizer PATH]   (the model directory's\n"
+    "                      tokenizer.json unless named; the byte tokenizer without one)\n"
     "  gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]\n"
     "                    [--logits FILE]   (the first batch's logits, B x T x V float32, raw)\n"
-    "  gantry-train export --checkpoint DIR --out OUT [--dtype fp32|bf16]\n"
-    "                      (a checkpoint, any layout, as a Hugging Face model directory)\n"
+    "  gantry-train export --checkpoint DIR --out OUT [--dtype fp32|bf16] [--tokenizer PATH]\n"
+    "                      (a checkpoint, any layout, as a Hugging Face model directory, with\n"
+    "                      the job's data.tokenizer as tokenizer.json)\n"
     "  gantry-train compare DIR_A DIR_B   (two model directories: relative difference of the\n"
     "                                      parameters, ||a - b|| / ||b||, and the worst tensor)\n";
 
@@ -115,22 +125,58 @@ std::string Flag(const Args& a, const std::string& name, const std::string& def 
 void SetThreads(int n) { kernels::ConfigureThreads(n); }
 
 absl::Status RunPrepare(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"out-dir", "val-fraction"}, {}));
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"out-dir", "val-fraction", "tokenizer", "shard-tokens", "threads", "eot"}, {}));
   data::PrepareOptions o;
   o.inputs = a.positional;
   o.out_dir = Flag(a, "out-dir", "data/fortunes");
+  o.tokenizer = Flag(a, "tokenizer");
+  o.eot = Flag(a, "eot");
   RETURN_IF_ERROR(FlagNumber(a, "val-fraction", &o.val_fraction));
+  RETURN_IF_ERROR(FlagNumber(a, "shard-tokens", &o.shard_tokens));
+  RETURN_IF_ERROR(FlagNumber(a, "threads", &o.threads));
+  // The encoding's progress: a bar redrawn on a terminal, a line every 10% otherwise (from a
+  // megabyte of input up).
+  const bool tty = isatty(fileno(stderr));
+  const auto start = std::chrono::steady_clock::now();
+  int last_tenth = -1;
+  auto bar = [&](int64_t done, int64_t total) {
+    if (total <= 0) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double eta = done > 0 ? s * static_cast<double>(total - done) / static_cast<double>(done) : 0;
+    const bool big = total >= (int64_t{100} << 20);  // the bar counts MB, or KB below 100 MB
+    const int shift = big ? 20 : 10;
+    if (tty) {
+      std::fprintf(stderr, "\r%s %s %.1f MB/s", FormatProgressBar(done >> shift, std::max<int64_t>(1, total >> shift), eta).c_str(),
+                   big ? "MB" : "KB", s > 0 ? static_cast<double>(done) / 1048576.0 / s : 0.0);
+      std::fflush(stderr);
+    } else if (const int tenth = static_cast<int>(10 * done / total); tenth != last_tenth && total >= (1 << 20)) {
+      last_tenth = tenth;
+      std::fprintf(stderr, "  encoded %.1f of %.1f MB\n", static_cast<double>(done) / 1048576.0,
+                   static_cast<double>(total) / 1048576.0);
+    }
+  };
   ASSIGN_OR_RETURN(data::PrepareResult r,
-                   data::Prepare(o, [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); }));
-  std::printf("prepared %ld documents from %ld files: %s (%ld tokens), %s (%ld tokens)\n",
-              static_cast<long>(r.documents), static_cast<long>(r.files), r.train_path.c_str(),
-              static_cast<long>(r.train_tokens), r.val_path.c_str(), static_cast<long>(r.val_tokens));
+                   data::Prepare(
+                       o, [&](const std::string& line) { if (!tty || o.tokenizer.empty()) std::fprintf(stderr, "  %s\n", line.c_str()); },
+                       bar));
+  if (tty && !o.tokenizer.empty()) std::fprintf(stderr, "\n");
+  if (o.tokenizer.empty()) {
+    std::printf("prepared %ld documents from %ld files: %s (%ld tokens), %s (%ld tokens)\n",
+                static_cast<long>(r.documents), static_cast<long>(r.files), r.train_path.c_str(),
+                static_cast<long>(r.train_tokens), r.val_path.c_str(), static_cast<long>(r.val_tokens));
+  } else {
+    std::printf("prepared %ld documents from %ld files with %s (vocabulary %u, uint%d ids): train %ld tokens in %zu "
+                "shard(s) from %s, val %ld tokens in %zu shard(s) from %s\n",
+                static_cast<long>(r.documents), static_cast<long>(r.files), o.tokenizer.c_str(), r.vocab_size,
+                8 * r.token_bytes, static_cast<long>(r.train_tokens), r.train_shards.size(), r.train_path.c_str(),
+                static_cast<long>(r.val_tokens), r.val_shards.size(), r.val_path.c_str());
+  }
   return absl::OkStatus();
 }
 
 absl::Status RunSample(int argc, char** argv) {
   ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2,
-                                     {"from", "prompt", "tokens", "temperature", "top-k", "seed", "threads"}, {}));
+                                     {"from", "prompt", "tokens", "temperature", "top-k", "seed", "threads", "tokenizer"}, {}));
   if (!a.positional.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a.positional[0], "'"));
   const std::string from = Flag(a, "from");
   if (from.empty()) return absl::InvalidArgumentError("sample: --from DIR is required");
@@ -145,10 +191,12 @@ absl::Status RunSample(int argc, char** argv) {
   RETURN_IF_ERROR(FlagNumber(a, "top-k", &o.top_k));
   RETURN_IF_ERROR(FlagNumber(a, "seed", &o.seed));
   ASSIGN_OR_RETURN(auto model, model::LoadHFModel(from));
+  ASSIGN_OR_RETURN(auto tok, data::TokenizerForModel(from, Flag(a, "tokenizer"), model->config().vocab_size));
+  if (tok->end_of_text() >= 0) o.start = static_cast<uint32_t>(tok->end_of_text());
   const std::string prompt = Flag(a, "prompt");
   std::fputs(prompt.c_str(), stdout);
-  auto status = train::Sample(*model, data::EncodeBytes(prompt), o, [](uint16_t t) {
-    std::fputs(data::TokenText(t).c_str(), stdout);
+  auto status = train::Sample(*model, tok->Encode(prompt), o, [&](uint32_t t) {
+    std::fputs(tok->TokenText(t).c_str(), stdout);
     std::fflush(stdout);
   });
   std::fputc('\n', stdout);
@@ -170,12 +218,11 @@ absl::Status RunEval(int argc, char** argv) {
   if (T > model->config().max_seq_len || B < 1 || batches < 1) {
     return absl::InvalidArgumentError("eval: need 1 <= --seq-len <= n_positions, --batch >= 1, --batches >= 1");
   }
-  ASSIGN_OR_RETURN(data::TokenFile f, data::TokenFile::Open(data_path, model->config().vocab_size));
-  ASSIGN_OR_RETURN(data::BatchLoader loader, data::BatchLoader::Create(&f, B, T, 0, false));
-  const float loss = train::Trainer::Evaluate(*model, loader, B, T, batches);
+  ASSIGN_OR_RETURN(auto d, data::Dataset::Open(data_path, T, static_cast<uint32_t>(model->config().vocab_size)));
+  ASSIGN_OR_RETURN(const float loss, train::Trainer::Evaluate(*model, *d, B, T, batches));
   if (const std::string path = Flag(a, "logits"); !path.empty()) {
     std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
-    loader.Fill(0, in.data(), tg.data());
+    RETURN_IF_ERROR(d->Fill(0, B, 0, false, in.data(), tg.data()));
     model->Forward(in.data(), nullptr, B, T);
     const size_t n = in.size() * static_cast<size_t>(model->config().vocab_size);
     std::vector<float> logits(n);
@@ -187,16 +234,23 @@ absl::Status RunEval(int argc, char** argv) {
 }
 
 absl::Status RunExport(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"checkpoint", "out", "dtype"}, {}));
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"checkpoint", "out", "dtype", "tokenizer"}, {}));
   if (!a.positional.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a.positional[0], "'"));
   const std::string ckpt = Flag(a, "checkpoint"), out = Flag(a, "out");
   if (ckpt.empty() || out.empty()) return absl::InvalidArgumentError("export: --checkpoint DIR and --out OUT are required");
   const std::string dtype_name = Flag(a, "dtype").empty() ? "fp32" : Flag(a, "dtype");
   ASSIGN_OR_RETURN(kernels::Precision dtype, model::ParseExportDtype(dtype_name));
-  RETURN_IF_ERROR(train::ExportCheckpoint(ckpt, out, dtype));
+  std::string missing;
+  RETURN_IF_ERROR(train::ExportCheckpoint(ckpt, out, dtype, Flag(a, "tokenizer"), &missing));
+  if (!missing.empty()) {
+    std::fprintf(stderr, "note: the job's tokenizer %s is not on this machine; the export has no tokenizer.json "
+                 "(name it with --tokenizer)\n", missing.c_str());
+  }
   ASSIGN_OR_RETURN(train::CheckpointLayout l, train::ReadCheckpointLayout(*train::DirectorySource(ckpt)));
-  std::printf("exported %s (written by dp %d ZeRO %d) to %s (Hugging Face GPT-2: config.json + model.safetensors, %s)\n",
-              ckpt.c_str(), l.dp, l.zero_stage, out.c_str(), dtype_name.c_str());
+  std::error_code ec;
+  const bool with_tokenizer = std::filesystem::exists(std::filesystem::path(out) / "tokenizer.json", ec);
+  std::printf("exported %s (written by dp %d ZeRO %d) to %s (Hugging Face GPT-2: config.json + model.safetensors, %s%s)\n",
+              ckpt.c_str(), l.dp, l.zero_stage, out.c_str(), dtype_name.c_str(), with_tokenizer ? ", tokenizer.json" : "");
   return absl::OkStatus();
 }
 

@@ -248,7 +248,9 @@ std::string ToYaml(const JobSpec& s) {
     kv("n_layer", s.model.n_layer), kv("n_head", s.model.n_head), kv("n_embd", s.model.n_embd);
     kv("vocab_size", s.model.vocab_size), kv("seq_len", s.seq_len), kv("max_seq_len", s.model.max_seq_len);
   });
-  section("data", [&] { kv("train", s.data.train), kv("val", s.data.val), kv("shuffle", s.data.shuffle); });
+  section("data", [&] {
+    kv("train", s.data.train), kv("val", s.data.val), kv("shuffle", s.data.shuffle), kv("tokenizer", s.data.tokenizer);
+  });
   const TrainSpec& t = s.train;
   section("train", [&] {
     kv("steps", t.steps), kv("micro_batch", t.micro_batch), kv("global_batch", t.global_batch), kv("lr", t.lr);
@@ -313,7 +315,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                        }}})},
        {"data", sub({{"train", Str(&s.data.train)},
                      {"val", Str(&s.data.val)},
-                     {"shuffle", Bool(&s.data.shuffle)}})},
+                     {"shuffle", Bool(&s.data.shuffle)},
+                     {"tokenizer", Str(&s.data.tokenizer)}})},
        {"train", sub({{"steps", Int64(&s.train.steps)},
                       {"micro_batch", Int(&s.train.micro_batch)},
                       {"global_batch", Int(&s.train.global_batch)},

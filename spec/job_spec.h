@@ -13,9 +13,13 @@
 namespace gantry::train {
 
 struct DataSpec {
-  std::string train;  // llm.c .bin token file
-  std::string val;    // optional
+  std::string train;  // llm.c .bin token file, or a glob of shards (worker/data/dataset.h)
+  std::string val;    // optional; the same
   bool shuffle = false;
+  // The tokenizer the data was prepared with (tokenizer.json, vocab.json, or a directory with
+  // either); empty: the byte tokenizer. Recorded in checkpoints; export copies it beside the
+  // model.
+  std::string tokenizer;
   bool operator==(const DataSpec&) const = default;
 };
 

@@ -75,6 +75,10 @@ expect_error "truncated safetensors" "model.safetensors: tensor" "$BIN" "$TMP/ok
 
 expect_error "sample without model" "config.json: no such file" "$BIN" sample --from "$TMP/nothing"
 expect_error "unknown flag" "unknown flag --bogus" "$BIN" "$TMP/ok.yaml" --bogus
+expect_error "missing tokenizer" "tokenizer $TMP/no-tokenizer.json: no such file" "$BIN" prepare --tokenizer "$TMP/no-tokenizer.json" --out-dir "$TMP/tok" "$TMP/corpus"
+printf '{"model": {"type": "Unigram", "vocab": []}}' >"$TMP/unigram.json"
+expect_error "tokenizer of another kind" "unigram.json: model type Unigram is not supported" "$BIN" prepare --tokenizer "$TMP/unigram.json" --out-dir "$TMP/tok" "$TMP/corpus"
+expect_error "bad shard size" "--shard-tokens must be at least 1" "$BIN" prepare --tokenizer "$TMP/unigram.json" --shard-tokens 0 --out-dir "$TMP/tok" "$TMP/corpus"
 
 echo "$passed passed, $fail failed"
 [ "$fail" -eq 0 ]

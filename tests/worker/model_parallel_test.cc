@@ -306,13 +306,16 @@ TEST_F(ModelParallelTest, EveryLayoutWithZeroZeroAndOneGivesOneProcessLosses) {
 // stages) run in other orders, so some roundings flip, and AdamW, which divides each gradient
 // by its own running size, turns flips in near-zero components into whole updates: the
 // trajectories part. The bound is half of bf16's unit roundoff (bf16 keeps 8 significant
-// bits, u = 2^-8), 2^-9 = 1.95e-3 of loss (measured: at most 8e-4 over these layouts). It
-// separates rounding noise from a layout that is not bf16 at all: this run's bf16 and fp32
-// losses part by more than the bound (an fp32 layout fails it), and by more than twice the
-// worst layout's distance (checked; measured 3.8e-3 against 8e-4).
+// bits, u = 2^-8) of the loss: |difference| <= 2^-9 |loss|. (It was 2^-9 absolute while the
+// data was read in windows of B rows, measured at most 8e-4; since rows are shuffled one by one
+// (worker/data/dataset.h) the trajectory here is steeper, and the worst layout parts by 2.4e-3
+// at step 7, loss 2.88: 8.2e-4 of the loss.) It separates rounding noise from a layout that is
+// not bf16 at all: this run's bf16 and fp32 losses part by more than the bound (an fp32 layout
+// fails it), and by more than 4 times the worst layout's distance (measured 1.5e-2 against
+// 2.4e-3).
 TEST_F(ModelParallelTest, Bf16LayoutsGiveOneProcessLossesWithinBf16Tolerance) {
   precision_ = "bf16";
-  const double tol = 0x1p-9;
+  const double rel = 0x1p-9;
   const Result one = Run({1, 1, 1}, 0);
   ASSERT_EQ(one.losses.size(), 20u);
   ASSERT_LT(one.losses.back(), one.losses.front() * 0.8) << "the run learns";
@@ -320,10 +323,13 @@ TEST_F(ModelParallelTest, Bf16LayoutsGiveOneProcessLossesWithinBf16Tolerance) {
   const Result fp32 = Run({1, 1, 1}, 0);
   precision_ = "bf16";
   double parted = 0;
+  bool fp32_outside = false;
   for (size_t i = 0; i < one.losses.size(); ++i) {
-    parted = std::max(parted, std::fabs(static_cast<double>(one.losses[i]) - fp32.losses[i]));
+    const double d = std::fabs(static_cast<double>(one.losses[i]) - fp32.losses[i]);
+    parted = std::max(parted, d);
+    fp32_outside |= d > rel * std::fabs(one.losses[i]);
   }
-  EXPECT_GT(parted, tol) << "bf16 and fp32 part by more than the bound: an fp32 layout would fail it";
+  EXPECT_TRUE(fp32_outside) << "bf16 and fp32 part by more than the bound: an fp32 layout would fail it";
   double worst_layout = 0;
   struct Case {
     Layout l;
@@ -336,13 +342,13 @@ TEST_F(ModelParallelTest, Bf16LayoutsGiveOneProcessLossesWithinBf16Tolerance) {
     double worst = 0;
     for (size_t i = 0; i < one.losses.size(); ++i) {
       worst = std::max(worst, std::fabs(static_cast<double>(many.losses[i]) - one.losses[i]));
-      EXPECT_LE(std::fabs(many.losses[i] - one.losses[i]), tol) << what << " step " << i + 1;
+      EXPECT_LE(std::fabs(many.losses[i] - one.losses[i]), rel * std::fabs(one.losses[i])) << what << " step " << i + 1;
     }
     if (std::getenv("GANTRY_VERBOSE")) std::printf("%s: worst %.3g (bf16 vs fp32 %.3g)\n", what.c_str(), worst, parted);
     for (const auto& r : many.replicated) EXPECT_EQ(r, many.replicated[0]) << what;
     worst_layout = std::max(worst_layout, worst);
   }
-  EXPECT_GT(parted, 2 * worst_layout) << "the layouts' rounding noise is well apart from fp32's distance";
+  EXPECT_GT(parted, 4 * worst_layout) << "the layouts' rounding noise is well apart from fp32's distance";
 }
 
 // ZeRO 2 and 3 over the data-parallel replicas of tensor-parallel shards (FSDP with TP, as

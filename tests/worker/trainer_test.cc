@@ -12,7 +12,10 @@
 #include "common/file_util.h"
 #include "common/status.h"
 #include "tests/test_util.h"
+#include "worker/data/prepare.h"
 #include "worker/data/token_file.h"
+#include "worker/data/tokenizer.h"
+#include "worker/model/hf_io.h"
 
 namespace gantry::train {
 namespace {
@@ -96,6 +99,82 @@ TEST_F(TrainerTest, ResumeContinuesExactly) {
   l1.insert(l1.end(), l2.begin(), l2.end());
   EXPECT_EQ(0, std::memcmp(lf.data(), l1.data(), lf.size() * 4));
   EXPECT_EQ(0, std::memcmp(full->model().params(), second->model().params(), full->model().num_params() * 4));
+}
+
+// The data position is in the checkpoint: a run stopped at step 6 (global batch 8: 48 rows
+// read) and resumed with a global batch of 16 reads rows 48.. next, as the uninterrupted run
+// does. With a learning rate too small to move an fp32 weight, each step's loss is the mean
+// over the rows it read, so the resumed step k's loss is the mean of the uninterrupted run's
+// steps 2k-7 and 2k-6 (two micro-batches of 8 rows each way). Without the recorded position
+// (step x global batch: 96) it would read rows 96.. instead.
+TEST_F(TrainerTest, AResumedRunWithAnotherGlobalBatchContinuesTheRowsRead) {
+  auto spec = [&](int global, int steps, int ckpt_every = 6) {
+    JobSpec s = Spec(steps, ckpt_every);
+    s.train.global_batch = global;
+    s.train.lr = 1e-30;
+    s.train.grad_clip = 0;
+    s.eval.every = 0;
+    return s;
+  };
+  auto full = Make(spec(8, 12, /*ckpt_every=*/0));
+  ASSERT_TRUE(full->Run().ok());
+  TrainOptions stop;
+  stop.stop_after = 6;
+  ASSERT_TRUE(Make(spec(8, 12), stop)->Run().ok());
+  const std::string manifest = ReadFile(dir_.File("ckpt/step_00000006/manifest.json"));
+  EXPECT_NE(manifest.find("\"rows\": 48"), std::string::npos) << manifest;
+  TrainOptions o;
+  o.resume = true;
+  auto resumed = Make(spec(16, 9), o);
+  ASSERT_TRUE(resumed->Run().ok());
+  const auto lf = Losses(*full), lr = Losses(*resumed);
+  ASSERT_EQ(lr.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const float want = 0.5f * (lf[6 + 2 * i] + lf[7 + 2 * i]);
+    EXPECT_NEAR(lr[i], want, 1e-5f * want) << "resumed step " << 7 + i;
+  }
+}
+
+// Text through a byte-level BPE end to end: prepare writes shards with the fixture tokenizer;
+// a job reads them as a glob with data.tokenizer set; its checkpoint records the tokenizer and
+// export puts it beside the model, where sample finds it. A tokenizer larger than the model's
+// vocabulary is refused before training.
+TEST_F(TrainerTest, ATokenizersShardsTrainAndItsExportCarriesTheTokenizer) {
+  const std::string tokenizer = testing::SourcePath("tests/reference/fixtures/tokenizer/bpe/tokenizer.json");
+  data::PrepareOptions p;
+  p.inputs = {testing::SourcePath("tests/reference/fixtures/tokenizer/corpus.txt")};
+  p.out_dir = dir_.File("bpe-data");
+  p.tokenizer = tokenizer;
+  p.shard_tokens = 4000;
+  p.val_fraction = 0.1;
+  auto prepared = data::Prepare(p, nullptr);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_GT(prepared->train_shards.size(), 3u);
+  auto spec = ParseJobSpec("model: {n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 1024, seq_len: 32}\n"
+                           "data: {train: " + dir_.File("bpe-data/train_*.bin") + ", val: " + dir_.File("bpe-data/val_*.bin") +
+                           ", shuffle: true, tokenizer: " + tokenizer + "}\n"
+                           "train: {steps: 4, micro_batch: 2, global_batch: 4, lr: 1.0e-3, seed: 5}\n"
+                           "checkpoint: {every: 4, dir: " + dir_.File("bpe-ckpt") + "}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto t = Make(*spec);
+  ASSERT_TRUE(t->Run().ok());
+  EXPECT_EQ(Losses(*t).size(), 4u);
+  const std::string ckpt = dir_.File("bpe-ckpt/step_00000004");
+  EXPECT_NE(ReadFile(ckpt + "/manifest.json").find(tokenizer), std::string::npos) << "data.tokenizer recorded";
+  ASSERT_TRUE(ExportCheckpoint(ckpt, dir_.File("hf")).ok());
+  EXPECT_EQ(ReadFile(dir_.File("hf/tokenizer.json")), ReadFile(tokenizer));
+  auto model = model::LoadHFModel(dir_.File("hf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto tok = data::TokenizerForModel(dir_.File("hf"), "", (*model)->config().vocab_size);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 1000u);
+  EXPECT_EQ((*tok)->Encode("hello world"), (*data::Tokenizer::Load(tokenizer))->Encode("hello world"));
+  // A model whose vocabulary is smaller than the tokenizer's is refused.
+  spec->model.vocab_size = 512;
+  auto refused = Trainer::Create(*spec, TrainOptions{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("more than model.vocab_size 512"), absl::string_view::npos)
+      << refused.status();
 }
 
 // With the worker's hook, a checkpoint's files go to it from memory: nothing is written

@@ -1,4 +1,6 @@
-// Turns a text corpus into train/val token files with the byte-level tokenizer.
+// Turns a text corpus into train/val token files: with the byte tokenizer (train.bin and
+// val.bin), or with a byte-level BPE (worker/data/tokenizer.h) into shards of llm.c's format,
+// encoded on every core.
 #pragma once
 
 #include "absl/strings/string_view.h"
@@ -24,6 +26,13 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // files, or directories (their text files, sorted)
   std::string out_dir;
   double val_fraction = 0.05;  // every round(1/f)-th document goes to val
+  // A tokenizer.json, vocab.json, or a directory with either (Tokenizer::Load); empty: the
+  // byte tokenizer. With one, the output is train_000000.bin, ... and val_000000.bin, ...,
+  // and the tokenizer's file(s) are copied beside them.
+  std::string tokenizer;
+  int64_t shard_tokens = 100'000'000;  // tokens per shard (llm.c's fineweb shards: 1e8)
+  int threads = 0;                     // encoding threads; 0: one per core
+  std::string eot;                     // the token that ends a document; empty: the tokenizer's
 };
 
 struct PrepareResult {
@@ -31,12 +40,17 @@ struct PrepareResult {
   int64_t documents = 0;
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
-  std::string train_path, val_path;
+  std::string train_path, val_path;  // the first shard of each
+  std::vector<std::string> train_shards, val_shards;
+  uint32_t vocab_size = 0;
+  int token_bytes = 2;  // 2 (version 1 files) or 4 (version 2)
 };
 
 // Documents: in a file of fortune format (entries separated by lines holding only "%"),
 // each entry; otherwise each paragraph (blank-line separated). Binary files are skipped.
+// progress gets a line per file read; bytes, when given, the bytes encoded of the total.
 absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options,
-                                      const std::function<void(const std::string&)>& progress);
+                                      const std::function<void(const std::string&)>& progress,
+                                      const std::function<void(int64_t done, int64_t total)>& bytes = nullptr);
 
 }  // namespace gantry::data

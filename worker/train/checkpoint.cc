@@ -13,6 +13,7 @@
 #include "common/safetensors.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
+#include "worker/data/tokenizer.h"
 #include "worker/model/hf_io.h"
 
 namespace gantry::train {
@@ -35,6 +36,9 @@ absl::StatusOr<nlohmann::json> ReadManifest(CheckpointSource& source) {
     (void)j.at("step").get<int64_t>();
     (void)j.at("seed").get<uint64_t>();
     (void)j.at("parts").get<std::vector<std::string>>();
+    if (j.contains("data") && j.at("data").contains("rows") && j.at("data").at("rows").get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": data.rows is negative"));
+    }
     if (j.contains("loss_scale")) {  // fp16 runs
       const nlohmann::json& ls = j.at("loss_scale");
       (void)ls.at("scale").get<double>();
@@ -104,11 +108,13 @@ std::string ManifestJson(const model::GPTConfig& config, const CheckpointState& 
        {{"n_layer", config.n_layer}, {"n_head", config.n_head}, {"n_embd", config.n_embd},
         {"vocab_size", config.vocab_size}, {"max_seq_len", config.max_seq_len}}},
       {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}, {"tp", layout.tp}, {"pp", layout.pp}}},
-      // Batches follow from (seed, step, rank) alone: the next step's batch is the data position.
+      // The reads follow from (seed, rows read) alone (worker/data/dataset.h).
       {"data", {{"next_step", state.step}}},
       {"parts", names},
   };
   if (!cuts.empty()) j["cuts"] = cuts;
+  if (state.data_rows) j["data"]["rows"] = *state.data_rows;
+  if (!state.tokenizer.empty()) j["data"]["tokenizer"] = state.tokenizer;
   if (state.loss_scale) {
     j["loss_scale"] = {{"scale", state.loss_scale->scale},
                        {"growth_tracker", state.loss_scale->growth_tracker},
@@ -352,6 +358,8 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
   CheckpointState s;
   s.step = j.at("step").get<int64_t>();
   s.seed = j.at("seed").get<uint64_t>();
+  if (j.contains("data") && j.at("data").contains("rows")) s.data_rows = j.at("data").at("rows").get<int64_t>();
+  if (j.contains("data") && j.at("data").contains("tokenizer")) s.tokenizer = j.at("data").at("tokenizer").get<std::string>();
   if (j.contains("loss_scale")) {
     const nlohmann::json& ls = j.at("loss_scale");
     LossScaleState st;
@@ -368,16 +376,36 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
   return s;
 }
 
-absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir, kernels::Precision dtype) {
+absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir, kernels::Precision dtype,
+                              const std::string& tokenizer, std::string* missing_tokenizer) {
   RETURN_IF_ERROR(ReadManifest(source).status());  // a checkpoint at all?
   ASSIGN_OR_RETURN(model::GPTConfig c, ReadCheckpointModel(source));
   model::GPT m(c);
-  RETURN_IF_ERROR(LoadCheckpoint(source, m, nullptr, nullptr).status());
-  return model::SaveHFModel(out_dir, m, dtype);
+  ASSIGN_OR_RETURN(CheckpointState st, LoadCheckpoint(source, m, nullptr, nullptr));
+  std::string tok = tokenizer.empty() ? st.tokenizer : tokenizer;
+  std::error_code ec;
+  if (tokenizer.empty() && !tok.empty() && !std::filesystem::exists(tok, ec)) {
+    if (missing_tokenizer != nullptr) *missing_tokenizer = tok;
+    tok.clear();
+  }
+  if (!tok.empty()) {  // the tokenizer first: a path gone since training fails before any file is written
+    auto t = data::Tokenizer::Load(tok);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(), absl::StrCat("the job's tokenizer (data.tokenizer; export --tokenizer ",
+                                                          "names another): ", t.status().message()));
+    }
+    if ((*t)->vocab_size() > static_cast<uint32_t>(c.vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer ", tok, " has ", (*t)->vocab_size(),
+                                                     " tokens, more than the model's vocabulary of ", c.vocab_size));
+    }
+  }
+  RETURN_IF_ERROR(model::SaveHFModel(out_dir, m, dtype));
+  return tok.empty() ? absl::OkStatus() : data::ExportTokenizer(tok, out_dir);
 }
 
-absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir, kernels::Precision dtype) {
-  return ExportCheckpoint(*DirectorySource(path), out_dir, dtype);
+absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir, kernels::Precision dtype,
+                              const std::string& tokenizer, std::string* missing_tokenizer) {
+  return ExportCheckpoint(*DirectorySource(path), out_dir, dtype, tokenizer, missing_tokenizer);
 }
 
 }  // namespace gantry::train

@@ -30,8 +30,13 @@
 namespace gantry::train {
 
 struct CheckpointState {
-  int64_t step = 0;  // steps completed (the data position: the next batch is step's)
+  int64_t step = 0;  // steps completed
   uint64_t seed = 0;
+  // The data position: rows read before step `step` ("data": {"rows"} in the manifest; absent
+  // in checkpoints written before it was: then step x the global batch).
+  std::optional<int64_t> data_rows;
+  // The job's tokenizer (data.tokenizer; empty: the byte tokenizer), which export copies.
+  std::string tokenizer;
   // fp16 runs: the loss scaler's state ("loss_scale" in the manifest); absent otherwise, and
   // in checkpoints written before it existed.
   std::optional<LossScaleState> loss_scale;
@@ -115,11 +120,16 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::G
 absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source);
 // The model shape a checkpoint holds (its config.json).
 absl::StatusOr<model::GPTConfig> ReadCheckpointModel(CheckpointSource& source);
-// A checkpoint as a Hugging Face model directory (config.json + model.safetensors).
-// dtype: the exported weights' (fp32 or bf16; the checkpoint holds the fp32 master).
+// A checkpoint as a Hugging Face model directory (config.json + model.safetensors), with
+// its job's tokenizer (tokenizer.json; data::ExportTokenizer) when it had one: `tokenizer`
+// where given (an error if it does not load), else the manifest's data.tokenizer. A recorded
+// path that is not on this machine (the job ran elsewhere) is left out, and *missing_tokenizer
+// names it. dtype: the exported weights' (fp32 or bf16; the checkpoint holds the fp32 master).
 absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_dir,
-                              kernels::Precision dtype = kernels::Precision::kFp32);
+                              kernels::Precision dtype = kernels::Precision::kFp32, const std::string& tokenizer = "",
+                              std::string* missing_tokenizer = nullptr);
 absl::Status ExportCheckpoint(const std::string& path, const std::string& out_dir,
-                              kernels::Precision dtype = kernels::Precision::kFp32);
+                              kernels::Precision dtype = kernels::Precision::kFp32, const std::string& tokenizer = "",
+                              std::string* missing_tokenizer = nullptr);
 
 }  // namespace gantry::train

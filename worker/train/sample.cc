@@ -9,20 +9,23 @@
 
 namespace gantry::train {
 
-absl::StatusOr<std::vector<uint16_t>> Sample(model::GPT& model, const std::vector<uint16_t>& prompt,
+absl::StatusOr<std::vector<uint32_t>> Sample(model::GPT& model, const std::vector<uint32_t>& prompt,
                                              const SampleOptions& options,
-                                             const std::function<void(uint16_t)>& on_token) {
+                                             const std::function<void(uint32_t)>& on_token) {
   const auto& c = model.config();
   if (options.tokens < 0) return absl::InvalidArgumentError("--tokens must be >= 0");
   if (!(options.temperature >= 0)) return absl::InvalidArgumentError("--temperature must be >= 0");
-  for (uint16_t t : prompt) {
-    if (t >= c.vocab_size) {
+  for (uint32_t t : prompt) {
+    if (t >= static_cast<uint32_t>(c.vocab_size)) {
       return absl::InvalidArgumentError(
           absl::StrCat("prompt token ", t, " is outside the vocabulary (size ", c.vocab_size, ")"));
     }
   }
-  std::vector<uint16_t> seq = prompt;
-  if (seq.empty()) seq.push_back(0);  // start from end-of-text
+  if (options.start >= static_cast<uint32_t>(c.vocab_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("start token ", options.start, " is outside the vocabulary"));
+  }
+  std::vector<uint32_t> seq = prompt;
+  if (seq.empty()) seq.push_back(options.start);  // start from end-of-text
   // Causal attention: positions after the last real token do not change its logits, so one
   // fixed T serves every step (no reallocation while generating).
   const int T = std::min<int>(c.max_seq_len, static_cast<int>(seq.size()) + options.tokens);
@@ -30,11 +33,11 @@ absl::StatusOr<std::vector<uint16_t>> Sample(model::GPT& model, const std::vecto
   Rng rng(options.seed);
   std::vector<float> probs(static_cast<size_t>(c.vocab_size)), row(static_cast<size_t>(c.vocab_size));
   std::vector<int> order(static_cast<size_t>(c.vocab_size));
-  std::vector<uint16_t> out;
+  std::vector<uint32_t> out;
   for (int i = 0; i < options.tokens; ++i) {
     const int len = std::min<int>(T, static_cast<int>(seq.size()));
     std::fill(window.begin(), window.end(), 0);
-    for (int j = 0; j < len; ++j) window[static_cast<size_t>(j)] = seq[seq.size() - len + j];
+    for (int j = 0; j < len; ++j) window[static_cast<size_t>(j)] = static_cast<int32_t>(seq[seq.size() - len + j]);
     model.Forward(window.data(), nullptr, 1, T);
     model.ReadLogits(row.data(), static_cast<size_t>(len - 1), 1);
     const float* logits = row.data();
@@ -65,9 +68,9 @@ absl::StatusOr<std::vector<uint16_t>> Sample(model::GPT& model, const std::vecto
         }
       }
     }
-    seq.push_back(static_cast<uint16_t>(next));
-    out.push_back(static_cast<uint16_t>(next));
-    if (on_token) on_token(static_cast<uint16_t>(next));
+    seq.push_back(static_cast<uint32_t>(next));
+    out.push_back(static_cast<uint32_t>(next));
+    if (on_token) on_token(static_cast<uint32_t>(next));
   }
   return out;
 }

@@ -15,12 +15,13 @@ struct SampleOptions {
   float temperature = 1.0f;  // 0 = greedy
   int top_k = 0;             // 0 = the whole vocabulary
   uint64_t seed = 0;
+  uint32_t start = 0;  // what an empty prompt starts from (the tokenizer's end of text)
 };
 
 // Generates after `prompt`, feeding the model at most max_seq_len tokens of context.
 // on_token is called with each new token as it is made.
-absl::StatusOr<std::vector<uint16_t>> Sample(model::GPT& model, const std::vector<uint16_t>& prompt,
+absl::StatusOr<std::vector<uint32_t>> Sample(model::GPT& model, const std::vector<uint32_t>& prompt,
                                              const SampleOptions& options,
-                                             const std::function<void(uint16_t)>& on_token);
+                                             const std::function<void(uint32_t)>& on_token);
 
 }  // namespace gantry::train

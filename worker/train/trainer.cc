@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "common/console.h"
 #include "kernels/grad_norm.h"
+#include "worker/data/tokenizer.h"
 #include "worker/model/hf_io.h"
 #include "worker/train/checkpoint.h"
 
@@ -47,20 +48,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     return absl::InvalidArgumentError(absl::StrCat("parallel.dp is ", spec.parallel.dp, " but ", world,
                                                    " rank(s) run this job", world == 1 ? " (gantry-train runs one: submit it to a cluster)" : ""));
   }
-  ASSIGN_OR_RETURN(data::TokenFile train,
-                   data::TokenFile::Open(spec.data.train, spec.model.vocab_size));
-  t->train_file_.emplace(std::move(train));
-  ASSIGN_OR_RETURN(data::BatchLoader tl, data::BatchLoader::Create(&*t->train_file_, B, T,
-                                                                   spec.train.seed,
-                                                                   spec.data.shuffle));
-  t->train_loader_.emplace(std::move(tl));
+  if (!spec.data.tokenizer.empty()) {  // the data's tokenizer: loadable, and within the model's vocabulary
+    ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tok, data::Tokenizer::Load(spec.data.tokenizer));
+    if (tok->vocab_size() > static_cast<uint32_t>(spec.model.vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat("data.tokenizer ", spec.data.tokenizer, " has ", tok->vocab_size(),
+                                                     " tokens, more than model.vocab_size ", spec.model.vocab_size));
+    }
+  }
+  ASSIGN_OR_RETURN(t->train_data_, data::Dataset::Open(spec.data.train, T, spec.model.vocab_size));
   if (!spec.data.val.empty()) {
-    ASSIGN_OR_RETURN(data::TokenFile val,
-                     data::TokenFile::Open(spec.data.val, spec.model.vocab_size));
-    t->val_file_.emplace(std::move(val));
-    ASSIGN_OR_RETURN(data::BatchLoader vl,
-                     data::BatchLoader::Create(&*t->val_file_, B, T, 0, false));
-    t->val_loader_.emplace(std::move(vl));
+    ASSIGN_OR_RETURN(t->val_data_, data::Dataset::Open(spec.data.val, T, spec.model.vocab_size));
   }
   if (!options.init_from.empty()) {
     ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(options.init_from));
@@ -164,6 +161,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                         ", the job spec has ", spec.train.seed));
     }
     t->start_step_ = st.step;
+    // The rows read so far: recorded since datasets of shards; before, step x global batch.
+    t->step_base_ = st.step;
+    t->rows_base_ = st.data_rows ? *st.data_rows : st.step * spec.train.global_batch;
     if (st.loss_scale) t->scaler_.Restore(*st.loss_scale);
     ASSIGN_OR_RETURN(CheckpointLayout was, ReadCheckpointLayout(*from));
     if (t->speaker()) {
@@ -186,14 +186,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
 }
 
 namespace {
-// The mean of loss(inputs, targets) over the loader's first `batches` windows.
-absl::StatusOr<float> MeanLoss(data::BatchLoader& loader, int B, int T, int batches,
+// The mean of loss(inputs, targets) over the data's first `batches` micro-batches of B rows
+// (in order; fewer when it holds fewer).
+absl::StatusOr<float> MeanLoss(const data::Dataset& d, int B, int T, int batches,
                                const std::function<absl::StatusOr<float>(const int32_t*, const int32_t*)>& loss) {
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(static_cast<size_t>(B) * T);
-  const int64_t n = std::min<int64_t>(batches, loader.num_windows());
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(batches, d.rows() / B));
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    loader.Fill(i, in.data(), tg.data());
+    RETURN_IF_ERROR(d.Fill(i * B, B, 0, false, in.data(), tg.data()));
     ASSIGN_OR_RETURN(float l, loss(in.data(), tg.data()));
     sum += l;
   }
@@ -201,8 +202,10 @@ absl::StatusOr<float> MeanLoss(data::BatchLoader& loader, int B, int T, int batc
 }
 }  // namespace
 
-float Trainer::Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int T, int batches) {
-  return *MeanLoss(loader, B, T, batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
+int64_t Trainer::RowsAt(int64_t step) const { return rows_base_ + (step - step_base_) * spec_.train.global_batch; }
+
+absl::StatusOr<float> Trainer::Evaluate(model::GPT& model, const data::Dataset& data, int B, int T, int batches) {
+  return MeanLoss(data, B, T, batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
     return model.Forward(in, tg, B, T);
   });
 }
@@ -219,9 +222,17 @@ StepReport Trainer::Step(int64_t step) {
     loss = PipelineStep(step, &bubble);
   } else {
     for (int micro = 0; micro < accum; ++micro) {
-      // Rank r takes windows (step*accum + micro)*dp + r: together the ranks read what one
-      // process with accum*dp micro-batches reads. (Every shard of a replica reads its windows.)
-      train_loader_->Fill((step * accum + micro) * dp + rank, inputs_.data(), targets_.data());
+      // Rank r's micro-batch is reads (micro*dp + r)*B onwards of the step's: together the
+      // ranks read the step's global batch of rows. (Every shard of a replica reads them.)
+      const int64_t k = RowsAt(step) + (static_cast<int64_t>(micro) * dp + rank) * B;
+      if (absl::Status st = train_data_->Fill(k, B, spec_.train.seed, spec_.data.shuffle, inputs_.data(), targets_.data());
+          !st.ok()) {
+        comm_status_ = st;
+        return StepReport{};
+      }
+      // This rank's next micro-batch read ahead while this one computes.
+      const int64_t next = micro + 1 < accum ? k + static_cast<int64_t>(dp) * B : RowsAt(step + 1) + static_cast<int64_t>(rank) * B;
+      train_data_->Prefetch(next, B, spec_.train.seed, spec_.data.shuffle);
       engine_->BeginMicroBatch(micro, accum);
       loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum);
     }
@@ -298,7 +309,9 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
         s = pp->Send(model_->stage_input_grad(slot), n, sh.stage - 1);
         break;
       case PipeOp::kForward: {
-        train_loader_->Fill((step * accum + op.micro) * dp + rank, inputs_.data(), targets_.data());
+        s = train_data_->Fill(RowsAt(step) + (static_cast<int64_t>(op.micro) * dp + rank) * B, B, spec_.train.seed,
+                              spec_.data.shuffle, inputs_.data(), targets_.data());
+        if (!s.ok()) break;
         const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum);
         if (sh.last()) loss += l;
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
@@ -333,7 +346,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
 absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
   const model::ModelShard& sh = model_->shard();
   const size_t n = static_cast<size_t>(B) * T * spec_.model.n_embd;
-  auto sum = MeanLoss(*val_loader_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
+  auto sum = MeanLoss(*val_data_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
     if (!sh.first()) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0), n, sh.stage - 1));
     const float l = model_->ForwardStage(0, in, tg, B, T, 0.f);
     RETURN_IF_ERROR(model_->comm_status());
@@ -365,7 +378,12 @@ float Trainer::EvalLoss(int B, int T) {
     }
     return *v;
   }
-  return Evaluate(*model_, *val_loader_, B, T, spec_.eval.batches);
+  auto v = Evaluate(*model_, *val_data_, B, T, spec_.eval.batches);
+  if (!v.ok()) {
+    comm_status_ = v.status();
+    return NAN;
+  }
+  return *v;
 }
 
 absl::Status Trainer::WriteCheckpoint(int64_t step) {
@@ -397,6 +415,12 @@ CheckpointState Trainer::StateAt(int64_t step) {
   CheckpointState st;
   st.step = step;
   st.seed = spec_.train.seed;
+  st.data_rows = RowsAt(step);
+  if (!spec_.data.tokenizer.empty()) {
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(spec_.data.tokenizer, ec);
+    st.tokenizer = ec ? spec_.data.tokenizer : abs.string();
+  }
   if (!scaler_.enabled()) return st;
   std::lock_guard<std::mutex> l(scale_mu_);
   auto it = scale_at_.find(step);
@@ -457,7 +481,7 @@ absl::Status Trainer::Run() {
       mb(mem.predicted), 100.0 * (static_cast<double>(mem.model_state()) / mem.predicted - 1), mb(mem.activations),
       mb(mem.working)));
   auto eval = [&](int64_t step) {
-    if (!val_loader_) return;
+    if (!val_data_) return;
     const float v = EvalLoss(B, T);
     val_losses_.push_back({step, v});
     if (options_.on_eval) options_.on_eval(step, v);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/data/loader.h"
+#include "worker/data/dataset.h"
 #include "worker/data/token_file.h"
 #include "worker/model/gpt.h"
 #include "worker/parallel/communicator.h"
@@ -120,7 +120,7 @@ class Trainer {
   ~Trainer();
 
   // Mean loss over the first `batches` windows of a token file.
-  static float Evaluate(model::GPT& model, data::BatchLoader& loader, int B, int T, int batches);
+  static absl::StatusOr<float> Evaluate(model::GPT& model, const data::Dataset& data, int B, int T, int batches);
 
  private:
   Trainer() = default;
@@ -155,8 +155,11 @@ class Trainer {
   std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first
   // Device runs: the host model and AdamW state take the device's (checkpoints, the end).
   float EvalLoss(int B, int T);
-  std::optional<data::TokenFile> train_file_, val_file_;
-  std::optional<data::BatchLoader> train_loader_, val_loader_;
+  std::unique_ptr<data::Dataset> train_data_, val_data_;
+  // The data position: step s's first row read is rows_base_ + (s - step_base_) * global
+  // batch (a resumed run's from its checkpoint, so a changed global batch continues the rows).
+  int64_t rows_base_ = 0, step_base_ = 0;
+  int64_t RowsAt(int64_t step) const;
   std::vector<int32_t> inputs_, targets_;
   int64_t start_step_ = 0;
   std::vector<StepReport> reports_;
