@@ -138,6 +138,19 @@ class Backend {
   // → dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                  const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
+  // Llama-family blocks (kernels/llama_ops.h states each op):
+  // RMSNorm: inp (N,C) → out (N,C) (fp32 or 16-bit), rstd (N).
+  virtual void RMSNormForward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C,
+                              float eps) = 0;
+  // → dinp (N,C) +=, dweight (C) +=.
+  virtual void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
+                               const float* weight, const float* rstd, int N, int C) = 0;
+  // RoPE in place on qkv rows (B*T of (NH + 2 NKV) * hd; inv_freq (hd/2) on this backend), the
+  // query and key heads rotated (inverse: the backward's transposed rotation).
+  virtual void RopeApply(Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq, bool inverse) = 0;
+  // SwiGLU's gate: gu (N, 2F) = [g | u] → h (N,F) = silu(g) * u; backward: dh → dgu (N, 2F).
+  virtual void SwigluForward(Ptr h, CPtr gu, int N, int F) = 0;
+  virtual void SwigluBackward(Ptr dgu, CPtr dh, CPtr gu, int N, int F) = 0;
   // inp (N,C), weight (C,OC) kInOut or (OC,C) kOutIn, bias (OC) or null → out (N,OC).
   // 16-bit inputs: each product is exact in fp32 and sums are fp32 (a 16-bit GEMM with fp32
   // accumulation: cuBLAS's CUBLAS_COMPUTE_32F, the CPU's bf16 dot-product instructions); out

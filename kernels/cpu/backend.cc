@@ -20,6 +20,7 @@
 #include "kernels/gelu.h"
 #include "kernels/grad_norm.h"
 #include "kernels/layernorm.h"
+#include "kernels/llama_ops.h"
 #include "kernels/residual.h"
 
 namespace gantry::kernels {
@@ -95,6 +96,22 @@ class Cpu final : public Backend {
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override {
     layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void RMSNormForward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) override {
+    rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                       const float* rstd, int N, int C) override {
+    rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void RopeApply(Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq, bool inverse) override {
+    rope_apply(qkv, B, T, NH, NKV, hd, inv_freq, inverse);
+  }
+  void SwigluForward(Ptr h, CPtr gu, int N, int F) override {
+    if (Types("SwigluForward", {h, gu})) swiglu_forward(h, gu, N, F);
+  }
+  void SwigluBackward(Ptr dgu, CPtr dh, CPtr gu, int N, int F) override {
+    if (Types("SwigluBackward", {dgu, dh, gu})) swiglu_backward(dgu, dh, gu, N, F);
   }
   void MatmulForward(Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
                      WeightLayout layout) override {

@@ -172,6 +172,24 @@ class Cuda final : public kernels::Backend {
                          const float* weight, const float* mean, const float* rstd, int N, int C) override {
     Keep(GANTRY_CUDA_NS::LayerNormBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
   }
+  void RMSNormForward(kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N, int C,
+                      float eps) override {
+    Keep(GANTRY_CUDA_NS::RMSNormForward(*ctx_, out, rstd, inp, weight, N, C, eps));
+  }
+  void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                       const float* rstd, int N, int C) override {
+    Keep(GANTRY_CUDA_NS::RMSNormBackward(*ctx_, dinp, dweight, dout, inp, weight, rstd, N, C));
+  }
+  void RopeApply(kernels::Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq,
+                 bool inverse) override {
+    Keep(GANTRY_CUDA_NS::RopeApply(*ctx_, qkv, B, T, NH, NKV, hd, inv_freq, inverse));
+  }
+  void SwigluForward(kernels::Ptr h, kernels::CPtr gu, int N, int F) override {
+    Keep(GANTRY_CUDA_NS::SwigluForward(*ctx_, h, gu, N, F));
+  }
+  void SwigluBackward(kernels::Ptr dgu, kernels::CPtr dh, kernels::CPtr gu, int N, int F) override {
+    Keep(GANTRY_CUDA_NS::SwigluBackward(*ctx_, dgu, dh, gu, N, F));
+  }
   void MatmulForward(kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight, kernels::CPtr bias, int N, int C,
                      int OC, WeightLayout layout) override {
     if (!Types("MatmulForward", {inp, weight, bias}, {out})) return;

@@ -65,6 +65,17 @@ absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float*
                                const float* inp, const float* weight, const float* mean, const float* rstd, int N,
                                int C);
 
+// Llama-family ops (kernels/llama_ops.h): RMSNorm, RoPE in place on qkv rows (inv_freq on
+// the device), the SwiGLU gate.
+absl::Status RMSNormForward(Context& ctx, kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N,
+                            int C, float eps);
+absl::Status RMSNormBackward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* rstd, int N, int C);
+absl::Status RopeApply(Context& ctx, kernels::Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq,
+                       bool inverse);
+absl::Status SwigluForward(Context& ctx, kernels::Ptr h, kernels::CPtr gu, int N, int F);
+absl::Status SwigluBackward(Context& ctx, kernels::Ptr dgu, kernels::CPtr dh, kernels::CPtr gu, int N, int F);
+
 // cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F; fp32 inputs: no TF32). The inputs
 // (inp, weight, bias; dout, inp, weight, gelu_pre) all fp32 or all of one 16-bit type, whose
 // products are exact in fp32; an output fp32 or of the inputs' type (rounded once, after the

@@ -26,6 +26,7 @@
 #include "kernels/attention.h"
 #include "kernels/backend.h"
 #include "kernels/emulated/cuda_api.h"
+#include "kernels/llama_ops.h"
 #include "tests/test_util.h"
 
 #ifndef GANTRY_TEST_BACKEND
@@ -205,6 +206,80 @@ TEST_F(BackendOpsTest, LayerNormMatchesTheCpuBackend) {
     EXPECT_LE(RelErr(eDw.Host(), dw), kTol);
     EXPECT_LE(RelErr(eDb.Host(), db), kTol);
   }
+}
+
+// The Llama-family ops (kernels/llama_ops.h): RMSNorm both ways, RoPE with grouped KV heads
+// both ways, the SwiGLU gate both ways, in fp32 and bf16 (a 16-bit op reads exact values,
+// computes in fp32, rounds once: the cpu's bits, or one ulp where fp32 math differs).
+TEST_F(BackendOpsTest, LlamaOpsMatchTheCpuBackend) {
+  for (auto [N, C] : {std::tuple{1, 1}, std::tuple{14, 33}, std::tuple{18, 257}, std::tuple{3, 1025}}) {
+    SCOPED_TRACE(::testing::Message() << "RMSNorm " << N << "x" << C);
+    const auto x = Random(static_cast<size_t>(N) * C, 7, 2.f), w = Random(C, 8), dout = Random(static_cast<size_t>(N) * C, 4),
+               dinp0 = Random(static_cast<size_t>(N) * C, 10), dw0 = Random(C, 11);
+    std::vector<float> out(x.size()), rstd(N), dinp = dinp0, dw = dw0;
+    cpu().RMSNormForward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    cpu().RMSNormBackward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    Dev<float> eX(be(), x), eW(be(), w), eDout(be(), dout), eOut(be(), x.size()), eRstd(be(), N), eDinp(be(), dinp0),
+        eDw(be(), dw0);
+    be().RMSNormForward(eOut.get(), eRstd.get(), eX.get(), eW.get(), N, C, 1e-5f);
+    be().RMSNormBackward(eDinp.get(), eDw.get(), eDout.get(), eX.get(), eW.get(), eRstd.get(), N, C);
+    ASSERT_TRUE(Ok());
+    EXPECT_LE(RelErr(eOut.Host(), out), kTol);
+    EXPECT_LE(RelErr(eRstd.Host(), rstd), kTol);
+    EXPECT_LE(RelErr(eDinp.Host(), dinp), kTol);
+    EXPECT_LE(RelErr(eDw.Host(), dw), kTol);
+  }
+  for (auto [B, T, NH, NKV, hd] : {std::tuple{1, 1, 1, 1, 2}, std::tuple{2, 7, 6, 2, 8}, std::tuple{1, 33, 4, 4, 64}}) {
+    SCOPED_TRACE(::testing::Message() << "RoPE B " << B << " T " << T << " NH " << NH << " NKV " << NKV << " hd " << hd);
+    const size_t n = static_cast<size_t>(B) * T * (NH + 2 * NKV) * hd;
+    std::vector<float> inv(static_cast<size_t>(hd / 2));
+    kernels::rope_inv_freq(inv.data(), hd, 10000.f);
+    const auto qkv0 = Random(n, 3);
+    std::vector<float> fwd = qkv0, bwd = qkv0;
+    cpu().RopeApply(fwd.data(), B, T, NH, NKV, hd, inv.data(), false);
+    cpu().RopeApply(bwd.data(), B, T, NH, NKV, hd, inv.data(), true);
+    Dev<float> eInv(be(), inv), eF(be(), qkv0), eB(be(), qkv0);
+    be().RopeApply(eF.get(), B, T, NH, NKV, hd, eInv.get(), false);
+    be().RopeApply(eB.get(), B, T, NH, NKV, hd, eInv.get(), true);
+    ASSERT_TRUE(Ok());
+    EXPECT_LE(RelErr(eF.Host(), fwd), kTol);
+    EXPECT_LE(RelErr(eB.Host(), bwd), kTol);
+  }
+  for (auto [N, F] : {std::tuple{1, 1}, std::tuple{9, 13}, std::tuple{33, 300}}) {
+    for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE(::testing::Message() << "SwiGLU " << N << "x" << F << " " << kernels::PrecisionName(p));
+      const auto gu32 = Random(static_cast<size_t>(N) * 2 * F, 5, 2.f), dh32 = Random(static_cast<size_t>(N) * F, 6);
+      auto as = [&](const std::vector<float>& v) {  // the values of p (16-bit: rounded, stored 2 to a float)
+        std::vector<float> out((v.size() * kernels::ElemBytes(p) + 3) / 4);
+        cpu().Convert(Ptr(out.data(), p), v.data(), static_cast<int64_t>(v.size()));
+        return out;
+      };
+      const auto gu = as(gu32), dh = as(dh32);
+      std::vector<float> h((static_cast<size_t>(N) * F * kernels::ElemBytes(p) + 3) / 4),
+          dgu((static_cast<size_t>(N) * 2 * F * kernels::ElemBytes(p) + 3) / 4);
+      cpu().SwigluForward(Ptr(h.data(), p), CPtr(gu.data(), p), N, F);
+      cpu().SwigluBackward(Ptr(dgu.data(), p), CPtr(dh.data(), p), CPtr(gu.data(), p), N, F);
+      Dev<float> eGu(be(), gu), eDh(be(), dh), eH(be(), h.size()), eDgu(be(), dgu.size());
+      be().SwigluForward(Ptr(eH.get(), p), CPtr(eGu.get(), p), N, F);
+      be().SwigluBackward(Ptr(eDgu.get(), p), CPtr(eDh.get(), p), CPtr(eGu.get(), p), N, F);
+      ASSERT_TRUE(Ok());
+      auto widen = [&](const std::vector<float>& v, size_t count) {
+        std::vector<float> out(count);
+        cpu().Convert(out.data(), CPtr(v.data(), p), static_cast<int64_t>(count));
+        return out;
+      };
+      const double tol = p == Precision::kFp32 ? kTol : 0x1p-8;  // bf16: within one ulp (2^-8 relative)
+      EXPECT_LE(RelErr(widen(eH.Host(), static_cast<size_t>(N) * F), widen(h, static_cast<size_t>(N) * F)), tol);
+      EXPECT_LE(RelErr(widen(eDgu.Host(), static_cast<size_t>(N) * 2 * F), widen(dgu, static_cast<size_t>(N) * 2 * F)),
+                tol);
+    }
+  }
+  // Mixed types are refused, naming the op.
+  std::vector<float> a(4), b(4);
+  be().SwigluForward(Ptr(a.data(), Precision::kBf16), CPtr(b.data(), Precision::kFp32), 1, 1);
+  const absl::Status st = be().Synchronize();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("SwigluForward"), absl::string_view::npos) << st;
 }
 
 TEST_F(BackendOpsTest, MatmulsInBothLayoutsMatchTheCpuBackend) {

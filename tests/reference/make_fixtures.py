@@ -10,6 +10,10 @@ with gradient clipping (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_).
 
 kernels.safetensors: each op alone on random inputs: outputs and gradients.
 
+llama_ops.safetensors (--only llama_ops): the ops of Llama-family blocks as transformers'
+LlamaForCausalLM runs them: RMSNorm, rotary embeddings on packed qkv rows with grouped KV
+heads (rotate_half; the fp32 cos/sin caches of t * inv_freq), the SwiGLU gate.
+
 amp.safetensors (--only amp): mixed precision under torch.autocast on the CPU. fp32 values
 rounded to bf16 and fp16 (edges included); one addmm and one GELU under autocast; and
 gpt2_tiny's model (its weights, read from gpt2_tiny.safetensors) trained 10 AdamW steps on 10
@@ -373,10 +377,62 @@ def make_amp(out_dir):
         print(f"amp {name}: {s}")
 
 
+def make_llama_ops(out_dir):
+    """The ops of Llama-family blocks, as transformers' LlamaForCausalLM runs them: RMSNorm
+    (LlamaRMSNorm), rotary embeddings (rotate_half, the fp32 cos/sin of t * inv_freq) and the
+    SwiGLU gate (silu(g) * u), on fp32 inputs; outputs and gradients in float64 (autograd)."""
+    g = torch.Generator().manual_seed(11)
+    r = lambda *s: torch.randn(*s, generator=g).to(torch.float32)
+    d = lambda t: t.to(torch.float64).clone().requires_grad_(True)
+    out = {}
+    # RMSNorm, eps 1e-5
+    N, Cn, eps = 7, 37, 1e-5
+    x, w, dout = r(N, Cn) * 2 + 0.5, 1 + 0.1 * r(Cn), r(N, Cn)
+    x64, w64 = d(x), d(w)
+    rstd = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
+    y = w64 * (x64 * rstd)
+    y.backward(dout.to(torch.float64))
+    out.update({"rmsnorm.inp": x, "rmsnorm.weight": w, "rmsnorm.dout": dout, "rmsnorm.out": f32(y),
+                "rmsnorm.rstd": f32(rstd[:, 0]), "rmsnorm.dinp": f32(x64.grad), "rmsnorm.dweight": f32(w64.grad)})
+    # RoPE on packed qkv rows: B 2, T 5, 6 query heads, 2 key/value heads, head_dim 8, theta 500000
+    Bn, Tn, nh, nkv, hd, theta = 2, 5, 6, 2, 8, 500000.0
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    pos = torch.arange(Tn, dtype=torch.float32)
+    freqs = pos[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(torch.float64), emb.sin().to(torch.float64)  # HF's fp32 caches
+
+    def rotate_half(t):
+        return torch.cat((-t[..., hd // 2:], t[..., :hd // 2]), dim=-1)
+
+    qkv = r(Bn, Tn, (nh + 2 * nkv) * hd)
+    dqkv = r(Bn, Tn, (nh + 2 * nkv) * hd)
+    q64 = d(qkv)
+    q = q64[..., : nh * hd].reshape(Bn, Tn, nh, hd)
+    k = q64[..., nh * hd: (nh + nkv) * hd].reshape(Bn, Tn, nkv, hd)
+    v = q64[..., (nh + nkv) * hd:]
+    c4, s4 = cos[None, :, None, :], sin[None, :, None, :]
+    qr, kr = q * c4 + rotate_half(q) * s4, k * c4 + rotate_half(k) * s4
+    y = torch.cat((qr.reshape(Bn, Tn, -1), kr.reshape(Bn, Tn, -1), v), dim=-1)
+    y.backward(dqkv.to(torch.float64))
+    out.update({"rope.qkv": qkv, "rope.inv_freq": inv_freq, "rope.out": f32(y), "rope.dout": dqkv,
+                "rope.dqkv": f32(q64.grad)})
+    # SwiGLU gate: gu rows [g | u], h = silu(g) * u
+    N, Fn = 9, 13
+    gu, dh = r(N, 2 * Fn) * 2, r(N, Fn)
+    gu64 = d(gu)
+    h = F.silu(gu64[:, :Fn]) * gu64[:, Fn:]
+    h.backward(dh.to(torch.float64))
+    out.update({"swiglu.gu": gu, "swiglu.dh": dh, "swiglu.h": f32(h), "swiglu.dgu": f32(gu64.grad)})
+    save_file(out, os.path.join(out_dir, "llama_ops.safetensors"),
+              metadata={"generator": "tests/reference/make_fixtures.py --only llama_ops", "torch": torch.__version__})
+    print(f"llama_ops: {len(out)} tensors")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
-    ap.add_argument("--only", choices=["gpt2", "kernels", "amp"], help="write this fixture file alone")
+    ap.add_argument("--only", choices=["gpt2", "kernels", "amp", "llama_ops"], help="write this fixture file alone")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
@@ -386,3 +442,5 @@ if __name__ == "__main__":
         make_kernels(args.out)
     if args.only in (None, "amp"):
         make_amp(args.out)
+    if args.only in (None, "llama_ops"):
+        make_llama_ops(args.out)
