@@ -151,6 +151,10 @@ class Backend {
   // SwiGLU's gate: gu (N, 2F) = [g | u] → h (N,F) = silu(g) * u; backward: dh → dgu (N, 2F).
   virtual void SwigluForward(Ptr h, CPtr gu, int N, int F) = 0;
   virtual void SwigluBackward(Ptr dgu, CPtr dh, CPtr gu, int N, int F) = 0;
+  // Grouped-query attention's repeat_kv: qkv rows ((NH + 2 NKV) hd) → (3 NH hd), and the
+  // gradient back (the key/value heads' summed over the query heads that read them).
+  virtual void GqaExpand(Ptr out, CPtr qkv, int64_t rows, int NH, int NKV, int hd) = 0;
+  virtual void GqaReduce(Ptr dqkv, CPtr dqkv3, int64_t rows, int NH, int NKV, int hd) = 0;
   // inp (N,C), weight (C,OC) kInOut or (OC,C) kOutIn, bias (OC) or null → out (N,OC).
   // 16-bit inputs: each product is exact in fp32 and sums are fp32 (a 16-bit GEMM with fp32
   // accumulation: cuBLAS's CUBLAS_COMPUTE_32F, the CPU's bf16 dot-product instructions); out

@@ -113,6 +113,16 @@ class Cpu final : public Backend {
   void SwigluBackward(Ptr dgu, CPtr dh, CPtr gu, int N, int F) override {
     if (Types("SwigluBackward", {dgu, dh, gu})) swiglu_backward(dgu, dh, gu, N, F);
   }
+  void GqaExpand(Ptr out, CPtr qkv, int64_t rows, int NH, int NKV, int hd) override {
+    if (!Types("GqaExpand", {out, qkv})) return;
+    if (absl::Status s = CheckGroups("GqaExpand", NH, NKV, hd); !s.ok()) return Keep(std::move(s));
+    gqa_expand(out, qkv, rows, NH, NKV, hd);
+  }
+  void GqaReduce(Ptr dqkv, CPtr dqkv3, int64_t rows, int NH, int NKV, int hd) override {
+    if (!Types("GqaReduce", {dqkv, dqkv3})) return;
+    if (absl::Status s = CheckGroups("GqaReduce", NH, NKV, hd); !s.ok()) return Keep(std::move(s));
+    gqa_reduce(dqkv, dqkv3, rows, NH, NKV, hd);
+  }
   void MatmulForward(Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
                      WeightLayout layout) override {
     if (!Types("MatmulForward", {inp, weight, bias}, {out})) return;

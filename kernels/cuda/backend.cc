@@ -190,6 +190,12 @@ class Cuda final : public kernels::Backend {
   void SwigluBackward(kernels::Ptr dgu, kernels::CPtr dh, kernels::CPtr gu, int N, int F) override {
     Keep(GANTRY_CUDA_NS::SwigluBackward(*ctx_, dgu, dh, gu, N, F));
   }
+  void GqaExpand(kernels::Ptr out, kernels::CPtr qkv, int64_t rows, int NH, int NKV, int hd) override {
+    Keep(GANTRY_CUDA_NS::GqaExpand(*ctx_, out, qkv, rows, NH, NKV, hd));
+  }
+  void GqaReduce(kernels::Ptr dqkv, kernels::CPtr dqkv3, int64_t rows, int NH, int NKV, int hd) override {
+    Keep(GANTRY_CUDA_NS::GqaReduce(*ctx_, dqkv, dqkv3, rows, NH, NKV, hd));
+  }
   void MatmulForward(kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight, kernels::CPtr bias, int N, int C,
                      int OC, WeightLayout layout) override {
     if (!Types("MatmulForward", {inp, weight, bias}, {out})) return;

@@ -75,6 +75,8 @@ absl::Status RopeApply(Context& ctx, kernels::Ptr qkv, int B, int T, int NH, int
                        bool inverse);
 absl::Status SwigluForward(Context& ctx, kernels::Ptr h, kernels::CPtr gu, int N, int F);
 absl::Status SwigluBackward(Context& ctx, kernels::Ptr dgu, kernels::CPtr dh, kernels::CPtr gu, int N, int F);
+absl::Status GqaExpand(Context& ctx, kernels::Ptr out, kernels::CPtr qkv, int64_t rows, int NH, int NKV, int hd);
+absl::Status GqaReduce(Context& ctx, kernels::Ptr dqkv, kernels::CPtr dqkv3, int64_t rows, int NH, int NKV, int hd);
 
 // cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F; fp32 inputs: no TF32). The inputs
 // (inp, weight, bias; dout, inp, weight, gelu_pre) all fp32 or all of one 16-bit type, whose

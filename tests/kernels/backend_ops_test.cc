@@ -274,6 +274,38 @@ TEST_F(BackendOpsTest, LlamaOpsMatchTheCpuBackend) {
                 tol);
     }
   }
+  for (auto [rows, NH, NKV, hd] : {std::tuple{1, 1, 1, 1}, std::tuple{10, 6, 2, 4}, std::tuple{7, 8, 1, 64}}) {
+    for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE(::testing::Message() << "GQA rows " << rows << " NH " << NH << " NKV " << NKV << " hd " << hd << " "
+                                        << kernels::PrecisionName(p));
+      const size_t narrow = static_cast<size_t>(rows) * (NH + 2 * NKV) * hd, wide = static_cast<size_t>(rows) * 3 * NH * hd;
+      auto as = [&](const std::vector<float>& v) {
+        std::vector<float> out((v.size() * kernels::ElemBytes(p) + 3) / 4);
+        cpu().Convert(Ptr(out.data(), p), v.data(), static_cast<int64_t>(v.size()));
+        return out;
+      };
+      const auto qkv = as(Random(narrow, 21)), d3 = as(Random(wide, 22));
+      std::vector<float> x3(d3.size()), dq(qkv.size());
+      cpu().GqaExpand(Ptr(x3.data(), p), CPtr(qkv.data(), p), rows, NH, NKV, hd);
+      cpu().GqaReduce(Ptr(dq.data(), p), CPtr(d3.data(), p), rows, NH, NKV, hd);
+      Dev<float> eQkv(be(), qkv), eD3(be(), d3), eX3(be(), x3.size()), eDq(be(), dq.size());
+      be().GqaExpand(Ptr(eX3.get(), p), CPtr(eQkv.get(), p), rows, NH, NKV, hd);
+      be().GqaReduce(Ptr(eDq.get(), p), CPtr(eD3.get(), p), rows, NH, NKV, hd);
+      ASSERT_TRUE(Ok());
+      auto values = [&](const std::vector<float>& v, size_t count) {  // the count values of p, as fp32
+        std::vector<float> out(count);
+        cpu().Convert(out.data(), CPtr(v.data(), p), static_cast<int64_t>(count));
+        return out;
+      };
+      EXPECT_EQ(values(eX3.Host(), wide), values(x3, wide)) << "a copy: bit for bit";
+      EXPECT_EQ(values(eDq.Host(), narrow), values(dq, narrow)) << "sums in the same order: bit for bit";
+    }
+  }
+  std::vector<float> g(4);
+  be().GqaExpand(Ptr(g.data(), Precision::kFp32), CPtr(g.data(), Precision::kFp32), 1, 6, 4, 1);
+  const absl::Status groups = be().Synchronize();
+  ASSERT_FALSE(groups.ok());
+  EXPECT_NE(groups.message().find("GqaExpand: 6 query heads over 4"), absl::string_view::npos) << groups;
   // Mixed types are refused, naming the op.
   std::vector<float> a(4), b(4);
   be().SwigluForward(Ptr(a.data(), Precision::kBf16), CPtr(b.data(), Precision::kFp32), 1, 1);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/llama_ops.h"
 #include "tests/test_util.h"
@@ -74,6 +75,29 @@ TEST_F(LlamaOpsTest, SwigluForwardBackwardMatchesTorch) {
   EXPECT_LE(RelErr(h, F("swiglu.h")), kTol);
   swiglu_backward(dgu.data(), dh.data(), gu.data(), N, Fn);
   EXPECT_LE(RelErr(dgu, F("swiglu.dgu")), kTol);
+}
+
+// Grouped-query attention as the expansion to multi-head attention's packed rows, the
+// multi-head kernels, and the reduction of the gradient: transformers' eager attention with
+// repeat_kv (6 query heads over 2 key/value heads).
+TEST_F(LlamaOpsTest, GroupedQueryAttentionThroughTheMultiHeadKernelsMatchesTorch) {
+  const int B = 2, T = 5, NH = 6, NKV = 2, hd = 4, C = NH * hd;
+  const int64_t rows = B * T;
+  auto qkv = F("gqa.qkv"), dout = F("gqa.dout");
+  std::vector<float> qkv3(static_cast<size_t>(rows) * 3 * C, NAN), out(static_cast<size_t>(rows) * C, NAN),
+      att(static_cast<size_t>(B) * NH * T * T), dqkv3(qkv3.size(), NAN), scratch(att.size()),
+      dqkv(qkv.size(), NAN);
+  gqa_expand(qkv3.data(), qkv.data(), rows, NH, NKV, hd);
+  attention_forward(out.data(), att.data(), qkv3.data(), B, T, C, NH);
+  EXPECT_LE(RelErr(out, F("gqa.out")), kTol);
+  attention_backward(dqkv3.data(), scratch.data(), dout.data(), qkv3.data(), att.data(), B, T, C, NH);
+  gqa_reduce(dqkv.data(), dqkv3.data(), rows, NH, NKV, hd);
+  EXPECT_LE(RelErr(dqkv, F("gqa.dqkv")), kTol);
+  // With NKV = NH the expansion is the identity.
+  std::vector<float> same(static_cast<size_t>(rows) * 3 * C);
+  gqa_expand(same.data(), qkv3.data(), rows, NH, NH, hd);
+  EXPECT_EQ(same, qkv3);
+  EXPECT_FALSE(CheckGroups("GqaExpand", 6, 4, 8).ok()) << "6 query heads cannot share 4 key/value heads";
 }
 
 TEST_F(LlamaOpsTest, SameBitsWhateverTheThreadCount) {

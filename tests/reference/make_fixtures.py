@@ -12,7 +12,8 @@ kernels.safetensors: each op alone on random inputs: outputs and gradients.
 
 llama_ops.safetensors (--only llama_ops): the ops of Llama-family blocks as transformers'
 LlamaForCausalLM runs them: RMSNorm, rotary embeddings on packed qkv rows with grouped KV
-heads (rotate_half; the fp32 cos/sin caches of t * inv_freq), the SwiGLU gate.
+heads (rotate_half; the fp32 cos/sin caches of t * inv_freq), the SwiGLU gate, and causal
+grouped-query attention (repeat_kv).
 
 amp.safetensors (--only amp): mixed precision under torch.autocast on the CPU. fp32 values
 rounded to bf16 and fp16 (edges included); one addmm and one GELU under autocast; and
@@ -424,6 +425,21 @@ def make_llama_ops(out_dir):
     h = F.silu(gu64[:, :Fn]) * gu64[:, Fn:]
     h.backward(dh.to(torch.float64))
     out.update({"swiglu.gu": gu, "swiglu.dh": dh, "swiglu.h": f32(h), "swiglu.dgu": f32(gu64.grad)})
+    # Grouped-query attention: 6 query heads over 2 key/value heads, head_dim 4, causal, as
+    # transformers' eager attention (repeat_kv, softmax of q k^T / sqrt(hd)).
+    Bn, Tn, nh, nkv, hd = 2, 5, 6, 2, 4
+    qkv = r(Bn, Tn, (nh + 2 * nkv) * hd)
+    dout = r(Bn, Tn, nh * hd)
+    q64 = d(qkv)
+    q = q64[..., : nh * hd].reshape(Bn, Tn, nh, hd).transpose(1, 2)
+    k = q64[..., nh * hd: (nh + nkv) * hd].reshape(Bn, Tn, nkv, hd).transpose(1, 2)
+    v = q64[..., (nh + nkv) * hd:].reshape(Bn, Tn, nkv, hd).transpose(1, 2)
+    k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
+    att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    att = att.masked_fill(torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+    y = (att @ v).transpose(1, 2).reshape(Bn, Tn, nh * hd)
+    y.backward(dout.to(torch.float64))
+    out.update({"gqa.qkv": qkv, "gqa.dout": dout, "gqa.out": f32(y), "gqa.dqkv": f32(q64.grad)})
     save_file(out, os.path.join(out_dir, "llama_ops.safetensors"),
               metadata={"generator": "tests/reference/make_fixtures.py --only llama_ops", "torch": torch.__version__})
     print(f"llama_ops: {len(out)} tensors")
