@@ -3,11 +3,17 @@
 
 #include "kernels/cuda/runtime.h"
 
+#include <cstdint>
+#include <initializer_list>
+
 #include "absl/status/status.h"
 
 namespace gantry::GANTRY_CUDA_NS {
 
 absl::Status CudaStatus(cudaError_t err, const char* expr, const char* file, int line);
+// A launcher's dimensions: each positive and within a launch's int range; else "op: bad
+// dimension d".
+absl::Status CheckDims(const char* op, std::initializer_list<int64_t> dims);
 
 }  // namespace gantry::GANTRY_CUDA_NS
 

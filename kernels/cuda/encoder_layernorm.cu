@@ -11,16 +11,6 @@
 #include "kernels/cuda/ops.h"
 
 namespace gantry::GANTRY_CUDA_NS {
-namespace {
-
-absl::Status CheckDims(const char* op, std::initializer_list<int64_t> dims) {
-  for (int64_t d : dims) {
-    if (d <= 0 || d > (int64_t{1} << 31) - 1) return absl::InvalidArgumentError(absl::StrCat(op, ": bad dimension ", d));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status EncoderForward(Context& ctx, float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
                             int T, int C) {

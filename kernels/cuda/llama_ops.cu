@@ -126,13 +126,6 @@ __global__ void GqaReduceKernel(typename E::T* dqkv, const typename E::T* dqkv3,
   dqkv[idx] = E::St(s);
 }
 
-absl::Status CheckDims(const char* op, std::initializer_list<int64_t> dims) {
-  for (int64_t d : dims) {
-    if (d <= 0 || d > (int64_t{1} << 31) - 1) return absl::InvalidArgumentError(absl::StrCat(op, ": bad dimension ", d));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status RMSNormForward(Context& ctx, kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N,

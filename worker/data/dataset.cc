@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
+#include "common/status.h"
 #include "worker/data/token_file.h"
 
 namespace gantry::data {
@@ -39,12 +40,7 @@ int64_t Permute(int64_t x, int64_t n, uint64_t key) {
 
 }  // namespace
 
-uint32_t Dataset::Shard::Token(int64_t i) const {
-  const unsigned char* p = map + kTokenFileHeaderInts * 4 + static_cast<size_t>(i) * static_cast<size_t>(width);
-  if (width == 2) return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8);
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
-         (static_cast<uint32_t>(p[3]) << 24);
-}
+uint32_t Dataset::Shard::Token(int64_t i) const { return TokenAt(map + kTokenFileHeaderInts * 4, width, i); }
 
 Dataset::~Dataset() {
   for (Shard& s : shards_) {
@@ -82,36 +78,15 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& patter
       return absl::UnavailableError(absl::StrCat(path, ": ", std::strerror(errno)));
     }
     s.map_bytes = static_cast<size_t>(st.st_size);
-    const size_t header_bytes = kTokenFileHeaderInts * 4;
-    if (s.map_bytes < header_bytes) {
-      close(fd);
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.map_bytes, " bytes, shorter than the 1024-byte header"));
-    }
-    void* m = mmap(nullptr, s.map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* m = s.map_bytes > 0 ? mmap(nullptr, s.map_bytes, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
     close(fd);
     if (m == MAP_FAILED) return absl::UnavailableError(absl::StrCat(path, ": mmap: ", std::strerror(errno)));
     s.map = static_cast<const unsigned char*>(m);
     d->shards_.push_back(s);  // unmapped by ~Dataset from here on, whatever follows
-    int32_t header[3];
-    std::memcpy(header, s.map, sizeof(header));
-    if (header[0] != kTokenFileMagic) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": bad magic ", header[0], ", expected ", kTokenFileMagic, " (not an llm.c token file)"));
-    }
-    if (header[1] != kTokenFileVersion && header[1] != kTokenFileVersionWide) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported version ", header[1],
-                                                     ", expected 1 (uint16 tokens) or 2 (uint32 tokens)"));
-    }
     Shard& back = d->shards_.back();
-    back.width = header[1] == kTokenFileVersion ? 2 : 4;
-    if (header[2] < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": negative token count ", header[2]));
-    back.tokens = header[2];
-    const size_t body = s.map_bytes - header_bytes, want = static_cast<size_t>(back.tokens) * static_cast<size_t>(back.width);
-    if (body != want) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": header says ", back.tokens, " tokens (", want,
-                                                     " bytes) but the body has ", body, " bytes",
-                                                     body < want ? " (truncated)" : " (trailing bytes)"));
-    }
+    ASSIGN_OR_RETURN(const TokenFileLayout l, ReadTokenFileHeader(path, back.map, back.map_bytes));
+    back.tokens = l.tokens;
+    back.width = l.width;
     total += back.tokens;
     const int64_t rows = back.tokens > T ? (back.tokens - 1) / T : 0;
     d->row_start_.push_back(d->row_start_.back() + rows);

@@ -257,20 +257,7 @@ absl::StatusOr<PrepareResult> Prepare(const PrepareOptions& options,
   r.train_tokens = train.total();
   r.val_tokens = val.total();
   // The tokenizer beside the data it made.
-  const fs::path src(options.tokenizer);
-  std::vector<fs::path> copy;
-  if (fs::is_directory(src, ec)) {
-    for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt"}) {
-      if (fs::exists(src / f, ec)) copy.push_back(src / f);
-    }
-  } else {
-    copy.push_back(src);
-    if (src.filename() == "vocab.json") copy.push_back(src.parent_path() / "merges.txt");
-  }
-  for (const fs::path& f : copy) {
-    fs::copy_file(f, fs::path(options.out_dir) / f.filename(), fs::copy_options::overwrite_existing, ec);
-    if (ec) return absl::UnavailableError(absl::StrCat("copying ", f.string(), " to ", options.out_dir, ": ", ec.message()));
-  }
+  RETURN_IF_ERROR(ExportTokenizer(options.tokenizer, options.out_dir));
   return r;
 }
 

@@ -28,7 +28,7 @@ struct PrepareOptions {
   double val_fraction = 0.05;  // every round(1/f)-th document goes to val
   // A tokenizer.json, vocab.json, or a directory with either (Tokenizer::Load); empty: the
   // byte tokenizer. With one, the output is train_000000.bin, ... and val_000000.bin, ...,
-  // and the tokenizer's file(s) are copied beside them.
+  // and the tokenizer beside them (ExportTokenizer: tokenizer.json, and GPT-2's two files).
   std::string tokenizer;
   int64_t shard_tokens = 100'000'000;  // tokens per shard (llm.c's fineweb shards: 1e8)
   int threads = 0;                     // encoding threads; 0: one per core

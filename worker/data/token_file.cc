@@ -8,15 +8,14 @@
 
 namespace gantry::data {
 
-absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, int vocab_size) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+absl::StatusOr<TokenFileLayout> ReadTokenFileHeader(const std::string& path, const unsigned char* data,
+                                                    size_t file_bytes) {
   const size_t header_bytes = kTokenFileHeaderInts * sizeof(int32_t);
-  if (bytes.size() < header_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.size(),
-                                                   " bytes, shorter than the 1024-byte header"));
+  if (file_bytes < header_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", file_bytes, " bytes, shorter than the 1024-byte header"));
   }
-  int32_t header[kTokenFileHeaderInts];
-  std::memcpy(header, bytes.data(), header_bytes);
+  int32_t header[3];
+  std::memcpy(header, data, sizeof(header));
   if (header[0] != kTokenFileMagic) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": bad magic ", header[0], ", expected ",
                                                    kTokenFileMagic, " (not an llm.c token file)"));
@@ -25,26 +24,31 @@ absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, int vocab_siz
     return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported version ", header[1],
                                                    ", expected 1 (uint16 tokens) or 2 (uint32 tokens)"));
   }
-  const size_t width = header[1] == kTokenFileVersion ? 2 : 4;
   if (header[2] < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": negative token count ", header[2]));
   }
-  const size_t count = static_cast<size_t>(header[2]);
-  const size_t body = bytes.size() - header_bytes;
-  if (body != count * width) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": header says ", count, " tokens (", count * width, " bytes) but the body has ", body,
-        " bytes", body < count * width ? " (truncated)" : " (trailing bytes)"));
+  TokenFileLayout l;
+  l.width = header[1] == kTokenFileVersion ? 2 : 4;
+  l.tokens = header[2];
+  const size_t body = file_bytes - header_bytes, want = static_cast<size_t>(l.tokens) * static_cast<size_t>(l.width);
+  if (body != want) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": header says ", l.tokens, " tokens (", want,
+                                                   " bytes) but the body has ", body, " bytes",
+                                                   body < want ? " (truncated)" : " (trailing bytes)"));
   }
+  return l;
+}
+
+absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, int vocab_size) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  ASSIGN_OR_RETURN(const TokenFileLayout l, ReadTokenFileHeader(path, data, bytes.size()));
+  const size_t count = static_cast<size_t>(l.tokens);
   TokenFile f;
   f.path_ = path;
   f.tokens_.resize(count);
-  if (width == 4) {
-    std::memcpy(f.tokens_.data(), bytes.data() + header_bytes, count * 4);
-  } else {
-    const auto* src = reinterpret_cast<const unsigned char*>(bytes.data() + header_bytes);
-    for (size_t i = 0; i < count; ++i) f.tokens_[i] = static_cast<uint32_t>(src[2 * i]) | (static_cast<uint32_t>(src[2 * i + 1]) << 8);
-  }
+  const unsigned char* body = data + kTokenFileHeaderInts * sizeof(int32_t);
+  for (size_t i = 0; i < count; ++i) f.tokens_[i] = TokenAt(body, l.width, static_cast<int64_t>(i));
   if (vocab_size > 0) {
     for (size_t i = 0; i < count; ++i) {
       if (f.tokens_[i] >= static_cast<uint32_t>(vocab_size)) {

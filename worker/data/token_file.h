@@ -16,6 +16,24 @@ constexpr int32_t kTokenFileVersion = 1;      // uint16 tokens
 constexpr int32_t kTokenFileVersionWide = 2;  // uint32 tokens
 constexpr size_t kTokenFileHeaderInts = 256;
 
+// A token file's layout, read from its header.
+struct TokenFileLayout {
+  int64_t tokens = 0;
+  int width = 2;  // bytes per id: 2 (version 1) or 4 (version 2)
+};
+// The header of a token file of file_bytes bytes starting at data (at least the header's 1024
+// when file_bytes allows): magic, version, the count, and the body's length against it.
+// Errors name path.
+absl::StatusOr<TokenFileLayout> ReadTokenFileHeader(const std::string& path, const unsigned char* data,
+                                                    size_t file_bytes);
+// Id i of a body of ids `width` bytes wide, little-endian.
+inline uint32_t TokenAt(const unsigned char* body, int width, int64_t i) {
+  const unsigned char* p = body + static_cast<size_t>(i) * static_cast<size_t>(width);
+  uint32_t v = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8);
+  if (width == 4) v |= (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+  return v;
+}
+
 class TokenFile {
  public:
   // Reads and validates the whole file: magic, version, the body's length against the

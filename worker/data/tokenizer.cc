@@ -303,23 +303,44 @@ std::unique_ptr<Tokenizer> Tokenizer::Bytes() {
   return t;
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+namespace {
+
+// A tokenizer's files: a tokenizer.json (json), or GPT-2's vocab.json + merges.txt; path is
+// either file or a directory holding them (tokenizer.json first). Missing files are errors.
+struct TokenizerFiles {
+  fs::path json, vocab, merges;
+};
+absl::StatusOr<TokenizerFiles> FindTokenizerFiles(const std::string& path) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    const fs::path dir(path);
-    if (fs::exists(dir / "tokenizer.json", ec)) return FromJson((dir / "tokenizer.json").string());
-    if (fs::exists(dir / "vocab.json", ec) && fs::exists(dir / "merges.txt", ec)) {
-      return FromVocabMerges((dir / "vocab.json").string(), (dir / "merges.txt").string());
+  TokenizerFiles f;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) {
+    if (fs::exists(p / "tokenizer.json", ec)) {
+      f.json = p / "tokenizer.json";
+    } else if (fs::exists(p / "vocab.json", ec) && fs::exists(p / "merges.txt", ec)) {
+      f.vocab = p / "vocab.json";
+      f.merges = p / "merges.txt";
+    } else {
+      return absl::NotFoundError(absl::StrCat(path, ": holds neither tokenizer.json nor vocab.json + merges.txt"));
     }
-    return absl::NotFoundError(absl::StrCat(path, ": holds neither tokenizer.json nor vocab.json + merges.txt"));
+    return f;
   }
-  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat("tokenizer ", path, ": no such file or directory"));
-  if (fs::path(path).filename() == "vocab.json") {
-    const std::string merges = (fs::path(path).parent_path() / "merges.txt").string();
-    if (!fs::exists(merges, ec)) return absl::NotFoundError(absl::StrCat(path, ": no merges.txt beside it"));
-    return FromVocabMerges(path, merges);
+  if (!fs::exists(p, ec)) return absl::NotFoundError(absl::StrCat("tokenizer ", path, ": no such file or directory"));
+  if (p.filename() == "vocab.json") {
+    f.vocab = p;
+    f.merges = p.parent_path() / "merges.txt";
+    if (!fs::exists(f.merges, ec)) return absl::NotFoundError(absl::StrCat(path, ": no merges.txt beside it"));
+  } else {
+    f.json = p;
   }
-  return FromJson(path);
+  return f;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  ASSIGN_OR_RETURN(const TokenizerFiles f, FindTokenizerFiles(path));
+  return f.json.empty() ? FromVocabMerges(f.vocab.string(), f.merges.string()) : FromJson(f.json.string());
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string& path) {
@@ -682,22 +703,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerForModel(const std::string& 
 }
 
 absl::Status ExportTokenizer(const std::string& source, const std::string& out_dir) {
+  ASSIGN_OR_RETURN(const TokenizerFiles files, FindTokenizerFiles(source));
+  const fs::path &json = files.json, &vocab = files.vocab, &merges = files.merges;
   std::error_code ec;
-  fs::path json, vocab, merges;
-  const fs::path src(source);
-  if (fs::is_directory(src, ec)) {
-    if (fs::exists(src / "tokenizer.json", ec)) {
-      json = src / "tokenizer.json";
-    } else {
-      vocab = src / "vocab.json";
-      merges = src / "merges.txt";
-    }
-  } else if (src.filename() == "vocab.json") {
-    vocab = src;
-    merges = src.parent_path() / "merges.txt";
-  } else {
-    json = src;
-  }
   fs::create_directories(out_dir, ec);
   auto copy = [&](const fs::path& from) -> absl::Status {
     fs::copy_file(from, fs::path(out_dir) / from.filename(), fs::copy_options::overwrite_existing, ec);
