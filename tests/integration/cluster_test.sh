@@ -176,9 +176,22 @@ until "$CLI" describe "$hi" | grep -qE 'State:      (SCHEDULED|RUNNING)'; do
   [ "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {print (b - a > 10)}')" = 1 ] && break; sleep 0.02
 done
 secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+# The cluster's own time, from its logs: the worker taking the cancel to the coordinator
+# placing the high-priority job. The wall time above also counts the CLI's processes, which
+# on a 2-core machine under a full ctest -j2, beside two training jobs, took seconds to start
+# (seen: the cancel reached the worker 1.2 s after the CLI began, the job was placed 3 ms
+# later, and the loop's describes saw it 5 s after that).
+log_secs() {  # glog time (seconds in the day) of the first line matching $1 in files $2...
+  local pat="$1"; shift
+  grep -h "$pat" "$@" | head -1 | awk '{split($2, t, ":"); printf "%.6f", t[1] * 3600 + t[2] * 60 + t[3]}'
+}
+c0=$(log_secs "job $l1: cancel received" "$TMP"/cluster/worker*.log)
+c1=$(log_secs "job $hi generation 1 placed" "$TMP"/cluster/coordinator.log)
+csecs=$(awk -v a="${c0:-0}" -v b="${c1:-999}" 'BEGIN {if (b < a - 43200) b += 86400; printf "%.3f", b - a}')  # (past midnight)
 before=$fail
-check "a cancel frees its worker for the high-priority job within a second ($secs s)" bash -c \
-  "awk -v s=$secs 'BEGIN {exit !(s < 1)}' && '$CLI' describe $lo | grep -q 'PENDING (#1)'"
+check "a cancel frees its worker for the high-priority job within a second ($csecs s in the cluster, $secs s through the CLI)" \
+  bash -c "[ -n '$c0' ] && [ -n '$c1' ] && awk -v s=$csecs 'BEGIN {exit !(s >= 0 && s < 1)}' && \
+           '$CLI' describe $hi | grep -qE 'State:      (SCHEDULED|RUNNING)' && '$CLI' describe $lo | grep -q 'PENDING (#1)'"
 [ "$fail" -eq "$before" ] || { said "$hi" "$lo" "$l1"; grep -h "$l1\|$hi" "$TMP"/cluster/*.log | tail -30 | sed 's/^/    /'; }
 "$CLI" cancel "$l2" >/dev/null
 check "the low-priority job runs next" wait_for 10 bash -c "'$CLI' describe $lo | grep -qE 'State:      (SCHEDULED|RUNNING)'"
