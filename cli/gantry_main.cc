@@ -62,7 +62,8 @@ constexpr char kUsage[] =
     "  download JOB [--step N] -o DIR write the checkpoint's files as the shard servers hold them\n"
     "  sample JOB [--step N] --prompt TEXT [--tokens N]   generate text from a checkpoint\n"
     "  plan [JOB.yaml | --preset gpt2|gpt2-medium|gpt2-large|gpt2-xl | --n-layer L --d-model C --heads H\n"
-    "       --vocab V | --params N] [--seq-len T] [--gpus G] [--gpu-memory GB] [--precision fp32|bf16|fp16|mixed]\n"
+    "       --vocab V [--arch gpt2|llama] [--kv-heads K] [--ffn-hidden F] | --params N] [--seq-len T]\n"
+    "       [--gpus G] [--gpu-memory GB] [--precision fp32|bf16|fp16|mixed]\n"
     "       [--fp32-grad-accum] [--zero S] [--tp T] [--pp P] [--dp D] [--micro-batch B] [--microbatches M]\n"
     "       [--recompute none|selective|full] [--global-batch N] [--ranks]\n"
     "                       bytes per GPU, pipeline bubble, bytes sent per step; with --gpus,\n"
@@ -342,6 +343,14 @@ int PlanCommand(const std::vector<std::string>& args) {
       ok = num(&shape.n_embd), shape_given = true;
     } else if (a == "--heads") {
       ok = num(&shape.n_head), shape_given = true;
+    } else if (a == "--arch") {
+      const std::string v = next();
+      if (v != "gpt2" && v != "llama") return bad("--arch is gpt2 or llama");
+      shape.arch = v == "llama" ? model::Arch::kLlama : model::Arch::kGpt2, shape_given = true;
+    } else if (a == "--kv-heads") {
+      ok = num(&shape.n_kv_head), shape_given = true;
+    } else if (a == "--ffn-hidden") {
+      ok = num(&shape.ffn_hidden), shape_given = true;
     } else if (a == "--vocab") {
       ok = num(&shape.vocab_size), shape_given = true;
     } else if (a == "--seq-len") {
@@ -407,7 +416,11 @@ int PlanCommand(const std::vector<std::string>& args) {
   if (in.model && n <= 0) {
     for (const auto& t : model::ParameterLayout(*in.model)) n += static_cast<double>(t.numel);
   }
-  if (in.model) {
+  if (in.model && in.model->llama()) {
+    std::printf("model: llama, %d layers, d_model %d, %d heads (%d key/value), ffn %d, vocab %d, T %d: %.4g parameters\n",
+                in.model->n_layer, in.model->n_embd, in.model->n_head, in.model->kv_heads(), in.model->ffn(),
+                in.model->vocab_size, in.seq_len, n);
+  } else if (in.model) {
     std::printf("model: %d layers, d_model %d, %d heads, vocab %d, T %d: %.4g parameters\n", in.model->n_layer,
                 in.model->n_embd, in.model->n_head, in.model->vocab_size, in.seq_len, n);
   } else {

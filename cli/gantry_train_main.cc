@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,8 @@ constexpr char kUsage[] =
     "                        [--threads N] [--no-progress] [--stop-after STEP]\n"
     "                        [--device cpu|cuda|cuda:N|cuda-emulated]   (cuda: one GPU, dp 1, ZeRO 0;\n"
     "                        cuda-emulated: the CUDA code path on the CPU, any layout)\n"
+    "                        (--init-from DIR: the model keys come from DIR/config.json; those\n"
+    "                        the spec states must agree with it)\n"
     "  gantry-train prepare [--out-dir DIR] [--val-fraction F] [--tokenizer PATH [--shard-tokens N]\n"
     "                       [--threads N] [--eot TOKEN]] INPUT...\n"
     "  gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
@@ -295,9 +298,17 @@ absl::Status RunTrain(int argc, char** argv) {
   int threads = 0;
   RETURN_IF_ERROR(FlagNumber(a, "threads", &threads));
   SetThreads(threads);
-  ASSIGN_OR_RETURN(train::JobSpec spec, train::LoadJobSpec(a.positional[0]));
   train::TrainOptions o;
   o.init_from = Flag(a, "init-from");
+  // --init-from: the model's shape comes from its config.json; the spec may leave it out,
+  // and what it states must agree.
+  std::optional<model::GPTConfig> from;
+  if (!o.init_from.empty()) {
+    ASSIGN_OR_RETURN(from, model::ReadHFConfig(o.init_from));
+  }
+  ASSIGN_OR_RETURN(train::JobSpec spec,
+                   train::LoadJobSpec(a.positional[0], from ? &*from : nullptr,
+                                      (std::filesystem::path(o.init_from) / "config.json").string()));
   o.save_dir = Flag(a, "save");
   o.resume = a.flags.count("resume") > 0;
   o.print_losses = a.flags.count("print-losses") > 0;

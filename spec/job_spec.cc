@@ -2,6 +2,8 @@
 #include "spec/job_spec.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
@@ -64,15 +66,94 @@ Handler Real(double* out) { return Num(out, "a number"); }
 Handler Str(std::string* out) { return Num(out, "a string"); }
 Handler Bool(bool* out) { return Num(out, "true or false"); }
 
-absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
-  for (const char* f : {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size",
-                        "model.seq_len", "data.train", "train.steps", "train.micro_batch",
-                        "train.lr"}) {
+// A double in the fewest digits that read back to it (1e-05, 500000, 0.1).
+std::string Shortest(double x) {
+  char buf[64];
+  if (x == std::trunc(x) && std::abs(x) < 1e15) {
+    std::snprintf(buf, sizeof(buf), "%.0f", x);
+    return buf;
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
+// The job spec's model keys that describe the model (seq_len is the job's), in the order
+// errors list them: each one's value with defaults resolved, and whether two models differ in
+// it as GPTConfig's == sees them (rope_theta only between two Llamas: GPT-2 has no RoPE).
+struct ModelKey {
+  const char* key;
+  std::function<std::string(const model::GPTConfig&)> value;
+  std::function<bool(const model::GPTConfig&, const model::GPTConfig&)> differs;
+};
+
+const std::vector<ModelKey>& ModelKeys() {
+  using C = const model::GPTConfig&;
+  auto int_key = [](const char* key, int (*get)(C)) {
+    return ModelKey{key, [get](C c) { return std::to_string(get(c)); }, [get](C a, C b) { return get(a) != get(b); }};
+  };
+  static const std::vector<ModelKey> keys = {
+      int_key("n_layer", [](C c) { return c.n_layer; }),
+      int_key("n_head", [](C c) { return c.n_head; }),
+      int_key("n_embd", [](C c) { return c.n_embd; }),
+      int_key("vocab_size", [](C c) { return c.vocab_size; }),
+      int_key("max_seq_len", [](C c) { return c.max_seq_len; }),
+      {"arch", [](C c) { return std::string(model::ArchName(c.arch)); }, [](C a, C b) { return a.arch != b.arch; }},
+      int_key("n_kv_head", [](C c) { return c.kv_heads(); }),
+      int_key("ffn_hidden", [](C c) { return c.ffn(); }),
+      {"rope_theta", [](C c) { return Shortest(c.rope_theta); },
+       [](C a, C b) { return a.llama() && b.llama() && a.rope_theta != b.rope_theta; }},
+      {"norm_eps", [](C c) { return Shortest(c.norm_eps); }, [](C a, C b) { return a.norm_eps != b.norm_eps; }},
+  };
+  return keys;
+}
+
+// A stated model key as the spec states it: n_kv_head and ffn_hidden 0 say which value the
+// default resolves to.
+std::string StatedValue(const ModelKey& k, const model::GPTConfig& c) {
+  const std::string key = k.key;
+  if (key == "n_kv_head" && c.n_kv_head == 0) return absl::StrCat("0 (n_head, ", c.kv_heads(), ")");
+  if (key == "ffn_hidden" && c.ffn_hidden == 0) return absl::StrCat("0 (the ", model::ArchName(c.arch), " default, ", c.ffn(), ")");
+  return k.value(c);
+}
+
+// --init-from: every model key the spec states agrees with the model it starts from.
+absl::Status AgreesWith(const model::GPTConfig& spec, const model::GPTConfig& from, const std::string& from_name,
+                        const std::set<std::string>& present) {
+  std::vector<std::string> wrong;
+  for (const ModelKey& k : ModelKeys()) {
+    const std::string field = absl::StrCat("model.", k.key);
+    if (!present.count(field) || !k.differs(spec, from)) continue;
+    wrong.push_back(absl::StrCat("field '", field, "' is ", StatedValue(k, spec), " but ", from_name, " says ", k.value(from)));
+  }
+  if (wrong.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", absl::StrJoin(wrong, "; ")));
+}
+
+// The model's own check (GPTConfig::Validate, "model.FIELD: why") as a job spec error.
+absl::Status ModelError(const absl::Status& st) {
+  const absl::string_view m = st.message();
+  const size_t colon = m.find(": ");
+  if (m.substr(0, 6) == "model." && colon != absl::string_view::npos) {
+    return FieldError(m.substr(0, colon), m.substr(colon + 2));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
+}
+
+// from_model: the job starts from that model (ParseJobSpec's), whose keys need not be stated.
+absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bool from_model) {
+  for (const char* f : {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size"}) {
+    if (!from_model && !present.count(f)) return FieldError(f, "is required");
+  }
+  for (const char* f : {"model.seq_len", "data.train", "train.steps", "train.micro_batch", "train.lr"}) {
     if (!present.count(f)) return FieldError(f, "is required");
   }
-  if (auto st = s.model.Validate(); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("job spec: field '", st.message()));
+  if (!s.model.llama() && present.count("model.rope_theta")) {
+    return FieldError("model.rope_theta", "applies to arch llama (GPT-2 has learned positions, no RoPE)");
   }
+  if (auto st = s.model.Validate(); !st.ok()) return ModelError(st);
   if (s.seq_len < 1) return FieldError("model.seq_len", "must be >= 1");
   if (s.seq_len > s.model.max_seq_len) {
     return FieldError("model.seq_len", absl::StrCat(s.seq_len, " exceeds model.max_seq_len ",
@@ -88,6 +169,15 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present) {
   if (s.model.n_head % s.parallel.tp != 0) {
     return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.n_head ", s.model.n_head,
                                                   " (each tensor-parallel rank takes whole heads)"));
+  }
+  if (s.model.kv_heads() % s.parallel.tp != 0) {
+    return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.n_kv_head ", s.model.kv_heads(),
+                                                  " (each tensor-parallel rank takes whole key/value heads with their "
+                                                  "query heads)"));
+  }
+  if (s.model.ffn() % s.parallel.tp != 0) {
+    return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.ffn_hidden ", s.model.ffn(),
+                                                  " (the MLP's width, split across the tensor-parallel ranks)"));
   }
   if (s.model.n_layer % s.parallel.pp != 0) {
     return FieldError("parallel.pp", absl::StrCat(s.parallel.pp, " does not divide model.n_layer ", s.model.n_layer,
@@ -247,6 +337,11 @@ std::string ToYaml(const JobSpec& s) {
   section("model", [&] {
     kv("n_layer", s.model.n_layer), kv("n_head", s.model.n_head), kv("n_embd", s.model.n_embd);
     kv("vocab_size", s.model.vocab_size), kv("seq_len", s.seq_len), kv("max_seq_len", s.model.max_seq_len);
+    // The family's defaults resolved; rope_theta only where there is RoPE.
+    kv("arch", std::string(model::ArchName(s.model.arch))), kv("n_kv_head", s.model.kv_heads());
+    kv("ffn_hidden", s.model.ffn());
+    if (s.model.llama()) kv("rope_theta", s.model.rope_theta);
+    kv("norm_eps", s.model.norm_eps);
   });
   section("data", [&] {
     kv("train", s.data.train), kv("val", s.data.val), kv("shuffle", s.data.shuffle), kv("tokenizer", s.data.tokenizer);
@@ -279,7 +374,10 @@ std::string ToYaml(const JobSpec& s) {
   return std::string(out.c_str()) + "\n";
 }
 
-absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) { return ParseJobSpec(yaml_text, nullptr, ""); }
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const model::GPTConfig* from_model,
+                                     const std::string& from_name) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -288,6 +386,7 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return absl::InvalidArgumentError("job spec: the document must be a mapping");
   JobSpec s;
+  if (from_model != nullptr) s.model = *from_model;
   std::set<std::string> present;
   auto track = [&present](Handler h) -> Handler {
     return [&present, h](const YAML::Node& n, const std::string& f) {
@@ -312,7 +411,24 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
                        [&](const YAML::Node& n, const std::string& f) {
                          max_seq_given = true;
                          return Get(n, f, "an integer", &s.model.max_seq_len);
-                       }}})},
+                       }},
+                      {"arch",
+                       [&](const YAML::Node& n, const std::string& f) -> absl::Status {
+                         std::string arch;
+                         RETURN_IF_ERROR(Get(n, f, "a string", &arch));
+                         if (arch == "gpt2") {
+                           s.model.arch = model::Arch::kGpt2;
+                         } else if (arch == "llama") {
+                           s.model.arch = model::Arch::kLlama;
+                         } else {
+                           return FieldError(f, absl::StrCat("is '", arch, "': gpt2 or llama"));
+                         }
+                         return absl::OkStatus();
+                       }},
+                      {"n_kv_head", Int(&s.model.n_kv_head)},
+                      {"ffn_hidden", Int(&s.model.ffn_hidden)},
+                      {"rope_theta", Real(&s.model.rope_theta)},
+                      {"norm_eps", Real(&s.model.norm_eps)}})},
        {"data", sub({{"train", Str(&s.data.train)},
                      {"val", Str(&s.data.val)},
                      {"shuffle", Bool(&s.data.shuffle)},
@@ -352,17 +468,39 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) {
        {"resources", sub({{"workers", Int(&s.resources.workers)}, {"device", Str(&s.resources.device)}})},
        {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},
        {"elastic", sub({{"min_dp", Int(&s.elastic.min_dp)}, {"max_dp", Int(&s.elastic.max_dp)}})}}));
-  if (!max_seq_given) s.model.max_seq_len = s.seq_len;
+  if (!max_seq_given && from_model == nullptr) s.model.max_seq_len = s.seq_len;
   if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch * std::max(1, s.parallel.dp);
-  RETURN_IF_ERROR(Validate(s, present));
+  if (from_model != nullptr) RETURN_IF_ERROR(AgreesWith(s.model, *from_model, from_name, present));
+  RETURN_IF_ERROR(Validate(s, present, from_model != nullptr));
   return s;
 }
 
-absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) { return LoadJobSpec(path, nullptr, ""); }
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const model::GPTConfig* from_model,
+                                    const std::string& from_name) {
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  auto spec = ParseJobSpec(text);
+  auto spec = ParseJobSpec(text, from_model, from_name);
   if (!spec.ok()) return Annotate(spec.status(), path);
   return spec;
+}
+
+std::string DescribeModel(const model::GPTConfig& c) {
+  std::vector<std::string> parts;
+  for (const ModelKey& k : ModelKeys()) {
+    if (!c.llama() && std::string(k.key) == "arch") break;  // GPT-2: the five shape keys
+    parts.push_back(absl::StrCat(k.key, " ", k.value(c)));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string ModelDifferences(const model::GPTConfig& a, const std::string& a_name, const model::GPTConfig& b,
+                             const std::string& b_name) {
+  std::vector<std::string> parts;
+  for (const ModelKey& k : ModelKeys()) {
+    if (k.differs(a, b)) parts.push_back(absl::StrCat(k.key, " (", a_name, " ", k.value(a), ", ", b_name, " ", k.value(b), ")"));
+  }
+  return absl::StrJoin(parts, ", ");
 }
 
 double LearningRate(const TrainSpec& t, int64_t step) {

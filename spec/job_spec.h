@@ -163,9 +163,27 @@ struct JobSpec {
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text);
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+// A job that starts from a model (gantry-train --init-from DIR: its config.json): the spec's
+// model is from_model, so its model keys other than seq_len need not be stated, and each one
+// that is stated must agree with from_model, else an error naming the field and from_name
+// (as "DIR/config.json"). max_seq_len defaults to from_model's (its n_positions) rather than
+// to seq_len. from_model null: as above.
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const model::GPTConfig* from_model,
+                                     const std::string& from_name);
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const model::GPTConfig* from_model,
+                                    const std::string& from_name);
 // The spec as YAML with every field stated (defaults included, doubles exact): the
 // coordinator's normalised form, which ParseJobSpec reads back to an equal JobSpec.
 std::string ToYaml(const JobSpec& spec);
+
+// A model as the job spec's model keys: "n_layer 2, n_head 2, n_embd 16, vocab_size 256,
+// max_seq_len 16", and for Llama also arch, n_kv_head, ffn_hidden, rope_theta and norm_eps
+// (defaults resolved).
+std::string DescribeModel(const model::GPTConfig& c);
+// The model keys on which a and b differ as models (GPTConfig's ==, defaults resolved), each
+// as "n_embd (A_NAME 16, B_NAME 32)", joined by ", "; empty when a == b.
+std::string ModelDifferences(const model::GPTConfig& a, const std::string& a_name, const model::GPTConfig& b,
+                             const std::string& b_name);
 
 // The learning rate at 0-based step `step`: linear warmup over `warmup` steps, then cosine
 // decay from lr to lr * min_lr_ratio at the last step.

@@ -1,6 +1,7 @@
 #include "spec/model_layout.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -17,18 +18,44 @@ absl::Status GPTConfig::Validate() const {
   if (n_embd % n_head != 0) {
     return bad("n_embd", absl::StrCat(n_embd, " is not divisible by n_head ", n_head));
   }
-  if (vocab_size < 2 || vocab_size > 65536) {
-    return bad("vocab_size", absl::StrCat(vocab_size, " outside [2, 65536] (tokens are uint16)"));
+  // Token files hold uint16 or uint32 ids (version 2); 2^24 is past every tokenizer in use
+  // (Llama 3's 128256) and keeps a rank's row indices well inside int.
+  if (vocab_size < 2 || vocab_size > (1 << 24)) {
+    return bad("vocab_size", absl::StrCat(vocab_size, " outside [2, 16777216]"));
   }
   if (max_seq_len < 1) return bad("max_seq_len", "must be >= 1");
+  if (n_kv_head < 0) return bad("n_kv_head", "must be >= 1 (0: n_head)");
+  if (ffn_hidden < 0) return bad("ffn_hidden", "must be >= 1 (0: the family's default)");
+  if (!llama()) {
+    // GPT-2's blocks have none of these knobs: a stated value other than GPT-2's is an error.
+    if (kv_heads() != n_head) return bad("n_kv_head", absl::StrCat(n_kv_head, ": GPT-2 has n_head key/value heads (grouped-query attention needs arch: llama)"));
+    if (ffn() != 4 * n_embd) return bad("ffn_hidden", absl::StrCat(ffn_hidden, ": GPT-2's MLP is 4 * n_embd = ", 4 * n_embd, " wide"));
+    if (norm_eps != 1e-5) return bad("norm_eps", absl::StrCat(norm_eps, ": GPT-2's LayerNorm takes 1e-5"));
+    return absl::OkStatus();
+  }
+  if (n_head % kv_heads() != 0) {
+    return bad("n_kv_head", absl::StrCat(kv_heads(), " does not divide n_head ", n_head,
+                                         " (each key/value head serves a whole group of query heads)"));
+  }
+  if (head_dim() % 2 != 0) {
+    return bad("n_embd", absl::StrCat("head_dim n_embd / n_head = ", head_dim(), " is odd (RoPE rotates pairs)"));
+  }
+  if (!(rope_theta > 1.0) || !std::isfinite(rope_theta)) return bad("rope_theta", absl::StrCat(rope_theta, ": must be > 1"));
+  if (!(norm_eps > 0.0) || !(norm_eps < 1.0)) return bad("norm_eps", absl::StrCat(norm_eps, ": must be in (0, 1)"));
   return absl::OkStatus();
 }
 
+const char* ArchName(Arch a) { return a == Arch::kLlama ? "llama" : "gpt2"; }
+
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& c) { return ParameterLayout(c, ModelShard{}); }
+
+int EmbeddingTensors(const GPTConfig& c) { return c.llama() ? 1 : 2; }
+int TensorsPerLayer(const GPTConfig& c) { return c.llama() ? 9 : 12; }
+const char* ClassifierTensor(const GPTConfig& c) { return c.llama() ? "lm_head.weight" : "wte.weight"; }
 
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& sh) {
   const int64_t C = c.n_embd, V = c.vocab_size, r = sh.tp_rank;
-  const int64_t Ca = C / sh.tp, F = 4 * C / sh.tp;  // attention and MLP widths per rank
+  const int64_t Ca = C / sh.tp, F = c.ffn() / sh.tp;  // attention (query heads) and MLP widths per rank
   const int lb = sh.layer_begin, le = sh.layer_end < 0 ? c.n_layer : sh.layer_end;
   std::vector<ParamTensor> t;
   using Runs = std::vector<std::pair<int64_t, int64_t>>;
@@ -63,10 +90,43 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
     const int64_t rows = gshape.size() == 1 ? 1 : gshape[0];
     add(std::move(name), std::move(gshape), 0, rows, {}, rep);
   };
+  const int64_t v0 = sh.vocab_begin(c.vocab_size), v1 = sh.vocab_end(c.vocab_size);
+  if (c.llama()) {
+    // Hugging Face's LlamaForCausalLM names; nn.Linear weights are (out, in). A rank holds its
+    // query heads' rows of q_proj and its key/value heads' rows of k_proj and v_proj (adjacent:
+    // one (OC, C) GEMM), its rows of gate_proj and up_proj (adjacent likewise), and the matching
+    // columns of o_proj and down_proj.
+    const int64_t kv = static_cast<int64_t>(c.kv_heads()) / sh.tp * c.head_dim();  // k or v rows per rank
+    auto rows = [&](std::string name, int64_t grows, int64_t per_rank) {
+      add(std::move(name), {grows, C}, r * per_rank, (r + 1) * per_rank, {}, false);
+    };
+    if (sh.first()) add("model.embed_tokens.weight", {V, C}, v0, v1, {}, false);
+    for (int l = lb; l < le; ++l) {
+      const std::string h = absl::StrCat("model.layers.", l, ".");
+      whole(h + "input_layernorm.weight", {C});
+      rows(h + "self_attn.q_proj.weight", C, Ca);
+      rows(h + "self_attn.k_proj.weight", kv * sh.tp, kv);
+      rows(h + "self_attn.v_proj.weight", kv * sh.tp, kv);
+      add(h + "self_attn.o_proj.weight", {C, C}, 0, C, {{r * Ca, (r + 1) * Ca}}, false);
+      whole(h + "post_attention_layernorm.weight", {C});
+      rows(h + "mlp.gate_proj.weight", F * sh.tp, F);
+      rows(h + "mlp.up_proj.weight", F * sh.tp, F);
+      add(h + "mlp.down_proj.weight", {C, F * sh.tp}, 0, C, {{r * F, (r + 1) * F}}, false);
+    }
+    if (sh.last()) {
+      whole("model.norm.weight", {C});
+      add("lm_head.weight", {V, C}, v0, v1, {}, false);
+    }
+    for (ParamTensor& p : t) {
+      p.gemm = p.name == "lm_head.weight" || p.name.find("_proj.") != std::string::npos;
+      p.gemm_joined = p.name.ends_with("k_proj.weight") || p.name.ends_with("v_proj.weight") ||
+                      p.name.ends_with("up_proj.weight");
+    }
+    return t;
+  }
   auto heads = [&](int64_t base) { return std::pair<int64_t, int64_t>{base + r * Ca, base + (r + 1) * Ca}; };
   const Runs qkv = {heads(0), heads(C), heads(2 * C)};
   const Runs mlp = {{r * F, (r + 1) * F}};
-  const int64_t v0 = sh.vocab_begin(c.vocab_size), v1 = sh.vocab_end(c.vocab_size);
   if (sh.first()) {
     add("wte.weight", {V, C}, v0, v1, {}, false);
     whole("wpe.weight", {c.max_seq_len, C});
@@ -100,18 +160,20 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
 
 std::vector<size_t> UnitBoundaries(const GPTConfig& c) {
   const std::vector<ParamTensor> t = ParameterLayout(c);
+  const size_t e = static_cast<size_t>(EmbeddingTensors(c)), per = static_cast<size_t>(TensorsPerLayer(c));
   std::vector<size_t> b = {0};
-  b.push_back(t[2].offset);  // after wte, wpe
-  for (int l = 0; l < c.n_layer; ++l) b.push_back(t[2 + 12 * (l + 1)].offset);
-  b.push_back(t.back().offset + t.back().numel);  // ln_f
+  b.push_back(t[e].offset);  // after the embedding
+  for (int l = 0; l < c.n_layer; ++l) b.push_back(t[e + per * (l + 1)].offset);
+  b.push_back(t.back().offset + t.back().numel);  // the head
   return b;
 }
 
 std::vector<int> BalanceStages(const GPTConfig& c, int pp) {
   // Forward flops per token: a layer's four projections and attention's two products
   // (at n_positions), the classifier's product; the embedding is a lookup.
-  const double C = c.n_embd;
-  const double layer = 24 * C * C + 4 * C * c.max_seq_len, head = 2 * C * c.vocab_size + 10 * C, embed = 2 * C;
+  const double C = c.n_embd, F = c.ffn(), qkv = C * (c.n_head + 2.0 * c.kv_heads()) * c.head_dim();
+  const double mlp = (c.llama() ? 3 : 2) * C * F;  // Llama: gate, up and down
+  const double layer = 2 * (qkv + C * C + mlp) + 4 * C * c.max_seq_len, head = 2 * C * c.vocab_size + 10 * C, embed = 2 * C;
   const int L = c.n_layer;
   auto cost = [&](int s, int a, int b) {  // stage s holding layers [a, b)
     return (b - a) * layer + (s == 0 ? embed : 0) + (s == pp - 1 ? head : 0);
@@ -151,7 +213,14 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
                                    Recompute recompute, bool fused_attention, bool half) {
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t C = config.n_embd;
-  const size_t Ca = C / shard.tp, NH = config.n_head / shard.tp, F = 4 * C / shard.tp;
+  const size_t Ca = C / shard.tp, NH = config.n_head / shard.tp, F = config.ffn() / shard.tp;
+  const bool llama = config.llama();
+  const size_t NKV = config.kv_heads() / shard.tp, hd = config.head_dim();
+  // Llama: the GEMM's packed q|k|v rows apart from qkv where key/value heads repeat; SwiGLU's
+  // input is [gate | up].
+  const size_t qkvr = llama && NKV != NH ? BT * (NH + 2 * NKV) * hd : 0;
+  const size_t fc = llama ? 2 * F : F;
+  const size_t mean = llama ? 0 : BT;  // RMSNorm keeps no mean
   const size_t V = shard.vocab_end(config.vocab_size) - shard.vocab_begin(config.vocab_size);
   const size_t L = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
   size_t cur = 0;
@@ -166,7 +235,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.half = half;
   o.encoded = take(BT * C);
   o.lnf = take16(BT * C);
-  o.lnf_mean = take(BT);
+  o.lnf_mean = take(mean);
   o.lnf_rstd = take(BT);
   o.logits = take16(BT * V);
   o.losses = take(BT);
@@ -178,21 +247,23 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.datty = take16(BT * Ca);
   const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
   o.datt = take(fused_attention ? 0 : att_floats);
-  o.dfch = take16(BT * F);
+  o.dfch = take16(BT * fc);
   o.dlnf = take(BT * C);
+  o.qkvr = take16(qkvr);
+  o.dswi = take16(llama ? BT * F : 0);
   // Per-layer block, offsets relative to the block.
   const size_t block_start = cur;
   cur = 0;
   o.ln1 = take16(BT * C);
-  o.ln1_mean = take(BT);
+  o.ln1_mean = take(mean);
   o.ln1_rstd = take(BT);
   o.qkv = take16(BT * 3 * Ca);
   o.atty = take16(BT * Ca);
   o.res2 = take(BT * C);
   o.ln2 = take16(BT * C);
-  o.ln2_mean = take(BT);
+  o.ln2_mean = take(mean);
   o.ln2_rstd = take(BT);
-  o.fch = take16(BT * F);
+  o.fch = take16(BT * fc);
   o.fch_gelu = take16(BT * F);
   o.res3 = take(BT * C);
   const size_t without_att = cur;

@@ -16,15 +16,42 @@
 
 namespace gantry::model {
 
+// The model families: GPT-2 (pre-LayerNorm, learned positions, GELU MLP, biases, tied
+// embeddings), and Llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no
+// biases, untied embeddings).
+enum class Arch { kGpt2, kLlama };
+const char* ArchName(Arch a);  // "gpt2", "llama"
+
 struct GPTConfig {
-  int max_seq_len = 1024;  // n_positions: rows of wpe
+  int max_seq_len = 1024;  // n_positions (GPT-2: rows of wpe; Llama: max_position_embeddings)
   int vocab_size = 50257;
   int n_layer = 12;
   int n_head = 12;
   int n_embd = 768;
+  Arch arch = Arch::kGpt2;
+  // 0 is the family's default, which the accessors below resolve: n_kv_head n_head (Llama's
+  // grouped-query attention; GPT-2 has n_head), ffn_hidden the MLP's width (GPT-2 4 n_embd;
+  // Llama 8/3 n_embd rounded up to a multiple of 256, as Meta's reference sizes it).
+  int n_kv_head = 0;
+  int ffn_hidden = 0;
+  double rope_theta = 10000.0;  // Llama: RoPE's base
+  double norm_eps = 1e-5;       // GPT-2's LayerNorm (1e-5 only) or Llama's RMSNorm epsilon
 
+  bool llama() const { return arch == Arch::kLlama; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_dim() const { return n_embd / n_head; }
+  int ffn() const {
+    if (ffn_hidden > 0) return ffn_hidden;
+    if (!llama()) return 4 * n_embd;
+    return (8 * n_embd / 3 + 255) / 256 * 256;
+  }
   absl::Status Validate() const;
-  bool operator==(const GPTConfig&) const = default;
+  // Equal as models: defaults resolved (n_kv_head 0 equals n_head stated).
+  bool operator==(const GPTConfig& o) const {
+    return max_seq_len == o.max_seq_len && vocab_size == o.vocab_size && n_layer == o.n_layer && n_head == o.n_head &&
+           n_embd == o.n_embd && arch == o.arch && kv_heads() == o.kv_heads() && ffn() == o.ffn() &&
+           (!llama() || rope_theta == o.rope_theta) && norm_eps == o.norm_eps;
+  }
 };
 
 struct ParamTensor {
@@ -37,6 +64,9 @@ struct ParamTensor {
   // mixed-precision model reads it in 16 bits, as autocast casts it (LayerNorm's tensors and
   // wpe stay fp32, and so does wte for the embedding's lookup).
   bool gemm = false;
+  // A GEMM reads this tensor with the one before it as one matrix (Llama's q|k|v and gate|up
+  // projections, adjacent in the flat buffer): its 16-bit copy follows that one's unpadded.
+  bool gemm_joined = false;
   // The 16-bit elements the tensor's working copy takes (a GEMM tensor's, in mixed precision):
   // numel rounded up to 32, so that each copy starts 64-byte aligned.
   size_t working_room() const { return (numel + 31) / 32 * 32; }
@@ -100,6 +130,12 @@ struct ModelShard {
   int vocab_end(int V) const { return static_cast<int>(static_cast<int64_t>(V) * (tp_rank + 1) / tp); }
 };
 
+// The family's tensor counts: the embedding's (GPT-2 wte and wpe; Llama embed_tokens) and a
+// layer's (12; 9); and the classifier's weight (GPT-2's tied wte; Llama's lm_head).
+int EmbeddingTensors(const GPTConfig& config);
+int TensorsPerLayer(const GPTConfig& config);
+const char* ClassifierTensor(const GPTConfig& config);
+
 // The parameter tensors of a config (or of one shard of it), in flat-buffer order.
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& config);
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelShard& shard);
@@ -111,7 +147,8 @@ std::vector<int> BalanceStages(const GPTConfig& config, int pp);
 ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage);
 
 // Units are the blocks of the flat buffer that forward and backward use together, in
-// flat-buffer order: unit 0 is wte and wpe, unit 1 + l is layer l, unit n_layer + 1 is ln_f.
+// flat-buffer order: unit 0 is the embedding (wte and wpe; embed_tokens), unit 1 + l is layer
+// l, unit n_layer + 1 the head (ln_f; Llama's norm and lm_head).
 // unit_begin[u] .. unit_begin[u + 1] is unit u's range (n_layer + 3 entries).
 std::vector<size_t> UnitBoundaries(const GPTConfig& config);
 
@@ -133,9 +170,16 @@ struct ActivationLayout {
   // the residual stream at once: one buffer, not kept.
   size_t proj;
   size_t layer0, layer_stride;
+  // Llama: ln1/ln2/lnf are RMSNorm's outputs (their means empty), qkv is the attention's
+  // (B,T,3·NH·hd) input after RoPE and the key/value heads' repetition, fch SwiGLU's [gate | up]
+  // (2F wide) and fch_gelu its output (F).
   size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
   // backward scratch; dres16: the residual stream's gradient rounded, for the GEMMs (half)
   size_t dres, dres16, dln, dqkv, datty, datt, dfch, dlnf;
+  // Llama, not kept: the q|k|v projection's (NH + 2 NKV)·hd rows before the key/value heads'
+  // repetition, forward, and their gradient, backward (empty when NKV = NH: the projection
+  // writes qkv itself); dswi: the gradient of SwiGLU's output.
+  size_t qkvr, dswi;
   bool half = false;
   // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
   // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).

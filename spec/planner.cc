@@ -46,6 +46,13 @@ absl::Status CheckInput(const PlanInput& in) {
     if (c.n_head % in.tp != 0) {
       return absl::InvalidArgumentError(absl::StrCat("tp ", in.tp, " does not divide the ", c.n_head, " heads"));
     }
+    if (c.kv_heads() % in.tp != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tp ", in.tp, " does not divide the ", c.kv_heads(), " key/value heads"));
+    }
+    if (c.ffn() % in.tp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tp ", in.tp, " does not divide the MLP's width ", c.ffn()));
+    }
     if (c.n_layer % in.pp != 0) {
       return absl::InvalidArgumentError(absl::StrCat("pp ", in.pp, " does not divide the ", c.n_layer, " layers"));
     }
@@ -69,16 +76,19 @@ double WorkingBytes(const PlanInput& in, const model::ModelShard& shard, const s
   const double d = in.dp;
   auto padded = [&](double n) { return std::ceil(n / d) * d; };
   double layer = 0, layer_gemm = 0, wte = 0, embedding = 0, head = 0;
-  const size_t at = shard.first() ? 2 : 0;  // a layer's 12 tensors (every layer's the same)
+  // A layer's tensors (every layer's the same), after the embedding's on the first stage.
+  const size_t at = shard.first() ? static_cast<size_t>(model::EmbeddingTensors(*in.model)) : 0;
+  const size_t per = static_cast<size_t>(model::TensorsPerLayer(*in.model));
+  const std::string classifier = model::ClassifierTensor(*in.model);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const double n = static_cast<double>(tensors[i].numel);
-    if (tensors[i].name == "wte.weight") wte = static_cast<double>(tensors[i].working_room());
+    if (tensors[i].name == classifier) wte = static_cast<double>(tensors[i].working_room());
     if (i < at) embedding += n;
-    if (i >= at && i < at + 12) {
+    if (i >= at && i < at + per) {
       layer += n;
       if (tensors[i].gemm) layer_gemm += static_cast<double>(tensors[i].working_room());
     }
-    if (i >= at + 12 * static_cast<size_t>(shard.layer_end - shard.layer_begin)) head += n;
+    if (i >= at + per * static_cast<size_t>(shard.layer_end - shard.layer_begin)) head += n;
   }
   const double floats = 4 * padded(layer) + (shard.first() ? 2 * padded(embedding) : 0) + 2 * padded(head);
   double bytes = 4 * floats;
@@ -217,7 +227,10 @@ absl::StatusOr<PlanInput> Recommend(PlanInput in, int gpus, int global_batch) {
   for (int tp : {1, 2, 4, 8}) {
     for (int pp = 1; pp <= gpus; ++pp) {
       if (gpus % (tp * pp) != 0) continue;
-      if (in.model && (in.model->n_head % tp != 0 || in.model->n_layer % pp != 0)) continue;
+      if (in.model && (in.model->n_head % tp != 0 || in.model->kv_heads() % tp != 0 || in.model->ffn() % tp != 0 ||
+                       in.model->n_layer % pp != 0)) {
+        continue;
+      }
       const int dp = gpus / (tp * pp);
       for (int zero = 0; zero <= 3; ++zero) {
         for (auto rc : {model::Recompute::kNone, model::Recompute::kSelective, model::Recompute::kFull}) {

@@ -59,16 +59,25 @@ inline SafetensorsFile OpenFixture(const std::string& name) {
   return *std::move(f);
 }
 
-// The test GPT of a reference fixture (gpt2_tiny.safetensors: its "config" metadata), and the
-// batch shape it was run at.
+// The test model of a reference fixture (gpt2_tiny.safetensors, llama_tiny.safetensors: its
+// "config" metadata), and the batch shape it was run at. GPT-2's fixtures have no "arch" and
+// none of Llama's keys (n_kv_head, ffn_hidden, rope_theta, norm_eps); each absent key keeps
+// GPTConfig's default.
 inline model::GPTConfig FixtureConfig(const SafetensorsFile& f, int* B, int* T) {
   auto cfg = nlohmann::json::parse(f.metadata().at("config"));
   model::GPTConfig c;
+  const std::string arch = cfg.value("arch", "gpt2");
+  EXPECT_TRUE(arch == "gpt2" || arch == "llama") << "fixture arch " << arch;
+  if (arch == "llama") c.arch = model::Arch::kLlama;
   c.vocab_size = cfg["vocab_size"];
   c.max_seq_len = cfg["n_positions"];
   c.n_layer = cfg["n_layer"];
   c.n_head = cfg["n_head"];
   c.n_embd = cfg["n_embd"];
+  c.n_kv_head = cfg.value("n_kv_head", c.n_kv_head);
+  c.ffn_hidden = cfg.value("ffn_hidden", c.ffn_hidden);
+  c.rope_theta = cfg.value("rope_theta", c.rope_theta);
+  c.norm_eps = cfg.value("norm_eps", c.norm_eps);
   *T = cfg["T"];
   *B = cfg["batch"];
   return c;

@@ -73,6 +73,21 @@ expect_error "missing tensor" "missing tensor 'ln_f.bias'" "$BIN" "$TMP/ok.yaml"
 cp -r "$TMP/model" "$TMP/cut"; truncate -s 5000 "$TMP/cut/model.safetensors"
 expect_error "truncated safetensors" "model.safetensors: tensor" "$BIN" "$TMP/ok.yaml" --init-from "$TMP/cut"
 
+# --init-from: the model keys come from config.json; those the spec states must agree with it.
+sed 's/n_embd: 16/n_embd: 32/' "$TMP/ok.yaml" >"$TMP/other.yaml"
+expect_error "spec disagrees with --init-from" "field 'model.n_embd' is 32 but $TMP/model/config.json says 16" \
+  "$BIN" "$TMP/other.yaml" --init-from "$TMP/model"
+sed 's/^model: .*/model: {seq_len: 32}/' "$TMP/ok.yaml" >"$TMP/long.yaml"
+expect_error "seq_len past --init-from's positions" "field 'model.seq_len' 32 exceeds model.max_seq_len 16" \
+  "$BIN" "$TMP/long.yaml" --init-from "$TMP/model"
+sed 's/^model: .*/model: {seq_len: 8}/' "$TMP/ok.yaml" >"$TMP/short.yaml"
+if "$BIN" "$TMP/short.yaml" --init-from "$TMP/model" --no-progress >"$TMP/out" 2>"$TMP/err"; then
+  echo "ok   a spec stating seq_len alone trains from --init-from's model"; passed=$((passed + 1))
+else
+  echo "FAIL a spec stating seq_len alone, --init-from: rc=$?"; sed 's/^/    /' "$TMP/err"; fail=$((fail + 1))
+fi
+expect_error "spec without a model, no --init-from" "field 'model.n_layer' is required" "$BIN" "$TMP/short.yaml"
+
 expect_error "sample without model" "config.json: no such file" "$BIN" sample --from "$TMP/nothing"
 expect_error "unknown flag" "unknown flag --bogus" "$BIN" "$TMP/ok.yaml" --bogus
 expect_error "missing tokenizer" "tokenizer $TMP/no-tokenizer.json: no such file" "$BIN" prepare --tokenizer "$TMP/no-tokenizer.json" --out-dir "$TMP/tok" "$TMP/corpus"

@@ -31,7 +31,7 @@ class CudaTrainingTest : public ::testing::Test {
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("val.bin"), std::vector<uint16_t>(toks.begin(), toks.begin() + 4000)).ok());
   }
   JobSpec Spec(const std::string& ckpt_dir) {
-    auto s = ParseJobSpec("model: {n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 97, seq_len: 32}\n"
+    auto s = ParseJobSpec("model: {" + model_ + "}\n"
                           "data: {train: " + dir_.File("train.bin") + ", val: " + dir_.File("val.bin") + ", shuffle: true}\n"
                           "train: {steps: 20, micro_batch: 4, global_batch: 8, lr: 3.0e-3, warmup: 2, min_lr_ratio: 0.1, "
                           "weight_decay: 0.1, grad_clip: 1.0, seed: 17, precision: " + precision_ + "}\n"
@@ -54,13 +54,41 @@ class CudaTrainingTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s;
     return std::move(*t);
   }
+  // Each of the 20 losses of `run` within rel (relative) of `base`'s.
+  static void ExpectTracks(const Trainer& run, const Trainer& base, double rel, const std::string& what) {
+    ASSERT_EQ(run.reports().size(), 20u) << what;
+    for (size_t i = 0; i < 20; ++i) {
+      const float b = base.reports()[i].loss;
+      EXPECT_LE(std::fabs(run.reports()[i].loss - b), rel * b) << what << ", step " << i + 1;
+    }
+  }
   void TearDown() override {
     if (devnull_) std::fclose(devnull_);
   }
   testing::TempDir dir_;
   FILE* devnull_ = std::fopen("/dev/null", "w");
   std::string precision_ = "fp32";
+  std::string model_ = "n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 97, seq_len: 32";
 };
+
+// A Llama (grouped-query attention, 4 query heads over 2 key/value heads) on the GPU: its ops
+// (RMSNorm, RoPE, SwiGLU, the heads' repetition) in fp32 with both attention paths track the
+// CPU's 20 losses, and in bf16 within bf16's rounding.
+TEST_F(CudaTrainingTest, LlamaTracksTheCpu) {
+  model_ = "arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 64, ffn_hidden: 160, vocab_size: 97, seq_len: 32";
+  auto cpu = Run("cpu", dir_.File("cpu_ckpt"));
+  auto fused = Run("cuda:0", dir_.File("fused_ckpt"));
+  auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, /*fused_attention=*/false);
+  ASSERT_TRUE(cpu && fused && unfused);
+  ExpectTracks(*fused, *cpu, 1e-4, "fused");
+  ExpectTracks(*unfused, *cpu, 1e-4, "unfused");
+  EXPECT_LT(fused->reports().back().loss, 0.8 * fused->reports().front().loss) << "the GPU's Llama learns";
+  precision_ = "bf16";
+  auto cpu16 = Run("cpu", dir_.File("cpu16_ckpt"));
+  auto gpu16 = Run("cuda:0", dir_.File("gpu16_ckpt"));
+  ASSERT_TRUE(cpu16 && gpu16);
+  ExpectTracks(*gpu16, *cpu16, 0x1p-9, "bf16");
+}
 
 // bf16 on the GPU (cuBLASLt's 16-bit GEMMs, the kernels templated on the element type, both
 // attention paths) against bf16 on the cpu: the same roundings, sums in other orders, so the
@@ -88,13 +116,8 @@ TEST_F(CudaTrainingTest, FusedAndUnfusedAttentionBothTrackTheCpu) {
   auto fused = Run("cuda:0", dir_.File("fused_ckpt"));
   auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, /*fused_attention=*/false);
   ASSERT_TRUE(cpu && fused && unfused);
-  ASSERT_EQ(fused->reports().size(), 20u);
-  ASSERT_EQ(unfused->reports().size(), 20u);
-  for (size_t i = 0; i < 20; ++i) {
-    const float b = cpu->reports()[i].loss;
-    EXPECT_LE(std::fabs(fused->reports()[i].loss - b) / b, 1e-4) << "fused, step " << i + 1;
-    EXPECT_LE(std::fabs(unfused->reports()[i].loss - b) / b, 1e-4) << "unfused, step " << i + 1;
-  }
+  ExpectTracks(*fused, *cpu, 1e-4, "fused");
+  ExpectTracks(*unfused, *cpu, 1e-4, "unfused");
 }
 
 TEST_F(CudaTrainingTest, TwentyStepsTrackTheCpuAndItsCheckpointResumesOnTheCpu) {

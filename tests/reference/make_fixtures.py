@@ -8,6 +8,15 @@ gpt2_tiny.safetensors: a small random GPT-2 of odd sizes (vocab 97, n_positions 
 parameter's gradient, and the losses, clipped gradients and parameters over 5 AdamW steps
 with gradient clipping (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_).
 
+llama_tiny.safetensors (--only llama): the same for a small random Llama, run by transformers'
+LlamaForCausalLM (eager attention) converted to float64: vocab 89, max_position_embeddings 31,
+T 23, 3 layers, 6 query heads over 2 key/value heads (head_dim 6), hidden 36, intermediate 50,
+rope_theta 500, RMSNorm eps 1e-6, untied lm_head, batch 3. Tensors use HF's state_dict names
+and nn.Linear (out, in) layouts. Two of HF's fp32 upcasts, which in float64 are downcasts
+(LlamaRMSNorm's hidden_states.to(float32), eager attention's softmax(dtype=float32)), are
+patched to keep float64; RoPE's cos/sin stay as HF computes them, in fp32 from fp32 inv_freq
+(the fixture checks both).
+
 kernels.safetensors: each op alone on random inputs: outputs and gradients.
 
 llama_ops.safetensors (--only llama_ops): the ops of Llama-family blocks as transformers'
@@ -26,10 +35,12 @@ casts for that model. These are fp32/bf16/fp16 computations, not float64: the po
 autocast's roundings.
 
 Everything is computed in float64 from float32 inputs and stored as float32, so the
-reference carries no fp32 rounding of its own. Tensors use Hugging Face GPT-2 names and
-layouts (Conv1D weights are (in, out)). Needs torch, numpy and safetensors; CI does not.
+reference carries no fp32 rounding of its own (Llama's RoPE cos/sin tables aside: fp32 values
+by HF's definition). GPT-2's tensors use Hugging Face GPT-2 names and layouts (Conv1D weights
+are (in, out)). Needs torch, numpy and safetensors, and transformers for Llama; CI does not.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -102,6 +113,44 @@ def gpt2_forward(p, idx):
     return x @ p["wte.weight"].T
 
 
+def reference_record(init, params, logits, loss, inputs, targets):
+    """The fixture's first part: the fp32 start (param.NAME), the float64 gradients of loss
+    (grad.NAME, after loss.backward()), the logits, the loss and the batch. Returns it and the
+    gradient norm."""
+    out = {f"param.{k}": f32(v) for k, v in init.items()}
+    out.update({f"grad.{k}": f32(v.grad) for k, v in params.items()})
+    out["logits"] = f32(logits)
+    out["loss"] = f32(loss.reshape(1))
+    out["inputs"] = inputs.to(torch.int32)
+    out["targets"] = targets.to(torch.int32)
+    return out, torch.sqrt(sum((g.grad ** 2).sum() for g in params.values())).item()
+
+
+def adamw_steps(params, loss_fn, clip, out):
+    """HP["steps"] AdamW steps of loss_fn() over params (name -> tensor), clipping the
+    gradient norm to clip, decay on tensors of 2+ dims only (nanoGPT's grouping). Records
+    each step's clipped gradients (step{k}.grad.NAME) and parameters (step{k}.NAME) in out;
+    returns the losses."""
+    decay = [v for v in params.values() if v.dim() >= 2]
+    no_decay = [v for v in params.values() if v.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": HP["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=HP["lr"], betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"])
+    losses = []
+    for step in range(1, HP["steps"] + 1):
+        opt.zero_grad()
+        l = loss_fn()
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
+        for k, v in params.items():  # the clipped gradient this step applies
+            out[f"step{step}.grad.{k}"] = f32(v.grad)
+        opt.step()
+        losses.append(l.item())
+        for k, v in params.items():
+            out[f"step{step}.{k}"] = f32(v)
+    return losses
+
+
 def make_gpt2(out_dir):
     gen = torch.Generator().manual_seed(20240520)
     init = random_params(gen)
@@ -112,36 +161,14 @@ def make_gpt2(out_dir):
     logits = gpt2_forward(params, inputs)
     loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
     loss.backward()
-    out = {f"param.{k}": f32(v) for k, v in init.items()}
-    out.update({f"grad.{k}": f32(v.grad) for k, v in params.items()})
-    out["logits"] = f32(logits)
-    out["loss"] = f32(loss.reshape(1))
-    out["inputs"] = inputs.to(torch.int32)
-    out["targets"] = targets.to(torch.int32)
-    grad_norm0 = torch.sqrt(sum((g.grad ** 2).sum() for g in params.values())).item()
+    out, grad_norm0 = reference_record(init, params, logits, loss, inputs, targets)
 
     # 5 AdamW steps on the same batch, clipping to half the first step's norm so the clip
     # is active; decay on tensors of 2+ dims only (nanoGPT's grouping).
     clip = 0.5 * grad_norm0
     params = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in init.items()}
-    decay = [v for v in params.values() if v.dim() >= 2]
-    no_decay = [v for v in params.values() if v.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": HP["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=HP["lr"], betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"])
-    losses = []
-    for step in range(1, HP["steps"] + 1):
-        opt.zero_grad()
-        logits = gpt2_forward(params, inputs)
-        l = F.cross_entropy(logits.view(-1, V), targets.view(-1))
-        l.backward()
-        torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
-        for k, v in params.items():  # the clipped gradient this step applies
-            out[f"step{step}.grad.{k}"] = f32(v.grad)
-        opt.step()
-        losses.append(l.item())
-        for k, v in params.items():
-            out[f"step{step}.{k}"] = f32(v)
+    losses = adamw_steps(params, lambda: F.cross_entropy(gpt2_forward(params, inputs).view(-1, V), targets.view(-1)),
+                         clip, out)
     out["train_losses"] = torch.tensor(losses, dtype=torch.float32)
     meta = {"config": json.dumps(dict(vocab_size=V, n_positions=NPOS, T=T, n_layer=L, n_head=NH,
                                       n_embd=C, batch=B)),
@@ -149,6 +176,123 @@ def make_gpt2(out_dir):
             "generator": "tests/reference/make_fixtures.py", "torch": torch.__version__}
     save_file(out, os.path.join(out_dir, "gpt2_tiny.safetensors"), metadata=meta)
     print(f"gpt2_tiny: loss {loss.item():.6f}, grad norm {grad_norm0:.4f}, losses {losses}")
+
+
+# Llama: vocab, max_position_embeddings, T, layers, query heads, key/value heads, hidden,
+# intermediate, batch; RoPE's base and RMSNorm's epsilon.
+LV, LNPOS, LT, LL, LNH, LNKV, LC, LF, LB = 89, 31, 23, 3, 6, 2, 36, 50, 3
+LTHETA, LEPS = 500.0, 1e-6
+
+
+def llama_config():
+    from transformers import LlamaConfig
+    # transformers 5 takes RoPE's base in rope_parameters (rope_theta is no longer a field).
+    return LlamaConfig(vocab_size=LV, hidden_size=LC, intermediate_size=LF, num_hidden_layers=LL,
+                       num_attention_heads=LNH, num_key_value_heads=LNKV, max_position_embeddings=LNPOS,
+                       rope_parameters={"rope_type": "default", "rope_theta": LTHETA}, rms_norm_eps=LEPS,
+                       tie_word_embeddings=False, hidden_act="silu", attention_bias=False, mlp_bias=False)
+
+
+@contextlib.contextmanager
+def llama_float64():
+    """HF's Llama upcasts to fp32 in two places: LlamaRMSNorm (hidden_states.to(float32)) and
+    eager attention (softmax(..., dtype=float32)). In a float64 model those are downcasts that
+    round the reference to fp32, forward and backward. Within this context both keep their
+    input's dtype and are otherwise HF's code, so an fp32 model runs the same ops as without
+    it (make_llama checks that bit for bit)."""
+    from transformers.models.llama import modeling_llama as ml
+
+    def rms_norm(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    def eager_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        key_states = ml.repeat_kv(key, module.num_key_value_groups)
+        value_states = ml.repeat_kv(value, module.num_key_value_groups)
+        attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = torch.nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = torch.nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+        attn_output = torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous()
+        return attn_output, attn_weights
+
+    # LlamaAttention looks eager_attention_forward up in its module at each call.
+    saved = ml.LlamaRMSNorm.forward, ml.eager_attention_forward
+    ml.LlamaRMSNorm.forward, ml.eager_attention_forward = rms_norm, eager_attention
+    try:
+        yield
+    finally:
+        ml.LlamaRMSNorm.forward, ml.eager_attention_forward = saved
+
+
+def llama_model(init, dtype):
+    """LlamaForCausalLM with eager attention in `dtype`, holding the parameters `init` (fp32;
+    None: HF's own initialization)."""
+    from transformers import LlamaForCausalLM
+    model = LlamaForCausalLM._from_config(llama_config(), attn_implementation="eager").to(dtype)
+    if init is not None:
+        model.load_state_dict(init, strict=True)
+    return model.eval()  # no dropout (attention_dropout is 0 besides)
+
+
+def llama_loss(model, inputs, targets):
+    """Logits (B, T, V) and their mean cross entropy against targets (not HF's shifted labels)."""
+    logits = model(input_ids=inputs).logits
+    return logits, F.cross_entropy(logits.reshape(-1, LV), targets.reshape(-1))
+
+
+def make_llama(out_dir):
+    gen = torch.Generator().manual_seed(20250611)
+    # Matrices N(0, 0.02), RMSNorm weights 1 + 0.1 N(0, 1), in the model's state_dict order.
+    init = {}
+    for name, t in llama_model(None, torch.float32).state_dict().items():
+        shape = tuple(t.shape)
+        if len(shape) == 1:
+            init[name] = (1.0 + 0.1 * torch.randn(shape, generator=gen)).to(torch.float32)
+        else:
+            init[name] = (0.02 * torch.randn(shape, generator=gen)).to(torch.float32)
+    inputs = torch.randint(0, LV, (LB, LT), generator=gen)
+    targets = torch.randint(0, LV, (LB, LT), generator=gen)
+
+    # The patches change nothing in fp32: logits and gradients bit for bit.
+    runs = []
+    for patched in (False, True):
+        with llama_float64() if patched else contextlib.nullcontext():
+            m = llama_model(init, torch.float32)
+            logits, loss = llama_loss(m, inputs, targets)
+            loss.backward()
+            runs.append([logits.detach()] + [p.grad for p in m.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs)), "llama_float64 changes the fp32 model"
+
+    with llama_float64():
+        model = llama_model(init, torch.float64)
+        # RoPE's tables: fp32 values (HF casts inv_freq and positions to float before cos/sin).
+        cos, sin = model.model.rotary_emb(torch.zeros(1, dtype=torch.float64), torch.arange(LT)[None])
+        assert cos.dtype == torch.float64 and torch.equal(cos, cos.float().double()), "cos is not fp32"
+        assert torch.equal(sin, sin.float().double()), "sin is not fp32"
+        params = dict(model.named_parameters())
+        assert list(params) == list(init), "parameters are not the state_dict's"
+        logits, loss = llama_loss(model, inputs, targets)
+        loss.backward()
+        out, grad_norm0 = reference_record(init, params, logits, loss, inputs, targets)
+
+        # 5 AdamW steps as make_gpt2's: the clip at half the first norm, decay on 2+ dims only.
+        clip = 0.5 * grad_norm0
+        model = llama_model(init, torch.float64)
+        params = dict(model.named_parameters())
+        losses = adamw_steps(params, lambda: llama_loss(model, inputs, targets)[1], clip, out)
+    out["train_losses"] = torch.tensor(losses, dtype=torch.float32)
+    meta = {"config": json.dumps(dict(arch="llama", vocab_size=LV, n_positions=LNPOS, T=LT, n_layer=LL, n_head=LNH,
+                                      n_kv_head=LNKV, n_embd=LC, ffn_hidden=LF, rope_theta=LTHETA, norm_eps=LEPS,
+                                      batch=LB)),
+            "hf_config": model.config.to_json_string(),
+            "hparams": json.dumps(dict(HP, grad_clip=clip)),
+            "generator": "tests/reference/make_fixtures.py --only llama", "torch": torch.__version__}
+    path = os.path.join(out_dir, "llama_tiny.safetensors")
+    save_file(out, path, metadata=meta)
+    print(f"llama_tiny: loss {loss.item():.6f}, grad norm {grad_norm0:.4f}, losses {losses}, "
+          f"{os.path.getsize(path)} bytes")
 
 
 def make_kernels(out_dir):
@@ -448,12 +592,15 @@ def make_llama_ops(out_dir):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
-    ap.add_argument("--only", choices=["gpt2", "kernels", "amp", "llama_ops"], help="write this fixture file alone")
+    ap.add_argument("--only", choices=["gpt2", "llama", "kernels", "amp", "llama_ops"],
+                    help="write this fixture file alone")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
     if args.only in (None, "gpt2"):
         make_gpt2(args.out)
+    if args.only in (None, "llama"):
+        make_llama(args.out)
     if args.only in (None, "kernels"):
         make_kernels(args.out)
     if args.only in (None, "amp"):

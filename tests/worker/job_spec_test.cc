@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "tests/test_util.h"
@@ -248,6 +250,18 @@ checkpoint: {every: 2, keep: 1, host_budget_mb: 0.5, dir: /tmp/x, resume_from: j
 parallel: {dp: 2, tp: 2, pp: 2, zero_stage: 1, bucket_mb: 1.5, timeout_s: 30, schedule: gpipe}
 scheduling: {priority: -3, max_restarts: 0}
 elastic: {min_dp: 1, max_dp: 4}
+)",
+      R"(
+model: {arch: llama, n_layer: 2, n_head: 6, n_kv_head: 2, n_embd: 48, ffn_hidden: 136, vocab_size: 300, seq_len: 16,
+        max_seq_len: 128, rope_theta: 500000.5, norm_eps: 1.0000000000000001e-6}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
+parallel: {tp: 2}
+)",
+      R"(
+model: {arch: llama, n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
 )"};
   auto demo = ReadFileToString(testing::SourcePath("configs/demo.yaml"));
   ASSERT_TRUE(demo.ok()) << demo.status();
@@ -301,6 +315,226 @@ train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
   EXPECT_NE(Error(m + "parallel: {pp: 4}\n").find("field 'parallel.pp' 4 does not divide model.n_layer 6"), std::string::npos);
   EXPECT_NE(Error(m + "parallel: {dp: 2, tp: 2}\nresources: {workers: 2}\n").find("dp 2 x tp 2 x pp 1 = 4"),
             std::string::npos);
+}
+
+// model.arch and the Llama keys: parsed, defaults resolved by the config, and written by ToYaml
+// (resolved: every field stated) so that the normalised spec reads back equal.
+TEST(JobSpecTest, LlamaModelKeysParseAndRoundTrip) {
+  const std::string text = R"(
+model: {arch: llama, n_layer: 2, n_head: 6, n_kv_head: 2, n_embd: 48, ffn_hidden: 136, vocab_size: 300, seq_len: 16,
+        rope_theta: 500000, norm_eps: 1.0e-6}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
+)";
+  auto s = ParseJobSpec(text);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model.arch, model::Arch::kLlama);
+  EXPECT_EQ(s->model.kv_heads(), 2);
+  EXPECT_EQ(s->model.ffn(), 136);
+  EXPECT_EQ(s->model.rope_theta, 500000.0);
+  EXPECT_EQ(s->model.norm_eps, 1e-6);
+  const std::string y = ToYaml(*s);
+  for (const char* line : {"arch: llama", "n_kv_head: 2", "ffn_hidden: 136", "rope_theta: 500000", "norm_eps: "}) {
+    EXPECT_NE(y.find(line), std::string::npos) << line << " in\n" << y;
+  }
+  auto back = ParseJobSpec(y);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << y;
+  EXPECT_TRUE(*back == *s) << y;
+  // Each Llama key changed by a little is a different spec (written exactly).
+  for (auto change : std::vector<std::function<void(model::GPTConfig&)>>{
+           [](model::GPTConfig& c) { c.n_kv_head = 3; }, [](model::GPTConfig& c) { c.ffn_hidden = 144; },
+           [](model::GPTConfig& c) { c.rope_theta = 500000.00000000006; },
+           [](model::GPTConfig& c) { c.norm_eps = 1.0000000000000002e-6; },
+           [](model::GPTConfig& c) { c.arch = model::Arch::kGpt2, c.n_kv_head = 0, c.ffn_hidden = 0, c.norm_eps = 1e-5; }}) {
+    JobSpec other = *s;
+    change(other.model);
+    auto o = ParseJobSpec(ToYaml(other));
+    ASSERT_TRUE(o.ok()) << o.status() << "\n" << ToYaml(other);
+    EXPECT_TRUE(*o == other);
+    EXPECT_FALSE(*o == *s) << ToYaml(other);
+  }
+  // Defaults: gpt2; Llama's n_kv_head n_head and ffn_hidden 8/3 n_embd rounded up to 256.
+  auto d = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->model.arch, model::Arch::kGpt2);
+  EXPECT_NE(ToYaml(*d).find("arch: gpt2"), std::string::npos);
+  EXPECT_EQ(ToYaml(*d).find("rope_theta"), std::string::npos) << "GPT-2 has no RoPE:\n" << ToYaml(*d);
+  auto l = ParseJobSpec("model: {arch: llama, n_layer: 2, n_head: 4, n_embd: 96, vocab_size: 256, seq_len: 8}\n"
+                   "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->model.kv_heads(), 4);
+  EXPECT_EQ(l->model.ffn(), 256);
+  EXPECT_EQ(l->model.rope_theta, 10000.0);
+  EXPECT_EQ(l->model.norm_eps, 1e-5);
+}
+
+TEST(JobSpecTest, ArchIsGpt2OrLlamaAndGpt2RefusesLlamaKnobs) {
+  const std::string m = "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n";
+  auto model = [&](const std::string& extra) {
+    return "model: {n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 8" + extra + "}\n" + m;
+  };
+  EXPECT_NE(Error(model(", arch: bert")).find("field 'model.arch' is 'bert': gpt2 or llama"), std::string::npos);
+  EXPECT_NE(Error(model(", arch: Llama")).find("field 'model.arch' is 'Llama': gpt2 or llama"), std::string::npos);
+  EXPECT_NE(Error(model(", arch: [llama]")).find("'model.arch' must be a string"), std::string::npos);
+  EXPECT_NE(Error(model(", rope_theta: 10000")).find("field 'model.rope_theta' applies to arch llama"), std::string::npos);
+  EXPECT_NE(Error(model(", n_kv_head: 2")).find("field 'model.n_kv_head' 2: GPT-2 has n_head key/value heads"),
+            std::string::npos)
+      << Error(model(", n_kv_head: 2"));
+  EXPECT_NE(Error(model(", ffn_hidden: 100")).find("field 'model.ffn_hidden'"), std::string::npos);
+  EXPECT_NE(Error(model(", norm_eps: 1.0e-6")).find("field 'model.norm_eps'"), std::string::npos);
+  EXPECT_NE(Error(model(", n_kv_head: two")).find("'model.n_kv_head' must be an integer, got 'two'"), std::string::npos);
+  EXPECT_NE(Error(model(", arch: llama, rope_theta: x")).find("'model.rope_theta' must be a number, got 'x'"),
+            std::string::npos);
+  // GPT-2's own values may be stated.
+  EXPECT_TRUE(ParseJobSpec(model(", arch: gpt2, n_kv_head: 4, ffn_hidden: 128, norm_eps: 1.0e-5")).ok());
+  // The config's own checks name their field.
+  EXPECT_NE(Error(model(", arch: llama, n_kv_head: 3")).find("field 'model.n_kv_head' 3 does not divide n_head 4"),
+            std::string::npos)
+      << Error(model(", arch: llama, n_kv_head: 3"));
+  EXPECT_NE(Error(model(", arch: llama, rope_theta: 0.5")).find("field 'model.rope_theta'"), std::string::npos);
+}
+
+TEST(JobSpecTest, TensorParallelDegreeMustDivideKeyValueHeadsAndTheMlp) {
+  const std::string m = "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n";
+  auto spec = [&](const std::string& model, int tp) {
+    return "model: {arch: llama, n_layer: 2, n_head: 8, n_embd: 64, vocab_size: 256, seq_len: 8" + model + "}\n" + m +
+           "parallel: {tp: " + std::to_string(tp) + "}\n";
+  };
+  EXPECT_TRUE(ParseJobSpec(spec(", n_kv_head: 2", 2)).ok());
+  EXPECT_NE(Error(spec(", n_kv_head: 2", 4))
+                .find("field 'parallel.tp' 4 does not divide model.n_kv_head 2 (each tensor-parallel rank takes whole "
+                      "key/value heads with their query heads)"),
+            std::string::npos)
+      << Error(spec(", n_kv_head: 2", 4));
+  EXPECT_TRUE(ParseJobSpec(spec(", ffn_hidden: 42", 2)).ok());
+  EXPECT_NE(Error(spec(", ffn_hidden: 42", 4)).find("field 'parallel.tp' 4 does not divide model.ffn_hidden 42"),
+            std::string::npos)
+      << Error(spec(", ffn_hidden: 42", 4));
+  EXPECT_NE(Error(spec("", 3)).find("field 'parallel.tp' 3 does not divide model.n_head 8"), std::string::npos);
+  // tp 1 takes anything.
+  EXPECT_TRUE(ParseJobSpec(spec(", n_kv_head: 1, ffn_hidden: 41", 1)).ok());
+}
+
+model::GPTConfig LlamaFrom() {
+  model::GPTConfig c;
+  c.arch = model::Arch::kLlama;
+  c.max_seq_len = 128, c.vocab_size = 300, c.n_layer = 2, c.n_head = 6, c.n_embd = 48;
+  c.n_kv_head = 2, c.ffn_hidden = 136, c.rope_theta = 500000, c.norm_eps = 1e-6;
+  return c;
+}
+
+// --init-from: the spec's model is the config's; what the spec states must agree with it.
+TEST(JobSpecTest, InitFromTakesTheModelFromTheConfigAndChecksWhatTheSpecStates) {
+  const model::GPTConfig from = LlamaFrom();
+  const std::string rest = "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n";
+  auto parse = [&](const std::string& model) { return ParseJobSpec("model: {" + model + "}\n" + rest, &from, "D/config.json"); };
+  auto error = [&](const std::string& model) {
+    auto s = parse(model);
+    EXPECT_FALSE(s.ok()) << model;
+    return s.ok() ? std::string() : std::string(s.status().message());
+  };
+  auto s = parse("seq_len: 32");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->model == from);
+  EXPECT_EQ(s->model.max_seq_len, 128) << "the config's n_positions, not seq_len";
+  EXPECT_EQ(s->seq_len, 32);
+  auto back = ParseJobSpec(ToYaml(*s));  // the normalised spec stands alone
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == *s);
+  // Stated and agreeing (defaults resolved: n_kv_head 2 is the config's 2).
+  auto agree = parse("arch: llama, n_layer: 2, n_head: 6, n_kv_head: 2, n_embd: 48, ffn_hidden: 136, vocab_size: 300, "
+                     "seq_len: 16, max_seq_len: 128, rope_theta: 500000, norm_eps: 1.0e-6");
+  ASSERT_TRUE(agree.ok()) << agree.status();
+  EXPECT_TRUE(agree->model == from);
+  // Each key stated otherwise is named, with the config's value.
+  EXPECT_NE(error("seq_len: 16, n_head: 4").find("job spec: field 'model.n_head' is 4 but D/config.json says 6"),
+            std::string::npos)
+      << error("seq_len: 16, n_head: 4");
+  EXPECT_NE(error("seq_len: 16, arch: gpt2").find("field 'model.arch' is gpt2 but D/config.json says llama"),
+            std::string::npos);
+  EXPECT_NE(error("seq_len: 16, n_kv_head: 0").find("field 'model.n_kv_head' is 0 (n_head, 6) but D/config.json says 2"),
+            std::string::npos)
+      << error("seq_len: 16, n_kv_head: 0");
+  EXPECT_NE(error("seq_len: 16, ffn_hidden: 128").find("field 'model.ffn_hidden' is 128 but D/config.json says 136"),
+            std::string::npos);
+  EXPECT_NE(error("seq_len: 16, max_seq_len: 64").find("field 'model.max_seq_len' is 64 but D/config.json says 128"),
+            std::string::npos);
+  EXPECT_NE(error("seq_len: 16, rope_theta: 10000").find("field 'model.rope_theta' is 10000 but D/config.json says 500000"),
+            std::string::npos);
+  EXPECT_NE(error("seq_len: 16, norm_eps: 1.0e-5").find("field 'model.norm_eps' is 1e-05 but D/config.json says 1e-06"),
+            std::string::npos)
+      << error("seq_len: 16, norm_eps: 1.0e-5");
+  for (const char* k : {"n_layer: 3", "n_embd: 96", "vocab_size: 256"}) {
+    const std::string key = std::string(k).substr(0, std::string(k).find(':'));
+    EXPECT_NE(error(std::string("seq_len: 16, ") + k).find("field 'model." + key + "' is"), std::string::npos) << k;
+  }
+  // Every disagreement, not only the first.
+  const std::string two = error("seq_len: 16, n_layer: 3, vocab_size: 256");
+  EXPECT_NE(two.find("'model.n_layer' is 3"), std::string::npos) << two;
+  EXPECT_NE(two.find("'model.vocab_size' is 256"), std::string::npos) << two;
+  // seq_len is still the spec's, and within the model's positions.
+  EXPECT_NE(error("n_layer: 2").find("field 'model.seq_len' is required"), std::string::npos);
+  EXPECT_NE(error("seq_len: 129").find("field 'model.seq_len' 129 exceeds model.max_seq_len 128"), std::string::npos);
+  // The spec's other checks still hold, against the config's shape.
+  EXPECT_NE(ParseJobSpec("model: {seq_len: 8}\n" + rest + "parallel: {tp: 4}\n", &from, "D/config.json")
+                .status()
+                .message()
+                .find("field 'parallel.tp' 4 does not divide model.n_head 6"),
+            std::string::npos);
+  // Without a model to start from, the shape is required as before.
+  EXPECT_NE(Error("model: {seq_len: 8}\n" + rest).find("field 'model.n_layer' is required"), std::string::npos);
+  // A GPT-2 config: rope_theta has no place.
+  model::GPTConfig gpt2{64, 256, 2, 2, 16};
+  auto g = ParseJobSpec("model: {seq_len: 8}\n" + rest, &gpt2, "G/config.json");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(g->model == gpt2);
+  EXPECT_EQ(g->model.max_seq_len, 64);
+  EXPECT_NE(ParseJobSpec("model: {seq_len: 8, rope_theta: 10000}\n" + rest, &gpt2, "G/config.json")
+                .status()
+                .message()
+                .find("'model.rope_theta' applies to arch llama"),
+            std::string::npos);
+}
+
+TEST(JobSpecTest, LoadJobSpecTakesTheModelToStartFrom) {
+  testing::TempDir d;
+  ASSERT_TRUE(WriteFileAtomic(d.File("job.yaml"), "model: {seq_len: 8, n_head: 4}\ndata: {train: t.bin}\n"
+                                                  "train: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n")
+                  .ok());
+  const model::GPTConfig from = LlamaFrom();
+  auto s = LoadJobSpec(d.File("job.yaml"), &from, "D/config.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("job.yaml"), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find("field 'model.n_head' is 4 but D/config.json says 6"), std::string::npos)
+      << s.status();
+  ASSERT_TRUE(WriteFileAtomic(d.File("job.yaml"), "model: {seq_len: 8}\ndata: {train: t.bin}\n"
+                                                  "train: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n")
+                  .ok());
+  s = LoadJobSpec(d.File("job.yaml"), &from, "D/config.json");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->model == from);
+  EXPECT_FALSE(LoadJobSpec(d.File("job.yaml")).ok()) << "without a model, the shape is required";
+}
+
+TEST(JobSpecTest, ModelDifferencesNameEveryFieldThatDiffers) {
+  model::GPTConfig a{16, 256, 2, 2, 16};
+  EXPECT_EQ(DescribeModel(a), "n_layer 2, n_head 2, n_embd 16, vocab_size 256, max_seq_len 16");
+  model::GPTConfig b = a;
+  b.n_kv_head = 2, b.ffn_hidden = 64;  // GPT-2's own values: the same model
+  EXPECT_EQ(ModelDifferences(a, "A", b, "B"), "");
+  b.n_embd = 32;
+  EXPECT_EQ(ModelDifferences(a, "A", b, "B"), "n_embd (A 16, B 32)");
+  model::GPTConfig l = LlamaFrom(), m = LlamaFrom();
+  EXPECT_EQ(DescribeModel(l), "n_layer 2, n_head 6, n_embd 48, vocab_size 300, max_seq_len 128, arch llama, "
+                              "n_kv_head 2, ffn_hidden 136, rope_theta 500000, norm_eps 1e-06");
+  m.n_kv_head = 3, m.ffn_hidden = 0, m.rope_theta = 10000, m.norm_eps = 1e-5;
+  EXPECT_EQ(ModelDifferences(l, "checkpoint", m, "job spec"),
+            "n_kv_head (checkpoint 2, job spec 3), ffn_hidden (checkpoint 136, job spec 256), rope_theta (checkpoint "
+            "500000, job spec 10000), norm_eps (checkpoint 1e-06, job spec 1e-05)");
+  EXPECT_EQ(ModelDifferences(l, "A", a, "B"),
+            "n_head (A 6, B 2), n_embd (A 48, B 16), vocab_size (A 300, B 256), max_seq_len (A 128, B 16), arch (A llama, "
+            "B gpt2), ffn_hidden (A 136, B 64), norm_eps (A 1e-06, B 1e-05)")
+      << ModelDifferences(l, "A", a, "B");
 }
 
 TEST(LearningRateTest, ConstantWithoutWarmupOrDecay) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "common/file_util.h"
 #include "common/safetensors.h"
@@ -61,6 +62,89 @@ TEST(HfIoTest, SaveThenLoadGivesIdenticalWeightsAndLogits) {
   EXPECT_EQ(0, std::memcmp((*loaded)->params(), m.params(), m.num_params() * 4));
   std::vector<int32_t> in = {1, 2, 3, 4, 5, 6}, tg = {2, 3, 4, 5, 6, 7};
   EXPECT_EQ(m.Forward(in.data(), tg.data(), 2, 3), (*loaded)->Forward(in.data(), tg.data(), 2, 3));
+}
+
+GPTConfig SmallLlama() {
+  GPTConfig c{16, 50, 2, 6, 24};
+  c.arch = Arch::kLlama;
+  c.n_kv_head = 2;
+  c.ffn_hidden = 40;
+  c.rope_theta = 500.0;
+  c.norm_eps = 1e-6;
+  return c;
+}
+
+TEST(GptTest, LlamaLayoutIsLlamaForCausalLMsStateDict) {
+  const auto t = ParameterLayout(SmallLlama());
+  ASSERT_EQ(t.size(), 1u + 2 * 9 + 2);
+  EXPECT_EQ(t[0].name, "model.embed_tokens.weight");
+  EXPECT_EQ(t[2].name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(t[2].shape, (std::vector<int64_t>{24, 24}));  // nn.Linear: (out, in)
+  EXPECT_EQ(t[3].shape, (std::vector<int64_t>{8, 24}));   // k_proj: 2 heads of 4
+  EXPECT_TRUE(t[3].gemm_joined);                           // read with q_proj as one matrix
+  EXPECT_EQ(t[3].offset, t[2].offset + t[2].numel);
+  EXPECT_EQ(t[8].name, "model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(t[9].shape, (std::vector<int64_t>{24, 40}));  // down_proj
+  EXPECT_EQ(t.back().name, "lm_head.weight");
+  EXPECT_FALSE(t[1].decay);  // RMSNorm's weight
+  // Tensor parallelism: rank 1 of 2 holds query heads 3-5 and key/value head 1, and the
+  // matching columns of o_proj.
+  const auto r1 = ParameterLayout(SmallLlama(), ModelShard{2, 1});
+  EXPECT_EQ(r1[2].row_begin, 12);
+  EXPECT_EQ(r1[3].row_begin, 4);
+  EXPECT_EQ(r1[3].shape, (std::vector<int64_t>{4, 24}));
+  EXPECT_EQ(r1[5].col_runs, (std::vector<std::pair<int64_t, int64_t>>{{12, 24}}));
+}
+
+TEST(HfIoTest, LlamaSaveThenLoadGivesIdenticalWeightsAndLogits) {
+  testing::TempDir d;
+  GPT m(SmallLlama());
+  m.InitRandom(3);
+  EXPECT_EQ(m.params()[m.FindTensor("model.layers.1.input_layernorm.weight")->offset], 1.0f);
+  ASSERT_TRUE(SaveHFModel(d.path(), m).ok());
+  auto cfg = nlohmann::json::parse(*ReadFileToString(d.File("config.json")));
+  EXPECT_EQ(cfg["model_type"], "llama");
+  EXPECT_EQ(cfg["num_key_value_heads"], 2);
+  auto f = SafetensorsFile::Open(d.File("model.safetensors"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->Has("lm_head.weight"));
+  EXPECT_TRUE(f->Has("model.layers.1.mlp.gate_proj.weight"));
+  auto loaded = LoadHFModel(d.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config(), m.config());
+  EXPECT_EQ(0, std::memcmp((*loaded)->params(), m.params(), m.num_params() * 4));
+  std::vector<int32_t> in = {1, 2, 3, 4, 5, 6}, tg = {2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(m.Forward(in.data(), tg.data(), 2, 3), (*loaded)->Forward(in.data(), tg.data(), 2, 3));
+}
+
+// A directory of safetensors shards (model.safetensors.index.json), as save_pretrained writes
+// large models: each tensor read from the file its weight_map names; one it does not name is
+// an error naming it.
+TEST(HfIoTest, ShardedSafetensorsLoadThroughTheIndex) {
+  testing::TempDir d;
+  GPT m(SmallLlama());
+  m.InitRandom(5);
+  ASSERT_TRUE(SaveHFModel(d.path(), m).ok());
+  // Two shards: the embedding in one, everything else in the other.
+  std::vector<TensorToWrite> a, b;
+  nlohmann::json map;
+  for (const ParamTensor& t : m.tensors()) {
+    const bool first = t.name == "model.embed_tokens.weight";
+    (first ? a : b).push_back({t.name, "F32", t.shape, m.params() + t.offset});
+    map[t.name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  ASSERT_TRUE(WriteSafetensors(d.File("model-00001-of-00002.safetensors"), a, {}).ok());
+  ASSERT_TRUE(WriteSafetensors(d.File("model-00002-of-00002.safetensors"), b, {}).ok());
+  std::filesystem::remove(d.File("model.safetensors"));
+  ASSERT_TRUE(WriteFileAtomic(d.File("model.safetensors.index.json"), nlohmann::json{{"weight_map", map}}.dump()).ok());
+  auto loaded = LoadHFModel(d.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(0, std::memcmp((*loaded)->params(), m.params(), m.num_params() * 4));
+  map.erase("lm_head.weight");
+  ASSERT_TRUE(WriteFileAtomic(d.File("model.safetensors.index.json"), nlohmann::json{{"weight_map", map}}.dump()).ok());
+  loaded = LoadHFModel(d.path());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("lm_head.weight"), absl::string_view::npos) << loaded.status();
 }
 
 // export --dtype bf16: every tensor stored as BF16, each value the fp32 master rounded to
@@ -147,6 +231,161 @@ TEST(HfIoTest, UnsupportedConfigFieldsAreNamed) {
   c = ReadHFConfig(d.path());
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("missing field 'n_head'"), absl::string_view::npos);
+}
+
+// config.json of a LlamaForCausalLM as transformers 5.24's LlamaConfig(...).to_json_string()
+// writes it (RoPE's base inside rope_parameters).
+constexpr char kLlamaTransformers5[] = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 1,
+  "eos_token_id": 2, "head_dim": 16, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02,
+  "intermediate_size": 176, "max_position_embeddings": 128, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "pad_token_id": null,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+  "tie_word_embeddings": false, "transformers_version": "5.24.0", "use_cache": true, "vocab_size": 256
+})";
+
+GPTConfig LlamaOf(int max_seq_len, int vocab, int layers, int heads, int embd, int kv, int ffn, double theta, double eps) {
+  GPTConfig c{max_seq_len, vocab, layers, heads, embd};
+  c.arch = Arch::kLlama;
+  c.n_kv_head = kv, c.ffn_hidden = ffn, c.rope_theta = theta, c.norm_eps = eps;
+  return c;
+}
+
+TEST(HfIoTest, LlamaConfigParsesToItsModel) {
+  auto c = ParseHFConfig(kLlamaTransformers5, "M/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Arch::kLlama);
+  EXPECT_EQ(c->n_embd, 64);
+  EXPECT_EQ(c->n_layer, 2);
+  EXPECT_EQ(c->n_head, 4);
+  EXPECT_EQ(c->kv_heads(), 2);
+  EXPECT_EQ(c->ffn(), 176);
+  EXPECT_EQ(c->max_seq_len, 128);
+  EXPECT_EQ(c->vocab_size, 256);
+  EXPECT_EQ(c->rope_theta, 500000.0);
+  EXPECT_EQ(c->norm_eps, 1e-6);
+  EXPECT_TRUE(*c == LlamaOf(128, 256, 2, 4, 64, 2, 176, 500000, 1e-6));
+  // transformers 4's form: RoPE's base at the top, rope_scaling null; LlamaConfig's defaults
+  // for what is absent (num_key_value_heads: the heads; rms_norm_eps 1e-6).
+  auto j = nlohmann::json::parse(kLlamaTransformers5);
+  j.erase("rope_parameters");
+  j.erase("num_key_value_heads");
+  j.erase("rms_norm_eps");
+  j.erase("head_dim");
+  j["rope_theta"] = 250000;  // an integer in the JSON
+  j["rope_scaling"] = nullptr;
+  c = ParseHFConfig(j.dump(), "M/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(*c == LlamaOf(128, 256, 2, 4, 64, 4, 176, 250000, 1e-6)) << c->kv_heads() << " " << c->rope_theta;
+  // Both places, agreeing.
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  c = ParseHFConfig(j.dump(), "M/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_theta, 250000.0);
+  // Neither: RoPE's default base.
+  j.erase("rope_parameters");
+  j.erase("rope_theta");
+  c = ParseHFConfig(j.dump(), "M/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_theta, 10000.0);
+  // No model_type: GPT-2, as before (whose fields this config lacks).
+  j.erase("model_type");
+  c = ParseHFConfig(j.dump(), "M/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("missing field 'n_positions'"), absl::string_view::npos) << c.status();
+}
+
+TEST(HfIoTest, LlamaConfigFieldsGantryCannotHonourAreNamed) {
+  const auto base = nlohmann::json::parse(kLlamaTransformers5);
+  auto error = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = base;
+    change(j);
+    auto c = ParseHFConfig(j.dump(), "M/config.json");
+    EXPECT_FALSE(c.ok()) << j.dump();
+    return c.ok() ? std::string() : std::string(c.status().message());
+  };
+  using J = nlohmann::json;
+  const std::vector<std::pair<std::function<void(J&)>, std::string>> cases = {
+      {[](J& j) { j["hidden_act"] = "gelu"; }, "M/config.json: field 'hidden_act' is \"gelu\", only \"silu\""},
+      {[](J& j) { j["attention_bias"] = true; }, "field 'attention_bias' is true"},
+      {[](J& j) { j["mlp_bias"] = true; }, "field 'mlp_bias' is true"},
+      {[](J& j) { j["tie_word_embeddings"] = true; }, "field 'tie_word_embeddings' is true"},
+      {[](J& j) { j["head_dim"] = 32; }, "field 'head_dim' is 32, only hidden_size / num_attention_heads = 16"},
+      {[](J& j) { j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}}; },
+       "field 'rope_parameters.rope_type' is \"llama3\""},
+      {[](J& j) { j["rope_parameters"] = {{"type", "linear"}, {"factor", 2.0}}; }, "field 'rope_parameters.type' is \"linear\""},
+      {[](J& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}}; }, "field 'rope_scaling' is {"},
+      {[](J& j) { j["rope_theta"] = 10000.0; },
+       "field 'rope_parameters.rope_theta' is 500000.0 but field 'rope_theta' is 10000.0"},
+      {[](J& j) { j["rope_parameters"] = "default"; }, "field 'rope_parameters' is \"default\", not an object"},
+      {[](J& j) { j["rms_norm_eps"] = "small"; }, "field 'rms_norm_eps' is \"small\", not a number"},
+      {[](J& j) { j.erase("intermediate_size"); }, "missing field 'intermediate_size'"},
+      {[](J& j) { j.erase("hidden_size"); }, "missing field 'hidden_size'"},
+      {[](J& j) { j["num_hidden_layers"] = 2.5; }, "field 'num_hidden_layers' is not an integer"},
+      {[](J& j) { j["num_key_value_heads"] = 3; }, "n_kv_head"},  // the config's own check
+      {[](J& j) { j["num_key_value_heads"] = 0; }, "field 'num_key_value_heads' is 0, must be >= 1"},
+      {[](J& j) { j["intermediate_size"] = 0; }, "field 'intermediate_size' is 0, must be >= 1"},
+      {[](J& j) { j["model_type"] = "mistral"; }, "field 'model_type' is \"mistral\", expected \"gpt2\" or \"llama\""},
+  };
+  for (const auto& [change, want] : cases) {
+    const std::string e = error(change);
+    EXPECT_NE(e.find(want), std::string::npos) << "want '" << want << "' in: " << e;
+  }
+  // Stated with Llama's own values: accepted.
+  nlohmann::json j = base;
+  j["hidden_act"] = "silu", j["attention_bias"] = false, j["mlp_bias"] = false, j["tie_word_embeddings"] = false;
+  j["head_dim"] = 16, j["rope_scaling"] = nullptr, j["rope_theta"] = 500000;
+  EXPECT_TRUE(ParseHFConfig(j.dump(), "M/config.json").ok());
+}
+
+// What gantry writes for a Llama reads back to the same model: every field, bf16 or fp32,
+// defaults resolved; and it is LlamaForCausalLM's config as transformers writes it.
+TEST(HfIoTest, LlamaConfigJsonReadsBackEqual) {
+  for (const GPTConfig& c : {LlamaOf(128, 300, 2, 6, 48, 2, 136, 500000, 1e-6), LlamaOf(16, 256, 1, 2, 8, 0, 0, 10000, 1e-5),
+                             LlamaOf(64, 50, 3, 4, 32, 1, 96, 1234.5, 3.25e-7), LlamaOf(8, 128256, 1, 8, 64, 8, 0, 5e5, 1e-5)}) {
+    for (auto dtype : {kernels::Precision::kFp32, kernels::Precision::kBf16}) {
+      const std::string text = HFConfigJson(c, dtype);
+      auto back = ParseHFConfig(text, "M/config.json");
+      ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+      EXPECT_TRUE(*back == c) << text;
+      EXPECT_EQ(back->rope_theta, c.rope_theta);
+      EXPECT_EQ(back->norm_eps, c.norm_eps);
+      auto j = nlohmann::json::parse(text);
+      EXPECT_EQ(j["architectures"], nlohmann::json::array({"LlamaForCausalLM"}));
+      EXPECT_EQ(j["model_type"], "llama");
+      EXPECT_EQ(j["hidden_act"], "silu");
+      EXPECT_EQ(j["tie_word_embeddings"], false);
+      EXPECT_EQ(j["attention_bias"], false);
+      EXPECT_EQ(j["mlp_bias"], false);
+      EXPECT_EQ(j["head_dim"], c.n_embd / c.n_head);
+      EXPECT_EQ(j["num_key_value_heads"], c.kv_heads());
+      EXPECT_EQ(j["intermediate_size"], c.ffn());
+      EXPECT_EQ(j["rope_parameters"]["rope_type"], "default");
+      EXPECT_EQ(j["rope_parameters"]["rope_theta"], c.rope_theta);
+      EXPECT_EQ(j["torch_dtype"], dtype == kernels::Precision::kBf16 ? "bfloat16" : "float32");
+      EXPECT_EQ(j["gantry_tokenizer"], c.vocab_size == 256 ? "bytes" : "external");
+    }
+  }
+  // Through a directory, as a checkpoint writes it.
+  testing::TempDir d;
+  const GPTConfig c = LlamaOf(128, 300, 2, 6, 48, 2, 136, 500000, 1e-6);
+  ASSERT_TRUE(WriteHFConfig(d.path(), c).ok());
+  auto back = ReadHFConfig(d.path());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == c);
+  // Another model is another config.
+  GPTConfig other = c;
+  other.rope_theta = 10000;
+  EXPECT_FALSE(*ParseHFConfig(HFConfigJson(other), "M") == c);
+  // GPT-2's is still GPT-2's, with or without model_type.
+  const GPTConfig g = Small();
+  auto gj = nlohmann::json::parse(HFConfigJson(g));
+  EXPECT_EQ(gj["model_type"], "gpt2");
+  gj.erase("model_type");
+  auto gb = ParseHFConfig(gj.dump(), "M");
+  ASSERT_TRUE(gb.ok()) << gb.status();
+  EXPECT_EQ(gb->arch, Arch::kGpt2);
+  EXPECT_TRUE(*gb == g);
 }
 
 }  // namespace

@@ -155,6 +155,17 @@ TEST(PlannerTest, DegreesThatDoNotDivideAreRefused) {
   in.pp = 5;
   EXPECT_NE(MakePlan(in).status().message().find("pp 5 does not divide the 12 layers"), std::string::npos);
   EXPECT_FALSE(ModelPreset("gpt5").ok());
+  // Llama: tensor parallelism splits the key/value heads and the MLP's width too.
+  in.pp = 1;
+  in.model->arch = model::Arch::kLlama;
+  in.model->n_kv_head = 2;
+  in.tp = 4;
+  EXPECT_NE(MakePlan(in).status().message().find("tp 4 does not divide the 2 key/value heads"), std::string::npos)
+      << MakePlan(in).status();
+  in.model->n_kv_head = 0;
+  in.model->ffn_hidden = 2050;
+  EXPECT_NE(MakePlan(in).status().message().find("tp 4 does not divide the MLP's width 2050"), std::string::npos)
+      << MakePlan(in).status();
 }
 
 TEST(PlannerTest, RecommendsTheSimplestLayoutThatFits) {

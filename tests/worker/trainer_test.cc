@@ -230,6 +230,39 @@ TEST_F(TrainerTest, InitFromAModelOfOtherShapeIsRefused) {
   auto t = Trainer::Create(s, init);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("differs from the job spec"), absl::string_view::npos) << t.status();
+  EXPECT_NE(t.status().message().find("differs from the job spec's in n_embd (config.json 16, job spec 32)"),
+            absl::string_view::npos)
+      << t.status();
+}
+
+// The trainer's own check (the spec parsed without the config, as a cluster job's is) lists
+// every model key that differs, the Llama ones included.
+TEST_F(TrainerTest, InitFromNamesEveryModelFieldThatDiffers) {
+  TrainOptions save;
+  save.save_dir = dir_.File("model");
+  ASSERT_TRUE(Make(Spec(1), save)->Run().ok());
+  auto s = Spec(1);
+  s.model.arch = model::Arch::kLlama;
+  TrainOptions init;
+  init.init_from = dir_.File("model");
+  init.out = devnull_;
+  auto t = Trainer::Create(s, init);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("differs from the job spec's in arch (config.json gpt2, job spec llama), "
+                                      "ffn_hidden (config.json 64, job spec 256)"),
+            absl::string_view::npos)
+      << t.status();
+  // A Llama config.json against a Llama spec of other grouping, RoPE base and epsilon.
+  model::GPTConfig llama = s.model;
+  llama.n_kv_head = 1, llama.rope_theta = 500000, llama.norm_eps = 1e-6;
+  ASSERT_TRUE(model::WriteHFConfig(dir_.File("llama"), llama).ok());
+  init.init_from = dir_.File("llama");
+  t = Trainer::Create(s, init);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("n_kv_head (config.json 1, job spec 2), rope_theta (config.json 500000, job spec "
+                                      "10000), norm_eps (config.json 1e-06, job spec 1e-05)"),
+            absl::string_view::npos)
+      << t.status();
 }
 
 TEST_F(TrainerTest, KeepLeavesTheNewestCheckpoints) {
@@ -261,6 +294,9 @@ TEST_F(TrainerTest, BadCheckpointsAreRefusedByName) {
   absl::Status st = resume(other);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_NE(st.message().find("the checkpoint's model (n_layer 2, n_head 2, n_embd 16"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("differs from the job spec's in n_embd (checkpoint 16, job spec 32)"),
+            absl::string_view::npos)
+      << st;
   // A part the manifest names is missing.
   std::filesystem::rename(ck + "/part-00000.safetensors", dir_.File("part"));
   st = resume(Spec(12, 6));

@@ -14,6 +14,7 @@
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/llama_ops.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 
@@ -28,20 +29,34 @@ GPT::GPT(const GPTConfig& config, const ModelShard& shard, kernels::Backend* bac
   le_ = shard_.layer_end;
   Ca_ = config.n_embd / shard_.tp;
   NHa_ = config.n_head / shard_.tp;
-  Fm_ = 4 * config.n_embd / shard_.tp;
+  NKVa_ = config.kv_heads() / shard_.tp;
+  hd_ = config.head_dim();
+  Fm_ = config.ffn() / shard_.tp;
   v0_ = shard_.vocab_begin(config.vocab_size);
   Vl_ = shard_.vocab_end(config.vocab_size) - v0_;
-  // Units: the embedding (2 tensors), each layer (12), the head (the rest).
+  // Units: the embedding, each layer, the head (the rest).
   auto at = [&](size_t i) { return i < tensors_.size() ? tensors_[i].offset : tensors_.back().offset + tensors_.back().numel; };
   size_t i = 0;
   unit_begin_ = {0};
-  if (shard_.first()) unit_begin_.push_back(at(i += 2));
-  for (int l = lb_; l < le_; ++l) unit_begin_.push_back(at(i += 12));
+  if (shard_.first()) unit_begin_.push_back(at(i += static_cast<size_t>(EmbeddingTensors(config))));
+  for (int l = lb_; l < le_; ++l) unit_begin_.push_back(at(i += static_cast<size_t>(TensorsPerLayer(config))));
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
-  if (const ParamTensor* wte = FindTensor("wte.weight")) wte_tensor_ = static_cast<size_t>(wte - tensors_.data());
+  if (const ParamTensor* cls = FindTensor(ClassifierTensor(config))) {
+    wte_tensor_ = static_cast<size_t>(cls - tensors_.data());
+    // The classifier's unit: the first whose range holds it (GPT-2's first stage: the
+    // embedding's wte, which it ties).
+    while (cls_unit_ + 1 < num_units() && unit_end(cls_unit_) <= cls->offset) ++cls_unit_;
+    cls_offset_ = cls->offset - unit_begin(cls_unit_);
+  }
   const size_t n = num_params();
   params_.Assign(be_, n);
   grads_.Assign(be_, n);
+  if (config.llama()) {
+    std::vector<float> inv(static_cast<size_t>(hd_ / 2));
+    k::rope_inv_freq(inv.data(), hd_, static_cast<float>(config.rope_theta));
+    inv_freq_.Assign(be_, inv.size());
+    be_->CopyToDevice(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));
+  }
 }
 
 const float* GPT::HostParams(std::vector<float>* staged) const {
@@ -72,10 +87,13 @@ const ParamTensor* GPT::FindTensor(const std::string& name) const {
 }
 
 GPT::LayerParams GPT::Layer(float* unit_base, int l) const {
-  // 12 tensors per layer, after wte and wpe on the first stage.
   const size_t i = LayerTensor(l);
   const size_t begin = unit_begin(layer_unit(l));
   auto p = [&](size_t j) { return unit_base + (tensors_[i + j].offset - begin); };
+  if (config_.llama()) {
+    // input_layernorm, q|k|v (from q), o, post_attention_layernorm, gate|up (from gate), down.
+    return {p(0), nullptr, p(1), nullptr, p(4), nullptr, p(5), nullptr, p(6), nullptr, p(8), nullptr};
+  }
   return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
 }
 
@@ -90,8 +108,9 @@ void GPT::InitRandom(uint64_t seed) {
       size_t ti = 0;
       while (all[ti].name != t.name) ++ti;
       float* p = params + t.offset;
-      const bool is_ln = t.name.find("ln_") != std::string::npos;
-      if (is_ln && t.name.ends_with(".weight")) {
+      const bool is_norm = t.name.find("ln_") != std::string::npos || t.name.find("layernorm") != std::string::npos ||
+                           t.name == "model.norm.weight";
+      if (is_norm && t.name.ends_with(".weight")) {
         std::fill(p, p + t.numel, 1.0f);
       } else if (t.shape.size() == 1 && t.global_shape.size() == 1) {
         std::fill(p, p + t.numel, 0.0f);
@@ -147,11 +166,15 @@ void GPT::Round(float* p, size_t n) {
 void GPT::RefreshWorking() {
   if (working_valid_ || !mixed() || gathers() || !has_param_buffer()) return;
   if (image_at_.empty()) {  // the image's layout: the GEMM tensors in flat order
+    // A tensor that a GEMM reads with the next one as one matrix is followed by it unpadded;
+    // each such run (and each tensor alone) starts 64-byte aligned.
     size_t at = 0;
     image_at_.assign(tensors_.size(), 0);
     for (size_t i = 0; i < tensors_.size(); ++i) {
       image_at_[i] = at;
-      if (tensors_[i].gemm) at += tensors_[i].working_room();
+      if (!tensors_[i].gemm) continue;
+      const bool joined_next = i + 1 < tensors_.size() && tensors_[i + 1].gemm_joined;
+      at = joined_next ? at + tensors_[i].numel : (at + tensors_[i].numel + 31) / 32 * 32;
     }
     image_at_.push_back(at);
   }
@@ -168,24 +191,36 @@ void GPT::RefreshWorking() {
 
 GPT::GemmParams GPT::GemmWeights(const LayerParams& w, int l) {
   if (!mixed()) return {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
-  // The layer's GEMM tensors are its tensors 2-5 and 8-11.
-  constexpr int kAt[8] = {2, 3, 4, 5, 8, 9, 10, 11};
+  // The layer's GEMM operands, as (first tensor, tensors) of the layer, in GemmParams order:
+  // GPT-2's tensors 2-5 and 8-11; Llama's q|k|v, o, gate|up and down (no biases).
+  struct Operand {
+    int first = -1, count = 0;
+  };
+  static constexpr Operand kGpt2[8] = {{2, 1}, {3, 1}, {4, 1}, {5, 1}, {8, 1}, {9, 1}, {10, 1}, {11, 1}};
+  static constexpr Operand kLlama[8] = {{1, 3}, {}, {4, 1}, {}, {6, 2}, {}, {8, 1}, {}};
+  const Operand* ops = config_.llama() ? kLlama : kGpt2;
   const size_t first = LayerTensor(l);
-  kernels::CPtr p[8];
+  kernels::CPtr p[8] = {};
   if (!gathers()) {
     const auto* image = reinterpret_cast<const uint16_t*>(work_.data());
-    for (int i = 0; i < 8; ++i) p[i] = kernels::CPtr(image + image_at_[first + kAt[i]], lp_);
+    for (int i = 0; i < 8; ++i) {
+      if (ops[i].count > 0) p[i] = kernels::CPtr(image + image_at_[first + ops[i].first], lp_);
+    }
   } else {  // ZeRO 3: the gathered unit's tensors cast now
     const float* src[8] = {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
     size_t total = 0;
-    for (int i = 0; i < 8; ++i) total += tensors_[first + kAt[i]].working_room();
+    for (int i = 0; i < 8; ++i) {
+      for (int j = 0; j < ops[i].count; ++j) total += tensors_[first + ops[i].first + j].working_room();
+    }
     if (lp_unit_.size() < (total + 1) / 2) lp_unit_.Assign(be_, (total + 1) / 2, /*zero=*/false);
     auto* out = reinterpret_cast<uint16_t*>(lp_unit_.data());
     for (int i = 0; i < 8; ++i) {
-      const ParamTensor& t = tensors_[first + kAt[i]];
-      be_->Convert(kernels::Ptr(out, lp_), src[i], static_cast<int64_t>(t.numel));
+      if (ops[i].count == 0) continue;
+      size_t n = 0;  // the operand's tensors are adjacent in the unit: one conversion
+      for (int j = 0; j < ops[i].count; ++j) n += tensors_[first + ops[i].first + j].numel;
+      be_->Convert(kernels::Ptr(out, lp_), src[i], static_cast<int64_t>(n));
       p[i] = kernels::CPtr(out, lp_);
-      out += t.working_room();
+      out += (n + 31) / 32 * 32;
     }
   }
   return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
@@ -275,14 +310,67 @@ void GPT::ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const f
   });
 }
 
+void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+                            const char* tag) {
+  const int C = config_.n_embd, Ca = Ca_, NH = NHa_, NKV = NKVa_, hd = hd_, Fm = Fm_;
+  const int BT = B * T;
+  const float eps = static_cast<float>(config_.norm_eps);
+  auto name = [tag](const char* op) { return *tag ? tag : op; };
+  float* proj = A(off_.proj);
+  // The q|k|v projection writes the packed (NH + 2 NKV)·hd rows; RoPE rotates q and k there;
+  // with grouped key/value heads they are then repeated into the attention's 3·NH·hd rows.
+  const bool grouped = NKV != NH;
+  const kernels::Ptr qkvr = H(grouped ? A(off_.qkvr) : LayerAct(l, off_.qkv));
+  Op(name("rmsnorm fwd"), [&] {
+    be_->RMSNormForward(H(LayerAct(l, off_.ln1)), LayerAct(l, off_.ln1_rstd), residual, p.ln1w, BT, C, eps);
+  });
+  Op(name("matmul fwd"), [&] {
+    be_->MatmulForward(qkvr, H(LayerAct(l, off_.ln1)), w.qkvw, nullptr, BT, C, (NH + 2 * NKV) * hd,
+                       k::WeightLayout::kOutIn);
+  });
+  Op(name("rope fwd"), [&] { be_->RopeApply(qkvr, B, T, NH, NKV, hd, inv_freq_.data(), false); });
+  if (grouped) {
+    Op(name("gqa expand"), [&] { be_->GqaExpand(H(LayerAct(l, off_.qkv)), qkvr, BT, NH, NKV, hd); });
+  }
+  Op(name("attention fwd"), [&] {
+    be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca, NH,
+                          lp_);
+  });
+  Op(name("matmul fwd"), [&] {
+    be_->MatmulForward(proj, H(LayerAct(l, off_.atty)), w.projw, nullptr, BT, Ca, C, k::WeightLayout::kOutIn);
+  });
+  Op(name("tp all-reduce"), [&] { TpAllReduce(proj, static_cast<size_t>(BT) * C); });
+  Round(proj, static_cast<size_t>(BT) * C);
+  Op(name("residual fwd"), [&] {
+    be_->ResidualForward(LayerAct(l, off_.res2), residual, proj, static_cast<int64_t>(BT) * C);
+  });
+  Op(name("rmsnorm fwd"), [&] {
+    be_->RMSNormForward(H(LayerAct(l, off_.ln2)), LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), p.ln2w, BT, C,
+                        eps);
+  });
+  Op(name("matmul fwd"), [&] {
+    be_->MatmulForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.ln2)), w.fcw, nullptr, BT, C, 2 * Fm,
+                       k::WeightLayout::kOutIn);
+  });
+  Op(name("swiglu fwd"), [&] { be_->SwigluForward(H(LayerAct(l, off_.fch_gelu)), H(LayerAct(l, off_.fch)), BT, Fm); });
+  Op(name("matmul fwd"), [&] {
+    be_->MatmulForward(proj, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, nullptr, BT, Fm, C, k::WeightLayout::kOutIn);
+  });
+  Op(name("tp all-reduce"), [&] { TpAllReduce(proj, static_cast<size_t>(BT) * C); });
+  Round(proj, static_cast<size_t>(BT) * C);
+  Op(name("residual fwd"), [&] {
+    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), proj, static_cast<int64_t>(BT) * C);
+  });
+}
+
 void GPT::RunForward(int B, int T) {
   const int C = config_.n_embd;
   const int BT = B * T;
   if (shard_.first()) {
-    float* E = UnitParams(0);  // wte's rows at E, wpe at E + wpe offset
-    // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions,
-    // the group's sum is the embedding.
-    const float* wpe = shard_.tp_rank == 0 ? E + tensors_[1].offset : nullptr;
+    float* E = UnitParams(0);  // wte's (embed_tokens') rows at E, wpe at E + wpe offset
+    // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions
+    // (Llama has none: RoPE), the group's sum is the embedding.
+    const float* wpe = shard_.tp_rank == 0 && !config_.llama() ? E + tensors_[1].offset : nullptr;
     Op("encoder fwd", [&] {
       be_->EncoderForward(A(off_.encoded), SlotTokens(), E, v0_, v0_ + Vl_, wpe, B, T, C);
     });
@@ -292,20 +380,31 @@ void GPT::RunForward(int B, int T) {
   const float* residual = A(off_.encoded);
   for (int l = lb_; l < le_; ++l) {
     const LayerParams p = Layer(UnitParams(layer_unit(l)), l);
-    ForwardLayer(l, p, GemmWeights(p, l), residual, B, T, "");
+    if (config_.llama()) {
+      ForwardLlamaLayer(l, p, GemmWeights(p, l), residual, B, T, "");
+    } else {
+      ForwardLayer(l, p, GemmWeights(p, l), residual, B, T, "");
+    }
     ReleaseUnitParams(layer_unit(l));
     residual = LayerAct(l, off_.res3);
   }
   if (!shard_.last()) return;
   {
-    float* F = UnitParams(head_unit());  // ln_f weight, then bias
-    Op("layernorm fwd", [&] {
-      be_->LayerNormForward(H(A(off_.lnf)), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
-    });
+    float* F = UnitParams(head_unit());  // ln_f weight, then bias (Llama: norm's weight)
+    if (config_.llama()) {
+      Op("rmsnorm fwd", [&] {
+        be_->RMSNormForward(H(A(off_.lnf)), A(off_.lnf_rstd), residual, F, BT, C, static_cast<float>(config_.norm_eps));
+      });
+    } else {
+      Op("layernorm fwd", [&] {
+        be_->LayerNormForward(H(A(off_.lnf)), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
+      });
+    }
     ReleaseUnitParams(head_unit());
   }
-  // Tied classifier: logits = lnf @ wte^T (this rank's vocabulary rows). wte stays acquired
-  // until the classifier's backward (or, without one, the end of ForwardStage).
+  // Classifier: logits = lnf @ W^T, W this rank's vocabulary rows of the tied wte (Llama's
+  // lm_head). W stays acquired until the classifier's backward (or, without one, the end of
+  // ForwardStage).
   const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
   Op("classifier matmul fwd", [&] {
     be_->MatmulForward(H(A(off_.logits)), H(A(off_.lnf)), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
@@ -421,17 +520,130 @@ float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B,
   return loss;
 }
 
-void GPT::RunBackward(int B, int T) {
+void GPT::BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g, const float* residual,
+                        int B, int T) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
   const int BT = B * T;
   const size_t btc = static_cast<size_t>(BT) * C;
   float* dres = A(off_.dres);
   float* dln = A(off_.dln);
-  // The GEMMs read the residual stream's gradient (fp32) as a 16-bit tensor: a rounded copy.
-  const kernels::Ptr dout = mixed() ? kernels::Ptr(A(off_.dres16), lp_) : kernels::Ptr(dres);
-  auto round_dres = [&] {
-    if (mixed()) be_->Convert(dout, dres, static_cast<int64_t>(btc));
-  };
+  const kernels::Ptr dout = DresOperand();
+  // Activation checkpointing: what forward did not keep is computed again, as it was.
+  if (off_.recompute == Recompute::kFull) {
+    ForwardLayer(l, p, w, residual, B, T, "recompute fwd");
+  } else if (off_.recompute == Recompute::kSelective) {
+    Op("recompute attention", [&] {
+      be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca,
+                            NH, lp_);
+    });
+  }
+  // dres holds d(res3). MLP branch; with 16-bit tensors each gradient reaching one is
+  // rounded as that tensor was, and each weight gradient before it is accumulated.
+  RoundDres();
+  Op("matmul+gelu bwd", [&] {
+    be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,
+                        Fm, C, k::WeightLayout::kInOut, H(LayerAct(l, off_.fch)));
+  });
+  Op("matmul bwd", [&] {
+    be_->MatmulBackward(dln, g.fcw, g.fcb, H(A(off_.dfch)), H(LayerAct(l, off_.ln2)), w.fcw, BT, C, Fm);
+  });
+  // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
+  Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
+  Round(dln, btc);
+  // d(res2) = d(res3) + ln_2 backward
+  Op("layernorm bwd", [&] {
+    be_->LayerNormBackward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_mean),
+                           LayerAct(l, off_.ln2_rstd), BT, C);
+  });
+  // Attention branch.
+  RoundDres();
+  Op("matmul bwd", [&] {
+    be_->MatmulBackward(H(A(off_.datty)), g.projw, g.projb, dout, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C);
+  });
+  Op("attention bwd", [&] {
+    be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
+                           H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH);
+  });
+  Op("matmul bwd", [&] {
+    be_->MatmulBackward(dln, g.qkvw, g.qkvb, H(A(off_.dqkv)), H(LayerAct(l, off_.ln1)), w.qkvw, BT, C, 3 * Ca);
+  });
+  // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
+  // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
+  // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
+  // order lr that differ with any change of summation order. Its true value is 0.
+  be_->Zero(g.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
+  Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
+  Round(dln, btc);
+  // d(residual_in) = d(res2) + ln_1 backward
+  Op("layernorm bwd", [&] {
+    be_->LayerNormBackward(dres, g.ln1w, g.ln1b, dln, residual, p.ln1w, LayerAct(l, off_.ln1_mean),
+                           LayerAct(l, off_.ln1_rstd), BT, C);
+  });
+}
+
+void GPT::BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g,
+                             const float* residual, int B, int T) {
+  const int C = config_.n_embd, Ca = Ca_, NH = NHa_, NKV = NKVa_, hd = hd_, Fm = Fm_;
+  const int BT = B * T;
+  const size_t btc = static_cast<size_t>(BT) * C;
+  float* dres = A(off_.dres);
+  float* dln = A(off_.dln);
+  const kernels::Ptr dout = DresOperand();
+  const bool grouped = NKV != NH;
+  if (off_.recompute == Recompute::kFull) {
+    ForwardLlamaLayer(l, p, w, residual, B, T, "recompute fwd");
+  } else if (off_.recompute == Recompute::kSelective) {
+    Op("recompute attention", [&] {
+      be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca, NH,
+                            lp_);
+    });
+  }
+  // dres holds d(res3). MLP branch: down_proj, SwiGLU, gate|up.
+  RoundDres();
+  Op("matmul bwd", [&] {
+    be_->MatmulBackward(H(A(off_.dswi)), g.fcprojw, nullptr, dout, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT, Fm, C,
+                        k::WeightLayout::kOutIn);
+  });
+  Op("swiglu bwd", [&] { be_->SwigluBackward(H(A(off_.dfch)), H(A(off_.dswi)), H(LayerAct(l, off_.fch)), BT, Fm); });
+  Op("matmul bwd", [&] {
+    be_->MatmulBackward(dln, g.fcw, nullptr, H(A(off_.dfch)), H(LayerAct(l, off_.ln2)), w.fcw, BT, C, 2 * Fm,
+                        k::WeightLayout::kOutIn);
+  });
+  Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
+  Round(dln, btc);
+  Op("rmsnorm bwd", [&] {
+    be_->RMSNormBackward(dres, g.ln2w, dln, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_rstd), BT, C);
+  });
+  // Attention branch: o_proj, attention, the key/value heads' gradients summed over their
+  // groups, RoPE's inverse rotation, q|k|v.
+  RoundDres();
+  Op("matmul bwd", [&] {
+    be_->MatmulBackward(H(A(off_.datty)), g.projw, nullptr, dout, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C,
+                        k::WeightLayout::kOutIn);
+  });
+  Op("attention bwd", [&] {
+    be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
+                           H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH);
+  });
+  const kernels::Ptr dqkvr = H(grouped ? A(off_.qkvr) : A(off_.dqkv));
+  if (grouped) Op("gqa reduce", [&] { be_->GqaReduce(dqkvr, H(A(off_.dqkv)), BT, NH, NKV, hd); });
+  Op("rope bwd", [&] { be_->RopeApply(dqkvr, B, T, NH, NKV, hd, inv_freq_.data(), true); });
+  Op("matmul bwd", [&] {
+    be_->MatmulBackward(dln, g.qkvw, nullptr, dqkvr, H(LayerAct(l, off_.ln1)), w.qkvw, BT, C, (NH + 2 * NKV) * hd,
+                        k::WeightLayout::kOutIn);
+  });
+  Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
+  Round(dln, btc);
+  Op("rmsnorm bwd", [&] {
+    be_->RMSNormBackward(dres, g.ln1w, dln, residual, p.ln1w, LayerAct(l, off_.ln1_rstd), BT, C);
+  });
+}
+
+void GPT::RunBackward(int B, int T) {
+  const int C = config_.n_embd;
+  const int BT = B * T;
+  const size_t btc = static_cast<size_t>(BT) * C;
+  float* dres = A(off_.dres);
   if (shard_.last()) {
     // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
     // On the first stage wte's gradient stays acquired until the encoder's backward adds its part.
@@ -450,9 +662,13 @@ void GPT::RunBackward(int B, int T) {
     be_->Zero(dres, btc * sizeof(float));
     float* F = UnitParams(head_unit());
     float* dF = UnitGrads(head_unit());
-    Op("layernorm bwd", [&] {
-      be_->LayerNormBackward(dres, dF, dF + C, A(off_.dlnf), last, F, A(off_.lnf_mean), A(off_.lnf_rstd), BT, C);
-    });
+    if (config_.llama()) {
+      Op("rmsnorm bwd", [&] { be_->RMSNormBackward(dres, dF, A(off_.dlnf), last, F, A(off_.lnf_rstd), BT, C); });
+    } else {
+      Op("layernorm bwd", [&] {
+        be_->LayerNormBackward(dres, dF, dF + C, A(off_.dlnf), last, F, A(off_.lnf_mean), A(off_.lnf_rstd), BT, C);
+      });
+    }
     ReleaseUnitParams(head_unit());
     UnitGradsDone(head_unit());
   }  // else dres holds d(output), from the next stage
@@ -462,64 +678,19 @@ void GPT::RunBackward(int B, int T) {
     const GemmParams w = GemmWeights(p, l);
     const LayerParams g = Layer(UnitGrads(u), l);
     const float* residual = l > lb_ ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
-    // Activation checkpointing: what forward did not keep is computed again, as it was.
-    if (off_.recompute == Recompute::kFull) {
-      ForwardLayer(l, p, w, residual, B, T, "recompute fwd");
-    } else if (off_.recompute == Recompute::kSelective) {
-      Op("recompute attention", [&] {
-        be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca,
-                              NH, lp_);
-      });
+    if (config_.llama()) {
+      BackwardLlamaLayer(l, p, w, g, residual, B, T);
+    } else {
+      BackwardLayer(l, p, w, g, residual, B, T);
     }
-    // dres holds d(res3). MLP branch; with 16-bit tensors each gradient reaching one is
-    // rounded as that tensor was, and each weight gradient before it is accumulated.
-    round_dres();
-    Op("matmul+gelu bwd", [&] {
-      be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,
-                          Fm, C, k::WeightLayout::kInOut, H(LayerAct(l, off_.fch)));
-    });
-    Op("matmul bwd", [&] {
-      be_->MatmulBackward(dln, g.fcw, g.fcb, H(A(off_.dfch)), H(LayerAct(l, off_.ln2)), w.fcw, BT, C, Fm);
-    });
-    // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
-    Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
-    Round(dln, btc);
-    // d(res2) = d(res3) + ln_2 backward
-    Op("layernorm bwd", [&] {
-      be_->LayerNormBackward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_mean),
-                             LayerAct(l, off_.ln2_rstd), BT, C);
-    });
-    // Attention branch.
-    round_dres();
-    Op("matmul bwd", [&] {
-      be_->MatmulBackward(H(A(off_.datty)), g.projw, g.projb, dout, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C);
-    });
-    Op("attention bwd", [&] {
-      be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
-                             H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH);
-    });
-    Op("matmul bwd", [&] {
-      be_->MatmulBackward(dln, g.qkvw, g.qkvb, H(A(off_.dqkv)), H(LayerAct(l, off_.ln1)), w.qkvw, BT, C, 3 * Ca);
-    });
-    // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
-    // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
-    // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
-    // order lr that differ with any change of summation order. Its true value is 0.
-    be_->Zero(g.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
-    Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
-    Round(dln, btc);
-    // d(residual_in) = d(res2) + ln_1 backward
-    Op("layernorm bwd", [&] {
-      be_->LayerNormBackward(dres, g.ln1w, g.ln1b, dln, residual, p.ln1w, LayerAct(l, off_.ln1_mean),
-                             LayerAct(l, off_.ln1_rstd), BT, C);
-    });
     ReleaseUnitParams(u);
     UnitGradsDone(u);
   }
   if (!shard_.first()) return;  // dres holds d(input), for the previous stage
   float* dE = UnitGrads(0);
   Op("encoder bwd", [&] {
-    be_->EncoderBackward(dE, dE + tensors_[1].offset, dres, SlotTokens(), v0_, v0_ + Vl_, B, T, C);
+    be_->EncoderBackward(dE, config_.llama() ? nullptr : dE + tensors_[1].offset, dres, SlotTokens(), v0_, v0_ + Vl_, B,
+                         T, C);
   });
   UnitGradsDone(0);
 }

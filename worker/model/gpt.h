@@ -1,6 +1,8 @@
-// GPT-2 (pre-LayerNorm, learned positions, GELU tanh, tied embeddings) on flat parameter and
-// gradient buffers, with Hugging Face GPT-2 tensor names and layouts: Conv1D weights are
-// (in, out), so a model directory loads and saves with plain copies.
+// GPT-2 (pre-LayerNorm, learned positions, GELU tanh, tied embeddings) and Llama (RMSNorm,
+// RoPE, SwiGLU, grouped-query attention, untied embeddings, no biases) on flat parameter and
+// gradient buffers, with Hugging Face's tensor names and layouts (GPT-2's Conv1D weights are
+// (in, out), Llama's nn.Linear (out, in)), so a model directory loads and saves with plain
+// copies.
 #pragma once
 
 #include <algorithm>
@@ -91,7 +93,8 @@ class GPT {
   const float* grads() const { return grads_.data(); }
 
   // GPT-2 initialisation: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
-  // N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1. Each tensor draws from its
+  // N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1 (Llama, as transformers
+  // initialises it: every weight matrix N(0, 0.02), RMSNorm weights 1). Each tensor draws from its
   // own stream of (seed, tensor index): deterministic per seed, and a shard holds exactly
   // the values the whole model has there.
   void InitRandom(uint64_t seed);
@@ -192,9 +195,10 @@ class GPT {
   // head (last stage: ln_f, and with pp > 1 the copy of wte).
   int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - lb_); }
   int head_unit() const { return layer_unit(le_); }
-  // The unit and offset within it of the classifier's wte.
-  int wte_unit() const { return shard_.first() ? 0 : num_units() - 1; }
-  size_t wte_offset() const { return shard_.first() ? 0 : 2 * static_cast<size_t>(config_.n_embd); }
+  // The unit and offset within it of the classifier's weight (GPT-2's tied wte: the
+  // embedding's on the first stage, else its copy in the head; Llama's lm_head, in the head).
+  int wte_unit() const { return cls_unit_; }
+  size_t wte_offset() const { return cls_offset_; }
   // Tensor pointers of layer l, from the layer's unit base pointer.
   LayerParams Layer(float* unit_base, int l) const;
   float* UnitParams(int u) { return host_ ? host_->AcquireParams(u) : params_.data() + unit_begin(u); }
@@ -233,6 +237,13 @@ class GPT {
   struct GemmParams;
   void ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
                     const char* tag);
+  void ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+                         const char* tag);
+  // Layer l's backward from d(output) in dres to d(input) in dres, its gradients into g.
+  void BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g, const float* residual,
+                     int B, int T);
+  void BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g,
+                          const float* residual, int B, int T);
   void RunForward(int B, int T);  // the first stage reads the slot's tokens
   // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
   // dloss != 0.
@@ -243,11 +254,18 @@ class GPT {
 
   template <typename F>
   void Op(const char* name, F&& f);
+  // The GEMMs read the residual stream's gradient dres (fp32) as a 16-bit tensor in mixed
+  // precision: a rounded copy in dres16, which RoundDres makes (nothing in fp32).
+  kernels::Ptr DresOperand() { return mixed() ? kernels::Ptr(A(off_.dres16), lp_) : kernels::Ptr(A(off_.dres)); }
+  void RoundDres() {
+    if (mixed()) be_->Convert(DresOperand(), A(off_.dres), static_cast<int64_t>(act_B_) * act_T_ * config_.n_embd);
+  }
   // Mixed precision: n values of an fp32 buffer rounded in place (nothing in fp32).
   void Round(float* p, size_t n);
   // An activation that autocast holds in 16 bits: of the 16-bit type in mixed precision.
   kernels::Ptr H(float* p) const { return mixed() ? kernels::Ptr(p, lp_) : kernels::Ptr(p); }
-  // The GEMMs' operands of a layer: its weights and biases in fp32, or their 16-bit copies.
+  // The GEMMs' operands of a layer: its weights and biases in fp32, or their 16-bit copies
+  // (Llama: qkvw is q|k|v, fcw gate|up, fcprojw down_proj; no biases).
   struct GemmParams {
     kernels::CPtr qkvw, qkvb, projw, projb, fcw, fcb, fcprojw, fcprojb;
   };
@@ -261,12 +279,19 @@ class GPT {
   bool gathers() const { return host_ != nullptr && host_->gathers_params(); }
   bool mixed() const { return lp_ != kernels::Precision::kFp32; }
   // The index in tensors_ of layer l's first tensor.
-  size_t LayerTensor(int l) const { return (shard_.first() ? 2 : 0) + static_cast<size_t>(l - lb_) * 12; }
+  size_t LayerTensor(int l) const {
+    return (shard_.first() ? static_cast<size_t>(EmbeddingTensors(config_)) : 0) +
+           static_cast<size_t>(l - lb_) * static_cast<size_t>(TensorsPerLayer(config_));
+  }
 
   GPTConfig config_;
   ModelShard shard_;
   int lb_ = 0, le_ = 0;  // this shard's layers
   int Ca_ = 0, NHa_ = 0, Fm_ = 0, Vl_ = 0, v0_ = 0;  // attention width, heads, MLP width, vocab rows, first row
+  int NKVa_ = 0, hd_ = 0;  // key/value heads per rank, head_dim
+  int cls_unit_ = 0;
+  size_t cls_offset_ = 0;
+  kernels::DeviceBuffer inv_freq_;  // Llama: RoPE's inverse frequencies (hd/2)
   bool profiling_ = false;
   std::vector<std::pair<std::string, double>> op_seconds_;
   kernels::Backend* be_;
@@ -293,7 +318,7 @@ class GPT {
   // parameters change; under ZeRO 3, one unit's GEMM tensors and the classifier's wte.
   kernels::DeviceBuffer work_, lp_unit_, lp_wte_;
   std::vector<size_t> image_at_;
-  size_t wte_tensor_ = 0;  // the index in tensors_ of this shard's wte rows (a stage with the classifier has them)
+  size_t wte_tensor_ = 0;  // the index in tensors_ of this shard's classifier rows (a stage with the classifier has them)
   bool working_valid_ = false;
 };
 

@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 model directories: config.json + model.safetensors.
+// Hugging Face GPT-2 and Llama model directories: config.json + model.safetensors.
 #pragma once
 
 #include <memory>
@@ -9,20 +9,24 @@
 
 namespace gantry::model {
 
-// Reads config.json of a GPT-2 model directory. Fields Gantry cannot honour (another
-// activation, untied embeddings, a non-default n_inner) are errors naming the field.
+// Reads config.json of a GPT-2 model directory (model_type gpt2 or absent) or a Llama one
+// (model_type llama). Fields Gantry cannot honour (GPT-2: another activation, untied
+// embeddings, a non-default n_inner; Llama: another activation, biases, tied embeddings,
+// scaled RoPE, a head_dim other than hidden_size / heads) are errors naming the field.
 absl::StatusOr<GPTConfig> ReadHFConfig(const std::string& dir);
 // The same from config.json's text; `path` names it in errors.
 absl::StatusOr<GPTConfig> ParseHFConfig(const std::string& text, const std::string& path);
 
-// Loads DIR/model.safetensors into model (whose config must match). Tensor names may carry
-// the "transformer." prefix; lm_head.weight and attention mask buffers are ignored.
+// Loads DIR/model.safetensors, or the shards that DIR/model.safetensors.index.json's
+// weight_map names, into model (whose config must match). GPT-2's tensor names may carry the
+// "transformer." prefix; its lm_head.weight (tied) and attention mask buffers are ignored.
 absl::Status LoadHFWeights(const std::string& dir, GPT& model);
 
 // Reads the config and the weights.
 absl::StatusOr<std::unique_ptr<GPT>> LoadHFModel(const std::string& dir);
 
-// Writes DIR/config.json (DIR created if need be).
+// Writes DIR/config.json (DIR created if need be): GPT2LMHeadModel's, or for a Llama config
+// LlamaForCausalLM's as transformers' LlamaConfig writes it.
 // dtype: what model.safetensors holds (config.json's torch_dtype).
 absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& config,
                            kernels::Precision dtype = kernels::Precision::kFp32);

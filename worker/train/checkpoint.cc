@@ -13,6 +13,7 @@
 #include "common/safetensors.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
+#include "spec/job_spec.h"
 #include "worker/data/tokenizer.h"
 #include "worker/model/hf_io.h"
 
@@ -267,10 +268,9 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
   ASSIGN_OR_RETURN(model::GPTConfig c, ReadCheckpointModel(source));
   const model::GPTConfig& want = model.config();
   if (!(c == want)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": the checkpoint's model (n_layer ", c.n_layer, ", n_head ", c.n_head, ", n_embd ", c.n_embd,
-        ", vocab_size ", c.vocab_size, ", n_positions ", c.max_seq_len, ") differs from the job spec's (", want.n_layer,
-        ", ", want.n_head, ", ", want.n_embd, ", ", want.vocab_size, ", ", want.max_seq_len, ")"));
+    return absl::FailedPreconditionError(absl::StrCat(path, ": the checkpoint's model (", DescribeModel(c),
+                                                      ") differs from the job spec's in ",
+                                                      ModelDifferences(c, "checkpoint", want, "job spec")));
   }
   // Pieces name whole tensors (any layout wrote them); this model may hold a shard of each.
   const std::vector<model::ParamTensor> global = model::ParameterLayout(c);

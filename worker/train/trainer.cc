@@ -62,12 +62,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   if (!options.init_from.empty()) {
     ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(options.init_from));
     if (!(c == spec.model)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--init-from ", options.init_from, ": model (n_layer ", c.n_layer, ", n_head ",
-          c.n_head, ", n_embd ", c.n_embd, ", vocab_size ", c.vocab_size, ", n_positions ",
-          c.max_seq_len, ") differs from the job spec's (", spec.model.n_layer, ", ",
-          spec.model.n_head, ", ", spec.model.n_embd, ", ", spec.model.vocab_size, ", ",
-          spec.model.max_seq_len, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("--init-from ", options.init_from, ": model (", DescribeModel(c),
+                                                     ") differs from the job spec's in ",
+                                                     ModelDifferences(c, "config.json", spec.model, "job spec")));
     }
   }
   model::ModelShard shard;
@@ -120,7 +117,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                   spec.optimizer.placement == "shardserver" ? options.remote_optimizer
                                                                                             : nullptr,
                                                   spec.optimizer.staleness,
-                                                  sharded ? ZeroEngine::ModelParallel{options.groups->mp, options.groups->emb}
+                                                  sharded ? ZeroEngine::ModelParallel{options.groups->mp,
+                                                                                     // Llama's embedding and classifier are untied
+                                                                                     spec.model.llama() ? nullptr : options.groups->emb}
                                                           : ZeroEngine::ModelParallel{}));
   t->engine_->set_grad_reduce_bf16(spec.train.grad_reduce_dtype == "bf16");
   if (spec.optimizer.offload == "cpu") RETURN_IF_ERROR(t->engine_->OffloadOptimizer());

@@ -35,7 +35,7 @@ namespace gantry::train {
 struct StepReport;
 
 struct TrainOptions {
-  std::string init_from;     // a Hugging Face GPT-2 directory to start from
+  std::string init_from;     // a Hugging Face GPT-2 or Llama directory to start from
   std::string save_dir;      // write the final model here (Hugging Face layout)
   bool resume = false;       // continue from the newest checkpoint in checkpoint.dir
   // Continue from this checkpoint instead (the worker: one on the shard servers, of which a

@@ -1,11 +1,17 @@
-// The whole GPT-2 against PyTorch (tests/reference/make_fixtures.py): logits, loss, every
-// parameter's gradient, and 5 AdamW steps with clipping, in fp32 against a float64 reference.
+// The whole model against PyTorch (tests/reference/make_fixtures.py), for each family: a
+// GPT-2 written in PyTorch (gpt2_tiny) and transformers' LlamaForCausalLM (llama_tiny,
+// `--only llama`: grouped-query attention with 6 query heads over 2, RoPE, RMSNorm, SwiGLU
+// and the untied head), both at odd sizes. Logits, loss, every parameter's gradient, and 5
+// AdamW steps with clipping, in fp32 against a float64 reference.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "kernels/grad_norm.h"
 #include "nlohmann/json.hpp"
@@ -20,10 +26,11 @@ using testing::F32;
 using testing::I32;
 using testing::RelErr;
 
-class Gpt2ReferenceTest : public ::testing::Test {
+// The parameter: the fixture's name (gpt2_tiny or llama_tiny).
+class ModelReferenceTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    fx_ = std::make_unique<SafetensorsFile>(testing::OpenFixture("gpt2_tiny.safetensors"));
+    fx_ = std::make_unique<SafetensorsFile>(testing::OpenFixture(std::string(GetParam()) + ".safetensors"));
     config_ = testing::FixtureConfig(*fx_, &B_, &T_);
     hp_ = nlohmann::json::parse(fx_->metadata().at("hparams"));
     model_ = std::make_unique<GPT>(config_);
@@ -41,34 +48,62 @@ class Gpt2ReferenceTest : public ::testing::Test {
   std::vector<int32_t> inputs_, targets_;
 };
 
-TEST_F(Gpt2ReferenceTest, LogitsAndLossMatchTorch) {
+// The fixture's config is read as its family, and the model's tensors are the reference's:
+// the same names and shapes, each once, none missing, so the tests below cover them all
+// (for the Llama, HF's state_dict names and nn.Linear (out, in) shapes).
+TEST_P(ModelReferenceTest, TensorsAreTheReferencesStateDict) {
+  EXPECT_EQ(config_.llama(), std::string(GetParam()) == "llama_tiny");
+  std::map<std::string, std::vector<int64_t>> want;
+  for (const auto& [name, info] : fx_->tensors()) {
+    if (name.rfind("param.", 0) == 0) want[name.substr(6)] = info.shape;
+  }
+  size_t numel = 0;
+  for (const auto& t : model_->tensors()) {
+    auto it = want.find(t.name);
+    ASSERT_NE(it, want.end()) << t.name << " is not in the reference's state_dict (or is listed twice)";
+    EXPECT_EQ(t.shape, it->second) << t.name;
+    numel += t.numel;
+    want.erase(it);
+  }
+  for (const auto& [name, shape] : want) ADD_FAILURE() << "the model lacks " << name;
+  EXPECT_EQ(model_->num_params(), numel);
+}
+
+TEST_P(ModelReferenceTest, LogitsAndLossMatchTorch) {
   const float loss = model_->Forward(inputs_.data(), targets_.data(), B_, T_);
   auto want = F32(*fx_, "logits");
   const double err = RelErr(model_->logits(), want.data(), want.size());
   if (std::getenv("GANTRY_VERBOSE")) std::printf("logits rel err %.3g\n", err);
-  // The forward half of the chain that kGradRel (below) derives, about 50 u; 1e-5 is 168 u.
-  // The loss is an fp32 mean of 92 token losses on top: a few u more.
+  // The forward half of the chain that kGradRel (below) derives, about 50 u (GPT-2) and 45 u
+  // (Llama); 1e-5 is 168 u. Measured: ~2e-7 and 2.7e-7. The loss is an fp32 mean of 92 (69)
+  // token losses on top: a few u more.
   EXPECT_LE(err, 1e-5);
   const float want_loss = F32(*fx_, "loss")[0];
   EXPECT_LE(std::fabs(loss - want_loss) / want_loss, 1e-5) << loss << " vs " << want_loss;
 }
 
-// fp32 rounding and what it allows. u = 2^-24 is the unit roundoff. Backward here is a chain
-// of about 3 x (LayerNorm: C = 48 terms, the attention softmax: T = 23, four GEMMs: K <= 4C
-// = 192) plus the classifier's K = 48. In the probabilistic rounding model (Higham & Mary,
-// 2019) an n-term sum is off by about sqrt(n) u of its scale: about (7 + 5 + 14) u a block,
-// 80-100 u in all, relative to the tensor's largest gradient. kGradRel = 2^-17 = 128 u bounds
-// it; the measured worst is 1.1e-6 (18 u) on AVX2 and AVX-512 OpenBLAS kernels alike.
+// fp32 rounding and what it allows. u = 2^-24 is the unit roundoff. In the probabilistic
+// rounding model (Higham & Mary, 2019) an n-term sum is off by about sqrt(n) u of its scale.
+// GPT-2: backward is a chain of about 3 x (LayerNorm: C = 48 terms, the attention softmax:
+// T = 23, four GEMMs: K <= 4C = 192) plus the classifier's K = 48: about (7 + 5 + 14) u a block,
+// 80-100 u in all, relative to the tensor's largest gradient. Llama: 3 x (two RMSNorms: C = 36
+// terms each, the softmax: T = 23, the GEMMs: K <= B T = 69 for the weight gradients' sums
+// over tokens, C = 36 and ffn 50 otherwise) plus the final RMSNorm and the head (K = 36
+// forward, V = 89 back); RoPE's rotation (2 terms) and GQA's sum of the key/value gradients
+// over their 3 query heads add little: about (6 + 6 + 5 + 8) u a block, 90 u in all (shorter
+// sums than GPT-2's, more of them). kGradRel = 2^-17 = 128 u bounds both; the measured worst
+// is 1.1e-6 (18 u) for GPT-2 and 6.0e-7 (10 u) for the Llama, on AVX2 and AVX-512 OpenBLAS
+// kernels alike.
 constexpr double kGradRel = 0x1p-17;
 
-TEST_F(Gpt2ReferenceTest, EveryGradientMatchesTorch) {
+TEST_P(ModelReferenceTest, EveryGradientMatchesTorch) {
   model_->ZeroGrad();
   model_->ForwardBackward(inputs_.data(), targets_.data(), B_, T_, 1.0f);
   for (const auto& t : model_->tensors()) {
     auto want = F32(*fx_, "grad." + t.name);
     ASSERT_EQ(want.size(), t.numel) << t.name;
     const double err = RelErr(model_->grads() + t.offset, want.data(), t.numel);
-    if (std::getenv("GANTRY_VERBOSE")) std::printf("%-28s grad rel err %.3g\n", t.name.c_str(), err);
+    if (std::getenv("GANTRY_VERBOSE")) std::printf("%-48s grad rel err %.3g\n", t.name.c_str(), err);
     EXPECT_LE(err, kGradRel) << t.name;
   }
 }
@@ -88,8 +123,10 @@ TEST_F(Gpt2ReferenceTest, EveryGradientMatchesTorch) {
 //    clipped gradients), the gradient is held to kGradRel, and each element to its own bound
 //      |p - p_ref| <= kParamRel max|p_ref| + noise,  noise = 2 lr d / (max(sqrt(v^) - d, 0) + eps),
 //    d = kGradRel max|g_ref| of its tensor; elements whose noise is under half the first term
-//    are held to kParamRel norm-wise (about 85% of them; the others are near-zero gradients:
-//    wpe's rows past T, the rows of tokens the batch lacks, the keys' share of c_attn);
+//    are held to kParamRel norm-wise (GPT-2: about 85% of them, the others near-zero
+//    gradients: wpe's rows past T, the rows of tokens the batch lacks, the keys' share of
+//    c_attn; Llama: about 95%, the others nearly all embed_tokens' rows of the 44 of 89 tokens
+//    the batch lacks, whose step is weight decay alone);
 //  - five free-running steps (the trainer's path) match the reference's losses, and each
 //    element's parameter to the same bound with the noise of every step so far summed (the
 //    steps' errors add; their effect on later gradients is second order: the worst element
@@ -161,7 +198,7 @@ void ClippedGradients(GPT& model, const std::vector<int32_t>& inputs, const std:
   kernels::scale_inplace(model.grads(), n, coef);
 }
 
-TEST_F(Gpt2ReferenceTest, EachAdamWStepWithClippingMatchesTorch) {
+TEST_P(ModelReferenceTest, EachAdamWStepWithClippingMatchesTorch) {
   AdamWReference ref(*fx_, *model_, hp_);
   train::AdamW opt = ref.Optimizer();
   auto want_losses = F32(*fx_, "train_losses");
@@ -206,7 +243,7 @@ TEST_F(Gpt2ReferenceTest, EachAdamWStepWithClippingMatchesTorch) {
   }
 }
 
-TEST_F(Gpt2ReferenceTest, FiveAdamWStepsWithClippingMatchTorch) {
+TEST_P(ModelReferenceTest, FiveAdamWStepsWithClippingMatchTorch) {
   AdamWReference ref(*fx_, *model_, hp_);
   train::AdamW opt = ref.Optimizer();
   auto want_losses = F32(*fx_, "train_losses");
@@ -235,6 +272,9 @@ TEST_F(Gpt2ReferenceTest, FiveAdamWStepsWithClippingMatchTorch) {
     EXPECT_LE(err / pmax, kParamRel) << "parameters after step " << step;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReferenceTest, ::testing::Values("gpt2_tiny", "llama_tiny"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace gantry::model
