@@ -184,6 +184,22 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
                                                   " (each stage takes as many layers)"));
   }
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
+  if (s.parallel.sequence_parallel) {
+    if (s.parallel.tp < 2) {
+      return FieldError("parallel.sequence_parallel", "needs tp > 1 (it shards the sequence within the tensor-parallel group)");
+    }
+    if ((static_cast<int64_t>(s.train.micro_batch) * s.seq_len) % s.parallel.tp != 0) {
+      return FieldError("parallel.sequence_parallel",
+                        absl::StrCat("needs tp ", s.parallel.tp, " to divide micro_batch x seq_len = ",
+                                     static_cast<int64_t>(s.train.micro_batch) * s.seq_len,
+                                     " (each rank holds as many of the rows)"));
+    }
+    if (s.train.precision != "fp32" && s.model.n_embd % 2 != 0) {
+      return FieldError("parallel.sequence_parallel",
+                        absl::StrCat("in ", s.train.precision, " needs an even n_embd (", s.model.n_embd,
+                                     "): 16-bit rows are gathered two elements to a float"));
+    }
+  }
   if (s.parallel.schedule != "1f1b" && s.parallel.schedule != "gpipe") {
     return FieldError("parallel.schedule", absl::StrCat("'", s.parallel.schedule, "' is not 1f1b or gpipe"));
   }
@@ -362,7 +378,7 @@ std::string ToYaml(const JobSpec& s) {
   section("parallel", [&] {
     kv("dp", s.parallel.dp), kv("tp", s.parallel.tp), kv("pp", s.parallel.pp), kv("zero_stage", s.parallel.zero_stage);
     kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
-    kv("offload_params", s.parallel.offload_params);
+    kv("offload_params", s.parallel.offload_params), kv("sequence_parallel", s.parallel.sequence_parallel);
   });
   section("optimizer", [&] {
     kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness), kv("offload", s.optimizer.offload);
@@ -461,7 +477,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const model::
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
                          {"timeout_s", Real(&s.parallel.timeout_s)},
                          {"schedule", Str(&s.parallel.schedule)},
-                         {"offload_params", Str(&s.parallel.offload_params)}})},
+                         {"offload_params", Str(&s.parallel.offload_params)},
+                         {"sequence_parallel", Bool(&s.parallel.sequence_parallel)}})},
        {"optimizer", sub({{"placement", Str(&s.optimizer.placement)},
                           {"staleness", Int(&s.optimizer.staleness)},
                           {"offload", Str(&s.optimizer.offload)}})},

@@ -69,6 +69,10 @@ struct ParallelSpec {
   // ZeRO 3 with optimizer.offload cpu: "cpu" keeps the rank's parameter shard in host memory
   // only (it is the offloaded fp32 master); each unit's piece goes to the device to be gathered.
   std::string offload_params = "none";
+  // Megatron's sequence parallelism (tp > 1): the LayerNorm and residual regions hold 1/tp of
+  // the sequence's rows on each tensor-parallel rank; an all-gather before the column-parallel
+  // GEMMs and a reduce-scatter after the row-parallel ones replace the all-reduces.
+  bool sequence_parallel = false;
   bool operator==(const ParallelSpec&) const = default;
 };
 

@@ -213,6 +213,8 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
                                    Recompute recompute, bool fused_attention, bool half) {
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t C = config.n_embd;
+  const bool sp = shard.sequence_parallel && shard.tp > 1;
+  const size_t R = static_cast<size_t>(shard.residual_rows(static_cast<int64_t>(BT)));  // rows of the residual stream
   const size_t Ca = C / shard.tp, NH = config.n_head / shard.tp, F = config.ffn() / shard.tp;
   const bool llama = config.llama();
   const size_t NKV = config.kv_heads() / shard.tp, hd = config.head_dim();
@@ -220,7 +222,6 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   // input is [gate | up].
   const size_t qkvr = llama && NKV != NH ? BT * (NH + 2 * NKV) * hd : 0;
   const size_t fc = llama ? 2 * F : F;
-  const size_t mean = llama ? 0 : BT;  // RMSNorm keeps no mean
   const size_t V = shard.vocab_end(config.vocab_size) - shard.vocab_begin(config.vocab_size);
   const size_t L = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
   size_t cur = 0;
@@ -233,14 +234,16 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   auto take16 = [&](size_t n) { return take(half ? (n + 1) / 2 : n); };
   ActivationLayout o{};
   o.half = half;
-  o.encoded = take(BT * C);
+  o.sequence_parallel = sp;
+  const size_t mean_r = llama ? 0 : R;  // RMSNorm keeps no mean
+  o.encoded = take(R * C);
   o.lnf = take16(BT * C);
-  o.lnf_mean = take(mean);
-  o.lnf_rstd = take(BT);
+  o.lnf_mean = take(mean_r);
+  o.lnf_rstd = take(R);
   o.logits = take16(BT * V);
   o.losses = take(BT);
   o.proj = take(BT * C);
-  o.dres = take(BT * C);
+  o.dres = take(R * C);
   o.dres16 = take(half ? (BT * C + 1) / 2 : 0);
   o.dln = take(BT * C);
   o.dqkv = take16(BT * 3 * Ca);
@@ -251,28 +254,33 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.dlnf = take(BT * C);
   o.qkvr = take16(qkvr);
   o.dswi = take16(llama ? BT * F : 0);
+  o.gathered = take16(sp ? BT * C : 0);
+  o.proj_rows = take(sp ? R * C : 0);
+  o.dres_all = take(sp ? BT * C : 0);
+  o.dln_rows = take(sp ? R * C : 0);
+  o.dnorm = take(sp ? 2 * C : 0);
   // Per-layer block, offsets relative to the block.
   const size_t block_start = cur;
   cur = 0;
-  o.ln1 = take16(BT * C);
-  o.ln1_mean = take(mean);
-  o.ln1_rstd = take(BT);
+  o.ln1 = take16(R * C);
+  o.ln1_mean = take(mean_r);
+  o.ln1_rstd = take(R);
   o.qkv = take16(BT * 3 * Ca);
   o.atty = take16(BT * Ca);
-  o.res2 = take(BT * C);
-  o.ln2 = take16(BT * C);
-  o.ln2_mean = take(mean);
-  o.ln2_rstd = take(BT);
+  o.res2 = take(R * C);
+  o.ln2 = take16(R * C);
+  o.ln2_mean = take(mean_r);
+  o.ln2_rstd = take(R);
   o.fch = take16(BT * fc);
   o.fch_gelu = take16(BT * F);
-  o.res3 = take(BT * C);
+  o.res3 = take(R * C);
   const size_t without_att = cur;
   o.att = take(att_floats);  // last: kSelective leaves it out
   const size_t whole = cur;
   o.recompute = recompute;
   o.layer0 = block_start;
   if (recompute == Recompute::kFull) {
-    o.layer_stride = (BT * C + 15) & ~size_t{15};  // res3 alone
+    o.layer_stride = (R * C + 15) & ~size_t{15};  // res3 alone
     o.scratch = block_start + L * o.layer_stride;
     o.total = o.scratch + whole;
     return o;

@@ -122,6 +122,11 @@ struct ModelShard {
   int tp = 1, tp_rank = 0;
   int pp = 1, stage = 0;
   int layer_begin = 0, layer_end = -1;  // -1: n_layer
+  // Sequence parallelism (tp > 1): the residual stream and the norms' inputs and outputs hold
+  // rows [tp_rank·BT/tp, (tp_rank+1)·BT/tp) of the B·T rows (LayoutActivations; GPT's step).
+  bool sequence_parallel = false;
+  // The rows of a (B, T) micro-batch this rank's residual stream holds.
+  int64_t residual_rows(int64_t BT) const { return sequence_parallel ? BT / tp : BT; }
   bool first() const { return stage == 0; }
   bool last() const { return stage == pp - 1; }
   bool whole() const { return tp == 1 && pp == 1; }
@@ -158,6 +163,13 @@ std::vector<size_t> UnitBoundaries(const GPTConfig& config);
 // attention's output, the MLP's hidden and GELU, the logits, and their gradients dqkv, datty,
 // dfch) take 2 bytes an element, the rest (the residual stream, statistics, the projections'
 // fp32 sums that tensor parallelism adds up, the attention probabilities) 4.
+// Sequence parallelism (shard.sequence_parallel): the embedding's output, the norms' outputs and
+// statistics, res2 and res3 hold the rank's BT/tp rows; lnf stays whole (the vocabulary-parallel
+// classifier reads every row; its statistics are the rank's rows). Scratch the step gathers
+// into and reduce-scatters out of: `gathered` (a norm's output, all rows, 16-bit where it is),
+// `proj_rows` (the projections' sum, the rank's rows), `dres_all` (the residual gradient, all
+// rows) and `dln_rows` (a norm's input gradient, the rank's rows); `dnorm` the norms' weight
+// gradients of one micro-batch, summed over the group before they are accumulated.
 // Activation checkpointing: kFull keeps only each layer's output and recomputes the layer's
 // forward in backward; kSelective keeps all but attention's probabilities (B, NH, T, T),
 // recomputed from the kept qkv. Both give the same bits as kNone: the recomputation runs the
@@ -180,6 +192,9 @@ struct ActivationLayout {
   // repetition, forward, and their gradient, backward (empty when NKV = NH: the projection
   // writes qkv itself); dswi: the gradient of SwiGLU's output.
   size_t qkvr, dswi;
+  // Sequence parallelism (empty without it): see above.
+  size_t gathered, proj_rows, dres_all, dln_rows, dnorm;
+  bool sequence_parallel = false;
   bool half = false;
   // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
   // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).

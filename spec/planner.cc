@@ -109,12 +109,15 @@ double ActivationBytes(const PlanInput& in, const model::ModelShard& shard) {
                                    .total) *
            4 * slots;
   }
-  // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)); selective drops the
-  // attention term; full keeps the layer input, 2sbh. The last stage adds fp32 logits.
+  // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)), and with sequence
+  // parallelism sbh(34/t + 5as/(ht)) (Korthikanti et al., 2022, table 2); selective drops the
+  // attention term; full keeps the layer input, 2sbh (2sbh/t sharded). The last stage adds
+  // fp32 logits.
   const double s = in.seq_len, b = in.micro_batch, h = c.n_embd, a = c.n_head, t = in.tp;
-  double per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
-  if (in.recompute == model::Recompute::kSelective) per_layer = s * b * h * (10 + 24 / t);
-  if (in.recompute == model::Recompute::kFull) per_layer = 2 * s * b * h;
+  const double replicated = in.sequence_parallel ? 10 / t : 10;
+  double per_layer = s * b * h * (replicated + 24 / t + 5 * a * s / (h * t));
+  if (in.recompute == model::Recompute::kSelective) per_layer = s * b * h * (replicated + 24 / t);
+  if (in.recompute == model::Recompute::kFull) per_layer = 2 * s * b * h / (in.sequence_parallel ? t : 1);
   const double layers = shard.layer_end - shard.layer_begin;
   return per_layer * layers * slots + (shard.last() ? s * b * c.vocab_size * 4 / t : 0);
 }
@@ -126,7 +129,8 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
   std::vector<RankPlan> ranks;
   for (int stage = 0; stage < in.pp; ++stage) {
     for (int tp_rank = 0; tp_rank < in.tp; ++tp_rank) {
-      const model::ModelShard shard = model::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
+      model::ModelShard shard = model::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
+      shard.sequence_parallel = in.sequence_parallel && in.tp > 1;
       RankPlan r{stage, tp_rank, 0, {}};
       const std::vector<model::ParamTensor> tensors = model::ParameterLayout(*in.model, shard);
       double gemm = 0;
@@ -198,6 +202,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.fused_attention = spec.resources.device != "cpu";  // the cuda backends' default
   in.offload_optimizer = spec.optimizer.offload == "cpu";
   in.offload_params = spec.parallel.offload_params == "cpu";
+  in.sequence_parallel = spec.parallel.sequence_parallel;
   in.bf16_grad_reduce = spec.train.grad_reduce_dtype == "bf16";
   return in;
 }

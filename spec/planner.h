@@ -53,6 +53,9 @@ struct PlanInput {
   // parallel.offload_params cpu (ZeRO 3, with the optimizer offloaded): the parameter shard
   // is the host's master; the device keeps none of it between units.
   bool offload_params = false;
+  // parallel.sequence_parallel (tp > 1): the norms' and the residual stream's activations
+  // hold 1/tp of the rows.
+  bool sequence_parallel = false;
 };
 
 struct Plan {

@@ -24,6 +24,12 @@ LlamaForCausalLM runs them: RMSNorm, rotary embeddings on packed qkv rows with g
 heads (rotate_half; the fp32 cos/sin caches of t * inv_freq), the SwiGLU gate, and causal
 grouped-query attention (repeat_kv).
 
+moe_tiny.safetensors (--only moe): GPT-2 with mixture-of-experts MLPs (issue 22), top-1 with
+capacity drops and top-2 dropless, under the key prefixes "top1." and "top2.": weights, batch,
+logits, the losses (cross entropy, load-balancing, router z), gradients, routing counts, and 10
+AdamW steps with clipping (losses, drop counts, final parameters). make_moe's docstring defines
+the model; the script checks it against a second implementation and an fp32 run of itself.
+
 amp.safetensors (--only amp): mixed precision under torch.autocast on the CPU. fp32 values
 rounded to bf16 and fp16 (edges included); one addmm and one GELU under autocast; and
 gpt2_tiny's model (its weights, read from gpt2_tiny.safetensors) trained 10 AdamW steps on 10
@@ -126,28 +132,31 @@ def reference_record(init, params, logits, loss, inputs, targets):
     return out, torch.sqrt(sum((g.grad ** 2).sum() for g in params.values())).item()
 
 
-def adamw_steps(params, loss_fn, clip, out):
-    """HP["steps"] AdamW steps of loss_fn() over params (name -> tensor), clipping the
-    gradient norm to clip, decay on tensors of 2+ dims only (nanoGPT's grouping). Records
-    each step's clipped gradients (step{k}.grad.NAME) and parameters (step{k}.NAME) in out;
-    returns the losses."""
+def adamw_steps(params, loss_fn, clip, out, steps=None, every_step=True):
+    """steps (default HP["steps"]) AdamW steps of loss_fn() over params (name -> tensor),
+    clipping the gradient norm to clip, decay on tensors of 2+ dims only (nanoGPT's grouping).
+    Records each step's clipped gradients (step{k}.grad.NAME) and parameters (step{k}.NAME)
+    in out, or with every_step False the last step's parameters alone; returns the losses."""
+    steps = HP["steps"] if steps is None else steps
     decay = [v for v in params.values() if v.dim() >= 2]
     no_decay = [v for v in params.values() if v.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": HP["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=HP["lr"], betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"])
     losses = []
-    for step in range(1, HP["steps"] + 1):
+    for step in range(1, steps + 1):
         opt.zero_grad()
         l = loss_fn()
         l.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
-        for k, v in params.items():  # the clipped gradient this step applies
-            out[f"step{step}.grad.{k}"] = f32(v.grad)
+        if every_step:
+            for k, v in params.items():  # the clipped gradient this step applies
+                out[f"step{step}.grad.{k}"] = f32(v.grad)
         opt.step()
         losses.append(l.item())
-        for k, v in params.items():
-            out[f"step{step}.{k}"] = f32(v)
+        if every_step or step == steps:
+            for k, v in params.items():
+                out[f"step{step}.{k}"] = f32(v)
     return losses
 
 
@@ -589,10 +598,464 @@ def make_llama_ops(out_dir):
     print(f"llama_ops: {len(out)} tensors")
 
 
+# ---------------------------------------------------------------------------------------------
+# Mixture of experts (issue 22)
+
+MOE_MODEL = dict(vocab_size=97, n_positions=29, T=23, n_layer=4, n_head=4, n_embd=32, batch=4)
+MOE_VARIANTS = {
+    "top1": dict(num_experts=4, top_k=1, capacity_factor=1.25, aux_loss_coeff=0.01, z_loss_coeff=0.001,
+                 every_n_layers=2),
+    "top2": dict(num_experts=4, top_k=2, capacity_factor=0.0, aux_loss_coeff=0.01, z_loss_coeff=0.001,
+                 every_n_layers=2),
+}
+MOE_SEEDS = {"top1": 2201000, "top2": 2202000}  # the first seed each variant tries
+MOE_HP = dict(HP, steps=10)
+# Initialization: router weights N(0, 0.3^2), for decisive routing; wte and wpe N(0, 0.1^2), so
+# tokens differ enough that they do not all pick one expert; other matrices N(0, 0.02^2).
+MOE_GATE_STD, MOE_EMB_STD = 0.3, 0.1
+MOE_MARGIN = 1e-4  # the least relative gap between ranked router probabilities (see moe_mlp)
+
+
+def moe_layers(cfg):
+    """The MoE layers: l with (l + 1) % every_n_layers == 0."""
+    n = cfg["moe"]["every_n_layers"]
+    return [l for l in range(cfg["n_layer"]) if (l + 1) % n == 0]
+
+
+def moe_capacity(cfg, tokens):
+    """Slots per expert for `tokens` routed tokens: ceil(c * tokens * k / E) (in double, in
+    that order), or 0 for dropless (c = 0)."""
+    m = cfg["moe"]
+    c = m["capacity_factor"]
+    return 0 if c == 0 else math.ceil(c * tokens * m["top_k"] / m["num_experts"])
+
+
+def moe_param_shapes(cfg):
+    """The MoE GPT's tensors, in order: GPT-2's, with a MoE layer's mlp.c_fc / mlp.c_proj
+    replaced by mlp.gate.weight (E, C) and each expert's c_fc / c_proj (Conv1D layouts)."""
+    Vn, NP, Cn, E = cfg["vocab_size"], cfg["n_positions"], cfg["n_embd"], cfg["moe"]["num_experts"]
+    moe = moe_layers(cfg)
+    shapes = {"wte.weight": (Vn, Cn), "wpe.weight": (NP, Cn)}
+    for l in range(cfg["n_layer"]):
+        h = f"h.{l}."
+        shapes.update({
+            h + "ln_1.weight": (Cn,), h + "ln_1.bias": (Cn,),
+            h + "attn.c_attn.weight": (Cn, 3 * Cn), h + "attn.c_attn.bias": (3 * Cn,),
+            h + "attn.c_proj.weight": (Cn, Cn), h + "attn.c_proj.bias": (Cn,),
+            h + "ln_2.weight": (Cn,), h + "ln_2.bias": (Cn,),
+        })
+        mlps = [h + "mlp."]
+        if l in moe:
+            shapes[h + "mlp.gate.weight"] = (E, Cn)
+            mlps = [f"{h}mlp.experts.{e}." for e in range(E)]
+        for m in mlps:
+            shapes.update({m + "c_fc.weight": (Cn, 4 * Cn), m + "c_fc.bias": (4 * Cn,),
+                           m + "c_proj.weight": (4 * Cn, Cn), m + "c_proj.bias": (Cn,)})
+    shapes.update({"ln_f.weight": (Cn,), "ln_f.bias": (Cn,)})
+    return shapes
+
+
+def moe_route(probs, k, capacity, impl):
+    """Routing of one MoE layer's N tokens (probs (N, E), no gradient). Returns the chosen
+    experts idx (N, k) by rank (highest probability first, ties to the lower index), which
+    of those assignments are kept (N, k, bool), and each expert's routed count (E,), before
+    drops). Assignments claim slots in priority order: every token's first choice in token
+    order, then every token's second choice, and so on; one finding its expert's capacity
+    slots taken is dropped. impl "loop" does that literally, in Python; "vector" sorts with
+    torch and counts slots with a cumulative sum over the one-hot assignments (GShard's way)."""
+    N, E = probs.shape
+    if impl == "loop":
+        idx = torch.tensor([sorted(range(E), key=lambda e: (-probs[t, e].item(), e))[:k] for t in range(N)],
+                           dtype=torch.long).view(N, k)
+        keep = torch.zeros(N, k, dtype=torch.bool)
+        filled = [0] * E
+        for r in range(k):
+            for t in range(N):
+                e = idx[t, r].item()
+                if capacity == 0 or filled[e] < capacity:
+                    keep[t, r] = True
+                    filled[e] += 1
+        routed = torch.bincount(idx.reshape(-1), minlength=E)
+        return idx, keep, routed
+    _, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    idx = order[:, :k]
+    prio = idx.T.reshape(-1)  # rank-major, token-minor: the priority order
+    onehot = F.one_hot(prio, E)
+    slot = (onehot.cumsum(0) - 1).gather(1, prio[:, None])[:, 0]
+    keep = slot < capacity if capacity > 0 else torch.ones_like(prio, dtype=torch.bool)
+    return idx, keep.view(k, N).T.contiguous(), onehot.sum(0)
+
+
+def moe_expert(p, prefix, x):
+    m = F.gelu(x @ p[prefix + "c_fc.weight"] + p[prefix + "c_fc.bias"], approximate="tanh")
+    return m @ p[prefix + "c_proj.weight"] + p[prefix + "c_proj.bias"]
+
+
+def moe_mlp(p, h, x, cfg, impl):
+    """One MoE layer's MLP on x (N, C), the ln_2 output of the N = B*T tokens in (b, t)
+    row-major order. Returns y (N, C), aux, z and the layer's routing record. impl "dense":
+    loop routing, every expert run on every token and weighted by an (N, E) combine matrix
+    (zero where unrouted or dropped); "dispatch": vector routing, each expert run on the
+    tokens it keeps (gathered), its weighted output scattered back with index_add."""
+    m = cfg["moe"]
+    E, k = m["num_experts"], m["top_k"]
+    N = x.shape[0]
+    capacity = moe_capacity(cfg, N)
+    logits = x @ p[h + "mlp.gate.weight"].T
+    probs = logits.softmax(dim=-1)
+    idx, keep, routed = moe_route(probs.detach(), k, capacity, "loop" if impl == "dense" else "vector")
+    chosen = probs.gather(1, idx)
+    w = chosen / chosen.sum(dim=-1, keepdim=True)  # renormalised over the k chosen; 1 for k = 1
+    experts = [f"{h}mlp.experts.{e}." for e in range(E)]
+    if impl == "dense":
+        combine = torch.zeros(N, E, dtype=x.dtype).scatter(1, idx, w * keep)
+        y = sum(combine[:, e:e + 1] * moe_expert(p, experts[e], x) for e in range(E))
+    else:
+        y = torch.zeros_like(x)
+        for e in range(E):
+            t, r = ((idx == e) & keep).nonzero(as_tuple=True)  # may be empty: zero gradients
+            y = y.index_add(0, t, moe_expert(p, experts[e], x[t]) * w[t, r][:, None])
+    f = routed.to(x.dtype) / (k * N)  # fraction of the k*N assignments per expert, before drops
+    aux = E * (f * probs.mean(dim=0)).sum()
+    z = (torch.logsumexp(logits, dim=-1) ** 2).mean()
+    # The routing's margin: the least relative gap between consecutive ranked probabilities
+    # among the first k + 1 (rank 1..k order decides priority, rank k / k + 1 the choice).
+    ranked = probs.detach().sort(dim=-1, descending=True).values
+    gaps = [(ranked[:, j] - ranked[:, j + 1]) / ranked[:, j] for j in range(min(k, E - 1))]
+    margin = torch.stack(gaps).min().item() if gaps else math.inf
+    rec = dict(probs=probs.detach(), idx=idx, keep=keep, routed=routed, dropped=int((~keep).sum()),
+               margin=margin, capacity=capacity)
+    return y, aux, z, rec
+
+
+def moe_forward(p, idx, cfg, impl="dispatch"):
+    """The MoE GPT (see make_moe). Returns logits (B, T, V), the per-MoE-layer aux and z
+    losses (lists) and the per-MoE-layer routing records."""
+    Bn, Tn = idx.shape
+    Cn, NHn = cfg["n_embd"], cfg["n_head"]
+    moe = moe_layers(cfg)
+    x = p["wte.weight"][idx] + p["wpe.weight"][:Tn]
+    hs = Cn // NHn
+    mask = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
+    auxes, zs, recs = [], [], []
+    for l in range(cfg["n_layer"]):
+        h = f"h.{l}."
+        a = F.layer_norm(x, (Cn,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps=1e-5)
+        qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
+        q, k, v = qkv.split(Cn, dim=2)
+        q = q.view(Bn, Tn, NHn, hs).transpose(1, 2)
+        k = k.view(Bn, Tn, NHn, hs).transpose(1, 2)
+        v = v.view(Bn, Tn, NHn, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(Bn, Tn, Cn)
+        x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
+        m = F.layer_norm(x, (Cn,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps=1e-5)
+        if l in moe:
+            y, aux, z, rec = moe_mlp(p, h, m.reshape(Bn * Tn, Cn), cfg, impl)
+            x = x + y.view(Bn, Tn, Cn)
+            auxes.append(aux)
+            zs.append(z)
+            recs.append(rec)
+        else:
+            m = F.gelu(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
+            x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
+    x = F.layer_norm(x, (Cn,), p["ln_f.weight"], p["ln_f.bias"], eps=1e-5)
+    return x @ p["wte.weight"].T, auxes, zs, recs
+
+
+def moe_loss(p, inputs, targets, cfg, impl="dispatch", coeffs=None):
+    """Total loss = CE + aux_loss_coeff * sum(aux) + z_loss_coeff * sum(z), and its parts."""
+    m = cfg["moe"]
+    ca, cz = coeffs if coeffs is not None else (m["aux_loss_coeff"], m["z_loss_coeff"])
+    logits, auxes, zs, recs = moe_forward(p, inputs, cfg, impl)
+    ce = F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1))
+    aux, z = sum(auxes), sum(zs)
+    return ce + ca * aux + cz * z, dict(logits=logits, ce=ce, aux=aux, z=z, auxes=auxes, zs=zs, recs=recs)
+
+
+def moe_train(init, inputs, targets, cfg, clip, dtype, impl="dispatch", out=None):
+    """MOE_HP["steps"] AdamW steps (adamw_steps: clipping, nanoGPT's decay grouping) in dtype
+    from the fp32 start. Returns the losses, the routing records of each step's forward (at
+    the parameters before that step's update), and the parameters after the last step."""
+    params = {k: v.to(dtype).clone().requires_grad_(True) for k, v in init.items()}
+    steps = []
+
+    def loss_fn():
+        loss, parts = moe_loss(params, inputs, targets, cfg, impl)
+        steps.append(parts["recs"])
+        return loss
+
+    losses = adamw_steps(params, loss_fn, clip, {} if out is None else out, steps=MOE_HP["steps"],
+                         every_step=False)
+    return losses, steps, params
+
+
+def check_moe_route_rules():
+    """Both routings on a hand-made case: ties rank the lower index first, and with capacity
+    1 the rank-1 choices (in token order) claim the slots before any rank-2 choice."""
+    probs = torch.tensor([[0.25, 0.25, 0.25, 0.25], [0.1, 0.4, 0.4, 0.1], [0.5, 0.2, 0.2, 0.1]],
+                         dtype=torch.float64)
+    for impl in ("loop", "vector"):
+        idx, keep, routed = moe_route(probs, 2, 1, impl)
+        assert idx.tolist() == [[0, 1], [1, 2], [0, 1]], (impl, idx)
+        assert keep.tolist() == [[True, False], [True, True], [False, False]], (impl, keep)
+        assert routed.tolist() == [2, 3, 1, 0], (impl, routed)
+        idx, keep, _ = moe_route(probs, 2, 0, impl)
+        assert keep.all()
+
+
+def check_moe_matches_gpt2():
+    """With one expert (k 1, dropless) a MoE layer is GPT-2's MLP (the weight is p / p = 1):
+    moe_forward equals gpt2_forward on gpt2_tiny's sizes, so the rest of the model is GPT-2's."""
+    gen = torch.Generator().manual_seed(5)
+    gp = random_params(gen)
+    cfg = dict(vocab_size=V, n_positions=NPOS, T=T, n_layer=L, n_head=NH, n_embd=C, batch=B,
+               moe=dict(num_experts=1, top_k=1, capacity_factor=0.0, aux_loss_coeff=0.01, z_loss_coeff=0.001,
+                        every_n_layers=2))
+    mp = {}
+    for name, t in gp.items():
+        for l in moe_layers(cfg):
+            name = name.replace(f"h.{l}.mlp.", f"h.{l}.mlp.experts.0.")
+        mp[name] = t
+    for l in moe_layers(cfg):
+        mp[f"h.{l}.mlp.gate.weight"] = torch.randn(1, C, generator=gen)
+    shapes = moe_param_shapes(cfg)
+    assert sorted(mp) == sorted(shapes) and all(tuple(mp[k].shape) == shapes[k] for k in shapes)
+    idx = torch.randint(0, V, (B, T), generator=gen)
+    want = gpt2_forward({k: v.double() for k, v in gp.items()}, idx)
+    for impl in ("dense", "dispatch"):
+        got = moe_forward({k: v.double() for k, v in mp.items()}, idx, cfg, impl)[0]
+        assert torch.allclose(got, want, rtol=0, atol=1e-13), f"one-expert MoE ({impl}) is not GPT-2"
+
+
+def moe_try_seed(name, seed):
+    """Builds the variant from seed and runs it in float64, both implementations. Returns
+    None (with the reason printed) when the routing is not robust to rounding or (top-1)
+    drops nothing at step 0; else everything make_moe writes."""
+    cfg = dict(MOE_MODEL, moe=dict(MOE_VARIANTS[name]))
+    cfg["moe"]["moe_layers"] = moe_layers(cfg)
+    tokens = cfg["batch"] * cfg["T"]
+    cfg["moe"]["tokens"] = tokens
+    cfg["moe"]["capacity"] = moe_capacity(cfg, tokens)
+    gen = torch.Generator().manual_seed(seed)
+    init = {}
+    for pname, shape in moe_param_shapes(cfg).items():
+        if pname.endswith(("ln_1.weight", "ln_2.weight")) or pname == "ln_f.weight":
+            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+        elif pname.endswith("gate.weight"):
+            t = MOE_GATE_STD * torch.randn(shape, generator=gen)
+        elif pname in ("wte.weight", "wpe.weight"):
+            t = MOE_EMB_STD * torch.randn(shape, generator=gen)
+        else:
+            t = 0.02 * torch.randn(shape, generator=gen)
+        init[pname] = t.to(torch.float32)
+    inputs = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["T"]), generator=gen)
+    targets = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["T"]), generator=gen)
+
+    # Step 0, both implementations: the same routing, logits, losses and gradients.
+    runs = {}
+    for impl in ("dense", "dispatch"):
+        params = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in init.items()}
+        loss, parts = moe_loss(params, inputs, targets, cfg, impl)
+        loss.backward()
+        runs[impl] = (params, loss, parts)
+    (pa, la, qa), (pb, lb, qb) = runs["dense"], runs["dispatch"]
+    for ra, rb in zip(qa["recs"], qb["recs"]):
+        assert torch.equal(ra["idx"], rb["idx"]) and torch.equal(ra["keep"], rb["keep"]), "routings differ"
+        assert torch.equal(ra["routed"], rb["routed"])
+    assert torch.allclose(qa["logits"], qb["logits"], rtol=0, atol=1e-13), "logits differ"
+    for key in ("ce", "aux", "z"):
+        assert abs(qa[key].item() - qb[key].item()) < 1e-13, key
+    for k in pa:
+        ga, gb = pa[k].grad, pb[k].grad
+        assert (ga - gb).abs().max().item() <= 1e-12 * max(ga.abs().max().item(), 1e-30), f"grad {k} differs"
+    params, loss, parts = pb, lb, qb
+
+    recs0 = parts["recs"]
+    dropped0 = [r["dropped"] for r in recs0]
+    if cfg["moe"]["capacity"] > 0 and sum(dropped0) == 0:
+        print(f"moe {name}: seed {seed} drops nothing at step 0; next seed")
+        return None
+    if cfg["moe"]["capacity"] == 0:
+        assert sum(dropped0) == 0
+    if any(min(torch.bincount(r["idx"][r["keep"]], minlength=len(r["routed"])).tolist()) == 0 for r in recs0):
+        print(f"moe {name}: seed {seed} leaves an expert without tokens at step 0; next seed")
+        return None
+
+    # The router learns: its gradient through the CE alone (zero for top-1, whose weight is
+    # 1 whatever the probabilities), and through the aux and z losses.
+    gates = [f"h.{l}.mlp.gate.weight" for l in cfg["moe"]["moe_layers"]]
+    router = {}
+    for tag, coeffs in (("ce", (0.0, 0.0)), ("aux", (1.0, 0.0)), ("z", (0.0, 1.0))):
+        pp = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in init.items()}
+        l_, parts_ = moe_loss(pp, inputs, targets, cfg, coeffs=coeffs)
+        if tag != "ce":
+            l_ = l_ - parts_["ce"]
+        l_.backward()
+        router[tag] = max(pp[g].grad.abs().max().item() for g in gates)
+    if cfg["moe"]["top_k"] == 1:
+        assert router["ce"] < 1e-15, router
+    else:
+        assert router["ce"] > 1e-6, router
+    assert router["aux"] > 1e-6 and router["z"] > 1e-6, router
+
+    out, grad_norm0 = reference_record(init, params, parts["logits"], loss, inputs, targets)
+    clip = 0.5 * grad_norm0
+
+    # 10 steps, both implementations, float64; then fp32 (dispatch), whose routing must be
+    # the float64 run's at every step.
+    train = {}
+    for impl in ("dense", "dispatch"):
+        train[impl] = moe_train(init, inputs, targets, cfg, clip, torch.float64, impl,
+                                out=out if impl == "dispatch" else None)
+    losses, steps, final = train["dispatch"]
+    assert max(abs(a - b) for a, b in zip(train["dense"][0], losses)) < 1e-12, "train losses differ"
+    for k in final:
+        assert torch.allclose(train["dense"][2][k], final[k], rtol=0, atol=1e-12), f"step10 {k} differs"
+    margin = min(r["margin"] for recs in [recs0] + steps for r in recs)
+    if margin < MOE_MARGIN:
+        print(f"moe {name}: seed {seed} has a routing margin of {margin:.3g} < {MOE_MARGIN}; next seed")
+        return None
+    losses32, steps32, final32 = moe_train(init, inputs, targets, cfg, clip, torch.float32)
+    for s, (r64, r32) in enumerate(zip(steps, steps32)):
+        for ra, rb in zip(r64, r32):
+            assert torch.equal(ra["idx"], rb["idx"]), f"fp32 picks other experts at step {s + 1}"
+            assert torch.equal(ra["keep"], rb["keep"]), f"fp32 drops otherwise at step {s + 1}"
+    fp32 = dict(loss_rel=max(abs(a - b) / b for a, b in zip(losses32, losses)),
+                param_rel=max(((final32[k].double() - final[k]).norm() / final[k].norm()).item() for k in final))
+
+    n_moe = len(recs0)
+    E = cfg["moe"]["num_experts"]
+    out.update({
+        "ce_loss": f32(parts["ce"].reshape(1)), "aux_loss": f32(parts["aux"].reshape(1)),
+        "z_loss": f32(parts["z"].reshape(1)),
+        "aux_loss_layers": f32(torch.stack(parts["auxes"])), "z_loss_layers": f32(torch.stack(parts["zs"])),
+        "dropped": torch.tensor(dropped0, dtype=torch.int32),
+        "tokens_per_expert": torch.stack([r["routed"] for r in recs0]).to(torch.int32),
+        "router_probs": f32(torch.stack([r["probs"] for r in recs0])),
+        "expert_index": torch.stack([r["idx"] for r in recs0]).to(torch.int32),
+        "expert_kept": torch.stack([r["keep"] for r in recs0]).to(torch.int32),
+        "train_losses": torch.tensor(losses, dtype=torch.float32),
+        "train_dropped": torch.tensor([[r["dropped"] for r in recs] for recs in steps], dtype=torch.int32),
+        "train_tokens_per_expert": torch.stack([torch.stack([r["routed"] for r in recs]) for recs in steps])
+                                        .to(torch.int32).view(len(steps), n_moe, E),
+    })
+    assert torch.equal(out["train_dropped"][0], out["dropped"])
+    hp = dict(MOE_HP, grad_clip=clip, seed=seed)
+    summary = dict(seed=seed, loss=loss.item(), ce=parts["ce"].item(), aux=parts["aux"].item(), z=parts["z"].item(),
+                   dropped=dropped0, tokens_per_expert=out["tokens_per_expert"].tolist(), margin=margin,
+                   train_dropped=out["train_dropped"].tolist(), losses=losses, router_grad=router, fp32=fp32,
+                   grad_norm=grad_norm0)
+    return cfg, hp, out, summary
+
+
+def make_moe(out_dir):
+    """moe_tiny.safetensors: a GPT-2 whose layers l with (l + 1) % every_n_layers == 0 have a
+    mixture-of-experts MLP. This docstring is the model's definition.
+
+    Sizes: vocab 97, n_positions 29, T 23, 4 layers, 4 heads, C 32, batch 4 (N = B*T = 92
+    tokens), E = 4 experts, every_n_layers 2, so layers 1 and 3 are MoE (0 and 2 dense).
+    Two variants, in one file under the key prefixes "top1." and "top2.":
+      top1: top_k 1, capacity_factor 1.25 (capacity 29 slots per expert; some assignments are
+            dropped at step 0);
+      top2: top_k 2, capacity_factor 0 (dropless).
+    Both: aux_loss_coeff 0.01, z_loss_coeff 0.001.
+
+    The model is gpt2_forward except for the MLP of a MoE layer. There x (N, C) is ln_2's
+    output for the N = B*T tokens of the batch, in (b, t) row-major order (token n = b*T + t):
+      - router: logits = x @ W_gate^T, W_gate (E, C) named h.{l}.mlp.gate.weight (nn.Linear
+        layout, no bias); probs = softmax(logits) over the E experts, in the compute dtype.
+      - choice: each token's k experts of highest probability, ranked by probability (rank 1
+        the highest); equal probabilities rank the lower expert index first.
+      - weights: w_j = p_j / (sum of the k chosen p), differentiated through (Mixtral's
+        renormalisation). For k = 1 this is exactly 1, and its derivative 0: a top-1 router
+        gets no gradient from the cross entropy, only from the aux and z losses (checked).
+      - capacity: with capacity_factor c > 0 each expert has ceil(c * N * k / E) slots,
+        computed in double in that order (the config records it as moe.capacity); c = 0 is
+        dropless. Assignments claim slots in priority order: all tokens' rank-1 choices in
+        token order, then all rank-2 choices in token order, and so on. An assignment whose
+        expert has no free slot is dropped: that expert's term is left out of the token's
+        output, and the other weights are not renormalised (a token with all its assignments
+        dropped gets y = 0; the residual carries it). So expert e keeps its first
+        min(routed_e, capacity) assignments in priority order.
+      - experts: expert e is GPT-2's MLP with its own tensors h.{l}.mlp.experts.{e}.c_fc.weight
+        (C, 4C), .c_fc.bias (4C), .c_proj.weight (4C, C), .c_proj.bias (C) (Conv1D layouts):
+        E_e(x) = gelu_tanh(x @ c_fc.weight + c_fc.bias) @ c_proj.weight + c_proj.bias.
+      - output: y_n = sum over token n's kept assignments (e, w) of w * E_e(x_n) (the bias
+        included in the weighted term); the block adds y to the residual as the dense MLP's
+        output.
+      - load balancing (Switch Transformer): aux = E * sum_e f_e * P_e, where f_e = routed_e /
+        (k * N) is the fraction of the k*N assignments that chose e, counted before capacity
+        drops and not differentiated, and P_e = the mean over the N tokens of probs[:, e]
+        (differentiated). Uniform routing gives 1. (HF Mixtral's load_balancing_loss_func
+        divides by N, not k*N: k times this.)
+      - router z-loss (ST-MoE): z = the mean over the N tokens of logsumexp(logits)^2.
+    Total loss = cross_entropy + aux_loss_coeff * sum of aux over the MoE layers +
+    z_loss_coeff * sum of z over the MoE layers.
+
+    Training: 10 AdamW steps on the one batch as adamw_steps (torch.optim.AdamW, lr 1e-3,
+    betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on tensors of 2+ dims (the gate and the
+    expert weights included), 0 on the rest; clip_grad_norm_ over all tensors to half the
+    step-0 gradient norm). Each step routes afresh from its current parameters.
+
+    Per variant PREFIX ("top1." / "top2."): PREFIX param.NAME (the fp32 start), grad.NAME (of
+    the total loss), logits (B, T, V), loss (total), ce_loss, aux_loss and z_loss (summed over
+    the MoE layers, unscaled), aux_loss_layers and z_loss_layers (per MoE layer), dropped
+    (per MoE layer: dropped assignments at step 0, int32), tokens_per_expert (n_moe, E:
+    assignments routed before drops, step 0), router_probs (n_moe, N, E), expert_index and
+    expert_kept (n_moe, N, k, int32: the chosen experts by rank and whether each was kept),
+    inputs, targets, train_losses (10: the total loss of each step's forward, before its
+    update), train_dropped (10, n_moe) and train_tokens_per_expert (10, n_moe, E) of those
+    forwards (train_dropped[0] = dropped), and step10.NAME (the parameters after 10 steps).
+    Metadata PREFIX config (json: the model's sizes and moe {num_experts, top_k,
+    capacity_factor, aux_loss_coeff, z_loss_coeff, every_n_layers, moe_layers, tokens,
+    capacity}) and PREFIX hparams (lr, beta1, beta2, eps, weight_decay, steps, grad_clip,
+    seed).
+
+    Checks, each an assertion: two implementations (routing by a literal loop with an (N, E)
+    combine matrix over every expert on every token; torch.sort routing, cumsum slots and
+    gather / index_add dispatch) give the same routing, logits, losses and gradients (1e-12)
+    and the same 10 steps; with one expert the model is gpt2_forward; rounding cannot change
+    the routing: at every step and MoE layer, each token's first k + 1 ranked probabilities
+    are apart by at least 1e-4 relative ((p_j - p_j+1) / p_j for j = 1..k; rank k against
+    k + 1 decides the choice, ranks 1..k the priority order, and priority is otherwise by
+    token index, so no capacity boundary can move), else the next seed is tried; and the
+    same model run in fp32 by torch chooses and drops the same assignments at every step."""
+    out, meta, summary = {}, {"variants": json.dumps(list(MOE_VARIANTS)),
+                              "generator": "tests/reference/make_fixtures.py --only moe",
+                              "torch": torch.__version__}, {}
+    check_moe_route_rules()
+    check_moe_matches_gpt2()
+    for name in MOE_VARIANTS:
+        for seed in range(MOE_SEEDS[name], MOE_SEEDS[name] + 50):
+            got = moe_try_seed(name, seed)
+            if got is not None:
+                break
+        else:
+            raise RuntimeError(f"moe {name}: no seed of 50 routes robustly")
+        cfg, hp, tensors, s = got
+        out.update({f"{name}.{k}": v for k, v in tensors.items()})
+        meta[f"{name}.config"] = json.dumps(cfg)
+        meta[f"{name}.hparams"] = json.dumps(hp)
+        summary[name] = s
+    path = os.path.join(out_dir, "moe_tiny.safetensors")
+    save_file(out, path, metadata=meta)
+    for name, s in summary.items():
+        print(f"moe_tiny {name}: seed {s['seed']}, loss {s['loss']:.6f} (ce {s['ce']:.6f}, aux {s['aux']:.6f}, "
+              f"z {s['z']:.6f}), grad norm {s['grad_norm']:.4f}, dropped {s['dropped']}, tokens per expert "
+              f"{s['tokens_per_expert']}, least routing margin {s['margin']:.3g}, router grad max {s['router_grad']}")
+        print(f"  train losses {s['losses']}")
+        print(f"  train dropped {s['train_dropped']}")
+        print(f"  fp32 torch run: losses within {s['fp32']['loss_rel']:.3g} relative, step10 tensors within "
+              f"{s['fp32']['param_rel']:.3g} norm-wise")
+    print(f"moe_tiny: {len(out)} tensors, {os.path.getsize(path)} bytes")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
-    ap.add_argument("--only", choices=["gpt2", "llama", "kernels", "amp", "llama_ops"],
+    ap.add_argument("--only", choices=["gpt2", "llama", "kernels", "amp", "llama_ops", "moe"],
                     help="write this fixture file alone")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -607,3 +1070,5 @@ if __name__ == "__main__":
         make_amp(args.out)
     if args.only in (None, "llama_ops"):
         make_llama_ops(args.out)
+    if args.only in (None, "moe"):
+        make_moe(args.out)

@@ -415,6 +415,24 @@ TEST(JobSpecTest, TensorParallelDegreeMustDivideKeyValueHeadsAndTheMlp) {
   EXPECT_TRUE(ParseJobSpec(spec(", n_kv_head: 1, ffn_hidden: 41", 1)).ok());
 }
 
+TEST(JobSpecTest, SequenceParallelNeedsTensorParallelRowsItDividesAndRoundTrips) {
+  auto s = ParseJobSpec(With("parallel: {tp: 2, sequence_parallel: true}\n"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->parallel.sequence_parallel);
+  auto again = ParseJobSpec(ToYaml(*s));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *s);
+  EXPECT_FALSE(ParseJobSpec(kMinimal)->parallel.sequence_parallel) << "off by default";
+  EXPECT_NE(Error(With("parallel: {sequence_parallel: true}\n"))
+                .find("field 'parallel.sequence_parallel' needs tp > 1"),
+            std::string::npos);
+  // Each rank holds B·T/tp rows: 1 x 7 rows do not divide over 2.
+  const std::string odd = "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 7}\n"
+                          "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 1, lr: 1.0e-3}\n"
+                          "parallel: {tp: 2, sequence_parallel: true}\n";
+  EXPECT_NE(Error(odd).find("needs tp 2 to divide micro_batch x seq_len = 7"), std::string::npos) << Error(odd);
+}
+
 model::GPTConfig LlamaFrom() {
   model::GPTConfig c;
   c.arch = model::Arch::kLlama;

@@ -264,22 +264,105 @@ void GPT::TpAllReduce(float* data, size_t n) {
   if (!s.ok() && comm_status_.ok()) comm_status_ = s;
 }
 
+void GPT::TpReduceScatter(const float* in, float* out, size_t n) {
+  Sync();
+  absl::Status s = tp_comm_ != nullptr ? tp_comm_->ReduceScatterSum(in, out, n)
+                                       : absl::FailedPreconditionError("sequence parallelism without a tensor-parallel group");
+  if (!s.ok() && comm_status_.ok()) comm_status_ = s;
+}
+
+void GPT::TpAllGather(const float* in, float* out, size_t n) {
+  Sync();
+  absl::Status s = tp_comm_ != nullptr ? tp_comm_->AllGather(in, out, n)
+                                       : absl::FailedPreconditionError("sequence parallelism without a tensor-parallel group");
+  if (!s.ok() && comm_status_.ok()) comm_status_ = s;
+}
+
+kernels::Ptr GPT::AllRows(kernels::Ptr rows, int BT) {
+  if (!sp()) return rows;
+  const kernels::Ptr all = H(A(off_.gathered));
+  // The rows' bytes as floats: 16-bit tensors gather two elements a float (the collectives
+  // move the bits; the job spec requires an even n_embd for this).
+  const size_t elems = static_cast<size_t>(Rows(BT)) * config_.n_embd;
+  if (!rows.f32() && elems % 2 != 0) {
+    if (comm_status_.ok()) comm_status_ = absl::InvalidArgumentError("sequence parallelism in 16 bits needs an even rows x n_embd");
+    return all;
+  }
+  Op("sp all-gather", [&] { TpAllGather(static_cast<const float*>(rows.data), all.as_f32(), rows.f32() ? elems : elems / 2); });
+  return all;
+}
+
+float* GPT::SumPartial(float* partial, int BT, const char* tag) {
+  const size_t C = static_cast<size_t>(config_.n_embd);
+  if (!sp()) {
+    Op(*tag ? tag : "tp all-reduce", [&] { TpAllReduce(partial, static_cast<size_t>(BT) * C); });
+    Round(partial, static_cast<size_t>(BT) * C);
+    return partial;
+  }
+  float* rows = A(off_.proj_rows);
+  const size_t n = static_cast<size_t>(Rows(BT)) * C;
+  Op(*tag ? tag : "sp reduce-scatter", [&] { TpReduceScatter(partial, rows, n); });
+  Round(rows, n);
+  return rows;
+}
+
+kernels::Ptr GPT::DoutAllRows(int BT) {
+  float* dres = A(off_.dres);
+  const size_t n = static_cast<size_t>(BT) * config_.n_embd;
+  if (sp()) {
+    Op("sp all-gather", [&] { TpAllGather(dres, A(off_.dres_all), static_cast<size_t>(Rows(BT)) * config_.n_embd); });
+    dres = A(off_.dres_all);
+  }
+  if (!mixed()) return dres;
+  const kernels::Ptr dout(A(off_.dres16), lp_);
+  be_->Convert(dout, dres, static_cast<int64_t>(n));
+  return dout;
+}
+
+float* GPT::SumNormGrad(float* dln, int BT) {
+  const size_t C = static_cast<size_t>(config_.n_embd);
+  if (!sp()) {
+    Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
+    Round(dln, static_cast<size_t>(BT) * C);
+    return dln;
+  }
+  float* rows = A(off_.dln_rows);
+  const size_t n = static_cast<size_t>(Rows(BT)) * C;
+  Op("sp reduce-scatter", [&] { TpReduceScatter(dln, rows, n); });
+  Round(rows, n);
+  return rows;
+}
+
+float* GPT::NormGrads(float* g, size_t n) {
+  if (!sp()) return g;
+  be_->Zero(A(off_.dnorm), n * sizeof(float));
+  return A(off_.dnorm);
+}
+
+void GPT::FinishNormGrads(float* g, size_t n) {
+  if (!sp()) return;
+  // This micro-batch's part from every rank's rows, summed, then accumulated (the gradient
+  // buffer accumulates over micro-batches: summing it whole would count earlier ones tp times).
+  Op("sp all-reduce", [&] { TpAllReduce(A(off_.dnorm), n); });
+  be_->ResidualForward(g, g, A(off_.dnorm), static_cast<int64_t>(n));
+}
+
 void GPT::ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
                        const char* tag) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
-  const int BT = B * T;
+  const int BT = B * T, R = Rows(BT);
   auto name = [tag](const char* op) { return *tag ? tag : op; };
   // Row-parallel projections: each rank's partial product (fp32), summed over the group, then
-  // rounded (autocast's 16-bit output); rank 0 adds the bias.
+  // rounded (autocast's 16-bit output); rank 0 adds the bias. With sequence parallelism the
+  // norms and the residual stream run on this rank's R rows.
   const bool bias_here = shard_.tp_rank == 0;
   float* proj = A(off_.proj);
   Op(name("layernorm fwd"), [&] {
     be_->LayerNormForward(H(LayerAct(l, off_.ln1)), LayerAct(l, off_.ln1_mean), LayerAct(l, off_.ln1_rstd), residual,
-                          p.ln1w, p.ln1b, BT, C);
+                          p.ln1w, p.ln1b, R, C);
   });
-  Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(H(LayerAct(l, off_.qkv)), H(LayerAct(l, off_.ln1)), w.qkvw, w.qkvb, BT, C, 3 * Ca);
-  });
+  const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
+  Op(name("matmul fwd"), [&] { be_->MatmulForward(H(LayerAct(l, off_.qkv)), ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca); });
   Op(name("attention fwd"), [&] {
     be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca, NH,
                           lp_);
@@ -287,33 +370,31 @@ void GPT::ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const f
   Op(name("matmul fwd"), [&] {
     be_->MatmulForward(proj, H(LayerAct(l, off_.atty)), w.projw, bias_here ? w.projb : nullptr, BT, Ca, C);
   });
-  Op(name("tp all-reduce"), [&] { TpAllReduce(proj, static_cast<size_t>(BT) * C); });
-  Round(proj, static_cast<size_t>(BT) * C);
+  const float* attn = SumPartial(proj, BT, tag);
   Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res2), residual, proj, static_cast<int64_t>(BT) * C);
+    be_->ResidualForward(LayerAct(l, off_.res2), residual, attn, static_cast<int64_t>(R) * C);
   });
   Op(name("layernorm fwd"), [&] {
     be_->LayerNormForward(H(LayerAct(l, off_.ln2)), LayerAct(l, off_.ln2_mean), LayerAct(l, off_.ln2_rstd),
-                          LayerAct(l, off_.res2), p.ln2w, p.ln2b, BT, C);
+                          LayerAct(l, off_.res2), p.ln2w, p.ln2b, R, C);
   });
+  const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
   Op(name("matmul+gelu fwd"), [&] {
-    be_->MatmulBiasGeluForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.fch_gelu)), H(LayerAct(l, off_.ln2)),
-                               w.fcw, w.fcb, BT, C, Fm);
+    be_->MatmulBiasGeluForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.fch_gelu)), ln2, w.fcw, w.fcb, BT, C, Fm);
   });
   Op(name("matmul fwd"), [&] {
     be_->MatmulForward(proj, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, bias_here ? w.fcprojb : nullptr, BT, Fm, C);
   });
-  Op(name("tp all-reduce"), [&] { TpAllReduce(proj, static_cast<size_t>(BT) * C); });
-  Round(proj, static_cast<size_t>(BT) * C);
+  const float* mlp = SumPartial(proj, BT, tag);
   Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), proj, static_cast<int64_t>(BT) * C);
+    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), mlp, static_cast<int64_t>(R) * C);
   });
 }
 
 void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
                             const char* tag) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, NKV = NKVa_, hd = hd_, Fm = Fm_;
-  const int BT = B * T;
+  const int BT = B * T, R = Rows(BT);
   const float eps = static_cast<float>(config_.norm_eps);
   auto name = [tag](const char* op) { return *tag ? tag : op; };
   float* proj = A(off_.proj);
@@ -322,11 +403,11 @@ void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, co
   const bool grouped = NKV != NH;
   const kernels::Ptr qkvr = H(grouped ? A(off_.qkvr) : LayerAct(l, off_.qkv));
   Op(name("rmsnorm fwd"), [&] {
-    be_->RMSNormForward(H(LayerAct(l, off_.ln1)), LayerAct(l, off_.ln1_rstd), residual, p.ln1w, BT, C, eps);
+    be_->RMSNormForward(H(LayerAct(l, off_.ln1)), LayerAct(l, off_.ln1_rstd), residual, p.ln1w, R, C, eps);
   });
+  const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
   Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(qkvr, H(LayerAct(l, off_.ln1)), w.qkvw, nullptr, BT, C, (NH + 2 * NKV) * hd,
-                       k::WeightLayout::kOutIn);
+    be_->MatmulForward(qkvr, ln1, w.qkvw, nullptr, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn);
   });
   Op(name("rope fwd"), [&] { be_->RopeApply(qkvr, B, T, NH, NKV, hd, inv_freq_.data(), false); });
   if (grouped) {
@@ -339,27 +420,25 @@ void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, co
   Op(name("matmul fwd"), [&] {
     be_->MatmulForward(proj, H(LayerAct(l, off_.atty)), w.projw, nullptr, BT, Ca, C, k::WeightLayout::kOutIn);
   });
-  Op(name("tp all-reduce"), [&] { TpAllReduce(proj, static_cast<size_t>(BT) * C); });
-  Round(proj, static_cast<size_t>(BT) * C);
+  const float* attn = SumPartial(proj, BT, tag);
   Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res2), residual, proj, static_cast<int64_t>(BT) * C);
+    be_->ResidualForward(LayerAct(l, off_.res2), residual, attn, static_cast<int64_t>(R) * C);
   });
   Op(name("rmsnorm fwd"), [&] {
-    be_->RMSNormForward(H(LayerAct(l, off_.ln2)), LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), p.ln2w, BT, C,
+    be_->RMSNormForward(H(LayerAct(l, off_.ln2)), LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), p.ln2w, R, C,
                         eps);
   });
+  const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
   Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.ln2)), w.fcw, nullptr, BT, C, 2 * Fm,
-                       k::WeightLayout::kOutIn);
+    be_->MatmulForward(H(LayerAct(l, off_.fch)), ln2, w.fcw, nullptr, BT, C, 2 * Fm, k::WeightLayout::kOutIn);
   });
   Op(name("swiglu fwd"), [&] { be_->SwigluForward(H(LayerAct(l, off_.fch_gelu)), H(LayerAct(l, off_.fch)), BT, Fm); });
   Op(name("matmul fwd"), [&] {
     be_->MatmulForward(proj, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, nullptr, BT, Fm, C, k::WeightLayout::kOutIn);
   });
-  Op(name("tp all-reduce"), [&] { TpAllReduce(proj, static_cast<size_t>(BT) * C); });
-  Round(proj, static_cast<size_t>(BT) * C);
+  const float* mlp = SumPartial(proj, BT, tag);
   Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), proj, static_cast<int64_t>(BT) * C);
+    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), mlp, static_cast<int64_t>(R) * C);
   });
 }
 
@@ -371,11 +450,15 @@ void GPT::RunForward(int B, int T) {
     // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions
     // (Llama has none: RoPE), the group's sum is the embedding.
     const float* wpe = shard_.tp_rank == 0 && !config_.llama() ? E + tensors_[1].offset : nullptr;
-    Op("encoder fwd", [&] {
-      be_->EncoderForward(A(off_.encoded), SlotTokens(), E, v0_, v0_ + Vl_, wpe, B, T, C);
-    });
+    // With sequence parallelism the sum is reduce-scattered: this rank's rows.
+    float* out = sp() ? A(off_.proj) : A(off_.encoded);
+    Op("encoder fwd", [&] { be_->EncoderForward(out, SlotTokens(), E, v0_, v0_ + Vl_, wpe, B, T, C); });
     ReleaseUnitParams(0);
-    Op("tp all-reduce", [&] { TpAllReduce(A(off_.encoded), static_cast<size_t>(BT) * C); });
+    if (sp()) {
+      Op("sp reduce-scatter", [&] { TpReduceScatter(out, A(off_.encoded), static_cast<size_t>(Rows(BT)) * C); });
+    } else {
+      Op("tp all-reduce", [&] { TpAllReduce(out, static_cast<size_t>(BT) * C); });
+    }
   }
   const float* residual = A(off_.encoded);
   for (int l = lb_; l < le_; ++l) {
@@ -391,16 +474,23 @@ void GPT::RunForward(int B, int T) {
   if (!shard_.last()) return;
   {
     float* F = UnitParams(head_unit());  // ln_f weight, then bias (Llama: norm's weight)
+    // The classifier reads every row: with sequence parallelism the norm's rows are gathered.
+    const kernels::Ptr lnf = H(sp() ? A(off_.gathered) : A(off_.lnf));
+    const int R = Rows(BT);
     if (config_.llama()) {
       Op("rmsnorm fwd", [&] {
-        be_->RMSNormForward(H(A(off_.lnf)), A(off_.lnf_rstd), residual, F, BT, C, static_cast<float>(config_.norm_eps));
+        be_->RMSNormForward(lnf, A(off_.lnf_rstd), residual, F, R, C, static_cast<float>(config_.norm_eps));
       });
     } else {
       Op("layernorm fwd", [&] {
-        be_->LayerNormForward(H(A(off_.lnf)), A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, BT, C);
+        be_->LayerNormForward(lnf, A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, R, C);
       });
     }
     ReleaseUnitParams(head_unit());
+    if (sp()) {
+      const size_t elems = static_cast<size_t>(R) * C;
+      Op("sp all-gather", [&] { TpAllGather(lnf.as_f32(), A(off_.lnf), mixed() ? elems / 2 : elems); });
+    }
   }
   // Classifier: logits = lnf @ W^T, W this rank's vocabulary rows of the tied wte (Llama's
   // lm_head). W stays acquired until the classifier's backward (or, without one, the end of
@@ -523,11 +613,9 @@ float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B,
 void GPT::BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g, const float* residual,
                         int B, int T) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
-  const int BT = B * T;
-  const size_t btc = static_cast<size_t>(BT) * C;
+  const int BT = B * T, R = Rows(BT);
   float* dres = A(off_.dres);
   float* dln = A(off_.dln);
-  const kernels::Ptr dout = DresOperand();
   // Activation checkpointing: what forward did not keep is computed again, as it was.
   if (off_.recompute == Recompute::kFull) {
     ForwardLayer(l, p, w, residual, B, T, "recompute fwd");
@@ -537,58 +625,56 @@ void GPT::BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const 
                             NH, lp_);
     });
   }
-  // dres holds d(res3). MLP branch; with 16-bit tensors each gradient reaching one is
-  // rounded as that tensor was, and each weight gradient before it is accumulated.
-  RoundDres();
+  // dres holds d(res3) (this rank's rows). MLP branch; with 16-bit tensors each gradient
+  // reaching one is rounded as that tensor was, and each weight gradient before it is accumulated.
+  const kernels::Ptr dout3 = DoutAllRows(BT);
   Op("matmul+gelu bwd", [&] {
-    be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,
+    be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout3, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,
                         Fm, C, k::WeightLayout::kInOut, H(LayerAct(l, off_.fch)));
   });
-  Op("matmul bwd", [&] {
-    be_->MatmulBackward(dln, g.fcw, g.fcb, H(A(off_.dfch)), H(LayerAct(l, off_.ln2)), w.fcw, BT, C, Fm);
-  });
+  const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
+  Op("matmul bwd", [&] { be_->MatmulBackward(dln, g.fcw, g.fcb, H(A(off_.dfch)), ln2, w.fcw, BT, C, Fm); });
   // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
-  Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
-  Round(dln, btc);
-  // d(res2) = d(res3) + ln_2 backward
+  const float* dln2 = SumNormGrad(dln, BT);
+  // d(res2) = d(res3) + ln_2 backward (ln_2's weight and bias are adjacent)
+  float* g2 = NormGrads(g.ln2w, 2 * static_cast<size_t>(C));
   Op("layernorm bwd", [&] {
-    be_->LayerNormBackward(dres, g.ln2w, g.ln2b, dln, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_mean),
-                           LayerAct(l, off_.ln2_rstd), BT, C);
+    be_->LayerNormBackward(dres, g2, g2 + C, dln2, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_mean),
+                           LayerAct(l, off_.ln2_rstd), R, C);
   });
+  FinishNormGrads(g.ln2w, 2 * static_cast<size_t>(C));
   // Attention branch.
-  RoundDres();
+  const kernels::Ptr dout2 = DoutAllRows(BT);
   Op("matmul bwd", [&] {
-    be_->MatmulBackward(H(A(off_.datty)), g.projw, g.projb, dout, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C);
+    be_->MatmulBackward(H(A(off_.datty)), g.projw, g.projb, dout2, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C);
   });
   Op("attention bwd", [&] {
     be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
                            H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH);
   });
-  Op("matmul bwd", [&] {
-    be_->MatmulBackward(dln, g.qkvw, g.qkvb, H(A(off_.dqkv)), H(LayerAct(l, off_.ln1)), w.qkvw, BT, C, 3 * Ca);
-  });
+  const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
+  Op("matmul bwd", [&] { be_->MatmulBackward(dln, g.qkvw, g.qkvb, H(A(off_.dqkv)), ln1, w.qkvw, BT, C, 3 * Ca); });
   // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
   // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
   // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
   // order lr that differ with any change of summation order. Its true value is 0.
   be_->Zero(g.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
-  Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
-  Round(dln, btc);
+  const float* dln1 = SumNormGrad(dln, BT);
   // d(residual_in) = d(res2) + ln_1 backward
+  float* g1 = NormGrads(g.ln1w, 2 * static_cast<size_t>(C));
   Op("layernorm bwd", [&] {
-    be_->LayerNormBackward(dres, g.ln1w, g.ln1b, dln, residual, p.ln1w, LayerAct(l, off_.ln1_mean),
-                           LayerAct(l, off_.ln1_rstd), BT, C);
+    be_->LayerNormBackward(dres, g1, g1 + C, dln1, residual, p.ln1w, LayerAct(l, off_.ln1_mean),
+                           LayerAct(l, off_.ln1_rstd), R, C);
   });
+  FinishNormGrads(g.ln1w, 2 * static_cast<size_t>(C));
 }
 
 void GPT::BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g,
                              const float* residual, int B, int T) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, NKV = NKVa_, hd = hd_, Fm = Fm_;
-  const int BT = B * T;
-  const size_t btc = static_cast<size_t>(BT) * C;
+  const int BT = B * T, R = Rows(BT);
   float* dres = A(off_.dres);
   float* dln = A(off_.dln);
-  const kernels::Ptr dout = DresOperand();
   const bool grouped = NKV != NH;
   if (off_.recompute == Recompute::kFull) {
     ForwardLlamaLayer(l, p, w, residual, B, T, "recompute fwd");
@@ -599,26 +685,27 @@ void GPT::BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, c
     });
   }
   // dres holds d(res3). MLP branch: down_proj, SwiGLU, gate|up.
-  RoundDres();
+  const kernels::Ptr dout3 = DoutAllRows(BT);
   Op("matmul bwd", [&] {
-    be_->MatmulBackward(H(A(off_.dswi)), g.fcprojw, nullptr, dout, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT, Fm, C,
-                        k::WeightLayout::kOutIn);
+    be_->MatmulBackward(H(A(off_.dswi)), g.fcprojw, nullptr, dout3, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT, Fm,
+                        C, k::WeightLayout::kOutIn);
   });
   Op("swiglu bwd", [&] { be_->SwigluBackward(H(A(off_.dfch)), H(A(off_.dswi)), H(LayerAct(l, off_.fch)), BT, Fm); });
+  const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
   Op("matmul bwd", [&] {
-    be_->MatmulBackward(dln, g.fcw, nullptr, H(A(off_.dfch)), H(LayerAct(l, off_.ln2)), w.fcw, BT, C, 2 * Fm,
-                        k::WeightLayout::kOutIn);
+    be_->MatmulBackward(dln, g.fcw, nullptr, H(A(off_.dfch)), ln2, w.fcw, BT, C, 2 * Fm, k::WeightLayout::kOutIn);
   });
-  Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
-  Round(dln, btc);
+  const float* dln2 = SumNormGrad(dln, BT);
+  float* g2 = NormGrads(g.ln2w, static_cast<size_t>(C));
   Op("rmsnorm bwd", [&] {
-    be_->RMSNormBackward(dres, g.ln2w, dln, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_rstd), BT, C);
+    be_->RMSNormBackward(dres, g2, dln2, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_rstd), R, C);
   });
+  FinishNormGrads(g.ln2w, static_cast<size_t>(C));
   // Attention branch: o_proj, attention, the key/value heads' gradients summed over their
   // groups, RoPE's inverse rotation, q|k|v.
-  RoundDres();
+  const kernels::Ptr dout2 = DoutAllRows(BT);
   Op("matmul bwd", [&] {
-    be_->MatmulBackward(H(A(off_.datty)), g.projw, nullptr, dout, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C,
+    be_->MatmulBackward(H(A(off_.datty)), g.projw, nullptr, dout2, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C,
                         k::WeightLayout::kOutIn);
   });
   Op("attention bwd", [&] {
@@ -628,21 +715,21 @@ void GPT::BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, c
   const kernels::Ptr dqkvr = H(grouped ? A(off_.qkvr) : A(off_.dqkv));
   if (grouped) Op("gqa reduce", [&] { be_->GqaReduce(dqkvr, H(A(off_.dqkv)), BT, NH, NKV, hd); });
   Op("rope bwd", [&] { be_->RopeApply(dqkvr, B, T, NH, NKV, hd, inv_freq_.data(), true); });
+  const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
   Op("matmul bwd", [&] {
-    be_->MatmulBackward(dln, g.qkvw, nullptr, dqkvr, H(LayerAct(l, off_.ln1)), w.qkvw, BT, C, (NH + 2 * NKV) * hd,
-                        k::WeightLayout::kOutIn);
+    be_->MatmulBackward(dln, g.qkvw, nullptr, dqkvr, ln1, w.qkvw, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn);
   });
-  Op("tp all-reduce", [&] { TpAllReduce(dln, btc); });
-  Round(dln, btc);
+  const float* dln1 = SumNormGrad(dln, BT);
+  float* g1 = NormGrads(g.ln1w, static_cast<size_t>(C));
   Op("rmsnorm bwd", [&] {
-    be_->RMSNormBackward(dres, g.ln1w, dln, residual, p.ln1w, LayerAct(l, off_.ln1_rstd), BT, C);
+    be_->RMSNormBackward(dres, g1, dln1, residual, p.ln1w, LayerAct(l, off_.ln1_rstd), R, C);
   });
+  FinishNormGrads(g.ln1w, static_cast<size_t>(C));
 }
 
 void GPT::RunBackward(int B, int T) {
   const int C = config_.n_embd;
-  const int BT = B * T;
-  const size_t btc = static_cast<size_t>(BT) * C;
+  const int BT = B * T, R = Rows(BT);
   float* dres = A(off_.dres);
   if (shard_.last()) {
     // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
@@ -656,19 +743,21 @@ void GPT::RunBackward(int B, int T) {
     });
     ReleaseUnitParams(wte_unit());  // this hold, and the forward's
     ReleaseUnitParams(wte_unit());
-    Op("tp all-reduce", [&] { TpAllReduce(A(off_.dlnf), btc); });
-    Round(A(off_.dlnf), btc);
+    const float* dlnf = SumNormGrad(A(off_.dlnf), BT);
     const float* last = LayerAct(le_ - 1, off_.res3);
-    be_->Zero(dres, btc * sizeof(float));
+    be_->Zero(dres, static_cast<size_t>(R) * C * sizeof(float));
     float* F = UnitParams(head_unit());
     float* dF = UnitGrads(head_unit());
+    const size_t norm_n = static_cast<size_t>(config_.llama() ? C : 2 * C);  // the final norm's weight (and bias)
+    float* dFn = NormGrads(dF, norm_n);
     if (config_.llama()) {
-      Op("rmsnorm bwd", [&] { be_->RMSNormBackward(dres, dF, A(off_.dlnf), last, F, A(off_.lnf_rstd), BT, C); });
+      Op("rmsnorm bwd", [&] { be_->RMSNormBackward(dres, dFn, dlnf, last, F, A(off_.lnf_rstd), R, C); });
     } else {
       Op("layernorm bwd", [&] {
-        be_->LayerNormBackward(dres, dF, dF + C, A(off_.dlnf), last, F, A(off_.lnf_mean), A(off_.lnf_rstd), BT, C);
+        be_->LayerNormBackward(dres, dFn, dFn + C, dlnf, last, F, A(off_.lnf_mean), A(off_.lnf_rstd), R, C);
       });
     }
+    FinishNormGrads(dF, norm_n);
     ReleaseUnitParams(head_unit());
     UnitGradsDone(head_unit());
   }  // else dres holds d(output), from the next stage
@@ -688,9 +777,15 @@ void GPT::RunBackward(int B, int T) {
   }
   if (!shard_.first()) return;  // dres holds d(input), for the previous stage
   float* dE = UnitGrads(0);
+  // The vocabulary-parallel embedding's backward reads every row's gradient.
+  const float* dall = dres;
+  if (sp()) {
+    Op("sp all-gather", [&] { TpAllGather(dres, A(off_.dres_all), static_cast<size_t>(R) * C); });
+    dall = A(off_.dres_all);
+  }
   Op("encoder bwd", [&] {
-    be_->EncoderBackward(dE, config_.llama() ? nullptr : dE + tensors_[1].offset, dres, SlotTokens(), v0_, v0_ + Vl_, B,
-                         T, C);
+    be_->EncoderBackward(dE, config_.llama() ? nullptr : dE + tensors_[1].offset, dall, SlotTokens(), v0_, v0_ + Vl_,
+                         B, T, C);
   });
   UnitGradsDone(0);
 }

@@ -146,6 +146,10 @@ class GPT {
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<std::pair<std::string, double>>& op_seconds() const { return op_seconds_; }
   void ResetProfile() { op_seconds_.clear(); }
+  // The floats of a stage's input or output (its residual stream) for a (B,T) micro-batch.
+  size_t stage_floats(int B, int T) const {
+    return static_cast<size_t>(shard_.residual_rows(static_cast<int64_t>(B) * T)) * static_cast<size_t>(config_.n_embd);
+  }
   // Allocates the activations for (B,T) now rather than at the first forward.
   void ReserveActivations(int B, int T) { EnsureActivations(B, T); }
   // Frees the activations and the per-unit 16-bit copies (training is over: a ZeRO 3 rank
@@ -254,12 +258,32 @@ class GPT {
 
   template <typename F>
   void Op(const char* name, F&& f);
-  // The GEMMs read the residual stream's gradient dres (fp32) as a 16-bit tensor in mixed
-  // precision: a rounded copy in dres16, which RoundDres makes (nothing in fp32).
-  kernels::Ptr DresOperand() { return mixed() ? kernels::Ptr(A(off_.dres16), lp_) : kernels::Ptr(A(off_.dres)); }
-  void RoundDres() {
-    if (mixed()) be_->Convert(DresOperand(), A(off_.dres), static_cast<int64_t>(act_B_) * act_T_ * config_.n_embd);
-  }
+  // Sequence parallelism (see model::LayoutActivations): the residual stream's rows here
+  // (B·T, or B·T/tp), and the exchanges that take the place of the tensor-parallel all-reduces.
+  bool sp() const { return off_.sequence_parallel; }
+  int Rows(int BT) const { return sp() ? BT / shard_.tp : BT; }
+  // A norm's output (this rank's rows) as a column-parallel GEMM's input (all rows): itself,
+  // or gathered over the group into `gathered`.
+  kernels::Ptr AllRows(kernels::Ptr rows, int BT);
+  // A row-parallel GEMM's partial sums (all rows, fp32) summed over the group, then rounded
+  // in mixed precision: in place (all-reduce), or this rank's rows into proj_rows
+  // (reduce-scatter). Returns the summed rows.
+  float* SumPartial(float* partial, int BT, const char* tag);
+  // Backward: the residual stream's gradient (dres, this rank's rows) as the GEMMs' dout over
+  // all rows: gathered with sequence parallelism, and rounded to 16 bits in mixed precision
+  // (a copy in dres16).
+  kernels::Ptr DoutAllRows(int BT);
+  // Backward: a norm's input gradient, partial over the group (all rows, at dln), summed:
+  // returns the rows the norm's backward reads (dln itself, or this rank's in dln_rows).
+  float* SumNormGrad(float* dln, int BT);
+  // A norm's weight gradients of n floats at g: where its backward accumulates them (g, or
+  // with sequence parallelism the zeroed dnorm scratch, its rows' part), and FinishNormGrads,
+  // which adds the group's sum into g.
+  float* NormGrads(float* g, size_t n);
+  void FinishNormGrads(float* g, size_t n);
+  // Sums or gathers over the tensor-parallel group (the first failure is kept).
+  void TpReduceScatter(const float* in, float* out, size_t n);
+  void TpAllGather(const float* in, float* out, size_t n);
   // Mixed precision: n values of an fp32 buffer rounded in place (nothing in fp32).
   void Round(float* p, size_t n);
   // An activation that autocast holds in 16 bits: of the 16-bit type in mixed precision.

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   model::ModelShard shard;
   if (sharded) {
     shard = model::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage);
+    shard.sequence_parallel = spec.parallel.sequence_parallel;
   }
   ASSIGN_OR_RETURN(const DeviceName device, ParseDevice(options.device));
   // One model over the rank's backend, every layout: its parameters, gradients, activations
@@ -284,7 +285,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
   const int rank = options_.comm ? options_.comm->rank() : 0;
   const model::ModelShard& sh = model_->shard();
   parallel::Communicator* pp = groups_->pp;
-  const size_t n = static_cast<size_t>(B) * T * spec_.model.n_embd;
+  const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
   double loss = 0, compute = 0;
   const auto t0 = Clock::now();
   for (const PipeOp& op : PipelineOps(schedule_, sh.pp, sh.stage, accum)) {
@@ -344,7 +345,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
 
 absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
   const model::ModelShard& sh = model_->shard();
-  const size_t n = static_cast<size_t>(B) * T * spec_.model.n_embd;
+  const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
   auto sum = MeanLoss(*val_data_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
     if (!sh.first()) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0), n, sh.stage - 1));
     const float l = model_->ForwardStage(0, in, tg, B, T, 0.f);
