@@ -1,5 +1,6 @@
 // The NCCL communicator on a GPU, world size 1 (one GPU host): every collective runs
 // through NCCL on device buffers and gives the group-of-one result, with sequence numbers.
+// The all-to-alls also between GPUs, one rank (a thread) per GPU, where there are several.
 // CTest label `gpu`; tests/gpu/run.sh runs it with GANTRY_REQUIRE_GPU=1.
 #include "worker/parallel/nccl_communicator.h"
 
@@ -7,11 +8,18 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
+#include "tests/alltoall_util.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace gantry::parallel {
@@ -118,6 +126,103 @@ TEST_F(NcclCommunicatorTest, AbortFailsTheNextCollectiveAtOnce) {
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_LT(secs, 5.0) << "no wait for the timeout or the grace";
   EXPECT_EQ((*c)->Barrier().code(), absl::StatusCode::kFailedPrecondition) << "the group stays failed";
+}
+
+// World size 1: the all-to-alls are a send to and a receive from this rank in one NCCL group
+// (device buffers, poisoned with NaN; a small host buffer through the staging); count
+// vectors that are not one per rank are INVALID_ARGUMENT naming them and take no sequence
+// number; after Abort the next fails as ABORTED.
+TEST_F(NcclCommunicatorTest, WorldSizeOneAllToAllsRunThroughNccl) {
+  auto c = NcclCommunicator::Create(0, 1, std::make_shared<gloo::rendezvous::HashStore>(), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  NcclCommunicator& comm = **c;
+  const size_t n = (1 << 20) + 3;
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = testing::Routed(0, 0, i % 1000000);
+  float* x = Device(h);
+  float* y = Device(std::vector<float>(n, NAN));
+  ASSERT_TRUE(comm.AllToAll(x, y, n).ok());
+  EXPECT_EQ(Host(y, n), h);
+  float* z = Device(std::vector<float>(n, NAN));
+  ASSERT_TRUE(comm.AllToAllV(x, {n}, z, {n}).ok());
+  EXPECT_EQ(Host(z, n), h);
+  ASSERT_TRUE(comm.AllToAllV(x, {0}, z, {0}).ok()) << "nothing to move";
+  std::vector<float> small(h.begin(), h.begin() + 1001), got(1001, NAN);
+  ASSERT_TRUE(comm.AllToAll(small.data(), got.data(), small.size()).ok());
+  EXPECT_EQ(got, small);
+  EXPECT_EQ(comm.seq(), 4u);
+  const absl::Status bad = comm.AllToAllV(x, {n, 0}, z, {n});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("send_counts has 2 entries"), absl::string_view::npos) << bad;
+  EXPECT_EQ(comm.seq(), 4u);
+  comm.Abort();
+  const absl::Status aborted = comm.AllToAll(x, y, n);
+  EXPECT_EQ(aborted.code(), absl::StatusCode::kAborted) << aborted;
+  EXPECT_NE(aborted.message().find("all_to_all #5 on rank 0"), absl::string_view::npos) << aborted;
+}
+
+// Between GPUs, one rank per GPU (NCCL refuses two ranks on one device), up to 4: AllToAll
+// and AllToAllV with uneven and zero counts deliver every (sender, receiver, index) exactly.
+TEST_F(NcclCommunicatorTest, AllToAllsBetweenGpusDeliverEveryChunkExactly) {
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  if (gpus < 2) {
+    GTEST_SKIP() << "an all-to-all between ranks needs 2 GPUs, one per rank (NCCL refuses two ranks on one "
+                    "device); this machine has "
+                 << gpus;
+  }
+  const int size = std::min(gpus, 4);
+  const size_t n = (1 << 18) + 7;
+  const std::vector<testing::RoutedCounts> counts = {
+      [n](int, int) { return n; },                                                  // AllToAll
+      [](int from, int to) { return static_cast<size_t>((from + 2 * to) % 3) * 4099; },  // zeros between
+      [](int from, int to) { return from == 0 || to == 0 ? size_t{0} : static_cast<size_t>(5 * from + to); },
+  };
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::string> errors(static_cast<size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      std::string& err = errors[static_cast<size_t>(r)];
+      NcclOptions o;
+      o.device = r;
+      auto c = NcclCommunicator::Create(r, size, store, o);
+      if (!c.ok()) {
+        err = std::string(c.status().message());
+        return;
+      }
+      for (size_t k = 0; k < counts.size() && err.empty(); ++k) {
+        const std::vector<float> in = testing::RoutedInput(r, size, counts[k]);
+        std::vector<size_t> send, recv;
+        testing::RoutedCountsOf(r, size, counts[k], &send, &recv);
+        size_t out_n = 0;
+        for (size_t v : recv) out_n += v;
+        float *din = nullptr, *dout = nullptr;
+        std::vector<float> out(out_n, NAN);
+        // (Create bound this thread to cuda:r.) The copies run on the legacy stream, which
+        // orders no non-blocking stream: synchronized, so they landed first.
+        if (cudaMalloc(&din, in.size() * 4 + 4) != cudaSuccess || cudaMalloc(&dout, out_n * 4 + 4) != cudaSuccess ||
+            cudaMemcpy(din, in.data(), in.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(dout, out.data(), out_n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaDeviceSynchronize() != cudaSuccess) {
+          err = "cuda allocation or copy failed";
+        } else {
+          const absl::Status s = k == 0 ? (*c)->AllToAll(din, dout, n) : (*c)->AllToAllV(din, send, dout, recv);
+          if (!s.ok()) {
+            err = absl::StrCat("pattern ", k, ": ", s.message());
+          } else if (cudaMemcpy(out.data(), dout, out_n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            err = "copying the result back failed";
+          } else if (std::string bad = testing::CheckRouted(out, r, size, counts[k]); !bad.empty()) {
+            err = absl::StrCat("pattern ", k, ": ", bad);
+          }
+        }
+        cudaFree(din);
+        cudaFree(dout);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r << " of " << size;
 }
 
 }  // namespace

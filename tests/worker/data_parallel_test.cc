@@ -57,6 +57,11 @@ class CountingCommunicator final : public parallel::Communicator {
     return c_->ReduceScatterSumBf16(in, out, n);
   }
   absl::Status AllGather(const float* in, float* out, size_t n) override { return c_->AllGather(in, out, n); }
+  absl::Status AllToAll(const float* in, float* out, size_t n) override { return c_->AllToAll(in, out, n); }
+  absl::Status AllToAllV(const float* in, const std::vector<size_t>& send_counts, float* out,
+                         const std::vector<size_t>& recv_counts) override {
+    return c_->AllToAllV(in, send_counts, out, recv_counts);
+  }
   absl::Status Broadcast(float* data, size_t n, int root) override { return c_->Broadcast(data, n, root); }
   absl::Status Send(const float* data, size_t n, int peer) override { return c_->Send(data, n, peer); }
   absl::Status Recv(float* data, size_t n, int peer) override { return c_->Recv(data, n, peer); }

@@ -10,11 +10,13 @@
 #include <cmath>
 #include <functional>
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cast.h"
+#include "tests/alltoall_util.h"
 #include "worker/parallel/device_groups.h"
 
 namespace gantry::parallel {
@@ -36,6 +38,26 @@ std::vector<absl::Status> OnRanks(int size, const std::function<absl::Status(Com
   }
   for (auto& t : threads) t.join();
   return out;
+}
+
+// Runs fn on rank 0 of 2 while rank 1, connected, never arrives at a collective (it waits
+// until rank 0 is done); rank 0's status.
+absl::Status WithoutRankOne(const std::function<absl::Status(Communicator&)>& fn, std::chrono::milliseconds timeout) {
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
+  auto st = OnRanks(
+      2,
+      [&](Communicator& c) -> absl::Status {
+        if (c.rank() == 1) {
+          done.wait_for(std::chrono::seconds(30));
+          return absl::OkStatus();
+        }
+        absl::Status s = fn(c);
+        rank0_done.set_value();
+        return s;
+      },
+      timeout);
+  return st[0];
 }
 
 float Value(int rank, size_t i) { return static_cast<float>(rank + 1) * 0.5f + static_cast<float>(i % 7); }
@@ -218,59 +240,153 @@ TEST_P(GlooCommunicatorTest, Bf16AllReduceGivesEveryRankTheSameBitsWithinTheRoun
   }
 }
 
+// Every (sender, receiver, index) checked exactly (tests/alltoall_util.h); out poisoned with
+// NaN, so an unwritten element fails.
+TEST_P(GlooCommunicatorTest, AllToAllSendsEachChunkToItsRank) {
+  const int p = GetParam();
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{100003}}) {
+    const testing::RoutedCounts count = [n](int, int) { return n; };
+    auto st = OnRanks(p, [&](Communicator& c) -> absl::Status {
+      const std::vector<float> in = testing::RoutedInput(c.rank(), p, count);
+      std::vector<float> out(n * p, NAN);
+      if (auto s = c.AllToAll(in.data(), out.data(), n); !s.ok()) return s;
+      if (std::string bad = testing::CheckRouted(out, c.rank(), p, count); !bad.empty()) return absl::InternalError(bad);
+      if (c.seq() != 1 || c.completed() != 1) return absl::InternalError(absl::StrCat("seq ", c.seq()));
+      return absl::OkStatus();
+    });
+    for (const auto& s : st) EXPECT_TRUE(s.ok()) << "n " << n << ": " << s;
+  }
+}
+
+// Uneven counts with zeros: some pairs move nothing, and in the last pattern rank 0 sends and
+// receives nothing at all (its buffers are empty vectors). Both sides take their counts from
+// the same function, so they agree pairwise, as the caller must make them.
+TEST_P(GlooCommunicatorTest, AllToAllVMovesUnevenAndZeroCounts) {
+  const int p = GetParam();
+  const std::vector<testing::RoutedCounts> patterns = {
+      [](int from, int to) { return static_cast<size_t>((from + 2 * to) % 3) * 37; },
+      [](int from, int to) { return static_cast<size_t>(1 + from + 1000 * to); },
+      [](int from, int to) { return from == 0 || to == 0 ? size_t{0} : static_cast<size_t>(5 * from + to); },
+  };
+  auto st = OnRanks(p, [&](Communicator& c) -> absl::Status {
+    for (size_t k = 0; k < patterns.size(); ++k) {
+      std::vector<size_t> send, recv;
+      testing::RoutedCountsOf(c.rank(), p, patterns[k], &send, &recv);
+      const std::vector<float> in = testing::RoutedInput(c.rank(), p, patterns[k]);
+      size_t total = 0;
+      for (size_t v : recv) total += v;
+      std::vector<float> out(total, NAN);
+      if (auto s = c.AllToAllV(in.data(), send, out.data(), recv); !s.ok()) return s;
+      if (std::string bad = testing::CheckRouted(out, c.rank(), p, patterns[k]); !bad.empty()) {
+        return absl::InternalError(absl::StrCat("pattern ", k, ": ", bad));
+      }
+    }
+    if (c.seq() != patterns.size()) return absl::InternalError(absl::StrCat("seq ", c.seq()));
+    return absl::OkStatus();
+  });
+  for (const auto& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooCommunicatorTest, ::testing::Values(1, 2, 3, 4));
+
+// What one rank can see wrong in AllToAllV's counts is INVALID_ARGUMENT naming the vector,
+// on every rank alike and before any sequence number is taken: the group is still usable.
+TEST(GlooCommunicatorAllToAllTest, CountsOneRankCanSeeAreWrongAreAnErrorNamingThem) {
+  auto st = OnRanks(3, [&](Communicator& c) -> absl::Status {
+    const std::vector<size_t> three(3, 2), two(2, 2);
+    std::vector<float> in(6, 1.f), out(6);
+    std::vector<std::string> errors;
+    for (const auto& [send, recv] : {std::pair{&two, &three}, std::pair{&three, &two}}) {
+      const absl::Status s = c.AllToAllV(in.data(), *send, out.data(), *recv);
+      if (!absl::IsInvalidArgument(s)) return absl::InternalError(absl::StrCat("not INVALID_ARGUMENT: ", s.ToString()));
+      errors.emplace_back(s.message());
+    }
+    const std::string who = absl::StrCat("all_to_all_v on rank ", c.rank(), ": ");
+    if (errors[0] != who + "send_counts has 2 entries, not one per rank of the group of 3" ||
+        errors[1] != who + "recv_counts has 2 entries, not one per rank of the group of 3") {
+      return absl::InternalError(absl::StrCat(errors[0], " | ", errors[1]));
+    }
+    std::vector<size_t> keeps_more = three;
+    keeps_more[c.rank()] = 3;
+    const absl::Status self = c.AllToAllV(in.data(), keeps_more, out.data(), three);
+    if (!absl::IsInvalidArgument(self) ||
+        self.message().find(absl::StrCat("send_counts[", c.rank(), "] = 3 but recv_counts[", c.rank(), "] = 2")) ==
+            absl::string_view::npos) {
+      return absl::InternalError(absl::StrCat("self count mismatch: ", self.ToString()));
+    }
+    if (c.seq() != 0) return absl::InternalError(absl::StrCat("an argument error took sequence number ", c.seq()));
+    std::vector<float> mine(6, static_cast<float>(c.rank()));
+    if (auto s = c.AllToAllV(mine.data(), three, out.data(), three); !s.ok()) return s;
+    for (int from = 0; from < 3; ++from) {
+      if (out[2 * from] != static_cast<float>(from)) return absl::InternalError("the group is not usable after them");
+    }
+    return absl::OkStatus();
+  });
+  for (const auto& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
+// Abort (the job's placement is over): the next all-to-all fails as ABORTED, naming itself,
+// its sequence number and the rank, without waiting for a peer; the group stays failed.
+TEST(GlooCommunicatorAllToAllTest, AfterAbortTheNextAllToAllFailsAborted) {
+  std::vector<std::string> later(2);
+  auto st = OnRanks(2, [&](Communicator& c) -> absl::Status {
+    std::vector<float> in(8, 1.f), out(8);
+    if (auto s = c.AllToAll(in.data(), out.data(), 4); !s.ok()) return s;
+    c.Abort();
+    const absl::Status s = c.AllToAll(in.data(), out.data(), 4);
+    later[c.rank()] = std::string(c.AllToAllV(in.data(), {4, 4}, out.data(), {4, 4}).message());
+    return s;
+  });
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(absl::IsAborted(st[r])) << st[r];
+    EXPECT_EQ(st[r].message(), absl::StrCat("all_to_all #2 on rank ", r, ": the job's placement was aborted"));
+    EXPECT_NE(later[r].find(absl::StrCat("all_to_all_v #3 on rank ", r, ": the group failed earlier: all_to_all #2")),
+              std::string::npos)
+        << later[r];
+  }
+}
 
 TEST(GlooCommunicatorFailureTest, ABf16CollectiveFailsAsItsFp32TwinDoes) {
   // Rank 1 never arrives at the bf16 reduce-scatter: rank 0 fails within the timeout, naming
   // the collective, its sequence number and the missing rank; the group stays failed.
-  std::promise<void> rank0_done;
-  std::shared_future<void> done = rank0_done.get_future().share();
   std::string later;
-  auto st = OnRanks(
-      2,
-      [&](Communicator& c) -> absl::Status {
+  const absl::Status s = WithoutRankOne(
+      [&](Communicator& c) {
         std::vector<uint16_t> x(2 << 14, 0x3f80), y(x.size() / 2);
-        if (c.rank() == 1) {
-          done.wait_for(std::chrono::seconds(30));
-          return absl::OkStatus();
-        }
         absl::Status s = c.ReduceScatterSumBf16(x.data(), y.data(), y.size());
         later = std::string(c.AllReduceSumBf16(x.data(), x.size()).message());
-        rank0_done.set_value();
         return s;
       },
       std::chrono::milliseconds(1500));
-  ASSERT_FALSE(st[0].ok());
-  EXPECT_TRUE(absl::IsDeadlineExceeded(st[0])) << st[0];
-  EXPECT_NE(st[0].message().find("reduce_scatter #1 failed on rank 0 of 2: rank 1 did not arrive"), absl::string_view::npos)
-      << st[0];
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_NE(s.message().find("reduce_scatter #1 failed on rank 0 of 2: rank 1 did not arrive"), absl::string_view::npos)
+      << s;
   EXPECT_NE(later.find("all_reduce #2 on rank 0: the group failed earlier: reduce_scatter #1"), std::string::npos) << later;
 }
 
 TEST(GlooCommunicatorFailureTest, AMissingRankIsAnErrorNamingTheCollectiveNotAHang) {
-  // Rank 1 is connected but never arrives at the all-reduce (it waits until rank 0 is done):
-  // rank 0 must get an error within the timeout, not hang.
-  std::promise<void> rank0_done;
-  std::shared_future<void> done = rank0_done.get_future().share();
-  const auto t0 = std::chrono::steady_clock::now();
-  auto st = OnRanks(
-      2,
-      [&](Communicator& c) -> absl::Status {
-        std::vector<float> x(1000, 1.f);
-        if (c.rank() == 1) {
-          done.wait_for(std::chrono::seconds(30));
-          return absl::OkStatus();
-        }
-        absl::Status s = c.AllReduceSum(x.data(), x.size());
-        rank0_done.set_value();
-        return s;
-      },
-      std::chrono::milliseconds(1500));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(secs, 15.0) << "the missing rank must become an error near the 1.5 s timeout";
-  ASSERT_FALSE(st[0].ok());
-  EXPECT_NE(st[0].message().find("all_reduce #1 failed on rank 0 of 2: rank 1 did not arrive"), absl::string_view::npos)
-      << st[0];
+  // Rank 1 is connected but never arrives at the all-reduce, or the all-to-all (it waits
+  // until rank 0 is done): rank 0 must get an error within the timeout, not hang.
+  const std::vector<std::pair<std::string, std::function<absl::Status(Communicator&)>>> cases = {
+      {"all_reduce",
+       [](Communicator& c) {
+         std::vector<float> x(1000, 1.f);
+         return c.AllReduceSum(x.data(), x.size());
+       }},
+      {"all_to_all_v",
+       [](Communicator& c) {
+         std::vector<float> in(2000, 1.f), out(2000);
+         return c.AllToAllV(in.data(), {1000, 1000}, out.data(), {1000, 1000});
+       }},
+  };
+  for (const auto& [name, fn] : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const absl::Status s = WithoutRankOne(fn, std::chrono::milliseconds(1500));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(secs, 15.0) << name << ": the missing rank must become an error near the 1.5 s timeout";
+    EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+    EXPECT_NE(s.message().find(name + " #1 failed on rank 0 of 2: rank 1 did not arrive"), absl::string_view::npos) << s;
+  }
 }
 
 TEST(GlooCommunicatorFailureTest, EverySurvivorNamesTheRankThatDidNotArriveAndTheGroupStaysFailed) {

@@ -47,6 +47,13 @@ class MirrorCommunicator final : public parallel::Communicator {
     std::copy(in, in + n, out + n);
     return Next();
   }
+  // The peer's chunk for rank 0 is, mirrored, rank 0's own: both halves of out are chunk 0,
+  // as AllGather's are.
+  absl::Status AllToAll(const float* in, float* out, size_t n) override { return AllGather(in, out, n); }
+  absl::Status AllToAllV(const float* in, const std::vector<size_t>& send_counts, float* out,
+                         const std::vector<size_t>&) override {
+    return AllGather(in, out, send_counts[0]);
+  }
   absl::Status AllReduceSumBf16(uint16_t* data, size_t n) override {
     Reduction();
     for (size_t i = 0; i < n; ++i) data[i] = kernels::Bf16Of(2 * kernels::FloatOfBf16(data[i]));  // exact

@@ -71,19 +71,10 @@ double CommThread::TakeBusySeconds() {
   return b;
 }
 
-absl::Status SoloCommunicator::ReduceScatterSum(const float* in, float* out, size_t n) {
-  if (in != out) std::copy(in, in + n, out);
-  return Next();
-}
-
-absl::Status SoloCommunicator::ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) {
-  if (in != out) std::copy(in, in + n, out);
-  return Next();
-}
-
-absl::Status SoloCommunicator::AllGather(const float* in, float* out, size_t n) {
-  if (in != out) std::copy(in, in + n, out);
-  return Next();
+absl::Status SoloCommunicator::AllToAllV(const float* in, const std::vector<size_t>& send_counts, float* out,
+                                         const std::vector<size_t>& recv_counts) {
+  if (absl::Status s = CheckAllToAllCounts(0, 1, send_counts, recv_counts); !s.ok()) return s;
+  return Copy(in, out, send_counts[0]);
 }
 
 absl::Status SoloCommunicator::Broadcast(float*, size_t, int root) {

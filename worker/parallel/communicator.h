@@ -7,8 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace gantry::parallel {
 
@@ -36,6 +39,20 @@ class Communicator {
   // rank with the same bits. ReduceScatterSumBf16 may run in place: out == in + rank·n.
   virtual absl::Status AllReduceSumBf16(uint16_t* data, size_t n) = 0;
   virtual absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) = 0;
+  // in (size·n) → out (size·n): chunk r of in, in[r·n, (r+1)·n), goes to rank r, and
+  // out[r·n, (r+1)·n) receives rank r's chunk for this rank (expert parallelism's dispatch
+  // and combine). out must not overlap in.
+  virtual absl::Status AllToAll(const float* in, float* out, size_t n) = 0;
+  // The same with a count per peer: in (Σ send_counts) → out (Σ recv_counts). send_counts[r]
+  // elements go to rank r from offset Σ_{q<r} send_counts[q] of in; recv_counts[r] elements
+  // come from rank r to offset Σ_{q<r} recv_counts[q] of out; zero counts are allowed. The
+  // counts must agree pairwise (this rank's send_counts[r] is rank r's recv_counts[rank]):
+  // that is the caller's to keep, and nothing checks it across ranks (with Gloo a mismatch
+  // was seen to end the process, an exception in its transport's thread; NCCL may hang until
+  // the timeout). What one rank can see alone (CheckAllToAllCounts) is INVALID_ARGUMENT
+  // naming the count vector, before any sequence number is taken.
+  virtual absl::Status AllToAllV(const float* in, const std::vector<size_t>& send_counts, float* out,
+                                 const std::vector<size_t>& recv_counts) = 0;
   // data (n) ← root's data (n)
   virtual absl::Status Broadcast(float* data, size_t n, int root) = 0;
   virtual absl::Status Send(const float* data, size_t n, int peer) = 0;
@@ -48,5 +65,25 @@ class Communicator {
   // failure, never destroyed in a collective).
   virtual void Abort() = 0;
 };
+
+// AllToAllV's counts as one rank sees them: a count per rank of the group on each side, and
+// as many elements kept (send_counts[rank]) as received from itself (recv_counts[rank]).
+inline absl::Status CheckAllToAllCounts(int rank, int size, const std::vector<size_t>& send_counts,
+                                        const std::vector<size_t>& recv_counts) {
+  for (const auto& [name, counts] : {std::pair<const char*, const std::vector<size_t>*>{"send_counts", &send_counts},
+                                     {"recv_counts", &recv_counts}}) {
+    if (counts->size() != static_cast<size_t>(size)) {
+      return absl::InvalidArgumentError(absl::StrCat("all_to_all_v on rank ", rank, ": ", name, " has ", counts->size(),
+                                                     " entries, not one per rank of the group of ", size));
+    }
+  }
+  if (send_counts[static_cast<size_t>(rank)] != recv_counts[static_cast<size_t>(rank)]) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all_v on rank ", rank, ": send_counts[", rank, "] = ",
+                                                   send_counts[static_cast<size_t>(rank)], " but recv_counts[", rank,
+                                                   "] = ", recv_counts[static_cast<size_t>(rank)],
+                                                   " (what a rank sends itself is what it receives from itself)"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace gantry::parallel

@@ -4,6 +4,8 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/cast.h"
 #include "worker/parallel/failure_report.h"
 
@@ -173,6 +176,40 @@ absl::Status GlooCommunicator::AllGather(const float* in, float* out, size_t n) 
     o.setTag(tag);
     o.setTimeout(options_.timeout);
     gloo::allgather(o);
+  });
+}
+
+absl::Status GlooCommunicator::AllToAll(const float* in, float* out, size_t n) {
+  if (size_ == 1 || n == 0) {
+    return Run("all_to_all", [&](uint32_t) {
+      if (in != out) std::copy(in, in + n, out);
+    });
+  }
+  return Run("all_to_all", [&](uint32_t tag) {
+    gloo::AlltoallOptions o(ctx_);
+    o.setInput(const_cast<float*>(in), n * static_cast<size_t>(size_));
+    o.setOutput(out, n * static_cast<size_t>(size_));
+    o.setTag(tag);
+    o.setTimeout(options_.timeout);
+    gloo::alltoall(o);
+  });
+}
+
+absl::Status GlooCommunicator::AllToAllV(const float* in, const std::vector<size_t>& send_counts, float* out,
+                                         const std::vector<size_t>& recv_counts) {
+  RETURN_IF_ERROR(CheckAllToAllCounts(rank_, size_, send_counts, recv_counts));
+  if (size_ == 1) {
+    return Run("all_to_all_v", [&](uint32_t) {
+      if (in != out) std::copy(in, in + send_counts[0], out);
+    });
+  }
+  return Run("all_to_all_v", [&](uint32_t tag) {
+    gloo::AlltoallvOptions o(ctx_);
+    o.setInput(const_cast<float*>(in), std::vector<int64_t>(send_counts.begin(), send_counts.end()));
+    o.setOutput(out, std::vector<int64_t>(recv_counts.begin(), recv_counts.end()));
+    o.setTag(tag);
+    o.setTimeout(options_.timeout);
+    gloo::alltoallv(o);
   });
 }
 

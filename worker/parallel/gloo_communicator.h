@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/parallel/communicator.h"
@@ -51,6 +52,10 @@ class GlooCommunicator final : public Communicator {
   absl::Status AllReduceSum(float* data, size_t n) override;
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;
+  // Gloo's alltoall and alltoallv (every send and receive posted at once, then waited for).
+  absl::Status AllToAll(const float* in, float* out, size_t n) override;
+  absl::Status AllToAllV(const float* in, const std::vector<size_t>& send_counts, float* out,
+                         const std::vector<size_t>& recv_counts) override;
   absl::Status AllReduceSumBf16(uint16_t* data, size_t n) override;
   absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) override;
   absl::Status Broadcast(float* data, size_t n, int root) override;

@@ -238,6 +238,38 @@ absl::Status NcclCommunicator::AllGather(const float* in, float* out, size_t n) 
   });
 }
 
+absl::Status NcclCommunicator::SendRecvChunks(const char* what, const float* in, const std::vector<size_t>& send_counts,
+                                              float* out, const std::vector<size_t>& recv_counts) {
+  size_t in_n = 0, out_n = 0;
+  for (size_t c : send_counts) in_n += c;
+  for (size_t c : recv_counts) out_n += c;
+  return RunStaged(what, in, in_n, out, out_n, [&](const float* i, float* o) {
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return r;
+    size_t sent = 0, received = 0;
+    for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
+      const size_t s = send_counts[static_cast<size_t>(p)], v = recv_counts[static_cast<size_t>(p)];
+      if (s > 0) r = ncclSend(i + sent, s, ncclFloat32, p, Comm(comm_), Stream(stream_));
+      if (r == ncclSuccess && v > 0) r = ncclRecv(o + received, v, ncclFloat32, p, Comm(comm_), Stream(stream_));
+      sent += s;
+      received += v;
+    }
+    const ncclResult_t end = ncclGroupEnd();  // closes the group whatever happened in it
+    return r != ncclSuccess ? r : end;
+  });
+}
+
+absl::Status NcclCommunicator::AllToAll(const float* in, float* out, size_t n) {
+  const std::vector<size_t> counts(static_cast<size_t>(size_), n);
+  return SendRecvChunks("all_to_all", in, counts, out, counts);
+}
+
+absl::Status NcclCommunicator::AllToAllV(const float* in, const std::vector<size_t>& send_counts, float* out,
+                                         const std::vector<size_t>& recv_counts) {
+  RETURN_IF_ERROR(CheckAllToAllCounts(rank_, size_, send_counts, recv_counts));
+  return SendRecvChunks("all_to_all_v", in, send_counts, out, recv_counts);
+}
+
 absl::Status NcclCommunicator::AllReduceSumBf16(uint16_t* data, size_t n) {
   return RunStaged("all_reduce", data, n, data, n, [&](const uint16_t* in, uint16_t* out) {
     return ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, Comm(comm_), Stream(stream_));

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/parallel/communicator.h"
@@ -43,6 +44,10 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllReduceSum(float* data, size_t n) override;
   absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override;
   absl::Status AllGather(const float* in, float* out, size_t n) override;
+  // One NCCL group of a send and a receive per peer, this rank included (zero counts skipped).
+  absl::Status AllToAll(const float* in, float* out, size_t n) override;
+  absl::Status AllToAllV(const float* in, const std::vector<size_t>& send_counts, float* out,
+                         const std::vector<size_t>& recv_counts) override;
   absl::Status AllReduceSumBf16(uint16_t* data, size_t n) override;
   absl::Status ReduceScatterSumBf16(const uint16_t* in, uint16_t* out, size_t n) override;
   absl::Status Broadcast(float* data, size_t n, int root) override;
@@ -69,6 +74,10 @@ class NcclCommunicator final : public Communicator {
   absl::Status RunStaged(const char* what, const T* in, size_t in_n, T* out, size_t out_n, F&& launch);
   static bool OnHost(const void* p);
   static constexpr size_t kMaxStagedFloats = size_t{1} << 16;  // the staging's size, in 4-byte words
+  // AllToAll and AllToAllV: chunk r of in (send_counts[r] floats at their prefix sum) to rank
+  // r, rank r's chunk for this rank into out (recv_counts[r] floats likewise).
+  absl::Status SendRecvChunks(const char* what, const float* in, const std::vector<size_t>& send_counts, float* out,
+                              const std::vector<size_t>& recv_counts);
   absl::Status WaitDone(const char* what, uint64_t seq);
   absl::Status Fail(const char* what, uint64_t seq, const std::string& why);
 
