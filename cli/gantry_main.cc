@@ -155,6 +155,10 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
       line.skipped = r.skipped();
       line.skipped_steps = r.skipped_steps();
       line.offload_bytes = static_cast<double>(r.offload_bytes());
+      if (r.moe_forwards() > 0) {
+        line.SetMoe(r.moe_aux(), r.moe_z(), r.moe_dropped(), r.moe_assignments(),
+                    {r.moe_tokens_per_expert().begin(), r.moe_tokens_per_expert().end()});
+      }
       std::printf("%s\n", FormatStepLine(line).c_str());
       if (first_step < 0) first_step = r.step();
       if (tty && job.steps_total() > 0) {

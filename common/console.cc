@@ -1,8 +1,24 @@
 #include "common/console.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace gantry {
+
+void StepLine::SetMoe(double aux, double z, int64_t dropped, int64_t assignments,
+                      const std::vector<int64_t>& tokens_per_expert) {
+  moe = true;
+  moe_aux = aux;
+  moe_z = z;
+  moe_dropped_fraction = assignments > 0 ? static_cast<double>(dropped) / static_cast<double>(assignments) : 0;
+  int64_t most = 0, all = 0;
+  for (int64_t t : tokens_per_expert) {
+    most = std::max(most, t);
+    all += t;
+  }
+  moe_load = all > 0 ? static_cast<double>(most) * static_cast<double>(tokens_per_expert.size()) / static_cast<double>(all) : 0;
+}
 
 std::string FormatStepLine(const StepLine& s) {
   std::string line = absl::StrFormat(
@@ -14,6 +30,10 @@ std::string FormatStepLine(const StepLine& s) {
                             s.skipped ? " (overflow: step skipped)" : "");
   }
   if (s.offload_bytes > 0) line += absl::StrFormat(" | offload %.1f MB", s.offload_bytes / 1e6);
+  if (s.moe) {
+    line += absl::StrFormat(" | moe aux %.4g z %.4g dropped %.1f%% load %.2f", s.moe_aux, s.moe_z,
+                            100 * s.moe_dropped_fraction, s.moe_load);
+  }
   if (!std::isnan(s.val_loss)) line += absl::StrFormat(" | val loss %.4f", s.val_loss);
   return line;
 }

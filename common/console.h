@@ -2,6 +2,9 @@
 // by gantry-train and by `gantry watch`) and the progress bar under it.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -20,6 +23,13 @@ struct StepLine {
   bool skipped = false;
   int64_t skipped_steps = 0;
   double offload_bytes = 0;  // optimizer offload, shown when > 0: "| offload 1.2 MB"
+  // Mixture of experts, shown when moe: "| moe aux 2.111 z 10.72 dropped 3.3% load 1.45" (the
+  // load-balancing and z losses, the share of token-expert assignments over capacity, and the
+  // busiest expert's tokens over the mean).
+  bool moe = false;
+  double moe_aux = 0, moe_z = 0, moe_dropped_fraction = 0, moe_load = 0;
+  // Fills the moe fields from a step's routing counts.
+  void SetMoe(double aux, double z, int64_t dropped, int64_t assignments, const std::vector<int64_t>& tokens_per_expert);
 };
 
 // "step    12/2500 | loss 5.474583 | lr 6.00e-05 | norm 4.7321 |    34.7 ms | 22154 tok/s |

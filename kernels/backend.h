@@ -155,6 +155,19 @@ class Backend {
   // gradient back (the key/value heads' summed over the query heads that read them).
   virtual void GqaExpand(Ptr out, CPtr qkv, int64_t rows, int NH, int NKV, int hd) = 0;
   virtual void GqaReduce(Ptr dqkv, CPtr dqkv3, int64_t rows, int NH, int NKV, int hd) = 0;
+  // Mixture-of-experts MLPs (kernels/moe.h states each op; fp32): the router's choice and
+  // capacity, the dispatch of rows to the experts and the weighted combine, and their
+  // backward. counts and stats as kernels/moe.h lays them out.
+  virtual void MoeRoute(float* probs, float* lse, int32_t* choice, float* weight, int32_t* slot, int32_t* counts,
+                        float* stats, const float* logits, int N, int E, int k, int capacity) = 0;
+  virtual void MoeDispatch(float* X, const float* x, const int32_t* slot, int N, int k, int C) = 0;
+  virtual void MoeCombine(float* y, const float* Y, const int32_t* slot, const float* weight, int N, int k, int C) = 0;
+  virtual void MoeCombineBackward(float* dY, float* dweight, const float* dy, const float* Y, const int32_t* slot,
+                                  const float* weight, int N, int k, int C) = 0;
+  virtual void MoeDispatchBackward(float* dx, const float* dX, const int32_t* slot, int N, int k, int C) = 0;
+  virtual void MoeRouterBackward(float* dlogits, const float* dweight, const float* probs, const float* lse,
+                                 const int32_t* choice, const float* weight, const int32_t* counts, int N, int E,
+                                 int k, float aux_scale, float z_scale) = 0;
   // inp (N,C), weight (C,OC) kInOut or (OC,C) kOutIn, bias (OC) or null → out (N,OC).
   // 16-bit inputs: each product is exact in fp32 and sums are fp32 (a 16-bit GEMM with fp32
   // accumulation: cuBLAS's CUBLAS_COMPUTE_32F, the CPU's bf16 dot-product instructions); out

@@ -184,6 +184,12 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
                                                   " (each stage takes as many layers)"));
   }
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
+  if (s.model.moe.num_experts > 0) {
+    if (s.train.precision != "fp32") {
+      return FieldError("model.moe", absl::StrCat("runs in fp32 (train.precision is ", s.train.precision,
+                                                  "; the experts' 16-bit path is not built yet)"));
+    }
+  }
   if (s.parallel.sequence_parallel) {
     if (s.parallel.tp < 2) {
       return FieldError("parallel.sequence_parallel", "needs tp > 1 (it shards the sequence within the tensor-parallel group)");
@@ -358,6 +364,13 @@ std::string ToYaml(const JobSpec& s) {
     kv("ffn_hidden", s.model.ffn());
     if (s.model.llama()) kv("rope_theta", s.model.rope_theta);
     kv("norm_eps", s.model.norm_eps);
+    if (s.model.moe.num_experts > 0) {
+      const model::MoeConfig& m = s.model.moe;
+      out << YAML::Key << "moe" << YAML::Value << YAML::BeginMap;
+      kv("num_experts", m.num_experts), kv("top_k", m.top_k), kv("capacity_factor", m.capacity_factor);
+      kv("aux_loss_coeff", m.aux_loss_coeff), kv("z_loss_coeff", m.z_loss_coeff), kv("every_n_layers", m.every_n_layers);
+      out << YAML::EndMap;
+    }
   });
   section("data", [&] {
     kv("train", s.data.train), kv("val", s.data.val), kv("shuffle", s.data.shuffle), kv("tokenizer", s.data.tokenizer);
@@ -444,7 +457,13 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const model::
                       {"n_kv_head", Int(&s.model.n_kv_head)},
                       {"ffn_hidden", Int(&s.model.ffn_hidden)},
                       {"rope_theta", Real(&s.model.rope_theta)},
-                      {"norm_eps", Real(&s.model.norm_eps)}})},
+                      {"norm_eps", Real(&s.model.norm_eps)},
+                      {"moe", sub({{"num_experts", Int(&s.model.moe.num_experts)},
+                                   {"top_k", Int(&s.model.moe.top_k)},
+                                   {"capacity_factor", Real(&s.model.moe.capacity_factor)},
+                                   {"aux_loss_coeff", Real(&s.model.moe.aux_loss_coeff)},
+                                   {"z_loss_coeff", Real(&s.model.moe.z_loss_coeff)},
+                                   {"every_n_layers", Int(&s.model.moe.every_n_layers)}})}})},
        {"data", sub({{"train", Str(&s.data.train)},
                      {"val", Str(&s.data.val)},
                      {"shuffle", Bool(&s.data.shuffle)},

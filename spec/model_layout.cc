@@ -25,6 +25,22 @@ absl::Status GPTConfig::Validate() const {
   }
   if (max_seq_len < 1) return bad("max_seq_len", "must be >= 1");
   if (n_kv_head < 0) return bad("n_kv_head", "must be >= 1 (0: n_head)");
+  if (moe.num_experts < 0) return bad("moe.num_experts", "must be >= 1 (0: no experts)");
+  if (moe.num_experts > 0) {
+    if (llama()) return bad("moe", "experts are built for arch gpt2 (a Mixtral-style Llama is not yet)");
+    if (moe.top_k < 1 || moe.top_k > moe.num_experts) {
+      return bad("moe.top_k", absl::StrCat(moe.top_k, " outside [1, num_experts ", moe.num_experts, "]"));
+    }
+    if (!(moe.capacity_factor >= 0) || !std::isfinite(moe.capacity_factor)) {
+      return bad("moe.capacity_factor", absl::StrCat(moe.capacity_factor, ": must be >= 0 (0: no tokens dropped)"));
+    }
+    if (!(moe.aux_loss_coeff >= 0) || !(moe.z_loss_coeff >= 0)) {
+      return bad("moe.aux_loss_coeff", "the loss coefficients must be >= 0");
+    }
+    if (moe.every_n_layers < 1 || moe.every_n_layers > n_layer) {
+      return bad("moe.every_n_layers", absl::StrCat(moe.every_n_layers, " outside [1, n_layer ", n_layer, "]"));
+    }
+  }
   if (ffn_hidden < 0) return bad("ffn_hidden", "must be >= 1 (0: the family's default)");
   if (!llama()) {
     // GPT-2's blocks have none of these knobs: a stated value other than GPT-2's is an error.
@@ -45,12 +61,21 @@ absl::Status GPTConfig::Validate() const {
   return absl::OkStatus();
 }
 
+int MoeCapacity(const MoeConfig& m, int N) {
+  if (!(m.capacity_factor > 0)) return N;
+  const double slots = std::ceil(m.capacity_factor * static_cast<double>(N) * m.top_k / m.num_experts);
+  return static_cast<int>(std::min<double>(slots, N));
+}
+
 const char* ArchName(Arch a) { return a == Arch::kLlama ? "llama" : "gpt2"; }
 
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& c) { return ParameterLayout(c, ModelShard{}); }
 
 int EmbeddingTensors(const GPTConfig& c) { return c.llama() ? 1 : 2; }
-int TensorsPerLayer(const GPTConfig& c) { return c.llama() ? 9 : 12; }
+int TensorsOfLayer(const GPTConfig& c, int l) {
+  if (c.llama()) return 9;
+  return c.moe_layer(l) ? 8 + 1 + 4 * c.moe.num_experts : 12;
+}
 const char* ClassifierTensor(const GPTConfig& c) { return c.llama() ? "lm_head.weight" : "wte.weight"; }
 
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& sh) {
@@ -141,6 +166,19 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
     whole(h + "attn.c_proj.bias", {C});
     whole(h + "ln_2.weight", {C});
     whole(h + "ln_2.bias", {C});
+    if (c.moe_layer(l)) {
+      // The router (nn.Linear (E, C), replicated), then each expert: the dense MLP's tensors,
+      // split over tensor-parallel ranks as the dense MLP's are.
+      whole(h + "mlp.gate.weight", {c.moe.num_experts, C});
+      for (int e = 0; e < c.moe.num_experts; ++e) {
+        const std::string x = absl::StrCat(h, "mlp.experts.", e, ".");
+        add(x + "c_fc.weight", {C, 4 * C}, 0, C, mlp, false);
+        add(x + "c_fc.bias", {4 * C}, 0, 1, mlp, false);
+        add(x + "c_proj.weight", {4 * C, C}, r * F, (r + 1) * F, {}, false);
+        whole(x + "c_proj.bias", {C});
+      }
+      continue;
+    }
     add(h + "mlp.c_fc.weight", {C, 4 * C}, 0, C, mlp, false);
     add(h + "mlp.c_fc.bias", {4 * C}, 0, 1, mlp, false);
     add(h + "mlp.c_proj.weight", {4 * C, C}, r * F, (r + 1) * F, {}, false);
@@ -153,17 +191,17 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
   }
   for (ParamTensor& p : t) {
     p.gemm = p.name == "wte.weight" || p.name.find(".attn.c_") != std::string::npos ||
-             p.name.find(".mlp.c_") != std::string::npos;
+             p.name.find(".mlp.c_") != std::string::npos || p.name.find(".mlp.experts.") != std::string::npos;
   }
   return t;
 }
 
 std::vector<size_t> UnitBoundaries(const GPTConfig& c) {
   const std::vector<ParamTensor> t = ParameterLayout(c);
-  const size_t e = static_cast<size_t>(EmbeddingTensors(c)), per = static_cast<size_t>(TensorsPerLayer(c));
+  size_t i = static_cast<size_t>(EmbeddingTensors(c));
   std::vector<size_t> b = {0};
-  b.push_back(t[e].offset);  // after the embedding
-  for (int l = 0; l < c.n_layer; ++l) b.push_back(t[e + per * (l + 1)].offset);
+  b.push_back(t[i].offset);  // after the embedding
+  for (int l = 0; l < c.n_layer; ++l) b.push_back(t[i += static_cast<size_t>(TensorsOfLayer(c, l))].offset);
   b.push_back(t.back().offset + t.back().numel);  // the head
   return b;
 }
@@ -221,6 +259,12 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   // Llama: the GEMM's packed q|k|v rows apart from qkv where key/value heads repeat; SwiGLU's
   // input is [gate | up].
   const size_t qkvr = llama && NKV != NH ? BT * (NH + 2 * NKV) * hd : 0;
+  // A MoE layer's experts take up to moe_rows rows of the MLP's width (dense: B·T).
+  const size_t E = static_cast<size_t>(config.moe.num_experts), K = static_cast<size_t>(config.moe.top_k);
+  const bool moe = E > 0;
+  const size_t moe_rows =
+      moe ? std::min(BT * K, E * static_cast<size_t>(MoeCapacity(config.moe, static_cast<int>(BT)))) : 0;
+  const size_t mlp_rows = std::max(BT, moe_rows);
   const size_t fc = llama ? 2 * F : F;
   const size_t V = shard.vocab_end(config.vocab_size) - shard.vocab_begin(config.vocab_size);
   const size_t L = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
@@ -250,7 +294,12 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.datty = take16(BT * Ca);
   const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
   o.datt = take(fused_attention ? 0 : att_floats);
-  o.dfch = take16(BT * fc);
+  o.dfch = take16(mlp_rows * fc);
+  o.moe_rows = static_cast<int>(moe_rows);
+  o.moe_dy = take(moe_rows * C);
+  o.moe_dw = take(moe ? BT * K : 0);
+  o.moe_dlogits = take(BT * E);
+  o.moe_dx = take(moe_rows * C);
   o.dlnf = take(BT * C);
   o.qkvr = take16(qkvr);
   o.dswi = take16(llama ? BT * F : 0);
@@ -271,8 +320,17 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.ln2 = take16(R * C);
   o.ln2_mean = take(mean_r);
   o.ln2_rstd = take(R);
-  o.fch = take16(BT * fc);
-  o.fch_gelu = take16(BT * F);
+  o.fch = take16(mlp_rows * fc);
+  o.fch_gelu = take16(mlp_rows * F);
+  o.moe_probs = take(BT * E);
+  o.moe_lse = take(moe ? BT : 0);
+  o.moe_choice = take(moe ? BT * K : 0);
+  o.moe_weight = take(moe ? BT * K : 0);
+  o.moe_slot = take(moe ? BT * K : 0);
+  o.moe_counts = take(moe ? 2 * E + 1 : 0);
+  o.moe_stats = take(moe ? 2 : 0);
+  o.moe_x = take(moe_rows * C);
+  o.moe_y = take(moe_rows * C);
   o.res3 = take(R * C);
   const size_t without_att = cur;
   o.att = take(att_floats);  // last: kSelective leaves it out

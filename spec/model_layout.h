@@ -22,6 +22,26 @@ namespace gantry::model {
 enum class Arch { kGpt2, kLlama };
 const char* ArchName(Arch a);  // "gpt2", "llama"
 
+// Mixture of experts (docs/architecture.md, "Mixture of experts"): the MLP of layer l is a
+// router over num_experts experts, each shaped like the dense MLP, when num_experts > 0 and
+// (l + 1) % every_n_layers == 0. top_k experts a token, weights renormalised over them;
+// capacity_factor 0 is dropless; the loss adds aux_loss_coeff · (Switch's load-balancing
+// loss) and z_loss_coeff · (the router z-loss), each summed over the MoE layers.
+struct MoeConfig {
+  int num_experts = 0;
+  int top_k = 1;
+  double capacity_factor = 1.25;
+  double aux_loss_coeff = 0.01;
+  double z_loss_coeff = 0.0;
+  int every_n_layers = 1;
+  bool operator==(const MoeConfig&) const = default;
+};
+
+// An expert's slots for N tokens routed together: ceil(capacity_factor · N · top_k /
+// num_experts), at most N; N (nothing dropped: a token picks an expert once) for
+// capacity_factor 0.
+int MoeCapacity(const MoeConfig& moe, int N);
+
 struct GPTConfig {
   int max_seq_len = 1024;  // n_positions (GPT-2: rows of wpe; Llama: max_position_embeddings)
   int vocab_size = 50257;
@@ -36,6 +56,10 @@ struct GPTConfig {
   int ffn_hidden = 0;
   double rope_theta = 10000.0;  // Llama: RoPE's base
   double norm_eps = 1e-5;       // GPT-2's LayerNorm (1e-5 only) or Llama's RMSNorm epsilon
+  MoeConfig moe;                // GPT-2 only, for now
+
+  bool moe_layer(int l) const { return moe.num_experts > 0 && (l + 1) % moe.every_n_layers == 0; }
+  int moe_layers() const { return moe.num_experts > 0 ? n_layer / moe.every_n_layers : 0; }
 
   bool llama() const { return arch == Arch::kLlama; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
@@ -50,7 +74,7 @@ struct GPTConfig {
   bool operator==(const GPTConfig& o) const {
     return max_seq_len == o.max_seq_len && vocab_size == o.vocab_size && n_layer == o.n_layer && n_head == o.n_head &&
            n_embd == o.n_embd && arch == o.arch && kv_heads() == o.kv_heads() && ffn() == o.ffn() &&
-           (!llama() || rope_theta == o.rope_theta) && norm_eps == o.norm_eps;
+           (!llama() || rope_theta == o.rope_theta) && norm_eps == o.norm_eps && moe == o.moe;
   }
 };
 
@@ -138,7 +162,7 @@ struct ModelShard {
 // The family's tensor counts: the embedding's (GPT-2 wte and wpe; Llama embed_tokens) and a
 // layer's (12; 9); and the classifier's weight (GPT-2's tied wte; Llama's lm_head).
 int EmbeddingTensors(const GPTConfig& config);
-int TensorsPerLayer(const GPTConfig& config);
+int TensorsOfLayer(const GPTConfig& config, int l);  // a MoE layer: 8 + the gate + 4 per expert
 const char* ClassifierTensor(const GPTConfig& config);
 
 // The parameter tensors of a config (or of one shard of it), in flat-buffer order.
@@ -195,6 +219,15 @@ struct ActivationLayout {
   // Sequence parallelism (empty without it): see above.
   size_t gathered, proj_rows, dres_all, dln_rows, dnorm;
   bool sequence_parallel = false;
+  // Mixture of experts (every layer's block has room for a MoE layer's when the model has
+  // any): the router's probabilities (B·T, E) (its logits first), log-sum-exps, choices,
+  // weights and slots (B·T, k), the counts and offsets (2E + 1 int32) and the aux and z losses
+  // (2); the dispatched rows moe_x and the experts' outputs moe_y (moe_rows, C), the experts'
+  // hidden rows in fch and fch_gelu (sized for moe_rows too). Backward scratch: moe_dy
+  // (moe_rows, C), moe_dw (B·T, k), moe_dlogits (B·T, E), moe_dx (moe_rows, C), and dfch.
+  size_t moe_probs, moe_lse, moe_choice, moe_weight, moe_slot, moe_counts, moe_stats, moe_x, moe_y;
+  size_t moe_dy, moe_dw, moe_dlogits, moe_dx;
+  int moe_rows = 0;  // rows the experts take at most: min(B·T·k, E·capacity)
   bool half = false;
   // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
   // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).

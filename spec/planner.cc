@@ -76,19 +76,23 @@ double WorkingBytes(const PlanInput& in, const model::ModelShard& shard, const s
   const double d = in.dp;
   auto padded = [&](double n) { return std::ceil(n / d) * d; };
   double layer = 0, layer_gemm = 0, wte = 0, embedding = 0, head = 0;
-  // A layer's tensors (every layer's the same), after the embedding's on the first stage.
-  const size_t at = shard.first() ? static_cast<size_t>(model::EmbeddingTensors(*in.model)) : 0;
-  const size_t per = static_cast<size_t>(model::TensorsPerLayer(*in.model));
+  // The embedding's tensors (first stage), each layer's, then the head's; the largest layer
+  // stands for every layer (a MoE layer, if any: ZeRO 3 holds one or two units at a time).
   const std::string classifier = model::ClassifierTensor(*in.model);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const double n = static_cast<double>(tensors[i].numel);
-    if (tensors[i].name == classifier) wte = static_cast<double>(tensors[i].working_room());
-    if (i < at) embedding += n;
-    if (i >= at && i < at + per) {
-      layer += n;
-      if (tensors[i].gemm) layer_gemm += static_cast<double>(tensors[i].working_room());
+  size_t i = shard.first() ? static_cast<size_t>(model::EmbeddingTensors(*in.model)) : 0;
+  for (size_t j = 0; j < i; ++j) embedding += static_cast<double>(tensors[j].numel);
+  for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
+    double n = 0, gemm = 0;
+    for (const size_t end = i + static_cast<size_t>(model::TensorsOfLayer(*in.model, l)); i < end; ++i) {
+      n += static_cast<double>(tensors[i].numel);
+      if (tensors[i].gemm) gemm += static_cast<double>(tensors[i].working_room());
     }
-    if (i >= at + per * static_cast<size_t>(shard.layer_end - shard.layer_begin)) head += n;
+    layer = std::max(layer, n);
+    layer_gemm = std::max(layer_gemm, gemm);
+  }
+  for (; i < tensors.size(); ++i) head += static_cast<double>(tensors[i].numel);
+  for (const auto& t : tensors) {
+    if (t.name == classifier) wte = static_cast<double>(t.working_room());
   }
   const double floats = 4 * padded(layer) + (shard.first() ? 2 * padded(embedding) : 0) + 2 * padded(head);
   double bytes = 4 * floats;

@@ -21,6 +21,7 @@
 #include "kernels/grad_norm.h"
 #include "kernels/layernorm.h"
 #include "kernels/llama_ops.h"
+#include "kernels/moe.h"
 #include "kernels/residual.h"
 
 namespace gantry::kernels {
@@ -122,6 +123,31 @@ class Cpu final : public Backend {
     if (!Types("GqaReduce", {dqkv, dqkv3})) return;
     if (absl::Status s = CheckGroups("GqaReduce", NH, NKV, hd); !s.ok()) return Keep(std::move(s));
     gqa_reduce(dqkv, dqkv3, rows, NH, NKV, hd);
+  }
+  void MoeRoute(float* probs, float* lse, int32_t* choice, float* weight, int32_t* slot, int32_t* counts, float* stats,
+                const float* logits, int N, int E, int k, int capacity) override {
+    if (k < 1 || k > E || capacity < 1) {
+      return Keep(absl::InvalidArgumentError(absl::StrCat("MoeRoute: top ", k, " of ", E, " experts, capacity ", capacity)));
+    }
+    moe_route(probs, lse, choice, weight, slot, counts, stats, logits, N, E, k, capacity);
+  }
+  void MoeDispatch(float* X, const float* x, const int32_t* slot, int N, int k, int C) override {
+    moe_dispatch(X, x, slot, N, k, C);
+  }
+  void MoeCombine(float* y, const float* Y, const int32_t* slot, const float* weight, int N, int k, int C) override {
+    moe_combine(y, Y, slot, weight, N, k, C);
+  }
+  void MoeCombineBackward(float* dY, float* dweight, const float* dy, const float* Y, const int32_t* slot,
+                          const float* weight, int N, int k, int C) override {
+    moe_combine_backward(dY, dweight, dy, Y, slot, weight, N, k, C);
+  }
+  void MoeDispatchBackward(float* dx, const float* dX, const int32_t* slot, int N, int k, int C) override {
+    moe_dispatch_backward(dx, dX, slot, N, k, C);
+  }
+  void MoeRouterBackward(float* dlogits, const float* dweight, const float* probs, const float* lse,
+                         const int32_t* choice, const float* weight, const int32_t* counts, int N, int E, int k,
+                         float aux_scale, float z_scale) override {
+    moe_router_backward(dlogits, dweight, probs, lse, choice, weight, counts, N, E, k, aux_scale, z_scale);
   }
   void MatmulForward(Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
                      WeightLayout layout) override {

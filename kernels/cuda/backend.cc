@@ -196,6 +196,29 @@ class Cuda final : public kernels::Backend {
   void GqaReduce(kernels::Ptr dqkv, kernels::CPtr dqkv3, int64_t rows, int NH, int NKV, int hd) override {
     Keep(GANTRY_CUDA_NS::GqaReduce(*ctx_, dqkv, dqkv3, rows, NH, NKV, hd));
   }
+  void MoeRoute(float* probs, float* lse, int32_t* choice, float* weight, int32_t* slot, int32_t* counts, float* stats,
+                const float* logits, int N, int E, int k, int capacity) override {
+    Keep(GANTRY_CUDA_NS::MoeRoute(*ctx_, probs, lse, choice, weight, slot, counts, stats, logits, N, E, k, capacity));
+  }
+  void MoeDispatch(float* X, const float* x, const int32_t* slot, int N, int k, int C) override {
+    Keep(GANTRY_CUDA_NS::MoeDispatch(*ctx_, X, x, slot, N, k, C));
+  }
+  void MoeCombine(float* y, const float* Y, const int32_t* slot, const float* weight, int N, int k, int C) override {
+    Keep(GANTRY_CUDA_NS::MoeCombine(*ctx_, y, Y, slot, weight, N, k, C));
+  }
+  void MoeCombineBackward(float* dY, float* dweight, const float* dy, const float* Y, const int32_t* slot,
+                          const float* weight, int N, int k, int C) override {
+    Keep(GANTRY_CUDA_NS::MoeCombineBackward(*ctx_, dY, dweight, dy, Y, slot, weight, N, k, C));
+  }
+  void MoeDispatchBackward(float* dx, const float* dX, const int32_t* slot, int N, int k, int C) override {
+    Keep(GANTRY_CUDA_NS::MoeDispatchBackward(*ctx_, dx, dX, slot, N, k, C));
+  }
+  void MoeRouterBackward(float* dlogits, const float* dweight, const float* probs, const float* lse,
+                         const int32_t* choice, const float* weight, const int32_t* counts, int N, int E, int k,
+                         float aux_scale, float z_scale) override {
+    Keep(GANTRY_CUDA_NS::MoeRouterBackward(*ctx_, dlogits, dweight, probs, lse, choice, weight, counts, N, E, k,
+                                           aux_scale, z_scale));
+  }
   void MatmulForward(kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight, kernels::CPtr bias, int N, int C,
                      int OC, WeightLayout layout) override {
     if (!Types("MatmulForward", {inp, weight, bias}, {out})) return;

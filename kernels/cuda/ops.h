@@ -78,6 +78,21 @@ absl::Status SwigluBackward(Context& ctx, kernels::Ptr dgu, kernels::CPtr dh, ke
 absl::Status GqaExpand(Context& ctx, kernels::Ptr out, kernels::CPtr qkv, int64_t rows, int NH, int NKV, int hd);
 absl::Status GqaReduce(Context& ctx, kernels::Ptr dqkv, kernels::CPtr dqkv3, int64_t rows, int NH, int NKV, int hd);
 
+// Mixture-of-experts ops (kernels/moe.h; fp32), deterministic. The routing's integers (choice,
+// slot, counts) are the CPU's exactly. MoeRoute uses the context's scratch: N k E / 256 + 256 (E +
+// 1) floats at most, within Context::kScratchFloats (INVALID_ARGUMENT beyond: N k E about 1e9).
+absl::Status MoeRoute(Context& ctx, float* probs, float* lse, int32_t* choice, float* weight, int32_t* slot,
+                      int32_t* counts, float* stats, const float* logits, int N, int E, int k, int capacity);
+absl::Status MoeDispatch(Context& ctx, float* X, const float* x, const int32_t* slot, int N, int k, int C);
+absl::Status MoeCombine(Context& ctx, float* y, const float* Y, const int32_t* slot, const float* weight, int N, int k,
+                        int C);
+absl::Status MoeCombineBackward(Context& ctx, float* dY, float* dweight, const float* dy, const float* Y,
+                                const int32_t* slot, const float* weight, int N, int k, int C);
+absl::Status MoeDispatchBackward(Context& ctx, float* dx, const float* dX, const int32_t* slot, int N, int k, int C);
+absl::Status MoeRouterBackward(Context& ctx, float* dlogits, const float* dweight, const float* probs,
+                               const float* lse, const int32_t* choice, const float* weight, const int32_t* counts,
+                               int N, int E, int k, float aux_scale, float z_scale);
+
 // cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F; fp32 inputs: no TF32). The inputs
 // (inp, weight, bias; dout, inp, weight, gelu_pre) all fp32 or all of one 16-bit type, whose
 // products are exact in fp32; an output fp32 or of the inputs' type (rounded once, after the

@@ -71,6 +71,18 @@ class CudaTrainingTest : public ::testing::Test {
   std::string model_ = "n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 97, seq_len: 32";
 };
 
+// A GPT with mixture-of-experts layers on the GPU (the MoE ops' kernels, with capacity drops)
+// tracks the CPU's 20 losses.
+TEST_F(CudaTrainingTest, MoeTracksTheCpu) {
+  model_ = "n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 97, seq_len: 32, "
+           "moe: {num_experts: 4, top_k: 2, capacity_factor: 1.0, z_loss_coeff: 0.001}";
+  auto cpu = Run("cpu", dir_.File("cpu_ckpt"));
+  auto gpu = Run("cuda:0", dir_.File("gpu_ckpt"));
+  ASSERT_TRUE(cpu && gpu);
+  ExpectTracks(*gpu, *cpu, 1e-4, "moe");
+  EXPECT_GT(gpu->reports()[0].moe_dropped, 0) << "capacity 1.0 drops some";
+}
+
 // A Llama (grouped-query attention, 4 query heads over 2 key/value heads) on the GPU: its ops
 // (RMSNorm, RoPE, SwiGLU, the heads' repetition) in fp32 with both attention paths track the
 // CPU's 20 losses, and in bf16 within bf16's rounding.

@@ -27,6 +27,7 @@
 #include "kernels/backend.h"
 #include "kernels/emulated/cuda_api.h"
 #include "kernels/llama_ops.h"
+#include "kernels/moe.h"
 #include "tests/test_util.h"
 
 #ifndef GANTRY_TEST_BACKEND
@@ -312,6 +313,114 @@ TEST_F(BackendOpsTest, LlamaOpsMatchTheCpuBackend) {
   const absl::Status st = be().Synchronize();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("SwigluForward"), absl::string_view::npos) << st;
+}
+
+// The mixture-of-experts ops (kernels/moe.h): the router (softmax, top k, capacity, the
+// losses), dispatch and combine, and each one's backward, on shapes with drops and without,
+// k = 1, 2 and 4, one expert, tied logits (the lower index first), N k over the capacity
+// kernels' chunks and over their scan's threads. Each op gets the cpu's inputs, so that each
+// is compared alone.
+// - The routing's integers (choice, slot, counts) are equal: the routing is exact.
+// - Copies and sums of additions in the cpu's order (dispatch, its backward, dY = w dy) are bit
+//   for bit.
+// - The router's floats (probs, lse, weight, dlogits) are one thread's operations in the cpu's
+//   order: the cpu's bits under the emulator; on a GPU expf and logf are within 2 ulp of glibc's
+//   and nvcc may fuse a multiply-add, a few ulp of the largest value (2^-24 each): 1e-6.
+//   So for the combine (k products summed in rank order, each fma-able) and the losses (double
+//   sums in another order, rounded once to float: 1 ulp, plus the probabilities' few ulp).
+// - dweight is a dot product over C summed in a block's tree order rather than the cpu's
+//   sequential one: fp32 reordering of up to 257 terms, kTol.
+TEST_F(BackendOpsTest, MoeOpsMatchTheCpuBackend) {
+  constexpr double kRouterTol = 1e-6;
+  enum Logits { kRandom, kTied, kAllEqual };
+  struct Case {
+    int N, E, k, capacity, C;
+    Logits logits;
+  };
+  const Case cases[] = {
+      {1, 1, 1, 1, 1, kRandom},          // one token, one expert
+      {37, 1, 1, 5, 7, kRandom},         // one expert, 32 dropped
+      {257, 8, 2, 65, 33, kRandom},      // capacity factor 1 (ceil(257 2 / 8)): drops
+      {257, 8, 2, 257, 33, kRandom},     // dropless (capacity N)
+      {300, 4, 1, 94, 257, kRandom},     // k = 1, capacity factor 1.25
+      {1000, 64, 2, 32, 17, kTied},      // logits in steps of 1/2: ties
+      {129, 6, 2, 20, 65, kAllEqual},    // every token picks experts 0, 1
+      {1500, 40, 4, 10, 5, kRandom},     // k = 4, most dropped; E over a warp, not a power of 2
+      {70001, 8, 4, 35001, 3, kTied},    // 1094 chunks of 256 > 1024 scan threads; router only
+  };
+  for (const Case& t : cases) {
+    const int N = t.N, E = t.E, k = t.k, cap = t.capacity, C = t.C;
+    SCOPED_TRACE(::testing::Message() << "N " << N << " E " << E << " k " << k << " capacity " << cap << " C " << C
+                                      << " logits " << t.logits);
+    const size_t NE = static_cast<size_t>(N) * E, Nk = static_cast<size_t>(N) * k, NC = static_cast<size_t>(N) * C;
+    auto logits = Random(NE, 31, 2.f);
+    for (float& l : logits) l = t.logits == kTied ? std::round(l * 2.f) / 2.f : t.logits == kAllEqual ? 0.25f : l;
+    // The router.
+    std::vector<float> probs(NE), lse(N), weight(Nk), stats(2);
+    std::vector<int32_t> choice(Nk), slot(Nk), counts(MoeCountsSize(E));
+    cpu().MoeRoute(probs.data(), lse.data(), choice.data(), weight.data(), slot.data(), counts.data(), stats.data(),
+                   logits.data(), N, E, k, cap);
+    ASSERT_TRUE(cpu().Synchronize().ok());
+    const int rows = counts[static_cast<size_t>(2 * E)];
+    ASSERT_GE(rows, 1);
+    const std::vector<int32_t> poison_k(Nk, -7), poison_counts(counts.size(), -7);
+    Dev<float> eLogits(be(), logits), eProbs(be(), NE), eLse(be(), N), eWeight(be(), Nk), eStats(be(), 2);
+    Dev<int32_t> eChoice(be(), poison_k), eSlot(be(), poison_k), eCounts(be(), poison_counts);
+    be().MoeRoute(eProbs.get(), eLse.get(), eChoice.get(), eWeight.get(), eSlot.get(), eCounts.get(), eStats.get(),
+                  eLogits.get(), N, E, k, cap);
+    ASSERT_TRUE(Ok());
+    EXPECT_EQ(eChoice.Host(), choice);
+    EXPECT_EQ(eSlot.Host(), slot);
+    EXPECT_EQ(eCounts.Host(), counts);
+    EXPECT_LE(RelErr(eProbs.Host(), probs), kRouterTol);
+    EXPECT_LE(RelErr(eLse.Host(), lse), kRouterTol);
+    EXPECT_LE(RelErr(eWeight.Host(), weight), kRouterTol);
+    const auto got_stats = eStats.Host();
+    for (int i = 0; i < 2; ++i) EXPECT_LE(std::fabs(got_stats[i] - stats[i]), kRouterTol * std::fabs(stats[i])) << i;
+    // In place (probs == logits) as well.
+    Dev<float> eInPlace(be(), logits);
+    be().MoeRoute(eInPlace.get(), eLse.get(), eChoice.get(), eWeight.get(), eSlot.get(), eCounts.get(), eStats.get(),
+                  eInPlace.get(), N, E, k, cap);
+    ASSERT_TRUE(Ok());
+    EXPECT_EQ(eSlot.Host(), slot);
+    EXPECT_LE(RelErr(eInPlace.Host(), probs), kRouterTol);
+
+    // Dispatch, combine and their backward, on the cpu's routing (one token a block: the
+    // large case, there for the router's scan, adds nothing but the emulator's seconds).
+    if (N > 10000) continue;
+    const size_t RC = static_cast<size_t>(rows) * C;
+    const auto x = Random(NC, 32), Y = Random(RC, 33), dy = Random(NC, 34), dX = Random(RC, 35), dx0 = Random(NC, 36);
+    std::vector<float> X(RC), y(NC), dY(RC), dweight(Nk), dx = dx0, dlogits(NE);
+    cpu().MoeDispatch(X.data(), x.data(), slot.data(), N, k, C);
+    cpu().MoeCombine(y.data(), Y.data(), slot.data(), weight.data(), N, k, C);
+    cpu().MoeCombineBackward(dY.data(), dweight.data(), dy.data(), Y.data(), slot.data(), weight.data(), N, k, C);
+    cpu().MoeDispatchBackward(dx.data(), dX.data(), slot.data(), N, k, C);
+    cpu().MoeRouterBackward(dlogits.data(), dweight.data(), probs.data(), lse.data(), choice.data(), weight.data(),
+                            counts.data(), N, E, k, 0.5f, 0.25f);
+    ASSERT_TRUE(cpu().Synchronize().ok());
+    Dev<int32_t> cSlot(be(), slot), cChoice(be(), choice), cCounts(be(), counts);
+    Dev<float> cWeight(be(), weight), cProbs(be(), probs), cLse(be(), lse), cDweight(be(), dweight), eX0(be(), x),
+        eY0(be(), Y), eDy(be(), dy), eDX(be(), dX), eX(be(), RC), eY(be(), NC), eDY(be(), RC), eDw(be(), Nk),
+        eDx(be(), dx0), eDl(be(), NE);
+    be().MoeDispatch(eX.get(), eX0.get(), cSlot.get(), N, k, C);
+    be().MoeCombine(eY.get(), eY0.get(), cSlot.get(), cWeight.get(), N, k, C);
+    be().MoeCombineBackward(eDY.get(), eDw.get(), eDy.get(), eY0.get(), cSlot.get(), cWeight.get(), N, k, C);
+    be().MoeDispatchBackward(eDx.get(), eDX.get(), cSlot.get(), N, k, C);
+    be().MoeRouterBackward(eDl.get(), cDweight.get(), cProbs.get(), cLse.get(), cChoice.get(), cWeight.get(),
+                           cCounts.get(), N, E, k, 0.5f, 0.25f);
+    ASSERT_TRUE(Ok());
+    EXPECT_EQ(eX.Host(), X) << "copies: bit for bit";
+    EXPECT_EQ(eDY.Host(), dY) << "one product each: bit for bit";
+    EXPECT_EQ(eDx.Host(), dx) << "sums in the cpu's order: bit for bit";
+    EXPECT_LE(RelErr(eY.Host(), y), kRouterTol);
+    EXPECT_LE(RelErr(eDw.Host(), dweight), kTol);
+    EXPECT_LE(RelErr(eDl.Host(), dlogits), kRouterTol);
+  }
+  // Top 3 of 2 experts is refused, naming the op.
+  be().MoeRoute(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 2, 3, 4);
+  const absl::Status st = be().Synchronize();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("MoeRoute: top 3 of 2 experts"), absl::string_view::npos) << st;
 }
 
 TEST_F(BackendOpsTest, MatmulsInBothLayoutsMatchTheCpuBackend) {

@@ -433,6 +433,31 @@ TEST(JobSpecTest, SequenceParallelNeedsTensorParallelRowsItDividesAndRoundTrips)
   EXPECT_NE(Error(odd).find("needs tp 2 to divide micro_batch x seq_len = 7"), std::string::npos) << Error(odd);
 }
 
+TEST(JobSpecTest, MoeSectionParsesIsCheckedAndRoundTrips) {
+  auto s = ParseJobSpec(std::string(R"(
+model: {n_layer: 4, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8,
+        moe: {num_experts: 8, top_k: 2, capacity_factor: 1.5, aux_loss_coeff: 0.02, z_loss_coeff: 0.001, every_n_layers: 2}}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
+)"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model.moe, (model::MoeConfig{8, 2, 1.5, 0.02, 0.001, 2}));
+  EXPECT_EQ(s->model.moe_layers(), 2);
+  auto again = ParseJobSpec(ToYaml(*s));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *s);
+  const std::string m = "model: {n_layer: 4, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8, moe: {";
+  const std::string rest = "}}\ndata: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n";
+  EXPECT_NE(Error(m + "num_experts: 4, top_k: 5" + rest).find("model.moe.top_k"), std::string::npos);
+  EXPECT_NE(Error(m + "num_experts: 4, every_n_layers: 5" + rest).find("model.moe.every_n_layers"), std::string::npos);
+  EXPECT_NE(Error(m + "num_experts: 4, capacity_factor: -1" + rest).find("model.moe.capacity_factor"), std::string::npos);
+  EXPECT_NE(Error(m + "num_experts: 4, top_kk: 1" + rest).find("unknown field 'model.moe.top_kk'"), std::string::npos);
+  EXPECT_NE(Error(m + "num_experts: 4" + "}}\ndata: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3, "
+                                         "precision: bf16}\n")
+                .find("field 'model.moe' runs in fp32"),
+            std::string::npos);
+}
+
 model::GPTConfig LlamaFrom() {
   model::GPTConfig c;
   c.arch = model::Arch::kLlama;

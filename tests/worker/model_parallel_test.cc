@@ -294,6 +294,20 @@ class ModelParallelTest : public ::testing::Test {
       EXPECT_EQ(p.bytes.activations, static_cast<double>(m.activations)) << what << " rank " << r;
     }
   }
+  struct LayoutCase {
+    Layout l;
+    int zero;
+  };
+  // Each case's losses within 1e-5 of one's (ExpectClose), and the replicated tensors the same
+  // bits on every rank that holds them.
+  void ExpectLayoutsMatch(const Result& one, std::initializer_list<LayoutCase> cases, const std::string& tag) {
+    for (const LayoutCase& c : cases) {
+      const std::string what = absl::StrCat(tag, " dp ", c.l.dp, " tp ", c.l.tp, " pp ", c.l.pp, " ZeRO ", c.zero);
+      const Result many = Run(c.l, c.zero);
+      ExpectClose(many.losses, one.losses, what);
+      for (const auto& r : many.replicated) EXPECT_EQ(r, many.replicated[0]) << what;
+    }
+  }
   static void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
                           size_t from = 0) {
     ASSERT_EQ(got.size() + from, want.size()) << what;
@@ -341,17 +355,8 @@ TEST_F(ModelParallelTest, LlamaLayoutsGiveOneProcessLosses) {
   const Result one = Run({1, 1, 1}, 0);
   ASSERT_EQ(one.losses.size(), 20u);
   ASSERT_LT(one.losses.back(), one.losses.front() * 0.8) << "the run learns";
-  struct Case {
-    Layout l;
-    int zero;
-  };
-  for (Case c : {Case{{2, 1, 1}, 1}, Case{{2, 2, 2}, 1}, Case{{1, 2, 1}, 0}, Case{{1, 1, 2}, 0}, Case{{2, 1, 1}, 3},
-                 Case{{2, 2, 1}, 2}}) {
-    const std::string what = absl::StrCat("llama dp ", c.l.dp, " tp ", c.l.tp, " pp ", c.l.pp, " ZeRO ", c.zero);
-    const Result many = Run(c.l, c.zero);
-    ExpectClose(many.losses, one.losses, what);
-    for (const auto& r : many.replicated) EXPECT_EQ(r, many.replicated[0]) << what;
-  }
+  ExpectLayoutsMatch(one, {{{2, 1, 1}, 1}, {{2, 2, 2}, 1}, {{1, 2, 1}, 0}, {{1, 1, 2}, 0}, {{2, 1, 1}, 3}, {{2, 2, 1}, 2}},
+                     "llama");
   // Recomputed activations give the same bits; the CUDA code path (emulated) the same losses.
   recompute_ = "full";
   EXPECT_EQ(Run({1, 1, 1}, 0).losses, one.losses) << "recompute full";
@@ -374,6 +379,30 @@ TEST_F(ModelParallelTest, LlamaLayoutsGiveOneProcessLosses) {
       EXPECT_NE(bf16.losses[i], one.losses[i]) << "bf16 is not fp32, step " << i + 1;
     }
   }
+}
+
+// A GPT with mixture-of-experts MLPs (4 experts, top 2, capacity 1.25: some assignments
+// dropped; layers 1 and 3) takes the layouts without expert parallelism: data parallel (each
+// rank routes its own micro-batches, as one process routes each micro-batch of its
+// accumulation), tensor parallel (the router replicated, each expert split as the dense MLP),
+// pipeline parallel (the earlier stage's MoE loss terms summed into the reported loss), ZeRO
+// 1 and 3. Each gives one process's losses within 1e-5, and the planner's bytes hold.
+TEST_F(ModelParallelTest, MoeLayoutsGiveOneProcessLosses) {
+  model_ = "n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16, "
+           "moe: {num_experts: 4, top_k: 2, capacity_factor: 1.25, aux_loss_coeff: 0.01, z_loss_coeff: 0.001, "
+           "every_n_layers: 2}";
+  const Result one = Run({1, 1, 1}, 0);
+  ASSERT_EQ(one.losses.size(), 20u);
+  ASSERT_LT(one.losses.back(), one.losses.front() * 0.8) << "the run learns";
+  ExpectLayoutsMatch(one, {{{2, 1, 1}, 1}, {{1, 2, 1}, 0}, {{1, 1, 2}, 0}, {{2, 2, 2}, 1}, {{2, 1, 1}, 3}}, "moe");
+  parallel_extra_ = ", sequence_parallel: true";  // the router reads the gathered rows
+  ExpectLayoutsMatch(one, {{{1, 2, 1}, 0}}, "moe sequence parallel");
+  parallel_extra_ = "";
+  device_ = "cuda-emulated";  // the MoE ops' CUDA kernels, emulated
+  ExpectLayoutsMatch(one, {{{1, 1, 1}, 0}, {{2, 2, 1}, 1}}, "moe cuda-emulated");
+  device_ = "cpu";
+  recompute_ = "full";
+  EXPECT_EQ(Run({1, 1, 1}, 0).losses, one.losses) << "recompute full";
 }
 
 // Sequence parallelism (Megatron's, with tp): the norms and the residual stream on 1/tp of the

@@ -147,6 +147,32 @@ TEST(HfIoTest, ShardedSafetensorsLoadThroughTheIndex) {
   EXPECT_NE(loaded.status().message().find("lm_head.weight"), absl::string_view::npos) << loaded.status();
 }
 
+// A GPT-2 with experts: its config.json names the MoE model type (which transformers refuses
+// rather than loading it without its experts) and carries the moe keys; it reads back equal,
+// and the weights load back under their Mixtral-style names.
+TEST(HfIoTest, MoeConfigAndWeightsRoundTrip) {
+  GPTConfig c = Small();
+  c.moe = {4, 2, 0.0, 0.01, 0.001, 2};
+  ASSERT_TRUE(c.Validate().ok());
+  testing::TempDir d;
+  GPT m(c);
+  m.InitRandom(4);
+  ASSERT_TRUE(SaveHFModel(d.path(), m).ok());
+  auto cfg = nlohmann::json::parse(*ReadFileToString(d.File("config.json")));
+  EXPECT_EQ(cfg["model_type"], kMoeModelType);
+  EXPECT_EQ(cfg["moe"]["top_k"], 2);
+  auto loaded = LoadHFModel(d.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config(), c);
+  EXPECT_EQ(0, std::memcmp((*loaded)->params(), m.params(), m.num_params() * 4));
+  EXPECT_NE((*loaded)->FindTensor("h.1.mlp.experts.3.c_fc.weight"), nullptr);
+  cfg["moe"].erase("top_k");
+  ASSERT_TRUE(WriteFileAtomic(d.File("config.json"), cfg.dump()).ok());
+  auto bad = ReadHFConfig(d.path());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("moe.top_k"), absl::string_view::npos) << bad.status();
+}
+
 // export --dtype bf16: every tensor stored as BF16, each value the fp32 master rounded to
 // nearest (ties to even), config.json saying bfloat16; it loads back as those values.
 TEST(HfIoTest, Bf16ExportHoldsTheRoundedMasterWeights) {
@@ -325,7 +351,7 @@ TEST(HfIoTest, LlamaConfigFieldsGantryCannotHonourAreNamed) {
       {[](J& j) { j["num_key_value_heads"] = 3; }, "n_kv_head"},  // the config's own check
       {[](J& j) { j["num_key_value_heads"] = 0; }, "field 'num_key_value_heads' is 0, must be >= 1"},
       {[](J& j) { j["intermediate_size"] = 0; }, "field 'intermediate_size' is 0, must be >= 1"},
-      {[](J& j) { j["model_type"] = "mistral"; }, "field 'model_type' is \"mistral\", expected \"gpt2\" or \"llama\""},
+      {[](J& j) { j["model_type"] = "mistral"; }, "field 'model_type' is \"mistral\", expected \"gpt2\", \"llama\" or \"gantry_moe_gpt2\""},
   };
   for (const auto& [change, want] : cases) {
     const std::string e = error(change);

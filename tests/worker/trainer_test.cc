@@ -62,6 +62,47 @@ class TrainerTest : public ::testing::Test {
   FILE* devnull_ = std::fopen("/dev/null", "w");
 };
 
+// A MoE job reports its routing each step: the step line shows the load-balancing and z
+// losses, the share dropped over capacity and the busiest expert's load; the report's counts
+// add up (every assignment routed to some expert, dropped ones counted), a tight capacity
+// drops some, and a checkpoint of the MoE model resumes to the same losses.
+TEST_F(TrainerTest, MoeStepsReportTheRoutingAndResume) {
+  JobSpec s = Spec(6, 3);
+  s.model.n_layer = 2;
+  s.model.moe = {4, 1, 0.5, 0.01, 0.001, 1};
+  ASSERT_TRUE(s.model.Validate().ok());
+  const std::string log = dir_.File("moe.log");
+  FILE* out = std::fopen(log.c_str(), "w");
+  TrainOptions o;
+  o.out = out;
+  auto t = Trainer::Create(s, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*t)->Run().ok());
+  std::fclose(out);
+  const int64_t per_step = int64_t{8} * 16 * 1 * 2;  // global batch x T x top_k x MoE layers
+  for (const StepReport& r : (*t)->reports()) {
+    EXPECT_EQ(r.moe_forwards, 2) << "two micro-batches a step";
+    EXPECT_EQ(r.moe_assignments, per_step);
+    int64_t routed = 0;
+    for (int64_t n : r.moe_tokens_per_expert) routed += n;
+    EXPECT_EQ(routed, per_step) << "each assignment routed to an expert";
+    EXPECT_GT(r.moe_dropped, 0) << "capacity 0.5 drops";
+    EXPECT_GT(r.moe_aux, 0.0);
+    EXPECT_GT(r.moe_z, 0.0);
+  }
+  const std::string text = *ReadFileToString(log);
+  EXPECT_NE(text.find("| moe aux "), std::string::npos) << text;
+  EXPECT_NE(text.find("% load "), std::string::npos) << text;
+  // Resumed from step 3, steps 4-6 give the uninterrupted run's losses.
+  const std::vector<float> all = Losses(**t);
+  std::filesystem::remove_all(dir_.File("ckpt/step_00000006"));
+  TrainOptions r;
+  r.resume = true;
+  auto resumed = Make(s, r);
+  ASSERT_TRUE(resumed->Run().ok());
+  EXPECT_EQ(Losses(*resumed), std::vector<float>(all.begin() + 3, all.end()));
+}
+
 TEST_F(TrainerTest, LossFallsAndValIsReported) {
   auto t = Make(Spec(20));
   ASSERT_TRUE(t->Run().ok());

@@ -311,6 +311,12 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
     rep->set_skipped(r.skipped);
     rep->set_skipped_steps(r.skipped_steps);
     rep->set_offload_bytes(static_cast<int64_t>(r.offload_bytes));
+    rep->set_moe_forwards(r.moe_forwards);
+    rep->set_moe_aux(r.moe_aux);
+    rep->set_moe_z(r.moe_z);
+    rep->set_moe_assignments(r.moe_assignments);
+    rep->set_moe_dropped(r.moe_dropped);
+    for (int64_t t : r.moe_tokens_per_expert) rep->add_moe_tokens_per_expert(t);
     val->reset();
     if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
     if (!speaks) return !cancel.load() && !stop_->load();
@@ -320,6 +326,21 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
     registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
         .Observe(r.seconds);
     registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
+    if (r.moe_forwards > 0) {  // this rank's MoE layers
+      registry_->GetGauge("gantry_worker_moe_aux_loss", "Load-balancing loss of the last step (summed over MoE layers).")
+          .Set(r.moe_aux);
+      registry_->GetGauge("gantry_worker_moe_z_loss", "Router z-loss of the last step (summed over MoE layers).")
+          .Set(r.moe_z);
+      registry_->GetCounter("gantry_worker_moe_assignments_total", "Token-expert assignments routed.")
+          .Inc(static_cast<double>(r.moe_assignments));
+      registry_->GetCounter("gantry_worker_moe_dropped_total", "Token-expert assignments dropped over capacity.")
+          .Inc(static_cast<double>(r.moe_dropped));
+      for (size_t e = 0; e < r.moe_tokens_per_expert.size(); ++e) {
+        registry_->GetCounter("gantry_worker_moe_tokens_total", "Tokens routed to each expert (over MoE layers).",
+                              {{"expert", std::to_string(e)}})
+            .Inc(static_cast<double>(r.moe_tokens_per_expert[e]));
+      }
+    }
     if (r.offload_bytes > 0) {
       registry_->GetCounter("gantry_worker_offload_bytes_total",
                             "Bytes moved between host and device for the offloaded optimizer's updates.")

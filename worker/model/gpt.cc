@@ -15,6 +15,7 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/llama_ops.h"
+#include "kernels/moe.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 
@@ -39,7 +40,11 @@ GPT::GPT(const GPTConfig& config, const ModelShard& shard, kernels::Backend* bac
   size_t i = 0;
   unit_begin_ = {0};
   if (shard_.first()) unit_begin_.push_back(at(i += static_cast<size_t>(EmbeddingTensors(config))));
-  for (int l = lb_; l < le_; ++l) unit_begin_.push_back(at(i += static_cast<size_t>(TensorsPerLayer(config))));
+  for (int l = lb_; l < le_; ++l) {
+    layer_tensor_.push_back(i);
+    unit_begin_.push_back(at(i += static_cast<size_t>(TensorsOfLayer(config, l))));
+  }
+  expert_stride_ = 2 * static_cast<size_t>(config.n_embd) * Fm_ + Fm_ + config.n_embd;
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
   if (const ParamTensor* cls = FindTensor(ClassifierTensor(config))) {
     wte_tensor_ = static_cast<size_t>(cls - tensors_.data());
@@ -93,6 +98,12 @@ GPT::LayerParams GPT::Layer(float* unit_base, int l) const {
   if (config_.llama()) {
     // input_layernorm, q|k|v (from q), o, post_attention_layernorm, gate|up (from gate), down.
     return {p(0), nullptr, p(1), nullptr, p(4), nullptr, p(5), nullptr, p(6), nullptr, p(8), nullptr};
+  }
+  if (config_.moe_layer(l)) {  // ln_1 .. ln_2 as a dense layer's, then the router and the experts
+    LayerParams lp{p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), nullptr, nullptr, nullptr, nullptr};
+    lp.gate = p(8);
+    lp.experts = p(9);
+    return lp;
   }
   return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
 }
@@ -191,6 +202,10 @@ void GPT::RefreshWorking() {
 
 GPT::GemmParams GPT::GemmWeights(const LayerParams& w, int l) {
   if (!mixed()) return {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
+  if (config_.moe_layer(l)) {  // the job spec refuses this; a model built directly says so
+    if (comm_status_.ok()) comm_status_ = absl::UnimplementedError("a MoE layer in bf16/fp16 is not built yet (fp32 only)");
+    return {};
+  }
   // The layer's GEMM operands, as (first tensor, tensors) of the layer, in GemmParams order:
   // GPT-2's tensors 2-5 and 8-11; Llama's q|k|v, o, gate|up and down (no biases).
   struct Operand {
@@ -379,16 +394,130 @@ void GPT::ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const f
                           LayerAct(l, off_.res2), p.ln2w, p.ln2b, R, C);
   });
   const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
-  Op(name("matmul+gelu fwd"), [&] {
-    be_->MatmulBiasGeluForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.fch_gelu)), ln2, w.fcw, w.fcb, BT, C, Fm);
-  });
-  Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(proj, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, bias_here ? w.fcprojb : nullptr, BT, Fm, C);
-  });
+  if (config_.moe_layer(l)) {
+    MoeForward(l, p, ln2, BT, proj, tag);
+  } else {
+    Op(name("matmul+gelu fwd"), [&] {
+      be_->MatmulBiasGeluForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.fch_gelu)), ln2, w.fcw, w.fcb, BT, C,
+                                 Fm);
+    });
+    Op(name("matmul fwd"), [&] {
+      be_->MatmulForward(proj, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, bias_here ? w.fcprojb : nullptr, BT, Fm, C);
+    });
+  }
   const float* mlp = SumPartial(proj, BT, tag);
   Op(name("residual fwd"), [&] {
     be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), mlp, static_cast<int64_t>(R) * C);
   });
+}
+
+const std::vector<int32_t>& GPT::MoeOffsets(int l) {
+  const int E = config_.moe.num_experts;
+  moe_counts_host_.resize(static_cast<size_t>(kernels::MoeCountsSize(E)));
+  be_->CopyToHost(moe_counts_host_.data(), LayerAct(l, off_.moe_counts), moe_counts_host_.size() * sizeof(int32_t));
+  be_->CopyToHost(moe_layer_stats_, LayerAct(l, off_.moe_stats), sizeof(moe_layer_stats_));
+  Sync();  // the experts' GEMMs need the row counts on the host
+  return moe_counts_host_;
+}
+
+void GPT::MoeForward(int l, const LayerParams& p, kernels::CPtr ln2, int BT, float* proj, const char* tag) {
+  const int C = config_.n_embd, Fm = Fm_, E = config_.moe.num_experts, K = config_.moe.top_k;
+  auto name = [tag](const char* op) { return *tag ? tag : op; };
+  const bool bias_here = shard_.tp_rank == 0;
+  float* probs = LayerAct(l, off_.moe_probs);
+  auto* choice = reinterpret_cast<int32_t*>(LayerAct(l, off_.moe_choice));
+  auto* slot = reinterpret_cast<int32_t*>(LayerAct(l, off_.moe_slot));
+  auto* counts = reinterpret_cast<int32_t*>(LayerAct(l, off_.moe_counts));
+  float* weight = LayerAct(l, off_.moe_weight);
+  float* X = LayerAct(l, off_.moe_x);
+  float* Y = LayerAct(l, off_.moe_y);
+  float* fch = LayerAct(l, off_.fch);
+  float* gelu = LayerAct(l, off_.fch_gelu);
+  // The router: logits (B·T, E) into probs, then the choice, the weights and the capacity.
+  Op(name("moe router fwd"), [&] {
+    be_->MatmulForward(probs, ln2, p.gate, nullptr, BT, C, E, k::WeightLayout::kOutIn);
+    be_->MoeRoute(probs, LayerAct(l, off_.moe_lse), choice, weight, slot, counts, LayerAct(l, off_.moe_stats), probs, BT,
+                  E, K, MoeCapacity(config_.moe, BT));
+  });
+  const std::vector<int32_t>& c = MoeOffsets(l);
+  const int32_t* offset = c.data() + E;
+  if (*tag == '\0') {  // the forward's loss terms (a recomputation's are the same, not added again)
+    fwd_aux_ += moe_layer_stats_[0];
+    fwd_z_ += moe_layer_stats_[1];
+  }
+  if (*tag == '\0' && counting_) {  // training forwards; a recomputation counts nothing again
+    if (moe_stats_.tokens_per_expert.empty()) moe_stats_.tokens_per_expert.assign(static_cast<size_t>(E), 0);
+    for (int e = 0; e < E; ++e) moe_stats_.tokens_per_expert[static_cast<size_t>(e)] += c[static_cast<size_t>(e)];
+    moe_stats_.assignments += static_cast<int64_t>(BT) * K;
+    moe_stats_.dropped += static_cast<int64_t>(BT) * K - offset[E];
+  }
+  Op(name("moe dispatch"), [&] { be_->MoeDispatch(X, static_cast<const float*>(ln2.data), slot, BT, K, C); });
+  // Each expert on its rows: the dense MLP's two GEMMs (tensor-parallel partial sums, rank 0
+  // adding c_proj's bias), then the weighted combine into proj.
+  for (int e = 0; e < E; ++e) {
+    const int o = offset[e], n = offset[e + 1] - offset[e];
+    if (n == 0) continue;
+    const Expert x = ExpertOf(p.experts, e);
+    Op(name("matmul+gelu fwd"), [&] {
+      be_->MatmulBiasGeluForward(fch + static_cast<size_t>(o) * Fm, gelu + static_cast<size_t>(o) * Fm,
+                                 X + static_cast<size_t>(o) * C, x.fcw, x.fcb, n, C, Fm);
+    });
+    Op(name("matmul fwd"), [&] {
+      be_->MatmulForward(Y + static_cast<size_t>(o) * C, gelu + static_cast<size_t>(o) * Fm, x.projw,
+                         bias_here ? x.projb : nullptr, n, Fm, C);
+    });
+  }
+  Op(name("moe combine"), [&] { be_->MoeCombine(proj, Y, slot, weight, BT, K, C); });
+}
+
+void GPT::MoeBackward(int l, const LayerParams& p, const LayerParams& g, kernels::CPtr ln2, kernels::CPtr dout, int BT,
+                      float* dln) {
+  const int C = config_.n_embd, Fm = Fm_, E = config_.moe.num_experts, K = config_.moe.top_k;
+  const float* probs = LayerAct(l, off_.moe_probs);
+  const auto* choice = reinterpret_cast<const int32_t*>(LayerAct(l, off_.moe_choice));
+  const auto* slot = reinterpret_cast<const int32_t*>(LayerAct(l, off_.moe_slot));
+  const auto* counts = reinterpret_cast<const int32_t*>(LayerAct(l, off_.moe_counts));
+  const float* weight = LayerAct(l, off_.moe_weight);
+  float *dY = A(off_.moe_dy), *dw = A(off_.moe_dw), *dX = A(off_.moe_dx), *dlogits = A(off_.moe_dlogits);
+  float* dfch = A(off_.dfch);
+  float* X = LayerAct(l, off_.moe_x);
+  float* Y = LayerAct(l, off_.moe_y);
+  float* fch = LayerAct(l, off_.fch);
+  float* gelu = LayerAct(l, off_.fch_gelu);
+  Op("moe combine bwd", [&] {
+    be_->MoeCombineBackward(dY, dw, static_cast<const float*>(dout.data), Y, slot, weight, BT, K, C);
+  });
+  // The weights' gradient reads the experts' outputs, partial over tensor-parallel ranks.
+  Op("tp all-reduce", [&] { TpAllReduce(dw, static_cast<size_t>(BT) * K); });
+  const std::vector<int32_t>& c = MoeOffsets(l);
+  const int32_t* offset = c.data() + E;
+  for (int e = 0; e < E; ++e) {
+    const int o = offset[e], n = offset[e + 1] - offset[e];
+    if (n == 0) continue;  // an expert without tokens: a zero gradient
+    const Expert w = ExpertOf(p.experts, e), d = ExpertOf(g.experts, e);
+    Op("matmul+gelu bwd", [&] {
+      be_->MatmulBackward(dfch + static_cast<size_t>(o) * Fm, d.projw, d.projb, dY + static_cast<size_t>(o) * C,
+                          gelu + static_cast<size_t>(o) * Fm, w.projw, n, Fm, C, k::WeightLayout::kInOut,
+                          fch + static_cast<size_t>(o) * Fm);
+    });
+    Op("matmul bwd", [&] {
+      be_->MatmulBackward(dX + static_cast<size_t>(o) * C, d.fcw, d.fcb, dfch + static_cast<size_t>(o) * Fm,
+                          X + static_cast<size_t>(o) * C, w.fcw, n, C, Fm);
+    });
+  }
+  // The router: its logits' gradient from the weights' and the two losses' (scaled as the
+  // micro-batch's loss is), then its GEMM. Its part of d(ln_2 out) is the same on every
+  // tensor-parallel rank: rank 0 adds it, so that the group's sum counts it once.
+  Op("moe router bwd", [&] {
+    be_->MoeRouterBackward(dlogits, dw, probs, LayerAct(l, off_.moe_lse), choice, weight, counts, BT, E, K,
+                           moe_dloss_ * static_cast<float>(config_.moe.aux_loss_coeff),
+                           moe_dloss_ * static_cast<float>(config_.moe.z_loss_coeff));
+    const bool here = shard_.tp_rank == 0;
+    be_->MatmulBackward(here ? dln : nullptr, g.gate, nullptr, dlogits, ln2, p.gate, BT, C, E,
+                        k::WeightLayout::kOutIn);
+    if (!here) be_->Zero(dln, static_cast<size_t>(BT) * C * sizeof(float));
+  });
+  Op("moe dispatch bwd", [&] { be_->MoeDispatchBackward(dln, dX, slot, BT, K, C); });
 }
 
 void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
@@ -580,15 +709,29 @@ float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
   const size_t bytes = static_cast<size_t>(B) * T * sizeof(int32_t);
   if (shard_.first()) be_->CopyToDevice(tokens, inputs, bytes);
   if (shard_.last() && targets != nullptr) be_->CopyToDevice(tokens + tokens_per_slot_, targets, bytes);
+  moe_dloss_ = dloss_scale;
+  counting_ = dloss_scale != 0.f;
+  fwd_aux_ = fwd_z_ = 0;
   RunForward(B, T);
+  MoeLosses();
   float loss = std::numeric_limits<float>::quiet_NaN();
   if (shard_.last()) {
     if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
-    // Mean over the B*T tokens, times 1/grad_accum.
-    if (targets != nullptr) loss = Loss(B, T, dloss_scale / static_cast<float>(B * T));
+    // Mean over the B*T tokens, times 1/grad_accum; plus this stage's MoE loss terms.
+    if (targets != nullptr) loss = Loss(B, T, dloss_scale / static_cast<float>(B * T)) + last_moe_loss_;
   }
   Sync();
   return loss;
+}
+
+void GPT::MoeLosses() {
+  const double aux = fwd_aux_, z = fwd_z_;
+  last_moe_loss_ = static_cast<float>(config_.moe.aux_loss_coeff * aux + config_.moe.z_loss_coeff * z);
+  if (counting_ && config_.moe.num_experts > 0) {
+    moe_stats_.aux += aux;
+    moe_stats_.z += z;
+    ++moe_stats_.forwards;
+  }
 }
 
 const float* GPT::stage_output(int slot) {
@@ -628,12 +771,16 @@ void GPT::BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const 
   // dres holds d(res3) (this rank's rows). MLP branch; with 16-bit tensors each gradient
   // reaching one is rounded as that tensor was, and each weight gradient before it is accumulated.
   const kernels::Ptr dout3 = DoutAllRows(BT);
-  Op("matmul+gelu bwd", [&] {
-    be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout3, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,
-                        Fm, C, k::WeightLayout::kInOut, H(LayerAct(l, off_.fch)));
-  });
   const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
-  Op("matmul bwd", [&] { be_->MatmulBackward(dln, g.fcw, g.fcb, H(A(off_.dfch)), ln2, w.fcw, BT, C, Fm); });
+  if (config_.moe_layer(l)) {
+    MoeBackward(l, p, g, ln2, dout3, BT, dln);
+  } else {
+    Op("matmul+gelu bwd", [&] {
+      be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout3, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,
+                          Fm, C, k::WeightLayout::kInOut, H(LayerAct(l, off_.fch)));
+    });
+    Op("matmul bwd", [&] { be_->MatmulBackward(dln, g.fcw, g.fcb, H(A(off_.dfch)), ln2, w.fcw, BT, C, Fm); });
+  }
   // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
   const float* dln2 = SumNormGrad(dln, BT);
   // d(res2) = d(res3) + ln_2 backward (ln_2's weight and bias are adjacent)

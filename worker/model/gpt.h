@@ -142,6 +142,23 @@ class GPT {
   // Rows [row, row + rows) of them, copied to the host.
   void ReadLogits(float* host, size_t row, size_t rows);
 
+  // Mixture of experts: what the forwards on this stage routed since the last TakeMoeStats
+  // (summed over its MoE layers and the forwards), and the loss terms they added.
+  struct MoeStats {
+    int forwards = 0;                        // micro-batch forwards counted
+    double aux = 0, z = 0;                   // Σ over layers and forwards, before the coefficients
+    int64_t assignments = 0, dropped = 0;    // token-expert assignments, and those over capacity
+    std::vector<int64_t> tokens_per_expert;  // routed (before drops), summed over layers
+  };
+  MoeStats TakeMoeStats() {
+    MoeStats s = std::move(moe_stats_);
+    moe_stats_ = MoeStats{};
+    return s;
+  }
+  // The last forward's MoE loss terms on this stage (aux_loss_coeff · Σ aux + z_loss_coeff · Σ z),
+  // which the loss ForwardStage returns includes on a whole model.
+  float last_moe_loss() const { return last_moe_loss_; }
+
   // Per-op wall time, accumulated while profiling is on (bench/ prints it).
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<std::pair<std::string, double>>& op_seconds() const { return op_seconds_; }
@@ -194,7 +211,28 @@ class GPT {
  private:
   struct LayerParams {
     float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    // A MoE layer's router (E, C) and its first expert's c_fc.weight, the experts' tensors
+    // following at expert_stride_ (the dense MLP's pointers are null there).
+    float* gate = nullptr;
+    float* experts = nullptr;
   };
+  // Expert e's tensors from LayerParams::experts.
+  struct Expert {
+    float *fcw, *fcb, *projw, *projb;
+  };
+  Expert ExpertOf(float* experts, int e) const {
+    float* x = experts + static_cast<size_t>(e) * expert_stride_;
+    const size_t C = static_cast<size_t>(config_.n_embd), F = static_cast<size_t>(Fm_);
+    return {x, x + C * F, x + C * F + F, x + 2 * C * F + F};
+  }
+  // A MoE layer's MLP forward from ln_2's output (all rows) into proj (the experts' weighted
+  // outputs, partial over tensor-parallel ranks), and its backward from dout (all rows) into
+  // dln (d ln_2's output, partial) and the layer's gradients.
+  void MoeForward(int l, const LayerParams& p, kernels::CPtr ln2, int BT, float* proj, const char* tag);
+  void MoeBackward(int l, const LayerParams& p, const LayerParams& g, kernels::CPtr ln2, kernels::CPtr dout, int BT,
+                   float* dln);
+  // The dispatch offsets of layer l's last routing (E + 1), read back to the host.
+  const std::vector<int32_t>& MoeOffsets(int l);
   // This shard's layers [lb_, le_); units: the embedding (first stage), one per layer, the
   // head (last stage: ln_f, and with pp > 1 the copy of wte).
   int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - lb_); }
@@ -303,16 +341,18 @@ class GPT {
   bool gathers() const { return host_ != nullptr && host_->gathers_params(); }
   bool mixed() const { return lp_ != kernels::Precision::kFp32; }
   // The index in tensors_ of layer l's first tensor.
-  size_t LayerTensor(int l) const {
-    return (shard_.first() ? static_cast<size_t>(EmbeddingTensors(config_)) : 0) +
-           static_cast<size_t>(l - lb_) * static_cast<size_t>(TensorsPerLayer(config_));
-  }
+  size_t LayerTensor(int l) const { return layer_tensor_[static_cast<size_t>(l - lb_)]; }
+  std::vector<size_t> layer_tensor_;  // LayerTensor's answers
 
   GPTConfig config_;
   ModelShard shard_;
   int lb_ = 0, le_ = 0;  // this shard's layers
   int Ca_ = 0, NHa_ = 0, Fm_ = 0, Vl_ = 0, v0_ = 0;  // attention width, heads, MLP width, vocab rows, first row
   int NKVa_ = 0, hd_ = 0;  // key/value heads per rank, head_dim
+  size_t expert_stride_ = 0;  // floats of one expert's tensors on this rank
+  float moe_dloss_ = 0.f;     // the micro-batch's dloss_scale, for the MoE losses' backward
+  std::vector<int32_t> moe_counts_host_;
+  MoeStats moe_stats_;
   int cls_unit_ = 0;
   size_t cls_offset_ = 0;
   kernels::DeviceBuffer inv_freq_;  // Llama: RoPE's inverse frequencies (hd/2)
@@ -344,6 +384,12 @@ class GPT {
   std::vector<size_t> image_at_;
   size_t wte_tensor_ = 0;  // the index in tensors_ of this shard's classifier rows (a stage with the classifier has them)
   bool working_valid_ = false;
+  float last_moe_loss_ = 0.f;
+  bool counting_ = false;  // the forward is a training one (its MoE routing is counted)
+  float moe_layer_stats_[2] = {};  // the last routing's aux and z, read back with its offsets
+  double fwd_aux_ = 0, fwd_z_ = 0;  // the forward's, summed over its MoE layers
+  // The last forward's MoE losses on this stage (last_moe_loss_), and the stats.
+  void MoeLosses();
 };
 
 }  // namespace gantry::model

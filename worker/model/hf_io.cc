@@ -1,6 +1,7 @@
 #include "worker/model/hf_io.h"
 
 #include <filesystem>
+#include <type_traits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -117,9 +118,13 @@ absl::StatusOr<GPTConfig> ParseHFConfig(const std::string& text, const std::stri
   }
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   if (j.contains("model_type") && j["model_type"] == "llama") return ParseLlamaConfig(j, path);
-  if (j.contains("model_type") && j["model_type"] != "gpt2") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": field 'model_type' is ", j["model_type"].dump(), ", expected \"gpt2\" or \"llama\""));
+  // A GPT-2 with mixture-of-experts MLPs (kMoeModelType): transformers has no such class, so
+  // its config names a model_type transformers refuses rather than loading it as a GPT-2
+  // without its experts.
+  const bool moe = j.contains("model_type") && j["model_type"] == kMoeModelType;
+  if (j.contains("model_type") && j["model_type"] != "gpt2" && !moe) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": field 'model_type' is ", j["model_type"].dump(),
+                                                   ", expected \"gpt2\", \"llama\" or \"", kMoeModelType, "\""));
   }
   auto get_int = [&](const char* field, int* out) -> absl::Status {
     if (!j.contains(field)) {
@@ -157,6 +162,25 @@ absl::StatusOr<GPTConfig> ParseHFConfig(const std::string& text, const std::stri
       std::abs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": field 'layer_norm_epsilon' is ", j["layer_norm_epsilon"].dump(), ", only 1e-5 is supported"));
+  }
+  if (moe) {
+    const nlohmann::json& m = j.contains("moe") ? j["moe"] : nlohmann::json();
+    if (!m.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": field 'moe' is missing or not an object"));
+    auto num = [&](const char* field, auto* out) -> absl::Status {
+      using T = std::remove_pointer_t<decltype(out)>;
+      const bool ok = std::is_integral_v<T> ? m.contains(field) && m[field].is_number_integer()
+                                            : m.contains(field) && m[field].is_number();
+      if (!ok) return absl::InvalidArgumentError(absl::StrCat(path, ": field 'moe.", field, "' is missing or not a number"));
+      *out = m[field].get<T>();
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(num("num_experts", &c.moe.num_experts));
+    RETURN_IF_ERROR(num("top_k", &c.moe.top_k));
+    RETURN_IF_ERROR(num("capacity_factor", &c.moe.capacity_factor));
+    RETURN_IF_ERROR(num("aux_loss_coeff", &c.moe.aux_loss_coeff));
+    RETURN_IF_ERROR(num("z_loss_coeff", &c.moe.z_loss_coeff));
+    RETURN_IF_ERROR(num("every_n_layers", &c.moe.every_n_layers));
+    if (c.moe.num_experts < 1) return absl::InvalidArgumentError(absl::StrCat(path, ": field 'moe.num_experts' must be >= 1"));
   }
   if (auto s = c.Validate(); !s.ok()) return Annotate(s, path);
   return c;
@@ -282,6 +306,13 @@ std::string HFConfigJson(const GPTConfig& c, kernels::Precision dtype) {
   j["eos_token_id"] = 0;
   j["torch_dtype"] = dtype == kernels::Precision::kBf16 ? "bfloat16" : "float32";
   j["gantry_tokenizer"] = c.vocab_size == 256 ? "bytes" : "external";
+  if (c.moe.num_experts > 0) {
+    j["architectures"] = {"GantryMoeGPT2"};
+    j["model_type"] = kMoeModelType;
+    j["moe"] = {{"num_experts", c.moe.num_experts},       {"top_k", c.moe.top_k},
+                {"capacity_factor", c.moe.capacity_factor}, {"aux_loss_coeff", c.moe.aux_loss_coeff},
+                {"z_loss_coeff", c.moe.z_loss_coeff},       {"every_n_layers", c.moe.every_n_layers}};
+  }
   return j.dump(2) + "\n";
 }
 

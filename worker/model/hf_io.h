@@ -33,6 +33,12 @@ absl::Status WriteHFConfig(const std::string& dir, const GPTConfig& config,
 std::string HFConfigJson(const GPTConfig& config,
                          kernels::Precision dtype = kernels::Precision::kFp32);  // config.json's text
 
+// config.json's model_type for a GPT-2 with mixture-of-experts MLPs. Its tensors are named
+// Mixtral-style where they fit (h.L.mlp.gate.weight, h.L.mlp.experts.E.c_fc/c_proj); the
+// config's `moe` object holds the MoE keys. transformers has no such model and refuses the
+// model_type, rather than loading it as a GPT-2 without its experts.
+inline constexpr char kMoeModelType[] = "gantry_moe_gpt2";
+
 // "fp32" or "bf16" (`export --dtype`), or INVALID_ARGUMENT naming the choices.
 absl::StatusOr<kernels::Precision> ParseExportDtype(const std::string& name);
 

@@ -240,9 +240,10 @@ StepReport Trainer::Step(int64_t step) {
   if (comm_status_.ok()) comm_status_ = model_->comm_status();
   if (!comm_status_.ok()) return StepReport{};
   loss /= accum;
-  // A sharded replica's loss is the last stage's (tp rank 0 gives it; FinishStep sums).
+  // A sharded replica's loss is the last stage's plus the earlier stages' MoE loss terms (tp
+  // rank 0 gives each; FinishStep sums).
   const model::ModelShard& sh = model_->shard();
-  if (groups_ && !(sh.last() && sh.tp_rank == 0)) loss = 0;
+  if (groups_ && sh.tp_rank != 0) loss = 0;
   const double lr = LearningRate(spec_.train, step);
   // AdamW's step count: the updates applied so far (a step skipped for an fp16 overflow is
   // not one), plus this one.
@@ -269,6 +270,14 @@ StepReport Trainer::Step(int64_t step) {
   r.comm_busy_seconds = timing.comm_busy;
   r.offload_bytes = timing.offload_bytes;
   r.bubble = bubble;
+  if (model::GPT::MoeStats ms = model_->TakeMoeStats(); ms.forwards > 0) {
+    r.moe_forwards = ms.forwards;
+    r.moe_aux = ms.aux / ms.forwards;
+    r.moe_z = ms.z / ms.forwards;
+    r.moe_assignments = ms.assignments;
+    r.moe_dropped = ms.dropped;
+    r.moe_tokens_per_expert = std::move(ms.tokens_per_expert);
+  }
   if (scaler_.enabled()) {
     r.loss_scale = scale;
     r.skipped = result->skipped;
@@ -313,7 +322,8 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
                               spec_.data.shuffle, inputs_.data(), targets_.data());
         if (!s.ok()) break;
         const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum);
-        if (sh.last()) loss += l;
+        // The last stage's loss; an earlier stage's MoE layers add their loss terms.
+        loss += sh.last() ? l : model_->last_moe_loss();
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
         break;
       }
@@ -351,10 +361,11 @@ absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
     const float l = model_->ForwardStage(0, in, tg, B, T, 0.f);
     RETURN_IF_ERROR(model_->comm_status());
     if (!sh.last()) RETURN_IF_ERROR(groups_->pp->Send(model_->stage_output(0), n, sh.stage + 1));
-    return sh.last() ? l : 0.f;
+    // The last stage's loss; the others' MoE layers add their loss terms (summed below).
+    return sh.last() ? l : model_->last_moe_loss();
   });
   RETURN_IF_ERROR(sum.status());
-  float loss = sh.last() && sh.tp_rank == 0 ? *sum : 0.f;  // the last stage's, to every rank
+  float loss = sh.tp_rank == 0 ? *sum : 0.f;  // each stage's part (tp rank 0's), to every rank
   if (groups_->mp != nullptr) RETURN_IF_ERROR(groups_->mp->AllReduceSum(&loss, 1));
   return loss;
 }
@@ -507,6 +518,7 @@ absl::Status Trainer::Run() {
       line.skipped = r.skipped;
       line.skipped_steps = r.skipped_steps;
       line.offload_bytes = static_cast<double>(r.offload_bytes);
+      if (r.moe_forwards > 0) line.SetMoe(r.moe_aux, r.moe_z, r.moe_dropped, r.moe_assignments, r.moe_tokens_per_expert);
       Print(FormatStepLine(line));
     }
     const bool last = r.step == s.train.steps;

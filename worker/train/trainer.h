@@ -103,6 +103,14 @@ struct StepReport {
   int64_t skipped_steps = 0;
   // optimizer.offload: bytes this rank moved between host and device for its update.
   size_t offload_bytes = 0;
+  // Mixture of experts, this rank's MoE layers (moe_forwards 0 without any): the load-balancing
+  // and z losses (summed over the layers, the mean over the step's micro-batches), the
+  // token-expert assignments and those dropped over capacity, and the tokens each expert was
+  // routed (summed over the layers and micro-batches).
+  int moe_forwards = 0;
+  double moe_aux = 0, moe_z = 0;
+  int64_t moe_assignments = 0, moe_dropped = 0;
+  std::vector<int64_t> moe_tokens_per_expert;
 };
 
 class Trainer {
