@@ -88,6 +88,15 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(options.timeout);
     ctx->connectFullMesh(*store, device);
+    // A rank's mesh is up once its own pairs are; a peer's may still be finishing its
+    // handshakes. Until every rank is in, none may go on: a rank whose first collectives need
+    // no transfer (n 0, one rank's share empty) could otherwise close its pairs under a peer
+    // still joining ("connection closed by peer", seen in a full ctest run). Tag 0: the
+    // collectives' tags are their sequence numbers, from 1.
+    gloo::BarrierOptions joined(ctx);
+    joined.setTag(0);
+    joined.setTimeout(options.timeout);
+    gloo::barrier(joined);
     GlooOptions o = options;
     if (o.failure_grace.count() <= 0) o.failure_grace = DefaultFailureGrace(o.timeout);
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(ctx), store, o));
