@@ -56,7 +56,7 @@ struct GPTConfig {
   int ffn_hidden = 0;
   double rope_theta = 10000.0;  // Llama: RoPE's base
   double norm_eps = 1e-5;       // GPT-2's LayerNorm (1e-5 only) or Llama's RMSNorm epsilon
-  MoeConfig moe;                // GPT-2 only, for now
+  MoeConfig moe{};              // GPT-2 only, for now
 
   bool moe_layer(int l) const { return moe.num_experts > 0 && (l + 1) % moe.every_n_layers == 0; }
   int moe_layers() const { return moe.num_experts > 0 ? n_layer / moe.every_n_layers : 0; }

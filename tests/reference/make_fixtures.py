@@ -94,28 +94,34 @@ def random_params(gen):
     return p
 
 
-def gpt2_forward(p, idx):
-    """GPT-2 forward; p maps HF names to tensors. Returns logits (B,T,V)."""
+def gpt2_forward(p, idx, n_layer=L, n_embd=C, n_head=NH, mlp=None):
+    """GPT-2 forward; p maps HF names to tensors. Returns logits (B,T,V). mlp(l, h, m), given,
+    replaces layer l's MLP where it returns its output (B,T,C) for ln_2's output m (make_moe's
+    layers), and leaves the dense MLP where it returns None."""
     Bn, Tn = idx.shape
     x = p["wte.weight"][idx] + p["wpe.weight"][:Tn]
-    hs = C // NH
+    hs = n_embd // n_head
     mask = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
-    for l in range(L):
+    for l in range(n_layer):
         h = f"h.{l}."
-        a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps=1e-5)
+        a = F.layer_norm(x, (n_embd,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps=1e-5)
         qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
-        q, k, v = qkv.split(C, dim=2)
-        q = q.view(Bn, Tn, NH, hs).transpose(1, 2)
-        k = k.view(Bn, Tn, NH, hs).transpose(1, 2)
-        v = v.view(Bn, Tn, NH, hs).transpose(1, 2)
+        q, k, v = qkv.split(n_embd, dim=2)
+        q = q.view(Bn, Tn, n_head, hs).transpose(1, 2)
+        k = k.view(Bn, Tn, n_head, hs).transpose(1, 2)
+        v = v.view(Bn, Tn, n_head, hs).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(Bn, Tn, C)
+        y = (att @ v).transpose(1, 2).reshape(Bn, Tn, n_embd)
         x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
-        m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps=1e-5)
-        m = F.gelu(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
-        x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
-    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps=1e-5)
+        m = F.layer_norm(x, (n_embd,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps=1e-5)
+        y = mlp(l, h, m) if mlp is not None else None
+        if y is None:
+            m = F.gelu(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
+            x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
+        else:
+            x = x + y
+    x = F.layer_norm(x, (n_embd,), p["ln_f.weight"], p["ln_f.bias"], eps=1e-5)
     return x @ p["wte.weight"].T
 
 
@@ -729,39 +735,24 @@ def moe_mlp(p, h, x, cfg, impl):
 
 
 def moe_forward(p, idx, cfg, impl="dispatch"):
-    """The MoE GPT (see make_moe). Returns logits (B, T, V), the per-MoE-layer aux and z
-    losses (lists) and the per-MoE-layer routing records."""
+    """The MoE GPT (see make_moe): gpt2_forward with moe_mlp in the MoE layers. Returns logits
+    (B, T, V), the per-MoE-layer aux and z losses (lists) and the per-MoE-layer routing records."""
     Bn, Tn = idx.shape
-    Cn, NHn = cfg["n_embd"], cfg["n_head"]
+    Cn = cfg["n_embd"]
     moe = moe_layers(cfg)
-    x = p["wte.weight"][idx] + p["wpe.weight"][:Tn]
-    hs = Cn // NHn
-    mask = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
     auxes, zs, recs = [], [], []
-    for l in range(cfg["n_layer"]):
-        h = f"h.{l}."
-        a = F.layer_norm(x, (Cn,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps=1e-5)
-        qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
-        q, k, v = qkv.split(Cn, dim=2)
-        q = q.view(Bn, Tn, NHn, hs).transpose(1, 2)
-        k = k.view(Bn, Tn, NHn, hs).transpose(1, 2)
-        v = v.view(Bn, Tn, NHn, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(Bn, Tn, Cn)
-        x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
-        m = F.layer_norm(x, (Cn,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps=1e-5)
-        if l in moe:
-            y, aux, z, rec = moe_mlp(p, h, m.reshape(Bn * Tn, Cn), cfg, impl)
-            x = x + y.view(Bn, Tn, Cn)
-            auxes.append(aux)
-            zs.append(z)
-            recs.append(rec)
-        else:
-            m = F.gelu(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
-            x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
-    x = F.layer_norm(x, (Cn,), p["ln_f.weight"], p["ln_f.bias"], eps=1e-5)
-    return x @ p["wte.weight"].T, auxes, zs, recs
+
+    def mlp(l, h, m):
+        if l not in moe:
+            return None
+        y, aux, z, rec = moe_mlp(p, h, m.reshape(Bn * Tn, Cn), cfg, impl)
+        auxes.append(aux)
+        zs.append(z)
+        recs.append(rec)
+        return y.view(Bn, Tn, Cn)
+
+    logits = gpt2_forward(p, idx, cfg["n_layer"], Cn, cfg["n_head"], mlp)
+    return logits, auxes, zs, recs
 
 
 def moe_loss(p, inputs, targets, cfg, impl="dispatch", coeffs=None):

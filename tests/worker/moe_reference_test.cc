@@ -93,7 +93,9 @@ TEST_P(MoeReferenceTest, RoutingLogitsAndLossMatchTorch) {
   const float loss = model_->ForwardBackward(inputs_.data(), targets_.data(), B_, T_, 1.0f);
   const GPT::MoeStats s = model_->TakeMoeStats();
   ExpectRouting(s, I32(*fx_, p_ + "tokens_per_expert"), I32(*fx_, p_ + "dropped"), "step 0");
-  if (config_.moe.capacity_factor > 0) EXPECT_GT(s.dropped, 0) << "the fixture's capacity drops some";
+  if (config_.moe.capacity_factor > 0) {
+    EXPECT_GT(s.dropped, 0) << "the fixture's capacity drops some";
+  }
   // logits() holds dlogits after a backward: the logits come from a forward alone.
   const float fwd_loss = model_->Forward(inputs_.data(), targets_.data(), B_, T_);
   auto want = F32(*fx_, p_ + "logits");
@@ -148,7 +150,9 @@ TEST_P(MoeReferenceTest, TenAdamWStepsWithClippingMatchTorch) {
                   {dropped.begin() + (step - 1) * L, dropped.begin() + step * L}, what);
     EXPECT_LE(std::fabs(loss - want_losses[step - 1]) / want_losses[step - 1], 1e-5) << what;
     const float coef = kernels::clip_coefficient(std::sqrt(kernels::sum_squares(model_->grads(), n)), clip);
-    if (step == 1) EXPECT_LT(coef, 1.0f) << "the fixture's clip must be active";
+    if (step == 1) {
+      EXPECT_LT(coef, 1.0f) << "the fixture's clip must be active";
+    }
     kernels::scale_inplace(model_->grads(), n, coef);
     opt.Step(model_->params(), model_->grads(), hp_["lr"].get<double>(), step);
   }

@@ -445,7 +445,7 @@ void GPT::MoeForward(int l, const LayerParams& p, kernels::CPtr ln2, int BT, flo
     fwd_aux_ += moe_layer_stats_[0];
     fwd_z_ += moe_layer_stats_[1];
   }
-  if (*tag == '\0' && counting_) {  // training forwards; a recomputation counts nothing again
+  if (*tag == '\0' && counting()) {  // training forwards; a recomputation counts nothing again
     if (moe_stats_.tokens_per_expert.empty()) moe_stats_.tokens_per_expert.assign(static_cast<size_t>(E), 0);
     for (int e = 0; e < E; ++e) moe_stats_.tokens_per_expert[static_cast<size_t>(e)] += c[static_cast<size_t>(e)];
     moe_stats_.assignments += static_cast<int64_t>(BT) * K;
@@ -710,7 +710,6 @@ float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
   if (shard_.first()) be_->CopyToDevice(tokens, inputs, bytes);
   if (shard_.last() && targets != nullptr) be_->CopyToDevice(tokens + tokens_per_slot_, targets, bytes);
   moe_dloss_ = dloss_scale;
-  counting_ = dloss_scale != 0.f;
   fwd_aux_ = fwd_z_ = 0;
   RunForward(B, T);
   MoeLosses();
@@ -727,7 +726,7 @@ float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
 void GPT::MoeLosses() {
   const double aux = fwd_aux_, z = fwd_z_;
   last_moe_loss_ = static_cast<float>(config_.moe.aux_loss_coeff * aux + config_.moe.z_loss_coeff * z);
-  if (counting_ && config_.moe.num_experts > 0) {
+  if (counting() && config_.moe.num_experts > 0) {
     moe_stats_.aux += aux;
     moe_stats_.z += z;
     ++moe_stats_.forwards;

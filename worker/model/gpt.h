@@ -385,7 +385,8 @@ class GPT {
   size_t wte_tensor_ = 0;  // the index in tensors_ of this shard's classifier rows (a stage with the classifier has them)
   bool working_valid_ = false;
   float last_moe_loss_ = 0.f;
-  bool counting_ = false;  // the forward is a training one (its MoE routing is counted)
+  // A training forward (dloss != 0) counts its MoE routing; an evaluation's is not counted.
+  bool counting() const { return moe_dloss_ != 0.f; }
   float moe_layer_stats_[2] = {};  // the last routing's aux and z, read back with its offsets
   double fwd_aux_ = 0, fwd_z_ = 0;  // the forward's, summed over its MoE layers
   // The last forward's MoE losses on this stage (last_moe_loss_), and the stats.

@@ -225,10 +225,12 @@ absl::Status LoadHFWeights(const std::string& dir, GPT& model) {
   // present. Llama's carry their full names.
   std::string prefix;
   if (!model.config().llama()) {
-    ASSIGN_OR_RETURN(SafetensorsFile * first, file_of(shard_of.empty() ? "" : shard_of.begin()->first));
-    if (shard_of.empty() ? first->Has("transformer.wte.weight") : shard_of.count("transformer.wte.weight") > 0) {
-      prefix = "transformer.";
+    bool prefixed = shard_of.count("transformer.wte.weight") > 0;  // sharded: the index says
+    if (shard_of.empty()) {
+      ASSIGN_OR_RETURN(SafetensorsFile * f, file_of(""));
+      prefixed = f->Has("transformer.wte.weight");
     }
+    if (prefixed) prefix = "transformer.";
   }
   // Read in place where the host addresses the model's memory, else through a host copy.
   std::vector<float> staged;
