@@ -62,10 +62,11 @@ constexpr char kUsage[] =
     "  download JOB [--step N] -o DIR write the checkpoint's files as the shard servers hold them\n"
     "  sample JOB [--step N] --prompt TEXT [--tokens N]   generate text from a checkpoint\n"
     "  plan [JOB.yaml | --preset gpt2|gpt2-medium|gpt2-large|gpt2-xl | --n-layer L --d-model C --heads H\n"
-    "       --vocab V [--arch gpt2|llama] [--kv-heads K] [--ffn-hidden F] | --params N] [--seq-len T]\n"
+    "       --vocab V [--arch gpt2|llama] [--kv-heads K] [--ffn-hidden F]\n"
+    "       [--experts E [--top-k K] [--moe-every N] [--capacity-factor F]] | --params N] [--seq-len T]\n"
     "       [--gpus G] [--gpu-memory GB] [--precision fp32|bf16|fp16|mixed]\n"
     "       [--fp32-grad-accum] [--zero S] [--tp T] [--pp P] [--dp D] [--micro-batch B] [--microbatches M]\n"
-    "       [--recompute none|selective|full] [--global-batch N] [--ranks]\n"
+    "       [--ep N] [--sequence-parallel] [--recompute none|selective|full] [--global-batch N] [--ranks]\n"
     "                       bytes per GPU, pipeline bubble, bytes sent per step; with --gpus,\n"
     "                       --gpu-memory and --global-batch, the recommended layout (no coordinator);\n"
     "                       --ranks: each rank's bytes (needs a model shape)\n"
@@ -355,6 +356,18 @@ int PlanCommand(const std::vector<std::string>& args) {
       ok = num(&shape.n_kv_head), shape_given = true;
     } else if (a == "--ffn-hidden") {
       ok = num(&shape.ffn_hidden), shape_given = true;
+    } else if (a == "--experts") {
+      ok = num(&shape.moe.num_experts), shape_given = true;
+    } else if (a == "--top-k") {
+      ok = num(&shape.moe.top_k), shape_given = true;
+    } else if (a == "--moe-every") {
+      ok = num(&shape.moe.every_n_layers), shape_given = true;
+    } else if (a == "--capacity-factor") {
+      ok = real(&shape.moe.capacity_factor), shape_given = true;
+    } else if (a == "--ep") {
+      ok = num(&in.ep);
+    } else if (a == "--sequence-parallel") {
+      in.sequence_parallel = true;
     } else if (a == "--vocab") {
       ok = num(&shape.vocab_size), shape_given = true;
     } else if (a == "--seq-len") {
@@ -424,6 +437,12 @@ int PlanCommand(const std::vector<std::string>& args) {
     std::printf("model: llama, %d layers, d_model %d, %d heads (%d key/value), ffn %d, vocab %d, T %d: %.4g parameters\n",
                 in.model->n_layer, in.model->n_embd, in.model->n_head, in.model->kv_heads(), in.model->ffn(),
                 in.model->vocab_size, in.seq_len, n);
+  } else if (in.model && in.model->moe.num_experts > 0) {
+    const model::MoeConfig& m = in.model->moe;
+    std::printf("model: %d layers, d_model %d, %d heads, vocab %d, T %d, %d experts (top %d) every %d layer(s): "
+                "%.4g parameters\n",
+                in.model->n_layer, in.model->n_embd, in.model->n_head, in.model->vocab_size, in.seq_len, m.num_experts,
+                m.top_k, m.every_n_layers, n);
   } else if (in.model) {
     std::printf("model: %d layers, d_model %d, %d heads, vocab %d, T %d: %.4g parameters\n", in.model->n_layer,
                 in.model->n_embd, in.model->n_head, in.model->vocab_size, in.seq_len, n);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,10 @@
 
 namespace gantry::train {
 namespace {
+
+// The most ranks a job may have: past the largest training runs there are (tens of
+// thousands of GPUs), and small enough that products of ranks and batch sizes fit an int.
+constexpr int64_t kMaxWorld = 1 << 20;
 
 absl::Status FieldError(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("job spec: field '", field, "' ", why));
@@ -42,7 +47,13 @@ absl::Status Section(const YAML::Node& node, const std::string& name,
                      const std::map<std::string, Handler>& handlers) {
   if (!node.IsMap()) return FieldError(name, "must be a mapping");
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
+    // YAML allows any node as a key ("? [a, b]: 1"); as<std::string> would throw on one that
+    // is not a scalar, out of the parser and through a coordinator's SubmitJob handler.
+    if (!it->first.IsScalar()) {
+      return FieldError(name.empty() ? "(top level)" : name,
+                        absl::StrCat("has a key that is not a name (", Scalar(it->first), ")"));
+    }
+    const std::string key = it->first.Scalar();
     const std::string field = name.empty() ? key : absl::StrCat(name, ".", key);
     auto h = handlers.find(key);
     if (h == handlers.end()) {
@@ -166,6 +177,12 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
   if (s.parallel.dp < 1) return FieldError("parallel.dp", "must be >= 1");
   if (s.parallel.tp < 1) return FieldError("parallel.tp", "must be >= 1");
   if (s.parallel.pp < 1) return FieldError("parallel.pp", "must be >= 1");
+  // Ranks, and the batch's products with them, are ints throughout (placement, the rank
+  // formula, micro_batch x dp): a bound here keeps every product from wrapping.
+  if (static_cast<int64_t>(s.parallel.dp) * s.parallel.tp * s.parallel.pp > kMaxWorld) {
+    return FieldError("parallel", absl::StrCat("dp x tp x pp = ", static_cast<int64_t>(s.parallel.dp) * s.parallel.tp *
+                                               s.parallel.pp, " ranks, more than ", kMaxWorld));
+  }
   if (s.model.n_head % s.parallel.tp != 0) {
     return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.n_head ", s.model.n_head,
                                                   " (each tensor-parallel rank takes whole heads)"));
@@ -188,6 +205,29 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
     if (s.train.precision != "fp32") {
       return FieldError("model.moe", absl::StrCat("runs in fp32 (train.precision is ", s.train.precision,
                                                   "; the experts' 16-bit path is not built yet)"));
+    }
+  }
+  if (s.parallel.ep < 1) return FieldError("parallel.ep", "must be >= 1");
+  if (s.parallel.ep > 1) {
+    const int ep = s.parallel.ep;
+    if (s.model.moe.num_experts == 0) {
+      return FieldError("parallel.ep", "splits a mixture-of-experts model's experts: model.moe has none");
+    }
+    if (s.parallel.dp % ep != 0) {
+      return FieldError("parallel.ep", absl::StrCat(ep, " does not divide parallel.dp ", s.parallel.dp,
+                                                    " (expert-parallel groups are made of data-parallel replicas)"));
+    }
+    if (s.model.moe.num_experts % ep != 0) {
+      return FieldError("parallel.ep", absl::StrCat(ep, " does not divide model.moe.num_experts ",
+                                                    s.model.moe.num_experts, " (each rank holds as many experts)"));
+    }
+    if (s.parallel.zero_stage > 1) {
+      return FieldError("parallel.ep", absl::StrCat("runs with ZeRO 0 or 1 (parallel.zero_stage is ", s.parallel.zero_stage,
+                                                    "; the expert groups' per-micro-batch reductions of ZeRO 2 and 3 "
+                                                    "are not built yet)"));
+    }
+    if (s.optimizer.placement != "worker" || s.optimizer.offload != "none") {
+      return FieldError("parallel.ep", "runs AdamW on the workers' memory (optimizer.placement worker, offload none)");
     }
   }
   if (s.parallel.sequence_parallel) {
@@ -265,11 +305,11 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
                                    s.parallel.dp, " x tp ", s.parallel.tp, " x pp ", s.parallel.pp, " = ",
                                    s.world_size(), " (one worker per rank)"));
   }
-  if (t.global_batch % (t.micro_batch * s.parallel.dp) != 0) {
+  if (t.global_batch % (static_cast<int64_t>(t.micro_batch) * s.parallel.dp) != 0) {
     return FieldError("train.global_batch",
                       absl::StrCat("must equal micro_batch x grad_accum x dp: ", t.global_batch,
                                    " is not a multiple of micro_batch ", t.micro_batch, " x dp ", s.parallel.dp,
-                                   " = ", t.micro_batch * s.parallel.dp));
+                                   " = ", static_cast<int64_t>(t.micro_batch) * s.parallel.dp));
   }
   if (!(t.lr > 0) || !std::isfinite(t.lr)) return FieldError("train.lr", "must be > 0");
   if (t.warmup < 0 || t.warmup > t.steps) return FieldError("train.warmup", "must be in [0, train.steps]");
@@ -304,6 +344,10 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
     const ElasticSpec& e = s.elastic;
     if (e.min_dp < 1) return FieldError("elastic.min_dp", "must be >= 1");
     if (e.max_dp < e.min_dp) return FieldError("elastic.max_dp", absl::StrCat("must be >= elastic.min_dp (", e.min_dp, ")"));
+    // Placement tries every dp in the range (DpChoices) and multiplies it by tp x pp.
+    if (static_cast<int64_t>(e.max_dp) * s.parallel.tp * s.parallel.pp > kMaxWorld) {
+      return FieldError("elastic.max_dp", absl::StrCat(e.max_dp, " x tp x pp is more than ", kMaxWorld, " ranks"));
+    }
     if (s.parallel.dp < e.min_dp || s.parallel.dp > e.max_dp) {
       return FieldError("parallel.dp", absl::StrCat("must be within [elastic.min_dp, elastic.max_dp] = [", e.min_dp, ", ",
                                                     e.max_dp, "], not ", s.parallel.dp));
@@ -326,7 +370,7 @@ std::vector<int> JobSpec::DpChoices() const {
   if (!elastic.enabled()) return {parallel.dp};
   std::vector<int> out;
   for (int d = elastic.min_dp; d <= elastic.max_dp; ++d) {
-    if (train.micro_batch > 0 && train.global_batch % (train.micro_batch * d) == 0) out.push_back(d);
+    if (train.micro_batch > 0 && train.global_batch % (static_cast<int64_t>(train.micro_batch) * d) == 0) out.push_back(d);
   }
   return out;
 }
@@ -392,6 +436,7 @@ std::string ToYaml(const JobSpec& s) {
     kv("dp", s.parallel.dp), kv("tp", s.parallel.tp), kv("pp", s.parallel.pp), kv("zero_stage", s.parallel.zero_stage);
     kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
     kv("offload_params", s.parallel.offload_params), kv("sequence_parallel", s.parallel.sequence_parallel);
+    kv("ep", s.parallel.ep);
   });
   section("optimizer", [&] {
     kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness), kv("offload", s.optimizer.offload);
@@ -497,7 +542,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const model::
                          {"timeout_s", Real(&s.parallel.timeout_s)},
                          {"schedule", Str(&s.parallel.schedule)},
                          {"offload_params", Str(&s.parallel.offload_params)},
-                         {"sequence_parallel", Bool(&s.parallel.sequence_parallel)}})},
+                         {"sequence_parallel", Bool(&s.parallel.sequence_parallel)},
+                         {"ep", Int(&s.parallel.ep)}})},
        {"optimizer", sub({{"placement", Str(&s.optimizer.placement)},
                           {"staleness", Int(&s.optimizer.staleness)},
                           {"offload", Str(&s.optimizer.offload)}})},
@@ -505,7 +551,14 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const model::
        {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},
        {"elastic", sub({{"min_dp", Int(&s.elastic.min_dp)}, {"max_dp", Int(&s.elastic.max_dp)}})}}));
   if (!max_seq_given && from_model == nullptr) s.model.max_seq_len = s.seq_len;
-  if (!present.count("train.global_batch")) s.train.global_batch = s.train.micro_batch * std::max(1, s.parallel.dp);
+  if (!present.count("train.global_batch")) {
+    // In 64 bits: a default past int is refused, not wrapped into another batch size.
+    const int64_t global = static_cast<int64_t>(s.train.micro_batch) * std::max(1, s.parallel.dp);
+    if (global > std::numeric_limits<int>::max()) {
+      return FieldError("train.global_batch", absl::StrCat("defaults to micro_batch x dp = ", global, ", past 2^31 - 1"));
+    }
+    s.train.global_batch = static_cast<int>(global);
+  }
   if (from_model != nullptr) RETURN_IF_ERROR(AgreesWith(s.model, *from_model, from_name, present));
   RETURN_IF_ERROR(Validate(s, present, from_model != nullptr));
   return s;

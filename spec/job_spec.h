@@ -73,6 +73,10 @@ struct ParallelSpec {
   // the sequence's rows on each tensor-parallel rank; an all-gather before the column-parallel
   // GEMMs and a reduce-scatter after the row-parallel ones replace the all-reduces.
   bool sequence_parallel = false;
+  // Expert parallelism (model.moe): the dp replicas form groups of ep, each rank of a group
+  // holding num_experts/ep of every MoE layer's experts; tokens reach their experts by
+  // all-to-all. An expert's gradients are reduced over its dp/ep replicas (ZeRO 0 and 1).
+  int ep = 1;
   bool operator==(const ParallelSpec&) const = default;
 };
 

@@ -72,9 +72,10 @@ const char* ArchName(Arch a) { return a == Arch::kLlama ? "llama" : "gpt2"; }
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& c) { return ParameterLayout(c, ModelShard{}); }
 
 int EmbeddingTensors(const GPTConfig& c) { return c.llama() ? 1 : 2; }
-int TensorsOfLayer(const GPTConfig& c, int l) {
+int TensorsOfLayer(const GPTConfig& c, int l, const ModelShard& sh) {
   if (c.llama()) return 9;
-  return c.moe_layer(l) ? 8 + 1 + 4 * c.moe.num_experts : 12;
+  const int E = c.moe.num_experts;
+  return c.moe_layer(l) ? 8 + 1 + 4 * (sh.expert_end(E) - sh.expert_begin(E)) : 12;
 }
 const char* ClassifierTensor(const GPTConfig& c) { return c.llama() ? "lm_head.weight" : "wte.weight"; }
 
@@ -170,7 +171,7 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
       // The router (nn.Linear (E, C), replicated), then each expert: the dense MLP's tensors,
       // split over tensor-parallel ranks as the dense MLP's are.
       whole(h + "mlp.gate.weight", {c.moe.num_experts, C});
-      for (int e = 0; e < c.moe.num_experts; ++e) {
+      for (int e = sh.expert_begin(c.moe.num_experts); e < sh.expert_end(c.moe.num_experts); ++e) {
         const std::string x = absl::StrCat(h, "mlp.experts.", e, ".");
         add(x + "c_fc.weight", {C, 4 * C}, 0, C, mlp, false);
         add(x + "c_fc.bias", {4 * C}, 0, 1, mlp, false);
@@ -264,7 +265,13 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   const bool moe = E > 0;
   const size_t moe_rows =
       moe ? std::min(BT * K, E * static_cast<size_t>(MoeCapacity(config.moe, static_cast<int>(BT)))) : 0;
-  const size_t mlp_rows = std::max(BT, moe_rows);
+  // Expert parallelism: the rows the experts held here may receive from the ep peers.
+  const size_t ep = static_cast<size_t>(moe ? shard.ep : 1), Eh = E / ep;
+  const size_t expert_rows =
+      ep == 1 ? moe_rows
+              : ep * std::min(BT * std::min(K, Eh), Eh * static_cast<size_t>(MoeCapacity(config.moe, static_cast<int>(BT))));
+  const size_t xr = ep > 1 ? expert_rows : 0;  // the EP buffers' rows
+  const size_t mlp_rows = std::max(BT, expert_rows);
   const size_t fc = llama ? 2 * F : F;
   const size_t V = shard.vocab_end(config.vocab_size) - shard.vocab_begin(config.vocab_size);
   const size_t L = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
@@ -300,6 +307,10 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.moe_dw = take(moe ? BT * K : 0);
   o.moe_dlogits = take(BT * E);
   o.moe_dx = take(moe_rows * C);
+  o.moe_expert_rows = static_cast<int>(expert_rows);
+  o.moe_yr = take(xr * C);
+  o.moe_dyr = take(xr * C);
+  o.moe_dxr = take(xr * C);
   o.dlnf = take(BT * C);
   o.qkvr = take16(qkvr);
   o.dswi = take16(llama ? BT * F : 0);
@@ -331,6 +342,8 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.moe_stats = take(moe ? 2 : 0);
   o.moe_x = take(moe_rows * C);
   o.moe_y = take(moe_rows * C);
+  o.moe_xr = take(xr * C);
+  o.moe_rcounts = take(ep > 1 ? 2 * E : 0);
   o.res3 = take(R * C);
   const size_t without_att = cur;
   o.att = take(att_floats);  // last: kSelective leaves it out

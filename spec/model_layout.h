@@ -149,11 +149,16 @@ struct ModelShard {
   // Sequence parallelism (tp > 1): the residual stream and the norms' inputs and outputs hold
   // rows [tp_rank·BT/tp, (tp_rank+1)·BT/tp) of the B·T rows (LayoutActivations; GPT's step).
   bool sequence_parallel = false;
+  // Expert parallelism (ep > 1): every MoE layer holds experts [expert_begin, expert_end) of
+  // its E, named by their global index; tokens reach them by all-to-all within the group.
+  int ep = 1, ep_rank = 0;
+  int expert_begin(int E) const { return E / ep * ep_rank; }
+  int expert_end(int E) const { return E / ep * (ep_rank + 1); }
   // The rows of a (B, T) micro-batch this rank's residual stream holds.
   int64_t residual_rows(int64_t BT) const { return sequence_parallel ? BT / tp : BT; }
   bool first() const { return stage == 0; }
   bool last() const { return stage == pp - 1; }
-  bool whole() const { return tp == 1 && pp == 1; }
+  bool whole() const { return tp == 1 && pp == 1 && ep == 1; }
   // Rows [vocab_begin, vocab_end) of wte for a vocabulary of V.
   int vocab_begin(int V) const { return static_cast<int>(static_cast<int64_t>(V) * tp_rank / tp); }
   int vocab_end(int V) const { return static_cast<int>(static_cast<int64_t>(V) * (tp_rank + 1) / tp); }
@@ -162,7 +167,8 @@ struct ModelShard {
 // The family's tensor counts: the embedding's (GPT-2 wte and wpe; Llama embed_tokens) and a
 // layer's (12; 9); and the classifier's weight (GPT-2's tied wte; Llama's lm_head).
 int EmbeddingTensors(const GPTConfig& config);
-int TensorsOfLayer(const GPTConfig& config, int l);  // a MoE layer: 8 + the gate + 4 per expert
+// A MoE layer: 8 + the gate + 4 per expert held (all of them, or the shard's under ep).
+int TensorsOfLayer(const GPTConfig& config, int l, const ModelShard& shard = ModelShard{});
 const char* ClassifierTensor(const GPTConfig& config);
 
 // The parameter tensors of a config (or of one shard of it), in flat-buffer order.
@@ -228,6 +234,15 @@ struct ActivationLayout {
   size_t moe_probs, moe_lse, moe_choice, moe_weight, moe_slot, moe_counts, moe_stats, moe_x, moe_y;
   size_t moe_dy, moe_dw, moe_dlogits, moe_dx;
   int moe_rows = 0;  // rows the experts take at most: min(B·T·k, E·capacity)
+  // Expert parallelism (empty without it): the rows this rank's experts receive, at most
+  // moe_expert_rows = ep · min(B·T·min(k, E/ep), (E/ep)·capacity) (each peer routes B·T tokens
+  // as this rank does); kept per layer: moe_xr (those rows, the experts' input) and
+  // moe_rcounts (2E int32: the rows kept for each expert, sent, then the rows from each peer
+  // for each expert held, received: peer-major); scratch: moe_yr
+  // (the experts' outputs, sent back), moe_dyr and moe_dxr (their gradients). The experts'
+  // hidden rows (fch, fch_gelu, dfch) are sized for moe_expert_rows.
+  size_t moe_xr, moe_rcounts, moe_yr, moe_dyr, moe_dxr;
+  int moe_expert_rows = 0;
   bool half = false;
   // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
   // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).

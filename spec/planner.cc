@@ -40,6 +40,12 @@ namespace {
 absl::Status CheckInput(const PlanInput& in) {
   if (in.tp < 1 || in.pp < 1 || in.dp < 1) return absl::InvalidArgumentError("tp, pp and dp must be >= 1");
   if (in.zero < 0 || in.zero > 3) return absl::InvalidArgumentError("zero must be 0 to 3");
+  if (in.ep < 1 || in.dp % in.ep != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ep ", in.ep, " does not divide dp ", in.dp));
+  }
+  if (in.ep > 1 && (!in.model || in.model->moe.num_experts % in.ep != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("ep ", in.ep, " needs a mixture-of-experts model whose experts it divides"));
+  }
   if (in.micro_batch < 1 || in.microbatches < 1) return absl::InvalidArgumentError("micro-batch sizes must be >= 1");
   if (in.model) {
     const auto& c = *in.model;
@@ -83,7 +89,7 @@ double WorkingBytes(const PlanInput& in, const model::ModelShard& shard, const s
   for (size_t j = 0; j < i; ++j) embedding += static_cast<double>(tensors[j].numel);
   for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
     double n = 0, gemm = 0;
-    for (const size_t end = i + static_cast<size_t>(model::TensorsOfLayer(*in.model, l)); i < end; ++i) {
+    for (const size_t end = i + static_cast<size_t>(model::TensorsOfLayer(*in.model, l, shard)); i < end; ++i) {
       n += static_cast<double>(tensors[i].numel);
       if (tensors[i].gemm) gemm += static_cast<double>(tensors[i].working_room());
     }
@@ -135,15 +141,27 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
     for (int tp_rank = 0; tp_rank < in.tp; ++tp_rank) {
       model::ModelShard shard = model::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
       shard.sequence_parallel = in.sequence_parallel && in.tp > 1;
+      shard.ep = in.ep;  // every ep rank holds as many experts: rank 0's stand for all
       RankPlan r{stage, tp_rank, 0, {}};
       const std::vector<model::ParamTensor> tensors = model::ParameterLayout(*in.model, shard);
-      double gemm = 0;
+      // Under expert parallelism the experts' state is sharded over their dp/ep replicas.
+      double gemm[2] = {0, 0}, params[2] = {0, 0};
       for (const auto& t : tensors) {
-        r.num_params += static_cast<double>(t.numel);
-        if (t.gemm) gemm += static_cast<double>(t.working_room());
+        const int expert = in.ep > 1 && t.name.find(".mlp.experts.") != std::string::npos ? 1 : 0;
+        params[expert] += static_cast<double>(t.numel);
+        if (t.gemm) gemm[expert] += static_cast<double>(t.working_room());
       }
-      r.bytes = StateBytes(r.num_params, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer,
-                           in.offload_params, gemm);
+      r.num_params = params[0] + params[1];
+      r.bytes = StateBytes(params[0], in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer,
+                           in.offload_params, gemm[0]);
+      if (params[1] > 0) {
+        const Plan x = StateBytes(params[1], in.precision, in.fp32_grad_accum, in.zero, in.dp / in.ep,
+                                  in.offload_optimizer, in.offload_params, gemm[1]);
+        r.bytes.params += x.params;
+        r.bytes.grads += x.grads;
+        r.bytes.optimizer += x.optimizer;
+        r.bytes.host += x.host;
+      }
       r.bytes.activations = ActivationBytes(in, shard);
       r.bytes.working = WorkingBytes(in, shard, tensors);
       ranks.push_back(r);
@@ -207,6 +225,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.offload_optimizer = spec.optimizer.offload == "cpu";
   in.offload_params = spec.parallel.offload_params == "cpu";
   in.sequence_parallel = spec.parallel.sequence_parallel;
+  in.ep = spec.parallel.ep;
   in.bf16_grad_reduce = spec.train.grad_reduce_dtype == "bf16";
   return in;
 }

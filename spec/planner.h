@@ -56,6 +56,9 @@ struct PlanInput {
   // parallel.sequence_parallel (tp > 1): the norms' and the residual stream's activations
   // hold 1/tp of the rows.
   bool sequence_parallel = false;
+  // parallel.ep (divides dp; a MoE model): each rank holds num_experts/ep of every MoE layer's
+  // experts, whose ZeRO shards are over the dp/ep replicas that hold the same experts.
+  int ep = 1;
 };
 
 struct Plan {

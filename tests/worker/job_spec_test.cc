@@ -458,6 +458,38 @@ train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
             std::string::npos);
 }
 
+// parallel.ep: a divisor of dp and of the experts, on a MoE model, with ZeRO 0 or 1 and AdamW on
+// the workers; each wrong combination names the field and why.
+TEST(JobSpecTest, ExpertParallelismIsCheckedAndRoundTrips) {
+  auto spec = [](const std::string& moe, const std::string& parallel, const std::string& optimizer = "") {
+    return "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8" + moe +
+           "}\ndata: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}\nparallel: {" +
+           parallel + "}\n" + optimizer;
+  };
+  const std::string moe = ", moe: {num_experts: 4, top_k: 2}";
+  auto s = ParseJobSpec(spec(moe, "dp: 4, ep: 2, zero_stage: 1"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->parallel.ep, 2);
+  EXPECT_EQ(s->world_size(), 4) << "ep adds no ranks";
+  auto again = ParseJobSpec(ToYaml(*s));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *s);
+  EXPECT_EQ(ParseJobSpec(spec(moe, "dp: 2"))->parallel.ep, 1) << "off by default";
+  struct Bad {
+    std::string text, want;
+  };
+  for (const Bad& b : {Bad{spec("", "dp: 2, ep: 2"), "field 'parallel.ep' splits a mixture-of-experts model's experts"},
+                       Bad{spec(moe, "dp: 2, ep: 4"), "field 'parallel.ep' 4 does not divide parallel.dp 2"},
+                       Bad{spec(", moe: {num_experts: 6}", "dp: 4, ep: 4"),
+                           "field 'parallel.ep' 4 does not divide model.moe.num_experts 6"},
+                       Bad{spec(moe, "dp: 2, ep: 0"), "field 'parallel.ep' must be >= 1"},
+                       Bad{spec(moe, "dp: 2, ep: 2, zero_stage: 2"), "field 'parallel.ep' runs with ZeRO 0 or 1"},
+                       Bad{spec(moe, "dp: 2, ep: 2, zero_stage: 1", "optimizer: {offload: cpu}\n"),
+                           "field 'parallel.ep' runs AdamW on the workers' memory"}}) {
+    EXPECT_NE(Error(b.text).find(b.want), std::string::npos) << Error(b.text);
+  }
+}
+
 model::GPTConfig LlamaFrom() {
   model::GPTConfig c;
   c.arch = model::Arch::kLlama;

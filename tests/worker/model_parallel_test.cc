@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -88,6 +89,35 @@ TEST(PipelineTest, EachStageRunsEveryMicroBatchOnceAndKeepsAtMostItsSlots) {
     }
   }
   EXPECT_DOUBLE_EQ(IdealBubble(2, 4), 0.2);
+}
+
+// Expert-parallel groups: with dp 4, tp 2 and ep 2, a rank's ep group is the two replicas of
+// its pair (same stage and tensor rank), ordered so that the index is the ep rank, and its edp
+// group the replicas with the same ep rank: every (rank, group) as MakeGroups names it.
+TEST(GroupsTest, ExpertGroupsJoinTheReplicasOfOneShard) {
+  const parallel::Layout l{4, 2, 1, 2};
+  for (int r = 0; r < l.world(); ++r) {
+    std::map<std::string, std::vector<int>> made;
+    auto g = parallel::MakeGroups(r, l, [&](const std::string& name, const std::vector<int>& members, int index)
+                                            -> absl::StatusOr<std::unique_ptr<parallel::Communicator>> {
+      EXPECT_EQ(members[static_cast<size_t>(index)], r) << name;
+      made[name.substr(0, name.find('/'))] = members;
+      return std::make_unique<parallel::SoloCommunicator>();
+    });
+    ASSERT_TRUE(g.ok()) << g.status();
+    const parallel::Coords c = parallel::CoordsOf(r, l);
+    const int first = c.replica / 2 * 2;  // the pair's first replica
+    EXPECT_EQ(made["ep"], (std::vector<int>{parallel::RankOf({first, c.tp_rank, 0}, l),
+                                            parallel::RankOf({first + 1, c.tp_rank, 0}, l)}))
+        << "rank " << r;
+    EXPECT_EQ(made["edp"], (std::vector<int>{parallel::RankOf({c.replica % 2, c.tp_rank, 0}, l),
+                                             parallel::RankOf({c.replica % 2 + 2, c.tp_rank, 0}, l)}))
+        << "rank " << r;
+    EXPECT_EQ(parallel::EpRankOf(c, l), c.replica % 2);
+    EXPECT_NE((*g)->ep, nullptr);
+    EXPECT_NE((*g)->edp, nullptr);
+  }
+  EXPECT_FALSE(parallel::MakeGroups(0, {3, 1, 1, 2}, nullptr).ok()) << "ep must divide dp";
 }
 
 TEST(ShardTest, ShardsHoldTheWholeModelsValuesAndStagesAreBalanced) {
@@ -175,6 +205,7 @@ class ModelParallelTest : public ::testing::Test {
   }
   struct Layout {
     int dp, tp, pp;
+    int ep = 1;  // parallel.ep (a MoE model's experts split over ep data-parallel replicas)
   };
   JobSpec Spec(Layout l, int zero) {
     auto s = ParseJobSpec(absl::StrCat(
@@ -185,8 +216,8 @@ class ModelParallelTest : public ::testing::Test {
         ", grad_reduce_dtype: ", grad_reduce_, "}\n"
         "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
         "resources: {device: ", device_, "}\n", optimizer_,
-        "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", zero_stage: ", zero, ", schedule: ", schedule_,
-        parallel_extra_, "}\n"));
+        "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", ep: ", l.ep, ", zero_stage: ", zero,
+        ", schedule: ", schedule_, parallel_extra_, "}\n"));
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
@@ -213,13 +244,13 @@ class ModelParallelTest : public ::testing::Test {
         FILE* null = std::fopen("/dev/null", "w");
         o.out = null;
         // Every layout's groups; a data-parallel-only run takes just its dp group.
-        auto groups = parallel::MakeGroups(r, {l.dp, l.tp, l.pp}, parallel::GlooGroups(store, {}));
+        auto groups = parallel::MakeGroups(r, {l.dp, l.tp, l.pp, l.ep}, parallel::GlooGroups(store, {}));
         if (!groups.ok()) {
           status[r] = groups.status();
           std::fclose(null);
           return;
         }
-        if (l.tp * l.pp > 1) {
+        if (l.tp * l.pp * l.ep > 1) {
           o.groups = groups->get();
         } else {
           o.comm = (*groups)->dp;
@@ -264,7 +295,8 @@ class ModelParallelTest : public ::testing::Test {
   // The planner's bytes for each rank, from the spec alone, against what the rank held: model
   // states within 10% (ZeRO rounds each bucket's piece up), activations exactly.
   void ExpectPlanned(Layout l, int zero, const std::vector<MemoryAccount>& memory) {
-    const std::string what = absl::StrCat("dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " ZeRO ", zero, " ", schedule_);
+    const std::string what =
+        absl::StrCat("dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " ep ", l.ep, " ZeRO ", zero, " ", schedule_);
     auto ranks = PlanRanks(PlanOfSpec(Spec(l, zero)));
     ASSERT_TRUE(ranks.ok()) << ranks.status();
     ASSERT_EQ(ranks->size(), static_cast<size_t>(l.tp * l.pp)) << what;
@@ -302,7 +334,8 @@ class ModelParallelTest : public ::testing::Test {
   // bits on every rank that holds them.
   void ExpectLayoutsMatch(const Result& one, std::initializer_list<LayoutCase> cases, const std::string& tag) {
     for (const LayoutCase& c : cases) {
-      const std::string what = absl::StrCat(tag, " dp ", c.l.dp, " tp ", c.l.tp, " pp ", c.l.pp, " ZeRO ", c.zero);
+      const std::string what =
+          absl::StrCat(tag, " dp ", c.l.dp, " tp ", c.l.tp, " pp ", c.l.pp, " ep ", c.l.ep, " ZeRO ", c.zero);
       const Result many = Run(c.l, c.zero);
       ExpectClose(many.losses, one.losses, what);
       for (const auto& r : many.replicated) EXPECT_EQ(r, many.replicated[0]) << what;
@@ -318,6 +351,11 @@ class ModelParallelTest : public ::testing::Test {
   }
   testing::TempDir dir_;
   std::string model_ = "n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16";  // the model section
+  // A GPT with 4 experts (top 2, capacity 1.25: some assignments dropped) in layers 1 and 3.
+  static constexpr const char* kMoeModel =
+      "n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16, "
+      "moe: {num_experts: 4, top_k: 2, capacity_factor: 1.25, aux_loss_coeff: 0.01, z_loss_coeff: 0.001, "
+      "every_n_layers: 2}";
   std::string schedule_ = "1f1b";
   int every_ = 0;  // checkpoints
   std::string device_ = "cpu";  // TrainOptions.device of every rank
@@ -388,9 +426,7 @@ TEST_F(ModelParallelTest, LlamaLayoutsGiveOneProcessLosses) {
 // pipeline parallel (the earlier stage's MoE loss terms summed into the reported loss), ZeRO
 // 1 and 3. Each gives one process's losses within 1e-5, and the planner's bytes hold.
 TEST_F(ModelParallelTest, MoeLayoutsGiveOneProcessLosses) {
-  model_ = "n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16, "
-           "moe: {num_experts: 4, top_k: 2, capacity_factor: 1.25, aux_loss_coeff: 0.01, z_loss_coeff: 0.001, "
-           "every_n_layers: 2}";
+  model_ = kMoeModel;
   const Result one = Run({1, 1, 1}, 0);
   ASSERT_EQ(one.losses.size(), 20u);
   ASSERT_LT(one.losses.back(), one.losses.front() * 0.8) << "the run learns";
@@ -403,6 +439,72 @@ TEST_F(ModelParallelTest, MoeLayoutsGiveOneProcessLosses) {
   device_ = "cpu";
   recompute_ = "full";
   EXPECT_EQ(Run({1, 1, 1}, 0).losses, one.losses) << "recompute full";
+}
+
+// Expert parallelism: the dp replicas in groups of ep, each rank holding E/ep experts of every
+// MoE layer; a rank routes its own micro-batch (as one process routes each micro-batch of its
+// accumulation), sends each expert's rows to the rank that holds it (all-to-all), runs its
+// experts on the rows it receives and sends the outputs back; an expert's gradients are summed
+// over the replicas that hold it (edp) and averaged over dp. Each layout gives one process's
+// losses within 1e-5: ep 2, ep 2 with tp 2, dp 4 with ep 2 and ZeRO 1 (two edp groups of
+// two), ep 4 (one expert a rank), ep 2 with pp 2, with sequence parallelism, recomputed, and
+// the CUDA code path (emulated); the planner's bytes hold for each.
+TEST_F(ModelParallelTest, ExpertParallelLayoutsGiveOneProcessLosses) {
+  model_ = kMoeModel;
+  const Result one = Run({1, 1, 1}, 0);
+  ASSERT_EQ(one.losses.size(), 20u);
+  ASSERT_LT(one.losses.back(), one.losses.front() * 0.8) << "the run learns";
+  ExpectLayoutsMatch(one,
+                     {{{2, 1, 1, 2}, 0},
+                      {{2, 2, 1, 2}, 0},
+                      {{4, 1, 1, 2}, 1},
+                      {{4, 1, 1, 4}, 0},
+                      {{2, 1, 2, 2}, 1},
+                      {{2, 2, 2, 2}, 1},
+                      {{4, 1, 1, 2}, 0}},
+                     "ep");
+  parallel_extra_ = ", sequence_parallel: true";
+  ExpectLayoutsMatch(one, {{{2, 2, 1, 2}, 1}}, "ep sequence parallel");
+  parallel_extra_ = "";
+  recompute_ = "full";
+  ExpectLayoutsMatch(one, {{{2, 1, 1, 2}, 1}}, "ep recompute full");
+  recompute_ = "none";
+  device_ = "cuda-emulated";
+  ExpectLayoutsMatch(one, {{{2, 1, 1, 2}, 1}}, "ep cuda-emulated");
+}
+
+// Dropless routing (capacity_factor 0) sends a peer as many rows as its tokens chose: the
+// receive buffers are sized for every token of the group choosing this rank's experts, and
+// top-1 leaves some experts without rows in some micro-batches.
+TEST_F(ModelParallelTest, ExpertParallelDroplessTopOneGivesOneProcessLosses) {
+  model_ = "n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16, "
+           "moe: {num_experts: 4, top_k: 1, capacity_factor: 0, aux_loss_coeff: 0.01, every_n_layers: 1}";
+  const Result one = Run({1, 1, 1}, 0);
+  ExpectLayoutsMatch(one, {{{2, 1, 1, 2}, 1}, {{4, 1, 1, 4}, 1}}, "ep dropless top-1");
+}
+
+// A checkpoint names each expert's tensors by its global index, so expert parallelism reshards
+// as tensor parallelism does: ep 4 (dp 4, one expert a rank) resumes as one process, and one
+// process's checkpoint resumes as ep 4 and as ep 2 with tp 2, each continuing the
+// uninterrupted run's losses.
+TEST_F(ModelParallelTest, ExpertParallelCheckpointsReshardToOtherLayouts) {
+  model_ = kMoeModel;
+  const Result whole = Run({1, 1, 1}, 0);
+  every_ = 10;
+  const Result first = Run({4, 1, 1, 4}, 1, /*stop_after=*/10);
+  every_ = 0;
+  ASSERT_EQ(first.losses.size(), 10u);
+  ExpectClose(first.losses, {whole.losses.begin(), whole.losses.begin() + 10}, "ep 4, steps 1-10");
+  ExpectClose(Run({1, 1, 1}, 0, 0, /*resume=*/true).losses, whole.losses, "ep 4's checkpoint resumed as one process", 10);
+  ckpt_ = "ckpt-one";
+  every_ = 10;
+  const Result one_first = Run({1, 1, 1}, 0, /*stop_after=*/10);
+  every_ = 0;
+  ASSERT_EQ(one_first.losses.size(), 10u);
+  for (Layout l : {Layout{4, 1, 1, 4}, Layout{2, 2, 1, 2}}) {
+    ExpectClose(Run(l, 1, 0, /*resume=*/true).losses, whole.losses,
+                absl::StrCat("one process's checkpoint resumed as dp ", l.dp, " tp ", l.tp, " ep ", l.ep), 10);
+  }
 }
 
 // Sequence parallelism (Megatron's, with tp): the norms and the residual stream on 1/tp of the

@@ -104,6 +104,34 @@ TEST(PlannerTest, EachRankHoldsItsShard) {
   EXPECT_EQ(sum, whole + 3 * replicated);
 }
 
+// Expert parallelism: a rank holds E/ep of each MoE layer's experts (GPT-2 medium's shape, 8
+// experts in every second layer: 12 MoE layers of 8 MLPs), and under ZeRO 1 their AdamW state
+// is split over the dp/ep replicas that hold them, the rest over dp.
+TEST(PlannerTest, ExpertParallelRanksHoldTheirExpertsAndShardThemOverTheirReplicas) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2-medium");
+  in.model->moe = {8, 2, 1.25, 0.01, 0.0, 2};
+  in.precision = Precision::kFp32;
+  in.dp = 8;
+  in.zero = 1;
+  const double C = in.model->n_embd, expert = 8 * C * C + 5 * C;  // c_fc (C, 4C) + 4C, c_proj (4C, C) + C
+  const double experts = 12 * 8 * expert;
+  auto one = PlanRanks(in);
+  ASSERT_TRUE(one.ok()) << one.status();
+  in.ep = 4;
+  auto four = PlanRanks(in);
+  ASSERT_TRUE(four.ok()) << four.status();
+  const RankPlan& a = (*one)[0];
+  const RankPlan& b = (*four)[0];
+  EXPECT_EQ(a.num_params - b.num_params, experts * 3 / 4) << "a quarter of the experts";
+  const double rest = a.num_params - experts;
+  EXPECT_DOUBLE_EQ(a.bytes.optimizer, 8 * a.num_params / 8);
+  EXPECT_DOUBLE_EQ(b.bytes.optimizer, 8 * rest / 8 + 8 * (experts / 4) / 2) << "experts over dp/ep = 2 replicas";
+  EXPECT_DOUBLE_EQ(b.bytes.params, 4 * b.num_params);
+  in.ep = 3;
+  EXPECT_FALSE(PlanRanks(in).ok()) << "3 divides neither dp 8 nor 8 experts";
+}
+
 // Data-parallel bytes per GPU and step (ring collectives, (d-1)/d of each buffer): ZeRO 0
 // all-reduces the gradients (2x), ZeRO 1 and 2 reduce-scatter them and all-gather the
 // parameters, ZeRO 3 gathers the parameters twice. train.grad_reduce_dtype bf16 (set by

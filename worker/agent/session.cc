@@ -240,8 +240,9 @@ absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, con
     // On the rank's device: NCCL on its GPU for cuda, Gloo for cpu and cuda-emulated.
     std::vector<parallel::Communicator*> made;
     const parallel::GroupFactory factory = parallel::DeviceGroups(device.kind, device.ordinal, store, go, &made);
-    if (spec.parallel.tp > 1 || spec.parallel.pp > 1) {  // 3D: every group of this rank
-      ASSIGN_OR_RETURN(g.groups, parallel::MakeGroups(a.rank(), {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp},
+    if (spec.parallel.tp > 1 || spec.parallel.pp > 1 || spec.parallel.ep > 1) {  // 3D (or experts): every group
+      ASSIGN_OR_RETURN(g.groups, parallel::MakeGroups(a.rank(),
+                                                    {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp, spec.parallel.ep},
                                                     factory));
       o->groups = g.groups.get();
     } else {

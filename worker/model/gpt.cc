@@ -42,7 +42,7 @@ GPT::GPT(const GPTConfig& config, const ModelShard& shard, kernels::Backend* bac
   if (shard_.first()) unit_begin_.push_back(at(i += static_cast<size_t>(EmbeddingTensors(config))));
   for (int l = lb_; l < le_; ++l) {
     layer_tensor_.push_back(i);
-    unit_begin_.push_back(at(i += static_cast<size_t>(TensorsOfLayer(config, l))));
+    unit_begin_.push_back(at(i += static_cast<size_t>(TensorsOfLayer(config, l, shard_))));
   }
   expert_stride_ = 2 * static_cast<size_t>(config.n_embd) * Fm_ + Fm_ + config.n_embd;
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
@@ -420,6 +420,57 @@ const std::vector<int32_t>& GPT::MoeOffsets(int l) {
   return moe_counts_host_;
 }
 
+GPT::MoeRows GPT::ExpertRows(int l, const int32_t* offset, bool exchange) {
+  const int E = config_.moe.num_experts, ep = shard_.ep;
+  MoeRows r;
+  if (ep == 1) {
+    for (int e = 0; e < E; ++e) r.segments.push_back({e, offset[e], offset[e + 1] - offset[e]});
+    return r;
+  }
+  const int Eh = E / ep;
+  const size_t C = static_cast<size_t>(config_.n_embd);
+  auto* counts = reinterpret_cast<int32_t*>(LayerAct(l, off_.moe_rcounts));  // [kept (E) | received (E)]
+  moe_rcounts_host_.resize(static_cast<size_t>(2 * E));
+  int32_t* kept = moe_rcounts_host_.data();
+  const int32_t* got = kept + E;
+  for (int e = 0; e < E; ++e) kept[e] = offset[e + 1] - offset[e];
+  if (exchange) {
+    // Each peer's block of kept counts (its experts', peer-major as the dispatch is) goes to
+    // it; the counts are int32 moved as 4-byte words, unchanged.
+    be_->CopyToDevice(counts, kept, static_cast<size_t>(E) * sizeof(int32_t));
+    Sync();
+    absl::Status s = ep_comm_ != nullptr
+                         ? ep_comm_->AllToAll(reinterpret_cast<const float*>(counts),
+                                              reinterpret_cast<float*>(counts + E), static_cast<size_t>(Eh))
+                         : absl::FailedPreconditionError("expert parallelism without an expert-parallel group");
+    if (!s.ok() && comm_status_.ok()) comm_status_ = s;
+  }
+  be_->CopyToHost(moe_rcounts_host_.data() + E, counts + E, static_cast<size_t>(E) * sizeof(int32_t));
+  Sync();
+  int row = 0;
+  for (int q = 0; q < ep; ++q) {
+    size_t sent = 0, received = 0;
+    for (int j = 0; j < Eh; ++j) {
+      sent += static_cast<size_t>(kept[q * Eh + j]);
+      const int n = got[q * Eh + j];
+      received += static_cast<size_t>(n);
+      if (n > 0) r.segments.push_back({j, row, n});
+      row += n;
+    }
+    r.send.push_back(sent * C);
+    r.recv.push_back(received * C);
+  }
+  return r;
+}
+
+void GPT::EpAllToAllV(const float* in, const std::vector<size_t>& send, float* out, const std::vector<size_t>& recv) {
+  Sync();  // the collective reads what the queued ops write
+  absl::Status s = ep_comm_ != nullptr
+                       ? ep_comm_->AllToAllV(in, send, out, recv)
+                       : absl::FailedPreconditionError("expert parallelism without an expert-parallel group");
+  if (!s.ok() && comm_status_.ok()) comm_status_ = s;
+}
+
 void GPT::MoeForward(int l, const LayerParams& p, kernels::CPtr ln2, int BT, float* proj, const char* tag) {
   const int C = config_.n_embd, Fm = Fm_, E = config_.moe.num_experts, K = config_.moe.top_k;
   auto name = [tag](const char* op) { return *tag ? tag : op; };
@@ -452,21 +503,31 @@ void GPT::MoeForward(int l, const LayerParams& p, kernels::CPtr ln2, int BT, flo
     moe_stats_.dropped += static_cast<int64_t>(BT) * K - offset[E];
   }
   Op(name("moe dispatch"), [&] { be_->MoeDispatch(X, static_cast<const float*>(ln2.data), slot, BT, K, C); });
+  // Expert parallelism: the rows go to their experts' ranks (the peers' rows come here).
+  const bool ep = shard_.ep > 1;
+  const MoeRows rows = ExpertRows(l, offset, /*exchange=*/true);
+  float* in = X;
+  float* out = Y;
+  if (ep) {
+    in = LayerAct(l, off_.moe_xr);
+    out = A(off_.moe_yr);
+    Op(name("ep all-to-all"), [&] { EpAllToAllV(X, rows.send, in, rows.recv); });
+  }
   // Each expert on its rows: the dense MLP's two GEMMs (tensor-parallel partial sums, rank 0
-  // adding c_proj's bias), then the weighted combine into proj.
-  for (int e = 0; e < E; ++e) {
-    const int o = offset[e], n = offset[e + 1] - offset[e];
+  // adding c_proj's bias), then (back on the rows' ranks) the weighted combine into proj.
+  for (const MoeRows::Segment& sg : rows.segments) {
+    const size_t o = static_cast<size_t>(sg.row);
+    const int n = sg.rows;
     if (n == 0) continue;
-    const Expert x = ExpertOf(p.experts, e);
+    const Expert x = ExpertOf(p.experts, sg.expert);
     Op(name("matmul+gelu fwd"), [&] {
-      be_->MatmulBiasGeluForward(fch + static_cast<size_t>(o) * Fm, gelu + static_cast<size_t>(o) * Fm,
-                                 X + static_cast<size_t>(o) * C, x.fcw, x.fcb, n, C, Fm);
+      be_->MatmulBiasGeluForward(fch + o * Fm, gelu + o * Fm, in + o * C, x.fcw, x.fcb, n, C, Fm);
     });
     Op(name("matmul fwd"), [&] {
-      be_->MatmulForward(Y + static_cast<size_t>(o) * C, gelu + static_cast<size_t>(o) * Fm, x.projw,
-                         bias_here ? x.projb : nullptr, n, Fm, C);
+      be_->MatmulForward(out + o * C, gelu + o * Fm, x.projw, bias_here ? x.projb : nullptr, n, Fm, C);
     });
   }
+  if (ep) Op(name("ep all-to-all"), [&] { EpAllToAllV(out, rows.recv, Y, rows.send); });
   Op(name("moe combine"), [&] { be_->MoeCombine(proj, Y, slot, weight, BT, K, C); });
 }
 
@@ -491,20 +552,30 @@ void GPT::MoeBackward(int l, const LayerParams& p, const LayerParams& g, kernels
   Op("tp all-reduce", [&] { TpAllReduce(dw, static_cast<size_t>(BT) * K); });
   const std::vector<int32_t>& c = MoeOffsets(l);
   const int32_t* offset = c.data() + E;
-  for (int e = 0; e < E; ++e) {
-    const int o = offset[e], n = offset[e + 1] - offset[e];
-    if (n == 0) continue;  // an expert without tokens: a zero gradient
-    const Expert w = ExpertOf(p.experts, e), d = ExpertOf(g.experts, e);
-    Op("matmul+gelu bwd", [&] {
-      be_->MatmulBackward(dfch + static_cast<size_t>(o) * Fm, d.projw, d.projb, dY + static_cast<size_t>(o) * C,
-                          gelu + static_cast<size_t>(o) * Fm, w.projw, n, Fm, C, k::WeightLayout::kInOut,
-                          fch + static_cast<size_t>(o) * Fm);
-    });
-    Op("matmul bwd", [&] {
-      be_->MatmulBackward(dX + static_cast<size_t>(o) * C, d.fcw, d.fcb, dfch + static_cast<size_t>(o) * Fm,
-                          X + static_cast<size_t>(o) * C, w.fcw, n, C, Fm);
-    });
+  // Expert parallelism: the outputs' gradients go to the experts' ranks, the inputs' come back.
+  const bool ep = shard_.ep > 1;
+  const MoeRows rows = ExpertRows(l, offset, /*exchange=*/false);
+  const float* in = X;
+  float* dout_rows = dY;
+  float* din_rows = dX;
+  if (ep) {
+    in = LayerAct(l, off_.moe_xr);
+    dout_rows = A(off_.moe_dyr);
+    din_rows = A(off_.moe_dxr);
+    Op("ep all-to-all", [&] { EpAllToAllV(dY, rows.send, dout_rows, rows.recv); });
   }
+  for (const MoeRows::Segment& sg : rows.segments) {
+    const size_t o = static_cast<size_t>(sg.row);
+    const int n = sg.rows;
+    if (n == 0) continue;  // an expert without tokens: a zero gradient
+    const Expert w = ExpertOf(p.experts, sg.expert), d = ExpertOf(g.experts, sg.expert);
+    Op("matmul+gelu bwd", [&] {
+      be_->MatmulBackward(dfch + o * Fm, d.projw, d.projb, dout_rows + o * C, gelu + o * Fm, w.projw, n, Fm, C,
+                          k::WeightLayout::kInOut, fch + o * Fm);
+    });
+    Op("matmul bwd", [&] { be_->MatmulBackward(din_rows + o * C, d.fcw, d.fcb, dfch + o * Fm, in + o * C, w.fcw, n, C, Fm); });
+  }
+  if (ep) Op("ep all-to-all", [&] { EpAllToAllV(din_rows, rows.recv, dX, rows.send); });
   // The router: its logits' gradient from the weights' and the two losses' (scaled as the
   // micro-batch's loss is), then its GEMM. Its part of d(ln_2 out) is the same on every
   // tensor-parallel rank: rank 0 adds it, so that the group's sum counts it once.

@@ -131,6 +131,9 @@ class GPT {
   float* stage_output_grad(int slot) { return Slot(slot) + off_.dres; }
   const float* stage_input_grad(int slot) { return Slot(slot) + off_.dres; }
   void set_tp_comm(parallel::Communicator* comm) { tp_comm_ = comm; }
+  // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the
+  // MoE layers exchange token rows over it (all-to-all).
+  void set_ep_comm(parallel::Communicator* comm) { ep_comm_ = comm; }
   // The first error of the tensor-parallel group or of the backend's ops (a model whose
   // status is not OK has computed nothing reliable since).
   const absl::Status& comm_status() const { return comm_status_; }
@@ -233,6 +236,22 @@ class GPT {
                    float* dln);
   // The dispatch offsets of layer l's last routing (E + 1), read back to the host.
   const std::vector<int32_t>& MoeOffsets(int l);
+  // Where the experts held here find their rows: segments of (held expert, first row, rows)
+  // in the rows they read (ep 1: the dispatch buffer, by expert; ep > 1: the rows received,
+  // by peer, then expert), and under ep the floats exchanged with each peer (send: this
+  // rank's dispatched rows for the peer's experts; recv: the peer's rows for the experts
+  // here). `offset` is MoeOffsets' (E + 1). exchange: the forward's (the kept counts go to
+  // their experts' ranks); else the counts the forward received are read back.
+  struct MoeRows {
+    struct Segment {
+      int expert, row, rows;
+    };
+    std::vector<Segment> segments;
+    std::vector<size_t> send, recv;
+  };
+  MoeRows ExpertRows(int l, const int32_t* offset, bool exchange);
+  // The ep group's all-to-all of rows (the first error kept in comm_status_).
+  void EpAllToAllV(const float* in, const std::vector<size_t>& send, float* out, const std::vector<size_t>& recv);
   // This shard's layers [lb_, le_); units: the embedding (first stage), one per layer, the
   // head (last stage: ln_f, and with pp > 1 the copy of wte).
   int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - lb_); }
@@ -363,6 +382,8 @@ class GPT {
   std::vector<size_t> unit_begin_;
   ParamHost* host_ = nullptr;
   parallel::Communicator* tp_comm_ = nullptr;
+  parallel::Communicator* ep_comm_ = nullptr;
+  std::vector<int32_t> moe_rcounts_host_;
   absl::Status comm_status_;
   kernels::DeviceBuffer params_;
   kernels::DeviceBuffer grads_;

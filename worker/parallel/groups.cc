@@ -6,8 +6,9 @@
 namespace gantry::parallel {
 
 absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const Layout& l, const GroupFactory& factory) {
-  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || rank < 0 || rank >= l.world()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of dp ", l.dp, " x tp ", l.tp, " x pp ", l.pp));
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.ep < 1 || l.dp % l.ep != 0 || rank < 0 || rank >= l.world()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " of dp ", l.dp, " x tp ", l.tp, " x pp ", l.pp, " (ep ", l.ep, ")"));
   }
   auto g = std::make_unique<Groups>();
   g->layout = l;
@@ -45,6 +46,15 @@ absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const Layout& l, co
     ASSIGN_OR_RETURN(g->emb, make(absl::StrCat("emb/r", me.replica, "/t", me.tp_rank), {pp.front(), pp.back()}));
   }
   ASSIGN_OR_RETURN(g->mp, make(absl::StrCat("mp/r", me.replica), mp));
+  if (l.ep > 1) {
+    // Replicas are ordered by index in both: the ep group's index is the ep rank.
+    const int group = me.replica / l.ep, ep_rank = EpRankOf(me, l);
+    std::vector<int> ep, edp;
+    for (int i = 0; i < l.ep; ++i) ep.push_back(RankOf({group * l.ep + i, me.tp_rank, me.stage}, l));
+    for (int i = 0; i < l.dp / l.ep; ++i) edp.push_back(RankOf({i * l.ep + ep_rank, me.tp_rank, me.stage}, l));
+    ASSIGN_OR_RETURN(g->ep, make(absl::StrCat("ep/s", me.stage, "/t", me.tp_rank, "/g", group), ep));
+    ASSIGN_OR_RETURN(g->edp, make(absl::StrCat("edp/s", me.stage, "/t", me.tp_rank, "/e", ep_rank), edp));
+  }
   return g;
 }
 

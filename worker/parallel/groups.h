@@ -8,6 +8,10 @@
 //   emb  the first and last stage of one (replica, tp_rank), pp > 1: the tied wte's gradient
 //   mp   every (stage, tp_rank) of one replica: the gradient norm and the loss
 //   world every rank: barriers around checkpoints
+//   ep   the ep replicas of one expert-parallel group (same stage and tp_rank): the MoE
+//        layers' all-to-all dispatch and combine
+//   edp  the dp/ep replicas with this rank's experts (same ep rank, stage and tp_rank): the
+//        experts' gradient reduction
 #pragma once
 
 #include <functional>
@@ -33,6 +37,8 @@ struct Groups {
   Communicator* emb = nullptr;
   Communicator* mp = nullptr;
   Communicator* world = nullptr;
+  Communicator* ep = nullptr;
+  Communicator* edp = nullptr;
   std::vector<std::unique_ptr<Communicator>> owned;
 };
 
@@ -41,7 +47,7 @@ struct Groups {
 using GroupFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
     const std::string& name, const std::vector<int>& members, int index)>;
 
-// Every rank creates its groups in the same order (world, dp, tp, pp, emb, mp), so the
+// Every rank creates its groups in the same order (world, dp, tp, pp, emb, mp, ep, edp), so the
 // joins never wait on one another in a cycle. Groups of one are not created.
 absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const Layout& layout, const GroupFactory& factory);
 

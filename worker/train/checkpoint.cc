@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -108,7 +109,7 @@ std::string ManifestJson(const model::GPTConfig& config, const CheckpointState& 
       {"model",
        {{"n_layer", config.n_layer}, {"n_head", config.n_head}, {"n_embd", config.n_embd},
         {"vocab_size", config.vocab_size}, {"max_seq_len", config.max_seq_len}}},
-      {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}, {"tp", layout.tp}, {"pp", layout.pp}}},
+      {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}, {"tp", layout.tp}, {"pp", layout.pp}, {"ep", layout.ep}}},
       // The reads follow from (seed, rows read) alone (worker/data/dataset.h).
       {"data", {{"next_step", state.step}}},
       {"parts", names},
@@ -243,11 +244,34 @@ absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir) {
 
 absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source) {
   ASSIGN_OR_RETURN(nlohmann::json j, ReadManifest(source));
+  const std::string file = (fs::path(source.where()) / "manifest.json").string();
+  // Each field checked here: json::value() throws (out of this function, through the
+  // trainer) on a layout that is not an object or a field that is not a number, and a
+  // manifest may come off the network from a shard server.
+  const nlohmann::json* layout = nullptr;
+  if (j.contains("layout")) {
+    layout = &j["layout"];
+    if (!layout->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": layout is ", layout->dump(), ", not an object"));
+    }
+  }
+  auto field = [&](const char* key, int fallback, int lo, int* out) -> absl::Status {
+    *out = fallback;
+    if (layout == nullptr || !layout->contains(key)) return absl::OkStatus();
+    const nlohmann::json& v = (*layout)[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": layout.", key, " is ", v.dump(), ", not an integer >= ", lo));
+    }
+    *out = v.get<int>();
+    return absl::OkStatus();
+  };
   CheckpointLayout l;
-  l.dp = j.value("layout", nlohmann::json::object()).value("dp", 1);
-  l.zero_stage = j.value("layout", nlohmann::json::object()).value("zero_stage", 0);
-  l.tp = j.value("layout", nlohmann::json::object()).value("tp", 1);
-  l.pp = j.value("layout", nlohmann::json::object()).value("pp", 1);
+  RETURN_IF_ERROR(field("dp", 1, 1, &l.dp));
+  RETURN_IF_ERROR(field("zero_stage", 0, 0, &l.zero_stage));
+  RETURN_IF_ERROR(field("tp", 1, 1, &l.tp));
+  RETURN_IF_ERROR(field("pp", 1, 1, &l.pp));
+  RETURN_IF_ERROR(field("ep", 1, 1, &l.ep));
   return l;
 }
 
@@ -291,7 +315,11 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
     const std::string file = (fs::path(path) / part).string();
     ASSIGN_OR_RETURN(std::shared_ptr<const ByteSource> bytes, source.OpenPart(part));
     ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(std::move(bytes), file));
-    for (const auto& [name, info] : f.tensors()) {
+    for (const auto& tensor : f.tensors()) {
+      // Not a structured binding: the lambda below captures the name, which clang before 16
+      // refuses for a binding (the fuzz build's compiler).
+      const std::string& name = tensor.first;
+      const SafetensorInfo& info = tensor.second;
       const size_t slash = name.find('/'), at = name.rfind('@');
       int kind = -1;
       for (int k = 0; k < 3; ++k) {

@@ -46,6 +46,7 @@ struct CheckpointLayout {
   int dp = 1;
   int zero_stage = 0;
   int tp = 1, pp = 1;
+  int ep = 1;  // expert parallelism (any layout reads the checkpoint: experts are named pieces)
 };
 
 // A run of the flat buffer a rank writes, [flat_begin, flat_end), and where its values

@@ -23,22 +23,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->spec_ = spec;
   t->options_ = options;
   const int B = spec.train.micro_batch, T = spec.seq_len;
-  const int tp = spec.parallel.tp, pp = spec.parallel.pp;
-  const bool sharded = tp > 1 || pp > 1;
+  const int tp = spec.parallel.tp, pp = spec.parallel.pp, ep = spec.parallel.ep;
+  const bool sharded = tp > 1 || pp > 1 || ep > 1;  // (expert parallelism: a rank holds some experts)
   if (sharded && !options.save_dir.empty()) {
     return absl::InvalidArgumentError("--save writes the whole model, and a tensor or pipeline parallel rank holds a "
                                       "shard: export a checkpoint instead (gantry export)");
   }
   if (sharded) {
     if (options.groups == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("parallel.tp ", tp, " x pp ", pp, " runs ", spec.world_size(),
-                                                        " ranks: submit the job to a cluster"));
+      return absl::FailedPreconditionError(absl::StrCat("parallel.tp ", tp, " x pp ", pp, " (ep ", ep, ") runs ",
+                                                        spec.world_size(), " ranks: submit the job to a cluster"));
     }
     const parallel::Layout& l = options.groups->layout;
-    if (l.dp != spec.parallel.dp || l.tp != tp || l.pp != pp) {
+    if (l.dp != spec.parallel.dp || l.tp != tp || l.pp != pp || l.ep != ep) {
       return absl::InvalidArgumentError(absl::StrCat("the job spec has dp ", spec.parallel.dp, " x tp ", tp, " x pp ", pp,
-                                                     " but this rank's groups are dp ", l.dp, " x tp ", l.tp, " x pp ",
-                                                     l.pp));
+                                                     " (ep ", ep, ") but this rank's groups are dp ", l.dp, " x tp ",
+                                                     l.tp, " x pp ", l.pp, " (ep ", l.ep, ")"));
     }
     t->groups_ = options.groups;
     t->options_.comm = options.groups->dp;
@@ -71,6 +71,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   if (sharded) {
     shard = model::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage);
     shard.sequence_parallel = spec.parallel.sequence_parallel;
+    shard.ep = ep;
+    shard.ep_rank = parallel::EpRankOf(options.groups->me, options.groups->layout);
   }
   ASSIGN_OR_RETURN(const DeviceName device, ParseDevice(options.device));
   // One model over the rank's backend, every layout: its parameters, gradients, activations
@@ -101,6 +103,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   if (spec.train.precision == "fp16") t->scaler_ = LossScaler(spec.train.loss_scale, spec.train.loss_scale_window);
   if (sharded) {
     t->model_->set_tp_comm(options.groups->tp);
+    t->model_->set_ep_comm(options.groups->ep);
     if (pp > 1) {
       ASSIGN_OR_RETURN(t->schedule_, ParseSchedule(spec.parallel.schedule));
       t->slots_ = PipelineSlots(t->schedule_, pp, shard.stage, spec.grad_accum());
@@ -120,7 +123,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                   spec.optimizer.staleness,
                                                   sharded ? ZeroEngine::ModelParallel{options.groups->mp,
                                                                                      // Llama's embedding and classifier are untied
-                                                                                     spec.model.llama() ? nullptr : options.groups->emb}
+                                                                                     spec.model.llama() ? nullptr : options.groups->emb,
+                                                                                     options.groups->edp}
                                                           : ZeroEngine::ModelParallel{}));
   t->engine_->set_grad_reduce_bf16(spec.train.grad_reduce_dtype == "bf16");
   if (spec.optimizer.offload == "cpu") RETURN_IF_ERROR(t->engine_->OffloadOptimizer());

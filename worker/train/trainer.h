@@ -141,7 +141,7 @@ class Trainer {
   int world_rank() const;
   int world_size() const;
   CheckpointLayout Layout() const {
-    return {engine_->dp(), engine_->stage(), spec_.parallel.tp, spec_.parallel.pp};
+    return {engine_->dp(), engine_->stage(), spec_.parallel.tp, spec_.parallel.pp, spec_.parallel.ep};
   }
   // The mean validation loss of the loader's first batches, through the pipeline.
   absl::StatusOr<float> PipelineEval(int B, int T);

@@ -208,6 +208,20 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   e->stage_ = stage;
   e->dp_ = comm->size();
   e->rank_ = comm->rank();
+  if (model->shard().ep > 1) {
+    if (stage > 1 || remote != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("expert parallelism runs with ZeRO 0 or 1 and AdamW on the workers "
+                                                     "(stage ", stage, remote ? ", parameter-server mode)" : ")"));
+    }
+    for (const model::ParamTensor& t : model->tensors()) {
+      if (t.name.find(".mlp.experts.") == std::string::npos) continue;
+      if (!e->experts_.empty() && e->experts_.back().second == t.offset) {
+        e->experts_.back().second = t.offset + t.numel;
+      } else {
+        e->experts_.push_back({t.offset, t.offset + t.numel});
+      }
+    }
+  }
   const int units = model->num_units();
   e->unit_bucket_.assign(static_cast<size_t>(units), -1);
   const double bucket_bytes = bucket_mb * (1 << 20);
@@ -225,10 +239,17 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     e->unit_bucket_[static_cast<size_t>(u)] = static_cast<int>(e->buckets_.size()) - 1;
     filling = static_cast<double>(b.size()) * sizeof(float) < bucket_bytes;
   }
+  for (size_t k = 0; k < e->buckets_.size(); ++k) {
+    Bucket& b = e->buckets_[k];
+    b.lead = static_cast<int>(k);
+    b.group_rank = e->rank_;
+    b.group_size = e->dp_;
+  }
+  if (!e->experts_.empty()) e->SplitExpertBuckets(mp.edp);
   std::vector<ShardSegment> segments;
   for (Bucket& b : e->buckets_) {
     b.pending = b.units;
-    b.piece = (b.size() + e->dp_ - 1) / e->dp_;
+    b.piece = (b.size() + b.group_size - 1) / b.group_size;
     b.local = e->local_size_;
     e->local_size_ += b.piece;
     if (e->PieceBegin(b) < e->PieceEnd(b)) segments.push_back({e->PieceBegin(b), e->PieceEnd(b), b.local});
@@ -253,6 +274,43 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     model->set_param_host(e.get());
   }
   return e;
+}
+
+void ZeroEngine::SplitExpertBuckets(parallel::Communicator* edp) {
+  // Each bucket cut where it meets an expert range; the pieces keep the bucket's backward
+  // order (they are launched together, by the lead, when its units are done).
+  std::vector<Bucket> cut;
+  std::vector<int> lead_of(buckets_.size());
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const Bucket& b = buckets_[k];
+    lead_of[k] = static_cast<int>(cut.size());
+    size_t at = b.begin;
+    auto add = [&](size_t lo, size_t hi, bool expert) {
+      if (lo >= hi) return;
+      Bucket part = b;
+      part.begin = lo;
+      part.end = hi;
+      part.lead = lead_of[k];
+      part.units = cut.size() == static_cast<size_t>(lead_of[k]) ? b.units : 0;
+      if (expert) {
+        part.group = edp != nullptr ? edp : &solo_;
+        part.group_rank = part.group->rank();
+        part.group_size = part.group->size();
+      }
+      cut.push_back(part);
+    };
+    for (const auto& [xb, xe] : experts_) {
+      const size_t lo = std::max(xb, b.begin), hi = std::min(xe, b.end);
+      if (lo >= hi) continue;
+      add(at, lo, false);
+      add(lo, hi, true);
+      at = hi;
+    }
+    add(at, b.end, false);
+  }
+  buckets_ = std::move(cut);
+  for (int& k : unit_bucket_) k = lead_of[static_cast<size_t>(k)];
+  edp_rank_ = edp != nullptr ? edp->rank() : 0;
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -427,9 +485,10 @@ absl::Status ZeroEngine::GatherParams() {
 
 void ZeroEngine::SubmitGather(const Bucket& b, const float* piece, size_t len) {
   float* params = model_->params();
-  comm_->Submit([this, &b, piece, len, params](parallel::Communicator& c) {
+  comm_->Submit([this, &b, piece, len, params](parallel::Communicator& dp) {
+    parallel::Communicator& c = GroupOf(b, dp);
     kernels::Backend* on = CommBackend();
-    float* out = pool_.Take(b.piece * dp_, on);
+    float* out = pool_.Take(b.piece * b.group_size, on);
     const float* in = piece;
     float* staged = nullptr;
     absl::Status s;
@@ -482,7 +541,7 @@ float* ZeroEngine::AcquireParams(int unit) {
 
 void ZeroEngine::StartGather(Bucket& b) {
   OrderForComm();  // queued work may still read the buffer the pool hands out
-  b.gathered = pool_.Take(b.piece * dp_, &model_->backend());
+  b.gathered = pool_.Take(b.piece * b.group_size, &model_->backend());
   b.gathered_refs = 1;
   const float* in = param_shard_.data() + b.local;
   float* out = b.gathered;
@@ -539,8 +598,8 @@ float* ZeroEngine::AcquireGrads(int unit) {
       (void)Wait(in_flight_.front());
       in_flight_.pop_front();
     }
-    b.work = pool_.Take(b.piece * dp_, &model_->backend());
-    model_->backend().Zero(b.work, b.piece * dp_ * sizeof(float));
+    b.work = pool_.Take(b.piece * b.group_size, &model_->backend());
+    model_->backend().Zero(b.work, b.piece * b.group_size * sizeof(float));
     NotePeak();
   }
   return b.work + (model_->unit_begin(unit) - b.begin);
@@ -548,7 +607,11 @@ float* ZeroEngine::AcquireGrads(int unit) {
 
 void ZeroEngine::GradsDone(int unit) {
   const int k = unit_bucket_[static_cast<size_t>(unit)];
-  if (--buckets_[static_cast<size_t>(k)].pending == 0) LaunchBucket(k);
+  if (--buckets_[static_cast<size_t>(k)].pending != 0) return;
+  // The lead and the parts cut from it (expert parallelism), in order.
+  for (size_t j = static_cast<size_t>(k); j < buckets_.size() && buckets_[j].lead == k; ++j) {
+    LaunchBucket(static_cast<int>(j));
+  }
 }
 
 void ZeroEngine::LaunchBucket(int k) {
@@ -561,19 +624,26 @@ void ZeroEngine::LaunchBucket(int k) {
     parallel::Communicator* emb = mp_.emb;
     comm_->Submit([g, n, emb](parallel::Communicator&) { return emb->AllReduceSum(g, n); });
   }
+  // The mean over the DP group: 1/dp, also for an expert range reduced over its smaller group.
   const float inv = 1.0f / static_cast<float>(dp_);
   const size_t begin = b.begin, end = b.end, piece = b.piece, pb = PieceBegin(b), pe = PieceEnd(b);
-  const int dp = dp_;
+  const int dp = b.group_size, group_rank = b.group_rank;
+  parallel::Communicator* group = b.group;
   // bf16 reduction: the fp32 gradients are rounded into a bf16 staging buffer, the collective
   // sums that, and its result is widened back into fp32 before the 1/dp scale; the staging is
   // written (CommSync) before the collective reads it.
   const bool bf16 = grad_reduce_bf16_;
   if (stage_ == 0) {
-    if (!last_micro_ || dp == 1) return;
+    if (!last_micro_ || dp_ == 1) return;
     float* g = model_->grads() + begin;
-    comm_->Submit([this, g, begin, end, inv, bf16](parallel::Communicator& c) {
+    comm_->Submit([this, g, begin, end, inv, bf16, dp, group](parallel::Communicator& dp_group) {
+      parallel::Communicator& c = group != nullptr ? *group : dp_group;
       const size_t n = end - begin;
       absl::Status s;
+      if (dp == 1) {  // an expert range held by this rank alone: only the mean's scale
+        CommScale(g, n, inv);
+        return CommSync();
+      }
       uint16_t* h = nullptr;
       if (bf16) {
         h = TakeBf16(n);
@@ -592,12 +662,21 @@ void ZeroEngine::LaunchBucket(int k) {
   } else if (stage_ == 1) {
     if (!last_micro_) return;
     float* grads = model_->grads();
+    if (dp == 1) {  // an expert range held by this rank alone: its own piece, only the mean's scale
+      float* g = grads + begin;
+      comm_->Submit([this, g, begin, end, inv](parallel::Communicator&) {
+        CommScale(g, end - begin, inv);
+        return CommSync();
+      });
+      return;
+    }
     if (bf16) {
-      comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv](parallel::Communicator& c) {
+      comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv, group, group_rank](parallel::Communicator& dp_group) {
+        parallel::Communicator& c = group != nullptr ? *group : dp_group;
         // The bucket padded to dp pieces in bf16, reduce-scattered in place; the own piece
         // (short, when it is the last) widened back into the gradients.
         uint16_t* staged = TakeBf16(piece * dp);
-        uint16_t* own = staged + piece * static_cast<size_t>(rank_);
+        uint16_t* own = staged + piece * static_cast<size_t>(group_rank);
         CommToBf16(staged, grads + begin, end - begin, piece * dp);
         absl::Status s = CommSync();
         s.Update(c.ReduceScatterSumBf16(staged, own, piece));
@@ -609,7 +688,8 @@ void ZeroEngine::LaunchBucket(int k) {
       });
       return;
     }
-    comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv](parallel::Communicator& c) {
+    comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv, group](parallel::Communicator& dp_group) {
+      parallel::Communicator& c = group != nullptr ? *group : dp_group;
       // The bucket padded to dp pieces; the own piece is reduced in place (through a
       // scratch piece when it is the short last one).
       kernels::Backend* on = CommBackend();
@@ -673,7 +753,21 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   // Squares of the gradients this rank holds: all of them (stage 0, identical on every
   // rank) or its pieces, summed over the group below.
   double sum_sq = 0;
-  if (stage_ == 0) {
+  // Expert parallelism, ZeRO 0: the expert ranges differ between the ep ranks (each edp
+  // group's first rank counts its experts in the sum over the group below); the rest is
+  // the same on every rank.
+  double expert_sq = 0;
+  if (stage_ == 0 && !experts_.empty()) {
+    std::vector<std::pair<size_t, size_t>> rest;
+    size_t at = 0;
+    for (const auto& [b, e] : experts_) {
+      if (at < b) rest.push_back({at, b});
+      at = e;
+    }
+    if (at < n) rest.push_back({at, n});
+    sum_sq = CountedSquares(model_->grads(), rest);
+    if (edp_rank_ == 0) expert_sq = CountedSquares(model_->grads(), experts_);
+  } else if (stage_ == 0) {
     sum_sq = CountedSquares(model_->grads(), {{0, n}});
   } else if (stage_ == 1) {
     std::vector<std::pair<size_t, size_t>> own;
@@ -692,9 +786,9 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   StepResult r;
   r.loss = local_loss;
   if (dp_ > 1) {
-    float sums[2] = {stage_ == 0 ? 0.f : static_cast<float>(sum_sq), static_cast<float>(local_loss)};
+    float sums[2] = {static_cast<float>(stage_ == 0 ? expert_sq : sum_sq), static_cast<float>(local_loss)};
     RETURN_IF_ERROR(Wait(comm_->Submit([&sums](parallel::Communicator& c) { return c.AllReduceSum(sums, 2); })));
-    if (stage_ > 0) sum_sq = sums[0];
+    sum_sq = stage_ == 0 ? sum_sq + sums[0] : sums[0];
     r.loss = sums[1] / static_cast<float>(dp_);
   }
   if (mp_.mp != nullptr) {  // every shard's squares; the loss from the last stage
@@ -771,7 +865,9 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   timing_.optimizer += Since(t_opt);
   if ((stage_ == 1 || stage_ == 2) && dp_ > 1) {
     // Every rank updated its pieces: gather each bucket into every rank's parameters.
-    for (const Bucket& b : buckets_) SubmitGather(b, params + PieceBegin(b), PieceEnd(b) - PieceBegin(b));
+    for (const Bucket& b : buckets_) {
+      if (b.group_size > 1) SubmitGather(b, params + PieceBegin(b), PieceEnd(b) - PieceBegin(b));
+    }
     RETURN_IF_ERROR(WaitAll());
   }
   model_->MarkParamsChanged();  // (mixed precision: the working copy is recast)

@@ -83,9 +83,15 @@ struct StepTiming {
 // (the gradient norm and the loss are summed over it; tensors another rank speaks for are
 // not counted), emb the two ends of the pipeline, whose wte gradients are summed before the
 // DP reduction of the last micro-batch.
+// Expert parallelism (the model's shard has ep > 1): the MoE layers' expert tensors are
+// reduced (and, ZeRO 1, partitioned) over edp, the dp/ep replicas that hold the same experts
+// (null: this rank alone), everything else over the DP group; both are scaled by 1/dp (an
+// expert's gradient already sums its ep group's tokens). Their buckets are split at the
+// experts' ranges, each part over its own group. ZeRO 0 and 1.
 struct ZeroModelParallel {
   parallel::Communicator* mp = nullptr;
   parallel::Communicator* emb = nullptr;
+  parallel::Communicator* edp = nullptr;
 };
 
 class ZeroEngine final : public model::ParamHost {
@@ -194,7 +200,15 @@ class ZeroEngine final : public model::ParamHost {
  private:
   struct Bucket {
     size_t begin = 0, end = 0;  // flat range
-    size_t piece = 0;           // elements per rank (ceil(size / dp))
+    // The group the bucket is reduced over: null the DP group (the communication thread's),
+    // else (expert parallelism: experts) edp, or solo_ when no other replica holds them;
+    // this rank's place and the group's size.
+    parallel::Communicator* group = nullptr;
+    int group_rank = 0, group_size = 1;
+    // The bucket whose units' gradients launch this one: itself, or (an expert range split
+    // off) the bucket it was cut from; pending and units count on the lead.
+    int lead = 0;
+    size_t piece = 0;           // elements per rank (ceil(size / group_size))
     size_t local = 0;           // offset of this rank's piece in the compact buffers
     int units = 0, pending = 0;
     float* work = nullptr;      // stage 2/3: this micro-batch's gradients of the bucket
@@ -238,8 +252,18 @@ class ZeroEngine final : public model::ParamHost {
   // last piece is short) into the model's parameters.
   void SubmitGather(const Bucket& b, const float* piece, size_t len);
   // The flat range of this rank's piece of bucket k (may be empty or short).
-  size_t PieceBegin(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * rank_); }
-  size_t PieceEnd(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * (rank_ + 1)); }
+  size_t PieceBegin(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * b.group_rank); }
+  size_t PieceEnd(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * (b.group_rank + 1)); }
+  // The communicator of b's group, given the communication thread's (the DP group).
+  static parallel::Communicator& GroupOf(const Bucket& b, parallel::Communicator& dp) {
+    return b.group != nullptr ? *b.group : dp;
+  }
+  // Expert parallelism: splits buckets at the expert tensors' flat ranges (expert parts over
+  // edp, the rest over dp).
+  void SplitExpertBuckets(parallel::Communicator* edp);
+  std::vector<std::pair<size_t, size_t>> experts_;  // the expert tensors' flat ranges (ep > 1)
+  parallel::SoloCommunicator solo_;  // the expert ranges' group when no other replica holds them
+  int edp_rank_ = 0;  // this rank's place in edp
   absl::Status Wait(uint64_t ticket);
   absl::Status WaitAll();
   void NotePeak();
