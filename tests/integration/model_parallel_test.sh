@@ -112,8 +112,10 @@ for l in $ep_layouts; do
 done
 
 # The planner's flags describe the same MoE job as its spec: the same bytes for every rank.
+# (The flags' shape has max_seq_len 1024, wpe's rows: the spec states it too.)
+MODEL_EXTRA="$MODEL_EXTRA, max_seq_len: 1024" PARALLEL_EXTRA=", ep: 2" job plan 4 1 1 1 20 >"$TMP/plan.yaml"
 check "gantry plan --experts 4 --top-k 2 --moe-every 2 --dp 4 --ep 2 --zero 1 gives the spec's per-rank bytes" bash -c \
-  "diff <('$CLI' plan '$TMP/ep.4.1.2.1.yaml' --ranks | sed -n '/^per rank/,\$p') \
+  "diff <('$CLI' plan '$TMP/plan.yaml' --ranks | sed -n '/^per rank/,\$p') \
         <('$CLI' plan --n-layer 4 --d-model 32 --heads 4 --vocab 256 --seq-len 32 --experts 4 --top-k 2 --moe-every 2 \
             --dp 4 --ep 2 --zero 1 --precision fp32 --micro-batch 2 --microbatches 1 --ranks | sed -n '/^per rank/,\$p')"
 

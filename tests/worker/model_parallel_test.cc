@@ -495,6 +495,12 @@ TEST_F(ModelParallelTest, ExpertParallelCheckpointsReshardToOtherLayouts) {
   every_ = 0;
   ASSERT_EQ(first.losses.size(), 10u);
   ExpectClose(first.losses, {whole.losses.begin(), whole.losses.begin() + 10}, "ep 4, steps 1-10");
+  auto written = FindLatestCheckpoint(dir_.File(ckpt_));
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto layout = ReadCheckpointLayout(*DirectorySource(*written));
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->ep, 4) << "the manifest records the layout that wrote it";
+  EXPECT_EQ(layout->dp, 4);
   ExpectClose(Run({1, 1, 1}, 0, 0, /*resume=*/true).losses, whole.losses, "ep 4's checkpoint resumed as one process", 10);
   ckpt_ = "ckpt-one";
   every_ = 10;

@@ -27,6 +27,14 @@ namespace {
 constexpr char kFormat[] = "gantry-sharded-1";
 constexpr const char* kKinds[] = {"param", "adamw.m", "adamw.v"};
 
+// An integer in [lo, hi] (json: a signed or unsigned integer, not a float).
+bool IntegerIn(const nlohmann::json& v, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return false;
+  const int64_t x = v.get<int64_t>();
+  return lo <= x && x <= hi;
+}
+
 absl::StatusOr<nlohmann::json> ReadManifest(CheckpointSource& source) {
   const std::string file = (fs::path(source.where()) / "manifest.json").string();
   ASSIGN_OR_RETURN(std::string text, source.ReadSmallFile("manifest.json"));
@@ -35,17 +43,29 @@ absl::StatusOr<nlohmann::json> ReadManifest(CheckpointSource& source) {
     if (j.value("format", "") != kFormat) {
       return absl::InvalidArgumentError(absl::StrCat(file, ": format '", j.value("format", ""), "' is not ", kFormat));
     }
-    (void)j.at("step").get<int64_t>();
-    (void)j.at("seed").get<uint64_t>();
+    // Every field's type is checked before LoadCheckpoint reads it with get<>: that converts
+    // a float past an integer's range with undefined behaviour (found by
+    // tests/fuzz/checkpoint_fuzz: "step": 5e71) and throws on a string where it wants a number.
+    auto bad = [&](const std::string& field, const nlohmann::json& v, absl::string_view want) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": ", field, " is ", v.dump(), ", not ", want));
+    };
+    if (!IntegerIn(j.at("step"), 0, INT64_MAX)) return bad("step", j.at("step"), "an integer >= 0");
+    if (!j.at("seed").is_number_unsigned()) return bad("seed", j.at("seed"), "an integer >= 0");
     (void)j.at("parts").get<std::vector<std::string>>();
-    if (j.contains("data") && j.at("data").contains("rows") && j.at("data").at("rows").get<int64_t>() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": data.rows is negative"));
+    if (j.contains("data")) {
+      const nlohmann::json& d = j.at("data");
+      if (d.contains("rows") && !IntegerIn(d.at("rows"), 0, INT64_MAX)) return bad("data.rows", d.at("rows"), "an integer >= 0");
+      if (d.contains("tokenizer") && !d.at("tokenizer").is_string()) return bad("data.tokenizer", d.at("tokenizer"), "a string");
     }
     if (j.contains("loss_scale")) {  // fp16 runs
       const nlohmann::json& ls = j.at("loss_scale");
-      (void)ls.at("scale").get<double>();
-      (void)ls.at("growth_tracker").get<int>();
-      (void)ls.at("skipped_steps").get<int64_t>();
+      if (!ls.at("scale").is_number()) return bad("loss_scale.scale", ls.at("scale"), "a number");
+      if (!IntegerIn(ls.at("growth_tracker"), std::numeric_limits<int>::min(), std::numeric_limits<int>::max())) {
+        return bad("loss_scale.growth_tracker", ls.at("growth_tracker"), "an integer");
+      }
+      if (!IntegerIn(ls.at("skipped_steps"), INT64_MIN, INT64_MAX)) {
+        return bad("loss_scale.skipped_steps", ls.at("skipped_steps"), "an integer");
+      }
     }
     return j;
   } catch (const std::exception& e) {
@@ -109,11 +129,12 @@ std::string ManifestJson(const model::GPTConfig& config, const CheckpointState& 
       {"model",
        {{"n_layer", config.n_layer}, {"n_head", config.n_head}, {"n_embd", config.n_embd},
         {"vocab_size", config.vocab_size}, {"max_seq_len", config.max_seq_len}}},
-      {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}, {"tp", layout.tp}, {"pp", layout.pp}, {"ep", layout.ep}}},
+      {"layout", {{"dp", layout.dp}, {"zero_stage", layout.zero_stage}, {"tp", layout.tp}, {"pp", layout.pp}}},
       // The reads follow from (seed, rows read) alone (worker/data/dataset.h).
       {"data", {{"next_step", state.step}}},
       {"parts", names},
   };
+  if (layout.ep > 1) j["layout"]["ep"] = layout.ep;  // (absent: 1, as in manifests written before it)
   if (!cuts.empty()) j["cuts"] = cuts;
   if (state.data_rows) j["data"]["rows"] = *state.data_rows;
   if (!state.tokenizer.empty()) j["data"]["tokenizer"] = state.tokenizer;
