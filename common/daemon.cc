@@ -18,6 +18,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/file_util.h"
 #include "common/kill_point.h"
 #include "common/rpc_edge.h"
@@ -32,6 +33,11 @@ sigset_t InitDaemon(int* argc, char*** argv, const char* usage) {
   gflags::ParseCommandLineFlags(argc, argv, true);
   google::InitGoogleLogging((*argv)[0]);
   FLAGS_logtostderr = true;
+  // Abseil's mutexes (gRPC's, on every call's path) check each acquisition against a
+  // process-wide lock graph unless told not to, and Debian's Abseil leaves the check on: a
+  // few per cent of the coordinator's CPU under load (bench/control_plane_load), for a
+  // debugging aid.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);

@@ -43,7 +43,9 @@ absl::Status StringSource::ReadAt(size_t offset, size_t n, void* dst) const {
   if (offset > bytes_.size() || n > bytes_.size() - offset) {
     return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", +", n, ") beyond ", bytes_.size()));
   }
-  std::memcpy(dst, bytes_.data() + offset, n);
+  // Not memcpy for n 0: dst may then be null (an empty vector's data()), which memcpy may not
+  // take even for no bytes (found by tests/fuzz/safetensors_fuzz: an empty tensor's ReadF32).
+  if (n > 0) std::memcpy(dst, bytes_.data() + offset, n);
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -47,8 +48,23 @@ absl::StatusOr<int> Connect(const std::string& address) {
     return absl::UnavailableError(absl::StrCat("resolving ", address, ": ", gai_strerror(e)));
   }
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
-  const int err = errno;
+  int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+  int err = errno;
+  if (rc != 0 && fd >= 0 && err == EINTR) {
+    // A signal interrupted connect, and the connection goes on in the background (POSIX):
+    // wait for it and take its outcome, rather than fail one that may yet succeed (found by
+    // tests/fuzz/param_wire_fuzz, whose timer signal interrupts connects).
+    pollfd p{fd, POLLOUT, 0};
+    int r;
+    while ((r = ::poll(&p, 1, -1)) < 0 && errno == EINTR) {
+    }
+    socklen_t len = sizeof(err);
+    if (r == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0) {
+      rc = err == 0 ? 0 : -1;
+    } else {
+      err = errno;
+    }
+  }
   ::freeaddrinfo(res);
   if (rc != 0) {
     if (fd >= 0) ::close(fd);

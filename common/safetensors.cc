@@ -177,7 +177,19 @@ absl::Status SafetensorsFile::ParseHeader(const std::string& bytes, size_t file_
                               "] outside the data section of ", data_size,
                               " bytes (file truncated?)"));
     }
-    const uint64_t want = static_cast<uint64_t>(info.numel()) * esize;
+    // The element count and byte size, each product checked: [2^62, 4] would wrap (signed
+    // overflow, undefined) to a size that matches a small byte range. numel() repeats these
+    // products, so it cannot overflow for a tensor accepted here.
+    int64_t numel = 1;
+    for (int64_t d : info.shape) {
+      if (__builtin_mul_overflow(numel, d, &numel)) {
+        return bad(absl::StrCat("shape ", ShapeString(info.shape), " has more elements than 2^63"));
+      }
+    }
+    uint64_t want = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(numel), static_cast<uint64_t>(esize), &want)) {
+      return bad(absl::StrCat("shape ", ShapeString(info.shape), " of ", info.dtype, " needs more than 2^64 bytes"));
+    }
     if (info.end - info.begin != want) {
       return bad(absl::StrCat("holds ", info.end - info.begin, " bytes but shape ",
                               ShapeString(info.shape), " of ", info.dtype, " needs ", want));
@@ -275,7 +287,9 @@ absl::StatusOr<std::vector<int32_t>> SafetensorsFile::ReadI32(const std::string&
   const char* src = raw.data();
   std::vector<int32_t> out(static_cast<size_t>(info.numel()));
   if (info.dtype == "I32") {
-    std::memcpy(out.data(), src, out.size() * 4);
+    // Not for no elements: an empty vector's data() may be null, which memcpy may not take
+    // even for 0 bytes (found by tests/fuzz/safetensors_fuzz: an empty I32 tensor).
+    if (!out.empty()) std::memcpy(out.data(), src, out.size() * 4);
   } else if (info.dtype == "I64") {
     for (size_t i = 0; i < out.size(); ++i) {
       int64_t v;

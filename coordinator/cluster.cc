@@ -48,6 +48,23 @@ Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions optio
         CheckpointEnded(c, servers);
       });
   monitor_ = std::thread([this] { Monitor(); });
+  scheduler_ = std::thread([this] {
+    std::unique_lock<std::mutex> sl(schedule_mu_);
+    for (;;) {
+      schedule_cv_.wait(sl, [&] { return schedule_requested_ || schedule_stop_; });
+      if (schedule_stop_) return;
+      schedule_requested_ = false;  // requests from now on ask for another pass
+      scheduling_ = true;
+      sl.unlock();
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (!stop_) ScheduleLocked();
+      }
+      sl.lock();
+      scheduling_ = false;
+      schedule_cv_.notify_all();  // WaitForCommits
+    }
+  });
 }
 
 Cluster::~Cluster() {
@@ -57,67 +74,114 @@ Cluster::~Cluster() {
   }
   cv_.notify_all();
   monitor_.join();
+  {
+    std::lock_guard<std::mutex> sl(schedule_mu_);
+    schedule_stop_ = true;
+  }
+  schedule_cv_.notify_all();
+  scheduler_.join();
   commits_.reset();  // the commits in flight end (each call has a deadline) while the cluster is whole
 }
 
-absl::Status Cluster::Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill) {
+absl::Status Cluster::Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill, bool sync) {
   v1::JobEvent e;
   e.set_job_id(job_id);
   e.set_time_unix_ms(NowUnixMs());
   fill(e);
-  return AddEvent(std::move(e));
+  return AddEvent(std::move(e), sync);
 }
 
 absl::Status Cluster::AddEvent(v1::JobEvent e, bool sync) {
+  const std::string job_id = e.job_id();
   auto s = store_->AppendEvent(std::move(e), sync);
   if (!s.ok()) return s.status();
-  std::vector<std::function<void()>> fns;
-  {
-    std::lock_guard<std::mutex> l(sub_mu_);
-    for (auto& [id, fn] : subscribers_) fns.push_back(fn);
-  }
-  for (auto& fn : fns) fn();
+  Notify(job_id);
   return absl::OkStatus();
 }
 
-int Cluster::Subscribe(std::function<void()> fn) {
+void Cluster::Notify(const std::string& job_id) {
+  // Only the job's own watchers: with thousands of jobs, waking every watcher for every
+  // event would have each read the store for nothing.
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard<std::mutex> l(sub_mu_);
+    auto it = subscribers_.find(job_id);
+    if (it == subscribers_.end()) return;
+    for (auto& [id, fn] : it->second) fns.push_back(fn);
+  }
+  for (auto& fn : fns) fn();
+}
+
+int Cluster::Subscribe(const std::string& job_id, std::function<void()> fn) {
   std::lock_guard<std::mutex> l(sub_mu_);
-  subscribers_[next_sub_] = std::move(fn);
+  subscribers_[job_id][next_sub_] = std::move(fn);
+  subscribed_job_[next_sub_] = job_id;
   return next_sub_++;
 }
 
 void Cluster::Unsubscribe(int id) {
   std::lock_guard<std::mutex> l(sub_mu_);
-  subscribers_.erase(id);
+  auto job = subscribed_job_.find(id);
+  if (job == subscribed_job_.end()) return;
+  auto it = subscribers_.find(job->second);
+  if (it != subscribers_.end()) {
+    it->second.erase(id);
+    if (it->second.empty()) subscribers_.erase(it);
+  }
+  subscribed_job_.erase(job);
 }
 
 absl::Status Cluster::Recover() {
   std::unique_lock<std::mutex> jl(job_mu_);
-  auto jobs = store_->ListJobs();
-  if (!jobs.ok()) return jobs.status();
-  for (auto& j : *jobs) {
-    if (j.state() != v1::SCHEDULED && j.state() != v1::RUNNING) continue;
+  // The jobs placed when the last coordinator stopped, from the store's index; their
+  // transitions in one synced batch (a coordinator that held a thousand running jobs comes
+  // back after one WAL sync, not a thousand).
+  std::vector<std::string> placed = store_->JobsIn(v1::SCHEDULED);
+  for (auto& id : store_->JobsIn(v1::RUNNING)) placed.push_back(std::move(id));
+  std::vector<Store::Update> updates;
+  for (const auto& id : placed) {
+    auto got = store_->GetJob(id);
+    if (!got.ok()) return got.status();
+    v1::Job& j = *got;
     // Placed when the last coordinator stopped: placed again once its workers re-attach,
     // from its last committed checkpoint (not counted against scheduling.max_restarts).
     j.clear_workers();
     j.set_failure_time_unix_ms(NowUnixMs());
     j.set_steps_at_failure(j.steps_done());
-    RETURN_IF_ERROR(Transition(
+    ASSIGN_OR_RETURN(auto events, PrepareTransition(
         j, v1::RESTARTING,
         "coordinator restarted: the job is placed again and resumes from its last committed checkpoint"));
-    LOG(INFO) << "recovered " << j.id() << ": to be placed again";
+    updates.push_back({std::move(j), std::move(events)});
+  }
+  if (!updates.empty()) {
+    RETURN_IF_ERROR(store_->Commit(&updates));
+    for (const auto& u : updates) {
+      Notify(u.job.id());
+      LOG(INFO) << "recovered " << u.job.id() << ": to be placed again";
+    }
   }
   jl.unlock();
   std::lock_guard<std::mutex> l(mu_);
-  UpdateGaugesLocked();
+  UpdateGaugesLocked(/*force=*/true);
   return absl::OkStatus();
 }
 
-absl::Status Cluster::Transition(v1::Job& job, v1::JobState to, const std::string& message) {
-  return coordinator::Transition(*store_, [this](v1::JobEvent e) { return AddEvent(std::move(e)); }, job, to, message);
+absl::Status Cluster::Transition(v1::Job& job, v1::JobState to, const std::string& message, bool sync) {
+  // The record and its events in one write (one WAL sync, not one per write).
+  const v1::Job before = job;
+  auto events = PrepareTransition(job, to, message);
+  if (!events.ok()) return events.status();
+  std::vector<Store::Update> update = {{job, *std::move(events)}};
+  if (auto s = store_->Commit(&update, sync); !s.ok()) {
+    job = before;
+    return s;
+  }
+  Notify(job.id());
+  return absl::OkStatus();
 }
 
 void Cluster::RememberSpec(const std::string& job_id, train::JobSpec spec) {
+  store_->SetDevice(job_id, spec.resources.device);  // its queue
   std::lock_guard<std::mutex> l(spec_mu_);
   specs_[job_id] = std::make_shared<const train::JobSpec>(std::move(spec));
 }
@@ -126,6 +190,10 @@ std::shared_ptr<const train::JobSpec> Cluster::SpecOf(const v1::Job& job) {
   std::lock_guard<std::mutex> l(spec_mu_);
   auto& cached = specs_[job.id()];
   if (cached) return cached;
+  if (job.spec_yaml().empty() && job.spec_normalised().empty()) {  // a brief record: nothing to parse
+    specs_.erase(job.id());
+    return nullptr;
+  }
   auto spec = train::ParseJobSpec(job.spec_normalised().empty() ? job.spec_yaml() : job.spec_normalised());
   registry_->GetCounter("gantry_coordinator_spec_parses_total", "Job specs parsed (once per job and coordinator).").Inc();
   if (!spec.ok()) {
@@ -134,6 +202,7 @@ std::shared_ptr<const train::JobSpec> Cluster::SpecOf(const v1::Job& job) {
     return nullptr;
   }
   cached = std::make_shared<const train::JobSpec>(*std::move(spec));
+  store_->SetDevice(job.id(), cached->resources.device);  // its queue
   return cached;
 }
 
@@ -191,6 +260,20 @@ void Cluster::JobSubmitted() {
   ScheduleLocked();
 }
 
+void Cluster::WaitForCommits() {
+  commits_->Drain();
+  std::unique_lock<std::mutex> sl(schedule_mu_);
+  schedule_cv_.wait(sl, [&] { return (!schedule_requested_ && !scheduling_) || schedule_stop_; });
+}
+
+void Cluster::RequestSchedule() {
+  {
+    std::lock_guard<std::mutex> sl(schedule_mu_);
+    schedule_requested_ = true;
+  }
+  schedule_cv_.notify_all();  // the scheduling thread, among WaitForCommits callers
+}
+
 void Cluster::JobCancelled(const v1::Job& job) {
   rendezvous_.Drop(job.id());
   std::lock_guard<std::mutex> l(mu_);
@@ -205,7 +288,7 @@ void Cluster::JobCancelled(const v1::Job& job) {
     it->second.session->Send(m);
     if (it->second.info.job_id() == job.id() && it->second.generation == job.generation()) it->second.Free();
   }
-  UpdateGaugesLocked();
+  UpdateGaugesLocked(/*force=*/true);  // a user action: its count shows at once
   ScheduleLocked();
 }
 
@@ -217,8 +300,12 @@ std::string Cluster::AddWorker(WorkerSession* s, const v1::Resources& r) {
   *w.info.mutable_resources() = r;
   w.info.set_state("idle");
   w.session = s;
-  w.last_seen_ms = NowUnixMs();
-  w.info.set_last_heartbeat_unix_ms(w.last_seen_ms);
+  w.live = std::make_shared<Liveness>();
+  w.live->last_seen_ms = NowUnixMs();
+  {
+    std::unique_lock<std::shared_mutex> ll(live_mu_);
+    live_[id] = w.live;
+  }
   LOG(INFO) << "worker " << id << " attached from " << r.host() << " (" << r.device_kind() << " x" << r.device_count()
             << (r.device_name().empty() ? std::string() : ", " + r.device_name()) << ")";
   if (placement::SlotsOf(r) == 0) {
@@ -227,18 +314,25 @@ std::string Cluster::AddWorker(WorkerSession* s, const v1::Resources& r) {
   v1::CoordinatorMessage m;
   m.set_worker_id(id);
   s->Send(m);
+  UpdateLargestLocked();
   UpdateGaugesLocked();
   ScheduleLocked();
   return id;
 }
 
 void Cluster::Heartbeat(const std::string& id, const v1::Heartbeat* hb) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = workers_.find(id);
-  if (it == workers_.end()) return;
-  if (hb != nullptr && !hb->job_id().empty()) it->second.last_hb = *hb;
-  it->second.last_seen_ms = NowUnixMs();
-  it->second.info.set_last_heartbeat_unix_ms(it->second.last_seen_ms);
+  std::shared_ptr<Liveness> live;
+  {
+    std::shared_lock<std::shared_mutex> l(live_mu_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    live = it->second;
+  }
+  live->last_seen_ms = NowUnixMs();
+  if (hb != nullptr && !hb->job_id().empty()) {
+    std::lock_guard<std::mutex> l(live->mu);
+    live->last_hb = *hb;
+  }
 }
 
 void Cluster::DropIfStale(const std::string& id, const std::string& job_id, int64_t generation) {
@@ -304,9 +398,13 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   job->set_steps_done(u.report().step());
   job->set_last_loss(u.report().loss());
   job->set_update_time_unix_ms(NowUnixMs());
-  // Step progress is not fsynced (a crash may lose the last few step events); state
-  // changes are.
-  if (first ? !Transition(*job, v1::RUNNING).ok() : !store_->PutJob(*job, /*sync=*/false).ok()) return;
+  // Step progress is not fsynced (a power loss may lose the last few step events), and
+  // neither is RUNNING: a coordinator that comes back finds the job SCHEDULED or RUNNING,
+  // and places either again alike (Recover), so nothing waits for this write to be durable.
+  // (A SIGKILL loses neither: the write is in the WAL.) The other state changes are synced.
+  if (first ? !Transition(*job, v1::RUNNING, "", /*sync=*/false).ok() : !store_->PutJob(*job, /*sync=*/false).ok()) {
+    return;
+  }
   v1::JobEvent e;
   e.set_job_id(job->id());
   e.set_time_unix_ms(NowUnixMs());
@@ -376,7 +474,10 @@ void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
     if (w->second.running.empty()) w->second.Free();  // its last rank of the job
   }
   UpdateGaugesLocked();
-  ScheduleLocked();
+  // The freed worker's next job is placed on the scheduling thread: ends come by the
+  // hundred a second under load, and one pass places what they all freed in one write, where
+  // a pass here would hold mu_ over a WAL sync per end.
+  RequestSchedule();
 }
 
 void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& p) {
@@ -431,10 +532,17 @@ void Cluster::CheckpointEnded(const CheckpointCommitter::Checkpoint& c,
   }
   size_t n_files = 0;
   for (const auto& [server, files] : c.files) n_files += files.size();
-  (void)Event(c.job_id, [&](v1::JobEvent& e) {
-    e.set_message(absl::StrCat("checkpoint of step ", c.step, " committed on ", absl::StrJoin(*servers, ", "), " (",
-                               n_files, " files, ", c.bytes, " bytes)"));
-  });
+  // Neither this event nor the job's checkpoint step below is synced: the checkpoint is
+  // durable on the shard servers (their commit record is), and where a job resumes is the
+  // later of this record and what the servers list (ResumePointLocked), so a power loss
+  // that took these writes costs nothing. (A SIGKILL loses neither: they are in the WAL.)
+  (void)Event(
+      c.job_id,
+      [&](v1::JobEvent& e) {
+        e.set_message(absl::StrCat("checkpoint of step ", c.step, " committed on ", absl::StrJoin(*servers, ", "), " (",
+                                   n_files, " files, ", c.bytes, " bytes)"));
+      },
+      /*sync=*/false);
   kCommitAfterEvent.Reach();
   {
     std::lock_guard<std::mutex> jl(job_mu_);
@@ -444,7 +552,7 @@ void Cluster::CheckpointEnded(const CheckpointCommitter::Checkpoint& c,
       job->set_restarts_in_a_row(0);  // progress: the next failure restarts at once
       job->clear_checkpoint_servers();
       for (const auto& server : *servers) job->add_checkpoint_servers(server);
-      if (auto st = store_->PutJob(*job); !st.ok()) LOG(WARNING) << st;
+      if (auto st = store_->PutJob(*job, /*sync=*/false); !st.ok()) LOG(WARNING) << st;
     }
   }
   kCommitAfterJobUpdate.Reach();
@@ -522,6 +630,7 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool e
   if (end_stream) it->second.session->End(why);
   it->second.session = nullptr;
   it->second.info.set_state("dead");
+  UpdateLargestLocked();
   LOG(WARNING) << "worker " << id << " lost: " << why;
   registry_->GetCounter("gantry_coordinator_workers_lost_total", "Workers declared dead.").Inc();
   const std::string job_id = it->second.info.job_id();
@@ -558,112 +667,150 @@ void Cluster::ScheduleLocked() {
   last_schedule_ms_ = NowUnixMs();
   timed_wait_ = false;
   std::lock_guard<std::mutex> jl(job_mu_);
-  auto jobs = store_->ListJobs();
-  if (!jobs.ok()) return;
   std::vector<std::string> shard_addrs;
   const int64_t now = NowUnixMs();
   for (const auto& [addr, s] : shards_) {
     if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) shard_addrs.push_back(addr);
   }
   if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
-  auto queue = placement::QueueOrder(*jobs);
   // A lookup of stored steps serves one placement of a queued job: the others' go.
-  std::set<std::string> queued;
-  for (const auto& job : queue) queued.insert(job.id());
-  for (auto it = stored_.begin(); it != stored_.end();) it = queued.count(it->first) ? std::next(it) : stored_.erase(it);
-  // First come, first served within a device kind: a job that cannot be placed yet holds
-  // back the later ones of its kind (resources.device), not those of other kinds, whose
-  // workers it could not use.
-  std::set<std::string> held;
-  for (auto& job : queue) {
-    const auto spec = SpecOf(job);
-    if (!spec) {  // it parsed at submit: the stored record is damaged
-      job.set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
-      if (!Transition(job, v1::FAILED).ok()) return;
-      continue;
-    }
-    const std::string& device = spec->resources.device;
-    if (held.count(device)) continue;
-    auto hold = [&] { held.insert(device); };
-    if (job.state() == v1::RESTARTING) {
-      if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
-          !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
-        timed_wait_ = true;  // Monitor retries
-        hold();
-        continue;
+  for (auto it = stored_.begin(); it != stored_.end();) it = store_->IsQueued(it->first) ? std::next(it) : stored_.erase(it);
+  // Queued jobs whose spec this coordinator has not read yet (stored by an earlier one) join
+  // the queue of their device kind; one whose stored spec no longer parses (it did when it
+  // was accepted: the record is damaged) fails.
+  for (const auto& id : store_->Unresolved()) {
+    auto job = store_->GetJob(id);
+    if (!job.ok() || SpecOf(*job)) continue;
+    job->set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
+    if (!Transition(*job, v1::FAILED).ok()) return;
+  }
+  // This pass's placements: decided first, written together (one WAL sync however many),
+  // then applied to the workers and sent. A worker chosen for one is not offered to the next.
+  struct Placement {
+    v1::Job job;
+    std::vector<std::pair<WorkerState*, int>> chosen;  // rank r runs on chosen[r].first, as its local rank .second
+    std::map<WorkerState*, int> local_world;
+    std::string yaml, where;
+    std::pair<std::string, int64_t> resume;
+    int dp = 1, tp = 1, pp = 1;
+    std::vector<v1::ParamRange> param_ranges;
+  };
+  std::vector<Placement> placements;
+  std::vector<Store::Update> updates;
+  std::set<const WorkerState*> taken;
+  auto idle_slots_of = [&](const std::string& device) {
+    int n = 0;
+    for (const auto& [id, w] : workers_) {
+      if (w.session != nullptr && w.info.state() == "idle" && !taken.count(&w) && placement::Offers(w.info.resources(), device)) {
+        n += placement::SlotsOf(w.info.resources());
       }
     }
-    // What the shard servers hold of it, before it is placed again or from another job's
-    // checkpoint: listed off the lock, and the lookup's end places it.
-    if (!StoredStepsKnownLocked(job, *spec, shard_addrs)) {
-      hold();
-      continue;
+    return n;
+  };
+  // First come, first served within a device kind (resources.device): a job that cannot be
+  // placed yet holds back the later ones of its kind, not those of other kinds, whose
+  // workers it could not use. Each kind's queue is walked from its head until one holds.
+  for (const std::string& device : store_->QueuedDevices()) {
+    std::optional<placement::QueueKey> at;
+    while ((at = store_->NextQueued(device, at))) {
+      auto got = store_->GetJob(at->id);
+      if (!got.ok()) continue;
+      v1::Job& job = *got;
+      const auto spec = SpecOf(job);
+      if (!spec || spec->resources.device != device) continue;  // resolved: not expected
+      if (job.state() == v1::RESTARTING) {
+        if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
+            !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
+          timed_wait_ = true;  // Monitor retries
+          break;
+        }
+      }
+      // What the shard servers hold of it, before it is placed again or from another job's
+      // checkpoint: listed off the lock, and the lookup's end places it.
+      if (!StoredStepsKnownLocked(job, *spec, shard_addrs)) break;
+      // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
+      // workers allow (at least its smallest).
+      const int tp = spec->parallel.tp, pp = spec->parallel.pp;
+      const int world = spec->elastic.enabled() ? spec->WorldFor(idle_slots_of(device)) : spec->world_size();
+      if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
+      std::vector<WorkerState*> idle;
+      std::vector<placement::IdleWorker> idle_slots;
+      for (auto& [wid, w] : workers_) {
+        if (w.session == nullptr || w.info.state() != "idle" || taken.count(&w)) continue;
+        if (!placement::Offers(w.info.resources(), device)) continue;
+        idle.push_back(&w);
+        idle_slots.push_back({w.info.resources().host(), placement::SlotsOf(w.info.resources())});
+      }
+      Placement p;
+      for (const auto& slot : placement::ChooseSlots(idle_slots, world, tp)) {
+        p.chosen.emplace_back(idle[slot.worker], slot.local);
+        ++p.local_world[idle[slot.worker]];
+      }
+      if (p.chosen.empty()) break;  // later jobs of its kind wait
+      // A parameter-server job waits for a shard server, as for workers.
+      if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") break;
+      p.param_ranges = placement::ParamRanges(
+          *spec, shard_addrs, [&](const std::string& server) { return shards_[server].data_address(); });
+      // Where the ranks start: decided here, once, from the committed checkpoints.
+      auto resume = ResumePointLocked(job, *spec);
+      if (!resume.ok()) {
+        job.set_reason(std::string(resume.status().message()));
+        if (!Transition(job, v1::FAILED, job.reason()).ok()) return;
+        LOG(WARNING) << "job " << job.id() << " failed: " << job.reason();
+        continue;
+      }
+      p.resume = *resume;
+      // The normalised spec the ranks read, at this placement's dp: at the spec's own dp
+      // (every job but an elastic one placed smaller or larger) that is the record's
+      // spec_normalised, written by the same ToYaml at submit; emitting YAML per placement
+      // was a tenth of the coordinator's CPU under load.
+      p.dp = world / (tp * pp);
+      p.tp = tp;
+      p.pp = pp;
+      if (p.dp == spec->parallel.dp && !job.spec_normalised().empty()) {
+        p.yaml = job.spec_normalised();
+      } else {
+        train::JobSpec placed = *spec;
+        placed.parallel.dp = p.dp;
+        p.yaml = train::ToYaml(placed);
+      }
+      job.set_generation(job.generation() + 1);
+      job.set_world_size(world);
+      job.clear_workers();
+      for (const auto& [w, local] : p.chosen) job.add_workers(w->info.id());
+      for (size_t r = 0; r < p.chosen.size(); ++r) {
+        const auto& [w, local] = p.chosen[r];
+        const bool gpus = !placement::Offers(w->info.resources(), "cpu");
+        absl::StrAppend(&p.where, r ? ", " : "", p.chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "", w->info.id(),
+                        " (", w->info.resources().host(), gpus ? absl::StrCat(" gpu ", local) : std::string(), ")");
+      }
+      auto events = PrepareTransition(job, v1::SCHEDULED, absl::StrCat("placed: ", p.where));
+      if (!events.ok()) continue;  // queued jobs may be scheduled: not expected
+      for (const auto& [w, local] : p.chosen) taken.insert(w);
+      updates.push_back({job, *std::move(events)});
+      p.job = std::move(job);
+      placements.push_back(std::move(p));
     }
-    // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
-    // workers allow (at least its smallest).
-    const int tp = spec->parallel.tp, pp = spec->parallel.pp;
-    const int world = spec->elastic.enabled() ? spec->WorldFor(IdleSlotsLocked(spec->resources.device)) : spec->world_size();
-    if (world == 0) {  // not even its smallest dp: it waits (first come, first served)
-      hold();
-      continue;
-    }
-    const int dp = world / (tp * pp);
-    std::vector<WorkerState*> idle;
-    std::vector<placement::IdleWorker> idle_slots;
-    for (auto& [wid, w] : workers_) {
-      if (w.session == nullptr || w.info.state() != "idle") continue;
-      if (!placement::Offers(w.info.resources(), spec->resources.device)) continue;
-      idle.push_back(&w);
-      idle_slots.push_back({w.info.resources().host(), placement::SlotsOf(w.info.resources())});
-    }
-    // Rank r runs on chosen[r].first, as its local rank chosen[r].second (its device ordinal).
-    std::vector<std::pair<WorkerState*, int>> chosen;
-    std::map<WorkerState*, int> local_world;
-    for (const auto& slot : placement::ChooseSlots(idle_slots, world, tp)) {
-      chosen.emplace_back(idle[slot.worker], slot.local);
-      ++local_world[idle[slot.worker]];
-    }
-    if (chosen.empty()) {  // later jobs of its kind wait
-      hold();
-      continue;
-    }
-    // A parameter-server job waits for a shard server, as for workers.
-    if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") {
-      hold();
-      continue;
-    }
-    const auto param_ranges = placement::ParamRanges(
-        *spec, shard_addrs, [&](const std::string& server) { return shards_[server].data_address(); });
-    // Where the ranks start: decided here, once, from the committed checkpoints.
-    auto resume = ResumePointLocked(job, *spec);
-    if (!resume.ok()) {
-      job.set_reason(std::string(resume.status().message()));
-      if (!Transition(job, v1::FAILED, job.reason()).ok()) return;
-      LOG(WARNING) << "job " << job.id() << " failed: " << job.reason();
-      continue;
-    }
-    // The normalised spec the ranks read, at this placement's dp.
-    train::JobSpec placed = *spec;
-    placed.parallel.dp = dp;
-    const std::string placed_yaml = train::ToYaml(placed);
-    const auto t_submit = job.submit_time_unix_ms();
-    job.set_generation(job.generation() + 1);
-    job.set_world_size(world);
-    job.clear_workers();
-    for (const auto& [w, local] : chosen) job.add_workers(w->info.id());
-    std::string where;
-    for (size_t r = 0; r < chosen.size(); ++r) {
-      const auto& [w, local] = chosen[r];
-      const bool gpus = !placement::Offers(w->info.resources(), "cpu");
-      absl::StrAppend(&where, r ? ", " : "", chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "", w->info.id(), " (",
-                      w->info.resources().host(), gpus ? absl::StrCat(" gpu ", local) : std::string(), ")");
-    }
-    if (!Transition(job, v1::SCHEDULED, absl::StrCat("placed: ", where)).ok()) return;
-    registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds", "Submit (or re-queue) to placement.",
-                            metrics::ExponentialBuckets(0.01, 4, 8))
-        .Observe(static_cast<double>(now - t_submit) / 1000.0);
-    for (size_t r = 0; r < chosen.size(); ++r) {
-      const auto& [w, local] = chosen[r];
+  }
+  if (placements.empty()) {
+    UpdateGaugesLocked();
+    return;
+  }
+  // Durable before any worker hears of it: a coordinator that died after sending would
+  // otherwise place the job again at the same generation.
+  if (auto s = store_->Commit(&updates); !s.ok()) {
+    LOG(WARNING) << "placing " << placements.size() << " jobs: " << s << "; they stay queued";
+    return;
+  }
+  for (const auto& u : updates) Notify(u.job.id());
+  auto& latency = registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds",
+                                          "Submit (or re-queue) to placement.", metrics::ExponentialBuckets(0.01, 4, 8));
+  for (auto& p : placements) {
+    const v1::Job& job = p.job;
+    latency.Observe(static_cast<double>(now - job.submit_time_unix_ms()) / 1000.0);
+    const int world = static_cast<int>(p.chosen.size());
+    for (size_t r = 0; r < p.chosen.size(); ++r) {
+      const auto& [w, local] = p.chosen[r];
       w->info.set_state("busy");
       w->info.set_job_id(job.id());
       w->info.add_ranks(static_cast<int>(r));
@@ -673,26 +820,31 @@ void Cluster::ScheduleLocked() {
       v1::Assignment* a = m.mutable_assign();
       a->set_job_id(job.id());
       a->set_generation(job.generation());
-      a->set_spec_yaml(placed_yaml);
-      a->set_resume_job_id(resume->first);
-      a->set_resume_step(resume->second);
+      a->set_spec_yaml(p.yaml);
+      a->set_resume_job_id(p.resume.first);
+      a->set_resume_step(p.resume.second);
       a->set_rank(static_cast<int>(r));
       a->set_world_size(world);
-      a->set_dp(dp);
-      a->set_tp(tp);
-      a->set_pp(pp);
+      a->set_dp(p.dp);
+      a->set_tp(p.tp);
+      a->set_pp(p.pp);
       a->set_local_rank(local);
-      a->set_local_world(local_world[w]);
+      a->set_local_world(p.local_world[w]);
       for (const auto& s : shard_addrs) a->add_shard_servers(s);
-      a->mutable_param_ranges()->Assign(param_ranges.begin(), param_ranges.end());
+      a->mutable_param_ranges()->Assign(p.param_ranges.begin(), p.param_ranges.end());
       w->session->Send(m);
     }
-    LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed: " << where;
+    LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed: " << p.where;
   }
   UpdateGaugesLocked();
 }
 
-void Cluster::UpdateGaugesLocked() {
+void Cluster::UpdateGaugesLocked(bool force) {
+  // At most every 20 ms (every event of a busy coordinator would otherwise walk every
+  // worker); the monitor's round brings them up to date within 100 ms.
+  const int64_t now = NowUnixMs();
+  if (!force && now - gauges_ms_ < 20) return;
+  gauges_ms_ = now;
   int alive = 0, busy = 0;
   for (const auto& [id, w] : workers_) {
     if (w.session == nullptr) continue;
@@ -701,14 +853,11 @@ void Cluster::UpdateGaugesLocked() {
   }
   registry_->GetGauge("gantry_coordinator_workers_alive", "Workers attached and heartbeating.").Set(alive);
   registry_->GetGauge("gantry_coordinator_workers_busy", "Workers running a job.").Set(busy);
-  auto jobs = store_->ListJobs();
-  if (!jobs.ok()) return;
-  std::map<int, int> by_state;
-  for (const auto& j : *jobs) ++by_state[j.state()];
+  auto by_state = store_->CountByState();  // the store's index: no record is read
   for (int s = v1::PENDING; s <= v1::RESTARTING; ++s) {
     registry_->GetGauge("gantry_coordinator_jobs", "Jobs known to the coordinator, by state.",
                         {{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}})
-        .Set(by_state[s]);
+        .Set(static_cast<double>(by_state[static_cast<v1::JobState>(s)]));
   }
 }
 
@@ -737,8 +886,11 @@ void Cluster::CheckStallsLocked(int64_t now) {
     // Stalled: the ranks' last completed collectives, from their heartbeats.
     std::map<int, std::pair<std::string, uint64_t>> ranks;  // rank → (worker, collectives done)
     for (const auto& [wid, w] : workers_) {
-      if (w.session == nullptr || w.last_hb.job_id() != job_id || w.last_hb.generation() != p.generation) continue;
-      for (const auto& rp : w.last_hb.ranks()) ranks[rp.rank()] = {wid, rp.collectives_done()};
+      if (w.session == nullptr) continue;
+      std::lock_guard<std::mutex> hl(w.live->mu);
+      const v1::Heartbeat& hb = w.live->last_hb;
+      if (hb.job_id() != job_id || hb.generation() != p.generation) continue;
+      for (const auto& rp : hb.ranks()) ranks[rp.rank()] = {wid, rp.collectives_done()};
     }
     uint64_t most = 0;
     for (const auto& [r, x] : ranks) most = std::max(most, x.second);
@@ -786,13 +938,9 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
     if (!job.ok() || job->generation() != generation || job->state() != v1::RUNNING) return;
     const auto spec = SpecOf(*job);
     if (!spec || !spec->elastic.enabled()) return;
-    // Queued jobs of its device kind come first: growing is only for workers nobody waits for.
-    auto jobs = store_->ListJobs();
-    if (!jobs.ok()) return;
-    for (const auto& q : placement::QueueOrder(*jobs)) {
-      const auto qs = SpecOf(q);
-      if (!qs || qs->resources.device == spec->resources.device) return;
-    }
+    // Queued jobs of its device kind come first: growing is only for workers nobody waits for
+    // (a queued job whose spec was not read yet may be of its kind).
+    if (store_->AnyQueued(spec->resources.device) || !store_->Unresolved().empty()) return;
     world = job->world_size();
     target = spec->WorldFor(world + IdleSlotsLocked(spec->resources.device));
   }
@@ -814,8 +962,35 @@ std::vector<std::string> Cluster::MissingCheckpointServers(const v1::Job& job) {
 std::vector<v1::Worker> Cluster::Workers() {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<v1::Worker> out;
-  for (const auto& [id, w] : workers_) out.push_back(w.info);
+  for (const auto& [id, w] : workers_) {
+    out.push_back(w.info);
+    if (w.live) out.back().set_last_heartbeat_unix_ms(w.live->last_seen_ms);
+  }
   return out;
+}
+
+int64_t Cluster::LargestWorkerMemory() { return largest_memory_; }  // no lock: SubmitJob reads it
+
+void Cluster::UpdateLargestLocked() {
+  int64_t largest = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w.session != nullptr) largest = std::max<int64_t>(largest, w.info.resources().memory_bytes());
+  }
+  largest_memory_ = largest;
+}
+
+Cluster::WorkerCounts Cluster::CountWorkers(const std::string& device) {
+  std::lock_guard<std::mutex> l(mu_);
+  WorkerCounts c;
+  for (const auto& [id, w] : workers_) {
+    if (w.session == nullptr || !placement::Offers(w.info.resources(), device)) continue;
+    ++c.alive;
+    if (w.info.state() == "idle") {
+      ++c.idle;
+      c.idle_slots += placement::SlotsOf(w.info.resources());
+    }
+  }
+  return c;
 }
 
 absl::Status Cluster::CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key) {
@@ -888,9 +1063,10 @@ void Cluster::Monitor() {
       ScheduleLocked();  // waits that end with time (a restart's wait for its shard servers)
     }
     CheckStallsLocked(now);
+    UpdateGaugesLocked(/*force=*/true);
     std::vector<std::string> silent;
     for (const auto& [id, w] : workers_) {
-      if (w.session != nullptr && now - w.last_seen_ms > options_.worker_timeout_ms) silent.push_back(id);
+      if (w.session != nullptr && now - w.live->last_seen_ms > options_.worker_timeout_ms) silent.push_back(id);
     }
     l.unlock();
     rendezvous_.Expire(now);

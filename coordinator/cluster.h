@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -66,18 +67,25 @@ class Cluster {
 
   // Job API hooks (the service calls them with job_mu() held around its store updates).
   std::mutex& job_mu() { return job_mu_; }
+  // A job was queued: places what it can now (tests), or soon on the cluster's scheduling
+  // thread without waiting (RequestSchedule: the service, so that SubmitJob answers after its
+  // own write, and a burst of submissions is placed in few passes).
   void JobSubmitted();
+  void RequestSchedule();
   void JobCancelled(const v1::Job& job);
   // Appends an event and wakes the watchers of its job.
   absl::Status AddEvent(v1::JobEvent e, bool sync = true);
-  // Every state change of a job: coordinator/job_state.h (checked, stored, its events).
-  absl::Status Transition(v1::Job& job, v1::JobState to, const std::string& message = "");
-  // Watchers: fn is called (without locks held) after each event of any job.
-  int Subscribe(std::function<void()> fn);
+  // Every state change of a job: coordinator/job_state.h (checked; the record and its events
+  // stored in one batch, synced unless `sync` is false).
+  absl::Status Transition(v1::Job& job, v1::JobState to, const std::string& message = "", bool sync = true);
+  // Watchers of a job: fn is called (without locks held) after each event of that job.
+  int Subscribe(const std::string& job_id, std::function<void()> fn);
   void Unsubscribe(int id);
 
   // Worker sessions.
   std::string AddWorker(WorkerSession* s, const v1::Resources& r);
+  // Takes no lock that placement or a job's writes hold: a heartbeat is never queued behind
+  // them (a worker that waited would be counted out).
   void Heartbeat(const std::string& id, const v1::Heartbeat* hb = nullptr);
   void OnStep(const std::string& id, const v1::StepUpdate& u);
   void OnDone(const std::string& id, const v1::JobDone& d);
@@ -89,6 +97,13 @@ class Cluster {
   // end_stream: the worker is counted out while its stream is open (a heartbeat timeout).
   void RemoveWorker(const std::string& id, const std::string& why, bool end_stream = false);
   std::vector<v1::Worker> Workers();
+  // The memory of the largest live worker (0: none), without copying every worker's record.
+  int64_t LargestWorkerMemory();
+  // Live workers offering a device kind: attached, idle, and the ranks the idle ones host.
+  struct WorkerCounts {
+    int alive = 0, idle = 0, idle_slots = 0;
+  };
+  WorkerCounts CountWorkers(const std::string& device);
 
   // The shard servers of job's last committed checkpoint that are not live now, while the
   // job should still wait for them (empty: place it).
@@ -113,17 +128,23 @@ class Cluster {
   std::vector<v1::ShardServerInfo> ShardServers();
 
   // Waits until the checkpoint commits and resume lookups queued or in flight, and what
-  // waits behind them, have run (tests).
-  void WaitForCommits() { commits_->Drain(); }
+  // waits behind them (a job's end, and the scheduling pass it asked for), have run (tests).
+  void WaitForCommits();
 
  private:
+  // What heartbeats update: apart from the membership under mu_, so that a heartbeat takes
+  // only live_mu_ (shared) and this entry's own lock.
+  struct Liveness {
+    std::atomic<int64_t> last_seen_ms{0};
+    std::mutex mu;
+    v1::Heartbeat last_hb;  // the last heartbeat that named a job (mu)
+  };
   struct WorkerState {
-    v1::Worker info;
+    v1::Worker info;  // its last_heartbeat_unix_ms is live->last_seen_ms, filled when listed
     WorkerSession* session = nullptr;
-    int64_t last_seen_ms = 0;
+    std::shared_ptr<Liveness> live;
     int64_t generation = 0;  // of the job assignment it runs (info.job_id)
     std::set<int> running;   // the ranks of it not done yet (busy while any is)
-    v1::Heartbeat last_hb;   // the last heartbeat that named a job
     // The worker runs no job any more (its job threads may still be ending: the worker
     // joins them before it starts the next assignment).
     void Free() {
@@ -165,8 +186,9 @@ class Cluster {
   void CheckpointEnded(const CheckpointCommitter::Checkpoint& c, const absl::StatusOr<std::vector<std::string>>& servers);
   int IdleSlotsLocked(const std::string& device) const;  // ranks the idle workers offering that device kind can host
   void Monitor();
-  void UpdateGaugesLocked();
-  absl::Status Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill);
+  void UpdateGaugesLocked(bool force = false);
+  int64_t gauges_ms_ = 0;  // when UpdateGaugesLocked last ran (mu_)
+  absl::Status Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill, bool sync = true);
 
   Store* store_;
   metrics::Registry* registry_;
@@ -174,12 +196,18 @@ class Cluster {
   std::mutex job_mu_;  // job read-modify-write (service and cluster)
   std::mutex mu_;      // membership; taken before job_mu_ where both are needed
   std::map<std::string, WorkerState> workers_;
+  std::atomic<int64_t> largest_memory_{0};  // LargestWorkerMemory, kept by AddWorker and RemoveWorker
+  void UpdateLargestLocked();
+  std::shared_mutex live_mu_;  // live_ (taken inside mu_ by AddWorker)
+  std::map<std::string, std::shared_ptr<Liveness>> live_;  // worker id → its Liveness, as workers_
   std::map<std::string, v1::ShardServerInfo> shards_;
   std::map<std::pair<std::string, int64_t>, std::set<int>> done_ranks_;  // (job, generation) → ranks done
   int64_t next_worker_ = 1;
   std::mutex sub_mu_;
-  std::map<int, std::function<void()>> subscribers_;
+  std::map<std::string, std::map<int, std::function<void()>>> subscribers_;  // job → its watchers
+  std::map<int, std::string> subscribed_job_;
   int next_sub_ = 1;
+  void Notify(const std::string& job_id);  // wakes the job's watchers
   std::mutex spec_mu_;
   std::map<std::string, std::shared_ptr<const train::JobSpec>> specs_;  // job → its spec (spec_mu_)
   // Where a placement's ranks start (Assignment.resume_job_id, resume_step): the job's own
@@ -208,6 +236,11 @@ class Cluster {
   bool timed_wait_ = false;  // the head of the queue waits for time to pass (a back-off, a server's return)
   std::condition_variable cv_;
   std::thread monitor_;
+  std::mutex schedule_mu_;  // RequestSchedule's flag, apart from mu_ (which a pass holds)
+  std::condition_variable schedule_cv_;
+  bool schedule_requested_ = false, schedule_stop_ = false;
+  bool scheduling_ = false;  // a requested pass runs
+  std::thread scheduler_;
   // Checkpoints being assembled: (job, generation, step) → the parts reported so far.
   struct PendingCheckpoint {
     std::set<int> ranks;

@@ -24,24 +24,32 @@ bool TransitionAllowed(v1::JobState from, v1::JobState to) {
   }
 }
 
-absl::Status Transition(Store& store, const EventSink& events, v1::Job& job, v1::JobState to,
-                        const std::string& message) {
+absl::StatusOr<std::vector<v1::JobEvent>> PrepareTransition(v1::Job& job, v1::JobState to,
+                                                            const std::string& message) {
   if (!TransitionAllowed(job.state(), to)) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " cannot go from ",
                                                       v1::JobState_Name(job.state()), " to ", v1::JobState_Name(to)));
   }
   job.set_state(to);
   job.set_update_time_unix_ms(NowUnixMs());
-  RETURN_IF_ERROR(store.PutJob(job));
-  auto event = [&](auto fill) {
-    v1::JobEvent e;
+  std::vector<v1::JobEvent> events;
+  auto event = [&] {
+    v1::JobEvent& e = events.emplace_back();
     e.set_job_id(job.id());
     e.set_time_unix_ms(job.update_time_unix_ms());
-    fill(e);
-    return events(std::move(e));
+    return &e;
   };
-  if (!message.empty()) RETURN_IF_ERROR(event([&](v1::JobEvent& e) { e.set_message(message); }));
-  return event([&](v1::JobEvent& e) { e.set_state(to); });
+  if (!message.empty()) event()->set_message(message);
+  event()->set_state(to);
+  return events;
+}
+
+absl::Status Transition(Store& store, const EventSink& events, v1::Job& job, v1::JobState to,
+                        const std::string& message) {
+  ASSIGN_OR_RETURN(std::vector<v1::JobEvent> prepared, PrepareTransition(job, to, message));
+  RETURN_IF_ERROR(store.PutJob(job));
+  for (auto& e : prepared) RETURN_IF_ERROR(events(std::move(e)));
+  return absl::OkStatus();
 }
 
 }  // namespace gantry::coordinator

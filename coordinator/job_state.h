@@ -10,8 +10,10 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "coordinator/store.h"
 #include "gantry/v1/coordinator.pb.h"
 
@@ -29,5 +31,12 @@ using EventSink = std::function<absl::Status(v1::JobEvent)>;
 // then records `message` (when given) and the new state as events, in that order.
 absl::Status Transition(Store& store, const EventSink& events, v1::Job& job, v1::JobState to,
                         const std::string& message = "");
+
+// Transition's check and its changes to `job` (the state, update_time), without storing
+// anything: the events to record with the record, `message` (when given) then the new
+// state, for a caller that writes them together (Store::Commit). On refusal `job` is
+// unchanged.
+absl::StatusOr<std::vector<v1::JobEvent>> PrepareTransition(v1::Job& job, v1::JobState to,
+                                                            const std::string& message = "");
 
 }  // namespace gantry::coordinator

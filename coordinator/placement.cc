@@ -15,12 +15,8 @@ std::vector<v1::Job> QueueOrder(const std::vector<v1::Job>& jobs) {
   for (const auto& j : jobs) {
     if (Queued(j.state())) q.push_back(j);
   }
-  std::stable_sort(q.begin(), q.end(), [](const v1::Job& a, const v1::Job& b) {
-    if (a.priority() != b.priority()) return a.priority() > b.priority();
-    const bool ra = a.state() == v1::RESTARTING, rb = b.state() == v1::RESTARTING;
-    if (ra != rb) return ra;
-    return a.id() < b.id();  // ids are in submission order
-  });
+  std::stable_sort(q.begin(), q.end(),
+                   [](const v1::Job& a, const v1::Job& b) { return QueueKey::Of(a) < QueueKey::Of(b); });
   return q;
 }
 

@@ -21,9 +21,21 @@ namespace gantry::coordinator::placement {
 inline bool Queued(v1::JobState s) { return s == v1::PENDING || s == v1::RESTARTING; }
 
 // The order in which queued jobs (PENDING or RESTARTING) are placed: higher priority first,
-// within one a restarting job before new ones, then submission order. Only queued jobs are
-// returned. Placement is strict first come, first served in this order: a job that does not
-// fit holds back the ones behind it.
+// within one a restarting job before new ones, then submission order. Placement is strict
+// first come, first served in this order (within a device kind): a job that does not fit
+// holds back the ones behind it. A job's key sorts before the keys of the jobs behind it.
+struct QueueKey {
+  int32_t priority = 0;
+  bool restarting = false;
+  std::string id;  // ids are in submission order
+  static QueueKey Of(const v1::Job& j) { return {j.priority(), j.state() == v1::RESTARTING, j.id()}; }
+  bool operator<(const QueueKey& o) const {
+    if (priority != o.priority) return priority > o.priority;
+    if (restarting != o.restarting) return restarting;
+    return id < o.id;
+  }
+};
+// The queued jobs of `jobs`, in that order.
 std::vector<v1::Job> QueueOrder(const std::vector<v1::Job>& jobs);
 
 // The wait before a restart that follows restarts_in_a_row failures without progress (no

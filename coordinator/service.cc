@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_edge.h"
+#include "common/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "spec/job_spec.h"
@@ -20,11 +21,24 @@ namespace {
 
 
 
-// One worker's attach stream.
+// One worker's attach stream. Its messages are read on gRPC's threads, which must not wait
+// (they serve every call of the server: a handler that waits for a lock or a WAL sync holds
+// back every other worker's heartbeat). A heartbeat is applied at once (Cluster::Heartbeat
+// takes no lock that slow work holds); the registration, step reports, checkpoint parts,
+// ends of job and the stream's end go, in their order, to this session's queue on the
+// service's executor.
+//
+// The queue is bounded, and that is the worker's back-pressure: past kMaxQueued messages not
+// applied yet the stream is not read until the queue is half empty, so gRPC's flow control
+// holds the worker's sends (its step loop waits, as it did when messages were applied on
+// gRPC's threads) rather than the coordinator's memory growing with a backlog.
 class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
                       public WorkerSession {
  public:
-  explicit AttachReactor(Cluster* cluster) : cluster_(cluster) { StartRead(&in_); }
+  AttachReactor(Cluster* cluster, SerialQueues* queue, std::string key)
+      : cluster_(cluster), queue_(queue), key_(std::move(key)) {
+    StartRead(&in_);
+  }
 
   void Send(const v1::CoordinatorMessage& m) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -46,26 +60,62 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
   }
   void OnReadDone(bool ok) override {
     if (!ok) {  // the worker closed its side, or the stream broke
-      Close("its attach stream closed");
+      Queue([this] { Close("its attach stream closed"); });
       return;
     }
-    if (in_.has_register_()) {
-      if (id_.empty()) id_ = cluster_->AddWorker(this, in_.register_());
-    } else if (id_.empty()) {
-      Close("first message was not a registration", grpc::Status(grpc::FAILED_PRECONDITION, "register first"));
+    if (in_.has_heartbeat()) {
+      if (!registered_) {
+        Queue([this] { Close("first message was not a registration", grpc::Status(grpc::FAILED_PRECONDITION, "register first")); });
+        return;
+      }
+      std::string id;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        id = id_;
+      }
+      // Before its registration is applied the worker is not counted yet: nothing to renew.
+      if (!id.empty()) cluster_->Heartbeat(id, &in_.heartbeat());
+      if (in_.heartbeat().echo() != 0) {  // applied: the client times the round trip
+        v1::CoordinatorMessage m;
+        m.set_heartbeat_echo(in_.heartbeat().echo());
+        Send(m);
+      }
+    } else if (in_.has_register_()) {
+      if (!registered_) {
+        registered_ = true;
+        Queue([this, r = in_.register_()] {
+          const std::string id = cluster_->AddWorker(this, r);
+          std::lock_guard<std::mutex> l(mu_);
+          id_ = id;
+        });
+      }
+    } else if (!registered_) {
+      Queue([this] { Close("first message was not a registration", grpc::Status(grpc::FAILED_PRECONDITION, "register first")); });
       return;
-    } else if (in_.has_heartbeat()) {
-      cluster_->Heartbeat(id_, &in_.heartbeat());
-    } else if (in_.has_step()) {
-      cluster_->OnStep(id_, in_.step());
-    } else if (in_.has_done()) {
-      cluster_->OnDone(id_, in_.done());
-    } else if (in_.has_checkpoint_part()) {
-      cluster_->OnCheckpointPart(id_, in_.checkpoint_part());
+    } else {
+      Queue([this, m = in_] {
+        const std::string id = Id();
+        if (m.has_step()) {
+          cluster_->OnStep(id, m.step());
+        } else if (m.has_done()) {
+          cluster_->OnDone(id, m.done());
+        } else if (m.has_checkpoint_part()) {
+          cluster_->OnCheckpointPart(id, m.checkpoint_part());
+        }
+      });
     }
-    StartRead(&in_);
+    ReadNext();
   }
-  void OnDone() override { delete this; }  // Close() ran before Finish()
+  // Runs once every reaction has run; the reactor goes once its queued work has too.
+  void OnDone() override {
+    bool last = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+      last = pending_ == 0;
+    }
+    if (last) delete this;
+  }
   // The cluster counted this worker out (it holds its lock and forgets the session now).
   void End(const std::string& why) override {
     {
@@ -77,9 +127,50 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
   }
 
  private:
-  // Order matters: refuse further sends, leave the cluster (after which it never calls Send
-  // on this session again), and only then Finish: OnDone, which deletes this reactor, can
-  // run as soon as Finish is called.
+  std::string Id() {
+    std::lock_guard<std::mutex> l(mu_);
+    return id_;
+  }
+  // fn after the session's earlier work; the reactor outlives it.
+  void Queue(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++pending_;
+    }
+    queue_->Post(key_, [this, fn = std::move(fn)](std::function<void()> done) {
+      fn();
+      done();
+      Applied();
+    });
+  }
+  // An item is done: the stream is read again once the queue has room.
+  void Applied() {
+    bool last = false, resume = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      --pending_;
+      last = pending_ == 0 && done_;
+      if (paused_ && pending_ <= kMaxQueued / 2) {
+        paused_ = false;
+        resume = !finished_;  // a finished call takes no more reads
+      }
+    }
+    if (resume) StartRead(&in_);
+    if (last) delete this;
+  }
+  // Reads the next message, unless the queue is full (then Applied reads it).
+  void ReadNext() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (pending_ >= kMaxQueued) {
+        paused_ = true;
+        return;
+      }
+    }
+    StartRead(&in_);
+  }
+  // On the queue. Order matters: refuse further sends, leave the cluster (after which it
+  // never calls Send on this session again), and only then Finish.
   void Close(const std::string& why, grpc::Status status = grpc::Status::OK) {
     std::string id;
     {
@@ -93,12 +184,19 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
   }
 
   Cluster* cluster_;
+  SerialQueues* queue_;
+  const std::string key_;
   v1::WorkerMessage in_;
+  bool registered_ = false;  // a registration was read (gRPC's reading thread only)
   std::mutex mu_;
   std::deque<v1::CoordinatorMessage> out_;
   bool writing_ = false;
-  bool finished_ = false;
-  std::string id_;
+  bool finished_ = false;  // Finish was called
+  bool done_ = false;      // OnDone ran
+  int pending_ = 0;        // queued work not done yet
+  bool paused_ = false;    // not reading: the queue is full
+  static constexpr int kMaxQueued = 64;
+  std::string id_;         // once the registration is applied
 };
 
 // WatchJob: replays the job's events from from_seq, then follows new ones until the job
@@ -112,7 +210,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
       done_ = true;
       return;
     }
-    sub_ = cluster_->Subscribe([this] { Pump(); });
+    sub_ = cluster_->Subscribe(job_id_, [this] { Pump(); });
     Pump();
   }
   void OnWriteDone(bool ok) override {
@@ -176,61 +274,61 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
 }  // namespace
 
 CoordinatorService::CoordinatorService(Store* store, Cluster* cluster, metrics::Registry* registry)
-    : store_(store), cluster_(cluster), registry_(registry) {}
+    : store_(store), cluster_(cluster), registry_(registry), calls_(kCallThreads), sessions_work_(kSessionThreads),
+      sessions_(&sessions_work_) {}
 
-absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vector<v1::Job>* all) {
+CoordinatorService::~CoordinatorService() {
+  sessions_.WaitIdle();  // before the executors: a queued item finishes through sessions_
+}
+
+template <typename F>
+grpc::ServerUnaryReactor* CoordinatorService::ServeSlow(grpc::CallbackServerContext* ctx, F body) {
+  // The body runs on the service's executor and finishes the call there: it may wait for
+  // the cluster's locks and the store's WAL syncs, which gRPC's threads must not.
+  return ServeUnaryLater(ctx, [&](std::function<void(const absl::Status&)> finish) {
+    calls_.Post([finish = std::move(finish), body = std::move(body)]() mutable { finish(body()); });
+  });
+}
+
+absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const QueuePositions* positions) {
   job->set_queue_position(0);
   job->clear_waiting_for();
   if (!placement::Queued(job->state())) return absl::OkStatus();
-  std::vector<v1::Job> loaded;
-  if (all == nullptr) {
-    auto jobs = store_->ListJobs();
-    if (!jobs.ok()) return jobs.status();
-    loaded = std::move(*jobs);
-    all = &loaded;
-  }
-  // The queue of its device kind: jobs of other kinds wait for other workers.
+  // The queue of its device kind: jobs of other kinds wait for other workers. Its place
+  // comes from the store's index of the queues, not from reading every job.
   const auto own_spec = cluster_->SpecOf(*job);
   const std::string own_device = own_spec ? own_spec->resources.device : "cpu";
-  std::vector<v1::Job> queue;
-  for (auto& q : placement::QueueOrder(*all)) {
-    const auto qs = cluster_->SpecOf(q);
-    if ((qs ? qs->resources.device : "cpu") == own_device) queue.push_back(std::move(q));
+  std::pair<int64_t, std::string> at;
+  if (positions != nullptr) {
+    if (auto it = positions->find(job->id()); it != positions->end()) at = it->second;
+  } else {
+    at = store_->QueuePosition(job->id());
   }
-  for (size_t i = 0; i < queue.size(); ++i) {
-    if (queue[i].id() != job->id()) continue;
-    job->set_queue_position(static_cast<int64_t>(i + 1));
-    if (i > 0) {
-      job->set_waiting_for(absl::StrCat("queued behind ", queue[i - 1].id(),
-                                        " (placement is first come, first served within a priority and device kind)"));
-      break;
-    }
-    int alive = 0, idle = 0, idle_gpus = 0;
-    for (const auto& w : cluster_->Workers()) {
-      if (!placement::Offers(w.resources(), own_device)) continue;
-      alive += w.state() != "dead";
-      idle += w.state() == "idle";
-      if (w.state() == "idle") idle_gpus += placement::SlotsOf(w.resources());
-    }
-    const auto& spec = own_spec;
-    const int want = spec ? spec->MinWorld() : std::max(1, job->world_size()), tp = spec ? spec->parallel.tp : 1;
-    const std::string groups = tp > 1 ? absl::StrCat(" in groups of ", tp, " on one host") : "";
-    if (own_device == "cpu") {
-      job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers", groups, " (", idle,
-                                        " idle of ", alive, " attached)"));
-    } else {  // one rank per GPU
-      job->set_waiting_for(absl::StrCat("waiting for ", want, " ", own_device, want == 1 ? " GPU" : " GPUs", groups,
-                                        " (", idle_gpus, " on ", idle, " idle of ", alive, " ", own_device,
-                                        " workers attached)"));
-    }
-    if (auto missing = cluster_->MissingCheckpointServers(*job); !missing.empty()) {
-      job->set_waiting_for(absl::StrCat(job->waiting_for(), " and shard server ", absl::StrJoin(missing, ", "),
-                                        " (holding its checkpoint of step ", job->checkpoint_step(), ")"));
-    }
-    if (spec && spec->optimizer.placement == "shardserver" && cluster_->ShardServers().empty()) {
-      job->set_waiting_for(absl::StrCat(job->waiting_for(), " and a shard server (parameter-server mode)"));
-    }
-    break;
+  if (at.first == 0) return absl::OkStatus();
+  job->set_queue_position(at.first);
+  if (at.first > 1) {
+    job->set_waiting_for(absl::StrCat("queued behind ", at.second,
+                                      " (placement is first come, first served within a priority and device kind)"));
+    return absl::OkStatus();
+  }
+  const Cluster::WorkerCounts n = cluster_->CountWorkers(own_device);
+  const auto& spec = own_spec;
+  const int want = spec ? spec->MinWorld() : std::max(1, job->world_size()), tp = spec ? spec->parallel.tp : 1;
+  const std::string groups = tp > 1 ? absl::StrCat(" in groups of ", tp, " on one host") : "";
+  if (own_device == "cpu") {
+    job->set_waiting_for(absl::StrCat("waiting for ", want, want == 1 ? " worker" : " workers", groups, " (", n.idle,
+                                      " idle of ", n.alive, " attached)"));
+  } else {  // one rank per GPU
+    job->set_waiting_for(absl::StrCat("waiting for ", want, " ", own_device, want == 1 ? " GPU" : " GPUs", groups, " (",
+                                      n.idle_slots, " on ", n.idle, " idle of ", n.alive, " ", own_device,
+                                      " workers attached)"));
+  }
+  if (auto missing = cluster_->MissingCheckpointServers(*job); !missing.empty()) {
+    job->set_waiting_for(absl::StrCat(job->waiting_for(), " and shard server ", absl::StrJoin(missing, ", "),
+                                      " (holding its checkpoint of step ", job->checkpoint_step(), ")"));
+  }
+  if (spec && spec->optimizer.placement == "shardserver" && cluster_->ShardServers().empty()) {
+    job->set_waiting_for(absl::StrCat(job->waiting_for(), " and a shard server (parameter-server mode)"));
   }
   return absl::OkStatus();
 }
@@ -238,16 +336,13 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const std::vect
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                         const v1::SubmitJobRequest* req,
                                                         v1::SubmitJobResponse* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
     auto spec = train::ParseJobSpec(req->spec_yaml());
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
     // The planner's bytes per rank against the workers there are: a job that cannot fit is
     // refused now, saying why, rather than failing when a worker runs out of memory.
     if (auto plan = train::MakePlan(train::PlanOfSpec(*spec)); plan.ok()) {
-      int64_t largest = 0;
-      for (const auto& w : cluster_->Workers()) {
-        if (w.state() != "dead") largest = std::max<int64_t>(largest, w.resources().memory_bytes());
-      }
+      const int64_t largest = cluster_->LargestWorkerMemory();
       if (largest > 0 && plan->total() > 0.9 * static_cast<double>(largest)) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "the job needs %.2f GB per worker (parameters %.2f, gradients %.2f, optimizer %.2f, activations %.2f GB "
@@ -267,33 +362,27 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_steps_total(spec->train.steps);
     job.set_world_size(spec->world_size());
     job.set_priority(spec->scheduling.priority);
-    {
-      std::lock_guard<std::mutex> l(cluster_->job_mu());
-      auto id = store_->CreateJob(job);
-      if (!id.ok()) return id.status();
-      resp->set_job_id(*id);
-      cluster_->RememberSpec(*id, *spec);  // parsed once: what placement and the ranks use
-      if (auto s = cluster_->AddEvent([&] {
-            v1::JobEvent e;
-            e.set_job_id(*id);
-            e.set_time_unix_ms(job.submit_time_unix_ms());
-            e.set_state(v1::PENDING);
-            return e;
-          }());
-          !s.ok()) {
-        return s;
-      }
-    }
+    // The record and its PENDING event in one synced write. No lock of the cluster's: a new
+    // job is nobody else's to read and change until it has an id, and the store orders
+    // this write with the others (a scheduling pass that finds the job before its spec is
+    // remembered parses the stored one).
+    v1::JobEvent pending;
+    pending.set_time_unix_ms(job.submit_time_unix_ms());
+    pending.set_state(v1::PENDING);
+    auto id = store_->CreateJob(job, {pending});
+    if (!id.ok()) return id.status();
+    resp->set_job_id(*id);
+    cluster_->RememberSpec(*id, *spec);  // parsed once: what placement and the ranks use
     registry_->GetCounter("gantry_coordinator_jobs_submitted_total", "Jobs accepted by SubmitJob.").Inc();
     LOG(INFO) << "job " << resp->job_id() << " (" << job.name() << ") submitted";
-    cluster_->JobSubmitted();
+    cluster_->RequestSchedule();  // placed on the cluster's thread, not in this call
     return absl::OkStatus();
   });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                      v1::Job* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return job.status();
     *resp = *job;
@@ -304,22 +393,34 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* ctx,
                                                        const v1::ListJobsRequest* req,
                                                        v1::ListJobsResponse* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
+    // Every queued job's place, in one walk of the queues (the specs of queued jobs stored by
+    // an earlier coordinator read first: such a job joins its device's queue then).
+    for (const auto& id : store_->Unresolved()) {
+      if (auto full = store_->GetJob(id); full.ok()) cluster_->SpecOf(*full);
+    }
+    const QueuePositions positions = store_->QueuePositions();
+    auto add = [&](auto&& job) -> absl::Status {  // a brief record (copied) or a full one (moved)
+      if (req->state() != v1::JOB_STATE_UNSPECIFIED && job.state() != req->state()) return absl::OkStatus();
+      v1::Job* j = resp->add_jobs();
+      *j = std::forward<decltype(job)>(job);
+      return FillQueuePosition(j, &positions);
+    };
+    if (req->brief()) {  // from the store's index, without reading a record
+      const auto jobs = store_->ListBrief();
+      for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) RETURN_IF_ERROR(add(**it));  // newest first
+      return absl::OkStatus();
+    }
     auto jobs = store_->ListJobs();
     if (!jobs.ok()) return jobs.status();
-    for (auto it = jobs->rbegin(); it != jobs->rend(); ++it) {  // newest first
-      if (req->state() != v1::JOB_STATE_UNSPECIFIED && it->state() != req->state()) continue;
-      v1::Job* j = resp->add_jobs();
-      *j = *it;
-      if (auto s = FillQueuePosition(j, &*jobs); !s.ok()) return s;
-    }
+    for (auto it = jobs->rbegin(); it != jobs->rend(); ++it) RETURN_IF_ERROR(add(std::move(*it)));  // newest first
     return absl::OkStatus();
   });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CancelJobRequest* req, v1::Job* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
     v1::Job before;
     {
       std::lock_guard<std::mutex> l(cluster_->job_mu());
@@ -345,7 +446,7 @@ grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(grpc::Callb
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* ctx,
                                                           const v1::ListWorkersRequest*,
                                                           v1::ListWorkersResponse* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeSlow(ctx, [this, resp]() -> absl::Status {
     for (auto& w : cluster_->Workers()) *resp->add_workers() = std::move(w);
     return absl::OkStatus();
   });
@@ -354,7 +455,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorService::Attach(
     grpc::CallbackServerContext* ctx) {
   return ServeStream<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>>(
-      ctx, [&] { return new AttachReactor(cluster_); });
+      ctx, [&] { return new AttachReactor(cluster_, &sessions_, absl::StrCat("attach-", next_session_++)); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RendezvousPut(grpc::CallbackServerContext* ctx,
@@ -383,7 +484,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServer
 grpc::ServerUnaryReactor* CoordinatorService::RegisterShardServer(grpc::CallbackServerContext* ctx,
                                                                   const v1::RegisterShardServerRequest* req,
                                                                   v1::RegisterShardServerResponse*) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeSlow(ctx, [this, req]() -> absl::Status {
     if (req->address().empty()) return absl::InvalidArgumentError("address is required");
     cluster_->RegisterShardServer(*req);
     return absl::OkStatus();
@@ -393,7 +494,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterShardServer(grpc::Callback
 grpc::ServerUnaryReactor* CoordinatorService::ListShardServers(grpc::CallbackServerContext* ctx,
                                                                const v1::ListShardServersRequest*,
                                                                v1::ListShardServersResponse* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeSlow(ctx, [this, resp]() -> absl::Status {
     for (auto& s : cluster_->ShardServers()) *resp->add_shard_servers() = std::move(s);
     return absl::OkStatus();
   });

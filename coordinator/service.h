@@ -4,6 +4,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "common/executor.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
 #include "coordinator/cluster.h"
@@ -15,6 +21,8 @@ namespace gantry::coordinator {
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
   CoordinatorService(Store* store, Cluster* cluster, metrics::Registry* registry);
+  // Runs the calls and session work queued (the server is shut down first).
+  ~CoordinatorService();
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                       v1::SubmitJobResponse* resp) override;
@@ -42,11 +50,30 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                              v1::ListShardServersResponse* resp) override;
 
  private:
-  absl::Status FillQueuePosition(v1::Job* job, const std::vector<v1::Job>* all);
+  // Queue position and "waiting for" of a queued job; positions: every queued job's place
+  // (Store::QueuePositions), or null to look this one up.
+  using QueuePositions = std::map<std::string, std::pair<int64_t, std::string>>;
+  absl::Status FillQueuePosition(v1::Job* job, const QueuePositions* positions);
+
+  // A unary method whose body (returning absl::Status) may wait for locks or the store:
+  // run on calls_, never on gRPC's threads.
+  template <typename F>
+  grpc::ServerUnaryReactor* ServeSlow(grpc::CallbackServerContext* ctx, F body);
+
+  // Threads for the calls' bodies and for the workers' messages. They mostly wait (for the
+  // job lock, a WAL sync), so there are many more than cores: a listing of 10,000 jobs or a
+  // SubmitJob waiting for its WAL sync does not hold back the calls behind it, and
+  // concurrent synced writes share one WAL sync (RocksDB's group commit).
+  static constexpr int kCallThreads = 16;
+  static constexpr int kSessionThreads = 8;
 
   Store* store_;
   Cluster* cluster_;
   metrics::Registry* registry_;
+  Executor calls_;
+  Executor sessions_work_;
+  SerialQueues sessions_;  // each attach stream's messages, in order
+  std::atomic<uint64_t> next_session_{1};
 };
 
 }  // namespace gantry::coordinator

@@ -1,6 +1,8 @@
 #include "coordinator/store.h"
 
+#include <algorithm>
 #include <mutex>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -20,30 +22,126 @@ constexpr char kNextJobKey[] = "meta/next_job";
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   ASSIGN_OR_RETURN(std::unique_ptr<rocks::Db> db, rocks::Db::Open(dir));
-  return std::unique_ptr<Store>(new Store(std::move(db)));
-}
-
-absl::StatusOr<std::string> Store::CreateJob(v1::Job job) {
-  std::lock_guard<std::mutex> l(mu_);
-  int64_t n = 1;
-  auto next = db_->Get(kNextJobKey);
+  std::unique_ptr<Store> store(new Store(std::move(db)));
+  auto next = store->db_->Get(kNextJobKey);
   if (next.ok()) {
-    if (!absl::SimpleAtoi(*next, &n)) {
-      return absl::DataLossError(absl::StrCat("store ", db_->path(), ": the job counter '", *next, "' is not a number"));
+    if (!absl::SimpleAtoi(*next, &store->next_id_)) {
+      return absl::DataLossError(absl::StrCat("store ", dir, ": the job counter '", *next, "' is not a number"));
     }
   } else if (!absl::IsNotFound(next.status())) {
     return next.status();
   }
+  // The index, from every record (once per coordinator start).
+  absl::Status bad;
+  RETURN_IF_ERROR(store->db_->Scan("job/", [&](absl::string_view key, absl::string_view value) {
+    v1::Job job;
+    if (!job.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      bad = absl::DataLossError(absl::StrCat("store ", dir, ": stored job ", key, " is corrupt"));
+      return false;
+    }
+    int64_t n = 0;
+    if (absl::SimpleAtoi(absl::string_view(job.id()).substr(2), &n)) store->next_id_ = std::max(store->next_id_, n + 1);
+    store->Index(job);
+    return true;
+  }));
+  RETURN_IF_ERROR(bad);
+  return store;
+}
+
+std::vector<std::unique_lock<std::mutex>> Store::LockStripes(const std::vector<std::string>& job_ids) {
+  std::set<size_t> stripes;  // in index order: two writers never wait for each other's
+  for (const auto& id : job_ids) stripes.insert(std::hash<std::string>()(id) % kStripes);
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (size_t i : stripes) locks.emplace_back(stripes_[i]);
+  return locks;
+}
+
+absl::StatusOr<int64_t> Store::TakeSeq(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> l(seq_mu_);
+    auto it = next_seq_.find(job_id);
+    if (it != next_seq_.end()) return it->second++;
+  }
+  // The job's first event since the store opened: after the last one stored. (Its stripe
+  // is held: nobody else takes this job's numbers meanwhile.)
+  auto last = db_->NewCursor(EventPrefix(job_id));
+  last->SeekToLast();
+  int64_t seq = 0;
+  if (last->Valid() && !absl::SimpleAtoi(last->suffix(), &seq)) seq = 0;
+  RETURN_IF_ERROR(last->status());
+  std::lock_guard<std::mutex> l(seq_mu_);
+  next_seq_[job_id] = seq + 2;
+  return seq + 1;
+}
+
+void Store::GiveBackSeqs(const std::map<std::string, int64_t>& before) {
+  std::lock_guard<std::mutex> l(seq_mu_);
+  for (const auto& [id, n] : before) next_seq_[id] = n;
+}
+
+absl::StatusOr<std::string> Store::CreateJob(v1::Job job, std::vector<v1::JobEvent> events) {
+  int64_t n = 0;
+  {
+    std::lock_guard<std::mutex> l(seq_mu_);
+    n = next_id_++;
+  }
   job.set_id(absl::StrFormat("j-%06d", n));
+  std::lock_guard<std::mutex> stripe(StripeOf(job.id()));
   rocks::Batch b;
   b.Put(kNextJobKey, std::to_string(n + 1));
   b.Put(JobKey(job.id()), job.SerializeAsString());
-  RETURN_IF_ERROR(db_->Write(b));
+  // A new job has no events stored (its id was never used): they count from 1.
+  int64_t seq = 1;
+  for (auto& e : events) {
+    e.set_job_id(job.id());
+    e.set_seq(seq++);
+    b.Put(EventKey(job.id(), e.seq()), e.SerializeAsString());
+  }
+  RETURN_IF_ERROR(db_->Write(b));  // a failed id is skipped, never reused
+  if (!events.empty()) {
+    std::lock_guard<std::mutex> l(seq_mu_);
+    next_seq_[job.id()] = seq;
+  }
+  Index(job);
   return job.id();
 }
 
 absl::Status Store::PutJob(const v1::Job& job, bool sync) {
-  return db_->Put(JobKey(job.id()), job.SerializeAsString(), sync);
+  std::lock_guard<std::mutex> stripe(StripeOf(job.id()));
+  RETURN_IF_ERROR(db_->Put(JobKey(job.id()), job.SerializeAsString(), sync));
+  Index(job);
+  return absl::OkStatus();
+}
+
+absl::Status Store::Commit(std::vector<Update>* updates, bool sync) {
+  std::vector<std::string> ids;
+  for (const auto& u : *updates) {
+    ids.push_back(u.job.id());
+    for (const auto& e : u.events) ids.push_back(e.job_id());
+  }
+  auto locks = LockStripes(ids);
+  // The sequence numbers taken, given back if the write fails.
+  std::map<std::string, int64_t> before;
+  rocks::Batch b;
+  for (auto& u : *updates) {
+    b.Put(JobKey(u.job.id()), u.job.SerializeAsString());
+    for (auto& e : u.events) {
+      auto seq = TakeSeq(e.job_id());
+      if (!seq.ok()) {
+        GiveBackSeqs(before);
+        return seq.status();
+      }
+      before.try_emplace(e.job_id(), *seq);
+      e.set_seq(*seq);
+      b.Put(EventKey(e.job_id(), e.seq()), e.SerializeAsString());
+    }
+  }
+  if (auto s = db_->Write(b, sync); !s.ok()) {
+    GiveBackSeqs(before);
+    return s;
+  }
+  for (const auto& u : *updates) Index(u.job);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> Store::GetJob(const std::string& id) const {
@@ -72,22 +170,13 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs() const {
 }
 
 absl::StatusOr<int64_t> Store::AppendEvent(v1::JobEvent event, bool sync) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto [next, fresh] = next_seq_.try_emplace(event.job_id(), 1);
-  if (fresh) {  // first event of this job since the store opened: continue after the last stored
-    auto last = db_->NewCursor(EventPrefix(event.job_id()));
-    last->SeekToLast();
-    int64_t seq = 0;
-    if (last->Valid() && absl::SimpleAtoi(last->suffix(), &seq)) next->second = seq + 1;
-    if (auto s = last->status(); !s.ok()) {
-      next_seq_.erase(next);
-      return s;
-    }
-  }
-  const int64_t seq = next->second;
+  std::lock_guard<std::mutex> stripe(StripeOf(event.job_id()));
+  ASSIGN_OR_RETURN(const int64_t seq, TakeSeq(event.job_id()));
   event.set_seq(seq);
-  RETURN_IF_ERROR(db_->Put(EventKey(event.job_id(), seq), event.SerializeAsString(), sync));
-  ++next->second;
+  if (auto s = db_->Put(EventKey(event.job_id(), seq), event.SerializeAsString(), sync); !s.ok()) {
+    GiveBackSeqs({{event.job_id(), seq}});
+    return s;
+  }
   return seq;
 }
 
@@ -105,6 +194,149 @@ absl::StatusOr<std::vector<v1::JobEvent>> Store::Events(const std::string& job_i
   }
   RETURN_IF_ERROR(it->status());
   return out;
+}
+
+// ---- The index.
+
+void Store::Index(const v1::Job& job) {
+  auto brief = std::make_shared<v1::Job>(job);  // made before the lock
+  brief->clear_spec_yaml();
+  brief->clear_spec_normalised();
+  std::lock_guard<std::mutex> l(index_mu_);
+  Brief& b = index_[job.id()];
+  if (b.known) {  // what it was
+    --by_state_[b.state];
+    if (placement::Queued(b.state)) {
+      if (b.resolved) {
+        auto q = queues_.find(b.device);
+        if (q != queues_.end()) {
+          q->second.erase(b.key);
+          if (q->second.empty()) queues_.erase(q);
+        }
+      } else {
+        unresolved_.erase(job.id());
+      }
+    }
+  }
+  b.known = true;
+  b.state = job.state();
+  b.key = placement::QueueKey::Of(job);
+  b.brief = std::move(brief);
+  ++by_state_[b.state];
+  if (placement::Queued(b.state)) {
+    if (b.resolved) {
+      queues_[b.device].insert(b.key);
+    } else {
+      unresolved_.insert(job.id());
+    }
+  }
+}
+
+void Store::SetDevice(const std::string& id, const std::string& device) {
+  std::lock_guard<std::mutex> l(index_mu_);
+  auto it = index_.find(id);
+  if (it == index_.end()) return;
+  Brief& b = it->second;
+  if (b.resolved && b.device == device) return;
+  if (placement::Queued(b.state)) {
+    if (b.resolved) {
+      auto q = queues_.find(b.device);
+      if (q != queues_.end()) {
+        q->second.erase(b.key);
+        if (q->second.empty()) queues_.erase(q);
+      }
+    } else {
+      unresolved_.erase(id);
+    }
+    queues_[device].insert(b.key);
+  }
+  b.device = device;
+  b.resolved = true;
+}
+
+std::vector<std::shared_ptr<const v1::Job>> Store::ListBrief() const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  std::vector<std::shared_ptr<const v1::Job>> out;
+  out.reserve(index_.size());
+  for (const auto& [id, b] : index_) out.push_back(b.brief);  // index_ is in id order
+  return out;
+}
+
+std::vector<std::string> Store::Unresolved() const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  return {unresolved_.begin(), unresolved_.end()};
+}
+
+std::vector<std::string> Store::QueuedDevices() const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  std::vector<std::string> out;
+  for (const auto& [device, q] : queues_) out.push_back(device);
+  return out;
+}
+
+std::optional<placement::QueueKey> Store::NextQueued(const std::string& device,
+                                                     const std::optional<placement::QueueKey>& after) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  auto q = queues_.find(device);
+  if (q == queues_.end()) return std::nullopt;
+  auto it = after ? q->second.upper_bound(*after) : q->second.begin();
+  if (it == q->second.end()) return std::nullopt;
+  return *it;
+}
+
+bool Store::IsQueued(const std::string& id) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  auto it = index_.find(id);
+  return it != index_.end() && placement::Queued(it->second.state);
+}
+
+bool Store::AnyQueued(const std::string& device) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  return queues_.count(device) > 0;
+}
+
+std::pair<int64_t, std::string> Store::QueuePosition(const std::string& id) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  auto it = index_.find(id);
+  if (it == index_.end() || !placement::Queued(it->second.state) || !it->second.resolved) return {0, ""};
+  auto q = queues_.find(it->second.device);
+  if (q == queues_.end()) return {0, ""};
+  int64_t pos = 0;
+  std::string before;
+  for (const auto& k : q->second) {  // a walk to the job: positions are not kept
+    ++pos;
+    if (k.id == id) return {pos, before};
+    before = k.id;
+  }
+  return {0, ""};
+}
+
+std::map<std::string, std::pair<int64_t, std::string>> Store::QueuePositions() const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  std::map<std::string, std::pair<int64_t, std::string>> out;
+  for (const auto& [device, q] : queues_) {
+    int64_t pos = 0;
+    std::string before;
+    for (const auto& k : q) {
+      out[k.id] = {++pos, before};
+      before = k.id;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Store::JobsIn(v1::JobState state) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, b] : index_) {
+    if (b.state == state) out.push_back(id);
+  }
+  return out;
+}
+
+std::map<v1::JobState, int64_t> Store::CountByState() const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  return by_state_;
 }
 
 }  // namespace gantry::coordinator

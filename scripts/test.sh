@@ -13,5 +13,7 @@ if [ ! -x "$TOOLS/bin/kubernetes-validate" ]; then
     timeout 300 "$TOOLS/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0; } ||
     echo "test.sh: kubernetes-validate could not be installed from PyPI: k8s_manifests will skip"
 fi
-cd "${GANTRY_BUILD_DIR:-build}"
-ctest --output-on-failure -LE gpu -j "$(nproc)" --timeout 900
+(cd "${GANTRY_BUILD_DIR:-build}" && ctest --output-on-failure -LE gpu -j "$(nproc)" --timeout 900)
+# The tests of Gantry's threads again, under ThreadSanitizer, in a build tree of their own
+# (tests/sanitize.sh; docs/testing.md, "Sanitizers").
+bash tests/sanitize.sh thread

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
 #include "common/net.h"
 #include "common/status.h"
@@ -56,6 +57,18 @@ grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* c
     const int64_t b = req->range().begin(), e = req->range().end();
     if (req->job_id().empty() || b < 0 || e <= b) {
       return absl::InvalidArgumentError(absl::StrCat("InitRange needs a job and a range, got '", req->job_id(), "' [", b, ", ", e, ")"));
+    }
+    // The range's buffers (parameters, gradient, AdamW's m and v: 16 bytes an element, and a
+    // byte of the decay map) are allocated below: a range past this machine's memory is
+    // refused, not attempted (found by tests/fuzz/param_wire_fuzz: [0, 2^62) threw
+    // std::bad_alloc out of the handler, which ends the process).
+    const double need = 17.0 * static_cast<double>(e - b);
+    const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    if (need > have) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "InitRange of job %s: [%d, %d) is %d parameters, %.1f GB with their AdamW state, more than this machine's "
+          "%.1f GB",
+          req->job_id(), b, e, e - b, need / 1e9, have / 1e9));
     }
     auto r = std::make_unique<Range>();
     r->generation = req->generation();
@@ -151,7 +164,7 @@ ParamService::~ParamService() {
     std::lock_guard<std::mutex> l(conn_mu_);
     for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);  // their threads see the close and end
   }
-  for (auto& t : conn_threads_) t.join();
+  for (auto& [id, t] : conn_threads_) t.join();
 }
 
 absl::StatusOr<std::string> ParamService::StartDataPort(const std::string& host) {
@@ -166,15 +179,26 @@ absl::StatusOr<std::string> ParamService::StartDataPort(const std::string& host)
       }
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      std::lock_guard<std::mutex> l(conn_mu_);
-      conns_.push_back(fd);
-      conn_threads_.emplace_back([this, fd] { ServeConnection(fd); });
+      std::vector<std::thread> done;
+      {
+        std::lock_guard<std::mutex> l(conn_mu_);
+        for (uint64_t id : finished_) {
+          auto it = conn_threads_.find(id);
+          done.push_back(std::move(it->second));
+          conn_threads_.erase(it);
+        }
+        finished_.clear();
+        conns_.push_back(fd);
+        const uint64_t id = next_conn_++;
+        conn_threads_.emplace(id, std::thread([this, fd, id] { ServeConnection(fd, id); }));
+      }
+      for (auto& t : done) t.join();  // they have returned, or are returning: no wait
     }
   });
   return absl::StrCat(host, ":", port);
 }
 
-void ParamService::ServeConnection(int fd) {
+void ParamService::ServeConnection(int fd, uint64_t id) {
   // Requests one after another until the client closes. A malformed request (bad magic,
   // absurd sizes) closes the connection; a refused one (unknown job, wrong step, out of
   // range) is answered with the error and the payload is drained.
@@ -243,9 +267,14 @@ void ParamService::ServeConnection(int fd) {
     reply.message_len = static_cast<uint32_t>(msg.size());
     if (!net::SendAll(fd, &reply, sizeof(reply)).ok() || !net::SendAll(fd, msg.data(), msg.size()).ok()) break;
   }
+  {
+    // Out of conns_ before the close, so that the destructor never shuts down the fd number
+    // once another connection may have it.
+    std::lock_guard<std::mutex> l(conn_mu_);
+    conns_.erase(std::remove(conns_.begin(), conns_.end(), fd), conns_.end());
+    finished_.push_back(id);
+  }
   ::close(fd);
-  std::lock_guard<std::mutex> l(conn_mu_);
-  conns_.erase(std::remove(conns_.begin(), conns_.end(), fd), conns_.end());
 }
 
 grpc::ServerUnaryReactor* ParamService::ReadParams(grpc::CallbackServerContext* ctx, const v1::ReadParamsRequest* req,

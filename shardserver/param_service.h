@@ -32,6 +32,11 @@ class ParamService final : public v1::ParamServer::CallbackService {
   // Serves pushes, reads and writes of payloads on a plain TCP port as well (common/net.h's
   // protocol): gRPC's per-byte cost is several times a raw stream's. Returns "host:port".
   absl::StatusOr<std::string> StartDataPort(const std::string& host);
+  // The threads held for data port connections, open or not yet joined (tests).
+  size_t DataConnectionThreads() {
+    std::lock_guard<std::mutex> l(conn_mu_);
+    return conn_threads_.size();
+  }
 
   grpc::ServerUnaryReactor* InitRange(grpc::CallbackServerContext* ctx, const v1::InitRangeRequest* req,
                                       v1::InitRangeResponse* resp) override;
@@ -62,7 +67,8 @@ class ParamService final : public v1::ParamServer::CallbackService {
   // A push of n values already copied into r->grad at local index at: counts them and runs
   // AdamW when they complete the step (r->mu held).
   absl::Status CompletePushLocked(Range* r, int64_t step, double lr, size_t n, bool* applied);
-  void ServeConnection(int fd);
+  // Serves one data port connection until it closes; `id` names it in conn_threads_.
+  void ServeConnection(int fd, uint64_t id);
   // Values [offset, offset + n) inside the range; a gRPC payload of whole floats within the
   // message limit as well. Errors name what was sent and the range.
   static absl::Status CheckWithin(const Range& r, const char* what, int64_t offset, size_t n);
@@ -76,8 +82,13 @@ class ParamService final : public v1::ParamServer::CallbackService {
   int listen_fd_ = -1;
   std::thread acceptor_;
   std::mutex conn_mu_;
-  std::vector<int> conns_;
-  std::vector<std::thread> conn_threads_;
+  std::vector<int> conns_;  // the open connections (shut down by the destructor)
+  // Each connection's thread, by id. A thread that has served its connection puts its id in
+  // finished_, and the acceptor joins it at the next connection: kept until the server
+  // stopped, every connection ever made would hold a thread (and its stack) for good.
+  std::map<uint64_t, std::thread> conn_threads_;
+  std::vector<uint64_t> finished_;
+  uint64_t next_conn_ = 0;
 };
 
 }  // namespace gantry::shardserver

@@ -147,13 +147,15 @@ class ReadReactor : public grpc::ServerWriteReactor<v1::Chunk> {
       return;
     }
     const int64_t part_size = std::stoll(*size);
-    pos_ = req.offset();
-    end_ = req.length() > 0 ? req.offset() + req.length() : part_size;
-    if (req.offset() < 0 || req.length() < 0 || end_ > part_size) {
-      Finish(grpc::Status(grpc::OUT_OF_RANGE, absl::StrCat("bytes [", req.offset(), ", ", end_, ") of part '", req.part(),
-                                                           "' are beyond its ", part_size)));
+    // Checked before the sum: offset + length of two large values overflows (found by
+    // tests/fuzz/shard_chunks_fuzz: 2^62 + 2^62).
+    if (req.offset() < 0 || req.length() < 0 || req.offset() > part_size || req.length() > part_size - req.offset()) {
+      Finish(grpc::Status(grpc::OUT_OF_RANGE, absl::StrCat("bytes [", req.offset(), ", +", req.length(), ") of part '",
+                                                           req.part(), "' are beyond its ", part_size)));
       return;
     }
+    pos_ = req.offset();
+    end_ = req.length() > 0 ? req.offset() + req.length() : part_size;
     it_ = svc_->db().NewCursor(ChunkPrefix(req.job_id(), req.step(), req.part()));
     it_->SeekForPrev(ChunkKey(req.job_id(), req.step(), req.part(), pos_));  // the chunk holding the first byte
     if (!it_->Valid()) it_->SeekToFirst();

@@ -15,6 +15,15 @@ absl::Status GPTConfig::Validate() const {
   if (n_layer < 1) return bad("n_layer", "must be >= 1");
   if (n_head < 1) return bad("n_head", "must be >= 1");
   if (n_embd < 1) return bad("n_embd", "must be >= 1");
+  // Upper bounds, each past the largest models trained (GPT-3: 96 layers of 12288; Llama 3
+  // 405B: 126 of 16384, MLP 53248): the sizes' products (4 n_embd, the MLP's and the
+  // activations' widths) are taken in int, and the layouts are built layer by layer, so a
+  // config from a file or a job spec must not reach past them.
+  if (n_layer > (1 << 12)) return bad("n_layer", absl::StrCat(n_layer, " is more than 4096"));
+  if (n_embd > (1 << 16)) return bad("n_embd", absl::StrCat(n_embd, " is more than 65536"));
+  if (ffn_hidden > (1 << 18)) return bad("ffn_hidden", absl::StrCat(ffn_hidden, " is more than 262144"));
+  if (max_seq_len > (1 << 24)) return bad("max_seq_len", absl::StrCat(max_seq_len, " is more than 16777216"));
+  if (moe.num_experts > (1 << 12)) return bad("moe.num_experts", absl::StrCat(moe.num_experts, " is more than 4096"));
   if (n_embd % n_head != 0) {
     return bad("n_embd", absl::StrCat(n_embd, " is not divisible by n_head ", n_head));
   }

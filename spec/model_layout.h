@@ -70,11 +70,14 @@ struct GPTConfig {
     return (8 * n_embd / 3 + 255) / 256 * 256;
   }
   absl::Status Validate() const;
-  // Equal as models: defaults resolved (n_kv_head 0 equals n_head stated).
+  // Equal as models: defaults resolved (n_kv_head 0 equals n_head stated), and the MoE knobs
+  // only where there are experts (a spec's moe: {num_experts: 0, top_k: 2} is the dense
+  // model its config.json and normal form describe without them).
   bool operator==(const GPTConfig& o) const {
     return max_seq_len == o.max_seq_len && vocab_size == o.vocab_size && n_layer == o.n_layer && n_head == o.n_head &&
            n_embd == o.n_embd && arch == o.arch && kv_heads() == o.kv_heads() && ffn() == o.ffn() &&
-           (!llama() || rope_theta == o.rope_theta) && norm_eps == o.norm_eps && moe == o.moe;
+           (!llama() || rope_theta == o.rope_theta) && norm_eps == o.norm_eps &&
+           (moe == o.moe || (moe.num_experts == 0 && o.moe.num_experts == 0));
   }
 };
 

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "tests/test_util.h"
 
@@ -87,6 +88,40 @@ TEST(SafetensorsTest, RejectsBadHeaders) {
   const uint64_t n = ~uint64_t{0};
   std::memcpy(huge.data(), &n, 8);
   EXPECT_FALSE(SafetensorsFile::FromBytes(huge, "x").ok());
+}
+
+// Found by tests/fuzz/safetensors_fuzz: the element count of [2^62, 4] wrapped (signed
+// overflow) to 0, which matched an empty byte range, and the tensor was accepted with a
+// shape that claims 2^64 elements.
+TEST(SafetensorsTest, RefusesShapesWhoseElementCountOverflows) {
+  auto make = [](const std::string& header) {
+    std::string s(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(s.data(), &n, 8);
+    return s + header;
+  };
+  for (const char* shape : {"[4611686018427387904,4]", "[4294967296,4294967296,0]", "[2305843009213693952]"}) {
+    auto f = SafetensorsFile::FromBytes(
+        make(absl::StrCat(R"({"big":{"dtype":"F32","shape":)", shape, R"(,"data_offsets":[0,0]}})")), "x.safetensors");
+    ASSERT_FALSE(f.ok()) << shape;
+    EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << f.status();
+    EXPECT_NE(f.status().message().find("'big'"), absl::string_view::npos) << f.status();
+    EXPECT_NE(f.status().message().find("x.safetensors"), absl::string_view::npos) << f.status();
+  }
+  // An empty tensor with an ordinary shape is still fine, and reads back empty (found by
+  // tests/fuzz/safetensors_fuzz too: ReadF32's and ReadI32's reads passed the empty vector's
+  // null data() to memcpy).
+  auto empty = SafetensorsFile::FromBytes(make(R"({"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]}})"), "x");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->tensors().at("e").numel(), 0);
+  auto values = empty->ReadF32("e");
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_TRUE(values->empty());
+  auto ints = SafetensorsFile::FromBytes(make(R"({"i":{"dtype":"I32","shape":[0],"data_offsets":[0,0]}})"), "x");
+  ASSERT_TRUE(ints.ok()) << ints.status();
+  auto i = ints->ReadI32("i");
+  ASSERT_TRUE(i.ok()) << i.status();
+  EXPECT_TRUE(i->empty());
 }
 
 TEST(SafetensorsTest, ConvertsHalfPrecisionTypes) {

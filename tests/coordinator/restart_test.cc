@@ -8,6 +8,8 @@
 //    too, and so is a replay of a step the new generation already applied.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/net.h"
 #include "coordinator/cluster.h"
 #include "coordinator/placement.h"
 #include "tests/coordinator/cluster_test_util.h"
@@ -554,6 +557,68 @@ TEST(ParamServerRestartTest, StalePushesAndReplayedStepsAreRefused) {
   auto again = push(2, 1, &ack);
   EXPECT_EQ(again.error_code(), grpc::FAILED_PRECONDITION) << "step 1 is not applied twice";
   EXPECT_EQ(params(2), once);
+  server->Shutdown();
+}
+
+// Found by tests/fuzz/param_wire_fuzz (its memory grew past 2 GB in 7,000 inputs): every
+// data port connection kept its thread, unjoined, until the server stopped, so a client
+// reconnecting (or a hostile one) grew the server by a thread stack per connection. A
+// connection's thread is now joined once it has served it.
+TEST(ParamServerDataPortTest, ClosedConnectionsDoNotKeepTheirThreads) {
+  metrics::Registry registry;
+  shardserver::ParamService svc(&registry);
+  auto addr = svc.StartDataPort("127.0.0.1");
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  for (int i = 0; i < 100; ++i) {
+    auto fd = net::Connect(*addr);
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    ::shutdown(*fd, SHUT_WR);  // no request: the server reads the end and closes its side
+    char b;
+    EXPECT_EQ(::recv(*fd, &b, 1, 0), 0);
+    ::close(*fd);
+  }
+  // The next connection is accepted after the 100 have ended: their threads are joined
+  // then, and only its own is held.
+  auto fd = net::Connect(*addr);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (svc.DataConnectionThreads() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LE(svc.DataConnectionThreads(), 1u);
+  ::close(*fd);
+}
+
+// Found by tests/fuzz/param_wire_fuzz: InitRange allocated whatever range it was given, and
+// [0, 2^62) threw std::bad_alloc out of the gRPC handler (the process ends). A range past the
+// machine's memory is now RESOURCE_EXHAUSTED, naming the job and the sizes.
+TEST(ParamServerDataPortTest, ARangePastTheMachinesMemoryIsRefused) {
+  metrics::Registry registry;
+  shardserver::ParamService svc(&registry);
+  grpc::ServerBuilder b;
+  b.RegisterService(&svc);
+  auto server = b.BuildAndStart();
+  auto stub = v1::ParamServer::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  for (int64_t end : {int64_t{1} << 62, INT64_MAX}) {
+    grpc::ClientContext ctx;
+    v1::InitRangeRequest r;
+    r.set_job_id("j-000001");
+    r.set_generation(1);
+    r.mutable_range()->set_begin(0);
+    r.mutable_range()->set_end(end);
+    v1::InitRangeResponse resp;
+    const grpc::Status s = stub->InitRange(&ctx, r, &resp);
+    EXPECT_EQ(s.error_code(), grpc::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_NE(s.error_message().find("j-000001"), std::string::npos) << s.error_message();
+  }
+  // An ordinary range is still taken.
+  grpc::ClientContext ctx;
+  v1::InitRangeRequest r;
+  r.set_job_id("j-000001");
+  r.set_generation(1);
+  r.mutable_range()->set_end(1024);
+  v1::InitRangeResponse resp;
+  EXPECT_TRUE(stub->InitRange(&ctx, r, &resp).ok());
   server->Shutdown();
 }
 

@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <utility>
 
 #include "common/file_util.h"
 #include "shardserver/service.h"
@@ -96,6 +98,26 @@ TEST_F(ShardServiceTest, RangedReadsReturnExactlyTheBytesAskedFor) {
   auto beyond = agent::ReadPartRange(*stub, addr_, "j-000001", 10, "model.safetensors", n - 8, 16, buf.data());
   EXPECT_EQ(beyond.code(), absl::StatusCode::kOutOfRange) << beyond;
   EXPECT_NE(beyond.message().find("model.safetensors"), std::string::npos) << beyond;
+}
+
+// Found by tests/fuzz/shard_chunks_fuzz: the end of a range, offset + length, was summed
+// before either was checked, and 2^62 + 2^62 overflowed (undefined behaviour) into a
+// negative end that passed the check against the part's size.
+TEST_F(ShardServiceTest, RangesPastTheEndAreRefusedWhateverTheirSize) {
+  ASSERT_TRUE(agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{}").ok());
+  auto stub = v1::ShardServer::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
+  const int64_t big = int64_t{1} << 62;
+  for (auto [off, len] : {std::pair<int64_t, int64_t>{big, big}, {1, INT64_MAX}, {INT64_MAX, 0}, {-1, 1}, {0, -1}}) {
+    grpc::ClientContext ctx;
+    v1::ReadChunksRequest req;
+    req.set_job_id("j-000001"), req.set_step(10), req.set_part("config.json"), req.set_offset(off), req.set_length(len);
+    auto reader = stub->ReadChunks(&ctx, req);
+    v1::Chunk c;
+    EXPECT_FALSE(reader->Read(&c)) << off << "+" << len;
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::OUT_OF_RANGE) << off << "+" << len << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("config.json"), std::string::npos) << s.error_message();
+  }
 }
 
 TEST_F(ShardServiceTest, UncommittedOrMissingCheckpointsAreNotReadable) {

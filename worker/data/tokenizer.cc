@@ -283,6 +283,20 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadMergesTxt(c
   return merges;
 }
 
+// Ids at or past this are refused: the model's vocabulary ends there (GPTConfig::Validate),
+// and an id sizes the tokenizer's tables, so one read from a file must not be 4 billion.
+constexpr uint32_t kMaxTokenId = 1u << 24;
+
+// An id from the file: a non-negative integer below kMaxTokenId. json's get<uint32_t> would
+// wrap a negative one and convert a float past 2^32 with undefined behaviour.
+absl::StatusOr<uint32_t> TokenId(const nlohmann::json& v, const std::string& where, absl::string_view token) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() >= kMaxTokenId) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": token \"", token, "\" has id ", v.dump(),
+                                                   ", not an integer in [0, ", kMaxTokenId, ")"));
+  }
+  return static_cast<uint32_t>(v.get<uint64_t>());
+}
+
 absl::Status Unsupported(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what, " is not supported (gantry runs byte-level BPE ",
                                                  "with GPT-2's or Llama 3's pre-tokenizer; see docs/data.md)"));
@@ -412,7 +426,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string
     }
     absl::flat_hash_map<std::string, uint32_t> vocab;
     for (auto it = model.at("vocab").begin(); it != model.at("vocab").end(); ++it) {
-      vocab[it.key()] = it.value().get<uint32_t>();
+      ASSIGN_OR_RETURN(vocab[it.key()], TokenId(it.value(), path, it.key()));
     }
     std::vector<std::pair<std::string, std::string>> merges;
     for (const auto& m : model.at("merges")) {
@@ -431,7 +445,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string
     for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
       Added added;
       added.content = a.at("content").get<std::string>();
-      added.id = a.at("id").get<uint32_t>();
+      ASSIGN_OR_RETURN(added.id, TokenId(a.at("id"), path, added.content));
       added.lstrip = a.value("lstrip", false);
       added.rstrip = a.value("rstrip", false);
       added.single_word = a.value("single_word", false);
@@ -459,7 +473,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocabMerges(const std:
   absl::flat_hash_map<std::string, uint32_t> vocab;
   try {
     const nlohmann::json v = nlohmann::json::parse(vtext);
-    for (auto it = v.begin(); it != v.end(); ++it) vocab[it.key()] = it.value().get<uint32_t>();
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      auto id = TokenId(it.value(), vocab_path, it.key());
+      if (!id.ok()) return id.status();
+      vocab[it.key()] = *id;
+    }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(vocab_path, ": not a vocabulary (JSON of token: id): ", e.what()));
   }
@@ -478,7 +496,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocabMerges(const std:
 absl::Status Tokenizer::Finish(const std::string& where, const absl::flat_hash_map<std::string, uint32_t>& vocab,
                                const std::vector<std::pair<std::string, std::string>>& merges) {
   uint32_t n = 0;
-  for (const auto& [tok, id] : vocab) n = std::max(n, id + 1);
+  for (const auto& [tok, id] : vocab) n = std::max(n, id + 1);  // ids < kMaxTokenId (TokenId)
   bytes_.assign(n, std::string());
   std::vector<bool> seen(n, false);
   for (const auto& [tok, id] : vocab) {

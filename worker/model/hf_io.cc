@@ -92,8 +92,13 @@ absl::StatusOr<GPTConfig> ParseLlamaConfig(const nlohmann::json& j, const std::s
     return bad("tie_word_embeddings",
                absl::StrCat("is ", j["tie_word_embeddings"].dump(), ", only untied embeddings (false) are supported"));
   }
+  // The product checked for overflow: head_dim 2^62 x 4 heads is undefined (found by
+  // tests/fuzz/hf_config_fuzz).
+  int64_t head_dims = 0;
   if (given("head_dim") &&
-      (!j["head_dim"].is_number_integer() || static_cast<int64_t>(j["head_dim"].get<int64_t>()) * c.n_head != c.n_embd)) {
+      (!j["head_dim"].is_number_integer() ||
+       __builtin_mul_overflow(j["head_dim"].get<int64_t>(), static_cast<int64_t>(c.n_head), &head_dims) ||
+       head_dims != c.n_embd)) {
     return bad("head_dim", absl::StrCat("is ", j["head_dim"].dump(), ", only hidden_size / num_attention_heads = ",
                                         c.n_head > 0 ? c.n_embd / c.n_head : 0, " is supported"));
   }

@@ -354,7 +354,9 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
         return absl::DataLossError(absl::StrCat(file, ": '", name, "' is not a piece of a tensor of this model"));
       }
       const size_t n = static_cast<size_t>(info.shape[0]);
-      if (begin + n > t->second->numel) {
+      // Not begin + n > numel: a begin near 2^64 ("@18446744073709551615") wraps that sum
+      // and would pass, placing the piece's values shifted and its coverage wrapped.
+      if (begin > t->second->numel || n > t->second->numel - begin) {
         return absl::DataLossError(absl::StrCat(file, ": '", name, "' has ", n, " elements from ", begin, ", beyond ",
                                                 t->second->name, "'s ", t->second->numel));
       }
