@@ -212,6 +212,12 @@ TEST_F(TokenizerErrors, ABrokenFileIsAnErrorNamingIt) {
               j["model"]["merges"].push_back(nlohmann::json::array({"zzzq", "qqqz"}));
             }).find("not in the vocabulary"),
             std::string::npos);
+  // An added token at an id the vocabulary gives another text (tests/fuzz/tokenizer_fuzz):
+  // Decode would not give back what Encode read.
+  EXPECT_NE(LoadError([](nlohmann::json& j) {
+              j["added_tokens"].push_back({{"id", j["model"]["vocab"]["!"]}, {"content", "<|taken|>"}, {"special", true}});
+            }).find("added token \"<|taken|>\" has id"),
+            std::string::npos);
   const std::string path = dir_.File("broken.json");
   ASSERT_TRUE(WriteFileAtomic(path, "{\"model\": ").ok());
   auto t = Tokenizer::Load(path);

@@ -450,8 +450,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string
       added.rstrip = a.value("rstrip", false);
       added.single_word = a.value("single_word", false);
       if (added.content.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": an added token is empty"));
+      // An id names one token: an added token at an id the vocabulary (or an earlier added
+      // token) already gives to another text is refused, or Decode would give back another
+      // text than Encode read (found by tests/fuzz/tokenizer_fuzz: "<|endfteoxt|>" at the id
+      // of the merge "it").
+      std::string bytes = EntryBytes(added.content);
+      if (added.id < t->bytes_.size() && !t->bytes_[added.id].empty() && t->bytes_[added.id] != bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": added token \"", added.content, "\" has id ", added.id,
+                                                       ", which is already the token \"", t->bytes_[added.id], "\""));
+      }
       if (added.id >= t->bytes_.size()) t->bytes_.resize(added.id + 1);
-      t->bytes_[added.id] = EntryBytes(added.content);
+      t->bytes_[added.id] = std::move(bytes);
       t->added_.push_back(std::move(added));
     }
     t->IndexAdded();
