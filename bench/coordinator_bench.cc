@@ -56,6 +56,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/load/daemon_process.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/security.h"
@@ -66,6 +67,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace v1 = gantry::v1;
+namespace load = gantry::load;
 using Clock = std::chrono::steady_clock;
 
 [[noreturn]] void Die(const std::string& why) {
@@ -83,81 +85,19 @@ int IntFlag(int argc, char** argv, const char* name, int def) {
   return std::atoi(Flag(argc, argv, name, std::to_string(def)).c_str());
 }
 
-// A daemon run as a child process, its stderr in `log`. It dies with the bench.
-struct Daemon {
-  pid_t pid = -1;
-  std::string name, log, ready;
-  int port = 0;
-};
+using load::DaemonProcess;
 
-// The CPU a process runs on with --pin (-1: anywhere).
-void PinTo(int cpu) {
-  if (cpu < 0) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (::sched_setaffinity(0, sizeof(set), &set) != 0) _exit(126);
+// A daemon run as a child process (bench/load/daemon_process.h), pinned to cpu with --pin.
+DaemonProcess Spawn(const std::string& name, std::vector<std::string> args, const std::string& dir, int cpu) {
+  const std::string binary = args.front();
+  args.erase(args.begin());
+  auto d = load::SpawnDaemon(name, binary, std::move(args), dir, cpu);
+  if (!d.ok()) Die(std::string(d.status().message()));
+  return *std::move(d);
 }
 
-Daemon Spawn(const std::string& name, std::vector<std::string> args, const std::string& dir, int cpu) {
-  Daemon d;
-  d.name = name;
-  d.log = (fs::path(dir) / (name + ".log")).string();
-  d.ready = (fs::path(dir) / (name + ".ready")).string();
-  args.push_back("--ready_file");
-  args.push_back(d.ready);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int fd = ::open(d.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) Die(absl::StrCat("cannot create ", d.log, ": ", std::strerror(errno)));
-  d.pid = ::fork();
-  if (d.pid < 0) Die(absl::StrCat("fork: ", std::strerror(errno)));
-  if (d.pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    PinTo(cpu);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execv(argv[0], argv.data());
-    _exit(127);
-  }
-  ::close(fd);
-  return d;
-}
-
-std::string Tail(const std::string& path) {
-  auto text = gantry::ReadFileToString(path);
-  if (!text.ok()) return "";
-  return text->substr(text->size() > 2000 ? text->size() - 2000 : 0);
-}
-
-// Waits for the daemon's ready file (it is written atomically once the daemon serves).
-void WaitReady(Daemon& d) {
-  const auto deadline = Clock::now() + std::chrono::seconds(120);
-  for (;;) {
-    auto text = gantry::ReadFileToString(d.ready);
-    if (text.ok()) {
-      const auto at = text->find("\"grpc_port\": ");
-      if (at != std::string::npos) {
-        d.port = std::atoi(text->c_str() + at + 13);
-        return;
-      }
-    }
-    int status = 0;
-    if (::waitpid(d.pid, &status, WNOHANG) == d.pid) {
-      Die(absl::StrCat(d.name, " exited before it was ready; its log:\n", Tail(d.log)));
-    }
-    if (Clock::now() > deadline) Die(absl::StrCat(d.name, " not ready within 120 s; its log:\n", Tail(d.log)));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a file for a state, with a deadline
-  }
-}
-
-void Stop(Daemon& d) {
-  if (d.pid <= 0) return;
-  ::kill(d.pid, SIGTERM);
-  int status = 0;
-  ::waitpid(d.pid, &status, 0);
-  d.pid = -1;
+void WaitUntilReady(DaemonProcess& d) {
+  if (absl::Status s = load::WaitReady(d); !s.ok()) Die(std::string(s.message()));
 }
 
 // One attached worker, as gantry-worker attaches: a bidi stream, heartbeats every second.
@@ -351,24 +291,6 @@ std::vector<double> ProbeListJobs(v1::Coordinator::Stub* stub, std::chrono::micr
   return out;
 }
 
-// CPU time (user + system) a process has used, in clock ticks.
-int64_t CpuTicks(pid_t pid) {
-  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));  // size 0 to stat(): read as a stream
-  std::string stat;
-  std::getline(file, stat);
-  const size_t comm_end = stat.rfind(')');
-  if (comm_end == std::string::npos) return 0;
-  // After "(comm)", fields from the third on; utime and stime are the 14th and 15th.
-  std::istringstream in(stat.substr(comm_end + 1));
-  std::string field;
-  int64_t utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && in >> field; ++i) {
-    if (i == 14) utime = std::atoll(field.c_str());
-    if (i == 15) stime = std::atoll(field.c_str());
-  }
-  return utime + stime;
-}
-
 // Waits until the daemons are quiet: together at most one clock tick (10 ms) of CPU in
 // each of 3 intervals of 300 ms in a row, so that the shard servers' background work
 // (memtable flushes and compactions after the uploads, the last round's deletes) is over,
@@ -377,7 +299,7 @@ bool WaitQuiet(const std::vector<pid_t>& pids) {
   const auto deadline = Clock::now() + std::chrono::seconds(60);
   auto total = [&] {
     int64_t t = 0;
-    for (pid_t p : pids) t += CpuTicks(p);
+    for (pid_t p : pids) t += load::CpuTicksOf(p);
     return t;
   };
   int64_t before = total();
@@ -435,19 +357,20 @@ int main(int argc, char** argv) {
 
   if (pin) {
     if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) Die("--pin needs 2 CPUs");
-    PinTo(0);  // this client beside the coordinator; the threads made later inherit it
+    // This client beside the coordinator; the threads made later inherit it.
+    if (!load::PinToCpu(0)) Die("--pin: cannot run on CPU 0");
   }
   // The daemons, before any thread of ours exists.
   // A worker is declared dead after 60 s without a heartbeat rather than 5: on a loaded
   // machine this process's heartbeat threads can be starved for seconds, and a job restarted
   // for that would end the run. Failure detection is not what is measured.
-  Daemon coord = Spawn("coordinator",
+  DaemonProcess coord = Spawn("coordinator",
                        {coordinator_bin, "--listen", "127.0.0.1:0", "--metrics_listen", "127.0.0.1:0", "--data_dir",
                         (fs::path(dir) / "coordinator").string(), "--worker_timeout_ms", "60000"},
                        dir, pin ? 0 : -1);
-  WaitReady(coord);
+  WaitUntilReady(coord);
   const std::string coord_addr = absl::StrCat("127.0.0.1:", coord.port);
-  std::vector<Daemon> shards;
+  std::vector<DaemonProcess> shards;
   for (int s = 0; s < servers; ++s) {
     const std::string name = absl::StrCat("shardserver", s);
     shards.push_back(Spawn(name,
@@ -455,7 +378,7 @@ int main(int argc, char** argv) {
                             "--data_dir", (fs::path(dir) / name).string(), "--coordinator", coord_addr},
                            dir, pin ? 1 : -1));
   }
-  for (auto& d : shards) WaitReady(d);
+  for (auto& d : shards) WaitUntilReady(d);
 
   auto stub = v1::Coordinator::NewStub(gantry::MakeChannel(coord_addr));
   {
@@ -532,7 +455,7 @@ int main(int argc, char** argv) {
   int never_quiet = 0;
   auto shard_ticks = [&] {
     int64_t t = 0;
-    for (const auto& d : shards) t += CpuTicks(d.pid);
+    for (const auto& d : shards) t += load::CpuTicksOf(d.pid);
     return t;
   };
   // CPU the daemons used in a phase, as a share of its wall time.
@@ -582,12 +505,12 @@ int main(int argc, char** argv) {
     // with the jobs placed and the workers heartbeating.
     ::sync();
     if (!WaitQuiet(pids)) ++never_quiet;
-    const int64_t c0 = CpuTicks(coord.pid), s0 = shard_ticks();
+    const int64_t c0 = load::CpuTicksOf(coord.pid), s0 = shard_ticks();
     const auto i0 = Clock::now();
     append(idle, ProbeListJobs(stub.get(), period, [&](int64_t k) { return k < idle_n; }));
-    idle_cpu.add(CpuTicks(coord.pid) - c0, shard_ticks() - s0, Clock::now() - i0);
+    idle_cpu.add(load::CpuTicksOf(coord.pid) - c0, shard_ticks() - s0, Clock::now() - i0);
     // The commits: every job's CheckpointPart at once, then ListJobs until all have ended.
-    const int64_t c1 = CpuTicks(coord.pid), s1 = shard_ticks();
+    const int64_t c1 = load::CpuTicksOf(coord.pid), s1 = shard_ticks();
     const auto t0 = Clock::now();
     for (int j = 0; j < jobs; ++j) {
       const v1::Assignment& a = assigned[j];
@@ -619,13 +542,13 @@ int main(int argc, char** argv) {
     }));
     events.Wait(job_ids, step);
     windows.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    busy_cpu.add(CpuTicks(coord.pid) - c1, shard_ticks() - s1, Clock::now() - t0);
+    busy_cpu.add(load::CpuTicksOf(coord.pid) - c1, shard_ticks() - s1, Clock::now() - t0);
   }
   const auto failures = events.Failures();
 
   workers.clear();
-  for (auto& d : shards) Stop(d);
-  Stop(coord);
+  for (auto& d : shards) load::StopDaemon(d);
+  load::StopDaemon(coord);
   if (own_dir) fs::remove_all(dir);
   if (!failures.empty()) Die(absl::StrCat("a commit failed: ", failures.front()));
   if (never_quiet > 0) {

@@ -459,8 +459,13 @@ void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
       if (static_cast<int>(done.size()) >= std::max(1, job->world_size())) {
         done_ranks_.erase({job->id(), job->generation()});
         job->clear_workers();
-        (void)Transition(*job, v1::SUCCEEDED);
-        LOG(INFO) << "job " << job->id() << " SUCCEEDED";
+        if (absl::Status s = Transition(*job, v1::SUCCEEDED); !s.ok()) {
+          // Its record stays RUNNING: a restarted coordinator places it again, and it
+          // resumes from its last committed checkpoint.
+          LOG(ERROR) << "job " << job->id() << " finished, but recording that failed: " << s;
+        } else {
+          LOG(INFO) << "job " << job->id() << " SUCCEEDED";
+        }
         rendezvous_.Drop(job->id());
       }
     }
@@ -623,10 +628,16 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   rendezvous_.Drop(job_id);
 }
 
+bool Cluster::SilentLocked(const WorkerState& w, int64_t now) {
+  return w.session != nullptr && now - w.live->last_seen_ms > options_.worker_timeout_ms && !w.session->Backlogged();
+}
+
 void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool end_stream) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.session == nullptr) return;
+  // Counted out for silence (the Monitor, off the lock): not if it was heard from since.
+  if (end_stream && !SilentLocked(it->second, NowUnixMs())) return;
   if (end_stream) it->second.session->End(why);
   it->second.session = nullptr;
   it->second.info.set_state("dead");
@@ -682,7 +693,7 @@ void Cluster::ScheduleLocked() {
     auto job = store_->GetJob(id);
     if (!job.ok() || SpecOf(*job)) continue;
     job->set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
-    if (!Transition(*job, v1::FAILED).ok()) return;
+    if (!Transition(*job, v1::FAILED).ok()) timed_wait_ = true;  // Monitor retries
   }
   // This pass's placements: decided first, written together (one WAL sync however many),
   // then applied to the workers and sent. A worker chosen for one is not offered to the next.
@@ -755,7 +766,10 @@ void Cluster::ScheduleLocked() {
       auto resume = ResumePointLocked(job, *spec);
       if (!resume.ok()) {
         job.set_reason(std::string(resume.status().message()));
-        if (!Transition(job, v1::FAILED, job.reason()).ok()) return;
+        if (!Transition(job, v1::FAILED, job.reason()).ok()) {
+          timed_wait_ = true;  // it stays queued; Monitor retries
+          continue;
+        }
         LOG(WARNING) << "job " << job.id() << " failed: " << job.reason();
         continue;
       }
@@ -800,6 +814,8 @@ void Cluster::ScheduleLocked() {
   // otherwise place the job again at the same generation.
   if (auto s = store_->Commit(&updates); !s.ok()) {
     LOG(WARNING) << "placing " << placements.size() << " jobs: " << s << "; they stay queued";
+    timed_wait_ = true;  // Monitor retries
+    UpdateGaugesLocked();
     return;
   }
   for (const auto& u : updates) Notify(u.job.id());
@@ -1066,7 +1082,7 @@ void Cluster::Monitor() {
     UpdateGaugesLocked(/*force=*/true);
     std::vector<std::string> silent;
     for (const auto& [id, w] : workers_) {
-      if (w.session != nullptr && now - w.live->last_seen_ms > options_.worker_timeout_ms) silent.push_back(id);
+      if (SilentLocked(w, now)) silent.push_back(id);
     }
     l.unlock();
     rendezvous_.Expire(now);

@@ -35,6 +35,10 @@ class WorkerSession {
   // back, attaches again as a new worker rather than heartbeat on a stream nobody assigns
   // work to. Called once, with the cluster's lock held; never calls into the cluster.
   virtual void End(const std::string& why) {}
+  // Whether messages the worker sent wait, read but not yet applied: its silence is then the
+  // coordinator's own (its heartbeats are not read while the backlog is full), not the
+  // worker's, and it is not counted out. Called with the cluster's lock held.
+  virtual bool Backlogged() { return false; }
 };
 
 struct ClusterOptions {
@@ -154,6 +158,9 @@ class Cluster {
       running.clear();
     }
   };
+  // Attached, not heard from for worker_timeout_ms, and not waiting on the coordinator's own
+  // backlog of its messages (cluster mu_ held).
+  bool SilentLocked(const WorkerState& w, int64_t now);
   struct Progress {  // of a running job, for stall detection
     int64_t generation = 0, step = 0, at_ms = 0;
     double step_seconds = 0;

@@ -75,7 +75,7 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
       }
       // Before its registration is applied the worker is not counted yet: nothing to renew.
       if (!id.empty()) cluster_->Heartbeat(id, &in_.heartbeat());
-      if (in_.heartbeat().echo() != 0) {  // applied: the client times the round trip
+      if (!id.empty() && in_.heartbeat().echo() != 0) {  // applied: the client times the round trip
         v1::CoordinatorMessage m;
         m.set_heartbeat_echo(in_.heartbeat().echo());
         Send(m);
@@ -117,6 +117,10 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
     if (last) delete this;
   }
   // The cluster counted this worker out (it holds its lock and forgets the session now).
+  bool Backlogged() override {
+    std::lock_guard<std::mutex> l(mu_);
+    return pending_ > 0;
+  }
   void End(const std::string& why) override {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -143,31 +147,31 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
       Applied();
     });
   }
-  // An item is done: the stream is read again once the queue has room.
+  // An item is done: the stream is read again once the queue has room. The read starts under
+  // mu_, as End and Close set finished_ under it: a read is never started after Finish (the
+  // call may be gone by then).
   void Applied() {
-    bool last = false, resume = false;
+    bool last = false;
     {
       std::lock_guard<std::mutex> l(mu_);
       --pending_;
       last = pending_ == 0 && done_;
       if (paused_ && pending_ <= kMaxQueued / 2) {
         paused_ = false;
-        resume = !finished_;  // a finished call takes no more reads
+        if (!finished_) StartRead(&in_);
       }
     }
-    if (resume) StartRead(&in_);
     if (last) delete this;
   }
-  // Reads the next message, unless the queue is full (then Applied reads it).
+  // Reads the next message, unless the queue is full (then Applied reads it) or the call is
+  // finished.
   void ReadNext() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (pending_ >= kMaxQueued) {
-        paused_ = true;
-        return;
-      }
+    std::lock_guard<std::mutex> l(mu_);
+    if (pending_ >= kMaxQueued) {
+      paused_ = true;
+      return;
     }
-    StartRead(&in_);
+    if (!finished_) StartRead(&in_);
   }
   // On the queue. Order matters: refuse further sends, leave the cluster (after which it
   // never calls Send on this session again), and only then Finish.

@@ -198,6 +198,19 @@ absl::StatusOr<std::vector<v1::JobEvent>> Store::Events(const std::string& job_i
 
 // ---- The index.
 
+void Store::Unqueue(const std::string& id, const Brief& b) {
+  if (!placement::Queued(b.state)) return;
+  if (b.resolved) {
+    auto q = queues_.find(b.device);
+    if (q != queues_.end()) {
+      q->second.erase(b.key);
+      if (q->second.empty()) queues_.erase(q);
+    }
+  } else {
+    unresolved_.erase(id);
+  }
+}
+
 void Store::Index(const v1::Job& job) {
   auto brief = std::make_shared<v1::Job>(job);  // made before the lock
   brief->clear_spec_yaml();
@@ -206,17 +219,7 @@ void Store::Index(const v1::Job& job) {
   Brief& b = index_[job.id()];
   if (b.known) {  // what it was
     --by_state_[b.state];
-    if (placement::Queued(b.state)) {
-      if (b.resolved) {
-        auto q = queues_.find(b.device);
-        if (q != queues_.end()) {
-          q->second.erase(b.key);
-          if (q->second.empty()) queues_.erase(q);
-        }
-      } else {
-        unresolved_.erase(job.id());
-      }
-    }
+    Unqueue(job.id(), b);
   }
   b.known = true;
   b.state = job.state();
@@ -239,15 +242,7 @@ void Store::SetDevice(const std::string& id, const std::string& device) {
   Brief& b = it->second;
   if (b.resolved && b.device == device) return;
   if (placement::Queued(b.state)) {
-    if (b.resolved) {
-      auto q = queues_.find(b.device);
-      if (q != queues_.end()) {
-        q->second.erase(b.key);
-        if (q->second.empty()) queues_.erase(q);
-      }
-    } else {
-      unresolved_.erase(id);
-    }
+    Unqueue(id, b);
     queues_[device].insert(b.key);
   }
   b.device = device;

@@ -1,7 +1,12 @@
-// The coordinator's durable state in RocksDB: jobs and their events. Every write is
-// synced (WAL fsync) before it is acknowledged, so an accepted job survives a SIGKILL and
-// a power loss. Writes of different jobs run concurrently, so that RocksDB syncs the WAL
-// once for a group of them (its group commit); one job's writes are in order.
+// The coordinator's durable state in RocksDB: jobs and their events. What a client or a
+// worker is told (a job accepted, cancelled, placed, failed) is synced (WAL fsync) before it
+// is acknowledged, so it survives a SIGKILL and a power loss. Progress is written to the WAL
+// without a sync (sync=false: a step's counters and event, the RUNNING transition, the
+// "checkpoint committed" record): it survives a SIGKILL (the OS has the bytes) but not a
+// power loss, after which the job resumes from its placement and last committed checkpoint
+// as a restart does (docs/operations.md, "Limits"). Writes of different jobs run
+// concurrently, so that RocksDB syncs the WAL once for a group of them (its group commit);
+// one job's writes are in order.
 //
 // Beside the records, the store keeps an index of every job's state in memory (read once
 // at Open, then kept by every write of a record): the queue in placement order per device
@@ -111,6 +116,9 @@ class Store {
     bool resolved = false;
     std::shared_ptr<const v1::Job> brief;  // the record without its spec texts (a tenth of its bytes)
   };
+  // Takes a queued job (as b last indexed it) out of its device's queue or the unresolved
+  // set; index_mu_ held.
+  void Unqueue(const std::string& id, const Brief& b);
   mutable std::mutex index_mu_;  // the index below (held briefly)
   std::map<std::string, Brief> index_;                               // every job
   std::map<std::string, std::set<placement::QueueKey>> queues_;      // device → its queued jobs

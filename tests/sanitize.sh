@@ -33,8 +33,14 @@ if [ "$mode" = address ]; then
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0:suppressions=$supp/asan.supp"
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+  # The tests that measure the process's resident memory against the planner's bytes: ASan's
+  # redzones and its quarantine of freed blocks (256 MB) add to the RSS, so they hold in the
+  # plain build (the main suite) only.
+  rss='MemoryTest'
+  echo "sanitize.sh address: left out, as they measure resident memory (ASan's redzones and quarantine add to it):"
+  (cd "$dir" && ctest -N -LE gpu -R "$rss" | grep 'Test *#' || true)
   cd "$dir"
-  exec ctest --output-on-failure -LE gpu -j "$(nproc)" --timeout 1800 "$@"
+  exec ctest --output-on-failure -LE gpu -E "$rss" -j "$(nproc)" --timeout 1800 "$@"
 fi
 cmake --build "$dir" -j "$jobs" --target threaded_tests
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$supp/tsan.supp"

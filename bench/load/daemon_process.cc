@@ -1,6 +1,7 @@
 #include "bench/load/daemon_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -21,8 +22,15 @@ namespace gantry::load {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+bool PinToCpu(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return ::sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
 absl::StatusOr<DaemonProcess> SpawnDaemon(const std::string& name, const std::string& binary,
-                                          std::vector<std::string> args, const std::string& dir) {
+                                          std::vector<std::string> args, const std::string& dir, int cpu) {
   DaemonProcess d;
   d.name = name;
   d.log = (fs::path(dir) / (name + ".log")).string();
@@ -45,6 +53,7 @@ absl::StatusOr<DaemonProcess> SpawnDaemon(const std::string& name, const std::st
   }
   if (d.pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (cpu >= 0 && !PinToCpu(cpu)) _exit(126);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     ::execv(argv[0], argv.data());
@@ -118,8 +127,8 @@ Memory MemoryOf(pid_t pid) {
   return m;
 }
 
-double CpuSecondsOf(pid_t pid) {
-  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+int64_t CpuTicksOf(pid_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));  // size 0 to stat(): read as a stream
   std::string stat;
   std::getline(file, stat);
   const size_t comm_end = stat.rfind(')');
@@ -131,7 +140,11 @@ double CpuSecondsOf(pid_t pid) {
   for (int i = 3; i <= 15 && in >> field; ++i) {
     if (i == 14 || i == 15) ticks += std::atoll(field.c_str());
   }
-  return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return ticks;
+}
+
+double CpuSecondsOf(pid_t pid) {
+  return static_cast<double>(CpuTicksOf(pid)) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 int64_t DirBytes(const std::string& dir) {

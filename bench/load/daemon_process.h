@@ -23,9 +23,12 @@ struct DaemonProcess {
 };
 
 // Starts binary with args (plus --ready_file) in the background; the child dies with this
-// process (PR_SET_PDEATHSIG). Its output goes to dir/<name>.log.
+// process (PR_SET_PDEATHSIG). Its output is appended to dir/<name>.log. cpu >= 0 pins it to
+// that CPU (a child that cannot be pinned exits 126).
 absl::StatusOr<DaemonProcess> SpawnDaemon(const std::string& name, const std::string& binary,
-                                          std::vector<std::string> args, const std::string& dir);
+                                          std::vector<std::string> args, const std::string& dir, int cpu = -1);
+// Pins the calling process (and the threads it makes later) to one CPU; false if it cannot.
+bool PinToCpu(int cpu);
 // Waits until the daemon's ready file names its port (a daemon that exits first, or is not
 // ready within timeout_s, is an error with the tail of its log).
 absl::Status WaitReady(DaemonProcess& d, double timeout_s = 120);
@@ -39,7 +42,8 @@ struct Memory {
   int64_t rss = 0, peak = 0;
 };
 Memory MemoryOf(pid_t pid);
-// CPU time (user + system) a process has used, in seconds.
+// CPU time (user + system) a process has used, in clock ticks (0 if unknown) and in seconds.
+int64_t CpuTicksOf(pid_t pid);
 double CpuSecondsOf(pid_t pid);
 // The bytes of the regular files under dir (a RocksDB: SST, WAL, MANIFEST, logs).
 int64_t DirBytes(const std::string& dir);

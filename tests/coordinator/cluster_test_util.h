@@ -2,6 +2,7 @@
 // a tiny model queued as SubmitJob queues them.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -23,6 +24,7 @@ class FakeSession : public WorkerSession {
     std::lock_guard<std::mutex> l(mu);
     ended = why;
   }
+  bool Backlogged() override { return backlogged; }
   // Why the cluster ended this stream ("" while it has not).
   std::string Ended() {
     std::lock_guard<std::mutex> l(mu);
@@ -42,6 +44,7 @@ class FakeSession : public WorkerSession {
   std::mutex mu;
   std::vector<v1::CoordinatorMessage> got;
   std::string ended;
+  std::atomic<bool> backlogged{false};  // messages read, not applied yet (the service's queue)
 };
 
 // Queues a job of a tiny model with world_size ranks, the spec's further sections in

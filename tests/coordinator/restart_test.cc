@@ -153,6 +153,41 @@ TEST(MembershipTest, ASilentWorkerIsCountedOutAndItsStreamEnded) {
   for (const auto& w : cluster.Workers()) EXPECT_EQ(w.state(), "dead") << w.id();
 }
 
+// Found in review: a worker whose messages wait in the service's queue (the coordinator slow
+// to apply them: its heartbeats are not read while the queue is full) is not silent. It is
+// counted out only once its backlog is applied and it stays silent. A worker with no backlog,
+// silent alike, is the witness that the monitor ran its check meanwhile.
+TEST(MembershipTest, AWorkerWhoseMessagesWaitOnTheCoordinatorIsNotCountedOut) {
+  testing::TempDir dir;
+  metrics::Registry registry;
+  auto store = *Store::Open(dir.File("db"));
+  ClusterOptions o;
+  o.worker_timeout_ms = 200;
+  Cluster cluster(store.get(), &registry, o);
+  FakeSession waiting, witness;
+  waiting.backlogged = true;
+  const std::string w1 = cluster.AddWorker(&waiting, v1::Resources());
+  const std::string w2 = cluster.AddWorker(&witness, v1::Resources());
+  auto wait_ended = [&](FakeSession& s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (s.Ended().empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polled: the monitor's round is 100 ms
+    }
+    return s.Ended();
+  };
+  ASSERT_NE(wait_ended(witness).find("no heartbeat for 0.2 s"), std::string::npos);
+  // The witness was counted out in a round that saw both silent; one more round to be sure.
+  FakeSession witness2;
+  cluster.AddWorker(&witness2, v1::Resources());
+  ASSERT_NE(wait_ended(witness2), "");
+  EXPECT_EQ(waiting.Ended(), "") << "counted out while its messages waited on the coordinator";
+  for (const auto& w : cluster.Workers()) {
+    if (w.id() == w1) EXPECT_EQ(w.state(), "idle");
+  }
+  waiting.backlogged = false;
+  EXPECT_NE(wait_ended(waiting).find("no heartbeat for 0.2 s"), std::string::npos) << "silent once its backlog is applied";
+}
+
 TEST(StallTest, AStalledStepNamesTheRanksBehind) {
   testing::TempDir dir;
   metrics::Registry registry;

@@ -44,6 +44,10 @@ class Reader {
 // Splits a text input at the first occurrence of sep: (before, after); no sep: (all, "").
 std::pair<std::string, std::string> SplitOnce(absl::string_view in, absl::string_view sep);
 
+// Whether s is well-formed UTF-8 (shortest forms, no surrogates, at most U+10FFFF): the
+// targets whose round trips hold only for valid text check it first.
+bool ValidUtf8(absl::string_view s);
+
 // Several files in one input, for the targets that read a directory (a checkpoint, a model
 // directory): the first file's bytes, then for each further file a line "%%file NAME" and
 // its bytes:

@@ -17,31 +17,13 @@
 
 #include "spec/job_spec.h"
 #include "spec/planner.h"
+#include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
 [[noreturn]] void Fail(const std::string& what, const std::string& text) {
   std::fprintf(stderr, "job_spec_fuzz: %s\n--- spec ---\n%s\n------------\n", what.c_str(), text.c_str());
   std::abort();
-}
-
-bool ValidUtf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (int k = 1; k < n; ++k) {
-      const unsigned char d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += n;
-  }
-  return true;
 }
 
 }  // namespace
@@ -57,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  if (!ValidUtf8(text)) return 0;
+  if (!fuzz::ValidUtf8(text)) return 0;
   const std::string normal = train::ToYaml(*spec);
   auto again = train::ParseJobSpec(normal);
   if (!again.ok()) Fail("the normal form does not parse: " + again.status().ToString() + "\n" + normal, text);

@@ -7,7 +7,7 @@
 # finds goes to RUN_DIR/<target>/corpus, crashes and their inputs to RUN_DIR/<target>/.
 #
 #   bash tests/fuzz/run.sh [options] SECONDS
-#     --build-dir DIR   the fuzz build tree (default: build-fuzz beside the repository)
+#     --build-dir DIR   the fuzz build tree (default: build-fuzz in the repository, ignored by git)
 #     --no-build        use the targets already built there
 #     --only T[,T...]   run only these targets (e.g. job_spec_fuzz)
 #     --run-dir DIR     where logs, new inputs and crashes go (default: BUILD_DIR/fuzz-runs/<time>)
@@ -21,7 +21,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-build_dir="$(dirname "$root")/build-fuzz"
+build_dir="$root/build-fuzz"
 run_dir=""
 build=1
 only=""

@@ -30,26 +30,6 @@ namespace {
   std::abort();
 }
 
-bool ValidUtf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (int k = 1; k < n; ++k) {
-      const unsigned char d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += n;
-  }
-  return true;
-}
-
 // Whether a tokenizer.json (one that loaded) keeps text as it is: no added token strips the
 // spaces beside it and no pre-tokenizer adds a space in front.
 bool KeepsText(const std::string& json) {
@@ -110,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     auto back = t.Decode(ids);
     if (!back.ok()) Fail("Decode refused Encode's ids: " + back.status().ToString());
-    if (keeps_text && ValidUtf8(text) && *back != text) Fail("Decode(Encode(text)) is not the text");
+    if (keeps_text && fuzz::ValidUtf8(text) && *back != text) Fail("Decode(Encode(text)) is not the text");
   }
   (void)t.Find("<|endoftext|>");
   (void)t.TokenText(0);

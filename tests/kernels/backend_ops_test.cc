@@ -14,6 +14,7 @@
 
 #include <thread>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -1627,7 +1628,10 @@ TEST(EmulatedRuntimeTest, SgemmStridedBatchedKeepsCublasContract) {
   // Column-major C_i (m, n) = op(A_i) op(B_i) + beta C_i with leading dimensions above the
   // rows, against a loop written from cuBLAS's definition.
   const int m = 5, n = 3, k = 4, lda = 7, ldb = 6, ldc = 9, batch = 3;
-  const long long sa = lda * m + 2, sb = ldb * n + 1, sc = ldc * n + 3;
+  // Each batch's stride covers its matrix stored either way (A: m or k columns of lda, B: n
+  // or k columns of ldb) and a gap. (B's was ldb * n + 1, short of op(B) = B^T's k columns:
+  // the last batch's read ran past the buffer, found by ASan.)
+  const long long sa = lda * std::max(m, k) + 2, sb = ldb * std::max(n, k) + 1, sc = ldc * n + 3;
   for (auto [ta, tb] : {std::pair{CUBLAS_OP_N, CUBLAS_OP_N}, std::pair{CUBLAS_OP_T, CUBLAS_OP_N},
                         std::pair{CUBLAS_OP_N, CUBLAS_OP_T}, std::pair{CUBLAS_OP_T, CUBLAS_OP_T}}) {
     const auto A = Random(sa * batch, 1), B = Random(sb * batch, 2), C0 = Random(sc * batch, 3);

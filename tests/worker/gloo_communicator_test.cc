@@ -427,6 +427,19 @@ TEST(GlooCommunicatorFailureTest, EverySurvivorNamesTheRankThatDidNotArriveAndTh
   }
 }
 
+// Gloo writes with writev: to a socket whose peer has gone that raises SIGPIPE, and its
+// default action ends the process with no error (seen under ASan: a test process of eight
+// ranks ended so). Once a group is made the process ignores SIGPIPE, so that the write fails
+// with EPIPE and the collective with it. (Which of a closed peer's read and the next write
+// reaches Gloo first is a race: the disposition is what is checked.)
+TEST(GlooCommunicatorFailureTest, AProcessWithAGroupIgnoresSigpipe) {
+  auto st = OnRanks(1, [](Communicator&) { return absl::OkStatus(); });
+  ASSERT_TRUE(st[0].ok()) << st[0];
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN) << "SIGPIPE would end the process when a peer has gone";
+}
+
 // A cpu or cuda-emulated rank's groups are Gloo, named and keyed by group: two groups of
 // the same ranks on one store do not mix, and each counts its completed collectives. A
 // cuda rank's are NCCL on its GPU: without one (CI) joining fails, naming the group and

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "tests/test_util.h"
+#include "worker/model/hf_io.h"
 
 namespace gantry::train {
 namespace {
@@ -610,6 +611,96 @@ TEST(JobSpecTest, ModelDifferencesNameEveryFieldThatDiffers) {
             "n_head (A 6, B 2), n_embd (A 48, B 16), vocab_size (A 300, B 256), max_seq_len (A 128, B 16), arch (A llama, "
             "B gpt2), ffn_hidden (A 136, B 64), norm_eps (A 1e-06, B 1e-05)")
       << ModelDifferences(l, "A", a, "B");
+}
+
+// Found by tests/fuzz/job_spec_fuzz: a mapping key that is not a scalar (YAML's complex keys,
+// "? [a]: 1") threw yaml-cpp's TypedBadConversion out of ParseJobSpec, and through SubmitJob
+// ended the coordinator. Now an error naming the section that holds the key.
+TEST(JobSpecTest, AKeyThatIsNotANameIsRefusedNamingItsSection) {
+  const std::string rest = "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n";
+  EXPECT_EQ(Error("model:\n  ? [a]\n  : 1\n" + rest),
+            "job spec: field 'model' has a key that is not a name (a sequence)");
+  EXPECT_EQ(Error("model: {n_layer: 2, ? [n_head]: 2, n_embd: 16, vocab_size: 256, seq_len: 8}\n" + rest),
+            "job spec: field 'model' has a key that is not a name (a sequence)");
+  EXPECT_EQ(Error("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8, moe: {? {a: 1}: 2}}\n" +
+                  rest),
+            "job spec: field 'model.moe' has a key that is not a name (a mapping)");
+  EXPECT_EQ(Error("? {a: 1}\n: 2\n"), "job spec: field '(top level)' has a key that is not a name (a mapping)");
+}
+
+// Found by tests/fuzz/job_spec_fuzz: products of sizes overflowed int (undefined behaviour):
+// the default global_batch (micro_batch x dp), micro_batch x dp in the global batch's check
+// (it wrapped to 0 and divided by it), dp x tp x pp, an elastic job's dp choices. They are
+// taken in 64 bits now, and a job of more than 2^20 ranks is refused.
+TEST(JobSpecTest, SizeProductsAreTakenIn64BitsOrRefusedByName) {
+  auto spec = [](const std::string& model, const std::string& train, const std::string& rest) {
+    return "model: {n_layer: 2, vocab_size: 256, seq_len: 8, " + model + "}\ndata: {train: t.bin}\n" +
+           "train: {steps: 10, lr: 1.0e-3, " + train + "}\n" + rest;
+  };
+  const std::string m = "n_head: 2, n_embd: 16";
+  // The default global batch: micro_batch x dp past 2^31 - 1 is refused, not wrapped to -2.
+  EXPECT_EQ(Error(spec(m, "micro_batch: 2147483647", "parallel: {dp: 2}\n")),
+            "job spec: field 'train.global_batch' defaults to micro_batch x dp = 4294967294, past 2^31 - 1");
+  auto most = ParseJobSpec(spec(m, "micro_batch: 2147483647", ""));
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(most->train.global_batch, 2147483647);
+  EXPECT_EQ(most->grad_accum(), 1);
+  // micro_batch x dp = 2^32 (0 in int): the arithmetic in the error is the 64-bit product.
+  EXPECT_EQ(Error(spec(m, "micro_batch: 65536, global_batch: 65536", "parallel: {dp: 65536}\n")),
+            "job spec: field 'train.global_batch' must equal micro_batch x grad_accum x dp: 65536 is not a multiple of "
+            "micro_batch 65536 x dp 65536 = 4294967296");
+  // dp x tp x pp = 2^32 ranks (0 in int), the model dividing over tp: refused; 2^20 is the most.
+  EXPECT_EQ(Error(spec("n_head: 65536, n_embd: 65536", "micro_batch: 2", "parallel: {dp: 65536, tp: 65536}\n")),
+            "job spec: field 'parallel' dp x tp x pp = 4294967296 ranks, more than 1048576");
+  EXPECT_EQ(Error(spec("n_head: 1024, n_embd: 1024", "micro_batch: 1", "parallel: {dp: 1024, tp: 1024, pp: 2}\n")),
+            "job spec: field 'parallel' dp x tp x pp = 2097152 ranks, more than 1048576");
+  auto widest = ParseJobSpec(spec("n_head: 1024, n_embd: 1024", "micro_batch: 1", "parallel: {dp: 1024, tp: 1024}\n"));
+  ASSERT_TRUE(widest.ok()) << widest.status();
+  EXPECT_EQ(widest->world_size(), 1 << 20);
+  // Elastic: every dp up to max_dp is tried (DpChoices) and multiplied by tp x pp.
+  EXPECT_EQ(Error(spec(m, "micro_batch: 2", "elastic: {min_dp: 1, max_dp: 2147483647}\n")),
+            "job spec: field 'elastic.max_dp' 2147483647 x tp x pp is more than 1048576 ranks");
+  EXPECT_EQ(Error(spec(m, "micro_batch: 2", "parallel: {tp: 2}\nelastic: {min_dp: 1, max_dp: 524289}\n")),
+            "job spec: field 'elastic.max_dp' 524289 x tp x pp is more than 1048576 ranks");
+  // At the bound, micro_batch 4096 x dp reaches 2^32 (0 in int, a division by zero) at dp 2^20.
+  auto elastic = ParseJobSpec(spec(m, "micro_batch: 4096, global_batch: 1073741824",
+                                   "elastic: {min_dp: 1, max_dp: 1048576}\n"));
+  ASSERT_TRUE(elastic.ok()) << elastic.status();
+  std::vector<int> powers;  // 4096 x dp divides 2^30: dp a power of 2 up to 2^18
+  for (int d = 1; d <= (1 << 18); d *= 2) powers.push_back(d);
+  EXPECT_EQ(elastic->DpChoices(), powers);
+  EXPECT_EQ(elastic->MinWorld(), 1);
+  EXPECT_EQ(elastic->WorldFor(1 << 20), 1 << 18);
+}
+
+// Found by tests/fuzz/job_spec_fuzz: moe keys stated with num_experts 0 made a model unequal to
+// its own normal form and config.json (which state none without experts): the workers' spec
+// was another model, and resuming from the job's own checkpoint was refused with an empty
+// list of differences. The MoE knobs count only where there are experts.
+TEST(JobSpecTest, MoeKeysWithoutExpertsAreTheDenseModelTheNormalFormAndConfigJsonDescribe) {
+  auto s = ParseJobSpec("model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8,\n"
+                        "        moe: {num_experts: 0, top_k: 2, capacity_factor: 2.0, aux_loss_coeff: 0.5, "
+                        "z_loss_coeff: 0.25, every_n_layers: 2}}\n"
+                        "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model.moe_layers(), 0);
+  const std::string normal = ToYaml(*s);
+  EXPECT_EQ(normal.find("moe"), std::string::npos) << "no experts, no moe keys:\n" << normal;
+  auto back = ParseJobSpec(normal);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << normal;
+  EXPECT_TRUE(back->model == s->model) << normal;
+  EXPECT_TRUE(*back == *s) << normal;
+  // The checkpoint's config.json, as LoadCheckpoint compares it with the job spec's model.
+  auto config = model::ParseHFConfig(model::HFConfigJson(s->model), "ckpt/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(*config == s->model);
+  EXPECT_TRUE(s->model == *config);
+  EXPECT_EQ(ModelDifferences(*config, "checkpoint", s->model, "job spec"), "");
+  // With experts, the knobs still tell models apart.
+  model::GPTConfig a = s->model, b = s->model;
+  a.moe.num_experts = b.moe.num_experts = 4;
+  b.moe.top_k = 1;
+  EXPECT_FALSE(a == b);
 }
 
 TEST(LearningRateTest, ConstantWithoutWarmupOrDecay) {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
@@ -412,6 +413,75 @@ TEST(HfIoTest, LlamaConfigJsonReadsBackEqual) {
   ASSERT_TRUE(gb.ok()) << gb.status();
   EXPECT_EQ(gb->arch, Arch::kGpt2);
   EXPECT_TRUE(*gb == g);
+}
+
+// Found by tests/fuzz/hf_config_fuzz and tests/fuzz/job_spec_fuzz: n_embd past 2^29
+// overflowed 4 * n_embd (GPT-2's MLP width, an int), and the other sizes sized layouts built
+// layer by layer. GPTConfig::Validate (the check of config.json's model and of a job spec's)
+// bounds each past the largest models trained: a config.json past a bound is refused naming
+// the field, one at it is read (ParseHFConfig alone: no model is allocated).
+TEST(HfIoTest, ModelSizesPastTheirBoundsAreRefusedNamingTheField) {
+  using J = nlohmann::json;
+  const J gpt2 = J::parse(HFConfigJson(Small()));
+  const J llama = J::parse(kLlamaTransformers5);
+  GPTConfig with_experts = Small();
+  with_experts.moe = {4, 1, 1.25, 0.01, 0.0, 1};
+  const J moe = J::parse(HFConfigJson(with_experts));
+  ASSERT_EQ(moe["model_type"], kMoeModelType);
+  struct Case {
+    const J* base;
+    std::function<void(J&)> change;
+    std::string want;  // the error; empty: accepted
+    std::function<bool(const GPTConfig&)> holds;
+  };
+  const std::vector<Case> cases = {
+      {&gpt2, [](J& j) { j["n_layer"] = 4097; }, "M/config.json: model.n_layer: 4097 is more than 4096", nullptr},
+      {&gpt2, [](J& j) { j["n_embd"] = 65538; }, "M/config.json: model.n_embd: 65538 is more than 65536", nullptr},
+      {&gpt2, [](J& j) { j["n_embd"] = 1 << 30, j["n_head"] = 1; },  // 4 * n_embd = 2^32
+       "M/config.json: model.n_embd: 1073741824 is more than 65536", nullptr},
+      {&llama, [](J& j) { j["intermediate_size"] = 262145; },
+       "M/config.json: model.ffn_hidden: 262145 is more than 262144", nullptr},
+      {&gpt2, [](J& j) { j["n_positions"] = 16777217; },
+       "M/config.json: model.max_seq_len: 16777217 is more than 16777216", nullptr},
+      {&moe, [](J& j) { j["moe"]["num_experts"] = 4097; },
+       "M/config.json: model.moe.num_experts: 4097 is more than 4096", nullptr},
+      // At each bound: read.
+      {&gpt2, [](J& j) { j["n_layer"] = 4096; }, "", [](const GPTConfig& c) { return c.n_layer == 4096; }},
+      {&gpt2, [](J& j) { j["n_embd"] = 65536; }, "",
+       [](const GPTConfig& c) { return c.n_embd == 65536 && c.ffn() == 262144; }},
+      {&llama, [](J& j) { j["intermediate_size"] = 262144; }, "", [](const GPTConfig& c) { return c.ffn() == 262144; }},
+      {&gpt2, [](J& j) { j["n_positions"] = 16777216; }, "",
+       [](const GPTConfig& c) { return c.max_seq_len == 16777216; }},
+      {&moe, [](J& j) { j["moe"]["num_experts"] = 4096; }, "",
+       [](const GPTConfig& c) { return c.moe.num_experts == 4096; }},
+  };
+  for (const Case& k : cases) {
+    J j = *k.base;
+    k.change(j);
+    SCOPED_TRACE(j.dump());
+    auto c = ParseHFConfig(j.dump(), "M/config.json");
+    if (k.want.empty()) {
+      EXPECT_TRUE(c.ok() && k.holds(*c)) << c.status();
+    } else {
+      EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+      EXPECT_EQ(std::string(c.status().message()), k.want);
+    }
+  }
+}
+
+// Found by tests/fuzz/hf_config_fuzz: a Llama's head_dim times the heads overflowed int64
+// (head_dim 2^62 x 4 heads, undefined); wrapped, head_dim 2^62 + 16 x 4 heads came to
+// hidden_size 64 and the config was read. The product is checked for overflow.
+TEST(HfIoTest, AHeadDimWhoseProductWithTheHeadsOverflowsIsRefused) {
+  for (uint64_t head_dim : {uint64_t{1} << 62, (uint64_t{1} << 62) + 16}) {
+    auto j = nlohmann::json::parse(kLlamaTransformers5);  // hidden_size 64, 4 heads
+    j["head_dim"] = head_dim;
+    auto c = ParseHFConfig(j.dump(), "M/config.json");
+    ASSERT_FALSE(c.ok()) << head_dim;
+    EXPECT_EQ(std::string(c.status().message()),
+              absl::StrCat("M/config.json: field 'head_dim' is ", head_dim,
+                           ", only hidden_size / num_attention_heads = 16 is supported"));
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
@@ -226,6 +227,44 @@ TEST_F(TokenizerErrors, ABrokenFileIsAnErrorNamingIt) {
   auto missing = Tokenizer::Load(dir_.File("nothing-here.json"));
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("nothing-here.json"), absl::string_view::npos);
+}
+
+// Found by tests/fuzz/tokenizer_fuzz: an id sized the tokenizer's tables, so 4294967295
+// wrapped id + 1 to 0 and wrote out of bounds, and ids near 2^32 asked for 128 GB; a float
+// id was converted with undefined behaviour (3.5 read as 3). Each id is an integer below
+// 2^24 (the largest vocabulary GPTConfig takes), in tokenizer.json's vocab and added tokens
+// and in vocab.json, else an error naming the file, the token and the id.
+TEST_F(TokenizerErrors, AnIdThatIsNotAnIntegerBelowTwoToThe24IsRefused) {
+  const std::vector<std::pair<nlohmann::json, std::string>> ids = {
+      {nlohmann::json(4294967295u), "4294967295"},
+      {nlohmann::json(3.5), "3.5"},
+      {nlohmann::json(1000.5), "1000.5"},  // past the vocabulary's ids (0-999): read as 1000, a new id
+      {nlohmann::json(16777216), "16777216"},
+      {nlohmann::json(-1), "-1"}};
+  auto want = [](const std::string& path, const std::string& token, const std::string& id) {
+    return absl::StrCat(path, ": token \"", token, "\" has id ", id, ", not an integer in [0, 16777216)");
+  };
+  const std::string json_path = dir_.File("tokenizer.json");
+  for (const auto& [id, text] : ids) {
+    SCOPED_TRACE(text);
+    // A new token in tokenizer.json's vocabulary, and an added token.
+    EXPECT_EQ(LoadError([&](nlohmann::json& j) { j["model"]["vocab"]["zzzq"] = id; }), want(json_path, "zzzq", text));
+    EXPECT_EQ(LoadError([&](nlohmann::json& j) {
+                j["added_tokens"].push_back({{"id", id}, {"content", "<|big|>"}, {"special", true}});
+              }),
+              want(json_path, "<|big|>", text));
+    // GPT-2's vocab.json beside merges.txt.
+    auto vocab = nlohmann::json::parse(*ReadFileToString(Fixture("bpe/vocab.json")));
+    vocab["zzzq"] = id;
+    const std::string vocab_path = dir_.File("vocab.json");
+    ASSERT_TRUE(WriteFileAtomic(vocab_path, vocab.dump()).ok());
+    ASSERT_TRUE(WriteFileAtomic(dir_.File("merges.txt"), *ReadFileToString(Fixture("bpe/merges.txt"))).ok());
+    auto t = Tokenizer::Load(vocab_path);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(t.status().message()), want(vocab_path, "zzzq", text));
+  }
+  // The same token at the next free id is read: the errors above are the ids' alone.
+  EXPECT_EQ(LoadError([](nlohmann::json& j) { j["model"]["vocab"]["zzzq"] = 1000; }), "loaded");
 }
 
 // The ids of a list of token files, end to end.

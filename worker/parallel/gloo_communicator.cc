@@ -13,7 +13,10 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -74,6 +77,22 @@ void RingReduceScatter(gloo::Context& ctx, int r, int p, uint32_t tag, std::chro
   }
 }
 
+// Gloo's TCP transport writes with writev, which raises SIGPIPE on a socket whose peer has
+// gone, and SIGPIPE's default action ends the process: a rank whose peer died (or failed
+// first and closed its pairs) would vanish rather than report the collective that failed.
+// The process ignores SIGPIPE from its first group on, unless it has a handler of its own;
+// the write then fails with EPIPE, and the collective with it. (Seen under ASan: a test's
+// process of eight ranks ended by SIGPIPE, with no error printed.)
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL) {
+      ::signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
@@ -81,6 +100,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of size ", size, " is not a valid group member"));
   }
+  IgnoreSigpipe();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
