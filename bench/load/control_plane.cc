@@ -144,8 +144,10 @@ class Timer {
         cv_.wait(l);
         continue;
       }
-      if (Clock::now() < q_.top().t) {
-        cv_.wait_until(l, q_.top().t);
+      // A copy: wait_until keeps its deadline by reference while the lock is released, and a
+      // push meanwhile may move the queue's items (found by ASan: a use after free).
+      if (const Clock::time_point t = q_.top().t; Clock::now() < t) {
+        cv_.wait_until(l, t);
         continue;
       }
       auto fn = q_.top().fn;

@@ -143,12 +143,33 @@ check "an elastic job starts at dp 1 on the one free worker" wait_for 20 bash -c
 check "it grows to dp 2 at its next checkpoint once the other worker is free, resuming from it" wait_for 30 bash -c \
   "'$CLI' describe $e | grep -q 'State:      RUNNING' && '$CLI' describe $e | grep -q 'rank 1 w-' && \
    grep -q 'job $e: rank 1 resuming from the checkpoint of step' '$TMP'/cluster/worker*.log"
+# glog times (seconds in the day) of the lines matching $1 in files $2..., and the first of them.
+log_times() {  # every matching line's time, in order
+  local pat="$1"; shift
+  grep -h "$pat" "$@" | awk '{split($2, t, ":"); printf "%.6f\n", t[1] * 3600 + t[2] * 60 + t[3]}' | sort -n
+}
+log_secs() { log_times "$@" | head -1; }
 t0=$(date +%s.%N)
 "$CLI" cancel "$e" >/dev/null
 wait_for 60 bash -c "[ \$('$CLI' workers | grep -c ' idle ') -eq 2 ]"
 secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
-check "cancelling it (dp 2) frees both workers within a second, the rank inside a collective too ($secs s)" \
-  awk -v s="$secs" 'BEGIN {exit !(s < 1)}'
+# Timed in the cluster, from its logs: the first worker taking the cancel to the last of the
+# job's two ranks stopping (one may be inside a collective, waiting for the other). The wall
+# time through the CLI is printed too: it also counts the CLI's processes, which took seconds
+# to start under a full ctest -j2 (seen: 2.2 s, with the ranks stopped well within a second).
+c0=$(log_secs "job $e: cancel received" "$TMP"/cluster/worker*.log)
+# (The job's first placement, at dp 1, stopped when it grew: only the stops after the cancel count.)
+after_cancel() { awk -v a="${c0:-0}" '$1 >= a'; }
+stops=0
+for _ in $(seq 600); do  # up to 30 s for both ranks' lines
+  stops=$(log_times "job $e stopped" "$TMP"/cluster/worker*.log | after_cancel | wc -l)
+  [ "$stops" -ge 2 ] && break
+  sleep 0.05
+done
+c1=$(log_times "job $e stopped" "$TMP"/cluster/worker*.log | after_cancel | tail -1)
+csecs=$(awk -v a="${c0:-0}" -v b="${c1:-999}" 'BEGIN {if (b < a - 43200) b += 86400; printf "%.3f", b - a}')  # (past midnight)
+check "cancelling it (dp 2) frees both workers, the rank inside a collective too, within a second ($csecs s in the cluster for $stops ranks, $secs s through the CLI)" \
+  bash -c "[ '$stops' -ge 2 ] && awk -v s=$csecs 'BEGIN {exit !(s >= 0 && s < 1)}'"
 check "the job's events say so, and it was not counted as a restart" bash -c \
   "'$CLI' watch $e 2>/dev/null | grep -q 'growing from dp 1 to dp 2 from the checkpoint of step' && \
    '$CLI' describe $e | grep -q 'Restarts:   0'"
@@ -181,10 +202,6 @@ secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
 # on a 2-core machine under a full ctest -j2, beside two training jobs, took seconds to start
 # (seen: the cancel reached the worker 1.2 s after the CLI began, the job was placed 3 ms
 # later, and the loop's describes saw it 5 s after that).
-log_secs() {  # glog time (seconds in the day) of the first line matching $1 in files $2...
-  local pat="$1"; shift
-  grep -h "$pat" "$@" | head -1 | awk '{split($2, t, ":"); printf "%.6f", t[1] * 3600 + t[2] * 60 + t[3]}'
-}
 c0=$(log_secs "job $l1: cancel received" "$TMP"/cluster/worker*.log)
 c1=$(log_secs "job $hi generation 1 placed" "$TMP"/cluster/coordinator.log)
 csecs=$(awk -v a="${c0:-0}" -v b="${c1:-999}" 'BEGIN {if (b < a - 43200) b += 86400; printf "%.3f", b - a}')  # (past midnight)
