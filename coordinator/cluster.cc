@@ -102,33 +102,51 @@ absl::Status Cluster::AddEvent(v1::JobEvent e, bool sync) {
 void Cluster::Notify(const std::string& job_id) {
   // Only the job's own watchers: with thousands of jobs, waking every watcher for every
   // event would have each read the store for nothing.
-  std::vector<std::function<void()>> fns;
+  // Called off sub_mu_, each under its own lock: a watcher that unsubscribes meanwhile (its
+  // stream ended, and it is deleted next) waits for its call to end, and is not called after.
+  std::vector<std::shared_ptr<Subscription>> subs;
   {
     std::lock_guard<std::mutex> l(sub_mu_);
     auto it = subscribers_.find(job_id);
     if (it == subscribers_.end()) return;
-    for (auto& [id, fn] : it->second) fns.push_back(fn);
+    for (auto& [id, sub] : it->second) subs.push_back(sub);
   }
-  for (auto& fn : fns) fn();
+  for (auto& sub : subs) {
+    std::lock_guard<std::mutex> l(sub->mu);
+    if (sub->live) sub->fn();
+  }
 }
 
 int Cluster::Subscribe(const std::string& job_id, std::function<void()> fn) {
+  auto sub = std::make_shared<Subscription>();
+  sub->fn = std::move(fn);
   std::lock_guard<std::mutex> l(sub_mu_);
-  subscribers_[job_id][next_sub_] = std::move(fn);
+  subscribers_[job_id][next_sub_] = std::move(sub);
   subscribed_job_[next_sub_] = job_id;
   return next_sub_++;
 }
 
 void Cluster::Unsubscribe(int id) {
-  std::lock_guard<std::mutex> l(sub_mu_);
-  auto job = subscribed_job_.find(id);
-  if (job == subscribed_job_.end()) return;
-  auto it = subscribers_.find(job->second);
-  if (it != subscribers_.end()) {
-    it->second.erase(id);
-    if (it->second.empty()) subscribers_.erase(it);
+  std::shared_ptr<Subscription> sub;
+  {
+    std::lock_guard<std::mutex> l(sub_mu_);
+    auto job = subscribed_job_.find(id);
+    if (job == subscribed_job_.end()) return;
+    auto it = subscribers_.find(job->second);
+    if (it != subscribers_.end()) {
+      auto s = it->second.find(id);
+      if (s != it->second.end()) {
+        sub = std::move(s->second);
+        it->second.erase(s);
+      }
+      if (it->second.empty()) subscribers_.erase(it);
+    }
+    subscribed_job_.erase(job);
   }
-  subscribed_job_.erase(job);
+  if (sub) {
+    std::lock_guard<std::mutex> l(sub->mu);  // a call in flight ends first
+    sub->live = false;
+  }
 }
 
 absl::Status Cluster::Recover() {

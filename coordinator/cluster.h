@@ -82,7 +82,9 @@ class Cluster {
   // Every state change of a job: coordinator/job_state.h (checked; the record and its events
   // stored in one batch, synced unless `sync` is false).
   absl::Status Transition(v1::Job& job, v1::JobState to, const std::string& message = "", bool sync = true);
-  // Watchers of a job: fn is called (without locks held) after each event of that job.
+  // Watchers of a job: fn is called (without the cluster's locks held) after each event of
+  // that job. Once Unsubscribe returns, fn is not running and will not run again, so its
+  // watcher may be deleted.
   int Subscribe(const std::string& job_id, std::function<void()> fn);
   void Unsubscribe(int id);
 
@@ -211,7 +213,13 @@ class Cluster {
   std::map<std::pair<std::string, int64_t>, std::set<int>> done_ranks_;  // (job, generation) → ranks done
   int64_t next_worker_ = 1;
   std::mutex sub_mu_;
-  std::map<std::string, std::map<int, std::function<void()>>> subscribers_;  // job → its watchers
+  // One watcher's callback: called under its own lock, which Unsubscribe takes to end it.
+  struct Subscription {
+    std::mutex mu;
+    bool live = true;
+    std::function<void()> fn;
+  };
+  std::map<std::string, std::map<int, std::shared_ptr<Subscription>>> subscribers_;  // job → its watchers
   std::map<int, std::string> subscribed_job_;
   int next_sub_ = 1;
   void Notify(const std::string& job_id);  // wakes the job's watchers

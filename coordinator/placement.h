@@ -24,15 +24,22 @@ inline bool Queued(v1::JobState s) { return s == v1::PENDING || s == v1::RESTART
 // within one a restarting job before new ones, then submission order. Placement is strict
 // first come, first served in this order (within a device kind): a job that does not fit
 // holds back the ones behind it. A job's key sorts before the keys of the jobs behind it.
+// Job ids in submission order: "j-" and the job's number, six digits at least, so a longer id
+// is a later one (j-1000000 after j-999999, which their text would put first).
+struct JobIdLess {
+  bool operator()(const std::string& a, const std::string& b) const {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  }
+};
 struct QueueKey {
   int32_t priority = 0;
   bool restarting = false;
-  std::string id;  // ids are in submission order
+  std::string id;
   static QueueKey Of(const v1::Job& j) { return {j.priority(), j.state() == v1::RESTARTING, j.id()}; }
   bool operator<(const QueueKey& o) const {
     if (priority != o.priority) return priority > o.priority;
     if (restarting != o.restarting) return restarting;
-    return id < o.id;
+    return JobIdLess()(id, o.id);
   }
 };
 // The queued jobs of `jobs`, in that order.

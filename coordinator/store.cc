@@ -166,6 +166,9 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs() const {
     return true;
   }));
   RETURN_IF_ERROR(bad);
+  // In submission order, as the brief listing: the keys' text order puts j-1000000 first.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const v1::Job& a, const v1::Job& b) { return placement::JobIdLess()(a.id(), b.id()); });
   return out;
 }
 

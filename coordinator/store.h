@@ -120,7 +120,7 @@ class Store {
   // set; index_mu_ held.
   void Unqueue(const std::string& id, const Brief& b);
   mutable std::mutex index_mu_;  // the index below (held briefly)
-  std::map<std::string, Brief> index_;                               // every job
+  std::map<std::string, Brief, placement::JobIdLess> index_;         // every job, in submission order
   std::map<std::string, std::set<placement::QueueKey>> queues_;      // device → its queued jobs
   std::set<std::string> unresolved_;                                 // queued, device unknown
   std::map<v1::JobState, int64_t> by_state_;

@@ -30,6 +30,16 @@ TEST(PlacementTest, QueueOrderIsPriorityThenRestartsThenSubmission) {
   EXPECT_EQ(order, (std::vector<std::string>{"j6", "j4", "j3", "j0", "j1"}));
 }
 
+// Found in review: ids compared as text put the millionth job (j-1000000) before every
+// earlier one of its priority (j-999999, j-200000): it would jump the queue.
+TEST(PlacementTest, TheMillionthJobQueuesAfterTheEarlierOnes) {
+  const std::vector<v1::Job> jobs = {QueuedJob("j-1000000", v1::PENDING, 0), QueuedJob("j-999999", v1::PENDING, 0),
+                                     QueuedJob("j-200000", v1::PENDING, 0), QueuedJob("j-10000000", v1::PENDING, 0)};
+  std::vector<std::string> order;
+  for (const auto& j : placement::QueueOrder(jobs)) order.push_back(j.id());
+  EXPECT_EQ(order, (std::vector<std::string>{"j-200000", "j-999999", "j-1000000", "j-10000000"}));
+}
+
 TEST(PlacementTest, RestartBackoffDoublesFromTheSecondRestartUpTo16Seconds) {
   const std::vector<int64_t> want = {0, 0, 1000, 2000, 4000, 8000, 16000, 16000, 16000};
   for (size_t n = 0; n < want.size(); ++n) EXPECT_EQ(placement::RestartBackoffMs(static_cast<int>(n)), want[n]) << n;

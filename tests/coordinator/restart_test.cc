@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <future>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -167,7 +169,7 @@ TEST(MembershipTest, AWorkerWhoseMessagesWaitOnTheCoordinatorIsNotCountedOut) {
   FakeSession waiting, witness;
   waiting.backlogged = true;
   const std::string w1 = cluster.AddWorker(&waiting, v1::Resources());
-  const std::string w2 = cluster.AddWorker(&witness, v1::Resources());
+  cluster.AddWorker(&witness, v1::Resources());
   auto wait_ended = [&](FakeSession& s) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (s.Ended().empty() && std::chrono::steady_clock::now() < deadline) {
@@ -182,10 +184,69 @@ TEST(MembershipTest, AWorkerWhoseMessagesWaitOnTheCoordinatorIsNotCountedOut) {
   ASSERT_NE(wait_ended(witness2), "");
   EXPECT_EQ(waiting.Ended(), "") << "counted out while its messages waited on the coordinator";
   for (const auto& w : cluster.Workers()) {
-    if (w.id() == w1) EXPECT_EQ(w.state(), "idle");
+    if (w.id() == w1) {
+      EXPECT_EQ(w.state(), "idle");
+    }
   }
   waiting.backlogged = false;
   EXPECT_NE(wait_ended(waiting).find("no heartbeat for 0.2 s"), std::string::npos) << "silent once its backlog is applied";
+}
+
+// Found in review: a job's watcher (a WatchJob stream) is called off the cluster's locks, and
+// one whose stream ended meanwhile unsubscribed and was deleted while its call ran, or before
+// it (the callbacks were copied, then called). Unsubscribe now waits for a call in flight,
+// and no call comes after it returns.
+TEST(WatchTest, UnsubscribeWaitsForItsCallbackInFlightAndNoneComesAfter) {
+  testing::TempDir dir;
+  metrics::Registry registry;
+  auto store = *Store::Open(dir.File("db"));
+  Cluster cluster(store.get(), &registry, ClusterOptions());
+  v1::Job j;
+  j.set_name("w");
+  j.set_state(v1::PENDING);
+  j.set_spec_yaml("x");
+  std::string job;
+  {
+    std::lock_guard<std::mutex> l(cluster.job_mu());
+    job = *store->CreateJob(j);
+  }
+  std::promise<void> entered, release;
+  std::shared_future<void> release_f = release.get_future().share();
+  std::atomic<int> calls{0};
+  std::atomic<bool> in_call{false};
+  const int sub = cluster.Subscribe(job, [&] {
+    if (calls++ == 0) {
+      in_call = true;
+      entered.set_value();
+      release_f.wait();
+      in_call = false;
+    }
+  });
+  auto event = [&] {
+    v1::JobEvent e;
+    e.set_job_id(job);
+    e.set_message("an event");
+    return cluster.AddEvent(std::move(e));
+  };
+  absl::Status first;
+  std::thread notifier([&] { first = event(); });
+  entered.get_future().wait();
+  std::promise<bool> returned;
+  std::thread unsubscriber([&] {
+    cluster.Unsubscribe(sub);
+    returned.set_value(in_call.load());
+  });
+  auto r = returned.get_future();
+  // The callback is blocked: Unsubscribe must not return while it runs.
+  EXPECT_EQ(r.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "Unsubscribe returned while its callback ran (its watcher could be deleted under it)";
+  release.set_value();
+  EXPECT_FALSE(r.get()) << "Unsubscribe returned before its callback ended";
+  unsubscriber.join();
+  notifier.join();
+  ASSERT_TRUE(first.ok()) << first;
+  ASSERT_TRUE(event().ok());
+  EXPECT_EQ(calls.load(), 1) << "a callback after Unsubscribe returned";
 }
 
 TEST(StallTest, AStalledStepNamesTheRanksBehind) {
