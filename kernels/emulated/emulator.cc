@@ -10,6 +10,17 @@
 #include <memory>
 #include <string>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define GANTRY_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GANTRY_EMU_ASAN 1
+#endif
+#endif
+#ifdef GANTRY_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace gantry::emu {
 
 #if !defined(__x86_64__)
@@ -62,14 +73,17 @@ struct Barrier {
 // reused by every launch: packed on huge pages, a block's 1024 stacks cost a few TLB entries
 // rather than one each (which dominated the switch). A canary at each stack's bottom,
 // checked after every block, catches an overflow (there are no guard pages between them).
+//
+// Under ASan: a fiber's frames are left poisoned (their redzones) when it switches away for
+// good, as a thread's that exits by unwinding would not be. The region is unpoisoned before it
+// is unmapped, or the next mapping at those addresses (a token file's, seen) reads as a stack
+// redzone to ASan.
 class Stacks {
  public:
-  ~Stacks() {
-    if (base_ != nullptr) munmap(base_, bytes_);
-  }
+  ~Stacks() { Unmap(); }
   void Reserve(size_t n) {
     if (n <= count_) return;
-    if (base_ != nullptr) munmap(base_, bytes_);
+    Unmap();
     bytes_ = n * kStackBytes;
     void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -94,6 +108,14 @@ class Stacks {
   }
 
  private:
+  void Unmap() {
+    if (base_ == nullptr) return;
+#ifdef GANTRY_EMU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(base_, bytes_);
+#endif
+    munmap(base_, bytes_);
+    base_ = nullptr;
+  }
   uint64_t* Bottom(size_t i) { return reinterpret_cast<uint64_t*>(base_ + i * kStackBytes); }
   char* base_ = nullptr;
   size_t bytes_ = 0, count_ = 0;
@@ -280,7 +302,7 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
         f.sp = InitialStack(s.stacks.Top(t));
         s.Push(t);
       }
-      uint32_t first;
+      uint32_t first = 0;
       s.Pop(&first);
       s.current = first;
       gantry_emu_self = &s.fibers[first].thread;
