@@ -27,6 +27,28 @@ absl::Status CheckFlash(const char* op, int B, int T, int C, int NH) {
   return absl::OkStatus();
 }
 
+// A launch of `kernel` may take `bytes` of dynamic shared memory: past the 48 KB every
+// launch gets, the kernel opts in, up to the device's limit (227 KB on an H100).
+template <typename Kernel>
+absl::Status AllowShared(const char* op, Kernel* kernel, size_t bytes) {
+#if defined(GANTRY_CUDA_EMULATED)
+  (void)op, (void)kernel, (void)bytes;  // the emulator's shared memory has no limit
+#else
+  if (bytes <= 48 * 1024) return absl::OkStatus();
+  int device = 0, most = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<size_t>(most)) {
+    return absl::FailedPreconditionError(absl::StrCat(op, ": the fused attention needs ", bytes,
+                                                      " bytes of shared memory a block at this head size; device ",
+                                                      device, " gives at most ", most));
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+#endif
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 size_t FlashAttentionBackwardScratch(int B, int T, int C, int NH) { return static_cast<size_t>(B) * NH * T; }
@@ -41,14 +63,20 @@ absl::Status FlashAttentionForward(Context& ctx, kernels::Ptr out, float* lse, k
         absl::StrCat("FlashAttentionForward: round_bits ", round_bits, " is none of 0, 10, 16"));
   }
   const int hs = C / NH;
-  const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
+  const dim3 grid(CeilDiv(T, kBlock), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   return WithType(qkv.type, [&](auto e) -> absl::Status {
     using E = decltype(e);
-    GANTRY_LAUNCH(FlashForwardKernel<E>, grid, kWarps * 32, ForwardSharedBytes(hs), ctx.stream())(
-        Of<E>(out), lse, Of<E>(qkv), B, T, NH, hs, scale, round_bits);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    return absl::OkStatus();
+    return WithHead(hs, [&](auto head) -> absl::Status {
+      constexpr int HSP = decltype(head)::value;
+      constexpr size_t shared = ForwardSharedBytes<HSP>();
+      const auto kernel = FlashForwardKernel<E, HSP>;
+      RETURN_IF_ERROR(AllowShared("FlashAttentionForward", kernel, shared));
+      GANTRY_LAUNCH(kernel, grid, kThreads, shared, ctx.stream())(
+          Of<E>(out), lse, Of<E>(qkv), B, T, NH, hs, scale, round_bits);
+      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      return absl::OkStatus();
+    });
   });
 }
 
@@ -62,19 +90,27 @@ absl::Status FlashAttentionBackward(Context& ctx, kernels::Ptr dqkv, float* scra
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   float* D = scratch;
   const unsigned row_blocks = CeilDiv(int64_t{B} * NH * T, kWarps);  // a warp per (b, h, i)
-  const dim3 grid(CeilDiv(T, kWarps), static_cast<unsigned>(B * NH));
+  const dim3 grid(CeilDiv(T, kBlock), static_cast<unsigned>(B * NH));
   return WithType(dqkv.type, [&](auto e) -> absl::Status {
     using E = decltype(e);
-    GANTRY_LAUNCH(FlashRowDotKernel<E>, row_blocks, kWarps * 32, 0, ctx.stream())(D, Of<E>(dout), Of<E>(out), B, T,
-                                                                                  NH, hs);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    GANTRY_LAUNCH(FlashBackwardQKernel<E>, grid, kWarps * 32, BackwardQSharedBytes(hs), ctx.stream())(
-        Of<E>(dqkv), Of<E>(dout), Of<E>(qkv), lse, D, B, T, NH, hs, scale);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    GANTRY_LAUNCH(FlashBackwardKVKernel<E>, grid, kWarps * 32, BackwardKVSharedBytes(hs), ctx.stream())(
-        Of<E>(dqkv), Of<E>(dout), Of<E>(qkv), lse, D, B, T, NH, hs, scale);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    return absl::OkStatus();
+    return WithHead(hs, [&](auto head) -> absl::Status {
+      constexpr int HSP = decltype(head)::value;
+      constexpr size_t q_shared = BackwardQSharedBytes<HSP>(), kv_shared = BackwardKVSharedBytes<HSP>();
+      const auto q_kernel = FlashBackwardQKernel<E, HSP>;
+      const auto kv_kernel = FlashBackwardKVKernel<E, HSP>;
+      RETURN_IF_ERROR(AllowShared("FlashAttentionBackward", q_kernel, q_shared));
+      RETURN_IF_ERROR(AllowShared("FlashAttentionBackward", kv_kernel, kv_shared));
+      GANTRY_LAUNCH(FlashRowDotKernel<E>, row_blocks, kWarps * 32, 0, ctx.stream())(D, Of<E>(dout), Of<E>(out), B,
+                                                                                    T, NH, hs);
+      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GANTRY_LAUNCH(q_kernel, grid, kThreads, q_shared, ctx.stream())(
+          Of<E>(dqkv), Of<E>(dout), Of<E>(qkv), lse, D, B, T, NH, hs, scale);
+      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GANTRY_LAUNCH(kv_kernel, grid, kThreads, kv_shared, ctx.stream())(
+          Of<E>(dqkv), Of<E>(dout), Of<E>(qkv), lse, D, B, T, NH, hs, scale);
+      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      return absl::OkStatus();
+    });
   });
 }
 

@@ -42,6 +42,7 @@ inline float __shfl_xor_sync(unsigned, float v, int mask) {
 #define __global__
 #define __device__
 #define __host__
+#define __launch_bounds__(...)
 #define __forceinline__ inline
 #define __restrict__
 #define __shared__ static thread_local

@@ -34,9 +34,12 @@ std::vector<float> Random(size_t n, uint64_t seed) {
 void Forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const emu::Dim3 grid{static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(B * NH), 1};
-  emu::Launch(grid, kWarps * 32, ForwardSharedBytes(hs),
-              [&] { FlashForwardKernel<F32>(out, lse, qkv, B, T, NH, hs, scale, 0); });
+  const emu::Dim3 grid{static_cast<unsigned>((T + kBlock - 1) / kBlock), static_cast<unsigned>(B * NH), 1};
+  WithHead(hs, [&](auto head) {
+    constexpr int HSP = decltype(head)::value;
+    emu::Launch(grid, kThreads, ForwardSharedBytes<HSP>(),
+                [&] { FlashForwardKernel<F32, HSP>(out, lse, qkv, B, T, NH, hs, scale, 0); });
+  });
 }
 void Backward(float* dqkv, float* D, const float* dout, const float* qkv, const float* out, const float* lse, int B,
               int T, int C, int NH) {
@@ -45,19 +48,23 @@ void Backward(float* dqkv, float* D, const float* dout, const float* qkv, const 
   const unsigned rows = static_cast<unsigned>(B * NH * T);
   emu::Launch({(rows + kWarps - 1) / kWarps, 1, 1}, kWarps * 32, 0,
               [&] { FlashRowDotKernel<F32>(D, dout, out, B, T, NH, hs); });
-  const emu::Dim3 grid{static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(B * NH), 1};
-  emu::Launch(grid, kWarps * 32, BackwardQSharedBytes(hs),
-              [&] { FlashBackwardQKernel<F32>(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
-  emu::Launch(grid, kWarps * 32, BackwardKVSharedBytes(hs),
-              [&] { FlashBackwardKVKernel<F32>(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
+  const emu::Dim3 grid{static_cast<unsigned>((T + kBlock - 1) / kBlock), static_cast<unsigned>(B * NH), 1};
+  WithHead(hs, [&](auto head) {
+    constexpr int HSP = decltype(head)::value;
+    emu::Launch(grid, kThreads, BackwardQSharedBytes<HSP>(),
+                [&] { FlashBackwardQKernel<F32, HSP>(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
+    emu::Launch(grid, kThreads, BackwardKVSharedBytes<HSP>(),
+                [&] { FlashBackwardKVKernel<F32, HSP>(dqkv, dout, qkv, lse, D, B, T, NH, hs, scale); });
+  });
 }
 
-// Shapes: one token; several heads and sequences with T not a multiple of the 8-row blocks
-// or the 32-row tiles; head size 96 (lanes with 3 dimensions, some with none past 96) and
-// 128 (the largest) over 3 tiles.
+// Shapes: one token; several heads and sequences with T not a multiple of the 64-row blocks
+// and tiles; each padded head size (16: head sizes 4 and 8; 32: 32; 64: 64; 128: 96, where
+// some threads own no column, and 128); T over 2 and 3 blocks (the diagonal tile and the ones
+// before it, queries after the block's keys).
 TEST(FlashAttentionEmulatedTest, MatchesTheCpuTwin) {
   for (auto [B, T, C, NH] : {std::tuple{1, 1, 4, 1}, std::tuple{2, 17, 32, 4}, std::tuple{1, 40, 96, 1},
-                             std::tuple{1, 70, 128, 1}}) {
+                             std::tuple{1, 70, 128, 1}, std::tuple{2, 130, 64, 2}, std::tuple{1, 150, 128, 2}}) {
     SCOPED_TRACE(::testing::Message() << "B " << B << " T " << T << " C " << C << " NH " << NH);
     const size_t BTC = static_cast<size_t>(B) * T * C, att_n = static_cast<size_t>(B) * NH * T * T;
     const size_t rows = static_cast<size_t>(B) * NH * T;
