@@ -35,8 +35,8 @@ absl::Status EncoderBackward(Context& ctx, float* dwte, float* dwpe, const float
 absl::Status EncoderBackwardShard(Context& ctx, float* dwte, float* dwpe, const float* dout, const int32_t* inp,
                                   int v_begin, int v_end, int B, int T, int C) {
   if (auto s = CheckDims("EncoderBackward", {B, T, C, int64_t{B} * T * C}); !s.ok()) return s;
-  GANTRY_LAUNCH(EncoderBackwardWteKernel, CeilDiv(C, 128), 128, 0, ctx.stream())(dwte, dout, inp, v_begin, v_end,
-                                                                                 B * T, C);
+  const dim3 wte_grid(CeilDiv(C, 128), kWteGroups);
+  GANTRY_LAUNCH(EncoderBackwardWteKernel, wte_grid, 128, 0, ctx.stream())(dwte, dout, inp, v_begin, v_end, B * T, C);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (dwpe != nullptr) {
     GANTRY_LAUNCH(EncoderBackwardWpeKernel, CeilDiv(int64_t{T} * C, 256), 256, 0, ctx.stream())(dwpe, dout, B, T, C);
