@@ -650,6 +650,21 @@ bool Cluster::SilentLocked(const WorkerState& w, int64_t now) {
   return w.session != nullptr && now - w.live->last_seen_ms > options_.worker_timeout_ms && !w.session->Backlogged();
 }
 
+void Cluster::ForgetDeadLocked(int64_t now) {
+  std::vector<std::string> gone;
+  for (const auto& [id, w] : workers_) {
+    if (w.session == nullptr && w.dead_since_ms > 0 && now - w.dead_since_ms >= options_.dead_worker_retention_ms) {
+      gone.push_back(id);
+    }
+  }
+  if (gone.empty()) return;
+  std::unique_lock<std::shared_mutex> ll(live_mu_);
+  for (const auto& id : gone) {
+    workers_.erase(id);
+    live_.erase(id);
+  }
+}
+
 void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool end_stream) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = workers_.find(id);
@@ -659,6 +674,7 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool e
   if (end_stream) it->second.session->End(why);
   it->second.session = nullptr;
   it->second.info.set_state("dead");
+  it->second.dead_since_ms = NowUnixMs();
   UpdateLargestLocked();
   LOG(WARNING) << "worker " << id << " lost: " << why;
   registry_->GetCounter("gantry_coordinator_workers_lost_total", "Workers declared dead.").Inc();
@@ -1097,6 +1113,7 @@ void Cluster::Monitor() {
       ScheduleLocked();  // waits that end with time (a restart's wait for its shard servers)
     }
     CheckStallsLocked(now);
+    ForgetDeadLocked(now);
     UpdateGaugesLocked(/*force=*/true);
     std::vector<std::string> silent;
     for (const auto& [id, w] : workers_) {

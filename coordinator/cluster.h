@@ -43,6 +43,10 @@ class WorkerSession {
 
 struct ClusterOptions {
   int64_t worker_timeout_ms = 5000;  // a worker silent this long is dead
+  // A dead worker stays listed (`gantry workers`, state dead) this long, then its record goes:
+  // a worker that re-attaches does so under a new id, so without this a cluster whose workers
+  // come and go would keep every id it ever gave out.
+  int64_t dead_worker_retention_ms = 600000;
   int64_t shard_timeout_ms = 5000;
   // After the coordinator starts, jobs are not placed without a shard server for this long:
   // after a restart the shard servers re-register within a heartbeat, and a job placed
@@ -150,6 +154,7 @@ class Cluster {
     WorkerSession* session = nullptr;
     std::shared_ptr<Liveness> live;
     int64_t generation = 0;  // of the job assignment it runs (info.job_id)
+    int64_t dead_since_ms = 0;  // when it was counted out (state dead); 0 while attached
     std::set<int> running;   // the ranks of it not done yet (busy while any is)
     // The worker runs no job any more (its job threads may still be ending: the worker
     // joins them before it starts the next assignment).
@@ -163,6 +168,8 @@ class Cluster {
   // Attached, not heard from for worker_timeout_ms, and not waiting on the coordinator's own
   // backlog of its messages (cluster mu_ held).
   bool SilentLocked(const WorkerState& w, int64_t now);
+  // Erases the records of workers dead for dead_worker_retention_ms (cluster mu_ held).
+  void ForgetDeadLocked(int64_t now);
   struct Progress {  // of a running job, for stall detection
     int64_t generation = 0, step = 0, at_ms = 0;
     double step_seconds = 0;

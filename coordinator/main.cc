@@ -16,6 +16,7 @@ DEFINE_string(data_dir, "", "directory of the coordinator's RocksDB (jobs, event
 DEFINE_string(ready_file, "", "once serving, write {\"grpc_port\": N, \"metrics_port\": M} here");
 DEFINE_int32(max_message_bytes, 4 << 20, "largest gRPC message accepted");
 DEFINE_int32(worker_timeout_ms, 5000, "a worker silent this long is declared dead");
+DEFINE_int32(dead_worker_retention_s, 600, "a dead worker stays listed this long, then its record is dropped");
 
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-coordinator --data_dir DIR [--listen HOST:PORT]");
@@ -27,7 +28,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   gantry::metrics::Registry registry;
-  gantry::coordinator::Cluster cluster(store->get(), &registry, {FLAGS_worker_timeout_ms, 3 * 1000});
+  gantry::coordinator::ClusterOptions options;
+  options.worker_timeout_ms = FLAGS_worker_timeout_ms;
+  options.dead_worker_retention_ms = int64_t{FLAGS_dead_worker_retention_s} * 1000;
+  options.shard_timeout_ms = 3 * 1000;
+  gantry::coordinator::Cluster cluster(store->get(), &registry, options);
   if (auto s = cluster.Recover(); !s.ok()) {
     LOG(ERROR) << s;
     return 1;

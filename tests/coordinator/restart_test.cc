@@ -155,6 +155,45 @@ TEST(MembershipTest, ASilentWorkerIsCountedOutAndItsStreamEnded) {
   for (const auto& w : cluster.Workers()) EXPECT_EQ(w.state(), "dead") << w.id();
 }
 
+// A dead worker stays listed (state dead) for dead_worker_retention_ms, then its record goes:
+// a worker that comes back attaches under a new id, so a cluster whose workers come and go
+// kept every id it ever gave out. A heartbeat under the forgotten id changes nothing, and an
+// attached worker stays.
+TEST(MembershipTest, ADeadWorkersRecordGoesAfterItsRetention) {
+  testing::TempDir dir;
+  metrics::Registry registry;
+  auto store = *Store::Open(dir.File("db"));
+  ClusterOptions o;
+  o.dead_worker_retention_ms = 1000;
+  Cluster cluster(store.get(), &registry, o);
+  FakeSession gone, stays;
+  const std::string w1 = cluster.AddWorker(&gone, v1::Resources());
+  const std::string w2 = cluster.AddWorker(&stays, v1::Resources());
+  auto state_of = [&](const std::string& id) -> std::string {
+    for (const auto& w : cluster.Workers()) {
+      if (w.id() == id) return w.state();
+    }
+    return "";
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  cluster.RemoveWorker(w1, "its attach stream closed");
+  const std::string first = state_of(w1);
+  if (first.empty()) {  // only if this process stalled past the retention
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(o.dead_worker_retention_ms));
+  } else {
+    EXPECT_EQ(first, "dead") << "listed dead within its retention";
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!state_of(w1).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polled: the monitor's round is 100 ms
+  }
+  EXPECT_EQ(state_of(w1), "") << "the dead worker's record outlived its retention";
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(o.dead_worker_retention_ms));
+  cluster.Heartbeat(w1, nullptr);
+  EXPECT_EQ(state_of(w1), "") << "a heartbeat under a forgotten id brings nothing back";
+  EXPECT_EQ(state_of(w2), "idle");
+}
+
 // Found in review: a worker whose messages wait in the service's queue (the coordinator slow
 // to apply them: its heartbeats are not read while the queue is full) is not silent. It is
 // counted out only once its backlog is applied and it stays silent. A worker with no backlog,
