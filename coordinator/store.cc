@@ -48,6 +48,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   return store;
 }
 
+absl::Status Store::InjectedFault() {
+  int left = failing_writes_.load();
+  while (left > 0) {
+    if (failing_writes_.compare_exchange_weak(left, left - 1)) {
+      return absl::UnavailableError("store: write failed (injected by a test: FailNextWrites)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::unique_lock<std::mutex>> Store::LockStripes(const std::vector<std::string>& job_ids) {
   std::set<size_t> stripes;  // in index order: two writers never wait for each other's
   for (const auto& id : job_ids) stripes.insert(std::hash<std::string>()(id) % kStripes);
@@ -97,6 +107,7 @@ absl::StatusOr<std::string> Store::CreateJob(v1::Job job, std::vector<v1::JobEve
     e.set_seq(seq++);
     b.Put(EventKey(job.id(), e.seq()), e.SerializeAsString());
   }
+  RETURN_IF_ERROR(InjectedFault());
   RETURN_IF_ERROR(db_->Write(b));  // a failed id is skipped, never reused
   if (!events.empty()) {
     std::lock_guard<std::mutex> l(seq_mu_);
@@ -108,6 +119,7 @@ absl::StatusOr<std::string> Store::CreateJob(v1::Job job, std::vector<v1::JobEve
 
 absl::Status Store::PutJob(const v1::Job& job, bool sync) {
   std::lock_guard<std::mutex> stripe(StripeOf(job.id()));
+  RETURN_IF_ERROR(InjectedFault());
   RETURN_IF_ERROR(db_->Put(JobKey(job.id()), job.SerializeAsString(), sync));
   Index(job);
   return absl::OkStatus();
@@ -135,6 +147,10 @@ absl::Status Store::Commit(std::vector<Update>* updates, bool sync) {
       e.set_seq(*seq);
       b.Put(EventKey(e.job_id(), e.seq()), e.SerializeAsString());
     }
+  }
+  if (auto s = InjectedFault(); !s.ok()) {
+    GiveBackSeqs(before);
+    return s;
   }
   if (auto s = db_->Write(b, sync); !s.ok()) {
     GiveBackSeqs(before);
@@ -176,7 +192,9 @@ absl::StatusOr<int64_t> Store::AppendEvent(v1::JobEvent event, bool sync) {
   std::lock_guard<std::mutex> stripe(StripeOf(event.job_id()));
   ASSIGN_OR_RETURN(const int64_t seq, TakeSeq(event.job_id()));
   event.set_seq(seq);
-  if (auto s = db_->Put(EventKey(event.job_id(), seq), event.SerializeAsString(), sync); !s.ok()) {
+  absl::Status s = InjectedFault();
+  if (s.ok()) s = db_->Put(EventKey(event.job_id(), seq), event.SerializeAsString(), sync);
+  if (!s.ok()) {
     GiveBackSeqs({{event.job_id(), seq}});
     return s;
   }

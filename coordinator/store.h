@@ -14,6 +14,7 @@
 // the scheduler, the queue positions and the gauges read the index, not every record.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -63,6 +64,10 @@ class Store {
   absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id, int64_t from_seq,
                                                    size_t limit = 0) const;
 
+  // Tests: the next n writes (of any method above) fail with UNAVAILABLE before they reach
+  // RocksDB, as writes to a failing disk would: nothing of them is stored or indexed.
+  void FailNextWrites(int n) { failing_writes_ = n; }
+
   // ---- The index.
   // A queued job's device kind (its spec's resources.device) is the cluster's to say, which
   // parses the spec; until it has, the job is unresolved, in no device's queue.
@@ -99,6 +104,10 @@ class Store {
   static constexpr size_t kStripes = 64;
   std::mutex& StripeOf(const std::string& job_id) { return stripes_[std::hash<std::string>()(job_id) % kStripes]; }
   std::vector<std::unique_lock<std::mutex>> LockStripes(const std::vector<std::string>& job_ids);
+
+  // UNAVAILABLE while FailNextWrites has writes left to fail (counting this one).
+  absl::Status InjectedFault();
+  std::atomic<int> failing_writes_{0};
 
   std::unique_ptr<rocks::Db> db_;
   std::mutex stripes_[kStripes];

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -48,9 +49,10 @@ class FakeSession : public WorkerSession {
 };
 
 // Queues a job of a tiny model with world_size ranks, the spec's further sections in
-// more_yaml (each a line), and lets the cluster place it. Returns its id.
+// more_yaml (each a line), and lets the cluster place it (after before_placing, if given).
+// Returns its id.
 inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::string& name, int world_size,
-                                 const std::string& more_yaml) {
+                                 const std::string& more_yaml, const std::function<void()>& before_placing = {}) {
   v1::Job j;
   j.set_name(name);
   j.set_state(v1::PENDING);
@@ -65,6 +67,7 @@ inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::stri
     std::lock_guard<std::mutex> l(cluster.job_mu());
     id = *store.CreateJob(j);
   }
+  if (before_placing) before_placing();
   cluster.JobSubmitted();
   return id;
 }

@@ -128,6 +128,36 @@ TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
   EXPECT_EQ(registry_.GetCounter("gantry_coordinator_spec_parses_total", "").Value(), 1.0);
 }
 
+// Found in review (no test had reached it): a placement whose write fails (the store's disk)
+// sends no assignment and leaves the job queued, and the monitor tries again (the pass was
+// ended before, and nothing placed the job until the next event). Two writes fail: the
+// submission's pass and the monitor's end-of-grace pass (its first round) fail, so only the
+// retry can place the job. It is then placed once: one assignment, generation 1.
+TEST_F(RestartTest, APlacementWhoseWriteFailsIsRetriedAndPlacedOnce) {
+  FakeSession s;
+  cluster_->AddWorker(&s, v1::Resources());
+  (void)s.Take();  // its id
+  const std::string job =
+      SubmitTinyJob(*cluster_, *store_, "r", 1, "parallel: {dp: 1}\n", [&] { store_->FailNextWrites(2); });
+  EXPECT_EQ(Assigned(s.Take()), nullptr) << "an assignment went out though its placement was not stored";
+  EXPECT_EQ(Job(job).state(), v1::PENDING) << "still queued";
+  EXPECT_EQ(Job(job).generation(), 0);
+  std::vector<v1::CoordinatorMessage> got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Assigned(got) == nullptr && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polled: the monitor retries within its rounds
+    for (auto& m : s.Take()) got.push_back(std::move(m));
+  }
+  const v1::Assignment* a = Assigned(got);
+  ASSERT_NE(a, nullptr) << "the job was never placed after its failed write";
+  EXPECT_EQ(a->generation(), 1);
+  int assignments = 0;
+  for (const auto& m : got) assignments += m.has_assign();
+  EXPECT_EQ(assignments, 1);
+  EXPECT_EQ(Job(job).state(), v1::SCHEDULED);
+  EXPECT_EQ(Job(job).generation(), 1);
+}
+
 // A step that does not come within the stall limit: the coordinator compares the ranks'
 // last completed collectives (from their heartbeats) and names the rank behind, in the job
 // record (describe) and as an event; the next step clears it.
