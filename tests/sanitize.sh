@@ -7,7 +7,8 @@
 #       TSan: builds the target threaded_tests into build-thread and runs the tests labelled
 #       `threads` (the communication thread, the coordinator's reactor and scheduler, the
 #       shard server, the checkpoint writer, the data loader), less those that run the CUDA
-#       emulator: its kernels run on fibers (makecontext/swapcontext) that TSan cannot follow.
+#       emulator unless GANTRY_TSAN_EMULATED=1: its fibers each have a TSan context, and they
+#       run clean, but a thousand contexts make TSan some 250 times slower.
 # GANTRY_SANITIZE_DIR names the build tree; GANTRY_JOBS the build's parallelism. Suppressions
 # (tests/sanitizers/*.supp) each carry their reason. docs/testing.md, "Sanitizers".
 set -euo pipefail
@@ -50,16 +51,20 @@ fi
 cmake --build "$dir" -j "$jobs" --target threaded_tests
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$supp/tsan.supp"
 # The tests that run the CUDA emulator (in their names, or ZeroEngineTest's offload test, which
-# runs cpu and cuda-emulated): under TSan the emulator's fiber switches corrupt its clocks
-# (a SEGV in __tsan::UnrefClockBlock, seen in cudaMemcpy's lock).
+# runs cpu and cuda-emulated). The emulator gives each fiber a TSan context and switches it
+# with the stack (kernels/emulated/emulator.cc; without that the switches corrupted TSan's
+# state: a SEGV in __tsan::UnrefClockBlock). They pass so, but a block's thousand contexts
+# are far more than TSan keeps clock slots for: TrainerTest's 2-second emulated test takes
+# 8 minutes. Run with GANTRY_TSAN_EMULATED=1; left out of the default run (and CI's).
 emulated='CudaEmulated|Emulated|OffloadedChunksGiveTheBitsOfOneChunkAndOfNoOffload'
+if [ -n "${GANTRY_TSAN_EMULATED:-}" ]; then emulated='^$'; fi
 # The tests whose subject is gRPC's server side (the RPC edge, the shard server's services, the
 # commit's calls to them, the parameter server): their calls run through Debian's libgrpc,
 # which is not built with TSan, and TSan reports its internal hand-offs as races inside
 # libgrpc (channel arguments' AVL tree, the TCP client's strings, the request matcher, the
 # callback handlers' messages: docs/testing.md). A TSan-built gRPC would bring them in.
 grpc='RpcEdgeTest|ShardServiceTest|CommitTest|ParamServer'
-echo "sanitize.sh thread: left out, as they run the CUDA emulator (fibers TSan cannot follow):"
+echo "sanitize.sh thread: left out, as they run the CUDA emulator (slow under TSan; GANTRY_TSAN_EMULATED=1 runs them):"
 (cd "$dir" && ctest -N -L threads -R "$emulated" | grep 'Test *#' || true)
 echo "sanitize.sh thread: left out, as their subject is gRPC's server side (libgrpc has no TSan):"
 (cd "$dir" && ctest -N -L threads -R "$grpc" | grep 'Test *#' || true)

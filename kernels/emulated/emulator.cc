@@ -20,6 +20,24 @@
 #ifdef GANTRY_EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define GANTRY_EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GANTRY_EMU_TSAN 1
+#endif
+#endif
+#ifdef GANTRY_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+// Under TSan each fiber has its own TSan context (its clocks and shadow call stack), switched
+// to just before its stack is (__tsan_switch_to_fiber, which also orders the two fibers: a
+// block's threads are one OS thread taking turns). A fiber never returns from its last
+// frames: the functions it leaves behind for good (FiberEntry, SwitchAway) are not
+// instrumented, so its shadow stack is empty again when the next block reuses it.
+#define GANTRY_EMU_UNTRACKED __attribute__((no_sanitize("thread")))
+#else
+#define GANTRY_EMU_UNTRACKED
+#endif
 
 namespace gantry::emu {
 
@@ -136,13 +154,33 @@ struct Fiber {
   void* sp = nullptr;
   Thread thread;
   bool done = false;
+  void* tsan = nullptr;  // its TSan context (GANTRY_EMU_TSAN), made once per slot
 };
+
+// Tells TSan that the OS thread now runs `to` (a fiber's context, or the launching thread's).
+// Untracked itself: entered on one context and left on the other, its own frame would be
+// pushed on the first's shadow stack and popped from the second's.
+GANTRY_EMU_UNTRACKED inline void TsanSwitchTo(void* to) {
+#ifdef GANTRY_EMU_TSAN
+  __tsan_switch_to_fiber(to, 0);
+#else
+  (void)to;
+#endif
+}
 
 // One launch's scheduler on this OS thread. Fibers switch to each other directly: a thread
 // that waits hands the CPU to the next ready one (a FIFO), and only when none is ready does
 // control go back to the launch loop (the block is done, or it deadlocks).
 struct Scheduler {
+  ~Scheduler() {
+#ifdef GANTRY_EMU_TSAN
+    for (Fiber& f : fibers) {
+      if (f.tsan != nullptr) __tsan_destroy_fiber(f.tsan);
+    }
+#endif
+  }
   void* main_sp = nullptr;
+  void* main_tsan = nullptr;  // the launching thread's TSan context
   std::vector<Fiber> fibers;
   uint32_t current = 0;
   std::vector<uint32_t> ready;  // FIFO from `head`
@@ -164,13 +202,15 @@ struct Scheduler {
     return true;
   }
   // Leaves the current fiber (saving it in *save) for the next ready one, or the launch loop.
-  void SwitchAway(void** save) {
+  GANTRY_EMU_UNTRACKED void SwitchAway(void** save) {
     uint32_t next;
     if (Pop(&next)) {
       current = next;
       gantry_emu_self = &fibers[next].thread;
+      TsanSwitchTo(fibers[next].tsan);
       gantry_emu_switch(save, fibers[next].sp);
     } else {
+      TsanSwitchTo(main_tsan);
       gantry_emu_switch(save, main_sp);
     }
   }
@@ -206,7 +246,7 @@ Scheduler& Sched() {
 
 Barrier& WarpBarrier(Scheduler& s) { return s.block->warp_barriers[s.fibers[s.current].thread.linear / 32]; }
 
-[[noreturn]] void FiberEntry() {
+[[noreturn]] GANTRY_EMU_UNTRACKED void FiberEntry() {
   Scheduler& s = Sched();
   s.call(s.ctx);
   // Exited: the thread drops out of its block's and its warp's barriers.
@@ -278,7 +318,13 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
   block.shared.assign((shared_bytes + sizeof(float) - 1) / sizeof(float), 0.f);
   block.warp_barriers.resize(warps);
   s.block = &block;
-  s.fibers.resize(threads);
+  if (s.fibers.size() < threads) s.fibers.resize(threads);  // never shrunk: a slot keeps its TSan context
+#ifdef GANTRY_EMU_TSAN
+  s.main_tsan = __tsan_get_current_fiber();
+  for (Fiber& f : s.fibers) {
+    if (f.tsan == nullptr) f.tsan = __tsan_create_fiber(0);
+  }
+#endif
   s.stacks.Reserve(threads);
   s.ready.reserve(threads);
   for (unsigned by = 0; by < grid.y; ++by) {
@@ -306,6 +352,7 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
       s.Pop(&first);
       s.current = first;
       gantry_emu_self = &s.fibers[first].thread;
+      TsanSwitchTo(s.fibers[first].tsan);
       gantry_emu_switch(&s.main_sp, s.fibers[first].sp);  // back once no thread is ready
       if (s.done != threads) {
         std::string waiting;
