@@ -12,6 +12,10 @@
 #                                  .bundle.tgz carried along: run each bundled test (each
 #                                  within GANTRY_GPU_TEST_TIMEOUT seconds, 300 by default); a
 #                                  missing GPU is a failure (GANTRY_REQUIRE_GPU=1)
+#   bash tests/gpu/run.sh sanitize [GTEST_FILTER]
+#                                  on the GPU host: compute-sanitizer's racecheck (shared-memory
+#                                  hazards) and memcheck over cuda_kernels_test (all of it, or
+#                                  the filter's tests); any hazard or error fails
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUNDLE=.bundle
@@ -50,6 +54,19 @@ case "${1:-}" in
     echo "$passed passed, $fail failed"
     [ "$fail" -eq 0 ]
     ;;
+  sanitize)
+    [ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
+    export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
+    export GANTRY_REQUIRE_GPU=1
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    fail=0
+    for tool in racecheck memcheck; do
+      echo "== compute-sanitizer --tool $tool"
+      "$cs" --tool "$tool" --error-exitcode 3 "$BUNDLE/bin/cuda_kernels_test" --gtest_brief=1 \
+        --gtest_filter="${2:-*}" || fail=1
+    done
+    [ "$fail" -eq 0 ]
+    ;;
   *)
-    echo "usage: tests/gpu/run.sh bundle|run" >&2; exit 2 ;;
+    echo "usage: tests/gpu/run.sh bundle|run|sanitize" >&2; exit 2 ;;
 esac
