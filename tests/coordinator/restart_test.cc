@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <cstring>
 #include <map>
@@ -128,6 +129,27 @@ TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
   EXPECT_EQ(registry_.GetCounter("gantry_coordinator_spec_parses_total", "").Value(), 1.0);
 }
 
+// Polls until `done` holds or `seconds` pass (the cluster's monitor acts in rounds of
+// 100 ms); returns whether it held.
+bool PollUntil(const std::function<bool()>& done, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A cluster with its own store and registry, for tests with options of their own.
+struct OwnCluster {
+  explicit OwnCluster(const ClusterOptions& o)
+      : store(*Store::Open(dir.File("db"))), cluster(store.get(), &registry, o) {}
+  testing::TempDir dir;
+  metrics::Registry registry;
+  std::unique_ptr<Store> store;
+  Cluster cluster;
+};
+
 // Found in review (no test had reached it): a placement whose write fails (the store's disk)
 // sends no assignment and leaves the job queued, and the monitor tries again (the pass was
 // ended before, and nothing placed the job until the next event). Two writes fail: the
@@ -143,11 +165,12 @@ TEST_F(RestartTest, APlacementWhoseWriteFailsIsRetriedAndPlacedOnce) {
   EXPECT_EQ(Job(job).state(), v1::PENDING) << "still queued";
   EXPECT_EQ(Job(job).generation(), 0);
   std::vector<v1::CoordinatorMessage> got;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (Assigned(got) == nullptr && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polled: the monitor retries within its rounds
-    for (auto& m : s.Take()) got.push_back(std::move(m));
-  }
+  PollUntil(
+      [&] {
+        for (auto& m : s.Take()) got.push_back(std::move(m));
+        return Assigned(got) != nullptr;
+      },
+      20);
   const v1::Assignment* a = Assigned(got);
   ASSERT_NE(a, nullptr) << "the job was never placed after its failed write";
   EXPECT_EQ(a->generation(), 1);
@@ -165,21 +188,20 @@ TEST_F(RestartTest, APlacementWhoseWriteFailsIsRetriedAndPlacedOnce) {
 // ended: should it come back, it attaches again rather than heartbeat on a stream that is
 // never given work. A worker whose stream closes is not ended twice.
 TEST(MembershipTest, ASilentWorkerIsCountedOutAndItsStreamEnded) {
-  testing::TempDir dir;
-  metrics::Registry registry;
-  auto store = *Store::Open(dir.File("db"));
   ClusterOptions o;
   o.worker_timeout_ms = 200;
-  Cluster cluster(store.get(), &registry, o);
+  OwnCluster c(o);
+  Cluster& cluster = c.cluster;
   FakeSession silent, closed;
   const std::string w1 = cluster.AddWorker(&silent, v1::Resources());
   const std::string w2 = cluster.AddWorker(&closed, v1::Resources());
   cluster.RemoveWorker(w2, "its attach stream closed");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (silent.Ended().empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polled: the monitor counts it out within its 1 s round
-    cluster.Workers();
-  }
+  PollUntil(
+      [&] {
+        cluster.Workers();
+        return !silent.Ended().empty();
+      },
+      10);
   EXPECT_NE(silent.Ended().find("no heartbeat for 0.2 s"), std::string::npos) << silent.Ended();
   EXPECT_EQ(closed.Ended(), "") << "its stream had closed already";
   for (const auto& w : cluster.Workers()) EXPECT_EQ(w.state(), "dead") << w.id();
@@ -190,12 +212,10 @@ TEST(MembershipTest, ASilentWorkerIsCountedOutAndItsStreamEnded) {
 // kept every id it ever gave out. A heartbeat under the forgotten id changes nothing, and an
 // attached worker stays.
 TEST(MembershipTest, ADeadWorkersRecordGoesAfterItsRetention) {
-  testing::TempDir dir;
-  metrics::Registry registry;
-  auto store = *Store::Open(dir.File("db"));
   ClusterOptions o;
   o.dead_worker_retention_ms = 1000;
-  Cluster cluster(store.get(), &registry, o);
+  OwnCluster c(o);
+  Cluster& cluster = c.cluster;
   FakeSession gone, stays;
   const std::string w1 = cluster.AddWorker(&gone, v1::Resources());
   const std::string w2 = cluster.AddWorker(&stays, v1::Resources());
@@ -213,10 +233,7 @@ TEST(MembershipTest, ADeadWorkersRecordGoesAfterItsRetention) {
   } else {
     EXPECT_EQ(first, "dead") << "listed dead within its retention";
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!state_of(w1).empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polled: the monitor's round is 100 ms
-  }
+  PollUntil([&] { return state_of(w1).empty(); }, 20);
   EXPECT_EQ(state_of(w1), "") << "the dead worker's record outlived its retention";
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(o.dead_worker_retention_ms));
   cluster.Heartbeat(w1, nullptr);
@@ -229,21 +246,16 @@ TEST(MembershipTest, ADeadWorkersRecordGoesAfterItsRetention) {
 // counted out only once its backlog is applied and it stays silent. A worker with no backlog,
 // silent alike, is the witness that the monitor ran its check meanwhile.
 TEST(MembershipTest, AWorkerWhoseMessagesWaitOnTheCoordinatorIsNotCountedOut) {
-  testing::TempDir dir;
-  metrics::Registry registry;
-  auto store = *Store::Open(dir.File("db"));
   ClusterOptions o;
   o.worker_timeout_ms = 200;
-  Cluster cluster(store.get(), &registry, o);
+  OwnCluster c(o);
+  Cluster& cluster = c.cluster;
   FakeSession waiting, witness;
   waiting.backlogged = true;
   const std::string w1 = cluster.AddWorker(&waiting, v1::Resources());
   cluster.AddWorker(&witness, v1::Resources());
   auto wait_ended = [&](FakeSession& s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (s.Ended().empty() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polled: the monitor's round is 100 ms
-    }
+    PollUntil([&] { return !s.Ended().empty(); }, 10);
     return s.Ended();
   };
   ASSERT_NE(wait_ended(witness).find("no heartbeat for 0.2 s"), std::string::npos);
@@ -266,10 +278,9 @@ TEST(MembershipTest, AWorkerWhoseMessagesWaitOnTheCoordinatorIsNotCountedOut) {
 // it (the callbacks were copied, then called). Unsubscribe now waits for a call in flight,
 // and no call comes after it returns.
 TEST(WatchTest, UnsubscribeWaitsForItsCallbackInFlightAndNoneComesAfter) {
-  testing::TempDir dir;
-  metrics::Registry registry;
-  auto store = *Store::Open(dir.File("db"));
-  Cluster cluster(store.get(), &registry, ClusterOptions());
+  OwnCluster c{ClusterOptions()};
+  Cluster& cluster = c.cluster;
+  Store* store = c.store.get();
   v1::Job j;
   j.set_name("w");
   j.set_state(v1::PENDING);
@@ -319,13 +330,12 @@ TEST(WatchTest, UnsubscribeWaitsForItsCallbackInFlightAndNoneComesAfter) {
 }
 
 TEST(StallTest, AStalledStepNamesTheRanksBehind) {
-  testing::TempDir dir;
-  metrics::Registry registry;
-  auto store = *Store::Open(dir.File("db"));
   ClusterOptions o;
   o.placement_grace_ms = 0;
   o.stall_ms = 300;
-  Cluster cluster(store.get(), &registry, o);
+  OwnCluster c(o);
+  Cluster& cluster = c.cluster;
+  Store* store = c.store.get();
   FakeSession s1, s2;
   const std::string w1 = cluster.AddWorker(&s1, v1::Resources());
   const std::string w2 = cluster.AddWorker(&s2, v1::Resources());
@@ -358,10 +368,7 @@ TEST(StallTest, AStalledStepNamesTheRanksBehind) {
     rp->set_step(3);
     cluster.Heartbeat(w, &hb);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (store->GetJob(job)->stalled().empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling an observable condition
-  }
+  PollUntil([&] { return !store->GetJob(job)->stalled().empty(); }, 10);
   const std::string stalled = store->GetJob(job)->stalled();
   EXPECT_NE(stalled.find("step 4 stalled"), std::string::npos) << stalled;
   EXPECT_NE(stalled.find("rank 1 (" + w2 + ") at collective #37"), std::string::npos) << stalled;
