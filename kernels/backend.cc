@@ -28,6 +28,24 @@ absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
       absl::StrCat("device kind '", name, "' is none of cpu, cuda, cuda-emulated"));
 }
 
+absl::StatusOr<AttentionPath> ParseAttentionPath(absl::string_view name) {
+  for (AttentionPath p : {AttentionPath::kAuto, AttentionPath::kCudnn, AttentionPath::kFused, AttentionPath::kReference}) {
+    if (name == AttentionPathName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention path '", name, "' is none of auto, cudnn, fused, reference"));
+}
+
+const char* AttentionPathName(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::kAuto: return "auto";
+    case AttentionPath::kCudnn: return "cudnn";
+    case AttentionPath::kFused: return "fused";
+    case AttentionPath::kReference: return "reference";
+  }
+  return "?";
+}
+
 int DeviceCount(BackendKind kind) {
   switch (kind) {
     case BackendKind::kCpu:

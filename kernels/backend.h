@@ -171,7 +171,9 @@ class Backend {
   // inp (N,C), weight (C,OC) kInOut or (OC,C) kOutIn, bias (OC) or null → out (N,OC).
   // 16-bit inputs: each product is exact in fp32 and sums are fp32 (a 16-bit GEMM with fp32
   // accumulation: cuBLAS's CUBLAS_COMPUTE_32F, the CPU's bf16 dot-product instructions); out
-  // may be fp32 (no rounding) or 16-bit.
+  // may be fp32 (no rounding) or 16-bit. A 16-bit out with a bias on the cuda backends is
+  // cuBLASLt's bias epilogue's: the product rounded, the bias added, rounded again (within half
+  // an ulp of the product's size of the cpu's single rounding; kernels/cuda/matmul.cu).
   virtual void MatmulForward(Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
                              WeightLayout layout = WeightLayout::kInOut) = 0;
   // → pre (N,OC) = inp @ W + bias, out = gelu(pre). 16-bit: pre rounded, then gelu of the
@@ -186,7 +188,8 @@ class Backend {
   virtual void MatmulBackward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C,
                               int OC, WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr) = 0;
   // Causal self-attention. What forward keeps for backward (`state`) is the (B,NH,T,T)
-  // probabilities, or with fused_attention() each query row's log-sum-exp (B,NH,T).
+  // probabilities, or with fused_attention() (the fused kernels and cuDNN) each query row's
+  // log-sum-exp of its scaled scores (B,NH,T).
   virtual bool fused_attention() const = 0;
   // qkv (B,T,3C) → out (B,T,C), state. p (mixed precision): the softmax's weights exp(s - max)
   // rounded to p's type before they weigh V, their sum unrounded (16-bit flash attention's
@@ -196,9 +199,10 @@ class Backend {
                                 Precision p = Precision::kFp32) = 0;
   // dout (B,T,C), qkv, out, state → dqkv (B,T,3C) overwritten. scratch: (B,NH,T,T) floats
   // of working memory (the backends that need more keep their own). dqkv, dout, qkv and out
-  // all fp32 or all 16-bit.
+  // all fp32 or all 16-bit. p: the forward's, so that both directions take one path (the cpu
+  // backend's backward reads its probabilities and ignores it).
   virtual void AttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state, int B,
-                                 int T, int C, int NH) = 0;
+                                 int T, int C, int NH, Precision p = Precision::kFp32) = 0;
   // All fp32 or all 16-bit.
   virtual void GeluForward(Ptr out, CPtr inp, int64_t n) = 0;
   virtual void GeluBackward(Ptr dinp, CPtr inp, CPtr dout, int64_t n) = 0;
@@ -245,10 +249,23 @@ int DeviceCount(BackendKind kind);
 // A backend of `kind` on device ordinal `device` (cuda kinds). cuda: UNIMPLEMENTED in a
 // build without CUDA, UNAVAILABLE without that device; cuda-emulated: always (the
 // emulated runtime offers 8 devices).
+// How a cuda backend runs causal attention (BackendOptions::attention).
+//   kAuto       cuDNN's fused SDPA (tensor cores) for the 16-bit calls it takes, where the
+//               cuDNN library loads; the fused fp32 kernels for the rest. The default.
+//   kCudnn      as kAuto, but a 16-bit call cuDNN cannot take, or a machine without the
+//               library, is an error that names why (no silent fallback).
+//   kFused      the fused flash-style kernels (fp32 FMAs, O(T) memory a row) for every call:
+//               the fp32 path and the GPU's exact reference for 16-bit calls.
+//   kReference  cuBLAS batched GEMMs over stored (B,NH,T,T) probabilities.
+// A 16-bit call is one whose qkv is bf16 or fp16 and whose softmax weights are rounded to
+// that type (the mixed-precision model's calls); fp32 calls take the fused kernels on kAuto
+// and kCudnn alike. The cpu backend ignores it.
+enum class AttentionPath { kAuto, kCudnn, kFused, kReference };
+// "auto", "cudnn", "fused" or "reference" (INVALID_ARGUMENT naming them otherwise).
+absl::StatusOr<AttentionPath> ParseAttentionPath(absl::string_view name);
+const char* AttentionPathName(AttentionPath path);
 struct BackendOptions {
-  // cuda kinds: attention by the fused flash-style kernels (the (T,T) probabilities are never
-  // stored) rather than by cuBLAS batched GEMMs over them.
-  bool fused_attention = true;
+  AttentionPath attention = AttentionPath::kAuto;
 };
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device = 0,
                                                        const BackendOptions& options = {});

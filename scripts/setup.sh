@@ -14,7 +14,7 @@ PACKAGES=(
   librocksdb-dev                   # coordinator and shard-server state
   libgloo-dev                      # CPU collectives
   curl prometheus                  # curl, promtool and Prometheus: /metrics pages, alert rules, dashboards
-  systemd python3 python3-venv openssl   # systemd-analyze verify; test drivers and their tools; a test CA (TLS)
+  systemd python3 python3-venv python3-pip openssl   # systemd-analyze verify; test drivers and their tools; a test CA (TLS)
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min            # the demo corpus
 )
@@ -26,13 +26,34 @@ for p in "${PACKAGES[@]}" "${OPTIONAL[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+# NVIDIA's cudnn-frontend (header-only C++ over cuDNN's graph API) for the cuDNN attention
+# path, pinned; from PyPI (nvidia-cudnn-frontend), whose wheel carries the headers in
+# include/. Only the headers are unpacked: nothing is installed into a Python, and its
+# dependencies are not wanted (--no-deps). Only where the CUDA toolkit is (nvcc).
+CUDNN_FRONTEND_VERSION=1.32.0
+CUDNN_FRONTEND_DIR=/opt/gantry/cudnn-frontend-$CUDNN_FRONTEND_VERSION
+install_cudnn_frontend() {
+  if [ -f "$CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ]; then return 0; fi
+  if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then return 0; fi
+  local tmp
+  tmp=$(mktemp -d)
+  echo "setup: cudnn-frontend $CUDNN_FRONTEND_VERSION (PyPI nvidia-cudnn-frontend, headers only)"
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"
+  python3 -m zipfile -e "$tmp"/nvidia_cudnn_frontend-*.whl "$tmp/wheel"
+  $SUDO mkdir -p "$CUDNN_FRONTEND_DIR"
+  $SUDO cp -r "$tmp/wheel/include" "$CUDNN_FRONTEND_DIR/"
+  rm -rf "$tmp"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} required packages present"
+  install_cudnn_frontend
   exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
@@ -49,4 +70,5 @@ for p in "${OPTIONAL[@]}"; do
     *" $p "*) $SUDO apt-get install -y -qq --no-install-recommends "$p" || echo "setup: optional $p not installed";;
   esac
 done
+install_cudnn_frontend
 echo "setup: done"

@@ -1,7 +1,10 @@
 // GPT-2 124M (12 layers, 768, 12 heads, T 1024, vocab 50257 padded to 50304) training steps
 // on one GPU through gantry's model and ZeroEngine on the cuda backend: the largest micro-batch that fits, tokens/s, MFU
 // (llm.c's definition, (6N + 6 L C T) x tokens/s / peak, 989 TFLOP/s for the H100/H200
-// bf16 dense peak), the arena and the device's peak memory, and the time per op per step.
+// bf16 dense peak; N every parameter), the arena and the device's peak memory, and the time per op per step.
+// --arch llama: a Llama of the same depth and width (12 layers, 768, 12 query heads over 4
+// key/value heads, SwiGLU FFN 2048, vocab 32000, untied embeddings, RMSNorm eps 1e-5, RoPE theta
+// 10000, T 1024), as bench/torch_gpt2.py gpu-bench --arch llama builds it in transformers.
 // bench/gpu/run.sh runs it next to the PyTorch peer (bench/torch_gpt2.py gpu-bench) and
 // prints the ratio. The last line is JSON for the driver.
 #include <cuda_runtime.h>
@@ -36,9 +39,10 @@ int Main(int argc, char** argv) {
   int steps = 10, warmup = 3, only_batch = 0, T = 1024, layers = 12;
   double peak_flops = 989e12;
   std::string device = "cuda:0";
-  kernels::BackendOptions options;  // --attention fused (default) or reference
+  kernels::BackendOptions options;  // --attention auto (default), cudnn, fused or reference
   // --precision: bf16 (default; the peer runs under bf16 autocast) or fp32.
   kernels::Precision precision = kernels::Precision::kBf16;
+  model::Arch arch = model::Arch::kGpt2;  // --arch gpt2 (default) or llama
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     bool ok = true;
@@ -48,20 +52,25 @@ int Main(int argc, char** argv) {
     else if (a == "--seq-len") ok = absl::SimpleAtoi(argv[i + 1], &T) && T >= 1 && T <= 1024;
     else if (a == "--layers") ok = absl::SimpleAtoi(argv[i + 1], &layers) && layers >= 1;
     else if (a == "--device") device = argv[i + 1];
+    else if (a == "--arch") {
+      const std::string v = argv[i + 1];
+      ok = v == "gpt2" || v == "llama";
+      arch = v == "llama" ? model::Arch::kLlama : model::Arch::kGpt2;
+    }
     else if (a == "--peak-tflops") ok = absl::SimpleAtod(argv[i + 1], &peak_flops), peak_flops *= 1e12;
     else if (a == "--precision") {
       const std::string v = argv[i + 1];
       ok = v == "bf16" || v == "fp32";
       precision = v == "fp32" ? kernels::Precision::kFp32 : kernels::Precision::kBf16;
     } else if (a == "--attention") {
-      const std::string v = argv[i + 1];
-      ok = v == "fused" || v == "reference";
-      options.fused_attention = v == "fused";
+      auto path = kernels::ParseAttentionPath(argv[i + 1]);
+      ok = path.ok();
+      if (ok) options.attention = *path;
     } else ok = false;
     if (!ok) {
       std::fprintf(stderr,
-                   "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention fused|reference]\n"
-                   "                  [--precision bf16|fp32] [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
+                   "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention auto|cudnn|fused|reference]\n"
+                   "                  [--arch gpt2|llama] [--precision bf16|fp32] [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
       return 2;
     }
   }
@@ -75,9 +84,22 @@ int Main(int argc, char** argv) {
     return 1;
   }
   model::GPTConfig c;
+  c.arch = arch;
   c.vocab_size = 50304;
   c.max_seq_len = 1024;
   c.n_layer = layers;
+  int sample_vocab = 50257;  // the token ids drawn: GPT-2's real vocabulary, below the padded one
+  if (c.llama()) {
+    c.vocab_size = sample_vocab = 32000;
+    c.n_kv_head = 4;
+    c.ffn_hidden = 2048;
+    c.rope_theta = 10000.0;
+    c.norm_eps = 1e-5;
+  }
+  if (absl::Status v = c.Validate(); !v.ok()) {
+    std::fprintf(stderr, "gpt2_bench: %s\n", std::string(v.message()).c_str());
+    return 2;
+  }
   const train::AdamWConfig adam{0.9, 0.95, 1e-8, 0.1};
   std::unique_ptr<OnDevice> held;  // in place: the engine points at its model
   int B = 0;
@@ -113,8 +135,8 @@ int Main(int argc, char** argv) {
   std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
   Rng r(7);
   for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = static_cast<int32_t>(r.NextU64() % 50257);
-    tg[i] = static_cast<int32_t>(r.NextU64() % 50257);
+    in[i] = static_cast<int32_t>(r.NextU64() % sample_vocab);
+    tg[i] = static_cast<int32_t>(r.NextU64() % sample_vocab);
   }
   auto step = [&](int s) -> bool {
     dev.model->ZeroGrad();
@@ -140,6 +162,8 @@ int Main(int argc, char** argv) {
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
   const double tok_s = static_cast<double>(B) * T / med;
+  // N: every parameter (llm.c's count, and bench/torch_gpt2.py's): GPT-2's tied wte once and
+  // wpe; Llama's embed_tokens and lm_head both.
   const double n_params = static_cast<double>(dev.model->num_params());
   const double flops_per_token = 6 * n_params + 6.0 * c.n_layer * c.n_embd * T;
   const double mfu = flops_per_token * tok_s / peak_flops;
@@ -158,15 +182,19 @@ int Main(int argc, char** argv) {
   size_t free_b = 0, total_b = 0;
   if (name->kind == kernels::BackendKind::kCuda) cudaMemGetInfo(&free_b, &total_b);
   const train::MemoryAccount mem = dev.engine->memory();
-  std::printf("gantry GPT-2 124M on %s, %s: B %d x T %d, %.0f parameters, model state + activations %.2f GB\n",
+  char what[128] = "GPT-2 124M";
+  if (c.llama())
+    std::snprintf(what, sizeof what, "Llama (%d x %d, %d heads over %d KV heads, FFN %d, vocab %d)", c.n_layer, c.n_embd,
+                  c.n_head, c.kv_heads(), c.ffn(), c.vocab_size);
+  std::printf("gantry %s on %s, %s: B %d x T %d, %.0f parameters, model state + activations %.2f GB\n", what,
               dev.backend->Describe().c_str(), kernels::PrecisionName(precision), B, T, n_params, (mem.model_state() + mem.activations) / 1e9);
   std::printf("step %.1f ms (median of %d) | %.0f tokens/s | MFU %.1f%% of %.0f TFLOP/s | device memory in use %.2f GB\n",
               med * 1e3, steps, tok_s, 100 * mfu, peak_flops / 1e12, (total_b - free_b) / 1e9);
   std::printf("%-30s %10s %7s\n", "op (profiled step)", "ms", "share");
   for (auto& [n, s] : ops) std::printf("%-30s %10.2f %6.1f%%\n", n.c_str(), s * 1e3, 100 * s / total);
-  std::printf("{\"impl\": \"gantry\", \"batch\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"mfu\": %.4f, "
-              "\"memory_gb\": %.3f}\n",
-              B, tok_s, med * 1e3, mfu, (total_b - free_b) / 1e9);
+  std::printf("{\"impl\": \"gantry\", \"arch\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.2f, "
+              "\"mfu\": %.4f, \"params\": %.0f, \"memory_gb\": %.3f}\n",
+              model::ArchName(c.arch), B, tok_s, med * 1e3, mfu, n_params, (total_b - free_b) / 1e9);
   return 0;
 }
 

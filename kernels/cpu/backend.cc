@@ -169,7 +169,7 @@ class Cpu final : public Backend {
     attention_forward(out, state, qkv, B, T, C, NH, p);
   }
   void AttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state, int B, int T,
-                         int C, int NH) override {
+                         int C, int NH, Precision) override {
     if (!Types("AttentionBackward", {dqkv, dout, qkv, out})) return;
     attention_backward(dqkv, scratch, dout, qkv, state, B, T, C, NH);
   }

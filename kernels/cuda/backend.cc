@@ -1,6 +1,7 @@
 #include "kernels/cuda/backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 
@@ -26,8 +28,13 @@ constexpr BackendKind kKind = BackendKind::kCuda;
 
 class Cuda final : public kernels::Backend {
  public:
-  Cuda(std::unique_ptr<Context> ctx, std::string name, const kernels::BackendOptions& options)
-      : ctx_(std::move(ctx)), name_(std::move(name)), options_(options), fused_(options.fused_attention) {}
+  Cuda(std::unique_ptr<Context> ctx, std::string name, const kernels::BackendOptions& options,
+       std::unique_ptr<CudnnAttention> cudnn)
+      : ctx_(std::move(ctx)),
+        name_(std::move(name)),
+        options_(options),
+        fused_(options.attention != kernels::AttentionPath::kReference),
+        cudnn_(std::move(cudnn)) {}
   ~Cuda() override {
     (void)Synchronize();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -222,18 +229,12 @@ class Cuda final : public kernels::Backend {
   void MatmulForward(kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight, kernels::CPtr bias, int N, int C,
                      int OC, WeightLayout layout) override {
     if (!Types("MatmulForward", {inp, weight, bias}, {out})) return;
-    float* s = nullptr;
-    const size_t room = GANTRY_CUDA_NS::MatmulForwardScratch(N, OC, out.type, static_cast<bool>(bias));
-    if (room > 0 && (s = Scratch(room)) == nullptr) return;
-    Keep(GANTRY_CUDA_NS::MatmulForward(*ctx_, out, inp, weight, bias, N, C, OC, layout, s));
+    Keep(GANTRY_CUDA_NS::MatmulForward(*ctx_, out, inp, weight, bias, N, C, OC, layout));
   }
   void MatmulBiasGeluForward(kernels::Ptr pre, kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight,
                              kernels::CPtr bias, int N, int C, int OC) override {
     if (!Types("MatmulBiasGeluForward", {pre, out, inp, weight, bias})) return;
-    float* s = nullptr;
-    const size_t room = GANTRY_CUDA_NS::MatmulForwardScratch(N, OC, pre.type, static_cast<bool>(bias));
-    if (room > 0 && (s = Scratch(room)) == nullptr) return;
-    Keep(GANTRY_CUDA_NS::MatmulBiasGeluForward(*ctx_, pre, out, inp, weight, bias, N, C, OC, s));
+    Keep(GANTRY_CUDA_NS::MatmulBiasGeluForward(*ctx_, pre, out, inp, weight, bias, N, C, OC));
   }
   void MatmulBackward(kernels::Ptr dinp, float* dweight, float* dbias, kernels::CPtr dout, kernels::CPtr inp,
                       kernels::CPtr weight, int N, int C, int OC, WeightLayout layout,
@@ -249,21 +250,35 @@ class Cuda final : public kernels::Backend {
                         kernels::Precision p) override {
     if (!Types("AttentionForward", {out, qkv})) return;
     const int bits = p == kernels::Precision::kBf16 ? 16 : p == kernels::Precision::kFp16 ? 10 : 0;
-    if (fused_) {
+    if (!fused_) {
+      if (float* s = Scratch(AttentionForwardScratch(B, T, C, NH))) {
+        Keep(GANTRY_CUDA_NS::AttentionForward(*ctx_, out, state, s, qkv, B, T, C, NH, bits));
+      }
+      return;
+    }
+    bool take = false;
+    if (!Keep(ByCudnn("AttentionForward", qkv, B, T, C, NH, p, &take))) return;
+    if (take) {
+      Keep(cudnn_->Forward(ctx_->stream(), out, state, qkv, B, T, C, NH));
+    } else {
       Keep(FlashAttentionForward(*ctx_, out, state, qkv, B, T, C, NH, bits));
-    } else if (float* s = Scratch(AttentionForwardScratch(B, T, C, NH))) {
-      Keep(GANTRY_CUDA_NS::AttentionForward(*ctx_, out, state, s, qkv, B, T, C, NH, bits));
     }
   }
   void AttentionBackward(kernels::Ptr dqkv, float*, kernels::CPtr dout, kernels::CPtr qkv, kernels::CPtr out,
-                         const float* state, int B, int T, int C, int NH) override {
+                         const float* state, int B, int T, int C, int NH, kernels::Precision p) override {
     if (!Types("AttentionBackward", {dqkv, dout, qkv, out})) return;
-    if (fused_) {
-      if (float* s = Scratch(FlashAttentionBackwardScratch(B, T, C, NH))) {
-        Keep(FlashAttentionBackward(*ctx_, dqkv, s, dout, qkv, out, state, B, T, C, NH));
+    if (!fused_) {
+      if (float* s = Scratch(AttentionBackwardScratch(B, T, C, NH))) {
+        Keep(GANTRY_CUDA_NS::AttentionBackward(*ctx_, dqkv, s, dout, qkv, state, B, T, C, NH));
       }
-    } else if (float* s = Scratch(AttentionBackwardScratch(B, T, C, NH))) {
-      Keep(GANTRY_CUDA_NS::AttentionBackward(*ctx_, dqkv, s, dout, qkv, state, B, T, C, NH));
+      return;
+    }
+    bool take = false;
+    if (!Keep(ByCudnn("AttentionBackward", qkv, B, T, C, NH, p, &take))) return;
+    if (take) {
+      Keep(cudnn_->Backward(ctx_->stream(), dqkv, dout, qkv, out, state, B, T, C, NH));
+    } else if (float* s = Scratch(FlashAttentionBackwardScratch(B, T, C, NH))) {
+      Keep(FlashAttentionBackward(*ctx_, dqkv, s, dout, qkv, out, state, B, T, C, NH));
     }
   }
   void GeluForward(kernels::Ptr out, kernels::CPtr inp, int64_t n) override {
@@ -340,6 +355,22 @@ class Cuda final : public kernels::Backend {
     (void)cudaGetLastError();
     return Keep(absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")")));
   }
+  // Whether a fused-path attention call goes to cuDNN (*take) or to the fused kernels: cuDNN
+  // where it is loaded and takes the call (16-bit tensors with weights of their type, its head
+  // sizes). With kCudnn a 16-bit call it cannot take is an error naming why; fp32 calls take
+  // the fused kernels on every path.
+  absl::Status ByCudnn(const char* op, kernels::CPtr qkv, int B, int T, int C, int NH, kernels::Precision p,
+                       bool* take) const {
+    *take = false;
+    if (cudnn_ == nullptr || qkv.f32()) return absl::OkStatus();
+    absl::Status st = CudnnAttention::Takes(qkv, B, T, C, NH, p);
+    if (st.ok()) {
+      *take = true;
+      return st;
+    }
+    if (options_.attention != kernels::AttentionPath::kCudnn) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(op, " (attention path cudnn): ", st.message()));
+  }
   // The ops' working memory beyond the model's: grown when an op needs more (the first
   // step's sizes are the largest of a run, so it grows at most once or twice).
   float* Scratch(size_t floats) {
@@ -374,6 +405,8 @@ class Cuda final : public kernels::Backend {
   const std::string name_;
   const kernels::BackendOptions options_;
   const bool fused_;
+  // cuDNN's attention (kAuto where it loaded, kCudnn); null: the fused kernels.
+  const std::unique_ptr<CudnnAttention> cudnn_;
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
   std::mutex mu_;
@@ -405,7 +438,24 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const k
 #if !defined(GANTRY_CUDA_EMULATED)
   absl::StrAppend(&name, " (", prop.name, ")");
 #endif
-  return std::unique_ptr<kernels::Backend>(new Cuda(std::move(*ctx), std::move(name), options));
+  // cuDNN's attention: required with kCudnn; with kAuto where it loads (a process that
+  // cannot load it says so once, on stderr, and runs the fused kernels).
+  std::unique_ptr<CudnnAttention> cudnn;
+  if (options.attention == kernels::AttentionPath::kAuto || options.attention == kernels::AttentionPath::kCudnn) {
+    auto made = CudnnAttention::Create();
+    if (made.ok()) {
+      cudnn = std::move(*made);
+    } else if (options.attention == kernels::AttentionPath::kCudnn) {
+      return made.status();
+    } else {
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        std::fprintf(stderr, "%s: %s; 16-bit attention runs on the fused kernels\n", name.c_str(),
+                     std::string(made.status().message()).c_str());
+      });
+    }
+  }
+  return std::unique_ptr<kernels::Backend>(new Cuda(std::move(*ctx), std::move(name), options, std::move(cudnn)));
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

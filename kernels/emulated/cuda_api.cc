@@ -67,6 +67,8 @@ bool InDevice(const void* p, size_t bytes) {
 
 }  // namespace
 
+bool IsDeviceMemory(const void* p, size_t bytes) { return InDevice(p, bytes); }
+
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return Fail(cudaErrorInvalidValue);

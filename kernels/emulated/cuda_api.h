@@ -92,6 +92,9 @@ cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaGetLastError();
+// Whether [p, p + bytes) lies inside one emulated device allocation (for the library
+// stand-ins' checks of the pointers they are handed).
+bool IsDeviceMemory(const void* p, size_t bytes);
 const char* cudaGetErrorName(cudaError_t err);
 const char* cudaGetErrorString(cudaError_t err);
 

@@ -41,10 +41,10 @@ class CudaTrainingTest : public ::testing::Test {
     return *s;
   }
   std::unique_ptr<Trainer> Run(const std::string& device, const std::string& ckpt_dir, bool resume = false,
-                               bool fused_attention = true) {
+                               kernels::AttentionPath attention = kernels::AttentionPath::kFused) {
     TrainOptions o;
     o.device = device;
-    o.device_options.fused_attention = fused_attention;
+    o.device_options.attention = attention;
     o.resume = resume;
     o.out = devnull_;
     auto t = Trainer::Create(Spec(ckpt_dir), o);
@@ -90,7 +90,7 @@ TEST_F(CudaTrainingTest, LlamaTracksTheCpu) {
   model_ = "arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 64, ffn_hidden: 160, vocab_size: 97, seq_len: 32";
   auto cpu = Run("cpu", dir_.File("cpu_ckpt"));
   auto fused = Run("cuda:0", dir_.File("fused_ckpt"));
-  auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, /*fused_attention=*/false);
+  auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, kernels::AttentionPath::kReference);
   ASSERT_TRUE(cpu && fused && unfused);
   ExpectTracks(*fused, *cpu, 1e-4, "fused");
   ExpectTracks(*unfused, *cpu, 1e-4, "unfused");
@@ -110,7 +110,7 @@ TEST_F(CudaTrainingTest, Bf16TracksTheCpusBf16WithinItsRounding) {
   precision_ = "bf16";
   auto cpu = Run("cpu", dir_.File("cpu_ckpt"));
   auto fused = Run("cuda:0", dir_.File("fused_ckpt"));
-  auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, /*fused_attention=*/false);
+  auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, kernels::AttentionPath::kReference);
   ASSERT_TRUE(cpu && fused && unfused);
   ASSERT_EQ(fused->reports().size(), 20u);
   for (size_t i = 0; i < 20; ++i) {
@@ -126,7 +126,7 @@ TEST_F(CudaTrainingTest, Bf16TracksTheCpusBf16WithinItsRounding) {
 TEST_F(CudaTrainingTest, FusedAndUnfusedAttentionBothTrackTheCpu) {
   auto cpu = Run("cpu", dir_.File("cpu_ckpt"));
   auto fused = Run("cuda:0", dir_.File("fused_ckpt"));
-  auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, /*fused_attention=*/false);
+  auto unfused = Run("cuda:0", dir_.File("unfused_ckpt"), false, kernels::AttentionPath::kReference);
   ASSERT_TRUE(cpu && fused && unfused);
   ExpectTracks(*fused, *cpu, 1e-4, "fused");
   ExpectTracks(*unfused, *cpu, 1e-4, "unfused");

@@ -44,6 +44,10 @@ case "${1:-}" in
   run)
     [ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
     export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
+    # cuDNN 9 (loaded at run time by the cuDNN attention path): the GPU host's is PyTorch's
+    # wheel's (nvidia-cudnn-cu13), outside the loader's search path.
+    cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
+    if [ -n "$cudnn_lib" ]; then export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_lib"; fi
     export GANTRY_REQUIRE_GPU=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     fail=0; passed=0

@@ -490,7 +490,7 @@ TEST_F(BackendOpsTest, AttentionBothWaysMatchesTheCpuBackend) {
   for (bool fused : {true, false}) {
     auto kind = ParseBackendKind(GANTRY_TEST_BACKEND);
     BackendOptions options;
-    options.fused_attention = fused;
+    options.attention = fused ? AttentionPath::kFused : AttentionPath::kReference;
     auto made = CreateBackend(*kind, 0, options);
     ASSERT_TRUE(made.ok()) << made.status();
     Backend& b = **made;
@@ -985,6 +985,33 @@ auto AccCross(const GemmRef& r, const std::vector<float>& a0, Precision p) {
   return ::testing::AssertionSuccess();
 }
 
+// A 16-bit GEMM output whose bias cuBLASLt's epilogue added (kernels/cuda/matmul.cu, as an
+// H200's cuBLAS 13 was measured to): the product rounded to p, then the bias added and rounded
+// again. Against the exact value e = product + bias: ToExact, half an ulp of p at the
+// product's size (the first rounding) and half at the output's (the second). bias(i): the bias
+// element i adds.
+template <typename Bias>
+::testing::AssertionResult NearExactRoundedTwice(const std::vector<float>& got, const GemmRef& r, Bias bias,
+                                                 Precision p) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double product = std::fabs(r.exact[i] - bias(i)) + r.ToExact(i);
+    const double err = std::fabs(got[i] - r.exact[i]);
+    const double bound = r.ToExact(i) + Ulp(product, p) / 2 + Ulp(got[i], p) / 2;
+    if (!(err <= bound)) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs the exact " << r.exact[i]
+                                           << " (bias " << bias(i) << "), off by " << err << " > " << bound;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+// The cross-backend bound of such an output against the cpu's rounded once: Cross, and half an
+// ulp at the product's size beyond Within16's one ulp.
+template <typename Bias>
+auto CrossRoundedTwice(const GemmRef& r, Bias bias, Precision p) {
+  return [&r, bias, p](size_t i) {
+    return r.Cross(i) + Ulp(std::fabs(r.exact[i] - bias(i)) + r.Cross(i), p) / 2;
+  };
+}
 
 // Every pair of fp32, bf16 and fp16, on every 16-bit pattern and on fp32 values around every
 // rounding boundary (the midpoints between neighbouring 16-bit values: ties, and one fp32 ulp
@@ -1191,7 +1218,13 @@ TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
           const auto got_out32 = eOut32.Host(), got_dinp32 = eDinp32.Host();
           const auto got_out16 = eOut16.Host(), got_dinp16 = eDinp16.Host();
           EXPECT_TRUE(Within(got_out32, out32, Cross(out_ref))) << "out fp32: the summation-order bound";
-          EXPECT_TRUE(Within16(got_out16, out16, p, Cross(out_ref))) << "out 16-bit: that and one ulp";
+          auto bias_of = [&](size_t i) { return with_bias ? static_cast<double>(bf[i % OC]) : 0.0; };
+          if (with_bias) {  // cuBLASLt's bias epilogue: the product rounded, then the sum
+            EXPECT_TRUE(Within16(got_out16, out16, p, CrossRoundedTwice(out_ref, bias_of, p)))
+                << "out 16-bit: that, one ulp, and half of the product's";
+          } else {
+            EXPECT_TRUE(Within16(got_out16, out16, p, Cross(out_ref))) << "out 16-bit: that and one ulp";
+          }
           EXPECT_TRUE(Within(got_dinp32, dinp32, Cross(dinp_ref))) << "dinp fp32";
           EXPECT_TRUE(Within16(got_dinp16, dinp16, p, Cross(dinp_ref))) << "dinp 16-bit";
           EXPECT_TRUE(Within(eDw.Host(), dw, acc_cross(dw_ref, dw0))) << "dweight += round";
@@ -1203,7 +1236,12 @@ TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
             EXPECT_TRUE(SameBits(g, Widen(Narrow(g, p), p))) << what << ": this call's gradient is a 16-bit value";
           }
           EXPECT_TRUE(NearExact(got_out32, out_ref, Precision::kFp32));
-          EXPECT_TRUE(NearExact(Widen(got_out16, p), out_ref, p)) << "rounded to nearest";
+          if (with_bias) {
+            EXPECT_TRUE(NearExactRoundedTwice(Widen(got_out16, p), out_ref, bias_of, p))
+                << "the product rounded to nearest, then the sum";
+          } else {
+            EXPECT_TRUE(NearExact(Widen(got_out16, p), out_ref, p)) << "rounded to nearest";
+          }
           EXPECT_TRUE(NearExact(got_dinp32, dinp_ref, Precision::kFp32));
           EXPECT_TRUE(NearExact(Widen(got_dinp16, p), dinp_ref, p)) << "rounded to nearest";
           if (with_bias) {
@@ -1248,8 +1286,11 @@ TEST_F(BackendOpsTest, TheFusedGeluMatmulsIn16BitsMatchTheCpuBackend) {
       const auto pre_ref = GemmOf(
           N, OC, C, [&](int n, int c) { return xf[static_cast<size_t>(n) * C + c]; },
           [&](int c, int o) { return wf[static_cast<size_t>(c) * OC + o]; }, [&](int, int o) { return bf[o]; });
-      EXPECT_TRUE(Within16(got_pre, pre, p, Cross(pre_ref))) << "pre: a GEMM's bound";
-      EXPECT_TRUE(NearExact(Widen(got_pre, p), pre_ref, p)) << "pre: rounded to nearest, once";
+      // pre: cuBLASLt's bias epilogue (the product rounded, then the sum: kernels/cuda/matmul.cu).
+      auto bias_of = [&](size_t i) { return static_cast<double>(bf[i % OC]); };
+      EXPECT_TRUE(Within16(got_pre, pre, p, CrossRoundedTwice(pre_ref, bias_of, p))) << "pre: a GEMM's bound";
+      EXPECT_TRUE(NearExactRoundedTwice(Widen(got_pre, p), pre_ref, bias_of, p))
+          << "pre: the product rounded to nearest, then the sum";
       // Not cuBLASLt's GELU epilogue on the unrounded sums: the backend's 16-bit GELU of its
       // rounded pre, bit for bit.
       EXPECT_TRUE(SameBits(got_out, eGelu.Host()));
@@ -1346,13 +1387,20 @@ TEST_F(BackendOpsTest, TheFusedGeluMatmulsIn16BitsMatchTheCpuBackend) {
 struct FusedExtra {
   std::vector<double> out, dqkv;
 };
+// ds_rel: where the backward rounds ds_ij to the 16-bit type before the products with k and q
+// (cuDNN's tensor cores take 16-bit operands; the fused kernels keep it fp32): each ds_ij is
+// then also within ds_rel |ds_ij| (the type's unit roundoff, 2^-s) of its fp32 value, and
+// within 2^-25 more for fp16's subnormals: |ds_ij| <= P_ij |dp_ij - D_i| adds ds_rel P_ij
+// |dp_ij - D_i| (+ 2^-25) to the ds term of dq_i and dk_j.
 FusedExtra FusedAttentionExtra(const std::vector<float>& qkv, const std::vector<float>& dout,
                                const std::vector<float>& out16, const std::vector<float>& out32,
-                               const std::vector<float>& att, int B, int T, int C, int NH, Precision weights) {
+                               const std::vector<float>& att, int B, int T, int C, int NH, Precision weights,
+                               double ds_rel = 0) {
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   const double rel = weights == Precision::kFp32 ? 0 : weights == Precision::kBf16 ? 0x1p-7 : 0x1p-10;
   const double abs_w = weights == Precision::kFp16 ? 0x1p-24 : 0;
+  const double ds_abs = ds_rel > 0 && weights == Precision::kFp16 ? 0x1p-25 : 0;
   const double out_slack = kTol * MaxAbs(out32);
   FusedExtra x{std::vector<double>(out32.size()), std::vector<double>(qkv.size())};
   auto q = [&](int b, int t, int part, int h) { return &qkv[(static_cast<size_t>(b) * T + t) * 3 * C + part * C + h * hs]; };
@@ -1374,7 +1422,7 @@ FusedExtra FusedAttentionExtra(const std::vector<float>& qkv, const std::vector<
           const float *gi = row(dout, b, i, h), *vj = q(b, j, 2, h), *kj = q(b, j, 1, h), *qi = q(b, i, 0, h);
           double dp = 0;
           for (int d = 0; d < hs; ++d) dp += static_cast<double>(gi[d]) * vj[d];
-          const double ds = E * std::fabs(dp - D[i]) + p * dD[i];
+          const double ds = E * std::fabs(dp - D[i]) + p * dD[i] + ds_rel * p * std::fabs(dp - D[i]) + ds_abs;
           double* xo = &x.out[(static_cast<size_t>(b) * T + i) * C + h * hs];
           double* xq = &x.dqkv[(static_cast<size_t>(b) * T + i) * 3 * C + h * hs];
           double* xk = &x.dqkv[(static_cast<size_t>(b) * T + j) * 3 * C + C + h * hs];
@@ -1398,7 +1446,7 @@ FusedExtra FusedAttentionExtra(const std::vector<float>& qkv, const std::vector<
 TEST_F(BackendOpsTest, AttentionIn16BitsBothWaysMatchesTheCpuBackend) {
   for (bool fused : {true, false}) {
     BackendOptions options;
-    options.fused_attention = fused;
+    options.attention = fused ? AttentionPath::kFused : AttentionPath::kReference;
     auto made = CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
     ASSERT_TRUE(made.ok()) << made.status();
     Backend& b = **made;
@@ -1458,6 +1506,160 @@ TEST_F(BackendOpsTest, AttentionIn16BitsBothWaysMatchesTheCpuBackend) {
       }
     }
   }
+}
+
+// cuDNN's fused attention, the tensor-core path of 16-bit calls (kernels/cuda/cudnn_attention.h;
+// on cuda-emulated the stand-in of kernels/emulated/cudnn_frontend.h), against the cpu
+// backend's 16-bit attention. It cannot give the fp32 kernels' bits rounded: its scores and
+// products run on tensor cores (16-bit operands, exact products, fp32 sums in its own order),
+// and its backward rounds ds to 16 bits. The bound, per element, from the type's unit
+// roundoff u (2^-8 bf16, 2^-11 fp16) and the reduction lengths (T keys, hs channels):
+//  - fp32 sums of up to T + hs exact products in any order: within kTol of the largest
+//    output, as the fp32 kernels across backends (the cross-backend slack d_out, d_dqkv);
+//  - the softmax weights rounded to 16 bits against a running maximum, where the cpu rounds
+//    against the row's final one: FusedAttentionExtra's E_ij <= 2u P_ij, carried through
+//    out_i = sum_j p_ij v_j, dv_j = sum_i p_ij dout_i and the ds terms of dq and dk;
+//  - the backward's D_i = dout_i . out_i from the 16-bit out it is given (the dD term);
+//  - ds rounded to 16 bits: ds_rel = u (FusedAttentionExtra's ds_rel);
+//  - each output rounded once: one ulp (Within16).
+// The log-sum-exp (cuDNN's softmax statistics, fp32) within kTol (1 + |lse|) of the cpu's.
+// And the deterministic backward: a second run gives the same bits, forward and backward.
+TEST_F(BackendOpsTest, CudnnAttentionIsWithinItsBoundAndRepeatsItsBits) {
+  BackendOptions options;
+  options.attention = AttentionPath::kCudnn;
+  auto made = CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+  ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
+  Backend& b = **made;
+  ASSERT_TRUE(b.fused_attention()) << "its state is the log-sum-exp";
+  for (Precision p : k16) {
+    const double u = p == Precision::kBf16 ? 0x1p-8 : 0x1p-11;
+    // head sizes 8, 8, 32, 64 (GPT-2's), 128 and 256 (cuDNN's largest); lengths from the shortest
+    // it takes (2) to ones that fill no tile
+    for (auto [B, T, C, NH] : {std::tuple{1, 2, 8, 1}, std::tuple{2, 7, 16, 2}, std::tuple{1, 65, 64, 2},
+                               std::tuple{2, 130, 128, 2}, std::tuple{1, 70, 256, 2}, std::tuple{1, 33, 256, 1}}) {
+      SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << B << "x" << T << "x" << C << " NH " << NH);
+      const size_t n_qkv = static_cast<size_t>(B) * T * 3 * C, n_out = static_cast<size_t>(B) * T * C,
+                   n_att = static_cast<size_t>(B) * NH * T * T, n_lse = static_cast<size_t>(B) * NH * T;
+      const auto qkv = Random16(n_qkv, 11, p), dout = Random16(n_out, 12, p);
+      const auto qkvf = Widen(qkv, p), doutf = Widen(dout, p);
+      std::vector<uint16_t> out(n_out), dqkv(n_qkv);
+      std::vector<float> att(n_att), scratch(n_att), out32(n_out), att32(n_att), dqkv32(n_qkv), lse(n_lse);
+      cpu().AttentionForward(Ptr(out.data(), p), att.data(), CPtr(qkv.data(), p), B, T, C, NH, p);
+      cpu().AttentionBackward(Ptr(dqkv.data(), p), scratch.data(), CPtr(dout.data(), p), CPtr(qkv.data(), p),
+                              CPtr(out.data(), p), att.data(), B, T, C, NH);
+      cpu().AttentionForward(out32.data(), att32.data(), qkvf.data(), B, T, C, NH, p);
+      cpu().AttentionBackward(dqkv32.data(), scratch.data(), doutf.data(), qkvf.data(), out32.data(), att32.data(), B,
+                              T, C, NH);
+      attention_lse(lse.data(), qkvf.data(), B, T, C, NH);
+      std::vector<uint16_t> got_out[2], got_dqkv[2];
+      std::vector<float> got_lse[2];
+      for (int run = 0; run < 2; ++run) {
+        Dev<uint16_t> eQkv(b, qkv), eDout(b, dout), eOut(b, std::vector<uint16_t>(n_out, kPoison16)),
+            eDqkv(b, std::vector<uint16_t>(n_qkv, kPoison16));
+        Dev<float> eLse(b, n_lse);
+        b.AttentionForward(Ptr(eOut.get(), p), eLse.get(), CPtr(eQkv.get(), p), B, T, C, NH, p);
+        b.AttentionBackward(Ptr(eDqkv.get(), p), nullptr, CPtr(eDout.get(), p), CPtr(eQkv.get(), p),
+                            CPtr(eOut.get(), p), eLse.get(), B, T, C, NH, p);
+        const absl::Status st = b.Synchronize();
+        ASSERT_TRUE(st.ok()) << st;
+        got_out[run] = eOut.Host();
+        got_dqkv[run] = eDqkv.Host();
+        got_lse[run] = eLse.Host();
+      }
+      EXPECT_TRUE(SameBits(got_out[1], got_out[0])) << "forward, run to run";
+      EXPECT_TRUE(SameBits(got_lse[1], got_lse[0])) << "statistics, run to run";
+      EXPECT_TRUE(SameBits(got_dqkv[1], got_dqkv[0])) << "the deterministic backward, run to run";
+      const double d_out = kTol * MaxAbs(out32), d_dqkv = kTol * MaxAbs(dqkv32);
+      const FusedExtra extra =
+          FusedAttentionExtra(qkvf, doutf, Widen(got_out[0], p), out32, att, B, T, C, NH, p, /*ds_rel=*/u);
+      EXPECT_TRUE(Within16(got_out[0], out, p, [&](size_t i) { return d_out + extra.out[i]; }));
+      EXPECT_TRUE(Within16(got_dqkv[0], dqkv, p, [&](size_t i) { return d_dqkv + extra.dqkv[i]; }));
+      EXPECT_TRUE(Within(got_lse[0], lse, [&](size_t i) { return kTol * (1 + std::fabs(lse[i])); }));
+    }
+  }
+}
+
+// What cuDNN cannot take: with the cudnn path a clear error naming why; with auto the fused
+// kernels, which give the fused path's bits. fp32 calls take the fused kernels on both.
+TEST_F(BackendOpsTest, CudnnAttentionRefusesWhatItCannotTakeAndAutoFallsBack) {
+  const BackendKind kind = *ParseBackendKind(GANTRY_TEST_BACKEND);
+  BackendOptions strict, automatic, fused;
+  strict.attention = AttentionPath::kCudnn;
+  fused.attention = AttentionPath::kFused;
+  auto s = CreateBackend(kind, 0, strict), a = CreateBackend(kind, 0, automatic), f = CreateBackend(kind, 0, fused);
+  ASSERT_TRUE(s.ok() && a.ok() && f.ok()) << s.status() << a.status() << f.status();
+  const Precision p = Precision::kBf16;
+  auto run = [&](Backend& be, int B, int T, int C, int NH, Precision weights, bool sixteen, size_t misalign,
+                 std::vector<uint16_t>* out16) {
+    const size_t n_qkv = static_cast<size_t>(B) * T * 3 * C, n_out = static_cast<size_t>(B) * T * C;
+    Dev<uint16_t> eQkv(be, Random16(n_qkv + 8, 5, p)), eOut(be, std::vector<uint16_t>(n_out + 8, kPoison16));
+    Dev<float> eQkv32(be, Random(n_qkv, 5)), eOut32(be, n_out), eLse(be, static_cast<size_t>(B) * NH * T);
+    if (sixteen) {
+      be.AttentionForward(Ptr(eOut.get() + misalign, p), eLse.get(), CPtr(eQkv.get(), p), B, T, C, NH, weights);
+    } else {
+      be.AttentionForward(eOut32.get(), eLse.get(), eQkv32.get(), B, T, C, NH, weights);
+    }
+    absl::Status st = be.Synchronize();
+    if (st.ok() && out16 != nullptr) *out16 = eOut.Host();
+    return st;
+  };
+  // head size 11
+  absl::Status st = run(**s, 1, 9, 33, 3, p, true, 0, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("head sizes that are multiples of 8"), std::string::npos) << st;
+  // weights kept in fp32
+  st = run(**s, 1, 9, 32, 2, Precision::kFp32, true, 0, nullptr);
+  EXPECT_NE(st.message().find("rounds the softmax weights"), std::string::npos) << st;
+  // out 2 bytes past an aligned address
+  st = run(**s, 1, 9, 32, 2, p, true, 1, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("16-byte aligned"), std::string::npos) << st;
+  // one token
+  st = run(**s, 2, 1, 32, 2, p, true, 0, nullptr);
+  EXPECT_NE(st.message().find("2 tokens or more"), std::string::npos) << st;
+  EXPECT_TRUE(run(**s, 1, 9, 32, 2, Precision::kFp32, false, 0, nullptr).ok()) << "fp32 takes the fused kernels";
+  // auto: the fused kernels' bits where cuDNN cannot take the call
+  for (auto [T, C, NH, weights] : {std::tuple{9, 33, 3, p}, std::tuple{9, 32, 2, Precision::kFp32},
+                                   std::tuple{1, 32, 2, p}}) {
+    std::vector<uint16_t> by_auto, by_fused;
+    ASSERT_TRUE(run(**a, 2, T, C, NH, weights, true, 0, &by_auto).ok());
+    ASSERT_TRUE(run(**f, 2, T, C, NH, weights, true, 0, &by_fused).ok());
+    EXPECT_TRUE(SameBits(by_auto, by_fused)) << "T " << T << " C " << C << " NH " << NH;
+  }
+}
+
+// Where cuDNN cannot be loaded (GANTRY_CUDNN_LIBRARY names a file that is not there): the
+// cudnn path is refused, naming the library; auto runs 16-bit attention on the fused kernels.
+TEST_F(BackendOpsTest, WithoutTheCudnnLibraryTheCudnnPathIsRefusedAndAutoRunsTheFusedKernels) {
+  const BackendKind kind = *ParseBackendKind(GANTRY_TEST_BACKEND);
+  ASSERT_EQ(setenv("GANTRY_CUDNN_LIBRARY", "libcudnn-gantry-test-absent.so.9", 1), 0);
+  BackendOptions strict, automatic;
+  strict.attention = AttentionPath::kCudnn;
+  auto s = CreateBackend(kind, 0, strict);
+  auto a = CreateBackend(kind, 0, automatic);
+  unsetenv("GANTRY_CUDNN_LIBRARY");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+  EXPECT_NE(s.status().message().find("libcudnn-gantry-test-absent.so.9"), std::string::npos) << s.status();
+  ASSERT_TRUE(a.ok()) << a.status();
+  BackendOptions fused;
+  fused.attention = AttentionPath::kFused;
+  auto f = CreateBackend(kind, 0, fused);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const Precision p = Precision::kBf16;
+  const int B = 1, T = 5, C = 16, NH = 2;
+  const size_t n_qkv = static_cast<size_t>(B) * T * 3 * C, n_out = static_cast<size_t>(B) * T * C;
+  const auto qkv = Random16(n_qkv, 3, p);
+  std::vector<uint16_t> got[2];
+  Backend* backends[2] = {a->get(), f->get()};
+  for (int i = 0; i < 2; ++i) {
+    Dev<uint16_t> eQkv(*backends[i], qkv), eOut(*backends[i], std::vector<uint16_t>(n_out, kPoison16));
+    Dev<float> eLse(*backends[i], static_cast<size_t>(B) * NH * T);
+    backends[i]->AttentionForward(Ptr(eOut.get(), p), eLse.get(), CPtr(eQkv.get(), p), B, T, C, NH, p);
+    ASSERT_TRUE(backends[i]->Synchronize().ok());
+    got[i] = eOut.Host();
+  }
+  EXPECT_TRUE(SameBits(got[0], got[1])) << "auto without cuDNN: the fused kernels' bits";
 }
 
 // The classifier with 16-bit logits, whole and vocabulary-parallel over 2 and 3 ranks: losses

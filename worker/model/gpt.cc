@@ -867,7 +867,7 @@ void GPT::BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const 
   });
   Op("attention bwd", [&] {
     be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
-                           H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH);
+                           H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH, lp_);
   });
   const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
   Op("matmul bwd", [&] { be_->MatmulBackward(dln, g.qkvw, g.qkvb, H(A(off_.dqkv)), ln1, w.qkvw, BT, C, 3 * Ca); });
@@ -927,7 +927,7 @@ void GPT::BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, c
   });
   Op("attention bwd", [&] {
     be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
-                           H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH);
+                           H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH, lp_);
   });
   const kernels::Ptr dqkvr = H(grouped ? A(off_.qkvr) : A(off_.dqkv));
   if (grouped) Op("gqa reduce", [&] { be_->GqaReduce(dqkvr, H(A(off_.dqkv)), BT, NH, NKV, hd); });

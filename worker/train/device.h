@@ -36,9 +36,11 @@ DeviceInventory InventoryOf(const DeviceName& device, int gpus = 0);
 absl::Status CheckGpus(const DeviceName& device, int gpus);
 // How an accelerator runs (TrainOptions::device_options).
 struct DeviceOptions {
-  // CUDA: attention by the fused flash-style kernels (O(T) memory per row; the (T, T)
-  // probabilities are never stored) rather than by cuBLAS batched GEMMs over them.
-  bool fused_attention = true;
+  // CUDA: how causal attention runs (kernels::AttentionPath): cuDNN's SDPA for 16-bit jobs
+  // where the library loads and the fused flash-style kernels otherwise (auto, the default),
+  // cuDNN or an error (cudnn), the fused kernels always (fused), or cuBLAS batched GEMMs over
+  // stored (T, T) probabilities (reference).
+  kernels::AttentionPath attention = kernels::AttentionPath::kAuto;
 };
 
 }  // namespace gantry::train

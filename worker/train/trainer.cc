@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   kernels::Backend* backend = &kernels::CpuBackend();
   if (device.kind != kernels::BackendKind::kCpu) {
     kernels::BackendOptions bo;
-    bo.fused_attention = options.device_options.fused_attention;
+    bo.attention = options.device_options.attention;
     ASSIGN_OR_RETURN(t->backend_, kernels::CreateBackend(device.kind, device.ordinal, bo));
     backend = t->backend_.get();
     if (t->speaker()) std::fprintf(options.out, "device %s\n", backend->Describe().c_str());

@@ -47,7 +47,7 @@ struct TrainOptions {
   // Where the model lives and its ops run (train/device.h, kernels/backend.h): "cpu",
   // "cuda[:N]" or "cuda-emulated[:N]"; every layout on each.
   std::string device = "cpu";
-  DeviceOptions device_options;  // how an accelerator runs (fused attention by default)
+  DeviceOptions device_options;  // how an accelerator runs (its attention path)
   bool print_losses = false; // "step N loss X" with 9 significant digits
   bool progress = false;     // a progress bar with ETA on stderr
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end

@@ -1,0 +1,308 @@
+// The emulated cudnn-frontend (cudnn_frontend.h): the checks cuDNN makes of a fused-attention
+// graph and its variant pack, and the cpu twin's arithmetic.
+#include "kernels/emulated/cudnn_frontend.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/attention.h"
+#include "kernels/cast.h"
+
+namespace gantry::emucudnn {
+
+struct EmuCudnn {
+  emucuda::cudaStream_t stream = nullptr;
+};
+
+void* OpenLibrary(const char* name, std::string* error) {
+  static int token = 0;
+  if (std::strcmp(name, "libcudnn.so.9") == 0) return &token;
+  *error = absl::StrCat(name, ": cannot open shared object file: No such file or directory (cuda-emulated: the "
+                              "stand-in answers to libcudnn.so.9 only)");
+  return nullptr;
+}
+
+namespace cudnn_frontend {
+namespace detail {
+size_t get_backend_version() { return 91900; }
+cudnnStatus_t create_handle(cudnnHandle_t* handle) {
+  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *handle = new EmuCudnn;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t destroy_handle(cudnnHandle_t handle) {
+  delete handle;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t set_stream(cudnnHandle_t handle, emucuda::cudaStream_t stream) {
+  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  handle->stream = stream;
+  return CUDNN_STATUS_SUCCESS;
+}
+}  // namespace detail
+
+namespace graph {
+namespace {
+
+using TensorPtr = std::shared_ptr<Tensor_attributes>;
+
+std::string Shape(const std::vector<int64_t>& v) { return absl::StrCat("(", absl::StrJoin(v, ", "), ")"); }
+
+size_t ElemBytes(DataType_t t) { return t == DataType_t::FLOAT || t == DataType_t::INT32 ? 4 : 2; }
+
+// The 16-bit value at byte address p of type t, widened.
+float Load16(const void* p, DataType_t t) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return t == DataType_t::BFLOAT16 ? kernels::FloatOfBf16(bits) : kernels::FloatOfFp16(bits);
+}
+
+}  // namespace
+
+error_t Graph::Fail(error_code_t code, const std::string& message) const {
+  return error_t{code, absl::StrCat("(cuda-emulated cuDNN) ", message)};
+}
+
+TensorPtr Graph::tensor(const Tensor_attributes& t) {
+  tensors_.push_back(std::make_shared<Tensor_attributes>(t));
+  return tensors_.back();
+}
+
+std::array<TensorPtr, 2> Graph::sdpa(TensorPtr q, TensorPtr k, TensorPtr v, SDPA_attributes a) {
+  forward_ = true;
+  fwd_ = a;
+  auto o = std::make_shared<Tensor_attributes>();
+  o->set_name(a.name + "::O");
+  TensorPtr stats;
+  if (a.generate_stats) {
+    stats = std::make_shared<Tensor_attributes>();
+    stats->set_name(a.name + "::Stats");
+  }
+  io_tensors_ = {q, k, v, o, stats};
+  return {o, stats};
+}
+
+std::array<TensorPtr, 3> Graph::sdpa_backward(TensorPtr q, TensorPtr k, TensorPtr v, TensorPtr o, TensorPtr dO,
+                                              TensorPtr stats, SDPA_backward_attributes a) {
+  backward_ = true;
+  bwd_ = a;
+  std::array<TensorPtr, 3> d;
+  const char* names[] = {"::dQ", "::dK", "::dV"};
+  for (int i = 0; i < 3; ++i) {
+    d[i] = std::make_shared<Tensor_attributes>();
+    d[i]->set_name(a.name + names[i]);
+  }
+  io_tensors_ = {q, k, v, o, dO, stats, d[0], d[1], d[2]};
+  return d;
+}
+
+error_t Graph::validate() {
+  if (forward_ == backward_) return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "the stand-in takes one sdpa or one sdpa_backward node a graph");
+  if (io_ != DataType_t::HALF && io_ != DataType_t::BFLOAT16) {
+    return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "fused attention needs an io data type of HALF or BFLOAT16");
+  }
+  if (intermediate_ != DataType_t::FLOAT || compute_ != DataType_t::FLOAT) {
+    return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "fused attention needs FLOAT intermediate and compute data types");
+  }
+  const bool causal = forward_ ? fwd_.causal : bwd_.causal;
+  const bool scaled = forward_ ? fwd_.has_scale : bwd_.has_scale;
+  if (!causal) return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "the stand-in computes the causal mask only");
+  if (!scaled) return Fail(error_code_t::ATTRIBUTE_NOT_SET, "attn_scale is not set");
+  if (forward_ && !fwd_.generate_stats) {
+    return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "the stand-in computes training graphs only (generate_stats)");
+  }
+  const size_t stats_at = forward_ ? 4 : 5;
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < io_tensors_.size(); ++i) {
+    const TensorPtr& t = io_tensors_[i];
+    if (t == nullptr) return Fail(error_code_t::ATTRIBUTE_NOT_SET, "a tensor of the node is null");
+    if (!t->has_uid()) return Fail(error_code_t::ATTRIBUTE_NOT_SET, t->get_name() + " has no uid");
+    const auto& dim = t->get_dim();
+    const auto& stride = t->get_stride();
+    if (i == stats_at) {
+      if (t->get_data_type() != DataType_t::FLOAT) {
+        return Fail(error_code_t::INVALID_VALUE, t->get_name() + ": the softmax statistics are FLOAT");
+      }
+      // Outputs inherit their dims from the node; the inputs state theirs.
+      if (!dim.empty() && (dim.size() != 4 || dim[3] != 1)) {
+        return Fail(error_code_t::INVALID_VALUE, t->get_name() + ": statistics are (B, H, S, 1), not " + Shape(dim));
+      }
+      if (!t->get_is_output() && stride.size() != 4) {
+        return Fail(error_code_t::ATTRIBUTE_NOT_SET, t->get_name() + " has no strides");
+      }
+      continue;
+    }
+    if (dim.size() != 4 || stride.size() != 4) {
+      return Fail(error_code_t::ATTRIBUTE_NOT_SET, t->get_name() + ": 4 dims and 4 strides, (B, H, S, D), are needed");
+    }
+    if (stride[3] != 1) {
+      return Fail(error_code_t::GRAPH_NOT_SUPPORTED, t->get_name() + ": the innermost (D) stride must be 1");
+    }
+    if (shape.empty()) shape = dim;
+    if (dim != shape) {
+      return Fail(error_code_t::INVALID_VALUE,
+                  t->get_name() + " is " + Shape(dim) + ", the node's other tensors " + Shape(shape));
+    }
+    if (t->get_data_type() != DataType_t::NOT_SET && t->get_data_type() != io_) {
+      return Fail(error_code_t::INVALID_VALUE, t->get_name() + ": its data type is not the graph's io type");
+    }
+  }
+  if (shape[2] == 1) return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "s_q = s_kv = 1 is not supported.");
+  const int64_t d = shape[3];
+  if (d % 8 != 0 || d > 256) {
+    return Fail(error_code_t::GRAPH_NOT_SUPPORTED,
+                absl::StrCat("head dim ", d, ": fused attention takes multiples of 8 up to 256"));
+  }
+  for (int64_t x : shape) {
+    if (x <= 0) return Fail(error_code_t::INVALID_VALUE, "dims must be positive: " + Shape(shape));
+  }
+  stage_ = Stage::kValidated;
+  return {};
+}
+
+error_t Graph::build_operation_graph(cudnnHandle_t handle) {
+  if (handle == nullptr) return Fail(error_code_t::ATTRIBUTE_NOT_SET, "build_operation_graph needs a handle");
+  if (stage_ != Stage::kValidated) return Fail(error_code_t::INVALID_VALUE, "validate the graph first");
+  stage_ = Stage::kBuilt;
+  return {};
+}
+
+error_t Graph::create_execution_plans(const std::vector<HeurMode_t>& modes) {
+  if (stage_ != Stage::kBuilt) return Fail(error_code_t::INVALID_VALUE, "build_operation_graph first");
+  if (modes.empty()) return Fail(error_code_t::INVALID_VALUE, "no heuristic mode");
+  stage_ = Stage::kPlanned;
+  return {};
+}
+
+error_t Graph::check_support() {
+  if (stage_ != Stage::kPlanned) return Fail(error_code_t::INVALID_VALUE, "create_execution_plans first");
+  stage_ = Stage::kSupported;
+  return {};
+}
+
+error_t Graph::build_plans() {
+  if (stage_ != Stage::kSupported) return Fail(error_code_t::INVALID_VALUE, "check_support first");
+  stage_ = Stage::kReady;
+  return {};
+}
+
+error_t Graph::get_workspace_size(int64_t& bytes) const {
+  if (stage_ != Stage::kReady) return Fail(error_code_t::INVALID_VALUE, "build_plans first");
+  bytes = 0;  // the stand-in keeps its own
+  return {};
+}
+
+error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, void* workspace) const {
+  if (handle == nullptr) return Fail(error_code_t::INVALID_VALUE, "execute needs a handle");
+  if (stage_ != Stage::kReady) return Fail(error_code_t::GRAPH_EXECUTION_FAILED, "the graph's plans are not built");
+  const TensorPtr& q = io_tensors_[0];
+  const auto& dim = q->get_dim();
+  const int B = static_cast<int>(dim[0]), NH = static_cast<int>(dim[1]), T = static_cast<int>(dim[2]),
+            hs = static_cast<int>(dim[3]);
+  const int C = NH * hs;
+  const size_t stats_at = forward_ ? 4 : 5;
+  // Each tensor's pointer: bound, aligned, its rows aligned, its extent in device memory.
+  std::vector<char*> ptr(io_tensors_.size());
+  for (size_t i = 0; i < io_tensors_.size(); ++i) {
+    const TensorPtr& t = io_tensors_[i];
+    auto it = pack.find(t->get_uid());
+    if (it == pack.end() || it->second == nullptr) {
+      return Fail(error_code_t::INVALID_VALUE, absl::StrCat(t->get_name(), " (uid ", t->get_uid(), ") is not bound"));
+    }
+    ptr[i] = static_cast<char*>(it->second);
+    if (reinterpret_cast<uintptr_t>(ptr[i]) % 16 != 0) {
+      return Fail(error_code_t::INVALID_VALUE, t->get_name() + " is not 16-byte aligned");
+    }
+    const bool stats = i == stats_at;
+    const size_t elem = stats ? 4 : ElemBytes(io_);
+    std::vector<int64_t> stride = t->get_stride();
+    if (stride.empty()) stride = {int64_t{NH} * T, T, 1, 1};  // an output's default: packed
+    if (!stats && (stride[2] * static_cast<int64_t>(elem)) % 16 != 0) {
+      return Fail(error_code_t::INVALID_VALUE, t->get_name() + ": its row stride is not a multiple of 16 bytes");
+    }
+    const int64_t last = (B - 1) * stride[0] + (NH - 1) * stride[1] + (T - 1) * stride[2] + (stats ? 0 : hs - 1);
+    if (!emucuda::IsDeviceMemory(ptr[i], static_cast<size_t>(last + 1) * elem)) {
+      return Fail(error_code_t::INVALID_VALUE, t->get_name() + " does not lie in device memory");
+    }
+  }
+  (void)workspace;
+  const kernels::Precision p = io_ == DataType_t::BFLOAT16 ? kernels::Precision::kBf16 : kernels::Precision::kFp16;
+  const size_t bt = static_cast<size_t>(B) * T;
+  // Element (b, h, t, d) of tensor i, as a byte address.
+  auto at = [&](size_t i, int b, int h, int t, int d) {
+    const auto& s = io_tensors_[i]->get_stride();
+    return ptr[i] + (b * s[0] + h * s[1] + t * s[2] + d) * static_cast<int64_t>(ElemBytes(io_));
+  };
+  // Tensors (index list) packed as rows of width parts * C, 16-bit of p's type and fp32.
+  auto gather = [&](std::initializer_list<size_t> parts, std::vector<uint16_t>* out16, std::vector<float>* out32) {
+    const int w = static_cast<int>(parts.size()) * C;
+    out16->assign(bt * w, 0);
+    out32->assign(bt * w, 0.f);
+    int part = 0;
+    for (size_t i : parts) {
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < NH; ++h)
+          for (int t = 0; t < T; ++t)
+            for (int d = 0; d < hs; ++d) {
+              const size_t o = (static_cast<size_t>(b) * T + t) * w + part * C + h * hs + d;
+              std::memcpy(&(*out16)[o], at(i, b, h, t, d), 2);
+              (*out32)[o] = Load16(at(i, b, h, t, d), io_);
+            }
+      ++part;
+    }
+  };
+  auto scatter = [&](const std::vector<uint16_t>& rows, int w, int part, size_t i) {
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int t = 0; t < T; ++t)
+          for (int d = 0; d < hs; ++d) {
+            std::memcpy(at(i, b, h, t, d), &rows[(static_cast<size_t>(b) * T + t) * w + part * C + h * hs + d], 2);
+          }
+  };
+  auto stats_at_bht = [&](int b, int h, int t) -> float* {
+    const auto& s = io_tensors_[stats_at]->get_stride();
+    const int64_t s0 = s.empty() ? int64_t{NH} * T : s[0], s1 = s.empty() ? T : s[1], s2 = s.empty() ? 1 : s[2];
+    return reinterpret_cast<float*>(ptr[stats_at]) + b * s0 + h * s1 + t * s2;
+  };
+  std::vector<uint16_t> qkv16;
+  std::vector<float> qkv32;
+  gather({0, 1, 2}, &qkv16, &qkv32);
+  std::vector<float> lse(static_cast<size_t>(B) * NH * T), att(static_cast<size_t>(B) * NH * T * T);
+  kernels::attention_lse(lse.data(), qkv32.data(), B, T, C, NH);
+  std::vector<uint16_t> out16(bt * C);
+  kernels::attention_forward(kernels::Ptr(out16.data(), p), att.data(), kernels::CPtr(qkv16.data(), p), B, T, C, NH,
+                             p);
+  if (forward_) {
+    scatter(out16, C, 0, 3);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int t = 0; t < T; ++t) *stats_at_bht(b, h, t) = lse[(static_cast<size_t>(b) * NH + h) * T + t];
+    return {};
+  }
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const float want = lse[(static_cast<size_t>(b) * NH + h) * T + t], got = *stats_at_bht(b, h, t);
+        if (!(std::fabs(got - want) <= 1e-4f * (1.f + std::fabs(want)))) {
+          return Fail(error_code_t::INVALID_VALUE,
+                      absl::StrCat("the statistics are not those of this Q and K: row (", b, ", ", h, ", ", t,
+                                   ") holds ", got, ", its log-sum-exp is ", want));
+        }
+      }
+  std::vector<uint16_t> dout16, dqkv16(bt * 3 * C);
+  std::vector<float> dout32, scratch(att.size());
+  gather({4}, &dout16, &dout32);
+  kernels::attention_backward(kernels::Ptr(dqkv16.data(), p), scratch.data(), kernels::CPtr(dout16.data(), p),
+                              kernels::CPtr(qkv16.data(), p), att.data(), B, T, C, NH);
+  for (int part = 0; part < 3; ++part) scatter(dqkv16, 3 * C, part, 6 + part);
+  return {};
+}
+
+}  // namespace graph
+}  // namespace cudnn_frontend
+}  // namespace gantry::emucudnn

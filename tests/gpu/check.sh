@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The one device call (issue 36's "GPU time"): the GPU suite, then the step benchmark beside
+# PyTorch (bench/gpu/run.sh), each logged under $OUT (the device tool brings it back), and a
+# summary last. Here: bash tests/gpu/run.sh bundle; carry .bundle.tgz; there, from the
+# repository root: bash tests/gpu/check.sh [--steps N] (N is passed to the benchmark).
+# GANTRY_GPU_SKIP_SUITE=1 runs the benchmark alone (a rerun after a speed change).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/gantry-gpu-check}
+mkdir -p "$OUT"
+t0=$(date +%s)
+suite=skipped
+if [ "${GANTRY_GPU_SKIP_SUITE:-0}" != 1 ]; then
+  GANTRY_GPU_TEST_TIMEOUT=${GANTRY_GPU_TEST_TIMEOUT:-200} bash tests/gpu/run.sh run >"$OUT/suite.log" 2>&1
+  suite=$?
+  grep -E "^== |FAILED|passed, .* failed|Failure|error" "$OUT/suite.log" | head -60
+fi
+t1=$(date +%s)
+bash bench/gpu/run.sh "$@" >"$OUT/bench.log" 2>&1
+bench=$?
+t2=$(date +%s)
+cp /tmp/gantry_bench/*.txt "$OUT/" 2>/dev/null || true
+echo "== benchmark (tail)"
+tail -n 70 "$OUT/bench.log"
+echo "== summary: suite $suite ($((t1 - t0)) s), benchmark $bench ($((t2 - t1)) s)"
+[ "$suite" = 0 ] || [ "$suite" = skipped ] && [ "$bench" = 0 ]
