@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(int device) {
 
 Context::~Context() {
   if (own_stream_) cudaStreamSynchronize(own_stream_);
+  DeleteMatmulPlans(matmul_plans_);
   if (scratch_) cudaFree(scratch_);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (lt_) cublasLtDestroy(lt_);

@@ -11,6 +11,10 @@
 
 namespace gantry::GANTRY_CUDA_NS {
 
+// cuBLASLt's descriptors and chosen algorithm per GEMM shape (kernels/cuda/matmul.cu).
+struct MatmulPlans;
+void DeleteMatmulPlans(MatmulPlans* plans);
+
 class Context {
  public:
   // On device `device` (cudaSetDevice), with a new non-blocking stream.
@@ -34,6 +38,9 @@ class Context {
   static constexpr size_t kScratchFloats = size_t{4} << 20;
   // Waits for the own stream's work.
   absl::Status Synchronize() const;
+  // The GEMMs' plans, made on first use and kept with the context (matmul.cu fills it): a
+  // GEMM of a shape already seen asks cuBLASLt's heuristic nothing and creates no descriptor.
+  MatmulPlans*& matmul_plans() { return matmul_plans_; }
 
  private:
   Context() = default;
@@ -45,6 +52,7 @@ class Context {
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;
   float* scratch_ = nullptr;
+  MatmulPlans* matmul_plans_ = nullptr;  // DeleteMatmulPlans at destruction
 };
 
 // A cuBLAS status as an absl::Status naming the call.

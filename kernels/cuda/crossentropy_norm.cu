@@ -20,6 +20,12 @@ absl::Status CheckRows(const char* op, int N, int V) {
 template <typename E, bool kGrad>
 absl::Status LaunchCrossEntropy(Context& ctx, float* losses, typename E::T* logits, const int32_t* targets,
                                 float dloss, int N, int V) {
+  if (V % 8 == 0 && Aligned16({logits})) {  // rows of V 16-bit (or fp32) values, each 16-byte aligned
+    auto* kernel = CrossEntropyVec8Kernel<E, kGrad>;
+    GANTRY_LAUNCH(kernel, N, kRowThreads, 0, ctx.stream())(losses, logits, targets, dloss, V);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  }
   auto* kernel = CrossEntropyKernel<E, kGrad>;
   GANTRY_LAUNCH(kernel, N, kRowThreads, 0, ctx.stream())(losses, logits, targets, dloss, V);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());

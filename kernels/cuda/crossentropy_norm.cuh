@@ -49,6 +49,44 @@ __global__ void CrossEntropyKernel(float* losses, typename E::T* logits, const i
   }
 }
 
+// The same for V a multiple of 8 and 16-byte aligned rows: 8 logits a load, and the max and
+// the sum of exponentials in one pass (each thread's sum rescaled as its running max grows,
+// then the block's sums rescaled to the block's max), so the row is read twice: here and as
+// its gradient is written (the issue's "logits at most twice"). The same values up to the
+// order of fp32 sums.
+template <typename E, bool kGrad>
+__global__ void CrossEntropyVec8Kernel(float* losses, typename E::T* logits, const int32_t* targets, float dloss,
+                                       int V) {
+  typename E::T* x = logits + static_cast<int64_t>(blockIdx.x) * V;
+  const int V8 = V / 8;
+  float m = -INFINITY, s = 0.f;
+  for (int i = threadIdx.x; i < V8; i += blockDim.x) {
+    float v[8];
+    Load8<E>(x + 8 * i, v);
+    float lm = v[0];
+    for (int k = 1; k < 8; ++k) lm = fmaxf(lm, v[k]);
+    if (lm > m) {
+      s *= expf(m - lm);  // m = -inf: s is 0 and stays 0
+      m = lm;
+    }
+    for (int k = 0; k < 8; ++k) s += expf(v[k] - m);
+  }
+  const float mx = BlockMax(m);
+  const float sum = BlockSum(m == -INFINITY ? 0.f : s * expf(m - mx));
+  const int target = targets[blockIdx.x];
+  const float xt = E::Ld(x[target]);
+  __syncthreads();  // every thread has read x[target] before the row is overwritten
+  if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + mx - xt;
+  if (!kGrad) return;
+  const float inv = 1.f / sum;
+  for (int i = threadIdx.x; i < V8; i += blockDim.x) {
+    float v[8];
+    Load8<E>(x + 8 * i, v);
+    for (int k = 0; k < 8; ++k) v[k] = (expf(v[k] - mx) * inv - (8 * i + k == target ? 1.f : 0.f)) * dloss;
+    Store8<E>(x + 8 * i, v);
+  }
+}
+
 // Vocabulary-parallel classifier (the twins of kernels::crossentropy_shard_stats and
 // _finish), one block per row. Stats: this rank's (max, sum of exp(x - max), target logit
 // or 0 where another rank holds the target) over its V columns.

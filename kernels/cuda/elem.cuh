@@ -21,6 +21,24 @@
 
 namespace gantry::GANTRY_CUDA_NS {
 
+// Four consecutive floats at p (16-byte aligned global memory), and back.
+__device__ inline void LoadF4(const float* p, float (&r)[4]) {
+#ifdef __CUDACC__
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+#else
+  for (int k = 0; k < 4; ++k) r[k] = p[k];
+#endif
+}
+__device__ inline void StoreF4(float* p, const float (&r)[4]) {
+#ifdef __CUDACC__
+  *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
+#else
+  for (int k = 0; k < 4; ++k) p[k] = r[k];
+#endif
+}
+
+
 struct F32 {
   using T = float;
   static constexpr kernels::Precision kType = kernels::Precision::kFp32;
@@ -39,6 +57,49 @@ struct Fp16 {
   __device__ static float Ld(uint16_t h) { return FloatOfFp16Bits(h); }
   __device__ static uint16_t St(float x) { return Fp16Bits(x); }
 };
+
+// Eight consecutive values of E's type at p (16-byte aligned where E is 16-bit: one 16-byte
+// load), widened; and eight stored, rounded.
+template <typename E>
+__device__ inline void Load8(const typename E::T* p, float (&r)[8]) {
+#ifdef __CUDACC__
+  if constexpr (sizeof(typename E::T) == 2) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    for (int k = 0; k < 4; ++k) {
+      r[2 * k] = E::Ld(static_cast<uint16_t>(w[k] & 0xffffu));
+      r[2 * k + 1] = E::Ld(static_cast<uint16_t>(w[k] >> 16));
+    }
+  } else {
+    for (int k = 0; k < 8; ++k) r[k] = E::Ld(p[k]);
+  }
+#else
+  for (int k = 0; k < 8; ++k) r[k] = E::Ld(p[k]);
+#endif
+}
+template <typename E>
+__device__ inline void Store8(typename E::T* p, const float (&r)[8]) {
+#ifdef __CUDACC__
+  if constexpr (sizeof(typename E::T) == 2) {
+    uint32_t w[4];
+    for (int k = 0; k < 4; ++k) {
+      w[k] = static_cast<uint32_t>(E::St(r[2 * k])) | (static_cast<uint32_t>(E::St(r[2 * k + 1])) << 16);
+    }
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    for (int k = 0; k < 8; ++k) p[k] = E::St(r[k]);
+  }
+#else
+  for (int k = 0; k < 8; ++k) p[k] = E::St(r[k]);
+#endif
+}
+// Whether every pointer is 16-byte aligned (host).
+inline bool Aligned16(std::initializer_list<const void*> ps) {
+  for (const void* p : ps) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
 
 // Host: f(E{}) for t's element type E.
 template <typename F>

@@ -32,6 +32,9 @@ absl::Status GeluForward(kernels::Ptr out, kernels::CPtr inp, int64_t N, cudaStr
   RETURN_IF_ERROR(CheckType("GeluForward", out.type, {inp}));
   return WithType(out.type, [&](auto e) {
     using E = decltype(e);
+    if (N % 8 == 0 && Aligned16({out.data, inp.data})) {
+      return Elementwise(GeluForward8Kernel<E>, N / 8, stream, Of<E>(out), Of<E>(inp));
+    }
     return Elementwise(GeluForwardKernel<E>, N, stream, Of<E>(out), Of<E>(inp));
   });
 }
@@ -40,11 +43,18 @@ absl::Status GeluBackward(kernels::Ptr dinp, kernels::CPtr inp, kernels::CPtr do
   RETURN_IF_ERROR(CheckType("GeluBackward", dinp.type, {inp, dout}));
   return WithType(dinp.type, [&](auto e) {
     using E = decltype(e);
+    if (N % 8 == 0 && Aligned16({dinp.data, inp.data, dout.data})) {
+      return Elementwise(GeluBackward8Kernel<E>, N / 8, stream, Of<E>(dinp), Of<E>(inp), Of<E>(dout));
+    }
     return Elementwise(GeluBackwardKernel<E>, N, stream, Of<E>(dinp), Of<E>(inp), Of<E>(dout));
   });
 }
 
 absl::Status ResidualForward(float* out, const float* a, const float* b, int64_t N, cudaStream_t stream) {
+  if (N % 4 == 0 && (reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(a) |
+                     reinterpret_cast<uintptr_t>(b)) % 16 == 0) {
+    return Elementwise(ResidualForward4Kernel, N / 4, stream, out, a, b);
+  }
   return Elementwise(ResidualForwardKernel, N, stream, out, a, b);
 }
 

@@ -24,6 +24,18 @@ __global__ void GeluForwardKernel(typename E::T* out, const typename E::T* inp, 
   if (i < n) out[i] = E::St(Gelu(E::Ld(inp[i])));
 }
 
+// The same, 8 elements a thread (16-byte accesses for 16-bit types): n8 = n / 8, the pointers
+// 16-byte aligned.
+template <typename E>
+__global__ void GeluForward8Kernel(typename E::T* out, const typename E::T* inp, int64_t n8) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  float v[8];
+  Load8<E>(inp + 8 * i, v);
+  for (int k = 0; k < 8; ++k) v[k] = Gelu(v[k]);
+  Store8<E>(out + 8 * i, v);
+}
+
 // inp (n), dout (n) → dinp (n) = gelu'(inp) dout, all of E's type (dinp may be dout).
 template <typename E>
 __global__ void GeluBackwardKernel(typename E::T* dinp, const typename E::T* inp, const typename E::T* dout,
@@ -32,9 +44,33 @@ __global__ void GeluBackwardKernel(typename E::T* dinp, const typename E::T* inp
   if (i < n) dinp[i] = E::St(GeluGrad(E::Ld(inp[i])) * E::Ld(dout[i]));
 }
 
+// The same, 8 elements a thread.
+template <typename E>
+__global__ void GeluBackward8Kernel(typename E::T* dinp, const typename E::T* inp, const typename E::T* dout,
+                                    int64_t n8) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  float x[8], d[8];
+  Load8<E>(inp + 8 * i, x);
+  Load8<E>(dout + 8 * i, d);
+  for (int k = 0; k < 8; ++k) d[k] = GeluGrad(x[k]) * d[k];
+  Store8<E>(dinp + 8 * i, d);
+}
+
 __global__ void ResidualForwardKernel(float* out, const float* a, const float* b, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = a[i] + b[i];
+}
+// The same, 4 elements a thread (16-byte loads and stores): n4 = n / 4, every pointer 16-byte
+// aligned.
+__global__ void ResidualForward4Kernel(float* out, const float* a, const float* b, int64_t n4) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  float x[4], y[4];
+  LoadF4(a + 4 * i, x);
+  LoadF4(b + 4 * i, y);
+  for (int k = 0; k < 4; ++k) x[k] += y[k];
+  StoreF4(out + 4 * i, x);
 }
 
 __global__ void ResidualBackwardKernel(float* da, float* db, const float* dout, int64_t n) {

@@ -36,6 +36,23 @@ inline float __shfl_sync(unsigned, float v, int src) { return emu::Exchange(v, s
 inline float __shfl_xor_sync(unsigned, float v, int mask) {
   return emu::Exchange(v, (emu::Self().linear % 32) ^ static_cast<unsigned>(mask));
 }
+// An int through the same exchange, its bits carried in a float's (moved, never computed on).
+inline int __shfl_sync(unsigned m, int v, int src) {
+  return static_cast<int>(__float_as_uint(__shfl_sync(m, __uint_as_float(static_cast<unsigned>(v)), src)));
+}
+// Bit i: lane i's predicate (every lane of the warp takes part, as with a full mask). The
+// votes go through a thread-local array, the running block's as a __shared__ array is.
+inline unsigned __ballot_sync(unsigned, int pred) {
+  static thread_local unsigned char votes[1024];
+  const unsigned me = emu::Self().linear, base = me / 32 * 32;
+  votes[me] = pred != 0;
+  emu::SyncWarp();
+  unsigned mask = 0;
+  for (unsigned i = 0; i < 32; ++i) mask |= votes[base + i] ? 1u << i : 0u;
+  emu::SyncWarp();  // every lane has read before the next ballot writes
+  return mask;
+}
+inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
 
 }  // namespace gantry
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one device call (issue 36's "GPU time"): the GPU suite, then the step benchmark beside
+# The one device call (issue 36's "GPU time"): the GPU suite, the per-op micro-benchmarks, then the step benchmark beside
 # PyTorch (bench/gpu/run.sh), each logged under $OUT (the device tool brings it back), and a
 # summary last. Here: bash tests/gpu/run.sh bundle; carry .bundle.tgz; there, from the
 # repository root: bash tests/gpu/check.sh [--steps N] (N is passed to the benchmark).
@@ -15,6 +15,14 @@ if [ "${GANTRY_GPU_SKIP_SUITE:-0}" != 1 ]; then
   suite=$?
   grep -E "^== |FAILED|passed, .* failed|Failure|error" "$OUT/suite.log" | head -60
 fi
+# The per-op micro-benchmarks (bench/kernels/ops_bench.cc) at GPT-2's sizes.
+[ -d .bundle ] || tar -xzf .bundle.tgz
+cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
+LD_LIBRARY_PATH="$PWD/.bundle/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:$cudnn_lib" \
+  timeout 120 .bundle/bin/ops_bench >"$OUT/ops.log" 2>&1
+ops=$?
+echo "== ops_bench ($ops)"
+cat "$OUT/ops.log"
 t1=$(date +%s)
 bash bench/gpu/run.sh "$@" >"$OUT/bench.log" 2>&1
 bench=$?
@@ -22,5 +30,5 @@ t2=$(date +%s)
 cp /tmp/gantry_bench/*.txt "$OUT/" 2>/dev/null || true
 echo "== benchmark (tail)"
 tail -n 70 "$OUT/bench.log"
-echo "== summary: suite $suite ($((t1 - t0)) s), benchmark $bench ($((t2 - t1)) s)"
+echo "== summary: suite $suite, ops_bench $ops ($((t1 - t0)) s), benchmark $bench ($((t2 - t1)) s)"
 [ "$suite" = 0 ] || [ "$suite" = skipped ] && [ "$bench" = 0 ]

@@ -26,7 +26,7 @@ case "${1:-}" in
     # The gantry_test targets labelled gpu (tests/CMakeLists.txt).
     for bin in build/tests/cuda_kernels_test build/tests/cuda_backend_ops_test build/tests/cuda_training_test build/tests/nccl_communicator_test \
                build/tests/nccl_training_test \
-               build/bench/gpt2_gpu_bench; do
+               build/bench/gpt2_gpu_bench build/bench/ops_bench; do
       cp "$bin" "$BUNDLE/bin/"
       ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
         case "$(basename "$lib")" in
@@ -36,7 +36,9 @@ case "${1:-}" in
         esac
       done
     done
-    cp -r tests/reference/fixtures "$BUNDLE/" 2>/dev/null || true
+    # Symbols stripped: the bundle with the working tree must fit the 64 MiB a device run carries.
+    strip --strip-unneeded "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null || true
+    # (no fixtures: no GPU test reads tests/reference/fixtures)
     tar -czf "$BUNDLE.tgz" "$BUNDLE"
     du -sh "$BUNDLE" "$BUNDLE.tgz"
     echo "carry $BUNDLE.tgz and run: bash tests/gpu/run.sh run; then bash bench/gpu/run.sh"

@@ -161,7 +161,9 @@ TEST_F(BackendOpsTest, TheEncoderWholeAndVocabularyParallelMatchesTheCpuBackend)
   // (B, T, C, V, v_begin, v_end, with wpe)
   for (auto [B, T, C, V, vb, ve, pos] :
        {std::tuple{1, 1, 1, 3, 0, 3, true}, std::tuple{2, 7, 33, 50, 0, 50, true}, std::tuple{3, 5, 64, 17, 0, 9, true},
-        std::tuple{1, 16, 100, 257, 129, 257, false}, std::tuple{2, 9, 257, 31, 10, 20, false}}) {
+        std::tuple{1, 16, 100, 257, 129, 257, false}, std::tuple{2, 9, 257, 31, 10, 20, false},
+        // 1,100 rows: the wte gradient's warps split the token ids by residue mod 4
+        std::tuple{4, 275, 40, 97, 20, 90, true}}) {
     SCOPED_TRACE(::testing::Message() << B << "x" << T << "x" << C << " V " << V << " rows [" << vb << ", " << ve
                                       << ")" << (pos ? " with wpe" : ""));
     const int N = B * T, rows = ve - vb;
@@ -186,8 +188,11 @@ TEST_F(BackendOpsTest, TheEncoderWholeAndVocabularyParallelMatchesTheCpuBackend)
 }
 
 TEST_F(BackendOpsTest, LayerNormMatchesTheCpuBackend) {
+  // C a multiple of 4 up to 1024 takes the one-pass backward (several blocks of rows from N 2049
+  // on), others the two passes.
   for (auto [N, C] : {std::tuple{1, 1}, std::tuple{14, 33}, std::tuple{15, 64}, std::tuple{16, 100},
-                      std::tuple{18, 257}, std::tuple{3, 1025}}) {
+                      std::tuple{18, 257}, std::tuple{3, 1025}, std::tuple{2051, 12}, std::tuple{300, 768},
+                      std::tuple{9, 1024}}) {
     SCOPED_TRACE(::testing::Message() << N << "x" << C);
     const auto x = Random(static_cast<size_t>(N) * C, 7, 2.f), w = Random(C, 8), bias = Random(C, 9),
                dout = Random(static_cast<size_t>(N) * C, 4), dinp0 = Random(static_cast<size_t>(N) * C, 10),
@@ -208,6 +213,14 @@ TEST_F(BackendOpsTest, LayerNormMatchesTheCpuBackend) {
     EXPECT_LE(RelErr(eDinp.Host(), dinp), kTol);
     EXPECT_LE(RelErr(eDw.Host(), dw), kTol);
     EXPECT_LE(RelErr(eDb.Host(), db), kTol);
+    // Fixed-order sums: the same bits again.
+    Dev<float> eDinp2(be(), dinp0), eDw2(be(), dw0), eDb2(be(), db0);
+    be().LayerNormBackward(eDinp2.get(), eDw2.get(), eDb2.get(), eDout.get(), eX.get(), eW.get(), eMean.get(),
+                           eRstd.get(), N, C);
+    ASSERT_TRUE(Ok());
+    EXPECT_EQ(eDinp2.Host(), eDinp.Host());
+    EXPECT_EQ(eDw2.Host(), eDw.Host());
+    EXPECT_EQ(eDb2.Host(), eDb.Host());
   }
 }
 
