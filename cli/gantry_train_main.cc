@@ -47,6 +47,8 @@ constexpr char kUsage[] =
     "                        [--threads N] [--no-progress] [--stop-after STEP]\n"
     "                        [--device cpu|cuda|cuda:N|cuda-emulated]   (cuda: one GPU, dp 1, ZeRO 0;\n"
     "                        cuda-emulated: the CUDA code path on the CPU, any layout)\n"
+    "                        [--attention auto|cudnn|fused|reference]   (cuda kinds; auto: cuDNN's fused\n"
+    "                        attention for bf16/fp16 where libcudnn.so.9 loads, the fused fp32 kernels otherwise)\n"
     "                        (--init-from DIR: the model keys come from DIR/config.json; those\n"
     "                        the spec states must agree with it)\n"
     "  gantry-train prepare [--out-dir DIR] [--val-fraction F] [--tokenizer PATH [--shard-tokens N]\n"
@@ -289,7 +291,7 @@ absl::Status RunCompare(int argc, char** argv) {
 }
 
 absl::Status RunTrain(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 1, {"init-from", "save", "threads", "stop-after", "device"},
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 1, {"init-from", "save", "threads", "stop-after", "device", "attention"},
                                      {"resume", "print-losses", "no-progress"}));
   if (a.positional.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat("expected one job spec file, got ", a.positional.size(),
@@ -315,6 +317,9 @@ absl::Status RunTrain(int argc, char** argv) {
   o.progress = !a.flags.count("no-progress") && isatty(STDERR_FILENO);
   RETURN_IF_ERROR(FlagNumber(a, "stop-after", &o.stop_after));
   if (a.flags.count("device")) o.device = Flag(a, "device");
+  if (a.flags.count("attention")) {
+    ASSIGN_OR_RETURN(o.device_options.attention, kernels::ParseAttentionPath(Flag(a, "attention")));
+  }
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(spec, o));
   return trainer->Run();
 }

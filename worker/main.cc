@@ -25,6 +25,9 @@ DEFINE_int32(gpus, 0,
              "GPUs this worker offers (cuda kinds), from --device's ordinal on: a job's ranks here run one per "
              "GPU. 0: every GPU visible from the ordinal on (cuda), 1 (cuda-emulated). For cuda-emulated it is "
              "a fake GPU count for tests, up to 8");
+DEFINE_string(attention, "auto",
+              "cuda kinds: how attention runs: auto (cuDNN's fused attention for bf16/fp16 jobs where libcudnn.so.9 "
+              "loads, the fused fp32 kernels otherwise), cudnn (cuDNN or an error), fused, or reference");
 DEFINE_int32(heartbeat_ms, 1000, "heartbeat period");
 DEFINE_double(peak_flops, 0,
               "the device's peak FLOP/s for MFU; 0 on a CPU worker: the fp32 GEMM rate measured at start");
@@ -41,6 +44,11 @@ int main(int argc, char** argv) {
   auto device = gantry::train::ParseDevice(FLAGS_device);
   if (!device.ok()) {
     LOG(ERROR) << "--device: " << device.status().message();
+    return 2;
+  }
+  auto attention = gantry::kernels::ParseAttentionPath(FLAGS_attention);
+  if (!attention.ok()) {
+    LOG(ERROR) << "--attention: " << attention.status().message();
     return 2;
   }
   if (auto s = gantry::train::CheckGpus(*device, FLAGS_gpus); !s.ok()) {
@@ -70,6 +78,7 @@ int main(int argc, char** argv) {
   options.host = FLAGS_host;
   options.work_dir = FLAGS_work_dir;
   options.device = FLAGS_device;
+  options.attention = *attention;
   options.gpus = FLAGS_gpus;
   options.gloo_host = FLAGS_gloo_host;
   options.threads = FLAGS_threads;

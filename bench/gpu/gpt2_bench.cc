@@ -62,6 +62,10 @@ int Main(int argc, char** argv) {
       const std::string v = argv[i + 1];
       ok = v == "bf16" || v == "fp32";
       precision = v == "fp32" ? kernels::Precision::kFp32 : kernels::Precision::kBf16;
+    } else if (a == "--bias-epilogue") {
+      const std::string v = argv[i + 1];
+      ok = v == "on" || v == "off";
+      options.bias_epilogue = v == "on";
     } else if (a == "--attention") {
       auto path = kernels::ParseAttentionPath(argv[i + 1]);
       ok = path.ok();
@@ -69,7 +73,7 @@ int Main(int argc, char** argv) {
     } else ok = false;
     if (!ok) {
       std::fprintf(stderr,
-                   "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention auto|cudnn|fused|reference]\n"
+                   "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention auto|cudnn|fused|reference] [--bias-epilogue on|off]\n"
                    "                  [--arch gpt2|llama] [--precision bf16|fp32] [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
       return 2;
     }

@@ -38,6 +38,7 @@ run() {
 }
 run gantry_gpt2 "gantry GPT-2, bf16, attention auto (cuDNN)" "$BUNDLE/bin/gpt2_gpu_bench" "$@"
 run gantry_gpt2_fused "gantry GPT-2, bf16, gantry's fused attention kernel" "$BUNDLE/bin/gpt2_gpu_bench" --attention fused "$@"
+run gantry_gpt2_epilogue "gantry GPT-2, bf16, cuBLASLt's bias epilogue (two roundings)" "$BUNDLE/bin/gpt2_gpu_bench" --bias-epilogue on "$@"
 if [ "${GANTRY_BENCH_FP32:-0}" = 1 ]; then
   run gantry_gpt2_fp32 "gantry GPT-2, fp32" "$BUNDLE/bin/gpt2_gpu_bench" --precision fp32 "$@"
 fi
@@ -124,6 +125,12 @@ f, _ = load("gantry_gpt2_fused")
 if c and f:
     print(f"GPT-2 attention: auto (cuDNN) {c['tokens_per_s']:.0f} tok/s at B {c['batch']} against gantry's fused "
           f"kernel's {f['tokens_per_s']:.0f} tok/s at B {f['batch']}: {c['tokens_per_s'] / f['tokens_per_s']:.2f}x")
+e, _ = load("gantry_gpt2_epilogue")
+t, _ = load("torch_gpt2")
+if c and e:
+    print(f"GPT-2 with cuBLASLt's bias epilogue (--bias-epilogue on): {e['tokens_per_s']:.0f} tok/s, "
+          f"{e['tokens_per_s'] / c['tokens_per_s']:.2f}x the default"
+          + (f", {e['tokens_per_s'] / t['tokens_per_s']:.2f}x pytorch" if t else ""))
 f32, _ = load("gantry_gpt2_fp32")
 if c and f32:
     print(f"GPT-2 bf16 {c['tokens_per_s']:.0f} tok/s at B {c['batch']} against fp32's {f32['tokens_per_s']:.0f} tok/s "

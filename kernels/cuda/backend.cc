@@ -229,12 +229,20 @@ class Cuda final : public kernels::Backend {
   void MatmulForward(kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight, kernels::CPtr bias, int N, int C,
                      int OC, WeightLayout layout) override {
     if (!Types("MatmulForward", {inp, weight, bias}, {out})) return;
-    Keep(GANTRY_CUDA_NS::MatmulForward(*ctx_, out, inp, weight, bias, N, C, OC, layout));
+    float* s = nullptr;
+    const size_t room =
+        ctx_->bias_epilogue() ? 0 : GANTRY_CUDA_NS::MatmulForwardScratch(N, OC, out.type, static_cast<bool>(bias));
+    if (room > 0 && (s = Scratch(room)) == nullptr) return;
+    Keep(GANTRY_CUDA_NS::MatmulForward(*ctx_, out, inp, weight, bias, N, C, OC, layout, s));
   }
   void MatmulBiasGeluForward(kernels::Ptr pre, kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight,
                              kernels::CPtr bias, int N, int C, int OC) override {
     if (!Types("MatmulBiasGeluForward", {pre, out, inp, weight, bias})) return;
-    Keep(GANTRY_CUDA_NS::MatmulBiasGeluForward(*ctx_, pre, out, inp, weight, bias, N, C, OC));
+    float* s = nullptr;
+    const size_t room =
+        ctx_->bias_epilogue() ? 0 : GANTRY_CUDA_NS::MatmulForwardScratch(N, OC, pre.type, static_cast<bool>(bias));
+    if (room > 0 && (s = Scratch(room)) == nullptr) return;
+    Keep(GANTRY_CUDA_NS::MatmulBiasGeluForward(*ctx_, pre, out, inp, weight, bias, N, C, OC, s));
   }
   void MatmulBackward(kernels::Ptr dinp, float* dweight, float* dbias, kernels::CPtr dout, kernels::CPtr inp,
                       kernels::CPtr weight, int N, int C, int OC, WeightLayout layout,
@@ -432,6 +440,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const k
   }
   auto ctx = Context::Create(device);
   if (!ctx.ok()) return ctx.status();
+  (*ctx)->set_bias_epilogue(options.bias_epilogue);
   cudaDeviceProp prop{};
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
   std::string name = absl::StrCat(kernels::BackendKindName(kKind), ":", device);

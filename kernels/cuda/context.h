@@ -38,6 +38,11 @@ class Context {
   static constexpr size_t kScratchFloats = size_t{4} << 20;
   // Waits for the own stream's work.
   absl::Status Synchronize() const;
+  // Whether a 16-bit GEMM output with a bias takes cuBLASLt's bias epilogue (two roundings,
+  // no scratch pass) rather than one rounding through an fp32 scratch (kernels/cuda/matmul.cu;
+  // BackendOptions::bias_epilogue). Off unless set.
+  bool bias_epilogue() const { return bias_epilogue_; }
+  void set_bias_epilogue(bool on) { bias_epilogue_ = on; }
   // The GEMMs' plans, made on first use and kept with the context (matmul.cu fills it): a
   // GEMM of a shape already seen asks cuBLASLt's heuristic nothing and creates no descriptor.
   MatmulPlans*& matmul_plans() { return matmul_plans_; }
@@ -53,6 +58,7 @@ class Context {
   void* lt_workspace_ = nullptr;
   float* scratch_ = nullptr;
   MatmulPlans* matmul_plans_ = nullptr;  // DeleteMatmulPlans at destruction
+  bool bias_epilogue_ = false;
 };
 
 // A cuBLAS status as an absl::Status naming the call.

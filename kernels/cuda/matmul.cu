@@ -1,13 +1,15 @@
 // Matmul through cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F): fp32 inputs without
 // TF32 (the CPU twin, kernels/cpu/matmul.cc, is the reference), or bf16 / fp16 inputs
 // (CUDA_R_16BF / CUDA_R_16F), whose products are exact in fp32. The output D is fp32 or of the
-// inputs' 16-bit type. The bias goes through cuBLASLt's bias epilogue (its bias of D's type; a
-// 16-bit bias of an fp32 D is added by a kernel after). With a 16-bit D the epilogue adds it to
-// the product already rounded to 16 bits and rounds again, as an H200's cuBLAS 13 was measured
-// to (docs/perf.md, "The first run on a GPU"): up to half an ulp of the product's size beyond
-// rounding once, where product and bias cancel; the emulated cuBLASLt does the same, and the
-// tests hold 16-bit outputs with a bias to that bound (no longer the CPU's bits rounded). A
-// split-K reduction may not sum a 16-bit D's partial products in D's type. Row-major (N, C)
+// inputs' 16-bit type, rounded once, after the bias is added in fp32. An fp32 D takes an fp32
+// bias in cuBLASLt's epilogue and a 16-bit one from a kernel after. A 16-bit D with a bias
+// takes cuBLASLt's bias epilogue only where the context allows it (Context::bias_epilogue,
+// BackendOptions::bias_epilogue): on an H200 (cuBLAS 13) the epilogue adds the bias to the
+// product already rounded to 16 bits and rounds again (docs/perf.md, "The first run on a GPU"),
+// up to half an ulp of the product's size off where they cancel, and the emulated cuBLASLt does
+// the same. Otherwise (the default) its product goes to an fp32 scratch, some rows at a time,
+// and a kernel adds the bias and rounds once (and applies the GELU of the fused op). A split-K
+// reduction may not sum a 16-bit D's partial products in D's type. Row-major (N, C)
 // matrices are column-major (C, N) ones to cuBLAS, so out (N,OC) = inp @ W is
 // out^T = W^T @ inp^T in its terms.
 #include <algorithm>
@@ -58,6 +60,18 @@ template <typename E>
 __global__ void AddBiasKernel(float* out, const typename E::T* bias, int64_t n, int OC) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] += E::Ld(bias[i % OC]);
+}
+
+// out (rows, OC) of E's type := acc (rows, OC) fp32 + bias (OC) of E's type, rounded once;
+// gelu (optional) := gelu of that rounded value, rounded.
+template <typename E>
+__global__ void AddBiasRoundKernel(typename E::T* out, typename E::T* gelu, const float* acc,
+                                   const typename E::T* bias, int64_t n, int OC) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const typename E::T v = E::St(acc[i] + E::Ld(bias[i % OC]));
+  out[i] = v;
+  if (gelu != nullptr) gelu[i] = E::St(Gelu(E::Ld(v)));
 }
 
 // acc (n) fp32 += d (n) of E's type, widened.
@@ -214,10 +228,46 @@ absl::Status CheckShape(const char* op, int N, int C, int OC) {
   return absl::OkStatus();
 }
 
+// The rows of a 16-bit output with a bias that one pass through the fp32 scratch takes.
+int ScratchRows(int N, int OC) {
+  constexpr int64_t kChunkFloats = int64_t{64} << 20;  // 256 MB: GPT-2's qkv in 3 GEMMs, its fc in 4
+  return static_cast<int>(std::min<int64_t>(N, std::max<int64_t>(1, kChunkFloats / OC)));
+}
+
+// A 16-bit out (and gelu_out, when given) with a bias: the product in fp32 into scratch32,
+// ScratchRows rows at a time, then the bias added and each value rounded once.
+absl::Status ForwardThroughScratch(Context& ctx, Ptr out, Ptr gelu_out, CPtr inp, CPtr weight, CPtr bias, int N,
+                                   int C, int OC, bool outin, float* scratch32) {
+  if (scratch32 == nullptr) {
+    return absl::InvalidArgumentError("MatmulForward: a 16-bit output with a bias needs scratch32");
+  }
+  const int rows = ScratchRows(N, OC);
+  for (int r0 = 0; r0 < N; r0 += rows) {
+    const int nr = std::min(rows, N - r0);
+    RETURN_IF_ERROR(Gemm(ctx, outin, false, OC, nr, C, weight.data, outin ? C : OC, (inp + int64_t{r0} * C).data, C,
+                         inp.type, scratch32, OC, Precision::kFp32, 0.f, nullptr));
+    RETURN_IF_ERROR(WithType(out.type, [&](auto e) -> absl::Status {
+      using E = decltype(e);
+      const int64_t n = static_cast<int64_t>(nr) * OC, at = int64_t{r0} * OC;
+      GANTRY_LAUNCH(AddBiasRoundKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(
+          Of<E>(out + at), gelu_out ? Of<E>(gelu_out + at) : nullptr, scratch32, Of<E>(bias), n, OC);
+      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      return absl::OkStatus();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+
 }  // namespace
 
+size_t MatmulForwardScratch(int N, int OC, Precision out, bool bias) {
+  if (out == Precision::kFp32 || !bias || N <= 0 || OC <= 0) return 0;
+  return static_cast<size_t>(ScratchRows(N, OC)) * OC;
+}
+
 absl::Status MatmulForward(Context& ctx, Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C, int OC,
-                           kernels::WeightLayout layout) {
+                           kernels::WeightLayout layout, float* scratch32) {
   // inp (N,C) @ W + bias → out (N,OC)
   RETURN_IF_ERROR(CheckShape("MatmulForward", N, C, OC));
   const Precision t = inp.type;
@@ -226,6 +276,11 @@ absl::Status MatmulForward(Context& ctx, Ptr out, CPtr inp, CPtr weight, CPtr bi
   // out^T (OC, N) = W' (OC, C) @ inp^T (C, N), W' = W stored (OC, C) [kInOut] or (C, OC)^T [kOutIn]
   const bool outin = layout == kernels::WeightLayout::kOutIn;
   const int64_t n = static_cast<int64_t>(N) * OC;
+  // A 16-bit out with a bias: one rounding through the fp32 scratch, unless the context takes
+  // cuBLASLt's bias epilogue (two roundings; Context::bias_epilogue).
+  if (bias && !out.f32() && !ctx.bias_epilogue()) {
+    return ForwardThroughScratch(ctx, out, nullptr, inp, weight, bias, N, C, OC, outin, scratch32);
+  }
   // The epilogue's bias is of D's type: a 16-bit bias of an fp32 output is added after.
   const bool bias_after = bias && bias.type != out.type;
   RETURN_IF_ERROR(Gemm(ctx, outin, false, OC, N, C, weight.data, outin ? C : OC, inp.data, C, t, out.data, OC,
@@ -240,11 +295,15 @@ absl::Status MatmulForward(Context& ctx, Ptr out, CPtr inp, CPtr weight, CPtr bi
 }
 
 absl::Status MatmulBiasGeluForward(Context& ctx, Ptr pre, Ptr out, CPtr inp, CPtr weight, CPtr bias, int N, int C,
-                                   int OC) {
+                                   int OC, float* scratch32) {
   // inp (N,C) @ W (C,OC) + bias → pre (N,OC), gelu(pre) → out (N,OC): the GELU of the stored
   // (16-bit: rounded) pre, rounded, as autocast rounds the linear's output and then GELU's.
   RETURN_IF_ERROR(CheckType("MatmulBiasGeluForward", inp.type, {pre, out, weight, bias}));
-  RETURN_IF_ERROR(MatmulForward(ctx, pre, inp, weight, bias, N, C, OC));
+  if (bias && !pre.f32() && !ctx.bias_epilogue()) {  // the GELU in the kernel that adds the bias
+    RETURN_IF_ERROR(CheckShape("MatmulBiasGeluForward", N, C, OC));
+    return ForwardThroughScratch(ctx, pre, out, inp, weight, bias, N, C, OC, false, scratch32);
+  }
+  RETURN_IF_ERROR(MatmulForward(ctx, pre, inp, weight, bias, N, C, OC, kernels::WeightLayout::kInOut, scratch32));
   return GeluForward(out, pre, static_cast<int64_t>(N) * OC, ctx.stream());
 }
 

@@ -95,18 +95,21 @@ absl::Status MoeRouterBackward(Context& ctx, float* dlogits, const float* dweigh
 
 // cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F; fp32 inputs: no TF32). The inputs
 // (inp, weight, bias; dout, inp, weight, gelu_pre) all fp32 or all of one 16-bit type, whose
-// products are exact in fp32; an output fp32 or of the inputs' type. The bias: cuBLASLt's bias
-// epilogue (a 16-bit bias of an fp32 output: a kernel after). A 16-bit output with a bias is
-// the product rounded, the bias added, rounded again (cuBLASLt's epilogue, as measured on an
-// H200; kernels/cuda/matmul.cu); without one, rounded once.
+// products are exact in fp32; an output fp32 or of the inputs' type, rounded once, after the
+// bias is added in fp32: an fp32 output in cuBLASLt's bias epilogue (an fp32 bias) or by a
+// kernel after (a 16-bit one); a 16-bit output through scratch32, MatmulForwardScratch floats
+// (the product in fp32, then a kernel adds the bias and rounds), unless ctx.bias_epilogue():
+// then cuBLASLt's bias epilogue, which rounds the product and then the sum (two roundings).
 // inp (N,C), weight (C,OC) kInOut or (OC,C) kOutIn, bias (OC) or null → out (N,OC)
+size_t MatmulForwardScratch(int N, int OC, kernels::Precision out, bool bias);
 absl::Status MatmulForward(Context& ctx, kernels::Ptr out, kernels::CPtr inp, kernels::CPtr weight,
                            kernels::CPtr bias, int N, int C, int OC,
-                           kernels::WeightLayout layout = kernels::WeightLayout::kInOut);
-// → pre (N,OC) = inp @ W + bias, out (N,OC) = gelu(pre); all of one type (16-bit: pre as
-// MatmulForward's, then gelu of the rounded pre rounded)
+                           kernels::WeightLayout layout = kernels::WeightLayout::kInOut, float* scratch32 = nullptr);
+// → pre (N,OC) = inp @ W + bias, out (N,OC) = gelu(pre); all of one type (16-bit: pre rounded,
+// then gelu of the rounded pre rounded; scratch32 as MatmulForward's)
 absl::Status MatmulBiasGeluForward(Context& ctx, kernels::Ptr pre, kernels::Ptr out, kernels::CPtr inp,
-                                   kernels::CPtr weight, kernels::CPtr bias, int N, int C, int OC);
+                                   kernels::CPtr weight, kernels::CPtr bias, int N, int C, int OC,
+                                   float* scratch32 = nullptr);
 // dout (N,OC) → dinp (N,C) overwritten (null: skipped; times gelu'(gelu_pre) when given; a
 // 16-bit dinp is rounded before and after that product), dweight (fp32) +=, dbias (OC, fp32)
 // += (null: skipped). 16-bit inputs: this call's weight and bias gradients are rounded to the

@@ -1150,121 +1150,137 @@ TEST_F(BackendOpsTest, GeluIn16BitsIsTheFp32OneRounded) {
   }
 }
 
+// A backend of the tested kind whose 16-bit GEMM outputs with a bias take cuBLASLt's bias
+// epilogue, or not.
+absl::StatusOr<std::unique_ptr<Backend>> WithBiasEpilogue(bool epilogue) {
+  BackendOptions options;
+  options.bias_epilogue = epilogue;
+  return CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+}
+
 // MatmulForward and MatmulBackward with 16-bit inputs in both layouts, with and without bias,
 // outputs (out, dinp) fp32 and 16-bit; dweight and dbias fp32, accumulated.
 TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
-  for (Precision p : k16) {
-    for (auto [N, C, OC] : {std::tuple{1, 1, 1}, std::tuple{7, 33, 65}, std::tuple{64, 64, 64},
-                            std::tuple{37, 100, 13}, std::tuple{130, 17, 257}}) {
-      for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
-        for (bool with_bias : {true, false}) {
-          SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << N << "x" << C << "x" << OC
-                                            << (layout == WeightLayout::kOutIn ? " OutIn" : " InOut")
-                                            << (with_bias ? " bias" : ""));
-          const bool outin = layout == WeightLayout::kOutIn;
-          const size_t nx = static_cast<size_t>(N) * C, nw = static_cast<size_t>(C) * OC, no = static_cast<size_t>(N) * OC;
-          const auto x = Random16(nx, 1, p), w = Random16(nw, 2, p), b = Random16(OC, 3, p),
-                     dout = Random16(no, 4, p);
-          const auto dw0 = Random(nw, 5), db0 = Random(OC, 6);
-          const auto xf = Widen(x, p), wf = Widen(w, p), bf = Widen(b, p), df = Widen(dout, p);
-          auto W = [&](int c, int o) { return wf[outin ? static_cast<size_t>(o) * C + c : static_cast<size_t>(c) * OC + o]; };
-          const CPtr bias_c = with_bias ? CPtr(b.data(), p) : nullptr;
-          // The cpu backend: out fp32 and 16-bit; dinp fp32 and 16-bit (dweight, dbias once).
-          std::vector<float> out32(no), dinp32(nx), dw = dw0, db = db0;
-          std::vector<uint16_t> out16(no), dinp16(nx);
-          cpu().MatmulForward(out32.data(), CPtr(x.data(), p), CPtr(w.data(), p), bias_c, N, C, OC, layout);
-          cpu().MatmulForward(Ptr(out16.data(), p), CPtr(x.data(), p), CPtr(w.data(), p), bias_c, N, C, OC, layout);
-          cpu().MatmulBackward(dinp32.data(), dw.data(), with_bias ? db.data() : nullptr, CPtr(dout.data(), p),
-                               CPtr(x.data(), p), CPtr(w.data(), p), N, C, OC, layout);
-          std::vector<float> dw_unused = dw0;
-          cpu().MatmulBackward(Ptr(dinp16.data(), p), dw_unused.data(), nullptr, CPtr(dout.data(), p),
-                               CPtr(x.data(), p), CPtr(w.data(), p), N, C, OC, layout);
-          Dev<uint16_t> eX(be(), x), eW(be(), w), eB(be(), b), eDout(be(), dout),
-              eOut16(be(), std::vector<uint16_t>(no, kPoison16)), eDinp16(be(), std::vector<uint16_t>(nx, kPoison16));
-          Dev<float> eOut32(be(), no), eDinp32(be(), nx), eDw(be(), dw0), eDb(be(), db0), eDw2(be(), dw0),
-              eDfw(be(), df), eDbw(be(), std::vector<float>(OC, 0.f)), eDinpW(be(), nx), eDwW(be(), dw0),
-              eXw(be(), xf), eWw(be(), wf);
-          const CPtr bias_e = with_bias ? CPtr(eB.get(), p) : nullptr;
-          be().MatmulForward(eOut32.get(), CPtr(eX.get(), p), CPtr(eW.get(), p), bias_e, N, C, OC, layout);
-          be().MatmulForward(Ptr(eOut16.get(), p), CPtr(eX.get(), p), CPtr(eW.get(), p), bias_e, N, C, OC, layout);
-          be().MatmulBackward(eDinp32.get(), eDw.get(), with_bias ? eDb.get() : nullptr, CPtr(eDout.get(), p),
-                              CPtr(eX.get(), p), CPtr(eW.get(), p), N, C, OC, layout);
-          be().MatmulBackward(Ptr(eDinp16.get(), p), eDw2.get(), nullptr, CPtr(eDout.get(), p), CPtr(eX.get(), p),
-                              CPtr(eW.get(), p), N, C, OC, layout);
-          // Into zeros, the gradients themselves: each a value of p (rounded, not fp32 sums).
-          Dev<float> eDwZero(be(), std::vector<float>(nw, 0.f)), eDbZero(be(), std::vector<float>(OC, 0.f));
-          be().MatmulBackward(nullptr, eDwZero.get(), eDbZero.get(), CPtr(eDout.get(), p), CPtr(eX.get(), p),
-                              CPtr(eW.get(), p), N, C, OC, layout);
-          std::vector<float> cpu_dw_zero(nw, 0.f), cpu_db_zero(OC, 0.f);
-          cpu().MatmulBackward(nullptr, cpu_dw_zero.data(), cpu_db_zero.data(), CPtr(dout.data(), p), CPtr(x.data(), p),
-                               CPtr(w.data(), p), N, C, OC, layout);
-          // The fp32 op on the widened values, for dbias: the same column sums, in the same order
-          // (into zeros: the sums themselves).
-          be().MatmulBackward(eDinpW.get(), eDwW.get(), with_bias ? eDbw.get() : nullptr, eDfw.get(), eXw.get(),
-                              eWw.get(), N, C, OC, layout);
-          ASSERT_TRUE(Ok());
-          // out (N, OC) = sum over C of x w (+ bias); dinp (N, C) = sum over OC of dout w;
-          // dweight += round(sum over N of x dout); dbias += round(sum over N of dout): this
-          // call's weight and bias gradients are 16-bit tensors, accumulated in fp32.
-          const auto out_ref = GemmOf(
-              N, OC, C, [&](int n, int c) { return xf[static_cast<size_t>(n) * C + c]; }, W,
-              [&](int, int o) { return with_bias ? bf[o] : 0.f; });
-          const auto dinp_ref = GemmOf(
-              N, C, OC, [&](int n, int o) { return df[static_cast<size_t>(n) * OC + o]; },
-              [&](int o, int c) { return W(c, o); }, [](int, int) { return 0.f; });
-          const auto dw_ref = GemmOf(
-              outin ? OC : C, outin ? C : OC, N,
-              [&](int r, int n) {
-                return outin ? df[static_cast<size_t>(n) * OC + r] : xf[static_cast<size_t>(n) * C + r];
-              },
-              [&](int n, int c) {
-                return outin ? xf[static_cast<size_t>(n) * C + c] : df[static_cast<size_t>(n) * OC + c];
-              },
-              [](int, int) { return 0.f; });
-          const auto db_ref = GemmOf(
-              1, OC, N, [](int, int) { return 1.f; }, [&](int n, int o) { return df[static_cast<size_t>(n) * OC + o]; },
-              [](int, int) { return 0.f; });
-          auto acc_cross = [&](const GemmRef& r, const std::vector<float>& a0) { return AccCross(r, a0, p); };
-          auto near_acc = [&](const std::vector<float>& got, const GemmRef& r, const std::vector<float>& a0) {
-            return NearExactAccumulated(got, r, a0, p);
-          };
-          const auto got_out32 = eOut32.Host(), got_dinp32 = eDinp32.Host();
-          const auto got_out16 = eOut16.Host(), got_dinp16 = eDinp16.Host();
-          EXPECT_TRUE(Within(got_out32, out32, Cross(out_ref))) << "out fp32: the summation-order bound";
-          auto bias_of = [&](size_t i) { return with_bias ? static_cast<double>(bf[i % OC]) : 0.0; };
-          if (with_bias) {  // cuBLASLt's bias epilogue: the product rounded, then the sum
-            EXPECT_TRUE(Within16(got_out16, out16, p, CrossRoundedTwice(out_ref, bias_of, p)))
-                << "out 16-bit: that, one ulp, and half of the product's";
-          } else {
-            EXPECT_TRUE(Within16(got_out16, out16, p, Cross(out_ref))) << "out 16-bit: that and one ulp";
-          }
-          EXPECT_TRUE(Within(got_dinp32, dinp32, Cross(dinp_ref))) << "dinp fp32";
-          EXPECT_TRUE(Within16(got_dinp16, dinp16, p, Cross(dinp_ref))) << "dinp 16-bit";
-          EXPECT_TRUE(Within(eDw.Host(), dw, acc_cross(dw_ref, dw0))) << "dweight += round";
-          EXPECT_TRUE(Within(eDw2.Host(), dw, acc_cross(dw_ref, dw0))) << "dweight += round (the call with a 16-bit dinp)";
-          EXPECT_TRUE(near_acc(eDw.Host(), dw_ref, dw0)) << "dweight: its gradient rounded to nearest";
-          EXPECT_TRUE(near_acc(dw, dw_ref, dw0)) << "the cpu's dweight: its gradient rounded to nearest";
-          for (const auto& [what, g] : {std::pair{"dweight", eDwZero.Host()}, std::pair{"dbias", eDbZero.Host()},
-                                        std::pair{"cpu dweight", cpu_dw_zero}, std::pair{"cpu dbias", cpu_db_zero}}) {
-            EXPECT_TRUE(SameBits(g, Widen(Narrow(g, p), p))) << what << ": this call's gradient is a 16-bit value";
-          }
-          EXPECT_TRUE(NearExact(got_out32, out_ref, Precision::kFp32));
-          if (with_bias) {
-            EXPECT_TRUE(NearExactRoundedTwice(Widen(got_out16, p), out_ref, bias_of, p))
-                << "the product rounded to nearest, then the sum";
-          } else {
-            EXPECT_TRUE(NearExact(Widen(got_out16, p), out_ref, p)) << "rounded to nearest";
-          }
-          EXPECT_TRUE(NearExact(got_dinp32, dinp_ref, Precision::kFp32));
-          EXPECT_TRUE(NearExact(Widen(got_dinp16, p), dinp_ref, p)) << "rounded to nearest";
-          if (with_bias) {
-            EXPECT_TRUE(Within(eDb.Host(), db, acc_cross(db_ref, db0))) << "dbias += round";
-            std::vector<float> db_want = db0;
-            const auto sums = eDbw.Host();
-            for (int o = 0; o < OC; ++o) db_want[o] += FloatOf16(Of16(sums[o], p), p);
-            EXPECT_TRUE(SameBits(eDb.Host(), db_want)) << "dbias: the fp32 column sums of the widened dout, rounded";
-          } else {
-            EXPECT_TRUE(SameBits(eDb.Host(), db0)) << "untouched without a bias";
+  // Both ways of a 16-bit output with a bias: one rounding through the fp32 scratch (the
+  // default) and cuBLASLt's bias epilogue (BackendOptions::bias_epilogue: two roundings).
+  for (bool epilogue : {false, true}) {
+    auto made = WithBiasEpilogue(epilogue);
+    ASSERT_TRUE(made.ok()) << made.status();
+    Backend& bk = **made;
+    SCOPED_TRACE(epilogue ? "bias epilogue" : "one rounding");
+    for (Precision p : k16) {
+      for (auto [N, C, OC] : {std::tuple{1, 1, 1}, std::tuple{7, 33, 65}, std::tuple{64, 64, 64},
+                              std::tuple{37, 100, 13}, std::tuple{130, 17, 257}}) {
+        for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+          for (bool with_bias : {true, false}) {
+            SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << N << "x" << C << "x" << OC
+                                              << (layout == WeightLayout::kOutIn ? " OutIn" : " InOut")
+                                              << (with_bias ? " bias" : ""));
+            const bool outin = layout == WeightLayout::kOutIn;
+            const size_t nx = static_cast<size_t>(N) * C, nw = static_cast<size_t>(C) * OC, no = static_cast<size_t>(N) * OC;
+            const auto x = Random16(nx, 1, p), w = Random16(nw, 2, p), b = Random16(OC, 3, p),
+                       dout = Random16(no, 4, p);
+            const auto dw0 = Random(nw, 5), db0 = Random(OC, 6);
+            const auto xf = Widen(x, p), wf = Widen(w, p), bf = Widen(b, p), df = Widen(dout, p);
+            auto W = [&](int c, int o) { return wf[outin ? static_cast<size_t>(o) * C + c : static_cast<size_t>(c) * OC + o]; };
+            const CPtr bias_c = with_bias ? CPtr(b.data(), p) : nullptr;
+            // The cpu backend: out fp32 and 16-bit; dinp fp32 and 16-bit (dweight, dbias once).
+            std::vector<float> out32(no), dinp32(nx), dw = dw0, db = db0;
+            std::vector<uint16_t> out16(no), dinp16(nx);
+            cpu().MatmulForward(out32.data(), CPtr(x.data(), p), CPtr(w.data(), p), bias_c, N, C, OC, layout);
+            cpu().MatmulForward(Ptr(out16.data(), p), CPtr(x.data(), p), CPtr(w.data(), p), bias_c, N, C, OC, layout);
+            cpu().MatmulBackward(dinp32.data(), dw.data(), with_bias ? db.data() : nullptr, CPtr(dout.data(), p),
+                                 CPtr(x.data(), p), CPtr(w.data(), p), N, C, OC, layout);
+            std::vector<float> dw_unused = dw0;
+            cpu().MatmulBackward(Ptr(dinp16.data(), p), dw_unused.data(), nullptr, CPtr(dout.data(), p),
+                                 CPtr(x.data(), p), CPtr(w.data(), p), N, C, OC, layout);
+            Dev<uint16_t> eX(bk, x), eW(bk, w), eB(bk, b), eDout(bk, dout),
+                eOut16(bk, std::vector<uint16_t>(no, kPoison16)), eDinp16(bk, std::vector<uint16_t>(nx, kPoison16));
+            Dev<float> eOut32(bk, no), eDinp32(bk, nx), eDw(bk, dw0), eDb(bk, db0), eDw2(bk, dw0),
+                eDfw(bk, df), eDbw(bk, std::vector<float>(OC, 0.f)), eDinpW(bk, nx), eDwW(bk, dw0),
+                eXw(bk, xf), eWw(bk, wf);
+            const CPtr bias_e = with_bias ? CPtr(eB.get(), p) : nullptr;
+            bk.MatmulForward(eOut32.get(), CPtr(eX.get(), p), CPtr(eW.get(), p), bias_e, N, C, OC, layout);
+            bk.MatmulForward(Ptr(eOut16.get(), p), CPtr(eX.get(), p), CPtr(eW.get(), p), bias_e, N, C, OC, layout);
+            bk.MatmulBackward(eDinp32.get(), eDw.get(), with_bias ? eDb.get() : nullptr, CPtr(eDout.get(), p),
+                                CPtr(eX.get(), p), CPtr(eW.get(), p), N, C, OC, layout);
+            bk.MatmulBackward(Ptr(eDinp16.get(), p), eDw2.get(), nullptr, CPtr(eDout.get(), p), CPtr(eX.get(), p),
+                                CPtr(eW.get(), p), N, C, OC, layout);
+            // Into zeros, the gradients themselves: each a value of p (rounded, not fp32 sums).
+            Dev<float> eDwZero(bk, std::vector<float>(nw, 0.f)), eDbZero(bk, std::vector<float>(OC, 0.f));
+            bk.MatmulBackward(nullptr, eDwZero.get(), eDbZero.get(), CPtr(eDout.get(), p), CPtr(eX.get(), p),
+                                CPtr(eW.get(), p), N, C, OC, layout);
+            std::vector<float> cpu_dw_zero(nw, 0.f), cpu_db_zero(OC, 0.f);
+            cpu().MatmulBackward(nullptr, cpu_dw_zero.data(), cpu_db_zero.data(), CPtr(dout.data(), p), CPtr(x.data(), p),
+                                 CPtr(w.data(), p), N, C, OC, layout);
+            // The fp32 op on the widened values, for dbias: the same column sums, in the same order
+            // (into zeros: the sums themselves).
+            bk.MatmulBackward(eDinpW.get(), eDwW.get(), with_bias ? eDbw.get() : nullptr, eDfw.get(), eXw.get(),
+                                eWw.get(), N, C, OC, layout);
+            ASSERT_TRUE(Ok());
+            // out (N, OC) = sum over C of x w (+ bias); dinp (N, C) = sum over OC of dout w;
+            // dweight += round(sum over N of x dout); dbias += round(sum over N of dout): this
+            // call's weight and bias gradients are 16-bit tensors, accumulated in fp32.
+            const auto out_ref = GemmOf(
+                N, OC, C, [&](int n, int c) { return xf[static_cast<size_t>(n) * C + c]; }, W,
+                [&](int, int o) { return with_bias ? bf[o] : 0.f; });
+            const auto dinp_ref = GemmOf(
+                N, C, OC, [&](int n, int o) { return df[static_cast<size_t>(n) * OC + o]; },
+                [&](int o, int c) { return W(c, o); }, [](int, int) { return 0.f; });
+            const auto dw_ref = GemmOf(
+                outin ? OC : C, outin ? C : OC, N,
+                [&](int r, int n) {
+                  return outin ? df[static_cast<size_t>(n) * OC + r] : xf[static_cast<size_t>(n) * C + r];
+                },
+                [&](int n, int c) {
+                  return outin ? xf[static_cast<size_t>(n) * C + c] : df[static_cast<size_t>(n) * OC + c];
+                },
+                [](int, int) { return 0.f; });
+            const auto db_ref = GemmOf(
+                1, OC, N, [](int, int) { return 1.f; }, [&](int n, int o) { return df[static_cast<size_t>(n) * OC + o]; },
+                [](int, int) { return 0.f; });
+            auto acc_cross = [&](const GemmRef& r, const std::vector<float>& a0) { return AccCross(r, a0, p); };
+            auto near_acc = [&](const std::vector<float>& got, const GemmRef& r, const std::vector<float>& a0) {
+              return NearExactAccumulated(got, r, a0, p);
+            };
+            const auto got_out32 = eOut32.Host(), got_dinp32 = eDinp32.Host();
+            const auto got_out16 = eOut16.Host(), got_dinp16 = eDinp16.Host();
+            EXPECT_TRUE(Within(got_out32, out32, Cross(out_ref))) << "out fp32: the summation-order bound";
+            auto bias_of = [&](size_t i) { return with_bias ? static_cast<double>(bf[i % OC]) : 0.0; };
+            if (with_bias && epilogue) {  // cuBLASLt's bias epilogue: the product rounded, then the sum
+              EXPECT_TRUE(Within16(got_out16, out16, p, CrossRoundedTwice(out_ref, bias_of, p)))
+                  << "out 16-bit: that, one ulp, and half of the product's";
+            } else {
+              EXPECT_TRUE(Within16(got_out16, out16, p, Cross(out_ref))) << "out 16-bit: that and one ulp";
+            }
+            EXPECT_TRUE(Within(got_dinp32, dinp32, Cross(dinp_ref))) << "dinp fp32";
+            EXPECT_TRUE(Within16(got_dinp16, dinp16, p, Cross(dinp_ref))) << "dinp 16-bit";
+            EXPECT_TRUE(Within(eDw.Host(), dw, acc_cross(dw_ref, dw0))) << "dweight += round";
+            EXPECT_TRUE(Within(eDw2.Host(), dw, acc_cross(dw_ref, dw0))) << "dweight += round (the call with a 16-bit dinp)";
+            EXPECT_TRUE(near_acc(eDw.Host(), dw_ref, dw0)) << "dweight: its gradient rounded to nearest";
+            EXPECT_TRUE(near_acc(dw, dw_ref, dw0)) << "the cpu's dweight: its gradient rounded to nearest";
+            for (const auto& [what, g] : {std::pair{"dweight", eDwZero.Host()}, std::pair{"dbias", eDbZero.Host()},
+                                          std::pair{"cpu dweight", cpu_dw_zero}, std::pair{"cpu dbias", cpu_db_zero}}) {
+              EXPECT_TRUE(SameBits(g, Widen(Narrow(g, p), p))) << what << ": this call's gradient is a 16-bit value";
+            }
+            EXPECT_TRUE(NearExact(got_out32, out_ref, Precision::kFp32));
+            if (with_bias && epilogue) {
+              EXPECT_TRUE(NearExactRoundedTwice(Widen(got_out16, p), out_ref, bias_of, p))
+                  << "the product rounded to nearest, then the sum";
+            } else {
+              EXPECT_TRUE(NearExact(Widen(got_out16, p), out_ref, p)) << "rounded to nearest";
+            }
+            EXPECT_TRUE(NearExact(got_dinp32, dinp_ref, Precision::kFp32));
+            EXPECT_TRUE(NearExact(Widen(got_dinp16, p), dinp_ref, p)) << "rounded to nearest";
+            if (with_bias) {
+              EXPECT_TRUE(Within(eDb.Host(), db, acc_cross(db_ref, db0))) << "dbias += round";
+              std::vector<float> db_want = db0;
+              const auto sums = eDbw.Host();
+              for (int o = 0; o < OC; ++o) db_want[o] += FloatOf16(Of16(sums[o], p), p);
+              EXPECT_TRUE(SameBits(eDb.Host(), db_want)) << "dbias: the fp32 column sums of the widened dout, rounded";
+            } else {
+              EXPECT_TRUE(SameBits(eDb.Host(), db0)) << "untouched without a bias";
+            }
           }
         }
       }
@@ -1276,107 +1292,119 @@ TEST_F(BackendOpsTest, MatmulsOf16BitInputsMatchTheCpuBackend) {
 // backward through the GELU, dinp (fp32 or 16-bit: rounded before and after the product)
 // times gelu'(gelu_pre).
 TEST_F(BackendOpsTest, TheFusedGeluMatmulsIn16BitsMatchTheCpuBackend) {
-  for (Precision p : k16) {
-    for (auto [N, C, OC] : {std::tuple{1, 1, 1}, std::tuple{7, 33, 65}, std::tuple{64, 64, 256},
-                            std::tuple{37, 100, 13}, std::tuple{5, 257, 31}}) {
-      SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << N << "x" << C << "x" << OC);
-      const size_t nx = static_cast<size_t>(N) * C, no = static_cast<size_t>(N) * OC;
-      const auto x = Random16(nx, 1, p), w = Random16(static_cast<size_t>(C) * OC, 2, p), b = Random16(OC, 3, p);
-      const auto xf = Widen(x, p), wf = Widen(w, p), bf = Widen(b, p);
-      std::vector<uint16_t> pre(no), out(no);
-      cpu().MatmulBiasGeluForward(Ptr(pre.data(), p), Ptr(out.data(), p), CPtr(x.data(), p), CPtr(w.data(), p),
-                                  CPtr(b.data(), p), N, C, OC);
-      Dev<uint16_t> eX(be(), x), eW(be(), w), eB(be(), b), ePre(be(), std::vector<uint16_t>(no, kPoison16)),
-          eOut(be(), std::vector<uint16_t>(no, kPoison16)), eGelu(be(), std::vector<uint16_t>(no, kPoison16)),
-          eGeluOfCpuPre(be(), std::vector<uint16_t>(no, kPoison16)), eCpuPre(be(), pre);
-      be().MatmulBiasGeluForward(Ptr(ePre.get(), p), Ptr(eOut.get(), p), CPtr(eX.get(), p), CPtr(eW.get(), p),
-                                 CPtr(eB.get(), p), N, C, OC);
-      ASSERT_TRUE(Ok());
-      be().GeluForward(Ptr(eGelu.get(), p), CPtr(ePre.get(), p), static_cast<int64_t>(no));
-      be().GeluForward(Ptr(eGeluOfCpuPre.get(), p), CPtr(eCpuPre.get(), p), static_cast<int64_t>(no));
-      ASSERT_TRUE(Ok());
-      const auto got_pre = ePre.Host(), got_out = eOut.Host();
-      const auto pre_ref = GemmOf(
-          N, OC, C, [&](int n, int c) { return xf[static_cast<size_t>(n) * C + c]; },
-          [&](int c, int o) { return wf[static_cast<size_t>(c) * OC + o]; }, [&](int, int o) { return bf[o]; });
-      // pre: cuBLASLt's bias epilogue (the product rounded, then the sum: kernels/cuda/matmul.cu).
-      auto bias_of = [&](size_t i) { return static_cast<double>(bf[i % OC]); };
-      EXPECT_TRUE(Within16(got_pre, pre, p, CrossRoundedTwice(pre_ref, bias_of, p))) << "pre: a GEMM's bound";
-      EXPECT_TRUE(NearExactRoundedTwice(Widen(got_pre, p), pre_ref, bias_of, p))
-          << "pre: the product rounded to nearest, then the sum";
-      // Not cuBLASLt's GELU epilogue on the unrounded sums: the backend's 16-bit GELU of its
-      // rounded pre, bit for bit.
-      EXPECT_TRUE(SameBits(got_out, eGelu.Host()));
-      // Against the cpu: where pre agrees, GELU's own cross-backend bound (the fp32 test's kTol);
-      // where it differs, also |gelu'| <= 1.13 times the difference of the pre values.
-      const auto pre_b = Widen(got_pre, p), pre_c = Widen(pre, p);
-      const double d = kTol * MaxAbs(Widen(out, p));
-      EXPECT_TRUE(Within16(got_out, out, p, [&](size_t i) { return d + 1.13 * std::fabs(pre_b[i] - pre_c[i]); }));
+  // Both ways of a 16-bit output with a bias: one rounding through the fp32 scratch (the
+  // default) and cuBLASLt's bias epilogue (BackendOptions::bias_epilogue: two roundings).
+  for (bool epilogue : {false, true}) {
+    auto made = WithBiasEpilogue(epilogue);
+    ASSERT_TRUE(made.ok()) << made.status();
+    Backend& bk = **made;
+    SCOPED_TRACE(epilogue ? "bias epilogue" : "one rounding");
+    for (Precision p : k16) {
+      for (auto [N, C, OC] : {std::tuple{1, 1, 1}, std::tuple{7, 33, 65}, std::tuple{64, 64, 256},
+                              std::tuple{37, 100, 13}, std::tuple{5, 257, 31}}) {
+        SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << N << "x" << C << "x" << OC);
+        const size_t nx = static_cast<size_t>(N) * C, no = static_cast<size_t>(N) * OC;
+        const auto x = Random16(nx, 1, p), w = Random16(static_cast<size_t>(C) * OC, 2, p), b = Random16(OC, 3, p);
+        const auto xf = Widen(x, p), wf = Widen(w, p), bf = Widen(b, p);
+        std::vector<uint16_t> pre(no), out(no);
+        cpu().MatmulBiasGeluForward(Ptr(pre.data(), p), Ptr(out.data(), p), CPtr(x.data(), p), CPtr(w.data(), p),
+                                    CPtr(b.data(), p), N, C, OC);
+        Dev<uint16_t> eX(bk, x), eW(bk, w), eB(bk, b), ePre(bk, std::vector<uint16_t>(no, kPoison16)),
+            eOut(bk, std::vector<uint16_t>(no, kPoison16)), eGelu(bk, std::vector<uint16_t>(no, kPoison16)),
+            eGeluOfCpuPre(bk, std::vector<uint16_t>(no, kPoison16)), eCpuPre(bk, pre);
+        bk.MatmulBiasGeluForward(Ptr(ePre.get(), p), Ptr(eOut.get(), p), CPtr(eX.get(), p), CPtr(eW.get(), p),
+                                   CPtr(eB.get(), p), N, C, OC);
+        ASSERT_TRUE(Ok());
+        bk.GeluForward(Ptr(eGelu.get(), p), CPtr(ePre.get(), p), static_cast<int64_t>(no));
+        bk.GeluForward(Ptr(eGeluOfCpuPre.get(), p), CPtr(eCpuPre.get(), p), static_cast<int64_t>(no));
+        ASSERT_TRUE(Ok());
+        const auto got_pre = ePre.Host(), got_out = eOut.Host();
+        const auto pre_ref = GemmOf(
+            N, OC, C, [&](int n, int c) { return xf[static_cast<size_t>(n) * C + c]; },
+            [&](int c, int o) { return wf[static_cast<size_t>(c) * OC + o]; }, [&](int, int o) { return bf[o]; });
+        auto bias_of = [&](size_t i) { return static_cast<double>(bf[i % OC]); };
+        if (epilogue) {  // cuBLASLt's bias epilogue: the product rounded, then the sum
+          EXPECT_TRUE(Within16(got_pre, pre, p, CrossRoundedTwice(pre_ref, bias_of, p))) << "pre: a GEMM's bound";
+          EXPECT_TRUE(NearExactRoundedTwice(Widen(got_pre, p), pre_ref, bias_of, p))
+              << "pre: the product rounded to nearest, then the sum";
+        } else {
+          EXPECT_TRUE(Within16(got_pre, pre, p, Cross(pre_ref))) << "pre: a GEMM's bound";
+          EXPECT_TRUE(NearExact(Widen(got_pre, p), pre_ref, p)) << "pre: rounded to nearest, once";
+        }
+        // Not cuBLASLt's GELU epilogue on the unrounded sums: the backend's 16-bit GELU of its
+        // rounded pre, bit for bit.
+        EXPECT_TRUE(SameBits(got_out, eGelu.Host()));
+        // Against the cpu: where pre agrees, GELU's own cross-backend bound (the fp32 test's kTol);
+        // where it differs, also |gelu'| <= 1.13 times the difference of the pre values.
+        const auto pre_b = Widen(got_pre, p), pre_c = Widen(pre, p);
+        const double d = kTol * MaxAbs(Widen(out, p));
+        EXPECT_TRUE(Within16(got_out, out, p, [&](size_t i) { return d + 1.13 * std::fabs(pre_b[i] - pre_c[i]); }));
 
-      // The next matmul's backward through the GELU: (N, OC) → (N, C) with weight (OC, C),
-      // gelu_pre (N, OC).
-      const auto gpre = Random16(no, 6, p, 2.f), w2 = Random16(static_cast<size_t>(OC) * C, 7, p),
-                 dout = Random16(nx, 4, p);
-      const auto dw0 = Random(static_cast<size_t>(OC) * C, 5);
-      const auto gpref = Widen(gpre, p), w2f = Widen(w2, p), doutf = Widen(dout, p);
-      std::vector<float> dinp32(no), dinp32_plain(no), dw = dw0, scratch_dw = dw0, g_cpu(no);
-      std::vector<uint16_t> dinp16(no), dinp16_plain(no);
-      const CPtr dout_c(dout.data(), p), out_c(out.data(), p), w2_c(w2.data(), p), gpre_c(gpre.data(), p);
-      cpu().MatmulBackward(dinp32.data(), dw.data(), nullptr, dout_c, out_c, w2_c, N, OC, C, WeightLayout::kInOut,
-                           gpre_c);
-      cpu().MatmulBackward(Ptr(dinp16.data(), p), scratch_dw.data(), nullptr, dout_c, out_c, w2_c, N, OC, C,
-                           WeightLayout::kInOut, gpre_c);
-      cpu().MatmulBackward(dinp32_plain.data(), scratch_dw.data(), nullptr, dout_c, out_c, w2_c, N, OC, C);
-      cpu().MatmulBackward(Ptr(dinp16_plain.data(), p), scratch_dw.data(), nullptr, dout_c, out_c, w2_c, N, OC, C);
-      const std::vector<float> ones(no, 1.f);
-      cpu().GeluBackward(g_cpu.data(), gpref.data(), ones.data(), static_cast<int64_t>(no));  // the cpu's gelu'
-      Dev<uint16_t> eGpre(be(), gpre), eW2(be(), w2), eDout(be(), dout), eOutC(be(), out),
-          eDinp16(be(), std::vector<uint16_t>(no, kPoison16)), eDinp16Plain(be(), std::vector<uint16_t>(no, kPoison16)),
-          eDinp16Gelu(be(), std::vector<uint16_t>(no, kPoison16));
-      Dev<float> eDinp32(be(), no), eDinp32Plain(be(), no), eDinp32Gelu(be(), no), eDw(be(), dw0),
-          eScratchDw(be(), dw0), eGpref(be(), gpref), eOnes(be(), ones), eG(be(), no);
-      const CPtr dout_e(eDout.get(), p), out_e(eOutC.get(), p), w2_e(eW2.get(), p), gpre_e(eGpre.get(), p);
-      be().MatmulBackward(eDinp32.get(), eDw.get(), nullptr, dout_e, out_e, w2_e, N, OC, C, WeightLayout::kInOut,
-                          gpre_e);
-      be().MatmulBackward(Ptr(eDinp16.get(), p), eScratchDw.get(), nullptr, dout_e, out_e, w2_e, N, OC, C,
-                          WeightLayout::kInOut, gpre_e);
-      be().MatmulBackward(eDinp32Plain.get(), eScratchDw.get(), nullptr, dout_e, out_e, w2_e, N, OC, C);
-      be().MatmulBackward(Ptr(eDinp16Plain.get(), p), eScratchDw.get(), nullptr, dout_e, out_e, w2_e, N, OC, C);
-      be().GeluBackward(eG.get(), eGpref.get(), eOnes.get(), static_cast<int64_t>(no));  // the backend's gelu'
-      ASSERT_TRUE(Ok());
-      // On the backend, the product with gelu' is its GELU backward's, bit for bit: of the
-      // fp32 dinp (fp32), and of the rounded dinp (16-bit, then rounded again).
-      Dev<float> eGelu32In(be(), eDinp32Plain.Host());
-      be().GeluBackward(eDinp32Gelu.get(), eGpref.get(), eGelu32In.get(), static_cast<int64_t>(no));
-      be().GeluBackward(Ptr(eDinp16Gelu.get(), p), gpre_e, CPtr(eDinp16Plain.get(), p), static_cast<int64_t>(no));
-      ASSERT_TRUE(Ok());
-      const auto got32 = eDinp32.Host();
-      const auto got16 = eDinp16.Host();
-      EXPECT_TRUE(SameBits(got32, eDinp32Gelu.Host()));
-      EXPECT_TRUE(SameBits(got16, eDinp16Gelu.Host()));
-      // Against the cpu, from the arithmetic: with g the two backends' gelu' (measured above by
-      // their fp32 GELU backward with dout 1) and d their dinp before the product,
-      // |g_b d_b - g_c d_c| <= |g_b| |d_b - d_c| + |d_c| |g_b - g_c|, plus the products'
-      // fp32 roundings, u (|g_b d_b| + |g_c d_c|); 16-bit: d the rounded dinp, and one ulp for
-      // the final rounding. |d_b - d_c| is the GEMM's (checked against its bound above for
-      // the plain call; here measured).
-      const auto g_b = eG.Host();
-      const auto p32_b = eDinp32Plain.Host(), p16_b = Widen(eDinp16Plain.Host(), p), p16_c = Widen(dinp16_plain, p);
-      auto product_bound = [&](const std::vector<float>& d_b, const std::vector<float>& d_c) {
-        return [&, d_b, d_c](size_t i) {
-          const double gb = g_b[i], gc = g_cpu[i], db = d_b[i], dc = d_c[i];
-          return std::fabs(gb) * std::fabs(db - dc) + std::fabs(dc) * std::fabs(gb - gc) +
-                 kU * (std::fabs(gb * db) + std::fabs(gc * dc));
+        // The next matmul's backward through the GELU: (N, OC) → (N, C) with weight (OC, C),
+        // gelu_pre (N, OC).
+        const auto gpre = Random16(no, 6, p, 2.f), w2 = Random16(static_cast<size_t>(OC) * C, 7, p),
+                   dout = Random16(nx, 4, p);
+        const auto dw0 = Random(static_cast<size_t>(OC) * C, 5);
+        const auto gpref = Widen(gpre, p), w2f = Widen(w2, p), doutf = Widen(dout, p);
+        std::vector<float> dinp32(no), dinp32_plain(no), dw = dw0, scratch_dw = dw0, g_cpu(no);
+        std::vector<uint16_t> dinp16(no), dinp16_plain(no);
+        const CPtr dout_c(dout.data(), p), out_c(out.data(), p), w2_c(w2.data(), p), gpre_c(gpre.data(), p);
+        cpu().MatmulBackward(dinp32.data(), dw.data(), nullptr, dout_c, out_c, w2_c, N, OC, C, WeightLayout::kInOut,
+                             gpre_c);
+        cpu().MatmulBackward(Ptr(dinp16.data(), p), scratch_dw.data(), nullptr, dout_c, out_c, w2_c, N, OC, C,
+                             WeightLayout::kInOut, gpre_c);
+        cpu().MatmulBackward(dinp32_plain.data(), scratch_dw.data(), nullptr, dout_c, out_c, w2_c, N, OC, C);
+        cpu().MatmulBackward(Ptr(dinp16_plain.data(), p), scratch_dw.data(), nullptr, dout_c, out_c, w2_c, N, OC, C);
+        const std::vector<float> ones(no, 1.f);
+        cpu().GeluBackward(g_cpu.data(), gpref.data(), ones.data(), static_cast<int64_t>(no));  // the cpu's gelu'
+        Dev<uint16_t> eGpre(bk, gpre), eW2(bk, w2), eDout(bk, dout), eOutC(bk, out),
+            eDinp16(bk, std::vector<uint16_t>(no, kPoison16)), eDinp16Plain(bk, std::vector<uint16_t>(no, kPoison16)),
+            eDinp16Gelu(bk, std::vector<uint16_t>(no, kPoison16));
+        Dev<float> eDinp32(bk, no), eDinp32Plain(bk, no), eDinp32Gelu(bk, no), eDw(bk, dw0),
+            eScratchDw(bk, dw0), eGpref(bk, gpref), eOnes(bk, ones), eG(bk, no);
+        const CPtr dout_e(eDout.get(), p), out_e(eOutC.get(), p), w2_e(eW2.get(), p), gpre_e(eGpre.get(), p);
+        bk.MatmulBackward(eDinp32.get(), eDw.get(), nullptr, dout_e, out_e, w2_e, N, OC, C, WeightLayout::kInOut,
+                            gpre_e);
+        bk.MatmulBackward(Ptr(eDinp16.get(), p), eScratchDw.get(), nullptr, dout_e, out_e, w2_e, N, OC, C,
+                            WeightLayout::kInOut, gpre_e);
+        bk.MatmulBackward(eDinp32Plain.get(), eScratchDw.get(), nullptr, dout_e, out_e, w2_e, N, OC, C);
+        bk.MatmulBackward(Ptr(eDinp16Plain.get(), p), eScratchDw.get(), nullptr, dout_e, out_e, w2_e, N, OC, C);
+        bk.GeluBackward(eG.get(), eGpref.get(), eOnes.get(), static_cast<int64_t>(no));  // the backend's gelu'
+        ASSERT_TRUE(Ok());
+        // On the backend, the product with gelu' is its GELU backward's, bit for bit: of the
+        // fp32 dinp (fp32), and of the rounded dinp (16-bit, then rounded again).
+        Dev<float> eGelu32In(bk, eDinp32Plain.Host());
+        bk.GeluBackward(eDinp32Gelu.get(), eGpref.get(), eGelu32In.get(), static_cast<int64_t>(no));
+        bk.GeluBackward(Ptr(eDinp16Gelu.get(), p), gpre_e, CPtr(eDinp16Plain.get(), p), static_cast<int64_t>(no));
+        ASSERT_TRUE(Ok());
+        const auto got32 = eDinp32.Host();
+        const auto got16 = eDinp16.Host();
+        EXPECT_TRUE(SameBits(got32, eDinp32Gelu.Host()));
+        EXPECT_TRUE(SameBits(got16, eDinp16Gelu.Host()));
+        // Against the cpu, from the arithmetic: with g the two backends' gelu' (measured above by
+        // their fp32 GELU backward with dout 1) and d their dinp before the product,
+        // |g_b d_b - g_c d_c| <= |g_b| |d_b - d_c| + |d_c| |g_b - g_c|, plus the products'
+        // fp32 roundings, u (|g_b d_b| + |g_c d_c|); 16-bit: d the rounded dinp, and one ulp for
+        // the final rounding. |d_b - d_c| is the GEMM's (checked against its bound above for
+        // the plain call; here measured).
+        const auto g_b = eG.Host();
+        const auto p32_b = eDinp32Plain.Host(), p16_b = Widen(eDinp16Plain.Host(), p), p16_c = Widen(dinp16_plain, p);
+        auto product_bound = [&](const std::vector<float>& d_b, const std::vector<float>& d_c) {
+          return [&, d_b, d_c](size_t i) {
+            const double gb = g_b[i], gc = g_cpu[i], db = d_b[i], dc = d_c[i];
+            return std::fabs(gb) * std::fabs(db - dc) + std::fabs(dc) * std::fabs(gb - gc) +
+                   kU * (std::fabs(gb * db) + std::fabs(gc * dc));
+          };
         };
-      };
-      EXPECT_TRUE(Within(got32, dinp32, product_bound(p32_b, dinp32_plain))) << "dinp fp32 times gelu'";
-      EXPECT_TRUE(Within16(got16, dinp16, p, product_bound(p16_b, p16_c))) << "dinp 16-bit times gelu'";
-      const auto outf = Widen(out, p);
-      const auto dw_ref = GemmOf(
-          OC, C, N, [&](int o, int n) { return outf[static_cast<size_t>(n) * OC + o]; },
-          [&](int n, int c) { return doutf[static_cast<size_t>(n) * C + c]; }, [](int, int) { return 0.f; });
-      EXPECT_TRUE(Within(eDw.Host(), dw, AccCross(dw_ref, dw0, p))) << "dweight += round";
-      EXPECT_TRUE(NearExactAccumulated(eDw.Host(), dw_ref, dw0, p)) << "dweight: its gradient rounded to nearest";
+        EXPECT_TRUE(Within(got32, dinp32, product_bound(p32_b, dinp32_plain))) << "dinp fp32 times gelu'";
+        EXPECT_TRUE(Within16(got16, dinp16, p, product_bound(p16_b, p16_c))) << "dinp 16-bit times gelu'";
+        const auto outf = Widen(out, p);
+        const auto dw_ref = GemmOf(
+            OC, C, N, [&](int o, int n) { return outf[static_cast<size_t>(n) * OC + o]; },
+            [&](int n, int c) { return doutf[static_cast<size_t>(n) * C + c]; }, [](int, int) { return 0.f; });
+        EXPECT_TRUE(Within(eDw.Host(), dw, AccCross(dw_ref, dw0, p))) << "dweight += round";
+        EXPECT_TRUE(NearExactAccumulated(eDw.Host(), dw_ref, dw0, p)) << "dweight: its gradient rounded to nearest";
+      }
     }
   }
 }

@@ -114,6 +114,7 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   spec->checkpoint.dir = dir + "/checkpoints";
   train::TrainOptions o;
   o.progress = false;
+  o.device_options.attention = options_.attention;
   // A rank's local index on this worker is its device ordinal (counted from the worker's
   // first GPU).
   ASSIGN_OR_RETURN(train::DeviceName device, train::ParseDevice(options_.device));

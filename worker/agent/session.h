@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "common/metrics.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
+#include "kernels/backend.h"
 #include "spec/job_spec.h"
 #include "worker/agent/shard_client.h"
 #include "worker/parallel/communicator.h"
@@ -33,6 +34,7 @@ struct WorkerOptions {
   std::string host;       // reported host name; empty: this machine's
   std::string work_dir;   // the jobs' scratch directory
   std::string device = "cpu";  // a cuda kind: the first GPU's ordinal (local rank 0's)
+  kernels::AttentionPath attention = kernels::AttentionPath::kAuto;  // cuda kinds (kernels/backend.h)
   int gpus = 0;                 // GPUs offered (cuda kinds); 0: those visible (cuda), 1 (cuda-emulated)
   std::string gloo_host = "127.0.0.1";  // where this worker's collectives listen
   int threads = 0;                       // 0: all the process may use
