@@ -74,6 +74,25 @@ __global__ void AddBiasRoundKernel(typename E::T* out, typename E::T* gelu, cons
   if (gelu != nullptr) gelu[i] = E::St(Gelu(E::Ld(v)));
 }
 
+// The same, 8 values a thread (16-byte accesses): OC a multiple of 8, the pointers 16-byte
+// aligned, n8 = n / 8. Each value as AddBiasRoundKernel computes it.
+template <typename E>
+__global__ void AddBiasRound8Kernel(typename E::T* out, typename E::T* gelu, const float* acc,
+                                    const typename E::T* bias, int64_t n8, int OC) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  float a0[4], a1[4], b[8], v[8];
+  LoadF4(acc + 8 * i, a0);
+  LoadF4(acc + 8 * i + 4, a1);
+  Load8<E>(bias + (8 * i) % OC, b);
+  for (int k = 0; k < 8; ++k) v[k] = E::Ld(E::St((k < 4 ? a0[k] : a1[k - 4]) + b[k]));
+  Store8<E>(out + 8 * i, v);
+  if (gelu != nullptr) {
+    for (int k = 0; k < 8; ++k) v[k] = Gelu(v[k]);
+    Store8<E>(gelu + 8 * i, v);
+  }
+}
+
 // acc (n) fp32 += d (n) of E's type, widened.
 template <typename E>
 __global__ void AddWidenedKernel(float* acc, const typename E::T* d, int64_t n) {
@@ -249,8 +268,15 @@ absl::Status ForwardThroughScratch(Context& ctx, Ptr out, Ptr gelu_out, CPtr inp
     RETURN_IF_ERROR(WithType(out.type, [&](auto e) -> absl::Status {
       using E = decltype(e);
       const int64_t n = static_cast<int64_t>(nr) * OC, at = int64_t{r0} * OC;
-      GANTRY_LAUNCH(AddBiasRoundKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(
-          Of<E>(out + at), gelu_out ? Of<E>(gelu_out + at) : nullptr, scratch32, Of<E>(bias), n, OC);
+      typename E::T* o = Of<E>(out + at);
+      typename E::T* g = gelu_out ? Of<E>(gelu_out + at) : nullptr;
+      if (OC % 8 == 0 && Aligned16({o, g, scratch32, bias.data})) {
+        GANTRY_LAUNCH(AddBiasRound8Kernel<E>, CeilDiv(n / 8, 256), 256, 0, ctx.stream())(o, g, scratch32,
+                                                                                        Of<E>(bias), n / 8, OC);
+      } else {
+        GANTRY_LAUNCH(AddBiasRoundKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(o, g, scratch32, Of<E>(bias),
+                                                                                   n, OC);
+      }
       CUDA_RETURN_IF_ERROR(cudaGetLastError());
       return absl::OkStatus();
     }));
