@@ -13,11 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUNDLE=.bundle
 [ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
-export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
-# cuDNN 9, which gantry's cuDNN attention path dlopens (libcudnn.so.9): on the GPU host it is
-# PyTorch's wheel's (nvidia-cudnn-cu13), outside the loader's search path.
-cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
-if [ -n "$cudnn_lib" ] && [ -d "$cudnn_lib" ]; then export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_lib"; fi
+source tests/gpu/env.sh
+gpu_bundle_env "$PWD/$BUNDLE/lib"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 OUT=/tmp/gantry_bench
 rm -rf "$OUT" && mkdir -p "$OUT"

@@ -21,7 +21,7 @@
 
 namespace gantry::GANTRY_CUDA_NS {
 
-// Four consecutive floats at p (16-byte aligned global memory), and back.
+// Four consecutive floats at p (16-byte aligned, global or shared memory), and back.
 __device__ inline void LoadF4(const float* p, float (&r)[4]) {
 #ifdef __CUDACC__
   const float4 v = *reinterpret_cast<const float4*>(p);

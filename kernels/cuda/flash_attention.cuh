@@ -101,24 +101,14 @@ __device__ inline void LoadTile(float* tile, int r0, int T, int hs, RowFn row) {
   }
 }
 
-// Four floats from 16-byte aligned shared memory.
-__device__ inline void Load4(const float* p, float (&r)[4]) {
-#ifdef __CUDACC__
-  const float4 v = *reinterpret_cast<const float4*>(p);
-  r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
-#else
-  for (int k = 0; k < 4; ++k) r[k] = p[k];
-#endif
-}
-
 // acc[a][b] += sum over d of A[d][4ty + a] * B[d][4tx + b]: two transposed tiles, d in order.
 template <int HSP>
 __device__ inline void TileProduct(float (&acc)[4][4], const float* A, const float* B, int ty, int tx) {
 GANTRY_UNROLL
   for (int d = 0; d < HSP; ++d) {
     float x[4], y[4];
-    Load4(A + d * kTStride + 4 * ty, x);
-    Load4(B + d * kTStride + 4 * tx, y);
+    LoadF4(A + d * kTStride + 4 * ty, x);
+    LoadF4(B + d * kTStride + 4 * tx, y);
 GANTRY_UNROLL
     for (int a = 0; a < 4; ++a) {
 GANTRY_UNROLL
@@ -134,12 +124,12 @@ __device__ inline void AccumulateRows(float (&o)[4][HSP / 16], const float* W, c
   constexpr int kCols = Geometry<HSP>::kCols;
   for (int j = 0; j < n; ++j) {
     float w[4], x[kCols];
-    Load4(W + j * kTStride + 4 * ty, w);
+    LoadF4(W + j * kTStride + 4 * ty, w);
     if constexpr (kCols >= 4) {
 GANTRY_UNROLL
       for (int g = 0; g < kCols / 4; ++g) {
         float v[4];
-        Load4(X + j * HSP + g * 64 + 4 * tx, v);
+        LoadF4(X + j * HSP + g * 64 + 4 * tx, v);
         for (int k = 0; k < 4; ++k) x[4 * g + k] = v[k];
       }
     } else {

@@ -17,9 +17,7 @@ if [ "${GANTRY_GPU_SKIP_SUITE:-0}" != 1 ]; then
 fi
 # The per-op micro-benchmarks (bench/kernels/ops_bench.cc) at GPT-2's sizes.
 [ -d .bundle ] || tar -xzf .bundle.tgz
-cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
-LD_LIBRARY_PATH="$PWD/.bundle/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:$cudnn_lib" \
-  timeout 120 .bundle/bin/ops_bench >"$OUT/ops.log" 2>&1
+(source tests/gpu/env.sh && gpu_bundle_env "$PWD/.bundle/lib" && timeout 120 .bundle/bin/ops_bench) >"$OUT/ops.log" 2>&1
 ops=$?
 echo "== ops_bench ($ops)"
 cat "$OUT/ops.log"

@@ -15,6 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
+source tests/gpu/env.sh
 CB=.cbundle
 case "${1:-}" in
   bundle)
@@ -23,14 +24,7 @@ case "${1:-}" in
     for bin in coordinator/gantry-coordinator shardserver/gantry-shardserver worker/gantry-worker cli/gantry \
                cli/gantry-train; do
       mkdir -p "$CB/build/$(dirname "$bin")"
-      cp "build/$bin" "$CB/build/$bin"
-      ldd "build/$bin" | awk '/=> \// {print $3}' | while read -r lib; do
-        case "$(basename "$lib")" in
-          libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*) ;;
-          libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*) ;;
-          *) cp -L -n "$lib" "$CB/build/lib/" ;;
-        esac
-      done
+      gpu_bundle_copy "build/$bin" "$CB/build/$(dirname "$bin")" "$CB/build/lib"
     done
     strip --strip-unneeded "$CB"/build/*/gantry* "$CB"/build/lib/* 2>/dev/null || true
     tar -czf "$CB.tgz" "$CB"
@@ -42,9 +36,7 @@ case "${1:-}" in
     if [ "$DEVICE" = cuda ]; then
       [ -d "$CB" ] || tar -xzf "$CB.tgz"
       export GANTRY_BIN="$ROOT/$CB/build"
-      export LD_LIBRARY_PATH="$ROOT/$CB/build/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
-      cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
-      [ -z "$cudnn_lib" ] || export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_lib"
+      gpu_bundle_env "$ROOT/$CB/build/lib"
     else
       export GANTRY_BIN="${GANTRY_BIN:-$ROOT/build}"
     fi

@@ -6,8 +6,8 @@
 #                                  and not the CUDA 13 libraries (driver, runtime, cuBLAS,
 #                                  cuBLASLt, NCCL), which the GPU host has and which would
 #                                  not fit the 64 MiB a device run may carry
-#                                  and .bundle.tgz, the same packed (the bundle is some 66 MB
-#                                  with OpenBLAS, over what a device run may carry; packed, 25)
+#                                  and .bundle.tgz, the same packed (stripped, some 130 MB with
+#                                  OpenBLAS, over what a device run may carry; packed, 44)
 #   bash tests/gpu/run.sh run      on the GPU host, from the repository root with .bundle/ or
 #                                  .bundle.tgz carried along: run each bundled test (each
 #                                  within GANTRY_GPU_TEST_TIMEOUT seconds, 300 by default); a
@@ -18,6 +18,7 @@
 #                                  the filter's tests); any hazard or error fails
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tests/gpu/env.sh
 BUNDLE=.bundle
 case "${1:-}" in
   bundle)
@@ -27,14 +28,7 @@ case "${1:-}" in
     for bin in build/tests/cuda_kernels_test build/tests/cuda_backend_ops_test build/tests/cuda_training_test build/tests/nccl_communicator_test \
                build/tests/nccl_training_test \
                build/bench/gpt2_gpu_bench build/bench/ops_bench; do
-      cp "$bin" "$BUNDLE/bin/"
-      ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
-        case "$(basename "$lib")" in
-          libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*) ;;
-          libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*) ;;
-          *) cp -L "$lib" "$BUNDLE/lib/" ;;
-        esac
-      done
+      gpu_bundle_copy "$bin" "$BUNDLE/bin" "$BUNDLE/lib"
     done
     # Symbols stripped: the bundle with the working tree must fit the 64 MiB a device run carries.
     strip --strip-unneeded "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null || true
@@ -45,11 +39,7 @@ case "${1:-}" in
     ;;
   run)
     [ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
-    export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
-    # cuDNN 9 (loaded at run time by the cuDNN attention path): the GPU host's is PyTorch's
-    # wheel's (nvidia-cudnn-cu13), outside the loader's search path.
-    cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
-    if [ -n "$cudnn_lib" ]; then export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_lib"; fi
+    gpu_bundle_env "$PWD/$BUNDLE/lib"
     export GANTRY_REQUIRE_GPU=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     fail=0; passed=0
@@ -62,7 +52,7 @@ case "${1:-}" in
     ;;
   sanitize)
     [ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
-    export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
+    gpu_bundle_env "$PWD/$BUNDLE/lib"
     export GANTRY_REQUIRE_GPU=1
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     fail=0
