@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   }
   const auto rows = gantry::bench::RunPairs(
       ranks, gantry::bench::SizesBy4(4096, static_cast<size_t>(max_mb) << 20), iters,
-      [](gantry::parallel::Communicator& comm, const std::shared_ptr<gloo::Context>& ctx, uint32_t* next_tag,
+      [](gantry::comm::Communicator& comm, const std::shared_ptr<gloo::Context>& ctx, uint32_t* next_tag,
          size_t bytes) {
         const size_t n = bytes / sizeof(float);
         // (grows by a factor of ranks per call: stays finite)
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
         sides.direct = [ctx, buf, next_tag] {
           gloo::AllreduceOptions o(ctx);
           o.setOutput(buf->data(), buf->size());
-          o.setReduceFunction(&gantry::parallel::SumFloats);
+          o.setReduceFunction(&gantry::comm::SumFloats);
           o.setTag((*next_tag)++);
           gloo::allreduce(o);
         };

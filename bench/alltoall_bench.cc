@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     if (i + 1 < argc && !std::strcmp(argv[i], "--max-mb")) max_mb = std::atoi(argv[i + 1]);
     if (i + 1 < argc && !std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
   }
-  using gantry::parallel::Communicator;
+  using gantry::comm::Communicator;
   const auto rows = gantry::bench::RunPairs(
       ranks, gantry::bench::SizesBy4(64 << 10, static_cast<size_t>(max_mb) << 20), iters,
       [&](Communicator& comm, const std::shared_ptr<gloo::Context>& ctx, uint32_t* next_tag, size_t bytes) {

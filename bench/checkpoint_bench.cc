@@ -23,8 +23,8 @@
 
 #include "common/rng.h"
 #include "kernels/threads.h"
-#include "worker/data/token_file.h"
-#include "worker/train/checkpoint.h"
+#include "data/token_file.h"
+#include "checkpoint/checkpoint.h"
 #include "worker/train/trainer.h"
 
 namespace {
@@ -92,23 +92,23 @@ int main(int argc, char** argv) {
   m.InitRandom(1);
   const size_t n = m.num_params();
   std::vector<float> mv(2 * n, 0.5f);
-  const std::vector<train::CheckpointPiece> whole = {{0, n, m.params(), mv.data(), mv.data() + n}};
-  const std::string part = dir + "/" + train::CheckpointPartName(0);
+  const std::vector<checkpoint::CheckpointPiece> whole = {{0, n, m.params(), mv.data(), mv.data() + n}};
+  const std::string part = dir + "/" + checkpoint::CheckpointPartName(0);
   std::vector<double> w_ours, w_plain, r_ours, r_plain;
   size_t bytes = 0;
   for (int i = 0; i < 5; ++i) {
     auto t0 = Clock::now();
-    if (!train::WriteCheckpointPart(dir, 0, m.tensors(), whole).status().ok()) return 1;
+    if (!checkpoint::WriteCheckpointPart(dir, 0, m.tensors(), whole).status().ok()) return 1;
     w_ours.push_back(Since(t0));
     bytes = fs::file_size(part);
     std::vector<char> same(bytes, 1);
     w_plain.push_back(PlainWrite(dir + "/plain.bin", same));
-    train::CheckpointState state;
+    checkpoint::CheckpointState state;
     state.step = 1;
     state.seed = 1;
-    if (!train::WriteCheckpointManifest(dir, m.config(), state, {1, 0}, 1).ok()) return 1;
+    if (!checkpoint::WriteCheckpointManifest(dir, m.config(), state, {1, 0}, 1).ok()) return 1;
     t0 = Clock::now();
-    if (!train::LoadCheckpoint(dir, m, mv.data(), mv.data() + n).ok()) return 1;
+    if (!checkpoint::LoadCheckpoint(dir, m, mv.data(), mv.data() + n).ok()) return 1;
     r_ours.push_back(Since(t0));
     r_plain.push_back(PlainRead(part, same));
   }
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
                     "data: {train: " + dir + "/train.bin}\n" + "train: {steps: " + std::to_string(steps) +
                     ", micro_batch: " + std::to_string(B) + ", lr: 1.0e-4}\n";
     if (every > 0) y += "checkpoint: {every: " + std::to_string(every) + ", keep: 2, dir: " + dir + "/ckpt}\n";
-    auto spec = train::ParseJobSpec(y);
+    auto spec = jobspec::ParseJobSpec(y);
     train::TrainOptions o;
     FILE* null = std::fopen("/dev/null", "w");
     o.out = null;

@@ -61,7 +61,7 @@
 #include "common/grpc_util.h"
 #include "common/security.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
-#include "shardserver/client.h"
+#include "shardserver/client/shard_client.h"
 
 namespace {
 
@@ -490,7 +490,7 @@ int main(int argc, char** argv) {
         for (int s = 0; s < servers; ++s) {
           std::vector<std::string> files = {part_names[s]};
           if (s == 0) files.insert(files.end(), {"manifest.json", "config.json"});
-          auto up = gantry::agent::UploadFiles(a.shard_servers(s), a.job_id(), step, files_dir.string(), files);
+          auto up = gantry::shardserver::UploadFiles(a.shard_servers(s), a.job_id(), step, files_dir.string(), files);
           if (!up.ok()) errors[j] = std::string(up.status().message());
         }
       });

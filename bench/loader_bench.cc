@@ -1,5 +1,5 @@
 // The data loader against the step it feeds, in the same run: micro-batches per second that
-// worker/data/dataset.h reads (shuffled rows out of memory-mapped shards, ids checked) against
+// data/dataset.h reads (shuffled rows out of memory-mapped shards, ids checked) against
 // micro-batches per second that a training step consumes, for the demo's shape (4 x 128, T 64,
 // B 12) and for GPT-2 124M's shape of batch (T 1024, B 8) fed to a 6 x 384 model, both with
 // GPT-2's vocabulary (50304) as the shards' ids need.
@@ -18,10 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "kernels/threads.h"
-#include "spec/job_spec.h"
+#include "jobspec/job_spec.h"
 #include "tests/test_util.h"
-#include "worker/data/dataset.h"
-#include "worker/data/token_file.h"
+#include "data/dataset.h"
+#include "data/token_file.h"
 #include "worker/train/trainer.h"
 
 namespace gantry {
@@ -47,7 +47,7 @@ double LoaderRate(const data::Dataset& d, int B, int T, double seconds) {
 
 // Micro-batches per second a training step of this model consumes (median step time).
 double StepRate(const std::string& train_glob, int layers, int embd, int heads, int B, int T, int steps) {
-  auto spec = train::ParseJobSpec(absl::StrCat(
+  auto spec = jobspec::ParseJobSpec(absl::StrCat(
       "model: {n_layer: ", layers, ", n_head: ", heads, ", n_embd: ", embd, ", vocab_size: 50304, seq_len: ", T,
       "}\ndata: {train: \"", train_glob, "\", shuffle: true}\ntrain: {steps: ", steps, ", micro_batch: ", B,
       ", global_batch: ", B, ", lr: 1.0e-4, seed: 1}\n"));

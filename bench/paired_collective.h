@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "worker/parallel/gloo_communicator.h"
+#include "comm/gloo/gloo_communicator.h"
 
 namespace gantry::bench {
 
@@ -40,7 +40,7 @@ struct Sides {
 };
 // The rank's Sides for a size of `bytes` (the closures own the buffers): comm is its
 // Communicator, ctx its Gloo context, next_tag a tag for each direct call.
-using MakeSides = std::function<Sides(parallel::Communicator& comm, const std::shared_ptr<gloo::Context>& ctx,
+using MakeSides = std::function<Sides(comm::Communicator& comm, const std::shared_ptr<gloo::Context>& ctx,
                                       uint32_t* next_tag, size_t bytes)>;
 
 struct Row {
@@ -72,7 +72,7 @@ inline std::vector<Row> RunPairs(int ranks, const std::vector<size_t>& sizes, in
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = parallel::GlooCommunicator::Create(r, ranks, store, {});
+      auto comm = comm::GlooCommunicator::Create(r, ranks, store, {});
       if (!comm.ok()) {
         std::fprintf(stderr, "%s\n", std::string(comm.status().message()).c_str());
         std::exit(1);

@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   sb.RegisterService(&svc);
   auto server = sb.BuildAndStart();
   const size_t pn = net_bytes / sizeof(float);
-  model::ParamTensor t;
+  jobspec::ParamTensor t;
   t.name = "w";
   t.shape = {static_cast<int64_t>(pn)};
   t.numel = pn;

@@ -23,8 +23,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "kernels/threads.h"
-#include "worker/data/token_file.h"
-#include "worker/parallel/gloo_communicator.h"
+#include "data/token_file.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "worker/train/trainer.h"
 
 namespace {
@@ -39,7 +39,7 @@ struct Figure {
 
 Figure Measure(const std::string& data, const std::string& schedule, int m, int n_embd, int T, int B, int steps) {
   const int p = 2;
-  auto spec = train::ParseJobSpec(absl::StrCat(
+  auto spec = jobspec::ParseJobSpec(absl::StrCat(
       "model: {n_layer: 4, n_head: 4, n_embd: ", n_embd, ", vocab_size: 256, seq_len: ", T, "}\n",
       "data: {train: ", data, "}\n",
       "train: {steps: ", steps, ", micro_batch: ", B, ", global_batch: ", B * m, ", lr: 1.0e-3}\n",
@@ -56,7 +56,7 @@ Figure Measure(const std::string& data, const std::string& schedule, int m, int 
   for (int r = 0; r < p; ++r) {
     threads.emplace_back([&, r] {
       kernels::ConfigureThreads(1);  // one thread a stage, unpinned (main says why)
-      auto groups = parallel::MakeGroups(r, {1, 1, p}, parallel::GlooGroups(store, {}));
+      auto groups = comm::MakeGroups(r, {1, 1, p}, comm::GlooGroups(store, {}));
       if (!groups.ok()) {
         status[r] = groups.status();
         return;
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s m %d: %s\n", sched, m, f.status.ToString().c_str());
         return 1;
       }
-      const double ideal = gantry::train::IdealBubble(2, m);
+      const double ideal = gantry::jobspec::IdealBubble(2, m);
       const double points = (f.bubble - ideal) * 100;
       const bool hit = std::fabs(points) <= 5;
       if (std::string(sched) == "1f1b") ok = ok && hit;

@@ -14,8 +14,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
-#include "worker/data/encode.h"
-#include "worker/data/tokenizer.h"
+#include "data/encode.h"
+#include "data/tokenizer.h"
 
 namespace gantry {
 namespace {

@@ -17,8 +17,8 @@
 #include "common/rng.h"
 #include "kernels/grad_norm.h"
 #include "kernels/threads.h"
-#include "worker/model/gpt.h"
-#include "worker/train/optimizer.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
 
 int main(int argc, char** argv) {
   int L = 6, C = 384, H = 6, T = 256, V = 256, B = 8, steps = 10, warmup = 2, threads = 2, profile = 0;
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     else { std::fprintf(stderr, "train_bench: unknown flag %s\n", k); return 2; }
   }
   gantry::kernels::ConfigureThreads(threads);
-  gantry::model::GPTConfig cfg{T, V, L, H, C};
+  gantry::jobspec::GPTConfig cfg{T, V, L, H, C};
   if (auto s = cfg.Validate(); !s.ok()) {
     std::fprintf(stderr, "train_bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   gantry::model::GPT model(cfg);
   model.InitRandom(0);
   model.set_precision(precision);
-  gantry::train::AdamW opt(model.tensors(), model.num_params(), {0.9, 0.95, 1e-8, 0.1});
+  gantry::optim::AdamW opt(model.tensors(), model.num_params(), {0.9, 0.95, 1e-8, 0.1});
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   gantry::Rng rng(1);
   for (size_t i = 0; i < x.size(); ++i) {

@@ -23,8 +23,8 @@
 
 #include "common/rng.h"
 #include "kernels/threads.h"
-#include "worker/model/gpt.h"
-#include "worker/parallel/gloo_communicator.h"
+#include "model/gpt.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "worker/train/zero.h"
 
 namespace {
@@ -35,7 +35,7 @@ struct Figures {
 };
 
 // One run: `steps` ZeRO-3 steps (after one warm-up step) on every rank; the figures.
-Figures RunOnce(int ranks, const gantry::model::GPTConfig& cfg, int B, int T, int steps, bool prefetch) {
+Figures RunOnce(int ranks, const gantry::jobspec::GPTConfig& cfg, int B, int T, int steps, bool prefetch) {
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::barrier sync(ranks);
   std::vector<std::vector<double>> times(static_cast<size_t>(ranks));
@@ -44,7 +44,7 @@ Figures RunOnce(int ranks, const gantry::model::GPTConfig& cfg, int B, int T, in
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       gantry::kernels::ConfigureThreads(1, r, ranks);
-      auto comm = gantry::parallel::GlooCommunicator::Create(r, ranks, store, {});
+      auto comm = gantry::comm::GlooCommunicator::Create(r, ranks, store, {});
       if (!comm.ok()) {
         std::fprintf(stderr, "zero3_prefetch_bench: %s\n", std::string(comm.status().message()).c_str());
         std::exit(1);
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(k, "--repeats")) repeats = v;
     else { std::fprintf(stderr, "zero3_prefetch_bench: unknown flag %s\n", k); return 2; }
   }
-  gantry::model::GPTConfig cfg{T, V, L, H, C};
+  gantry::jobspec::GPTConfig cfg{T, V, L, H, C};
   if (auto s = cfg.Validate(); !s.ok() || ranks < 2 || steps < 1 || repeats < 1) {
     std::fprintf(stderr, "zero3_prefetch_bench: %s\n", s.ok() ? "ranks >= 2, steps and repeats >= 1" : std::string(s.message()).c_str());
     return 2;

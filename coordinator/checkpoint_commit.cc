@@ -15,7 +15,7 @@ namespace {
 constexpr int kThreads = 2;
 }  // namespace
 
-CheckpointCommitter::CheckpointCommitter(agent::ShardDeadlines deadlines, LiveServers live, Committed committed)
+CheckpointCommitter::CheckpointCommitter(shardserver::ShardDeadlines deadlines, LiveServers live, Committed committed)
     : clients_(deadlines), live_(std::move(live)), committed_(std::move(committed)), executor_(kThreads),
       jobs_(&executor_) {}
 
@@ -35,7 +35,7 @@ void CheckpointCommitter::ListNewest(const std::string& job_id, std::vector<std:
                                      std::vector<std::string> jobs, NewestListed done) {
   jobs_.Post(job_id, [this, servers = std::move(servers), jobs = std::move(jobs),
                       done = std::move(done)](std::function<void()> finished) {
-    using Listed = std::pair<std::vector<agent::StoredCheckpoint>, std::vector<std::string>>;
+    using Listed = std::pair<std::vector<shardserver::StoredCheckpoint>, std::vector<std::string>>;
     auto all = Gather<Listed>::Make(jobs.size(), [this, done, finished](std::vector<Listed> lists) {
       std::vector<int64_t> newest;
       std::vector<std::string> unreachable;
@@ -50,7 +50,7 @@ void CheckpointCommitter::ListNewest(const std::string& job_id, std::vector<std:
     });
     for (size_t i = 0; i < jobs.size(); ++i) {
       clients_.ListStored(servers, jobs[i],
-                          [slot = all->Slot(i)](std::vector<agent::StoredCheckpoint> stored,
+                          [slot = all->Slot(i)](std::vector<shardserver::StoredCheckpoint> stored,
                                                 std::vector<std::string> unreachable) {
                             slot(Listed(std::move(stored), std::move(unreachable)));
                           });
@@ -112,7 +112,7 @@ void CheckpointCommitter::Ended(Ptr c, std::vector<std::string> committed, absl:
 }
 
 void CheckpointCommitter::Prune(Ptr c, std::function<void()> done) {
-  clients_.ListStored(live_(), c->job_id, [this, c, done](std::vector<agent::StoredCheckpoint> stored, std::vector<std::string>) {
+  clients_.ListStored(live_(), c->job_id, [this, c, done](std::vector<shardserver::StoredCheckpoint> stored, std::vector<std::string>) {
     // The newest `keep` whole ones stay; each older one goes from every server holding
     // files of it.
     std::vector<std::pair<std::string, int64_t>> old;

@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/executor.h"
-#include "shardserver/client.h"
+#include "shardserver/client/shard_client.h"
 
 namespace gantry::coordinator {
 
@@ -50,7 +50,7 @@ class CheckpointCommitter {
   // The shard servers live now (those checkpoint.keep lists and prunes).
   using LiveServers = std::function<std::vector<std::string>()>;
 
-  CheckpointCommitter(agent::ShardDeadlines deadlines, LiveServers live, Committed committed);
+  CheckpointCommitter(shardserver::ShardDeadlines deadlines, LiveServers live, Committed committed);
   // Waits for the work queued and in flight (every call has a deadline).
   ~CheckpointCommitter();
 
@@ -84,7 +84,7 @@ class CheckpointCommitter {
   void Delete(const std::vector<std::pair<std::string, int64_t>>& targets, const std::string& job_id,
               std::function<void()> then);
 
-  agent::ShardClients clients_;
+  shardserver::ShardClients clients_;
   LiveServers live_;
   Committed committed_;
   Executor executor_;

@@ -3,7 +3,7 @@
 #include "coordinator/job_state.h"
 
 #include "coordinator/placement.h"
-#include "spec/job_spec.h"
+#include "jobspec/job_spec.h"
 
 #include <glog/logging.h>
 
@@ -20,7 +20,12 @@
 namespace gantry::coordinator {
 
 Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions options)
-    : store_(store), registry_(registry), options_(options), started_ms_(NowUnixMs()) {
+    : store_(store),
+      registry_(registry),
+      options_(options),
+      specs_(store, registry),
+      stalls_(options.stall_ms),
+      started_ms_(NowUnixMs()) {
   // Every series exists from the start (at 0), so that rates, alerts and dashboards see the
   // first event rather than a series appearing.
   for (auto [name, help] : {std::pair{"gantry_coordinator_job_restarts_total", "Jobs placed again after a failure."},
@@ -95,59 +100,15 @@ absl::Status Cluster::AddEvent(v1::JobEvent e, bool sync) {
   const std::string job_id = e.job_id();
   auto s = store_->AppendEvent(std::move(e), sync);
   if (!s.ok()) return s.status();
-  Notify(job_id);
+  watchers_.Notify(job_id);
   return absl::OkStatus();
 }
 
-void Cluster::Notify(const std::string& job_id) {
-  // Only the job's own watchers: with thousands of jobs, waking every watcher for every
-  // event would have each read the store for nothing.
-  // Called off sub_mu_, each under its own lock: a watcher that unsubscribes meanwhile (its
-  // stream ended, and it is deleted next) waits for its call to end, and is not called after.
-  std::vector<std::shared_ptr<Subscription>> subs;
-  {
-    std::lock_guard<std::mutex> l(sub_mu_);
-    auto it = subscribers_.find(job_id);
-    if (it == subscribers_.end()) return;
-    for (auto& [id, sub] : it->second) subs.push_back(sub);
-  }
-  for (auto& sub : subs) {
-    std::lock_guard<std::mutex> l(sub->mu);
-    if (sub->live) sub->fn();
-  }
-}
-
 int Cluster::Subscribe(const std::string& job_id, std::function<void()> fn) {
-  auto sub = std::make_shared<Subscription>();
-  sub->fn = std::move(fn);
-  std::lock_guard<std::mutex> l(sub_mu_);
-  subscribers_[job_id][next_sub_] = std::move(sub);
-  subscribed_job_[next_sub_] = job_id;
-  return next_sub_++;
+  return watchers_.Subscribe(job_id, std::move(fn));
 }
 
-void Cluster::Unsubscribe(int id) {
-  std::shared_ptr<Subscription> sub;
-  {
-    std::lock_guard<std::mutex> l(sub_mu_);
-    auto job = subscribed_job_.find(id);
-    if (job == subscribed_job_.end()) return;
-    auto it = subscribers_.find(job->second);
-    if (it != subscribers_.end()) {
-      auto s = it->second.find(id);
-      if (s != it->second.end()) {
-        sub = std::move(s->second);
-        it->second.erase(s);
-      }
-      if (it->second.empty()) subscribers_.erase(it);
-    }
-    subscribed_job_.erase(job);
-  }
-  if (sub) {
-    std::lock_guard<std::mutex> l(sub->mu);  // a call in flight ends first
-    sub->live = false;
-  }
-}
+void Cluster::Unsubscribe(int id) { watchers_.Unsubscribe(id); }
 
 absl::Status Cluster::Recover() {
   std::unique_lock<std::mutex> jl(job_mu_);
@@ -174,7 +135,7 @@ absl::Status Cluster::Recover() {
   if (!updates.empty()) {
     RETURN_IF_ERROR(store_->Commit(&updates));
     for (const auto& u : updates) {
-      Notify(u.job.id());
+      watchers_.Notify(u.job.id());
       LOG(INFO) << "recovered " << u.job.id() << ": to be placed again";
     }
   }
@@ -194,37 +155,15 @@ absl::Status Cluster::Transition(v1::Job& job, v1::JobState to, const std::strin
     job = before;
     return s;
   }
-  Notify(job.id());
+  watchers_.Notify(job.id());
   return absl::OkStatus();
 }
 
-void Cluster::RememberSpec(const std::string& job_id, train::JobSpec spec) {
-  store_->SetDevice(job_id, spec.resources.device);  // its queue
-  std::lock_guard<std::mutex> l(spec_mu_);
-  specs_[job_id] = std::make_shared<const train::JobSpec>(std::move(spec));
-}
+void Cluster::RememberSpec(const std::string& job_id, jobspec::JobSpec spec) { specs_.Remember(job_id, std::move(spec)); }
 
-std::shared_ptr<const train::JobSpec> Cluster::SpecOf(const v1::Job& job) {
-  std::lock_guard<std::mutex> l(spec_mu_);
-  auto& cached = specs_[job.id()];
-  if (cached) return cached;
-  if (job.spec_yaml().empty() && job.spec_normalised().empty()) {  // a brief record: nothing to parse
-    specs_.erase(job.id());
-    return nullptr;
-  }
-  auto spec = train::ParseJobSpec(job.spec_normalised().empty() ? job.spec_yaml() : job.spec_normalised());
-  registry_->GetCounter("gantry_coordinator_spec_parses_total", "Job specs parsed (once per job and coordinator).").Inc();
-  if (!spec.ok()) {
-    LOG(WARNING) << "job " << job.id() << ": its stored spec does not parse: " << spec.status();
-    specs_.erase(job.id());
-    return nullptr;
-  }
-  cached = std::make_shared<const train::JobSpec>(*std::move(spec));
-  store_->SetDevice(job.id(), cached->resources.device);  // its queue
-  return cached;
-}
+std::shared_ptr<const jobspec::JobSpec> Cluster::SpecOf(const v1::Job& job) { return specs_.Of(job); }
 
-bool Cluster::StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& spec,
+bool Cluster::StoredStepsKnownLocked(const v1::Job& job, const jobspec::JobSpec& spec,
                                      const std::vector<std::string>& servers) {
   if (job.generation() == 0 && spec.checkpoint.resume_from.empty()) return true;  // nothing stored to find
   if (servers.empty()) return true;  // no shard server to ask: the coordinator's record alone
@@ -261,7 +200,7 @@ bool Cluster::StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& s
 }
 
 absl::StatusOr<std::pair<std::string, int64_t>> Cluster::ResumePointLocked(const v1::Job& job,
-                                                                           const train::JobSpec& spec) {
+                                                                           const jobspec::JobSpec& spec) {
   const auto st = stored_.find(job.id());
   const bool listed = st != stored_.end() && st->second.done && st->second.generation == job.generation();
   placement::Stored own{job.checkpoint_step(), listed ? st->second.own : 0}, from{0, listed ? st->second.from : 0};
@@ -290,6 +229,23 @@ void Cluster::RequestSchedule() {
     schedule_requested_ = true;
   }
   schedule_cv_.notify_all();  // the scheduling thread, among WaitForCommits callers
+}
+
+absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id) {
+  v1::Job before, after;
+  {
+    std::lock_guard<std::mutex> l(job_mu_);
+    auto job = store_->GetJob(job_id);
+    if (!job.ok()) return job.status();
+    before = *job;
+    if (!Terminal(job->state())) {
+      job->set_reason("cancelled by the user");
+      RETURN_IF_ERROR(Transition(*job, v1::CANCELLED));
+    }
+    after = *job;
+  }
+  if (!Terminal(before.state())) JobCancelled(before);
+  return after;
 }
 
 void Cluster::JobCancelled(const v1::Job& job) {
@@ -370,19 +326,14 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   Heartbeat(id);
   {
     std::lock_guard<std::mutex> l(mu_);
-    Progress& p = progress_[u.job_id()];
-    if (p.generation <= u.generation()) {
-      const bool was_stalled = p.reported && p.generation == u.generation();
-      p = {u.generation(), u.report().step(), NowUnixMs(), u.report().step_seconds(), false};
-      if (was_stalled) {
-        (void)Event(u.job_id(), [&](v1::JobEvent& e) {
-          e.set_message(absl::StrCat("step ", u.report().step(), " done: the stall is over"));
-        });
-        std::lock_guard<std::mutex> jl(job_mu_);
-        if (auto job = store_->GetJob(u.job_id()); job.ok() && !job->stalled().empty()) {
-          job->clear_stalled();
-          (void)store_->PutJob(*job);
-        }
+    if (stalls_.OnStep(u.job_id(), u.generation(), u.report().step(), u.report().step_seconds(), NowUnixMs())) {
+      (void)Event(u.job_id(), [&](v1::JobEvent& e) {
+        e.set_message(absl::StrCat("step ", u.report().step(), " done: the stall is over"));
+      });
+      std::lock_guard<std::mutex> jl(job_mu_);
+      if (auto job = store_->GetJob(u.job_id()); job.ok() && !job->stalled().empty()) {
+        job->clear_stalled();
+        (void)store_->PutJob(*job);
       }
     }
   }
@@ -818,9 +769,9 @@ void Cluster::ScheduleLocked() {
       if (p.dp == spec->parallel.dp && !job.spec_normalised().empty()) {
         p.yaml = job.spec_normalised();
       } else {
-        train::JobSpec placed = *spec;
+        jobspec::JobSpec placed = *spec;
         placed.parallel.dp = p.dp;
-        p.yaml = train::ToYaml(placed);
+        p.yaml = jobspec::ToYaml(placed);
       }
       job.set_generation(job.generation() + 1);
       job.set_world_size(world);
@@ -852,7 +803,7 @@ void Cluster::ScheduleLocked() {
     UpdateGaugesLocked();
     return;
   }
-  for (const auto& u : updates) Notify(u.job.id());
+  for (const auto& u : updates) watchers_.Notify(u.job.id());
   auto& latency = registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds",
                                           "Submit (or re-queue) to placement.", metrics::ExponentialBuckets(0.01, 4, 8));
   for (auto& p : placements) {
@@ -912,29 +863,18 @@ void Cluster::UpdateGaugesLocked(bool force) {
 }
 
 void Cluster::CheckStallsLocked(int64_t now) {
-  for (auto it = progress_.begin(); it != progress_.end();) {
-    const std::string& job_id = it->first;
-    Progress& p = it->second;
-    // A job whose steps keep coming costs nothing here; the store is read only once the next
-    // step is overdue (a stall, or a job that ended or moved on: its entry goes).
-    const int64_t limit = std::max<int64_t>(options_.stall_ms, static_cast<int64_t>(10 * 1000 * p.step_seconds));
-    if (now - p.at_ms < limit) {
-      ++it;
-      continue;
-    }
+  for (const StallDetector::Entry& p : stalls_.Overdue(now)) {
+    const std::string& job_id = p.job_id;
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(job_id);
     if (!job.ok() || job->generation() > p.generation || job->state() == v1::SUCCEEDED ||
         job->state() == v1::FAILED || job->state() == v1::CANCELLED) {
-      it = progress_.erase(it);
+      stalls_.Forget(job_id);
       continue;
     }
-    if (p.reported || job->generation() != p.generation || job->state() != v1::RUNNING) {
-      ++it;
-      continue;
-    }
+    if (p.reported || job->generation() != p.generation || job->state() != v1::RUNNING) continue;
     // Stalled: the ranks' last completed collectives, from their heartbeats.
-    std::map<int, std::pair<std::string, uint64_t>> ranks;  // rank → (worker, collectives done)
+    std::map<int, RankProgress> ranks;
     for (const auto& [wid, w] : workers_) {
       if (w.session == nullptr) continue;
       std::lock_guard<std::mutex> hl(w.live->mu);
@@ -942,30 +882,13 @@ void Cluster::CheckStallsLocked(int64_t now) {
       if (hb.job_id() != job_id || hb.generation() != p.generation) continue;
       for (const auto& rp : hb.ranks()) ranks[rp.rank()] = {wid, rp.collectives_done()};
     }
-    uint64_t most = 0;
-    for (const auto& [r, x] : ranks) most = std::max(most, x.second);
-    std::string behind;
-    for (int r = 0; r < std::max(1, job->world_size()); ++r) {
-      auto x = ranks.find(r);
-      if (x == ranks.end()) {
-        absl::StrAppend(&behind, behind.empty() ? "" : "; ", "rank ", r, " (no heartbeat for this job)");
-      } else if (x->second.second < most) {
-        absl::StrAppend(&behind, behind.empty() ? "" : "; ", "rank ", r, " (", x->second.first, ") at collective #",
-                        x->second.second);
-      }
-    }
-    const std::string what = absl::StrFormat(
-        "step %d stalled for %.1f s: %s", p.step + 1, (now - p.at_ms) / 1000.0,
-        behind.empty() ? absl::StrCat("no rank is behind (every rank has completed collective #", most,
-                                      "): a step or a collective is slow on all of them")
-                       : absl::StrCat("behind: ", behind, "; the others have completed collective #", most));
-    p.reported = true;
+    const std::string what = DescribeStall(p.step + 1, (now - p.at_ms) / 1000.0, job->world_size(), ranks);
+    stalls_.MarkReported(job_id);
     (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(what); });  // before the record says so
     job->set_stalled(what);
     (void)store_->PutJob(*job);
     registry_->GetCounter("gantry_coordinator_stalls_total", "Steps that stalled past the limit.").Inc();
     LOG(WARNING) << "job " << job_id << ": " << what;
-    ++it;
   }
 }
 

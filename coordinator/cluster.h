@@ -19,9 +19,12 @@
 #include "common/metrics.h"
 #include "coordinator/checkpoint_commit.h"
 #include "coordinator/rendezvous.h"
+#include "coordinator/spec_cache.h"
+#include "coordinator/stalls.h"
 #include "coordinator/store.h"
+#include "coordinator/watchers.h"
 #include "gantry/v1/coordinator.pb.h"
-#include "spec/job_spec.h"
+#include "jobspec/job_spec.h"
 
 namespace gantry::coordinator {
 
@@ -61,7 +64,7 @@ struct ClusterOptions {
   // stalled: the coordinator names the ranks behind (by their last completed collective).
   int64_t stall_ms = 60000;
   // Deadlines of the commit, listing and delete calls to the shard servers.
-  agent::ShardDeadlines shard_deadlines{};
+  shardserver::ShardDeadlines shard_deadlines{};
 };
 
 class Cluster {
@@ -73,14 +76,15 @@ class Cluster {
   // again once workers re-attach, from their last committed checkpoint.
   absl::Status Recover();
 
-  // Job API hooks (the service calls them with job_mu() held around its store updates).
-  std::mutex& job_mu() { return job_mu_; }
+  // Job API hooks.
   // A job was queued: places what it can now (tests), or soon on the cluster's scheduling
   // thread without waiting (RequestSchedule: the service, so that SubmitJob answers after its
   // own write, and a burst of submissions is placed in few passes).
   void JobSubmitted();
   void RequestSchedule();
-  void JobCancelled(const v1::Job& job);
+  // Cancels a job that has not ended (CANCELLED, its workers freed at once); the record as it
+  // is after. NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id);
   // Appends an event and wakes the watchers of its job.
   absl::Status AddEvent(v1::JobEvent e, bool sync = true);
   // Every state change of a job: coordinator/job_state.h (checked; the record and its events
@@ -131,8 +135,8 @@ class Cluster {
   // A job's spec, parsed once per coordinator: at submit (Remember), or the first time a job
   // stored by an earlier coordinator is looked at. Null if the stored text does not parse
   // (it did when the job was accepted).
-  void RememberSpec(const std::string& job_id, train::JobSpec spec);
-  std::shared_ptr<const train::JobSpec> SpecOf(const v1::Job& job);
+  void RememberSpec(const std::string& job_id, jobspec::JobSpec spec);
+  std::shared_ptr<const jobspec::JobSpec> SpecOf(const v1::Job& job);
 
   void RegisterShardServer(const v1::RegisterShardServerRequest& r);
   std::vector<v1::ShardServerInfo> ShardServers();
@@ -170,17 +174,13 @@ class Cluster {
   bool SilentLocked(const WorkerState& w, int64_t now);
   // Erases the records of workers dead for dead_worker_retention_ms (cluster mu_ held).
   void ForgetDeadLocked(int64_t now);
-  struct Progress {  // of a running job, for stall detection
-    int64_t generation = 0, step = 0, at_ms = 0;
-    double step_seconds = 0;
-    bool reported = false;  // this stall has its event
-  };
-  std::map<std::string, Progress> progress_;  // under mu_
   void CheckStallsLocked(int64_t now);
   // Whether (job, generation) may use the rendezvous store: the job is placed at that
   // generation (a failure report also after it left its placement).
   absl::Status CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key);
   void ScheduleLocked();          // cluster mu_ held
+  // A cancelled job's placement ends: its rendezvous keys go, its workers are told and freed.
+  void JobCancelled(const v1::Job& job);
   // A message of (job, generation) came from worker id though that generation is over: unless
   // the worker runs the job's current generation (a late message of its old job thread), it
   // is told to drop the job. Takes mu_.
@@ -219,26 +219,16 @@ class Cluster {
   std::map<std::string, v1::ShardServerInfo> shards_;
   std::map<std::pair<std::string, int64_t>, std::set<int>> done_ranks_;  // (job, generation) → ranks done
   int64_t next_worker_ = 1;
-  std::mutex sub_mu_;
-  // One watcher's callback: called under its own lock, which Unsubscribe takes to end it.
-  struct Subscription {
-    std::mutex mu;
-    bool live = true;
-    std::function<void()> fn;
-  };
-  std::map<std::string, std::map<int, std::shared_ptr<Subscription>>> subscribers_;  // job → its watchers
-  std::map<int, std::string> subscribed_job_;
-  int next_sub_ = 1;
-  void Notify(const std::string& job_id);  // wakes the job's watchers
-  std::mutex spec_mu_;
-  std::map<std::string, std::shared_ptr<const train::JobSpec>> specs_;  // job → its spec (spec_mu_)
+  Watchers watchers_;  // the WatchJob streams (its own lock)
+  SpecCache specs_;    // each job's parsed spec (its own lock)
+  StallDetector stalls_;  // under mu_
   // Where a placement's ranks start (Assignment.resume_job_id, resume_step): the job's own
   // newest whole checkpoint, else checkpoint.resume_from's; an error names why there is
   // none. "Newest" is the later of what the coordinator recorded at commit and what the
   // shard servers' committed manifests say (a commit can be durable on the servers though
   // the coordinator never heard it: a server or the coordinator died in between). mu_ and
   // job_mu_ held.
-  absl::StatusOr<std::pair<std::string, int64_t>> ResumePointLocked(const v1::Job& job, const train::JobSpec& spec);
+  absl::StatusOr<std::pair<std::string, int64_t>> ResumePointLocked(const v1::Job& job, const jobspec::JobSpec& spec);
   // The shard servers' newest whole checkpoints of a job (own) and of its resume_from job
   // (from), listed on the committer (behind the job's commits) before the job is placed
   // again (generation: the one the lookup was for). StoredStepsKnownLocked starts the lookup when it is not known yet;
@@ -248,7 +238,7 @@ class Cluster {
     bool done = false;
     int64_t own = 0, from = 0;
   };
-  bool StoredStepsKnownLocked(const v1::Job& job, const train::JobSpec& spec, const std::vector<std::string>& servers);
+  bool StoredStepsKnownLocked(const v1::Job& job, const jobspec::JobSpec& spec, const std::vector<std::string>& servers);
   std::map<std::string, StoredSteps> stored_;  // under mu_
   Rendezvous rendezvous_;
   bool stop_ = false;

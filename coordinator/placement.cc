@@ -5,8 +5,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "spec/model_layout.h"
-#include "spec/partition.h"
+#include "jobspec/model_layout.h"
+#include "jobspec/partition.h"
 
 namespace gantry::coordinator::placement {
 
@@ -75,12 +75,12 @@ std::vector<Slot> ChooseSlots(const std::vector<IdleWorker>& idle, int world, in
   return chosen;
 }
 
-std::vector<v1::ParamRange> ParamRanges(const train::JobSpec& spec, const std::vector<std::string>& servers,
+std::vector<v1::ParamRange> ParamRanges(const jobspec::JobSpec& spec, const std::vector<std::string>& servers,
                                         const std::function<std::string(const std::string&)>& data_address) {
   std::vector<v1::ParamRange> out;
   size_t n = 0;
-  for (const auto& t : model::ParameterLayout(spec.model)) n += t.numel;
-  for (const auto& r : spec::PartitionParams(n, servers)) {
+  for (const auto& t : jobspec::ParameterLayout(spec.model)) n += t.numel;
+  for (const auto& r : jobspec::PartitionParams(n, servers)) {
     v1::ParamRange& pr = out.emplace_back();
     pr.set_shard_server(r.shard_server);
     pr.set_begin(static_cast<int64_t>(r.begin));
@@ -90,7 +90,7 @@ std::vector<v1::ParamRange> ParamRanges(const train::JobSpec& spec, const std::v
   return out;
 }
 
-absl::StatusOr<std::pair<std::string, int64_t>> ResumePoint(const v1::Job& job, const train::JobSpec& spec,
+absl::StatusOr<std::pair<std::string, int64_t>> ResumePoint(const v1::Job& job, const jobspec::JobSpec& spec,
                                                             Stored own, Stored from) {
   if (own.newest() > 0) return std::make_pair(job.id(), own.newest());
   const std::string& spec_from = spec.checkpoint.resume_from;

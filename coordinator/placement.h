@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "gantry/v1/coordinator.pb.h"
-#include "spec/job_spec.h"
+#include "jobspec/job_spec.h"
 
 namespace gantry::coordinator::placement {
 
@@ -90,7 +90,7 @@ std::vector<Slot> ChooseSlots(const std::vector<IdleWorker>& idle, int world, in
 // The partition map of a job's parameters over the live shard servers: where checkpoint
 // slices go and, in parameter-server mode, which server runs AdamW on which range.
 // data_address gives a server's parameter-server data port.
-std::vector<v1::ParamRange> ParamRanges(const train::JobSpec& spec, const std::vector<std::string>& servers,
+std::vector<v1::ParamRange> ParamRanges(const jobspec::JobSpec& spec, const std::vector<std::string>& servers,
                                         const std::function<std::string(const std::string&)>& data_address);
 
 // Where a placement's ranks start (Assignment.resume_job_id, resume_step): the job's own
@@ -102,7 +102,7 @@ struct Stored {
   int64_t recorded = 0, listed = 0;
   int64_t newest() const { return std::max(recorded, listed); }
 };
-absl::StatusOr<std::pair<std::string, int64_t>> ResumePoint(const v1::Job& job, const train::JobSpec& spec,
+absl::StatusOr<std::pair<std::string, int64_t>> ResumePoint(const v1::Job& job, const jobspec::JobSpec& spec,
                                                             Stored own, Stored from);
 
 }  // namespace gantry::coordinator::placement

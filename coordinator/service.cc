@@ -13,8 +13,8 @@
 #include "common/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "spec/job_spec.h"
-#include "spec/planner.h"
+#include "jobspec/job_spec.h"
+#include "jobspec/planner.h"
 
 namespace gantry::coordinator {
 namespace {
@@ -341,11 +341,11 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
                                                         const v1::SubmitJobRequest* req,
                                                         v1::SubmitJobResponse* resp) {
   return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
-    auto spec = train::ParseJobSpec(req->spec_yaml());
+    auto spec = jobspec::ParseJobSpec(req->spec_yaml());
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
     // The planner's bytes per rank against the workers there are: a job that cannot fit is
     // refused now, saying why, rather than failing when a worker runs out of memory.
-    if (auto plan = train::MakePlan(train::PlanOfSpec(*spec)); plan.ok()) {
+    if (auto plan = jobspec::MakePlan(jobspec::PlanOfSpec(*spec)); plan.ok()) {
       const int64_t largest = cluster_->LargestWorkerMemory();
       if (largest > 0 && plan->total() > 0.9 * static_cast<double>(largest)) {
         return absl::FailedPreconditionError(absl::StrFormat(
@@ -360,7 +360,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_name(spec->name);
     job.set_state(v1::PENDING);
     job.set_spec_yaml(req->spec_yaml());
-    job.set_spec_normalised(train::ToYaml(*spec));
+    job.set_spec_normalised(jobspec::ToYaml(*spec));
     job.set_submit_time_unix_ms(NowUnixMs());
     job.set_update_time_unix_ms(job.submit_time_unix_ms());
     job.set_steps_total(spec->train.steps);
@@ -425,19 +425,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CancelJobRequest* req, v1::Job* resp) {
   return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
-    v1::Job before;
-    {
-      std::lock_guard<std::mutex> l(cluster_->job_mu());
-      auto job = store_->GetJob(req->job_id());
-      if (!job.ok()) return job.status();
-      before = *job;
-      if (!Terminal(job->state())) {
-        job->set_reason("cancelled by the user");
-        if (auto s = cluster_->Transition(*job, v1::CANCELLED); !s.ok()) return s;
-      }
-      *resp = *job;
-    }
-    if (!Terminal(before.state())) cluster_->JobCancelled(before);
+    ASSIGN_OR_RETURN(*resp, cluster_->CancelJob(req->job_id()));
     return absl::OkStatus();
   });
 }

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "kernels/cast.h"
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::kernels {
 

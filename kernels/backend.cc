@@ -6,18 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-// kernels/cuda/backend.h, as each of its two builds declares it.
-namespace gantry::cuda_emulated {
-absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options);
-int DeviceCount();
-}  // namespace gantry::cuda_emulated
-#if defined(GANTRY_HAVE_CUDA_BACKEND)
-namespace gantry::cuda {
-absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options);
-int DeviceCount();
-}  // namespace gantry::cuda
-#endif
-
 namespace gantry::kernels {
 
 absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
@@ -44,38 +32,6 @@ const char* AttentionPathName(AttentionPath path) {
     case AttentionPath::kReference: return "reference";
   }
   return "?";
-}
-
-int DeviceCount(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::kCpu:
-      return 1;
-    case BackendKind::kCudaEmulated:
-      return cuda_emulated::DeviceCount();
-    case BackendKind::kCuda:
-#if defined(GANTRY_HAVE_CUDA_BACKEND)
-      return cuda::DeviceCount();
-#else
-      return 0;
-#endif
-  }
-  return 0;
-}
-
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device, const BackendOptions& options) {
-  switch (kind) {
-    case BackendKind::kCpu:
-      return absl::InvalidArgumentError("the cpu backend is shared: use kernels::CpuBackend()");
-    case BackendKind::kCudaEmulated:
-      return cuda_emulated::NewBackend(device, options);
-    case BackendKind::kCuda:
-#if defined(GANTRY_HAVE_CUDA_BACKEND)
-      return cuda::NewBackend(device, options);
-#else
-      return absl::UnimplementedError("this build of Gantry has no CUDA backend (nvcc was not found at configure time)");
-#endif
-  }
-  return absl::InvalidArgumentError("unknown backend kind");
 }
 
 absl::Status CheckTypes(const char* op, std::initializer_list<CPtr> same, std::initializer_list<CPtr> out) {

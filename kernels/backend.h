@@ -5,7 +5,7 @@
 //                  emulator, over the emulated runtime and cuBLAS (kernels/emulated): the
 //                  GPU's code path, run in CI without a GPU. Its "device" memory is host
 //                  memory that the emulated runtime records.
-// The model (worker/model/gpt.h) is written once over this interface.
+// The model (model/gpt.h) is written once over this interface.
 //
 // Pointers passed to ops and copies are the backend's device pointers (from Allocate),
 // except the `host` side of CopyToDevice/CopyToHost. Ops run in order, asynchronously on an
@@ -13,7 +13,7 @@
 // Synchronize, which also waits for the work queued. Shapes follow kernels/*.h: row-major
 // (rows, columns), B batch, T tokens, C channels, NH heads, V vocabulary rows.
 //
-// Element types (kernels/dtype.h). The ops' tensors are fp32 unless an argument is a typed
+// Element types (kernels/types.h). The ops' tensors are fp32 unless an argument is a typed
 // pointer (Ptr, CPtr), which may also be a 16-bit tensor (bf16 or fp16) of a mixed-precision
 // model. An op reads 16-bit values exactly, computes in fp32 (sums, softmax, statistics) and
 // rounds what it writes into a 16-bit tensor to nearest, ties to even: the bits of the fp32 op
@@ -31,10 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/adamw.h"
-#include "kernels/cast.h"
-#include "kernels/dtype.h"
-#include "kernels/matmul.h"
+#include "kernels/types.h"
 
 namespace gantry::kernels {
 
@@ -138,7 +135,7 @@ class Backend {
   // → dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                  const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
-  // Llama-family blocks (kernels/llama_ops.h states each op):
+  // Llama-family blocks (kernels/rmsnorm.h, rope.h, swiglu.h and gqa.h state each op):
   // RMSNorm: inp (N,C) → out (N,C) (fp32 or 16-bit), rstd (N).
   virtual void RMSNormForward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C,
                               float eps) = 0;
@@ -270,7 +267,7 @@ struct BackendOptions {
   // was measured to), rather than through an fp32 scratch rounded once (the cpu's bits). Faster
   // (GPT-2 124M on an H200: 0.90x of PyTorch rather than about 0.83x, docs/perf.md), but off by
   // default: with it the cuda-emulated bf16 GPT's first loss no longer sits with autocast's
-  // as tests/worker/mixed_precision_test.cc requires of the default, for a cause not yet found
+  // as tests/worker/train/mixed_precision_test.cc requires of the default, for a cause not yet found
   // (docs/perf.md, "The bias epilogue").
   bool bias_epilogue = false;
 };

@@ -1,105 +1,12 @@
-// Casts between fp32 and bf16 (the upper 16 bits of an fp32, rounded to nearest with ties to
-// even, as PyTorch's .to(torch.bfloat16); NaN stays NaN). bf16 values are held as uint16_t.
+// Casts between fp32 and the 16-bit types over arrays (the cpu kernels of Backend::Convert and
+// Backend::RoundTo); the scalar conversions are kernels/types.h's.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/types.h"
+
 namespace gantry::kernels {
-
-// One value: the bf16 nearest x, ties to even; a NaN keeps its sign and becomes a quiet NaN.
-inline uint16_t Bf16Of(float x) {
-  uint32_t u;
-  __builtin_memcpy(&u, &x, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
-  const uint32_t round = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + round) >> 16);
-}
-inline float FloatOfBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  __builtin_memcpy(&x, &u, sizeof(x));
-  return x;
-}
-
-// The working precision of a mixed-precision model (train.precision): fp32 values rounded to
-// the nearest value of the 16-bit type, held in fp32 (kernels/cpu/cast.cc: RoundTo).
-enum class Precision { kFp32, kBf16, kFp16 };
-
-// x rounded to the nearest fp16 value (ties to even), as an fp32: |x| >= 65520 becomes an
-// infinity of x's sign (fp16's largest finite is 65504), values below fp16's smallest normal
-// 2^-14 round to its subnormals (multiples of 2^-24), NaN stays NaN.
-inline float RoundToFp16(float x) {
-  uint32_t u;
-  __builtin_memcpy(&u, &x, sizeof(u));
-  const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
-  uint32_t r;
-  if (a > 0x7f800000u) {
-    r = a | 0x00400000u;  // NaN, quiet
-  } else if (a >= 0x477ff000u) {
-    r = 0x7f800000u;  // 65520 and above (and inf): inf
-  } else if (a >= 0x38800000u) {
-    r = (a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu;  // normal: keep 10 significand bits
-  } else {
-    const uint32_t e = a >> 23;  // subnormal in fp16: a multiple of 2^-24
-    uint32_t q = 0;
-    if (e > 0) {
-      const uint32_t m = (a & 0x7fffffu) | 0x800000u, s = 126u - e;  // value = m 2^(e-150)
-      if (s < 32u) {
-        q = m >> s;
-        const uint32_t rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
-        q += (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
-      }
-    }
-    const float f = static_cast<float>(q) * 5.9604644775390625e-8f;  // q 2^-24, exact
-    __builtin_memcpy(&r, &f, sizeof(r));
-  }
-  r |= sign;
-  float y;
-  __builtin_memcpy(&y, &r, sizeof(y));
-  return y;
-}
-inline float RoundToBf16(float x) { return FloatOfBf16(Bf16Of(x)); }
-
-// One value: the IEEE fp16 bits nearest x, ties to even (FloatOfFp16(Fp16Of(x)) ==
-// RoundToFp16(x) for every x that is not a NaN; a NaN stays a quiet NaN of x's sign).
-// Integer arithmetic only, so loops over it vectorise.
-inline uint16_t Fp16Of(float x) {
-  uint32_t u;
-  __builtin_memcpy(&u, &x, sizeof(u));
-  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN, quiet
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // 65520 and above: inf
-  if (a >= 0x38800000u) {  // normal: keep 10 significand bits, rebias the exponent (127 - 15)
-    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
-    return static_cast<uint16_t>(sign | ((r - 0x38000000u) >> 13));
-  }
-  // Below fp16's smallest normal 2^-14: a multiple q of 2^-24, q = |x| 2^24 to nearest, ties
-  // to even (adding 2^23 leaves a float whose last place is 1: the addition rounds). q may be
-  // 0x400, which is the encoding of 2^-14.
-  float ax;
-  __builtin_memcpy(&ax, &a, sizeof(ax));
-  const float t = ax * 16777216.0f + 8388608.0f;
-  uint32_t q;
-  __builtin_memcpy(&q, &t, sizeof(q));
-  return static_cast<uint16_t>(sign | (q - 0x4b000000u));
-}
-// The fp32 value of fp16 bits h (exact).
-inline float FloatOfFp16(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  uint32_t u;
-  if (e == 0x1f) {
-    u = sign | 0x7f800000u | (m << 13);  // inf, NaN
-  } else if (e != 0) {
-    u = sign | ((e + 112u) << 23) | (m << 13);
-  } else {  // zero or subnormal: m 2^-24, exact in fp32
-    const float f = static_cast<float>(m) * 5.9604644775390625e-8f;
-    __builtin_memcpy(&u, &f, sizeof(u));
-    u |= sign;
-  }
-  float x;
-  __builtin_memcpy(&x, &u, sizeof(x));
-  return x;
-}
 
 // in (n) → out (n): each value rounded to the precision's nearest (kFp32: copied). in == out
 // is allowed.
@@ -108,5 +15,10 @@ void round_to(float* out, const float* in, int64_t n, Precision p);
 // in (n) → out (n)
 void cast_to_bf16(uint16_t* out, const float* in, int64_t n);
 void cast_from_bf16(float* out, const uint16_t* in, int64_t n);
+
+// in (n) → out (n) of out's type (the cpu kernel of Backend::Convert): 16-bit values widened
+// exactly, fp32 rounded to 16 bits to nearest, ties to even, fp32 copied (out == in allowed
+// when the types are equal).
+void convert(Ptr out, CPtr in, int64_t n);
 
 }  // namespace gantry::kernels

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::kernels {
 

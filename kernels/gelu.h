@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::kernels {
 

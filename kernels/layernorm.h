@@ -1,7 +1,7 @@
 // LayerNorm over the last dimension (eps 1e-5, as GPT-2).
 #pragma once
 
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::kernels {
 

@@ -1,15 +1,11 @@
 // Matmul with bias through the BLAS (OpenBLAS sgemm; docs/perf.md has the choice).
 #pragma once
 
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::kernels {
 
-// Weight layouts: kInOut is Hugging Face GPT-2's Conv1D layout, weight (C, OC), out = inp @ W.
-// kOutIn is torch.nn.Linear's and the tied embedding's, weight (OC, C), out = inp @ W^T.
-enum class WeightLayout { kInOut, kOutIn };
-
-// Element types (kernels/dtype.h): the inputs (inp, weight, bias; dout, inp, weight, gelu_pre)
+// Element types (kernels/types.h): the inputs (inp, weight, bias; dout, inp, weight, gelu_pre)
 // all fp32, or all of one 16-bit type; then every product is exact in fp32 and sums are fp32
 // (kernels/cpu/gemm16.h), and an output may be fp32 or of that type (rounded). dweight and dbias
 // are fp32 accumulators; with 16-bit inputs the gradients a call adds to them are rounded to

@@ -8,8 +8,8 @@
 Two checks:
   - links: the link command of each daemon and front end (from Ninja: `ninja -t commands`)
     names no library it must not link, for example the coordinator the trainer;
-  - includes: no source file of a directory includes a header of a directory it must not
-    use, for example spec/ a worker header.
+  - includes: each folder's sources include, of this project, only the folders below it
+    (ALLOWED, the floors), and none of the other libraries it must not use.
 --inject-* add a forbidden link or include to what is checked (nothing is changed on disk):
 the test uses them to show that the check fails on one. Exits 1 and names every breach.
 """
@@ -20,30 +20,88 @@ import subprocess
 import sys
 
 # Libraries a binary must not link: what each name stands for, matched on the link command.
-TRAINER = ["libgantry_worker.a", "libgantry_agent.a", "libgantry_parallel.a", "libgantry_parallel_nccl.a",
-           "libgloo", "libnccl"]
-MODEL = ["libgantry_model.a", "libgantry_kernels.a", "libgantry_kernels_cuda.a", "libgantry_remote_checkpoint.a",
-         "libgantry_backends.a", "libgantry_kernels_cuda_emulated.a", "libgantry_cuda_emulator.a",
-         "libopenblas", "libcudart", "libcublas"]
+TRAINER = ["libgantry_train.a", "libgantry_agent.a", "libgantry_comm_gloo.a",
+           "libgantry_comm_nccl.a", "libgloo", "libnccl"]
+MODEL = ["libgantry_model.a", "libgantry_optim.a", "libgantry_checkpoint.a", "libgantry_checkpoint_remote.a",
+         "libgantry_kernels.a", "libgantry_kernels_cuda.a", "libgantry_backends.a",
+         "libgantry_kernels_cuda_emulated.a", "libgantry_cuda_emulator.a", "libopenblas", "libcudart", "libcublas"]
+GPU = ["libgantry_backends.a", "libgantry_kernels_cuda.a", "libgantry_kernels_cuda_emulated.a",
+       "libgantry_cuda_emulator.a", "libcudart", "libcublas", "libcudnn", "libnccl", "libcuda.", "CUDA::"]
 LINK_RULES = {
-    # the coordinator: the spec, the shard-server client, common; never the model or trainer
+    # the coordinator: the job spec, the shard-server client, common; never the model or trainer
     "coordinator/gantry-coordinator": TRAINER + MODEL,
-    # the CLI: the spec and the model (export, sample), never the trainer or collectives
-    "cli/gantry": TRAINER,
+    # the CLI, a client people install on laptops: the job spec, the model on the cpu backend and
+    # checkpoints (export, sample); never the trainer, collectives or a GPU library
+    "cli/gantry": TRAINER + GPU,
     # the shard server: AdamW's kernel, never the model or the trainer
-    "shardserver/gantry-shardserver": TRAINER + ["libgantry_model.a", "libgantry_remote_checkpoint.a"],
+    "shardserver/gantry-shardserver": TRAINER + ["libgantry_model.a", "libgantry_checkpoint.a",
+                                                 "libgantry_checkpoint_remote.a"],
 }
 
-# Include prefixes each source directory must not use.
-INCLUDE_RULES = {
-    "common/": ["worker/", "kernels/", "spec/", "coordinator/", "shardserver/", "cli/"],
-    "spec/": ["worker/", "kernels/", "coordinator/", "shardserver/", "cli/", "gantry/v1/", "grpcpp/"],
-    "kernels/": ["worker/", "spec/", "coordinator/", "shardserver/", "cli/"],
-    # RocksDB only through common/rocks.h, the one wrapper (with the kill points)
-    "coordinator/": ["worker/", "kernels/", "cli/", "rocksdb/"],
-    "shardserver/": ["worker/", "coordinator/", "cli/", "rocksdb/"],
-    "worker/": ["coordinator/", "cli/"],
+# The floors: the project folders a folder's sources may include (besides its own). Every
+# folder of the tree is listed (the most specific entry applies), so a new edge is a decision
+# written here. Top to bottom, as in docs/architecture.md's picture.
+BASE = ["common/"]
+ALLOWED = {
+    "common/": ["gantry/v1/"],
+    "kernels/": BASE,
+    "jobspec/": BASE,
+    "data/": BASE,
+    "comm/": BASE + ["jobspec/", "kernels/"],
+    "optim/": BASE + ["jobspec/", "kernels/"],
+    "model/": BASE + ["jobspec/", "kernels/", "comm/"],
+    "checkpoint/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/"],
+    # the remote source reads through the shard servers' client
+    "checkpoint/remote/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
+                                  "shardserver/client/shard_client.h", "gantry/v1/"],
+    "worker/train/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/"],
+    "worker/agent/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
+                             "worker/train/", "shardserver/client/shard_client.h", "gantry/v1/"],
+    "worker/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
+                       "worker/train/", "worker/agent/", "gantry/v1/"],
+    "coordinator/": BASE + ["jobspec/", "shardserver/client/shard_client.h", "gantry/v1/"],
+    "shardserver/": BASE + ["kernels/adamw.h", "gantry/v1/"],
+    "cli/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
+                    "shardserver/client/shard_client.h", "gantry/v1/"],
 }
+# Where the allowed list is folders of this project, these are too (a header outside them is
+# another library's: absl, gRPC ...).
+PROJECT = ["common/", "gantry/v1/", "kernels/", "jobspec/", "data/", "comm/", "optim/", "model/", "checkpoint/",
+           "worker/", "coordinator/", "shardserver/", "cli/", "bench/", "tests/"]
+# Other libraries a folder must not use: RocksDB only through common/rocks.h (the one wrapper,
+# with the kill points); the job spec no gRPC (the coordinator and the CLI link it alone).
+FORBIDDEN_EXTERNAL = {
+    "jobspec/": ["grpcpp/", "gloo/", "rocksdb/"],
+    "kernels/": ["grpcpp/", "gloo/", "rocksdb/"],
+    "model/": ["grpcpp/", "gloo/", "rocksdb/"],
+    "coordinator/": ["rocksdb/"],
+    "shardserver/": ["rocksdb/"],
+}
+
+
+def folder_of(rel):
+    """The most specific ALLOWED entry holding file rel (relative to the source root)."""
+    best = None
+    for d in ALLOWED:
+        if rel.startswith(d) and (best is None or len(d) > len(best)):
+            best = d
+    return best
+
+
+def breaches_of(rel, headers):
+    d = folder_of(rel)
+    out = []
+    for h in headers:
+        if h.startswith(d):
+            continue
+        if any(h.startswith(p) for p in PROJECT) and not any(h.startswith(a) for a in ALLOWED[d]):
+            out.append(f"{rel} includes {h} ({d} must not use it: it may use {', '.join(ALLOWED[d])})")
+        for f in FORBIDDEN_EXTERNAL.get(d, []):
+            if h.startswith(f):
+                out.append(f"{rel} includes {h} ({d} must not use {f})")
+    return out
+
+
 INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]([^">]+)[">]', re.M)
 
 
@@ -84,20 +142,19 @@ def main():
         injected_includes.setdefault(path, []).append(header)
     src = os.path.abspath(a.source)
     files = 0
-    for d, forbidden in INCLUDE_RULES.items():
+    for d in ALLOWED:
         for root, _, names in os.walk(os.path.join(src, d)):
             for n in sorted(names):
-                if not n.endswith((".h", ".cc", ".cu", ".cuh")):
+                if not n.endswith((".h", ".cc", ".cu", ".cuh", ".inc")):
                     continue
                 path = os.path.join(root, n)
                 rel = os.path.relpath(path, src)
+                if folder_of(rel) != d:
+                    continue  # a deeper entry checks it
                 with open(path, encoding="utf-8") as f:
                     headers = INCLUDE.findall(f.read()) + injected_includes.get(rel, [])
                 files += 1
-                for h in headers:
-                    for f in forbidden:
-                        if h.startswith(f):
-                            breaches.append(f"{rel} includes {h} ({d} must not use {f})")
+                breaches.extend(breaches_of(rel, headers))
 
     if breaches:
         print("check_deps: %d forbidden dependenc%s:" % (len(breaches), "y" if len(breaches) == 1 else "ies"))

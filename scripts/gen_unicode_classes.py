@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes worker/data/unicode_classes.inc: the code-point ranges of the Unicode classes that
+"""Writes data/unicode_classes.inc: the code-point ranges of the Unicode classes that
 byte-level BPE pre-tokenizers split on. \\p{L} (letters: Lu Ll Lt Lm Lo), \\p{N} (numbers:
 Nd Nl No), and \\s (the White_Space property: what Hugging Face tokenizers' \\s matches).
 Hugging Face tokenizers 0.23 classifies by Unicode 16.0 (probed over every code point), newer

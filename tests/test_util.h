@@ -12,7 +12,7 @@
 #include "common/rng.h"
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "spec/model_layout.h"
+#include "jobspec/model_layout.h"
 
 namespace gantry::testing {
 
@@ -63,12 +63,12 @@ inline SafetensorsFile OpenFixture(const std::string& name) {
 // "config" metadata), and the batch shape it was run at. GPT-2's fixtures have no "arch" and
 // none of Llama's keys (n_kv_head, ffn_hidden, rope_theta, norm_eps); each absent key keeps
 // GPTConfig's default.
-inline model::GPTConfig FixtureConfig(const SafetensorsFile& f, int* B, int* T) {
+inline jobspec::GPTConfig FixtureConfig(const SafetensorsFile& f, int* B, int* T) {
   auto cfg = nlohmann::json::parse(f.metadata().at("config"));
-  model::GPTConfig c;
+  jobspec::GPTConfig c;
   const std::string arch = cfg.value("arch", "gpt2");
   EXPECT_TRUE(arch == "gpt2" || arch == "llama") << "fixture arch " << arch;
-  if (arch == "llama") c.arch = model::Arch::kLlama;
+  if (arch == "llama") c.arch = jobspec::Arch::kLlama;
   c.vocab_size = cfg["vocab_size"];
   c.max_seq_len = cfg["n_positions"];
   c.n_layer = cfg["n_layer"];

@@ -18,8 +18,8 @@
 #include "absl/strings/numbers.h"
 #include "common/rng.h"
 #include "kernels/backend.h"
-#include "worker/model/gpt.h"
-#include "worker/parallel/comm_thread.h"
+#include "model/gpt.h"
+#include "comm/comm_thread.h"
 #include "worker/train/device.h"
 #include "worker/train/zero.h"
 
@@ -31,7 +31,7 @@ namespace {
 struct OnDevice {
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<model::GPT> model;
-  parallel::SoloCommunicator solo;
+  comm::SoloCommunicator solo;
   std::unique_ptr<train::ZeroEngine> engine;
 };
 
@@ -42,7 +42,7 @@ int Main(int argc, char** argv) {
   kernels::BackendOptions options;  // --attention auto (default), cudnn, fused or reference
   // --precision: bf16 (default; the peer runs under bf16 autocast) or fp32.
   kernels::Precision precision = kernels::Precision::kBf16;
-  model::Arch arch = model::Arch::kGpt2;  // --arch gpt2 (default) or llama
+  jobspec::Arch arch = jobspec::Arch::kGpt2;  // --arch gpt2 (default) or llama
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     bool ok = true;
@@ -55,7 +55,7 @@ int Main(int argc, char** argv) {
     else if (a == "--arch") {
       const std::string v = argv[i + 1];
       ok = v == "gpt2" || v == "llama";
-      arch = v == "llama" ? model::Arch::kLlama : model::Arch::kGpt2;
+      arch = v == "llama" ? jobspec::Arch::kLlama : jobspec::Arch::kGpt2;
     }
     else if (a == "--peak-tflops") ok = absl::SimpleAtod(argv[i + 1], &peak_flops), peak_flops *= 1e12;
     else if (a == "--precision") {
@@ -87,7 +87,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "gpt2_bench: no %s device visible\n", device.c_str());
     return 1;
   }
-  model::GPTConfig c;
+  jobspec::GPTConfig c;
   c.arch = arch;
   c.vocab_size = 50304;
   c.max_seq_len = 1024;
@@ -104,7 +104,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "gpt2_bench: %s\n", std::string(v.message()).c_str());
     return 2;
   }
-  const train::AdamWConfig adam{0.9, 0.95, 1e-8, 0.1};
+  const optim::AdamWConfig adam{0.9, 0.95, 1e-8, 0.1};
   std::unique_ptr<OnDevice> held;  // in place: the engine points at its model
   int B = 0;
   std::vector<int> tries = only_batch > 0 ? std::vector<int>{only_batch} : std::vector<int>{64, 48, 32, 24, 16, 12, 8, 4, 2, 1};
@@ -117,7 +117,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
     d.backend = std::move(*be);
-    d.model = std::make_unique<model::GPT>(c, model::ModelShard{}, d.backend.get());
+    d.model = std::make_unique<model::GPT>(c, jobspec::ModelShard{}, d.backend.get());
     d.model->InitRandom(1337);
     d.model->set_precision(precision);
     auto e = train::ZeroEngine::Create(d.model.get(), &d.solo, 0, 25, adam);
@@ -198,7 +198,7 @@ int Main(int argc, char** argv) {
   for (auto& [n, s] : ops) std::printf("%-30s %10.2f %6.1f%%\n", n.c_str(), s * 1e3, 100 * s / total);
   std::printf("{\"impl\": \"gantry\", \"arch\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.2f, "
               "\"mfu\": %.4f, \"params\": %.0f, \"memory_gb\": %.3f}\n",
-              model::ArchName(c.arch), B, tok_s, med * 1e3, mfu, n_params, (total_b - free_b) / 1e9);
+              jobspec::ArchName(c.arch), B, tok_s, med * 1e3, mfu, n_params, (total_b - free_b) / 1e9);
   return 0;
 }
 

@@ -32,7 +32,7 @@
 #include "common/grpc_util.h"
 #include "common/security.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
-#include "shardserver/client.h"
+#include "shardserver/client/shard_client.h"
 
 namespace gantry::load {
 namespace {
@@ -690,7 +690,7 @@ void Fleet::OnAssign(SimWorker& w, uint64_t seq, const v1::Assignment& a) {
       }
       const std::vector<std::string> servers(run->a.shard_servers().begin(), run->a.shard_servers().end());
       std::vector<std::string> unreachable;
-      const auto stored = agent::ListStoredCheckpoints(servers, run->a.resume_job_id(), &unreachable);
+      const auto stored = shardserver::ListStoredCheckpoints(servers, run->a.resume_job_id(), &unreachable);
       bool found = false;
       for (const auto& c : stored) found = found || c.step == run->a.resume_step();
       if (!found && unreachable.empty()) {
@@ -784,7 +784,7 @@ void Fleet::Checkpoint(SimWorker* w, std::shared_ptr<Run> run) {
       f->set_shard_server(server);
     }
     const auto t = Clock::now();
-    auto n = agent::UploadSources(server, a.job_id(), run->step, sources);
+    auto n = shardserver::UploadSources(server, a.job_id(), run->step, sources);
     if (!n.ok()) {
       rec_->Error("shard WriteChunks", std::string(n.status().message()));
       std::lock_guard<std::mutex> l(mu_);
@@ -1517,7 +1517,7 @@ absl::StatusOr<ControlPlaneReport> RunControlPlaneLoad(const ControlPlaneOptions
         for (size_t k = next++; k < ids.size(); k = next++) {
           const std::string& job = ids[k];
           std::vector<std::string> unreachable;
-          const auto stored = agent::ListStoredCheckpoints(servers, job, &unreachable);
+          const auto stored = shardserver::ListStoredCheckpoints(servers, job, &unreachable);
           std::vector<int64_t> steps;
           for (const auto& c : stored) steps.push_back(c.step);
           std::vector<int64_t> want;
@@ -1538,7 +1538,7 @@ absl::StatusOr<ControlPlaneReport> RunControlPlaneLoad(const ControlPlaneOptions
             for (const auto& [name, where] : c.files) slices += name.rfind("part-00000", 0) == 0;
             for (const auto& [name, where] : c.files) {
               std::string got;
-              auto n = agent::ReadRange(*stubs[where.server], where.server, job, c.step, name, 0, 0,
+              auto n = shardserver::ReadRange(*stubs[where.server], where.server, job, c.step, name, 0, 0,
                                         [&](const std::string& d) { got += d; });
               const std::string want_bytes = ExpectedFile(job, c.step, name, world, std::max(1, slices), o.part_bytes);
               if (!n.ok() || got != want_bytes) {

@@ -15,7 +15,7 @@
 #include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/security.h"
-#include "shardserver/client.h"
+#include "shardserver/client/shard_client.h"
 
 namespace gantry::load {
 namespace {
@@ -53,12 +53,12 @@ constexpr char kPart[] = "part-00000.safetensors";
 // Stream k: its part written (one WriteChunks stream) and its checkpoint committed.
 absl::Status WriteOne(const std::string& address, const std::string& base, int k) {
   KeyedSource src(&base, KeyOf(k));
-  auto n = agent::UploadSources(address, JobOf(k), 1, {{kPart, &src}});
+  auto n = shardserver::UploadSources(address, JobOf(k), 1, {{kPart, &src}});
   if (!n.ok()) return n.status();
   if (*n != static_cast<int64_t>(base.size())) {
     return absl::DataLossError(absl::StrCat(JobOf(k), ": the server took ", *n, " of ", base.size(), " bytes"));
   }
-  return agent::CommitCheckpoint(address, JobOf(k), 1, {kPart}, "{\"parts\": []}");
+  return shardserver::CommitCheckpoint(address, JobOf(k), 1, {kPart}, "{\"parts\": []}");
 }
 
 // Reads stream k's committed part back and compares every byte.
@@ -68,7 +68,7 @@ absl::StatusOr<int64_t> Verify(v1::ShardServer::Stub& stub, const std::string& a
   if (auto s = src.ReadAt(0, want.size(), want.data()); !s.ok()) return s;
   int64_t at = 0;
   bool same = true;
-  auto n = agent::ReadRange(stub, address, JobOf(k), 1, kPart, 0, 0, [&](const std::string& d) {
+  auto n = shardserver::ReadRange(stub, address, JobOf(k), 1, kPart, 0, 0, [&](const std::string& d) {
     if (static_cast<size_t>(at) + d.size() > want.size() || std::memcmp(want.data() + at, d.data(), d.size()) != 0) {
       same = false;
     }

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/backend.h"
@@ -20,7 +21,11 @@
 #include "kernels/gelu.h"
 #include "kernels/grad_norm.h"
 #include "kernels/layernorm.h"
-#include "kernels/llama_ops.h"
+#include "kernels/matmul.h"
+#include "kernels/gqa.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "kernels/moe.h"
 #include "kernels/residual.h"
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "kernels/cpu/elem.h"
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::kernels {
 

@@ -1,4 +1,4 @@
-// Element access for the CPU kernels over fp32 or 16-bit tensors (kernels/dtype.h): a kernel
+// Element access for the CPU kernels over fp32 or 16-bit tensors (kernels/types.h): a kernel
 // is written once as a template over E = Elem<P> (E::T the stored type, E::Ld its exact fp32
 // value, E::St the nearest stored value) and instantiated for the type found at run time.
 #pragma once
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::kernels::elem {
 

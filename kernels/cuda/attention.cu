@@ -96,7 +96,7 @@ struct Batched {
   // S (T, T) = alpha · X (T, hs) @ Y (T, hs)^T
   absl::Status ScoresXYt(float* S, const float* X, const float* Y, float alpha) const {
     const float beta = 0.f;
-    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &alpha, Y, hs,
+    GPU_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &alpha, Y, hs,
                                                      int64_t{T} * hs, X, hs, int64_t{T} * hs, &beta, S, T,
                                                      int64_t{T} * T, batches));
     return absl::OkStatus();
@@ -104,7 +104,7 @@ struct Batched {
   // O (T, hs) = P (T, T) @ V (T, hs)
   absl::Status PV(float* O, const float* P, const float* V) const {
     const float alpha = 1.f, beta = 0.f;
-    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &alpha, V, hs,
+    GPU_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &alpha, V, hs,
                                                      int64_t{T} * hs, P, T, int64_t{T} * T, &beta, O, hs,
                                                      int64_t{T} * hs, batches));
     return absl::OkStatus();
@@ -112,7 +112,7 @@ struct Batched {
   // O (T, hs) = P (T, T)^T @ D (T, hs)
   absl::Status PtD(float* O, const float* P, const float* D) const {
     const float alpha = 1.f, beta = 0.f;
-    CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &alpha, D, hs,
+    GPU_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.blas(), CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &alpha, D, hs,
                                                      int64_t{T} * hs, P, T, int64_t{T} * T, &beta, O, hs,
                                                      int64_t{T} * hs, batches));
     return absl::OkStatus();
@@ -135,15 +135,15 @@ absl::Status AttentionForwardOf(Context& ctx, typename E::T* out, float* att, fl
   const int64_t n = static_cast<int64_t>(B) * T * C;
   float *q = scratch, *k = q + n, *v = k + n, *o = v + n;
   GANTRY_LAUNCH(SplitHeadsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(q, k, v, qkv, B, T, NH, hs);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   const Batched g{ctx, B * NH, T, hs};
   if (auto s = g.ScoresXYt(att, q, k, 1.0f / std::sqrt(static_cast<float>(hs))); !s.ok()) return s;
   const int rows = B * NH * T;
   GANTRY_LAUNCH(CausalSoftmaxKernel, CeilDiv(rows, 8), 256, 0, ctx.stream())(att, rows, T, round_bits);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   if (auto s = g.PV(o, att, v); !s.ok()) return s;
   GANTRY_LAUNCH(MergeHeadsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(out, o, B, T, NH, hs, C, 0);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -155,21 +155,21 @@ absl::Status AttentionBackwardOf(Context& ctx, typename E::T* dqkv, float* scrat
   const int64_t n = static_cast<int64_t>(B) * T * C;
   float *q = scratch, *k = q + n, *v = k + n, *d = v + n, *dq = d + n, *dk = dq + n, *dv = dk + n, *datt = dv + n;
   GANTRY_LAUNCH(SplitHeadsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(q, k, v, qkv, B, T, NH, hs);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   GANTRY_LAUNCH(SplitGradKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(d, dout, B, T, NH, hs);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   const Batched g{ctx, B * NH, T, hs};
   if (auto s = g.ScoresXYt(datt, d, v, 1.f); !s.ok()) return s;  // datt = dO @ V^T
   if (auto s = g.PtD(dv, att, d); !s.ok()) return s;             // dV = P^T @ dO
   const int rows = B * NH * T;
   GANTRY_LAUNCH(CausalSoftmaxBackwardKernel, CeilDiv(rows, 8), 256, 0, ctx.stream())(datt, att, rows, T,
                                                                         1.0f / std::sqrt(static_cast<float>(hs)));
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   if (auto s = g.PV(dq, datt, k); !s.ok()) return s;   // dQ = dS @ K
   if (auto s = g.PtD(dk, datt, q); !s.ok()) return s;  // dK = dS^T @ Q
   for (auto [x, part] : {std::pair{dq, 0}, std::pair{dk, 1}, std::pair{dv, 2}}) {
     GANTRY_LAUNCH(MergeHeadsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(dqkv, x, B, T, NH, hs, 3 * C, part);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
   }
   return absl::OkStatus();
 }

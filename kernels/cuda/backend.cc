@@ -442,7 +442,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const k
   if (!ctx.ok()) return ctx.status();
   (*ctx)->set_bias_epilogue(options.bias_epilogue);
   cudaDeviceProp prop{};
-  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  GPU_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
   std::string name = absl::StrCat(kernels::BackendKindName(kKind), ":", device);
 #if !defined(GANTRY_CUDA_EMULATED)
   absl::StrAppend(&name, " (", prop.name, ")");

@@ -5,12 +5,6 @@
 
 namespace gantry::GANTRY_CUDA_NS {
 
-absl::Status CudaStatus(cudaError_t err, const char* expr, const char* file, int line) {
-  return absl::InternalError(absl::StrCat(file, ":", line, ": ", expr, " failed: ",
-                                          cudaGetErrorName(err), " (",
-                                          cudaGetErrorString(err), ")"));
-}
-
 absl::Status CheckDims(const char* op, std::initializer_list<int64_t> dims) {
   for (int64_t d : dims) {
     if (d <= 0 || d > (int64_t{1} << 31) - 1) return absl::InvalidArgumentError(absl::StrCat(op, ": bad dimension ", d));

@@ -25,9 +25,9 @@ absl::Status ColumnSums(Context& ctx, float* out0, float* out1, F f, int N, int 
   const int rows_per_chunk = g.rows_per_chunk, used = g.used;
   auto* partial = reinterpret_cast<float2*>(ctx.scratch());
   GANTRY_LAUNCH(ColumnPartialsKernel<F>, dim3(CeilDiv(C, 32), used), dim3(32, 8), 0, ctx.stream())(partial, f, N, C, rows_per_chunk);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   GANTRY_LAUNCH(ColumnFinishKernel, CeilDiv(C, 256), 256, 0, ctx.stream())(out0, out1, partial, used, C, round_bits);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

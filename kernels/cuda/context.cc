@@ -6,23 +6,19 @@
 
 namespace gantry::GANTRY_CUDA_NS {
 
-absl::Status BlasStatus(cublasStatus_t s, const char* expr, const char* file, int line) {
-  return absl::InternalError(absl::StrCat(file, ":", line, ": ", expr, " failed: cuBLAS status ", static_cast<int>(s)));
-}
-
 absl::StatusOr<std::unique_ptr<Context>> Context::Create(int device) {
   std::unique_ptr<Context> c(new Context());
   c->device_ = device;
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->own_stream_, cudaStreamNonBlocking));
+  GPU_RETURN_IF_ERROR(cudaSetDevice(device));
+  GPU_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->own_stream_, cudaStreamNonBlocking));
   c->stream_ = c->own_stream_;
-  CUBLAS_RETURN_IF_ERROR(cublasCreate(&c->blas_));
-  CUBLAS_RETURN_IF_ERROR(cublasSetStream(c->blas_, c->stream_));
+  GPU_RETURN_IF_ERROR(cublasCreate(&c->blas_));
+  GPU_RETURN_IF_ERROR(cublasSetStream(c->blas_, c->stream_));
   // fp32 GEMMs stay fp32 (no TF32): the CPU twins are the reference.
-  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(c->blas_, CUBLAS_DEFAULT_MATH));
-  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&c->lt_));
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&c->lt_workspace_, kLtWorkspaceBytes));
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&c->scratch_, kScratchFloats * sizeof(float)));
+  GPU_RETURN_IF_ERROR(cublasSetMathMode(c->blas_, CUBLAS_DEFAULT_MATH));
+  GPU_RETURN_IF_ERROR(cublasLtCreate(&c->lt_));
+  GPU_RETURN_IF_ERROR(cudaMalloc(&c->lt_workspace_, kLtWorkspaceBytes));
+  GPU_RETURN_IF_ERROR(cudaMalloc(&c->scratch_, kScratchFloats * sizeof(float)));
   return c;
 }
 
@@ -38,13 +34,13 @@ Context::~Context() {
 
 absl::Status Context::SetStream(cudaStream_t s) {
   cudaStream_t next = s != nullptr ? s : own_stream_;
-  CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, next));
+  GPU_RETURN_IF_ERROR(cublasSetStream(blas_, next));
   stream_ = next;
   return absl::OkStatus();
 }
 
 absl::Status Context::Synchronize() const {
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(own_stream_));
+  GPU_RETURN_IF_ERROR(cudaStreamSynchronize(own_stream_));
   return absl::OkStatus();
 }
 

@@ -61,14 +61,4 @@ class Context {
   bool bias_epilogue_ = false;
 };
 
-// A cuBLAS status as an absl::Status naming the call.
-absl::Status BlasStatus(cublasStatus_t s, const char* expr, const char* file, int line);
-
 }  // namespace gantry::GANTRY_CUDA_NS
-
-#define CUBLAS_RETURN_IF_ERROR(expr)                                                      \
-  do {                                                                                    \
-    cublasStatus_t gantry_blas_st_ = (expr);                                              \
-    if (gantry_blas_st_ != CUBLAS_STATUS_SUCCESS)                                         \
-      return ::gantry::GANTRY_CUDA_NS::BlasStatus(gantry_blas_st_, #expr, __FILE__, __LINE__);      \
-  } while (0)

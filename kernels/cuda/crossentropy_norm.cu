@@ -23,12 +23,12 @@ absl::Status LaunchCrossEntropy(Context& ctx, float* losses, typename E::T* logi
   if (V % 8 == 0 && Aligned16({logits})) {  // rows of V 16-bit (or fp32) values, each 16-byte aligned
     auto* kernel = CrossEntropyVec8Kernel<E, kGrad>;
     GANTRY_LAUNCH(kernel, N, kRowThreads, 0, ctx.stream())(losses, logits, targets, dloss, V);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   }
   auto* kernel = CrossEntropyKernel<E, kGrad>;
   GANTRY_LAUNCH(kernel, N, kRowThreads, 0, ctx.stream())(losses, logits, targets, dloss, V);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -63,7 +63,7 @@ absl::Status CrossEntropyShardStats(Context& ctx, float* stats, kernels::CPtr lo
     using E = decltype(e);
     GANTRY_LAUNCH(CrossEntropyShardStatsKernel<E>, N, kRowThreads, 0, ctx.stream())(stats, Of<E>(logits), targets, V,
                                                                                    v_begin);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   });
 }
@@ -79,7 +79,7 @@ absl::Status CrossEntropyShardFinish(Context& ctx, float* losses, kernels::Ptr l
     GANTRY_LAUNCH(CrossEntropyShardFinishKernel<E>, N, kRowThreads, 0, ctx.stream())(losses, Of<E>(logits), all_stats,
                                                                                     ranks, targets, dloss, N, V,
                                                                                     v_begin);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   });
 }
@@ -88,9 +88,9 @@ absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N)
   if (N < 0) return absl::InvalidArgumentError("SumSquares: negative length");
   const int blocks = SumSquaresBlocks(N);
   GANTRY_LAUNCH(SumSquaresPartialKernel, blocks, 1024, 0, ctx.stream())(ctx.scratch(), g, N);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   GANTRY_LAUNCH(SumSquaresFinishKernel, 1, 32, 0, ctx.stream())(result, ctx.scratch(), blocks);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

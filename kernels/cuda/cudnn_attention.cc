@@ -24,6 +24,8 @@
 namespace gantry::GANTRY_CUDA_NS {
 namespace fe = ::gantry::emucudnn::cudnn_frontend;
 using ::gantry::emucudnn::cudnnHandle_t;
+using ::gantry::emucudnn::cudnnStatus_t;
+using ::gantry::emucudnn::CUDNN_STATUS_SUCCESS;
 using ::gantry::emucudnn::OpenLibrary;
 }  // namespace gantry::GANTRY_CUDA_NS
 #else
@@ -54,6 +56,14 @@ void* OpenLibrary(const char* name, std::string* error) {
 #endif
 
 namespace gantry::GANTRY_CUDA_NS {
+
+// The frontend's and cuDNN's results for GPU_RETURN_IF_ERROR (common/gpu_check.h), beside the
+// runtime's and cuBLAS's (check.h): at this namespace's scope, so that one lookup finds them all.
+static bool GpuOk(fe::error_t e) { return e.is_good(); }
+static std::string GpuErrorText(fe::error_t e) { return absl::StrCat("cuDNN frontend: ", e.get_message()); }
+static bool GpuOk(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
+static std::string GpuErrorText(cudnnStatus_t s) { return absl::StrCat("cuDNN status ", static_cast<int>(s)); }
+
 namespace {
 
 using Graph = fe::graph::Graph;
@@ -62,10 +72,6 @@ using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 // The tensors' uids in the graphs' variant packs.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
-absl::Status Fe(fe::error_t e, const char* what) {
-  if (e.is_good()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cuDNN attention: ", what, ": ", e.get_message()));
-}
 
 // Once a process for each library name (retried until it succeeds): the library, and its
 // version. GANTRY_CUDNN_LIBRARY, when set, names the file; else cuDNN 9's soname.
@@ -193,26 +199,25 @@ struct CudnnAttention::Impl {
       dk->set_output(true).set_uid(kDK).set_dim({B, NH, T, hs}).set_stride({T * 3 * C, hs, 3 * C, 1});
       dv->set_output(true).set_uid(kDV).set_dim({B, NH, T, hs}).set_stride({T * 3 * C, hs, 3 * C, 1});
     }
-    RETURN_IF_ERROR(Fe(g->validate(), "validate"));
-    RETURN_IF_ERROR(Fe(g->build_operation_graph(handle), "build_operation_graph"));
-    RETURN_IF_ERROR(Fe(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans"));
-    RETURN_IF_ERROR(Fe(g->check_support(), "check_support"));
-    RETURN_IF_ERROR(Fe(g->build_plans(), "build_plans"));
+    GPU_RETURN_IF_ERROR(g->validate());
+    GPU_RETURN_IF_ERROR(g->build_operation_graph(handle));
+    GPU_RETURN_IF_ERROR(g->create_execution_plans({fe::HeurMode_t::A}));
+    GPU_RETURN_IF_ERROR(g->check_support());
+    GPU_RETURN_IF_ERROR(g->build_plans());
     Plan plan;
     plan.graph = std::move(g);
-    RETURN_IF_ERROR(Fe(plan.graph->get_workspace_size(plan.workspace_bytes), "get_workspace_size"));
+    GPU_RETURN_IF_ERROR(plan.graph->get_workspace_size(plan.workspace_bytes));
     if (plan.workspace_bytes > 0) {
-      CUDA_RETURN_IF_ERROR(cudaMalloc(&plan.workspace, static_cast<size_t>(plan.workspace_bytes)));
+      GPU_RETURN_IF_ERROR(cudaMalloc(&plan.workspace, static_cast<size_t>(plan.workspace_bytes)));
     }
     return &plans.emplace(key, std::move(plan)).first->second;
   }
 
   absl::Status Run(cudaStream_t stream, const Key& key, std::unordered_map<int64_t, void*>& pack) {
     ASSIGN_OR_RETURN(Plan * plan, Get(key));
-    if (const auto st = fe::detail::set_stream(handle, stream); st != 0) {
-      return absl::InternalError(absl::StrCat("cuDNN attention: cudnnSetStream failed (status ", static_cast<int>(st), ")"));
-    }
-    return Fe(plan->graph->execute(handle, pack, plan->workspace), "execute");
+    GPU_RETURN_IF_ERROR(fe::detail::set_stream(handle, stream));
+    GPU_RETURN_IF_ERROR(plan->graph->execute(handle, pack, plan->workspace));
+    return absl::OkStatus();
   }
 };
 

@@ -23,7 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::GANTRY_CUDA_NS {
 

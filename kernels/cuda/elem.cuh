@@ -1,4 +1,4 @@
-// The element types of the device kernels (kernels/dtype.h: fp32, bf16, fp16), the twin of
+// The element types of the device kernels (kernels/types.h: fp32, bf16, fp16), the twin of
 // kernels/cpu/elem.h. A kernel that reads or writes a typed tensor is a template over E:
 // E::T the stored type (float, or uint16_t holding bf16 or fp16 bits), E::Ld(x) its exact fp32
 // value, E::St(x) the stored value nearest fp32 x, ties to even (round.cuh: the bits of
@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/round.cuh"
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 
 namespace gantry::GANTRY_CUDA_NS {
 

@@ -22,7 +22,7 @@ absl::Status Elementwise(void (*kernel)(Params...), int64_t n, cudaStream_t stre
   if (auto s = CheckLength(n); !s.ok()) return s;
   if (n == 0) return absl::OkStatus();
   GANTRY_LAUNCH(kernel, Blocks(n), kBlock, 0, stream)(args..., n);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -66,7 +66,7 @@ absl::Status Convert(kernels::Ptr out, kernels::CPtr in, int64_t N, cudaStream_t
   RETURN_IF_ERROR(CheckLength(N));
   if (out.type == in.type) {  // a copy (none in place)
     if (N > 0 && out.data != in.data) {
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data, in.data, static_cast<size_t>(N) * kernels::ElemBytes(in.type),
+      GPU_RETURN_IF_ERROR(cudaMemcpyAsync(out.data, in.data, static_cast<size_t>(N) * kernels::ElemBytes(in.type),
                                            cudaMemcpyDeviceToDevice, stream));
     }
     return absl::OkStatus();
@@ -89,7 +89,7 @@ absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s) {
   if (auto st = CheckLength(N); !st.ok()) return st;
   if (N == 0) return absl::OkStatus();
   GANTRY_LAUNCH(ScaleKernel, Blocks(N), kBlock, 0, ctx.stream())(g, N, s);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

@@ -26,7 +26,7 @@ absl::Status EncoderForwardShard(Context& ctx, float* out, const int32_t* inp, c
   const int64_t n = static_cast<int64_t>(B) * T * C;
   GANTRY_LAUNCH(EncoderForwardKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(out, inp, wte, v_begin, v_end, wpe,
                                                                              B * T, T, C);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -42,10 +42,10 @@ absl::Status EncoderBackwardShard(Context& ctx, float* dwte, float* dwpe, const 
   const dim3 wte_grid(CeilDiv(C, 128), groups);
   GANTRY_LAUNCH(EncoderBackwardWteKernel, wte_grid, 128, 0, ctx.stream())(dwte, dout, inp, v_begin, v_end, B * T, C,
                                                                          groups);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   if (dwpe != nullptr) {
     GANTRY_LAUNCH(EncoderBackwardWpeKernel, CeilDiv(int64_t{T} * C, 256), 256, 0, ctx.stream())(dwpe, dout, B, T, C);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
   }
   return absl::OkStatus();
 }
@@ -58,7 +58,7 @@ absl::Status LayerNormForward(Context& ctx, kernels::Ptr out, float* mean, float
     using E = decltype(e);
     GANTRY_LAUNCH(LayerNormForwardKernel<E>, CeilDiv(N, 8), 256, 0, ctx.stream())(Of<E>(out), mean, rstd, inp, weight,
                                                                                   bias, N, C);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   });
 }
@@ -82,10 +82,10 @@ absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float*
       constexpr int kJ = decltype(j)::value;
       GANTRY_LAUNCH(LayerNormBackwardFusedKernel<kJ>, used, kLnWarps * 32, 0, ctx.stream())(
           dinp, partial, dout, inp, weight, mean, rstd, N, C, rows_per_block);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GPU_RETURN_IF_ERROR(cudaGetLastError());
       GANTRY_LAUNCH(LayerNormParamsFinishKernel, CeilDiv(C, 32), dim3(32, 8), 0, ctx.stream())(dweight, dbias, partial,
                                                                                              used, C);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GPU_RETURN_IF_ERROR(cudaGetLastError());
       return absl::OkStatus();
     };
     switch (J) {
@@ -100,7 +100,7 @@ absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float*
     }
   }
   GANTRY_LAUNCH(LayerNormBackwardInputKernel, CeilDiv(N, 8), 256, 0, ctx.stream())(dinp, dout, inp, weight, mean, rstd, N, C);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return ColumnSums(ctx, dweight, dbias, LayerNormParamGrads{dout, inp, mean, rstd, C}, N, C);
 }
 

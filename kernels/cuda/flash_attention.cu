@@ -36,14 +36,14 @@ absl::Status AllowShared(const char* op, Kernel* kernel, size_t bytes) {
 #else
   if (bytes <= 48 * 1024) return absl::OkStatus();
   int device = 0, most = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  GPU_RETURN_IF_ERROR(cudaGetDevice(&device));
+  GPU_RETURN_IF_ERROR(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (bytes > static_cast<size_t>(most)) {
     return absl::FailedPreconditionError(absl::StrCat(op, ": the fused attention needs ", bytes,
                                                       " bytes of shared memory a block at this head size; device ",
                                                       device, " gives at most ", most));
   }
-  CUDA_RETURN_IF_ERROR(
+  GPU_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 #endif
   return absl::OkStatus();
@@ -74,7 +74,7 @@ absl::Status FlashAttentionForward(Context& ctx, kernels::Ptr out, float* lse, k
       RETURN_IF_ERROR(AllowShared("FlashAttentionForward", kernel, shared));
       GANTRY_LAUNCH(kernel, grid, kThreads, shared, ctx.stream())(
           Of<E>(out), lse, Of<E>(qkv), B, T, NH, hs, scale, round_bits);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GPU_RETURN_IF_ERROR(cudaGetLastError());
       return absl::OkStatus();
     });
   });
@@ -102,13 +102,13 @@ absl::Status FlashAttentionBackward(Context& ctx, kernels::Ptr dqkv, float* scra
       RETURN_IF_ERROR(AllowShared("FlashAttentionBackward", kv_kernel, kv_shared));
       GANTRY_LAUNCH(FlashRowDotKernel<E>, row_blocks, kWarps * 32, 0, ctx.stream())(D, Of<E>(dout), Of<E>(out), B,
                                                                                     T, NH, hs);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GPU_RETURN_IF_ERROR(cudaGetLastError());
       GANTRY_LAUNCH(q_kernel, grid, kThreads, q_shared, ctx.stream())(
           Of<E>(dqkv), Of<E>(dout), Of<E>(qkv), lse, D, B, T, NH, hs, scale);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GPU_RETURN_IF_ERROR(cudaGetLastError());
       GANTRY_LAUNCH(kv_kernel, grid, kThreads, kv_shared, ctx.stream())(
           Of<E>(dqkv), Of<E>(dout), Of<E>(qkv), lse, D, B, T, NH, hs, scale);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GPU_RETURN_IF_ERROR(cudaGetLastError());
       return absl::OkStatus();
     });
   });

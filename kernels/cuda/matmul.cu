@@ -173,45 +173,45 @@ absl::StatusOr<Plan*> PlanOf(Context& ctx, const PlanKey& key) {
   if (auto it = plans->plans.find(key); it != plans->plans.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
   LtDescriptors& l = plan->l;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  GPU_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t opa = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+  GPU_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+  GPU_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
   if (key.bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    GPU_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     // The heuristic may look at the epilogue's pointer: an address of the bias's alignment
     // stands for it (never read), and each call sets its own (Gemm).
     const void* placeholder = reinterpret_cast<const void*>(uintptr_t{key.align_bias});
-    CUBLAS_RETURN_IF_ERROR(
+    GPU_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder, sizeof(placeholder)));
   }
   const cudaDataType_t tab = CudaType(key.ab), td = CudaType(key.dt);
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.a, tab, key.ta ? key.k : key.m, key.ta ? key.m : key.k, key.lda));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.b, tab, key.tb ? key.n : key.k, key.tb ? key.k : key.n, key.ldb));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.d, td, key.m, key.n, key.ldd));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&l.pref));
+  GPU_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.a, tab, key.ta ? key.k : key.m, key.ta ? key.m : key.k, key.lda));
+  GPU_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.b, tab, key.tb ? key.n : key.k, key.tb ? key.k : key.n, key.ldb));
+  GPU_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.d, td, key.m, key.n, key.ldd));
+  GPU_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&l.pref));
   const size_t ws = ctx.lt_workspace_bytes();
-  CUBLAS_RETURN_IF_ERROR(
+  GPU_RETURN_IF_ERROR(
       cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   if (key.dt != Precision::kFp32) {  // partial sums of a split K in fp32 (in the workspace), not in D's type
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+    GPU_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                                 &schemes, sizeof(schemes)));
   }
   // The pointers' own alignments (a weight or activation may start anywhere in a larger
   // buffer): an algorithm that needs more is not chosen.
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+  GPU_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                               &key.align_a, sizeof(key.align_a)));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+  GPU_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                               &key.align_b, sizeof(key.align_b)));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+  GPU_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                                                               &key.align_d, sizeof(key.align_d)));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+  GPU_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                               &key.align_d, sizeof(key.align_d)));
   cublasLtMatmulHeuristicResult_t h;
   int found = 0;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), l.op, l.a, l.b, l.d, l.d, l.pref, 1, &h, &found));
+  GPU_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), l.op, l.a, l.b, l.d, l.d, l.pref, 1, &h, &found));
   if (found == 0) {
     return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for ", kernels::PrecisionName(key.ab),
                                                  " inputs and a ", kernels::PrecisionName(key.dt), " output, m ",
@@ -232,11 +232,11 @@ absl::Status Gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const voi
                     bias != nullptr ? Alignment(bias) : 0};
   ASSIGN_OR_RETURN(Plan * plan, PlanOf(ctx, key));
   if (bias != nullptr) {
-    CUBLAS_RETURN_IF_ERROR(
+    GPU_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan->l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   const float alpha = 1.f;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(ctx.lt(), plan->l.op, &alpha, A, plan->l.a, B, plan->l.b, &beta, D, plan->l.d,
+  GPU_RETURN_IF_ERROR(cublasLtMatmul(ctx.lt(), plan->l.op, &alpha, A, plan->l.a, B, plan->l.b, &beta, D, plan->l.d,
                                         D, plan->l.d, &plan->algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(),
                                         ctx.stream()));
   return absl::OkStatus();
@@ -277,7 +277,7 @@ absl::Status ForwardThroughScratch(Context& ctx, Ptr out, Ptr gelu_out, CPtr inp
         GANTRY_LAUNCH(AddBiasRoundKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(o, g, scratch32, Of<E>(bias),
                                                                                    n, OC);
       }
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GPU_RETURN_IF_ERROR(cudaGetLastError());
       return absl::OkStatus();
     }));
   }
@@ -315,7 +315,7 @@ absl::Status MatmulForward(Context& ctx, Ptr out, CPtr inp, CPtr weight, CPtr bi
   return WithType(t, [&](auto e) -> absl::Status {
     using E = decltype(e);
     GANTRY_LAUNCH(AddBiasKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(out.as_f32(), Of<E>(bias), n, OC);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   });
 }
@@ -356,12 +356,12 @@ absl::Status MatmulBackward(Context& ctx, Ptr dinp, float* dweight, float* dbias
           if (n % 8 == 0 && Aligned16({dinp.data, gelu_pre.data})) {
             auto* kernel8 = GeluBackwardInPlace8Kernel<ED, EP>;
             GANTRY_LAUNCH(kernel8, CeilDiv(n / 8, 256), 256, 0, ctx.stream())(Of<ED>(dinp), Of<EP>(gelu_pre), n / 8);
-            CUDA_RETURN_IF_ERROR(cudaGetLastError());
+            GPU_RETURN_IF_ERROR(cudaGetLastError());
             return absl::OkStatus();
           }
           auto* kernel = GeluBackwardInPlaceKernel<ED, EP>;
           GANTRY_LAUNCH(kernel, CeilDiv(n, 256), 256, 0, ctx.stream())(Of<ED>(dinp), Of<EP>(gelu_pre), n);
-          CUDA_RETURN_IF_ERROR(cudaGetLastError());
+          GPU_RETURN_IF_ERROR(cudaGetLastError());
           return absl::OkStatus();
         });
       }));
@@ -384,7 +384,7 @@ absl::Status MatmulBackward(Context& ctx, Ptr dinp, float* dweight, float* dbias
     if constexpr (E::kType != Precision::kFp32) {
       const int64_t n = static_cast<int64_t>(OC) * C;
       GANTRY_LAUNCH(AddWidenedKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(dweight, Of<E>(CPtr(dw, t)), n);
-      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      GPU_RETURN_IF_ERROR(cudaGetLastError());
     }
     return absl::OkStatus();
   }));

@@ -331,7 +331,7 @@ template <typename... Params, typename... Args>
 absl::Status LaunchRows(Context& ctx, const char* op, void (*kernel)(Params...), int N, int k, int C, Args... args) {
   RETURN_IF_ERROR(CheckDims(op, {N, k, C, static_cast<int64_t>(N) * k}));
   GANTRY_LAUNCH(kernel, N, RowThreads(C), 0, ctx.stream())(args...);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -357,19 +357,19 @@ absl::Status MoeRoute(Context& ctx, float* probs, float* lse, int32_t* choice, f
   const int L = TokenLanes(E);
   GANTRY_LAUNCH(MoeSoftmaxTopKKernel, CeilDiv(N, kTokenThreads / L), kTokenThreads, 0, ctx.stream())(
       probs, lse, choice, weight, logits, N, E, k, L);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   GANTRY_LAUNCH(MoeSumsKernel, dim3(E + 1, G), kSumThreads, 0, ctx.stream())(partial, probs, lse, N, E);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   GANTRY_LAUNCH(MoeChunkKernel, chunks, kChunk, 0, ctx.stream())(chunk_counts, nullptr, choice, nullptr, N, E, k,
                                                                  capacity);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   GANTRY_LAUNCH(MoeScanKernel, E, kScanThreads, 0, ctx.stream())(chunk_counts, counts, chunks, E);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   GANTRY_LAUNCH(MoeFinishKernel, 1, kSumThreads, 0, ctx.stream())(counts, stats, partial, G, N, E, k, capacity);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   GANTRY_LAUNCH(MoeChunkKernel, chunks, kChunk, 0, ctx.stream())(chunk_counts, slot, choice, counts + E, N, E, k,
                                                                  capacity);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -400,7 +400,7 @@ absl::Status MoeRouterBackward(Context& ctx, float* dlogits, const float* dweigh
   const int L = TokenLanes(E);
   GANTRY_LAUNCH(MoeRouterBackwardKernel, CeilDiv(N, kTokenThreads / L), kTokenThreads, 0, ctx.stream())(
       dlogits, dweight, probs, lse, choice, weight, counts, N, E, k, L, aux_scale, z_scale);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

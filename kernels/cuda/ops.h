@@ -2,7 +2,7 @@
 // checks its arguments and the launch and returns a Status. The CPU versions are the
 // reference: tests/gpu compares each against its CPU twin.
 //
-// Typed tensors (kernels::Ptr, CPtr: fp32, bf16 or fp16, kernels/dtype.h) follow the backend's
+// Typed tensors (kernels::Ptr, CPtr: fp32, bf16 or fp16, kernels/types.h) follow the backend's
 // contract (kernels/backend.h): 16-bit values read exactly, fp32 inside, what is stored into a
 // 16-bit tensor rounded to nearest, ties to even. Each launcher checks the type combination it
 // takes (INVALID_ARGUMENT naming the op otherwise).
@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "kernels/adamw.h"
 #include "kernels/cuda/context.h"
-#include "kernels/dtype.h"
+#include "kernels/types.h"
 #include "kernels/matmul.h"
 
 namespace gantry::GANTRY_CUDA_NS {
@@ -65,7 +65,7 @@ absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float*
                                const float* inp, const float* weight, const float* mean, const float* rstd, int N,
                                int C);
 
-// Llama-family ops (kernels/llama_ops.h): RMSNorm, RoPE in place on qkv rows (inv_freq on
+// Llama-family ops (kernels/rmsnorm.h, rope.h, swiglu.h, gqa.h): RMSNorm, RoPE in place on qkv rows (inv_freq on
 // the device), the SwiGLU gate.
 absl::Status RMSNormForward(Context& ctx, kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N,
                             int C, float eps);

@@ -113,6 +113,7 @@ enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
 struct EmuBlas;
 using cublasHandle_t = EmuBlas*;
 
+const char* cublasGetStatusName(cublasStatus_t status);
 cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);

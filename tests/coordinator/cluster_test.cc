@@ -70,8 +70,7 @@ TEST_F(RendezvousTest, StaleGenerationIsRefused) {
 
 TEST_F(RendezvousTest, WaitersAreReleasedWhenTheJobEnds) {
   auto f = Get("never", 60000);
-  auto job = *store_->GetJob(job_);
-  cluster_->JobCancelled(job);
+  ASSERT_TRUE(cluster_->CancelJob(job_).ok());
   ASSERT_EQ(f.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_EQ(f.get().status().code(), absl::StatusCode::kAborted);
 }

@@ -62,11 +62,7 @@ inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::stri
                   "data: {train: /nonexistent.bin}\n"
                   "train: {steps: 100, micro_batch: 1, lr: 1.0e-3}\n" +
                   more_yaml);
-  std::string id;
-  {
-    std::lock_guard<std::mutex> l(cluster.job_mu());
-    id = *store.CreateJob(j);
-  }
+  const std::string id = *store.CreateJob(j);
   if (before_placing) before_placing();
   cluster.JobSubmitted();
   return id;

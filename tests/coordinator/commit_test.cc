@@ -139,7 +139,7 @@ class HoldingShardServer final : public v1::ShardServer::CallbackService {
 
 class CommitTest : public ::testing::Test {
  protected:
-  void Start(int servers, agent::ShardDeadlines deadlines = {}) {
+  void Start(int servers, shardserver::ShardDeadlines deadlines = {}) {
     for (int i = 0; i < servers; ++i) shards_.push_back(std::make_unique<HoldingShardServer>());
     store_ = *Store::Open(dir_.File("db"));
     ClusterOptions o;
@@ -312,7 +312,7 @@ TEST_F(CommitTest, CommitsListingsAndDeletesShareOneChannelPerShardServer) {
 }
 
 TEST_F(CommitTest, ACommitPastItsDeadlineFailsAndSaysSo) {
-  agent::ShardDeadlines quick;
+  shardserver::ShardDeadlines quick;
   quick.commit_seconds = 0.3;
   Start(1, quick);
   PlaceJob(/*keep=*/0);

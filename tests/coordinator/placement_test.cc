@@ -131,7 +131,7 @@ TEST(PlacementTest, AWorkerOffersTheDeviceKindItReportsAndCpuWhenItReportsNone) 
 }
 
 TEST(PlacementTest, ParameterRangesCoverTheModelOnceOverTheServers) {
-  train::JobSpec spec;
+  jobspec::JobSpec spec;
   spec.model.n_layer = 1;
   spec.model.n_head = 1;
   spec.model.n_embd = 8;
@@ -147,7 +147,7 @@ TEST(PlacementTest, ParameterRangesCoverTheModelOnceOverTheServers) {
 
 TEST(PlacementTest, TheResumePointIsTheNewestOfRecordAndManifestsThenResumeFrom) {
   const v1::Job job = QueuedJob("j", v1::RESTARTING, 0);
-  train::JobSpec spec;
+  jobspec::JobSpec spec;
   using Point = std::pair<std::string, int64_t>;
   EXPECT_EQ(*placement::ResumePoint(job, spec, {0, 0}, {0, 0}), Point("", 0)) << "a fresh start";
   EXPECT_EQ(*placement::ResumePoint(job, spec, {4, 6}, {0, 0}), Point("j", 6)) << "a commit the record missed";

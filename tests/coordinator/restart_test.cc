@@ -285,11 +285,7 @@ TEST(WatchTest, UnsubscribeWaitsForItsCallbackInFlightAndNoneComesAfter) {
   j.set_name("w");
   j.set_state(v1::PENDING);
   j.set_spec_yaml("x");
-  std::string job;
-  {
-    std::lock_guard<std::mutex> l(cluster.job_mu());
-    job = *store->CreateJob(j);
-  }
+  const std::string job = *store->CreateJob(j);
   std::promise<void> entered, release;
   std::shared_future<void> release_f = release.get_future().share();
   std::atomic<int> calls{0};
@@ -345,11 +341,7 @@ TEST(StallTest, AStalledStepNamesTheRanksBehind) {
   j.set_world_size(2);
   j.set_spec_yaml("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\ndata: {train: /x.bin}\n"
                   "train: {steps: 100, micro_batch: 1, lr: 1.0e-3}\nparallel: {dp: 2}\n");
-  std::string job;
-  {
-    std::lock_guard<std::mutex> l(cluster.job_mu());
-    job = *store->CreateJob(j);
-  }
+  const std::string job = *store->CreateJob(j);
   cluster.JobSubmitted();
   ASSERT_EQ(store->GetJob(job)->generation(), 1);
   v1::StepUpdate u;
@@ -396,11 +388,7 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
   j.set_spec_yaml("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\ndata: {train: /x.bin}\n"
                   "train: {steps: 100, micro_batch: 1, global_batch: 2, lr: 1.0e-3}\nparallel: {dp: 2}\n"
                   "elastic: {min_dp: 1, max_dp: 2}\n");
-  std::string job;
-  {
-    std::lock_guard<std::mutex> l(cluster_->job_mu());
-    job = *store_->CreateJob(j);
-  }
+  const std::string job = *store_->CreateJob(j);
   cluster_->JobSubmitted();
   const auto m0 = s1.Take();
   const v1::Assignment* a = Assigned(m0);
@@ -409,7 +397,7 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
   EXPECT_EQ(Job(job).world_size(), 1);
   EXPECT_EQ(a->resume_step(), 0) << "a fresh start";
   // The ranks read the coordinator's normalised spec, at the dp of their placement.
-  auto placed = train::ParseJobSpec(a->spec_yaml());
+  auto placed = jobspec::ParseJobSpec(a->spec_yaml());
   ASSERT_TRUE(placed.ok()) << placed.status();
   EXPECT_EQ(placed->parallel.dp, 1);
   Step(w1, job, 1, 4);
@@ -437,7 +425,7 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
   for (const v1::Assignment* b : {b1, b2}) {
     EXPECT_EQ(b->resume_job_id(), job);
     EXPECT_EQ(b->resume_step(), 4);
-    EXPECT_EQ(train::ParseJobSpec(b->spec_yaml())->parallel.dp, 2);
+    EXPECT_EQ(jobspec::ParseJobSpec(b->spec_yaml())->parallel.dp, 2);
   }
   const std::vector<v1::JobEvent> events = *store_->Events(job, 0, 1000);
   bool said = false;
@@ -571,12 +559,7 @@ TEST_F(RestartTest, AGpuWorkerHostsOneRankPerGpuUntilItsLastRankIsDone) {
   cluster_->RemoveWorker(w0, "test");
   r.set_device_count(2);
   const std::string w2 = cluster_->AddWorker(&two, r);
-  {
-    std::lock_guard<std::mutex> l(cluster_->job_mu());
-    v1::Job c = Job(dp2);
-    ASSERT_TRUE(cluster_->Transition(c, v1::CANCELLED).ok());
-  }
-  cluster_->JobCancelled(placed);
+  ASSERT_TRUE(cluster_->CancelJob(dp2).ok());
   EXPECT_EQ(state_of(w4).state(), "idle") << "a cancel frees the job's workers at once";
   four.Take();
   const std::string dp6 = SubmitTinyJob(*cluster_, *store_, "dp6", 6, "parallel: {dp: 6}\nresources: {device: cuda-emulated}\n");
@@ -617,11 +600,7 @@ TEST_F(RestartTest, ATensorParallelGroupIsPlacedOnOneHost) {
     j.set_world_size(4);
     j.set_spec_yaml("model: {n_layer: 2, n_head: 2, n_embd: 8, vocab_size: 16, seq_len: 8}\ndata: {train: /x.bin}\n"
                     "train: {steps: 100, micro_batch: 1, global_batch: 2, lr: 1.0e-3}\nparallel: {dp: 2, tp: 2}\n");
-    std::string id;
-    {
-      std::lock_guard<std::mutex> l(cluster_->job_mu());
-      id = *store_->CreateJob(j);
-    }
+    const std::string id = *store_->CreateJob(j);
     cluster_->JobSubmitted();
     return id;
   };

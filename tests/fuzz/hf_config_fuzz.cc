@@ -1,4 +1,4 @@
-// Hugging Face model directories (worker/model/hf_io.h), as `gantry-train --init-from DIR`
+// Hugging Face model directories (model/hf_io.h), as `gantry-train --init-from DIR`
 // reads them: config.json (GPT-2, Llama or Gantry's MoE GPT-2), and when it describes a
 // small model, the weights: model.safetensors, or the shards that
 // model.safetensors.index.json names. The input is config.json, optionally followed by
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/model/hf_io.h"
+#include "model/hf_io.h"
 
 namespace {
 
@@ -26,7 +26,7 @@ namespace {
 }
 
 // The parameters of a model, roughly (double: no overflow whatever the config says).
-double ApproxParams(const gantry::model::GPTConfig& c) {
+double ApproxParams(const gantry::jobspec::GPTConfig& c) {
   const double C = c.n_embd, F = c.ffn(), E = c.moe.num_experts > 0 ? c.moe.num_experts : 1;
   return static_cast<double>(c.vocab_size) * C * 2 + static_cast<double>(c.max_seq_len) * C +
          static_cast<double>(c.n_layer) * (4 * C * C + 3 * C * F * E + 16 * C);

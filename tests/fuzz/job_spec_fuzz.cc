@@ -1,4 +1,4 @@
-// The job spec parser (spec/job_spec.h) on arbitrary text, as the coordinator's SubmitJob
+// The job spec parser (jobspec/job_spec.h) on arbitrary text, as the coordinator's SubmitJob
 // and gantry-train read a spec: ParseJobSpec, then what is derived from an accepted spec
 // (the normalised YAML the workers are sent, the plan, the elastic dp choices, the learning
 // rate schedule).
@@ -15,8 +15,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "spec/job_spec.h"
-#include "spec/planner.h"
+#include "jobspec/job_spec.h"
+#include "jobspec/planner.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
@@ -31,7 +31,7 @@ namespace {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gantry;
   const std::string text(reinterpret_cast<const char*>(data), size);
-  auto spec = train::ParseJobSpec(text);
+  auto spec = jobspec::ParseJobSpec(text);
   if (!spec.ok()) {
     if (spec.status().code() != absl::StatusCode::kInvalidArgument ||
         spec.status().message().substr(0, 9) != "job spec:") {
@@ -40,20 +40,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (!fuzz::ValidUtf8(text)) return 0;
-  const std::string normal = train::ToYaml(*spec);
-  auto again = train::ParseJobSpec(normal);
+  const std::string normal = jobspec::ToYaml(*spec);
+  auto again = jobspec::ParseJobSpec(normal);
   if (!again.ok()) Fail("the normal form does not parse: " + again.status().ToString() + "\n" + normal, text);
   if (!(*again == *spec)) Fail("the normal form parses to another spec:\n" + normal, text);
-  if (train::ToYaml(*again) != normal) Fail("the normal form is not a fixed point:\n" + normal, text);
+  if (jobspec::ToYaml(*again) != normal) Fail("the normal form is not a fixed point:\n" + normal, text);
 
   // The coordinator plans every accepted spec (SubmitJob) and places it by these.
-  (void)train::MakePlan(train::PlanOfSpec(*spec));
+  (void)jobspec::MakePlan(jobspec::PlanOfSpec(*spec));
   const std::vector<int> choices = spec->DpChoices();
   (void)spec->MinWorld();
   for (int available : {0, 1, 7, 64, 1 << 20}) (void)spec->WorldFor(available);
   (void)spec->grad_accum();
   for (int64_t step : {int64_t{0}, spec->train.warmup, spec->train.steps - 1}) {
-    (void)train::LearningRate(spec->train, step);
+    (void)jobspec::LearningRate(spec->train, step);
   }
   (void)choices;
   return 0;

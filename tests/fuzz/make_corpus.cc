@@ -19,9 +19,9 @@
 #include "gantry/v1/coordinator.pb.h"
 #include "gantry/v1/shardserver.pb.h"
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/data/token_file.h"
-#include "worker/model/hf_io.h"
-#include "worker/train/checkpoint.h"
+#include "data/token_file.h"
+#include "model/hf_io.h"
+#include "checkpoint/checkpoint.h"
 
 namespace {
 
@@ -67,19 +67,19 @@ std::string TempDir(const std::string& name) {
   return d.string();
 }
 
-model::GPTConfig Gpt2Tiny() {
-  model::GPTConfig c;
+jobspec::GPTConfig Gpt2Tiny() {
+  jobspec::GPTConfig c;
   c.n_layer = 2, c.n_head = 2, c.n_embd = 8, c.vocab_size = 16, c.max_seq_len = 8;
   return c;
 }
-model::GPTConfig LlamaTiny() {
-  model::GPTConfig c = Gpt2Tiny();
-  c.arch = model::Arch::kLlama;
+jobspec::GPTConfig LlamaTiny() {
+  jobspec::GPTConfig c = Gpt2Tiny();
+  c.arch = jobspec::Arch::kLlama;
   c.n_kv_head = 1, c.ffn_hidden = 12, c.norm_eps = 1e-6;
   return c;
 }
-model::GPTConfig MoeTiny() {
-  model::GPTConfig c = Gpt2Tiny();
+jobspec::GPTConfig MoeTiny() {
+  jobspec::GPTConfig c = Gpt2Tiny();
   c.moe.num_experts = 2, c.moe.top_k = 1, c.moe.every_n_layers = 2;
   return c;
 }
@@ -202,7 +202,7 @@ void HfConfigs() {
       R"( "rope_scaling": null, "rope_parameters": {"type": "default", "rope_theta": "x"}})");
   Put(t, "not_object.json", "[1, 2, 3]");
   // Whole directories: config.json and model.safetensors, or shards and their index.
-  for (const auto& [name, c] : std::vector<std::pair<std::string, model::GPTConfig>>{
+  for (const auto& [name, c] : std::vector<std::pair<std::string, jobspec::GPTConfig>>{
            {"gpt2", Gpt2Tiny()}, {"llama", LlamaTiny()}, {"moe", MoeTiny()}}) {
     model::GPT m(c);
     m.InitRandom(1);
@@ -268,7 +268,7 @@ void Checkpoints() {
   const std::string t = "checkpoint_fuzz";
   struct Case {
     std::string name;
-    model::GPTConfig config;
+    jobspec::GPTConfig config;
     int parts;
     std::vector<size_t> cuts;
   };
@@ -284,13 +284,13 @@ void Checkpoints() {
     const std::string dir = TempDir("ckpt-" + k.name);
     for (int r = 0; r < k.parts; ++r) {
       const size_t b = n * r / k.parts, e = n * (r + 1) / k.parts;
-      const train::CheckpointPiece p{b, e, m.params() + b, mm.data() + b, vv.data() + b};
-      if (!train::WriteCheckpointPart(dir, r, m.tensors(), {p}, k.cuts).ok()) std::exit(1);
+      const checkpoint::CheckpointPiece p{b, e, m.params() + b, mm.data() + b, vv.data() + b};
+      if (!checkpoint::WriteCheckpointPart(dir, r, m.tensors(), {p}, k.cuts).ok()) std::exit(1);
     }
-    train::CheckpointState st;
+    checkpoint::CheckpointState st;
     st.step = 10, st.seed = 1337, st.data_rows = 40, st.tokenizer = "gpt2/tokenizer.json";
-    if (k.name == "gpt2_dp1") st.loss_scale = train::LossScaleState{1024, 3, 1};
-    if (!train::WriteCheckpointManifest(dir, k.config, st, {k.parts, k.parts > 1 ? 1 : 0, 1, 1}, k.parts, k.cuts).ok()) {
+    if (k.name == "gpt2_dp1") st.loss_scale = optim::LossScaleState{1024, 3, 1};
+    if (!checkpoint::WriteCheckpointManifest(dir, k.config, st, {k.parts, k.parts > 1 ? 1 : 0, 1, 1}, k.parts, k.cuts).ok()) {
       std::exit(1);
     }
     Put(t, k.name, fuzz::JoinFiles(DirFiles(dir, "manifest.json")));

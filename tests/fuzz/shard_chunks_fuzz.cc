@@ -27,7 +27,7 @@
 #include "common/crc32c.h"
 #include "common/metrics.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
-#include "shardserver/client.h"
+#include "shardserver/client/shard_client.h"
 #include "shardserver/service.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -209,7 +209,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (int i = 0; i < n; ++i) chunks.push_back(ChunkOf(in, fix_crc));
         w.scripted.Set(std::move(chunks), (op & 0x80) ? grpc::Status(grpc::DATA_LOSS, "scripted") : grpc::Status::OK);
         std::string dst(static_cast<size_t>(length), '\0');
-        (void)agent::ReadPartRange(*w.scripted_stub, "scripted", "j-000001", 10, "part-00000.safetensors", offset,
+        (void)shardserver::ReadPartRange(*w.scripted_stub, "scripted", "j-000001", 10, "part-00000.safetensors", offset,
                                    length, dst.data());
         break;
       }

@@ -1,4 +1,4 @@
-// llm.c token files (worker/data/token_file.h) on arbitrary bytes, read the three ways
+// llm.c token files (data/token_file.h) on arbitrary bytes, read the three ways
 // Gantry reads them: the header alone (ReadTokenFileHeader, over memory), the whole file
 // (TokenFile::Open: read, every id checked against the vocabulary), and as a dataset shard
 // (data::Dataset::Open: memory-mapped, then rows read by Fill, shuffled and in order).
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/data/dataset.h"
-#include "worker/data/token_file.h"
+#include "data/dataset.h"
+#include "data/token_file.h"
 
 namespace {
 

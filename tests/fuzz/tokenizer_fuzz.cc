@@ -1,4 +1,4 @@
-// Tokenizers (worker/data/tokenizer.h) from arbitrary files, loaded as `prepare
+// Tokenizers (data/tokenizer.h) from arbitrary files, loaded as `prepare
 // --tokenizer` and export load them (Tokenizer::Load of a path), then run: a text encoded
 // and the ids decoded. The input is tokenizer.json, optionally followed by further files
 // and the text to encode (fuzz_util.h, SplitFiles):
@@ -21,7 +21,7 @@
 
 #include "nlohmann/json.hpp"
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/data/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 
 #include "tests/gpu/gpu_test.h"
 #include "tests/test_util.h"
-#include "worker/data/token_file.h"
+#include "data/token_file.h"
 #include "worker/train/trainer.h"
 
 namespace gantry::train {
@@ -30,8 +30,8 @@ class CudaTrainingTest : public ::testing::Test {
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), toks).ok());
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("val.bin"), std::vector<uint16_t>(toks.begin(), toks.begin() + 4000)).ok());
   }
-  JobSpec Spec(const std::string& ckpt_dir) {
-    auto s = ParseJobSpec("model: {" + model_ + "}\n"
+  jobspec::JobSpec Spec(const std::string& ckpt_dir) {
+    auto s = jobspec::ParseJobSpec("model: {" + model_ + "}\n"
                           "data: {train: " + dir_.File("train.bin") + ", val: " + dir_.File("val.bin") + ", shuffle: true}\n"
                           "train: {steps: 20, micro_batch: 4, global_batch: 8, lr: 3.0e-3, warmup: 2, min_lr_ratio: 0.1, "
                           "weight_decay: 0.1, grad_clip: 1.0, seed: 17, precision: " + precision_ + "}\n"
@@ -104,7 +104,7 @@ TEST_F(CudaTrainingTest, LlamaTracksTheCpu) {
 
 // bf16 on the GPU (cuBLASLt's 16-bit GEMMs, the kernels templated on the element type, both
 // attention paths) against bf16 on the cpu: the same roundings, sums in other orders, so the
-// trajectories part as the bf16 layouts do (tests/worker/model_parallel_test.cc): within
+// trajectories part as the bf16 layouts do (tests/worker/train/model_parallel_test.cc): within
 // half of bf16's unit roundoff, 2^-9 of loss, at every step; and the run learns.
 TEST_F(CudaTrainingTest, Bf16TracksTheCpusBf16WithinItsRounding) {
   precision_ = "bf16";

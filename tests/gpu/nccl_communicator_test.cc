@@ -2,7 +2,7 @@
 // through NCCL on device buffers and gives the group-of-one result, with sequence numbers.
 // The all-to-alls also between GPUs, one rank (a thread) per GPU, where there are several.
 // CTest label `gpu`; tests/gpu/run.sh runs it with GANTRY_REQUIRE_GPU=1.
-#include "worker/parallel/nccl_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <gloo/rendezvous/hash_store.h>
@@ -22,7 +22,7 @@
 #include "tests/alltoall_util.h"
 #include "tests/gpu/gpu_test.h"
 
-namespace gantry::parallel {
+namespace gantry::comm {
 namespace {
 
 class NcclCommunicatorTest : public ::testing::Test {
@@ -226,4 +226,4 @@ TEST_F(NcclCommunicatorTest, AllToAllsBetweenGpusDeliverEveryChunkExactly) {
 }
 
 }  // namespace
-}  // namespace gantry::parallel
+}  // namespace gantry::comm

@@ -1,5 +1,5 @@
 // Layouts on real GPUs: every rank a thread of this process on its own GPU (cuda:rank), its
-// groups NCCL communicators (parallel::DeviceGroups, as the worker builds them), the model
+// groups NCCL communicators (agent::DeviceGroups, as the worker builds them), the model
 // and ZeroEngine on the cuda backend. Each layout gives the one-process cpu losses (fp32
 // twins: <= 1e-4 relative per step, as tests/gpu/cuda_training_test.cc: summation orders
 // differ). NCCL refuses two ranks on one device, so a layout needing more GPUs than the
@@ -14,8 +14,8 @@
 #include "kernels/backend.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/test_util.h"
-#include "worker/data/token_file.h"
-#include "worker/parallel/device_groups.h"
+#include "data/token_file.h"
+#include "worker/agent/device_groups.h"
 #include "worker/train/trainer.h"
 
 namespace gantry::train {
@@ -32,8 +32,8 @@ class NcclTrainingTest : public ::testing::TestWithParam<Layout> {
     GANTRY_SKIP_WITHOUT_GPU();
     ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), testing::PatternedTokens(40000, 9)).ok());
   }
-  JobSpec Spec(const Layout& l, const std::string& device) {
-    auto s = ParseJobSpec(absl::StrCat(
+  jobspec::JobSpec Spec(const Layout& l, const std::string& device) {
+    auto s = jobspec::ParseJobSpec(absl::StrCat(
         "model: {n_layer: 4, n_head: 4, n_embd: 64, vocab_size: 97, seq_len: 32}\n"
         "data: {train: ", dir_.File("train.bin"), ", shuffle: true}\n"
         "train: {steps: 20, micro_batch: 2, global_batch: 8, lr: 3.0e-3, warmup: 2, min_lr_ratio: 0.1, "
@@ -46,7 +46,7 @@ class NcclTrainingTest : public ::testing::TestWithParam<Layout> {
   // Rank 0's losses; every rank must report the same.
   std::vector<float> Run(const Layout& l, bool cuda) {
     const int world = l.dp * l.tp * l.pp;
-    const JobSpec spec = Spec(l, cuda ? "cuda" : "cpu");
+    const jobspec::JobSpec spec = Spec(l, cuda ? "cuda" : "cpu");
     auto store = std::make_shared<gloo::rendezvous::HashStore>();
     std::vector<std::vector<float>> losses(static_cast<size_t>(world));
     std::vector<absl::Status> status(static_cast<size_t>(world));
@@ -58,7 +58,7 @@ class NcclTrainingTest : public ::testing::TestWithParam<Layout> {
         FILE* null = std::fopen("/dev/null", "w");
         o.out = null;
         const kernels::BackendKind kind = cuda ? kernels::BackendKind::kCuda : kernels::BackendKind::kCpu;
-        auto groups = parallel::MakeGroups(r, {l.dp, l.tp, l.pp}, parallel::DeviceGroups(kind, r, store, {}));
+        auto groups = comm::MakeGroups(r, {l.dp, l.tp, l.pp}, agent::DeviceGroups(kind, r, store, {}));
         if (groups.ok()) {
           if (l.tp * l.pp > 1) {
             o.groups = groups->get();

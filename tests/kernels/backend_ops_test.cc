@@ -27,7 +27,10 @@
 #include "kernels/attention.h"
 #include "kernels/backend.h"
 #include "kernels/emulated/cuda_api.h"
-#include "kernels/llama_ops.h"
+#include "kernels/gqa.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "kernels/moe.h"
 #include "tests/test_util.h"
 
@@ -224,7 +227,7 @@ TEST_F(BackendOpsTest, LayerNormMatchesTheCpuBackend) {
   }
 }
 
-// The Llama-family ops (kernels/llama_ops.h): RMSNorm both ways, RoPE with grouped KV heads
+// The Llama-family ops (kernels/rmsnorm.h, rope.h, swiglu.h, gqa.h): RMSNorm both ways, RoPE with grouped KV heads
 // both ways, the SwiGLU gate both ways, in fp32 and bf16 (a 16-bit op reads exact values,
 // computes in fp32, rounds once: the cpu's bits, or one ulp where fp32 math differs).
 TEST_F(BackendOpsTest, LlamaOpsMatchTheCpuBackend) {
@@ -822,7 +825,7 @@ TEST_F(BackendOpsTest, ABadShapeIsAnErrorNamingTheOpAndTheBackend) {
 }
 
 
-// ---- 16-bit tensors (kernels/dtype.h) ----
+// ---- 16-bit tensors (kernels/types.h) ----
 //
 // Each typed op on the backend under test against the cpu backend's typed op on the same
 // 16-bit inputs (values drawn in fp32 and rounded to the type), for bf16 and fp16. Two kinds of

@@ -8,7 +8,10 @@
 
 #include "kernels/attention.h"
 #include "kernels/cast.h"
-#include "kernels/llama_ops.h"
+#include "kernels/gqa.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "tests/test_util.h"
 
 namespace gantry::kernels {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the byte-level BPE fixtures that Gantry's C++ tokenizer (worker/data/) is checked against.
+"""Writes the byte-level BPE fixtures that Gantry's C++ tokenizer (data/) is checked against.
 
   /work/venv/bin/python tests/reference/make_tokenizer_fixtures.py [--out tests/reference/fixtures/tokenizer]
 

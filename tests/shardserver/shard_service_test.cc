@@ -10,7 +10,7 @@
 #include "common/file_util.h"
 #include "shardserver/service.h"
 #include "tests/test_util.h"
-#include "worker/agent/shard_client.h"
+#include "checkpoint/remote/shard_source.h"
 
 namespace gantry::shardserver {
 namespace {
@@ -29,7 +29,7 @@ class ShardServiceTest : public ::testing::Test {
     ASSERT_GT(port, 0);
     addr_ = "127.0.0.1:" + std::to_string(port);
     // A checkpoint directory with a part larger than one chunk.
-    std::string big(agent::kChunkBytes * 2 + 12345, '\0');
+    std::string big(shardserver::kChunkBytes * 2 + 12345, '\0');
     for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + 3);
     std::filesystem::create_directories(dir_.File("ckpt"));
     ASSERT_TRUE(WriteFileAtomic(dir_.File("ckpt/model.safetensors"), big).ok());
@@ -47,20 +47,20 @@ class ShardServiceTest : public ::testing::Test {
 };
 
 TEST_F(ShardServiceTest, UploadListDownloadDelete) {
-  auto bytes = agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{\"step\": 10}");
+  auto bytes = shardserver::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{\"step\": 10}");
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  EXPECT_EQ(*bytes, static_cast<int64_t>(agent::kChunkBytes * 2 + 12345 + 15));
-  auto list = agent::ListCheckpoints(addr_, "j-000001");
+  EXPECT_EQ(*bytes, static_cast<int64_t>(shardserver::kChunkBytes * 2 + 12345 + 15));
+  auto list = shardserver::ListCheckpoints(addr_, "j-000001");
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].step(), 10);
   EXPECT_EQ((*list)[0].parts_size(), 2);
   EXPECT_EQ((*list)[0].manifest_json(), "{\"step\": 10}");
-  ASSERT_TRUE(agent::DownloadCheckpoint(addr_, "j-000001", 10, {"model.safetensors", "config.json"}, dir_.File("out")).ok());
+  ASSERT_TRUE(shardserver::DownloadCheckpoint(addr_, "j-000001", 10, {"model.safetensors", "config.json"}, dir_.File("out")).ok());
   EXPECT_EQ(*ReadFileToString(dir_.File("out/model.safetensors")), *ReadFileToString(dir_.File("ckpt/model.safetensors")));
   EXPECT_EQ(*ReadFileToString(dir_.File("out/config.json")), "{\"n_layer\": 1}\n");
   // Another job's listing is separate.
-  EXPECT_TRUE(agent::ListCheckpoints(addr_, "j-000002")->empty());
+  EXPECT_TRUE(shardserver::ListCheckpoints(addr_, "j-000002")->empty());
   // Delete: gone from the listing and unreadable.
   auto stub = v1::ShardServer::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -69,17 +69,17 @@ TEST_F(ShardServiceTest, UploadListDownloadDelete) {
   del.set_step(10);
   v1::DeleteCheckpointResponse dr;
   ASSERT_TRUE(stub->DeleteCheckpoint(&ctx, del, &dr).ok());
-  EXPECT_TRUE(agent::ListCheckpoints(addr_, "j-000001")->empty());
-  auto gone = agent::DownloadCheckpoint(addr_, "j-000001", 10, {"config.json"}, dir_.File("out2"));
+  EXPECT_TRUE(shardserver::ListCheckpoints(addr_, "j-000001")->empty());
+  auto gone = shardserver::DownloadCheckpoint(addr_, "j-000001", 10, {"config.json"}, dir_.File("out2"));
   EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound) << gone;
 }
 
 // Ranged reads (a rank reading only the pieces it needs) return exactly the bytes asked for,
 // across the stored chunks' bounds; a range beyond the part is refused, naming it.
 TEST_F(ShardServiceTest, RangedReadsReturnExactlyTheBytesAskedFor) {
-  ASSERT_TRUE(agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{}").ok());
+  ASSERT_TRUE(shardserver::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{}").ok());
   const std::string whole = *ReadFileToString(dir_.File("ckpt/model.safetensors"));
-  auto list = agent::ListCheckpoints(addr_, "j-000001");
+  auto list = shardserver::ListCheckpoints(addr_, "j-000001");
   ASSERT_TRUE(list.ok());
   ASSERT_EQ((*list)[0].part_bytes_size(), 2);
   for (int i = 0; i < 2; ++i) {
@@ -87,15 +87,15 @@ TEST_F(ShardServiceTest, RangedReadsReturnExactlyTheBytesAskedFor) {
     EXPECT_EQ((*list)[0].part_bytes(i), static_cast<int64_t>(size)) << (*list)[0].parts(i);
   }
   auto stub = v1::ShardServer::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
-  const int64_t c = static_cast<int64_t>(agent::kChunkBytes), n = static_cast<int64_t>(whole.size());
+  const int64_t c = static_cast<int64_t>(shardserver::kChunkBytes), n = static_cast<int64_t>(whole.size());
   for (auto [off, len] : {std::pair<int64_t, int64_t>{0, 1}, {c - 5, 10}, {c, c}, {7, 2 * c + 100}, {n - 1, 1}, {0, n}}) {
     std::string got(static_cast<size_t>(len), '\0');
-    ASSERT_TRUE(agent::ReadPartRange(*stub, addr_, "j-000001", 10, "model.safetensors", off, len, got.data()).ok())
+    ASSERT_TRUE(shardserver::ReadPartRange(*stub, addr_, "j-000001", 10, "model.safetensors", off, len, got.data()).ok())
         << off << "+" << len;
     EXPECT_EQ(got, whole.substr(static_cast<size_t>(off), static_cast<size_t>(len))) << off << "+" << len;
   }
   std::string buf(16, '\0');
-  auto beyond = agent::ReadPartRange(*stub, addr_, "j-000001", 10, "model.safetensors", n - 8, 16, buf.data());
+  auto beyond = shardserver::ReadPartRange(*stub, addr_, "j-000001", 10, "model.safetensors", n - 8, 16, buf.data());
   EXPECT_EQ(beyond.code(), absl::StatusCode::kOutOfRange) << beyond;
   EXPECT_NE(beyond.message().find("model.safetensors"), std::string::npos) << beyond;
 }
@@ -104,7 +104,7 @@ TEST_F(ShardServiceTest, RangedReadsReturnExactlyTheBytesAskedFor) {
 // before either was checked, and 2^62 + 2^62 overflowed (undefined behaviour) into a
 // negative end that passed the check against the part's size.
 TEST_F(ShardServiceTest, RangesPastTheEndAreRefusedWhateverTheirSize) {
-  ASSERT_TRUE(agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{}").ok());
+  ASSERT_TRUE(shardserver::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{}").ok());
   auto stub = v1::ShardServer::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
   const int64_t big = int64_t{1} << 62;
   for (auto [off, len] : {std::pair<int64_t, int64_t>{big, big}, {1, INT64_MAX}, {INT64_MAX, 0}, {-1, 1}, {0, -1}}) {
@@ -121,13 +121,13 @@ TEST_F(ShardServiceTest, RangesPastTheEndAreRefusedWhateverTheirSize) {
 }
 
 TEST_F(ShardServiceTest, UncommittedOrMissingCheckpointsAreNotReadable) {
-  auto r = agent::DownloadCheckpoint(addr_, "j-000009", 1, {"config.json"}, dir_.File("out"));
+  auto r = shardserver::DownloadCheckpoint(addr_, "j-000009", 1, {"config.json"}, dir_.File("out"));
   EXPECT_EQ(r.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(r.message().find("no committed checkpoint"), absl::string_view::npos) << r;
 }
 
 TEST_F(ShardServiceTest, InvalidNamesAreRefused) {
-  auto r = agent::UploadCheckpoint(addr_, "../etc", 1, dir_.File("ckpt"), "{}");
+  auto r = shardserver::UploadCheckpoint(addr_, "../etc", 1, dir_.File("ckpt"), "{}");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
 }
 
@@ -135,8 +135,8 @@ TEST_F(ShardServiceTest, InvalidNamesAreRefused) {
 // reads back in full; the one whose parts were written but never committed is invisible,
 // and its chunks are reclaimed.
 TEST_F(ShardServiceTest, ARestartReclaimsUncommittedPartsAndKeepsCommittedOnes) {
-  ASSERT_TRUE(agent::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{\"step\": 10}").ok());
-  ASSERT_TRUE(agent::UploadFiles(addr_, "j-000001", 20, dir_.File("ckpt"), {"model.safetensors", "config.json"}).ok());
+  ASSERT_TRUE(shardserver::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{\"step\": 10}").ok());
+  ASSERT_TRUE(shardserver::UploadFiles(addr_, "j-000001", 20, dir_.File("ckpt"), {"model.safetensors", "config.json"}).ok());
   auto count = [&](const std::string& prefix) {
     int n = 0;
     EXPECT_TRUE(svc_->db().Scan(prefix, [&](absl::string_view, absl::string_view) { return ++n > 0; }).ok());
@@ -150,16 +150,16 @@ TEST_F(ShardServiceTest, ARestartReclaimsUncommittedPartsAndKeepsCommittedOnes) 
   SetUp();
   EXPECT_EQ(count("chunk/j-000001/000000000020/"), 0) << "the uncommitted step 20 is reclaimed";
   EXPECT_EQ(count("part/j-000001/000000000020/"), 0);
-  auto list = agent::ListCheckpoints(addr_, "j-000001");
+  auto list = shardserver::ListCheckpoints(addr_, "j-000001");
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].step(), 10);
-  ASSERT_TRUE(agent::DownloadCheckpoint(addr_, "j-000001", 10, {"model.safetensors", "config.json"}, dir_.File("back")).ok());
+  ASSERT_TRUE(shardserver::DownloadCheckpoint(addr_, "j-000001", 10, {"model.safetensors", "config.json"}, dir_.File("back")).ok());
   auto a = ReadFileToString(dir_.File("ckpt/model.safetensors")), b = ReadFileToString(dir_.File("back/model.safetensors"));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b) << "the committed checkpoint reads back in full";
   // A commit naming the reclaimed parts is refused.
-  EXPECT_FALSE(agent::CommitCheckpoint(addr_, "j-000001", 20, {"model.safetensors", "config.json"}, "{}").ok());
+  EXPECT_FALSE(shardserver::CommitCheckpoint(addr_, "j-000001", 20, {"model.safetensors", "config.json"}, "{}").ok());
 }
 
 }  // namespace

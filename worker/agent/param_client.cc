@@ -25,8 +25,8 @@ absl::Status ForEachMessage(size_t begin, size_t end, F&& fn) {
 }  // namespace
 
 ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std::vector<ParamRangeOf> ranges,
-                                     const std::vector<model::ParamTensor>& tensors, size_t num_params,
-                                     train::AdamWConfig config)
+                                     const std::vector<jobspec::ParamTensor>& tensors, size_t num_params,
+                                     optim::AdamWConfig config)
     : job_id_(std::move(job_id)), generation_(generation), num_params_(num_params), config_(config) {
   for (auto& r : ranges) {
     servers_.push_back({r, v1::ParamServer::NewStub(MakeChannel(r.shard_server))});

@@ -8,21 +8,21 @@
 
 #include "absl/status/statusor.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
-#include "spec/partition.h"
-#include "worker/model/gpt.h"
-#include "worker/train/optimizer.h"
+#include "jobspec/partition.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
 #include "worker/train/zero.h"
 
 namespace gantry::agent {
 
 // The partition map is the spec library's (the coordinator computes it too).
-using spec::ParamRangeOf;
-using spec::PartitionParams;
+using jobspec::ParamRangeOf;
+using jobspec::PartitionParams;
 
 class ParamServerClient final : public train::RemoteOptimizer {
  public:
   ParamServerClient(std::string job_id, int64_t generation, std::vector<ParamRangeOf> ranges,
-                    const std::vector<model::ParamTensor>& tensors, size_t num_params, train::AdamWConfig config);
+                    const std::vector<jobspec::ParamTensor>& tensors, size_t num_params, optim::AdamWConfig config);
   ~ParamServerClient() override;
 
   absl::Status Init(const float* params, const float* m, const float* v, int64_t step) override;
@@ -48,7 +48,7 @@ class ParamServerClient final : public train::RemoteOptimizer {
   std::vector<Server> servers_;
   std::vector<std::pair<size_t, size_t>> decay_;  // flat ranges with weight decay
   size_t num_params_;
-  train::AdamWConfig config_;
+  optim::AdamWConfig config_;
 };
 
 }  // namespace gantry::agent

@@ -15,9 +15,9 @@
 #include "nlohmann/json.hpp"
 #include "worker/agent/coordinator_store.h"
 #include "worker/agent/param_client.h"
-#include "worker/model/gpt.h"
-#include "worker/parallel/device_groups.h"
-#include "worker/train/checkpoint.h"
+#include "model/gpt.h"
+#include "worker/agent/device_groups.h"
+#include "checkpoint/checkpoint.h"
 
 namespace gantry::agent {
 
@@ -108,7 +108,7 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << ": "
             << kernels::ConfigureThreads(options_.threads, local, local_world);
   // The coordinator's normalised spec, at this placement's dp.
-  auto spec = train::ParseJobSpec(a.spec_yaml());
+  auto spec = jobspec::ParseJobSpec(a.spec_yaml());
   if (!spec.ok()) return spec.status();
   const std::string dir = absl::StrCat(options_.work_dir, "/", a.job_id(), "/gen", a.generation());
   spec->checkpoint.dir = dir + "/checkpoints";
@@ -128,14 +128,14 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   // this job's last committed checkpoint after a restart, or checkpoint.resume_from's),
   // whatever layout wrote it. Every rank reads it in place on the shard servers, only the
   // ranges it needs; the listing finds which server holds which of its files.
-  ASSIGN_OR_RETURN(std::optional<StoredCheckpoint> best, FindResumePoint(a));
-  std::unique_ptr<agent::ShardCheckpointSource> resume_source;
+  ASSIGN_OR_RETURN(std::optional<shardserver::StoredCheckpoint> best, FindResumePoint(a));
+  std::unique_ptr<checkpoint::ShardCheckpointSource> resume_source;
   if (best) {
     LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << " resuming from the checkpoint of step " << best->step
               << (best->job_id == a.job_id() ? std::string() : " of job " + best->job_id) << " on "
               << absl::StrJoin(best->servers, ", ") << " (" << best->files.size() << " files, " << best->bytes
               << " bytes)";
-    resume_source = std::make_unique<agent::ShardCheckpointSource>(std::move(*best));
+    resume_source = std::make_unique<checkpoint::ShardCheckpointSource>(std::move(*best));
     o.resume_source = resume_source.get();
   }
   // The partition map: checkpoint parts are cut at its bounds, each slice to its server.
@@ -162,10 +162,10 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
       ranges.push_back({r.shard_server(), static_cast<size_t>(r.begin()), static_cast<size_t>(r.end()), r.data_address()});
     }
     if (ranges.empty()) return absl::FailedPreconditionError("parameter-server job placed without a partition map");
-    const std::vector<model::ParamTensor> layout = model::ParameterLayout(spec->model);
+    const std::vector<jobspec::ParamTensor> layout = jobspec::ParameterLayout(spec->model);
     remote = std::make_unique<agent::ParamServerClient>(
         a.job_id(), a.generation(), ranges, layout, layout.back().offset + layout.back().numel,
-        train::AdamWOf(spec->train));
+        optim::AdamWOf(spec->train));
     o.remote_optimizer = remote.get();
     LOG(INFO) << "job " << a.job_id() << ": AdamW on " << ranges.size() << " shard server(s)";
   }
@@ -203,14 +203,14 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   return s;
 }
 
-absl::StatusOr<std::optional<StoredCheckpoint>> Session::FindResumePoint(const v1::Assignment& a) {
-  if (a.resume_step() <= 0) return std::optional<StoredCheckpoint>();
+absl::StatusOr<std::optional<shardserver::StoredCheckpoint>> Session::FindResumePoint(const v1::Assignment& a) {
+  if (a.resume_step() <= 0) return std::optional<shardserver::StoredCheckpoint>();
   const std::vector<std::string> servers(a.shard_servers().begin(), a.shard_servers().end());
   // A shard server that cannot be listed may hold the checkpoint's slices: the placement
   // fails (UNAVAILABLE, retried) and the coordinator places the job again once the server
   // is back or counted out.
   std::vector<std::string> unreachable;
-  auto stored = ListStoredCheckpoints(servers, a.resume_job_id(), &unreachable);
+  auto stored = shardserver::ListStoredCheckpoints(servers, a.resume_job_id(), &unreachable);
   for (const auto& u : unreachable) Unreachable(u.substr(0, u.find(' ')));
   if (!unreachable.empty()) {
     return absl::UnavailableError(absl::StrCat("listing the checkpoints of ", a.resume_job_id(), ": shard server ",
@@ -218,7 +218,7 @@ absl::StatusOr<std::optional<StoredCheckpoint>> Session::FindResumePoint(const v
   }
   std::vector<std::string> steps;
   for (auto& c : stored) {
-    if (c.step == a.resume_step()) return std::optional<StoredCheckpoint>(std::move(c));
+    if (c.step == a.resume_step()) return std::optional<shardserver::StoredCheckpoint>(std::move(c));
     steps.push_back(std::to_string(c.step));
   }
   return absl::NotFoundError(absl::StrCat(
@@ -227,22 +227,22 @@ absl::StatusOr<std::optional<StoredCheckpoint>> Session::FindResumePoint(const v
       steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
 }
 
-absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, const train::JobSpec& spec,
+absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, const jobspec::JobSpec& spec,
                                                     const train::DeviceName& device, RankState* rank,
                                                     train::TrainOptions* o) {
   Groups g;
   if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
     auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),
                                                            std::chrono::milliseconds(options_.collective_timeout_ms));
-    parallel::GlooOptions go;
+    comm::GlooOptions go;
     go.hostname = options_.gloo_host;
     go.timeout = std::chrono::milliseconds(spec.parallel.timeout_s > 0 ? static_cast<int64_t>(spec.parallel.timeout_s * 1000)
                                                                      : options_.collective_timeout_ms);
     // On the rank's device: NCCL on its GPU for cuda, Gloo for cpu and cuda-emulated.
-    std::vector<parallel::Communicator*> made;
-    const parallel::GroupFactory factory = parallel::DeviceGroups(device.kind, device.ordinal, store, go, &made);
+    std::vector<comm::Communicator*> made;
+    const comm::GroupFactory factory = agent::DeviceGroups(device.kind, device.ordinal, store, go, &made);
     if (spec.parallel.tp > 1 || spec.parallel.pp > 1 || spec.parallel.ep > 1) {  // 3D (or experts): every group
-      ASSIGN_OR_RETURN(g.groups, parallel::MakeGroups(a.rank(),
+      ASSIGN_OR_RETURN(g.groups, comm::MakeGroups(a.rank(),
                                                     {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp, spec.parallel.ep},
                                                     factory));
       o->groups = g.groups.get();
@@ -262,7 +262,7 @@ absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, con
   return g;
 }
 
-void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec, RankState* rank,
+void Session::SetReportHooks(const v1::Assignment& a, const jobspec::JobSpec& spec, RankState* rank,
                              std::optional<float>* val, train::TrainOptions* o) {
   // This rank's share of a step's tokens: MFU is per device. The worker's gauges are local
   // rank 0's, tokens/s for all of the worker's ranks (they step together).
@@ -272,7 +272,7 @@ void Session::SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec
   const int local_world = std::max(1, a.local_world());
   const auto& mc = spec.model;
   double n_params = 0;
-  for (const auto& t : model::ParameterLayout(mc)) n_params += static_cast<double>(t.numel);
+  for (const auto& t : jobspec::ParameterLayout(mc)) n_params += static_cast<double>(t.numel);
   const double flops_per_token = 6 * n_params + 6.0 * mc.n_layer * mc.n_embd * spec.seq_len;
   // A step update of this job generation and rank; the caller fills the report.
   auto step_update = [&a](v1::WorkerMessage& m) {
@@ -381,7 +381,7 @@ void Session::SetCheckpointHook(const v1::Assignment& a, const std::vector<std::
   // Checkpoints are asynchronous and sharded: the trainer's writer thread hands over this
   // rank's files in memory (rank 0's include the manifest); they stream to the shard
   // servers, and the coordinator, told, commits the checkpoint once every rank's part is in.
-  o->on_checkpoint_part = [this, &a, slice_server](const std::vector<train::CheckpointFile>& files,
+  o->on_checkpoint_part = [this, &a, slice_server](const std::vector<checkpoint::CheckpointFile>& files,
                                                     int64_t step) -> absl::Status {
     if (slice_server.empty()) {
       LOG(WARNING) << "job " << a.job_id() << ": no shard server was registered when the job was placed: the "
@@ -391,9 +391,9 @@ void Session::SetCheckpointHook(const v1::Assignment& a, const std::vector<std::
     const auto t0 = std::chrono::steady_clock::now();
     // The manifest and config go with slice 0.
     std::map<std::string, std::vector<std::pair<std::string, const ByteSource*>>> by_server;
-    const train::CheckpointFile* manifest_file = nullptr;
+    const checkpoint::CheckpointFile* manifest_file = nullptr;
     for (const auto& f : files) {
-      const int slice = train::CheckpointFileSlice(f.name);
+      const int slice = checkpoint::CheckpointFileSlice(f.name);
       if (slice >= static_cast<int>(slice_server.size())) {
         return absl::InternalError(absl::StrCat(f.name, ": slice ", slice, " of a partition map of ", slice_server.size()));
       }
@@ -402,7 +402,7 @@ void Session::SetCheckpointHook(const v1::Assignment& a, const std::vector<std::
     }
     int64_t bytes = 0;
     for (const auto& [server, sources] : by_server) {
-      auto n = agent::UploadSources(server, a.job_id(), step, sources);
+      auto n = shardserver::UploadSources(server, a.job_id(), step, sources);
       if (!n.ok()) {
         if (absl::IsUnavailable(n.status()) || absl::IsDeadlineExceeded(n.status())) Unreachable(server);
         return n.status();

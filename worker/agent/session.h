@@ -19,10 +19,10 @@
 #include "common/metrics.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
 #include "kernels/backend.h"
-#include "spec/job_spec.h"
-#include "worker/agent/shard_client.h"
-#include "worker/parallel/communicator.h"
-#include "worker/parallel/groups.h"
+#include "jobspec/job_spec.h"
+#include "checkpoint/remote/shard_source.h"
+#include "comm/communicator.h"
+#include "comm/groups.h"
 #include "worker/train/device.h"
 #include "worker/train/trainer.h"
 
@@ -66,25 +66,25 @@ class Session {
 
  private:
   struct RankState {
-    std::vector<parallel::Communicator*> comms;  // its groups, while they live (comm_mu_)
+    std::vector<comm::Communicator*> comms;  // its groups, while they live (comm_mu_)
     std::atomic<int64_t> step{0};
   };
   absl::Status Train(const v1::Assignment& a, RankState* rank);
   // The checkpoint the coordinator chose for the ranks to start from, located on the shard
   // servers (none for a fresh start).
-  absl::StatusOr<std::optional<StoredCheckpoint>> FindResumePoint(const v1::Assignment& a);
+  absl::StatusOr<std::optional<shardserver::StoredCheckpoint>> FindResumePoint(const v1::Assignment& a);
   // Joins this rank's process groups (world > 1), filling o.comm or o.groups.
   struct Groups {
-    std::unique_ptr<parallel::Communicator> comm;
-    std::unique_ptr<parallel::Groups> groups;
+    std::unique_ptr<comm::Communicator> comm;
+    std::unique_ptr<comm::Groups> groups;
   };
-  absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const train::JobSpec& spec,
+  absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const jobspec::JobSpec& spec,
                                     const train::DeviceName& device, RankState* rank, train::TrainOptions* o);
   // The hook that streams this rank's checkpoint parts to the shard servers and tells the
   // coordinator; slice_server[s] holds slice s.
   void SetCheckpointHook(const v1::Assignment& a, const std::vector<std::string>& slice_server, train::TrainOptions* o);
   // The step and evaluation reports (to the coordinator and /metrics).
-  void SetReportHooks(const v1::Assignment& a, const train::JobSpec& spec, RankState* rank, std::optional<float>* val,
+  void SetReportHooks(const v1::Assignment& a, const jobspec::JobSpec& spec, RankState* rank, std::optional<float>* val,
                       train::TrainOptions* o);
   void SetMemoryGauges(const v1::Assignment& a, const train::MemoryAccount& m);
   void Unreachable(const std::string& server);

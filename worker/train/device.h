@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
-#include "worker/model/gpt.h"
-#include "worker/train/optimizer.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
 
 namespace gantry::train {
 

@@ -11,13 +11,13 @@
 #include "common/status.h"
 #include "common/console.h"
 #include "kernels/grad_norm.h"
-#include "worker/data/tokenizer.h"
-#include "worker/model/hf_io.h"
-#include "worker/train/checkpoint.h"
+#include "data/tokenizer.h"
+#include "model/hf_io.h"
+#include "checkpoint/checkpoint.h"
 
 namespace gantry::train {
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec& spec,
                                                          const TrainOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->spec_ = spec;
@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
       return absl::FailedPreconditionError(absl::StrCat("parallel.tp ", tp, " x pp ", pp, " (ep ", ep, ") runs ",
                                                         spec.world_size(), " ranks: submit the job to a cluster"));
     }
-    const parallel::Layout& l = options.groups->layout;
+    const jobspec::Layout& l = options.groups->layout;
     if (l.dp != spec.parallel.dp || l.tp != tp || l.pp != pp || l.ep != ep) {
       return absl::InvalidArgumentError(absl::StrCat("the job spec has dp ", spec.parallel.dp, " x tp ", tp, " x pp ", pp,
                                                      " (ep ", ep, ") but this rank's groups are dp ", l.dp, " x tp ",
@@ -60,19 +60,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     ASSIGN_OR_RETURN(t->val_data_, data::Dataset::Open(spec.data.val, T, spec.model.vocab_size));
   }
   if (!options.init_from.empty()) {
-    ASSIGN_OR_RETURN(model::GPTConfig c, model::ReadHFConfig(options.init_from));
+    ASSIGN_OR_RETURN(jobspec::GPTConfig c, model::ReadHFConfig(options.init_from));
     if (!(c == spec.model)) {
-      return absl::InvalidArgumentError(absl::StrCat("--init-from ", options.init_from, ": model (", DescribeModel(c),
+      return absl::InvalidArgumentError(absl::StrCat("--init-from ", options.init_from, ": model (", jobspec::DescribeModel(c),
                                                      ") differs from the job spec's in ",
-                                                     ModelDifferences(c, "config.json", spec.model, "job spec")));
+                                                     jobspec::ModelDifferences(c, "config.json", spec.model, "job spec")));
     }
   }
-  model::ModelShard shard;
+  jobspec::ModelShard shard;
   if (sharded) {
-    shard = model::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage);
+    shard = jobspec::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage);
     shard.sequence_parallel = spec.parallel.sequence_parallel;
     shard.ep = ep;
-    shard.ep_rank = parallel::EpRankOf(options.groups->me, options.groups->layout);
+    shard.ep_rank = jobspec::EpRankOf(options.groups->me, options.groups->layout);
   }
   ASSIGN_OR_RETURN(const DeviceName device, ParseDevice(options.device));
   // One model over the rank's backend, every layout: its parameters, gradients, activations
@@ -99,25 +99,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     }
   }
   t->model_->set_recompute(spec.recompute());
-  t->model_->set_precision(PrecisionOf(spec.train));
-  if (spec.train.precision == "fp16") t->scaler_ = LossScaler(spec.train.loss_scale, spec.train.loss_scale_window);
+  t->model_->set_precision(optim::PrecisionOf(spec.train));
+  if (spec.train.precision == "fp16") t->scaler_ = optim::LossScaler(spec.train.loss_scale, spec.train.loss_scale_window);
   if (sharded) {
     t->model_->set_tp_comm(options.groups->tp);
     t->model_->set_ep_comm(options.groups->ep);
     if (pp > 1) {
-      ASSIGN_OR_RETURN(t->schedule_, ParseSchedule(spec.parallel.schedule));
-      t->slots_ = PipelineSlots(t->schedule_, pp, shard.stage, spec.grad_accum());
+      ASSIGN_OR_RETURN(t->schedule_, jobspec::ParseSchedule(spec.parallel.schedule));
+      t->slots_ = jobspec::PipelineSlots(t->schedule_, pp, shard.stage, spec.grad_accum());
       t->model_->set_slots(t->slots_);
     }
   }
   const size_t n_params = t->model_->num_params();
-  parallel::Communicator* comm = t->options_.comm ? t->options_.comm : &t->solo_;
+  comm::Communicator* comm = t->options_.comm ? t->options_.comm : &t->solo_;
   if (spec.optimizer.placement == "shardserver" && options.remote_optimizer == nullptr) {
     return absl::FailedPreconditionError(
         "optimizer.placement shardserver runs AdamW on the shard servers: submit the job to a cluster");
   }
   ASSIGN_OR_RETURN(t->engine_, ZeroEngine::Create(t->model_.get(), comm, spec.parallel.zero_stage, spec.parallel.bucket_mb,
-                                                  AdamWOf(spec.train),
+                                                  optim::AdamWOf(spec.train),
                                                   spec.optimizer.placement == "shardserver" ? options.remote_optimizer
                                                                                             : nullptr,
                                                   spec.optimizer.staleness,
@@ -129,15 +129,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->engine_->set_grad_reduce_bf16(spec.train.grad_reduce_dtype == "bf16");
   if (spec.optimizer.offload == "cpu") RETURN_IF_ERROR(t->engine_->OffloadOptimizer());
   if (spec.parallel.offload_params == "cpu") RETURN_IF_ERROR(t->engine_->OffloadParams());
-  std::unique_ptr<CheckpointSource> local;
-  CheckpointSource* from = options.resume_source;
+  std::unique_ptr<checkpoint::CheckpointSource> local;
+  checkpoint::CheckpointSource* from = options.resume_source;
   if (options.resume && from == nullptr) {
     if (spec.checkpoint.dir.empty()) {
       return absl::InvalidArgumentError("--resume needs checkpoint.dir in the job spec");
     }
-    auto latest = FindLatestCheckpoint(spec.checkpoint.dir);
+    auto latest = checkpoint::FindLatestCheckpoint(spec.checkpoint.dir);
     if (latest.ok()) {
-      local = DirectorySource(*latest);
+      local = checkpoint::DirectorySource(*latest);
       from = local.get();
     } else if (!absl::IsNotFound(latest.status())) {
       return latest.status();
@@ -146,18 +146,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   if (from != nullptr) {
     // A ZeRO rank reads only its own pieces of the optimizer state, straight into AdamW's
     // buffers; parameter-server mode reads it whole, for the shard servers.
-    CheckpointState st;
+    checkpoint::CheckpointState st;
     // (The optimizer's backend: the model's, or the host's when it is offloaded.)
-    if (AdamW* opt = t->engine_->local_optimizer(); opt != nullptr && opt->backend().host_addressable()) {
-      ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
+    if (optim::AdamW* opt = t->engine_->local_optimizer(); opt != nullptr && opt->backend().host_addressable()) {
+      ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
     } else if (opt != nullptr) {  // through host copies of m and v
       FloatBuffer m(opt->m().size()), v(opt->v().size());
-      ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, m.data(), v.data(), &opt->segments()));
+      ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *t->model_, m.data(), v.data(), &opt->segments()));
       opt->backend().CopyToDevice(opt->m().data(), m.data(), m.size() * sizeof(float));
       opt->backend().CopyToDevice(opt->v().data(), v.data(), v.size() * sizeof(float));
     } else {
       FloatBuffer m(n_params), v(n_params);
-      ASSIGN_OR_RETURN(st, LoadCheckpoint(*from, *t->model_, m.data(), v.data()));
+      ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *t->model_, m.data(), v.data()));
       t->engine_->LoadOptimizerState(m.data(), v.data());
     }
     if (st.seed != spec.train.seed) {
@@ -169,7 +169,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
     t->step_base_ = st.step;
     t->rows_base_ = st.data_rows ? *st.data_rows : st.step * spec.train.global_batch;
     if (st.loss_scale) t->scaler_.Restore(*st.loss_scale);
-    ASSIGN_OR_RETURN(CheckpointLayout was, ReadCheckpointLayout(*from));
+    ASSIGN_OR_RETURN(checkpoint::CheckpointLayout was, checkpoint::ReadCheckpointLayout(*from));
     if (t->speaker()) {
       std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d x tp %d x pp %d, ZeRO %d)\n",
                    from->where().c_str(), static_cast<long>(st.step), was.dp, was.tp, was.pp, was.zero_stage);
@@ -183,9 +183,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   t->targets_.resize(static_cast<size_t>(B) * T);
   t->console_ = std::make_unique<Console>(options.out, t->speaker(), options.progress);
   Trainer* self = t.get();
-  t->writer_ = std::make_unique<CheckpointWriter>(
+  t->writer_ = std::make_unique<checkpoint::CheckpointWriter>(
       spec.checkpoint.host_budget_mb * (1 << 20),
-      [self](int64_t step, const std::vector<CheckpointPiece>& pieces) { return self->WritePart(step, pieces); });
+      [self](int64_t step, const std::vector<checkpoint::CheckpointPiece>& pieces) { return self->WritePart(step, pieces); });
   return t;
 }
 
@@ -246,9 +246,9 @@ StepReport Trainer::Step(int64_t step) {
   loss /= accum;
   // A sharded replica's loss is the last stage's plus the earlier stages' MoE loss terms (tp
   // rank 0 gives each; FinishStep sums).
-  const model::ModelShard& sh = model_->shard();
+  const jobspec::ModelShard& sh = model_->shard();
   if (groups_ && sh.tp_rank != 0) loss = 0;
-  const double lr = LearningRate(spec_.train, step);
+  const double lr = jobspec::LearningRate(spec_.train, step);
   // AdamW's step count: the updates applied so far (a step skipped for an fp16 overflow is
   // not one), plus this one.
   const int64_t applied = step - scaler_.state().skipped_steps;
@@ -296,32 +296,32 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
   const int accum = spec_.grad_accum();
   const int dp = options_.comm ? options_.comm->size() : 1;
   const int rank = options_.comm ? options_.comm->rank() : 0;
-  const model::ModelShard& sh = model_->shard();
-  parallel::Communicator* pp = groups_->pp;
+  const jobspec::ModelShard& sh = model_->shard();
+  comm::Communicator* pp = groups_->pp;
   const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
   double loss = 0, compute = 0;
   const auto t0 = Clock::now();
-  for (const PipeOp& op : PipelineOps(schedule_, sh.pp, sh.stage, accum)) {
+  for (const jobspec::PipeOp& op : jobspec::PipelineOps(schedule_, sh.pp, sh.stage, accum)) {
     const int slot = op.micro % slots_;
     absl::Status s;
     const auto c0 = Clock::now();
     // The communicator reads and writes the slots' buffers on its own (NCCL: its stream):
     // the model's queued work on them done first.
-    if (op.kind != PipeOp::kForward && op.kind != PipeOp::kBackward) model_->Sync();
+    if (op.kind != jobspec::PipeOp::kForward && op.kind != jobspec::PipeOp::kBackward) model_->Sync();
     switch (op.kind) {
-      case PipeOp::kRecvAct:
+      case jobspec::PipeOp::kRecvAct:
         s = pp->Recv(model_->stage_input(slot), n, sh.stage - 1);
         break;
-      case PipeOp::kSendAct:
+      case jobspec::PipeOp::kSendAct:
         s = pp->Send(model_->stage_output(slot), n, sh.stage + 1);
         break;
-      case PipeOp::kRecvGrad:
+      case jobspec::PipeOp::kRecvGrad:
         s = pp->Recv(model_->stage_output_grad(slot), n, sh.stage + 1);
         break;
-      case PipeOp::kSendGrad:
+      case jobspec::PipeOp::kSendGrad:
         s = pp->Send(model_->stage_input_grad(slot), n, sh.stage - 1);
         break;
-      case PipeOp::kForward: {
+      case jobspec::PipeOp::kForward: {
         s = train_data_->Fill(RowsAt(step) + (static_cast<int64_t>(op.micro) * dp + rank) * B, B, spec_.train.seed,
                               spec_.data.shuffle, inputs_.data(), targets_.data());
         if (!s.ok()) break;
@@ -331,7 +331,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
         break;
       }
-      case PipeOp::kBackward:
+      case jobspec::PipeOp::kBackward:
         engine_->BeginMicroBatch(op.micro, accum);
         model_->BackwardStage(slot, B, T);
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
@@ -358,7 +358,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
 }
 
 absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
-  const model::ModelShard& sh = model_->shard();
+  const jobspec::ModelShard& sh = model_->shard();
   const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
   auto sum = MeanLoss(*val_data_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
     if (!sh.first()) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0), n, sh.stage - 1));
@@ -406,19 +406,19 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
   const int rank = world_rank();
   // Every rank of the job: the world group when sharded, else the DP group.
   auto barrier = [&] { return groups_ && groups_->world ? groups_->world->Barrier() : engine_->Barrier(); };
-  const std::string tmp = (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", CheckpointDirName(step), ".tmp")).string();
+  const std::string tmp = (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", checkpoint::CheckpointDirName(step), ".tmp")).string();
   std::error_code ec;
   if (rank == 0) fs::remove_all(tmp, ec);  // a stale one from a crash
   RETURN_IF_ERROR(barrier());              // ...gone before any rank writes (ranks may share the directory)
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
-  ASSIGN_OR_RETURN(std::vector<CheckpointPiece> pieces, engine_->CheckpointPieces());
-  RETURN_IF_ERROR(WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts).status());
+  ASSIGN_OR_RETURN(std::vector<checkpoint::CheckpointPiece> pieces, engine_->CheckpointPieces());
+  RETURN_IF_ERROR(checkpoint::WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts).status());
   RETURN_IF_ERROR(barrier());  // every part is written
   if (rank != 0) return absl::OkStatus();  // rank 0 publishes the directory they share
-  RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, StateAt(step), Layout(), world_size(),
+  RETURN_IF_ERROR(checkpoint::WriteCheckpointManifest(tmp, spec_.model, StateAt(step), Layout(), world_size(),
                                           options_.checkpoint_cuts));
-  ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
+  ASSIGN_OR_RETURN(std::string path, checkpoint::PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));
   if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
   return absl::OkStatus();
@@ -426,8 +426,8 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
 
 Trainer::~Trainer() = default;
 
-CheckpointState Trainer::StateAt(int64_t step) {
-  CheckpointState st;
+checkpoint::CheckpointState Trainer::StateAt(int64_t step) {
+  checkpoint::CheckpointState st;
   st.step = step;
   st.seed = spec_.train.seed;
   st.data_rows = RowsAt(step);
@@ -444,13 +444,13 @@ CheckpointState Trainer::StateAt(int64_t step) {
   return st;
 }
 
-absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces) {
+absl::Status Trainer::WritePart(int64_t step, const std::vector<checkpoint::CheckpointPiece>& pieces) {
   namespace fs = std::filesystem;
   const int rank = world_rank();
   if (options_.on_checkpoint_part) {  // to the shard servers, from memory
-    std::vector<CheckpointFile> files = CheckpointPartFiles(rank, model_->tensors(), pieces, options_.checkpoint_cuts);
+    std::vector<checkpoint::CheckpointFile> files = checkpoint::CheckpointPartFiles(rank, model_->tensors(), pieces, options_.checkpoint_cuts);
     if (rank == 0) {
-      for (auto& f : CheckpointManifestFiles(spec_.model, StateAt(step), Layout(), world_size(),
+      for (auto& f : checkpoint::CheckpointManifestFiles(spec_.model, StateAt(step), Layout(), world_size(),
                                              options_.checkpoint_cuts)) {
         files.push_back(std::move(f));
       }
@@ -458,28 +458,28 @@ absl::Status Trainer::WritePart(int64_t step, const std::vector<CheckpointPiece>
     return options_.on_checkpoint_part(files, step);
   }
   const std::string tmp =
-      (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", CheckpointDirName(step), ".rank", rank, ".tmp")).string();
+      (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", checkpoint::CheckpointDirName(step), ".rank", rank, ".tmp")).string();
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
   ASSIGN_OR_RETURN(std::vector<std::string> files,
-                   WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts));
+                   checkpoint::WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts));
   if (rank == 0) {
-    RETURN_IF_ERROR(WriteCheckpointManifest(tmp, spec_.model, StateAt(step), Layout(), world_size(),
+    RETURN_IF_ERROR(checkpoint::WriteCheckpointManifest(tmp, spec_.model, StateAt(step), Layout(), world_size(),
                                             options_.checkpoint_cuts));
     files.push_back("manifest.json");
     files.push_back("config.json");
   }
   // One rank and no coordinator: the directory is the whole checkpoint; publish it here.
-  ASSIGN_OR_RETURN(std::string path, PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
+  ASSIGN_OR_RETURN(std::string path, checkpoint::PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));
   if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
   return absl::OkStatus();
 }
 
 absl::Status Trainer::Run() {
-  const JobSpec& s = spec_;
+  const jobspec::JobSpec& s = spec_;
   const int B = s.train.micro_batch, T = s.seq_len;
   Print(absl::StrFormat(
       "job %s: %zu parameters | %d layers, %d heads, %d embd, vocab %d | B %d x T %d x accum %d x dp %d "
@@ -537,7 +537,7 @@ absl::Status Trainer::Run() {
         scale_at_[r.step] = scaler_.state();
       }
       if (async) {
-        ASSIGN_OR_RETURN(std::vector<CheckpointPiece> live, engine_->CheckpointPieces());
+        ASSIGN_OR_RETURN(std::vector<checkpoint::CheckpointPiece> live, engine_->CheckpointPieces());
         RETURN_IF_ERROR(writer_->Snapshot(r.step, live));
       } else {
         RETURN_IF_ERROR(WriteCheckpoint(r.step));

@@ -15,19 +15,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/data/dataset.h"
-#include "worker/data/token_file.h"
-#include "worker/model/gpt.h"
-#include "worker/parallel/communicator.h"
-#include "worker/train/checkpoint.h"
-#include "worker/train/checkpoint_writer.h"
+#include "data/dataset.h"
+#include "data/token_file.h"
+#include "model/gpt.h"
+#include "comm/communicator.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/writer.h"
 #include "worker/train/console.h"
 #include "worker/train/device.h"
-#include "worker/train/loss_scale.h"
-#include "spec/job_spec.h"
-#include "worker/parallel/groups.h"
-#include "worker/train/optimizer.h"
-#include "spec/pipeline.h"
+#include "optim/loss_scale.h"
+#include "jobspec/job_spec.h"
+#include "comm/groups.h"
+#include "optim/adamw.h"
+#include "jobspec/pipeline.h"
 #include "worker/train/zero.h"
 
 namespace gantry::train {
@@ -40,7 +40,7 @@ struct TrainOptions {
   bool resume = false;       // continue from the newest checkpoint in checkpoint.dir
   // Continue from this checkpoint instead (the worker: one on the shard servers, of which a
   // rank reads only the ranges it needs).
-  CheckpointSource* resume_source = nullptr;
+  checkpoint::CheckpointSource* resume_source = nullptr;
   // The partition map's interior bounds (flat parameter index, ascending): each rank's
   // checkpoint part is cut there, one file per shard server's range.
   std::vector<size_t> checkpoint_cuts;
@@ -69,13 +69,13 @@ struct TrainOptions {
   // part, barrier, rank 0 publishes). on_checkpoint runs after a local publish, with the path.
   std::function<bool(const StepReport&)> on_step;
   std::function<void(int64_t step, float val_loss)> on_eval;
-  std::function<absl::Status(const std::vector<CheckpointFile>& files, int64_t step)> on_checkpoint_part;
+  std::function<absl::Status(const std::vector<checkpoint::CheckpointFile>& files, int64_t step)> on_checkpoint_part;
   std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
   // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
-  parallel::Communicator* comm = nullptr;
+  comm::Communicator* comm = nullptr;
   // Tensor and pipeline parallelism (tp or pp > 1): every group of this rank (parallel/
   // groups.h); then comm is ignored (groups->dp is the DP group).
-  parallel::Groups* groups = nullptr;
+  comm::Groups* groups = nullptr;
   // Parameter-server mode (optimizer.placement: shardserver): the shard servers' optimizer.
   RemoteOptimizer* remote_optimizer = nullptr;
 };
@@ -115,7 +115,7 @@ struct StepReport {
 
 class Trainer {
  public:
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const JobSpec& spec,
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const jobspec::JobSpec& spec,
                                                          const TrainOptions& options);
   absl::Status Run();
 
@@ -140,26 +140,26 @@ class Trainer {
   bool speaker() const;
   int world_rank() const;
   int world_size() const;
-  CheckpointLayout Layout() const {
+  checkpoint::CheckpointLayout Layout() const {
     return {engine_->dp(), engine_->stage(), spec_.parallel.tp, spec_.parallel.pp, spec_.parallel.ep};
   }
   // The mean validation loss of the loader's first batches, through the pipeline.
   absl::StatusOr<float> PipelineEval(int B, int T);
   void Print(const std::string& line) { console_->Print(line); }
 
-  JobSpec spec_;
+  jobspec::JobSpec spec_;
   TrainOptions options_;
-  parallel::Groups* groups_ = nullptr;
-  Schedule schedule_ = Schedule::k1F1B;
+  comm::Groups* groups_ = nullptr;
+  jobspec::Schedule schedule_ = jobspec::Schedule::k1F1B;
   int slots_ = 1;
   std::unique_ptr<kernels::Backend> backend_;  // the model's, unless cpu (before model_: outlives it)
   std::unique_ptr<model::GPT> model_;
-  parallel::SoloCommunicator solo_;
-  LossScaler scaler_;  // fp16: dynamic loss scaling (disabled otherwise)
+  comm::SoloCommunicator solo_;
+  optim::LossScaler scaler_;  // fp16: dynamic loss scaling (disabled otherwise)
   // fp16: the scaler's state at each checkpoint step not yet written (the writer thread reads it).
   std::mutex scale_mu_;
-  std::map<int64_t, LossScaleState> scale_at_;
-  CheckpointState StateAt(int64_t step);  // the group of one process when options.comm is null
+  std::map<int64_t, optim::LossScaleState> scale_at_;
+  checkpoint::CheckpointState StateAt(int64_t step);  // the group of one process when options.comm is null
   std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first
   // Device runs: the host model and AdamW state take the device's (checkpoints, the end).
   float EvalLoss(int B, int T);
@@ -178,9 +178,9 @@ class Trainer {
   absl::Status WriteCheckpoint(int64_t step);
   // What writing this rank's part of a checkpoint means: streamed from memory to the hook
   // (the worker), or a local directory published here (one rank, gantry-train).
-  absl::Status WritePart(int64_t step, const std::vector<CheckpointPiece>& pieces);
+  absl::Status WritePart(int64_t step, const std::vector<checkpoint::CheckpointPiece>& pieces);
   std::unique_ptr<Console> console_;
-  std::unique_ptr<CheckpointWriter> writer_;  // last: its thread ends first, writing what is queued
+  std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // last: its thread ends first, writing what is queued
 };
 
 }  // namespace gantry::train

@@ -1,5 +1,5 @@
 #include "worker/train/zero.h"
-#include "spec/planner.h"
+#include "jobspec/planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -38,7 +38,7 @@ float* ZeroEngine::Pool::Take(size_t n, kernels::Backend* on) {
   Slot* best = nullptr;
   // The smallest free buffer that fits, if it is not much larger: a bucket's request does
   // not take (and so multiply) a larger unit's buffer, so the pool holds one buffer of each
-  // size per concurrent use, which the planner counts (spec/planner.cc: WorkingBytes).
+  // size per concurrent use, which the planner counts (jobspec/planner.cc: WorkingBytes).
   for (auto& s : slots_) {
     if (!s->used && s->buf.size() >= n && s->buf.size() <= n + n / 4 && (!best || s->buf.size() < best->buf.size())) {
       best = s.get();
@@ -81,7 +81,7 @@ size_t ZeroEngine::Pool::allocated_bytes() const {
 size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload, bool offload_params) {
   // The planner's accounting for fp32 (params, grads, m, v), sharded by stage.
   return static_cast<size_t>(
-      StateBytes(static_cast<double>(num_params), Precision::kFp32, false, stage, dp, offload, offload_params)
+      jobspec::StateBytes(static_cast<double>(num_params), jobspec::Precision::kFp32, false, stage, dp, offload, offload_params)
           .model_state());
 }
 
@@ -89,7 +89,7 @@ absl::Status ZeroEngine::OffloadOptimizer() {
   if (stage_ < 1 || remote_ != nullptr) {
     return absl::FailedPreconditionError("optimizer offload shards the optimizer: ZeRO stage 1-3, placement worker");
   }
-  opt_ = std::make_unique<AdamW>(model_->tensors(), own_, local_size_, opt_config_, &kernels::CpuBackend());
+  opt_ = std::make_unique<optim::AdamW>(model_->tensors(), own_, local_size_, opt_config_, &kernels::CpuBackend());
   kernels::Backend& be = model_->backend();
   host_master_.AssignHost(&be, local_size_);
   host_grads_.AssignHost(&be, local_size_);
@@ -126,7 +126,7 @@ absl::StatusOr<size_t> ZeroEngine::OffloadedStep(double lr, int step) {
   // Runs f(segment part's flat begin, local begin, length) for the parts of own_ in the
   // compact range [c0, c1).
   auto parts = [&](size_t c0, size_t c1, auto&& f) {
-    for (const ShardSegment& s : own_) {
+    for (const optim::ShardSegment& s : own_) {
       const size_t lo = std::max(s.local, c0), hi = std::min(s.local + (s.flat_end - s.flat_begin), c1);
       if (lo < hi) f(s.flat_begin + (lo - s.local), lo, hi - lo);
     }
@@ -154,7 +154,7 @@ absl::StatusOr<size_t> ZeroEngine::OffloadedStep(double lr, int step) {
     const size_t c0 = c * offload_chunk_, c1 = std::min(local_size_, c0 + offload_chunk_);
     s.Update(be.SynchronizeEvent(arrived[c]));
     if (!s.ok()) break;
-    opt_->Step(host_master_.data(), AdamW::Index::kLocal, host_grads_.data(), AdamW::Index::kLocal, lr, step, c0, c1);
+    opt_->Step(host_master_.data(), optim::AdamW::Index::kLocal, host_grads_.data(), optim::AdamW::Index::kLocal, lr, step, c0, c1);
     if (params == nullptr) continue;
     be.SetStream(up_);
     parts(c0, c1, [&](size_t fb, size_t lb, size_t n) {
@@ -170,8 +170,8 @@ absl::StatusOr<size_t> ZeroEngine::OffloadedStep(double lr, int step) {
   return bytes;
 }
 
-absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, parallel::Communicator* comm,
-                                                               int stage, double bucket_mb, const AdamWConfig& config,
+absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, comm::Communicator* comm,
+                                                               int stage, double bucket_mb, const optim::AdamWConfig& config,
                                                                RemoteOptimizer* remote, int staleness,
                                                                ModelParallel mp) {
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(absl::StrCat("ZeRO stage ", stage, " is not 0, 1, 2 or 3"));
@@ -191,7 +191,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   e->remote_ = remote;
   e->mp_ = mp;
   e->opt_config_ = config;
-  for (const model::ParamTensor& t : model->tensors()) {
+  for (const jobspec::ParamTensor& t : model->tensors()) {
     if (t.replica) continue;
     if (!e->counted_.empty() && e->counted_.back().second == t.offset) {
       e->counted_.back().second = t.offset + t.numel;
@@ -200,7 +200,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     }
   }
   if (mp.emb != nullptr) {
-    const model::ParamTensor* wte = model->FindTensor("wte.weight");
+    const jobspec::ParamTensor* wte = model->FindTensor("wte.weight");
     e->tied_begin_ = wte->offset;
     e->tied_end_ = wte->offset + wte->numel;
   }
@@ -213,7 +213,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
       return absl::InvalidArgumentError(absl::StrCat("expert parallelism runs with ZeRO 0 or 1 and AdamW on the workers "
                                                      "(stage ", stage, remote ? ", parameter-server mode)" : ")"));
     }
-    for (const model::ParamTensor& t : model->tensors()) {
+    for (const jobspec::ParamTensor& t : model->tensors()) {
       if (t.name.find(".mlp.experts.") == std::string::npos) continue;
       if (!e->experts_.empty() && e->experts_.back().second == t.offset) {
         e->experts_.back().second = t.offset + t.numel;
@@ -246,7 +246,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     b.group_size = e->dp_;
   }
   if (!e->experts_.empty()) e->SplitExpertBuckets(mp.edp);
-  std::vector<ShardSegment> segments;
+  std::vector<optim::ShardSegment> segments;
   for (Bucket& b : e->buckets_) {
     b.pending = b.units;
     b.piece = (b.size() + b.group_size - 1) / b.group_size;
@@ -257,26 +257,26 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   e->own_ = segments;
   kernels::Backend* be = &model->backend();
   if (remote != nullptr) {
-    e->opt_ = std::make_unique<AdamW>(model->tensors(), std::vector<ShardSegment>{}, 0, config, be);  // no state here
+    e->opt_ = std::make_unique<optim::AdamW>(model->tensors(), std::vector<optim::ShardSegment>{}, 0, config, be);  // no state here
   } else if (stage == 0) {
-    e->opt_ = std::make_unique<AdamW>(model->tensors(), model->num_params(), config, be);
+    e->opt_ = std::make_unique<optim::AdamW>(model->tensors(), model->num_params(), config, be);
   } else {
-    e->opt_ = std::make_unique<AdamW>(model->tensors(), segments, e->local_size_, config, be);
+    e->opt_ = std::make_unique<optim::AdamW>(model->tensors(), segments, e->local_size_, config, be);
   }
   if (stage >= 2) e->grad_shard_.Assign(be, e->local_size_);
   if (stage == 3) e->param_shard_.Assign(be, e->local_size_);
   if (e->dp_ > 1 || stage >= 1 || mp.emb != nullptr) {
-    e->comm_ = std::make_unique<parallel::CommThread>(comm);
+    e->comm_ = std::make_unique<comm::CommThread>(comm);
     if (e->peer_) {  // the thread drives the peer from its first operation on
       kernels::Backend* peer = e->peer_.get();
-      e->comm_->Submit([peer](parallel::Communicator&) { return peer->BindThread(); });
+      e->comm_->Submit([peer](comm::Communicator&) { return peer->BindThread(); });
     }
     model->set_param_host(e.get());
   }
   return e;
 }
 
-void ZeroEngine::SplitExpertBuckets(parallel::Communicator* edp) {
+void ZeroEngine::SplitExpertBuckets(comm::Communicator* edp) {
   // Each bucket cut where it meets an expert range; the pieces keep the bucket's backward
   // order (they are launched together, by the lead, when its units are done).
   std::vector<Bucket> cut;
@@ -325,7 +325,7 @@ ZeroEngine::~ZeroEngine() {
 void ZeroEngine::Shard() {
   kernels::Backend& be = model_->backend();
   if (offload_ && model_->has_param_buffer()) {  // the master pieces, from the parameters as loaded
-    for (const ShardSegment& s : own_) {
+    for (const optim::ShardSegment& s : own_) {
       be.CopyToHost(host_master_.data() + s.local, model_->params() + s.flat_begin,
                     (s.flat_end - s.flat_begin) * sizeof(float));
     }
@@ -370,8 +370,8 @@ absl::Status ZeroEngine::WaitAll() {
   return s;
 }
 
-absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
-  std::vector<CheckpointPiece> out;
+absl::StatusOr<std::vector<checkpoint::CheckpointPiece>> ZeroEngine::CheckpointPieces() {
+  std::vector<checkpoint::CheckpointPiece> out;
   if (remote_ != nullptr) {  // this rank's even share, with m and v from the shard servers
     RETURN_IF_ERROR(SyncRemote());
     size_t total = 0;
@@ -398,7 +398,7 @@ absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
   for (const Bucket& b : buckets_) {
     const size_t pb = PieceBegin(b), pe = PieceEnd(b);
     if (pb >= pe) continue;
-    CheckpointPiece p;
+    checkpoint::CheckpointPiece p;
     p.flat_begin = pb;
     p.flat_end = pe;
     p.params = stage_ == 3 ? param_shard_.data() + b.local : model_->params() + pb;
@@ -410,15 +410,15 @@ absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::CheckpointPieces() {
   return HostPieces(std::move(out), /*state_on_device=*/true);
 }
 
-absl::StatusOr<std::vector<CheckpointPiece>> ZeroEngine::HostPieces(std::vector<CheckpointPiece> pieces,
+absl::StatusOr<std::vector<checkpoint::CheckpointPiece>> ZeroEngine::HostPieces(std::vector<checkpoint::CheckpointPiece> pieces,
                                                                     bool state_on_device) {
   if (!peer_) return pieces;  // the host reads the model's memory in place
   kernels::Backend& be = model_->backend();
   size_t total = 0;
-  for (const CheckpointPiece& p : pieces) total += p.flat_end - p.flat_begin;
+  for (const checkpoint::CheckpointPiece& p : pieces) total += p.flat_end - p.flat_begin;
   host_pieces_.Assign(total * (state_on_device ? 3 : 1));
   float* at = host_pieces_.data();
-  for (CheckpointPiece& p : pieces) {
+  for (checkpoint::CheckpointPiece& p : pieces) {
     const size_t n = p.flat_end - p.flat_begin;
     for (const float** field : {&p.params, &p.m, &p.v}) {
       if (field != &p.params && !state_on_device) continue;
@@ -462,7 +462,7 @@ absl::Status ZeroEngine::StartRemote(int64_t start_step) {
 
 absl::Status ZeroEngine::Barrier() {
   if (!comm_) return absl::OkStatus();
-  return Wait(comm_->Submit([](parallel::Communicator& c) { return c.Barrier(); }));
+  return Wait(comm_->Submit([](comm::Communicator& c) { return c.Barrier(); }));
 }
 
 absl::Status ZeroEngine::GatherParams() {
@@ -485,8 +485,8 @@ absl::Status ZeroEngine::GatherParams() {
 
 void ZeroEngine::SubmitGather(const Bucket& b, const float* piece, size_t len) {
   float* params = model_->params();
-  comm_->Submit([this, &b, piece, len, params](parallel::Communicator& dp) {
-    parallel::Communicator& c = GroupOf(b, dp);
+  comm_->Submit([this, &b, piece, len, params](comm::Communicator& dp) {
+    comm::Communicator& c = GroupOf(b, dp);
     kernels::Backend* on = CommBackend();
     float* out = pool_.Take(b.piece * b.group_size, on);
     const float* in = piece;
@@ -554,7 +554,7 @@ void ZeroEngine::StartGather(Bucket& b) {
     OrderForComm();  // copied before the thread's collective reads it
     in = staged;
   }
-  b.ticket = comm_->Submit([this, in, out, piece, staged](parallel::Communicator& c) {
+  b.ticket = comm_->Submit([this, in, out, piece, staged](comm::Communicator& c) {
     absl::Status s = c.AllGather(in, out, piece);
     if (staged != nullptr) pool_.Give(staged);
     return s;
@@ -621,14 +621,14 @@ void ZeroEngine::LaunchBucket(int k) {
     // The tied wte: this end's gradient plus the other end's, before the DP reduction.
     float* g = model_->grads() + tied_begin_;
     const size_t n = tied_end_ - tied_begin_;
-    parallel::Communicator* emb = mp_.emb;
-    comm_->Submit([g, n, emb](parallel::Communicator&) { return emb->AllReduceSum(g, n); });
+    comm::Communicator* emb = mp_.emb;
+    comm_->Submit([g, n, emb](comm::Communicator&) { return emb->AllReduceSum(g, n); });
   }
   // The mean over the DP group: 1/dp, also for an expert range reduced over its smaller group.
   const float inv = 1.0f / static_cast<float>(dp_);
   const size_t begin = b.begin, end = b.end, piece = b.piece, pb = PieceBegin(b), pe = PieceEnd(b);
   const int dp = b.group_size, group_rank = b.group_rank;
-  parallel::Communicator* group = b.group;
+  comm::Communicator* group = b.group;
   // bf16 reduction: the fp32 gradients are rounded into a bf16 staging buffer, the collective
   // sums that, and its result is widened back into fp32 before the 1/dp scale; the staging is
   // written (CommSync) before the collective reads it.
@@ -636,8 +636,8 @@ void ZeroEngine::LaunchBucket(int k) {
   if (stage_ == 0) {
     if (!last_micro_ || dp_ == 1) return;
     float* g = model_->grads() + begin;
-    comm_->Submit([this, g, begin, end, inv, bf16, dp, group](parallel::Communicator& dp_group) {
-      parallel::Communicator& c = group != nullptr ? *group : dp_group;
+    comm_->Submit([this, g, begin, end, inv, bf16, dp, group](comm::Communicator& dp_group) {
+      comm::Communicator& c = group != nullptr ? *group : dp_group;
       const size_t n = end - begin;
       absl::Status s;
       if (dp == 1) {  // an expert range held by this rank alone: only the mean's scale
@@ -664,15 +664,15 @@ void ZeroEngine::LaunchBucket(int k) {
     float* grads = model_->grads();
     if (dp == 1) {  // an expert range held by this rank alone: its own piece, only the mean's scale
       float* g = grads + begin;
-      comm_->Submit([this, g, begin, end, inv](parallel::Communicator&) {
+      comm_->Submit([this, g, begin, end, inv](comm::Communicator&) {
         CommScale(g, end - begin, inv);
         return CommSync();
       });
       return;
     }
     if (bf16) {
-      comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv, group, group_rank](parallel::Communicator& dp_group) {
-        parallel::Communicator& c = group != nullptr ? *group : dp_group;
+      comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv, group, group_rank](comm::Communicator& dp_group) {
+        comm::Communicator& c = group != nullptr ? *group : dp_group;
         // The bucket padded to dp pieces in bf16, reduce-scattered in place; the own piece
         // (short, when it is the last) widened back into the gradients.
         uint16_t* staged = TakeBf16(piece * dp);
@@ -688,8 +688,8 @@ void ZeroEngine::LaunchBucket(int k) {
       });
       return;
     }
-    comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv, group](parallel::Communicator& dp_group) {
-      parallel::Communicator& c = group != nullptr ? *group : dp_group;
+    comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv, group](comm::Communicator& dp_group) {
+      comm::Communicator& c = group != nullptr ? *group : dp_group;
       // The bucket padded to dp pieces; the own piece is reduced in place (through a
       // scratch piece when it is the short last one).
       kernels::Backend* on = CommBackend();
@@ -712,7 +712,7 @@ void ZeroEngine::LaunchBucket(int k) {
     float* shard = grad_shard_.data() + b.local;
     const bool first = micro_ == 0;
     if (bf16) {
-      in_flight_.push_back(comm_->Submit([this, work, shard, piece, dp, first, inv](parallel::Communicator& c) {
+      in_flight_.push_back(comm_->Submit([this, work, shard, piece, dp, first, inv](comm::Communicator& c) {
         // work (padded, zeros past the bucket) rounded into the staging, reduce-scattered in
         // place; once rounded, work's fp32 values are spent and it takes the widened piece.
         uint16_t* staged = TakeBf16(piece * dp);
@@ -731,7 +731,7 @@ void ZeroEngine::LaunchBucket(int k) {
       }));
       return;
     }
-    in_flight_.push_back(comm_->Submit([this, work, shard, piece, first, inv](parallel::Communicator& c) {
+    in_flight_.push_back(comm_->Submit([this, work, shard, piece, first, inv](comm::Communicator& c) {
       float* out = first ? shard : pool_.Take(piece, CommBackend());
       absl::Status s = c.ReduceScatterSum(work, out, piece);
       CommScale(out, piece, inv);
@@ -771,12 +771,12 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     sum_sq = CountedSquares(model_->grads(), {{0, n}});
   } else if (stage_ == 1) {
     std::vector<std::pair<size_t, size_t>> own;
-    for (const ShardSegment& s : own_) own.push_back({s.flat_begin, s.flat_end});
+    for (const optim::ShardSegment& s : own_) own.push_back({s.flat_begin, s.flat_end});
     sum_sq = CountedSquares(model_->grads(), own);
   } else if (counted_.size() == 1 && counted_[0] == std::pair<size_t, size_t>{0, n}) {
     sum_sq = be.SumSquares(grad_shard_.data(), static_cast<int64_t>(local_size_));
   } else {  // a tensor-parallel shard: its own pieces of the tensors it speaks for
-    for (const ShardSegment& s : own_) {
+    for (const optim::ShardSegment& s : own_) {
       for (const auto& [cb, ce] : counted_) {
         const size_t lo = std::max(s.flat_begin, cb), hi = std::min(s.flat_end, ce);
         if (lo < hi) sum_sq += be.SumSquares(grad_shard_.data() + s.local + (lo - s.flat_begin), static_cast<int64_t>(hi - lo));
@@ -787,7 +787,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   r.loss = local_loss;
   if (dp_ > 1) {
     float sums[2] = {static_cast<float>(stage_ == 0 ? expert_sq : sum_sq), static_cast<float>(local_loss)};
-    RETURN_IF_ERROR(Wait(comm_->Submit([&sums](parallel::Communicator& c) { return c.AllReduceSum(sums, 2); })));
+    RETURN_IF_ERROR(Wait(comm_->Submit([&sums](comm::Communicator& c) { return c.AllReduceSum(sums, 2); })));
     sum_sq = stage_ == 0 ? sum_sq + sums[0] : sums[0];
     r.loss = sums[1] / static_cast<float>(dp_);
   }
@@ -809,14 +809,14 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   }
   const auto t_opt = Clock::now();
   const float coef = kernels::clip_coefficient(r.grad_norm, static_cast<float>(grad_clip)) * inv_scale;
-  using I = AdamW::Index;
+  using I = optim::AdamW::Index;
   float* params = model_->params();
   if (remote_ != nullptr) {
     // Parameter-server mode: each rank pushes its own pieces of the reduced gradient (ZeRO 0:
     // its even share of the all-reduced buffer; 1: the pieces it reduce-scattered, in place;
     // 2: its compact gradient shard), then reads the servers' new parameters.
     const auto t_push = Clock::now();
-    for (const ShardSegment& sg : own_) {
+    for (const optim::ShardSegment& sg : own_) {
       float* g = stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin;
       const size_t len = sg.flat_end - sg.flat_begin;
       if (coef != 1.0f) be.Scale(g, static_cast<int64_t>(len), coef);
@@ -843,7 +843,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     if (coef != 1.0f) be.Scale(model_->grads(), static_cast<int64_t>(n), coef);
     opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
   } else if (stage_ == 1) {
-    for (const ShardSegment& s : opt_->segments()) {
+    for (const optim::ShardSegment& s : opt_->segments()) {
       if (coef != 1.0f) be.Scale(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);
     }
     if (!offload_) opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
@@ -901,7 +901,7 @@ MemoryAccount ZeroEngine::memory() const {
   m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_, offload_, offload_params_)
                          : pbytes + (stage_ == 2 ? pbytes / static_cast<size_t>(dp_) : pbytes);
   if (model_->precision() != kernels::Precision::kFp32 && stage_ < 3) {  // + the working copy (2 bytes a GEMM parameter)
-    for (const model::ParamTensor& t : model_->tensors()) m.predicted += t.gemm ? 2 * t.working_room() : 0;
+    for (const jobspec::ParamTensor& t : model_->tensors()) m.predicted += t.gemm ? 2 * t.working_room() : 0;
   }
   return m;
 }

@@ -32,11 +32,11 @@
 
 #include "absl/status/statusor.h"
 #include "common/buffer.h"
-#include "worker/model/gpt.h"
-#include "worker/parallel/comm_thread.h"
-#include "worker/parallel/communicator.h"
-#include "worker/train/checkpoint.h"
-#include "worker/train/optimizer.h"
+#include "model/gpt.h"
+#include "comm/comm_thread.h"
+#include "comm/communicator.h"
+#include "checkpoint/checkpoint.h"
+#include "optim/adamw.h"
 
 namespace gantry::train {
 
@@ -89,9 +89,9 @@ struct StepTiming {
 // expert's gradient already sums its ep group's tokens). Their buckets are split at the
 // experts' ranges, each part over its own group. ZeRO 0 and 1.
 struct ZeroModelParallel {
-  parallel::Communicator* mp = nullptr;
-  parallel::Communicator* emb = nullptr;
-  parallel::Communicator* edp = nullptr;
+  comm::Communicator* mp = nullptr;
+  comm::Communicator* emb = nullptr;
+  comm::Communicator* edp = nullptr;
 };
 
 class ZeroEngine final : public model::ParamHost {
@@ -101,8 +101,8 @@ class ZeroEngine final : public model::ParamHost {
   // remote: parameter-server mode (stages 0-2), or null; staleness: how many steps
   // behind the servers a rank's parameters may be (pulls every staleness + 1 steps).
   using ModelParallel = ZeroModelParallel;
-  static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, parallel::Communicator* comm,
-                                                            int stage, double bucket_mb, const AdamWConfig& config,
+  static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, comm::Communicator* comm,
+                                                            int stage, double bucket_mb, const optim::AdamWConfig& config,
                                                             RemoteOptimizer* remote = nullptr, int staleness = 0,
                                                             ModelParallel mp = ModelParallel());
   // Parameter-server mode: brings the parameters up to the servers' (collective). Before a
@@ -140,11 +140,11 @@ class ZeroEngine final : public model::ParamHost {
   // Where a checkpoint's m and v can be read straight into (LoadCheckpoint's `own`): this
   // rank's AdamW state and its segments. Null in parameter-server mode (the state goes to
   // the servers whole, through LoadOptimizerState).
-  AdamW* local_optimizer() { return remote_ ? nullptr : opt_.get(); }
+  optim::AdamW* local_optimizer() { return remote_ ? nullptr : opt_.get(); }
   // What this rank writes into a checkpoint: its pieces (ZeRO 1-3: the ones it owns; ZeRO 0:
   // the same even split, so that ranks write in parallel), with parameters, m and v. In
   // parameter-server mode m and v are read from the shard servers first.
-  absl::StatusOr<std::vector<CheckpointPiece>> CheckpointPieces();
+  absl::StatusOr<std::vector<checkpoint::CheckpointPiece>> CheckpointPieces();
   // Collective: returns once every rank has called it.
   absl::Status Barrier();
   // Collective: the model's full parameter buffer valid (stage 3 allocates and gathers it;
@@ -203,7 +203,7 @@ class ZeroEngine final : public model::ParamHost {
     // The group the bucket is reduced over: null the DP group (the communication thread's),
     // else (expert parallelism: experts) edp, or solo_ when no other replica holds them;
     // this rank's place and the group's size.
-    parallel::Communicator* group = nullptr;
+    comm::Communicator* group = nullptr;
     int group_rank = 0, group_size = 1;
     // The bucket whose units' gradients launch this one: itself, or (an expert range split
     // off) the bucket it was cut from; pending and units count on the lead.
@@ -255,14 +255,14 @@ class ZeroEngine final : public model::ParamHost {
   size_t PieceBegin(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * b.group_rank); }
   size_t PieceEnd(const Bucket& b) const { return std::min(b.end, b.begin + b.piece * (b.group_rank + 1)); }
   // The communicator of b's group, given the communication thread's (the DP group).
-  static parallel::Communicator& GroupOf(const Bucket& b, parallel::Communicator& dp) {
+  static comm::Communicator& GroupOf(const Bucket& b, comm::Communicator& dp) {
     return b.group != nullptr ? *b.group : dp;
   }
   // Expert parallelism: splits buckets at the expert tensors' flat ranges (expert parts over
   // edp, the rest over dp).
-  void SplitExpertBuckets(parallel::Communicator* edp);
+  void SplitExpertBuckets(comm::Communicator* edp);
   std::vector<std::pair<size_t, size_t>> experts_;  // the expert tensors' flat ranges (ep > 1)
-  parallel::SoloCommunicator solo_;  // the expert ranges' group when no other replica holds them
+  comm::SoloCommunicator solo_;  // the expert ranges' group when no other replica holds them
   int edp_rank_ = 0;  // this rank's place in edp
   absl::Status Wait(uint64_t ticket);
   absl::Status WaitAll();
@@ -287,7 +287,7 @@ class ZeroEngine final : public model::ParamHost {
   void OrderForComm();
   // The pieces' device pointers replaced by host copies in host_pieces_ (a device backend);
   // m and v too when state_on_device.
-  absl::StatusOr<std::vector<CheckpointPiece>> HostPieces(std::vector<CheckpointPiece> pieces, bool state_on_device);
+  absl::StatusOr<std::vector<checkpoint::CheckpointPiece>> HostPieces(std::vector<checkpoint::CheckpointPiece> pieces, bool state_on_device);
 
   // Squares of the gradients in `ranges` (flat), only where a tensor is this rank's to count.
   double CountedSquares(const float* grads, const std::vector<std::pair<size_t, size_t>>& ranges) const;
@@ -301,11 +301,11 @@ class ZeroEngine final : public model::ParamHost {
   int64_t pulled_step_ = 0, pushed_step_ = 0;  // parameter-server mode: the servers' step the parameters are at
   int stage_ = 0, dp_ = 1, rank_ = 0;
   std::vector<Bucket> buckets_;
-  std::vector<ShardSegment> own_;  // this rank's pieces (flat range and compact offset)
+  std::vector<optim::ShardSegment> own_;  // this rank's pieces (flat range and compact offset)
   std::vector<int> unit_bucket_;
   size_t local_size_ = 0;
-  std::unique_ptr<AdamW> opt_;
-  AdamWConfig opt_config_;
+  std::unique_ptr<optim::AdamW> opt_;
+  optim::AdamWConfig opt_config_;
   bool offload_ = false;
   bool offload_params_ = false;  // ZeRO 3: the parameter shard is host_master_ only
   // Offload: this rank's pieces (compact) in the backend's host memory for transfers (pinned
@@ -325,7 +325,7 @@ class ZeroEngine final : public model::ParamHost {
   std::unique_ptr<kernels::Backend> peer_;  // device backends: the communication thread's (outlives pool_)
   Pool pool_;
   FloatBuffer host_pieces_;  // device backends: the last CheckpointPieces' host copies
-  std::unique_ptr<parallel::CommThread> comm_;
+  std::unique_ptr<comm::CommThread> comm_;
   std::deque<uint64_t> in_flight_;  // stage 2/3: tickets of launched bucket reductions
   int micro_ = 0;
   bool last_micro_ = true;

@@ -1,0 +1,193 @@
+// Jobs: submit, jobs, describe, cancel, watch.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "common/console.h"
+#include "common/file_util.h"
+
+namespace gantry::cli {
+
+int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_id) {
+  v1::GetJobRequest gr;
+  gr.set_job_id(job_id);
+  v1::Job job;
+  auto gs = stub->GetJob(Ctx(o).get(), gr, &job);
+  if (!gs.ok()) return Fail(gs);
+  const bool tty = isatty(STDERR_FILENO);
+  grpc::ClientContext ctx;  // no deadline: a watch lasts as long as the job
+  v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  auto reader = stub->WatchJob(&ctx, req);
+  v1::JobEvent e;
+  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t first_step = -1;
+  bool bar = false;
+  auto clear = [&] {
+    if (bar) std::fputs("\r\033[K", stderr);
+    bar = false;
+  };
+  while (reader->Read(&e)) {
+    if (e.has_state()) {
+      clear();
+      last = e.state();
+      std::printf("%s %s %s\n", When(e.time_unix_ms()).c_str(), job_id.c_str(), v1::JobState_Name(e.state()).c_str());
+    } else if (!e.message().empty()) {
+      clear();
+      std::printf("%s %s %s\n", When(e.time_unix_ms()).c_str(), job_id.c_str(), e.message().c_str());
+    } else if (e.has_step()) {
+      const auto& r = e.step();
+      clear();
+      if (r.step() == 0) {
+        std::printf("val loss %.4f (before training)\n", r.val_loss());
+        continue;
+      }
+      StepLine line{r.step(), job.steps_total(), r.loss(), r.lr(), r.grad_norm(), r.step_seconds(),
+                    r.tokens_per_second(), r.compute_seconds(), r.comm_seconds(), r.optimizer_seconds(), r.val_loss()};
+      line.loss_scale = r.loss_scale();
+      line.skipped = r.skipped();
+      line.skipped_steps = r.skipped_steps();
+      line.offload_bytes = static_cast<double>(r.offload_bytes());
+      if (r.moe_forwards() > 0) {
+        line.SetMoe(r.moe_aux(), r.moe_z(), r.moe_dropped(), r.moe_assignments(),
+                    {r.moe_tokens_per_expert().begin(), r.moe_tokens_per_expert().end()});
+      }
+      std::printf("%s\n", FormatStepLine(line).c_str());
+      if (first_step < 0) first_step = r.step();
+      if (tty && job.steps_total() > 0) {
+        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double done = static_cast<double>(r.step() - first_step + 1);
+        const double eta = el / done * static_cast<double>(job.steps_total() - r.step());
+        std::fputs(FormatProgressBar(r.step(), job.steps_total(), eta).c_str(), stderr);
+        bar = true;
+      }
+    }
+    std::fflush(stdout);
+  }
+  clear();
+  auto st = reader->Finish();
+  if (!st.ok()) return Fail(st);
+  auto fin = stub->GetJob(Ctx(o).get(), gr, &job);
+  if (fin.ok() && !job.reason().empty() && last != v1::SUCCEEDED) std::printf("reason: %s\n", job.reason().c_str());
+  return last == v1::SUCCEEDED ? 0 : 1;
+}
+
+// submit FILE [--wait]
+int SubmitCommand(const Options& o, v1::Coordinator::Stub* stub) {
+  bool wait = false;
+  std::vector<std::string> a;
+  for (const auto& x : o.args) (x == "--wait" ? wait = true : (a.push_back(x), false));
+  if (a.size() != 2) {
+    std::fputs("gantry: submit takes one job spec file\n", stderr);
+    return 2;
+  }
+  auto text = ReadFileToString(a[1]);
+  if (!text.ok()) {
+    std::fprintf(stderr, "gantry: %s\n", std::string(text.status().message()).c_str());
+    return 2;
+  }
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(*text);
+  v1::SubmitJobResponse resp;
+  auto s = stub->SubmitJob(Ctx(o).get(), req, &resp);
+  if (!s.ok()) return Fail(s);
+  if (o.output == "json") std::printf("%s\n", Json(resp).c_str());
+  else std::printf("%s\n", resp.job_id().c_str());
+  std::fflush(stdout);
+  return wait ? Watch(o, stub, resp.job_id()) : 0;
+}
+
+// jobs [--state S]
+int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
+  v1::ListJobsRequest req;
+  if (o.args.size() == 3 && o.args[1] == "--state") {
+    v1::JobState st;
+    if (!v1::JobState_Parse(o.args[2], &st)) {
+      std::fprintf(stderr, "gantry: unknown state '%s'\n", o.args[2].c_str());
+      return 2;
+    }
+    req.set_state(st);
+  } else if (o.args.size() != 1) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  v1::ListJobsResponse resp;
+  // The table shows no spec: without the spec texts a listing is a twelfth of the bytes. JSON
+  // keeps every field.
+  req.set_brief(o.output != "json");
+  auto s = stub->ListJobs(Ctx(o).get(), req, &resp);
+  if (!s.ok()) return Fail(s);
+  if (o.output == "json") {
+    std::printf("%s\n", Json(resp).c_str());
+    return 0;
+  }
+  std::printf("%-10s %-20s %-16s %-13s %s\n", "JOB", "NAME", "STATE", "STEP", "SUBMITTED");
+  for (const auto& j : resp.jobs()) {
+    std::printf("%-10s %-20s %-16s %-13s %s\n", j.id().c_str(), j.name().c_str(), State(j).c_str(),
+                absl::StrCat(j.steps_done(), "/", j.steps_total()).c_str(), When(j.submit_time_unix_ms()).c_str());
+  }
+  return 0;
+}
+
+// describe JOB, cancel JOB
+int DescribeOrCancelCommand(const Options& o, v1::Coordinator::Stub* stub) {
+  const std::string& cmd = o.args[0];
+  if (o.args.size() != 2) {
+    std::fprintf(stderr, "gantry: %s takes one job id\n", cmd.c_str());
+    return 2;
+  }
+  v1::Job job;
+  grpc::Status s;
+  if (cmd == "describe") {
+    v1::GetJobRequest req;
+    req.set_job_id(o.args[1]);
+    s = stub->GetJob(Ctx(o).get(), req, &job);
+  } else {
+    v1::CancelJobRequest req;
+    req.set_job_id(o.args[1]);
+    s = stub->CancelJob(Ctx(o).get(), req, &job);
+  }
+  if (!s.ok()) return Fail(s);
+  if (o.output == "json") {
+    std::printf("%s\n", Json(job).c_str());
+    return 0;
+  }
+  std::printf("Job:        %s\nName:       %s\nState:      %s\n", job.id().c_str(), job.name().c_str(), State(job).c_str());
+  const bool ended = job.state() == v1::FAILED || job.state() == v1::CANCELLED;
+  if (!job.reason().empty()) std::printf("%s%s\n", ended ? "Reason:     " : "Last failure: ", job.reason().c_str());
+  if (!job.waiting_for().empty()) std::printf("Waiting:    %s\n", job.waiting_for().c_str());
+  if (!job.stalled().empty() && job.state() == v1::RUNNING) std::printf("Stalled:    %s\n", job.stalled().c_str());
+  std::printf("Priority:   %d\nRestarts:   %d\n", job.priority(), job.restarts());
+  if (job.workers_size() > 0) {
+    std::string ranks;
+    for (int r = 0; r < job.workers_size(); ++r) absl::StrAppend(&ranks, r ? ", " : "", "rank ", r, " ", job.workers(r));
+    std::printf("Workers:    %s\n", ranks.c_str());
+  }
+  std::printf("Steps:      %ld/%ld\nSubmitted:  %s\nUpdated:    %s\nSpec:\n", static_cast<long>(job.steps_done()),
+              static_cast<long>(job.steps_total()), When(job.submit_time_unix_ms()).c_str(),
+              When(job.update_time_unix_ms()).c_str());
+  std::string spec = job.spec_yaml();
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t nl = spec.find('\n', pos);
+    if (nl == std::string::npos) nl = spec.size();
+    std::printf("  %s\n", spec.substr(pos, nl - pos).c_str());
+    pos = nl + 1;
+  }
+  return 0;
+}
+
+// watch JOB
+int WatchCommand(const Options& o, v1::Coordinator::Stub* stub) {
+  if (o.args.size() != 2) {
+    std::fputs("gantry: watch takes one job id\n", stderr);
+    return 2;
+  }
+  return Watch(o, stub, o.args[1]);
+}
+
+}  // namespace gantry::cli

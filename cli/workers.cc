@@ -1,0 +1,37 @@
+// workers: the cluster's workers and their GPUs.
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/commands.h"
+
+namespace gantry::cli {
+
+// workers
+int WorkersCommand(const Options& o, v1::Coordinator::Stub* stub) {
+  v1::ListWorkersResponse resp;
+  auto s = stub->ListWorkers(Ctx(o).get(), v1::ListWorkersRequest(), &resp);
+  if (!s.ok()) return Fail(s);
+  if (o.output == "json") {
+    std::printf("%s\n", Json(resp).c_str());
+    return 0;
+  }
+  // RANKS: the job's ranks the worker runs, on its GPUs 0, 1, ... in that order.
+  std::printf("%-10s %-20s %-8s %-6s %-10s %-8s %-16s %s\n", "WORKER", "HOST", "DEVICE", "STATE", "JOB", "RANKS",
+              "LAST HEARTBEAT", "GPU");
+  for (const auto& w : resp.workers()) {
+    const auto& r = w.resources();
+    const std::string gpu = r.device_name().empty()
+                                ? "-"
+                                : absl::StrFormat("%s, %.1f GB", r.device_name(), r.device_memory_bytes() / 1e9);
+    const std::string ranks = w.ranks().empty() ? "-" : absl::StrJoin(w.ranks(), ",");
+    std::printf("%-10s %-20s %-8s %-6s %-10s %-8s %-16s %s\n", w.id().c_str(), r.host().c_str(),
+                absl::StrCat(r.device_kind(), "x", r.device_count()).c_str(), w.state().c_str(),
+                w.job_id().empty() ? "-" : w.job_id().c_str(), ranks.c_str(), When(w.last_heartbeat_unix_ms()).c_str(),
+                gpu.c_str());
+  }
+  return 0;
+}
+
+}  // namespace gantry::cli

@@ -1,0 +1,61 @@
+#include "comm/groups.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace gantry::comm {
+
+absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const jobspec::Layout& l, const GroupFactory& factory) {
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.ep < 1 || l.dp % l.ep != 0 || rank < 0 || rank >= l.world()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " of dp ", l.dp, " x tp ", l.tp, " x pp ", l.pp, " (ep ", l.ep, ")"));
+  }
+  auto g = std::make_unique<Groups>();
+  g->layout = l;
+  g->rank = rank;
+  g->me = jobspec::CoordsOf(rank, l);
+  const jobspec::Coords me = g->me;
+  auto make = [&](const std::string& name, const std::vector<int>& members) -> absl::StatusOr<Communicator*> {
+    if (members.size() <= 1) return nullptr;
+    int index = 0;
+    while (members[static_cast<size_t>(index)] != rank) ++index;
+    ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c, factory(name, members, index));
+    g->owned.push_back(std::move(c));
+    return g->owned.back().get();
+  };
+  std::vector<int> world, dp, tp, pp, mp;
+  for (int r = 0; r < l.world(); ++r) {
+    const jobspec::Coords c = jobspec::CoordsOf(r, l);
+    world.push_back(r);
+    if (c.stage == me.stage && c.tp_rank == me.tp_rank) dp.push_back(r);
+    if (c.stage == me.stage && c.replica == me.replica) tp.push_back(r);
+    if (c.replica == me.replica && c.tp_rank == me.tp_rank) pp.push_back(r);
+  }
+  // mp in (stage, tp_rank) order
+  for (int s = 0; s < l.pp; ++s) {
+    for (int t = 0; t < l.tp; ++t) mp.push_back(jobspec::RankOf({me.replica, t, s}, l));
+  }
+  const std::string dp_name = absl::StrCat("dp/s", me.stage, "/t", me.tp_rank);
+  const std::string tp_name = absl::StrCat("tp/s", me.stage, "/r", me.replica);
+  const std::string pp_name = absl::StrCat("pp/r", me.replica, "/t", me.tp_rank);
+  ASSIGN_OR_RETURN(g->world, make("world", world));
+  ASSIGN_OR_RETURN(g->dp, make(dp_name, dp));
+  ASSIGN_OR_RETURN(g->tp, make(tp_name, tp));
+  ASSIGN_OR_RETURN(g->pp, make(pp_name, pp));
+  if (l.pp > 1 && (me.stage == 0 || me.stage == l.pp - 1)) {
+    ASSIGN_OR_RETURN(g->emb, make(absl::StrCat("emb/r", me.replica, "/t", me.tp_rank), {pp.front(), pp.back()}));
+  }
+  ASSIGN_OR_RETURN(g->mp, make(absl::StrCat("mp/r", me.replica), mp));
+  if (l.ep > 1) {
+    // Replicas are ordered by index in both: the ep group's index is the ep rank.
+    const int group = me.replica / l.ep, ep_rank = jobspec::EpRankOf(me, l);
+    std::vector<int> ep, edp;
+    for (int i = 0; i < l.ep; ++i) ep.push_back(jobspec::RankOf({group * l.ep + i, me.tp_rank, me.stage}, l));
+    for (int i = 0; i < l.dp / l.ep; ++i) edp.push_back(jobspec::RankOf({i * l.ep + ep_rank, me.tp_rank, me.stage}, l));
+    ASSIGN_OR_RETURN(g->ep, make(absl::StrCat("ep/s", me.stage, "/t", me.tp_rank, "/g", group), ep));
+    ASSIGN_OR_RETURN(g->edp, make(absl::StrCat("edp/s", me.stage, "/t", me.tp_rank, "/e", ep_rank), edp));
+  }
+  return g;
+}
+
+}  // namespace gantry::comm

@@ -1,0 +1,54 @@
+// The process groups of a 3D (data x pipeline x tensor parallel) job. Ranks are numbered
+// as the coordinator assigns them: rank = (stage * dp + replica) * tp + tp_rank, so a
+// tensor-parallel group is tp consecutive ranks (one host).
+//
+//   dp   the replicas of one (stage, tp_rank) shard: gradient reduction and ZeRO
+//   tp   the tensor-parallel ranks of one (stage, replica): the all-reduces inside a layer
+//   pp   the stages of one (replica, tp_rank): activations and their gradients, point to point
+//   emb  the first and last stage of one (replica, tp_rank), pp > 1: the tied wte's gradient
+//   mp   every (stage, tp_rank) of one replica: the gradient norm and the loss
+//   world every rank: barriers around checkpoints
+//   ep   the ep replicas of one expert-parallel group (same stage and tp_rank): the MoE
+//        layers' all-to-all dispatch and combine
+//   edp  the dp/ep replicas with this rank's experts (same ep rank, stage and tp_rank): the
+//        experts' gradient reduction
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "jobspec/ranks.h"
+#include "comm/communicator.h"
+
+namespace gantry::comm {
+
+struct Groups {
+  jobspec::Layout layout;
+  jobspec::Coords me;
+  int rank = 0;
+  // Null where the group would be this rank alone (emb: also where pp is 1 or the stage is
+  // in the middle).
+  Communicator* dp = nullptr;
+  Communicator* tp = nullptr;
+  Communicator* pp = nullptr;
+  Communicator* emb = nullptr;
+  Communicator* mp = nullptr;
+  Communicator* world = nullptr;
+  Communicator* ep = nullptr;
+  Communicator* edp = nullptr;
+  std::vector<std::unique_ptr<Communicator>> owned;
+};
+
+// Makes a group: `name` is the same on every member, `members` the world ranks in group
+// order, `index` this rank's place among them.
+using GroupFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+    const std::string& name, const std::vector<int>& members, int index)>;
+
+// Every rank creates its groups in the same order (world, dp, tp, pp, emb, mp, ep, edp), so the
+// joins never wait on one another in a cycle. Groups of one are not created.
+absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const jobspec::Layout& layout, const GroupFactory& factory);
+
+}  // namespace gantry::comm

@@ -1,0 +1,605 @@
+#include "absl/strings/string_view.h"
+#include "jobspec/job_spec.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "yaml-cpp/yaml.h"
+
+namespace gantry::jobspec {
+namespace {
+
+// The most ranks a job may have: past the largest training runs there are (tens of
+// thousands of GPUs), and small enough that products of ranks and batch sizes fit an int.
+constexpr int64_t kMaxWorld = 1 << 20;
+
+absl::Status FieldError(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("job spec: field '", field, "' ", why));
+}
+
+std::string Scalar(const YAML::Node& n) {
+  return n.IsScalar() ? n.Scalar() : std::string(n.IsMap() ? "a mapping" : "a sequence");
+}
+
+template <typename T>
+absl::Status Get(const YAML::Node& n, const std::string& field, absl::string_view type, T* out) {
+  if (!n.IsScalar()) return FieldError(field, absl::StrCat("must be ", type, ", got ", Scalar(n)));
+  try {
+    *out = n.as<T>();
+  } catch (const YAML::Exception&) {
+    return FieldError(field, absl::StrCat("must be ", type, ", got '", n.Scalar(), "'"));
+  }
+  return absl::OkStatus();
+}
+
+// Visits a mapping section, calling handlers by key; any other key is an error.
+using Handler = std::function<absl::Status(const YAML::Node&, const std::string&)>;
+absl::Status Section(const YAML::Node& node, const std::string& name,
+                     const std::map<std::string, Handler>& handlers) {
+  if (!node.IsMap()) return FieldError(name, "must be a mapping");
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    // YAML allows any node as a key ("? [a, b]: 1"); as<std::string> would throw on one that
+    // is not a scalar, out of the parser and through a coordinator's SubmitJob handler.
+    if (!it->first.IsScalar()) {
+      return FieldError(name.empty() ? "(top level)" : name,
+                        absl::StrCat("has a key that is not a name (", Scalar(it->first), ")"));
+    }
+    const std::string key = it->first.Scalar();
+    const std::string field = name.empty() ? key : absl::StrCat(name, ".", key);
+    auto h = handlers.find(key);
+    if (h == handlers.end()) {
+      std::vector<std::string> known;
+      for (const auto& [k, _] : handlers) known.push_back(k);
+      return absl::InvalidArgumentError(absl::StrCat("job spec: unknown field '", field,
+                                                     "' (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+    RETURN_IF_ERROR(h->second(it->second, field));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+Handler Num(T* out, absl::string_view type) {
+  return [out, type](const YAML::Node& n, const std::string& f) { return Get(n, f, type, out); };
+}
+Handler Int(int* out) { return Num(out, "an integer"); }
+Handler Int64(int64_t* out) { return Num(out, "an integer"); }
+Handler Real(double* out) { return Num(out, "a number"); }
+Handler Str(std::string* out) { return Num(out, "a string"); }
+Handler Bool(bool* out) { return Num(out, "true or false"); }
+
+// A double in the fewest digits that read back to it (1e-05, 500000, 0.1).
+std::string Shortest(double x) {
+  char buf[64];
+  if (x == std::trunc(x) && std::abs(x) < 1e15) {
+    std::snprintf(buf, sizeof(buf), "%.0f", x);
+    return buf;
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
+// The job spec's model keys that describe the model (seq_len is the job's), in the order
+// errors list them: each one's value with defaults resolved, and whether two models differ in
+// it as GPTConfig's == sees them (rope_theta only between two Llamas: GPT-2 has no RoPE).
+struct ModelKey {
+  const char* key;
+  std::function<std::string(const jobspec::GPTConfig&)> value;
+  std::function<bool(const jobspec::GPTConfig&, const jobspec::GPTConfig&)> differs;
+};
+
+const std::vector<ModelKey>& ModelKeys() {
+  using C = const jobspec::GPTConfig&;
+  auto int_key = [](const char* key, int (*get)(C)) {
+    return ModelKey{key, [get](C c) { return std::to_string(get(c)); }, [get](C a, C b) { return get(a) != get(b); }};
+  };
+  static const std::vector<ModelKey> keys = {
+      int_key("n_layer", [](C c) { return c.n_layer; }),
+      int_key("n_head", [](C c) { return c.n_head; }),
+      int_key("n_embd", [](C c) { return c.n_embd; }),
+      int_key("vocab_size", [](C c) { return c.vocab_size; }),
+      int_key("max_seq_len", [](C c) { return c.max_seq_len; }),
+      {"arch", [](C c) { return std::string(jobspec::ArchName(c.arch)); }, [](C a, C b) { return a.arch != b.arch; }},
+      int_key("n_kv_head", [](C c) { return c.kv_heads(); }),
+      int_key("ffn_hidden", [](C c) { return c.ffn(); }),
+      {"rope_theta", [](C c) { return Shortest(c.rope_theta); },
+       [](C a, C b) { return a.llama() && b.llama() && a.rope_theta != b.rope_theta; }},
+      {"norm_eps", [](C c) { return Shortest(c.norm_eps); }, [](C a, C b) { return a.norm_eps != b.norm_eps; }},
+  };
+  return keys;
+}
+
+// A stated model key as the spec states it: n_kv_head and ffn_hidden 0 say which value the
+// default resolves to.
+std::string StatedValue(const ModelKey& k, const jobspec::GPTConfig& c) {
+  const std::string key = k.key;
+  if (key == "n_kv_head" && c.n_kv_head == 0) return absl::StrCat("0 (n_head, ", c.kv_heads(), ")");
+  if (key == "ffn_hidden" && c.ffn_hidden == 0) return absl::StrCat("0 (the ", jobspec::ArchName(c.arch), " default, ", c.ffn(), ")");
+  return k.value(c);
+}
+
+// --init-from: every model key the spec states agrees with the model it starts from.
+absl::Status AgreesWith(const jobspec::GPTConfig& spec, const jobspec::GPTConfig& from, const std::string& from_name,
+                        const std::set<std::string>& present) {
+  std::vector<std::string> wrong;
+  for (const ModelKey& k : ModelKeys()) {
+    const std::string field = absl::StrCat("model.", k.key);
+    if (!present.count(field) || !k.differs(spec, from)) continue;
+    wrong.push_back(absl::StrCat("field '", field, "' is ", StatedValue(k, spec), " but ", from_name, " says ", k.value(from)));
+  }
+  if (wrong.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", absl::StrJoin(wrong, "; ")));
+}
+
+// The model's own check (GPTConfig::Validate, "model.FIELD: why") as a job spec error.
+absl::Status ModelError(const absl::Status& st) {
+  const absl::string_view m = st.message();
+  const size_t colon = m.find(": ");
+  if (m.substr(0, 6) == "model." && colon != absl::string_view::npos) {
+    return FieldError(m.substr(0, colon), m.substr(colon + 2));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
+}
+
+// from_model: the job starts from that model (ParseJobSpec's), whose keys need not be stated.
+absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bool from_model) {
+  for (const char* f : {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size"}) {
+    if (!from_model && !present.count(f)) return FieldError(f, "is required");
+  }
+  for (const char* f : {"model.seq_len", "data.train", "train.steps", "train.micro_batch", "train.lr"}) {
+    if (!present.count(f)) return FieldError(f, "is required");
+  }
+  if (!s.model.llama() && present.count("model.rope_theta")) {
+    return FieldError("model.rope_theta", "applies to arch llama (GPT-2 has learned positions, no RoPE)");
+  }
+  if (auto st = s.model.Validate(); !st.ok()) return ModelError(st);
+  if (s.seq_len < 1) return FieldError("model.seq_len", "must be >= 1");
+  if (s.seq_len > s.model.max_seq_len) {
+    return FieldError("model.seq_len", absl::StrCat(s.seq_len, " exceeds model.max_seq_len ",
+                                                    s.model.max_seq_len));
+  }
+  const TrainSpec& t = s.train;
+  if (t.steps < 1) return FieldError("train.steps", "must be >= 1");
+  if (t.micro_batch < 1) return FieldError("train.micro_batch", "must be >= 1");
+  if (t.global_batch < 1) return FieldError("train.global_batch", "must be >= 1");
+  if (s.parallel.dp < 1) return FieldError("parallel.dp", "must be >= 1");
+  if (s.parallel.tp < 1) return FieldError("parallel.tp", "must be >= 1");
+  if (s.parallel.pp < 1) return FieldError("parallel.pp", "must be >= 1");
+  // Ranks, and the batch's products with them, are ints throughout (placement, the rank
+  // formula, micro_batch x dp): a bound here keeps every product from wrapping.
+  if (static_cast<int64_t>(s.parallel.dp) * s.parallel.tp * s.parallel.pp > kMaxWorld) {
+    return FieldError("parallel", absl::StrCat("dp x tp x pp = ", static_cast<int64_t>(s.parallel.dp) * s.parallel.tp *
+                                               s.parallel.pp, " ranks, more than ", kMaxWorld));
+  }
+  if (s.model.n_head % s.parallel.tp != 0) {
+    return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.n_head ", s.model.n_head,
+                                                  " (each tensor-parallel rank takes whole heads)"));
+  }
+  if (s.model.kv_heads() % s.parallel.tp != 0) {
+    return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.n_kv_head ", s.model.kv_heads(),
+                                                  " (each tensor-parallel rank takes whole key/value heads with their "
+                                                  "query heads)"));
+  }
+  if (s.model.ffn() % s.parallel.tp != 0) {
+    return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.ffn_hidden ", s.model.ffn(),
+                                                  " (the MLP's width, split across the tensor-parallel ranks)"));
+  }
+  if (s.model.n_layer % s.parallel.pp != 0) {
+    return FieldError("parallel.pp", absl::StrCat(s.parallel.pp, " does not divide model.n_layer ", s.model.n_layer,
+                                                  " (each stage takes as many layers)"));
+  }
+  if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
+  if (s.model.moe.num_experts > 0) {
+    if (s.train.precision != "fp32") {
+      return FieldError("model.moe", absl::StrCat("runs in fp32 (train.precision is ", s.train.precision,
+                                                  "; the experts' 16-bit path is not built yet)"));
+    }
+  }
+  if (s.parallel.ep < 1) return FieldError("parallel.ep", "must be >= 1");
+  if (s.parallel.ep > 1) {
+    const int ep = s.parallel.ep;
+    if (s.model.moe.num_experts == 0) {
+      return FieldError("parallel.ep", "splits a mixture-of-experts model's experts: model.moe has none");
+    }
+    if (s.parallel.dp % ep != 0) {
+      return FieldError("parallel.ep", absl::StrCat(ep, " does not divide parallel.dp ", s.parallel.dp,
+                                                    " (expert-parallel groups are made of data-parallel replicas)"));
+    }
+    if (s.model.moe.num_experts % ep != 0) {
+      return FieldError("parallel.ep", absl::StrCat(ep, " does not divide model.moe.num_experts ",
+                                                    s.model.moe.num_experts, " (each rank holds as many experts)"));
+    }
+    if (s.parallel.zero_stage > 1) {
+      return FieldError("parallel.ep", absl::StrCat("runs with ZeRO 0 or 1 (parallel.zero_stage is ", s.parallel.zero_stage,
+                                                    "; the expert groups' per-micro-batch reductions of ZeRO 2 and 3 "
+                                                    "are not built yet)"));
+    }
+    if (s.optimizer.placement != "worker" || s.optimizer.offload != "none") {
+      return FieldError("parallel.ep", "runs AdamW on the workers' memory (optimizer.placement worker, offload none)");
+    }
+  }
+  if (s.parallel.sequence_parallel) {
+    if (s.parallel.tp < 2) {
+      return FieldError("parallel.sequence_parallel", "needs tp > 1 (it shards the sequence within the tensor-parallel group)");
+    }
+    if ((static_cast<int64_t>(s.train.micro_batch) * s.seq_len) % s.parallel.tp != 0) {
+      return FieldError("parallel.sequence_parallel",
+                        absl::StrCat("needs tp ", s.parallel.tp, " to divide micro_batch x seq_len = ",
+                                     static_cast<int64_t>(s.train.micro_batch) * s.seq_len,
+                                     " (each rank holds as many of the rows)"));
+    }
+    if (s.train.precision != "fp32" && s.model.n_embd % 2 != 0) {
+      return FieldError("parallel.sequence_parallel",
+                        absl::StrCat("in ", s.train.precision, " needs an even n_embd (", s.model.n_embd,
+                                     "): 16-bit rows are gathered two elements to a float"));
+    }
+  }
+  if (s.parallel.schedule != "1f1b" && s.parallel.schedule != "gpipe") {
+    return FieldError("parallel.schedule", absl::StrCat("'", s.parallel.schedule, "' is not 1f1b or gpipe"));
+  }
+  const bool model_parallel = s.parallel.tp > 1 || s.parallel.pp > 1;
+  if (s.parallel.pp > 1 && s.parallel.zero_stage > 1) {
+    // As DeepSpeed: stages 2 and 3 reduce (and 3 gathers) every micro-batch, which the
+    // pipeline's schedule interleaves across stages.
+    return FieldError("parallel.zero_stage",
+                      absl::StrCat("is ", s.parallel.zero_stage, " with pp ", s.parallel.pp,
+                                   ": pipeline stages run with ZeRO 0 or 1 (stages 2 and 3 reduce and gather every "
+                                   "micro-batch, which the pipeline schedule interleaves); tensor parallelism takes "
+                                   "any stage"));
+  }
+  if (model_parallel && s.optimizer.placement != "worker") {
+    return FieldError("optimizer.placement", "shardserver runs with data parallelism alone (tp and pp must be 1)");
+  }
+  if (!(s.parallel.bucket_mb > 0) || !std::isfinite(s.parallel.bucket_mb)) {
+    return FieldError("parallel.bucket_mb", "must be > 0");
+  }
+  if (!(s.parallel.timeout_s >= 0)) return FieldError("parallel.timeout_s", "must be >= 0 (0 = the worker's default)");
+  if (s.optimizer.placement != "worker" && s.optimizer.placement != "shardserver") {
+    return FieldError("optimizer.placement", absl::StrCat("'", s.optimizer.placement, "' is not worker or shardserver"));
+  }
+  if (s.optimizer.placement == "shardserver" && s.parallel.zero_stage == 3) {
+    return FieldError("optimizer.placement",
+                      "shardserver keeps whole parameters on every worker and the optimizer on the shard servers, "
+                      "but parallel.zero_stage 3 shards the parameters over the workers: use zero_stage 0-2 "
+                      "with shardserver, or placement worker with zero_stage 3");
+  }
+  if (s.optimizer.staleness < 0) return FieldError("optimizer.staleness", "must be >= 0 (0 = synchronous)");
+  if (s.optimizer.offload != "none" && s.optimizer.offload != "cpu") {
+    return FieldError("optimizer.offload", absl::StrCat("is '", s.optimizer.offload, "': none or cpu"));
+  }
+  if (s.parallel.offload_params != "none" && s.parallel.offload_params != "cpu") {
+    return FieldError("parallel.offload_params", absl::StrCat("is '", s.parallel.offload_params, "': none or cpu"));
+  }
+  if (s.parallel.offload_params == "cpu" && (s.parallel.zero_stage != 3 || s.optimizer.offload != "cpu")) {
+    return FieldError("parallel.offload_params",
+                      "cpu keeps ZeRO 3's parameter shard in host memory as the offloaded optimizer's fp32 master: it "
+                      "needs parallel.zero_stage 3 and optimizer.offload cpu");
+  }
+  if (s.optimizer.offload == "cpu" && (s.parallel.zero_stage < 1 || s.optimizer.placement != "worker")) {
+    return FieldError("optimizer.offload",
+                      "cpu offloads a ZeRO rank's shard of the optimizer: it needs parallel.zero_stage 1, 2 or 3 and "
+                      "optimizer.placement worker");
+  }
+  if (s.optimizer.staleness > 0 && s.optimizer.placement != "shardserver") {
+    return FieldError("optimizer.staleness", "applies to optimizer.placement shardserver only");
+  }
+  if (s.resources.workers < 0) return FieldError("resources.workers", "must be >= 1");
+  if (s.resources.device != "cpu" && s.resources.device != "cuda" && s.resources.device != "cuda-emulated") {
+    return FieldError("resources.device", absl::StrCat("is '", s.resources.device, "': cpu, cuda or cuda-emulated"));
+  }
+  if (s.resources.workers != 0 && s.resources.workers != s.world_size()) {
+    return FieldError("resources.workers",
+                      absl::StrCat(s.resources.workers, " workers asked for, but the parallel degrees need dp ",
+                                   s.parallel.dp, " x tp ", s.parallel.tp, " x pp ", s.parallel.pp, " = ",
+                                   s.world_size(), " (one worker per rank)"));
+  }
+  if (t.global_batch % (static_cast<int64_t>(t.micro_batch) * s.parallel.dp) != 0) {
+    return FieldError("train.global_batch",
+                      absl::StrCat("must equal micro_batch x grad_accum x dp: ", t.global_batch,
+                                   " is not a multiple of micro_batch ", t.micro_batch, " x dp ", s.parallel.dp,
+                                   " = ", static_cast<int64_t>(t.micro_batch) * s.parallel.dp));
+  }
+  if (!(t.lr > 0) || !std::isfinite(t.lr)) return FieldError("train.lr", "must be > 0");
+  if (t.warmup < 0 || t.warmup > t.steps) return FieldError("train.warmup", "must be in [0, train.steps]");
+  if (!(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1)) return FieldError("train.min_lr_ratio", "must be in [0, 1]");
+  if (!(t.beta1 >= 0 && t.beta1 < 1)) return FieldError("train.beta1", "must be in [0, 1)");
+  if (!(t.beta2 >= 0 && t.beta2 < 1)) return FieldError("train.beta2", "must be in [0, 1)");
+  if (!(t.eps > 0)) return FieldError("train.eps", "must be > 0");
+  if (!(t.weight_decay >= 0)) return FieldError("train.weight_decay", "must be >= 0");
+  if (!(t.grad_clip >= 0)) return FieldError("train.grad_clip", "must be >= 0 (0 = off)");
+  if (t.recompute != "none" && t.recompute != "full" && t.recompute != "selective") {
+    return FieldError("train.recompute", absl::StrCat("is '", t.recompute, "': none, full or selective"));
+  }
+  if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "fp16") {
+    return FieldError("train.precision", absl::StrCat("is '", t.precision, "': fp32, bf16 or fp16"));
+  }
+  if (t.grad_reduce_dtype != "fp32" && t.grad_reduce_dtype != "bf16") {
+    return FieldError("train.grad_reduce_dtype", absl::StrCat("is '", t.grad_reduce_dtype, "': fp32 or bf16"));
+  }
+  if (!(t.loss_scale >= 1) || !std::isfinite(t.loss_scale) || std::exp2(std::round(std::log2(t.loss_scale))) != t.loss_scale) {
+    return FieldError("train.loss_scale", "must be a power of 2, at least 1 (GradScaler's default is 65536)");
+  }
+  if (t.loss_scale_window < 1) return FieldError("train.loss_scale_window", "must be >= 1");
+  if (t.precision == "fp16" && s.optimizer.placement == "shardserver") {
+    // A skipped step must leave every copy of the state untouched; the shard servers step
+    // on every push.
+    return FieldError("train.precision",
+                      "fp16 (loss scaling skips steps) runs with optimizer.placement worker; use bf16 with shardserver");
+  }
+  if (s.eval.every < 0) return FieldError("eval.every", "must be >= 0");
+  if (s.scheduling.max_restarts < 0) return FieldError("scheduling.max_restarts", "must be >= 0 (0 = never restart)");
+  if (present.count("elastic.min_dp") || present.count("elastic.max_dp")) {
+    const ElasticSpec& e = s.elastic;
+    if (e.min_dp < 1) return FieldError("elastic.min_dp", "must be >= 1");
+    if (e.max_dp < e.min_dp) return FieldError("elastic.max_dp", absl::StrCat("must be >= elastic.min_dp (", e.min_dp, ")"));
+    // Placement tries every dp in the range (DpChoices) and multiplies it by tp x pp.
+    if (static_cast<int64_t>(e.max_dp) * s.parallel.tp * s.parallel.pp > kMaxWorld) {
+      return FieldError("elastic.max_dp", absl::StrCat(e.max_dp, " x tp x pp is more than ", kMaxWorld, " ranks"));
+    }
+    if (s.parallel.dp < e.min_dp || s.parallel.dp > e.max_dp) {
+      return FieldError("parallel.dp", absl::StrCat("must be within [elastic.min_dp, elastic.max_dp] = [", e.min_dp, ", ",
+                                                    e.max_dp, "], not ", s.parallel.dp));
+    }
+    if (s.resources.workers != 0) return FieldError("resources.workers", "does not combine with elastic (the coordinator picks dp)");
+  }
+  if (s.eval.batches < 1) return FieldError("eval.batches", "must be >= 1");
+  if (s.checkpoint.every < 0) return FieldError("checkpoint.every", "must be >= 0");
+  if (s.checkpoint.keep < 0) return FieldError("checkpoint.keep", "must be >= 0 (0 = keep all)");
+  if (!(s.checkpoint.host_budget_mb >= 0)) return FieldError("checkpoint.host_budget_mb", "must be >= 0");
+  if (s.checkpoint.every > 0 && s.checkpoint.dir.empty()) {
+    return FieldError("checkpoint.dir", "is required when checkpoint.every > 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<int> JobSpec::DpChoices() const {
+  if (!elastic.enabled()) return {parallel.dp};
+  std::vector<int> out;
+  for (int d = elastic.min_dp; d <= elastic.max_dp; ++d) {
+    if (train.micro_batch > 0 && train.global_batch % (static_cast<int64_t>(train.micro_batch) * d) == 0) out.push_back(d);
+  }
+  return out;
+}
+
+int JobSpec::WorldFor(int available) const {
+  const int group = parallel.tp * parallel.pp;
+  if (!elastic.enabled()) return world_size() <= available ? world_size() : 0;
+  int world = 0;
+  for (int d : DpChoices()) {
+    if (d * group <= available) world = d * group;
+  }
+  return world;
+}
+
+int JobSpec::MinWorld() const {
+  const std::vector<int> choices = DpChoices();
+  return elastic.enabled() && !choices.empty() ? choices.front() * parallel.tp * parallel.pp : world_size();
+}
+
+std::string ToYaml(const JobSpec& s) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(17);
+  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << s.name;
+  auto section = [&](const char* name, auto&& body) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    body();
+    out << YAML::EndMap;
+  };
+  auto kv = [&](const char* key, const auto& value) { out << YAML::Key << key << YAML::Value << value; };
+  section("model", [&] {
+    kv("n_layer", s.model.n_layer), kv("n_head", s.model.n_head), kv("n_embd", s.model.n_embd);
+    kv("vocab_size", s.model.vocab_size), kv("seq_len", s.seq_len), kv("max_seq_len", s.model.max_seq_len);
+    // The family's defaults resolved; rope_theta only where there is RoPE.
+    kv("arch", std::string(jobspec::ArchName(s.model.arch))), kv("n_kv_head", s.model.kv_heads());
+    kv("ffn_hidden", s.model.ffn());
+    if (s.model.llama()) kv("rope_theta", s.model.rope_theta);
+    kv("norm_eps", s.model.norm_eps);
+    if (s.model.moe.num_experts > 0) {
+      const jobspec::MoeConfig& m = s.model.moe;
+      out << YAML::Key << "moe" << YAML::Value << YAML::BeginMap;
+      kv("num_experts", m.num_experts), kv("top_k", m.top_k), kv("capacity_factor", m.capacity_factor);
+      kv("aux_loss_coeff", m.aux_loss_coeff), kv("z_loss_coeff", m.z_loss_coeff), kv("every_n_layers", m.every_n_layers);
+      out << YAML::EndMap;
+    }
+  });
+  section("data", [&] {
+    kv("train", s.data.train), kv("val", s.data.val), kv("shuffle", s.data.shuffle), kv("tokenizer", s.data.tokenizer);
+  });
+  const TrainSpec& t = s.train;
+  section("train", [&] {
+    kv("steps", t.steps), kv("micro_batch", t.micro_batch), kv("global_batch", t.global_batch), kv("lr", t.lr);
+    kv("warmup", t.warmup), kv("min_lr_ratio", t.min_lr_ratio), kv("beta1", t.beta1), kv("beta2", t.beta2);
+    kv("eps", t.eps), kv("weight_decay", t.weight_decay), kv("grad_clip", t.grad_clip), kv("seed", t.seed);
+    kv("recompute", t.recompute), kv("precision", t.precision), kv("loss_scale", t.loss_scale);
+    kv("loss_scale_window", t.loss_scale_window), kv("grad_reduce_dtype", t.grad_reduce_dtype);
+  });
+  section("eval", [&] { kv("every", s.eval.every), kv("batches", s.eval.batches); });
+  section("checkpoint", [&] {
+    kv("every", s.checkpoint.every), kv("keep", s.checkpoint.keep), kv("host_budget_mb", s.checkpoint.host_budget_mb);
+    kv("dir", s.checkpoint.dir), kv("resume_from", s.checkpoint.resume_from);
+  });
+  section("parallel", [&] {
+    kv("dp", s.parallel.dp), kv("tp", s.parallel.tp), kv("pp", s.parallel.pp), kv("zero_stage", s.parallel.zero_stage);
+    kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
+    kv("offload_params", s.parallel.offload_params), kv("sequence_parallel", s.parallel.sequence_parallel);
+    kv("ep", s.parallel.ep);
+  });
+  section("optimizer", [&] {
+    kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness), kv("offload", s.optimizer.offload);
+  });
+  section("resources", [&] { kv("workers", s.resources.workers), kv("device", s.resources.device); });
+  section("scheduling", [&] { kv("priority", s.scheduling.priority), kv("max_restarts", s.scheduling.max_restarts); });
+  if (s.elastic.enabled()) section("elastic", [&] { kv("min_dp", s.elastic.min_dp), kv("max_dp", s.elastic.max_dp); });
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text) { return ParseJobSpec(yaml_text, nullptr, ""); }
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec::GPTConfig* from_model,
+                                     const std::string& from_name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: not valid YAML: ", e.what()));
+  }
+  if (!root.IsMap()) return absl::InvalidArgumentError("job spec: the document must be a mapping");
+  JobSpec s;
+  if (from_model != nullptr) s.model = *from_model;
+  std::set<std::string> present;
+  auto track = [&present](Handler h) -> Handler {
+    return [&present, h](const YAML::Node& n, const std::string& f) {
+      present.insert(f);
+      return h(n, f);
+    };
+  };
+  bool max_seq_given = false;
+  auto sub = [&](std::map<std::string, Handler> handlers) -> Handler {
+    for (auto& [k, h] : handlers) h = track(h);
+    return [handlers](const YAML::Node& n, const std::string& f) { return Section(n, f, handlers); };
+  };
+  RETURN_IF_ERROR(Section(
+      root, "",
+      {{"name", Str(&s.name)},
+       {"model", sub({{"n_layer", Int(&s.model.n_layer)},
+                      {"n_head", Int(&s.model.n_head)},
+                      {"n_embd", Int(&s.model.n_embd)},
+                      {"vocab_size", Int(&s.model.vocab_size)},
+                      {"seq_len", Int(&s.seq_len)},
+                      {"max_seq_len",
+                       [&](const YAML::Node& n, const std::string& f) {
+                         max_seq_given = true;
+                         return Get(n, f, "an integer", &s.model.max_seq_len);
+                       }},
+                      {"arch",
+                       [&](const YAML::Node& n, const std::string& f) -> absl::Status {
+                         std::string arch;
+                         RETURN_IF_ERROR(Get(n, f, "a string", &arch));
+                         if (arch == "gpt2") {
+                           s.model.arch = jobspec::Arch::kGpt2;
+                         } else if (arch == "llama") {
+                           s.model.arch = jobspec::Arch::kLlama;
+                         } else {
+                           return FieldError(f, absl::StrCat("is '", arch, "': gpt2 or llama"));
+                         }
+                         return absl::OkStatus();
+                       }},
+                      {"n_kv_head", Int(&s.model.n_kv_head)},
+                      {"ffn_hidden", Int(&s.model.ffn_hidden)},
+                      {"rope_theta", Real(&s.model.rope_theta)},
+                      {"norm_eps", Real(&s.model.norm_eps)},
+                      {"moe", sub({{"num_experts", Int(&s.model.moe.num_experts)},
+                                   {"top_k", Int(&s.model.moe.top_k)},
+                                   {"capacity_factor", Real(&s.model.moe.capacity_factor)},
+                                   {"aux_loss_coeff", Real(&s.model.moe.aux_loss_coeff)},
+                                   {"z_loss_coeff", Real(&s.model.moe.z_loss_coeff)},
+                                   {"every_n_layers", Int(&s.model.moe.every_n_layers)}})}})},
+       {"data", sub({{"train", Str(&s.data.train)},
+                     {"val", Str(&s.data.val)},
+                     {"shuffle", Bool(&s.data.shuffle)},
+                     {"tokenizer", Str(&s.data.tokenizer)}})},
+       {"train", sub({{"steps", Int64(&s.train.steps)},
+                      {"micro_batch", Int(&s.train.micro_batch)},
+                      {"global_batch", Int(&s.train.global_batch)},
+                      {"lr", Real(&s.train.lr)},
+                      {"warmup", Int64(&s.train.warmup)},
+                      {"min_lr_ratio", Real(&s.train.min_lr_ratio)},
+                      {"beta1", Real(&s.train.beta1)},
+                      {"beta2", Real(&s.train.beta2)},
+                      {"eps", Real(&s.train.eps)},
+                      {"weight_decay", Real(&s.train.weight_decay)},
+                      {"grad_clip", Real(&s.train.grad_clip)},
+                      {"seed", Num(&s.train.seed, "a non-negative integer")},
+                      {"recompute", Str(&s.train.recompute)},
+                      {"precision", Str(&s.train.precision)},
+                      {"loss_scale", Real(&s.train.loss_scale)},
+                      {"loss_scale_window", Int(&s.train.loss_scale_window)},
+                      {"grad_reduce_dtype", Str(&s.train.grad_reduce_dtype)}})},
+       {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
+       {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)},
+                           {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)},
+                           {"resume_from", Str(&s.checkpoint.resume_from)}})},
+       {"parallel", sub({{"dp", Int(&s.parallel.dp)},
+                         {"tp", Int(&s.parallel.tp)},
+                         {"pp", Int(&s.parallel.pp)},
+                         {"zero_stage", Int(&s.parallel.zero_stage)},
+                         {"bucket_mb", Real(&s.parallel.bucket_mb)},
+                         {"timeout_s", Real(&s.parallel.timeout_s)},
+                         {"schedule", Str(&s.parallel.schedule)},
+                         {"offload_params", Str(&s.parallel.offload_params)},
+                         {"sequence_parallel", Bool(&s.parallel.sequence_parallel)},
+                         {"ep", Int(&s.parallel.ep)}})},
+       {"optimizer", sub({{"placement", Str(&s.optimizer.placement)},
+                          {"staleness", Int(&s.optimizer.staleness)},
+                          {"offload", Str(&s.optimizer.offload)}})},
+       {"resources", sub({{"workers", Int(&s.resources.workers)}, {"device", Str(&s.resources.device)}})},
+       {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},
+       {"elastic", sub({{"min_dp", Int(&s.elastic.min_dp)}, {"max_dp", Int(&s.elastic.max_dp)}})}}));
+  if (!max_seq_given && from_model == nullptr) s.model.max_seq_len = s.seq_len;
+  if (!present.count("train.global_batch")) {
+    // In 64 bits: a default past int is refused, not wrapped into another batch size.
+    const int64_t global = static_cast<int64_t>(s.train.micro_batch) * std::max(1, s.parallel.dp);
+    if (global > std::numeric_limits<int>::max()) {
+      return FieldError("train.global_batch", absl::StrCat("defaults to micro_batch x dp = ", global, ", past 2^31 - 1"));
+    }
+    s.train.global_batch = static_cast<int>(global);
+  }
+  if (from_model != nullptr) RETURN_IF_ERROR(AgreesWith(s.model, *from_model, from_name, present));
+  RETURN_IF_ERROR(Validate(s, present, from_model != nullptr));
+  return s;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) { return LoadJobSpec(path, nullptr, ""); }
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const jobspec::GPTConfig* from_model,
+                                    const std::string& from_name) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  auto spec = ParseJobSpec(text, from_model, from_name);
+  if (!spec.ok()) return Annotate(spec.status(), path);
+  return spec;
+}
+
+std::string DescribeModel(const jobspec::GPTConfig& c) {
+  std::vector<std::string> parts;
+  for (const ModelKey& k : ModelKeys()) {
+    if (!c.llama() && std::string(k.key) == "arch") break;  // GPT-2: the five shape keys
+    parts.push_back(absl::StrCat(k.key, " ", k.value(c)));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string ModelDifferences(const jobspec::GPTConfig& a, const std::string& a_name, const jobspec::GPTConfig& b,
+                             const std::string& b_name) {
+  std::vector<std::string> parts;
+  for (const ModelKey& k : ModelKeys()) {
+    if (k.differs(a, b)) parts.push_back(absl::StrCat(k.key, " (", a_name, " ", k.value(a), ", ", b_name, " ", k.value(b), ")"));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+double LearningRate(const TrainSpec& t, int64_t step) {
+  if (step < t.warmup) return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup);
+  const double min_lr = t.lr * t.min_lr_ratio;
+  const int64_t decay_steps = t.steps - t.warmup;
+  if (decay_steps <= 1) return t.lr;
+  const double ratio = static_cast<double>(step - t.warmup) / static_cast<double>(decay_steps - 1);
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, ratio)));
+  return min_lr + coeff * (t.lr - min_lr);
+}
+
+}  // namespace gantry::jobspec

@@ -1,0 +1,200 @@
+// The job spec: the YAML a user writes to describe a training run. Parsing is strict: an
+// unknown field, a value of the wrong type, or an incoherent combination is an error that
+// names the field (as "train.lr").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "jobspec/model_layout.h"
+
+namespace gantry::jobspec {
+
+struct DataSpec {
+  std::string train;  // llm.c .bin token file, or a glob of shards (data/dataset.h)
+  std::string val;    // optional; the same
+  bool shuffle = false;
+  // The tokenizer the data was prepared with (tokenizer.json, vocab.json, or a directory with
+  // either); empty: the byte tokenizer. Recorded in checkpoints; export copies it beside the
+  // model.
+  std::string tokenizer;
+  bool operator==(const DataSpec&) const = default;
+};
+
+struct TrainSpec {
+  int64_t steps = 0;
+  int micro_batch = 0;   // sequences per forward/backward
+  int global_batch = 0;  // sequences per optimizer step (= micro_batch x grad_accum x dp)
+  double lr = 0;
+  int64_t warmup = 0;          // linear warmup steps
+  double min_lr_ratio = 1.0;   // cosine decay to lr * min_lr_ratio (1 = constant)
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;  // tensors of 2 or more dimensions only
+  double grad_clip = 1.0;      // max global gradient norm; 0 = off
+  uint64_t seed = 1337;
+  // Activation checkpointing: none, full (recompute each block in backward) or selective
+  // (recompute attention's probabilities only). Same losses, bit for bit.
+  std::string recompute = "none";
+  // Mixed precision: fp32, bf16 or fp16. In bf16 and fp16 the fp32 parameters stay the
+  // master copy (with AdamW's state, where ZeRO keeps them); GEMMs read 16-bit weights and
+  // activations and accumulate in fp32; LayerNorm, softmax, the loss and the gradient
+  // accumulation stay fp32, as under PyTorch autocast (docs/architecture.md, "Mixed precision").
+  std::string precision = "fp32";
+  // fp16: dynamic loss scaling with PyTorch GradScaler's rules: the loss is multiplied by the
+  // scale (initially loss_scale), a step whose gradients hold an inf or NaN is skipped and
+  // halves it, and loss_scale_window clean steps in a row double it.
+  double loss_scale = 65536;
+  int loss_scale_window = 2000;
+  // The type the data-parallel gradient reductions move and add in: fp32 or bf16 (as
+  // Megatron's accumulate_allreduce_grads_in_fp32 off). Gradients accumulate across
+  // micro-batches in fp32 either way; bf16 rounds each bucket to bf16 before its all-reduce or
+  // reduce-scatter and widens the reduced result back (docs/architecture.md, "Gradient
+  // reduction in bf16"). Halves the bytes the reductions send.
+  std::string grad_reduce_dtype = "fp32";
+  bool operator==(const TrainSpec&) const = default;
+};
+
+struct ParallelSpec {
+  int dp = 1;          // data-parallel ranks
+  int tp = 1;          // tensor-parallel ranks per group (heads must divide; one host per group)
+  int pp = 1;          // pipeline stages (layers must divide)
+  int zero_stage = 0;  // 0: all-reduce; 1: optimizer state sharded; 2: and gradients; 3: and parameters
+  double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
+  double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default
+  std::string schedule = "1f1b";  // pipeline schedule (pp > 1): 1f1b or gpipe
+  // ZeRO 3 with optimizer.offload cpu: "cpu" keeps the rank's parameter shard in host memory
+  // only (it is the offloaded fp32 master); each unit's piece goes to the device to be gathered.
+  std::string offload_params = "none";
+  // Megatron's sequence parallelism (tp > 1): the LayerNorm and residual regions hold 1/tp of
+  // the sequence's rows on each tensor-parallel rank; an all-gather before the column-parallel
+  // GEMMs and a reduce-scatter after the row-parallel ones replace the all-reduces.
+  bool sequence_parallel = false;
+  // Expert parallelism (model.moe): the dp replicas form groups of ep, each rank of a group
+  // holding num_experts/ep of every MoE layer's experts; tokens reach their experts by
+  // all-to-all. An expert's gradients are reduced over its dp/ep replicas (ZeRO 0 and 1).
+  int ep = 1;
+  bool operator==(const ParallelSpec&) const = default;
+};
+
+struct OptimizerSpec {
+  // Where AdamW runs: "worker" (each DP rank, ZeRO-sharded) or "shardserver" (parameter-
+  // server mode: each shard server steps its range of the parameters).
+  std::string placement = "worker";
+  int staleness = 0;  // shardserver: how many steps behind the servers a worker's parameters may be
+  // ZeRO-Offload: "cpu" keeps a rank's fp32 master shard and AdamW's m and v in host memory
+  // and runs AdamW there (ZeRO 1-3, placement worker); "none" keeps them with the model.
+  std::string offload = "none";
+  bool operator==(const OptimizerSpec&) const = default;
+};
+
+// Scheduling and fault tolerance (the coordinator's).
+struct SchedulingSpec {
+  int priority = 0;      // higher runs first; first come, first served within one
+  int max_restarts = 3;  // times the job is placed again after a lost worker or shard server, or a failed rank
+  bool operator==(const SchedulingSpec&) const = default;
+};
+
+// Elastic data parallelism: the coordinator places the job at any dp in [min_dp, max_dp]
+// that divides the global batch (the largest the idle workers allow), places it again
+// smaller after a lost worker when no spare is left, and grows it at its next checkpoint when
+// workers come free. 0, 0: not elastic (dp as given).
+struct ElasticSpec {
+  int min_dp = 0, max_dp = 0;
+  bool enabled() const { return max_dp > 0; }
+  bool operator==(const ElasticSpec&) const = default;
+};
+
+struct ResourcesSpec {
+  int workers = 0;  // worker processes the job asks for; 0 = dp (the product of the degrees)
+  // The device kind the job runs on: cpu, cuda or cuda-emulated (the CUDA code path run by
+  // the CPU emulator). The coordinator places it only on workers that offer that kind.
+  std::string device = "cpu";
+  bool operator==(const ResourcesSpec&) const = default;
+};
+
+struct EvalSpec {
+  int64_t every = 0;  // steps between val-loss evaluations; 0 = only at the end
+  int batches = 20;   // micro-batches of the val file per evaluation
+  bool operator==(const EvalSpec&) const = default;
+};
+
+struct CheckpointSpec {
+  int64_t every = 0;  // steps between checkpoints; 0 = none
+  int keep = 0;       // keep the newest K checkpoints, remove older ones after each; 0 = all
+  double host_budget_mb = 2048;  // host memory for checkpoint copies waiting to be written
+  // A cluster job id: start from its newest committed checkpoint; JOB@STEP: from its
+  // checkpoint of that step.
+  std::string resume_from;
+  std::string dir;
+  bool operator==(const CheckpointSpec&) const = default;
+};
+
+struct JobSpec {
+  std::string name = "job";
+  SchedulingSpec scheduling;
+  ElasticSpec elastic;
+  jobspec::GPTConfig model;
+  int seq_len = 0;  // T: tokens per sequence
+  DataSpec data;
+  TrainSpec train;
+  EvalSpec eval;
+  CheckpointSpec checkpoint;
+  ParallelSpec parallel;
+  OptimizerSpec optimizer;
+  ResourcesSpec resources;
+  // Ranks: dp x tp x pp. Rank r is (pp stage, dp replica, tp rank) with tp fastest:
+  // r = (stage * dp + replica) * tp + tp_rank, so a tensor-parallel group is consecutive.
+  int world_size() const { return parallel.dp * parallel.tp * parallel.pp; }
+  // The dp sizes an elastic job may run at, ascending (just dp when not elastic): those in
+  // [min_dp, max_dp] for which micro_batch x dp divides the global batch.
+  std::vector<int> DpChoices() const;
+  jobspec::Recompute recompute() const {
+    return train.recompute == "full"        ? jobspec::Recompute::kFull
+           : train.recompute == "selective" ? jobspec::Recompute::kSelective
+                                            : jobspec::Recompute::kNone;
+  }
+  // Placement: the workers this job takes when `available` are idle: its world, or for an
+  // elastic job the largest of its dp choices that fits (times tp x pp); 0 when none fits.
+  // MinWorld: the fewest it can start on. The coordinator's one rule for both.
+  int WorldFor(int available) const;
+  int MinWorld() const;
+  // global_batch = micro_batch x grad_accum x dp
+  int grad_accum() const {
+    return train.micro_batch > 0 && parallel.dp > 0 ? train.global_batch / (train.micro_batch * parallel.dp) : 0;
+  }
+  bool operator==(const JobSpec&) const = default;
+};
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text);
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+// A job that starts from a model (gantry-train --init-from DIR: its config.json): the spec's
+// model is from_model, so its model keys other than seq_len need not be stated, and each one
+// that is stated must agree with from_model, else an error naming the field and from_name
+// (as "DIR/config.json"). max_seq_len defaults to from_model's (its n_positions) rather than
+// to seq_len. from_model null: as above.
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec::GPTConfig* from_model,
+                                     const std::string& from_name);
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const jobspec::GPTConfig* from_model,
+                                    const std::string& from_name);
+// The spec as YAML with every field stated (defaults included, doubles exact): the
+// coordinator's normalised form, which ParseJobSpec reads back to an equal JobSpec.
+std::string ToYaml(const JobSpec& spec);
+
+// A model as the job spec's model keys: "n_layer 2, n_head 2, n_embd 16, vocab_size 256,
+// max_seq_len 16", and for Llama also arch, n_kv_head, ffn_hidden, rope_theta and norm_eps
+// (defaults resolved).
+std::string DescribeModel(const jobspec::GPTConfig& c);
+// The model keys on which a and b differ as models (GPTConfig's ==, defaults resolved), each
+// as "n_embd (A_NAME 16, B_NAME 32)", joined by ", "; empty when a == b.
+std::string ModelDifferences(const jobspec::GPTConfig& a, const std::string& a_name, const jobspec::GPTConfig& b,
+                             const std::string& b_name);
+
+// The learning rate at 0-based step `step`: linear warmup over `warmup` steps, then cosine
+// decay from lr to lr * min_lr_ratio at the last step.
+double LearningRate(const TrainSpec& t, int64_t step);
+
+}  // namespace gantry::jobspec

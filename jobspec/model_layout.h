@@ -1,0 +1,264 @@
+// The model's shape and where its numbers live, without the model itself: the GPT config,
+// the parameter tensors of the whole model or of one tensor/pipeline shard (names, shapes,
+// flat offsets, where each shard's block sits in the whole tensor), the units forward and
+// backward use together, the pipeline stages' layers, and the activation buffer's layout.
+// The job spec, the planner, the coordinator and the checkpoint format need this; none of
+// them needs the kernels (model/gpt.h runs the model over this layout).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace gantry::jobspec {
+
+// The model families: GPT-2 (pre-LayerNorm, learned positions, GELU MLP, biases, tied
+// embeddings), and Llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no
+// biases, untied embeddings).
+enum class Arch { kGpt2, kLlama };
+const char* ArchName(Arch a);  // "gpt2", "llama"
+
+// Mixture of experts (docs/architecture.md, "Mixture of experts"): the MLP of layer l is a
+// router over num_experts experts, each shaped like the dense MLP, when num_experts > 0 and
+// (l + 1) % every_n_layers == 0. top_k experts a token, weights renormalised over them;
+// capacity_factor 0 is dropless; the loss adds aux_loss_coeff · (Switch's load-balancing
+// loss) and z_loss_coeff · (the router z-loss), each summed over the MoE layers.
+struct MoeConfig {
+  int num_experts = 0;
+  int top_k = 1;
+  double capacity_factor = 1.25;
+  double aux_loss_coeff = 0.01;
+  double z_loss_coeff = 0.0;
+  int every_n_layers = 1;
+  bool operator==(const MoeConfig&) const = default;
+};
+
+// An expert's slots for N tokens routed together: ceil(capacity_factor · N · top_k /
+// num_experts), at most N; N (nothing dropped: a token picks an expert once) for
+// capacity_factor 0.
+int MoeCapacity(const MoeConfig& moe, int N);
+
+struct GPTConfig {
+  int max_seq_len = 1024;  // n_positions (GPT-2: rows of wpe; Llama: max_position_embeddings)
+  int vocab_size = 50257;
+  int n_layer = 12;
+  int n_head = 12;
+  int n_embd = 768;
+  Arch arch = Arch::kGpt2;
+  // 0 is the family's default, which the accessors below resolve: n_kv_head n_head (Llama's
+  // grouped-query attention; GPT-2 has n_head), ffn_hidden the MLP's width (GPT-2 4 n_embd;
+  // Llama 8/3 n_embd rounded up to a multiple of 256, as Meta's reference sizes it).
+  int n_kv_head = 0;
+  int ffn_hidden = 0;
+  double rope_theta = 10000.0;  // Llama: RoPE's base
+  double norm_eps = 1e-5;       // GPT-2's LayerNorm (1e-5 only) or Llama's RMSNorm epsilon
+  MoeConfig moe{};              // GPT-2 only, for now
+
+  bool moe_layer(int l) const { return moe.num_experts > 0 && (l + 1) % moe.every_n_layers == 0; }
+  int moe_layers() const { return moe.num_experts > 0 ? n_layer / moe.every_n_layers : 0; }
+
+  bool llama() const { return arch == Arch::kLlama; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_dim() const { return n_embd / n_head; }
+  int ffn() const {
+    if (ffn_hidden > 0) return ffn_hidden;
+    if (!llama()) return 4 * n_embd;
+    return (8 * n_embd / 3 + 255) / 256 * 256;
+  }
+  absl::Status Validate() const;
+  // Equal as models: defaults resolved (n_kv_head 0 equals n_head stated), and the MoE knobs
+  // only where there are experts (a spec's moe: {num_experts: 0, top_k: 2} is the dense
+  // model its config.json and normal form describe without them).
+  bool operator==(const GPTConfig& o) const {
+    return max_seq_len == o.max_seq_len && vocab_size == o.vocab_size && n_layer == o.n_layer && n_head == o.n_head &&
+           n_embd == o.n_embd && arch == o.arch && kv_heads() == o.kv_heads() && ffn() == o.ffn() &&
+           (!llama() || rope_theta == o.rope_theta) && norm_eps == o.norm_eps &&
+           (moe == o.moe || (moe.num_experts == 0 && o.moe.num_experts == 0));
+  }
+};
+
+struct ParamTensor {
+  std::string name;  // Hugging Face name without the "transformer." prefix
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // into the flat buffer, in elements
+  size_t numel = 0;
+  bool decay = false;  // AdamW weight decay: tensors of 2 or more dimensions only
+  // An operand of a GEMM (the projections' weights and biases, wte as the classifier): a
+  // mixed-precision model reads it in 16 bits, as autocast casts it (LayerNorm's tensors and
+  // wpe stay fp32, and so does wte for the embedding's lookup).
+  bool gemm = false;
+  // A GEMM reads this tensor with the one before it as one matrix (Llama's q|k|v and gate|up
+  // projections, adjacent in the flat buffer): its 16-bit copy follows that one's unpadded.
+  bool gemm_joined = false;
+  // The 16-bit elements the tensor's working copy takes (a GEMM tensor's, in mixed precision):
+  // numel rounded up to 32, so that each copy starts 64-byte aligned.
+  size_t working_room() const { return (numel + 31) / 32 * 32; }
+  // Where the tensor sits in the whole model's tensor of the same name: a tensor or pipeline
+  // parallel shard holds a block of it. Seen as a matrix (global_shape[0] rows, the rest
+  // flattened into columns; a 1-D tensor is one row), the shard holds rows [row_begin,
+  // row_begin + rows()) and, of each, the column runs col_runs, concatenated. The whole
+  // tensor: row_begin 0, one run [0, cols).
+  std::vector<int64_t> global_shape;
+  int64_t row_begin = 0;
+  std::vector<std::pair<int64_t, int64_t>> col_runs;
+  // Another rank holds the same values and speaks for them: it writes them into checkpoints
+  // and counts them in the gradient norm (tensor-parallel ranks > 0 for the replicated
+  // tensors, the last pipeline stage for its copy of the tied wte).
+  bool replica = false;
+  int64_t rows() const { return shape.size() == 1 ? 1 : shape[0]; }
+  int64_t global_rows() const { return global_shape.size() == 1 ? 1 : global_shape[0]; }
+  int64_t global_numel() const {
+    int64_t n = 1;
+    for (int64_t d : global_shape) n *= d;
+    return n;
+  }
+  int64_t global_cols() const { return global_numel() / global_rows(); }
+};
+
+// A shard's elements as runs of its whole tensor, in local order: f(global, local, n) says
+// elements [local, local + n) of the shard are [global, global + n) of the whole tensor
+// (flat indices). Whole rows come as one run.
+template <typename F>
+void ForEachRun(const ParamTensor& t, F&& f) {
+  const int64_t gcols = t.global_cols();
+  if (t.col_runs.size() == 1 && t.col_runs[0].first == 0 && t.col_runs[0].second == gcols) {
+    f(t.row_begin * gcols, int64_t{0}, static_cast<int64_t>(t.numel));
+    return;
+  }
+  int64_t local = 0;
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    for (const auto& [b, e] : t.col_runs) {
+      f((t.row_begin + r) * gcols + b, local, e - b);
+      local += e - b;
+    }
+  }
+}
+
+// Which part of the model one rank holds. Tensor parallel (Megatron): rank tp_rank of tp
+// holds heads [tp_rank·H/tp, ...) of every attention (c_attn's q, k and v columns, c_proj's
+// rows), a 1/tp slice of the MLP (c_fc's columns, its c_proj's rows) and of the vocabulary
+// (wte's rows, for the embedding and the classifier); LayerNorms, wpe and the row-parallel
+// biases are replicated. Pipeline parallel: stage `stage` of pp holds layers [layer_begin,
+// layer_end); the first stage the embedding, the last ln_f and the classifier (with pp > 1
+// a copy of wte, whose gradient the two ends sum every step).
+struct ModelShard {
+  int tp = 1, tp_rank = 0;
+  int pp = 1, stage = 0;
+  int layer_begin = 0, layer_end = -1;  // -1: n_layer
+  // Sequence parallelism (tp > 1): the residual stream and the norms' inputs and outputs hold
+  // rows [tp_rank·BT/tp, (tp_rank+1)·BT/tp) of the B·T rows (LayoutActivations; GPT's step).
+  bool sequence_parallel = false;
+  // Expert parallelism (ep > 1): every MoE layer holds experts [expert_begin, expert_end) of
+  // its E, named by their global index; tokens reach them by all-to-all within the group.
+  int ep = 1, ep_rank = 0;
+  int expert_begin(int E) const { return E / ep * ep_rank; }
+  int expert_end(int E) const { return E / ep * (ep_rank + 1); }
+  // The rows of a (B, T) micro-batch this rank's residual stream holds.
+  int64_t residual_rows(int64_t BT) const { return sequence_parallel ? BT / tp : BT; }
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == pp - 1; }
+  bool whole() const { return tp == 1 && pp == 1 && ep == 1; }
+  // Rows [vocab_begin, vocab_end) of wte for a vocabulary of V.
+  int vocab_begin(int V) const { return static_cast<int>(static_cast<int64_t>(V) * tp_rank / tp); }
+  int vocab_end(int V) const { return static_cast<int>(static_cast<int64_t>(V) * (tp_rank + 1) / tp); }
+};
+
+// The family's tensor counts: the embedding's (GPT-2 wte and wpe; Llama embed_tokens) and a
+// layer's (12; 9); and the classifier's weight (GPT-2's tied wte; Llama's lm_head).
+int EmbeddingTensors(const GPTConfig& config);
+// A MoE layer: 8 + the gate + 4 per expert held (all of them, or the shard's under ep).
+int TensorsOfLayer(const GPTConfig& config, int l, const ModelShard& shard = ModelShard{});
+const char* ClassifierTensor(const GPTConfig& config);
+
+// The parameter tensors of a config (or of one shard of it), in flat-buffer order.
+std::vector<ParamTensor> ParameterLayout(const GPTConfig& config);
+std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelShard& shard);
+// Pipeline stages balanced by cost: the layer bounds (pp + 1 entries) that minimise the
+// costliest stage, counting a layer's flops, the embedding's on the first stage and the
+// classifier's on the last. Each stage gets at least one layer (pp <= n_layer).
+std::vector<int> BalanceStages(const GPTConfig& config, int pp);
+// The shard of tensor rank tp_rank of tp on stage `stage` of pp, its layers from BalanceStages.
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage);
+
+// Units are the blocks of the flat buffer that forward and backward use together, in
+// flat-buffer order: unit 0 is the embedding (wte and wpe; embed_tokens), unit 1 + l is layer
+// l, unit n_layer + 1 the head (ln_f; Llama's norm and lm_head).
+// unit_begin[u] .. unit_begin[u + 1] is unit u's range (n_layer + 3 entries).
+std::vector<size_t> UnitBoundaries(const GPTConfig& config);
+
+// Where each activation of a (B, T) step lives in one flat buffer (in floats; sub-buffers
+// 64-byte aligned). Layer l's activations are at layer0 + l * layer_stride + the offset.
+// Mixed precision (half): the tensors autocast keeps in 16 bits (LayerNorms' outputs, qkv,
+// attention's output, the MLP's hidden and GELU, the logits, and their gradients dqkv, datty,
+// dfch) take 2 bytes an element, the rest (the residual stream, statistics, the projections'
+// fp32 sums that tensor parallelism adds up, the attention probabilities) 4.
+// Sequence parallelism (shard.sequence_parallel): the embedding's output, the norms' outputs and
+// statistics, res2 and res3 hold the rank's BT/tp rows; lnf stays whole (the vocabulary-parallel
+// classifier reads every row; its statistics are the rank's rows). Scratch the step gathers
+// into and reduce-scatters out of: `gathered` (a norm's output, all rows, 16-bit where it is),
+// `proj_rows` (the projections' sum, the rank's rows), `dres_all` (the residual gradient, all
+// rows) and `dln_rows` (a norm's input gradient, the rank's rows); `dnorm` the norms' weight
+// gradients of one micro-batch, summed over the group before they are accumulated.
+// Activation checkpointing: kFull keeps only each layer's output and recomputes the layer's
+// forward in backward; kSelective keeps all but attention's probabilities (B, NH, T, T),
+// recomputed from the kept qkv. Both give the same bits as kNone: the recomputation runs the
+// same kernels on the same inputs.
+enum class Recompute { kNone, kFull, kSelective };
+
+struct ActivationLayout {
+  size_t encoded, logits, losses, lnf, lnf_mean, lnf_rstd;
+  // The attention and MLP projections' output (before tensor parallelism sums it), added to
+  // the residual stream at once: one buffer, not kept.
+  size_t proj;
+  size_t layer0, layer_stride;
+  // Llama: ln1/ln2/lnf are RMSNorm's outputs (their means empty), qkv is the attention's
+  // (B,T,3·NH·hd) input after RoPE and the key/value heads' repetition, fch SwiGLU's [gate | up]
+  // (2F wide) and fch_gelu its output (F).
+  size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+  // backward scratch; dres16: the residual stream's gradient rounded, for the GEMMs (half)
+  size_t dres, dres16, dln, dqkv, datty, datt, dfch, dlnf;
+  // Llama, not kept: the q|k|v projection's (NH + 2 NKV)·hd rows before the key/value heads'
+  // repetition, forward, and their gradient, backward (empty when NKV = NH: the projection
+  // writes qkv itself); dswi: the gradient of SwiGLU's output.
+  size_t qkvr, dswi;
+  // Sequence parallelism (empty without it): see above.
+  size_t gathered, proj_rows, dres_all, dln_rows, dnorm;
+  bool sequence_parallel = false;
+  // Mixture of experts (every layer's block has room for a MoE layer's when the model has
+  // any): the router's probabilities (B·T, E) (its logits first), log-sum-exps, choices,
+  // weights and slots (B·T, k), the counts and offsets (2E + 1 int32) and the aux and z losses
+  // (2); the dispatched rows moe_x and the experts' outputs moe_y (moe_rows, C), the experts'
+  // hidden rows in fch and fch_gelu (sized for moe_rows too). Backward scratch: moe_dy
+  // (moe_rows, C), moe_dw (B·T, k), moe_dlogits (B·T, E), moe_dx (moe_rows, C), and dfch.
+  size_t moe_probs, moe_lse, moe_choice, moe_weight, moe_slot, moe_counts, moe_stats, moe_x, moe_y;
+  size_t moe_dy, moe_dw, moe_dlogits, moe_dx;
+  int moe_rows = 0;  // rows the experts take at most: min(B·T·k, E·capacity)
+  // Expert parallelism (empty without it): the rows this rank's experts receive, at most
+  // moe_expert_rows = ep · min(B·T·min(k, E/ep), (E/ep)·capacity) (each peer routes B·T tokens
+  // as this rank does); kept per layer: moe_xr (those rows, the experts' input) and
+  // moe_rcounts (2E int32: the rows kept for each expert, sent, then the rows from each peer
+  // for each expert held, received: peer-major); scratch: moe_yr
+  // (the experts' outputs, sent back), moe_dyr and moe_dxr (their gradients). The experts'
+  // hidden rows (fch, fch_gelu, dfch) are sized for moe_expert_rows.
+  size_t moe_xr, moe_rcounts, moe_yr, moe_dyr, moe_dxr;
+  int moe_expert_rows = 0;
+  bool half = false;
+  // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
+  // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).
+  size_t scratch = 0;
+  Recompute recompute = Recompute::kNone;
+  size_t total;
+};
+ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute = Recompute::kNone);
+// A shard's activations: attention, MLP and vocabulary widths are 1/tp, and its layers only.
+// fused_attention (the CUDA model's flash-style kernel): `att` holds each query row's
+// log-sum-exp, (B, NH, T), rather than the probabilities, and `datt` is empty.
+ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
+                                   Recompute recompute = Recompute::kNone, bool fused_attention = false,
+                                   bool half = false);
+
+}  // namespace gantry::jobspec

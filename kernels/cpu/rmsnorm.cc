@@ -1,0 +1,63 @@
+#include "kernels/rmsnorm.h"
+
+#include <cmath>
+
+#include "kernels/cpu/column_blocks.h"
+#include "kernels/cpu/elem.h"
+
+namespace gantry::kernels {
+namespace {
+
+template <typename E>
+void RMSNormForward(typename E::T* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<int64_t>(n) * C;
+    typename E::T* o = out + static_cast<int64_t>(n) * C;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
+    for (int c = 0; c < C; ++c) o[c] = E::St(x[c] * r * weight[c]);
+    rstd[n] = r;
+  }
+}
+
+}  // namespace
+
+void rmsnorm_forward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
+  elem::With(out.type, [&](auto e) {
+    using E = decltype(e);
+    RMSNormForward<E>(elem::Of<E>(out), rstd, inp, weight, N, C, eps);
+  });
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C) {
+  // y = x r w, r = (mean(x^2) + eps)^-1/2: dx = r (w dy) - x r^3 mean(w dy x).
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* dy = dout + static_cast<int64_t>(n) * C;
+    const float* x = inp + static_cast<int64_t>(n) * C;
+    float* dx = dinp + static_cast<int64_t>(n) * C;
+    const float r = rstd[n];
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int c = 0; c < C; ++c) dot += weight[c] * dy[c] * x[c];
+    const float k = dot / static_cast<float>(C) * r * r * r;
+    for (int c = 0; c < C; ++c) dx[c] += r * weight[c] * dy[c] - k * x[c];
+  }
+  constexpr int kCols = 16;
+  ParallelColumnBlocks<kCols>(C, [&](int c0, int c1) {
+    float dw[kCols] = {0};
+    for (int n = 0; n < N; ++n) {
+      const float* dy = dout + static_cast<int64_t>(n) * C;
+      const float* x = inp + static_cast<int64_t>(n) * C;
+      const float r = rstd[n];
+      for (int c = c0; c < c1; ++c) dw[c - c0] += x[c] * r * dy[c];
+    }
+    for (int c = c0; c < c1; ++c) dweight[c] += dw[c - c0];
+  });
+}
+
+}  // namespace gantry::kernels

@@ -1,0 +1,18 @@
+// RMSNorm, as Hugging Face's LlamaRMSNorm runs it. CPU reference in kernels/cpu/rmsnorm.cc, checked against PyTorch (tests/reference/make_fixtures.py --only
+// llama_ops); deterministic and independent of the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/types.h"
+
+namespace gantry::kernels {
+
+// RMSNorm: out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps), per row.
+// inp (N,C), weight (C) → out (N,C) (fp32, or rounded to 16 bits), rstd (N)
+void rmsnorm_forward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+// dout (N,C), inp, weight, rstd → dinp (N,C) +=, dweight (C) += (rows summed in order)
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C);
+
+}  // namespace gantry::kernels

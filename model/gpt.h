@@ -1,0 +1,417 @@
+// GPT-2 (pre-LayerNorm, learned positions, GELU tanh, tied embeddings) and Llama (RMSNorm,
+// RoPE, SwiGLU, grouped-query attention, untied embeddings, no biases) on flat parameter and
+// gradient buffers, with Hugging Face's tensor names and layouts (GPT-2's Conv1D weights are
+// (in, out), Llama's nn.Linear (out, in)), so a model directory loads and saves with plain
+// copies.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/buffer.h"
+#include "kernels/backend.h"
+#include "jobspec/model_layout.h"
+#include "comm/communicator.h"
+
+namespace gantry::model {
+
+// Where the model finds a unit's parameters and puts its gradients when they do not live
+// in its own full buffers (ZeRO stages 2 and 3). Pointers address the unit's first element;
+// the model calls Release/GradsDone once it will not touch them again.
+class ParamHost {
+ public:
+  virtual ~ParamHost() = default;
+  virtual float* AcquireParams(int unit) = 0;
+  virtual void ReleaseParams(int unit) = 0;
+  // The unit's gradient accumulator, valid until GradsDone (the host zeroes it or keeps it).
+  virtual float* AcquireGrads(int unit) = 0;
+  // Backward of this micro-batch is done with the unit's gradients.
+  virtual void GradsDone(int unit) = 0;
+  // Whether AcquireParams hands out gathered copies (ZeRO 3) rather than the model's own
+  // buffer: a mixed-precision model then makes its 16-bit GEMM weights per acquisition.
+  virtual bool gathers_params() const { return false; }
+};
+
+// The model is written once over kernels::Backend: its parameters, gradients and activations
+// live in the backend's memory, and every op runs there. On the cpu backend (the default)
+// and cuda-emulated, host code may address that memory directly (params(), grads(),
+// logits(), the stage buffers); on cuda it is device memory, reached through
+// ReadParams/WriteParams and the backend's copies.
+class GPT {
+ public:
+  explicit GPT(const jobspec::GPTConfig& config) : GPT(config, jobspec::ModelShard{}) {}  // config must be valid
+  // One shard of the model (tensor and pipeline parallel). Forward and backward all-reduce
+  // over the tensor-parallel group (set_tp_comm) where the shards' partial sums meet.
+  // backend: not owned; it outlives the model.
+  GPT(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard, kernels::Backend* backend = &kernels::CpuBackend());
+  kernels::Backend& backend() const { return *be_; }
+
+  const jobspec::GPTConfig& config() const { return config_; }
+  const jobspec::ModelShard& shard() const { return shard_; }
+  const std::vector<jobspec::ParamTensor>& tensors() const { return tensors_; }
+  const jobspec::ParamTensor* FindTensor(const std::string& name) const;
+  size_t num_params() const { return unit_begin_.back(); }
+  int num_units() const { return static_cast<int>(unit_begin_.size()) - 1; }
+  size_t unit_begin(int u) const { return unit_begin_[static_cast<size_t>(u)]; }
+  size_t unit_end(int u) const { return unit_begin_[static_cast<size_t>(u) + 1]; }
+  // The model's own full buffers are the default home of parameters and gradients. A host
+  // (not owned) takes over every unit access; then a buffer it does not need may be freed
+  // (ZeRO 2 frees the gradients, ZeRO 3 both) and re-allocated for whole-model work.
+  void set_param_host(ParamHost* host) { host_ = host; }
+  void FreeParamBuffer() {
+    params_.Reset();
+    work_.Reset();
+  }
+  void FreeGradBuffer() { grads_.Reset(); }
+  void AllocateParamBuffer() {
+    if (params_.size() != num_params()) params_.Assign(be_, num_params());
+    MarkParamsChanged();
+  }
+  void AllocateGradBuffer() { if (grads_.size() != num_params()) grads_.Assign(be_, num_params()); }
+  // The parameters to or from host memory (num_params() floats), on any backend.
+  void ReadParams(float* host) const { be_->CopyToHost(host, params_.data(), num_params() * sizeof(float)); }
+  void WriteParams(const float* host) {
+    be_->CopyToDevice(params_.data(), host, num_params() * sizeof(float));
+    MarkParamsChanged();
+  }
+  // Whoever writes the parameters other than through this class's own methods (an optimizer
+  // step, a load into params()) says so: a mixed-precision model recasts its 16-bit working
+  // copy of the GEMM weights from them before its next forward.
+  void MarkParamsChanged() { working_valid_ = false; }
+  // The parameters where the host can read them: in place on a host-addressable backend,
+  // else a copy in *staged.
+  const float* HostParams(std::vector<float>* staged) const;
+  void ReadGrads(float* host) const { be_->CopyToHost(host, grads_.data(), num_params() * sizeof(float)); }
+  bool has_param_buffer() const { return params_.size() == num_params(); }
+  bool has_grad_buffer() const { return grads_.size() == num_params(); }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+
+  // GPT-2 initialisation: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj)
+  // N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1 (Llama, as transformers
+  // initialises it: every weight matrix N(0, 0.02), RMSNorm weights 1). Each tensor draws from its
+  // own stream of (seed, tensor index): deterministic per seed, and a shard holds exactly
+  // the values the whole model has there.
+  void InitRandom(uint64_t seed);
+  // This shard's values from the whole model `whole` (same config).
+  void CopyFromWhole(const GPT& whole);
+
+  // Forward over inputs (B,T). With targets, returns the mean loss (and keeps per-token
+  // losses); without, returns NaN. Logits (B,T,V) stay readable until the next call.
+  // Whole models only (a shard runs stages: ForwardStage).
+  float Forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Forward and backward in one call (the classifier's softmax, loss and gradient in one
+  // pass). Gradients accumulate into grads(); dloss_scale is 1/grad_accum. Returns the
+  // mean loss of this micro-batch.
+  float ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                        float dloss_scale);
+  void ZeroGrad();
+
+  // Pipeline stages. Activations live in `slots` sets, one per micro-batch in flight
+  // (set before the first forward). A stage's forward reads the tokens (first stage) or
+  // stage_input(slot) (filled from the previous stage); the last stage computes the loss
+  // and, with dloss_scale != 0, the classifier's gradient too (fused, as ForwardBackward),
+  // and returns the mean loss (NaN elsewhere, or without targets). Backward starts from
+  // that gradient (last stage) or from stage_output_grad(slot) (filled from the next
+  // stage), accumulates into the gradients, and leaves d(input) in stage_input_grad(slot)
+  // for the previous stage. Errors of the tensor-parallel group: comm_status().
+  void set_slots(int slots) {
+    if (slots != slots_) act_B_ = act_T_ = 0;
+    slots_ = slots;
+  }
+  float ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
+  void BackwardStage(int slot, int B, int T);
+  float* stage_input(int slot) { return Slot(slot) + off_.encoded; }
+  const float* stage_output(int slot);
+  float* stage_output_grad(int slot) { return Slot(slot) + off_.dres; }
+  const float* stage_input_grad(int slot) { return Slot(slot) + off_.dres; }
+  void set_tp_comm(comm::Communicator* comm) { tp_comm_ = comm; }
+  // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the
+  // MoE layers exchange token rows over it (all-to-all).
+  void set_ep_comm(comm::Communicator* comm) { ep_comm_ = comm; }
+  // The first error of the tensor-parallel group or of the backend's ops (a model whose
+  // status is not OK has computed nothing reliable since).
+  const absl::Status& comm_status() const { return comm_status_; }
+  // Waits for the backend's queued ops; keeps their first error in comm_status_.
+  void Sync();
+
+  // The last forward's logits (B*T rows of this rank's vocabulary), in the backend's memory.
+  const float* logits() const { return act_.data() + off_.logits; }
+  // Rows [row, row + rows) of them, copied to the host.
+  void ReadLogits(float* host, size_t row, size_t rows);
+
+  // Mixture of experts: what the forwards on this stage routed since the last TakeMoeStats
+  // (summed over its MoE layers and the forwards), and the loss terms they added.
+  struct MoeStats {
+    int forwards = 0;                        // micro-batch forwards counted
+    double aux = 0, z = 0;                   // Σ over layers and forwards, before the coefficients
+    int64_t assignments = 0, dropped = 0;    // token-expert assignments, and those over capacity
+    std::vector<int64_t> tokens_per_expert;  // routed (before drops), summed over layers
+  };
+  MoeStats TakeMoeStats() {
+    MoeStats s = std::move(moe_stats_);
+    moe_stats_ = MoeStats{};
+    return s;
+  }
+  // The last forward's MoE loss terms on this stage (aux_loss_coeff · Σ aux + z_loss_coeff · Σ z),
+  // which the loss ForwardStage returns includes on a whole model.
+  float last_moe_loss() const { return last_moe_loss_; }
+
+  // Per-op wall time, accumulated while profiling is on (bench/ prints it).
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<std::pair<std::string, double>>& op_seconds() const { return op_seconds_; }
+  void ResetProfile() { op_seconds_.clear(); }
+  // The floats of a stage's input or output (its residual stream) for a (B,T) micro-batch.
+  size_t stage_floats(int B, int T) const {
+    return static_cast<size_t>(shard_.residual_rows(static_cast<int64_t>(B) * T)) * static_cast<size_t>(config_.n_embd);
+  }
+  // Allocates the activations for (B,T) now rather than at the first forward.
+  void ReserveActivations(int B, int T) { EnsureActivations(B, T); }
+  // Frees the activations and the per-unit 16-bit copies (training is over: a ZeRO 3 rank
+  // gathers the whole model next); the next forward allocates them again.
+  void ReleaseActivations() {
+    act_.Reset();
+    tokens_.Reset();
+    xent_stats_.Reset();
+    lp_unit_.Reset();
+    lp_wte_.Reset();
+    act_B_ = act_T_ = 0;
+  }
+  // Activation checkpointing (before the first forward, or re-laid out at the next).
+  void set_recompute(jobspec::Recompute r) {
+    if (r != recompute_) act_B_ = act_T_ = 0;
+    recompute_ = r;
+  }
+  // Bytes of activation memory for the current (B,T).
+  size_t activation_bytes() const { return act_.size() * sizeof(float); }
+  // Mixed precision: bytes of the 16-bit working copies of the GEMM weights (the persistent
+  // copy of ZeRO 0-2, or one unit's and the classifier's under ZeRO 3).
+  size_t working_param_bytes() const { return (work_.size() + lp_unit_.size() + lp_wte_.size()) * sizeof(float); }
+
+  // Mixed precision (train.precision). In bf16 or fp16 the parameters stay fp32 (the
+  // master copy; the optimizer updates them), and the GEMMs read a 16-bit working copy of
+  // their weights and biases, recast after every update (MarkParamsChanged): kept whole
+  // under ZeRO 0-2, made per unit as ZeRO 3 gathers it. The tensors autocast holds in 16 bits
+  // are 16-bit tensors (model::LayoutActivations: GEMM inputs and outputs, GELU's, attention's,
+  // the logits and the gradients flowing into each of those); each GEMM's weight gradient is
+  // rounded to 16 bits before it joins the fp32 accumulation, as autocast's is. LayerNorm, the
+  // residual stream, softmax, the loss and the gradient accumulation stay fp32.
+  void set_precision(kernels::Precision p) {
+    if (p != lp_) act_B_ = act_T_ = 0;
+    lp_ = p;
+    work_.Reset();
+    lp_unit_.Reset();
+    lp_wte_.Reset();
+    MarkParamsChanged();
+  }
+  kernels::Precision precision() const { return lp_; }
+
+ private:
+  struct LayerParams {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    // A MoE layer's router (E, C) and its first expert's c_fc.weight, the experts' tensors
+    // following at expert_stride_ (the dense MLP's pointers are null there).
+    float* gate = nullptr;
+    float* experts = nullptr;
+  };
+  // Expert e's tensors from LayerParams::experts.
+  struct Expert {
+    float *fcw, *fcb, *projw, *projb;
+  };
+  Expert ExpertOf(float* experts, int e) const {
+    float* x = experts + static_cast<size_t>(e) * expert_stride_;
+    const size_t C = static_cast<size_t>(config_.n_embd), F = static_cast<size_t>(Fm_);
+    return {x, x + C * F, x + C * F + F, x + 2 * C * F + F};
+  }
+  // A MoE layer's MLP forward from ln_2's output (all rows) into proj (the experts' weighted
+  // outputs, partial over tensor-parallel ranks), and its backward from dout (all rows) into
+  // dln (d ln_2's output, partial) and the layer's gradients.
+  void MoeForward(int l, const LayerParams& p, kernels::CPtr ln2, int BT, float* proj, const char* tag);
+  void MoeBackward(int l, const LayerParams& p, const LayerParams& g, kernels::CPtr ln2, kernels::CPtr dout, int BT,
+                   float* dln);
+  // The dispatch offsets of layer l's last routing (E + 1), read back to the host.
+  const std::vector<int32_t>& MoeOffsets(int l);
+  // Where the experts held here find their rows: segments of (held expert, first row, rows)
+  // in the rows they read (ep 1: the dispatch buffer, by expert; ep > 1: the rows received,
+  // by peer, then expert), and under ep the floats exchanged with each peer (send: this
+  // rank's dispatched rows for the peer's experts; recv: the peer's rows for the experts
+  // here). `offset` is MoeOffsets' (E + 1). exchange: the forward's (the kept counts go to
+  // their experts' ranks); else the counts the forward received are read back.
+  struct MoeRows {
+    struct Segment {
+      int expert, row, rows;
+    };
+    std::vector<Segment> segments;
+    std::vector<size_t> send, recv;
+  };
+  MoeRows ExpertRows(int l, const int32_t* offset, bool exchange);
+  // The ep group's all-to-all of rows (the first error kept in comm_status_).
+  void EpAllToAllV(const float* in, const std::vector<size_t>& send, float* out, const std::vector<size_t>& recv);
+  // This shard's layers [lb_, le_); units: the embedding (first stage), one per layer, the
+  // head (last stage: ln_f, and with pp > 1 the copy of wte).
+  int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - lb_); }
+  int head_unit() const { return layer_unit(le_); }
+  // The unit and offset within it of the classifier's weight (GPT-2's tied wte: the
+  // embedding's on the first stage, else its copy in the head; Llama's lm_head, in the head).
+  int wte_unit() const { return cls_unit_; }
+  size_t wte_offset() const { return cls_offset_; }
+  // Tensor pointers of layer l, from the layer's unit base pointer.
+  LayerParams Layer(float* unit_base, int l) const;
+  float* UnitParams(int u) { return host_ ? host_->AcquireParams(u) : params_.data() + unit_begin(u); }
+  void ReleaseUnitParams(int u) { if (host_) host_->ReleaseParams(u); }
+  float* UnitGrads(int u) { return host_ ? host_->AcquireGrads(u) : grads_.data() + unit_begin(u); }
+  void UnitGradsDone(int u) { if (host_) host_->GradsDone(u); }
+  void EnsureActivations(int B, int T);
+  float* Slot(int slot) {
+    return act_.data() + static_cast<size_t>(slot) * off_.total;
+  }
+  // Makes `slot` the current activation set.
+  void Select(int slot) {
+    slot_ = slot;
+    base_ = Slot(slot);
+  }
+  float* A(size_t off) { return base_ + off; }
+  float* LayerAct(int l, size_t off) {
+    l -= lb_;
+    if (off_.recompute == jobspec::Recompute::kFull && off != off_.res3) return base_ + off_.scratch + off;
+    if (off_.recompute == jobspec::Recompute::kFull) return base_ + off_.layer0 + l * off_.layer_stride;
+    if (off_.recompute == jobspec::Recompute::kSelective && off == off_.att) return base_ + off_.scratch;
+    return base_ + off_.layer0 + l * off_.layer_stride + off;
+  }
+  // Sums a partial result over the tensor-parallel group (the first failure is kept).
+  void TpAllReduce(float* data, size_t n);
+  // Runs fill(p) on the parameters as host memory: in place where the backend is host
+  // addressable, else on a host copy written back.
+  template <typename F>
+  void FillParamsOnHost(F&& fill);
+  // The current slot's tokens (inputs, then targets) in the backend's memory.
+  const int32_t* SlotTokens() const {
+    return reinterpret_cast<const int32_t*>(tokens_.data()) + static_cast<size_t>(slot_) * 2 * tokens_per_slot_;
+  }
+  // Layer l's forward from its input `residual` (the ops of RunForward's loop): p its fp32
+  // tensors, w its GEMM operands.
+  struct GemmParams;
+  void ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+                    const char* tag);
+  void ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+                         const char* tag);
+  // Layer l's backward from d(output) in dres to d(input) in dres, its gradients into g.
+  void BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g, const float* residual,
+                     int B, int T);
+  void BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g,
+                          const float* residual, int B, int T);
+  void RunForward(int B, int T);  // the first stage reads the slot's tokens
+  // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
+  // dloss != 0.
+  float Loss(int B, int T, float dloss);
+  // The mean of the current slot's n per-token losses (read back to the host).
+  float MeanLoss(int n);
+  void RunBackward(int B, int T);
+
+  template <typename F>
+  void Op(const char* name, F&& f);
+  // Sequence parallelism (see model::LayoutActivations): the residual stream's rows here
+  // (B·T, or B·T/tp), and the exchanges that take the place of the tensor-parallel all-reduces.
+  bool sp() const { return off_.sequence_parallel; }
+  int Rows(int BT) const { return sp() ? BT / shard_.tp : BT; }
+  // A norm's output (this rank's rows) as a column-parallel GEMM's input (all rows): itself,
+  // or gathered over the group into `gathered`.
+  kernels::Ptr AllRows(kernels::Ptr rows, int BT);
+  // A row-parallel GEMM's partial sums (all rows, fp32) summed over the group, then rounded
+  // in mixed precision: in place (all-reduce), or this rank's rows into proj_rows
+  // (reduce-scatter). Returns the summed rows.
+  float* SumPartial(float* partial, int BT, const char* tag);
+  // Backward: the residual stream's gradient (dres, this rank's rows) as the GEMMs' dout over
+  // all rows: gathered with sequence parallelism, and rounded to 16 bits in mixed precision
+  // (a copy in dres16).
+  kernels::Ptr DoutAllRows(int BT);
+  // Backward: a norm's input gradient, partial over the group (all rows, at dln), summed:
+  // returns the rows the norm's backward reads (dln itself, or this rank's in dln_rows).
+  float* SumNormGrad(float* dln, int BT);
+  // A norm's weight gradients of n floats at g: where its backward accumulates them (g, or
+  // with sequence parallelism the zeroed dnorm scratch, its rows' part), and FinishNormGrads,
+  // which adds the group's sum into g.
+  float* NormGrads(float* g, size_t n);
+  void FinishNormGrads(float* g, size_t n);
+  // Sums or gathers over the tensor-parallel group (the first failure is kept).
+  void TpReduceScatter(const float* in, float* out, size_t n);
+  void TpAllGather(const float* in, float* out, size_t n);
+  // Mixed precision: n values of an fp32 buffer rounded in place (nothing in fp32).
+  void Round(float* p, size_t n);
+  // An activation that autocast holds in 16 bits: of the 16-bit type in mixed precision.
+  kernels::Ptr H(float* p) const { return mixed() ? kernels::Ptr(p, lp_) : kernels::Ptr(p); }
+  // The GEMMs' operands of a layer: its weights and biases in fp32, or their 16-bit copies
+  // (Llama: qkvw is q|k|v, fcw gate|up, fcprojw down_proj; no biases).
+  struct GemmParams {
+    kernels::CPtr qkvw, qkvb, projw, projb, fcw, fcb, fcprojw, fcprojb;
+  };
+  // Layer l's GEMM operands from its fp32 tensors w: w's own (fp32), the persistent working
+  // copy's, or (ZeRO 3) w's cast into lp_unit_.
+  GemmParams GemmWeights(const LayerParams& w, int l);
+  // The classifier's weight (this rank's wte rows at W) for its GEMM, likewise.
+  kernels::CPtr ClassifierWeight(const float* W);
+  // Mixed precision, ZeRO 0-2: the working copy recast from the parameters when they changed.
+  void RefreshWorking();
+  bool gathers() const { return host_ != nullptr && host_->gathers_params(); }
+  bool mixed() const { return lp_ != kernels::Precision::kFp32; }
+  // The index in tensors_ of layer l's first tensor.
+  size_t LayerTensor(int l) const { return layer_tensor_[static_cast<size_t>(l - lb_)]; }
+  std::vector<size_t> layer_tensor_;  // LayerTensor's answers
+
+  jobspec::GPTConfig config_;
+  jobspec::ModelShard shard_;
+  int lb_ = 0, le_ = 0;  // this shard's layers
+  int Ca_ = 0, NHa_ = 0, Fm_ = 0, Vl_ = 0, v0_ = 0;  // attention width, heads, MLP width, vocab rows, first row
+  int NKVa_ = 0, hd_ = 0;  // key/value heads per rank, head_dim
+  size_t expert_stride_ = 0;  // floats of one expert's tensors on this rank
+  float moe_dloss_ = 0.f;     // the micro-batch's dloss_scale, for the MoE losses' backward
+  std::vector<int32_t> moe_counts_host_;
+  MoeStats moe_stats_;
+  int cls_unit_ = 0;
+  size_t cls_offset_ = 0;
+  kernels::DeviceBuffer inv_freq_;  // Llama: RoPE's inverse frequencies (hd/2)
+  bool profiling_ = false;
+  std::vector<std::pair<std::string, double>> op_seconds_;
+  kernels::Backend* be_;
+  std::vector<jobspec::ParamTensor> tensors_;
+  std::vector<size_t> unit_begin_;
+  ParamHost* host_ = nullptr;
+  comm::Communicator* tp_comm_ = nullptr;
+  comm::Communicator* ep_comm_ = nullptr;
+  std::vector<int32_t> moe_rcounts_host_;
+  absl::Status comm_status_;
+  kernels::DeviceBuffer params_;
+  kernels::DeviceBuffer grads_;
+  kernels::DeviceBuffer act_;
+  float* base_ = nullptr;  // the current slot's activations
+  int slot_ = 0;
+  jobspec::ActivationLayout off_{};
+  int act_B_ = 0, act_T_ = 0, slots_ = 1;
+  jobspec::Recompute recompute_ = jobspec::Recompute::kNone;
+  kernels::DeviceBuffer tokens_;  // per slot: inputs (B*T) then targets (B*T), as int32
+  size_t tokens_per_slot_ = 0;
+  std::vector<float> losses_;     // the host copy of the per-token losses (backends the host cannot address)
+  kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
+  kernels::Precision lp_ = kernels::Precision::kFp32;
+  // Mixed precision: the 16-bit working copy of every GEMM tensor (ZeRO 0-2; at image_at_[i]
+  // 16-bit elements for tensor i, the GEMM tensors in flat order), valid until the
+  // parameters change; under ZeRO 3, one unit's GEMM tensors and the classifier's wte.
+  kernels::DeviceBuffer work_, lp_unit_, lp_wte_;
+  std::vector<size_t> image_at_;
+  size_t wte_tensor_ = 0;  // the index in tensors_ of this shard's classifier rows (a stage with the classifier has them)
+  bool working_valid_ = false;
+  float last_moe_loss_ = 0.f;
+  // A training forward (dloss != 0) counts its MoE routing; an evaluation's is not counted.
+  bool counting() const { return moe_dloss_ != 0.f; }
+  float moe_layer_stats_[2] = {};  // the last routing's aux and z, read back with its offsets
+  double fwd_aux_ = 0, fwd_z_ = 0;  // the forward's, summed over its MoE layers
+  // The last forward's MoE losses on this stage (last_moe_loss_), and the stats.
+  void MoeLosses();
+};
+
+}  // namespace gantry::model

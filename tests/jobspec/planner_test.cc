@@ -1,0 +1,220 @@
+// The planner against the textbook figures: model states in mixed precision with Adam at
+// 16 bytes/parameter (20 with fp32 gradient accumulation), the ZeRO paper's example (7.5B
+// parameters on 64 GPUs: 120 GB -> 31.4 / 16.6 / 1.9 GB for stages 1 / 2 / 3), the 1F1B
+// bubble (4 stages, 16 micro-batches: 3/19); each rank's shard; refusals; and the
+// recommendation. (data_parallel_test and model_parallel_test check it against the bytes real
+// CPU runs hold, and the dp_matrix and model_parallel integration tests against worker
+// processes.)
+#include "jobspec/planner.h"
+
+#include <gtest/gtest.h>
+
+namespace gantry::jobspec {
+namespace {
+
+constexpr double kGB = 1e9;
+
+TEST(PlannerTest, ModelStatesInMixedPrecisionAre16BytesAParameterAnd20WithFp32Accumulation) {
+  EXPECT_DOUBLE_EQ(StateBytes(1, Precision::kMixed, false, 0, 1).model_state(), 16);
+  EXPECT_DOUBLE_EQ(StateBytes(1, Precision::kMixed, true, 0, 1).model_state(), 20);
+  EXPECT_DOUBLE_EQ(StateBytes(1, Precision::kFp32, false, 0, 1).model_state(), 16) << "fp32: 4 + 4 + 8";
+  PlanInput in;
+  in.fp32_grad_accum = true;
+  in.params = 1e9;
+  EXPECT_NEAR(MakePlan(in)->model_state() / kGB, 20, 1e-9);
+  in.params = 70e9;
+  EXPECT_NEAR(MakePlan(in)->model_state() / kGB, 1400, 1e-6);
+}
+
+// optimizer.offload cpu: the optimizer's share leaves the device for the host, with a host
+// copy of the gradient shard to step it from (fp32 master, m, v, gradients: 16 bytes a
+// parameter of the rank's 1/dp), and `gantry plan` says so.
+TEST(PlannerTest, OptimizerOffloadMovesTheOptimizersShareToTheHost) {
+  const Plan on = StateBytes(1e9, Precision::kFp32, false, 2, 4, /*offload=*/true);
+  const Plan off = StateBytes(1e9, Precision::kFp32, false, 2, 4);
+  EXPECT_DOUBLE_EQ(on.optimizer, 0);
+  EXPECT_DOUBLE_EQ(on.params, off.params);
+  EXPECT_DOUBLE_EQ(on.grads, off.grads);
+  EXPECT_DOUBLE_EQ(on.host, 1e9 * 16 / 4);
+  EXPECT_DOUBLE_EQ(StateBytes(1e9, Precision::kFp32, false, 0, 4, true).host, 0) << "ZeRO 0 has no shard to offload";
+  EXPECT_DOUBLE_EQ(StateBytes(1e9, Precision::kFp32, false, 3, 4, true, /*offload_params=*/true).params, 0)
+      << "ZeRO 3's parameter shard is the host's master";
+  EXPECT_DOUBLE_EQ(StateBytes(1e9, Precision::kFp32, false, 3, 4, true, true).host, 1e9 * 16 / 4);
+  PlanInput in;
+  in.params = 1e9;
+  in.zero = 1;
+  in.dp = 2;
+  in.offload_optimizer = true;
+  auto p = MakePlan(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_NE(RenderPlan(in, *p).find("host memory (optimizer offload): "), std::string::npos) << RenderPlan(in, *p);
+}
+
+TEST(PlannerTest, TheZeroPapersExample) {
+  PlanInput in;
+  in.params = 7.5e9;
+  in.dp = 64;
+  const double want[] = {120, 31.4, 16.6, 1.9};
+  for (int zero = 0; zero <= 3; ++zero) {
+    in.zero = zero;
+    auto p = MakePlan(in);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_NEAR(p->model_state() / kGB, want[zero], 0.05) << "stage " << zero;
+  }
+}
+
+TEST(PlannerTest, PipelineBubble) {
+  PlanInput in;
+  in.params = 1e9;
+  in.pp = 4;
+  in.microbatches = 16;
+  EXPECT_NEAR(MakePlan(in)->bubble, 3.0 / 19, 1e-12);  // 15.8%
+  in.pp = 1;
+  EXPECT_EQ(MakePlan(in)->bubble, 0);
+}
+
+// Per rank: a pipeline's last stage holds its own copy of wte; tensor ranks each hold the
+// replicated tensors (wpe, the LayerNorms, the row-parallel biases); the plan is the rank that
+// holds the most; GPipe keeps every micro-batch's activations where 1F1B keeps p - s.
+TEST(PlannerTest, EachRankHoldsItsShard) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2");
+  const auto& c = *in.model;
+  const double whole = MakePlan(in)->params / 2;  // mixed precision: 2 bytes a parameter
+  EXPECT_NEAR(whole, 124.44e6, 0.01e6);
+  in.pp = 2;
+  in.microbatches = 8;
+  auto ranks = PlanRanks(in);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  ASSERT_EQ(ranks->size(), 2u);
+  EXPECT_EQ((*ranks)[0].num_params + (*ranks)[1].num_params, whole + double(c.vocab_size) * c.n_embd);
+  const RankPlan& top = (*ranks)[0].bytes.total() >= (*ranks)[1].bytes.total() ? (*ranks)[0] : (*ranks)[1];
+  EXPECT_EQ(MakePlan(in)->total(), top.bytes.total());
+  const double one_f_one_b = (*ranks)[0].bytes.activations;
+  in.schedule = Schedule::kGPipe;
+  EXPECT_DOUBLE_EQ((*PlanRanks(in))[0].bytes.activations, one_f_one_b * 8 / 2) << "8 micro-batches kept, not 2";
+  in.schedule = Schedule::k1F1B;
+  in.pp = 1;
+  in.tp = 4;
+  ranks = PlanRanks(in);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  double sum = 0;
+  for (const auto& r : *ranks) sum += r.num_params;
+  const double C = c.n_embd, replicated = c.max_seq_len * C + c.n_layer * 6 * C + 2 * C;
+  EXPECT_EQ(sum, whole + 3 * replicated);
+}
+
+// Expert parallelism: a rank holds E/ep of each MoE layer's experts (GPT-2 medium's shape, 8
+// experts in every second layer: 12 MoE layers of 8 MLPs), and under ZeRO 1 their AdamW state
+// is split over the dp/ep replicas that hold them, the rest over dp.
+TEST(PlannerTest, ExpertParallelRanksHoldTheirExpertsAndShardThemOverTheirReplicas) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2-medium");
+  in.model->moe = {8, 2, 1.25, 0.01, 0.0, 2};
+  in.precision = Precision::kFp32;
+  in.dp = 8;
+  in.zero = 1;
+  const double C = in.model->n_embd, expert = 8 * C * C + 5 * C;  // c_fc (C, 4C) + 4C, c_proj (4C, C) + C
+  const double experts = 12 * 8 * expert;
+  auto one = PlanRanks(in);
+  ASSERT_TRUE(one.ok()) << one.status();
+  in.ep = 4;
+  auto four = PlanRanks(in);
+  ASSERT_TRUE(four.ok()) << four.status();
+  const RankPlan& a = (*one)[0];
+  const RankPlan& b = (*four)[0];
+  EXPECT_EQ(a.num_params - b.num_params, experts * 3 / 4) << "a quarter of the experts";
+  const double rest = a.num_params - experts;
+  EXPECT_DOUBLE_EQ(a.bytes.optimizer, 8 * a.num_params / 8);
+  EXPECT_DOUBLE_EQ(b.bytes.optimizer, 8 * rest / 8 + 8 * (experts / 4) / 2) << "experts over dp/ep = 2 replicas";
+  EXPECT_DOUBLE_EQ(b.bytes.params, 4 * b.num_params);
+  in.ep = 3;
+  EXPECT_FALSE(PlanRanks(in).ok()) << "3 divides neither dp 8 nor 8 experts";
+}
+
+// Data-parallel bytes per GPU and step (ring collectives, (d-1)/d of each buffer): ZeRO 0
+// all-reduces the gradients (2x), ZeRO 1 and 2 reduce-scatter them and all-gather the
+// parameters, ZeRO 3 gathers the parameters twice. train.grad_reduce_dtype bf16 (set by
+// PlanOfSpec) halves the gradients' share; Gantry's parameters stay 4 bytes on the wire.
+TEST(PlannerTest, Bf16GradientReductionHalvesTheGradientBytes) {
+  PlanInput in;
+  in.params = 1e9;
+  in.precision = Precision::kFp32;
+  in.dp = 4;
+  const double ring = 1e9 * 3 / 4;
+  for (int zero = 0; zero <= 3; ++zero) {
+    SCOPED_TRACE(zero);
+    in.zero = zero;
+    in.bf16_grad_reduce = false;
+    const double grads = zero == 0 ? 2 : 1, params = zero == 0 ? 0 : zero == 3 ? 2 : 1;
+    EXPECT_DOUBLE_EQ(MakePlan(in)->dp_bytes, ring * (4 * grads + 4 * params));
+    in.bf16_grad_reduce = true;
+    EXPECT_DOUBLE_EQ(MakePlan(in)->dp_bytes, ring * (2 * grads + 4 * params));
+  }
+  in.zero = 0;
+  EXPECT_NE(RenderPlan(in, *MakePlan(in)).find("(gradients in bf16)"), std::string::npos);
+  in.dp = 1;
+  EXPECT_EQ(MakePlan(in)->dp_bytes, 0);
+  // From a spec: the field sets it, and ZeRO 3 plans a bf16 staging buffer per unit size.
+  const std::string yaml = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 64, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, global_batch: 4, lr: 1.0e-3, precision: bf16)";
+  auto fp32 = ParseJobSpec(yaml + "}\nparallel: {dp: 2, zero_stage: 3}\n");
+  auto bf16 = ParseJobSpec(yaml + ", grad_reduce_dtype: bf16}\nparallel: {dp: 2, zero_stage: 3}\n");
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_FALSE(PlanOfSpec(*fp32).bf16_grad_reduce);
+  EXPECT_TRUE(PlanOfSpec(*bf16).bf16_grad_reduce);
+  const Plan a = *MakePlan(PlanOfSpec(*fp32)), b = *MakePlan(PlanOfSpec(*bf16));
+  EXPECT_LT(b.dp_bytes, a.dp_bytes);
+  // A layer's unit: 12 C^2 + 13 C parameters, in 2 bytes; the embedding's (wte, wpe) and the
+  // head's (ln_f) too, each padded to dp pieces (even sizes here).
+  const double C = 64, layer = 12 * C * C + 13 * C, embedding = 256 * C + 8 * C, head = 2 * C;
+  EXPECT_DOUBLE_EQ(b.working - a.working, 2 * (layer + embedding + head));
+}
+
+TEST(PlannerTest, DegreesThatDoNotDivideAreRefused) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2");
+  in.tp = 5;
+  EXPECT_NE(MakePlan(in).status().message().find("tp 5 does not divide the 12 heads"), std::string::npos);
+  in.tp = 1;
+  in.pp = 5;
+  EXPECT_NE(MakePlan(in).status().message().find("pp 5 does not divide the 12 layers"), std::string::npos);
+  EXPECT_FALSE(ModelPreset("gpt5").ok());
+  // Llama: tensor parallelism splits the key/value heads and the MLP's width too.
+  in.pp = 1;
+  in.model->arch = Arch::kLlama;
+  in.model->n_kv_head = 2;
+  in.tp = 4;
+  EXPECT_NE(MakePlan(in).status().message().find("tp 4 does not divide the 2 key/value heads"), std::string::npos)
+      << MakePlan(in).status();
+  in.model->n_kv_head = 0;
+  in.model->ffn_hidden = 2050;
+  EXPECT_NE(MakePlan(in).status().message().find("tp 4 does not divide the MLP's width 2050"), std::string::npos)
+      << MakePlan(in).status();
+}
+
+TEST(PlannerTest, RecommendsTheSimplestLayoutThatFits) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2-xl");
+  in.device_memory = 80 * kGB;
+  auto r = Recommend(in, 8, 512);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tp * r->pp, 1) << "1.5B fits data-parallel on 80 GB GPUs";
+  EXPECT_EQ(r->dp, 8);
+  EXPECT_EQ(512 % (r->micro_batch * r->dp), 0);
+  EXPECT_TRUE(MakePlan(*r)->fits);
+  // On 16 GB GPUs the model states alone (1.56B x 16 bytes = 25 GB) need sharding.
+  in.device_memory = 16 * kGB;
+  auto small = Recommend(in, 8, 512);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_TRUE(small->zero > 0 || small->tp * small->pp > 1);
+  EXPECT_LE(MakePlan(*small)->total(), 0.9 * 16 * kGB);
+  in.device_memory = 0.5 * kGB;
+  EXPECT_EQ(Recommend(in, 1, 8).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace gantry::jobspec

@@ -1,0 +1,209 @@
+// Mixed precision against torch.autocast (tests/reference/make_fixtures.py --only amp): the
+// test GPT (gpt2_tiny's weights) trained 10 AdamW steps on 10 batches in fp32, bf16, and fp16
+// with GradScaler, on the cpu backend and on cuda-emulated (the GPU's code path). The model,
+// ZeroEngine (which unscales, clips and skips) and the LossScaler are Gantry's own, driven as
+// the trainer drives them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+#include "model/gpt.h"
+#include "comm/comm_thread.h"
+#include "optim/loss_scale.h"
+#include "worker/train/zero.h"
+
+namespace gantry::train {
+namespace {
+
+using kernels::Precision;
+using testing::F32;
+using testing::I32;
+
+struct AmpRun {
+  std::vector<float> losses;
+  std::vector<float> scales;  // fp16: the scale each step's loss was multiplied by
+  std::vector<int> skipped;   // fp16: 1 where an overflow skipped the step
+  std::vector<float> logits;  // the first batch's, before any step
+  std::vector<float> params;  // after the last step
+};
+
+class MixedPrecisionTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() {
+    amp_ = new SafetensorsFile(testing::OpenFixture("amp.safetensors"));
+    tiny_ = new SafetensorsFile(testing::OpenFixture("gpt2_tiny.safetensors"));
+  }
+  static void TearDownTestSuite() {
+    delete amp_;
+    delete tiny_;
+  }
+  void SetUp() override {
+    config_ = testing::FixtureConfig(*tiny_, &B_, &T_);
+    hp_ = nlohmann::json::parse(amp_->metadata().at("hparams"));
+    if (GetParam() != "cpu") {
+      auto be = kernels::CreateBackend(kernels::BackendKind::kCudaEmulated);
+      ASSERT_TRUE(be.ok()) << be.status();
+      backend_ = std::move(*be);
+    }
+  }
+  kernels::Backend* backend() { return backend_ ? backend_.get() : &kernels::CpuBackend(); }
+
+  // hp's steps of AdamW, one batch each, as the trainer runs a step.
+  AmpRun Train(Precision p, double init_scale = 0, int window = 2000) {
+    AmpRun run;
+    model::GPT m(config_, jobspec::ModelShard{}, backend());
+    std::vector<float> host(m.num_params());
+    for (const auto& t : m.tensors()) {
+      EXPECT_TRUE(tiny_->ReadF32Into("param." + t.name, t.shape, host.data() + t.offset).ok()) << t.name;
+    }
+    m.WriteParams(host.data());
+    m.set_precision(p);
+    comm::SoloCommunicator solo;
+    auto e = ZeroEngine::Create(&m, &solo, /*stage=*/0, /*bucket_mb=*/25,
+                                optim::AdamWConfig{hp_["beta1"], hp_["beta2"], hp_["eps"], hp_["weight_decay"]});
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok()) return run;
+    ZeroEngine& engine = **e;
+    engine.Shard();
+    optim::LossScaler scaler = p == Precision::kFp16 ? optim::LossScaler(init_scale, window) : optim::LossScaler();
+    const auto inputs = I32(*amp_, "inputs"), targets = I32(*amp_, "targets");
+    const size_t bt = static_cast<size_t>(B_) * T_;
+    m.Forward(inputs.data(), targets.data(), B_, T_);
+    run.logits.resize(bt * config_.vocab_size);
+    m.ReadLogits(run.logits.data(), 0, bt);
+    const int steps = hp_["steps"];
+    for (int step = 0; step < steps; ++step) {
+      m.ZeroGrad();
+      engine.BeginMicroBatch(0, 1);
+      const float scale = scaler.scale();
+      const float loss = m.ForwardBackward(inputs.data() + step * bt, targets.data() + step * bt, B_, T_, scale);
+      EXPECT_TRUE(m.comm_status().ok()) << m.comm_status();
+      const int64_t applied = step - scaler.state().skipped_steps;
+      auto r = engine.FinishStep(loss, hp_["lr"], static_cast<int>(applied + 1), hp_["grad_clip"], scale);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return run;
+      scaler.Update(r->skipped);
+      run.losses.push_back(loss);
+      if (scaler.enabled()) {
+        run.scales.push_back(scale);
+        run.skipped.push_back(r->skipped ? 1 : 0);
+      }
+    }
+    run.params.resize(m.num_params());
+    m.ReadParams(run.params.data());
+    EXPECT_TRUE(backend()->Synchronize().ok());
+    return run;
+  }
+
+  static SafetensorsFile* amp_;
+  static SafetensorsFile* tiny_;
+  jobspec::GPTConfig config_;
+  int B_ = 0, T_ = 0;
+  nlohmann::json hp_;
+  std::unique_ptr<kernels::Backend> backend_;
+};
+SafetensorsFile* MixedPrecisionTest::amp_ = nullptr;
+SafetensorsFile* MixedPrecisionTest::tiny_ = nullptr;
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return d;
+}
+double MeanAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d += std::fabs(static_cast<double>(a[i]) - b[i]);
+  return d / static_cast<double>(std::max<size_t>(a.size(), 1));
+}
+
+void Print(const char* what, const std::vector<float>& v) {
+  if (!std::getenv("GANTRY_VERBOSE")) return;
+  std::printf("%-14s", what);
+  for (float x : v) std::printf(" %.6f", x);
+  std::printf("\n");
+}
+
+// Tolerances of the 16-bit runs. Two implementations that round at the same points (Gantry's
+// and autocast's: GEMM inputs, outputs and weight gradients, GELU, attention's weights and
+// output, the logits and their gradient) still differ where their fp32 sums, taken in other
+// orders, straddle a 16-bit rounding boundary.
+// - Step 1 (one forward and backward, no update yet): such flips move the loss far less than
+//   the 16-bit rounding itself does, so Gantry's bf16 loss must sit with autocast's: at least
+//   4x closer to it than Gantry's fp32 loss is (measured: 1e-6 against 1.5e-5).
+// - Steps 2-10: AdamW divides each gradient by its own running size, so a flip in a near-zero
+//   component becomes a whole update of size lr, and the trajectories part. The bound is half
+//   of bf16's unit roundoff (8 significant bits, u = 2^-8): 2^-9 = 1.95e-3 of loss (measured:
+//   1.5e-4 in bf16, 9e-5 in fp16, whose parting is AdamW's too). The same bound holds the
+//   layouts together (tests/worker/train/model_parallel_test.cc).
+constexpr double kLossTol = 0x1p-9;
+
+TEST_P(MixedPrecisionTest, Fp32LossesMatchTorchWithin1e5) {
+  const AmpRun run = Train(Precision::kFp32);
+  const auto want = F32(*amp_, "fp32.losses");
+  ASSERT_EQ(run.losses.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_LE(std::fabs(run.losses[i] - want[i]) / want[i], 1e-5) << "step " << i + 1;
+  }
+}
+
+TEST_P(MixedPrecisionTest, Bf16LossesMatchAutocast) {
+  const AmpRun run = Train(Precision::kBf16);
+  const AmpRun fp32 = Train(Precision::kFp32);
+  const auto want = F32(*amp_, "bf16.losses");
+  Print("gantry bf16", run.losses);
+  Print("torch bf16", want);
+  Print("gantry fp32", fp32.losses);
+  Print("torch fp32", F32(*amp_, "fp32.losses"));
+  ASSERT_EQ(run.losses.size(), want.size());
+  const auto logits = F32(*amp_, "bf16.logits");
+  if (std::getenv("GANTRY_VERBOSE")) {
+    std::printf("logits mean |gantry bf16 - torch bf16| %.3g, |gantry fp32 - torch bf16| %.3g, max %.3g\n",
+                MeanAbsDiff(run.logits, logits), MeanAbsDiff(fp32.logits, logits), MaxAbsDiff(run.logits, logits));
+    std::printf("losses max |gantry bf16 - torch bf16| %.3g, |gantry fp32 - torch bf16| %.3g\n",
+                MaxAbsDiff(run.losses, want), MaxAbsDiff(fp32.losses, want));
+  }
+  // Every logit is a bf16 value (the classifier's GEMM output is rounded, as autocast's is).
+  for (size_t i = 0; i < run.logits.size(); ++i) {
+    ASSERT_EQ(run.logits[i], kernels::RoundToBf16(run.logits[i])) << "logit " << i;
+  }
+  EXPECT_LE(4 * std::fabs(run.losses[0] - want[0]), std::fabs(fp32.losses[0] - want[0]))
+      << "step 1: bf16 " << run.losses[0] << ", fp32 " << fp32.losses[0] << ", autocast bf16 " << want[0];
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_LE(std::fabs(run.losses[i] - want[i]), kLossTol) << "step " << i + 1;
+  }
+}
+
+TEST_P(MixedPrecisionTest, Fp16WithLossScalingMatchesGradScaler) {
+  for (const char* name : {"fp16", "fp16_overflow"}) {
+    SCOPED_TRACE(name);
+    const double init = hp_["init_scale"][name];
+    const int window = hp_["growth_interval"][name];
+    const AmpRun run = Train(Precision::kFp16, init, window);
+    const auto want = F32(*amp_, std::string(name) + ".losses");
+    Print(name, run.losses);
+    Print("torch", want);
+    const auto scales = F32(*amp_, std::string(name) + ".scales");
+    const auto skipped = I32(*amp_, std::string(name) + ".skipped");
+    EXPECT_EQ(run.scales, scales) << "the scale of each step, as GradScaler's";
+    EXPECT_EQ(run.skipped, std::vector<int>(skipped.begin(), skipped.end())) << "the steps skipped, as GradScaler's";
+    ASSERT_EQ(run.losses.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_LE(std::fabs(run.losses[i] - want[i]), kLossTol) << "step " << i + 1;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MixedPrecisionTest, ::testing::Values("cpu", "cuda-emulated"),
+                         [](const auto& info) { return info.param == "cpu" ? std::string("Cpu") : std::string("CudaEmulated"); });
+
+}  // namespace
+}  // namespace gantry::train
