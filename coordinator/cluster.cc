@@ -663,12 +663,40 @@ void Cluster::ScheduleLocked() {
   last_schedule_ms_ = NowUnixMs();
   timed_wait_ = false;
   std::lock_guard<std::mutex> jl(job_mu_);
-  std::vector<std::string> shard_addrs;
   const int64_t now = NowUnixMs();
+  const std::vector<std::string> shard_addrs = LiveShardServersLocked(now);
+  if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
+  ResolveQueuedLocked();
+  // This pass's placements: decided first, written together (one WAL sync however many),
+  // then applied to the workers and sent.
+  std::vector<Store::Update> updates;
+  const std::vector<Placement> placements = DecideLocked(shard_addrs, now, &updates);
+  if (placements.empty()) {
+    UpdateGaugesLocked();
+    return;
+  }
+  // Durable before any worker hears of it: a coordinator that died after sending would
+  // otherwise place the job again at the same generation.
+  if (auto s = store_->Commit(&updates); !s.ok()) {
+    LOG(WARNING) << "placing " << placements.size() << " jobs: " << s << "; they stay queued";
+    timed_wait_ = true;  // Monitor retries
+    UpdateGaugesLocked();
+    return;
+  }
+  for (const auto& u : updates) watchers_.Notify(u.job.id());
+  SendLocked(placements, shard_addrs, now);
+  UpdateGaugesLocked();
+}
+
+std::vector<std::string> Cluster::LiveShardServersLocked(int64_t now) const {
+  std::vector<std::string> shard_addrs;
   for (const auto& [addr, s] : shards_) {
     if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) shard_addrs.push_back(addr);
   }
-  if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
+  return shard_addrs;
+}
+
+void Cluster::ResolveQueuedLocked() {
   // A lookup of stored steps serves one placement of a queued job: the others' go.
   for (auto it = stored_.begin(); it != stored_.end();) it = store_->IsQueued(it->first) ? std::next(it) : stored_.erase(it);
   // Queued jobs whose spec this coordinator has not read yet (stored by an earlier one) join
@@ -680,19 +708,12 @@ void Cluster::ScheduleLocked() {
     job->set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
     if (!Transition(*job, v1::FAILED).ok()) timed_wait_ = true;  // Monitor retries
   }
-  // This pass's placements: decided first, written together (one WAL sync however many),
-  // then applied to the workers and sent. A worker chosen for one is not offered to the next.
-  struct Placement {
-    v1::Job job;
-    std::vector<std::pair<WorkerState*, int>> chosen;  // rank r runs on chosen[r].first, as its local rank .second
-    std::map<WorkerState*, int> local_world;
-    std::string yaml, where;
-    std::pair<std::string, int64_t> resume;
-    int dp = 1, tp = 1, pp = 1;
-    std::vector<v1::ParamRange> param_ranges;
-  };
+}
+
+std::vector<Cluster::Placement> Cluster::DecideLocked(const std::vector<std::string>& shard_addrs, int64_t now,
+                                                      std::vector<Store::Update>* updates) {
+  // A worker chosen for one placement is not offered to the next.
   std::vector<Placement> placements;
-  std::vector<Store::Update> updates;
   std::set<const WorkerState*> taken;
   auto idle_slots_of = [&](const std::string& device) {
     int n = 0;
@@ -786,24 +807,16 @@ void Cluster::ScheduleLocked() {
       auto events = PrepareTransition(job, v1::SCHEDULED, absl::StrCat("placed: ", p.where));
       if (!events.ok()) continue;  // queued jobs may be scheduled: not expected
       for (const auto& [w, local] : p.chosen) taken.insert(w);
-      updates.push_back({job, *std::move(events)});
+      updates->push_back({job, *std::move(events)});
       p.job = std::move(job);
       placements.push_back(std::move(p));
     }
   }
-  if (placements.empty()) {
-    UpdateGaugesLocked();
-    return;
-  }
-  // Durable before any worker hears of it: a coordinator that died after sending would
-  // otherwise place the job again at the same generation.
-  if (auto s = store_->Commit(&updates); !s.ok()) {
-    LOG(WARNING) << "placing " << placements.size() << " jobs: " << s << "; they stay queued";
-    timed_wait_ = true;  // Monitor retries
-    UpdateGaugesLocked();
-    return;
-  }
-  for (const auto& u : updates) watchers_.Notify(u.job.id());
+  return placements;
+}
+
+void Cluster::SendLocked(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs,
+                         int64_t now) {
   auto& latency = registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds",
                                           "Submit (or re-queue) to placement.", metrics::ExponentialBuckets(0.01, 4, 8));
   for (auto& p : placements) {
@@ -830,14 +843,13 @@ void Cluster::ScheduleLocked() {
       a->set_tp(p.tp);
       a->set_pp(p.pp);
       a->set_local_rank(local);
-      a->set_local_world(p.local_world[w]);
+      a->set_local_world(p.local_world.at(w));
       for (const auto& s : shard_addrs) a->add_shard_servers(s);
       a->mutable_param_ranges()->Assign(p.param_ranges.begin(), p.param_ranges.end());
       w->session->Send(m);
     }
     LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed: " << p.where;
   }
-  UpdateGaugesLocked();
 }
 
 void Cluster::UpdateGaugesLocked(bool force) {

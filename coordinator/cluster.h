@@ -178,7 +178,28 @@ class Cluster {
   // Whether (job, generation) may use the rendezvous store: the job is placed at that
   // generation (a failure report also after it left its placement).
   absl::Status CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key);
-  void ScheduleLocked();          // cluster mu_ held
+  // A scheduling pass (cluster mu_ held): decide each queued job's placement (first come,
+  // first served within a device kind; all ranks or none), commit them in one durable write,
+  // send the assignments.
+  void ScheduleLocked();
+  // One job's placement in a pass.
+  struct Placement {
+    v1::Job job;
+    std::vector<std::pair<WorkerState*, int>> chosen;  // rank r runs on chosen[r].first, as its local rank .second
+    std::map<WorkerState*, int> local_world;
+    std::string yaml, where;
+    std::pair<std::string, int64_t> resume;
+    int dp = 1, tp = 1, pp = 1;
+    std::vector<v1::ParamRange> param_ranges;
+  };
+  std::vector<std::string> LiveShardServersLocked(int64_t now) const;
+  // Queued jobs whose spec this coordinator has not read yet join their device kind's queue
+  // (one whose stored spec no longer parses fails); lookups of stored steps for jobs no longer
+  // queued go.
+  void ResolveQueuedLocked();
+  std::vector<Placement> DecideLocked(const std::vector<std::string>& shard_addrs, int64_t now,
+                                      std::vector<Store::Update>* updates);
+  void SendLocked(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs, int64_t now);
   // A cancelled job's placement ends: its rendezvous keys go, its workers are told and freed.
   void JobCancelled(const v1::Job& job);
   // A message of (job, generation) came from worker id though that generation is over: unless

@@ -8,172 +8,14 @@
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "data/pretokenize.h"
+#include "data/unicode.h"
 #include "nlohmann/json.hpp"
 
 namespace gantry::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CodeRange {
-  uint32_t lo, hi;
-};
-#include "data/unicode_classes.inc"
-
-enum Class : uint8_t { kOther, kLetter, kNumber, kSpace };
-
-template <size_t N>
-bool InRanges(const CodeRange (&r)[N], uint32_t cp) {
-  const CodeRange* it = std::upper_bound(r, r + N, cp, [](uint32_t c, const CodeRange& x) { return c < x.lo; });
-  return it != r && cp <= (it - 1)->hi;
-}
-
-// ASCII's classes, looked up; the rest by binary search of the generated ranges.
-struct AsciiClasses {
-  Class c[128];
-  AsciiClasses() {
-    for (uint32_t i = 0; i < 128; ++i) {
-      c[i] = InRanges(kSpaceRanges, i) ? kSpace : InRanges(kLetterRanges, i) ? kLetter
-                                               : InRanges(kNumberRanges, i) ? kNumber : kOther;
-    }
-  }
-};
-const AsciiClasses kAscii;
-
-Class ClassOf(uint32_t cp) {
-  if (cp < 128) return kAscii.c[cp];
-  if (InRanges(kLetterRanges, cp)) return kLetter;
-  if (InRanges(kNumberRanges, cp)) return kNumber;
-  if (InRanges(kSpaceRanges, cp)) return kSpace;
-  return kOther;
-}
-
-// The code point at s[i] and its length in bytes. A byte that starts no valid UTF-8 sequence
-// is one "character" of its own, of no class (the text came from a file; HF takes only str).
-uint32_t NextCodePoint(absl::string_view s, size_t i, size_t* len) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  *len = 1;
-  if (c < 0x80) return c;
-  int n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
-  if (n == 0 || i + n > s.size()) return 0xFFFFFFFF;
-  uint32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-  for (int k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0xFFFFFFFF;
-    cp = (cp << 6) | (b(i + k) & 0x3F);
-  }
-  // Overlong forms, surrogates and values past U+10FFFF are not valid.
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    return 0xFFFFFFFF;
-  }
-  *len = static_cast<size_t>(n);
-  return cp;
-}
-
-// A cursor over text's characters: the class of the one at a byte offset.
-struct Chars {
-  absl::string_view s;
-  Class At(size_t i, size_t* len) const {
-    const uint32_t cp = NextCodePoint(s, i, len);
-    return cp == 0xFFFFFFFF ? kOther : ClassOf(cp);
-  }
-};
-
-// GPT-2's pattern at byte i of s: the length of the word that starts there (> 0).
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// The alternatives are tried in order, each greedy, as the regex engine does.
-size_t Gpt2Word(absl::string_view s, size_t i) {
-  const Chars chars{s};
-  if (s[i] == '\'' && i + 1 < s.size()) {
-    const absl::string_view rest = s.substr(i + 1);
-    for (absl::string_view c : {"s", "t", "re", "ve", "m", "ll", "d"}) {
-      if (absl::StartsWith(rest, c)) return 1 + c.size();
-    }
-  }
-  size_t len = 0;
-  // ` ?X+` for X = letters, numbers, or neither nor space.
-  size_t j = i;
-  if (s[j] == ' ' && j + 1 < s.size()) ++j;
-  const Class first = chars.At(j, &len);
-  if (j > i && first == kSpace) j = i;  // the optional space, then a space: no ` ?X+` here
-  const Class want = j > i ? first : chars.At(i, &len);
-  if (want != kSpace) {
-    size_t k = j;
-    while (k < s.size()) {
-      const Class c = chars.At(k, &len);
-      if (c != want) break;
-      k += len;
-    }
-    return k - i;
-  }
-  // \s+(?!\S) then \s+: a run of spaces; one that a non-space follows gives back its last
-  // character to that word (unless that leaves nothing).
-  size_t k = i, last = i;
-  while (k < s.size()) {
-    if (chars.At(k, &len) != kSpace) break;
-    last = k;
-    k += len;
-  }
-  if (k < s.size() && last > i) return last - i;
-  return k - i;
-}
-
-// Llama 3's pattern at byte i of s: the length of the word that starts there (> 0).
-//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
-//   \s*[\r\n]+|\s+(?!\S)|\s+
-size_t Llama3Word(absl::string_view s, size_t i) {
-  const Chars chars{s};
-  size_t len = 0, len0 = 0;
-  auto newline = [&](size_t k) { return s[k] == '\r' || s[k] == '\n'; };
-  if (s[i] == '\'' && i + 1 < s.size()) {  // the contractions, in any case (U+017F folds to s)
-    size_t k = i + 1;
-    auto fold = [&](size_t at, size_t* n) -> char {
-      *n = 1;
-      if (at >= s.size()) return 0;
-      if (static_cast<unsigned char>(s[at]) == 0xC5 && at + 1 < s.size() && static_cast<unsigned char>(s[at + 1]) == 0xBF) {
-        *n = 2;
-        return 's';
-      }
-      const char c = s[at];
-      return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-    };
-    size_t n1 = 0, n2 = 0;
-    const char a = fold(k, &n1), b = fold(k + n1, &n2);
-    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 1 + n1;
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 1 + n1 + n2;
-  }
-  const Class c0 = chars.At(i, &len0);
-  auto run = [&](size_t k, Class want, size_t most) {
-    size_t n = 0;
-    while (k < s.size() && n < most && chars.At(k, &len) == want) k += len, ++n;
-    return k;
-  };
-  // [^\r\n\p{L}\p{N}]?\p{L}+
-  if (c0 != kLetter && c0 != kNumber && !newline(i) && i + len0 < s.size() && chars.At(i + len0, &len) == kLetter) {
-    return run(i + len0, kLetter, SIZE_MAX) - i;
-  }
-  if (c0 == kLetter) return run(i, kLetter, SIZE_MAX) - i;
-  if (c0 == kNumber) return run(i, kNumber, 3) - i;  // \p{N}{1,3}
-  // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-  size_t j = i;
-  if (s[i] == ' ' && i + 1 < s.size() && chars.At(i + 1, &len) == kOther) j = i + 1;
-  if (chars.At(j, &len) == kOther) {
-    size_t k = run(j, kOther, SIZE_MAX);
-    while (k < s.size() && newline(k)) ++k;
-    return k - i;
-  }
-  // c0 is a space. \s*[\r\n]+: the run up to its last newline; else as GPT-2's.
-  size_t k = i, last = i, after_newline = 0;
-  while (k < s.size()) {
-    if (chars.At(k, &len) != kSpace) break;
-    if (newline(k)) after_newline = k + 1;
-    last = k;
-    k += len;
-  }
-  if (after_newline > 0) return after_newline - i;
-  if (k < s.size() && last > i) return last - i;
-  return k - i;
-}
 
 // GPT-2's map of the 256 bytes to printable characters, and back.
 struct ByteChars {
@@ -193,24 +35,6 @@ const ByteChars& TheByteChars() {
   return *m;
 }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 // A vocabulary entry's bytes: each character mapped back to its byte, or, where one is not a
 // byte character (an added token such as "<|endoftext|>" with a space in it), the entry's own
 // UTF-8 bytes, as HF's ByteLevel decoder does.
@@ -226,44 +50,6 @@ std::string EntryBytes(absl::string_view entry) {
   }
   return out;
 }
-
-// Invalid UTF-8 replaced by U+FFFD, one per maximal invalid prefix, as Rust's
-// String::from_utf8_lossy (which HF's decoder ends with) does.
-std::string Utf8Lossy(absl::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t len = 0;
-    if (NextCodePoint(s, i, &len) != 0xFFFFFFFF) {
-      out.append(s.data() + i, len);
-      i += len;
-      continue;
-    }
-    // The longest prefix of a valid sequence that starts here, dropped as one U+FFFD.
-    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-    const unsigned char c = b(i);
-    const int n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 1;
-    size_t k = 1;
-    while (static_cast<int>(k) < n && i + k < s.size()) {
-      const unsigned char d = b(i + k);
-      unsigned char lo = 0x80, hi = 0xBF;  // the second byte's narrower ranges
-      if (k == 1 && c == 0xE0) lo = 0xA0;
-      if (k == 1 && c == 0xED) hi = 0x9F;
-      if (k == 1 && c == 0xF0) lo = 0x90;
-      if (k == 1 && c == 0xF4) hi = 0x8F;
-      if (d < lo || d > hi) break;
-      ++k;
-    }
-    out.append("\xEF\xBF\xBD");
-    i += k;
-  }
-  return out;
-}
-
-const char kGpt2Pattern[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-const char kLlama3Pattern[] =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // GPT-2's merges.txt: "a b" a line, ranked by order, after an optional "#version" line.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadMergesTxt(const std::string& path) {
@@ -558,7 +344,7 @@ bool Tokenizer::NextAdded(absl::string_view text, size_t from, size_t* start, si
     return k;
   };
   auto word_char = [&](size_t k) {
-    const Class cl = chars.At(k, &len);
+    const CharClass cl = chars.At(k, &len);
     return cl == kLetter || cl == kNumber || text[k] == '_';
   };
   for (size_t at = from; at < text.size(); ++at) {

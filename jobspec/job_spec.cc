@@ -153,14 +153,19 @@ absl::Status ModelError(const absl::Status& st) {
   return absl::InvalidArgumentError(absl::StrCat("job spec: ", m));
 }
 
-// from_model: the job starts from that model (ParseJobSpec's), whose keys need not be stated.
-absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bool from_model) {
+// The keys every spec states (the model's shape may come from the model a job starts from).
+absl::Status RequiredFields(const std::set<std::string>& present, bool from_model) {
   for (const char* f : {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size"}) {
     if (!from_model && !present.count(f)) return FieldError(f, "is required");
   }
   for (const char* f : {"model.seq_len", "data.train", "train.steps", "train.micro_batch", "train.lr"}) {
     if (!present.count(f)) return FieldError(f, "is required");
   }
+  return absl::OkStatus();
+}
+
+// The model and the sequence length.
+absl::Status ValidateModel(const JobSpec& s, const std::set<std::string>& present) {
   if (!s.model.llama() && present.count("model.rope_theta")) {
     return FieldError("model.rope_theta", "applies to arch llama (GPT-2 has learned positions, no RoPE)");
   }
@@ -170,10 +175,20 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
     return FieldError("model.seq_len", absl::StrCat(s.seq_len, " exceeds model.max_seq_len ",
                                                     s.model.max_seq_len));
   }
-  const TrainSpec& t = s.train;
+  return absl::OkStatus();
+}
+
+// Steps and batch sizes.
+absl::Status ValidateBatchSizes(const TrainSpec& t) {
   if (t.steps < 1) return FieldError("train.steps", "must be >= 1");
   if (t.micro_batch < 1) return FieldError("train.micro_batch", "must be >= 1");
   if (t.global_batch < 1) return FieldError("train.global_batch", "must be >= 1");
+  return absl::OkStatus();
+}
+
+// The parallel degrees: each at least 1, their product within kMaxWorld, and each dividing what
+// it splits; the ZeRO stage.
+absl::Status ValidateDegrees(const JobSpec& s) {
   if (s.parallel.dp < 1) return FieldError("parallel.dp", "must be >= 1");
   if (s.parallel.tp < 1) return FieldError("parallel.tp", "must be >= 1");
   if (s.parallel.pp < 1) return FieldError("parallel.pp", "must be >= 1");
@@ -201,6 +216,11 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
                                                   " (each stage takes as many layers)"));
   }
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
+  return absl::OkStatus();
+}
+
+// Mixture of experts and expert parallelism.
+absl::Status ValidateExperts(const JobSpec& s) {
   if (s.model.moe.num_experts > 0) {
     if (s.train.precision != "fp32") {
       return FieldError("model.moe", absl::StrCat("runs in fp32 (train.precision is ", s.train.precision,
@@ -230,6 +250,11 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
       return FieldError("parallel.ep", "runs AdamW on the workers' memory (optimizer.placement worker, offload none)");
     }
   }
+  return absl::OkStatus();
+}
+
+// Sequence parallelism.
+absl::Status ValidateSequenceParallel(const JobSpec& s) {
   if (s.parallel.sequence_parallel) {
     if (s.parallel.tp < 2) {
       return FieldError("parallel.sequence_parallel", "needs tp > 1 (it shards the sequence within the tensor-parallel group)");
@@ -246,6 +271,12 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
                                      "): 16-bit rows are gathered two elements to a float"));
     }
   }
+  return absl::OkStatus();
+}
+
+// The pipeline schedule, what combines with model parallelism, the gradient buckets and the
+// collectives' timeout.
+absl::Status ValidatePipelineAndReduction(const JobSpec& s) {
   if (s.parallel.schedule != "1f1b" && s.parallel.schedule != "gpipe") {
     return FieldError("parallel.schedule", absl::StrCat("'", s.parallel.schedule, "' is not 1f1b or gpipe"));
   }
@@ -266,6 +297,11 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
     return FieldError("parallel.bucket_mb", "must be > 0");
   }
   if (!(s.parallel.timeout_s >= 0)) return FieldError("parallel.timeout_s", "must be >= 0 (0 = the worker's default)");
+  return absl::OkStatus();
+}
+
+// Where AdamW runs: placement, offload, staleness.
+absl::Status ValidateOptimizer(const JobSpec& s) {
   if (s.optimizer.placement != "worker" && s.optimizer.placement != "shardserver") {
     return FieldError("optimizer.placement", absl::StrCat("'", s.optimizer.placement, "' is not worker or shardserver"));
   }
@@ -295,6 +331,11 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
   if (s.optimizer.staleness > 0 && s.optimizer.placement != "shardserver") {
     return FieldError("optimizer.staleness", "applies to optimizer.placement shardserver only");
   }
+  return absl::OkStatus();
+}
+
+// The workers and the device kind.
+absl::Status ValidateResources(const JobSpec& s) {
   if (s.resources.workers < 0) return FieldError("resources.workers", "must be >= 1");
   if (s.resources.device != "cpu" && s.resources.device != "cuda" && s.resources.device != "cuda-emulated") {
     return FieldError("resources.device", absl::StrCat("is '", s.resources.device, "': cpu, cuda or cuda-emulated"));
@@ -305,6 +346,13 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
                                    s.parallel.dp, " x tp ", s.parallel.tp, " x pp ", s.parallel.pp, " = ",
                                    s.world_size(), " (one worker per rank)"));
   }
+  return absl::OkStatus();
+}
+
+// The training loop: the global batch's factors, the learning rate and AdamW's hyper-parameters,
+// recompute, precision and loss scaling.
+absl::Status ValidateTraining(const JobSpec& s) {
+  const TrainSpec& t = s.train;
   if (t.global_batch % (static_cast<int64_t>(t.micro_batch) * s.parallel.dp) != 0) {
     return FieldError("train.global_batch",
                       absl::StrCat("must equal micro_batch x grad_accum x dp: ", t.global_batch,
@@ -338,6 +386,11 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
     return FieldError("train.precision",
                       "fp16 (loss scaling skips steps) runs with optimizer.placement worker; use bf16 with shardserver");
   }
+  return absl::OkStatus();
+}
+
+// Evaluation cadence, restarts and elastic ranges.
+absl::Status ValidateScheduling(const JobSpec& s, const std::set<std::string>& present) {
   if (s.eval.every < 0) return FieldError("eval.every", "must be >= 0");
   if (s.scheduling.max_restarts < 0) return FieldError("scheduling.max_restarts", "must be >= 0 (0 = never restart)");
   if (present.count("elastic.min_dp") || present.count("elastic.max_dp")) {
@@ -354,6 +407,11 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
     }
     if (s.resources.workers != 0) return FieldError("resources.workers", "does not combine with elastic (the coordinator picks dp)");
   }
+  return absl::OkStatus();
+}
+
+// Evaluation size and checkpoints.
+absl::Status ValidateEvalAndCheckpoints(const JobSpec& s) {
   if (s.eval.batches < 1) return FieldError("eval.batches", "must be >= 1");
   if (s.checkpoint.every < 0) return FieldError("checkpoint.every", "must be >= 0");
   if (s.checkpoint.keep < 0) return FieldError("checkpoint.keep", "must be >= 0 (0 = keep all)");
@@ -361,6 +419,24 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
   if (s.checkpoint.every > 0 && s.checkpoint.dir.empty()) {
     return FieldError("checkpoint.dir", "is required when checkpoint.every > 0");
   }
+  return absl::OkStatus();
+}
+
+// Every field of a parsed spec, in this order (the first error is the one reported).
+// from_model: the job starts from that model (ParseJobSpec's), whose keys need not be stated.
+absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bool from_model) {
+  RETURN_IF_ERROR(RequiredFields(present, from_model));
+  RETURN_IF_ERROR(ValidateModel(s, present));
+  RETURN_IF_ERROR(ValidateBatchSizes(s.train));
+  RETURN_IF_ERROR(ValidateDegrees(s));
+  RETURN_IF_ERROR(ValidateExperts(s));
+  RETURN_IF_ERROR(ValidateSequenceParallel(s));
+  RETURN_IF_ERROR(ValidatePipelineAndReduction(s));
+  RETURN_IF_ERROR(ValidateOptimizer(s));
+  RETURN_IF_ERROR(ValidateResources(s));
+  RETURN_IF_ERROR(ValidateTraining(s));
+  RETURN_IF_ERROR(ValidateScheduling(s, present));
+  RETURN_IF_ERROR(ValidateEvalAndCheckpoints(s));
   return absl::OkStatus();
 }
 

@@ -23,7 +23,6 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
-#include "kernels/moe.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 
@@ -52,7 +51,7 @@ GPT::GPT(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard, ker
     layer_tensor_.push_back(i);
     unit_begin_.push_back(at(i += static_cast<size_t>(jobspec::TensorsOfLayer(config, l, shard_))));
   }
-  expert_stride_ = 2 * static_cast<size_t>(config.n_embd) * Fm_ + Fm_ + config.n_embd;
+  moe_ = std::make_unique<MoeLayers>(config_, shard_, Fm_, be_, static_cast<MoeHost*>(this));
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
   if (const jobspec::ParamTensor* cls = FindTensor(jobspec::ClassifierTensor(config))) {
     wte_tensor_ = static_cast<size_t>(cls - tensors_.data());
@@ -403,7 +402,7 @@ void GPT::ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const f
   });
   const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
   if (config_.moe_layer(l)) {
-    MoeForward(l, p, ln2, BT, proj, tag);
+    moe_->Forward(MoeActs(l), MoeWork(), p.gate, p.experts, ln2, BT, proj, tag);
   } else {
     Op(name("matmul+gelu fwd"), [&] {
       be_->MatmulBiasGeluForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.fch_gelu)), ln2, w.fcw, w.fcb, BT, C,
@@ -419,184 +418,28 @@ void GPT::ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const f
   });
 }
 
-const std::vector<int32_t>& GPT::MoeOffsets(int l) {
-  const int E = config_.moe.num_experts;
-  moe_counts_host_.resize(static_cast<size_t>(kernels::MoeCountsSize(E)));
-  be_->CopyToHost(moe_counts_host_.data(), LayerAct(l, off_.moe_counts), moe_counts_host_.size() * sizeof(int32_t));
-  be_->CopyToHost(moe_layer_stats_, LayerAct(l, off_.moe_stats), sizeof(moe_layer_stats_));
-  Sync();  // the experts' GEMMs need the row counts on the host
-  return moe_counts_host_;
+MoeActivations GPT::MoeActs(int l) {
+  auto i32 = [](float* p) { return reinterpret_cast<int32_t*>(p); };
+  MoeActivations m;
+  m.probs = LayerAct(l, off_.moe_probs);
+  m.lse = LayerAct(l, off_.moe_lse);
+  m.weight = LayerAct(l, off_.moe_weight);
+  m.stats = LayerAct(l, off_.moe_stats);
+  m.choice = i32(LayerAct(l, off_.moe_choice));
+  m.slot = i32(LayerAct(l, off_.moe_slot));
+  m.counts = i32(LayerAct(l, off_.moe_counts));
+  m.x = LayerAct(l, off_.moe_x);
+  m.y = LayerAct(l, off_.moe_y);
+  m.fch = LayerAct(l, off_.fch);
+  m.gelu = LayerAct(l, off_.fch_gelu);
+  m.xr = LayerAct(l, off_.moe_xr);
+  m.rcounts = i32(LayerAct(l, off_.moe_rcounts));
+  return m;
 }
 
-GPT::MoeRows GPT::ExpertRows(int l, const int32_t* offset, bool exchange) {
-  const int E = config_.moe.num_experts, ep = shard_.ep;
-  MoeRows r;
-  if (ep == 1) {
-    for (int e = 0; e < E; ++e) r.segments.push_back({e, offset[e], offset[e + 1] - offset[e]});
-    return r;
-  }
-  const int Eh = E / ep;
-  const size_t C = static_cast<size_t>(config_.n_embd);
-  auto* counts = reinterpret_cast<int32_t*>(LayerAct(l, off_.moe_rcounts));  // [kept (E) | received (E)]
-  moe_rcounts_host_.resize(static_cast<size_t>(2 * E));
-  int32_t* kept = moe_rcounts_host_.data();
-  const int32_t* got = kept + E;
-  for (int e = 0; e < E; ++e) kept[e] = offset[e + 1] - offset[e];
-  if (exchange) {
-    // Each peer's block of kept counts (its experts', peer-major as the dispatch is) goes to
-    // it; the counts are int32 moved as 4-byte words, unchanged.
-    be_->CopyToDevice(counts, kept, static_cast<size_t>(E) * sizeof(int32_t));
-    Sync();
-    absl::Status s = ep_comm_ != nullptr
-                         ? ep_comm_->AllToAll(reinterpret_cast<const float*>(counts),
-                                              reinterpret_cast<float*>(counts + E), static_cast<size_t>(Eh))
-                         : absl::FailedPreconditionError("expert parallelism without an expert-parallel group");
-    if (!s.ok() && comm_status_.ok()) comm_status_ = s;
-  }
-  be_->CopyToHost(moe_rcounts_host_.data() + E, counts + E, static_cast<size_t>(E) * sizeof(int32_t));
-  Sync();
-  int row = 0;
-  for (int q = 0; q < ep; ++q) {
-    size_t sent = 0, received = 0;
-    for (int j = 0; j < Eh; ++j) {
-      sent += static_cast<size_t>(kept[q * Eh + j]);
-      const int n = got[q * Eh + j];
-      received += static_cast<size_t>(n);
-      if (n > 0) r.segments.push_back({j, row, n});
-      row += n;
-    }
-    r.send.push_back(sent * C);
-    r.recv.push_back(received * C);
-  }
-  return r;
-}
-
-void GPT::EpAllToAllV(const float* in, const std::vector<size_t>& send, float* out, const std::vector<size_t>& recv) {
-  Sync();  // the collective reads what the queued ops write
-  absl::Status s = ep_comm_ != nullptr
-                       ? ep_comm_->AllToAllV(in, send, out, recv)
-                       : absl::FailedPreconditionError("expert parallelism without an expert-parallel group");
-  if (!s.ok() && comm_status_.ok()) comm_status_ = s;
-}
-
-void GPT::MoeForward(int l, const LayerParams& p, kernels::CPtr ln2, int BT, float* proj, const char* tag) {
-  const int C = config_.n_embd, Fm = Fm_, E = config_.moe.num_experts, K = config_.moe.top_k;
-  auto name = [tag](const char* op) { return *tag ? tag : op; };
-  const bool bias_here = shard_.tp_rank == 0;
-  float* probs = LayerAct(l, off_.moe_probs);
-  auto* choice = reinterpret_cast<int32_t*>(LayerAct(l, off_.moe_choice));
-  auto* slot = reinterpret_cast<int32_t*>(LayerAct(l, off_.moe_slot));
-  auto* counts = reinterpret_cast<int32_t*>(LayerAct(l, off_.moe_counts));
-  float* weight = LayerAct(l, off_.moe_weight);
-  float* X = LayerAct(l, off_.moe_x);
-  float* Y = LayerAct(l, off_.moe_y);
-  float* fch = LayerAct(l, off_.fch);
-  float* gelu = LayerAct(l, off_.fch_gelu);
-  // The router: logits (B·T, E) into probs, then the choice, the weights and the capacity.
-  Op(name("moe router fwd"), [&] {
-    be_->MatmulForward(probs, ln2, p.gate, nullptr, BT, C, E, k::WeightLayout::kOutIn);
-    be_->MoeRoute(probs, LayerAct(l, off_.moe_lse), choice, weight, slot, counts, LayerAct(l, off_.moe_stats), probs, BT,
-                  E, K, jobspec::MoeCapacity(config_.moe, BT));
-  });
-  const std::vector<int32_t>& c = MoeOffsets(l);
-  const int32_t* offset = c.data() + E;
-  if (*tag == '\0') {  // the forward's loss terms (a recomputation's are the same, not added again)
-    fwd_aux_ += moe_layer_stats_[0];
-    fwd_z_ += moe_layer_stats_[1];
-  }
-  if (*tag == '\0' && counting()) {  // training forwards; a recomputation counts nothing again
-    if (moe_stats_.tokens_per_expert.empty()) moe_stats_.tokens_per_expert.assign(static_cast<size_t>(E), 0);
-    for (int e = 0; e < E; ++e) moe_stats_.tokens_per_expert[static_cast<size_t>(e)] += c[static_cast<size_t>(e)];
-    moe_stats_.assignments += static_cast<int64_t>(BT) * K;
-    moe_stats_.dropped += static_cast<int64_t>(BT) * K - offset[E];
-  }
-  Op(name("moe dispatch"), [&] { be_->MoeDispatch(X, static_cast<const float*>(ln2.data), slot, BT, K, C); });
-  // Expert parallelism: the rows go to their experts' ranks (the peers' rows come here).
-  const bool ep = shard_.ep > 1;
-  const MoeRows rows = ExpertRows(l, offset, /*exchange=*/true);
-  float* in = X;
-  float* out = Y;
-  if (ep) {
-    in = LayerAct(l, off_.moe_xr);
-    out = A(off_.moe_yr);
-    Op(name("ep all-to-all"), [&] { EpAllToAllV(X, rows.send, in, rows.recv); });
-  }
-  // Each expert on its rows: the dense MLP's two GEMMs (tensor-parallel partial sums, rank 0
-  // adding c_proj's bias), then (back on the rows' ranks) the weighted combine into proj.
-  for (const MoeRows::Segment& sg : rows.segments) {
-    const size_t o = static_cast<size_t>(sg.row);
-    const int n = sg.rows;
-    if (n == 0) continue;
-    const Expert x = ExpertOf(p.experts, sg.expert);
-    Op(name("matmul+gelu fwd"), [&] {
-      be_->MatmulBiasGeluForward(fch + o * Fm, gelu + o * Fm, in + o * C, x.fcw, x.fcb, n, C, Fm);
-    });
-    Op(name("matmul fwd"), [&] {
-      be_->MatmulForward(out + o * C, gelu + o * Fm, x.projw, bias_here ? x.projb : nullptr, n, Fm, C);
-    });
-  }
-  if (ep) Op(name("ep all-to-all"), [&] { EpAllToAllV(out, rows.recv, Y, rows.send); });
-  Op(name("moe combine"), [&] { be_->MoeCombine(proj, Y, slot, weight, BT, K, C); });
-}
-
-void GPT::MoeBackward(int l, const LayerParams& p, const LayerParams& g, kernels::CPtr ln2, kernels::CPtr dout, int BT,
-                      float* dln) {
-  const int C = config_.n_embd, Fm = Fm_, E = config_.moe.num_experts, K = config_.moe.top_k;
-  const float* probs = LayerAct(l, off_.moe_probs);
-  const auto* choice = reinterpret_cast<const int32_t*>(LayerAct(l, off_.moe_choice));
-  const auto* slot = reinterpret_cast<const int32_t*>(LayerAct(l, off_.moe_slot));
-  const auto* counts = reinterpret_cast<const int32_t*>(LayerAct(l, off_.moe_counts));
-  const float* weight = LayerAct(l, off_.moe_weight);
-  float *dY = A(off_.moe_dy), *dw = A(off_.moe_dw), *dX = A(off_.moe_dx), *dlogits = A(off_.moe_dlogits);
-  float* dfch = A(off_.dfch);
-  float* X = LayerAct(l, off_.moe_x);
-  float* Y = LayerAct(l, off_.moe_y);
-  float* fch = LayerAct(l, off_.fch);
-  float* gelu = LayerAct(l, off_.fch_gelu);
-  Op("moe combine bwd", [&] {
-    be_->MoeCombineBackward(dY, dw, static_cast<const float*>(dout.data), Y, slot, weight, BT, K, C);
-  });
-  // The weights' gradient reads the experts' outputs, partial over tensor-parallel ranks.
-  Op("tp all-reduce", [&] { TpAllReduce(dw, static_cast<size_t>(BT) * K); });
-  const std::vector<int32_t>& c = MoeOffsets(l);
-  const int32_t* offset = c.data() + E;
-  // Expert parallelism: the outputs' gradients go to the experts' ranks, the inputs' come back.
-  const bool ep = shard_.ep > 1;
-  const MoeRows rows = ExpertRows(l, offset, /*exchange=*/false);
-  const float* in = X;
-  float* dout_rows = dY;
-  float* din_rows = dX;
-  if (ep) {
-    in = LayerAct(l, off_.moe_xr);
-    dout_rows = A(off_.moe_dyr);
-    din_rows = A(off_.moe_dxr);
-    Op("ep all-to-all", [&] { EpAllToAllV(dY, rows.send, dout_rows, rows.recv); });
-  }
-  for (const MoeRows::Segment& sg : rows.segments) {
-    const size_t o = static_cast<size_t>(sg.row);
-    const int n = sg.rows;
-    if (n == 0) continue;  // an expert without tokens: a zero gradient
-    const Expert w = ExpertOf(p.experts, sg.expert), d = ExpertOf(g.experts, sg.expert);
-    Op("matmul+gelu bwd", [&] {
-      be_->MatmulBackward(dfch + o * Fm, d.projw, d.projb, dout_rows + o * C, gelu + o * Fm, w.projw, n, Fm, C,
-                          k::WeightLayout::kInOut, fch + o * Fm);
-    });
-    Op("matmul bwd", [&] { be_->MatmulBackward(din_rows + o * C, d.fcw, d.fcb, dfch + o * Fm, in + o * C, w.fcw, n, C, Fm); });
-  }
-  if (ep) Op("ep all-to-all", [&] { EpAllToAllV(din_rows, rows.recv, dX, rows.send); });
-  // The router: its logits' gradient from the weights' and the two losses' (scaled as the
-  // micro-batch's loss is), then its GEMM. Its part of d(ln_2 out) is the same on every
-  // tensor-parallel rank: rank 0 adds it, so that the group's sum counts it once.
-  Op("moe router bwd", [&] {
-    be_->MoeRouterBackward(dlogits, dw, probs, LayerAct(l, off_.moe_lse), choice, weight, counts, BT, E, K,
-                           moe_dloss_ * static_cast<float>(config_.moe.aux_loss_coeff),
-                           moe_dloss_ * static_cast<float>(config_.moe.z_loss_coeff));
-    const bool here = shard_.tp_rank == 0;
-    be_->MatmulBackward(here ? dln : nullptr, g.gate, nullptr, dlogits, ln2, p.gate, BT, C, E,
-                        k::WeightLayout::kOutIn);
-    if (!here) be_->Zero(dln, static_cast<size_t>(BT) * C * sizeof(float));
-  });
-  Op("moe dispatch bwd", [&] { be_->MoeDispatchBackward(dln, dX, slot, BT, K, C); });
+MoeScratch GPT::MoeWork() {
+  return {A(off_.moe_yr), A(off_.moe_dy),   A(off_.moe_dw),  A(off_.moe_dx),
+          A(off_.moe_dlogits), A(off_.dfch), A(off_.moe_dyr), A(off_.moe_dxr)};
 }
 
 void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
@@ -788,28 +631,17 @@ float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
   const size_t bytes = static_cast<size_t>(B) * T * sizeof(int32_t);
   if (shard_.first()) be_->CopyToDevice(tokens, inputs, bytes);
   if (shard_.last() && targets != nullptr) be_->CopyToDevice(tokens + tokens_per_slot_, targets, bytes);
-  moe_dloss_ = dloss_scale;
-  fwd_aux_ = fwd_z_ = 0;
+  moe_->BeginForward(dloss_scale);
   RunForward(B, T);
-  MoeLosses();
+  moe_->EndForward();
   float loss = std::numeric_limits<float>::quiet_NaN();
   if (shard_.last()) {
     if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
     // Mean over the B*T tokens, times 1/grad_accum; plus this stage's MoE loss terms.
-    if (targets != nullptr) loss = Loss(B, T, dloss_scale / static_cast<float>(B * T)) + last_moe_loss_;
+    if (targets != nullptr) loss = Loss(B, T, dloss_scale / static_cast<float>(B * T)) + moe_->last_loss();
   }
   Sync();
   return loss;
-}
-
-void GPT::MoeLosses() {
-  const double aux = fwd_aux_, z = fwd_z_;
-  last_moe_loss_ = static_cast<float>(config_.moe.aux_loss_coeff * aux + config_.moe.z_loss_coeff * z);
-  if (counting() && config_.moe.num_experts > 0) {
-    moe_stats_.aux += aux;
-    moe_stats_.z += z;
-    ++moe_stats_.forwards;
-  }
 }
 
 const float* GPT::stage_output(int slot) {
@@ -851,7 +683,7 @@ void GPT::BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const 
   const kernels::Ptr dout3 = DoutAllRows(BT);
   const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
   if (config_.moe_layer(l)) {
-    MoeBackward(l, p, g, ln2, dout3, BT, dln);
+    moe_->Backward(MoeActs(l), MoeWork(), p.gate, p.experts, g.gate, g.experts, ln2, dout3, BT, dln);
   } else {
     Op("matmul+gelu bwd", [&] {
       be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout3, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "kernels/backend.h"
 #include "jobspec/model_layout.h"
 #include "comm/communicator.h"
+#include "model/moe_layer.h"
 
 namespace gantry::model {
 
@@ -40,7 +43,7 @@ class ParamHost {
 // and cuda-emulated, host code may address that memory directly (params(), grads(),
 // logits(), the stage buffers); on cuda it is device memory, reached through
 // ReadParams/WriteParams and the backend's copies.
-class GPT {
+class GPT : private MoeHost {
  public:
   explicit GPT(const jobspec::GPTConfig& config) : GPT(config, jobspec::ModelShard{}) {}  // config must be valid
   // One shard of the model (tensor and pipeline parallel). Forward and backward all-reduce
@@ -133,12 +136,12 @@ class GPT {
   void set_tp_comm(comm::Communicator* comm) { tp_comm_ = comm; }
   // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the
   // MoE layers exchange token rows over it (all-to-all).
-  void set_ep_comm(comm::Communicator* comm) { ep_comm_ = comm; }
+  void set_ep_comm(comm::Communicator* comm) { moe_->set_ep_comm(comm); }
   // The first error of the tensor-parallel group or of the backend's ops (a model whose
   // status is not OK has computed nothing reliable since).
   const absl::Status& comm_status() const { return comm_status_; }
   // Waits for the backend's queued ops; keeps their first error in comm_status_.
-  void Sync();
+  void Sync() override;
 
   // The last forward's logits (B*T rows of this rank's vocabulary), in the backend's memory.
   const float* logits() const { return act_.data() + off_.logits; }
@@ -147,20 +150,10 @@ class GPT {
 
   // Mixture of experts: what the forwards on this stage routed since the last TakeMoeStats
   // (summed over its MoE layers and the forwards), and the loss terms they added.
-  struct MoeStats {
-    int forwards = 0;                        // micro-batch forwards counted
-    double aux = 0, z = 0;                   // Σ over layers and forwards, before the coefficients
-    int64_t assignments = 0, dropped = 0;    // token-expert assignments, and those over capacity
-    std::vector<int64_t> tokens_per_expert;  // routed (before drops), summed over layers
-  };
-  MoeStats TakeMoeStats() {
-    MoeStats s = std::move(moe_stats_);
-    moe_stats_ = MoeStats{};
-    return s;
-  }
+  MoeStats TakeMoeStats() { return moe_->TakeStats(); }
   // The last forward's MoE loss terms on this stage (aux_loss_coeff · Σ aux + z_loss_coeff · Σ z),
   // which the loss ForwardStage returns includes on a whole model.
-  float last_moe_loss() const { return last_moe_loss_; }
+  float last_moe_loss() const { return moe_->last_loss(); }
 
   // Per-op wall time, accumulated while profiling is on (bench/ prints it).
   void set_profiling(bool on) { profiling_ = on; }
@@ -215,43 +208,18 @@ class GPT {
   struct LayerParams {
     float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
     // A MoE layer's router (E, C) and its first expert's c_fc.weight, the experts' tensors
-    // following at expert_stride_ (the dense MLP's pointers are null there).
+    // following at MoeLayers::expert_stride() (the dense MLP's pointers are null there).
     float* gate = nullptr;
     float* experts = nullptr;
   };
-  // Expert e's tensors from LayerParams::experts.
-  struct Expert {
-    float *fcw, *fcb, *projw, *projb;
-  };
-  Expert ExpertOf(float* experts, int e) const {
-    float* x = experts + static_cast<size_t>(e) * expert_stride_;
-    const size_t C = static_cast<size_t>(config_.n_embd), F = static_cast<size_t>(Fm_);
-    return {x, x + C * F, x + C * F + F, x + 2 * C * F + F};
+  // Layer l's MoE activations (kept for backward) and the MoE working rows of the current slot.
+  MoeActivations MoeActs(int l);
+  MoeScratch MoeWork();
+  // MoeHost: what the MoE layers ask of the model.
+  void RunOp(const char* name, const std::function<void()>& f) override { Op(name, f); }
+  void Fail(absl::Status s) override {
+    if (!s.ok() && comm_status_.ok()) comm_status_ = std::move(s);
   }
-  // A MoE layer's MLP forward from ln_2's output (all rows) into proj (the experts' weighted
-  // outputs, partial over tensor-parallel ranks), and its backward from dout (all rows) into
-  // dln (d ln_2's output, partial) and the layer's gradients.
-  void MoeForward(int l, const LayerParams& p, kernels::CPtr ln2, int BT, float* proj, const char* tag);
-  void MoeBackward(int l, const LayerParams& p, const LayerParams& g, kernels::CPtr ln2, kernels::CPtr dout, int BT,
-                   float* dln);
-  // The dispatch offsets of layer l's last routing (E + 1), read back to the host.
-  const std::vector<int32_t>& MoeOffsets(int l);
-  // Where the experts held here find their rows: segments of (held expert, first row, rows)
-  // in the rows they read (ep 1: the dispatch buffer, by expert; ep > 1: the rows received,
-  // by peer, then expert), and under ep the floats exchanged with each peer (send: this
-  // rank's dispatched rows for the peer's experts; recv: the peer's rows for the experts
-  // here). `offset` is MoeOffsets' (E + 1). exchange: the forward's (the kept counts go to
-  // their experts' ranks); else the counts the forward received are read back.
-  struct MoeRows {
-    struct Segment {
-      int expert, row, rows;
-    };
-    std::vector<Segment> segments;
-    std::vector<size_t> send, recv;
-  };
-  MoeRows ExpertRows(int l, const int32_t* offset, bool exchange);
-  // The ep group's all-to-all of rows (the first error kept in comm_status_).
-  void EpAllToAllV(const float* in, const std::vector<size_t>& send, float* out, const std::vector<size_t>& recv);
   // This shard's layers [lb_, le_); units: the embedding (first stage), one per layer, the
   // head (last stage: ln_f, and with pp > 1 the copy of wte).
   int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - lb_); }
@@ -284,7 +252,7 @@ class GPT {
     return base_ + off_.layer0 + l * off_.layer_stride + off;
   }
   // Sums a partial result over the tensor-parallel group (the first failure is kept).
-  void TpAllReduce(float* data, size_t n);
+  void TpAllReduce(float* data, size_t n) override;
   // Runs fill(p) on the parameters as host memory: in place where the backend is host
   // addressable, else on a host copy written back.
   template <typename F>
@@ -368,10 +336,7 @@ class GPT {
   int lb_ = 0, le_ = 0;  // this shard's layers
   int Ca_ = 0, NHa_ = 0, Fm_ = 0, Vl_ = 0, v0_ = 0;  // attention width, heads, MLP width, vocab rows, first row
   int NKVa_ = 0, hd_ = 0;  // key/value heads per rank, head_dim
-  size_t expert_stride_ = 0;  // floats of one expert's tensors on this rank
-  float moe_dloss_ = 0.f;     // the micro-batch's dloss_scale, for the MoE losses' backward
-  std::vector<int32_t> moe_counts_host_;
-  MoeStats moe_stats_;
+  std::unique_ptr<MoeLayers> moe_;  // the MoE MLPs: their routing statistics and expert exchange
   int cls_unit_ = 0;
   size_t cls_offset_ = 0;
   kernels::DeviceBuffer inv_freq_;  // Llama: RoPE's inverse frequencies (hd/2)
@@ -382,8 +347,6 @@ class GPT {
   std::vector<size_t> unit_begin_;
   ParamHost* host_ = nullptr;
   comm::Communicator* tp_comm_ = nullptr;
-  comm::Communicator* ep_comm_ = nullptr;
-  std::vector<int32_t> moe_rcounts_host_;
   absl::Status comm_status_;
   kernels::DeviceBuffer params_;
   kernels::DeviceBuffer grads_;
@@ -405,13 +368,6 @@ class GPT {
   std::vector<size_t> image_at_;
   size_t wte_tensor_ = 0;  // the index in tensors_ of this shard's classifier rows (a stage with the classifier has them)
   bool working_valid_ = false;
-  float last_moe_loss_ = 0.f;
-  // A training forward (dloss != 0) counts its MoE routing; an evaluation's is not counted.
-  bool counting() const { return moe_dloss_ != 0.f; }
-  float moe_layer_stats_[2] = {};  // the last routing's aux and z, read back with its offsets
-  double fwd_aux_ = 0, fwd_z_ = 0;  // the forward's, summed over its MoE layers
-  // The last forward's MoE losses on this stage (last_moe_loss_), and the stats.
-  void MoeLosses();
 };
 
 }  // namespace gantry::model

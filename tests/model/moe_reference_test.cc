@@ -52,7 +52,7 @@ class MoeReferenceTest : public ::testing::TestWithParam<const char*> {
   }
   // The reference's routing of one step: (layers, E) tokens per expert and the dropped
   // assignments, summed over the MoE layers as the model's stats are.
-  void ExpectRouting(const GPT::MoeStats& s, const std::vector<int32_t>& per_expert, const std::vector<int32_t>& dropped,
+  void ExpectRouting(const MoeStats& s, const std::vector<int32_t>& per_expert, const std::vector<int32_t>& dropped,
                      const std::string& what) {
     const int E = config_.moe.num_experts;
     std::vector<int64_t> want(static_cast<size_t>(E), 0);
@@ -91,7 +91,7 @@ TEST_P(MoeReferenceTest, TensorsAreTheReferences) {
 TEST_P(MoeReferenceTest, RoutingLogitsAndLossMatchTorch) {
   model_->ZeroGrad();
   const float loss = model_->ForwardBackward(inputs_.data(), targets_.data(), B_, T_, 1.0f);
-  const GPT::MoeStats s = model_->TakeMoeStats();
+  const MoeStats s = model_->TakeMoeStats();
   ExpectRouting(s, I32(*fx_, p_ + "tokens_per_expert"), I32(*fx_, p_ + "dropped"), "step 0");
   if (config_.moe.capacity_factor > 0) {
     EXPECT_GT(s.dropped, 0) << "the fixture's capacity drops some";

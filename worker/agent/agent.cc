@@ -13,6 +13,7 @@
 #include "common/security.h"
 #include "kernels/matmul.h"
 #include "kernels/threads.h"
+#include "worker/protocol/messages.h"
 #include "worker/train/device.h"
 
 namespace gantry::agent {
@@ -45,8 +46,7 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
   grpc::ClientContext ctx;
   auto stream = stub->Attach(&ctx);
   Session session(options_, stream.get(), registry, stub, stop_);
-  v1::WorkerMessage reg;
-  *reg.mutable_register_() = MyResources(options_);
+  const v1::WorkerMessage reg = protocol::RegisterMessage(MyResources(options_));
   if (!session.Send(reg)) {
     LOG(WARNING) << "coordinator " << options_.coordinator << " unreachable: " << stream->Finish().error_message();
     return;
@@ -59,8 +59,7 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
     while (!ended && !(*stop_)) {
       cv.wait_for(l, std::chrono::milliseconds(options_.heartbeat_ms));
       if (ended || (*stop_)) break;
-      v1::WorkerMessage hb;
-      hb.mutable_heartbeat()->set_time_unix_ms(NowUnixMs());
+      v1::WorkerMessage hb = protocol::HeartbeatMessage(NowUnixMs());
       session.FillHeartbeat(hb.mutable_heartbeat());
       l.unlock();
       session.Send(hb);

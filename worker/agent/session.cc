@@ -17,6 +17,7 @@
 #include "worker/agent/param_client.h"
 #include "model/gpt.h"
 #include "worker/agent/device_groups.h"
+#include "worker/protocol/messages.h"
 #include "checkpoint/checkpoint.h"
 
 namespace gantry::agent {
@@ -50,14 +51,8 @@ void Session::Run(const v1::Assignment& a) {
             << a.world_size()
             << (a.local_world() > 1 ? absl::StrCat(", local rank ", a.local_rank(), " of ", a.local_world()) : "");
   absl::Status s = Train(a, rank);
-  v1::WorkerMessage m;
-  auto* d = m.mutable_done();
-  d->set_job_id(a.job_id());
-  d->set_generation(a.generation());
-  d->set_rank(a.rank());
-  d->set_ok(s.ok());
-  if (!s.ok()) d->set_error(std::string(s.message()));
-  d->set_code(static_cast<int>(s.code()));
+  v1::WorkerMessage m = protocol::JobDoneMessage(a, s);
+  v1::JobDone* d = m.mutable_done();
   {
     std::lock_guard<std::mutex> l(comm_mu_);
     for (const auto& server : unreachable_) d->add_unreachable_shard_servers(server);
@@ -74,12 +69,8 @@ void Session::Run(const v1::Assignment& a) {
 void Session::FillHeartbeat(v1::Heartbeat* hb) {
   std::lock_guard<std::mutex> l(comm_mu_);
   if (hb_job_.empty()) return;
-  hb->set_job_id(hb_job_);
-  hb->set_generation(hb_generation_);
   for (const auto& [r, st] : ranks_) {
-    v1::RankProgress* p = hb->add_ranks();
-    p->set_rank(r);
-    p->set_step(st->step.load());
+    v1::RankProgress* p = protocol::AddRankProgress(hb, hb_job_, hb_generation_, r, st->step.load());
     uint64_t done = 0;  // over every group of the rank
     for (auto* c : st->comms) done += c->completed();
     if (!st->comms.empty()) p->set_collectives_done(done);
@@ -275,13 +266,7 @@ void Session::SetReportHooks(const v1::Assignment& a, const jobspec::JobSpec& sp
   for (const auto& t : jobspec::ParameterLayout(mc)) n_params += static_cast<double>(t.numel);
   const double flops_per_token = 6 * n_params + 6.0 * mc.n_layer * mc.n_embd * spec.seq_len;
   // A step update of this job generation and rank; the caller fills the report.
-  auto step_update = [&a](v1::WorkerMessage& m) {
-    auto* u = m.mutable_step();
-    u->set_job_id(a.job_id());
-    u->set_generation(a.generation());
-    u->set_rank(a.rank());
-    return u->mutable_report();
-  };
+  auto step_update = [&a](v1::WorkerMessage& m) { return protocol::SetStepUpdate(a, &m); };
   o->on_eval = [this, &a, val, step_update](int64_t step, float v) {
     if (step > 0) {
       *val = v;  // goes out with this step's report
@@ -410,17 +395,9 @@ void Session::SetCheckpointHook(const v1::Assignment& a, const std::vector<std::
       bytes += *n;
     }
     v1::WorkerMessage m;
-    auto* p = m.mutable_checkpoint_part();
-    p->set_job_id(a.job_id());
-    p->set_generation(a.generation());
-    p->set_rank(a.rank());
-    p->set_step(step);
+    v1::CheckpointPart* p = protocol::SetCheckpointPart(a, step, &m);
     for (const auto& [server, sources] : by_server) {
-      for (const auto& f : sources) {
-        auto* pf = p->add_files();
-        pf->set_name(f.first);
-        pf->set_shard_server(server);
-      }
+      for (const auto& f : sources) protocol::AddPlacedFile(p, f.first, server);
     }
     p->set_bytes(bytes);
     if (a.rank() == 0) {

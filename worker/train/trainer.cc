@@ -274,7 +274,7 @@ StepReport Trainer::Step(int64_t step) {
   r.comm_busy_seconds = timing.comm_busy;
   r.offload_bytes = timing.offload_bytes;
   r.bubble = bubble;
-  if (model::GPT::MoeStats ms = model_->TakeMoeStats(); ms.forwards > 0) {
+  if (model::MoeStats ms = model_->TakeMoeStats(); ms.forwards > 0) {
     r.moe_forwards = ms.forwards;
     r.moe_aux = ms.aux / ms.forwards;
     r.moe_z = ms.z / ms.forwards;

@@ -191,14 +191,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   e->remote_ = remote;
   e->mp_ = mp;
   e->opt_config_ = config;
-  for (const jobspec::ParamTensor& t : model->tensors()) {
-    if (t.replica) continue;
-    if (!e->counted_.empty() && e->counted_.back().second == t.offset) {
-      e->counted_.back().second = t.offset + t.numel;
-    } else {
-      e->counted_.push_back({t.offset, t.offset + t.numel});
-    }
-  }
+  e->counted_ = MergedRanges(model->tensors(), [](const jobspec::ParamTensor& t) { return !t.replica; });
   if (mp.emb != nullptr) {
     const jobspec::ParamTensor* wte = model->FindTensor("wte.weight");
     e->tied_begin_ = wte->offset;
@@ -213,43 +206,38 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
       return absl::InvalidArgumentError(absl::StrCat("expert parallelism runs with ZeRO 0 or 1 and AdamW on the workers "
                                                      "(stage ", stage, remote ? ", parameter-server mode)" : ")"));
     }
-    for (const jobspec::ParamTensor& t : model->tensors()) {
-      if (t.name.find(".mlp.experts.") == std::string::npos) continue;
-      if (!e->experts_.empty() && e->experts_.back().second == t.offset) {
-        e->experts_.back().second = t.offset + t.numel;
-      } else {
-        e->experts_.push_back({t.offset, t.offset + t.numel});
-      }
-    }
+    e->experts_ = MergedRanges(model->tensors(), [](const jobspec::ParamTensor& t) {
+      return t.name.find(".mlp.experts.") != std::string::npos;
+    });
   }
-  const int units = model->num_units();
-  e->unit_bucket_.assign(static_cast<size_t>(units), -1);
-  const double bucket_bytes = bucket_mb * (1 << 20);
-  // In backward order (the last unit is done first), so buckets launch in index order.
-  bool filling = false;
-  for (int u = units - 1; u >= 0; --u) {
-    if (!filling || stage == 3) {
-      Bucket b;
-      b.end = model->unit_end(u);
-      e->buckets_.push_back(b);
-    }
-    Bucket& b = e->buckets_.back();
-    b.begin = model->unit_begin(u);
-    ++b.units;
-    e->unit_bucket_[static_cast<size_t>(u)] = static_cast<int>(e->buckets_.size()) - 1;
-    filling = static_cast<double>(b.size()) * sizeof(float) < bucket_bytes;
+  // The buckets (worker/train/buckets.h), in backward order; expert ranges reduced over edp
+  // (or alone, when no other replica holds them).
+  std::vector<size_t> bounds;
+  for (int u = 0; u <= model->num_units(); ++u) bounds.push_back(model->unit_begin(u));
+  std::vector<BucketPlan> plan = GroupUnits(bounds, bucket_mb * (1 << 20), stage == 3, &e->unit_bucket_);
+  if (!e->experts_.empty()) {
+    plan = CutAtRanges(plan, e->experts_, &e->unit_bucket_);
+    e->edp_rank_ = mp.edp != nullptr ? mp.edp->rank() : 0;
   }
-  for (size_t k = 0; k < e->buckets_.size(); ++k) {
-    Bucket& b = e->buckets_[k];
-    b.lead = static_cast<int>(k);
+  for (const BucketPlan& p : plan) {
+    Bucket b;
+    b.begin = p.begin;
+    b.end = p.end;
+    b.units = p.units;
+    b.lead = p.lead;
     b.group_rank = e->rank_;
     b.group_size = e->dp_;
+    if (p.expert) {
+      b.group = mp.edp != nullptr ? mp.edp : &e->solo_;
+      b.group_rank = b.group->rank();
+      b.group_size = b.group->size();
+    }
+    e->buckets_.push_back(b);
   }
-  if (!e->experts_.empty()) e->SplitExpertBuckets(mp.edp);
   std::vector<optim::ShardSegment> segments;
   for (Bucket& b : e->buckets_) {
     b.pending = b.units;
-    b.piece = (b.size() + b.group_size - 1) / b.group_size;
+    b.piece = PieceSize(b.size(), b.group_size);
     b.local = e->local_size_;
     e->local_size_ += b.piece;
     if (e->PieceBegin(b) < e->PieceEnd(b)) segments.push_back({e->PieceBegin(b), e->PieceEnd(b), b.local});
@@ -274,43 +262,6 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     model->set_param_host(e.get());
   }
   return e;
-}
-
-void ZeroEngine::SplitExpertBuckets(comm::Communicator* edp) {
-  // Each bucket cut where it meets an expert range; the pieces keep the bucket's backward
-  // order (they are launched together, by the lead, when its units are done).
-  std::vector<Bucket> cut;
-  std::vector<int> lead_of(buckets_.size());
-  for (size_t k = 0; k < buckets_.size(); ++k) {
-    const Bucket& b = buckets_[k];
-    lead_of[k] = static_cast<int>(cut.size());
-    size_t at = b.begin;
-    auto add = [&](size_t lo, size_t hi, bool expert) {
-      if (lo >= hi) return;
-      Bucket part = b;
-      part.begin = lo;
-      part.end = hi;
-      part.lead = lead_of[k];
-      part.units = cut.size() == static_cast<size_t>(lead_of[k]) ? b.units : 0;
-      if (expert) {
-        part.group = edp != nullptr ? edp : &solo_;
-        part.group_rank = part.group->rank();
-        part.group_size = part.group->size();
-      }
-      cut.push_back(part);
-    };
-    for (const auto& [xb, xe] : experts_) {
-      const size_t lo = std::max(xb, b.begin), hi = std::min(xe, b.end);
-      if (lo >= hi) continue;
-      add(at, lo, false);
-      add(lo, hi, true);
-      at = hi;
-    }
-    add(at, b.end, false);
-  }
-  buckets_ = std::move(cut);
-  for (int& k : unit_bucket_) k = lead_of[static_cast<size_t>(k)];
-  edp_rank_ = edp != nullptr ? edp->rank() : 0;
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -746,58 +697,13 @@ void ZeroEngine::LaunchBucket(int k) {
 
 absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss, double lr, int step, double grad_clip,
                                                                float loss_scale) {
+  // Reduce: the buckets' reductions done (launched during backward); the gradients' squares
+  // and the loss summed over the groups.
   if (comm_) RETURN_IF_ERROR(WaitAll());
   DropPrefetches();  // gathered before this update: stale after it
-  kernels::Backend& be = model_->backend();
-  const size_t n = model_->num_params();
-  // Squares of the gradients this rank holds: all of them (stage 0, identical on every
-  // rank) or its pieces, summed over the group below.
-  double sum_sq = 0;
-  // Expert parallelism, ZeRO 0: the expert ranges differ between the ep ranks (each edp
-  // group's first rank counts its experts in the sum over the group below); the rest is
-  // the same on every rank.
-  double expert_sq = 0;
-  if (stage_ == 0 && !experts_.empty()) {
-    std::vector<std::pair<size_t, size_t>> rest;
-    size_t at = 0;
-    for (const auto& [b, e] : experts_) {
-      if (at < b) rest.push_back({at, b});
-      at = e;
-    }
-    if (at < n) rest.push_back({at, n});
-    sum_sq = CountedSquares(model_->grads(), rest);
-    if (edp_rank_ == 0) expert_sq = CountedSquares(model_->grads(), experts_);
-  } else if (stage_ == 0) {
-    sum_sq = CountedSquares(model_->grads(), {{0, n}});
-  } else if (stage_ == 1) {
-    std::vector<std::pair<size_t, size_t>> own;
-    for (const optim::ShardSegment& s : own_) own.push_back({s.flat_begin, s.flat_end});
-    sum_sq = CountedSquares(model_->grads(), own);
-  } else if (counted_.size() == 1 && counted_[0] == std::pair<size_t, size_t>{0, n}) {
-    sum_sq = be.SumSquares(grad_shard_.data(), static_cast<int64_t>(local_size_));
-  } else {  // a tensor-parallel shard: its own pieces of the tensors it speaks for
-    for (const optim::ShardSegment& s : own_) {
-      for (const auto& [cb, ce] : counted_) {
-        const size_t lo = std::max(s.flat_begin, cb), hi = std::min(s.flat_end, ce);
-        if (lo < hi) sum_sq += be.SumSquares(grad_shard_.data() + s.local + (lo - s.flat_begin), static_cast<int64_t>(hi - lo));
-      }
-    }
-  }
   StepResult r;
-  r.loss = local_loss;
-  if (dp_ > 1) {
-    float sums[2] = {static_cast<float>(stage_ == 0 ? expert_sq : sum_sq), static_cast<float>(local_loss)};
-    RETURN_IF_ERROR(Wait(comm_->Submit([&sums](comm::Communicator& c) { return c.AllReduceSum(sums, 2); })));
-    sum_sq = stage_ == 0 ? sum_sq + sums[0] : sums[0];
-    r.loss = sums[1] / static_cast<float>(dp_);
-  }
-  if (mp_.mp != nullptr) {  // every shard's squares; the loss from the last stage
-    float sums[2] = {static_cast<float>(sum_sq), static_cast<float>(r.loss)};
-    RETURN_IF_ERROR(mp_.mp->AllReduceSum(sums, 2));
-    sum_sq = sums[0];
-    r.loss = sums[1];
-  }
-  // Unscaled: the scale is a power of 2, so the norm of the unscaled gradients is exactly
+  ASSIGN_OR_RETURN(const double sum_sq, ReduceNormAndLoss(local_loss, &r.loss));
+  // Clip. Unscaled: the scale is a power of 2, so the norm of the unscaled gradients is exactly
   // this one times 1/scale, and scaling each gradient once by coef/scale rounds as
   // GradScaler's unscale (exact) followed by the clip does.
   const float inv_scale = 1.0f / loss_scale;
@@ -807,40 +713,106 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
     NotePeak();
     return r;
   }
-  const auto t_opt = Clock::now();
   const float coef = kernels::clip_coefficient(r.grad_norm, static_cast<float>(grad_clip)) * inv_scale;
+  // Update, then gather: here, or on the shard servers (parameter-server mode).
+  if (remote_ != nullptr) {
+    RETURN_IF_ERROR(PushAndPull(coef, lr, step));
+  } else {
+    RETURN_IF_ERROR(Update(coef, lr, step));
+    RETURN_IF_ERROR(GatherUpdated());
+    model_->MarkParamsChanged();  // (mixed precision: the working copy is recast)
+  }
+  NotePeak();
+  return r;
+}
+
+double ZeroEngine::LocalSquares(double* expert_sq) const {
+  kernels::Backend& be = model_->backend();
+  const size_t n = model_->num_params();
+  *expert_sq = 0;
+  // Squares of the gradients this rank holds: all of them (stage 0, identical on every
+  // rank) or its pieces, summed over the group after.
+  // Expert parallelism, ZeRO 0: the expert ranges differ between the ep ranks (each edp
+  // group's first rank counts its experts in the sum over the group); the rest is the same
+  // on every rank.
+  if (stage_ == 0 && !experts_.empty()) {
+    if (edp_rank_ == 0) *expert_sq = CountedSquares(model_->grads(), experts_);
+    return CountedSquares(model_->grads(), Complement(experts_, n));
+  }
+  if (stage_ == 0) return CountedSquares(model_->grads(), {{0, n}});
+  if (stage_ == 1) {
+    std::vector<FlatRange> own;
+    for (const optim::ShardSegment& s : own_) own.push_back({s.flat_begin, s.flat_end});
+    return CountedSquares(model_->grads(), own);
+  }
+  if (counted_.size() == 1 && counted_[0] == FlatRange{0, n}) {
+    return be.SumSquares(grad_shard_.data(), static_cast<int64_t>(local_size_));
+  }
+  double sum_sq = 0;  // a tensor-parallel shard: its own pieces of the tensors it speaks for
+  for (const optim::ShardSegment& s : own_) {
+    for (const auto& [cb, ce] : counted_) {
+      const size_t lo = std::max(s.flat_begin, cb), hi = std::min(s.flat_end, ce);
+      if (lo < hi) sum_sq += be.SumSquares(grad_shard_.data() + s.local + (lo - s.flat_begin), static_cast<int64_t>(hi - lo));
+    }
+  }
+  return sum_sq;
+}
+
+absl::StatusOr<double> ZeroEngine::ReduceNormAndLoss(double local_loss, double* loss) {
+  double expert_sq = 0;
+  double sum_sq = LocalSquares(&expert_sq);
+  *loss = local_loss;
+  if (dp_ > 1) {
+    float sums[2] = {static_cast<float>(stage_ == 0 ? expert_sq : sum_sq), static_cast<float>(local_loss)};
+    RETURN_IF_ERROR(Wait(comm_->Submit([&sums](comm::Communicator& c) { return c.AllReduceSum(sums, 2); })));
+    sum_sq = stage_ == 0 ? sum_sq + sums[0] : sums[0];
+    *loss = sums[1] / static_cast<float>(dp_);
+  }
+  if (mp_.mp != nullptr) {  // every shard's squares; the loss from the last stage
+    float sums[2] = {static_cast<float>(sum_sq), static_cast<float>(*loss)};
+    RETURN_IF_ERROR(mp_.mp->AllReduceSum(sums, 2));
+    sum_sq = sums[0];
+    *loss = sums[1];
+  }
+  return sum_sq;
+}
+
+absl::Status ZeroEngine::PushAndPull(float coef, double lr, int step) {
+  // Each rank pushes its own pieces of the reduced gradient (ZeRO 0: its even share of the
+  // all-reduced buffer; 1: the pieces it reduce-scattered, in place; 2: its compact gradient
+  // shard), then reads the servers' new parameters.
+  kernels::Backend& be = model_->backend();
+  const auto t_push = Clock::now();
+  for (const optim::ShardSegment& sg : own_) {
+    float* g = stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin;
+    const size_t len = sg.flat_end - sg.flat_begin;
+    if (coef != 1.0f) be.Scale(g, static_cast<int64_t>(len), coef);
+    const float* push = g;
+    FloatBuffer host;
+    if (peer_) {  // the servers' client reads host memory
+      host.Assign(len);
+      be.CopyToHost(host.data(), g, len * sizeof(float));
+      push = host.data();
+    }
+    RETURN_IF_ERROR(remote_->Push(step, lr, push, sg.flat_begin, sg.flat_end));
+  }
+  pushed_step_ = step;
+  model_->MarkParamsChanged();
+  // Synchronous (staleness 0): every step. Else every staleness + 1 steps, so that the
+  // parameters are at most `staleness` steps behind. (The next step's all-reduce orders
+  // every rank's push before any rank pushes again, so no barrier is needed in between.)
+  if (step - pulled_step_ > staleness_) RETURN_IF_ERROR(SyncRemote());
+  timing_.exposed_comm += Since(t_push);
+  return absl::OkStatus();
+}
+
+absl::Status ZeroEngine::Update(float coef, double lr, int step) {
+  kernels::Backend& be = model_->backend();
+  const auto t_opt = Clock::now();
   using I = optim::AdamW::Index;
   float* params = model_->params();
-  if (remote_ != nullptr) {
-    // Parameter-server mode: each rank pushes its own pieces of the reduced gradient (ZeRO 0:
-    // its even share of the all-reduced buffer; 1: the pieces it reduce-scattered, in place;
-    // 2: its compact gradient shard), then reads the servers' new parameters.
-    const auto t_push = Clock::now();
-    for (const optim::ShardSegment& sg : own_) {
-      float* g = stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin;
-      const size_t len = sg.flat_end - sg.flat_begin;
-      if (coef != 1.0f) be.Scale(g, static_cast<int64_t>(len), coef);
-      const float* push = g;
-      FloatBuffer host;
-      if (peer_) {  // the servers' client reads host memory
-        host.Assign(len);
-        be.CopyToHost(host.data(), g, len * sizeof(float));
-        push = host.data();
-      }
-      RETURN_IF_ERROR(remote_->Push(step, lr, push, sg.flat_begin, sg.flat_end));
-    }
-    pushed_step_ = step;
-    model_->MarkParamsChanged();
-    // Synchronous (staleness 0): every step. Else every staleness + 1 steps, so that the
-    // parameters are at most `staleness` steps behind. (The next step's all-reduce orders
-    // every rank's push before any rank pushes again, so no barrier is needed in between.)
-    if (step - pulled_step_ > staleness_) RETURN_IF_ERROR(SyncRemote());
-    timing_.exposed_comm += Since(t_push);
-    NotePeak();
-    return r;
-  }
   if (stage_ == 0) {
-    if (coef != 1.0f) be.Scale(model_->grads(), static_cast<int64_t>(n), coef);
+    if (coef != 1.0f) be.Scale(model_->grads(), static_cast<int64_t>(model_->num_params()), coef);
     opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
   } else if (stage_ == 1) {
     for (const optim::ShardSegment& s : opt_->segments()) {
@@ -863,16 +835,17 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   }
   RETURN_IF_ERROR(be.Synchronize());  // the update done, before the gathers read it
   timing_.optimizer += Since(t_opt);
-  if ((stage_ == 1 || stage_ == 2) && dp_ > 1) {
-    // Every rank updated its pieces: gather each bucket into every rank's parameters.
-    for (const Bucket& b : buckets_) {
-      if (b.group_size > 1) SubmitGather(b, params + PieceBegin(b), PieceEnd(b) - PieceBegin(b));
-    }
-    RETURN_IF_ERROR(WaitAll());
+  return absl::OkStatus();
+}
+
+absl::Status ZeroEngine::GatherUpdated() {
+  if ((stage_ != 1 && stage_ != 2) || dp_ == 1) return absl::OkStatus();  // ZeRO 3 gathers per unit, at use
+  // Every rank updated its pieces: gather each bucket into every rank's parameters.
+  float* params = model_->params();
+  for (const Bucket& b : buckets_) {
+    if (b.group_size > 1) SubmitGather(b, params + PieceBegin(b), PieceEnd(b) - PieceBegin(b));
   }
-  model_->MarkParamsChanged();  // (mixed precision: the working copy is recast)
-  NotePeak();
-  return r;
+  return WaitAll();
 }
 
 StepTiming ZeroEngine::TakeTiming() {

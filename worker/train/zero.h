@@ -37,6 +37,7 @@
 #include "comm/communicator.h"
 #include "checkpoint/checkpoint.h"
 #include "optim/adamw.h"
+#include "worker/train/buckets.h"
 
 namespace gantry::train {
 
@@ -258,10 +259,16 @@ class ZeroEngine final : public model::ParamHost {
   static comm::Communicator& GroupOf(const Bucket& b, comm::Communicator& dp) {
     return b.group != nullptr ? *b.group : dp;
   }
-  // Expert parallelism: splits buckets at the expert tensors' flat ranges (expert parts over
-  // edp, the rest over dp).
-  void SplitExpertBuckets(comm::Communicator* edp);
-  std::vector<std::pair<size_t, size_t>> experts_;  // the expert tensors' flat ranges (ep > 1)
+  // FinishStep's parts, in order: reduce (this rank's squares of the gradients, then the norm's
+  // and the loss's sums over the groups), update (AdamW over this rank's pieces, here or on
+  // the host), gather (every rank's parameters brought up to date); parameter-server mode
+  // pushes and pulls instead of the last two.
+  double LocalSquares(double* expert_sq) const;
+  absl::StatusOr<double> ReduceNormAndLoss(double local_loss, double* loss);
+  absl::Status Update(float coef, double lr, int step);
+  absl::Status GatherUpdated();
+  absl::Status PushAndPull(float coef, double lr, int step);
+  std::vector<FlatRange> experts_;  // the expert tensors' flat ranges (ep > 1)
   comm::SoloCommunicator solo_;  // the expert ranges' group when no other replica holds them
   int edp_rank_ = 0;  // this rank's place in edp
   absl::Status Wait(uint64_t ticket);

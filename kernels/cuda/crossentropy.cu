@@ -1,12 +1,13 @@
-// The fused classifier (softmax + cross-entropy + its gradient; fp32 or 16-bit logits) and the
-// gradient norm on the GPU, the twins of kernels/cpu/crossentropy.cc and kernels/cpu/grad_norm.cc.
-#include "kernels/cuda/crossentropy_norm.cuh"
+// The fused classifier (softmax + cross-entropy + its gradient; fp32 or 16-bit logits) on the
+// GPU, the twin of kernels/cpu/crossentropy.cc.
+#include "kernels/cuda/crossentropy.cuh"
 #include "kernels/cuda/ns.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include <cstdint>
 
 namespace gantry::GANTRY_CUDA_NS {
 namespace {
@@ -82,16 +83,6 @@ absl::Status CrossEntropyShardFinish(Context& ctx, float* losses, kernels::Ptr l
     GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   });
-}
-
-absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N) {
-  if (N < 0) return absl::InvalidArgumentError("SumSquares: negative length");
-  const int blocks = SumSquaresBlocks(N);
-  GANTRY_LAUNCH(SumSquaresPartialKernel, blocks, 1024, 0, ctx.stream())(ctx.scratch(), g, N);
-  GPU_RETURN_IF_ERROR(cudaGetLastError());
-  GANTRY_LAUNCH(SumSquaresFinishKernel, 1, 32, 0, ctx.stream())(result, ctx.scratch(), blocks);
-  GPU_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

@@ -1,9 +1,9 @@
-// The fused classifier (softmax + cross-entropy + its gradient) and the sum of squares
-// (the gradient norm), the twins of kernels/cpu/crossentropy.cc and kernels/cpu/grad_norm.cc.
-// Device code only (crossentropy_norm.cu launches it; tests/kernels/backend_ops_test.cc
-// runs it on the CPU). The logits are of an element type E (elem.cuh): fp32 or 16-bit, read
-// exactly; max, sums, loss and each gradient value are fp32, the gradient rounded once as it
-// is stored (the target's element included: (p - 1) dloss in fp32, then rounded).
+// The fused classifier (softmax + cross-entropy + its gradient), the twin of
+// kernels/cpu/crossentropy.cc. Device code only (crossentropy.cu launches it;
+// tests/kernels/backend_ops_test.cc runs it on the CPU). The logits are of an element type E
+// (elem.cuh): fp32 or 16-bit, read exactly; max, sums, loss and each gradient value are fp32,
+// the gradient rounded once as it is stored (the target's element included: (p - 1) dloss in
+// fp32, then rounded).
 #pragma once
 
 #include "kernels/cuda/ns.h"
@@ -126,29 +126,6 @@ __global__ void CrossEntropyShardFinishKernel(float* losses, typename E::T* logi
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     x[i] = E::St((expf(E::Ld(x[i]) - mx) * inv - (i == t ? 1.f : 0.f)) * dloss);
   }
-}
-
-// SumSquaresPartialKernel's grid: a block of 1024 threads per 1024 elements, at most 1024.
-inline int SumSquaresBlocks(int64_t n) {
-  const int64_t b = (n + 1023) / 1024;
-  return static_cast<int>(b < 1 ? 1 : b > 1024 ? 1024 : b);
-}
-
-__global__ void SumSquaresPartialKernel(float* partial, const float* g, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    s += g[i] * g[i];
-  }
-  s = BlockSum(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void SumSquaresFinishKernel(double* result, const float* partial, int blocks) {
-  if (threadIdx.x != 0) return;
-  double s = 0.0;
-  for (int b = 0; b < blocks; ++b) s += partial[b];
-  *result = s;
 }
 
 }  // namespace

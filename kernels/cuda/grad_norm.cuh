@@ -1,0 +1,45 @@
+// The gradient norm's sum of squares and the clip's scaling, the twins of
+// kernels/cpu/grad_norm.cc. Device code only (grad_norm.cu launches it;
+// tests/kernels/backend_ops_test.cc runs it on the CPU).
+#pragma once
+
+#include "kernels/cuda/ns.h"
+
+#include <cstdint>
+
+#include "kernels/cuda/reduce.cuh"
+
+namespace gantry::GANTRY_CUDA_NS {
+namespace {  // one translation unit each
+
+// SumSquaresPartialKernel's grid: a block of 1024 threads per 1024 elements, at most 1024.
+inline int SumSquaresBlocks(int64_t n) {
+  const int64_t b = (n + 1023) / 1024;
+  return static_cast<int>(b < 1 ? 1 : b > 1024 ? 1024 : b);
+}
+
+__global__ void SumSquaresPartialKernel(float* partial, const float* g, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    s += g[i] * g[i];
+  }
+  s = BlockSum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void SumSquaresFinishKernel(double* result, const float* partial, int blocks) {
+  if (threadIdx.x != 0) return;
+  double s = 0.0;
+  for (int b = 0; b < blocks; ++b) s += partial[b];
+  *result = s;
+}
+
+
+__global__ void ScaleKernel(float* g, int64_t n, float s) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) g[i] *= s;
+}
+
+}  // namespace
+}  // namespace gantry::GANTRY_CUDA_NS

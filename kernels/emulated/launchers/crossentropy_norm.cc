@@ -1,5 +1,0 @@
-// kernels/cuda/crossentropy_norm.cu built for the emulator (kernels/cuda/runtime.h): the same launchers
-// and device code, compiled as C++ in namespace gantry::cuda_emulated.
-#include "kernels/emulated/device.h"
-// (the device language first)
-#include "kernels/cuda/crossentropy_norm.cu"

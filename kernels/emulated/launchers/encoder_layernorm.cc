@@ -1,5 +1,0 @@
-// kernels/cuda/encoder_layernorm.cu built for the emulator (kernels/cuda/runtime.h): the same launchers
-// and device code, compiled as C++ in namespace gantry::cuda_emulated.
-#include "kernels/emulated/device.h"
-// (the device language first)
-#include "kernels/cuda/encoder_layernorm.cu"
