@@ -1,3 +1,7 @@
+// The coordinator's cluster (cluster.h). Over 700 lines because membership and the scheduler
+// still share one class and its lock; watchers, the spec cache and stall detection are
+// collaborators of their own (watchers.h, spec_cache.h, stalls.h) and the scheduling pass reads
+// decide, commit, send. Issue 37 goes on to split membership and the scheduler.
 #include "coordinator/cluster.h"
 
 #include "coordinator/job_state.h"

@@ -1,3 +1,4 @@
+// Over 700 lines: one scenario a test, each driving the real Cluster through a restart.
 // Restarts and stale workers, in process: the coordinator's Cluster with fake worker sessions,
 // and a shard server's ParamService over loopback gRPC.
 //  - A lost worker sends its job RESTARTING, and it is placed again at the next generation on

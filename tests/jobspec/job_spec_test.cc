@@ -1,3 +1,5 @@
+// The job spec (jobspec/job_spec.h): parsing, the normal form, and every refusal naming its
+// field. Over 700 lines because each of the spec's rules has a case here that could fail.
 #include "jobspec/job_spec.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,5 @@
+// Over 700 lines: one file holds every op's case so that one binary runs them all on the
+// backend under test (cuda-emulated here; cuda on a GPU host, as cuda_backend_ops_test).
 // Every op of the backend interface (kernels/backend.h) on a backend under test against the
 // cpu backend (kernels/cpu, checked against PyTorch in kernels_test), in the manner of ggml's
 // test-backend-ops: the same inputs, at least five shapes an op, sizes that are multiples of

@@ -1,3 +1,7 @@
+// The ZeRO engine (zero.h). Over 700 lines because one class still holds stage-3 gathering,
+// the offloaded optimizer and the parameter-server client beside the step; its step reads
+// reduce, clip, update, gather (FinishStep) over buckets planned by worker/train/buckets.h, and
+// issue 37 goes on to make those three collaborators of their own.
 #include "worker/train/zero.h"
 #include "jobspec/planner.h"
 

@@ -1,3 +1,5 @@
+// Over 700 lines: ZeRO stages 0-3 with bf16 reduction, offload and parameter-server mode, one
+// case a combination that could break alone.
 // Data parallelism with ZeRO stages 0-3 gives one process's training: DP ranks as threads
 // of this process, joined by the Gloo communicator over loopback TCP, against gantry-train's
 // loop in one process with the same global batch and seed. (tests/integration/cluster_test.sh

@@ -1,3 +1,5 @@
+// Over 700 lines: the layout matrix (tp, pp, sp, ep with dp and ZeRO, fp32 and bf16, both
+// backends), one case a layout family.
 // Tensor and pipeline parallelism (with data parallelism and ZeRO) give one process's
 // training: every rank a thread of this process, its groups Gloo communicators over
 // loopback TCP. (tests/integration/model_parallel_test.sh runs layouts with worker processes.)
