@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/planner.h"
@@ -18,6 +19,8 @@ int PlanCommand(const std::vector<std::string>& args) {
   bool dp_given = false, per_rank = false;
   jobspec::GPTConfig shape;
   bool shape_given = false;
+  std::vector<std::string> shape_flags;  // those given, to name them
+  bool params_given = false;
   auto bad = [](const std::string& why) {
     std::fprintf(stderr, "gantry: plan: %s\n", why.c_str());
     return 2;
@@ -28,6 +31,10 @@ int PlanCommand(const std::vector<std::string>& args) {
     auto num = [&](auto* out) { return absl::SimpleAtoi(next(), out); };
     auto real = [&](double* out) { return absl::SimpleAtod(next(), out); };
     bool ok = true;
+    const bool shape_flag = a == "--preset" || a == "--n-layer" || a == "--d-model" || a == "--heads" ||
+                            a == "--arch" || a == "--kv-heads" || a == "--ffn-hidden" || a == "--experts" ||
+                            a == "--top-k" || a == "--moe-every" || a == "--capacity-factor" || a == "--vocab";
+    if (shape_flag) shape_flags.push_back(a);
     if (a == "--preset") {
       auto c = jobspec::ModelPreset(next());
       if (!c.ok()) return bad(std::string(c.status().message()));
@@ -63,7 +70,7 @@ int PlanCommand(const std::vector<std::string>& args) {
     } else if (a == "--seq-len") {
       ok = num(&in.seq_len);
     } else if (a == "--params") {
-      ok = real(&in.params);
+      ok = real(&in.params), params_given = true;
     } else if (a == "--gpus") {
       ok = num(&gpus);
     } else if (a == "--gpu-memory") {
@@ -110,6 +117,14 @@ int PlanCommand(const std::vector<std::string>& args) {
       return bad(absl::StrCat("unknown flag ", a));
     }
     if (!ok) return bad(absl::StrCat(a, " takes a number"));
+  }
+  // Two descriptions of one model never mix: a shape flag alone takes the defaults for the rest
+  // of the shape (12 layers, d_model 768, ...), which would silently replace the --params given.
+  if (params_given && shape_given) {
+    return bad(absl::StrCat("--params describes the model by its size and ", absl::StrJoin(shape_flags, ", "),
+                            " by its shape: give one of the two (--params alone plans the model state without "
+                            "activations; a shape flag takes defaults for the rest of the shape: give the whole "
+                            "shape, or --preset)"));
   }
   if (shape_given) {
     shape.max_seq_len = std::max(shape.max_seq_len, in.seq_len);

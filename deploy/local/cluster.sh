@@ -61,7 +61,7 @@ case "$cmd" in
     done
     # Workers on one host get disjoint CPU slices (each pins its threads inside its slice);
     # with more workers than CPUs, none pins.
-    NCPU=$(nproc); PER=$(( NCPU / WORKERS ))
+    NCPU=$(nproc); PER=$(( WORKERS > 0 ? NCPU / WORKERS : NCPU ))  # --workers 0: a control plane alone
     for i in $(seq 1 "$WORKERS"); do
       if [ "$WORKERS" -gt 1 ] && [ "$PER" -ge 1 ]; then
         FIRST=$(( (i - 1) * PER )); LAUNCH=(taskset -c "$FIRST-$(( FIRST + PER - 1 ))"); PIN=1
