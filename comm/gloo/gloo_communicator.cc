@@ -149,6 +149,9 @@ absl::Status GlooCommunicator::Run(const char* what, F&& f) {
         ReportFailureAndFindMissing(*store_, rank_, size_, seq, options_.failure_grace, &aborted_);
     broken_ = absl::StrCat(what, " #", seq, " failed on rank ", rank_, " of ", size_, ": ", missing, " (timeout ",
                            options_.timeout.count(), " ms; gloo: ", e.what(), ")");
+    // Aborted while the other ranks' reports were awaited: the placement's end, as Abort
+    // promises (communicator.h), not a timeout.
+    if (aborted_) return absl::AbortedError(broken_);
     return absl::DeadlineExceededError(broken_);
   }
   completed_ = seq;
