@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/rng.h"
@@ -15,6 +18,17 @@
 #include "jobspec/model_layout.h"
 
 namespace gantry::testing {
+
+// Polls `holds` every 5 ms until it holds or `limit` passes; returns whether it held. For
+// state with nothing to wait on (a heartbeat's contents, a monitor acting in rounds).
+inline bool PollUntil(const std::function<bool()>& holds, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!holds()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 inline std::string SourcePath(const std::string& rel) {
   return std::string(GANTRY_SOURCE_DIR) + "/" + rel;

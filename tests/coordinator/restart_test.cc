@@ -130,17 +130,6 @@ TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {
   EXPECT_EQ(registry_.GetCounter("gantry_coordinator_spec_parses_total", "").Value(), 1.0);
 }
 
-// Polls until `done` holds or `seconds` pass (the cluster's monitor acts in rounds of
-// 100 ms); returns whether it held.
-bool PollUntil(const std::function<bool()>& done, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 // A cluster with its own store and registry, for tests with options of their own.
 struct OwnCluster {
   explicit OwnCluster(const ClusterOptions& o)
@@ -166,12 +155,12 @@ TEST_F(RestartTest, APlacementWhoseWriteFailsIsRetriedAndPlacedOnce) {
   EXPECT_EQ(Job(job).state(), v1::PENDING) << "still queued";
   EXPECT_EQ(Job(job).generation(), 0);
   std::vector<v1::CoordinatorMessage> got;
-  PollUntil(
+  testing::PollUntil(
       [&] {
         for (auto& m : s.Take()) got.push_back(std::move(m));
         return Assigned(got) != nullptr;
       },
-      20);
+      std::chrono::seconds(20));
   const v1::Assignment* a = Assigned(got);
   ASSERT_NE(a, nullptr) << "the job was never placed after its failed write";
   EXPECT_EQ(a->generation(), 1);
@@ -197,12 +186,12 @@ TEST(MembershipTest, ASilentWorkerIsCountedOutAndItsStreamEnded) {
   const std::string w1 = cluster.AddWorker(&silent, v1::Resources());
   const std::string w2 = cluster.AddWorker(&closed, v1::Resources());
   cluster.RemoveWorker(w2, "its attach stream closed");
-  PollUntil(
+  testing::PollUntil(
       [&] {
         cluster.Workers();
         return !silent.Ended().empty();
       },
-      10);
+      std::chrono::seconds(10));
   EXPECT_NE(silent.Ended().find("no heartbeat for 0.2 s"), std::string::npos) << silent.Ended();
   EXPECT_EQ(closed.Ended(), "") << "its stream had closed already";
   for (const auto& w : cluster.Workers()) EXPECT_EQ(w.state(), "dead") << w.id();
@@ -234,7 +223,7 @@ TEST(MembershipTest, ADeadWorkersRecordGoesAfterItsRetention) {
   } else {
     EXPECT_EQ(first, "dead") << "listed dead within its retention";
   }
-  PollUntil([&] { return state_of(w1).empty(); }, 20);
+  testing::PollUntil([&] { return state_of(w1).empty(); }, std::chrono::seconds(20));
   EXPECT_EQ(state_of(w1), "") << "the dead worker's record outlived its retention";
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(o.dead_worker_retention_ms));
   cluster.Heartbeat(w1, nullptr);
@@ -256,7 +245,7 @@ TEST(MembershipTest, AWorkerWhoseMessagesWaitOnTheCoordinatorIsNotCountedOut) {
   const std::string w1 = cluster.AddWorker(&waiting, v1::Resources());
   cluster.AddWorker(&witness, v1::Resources());
   auto wait_ended = [&](FakeSession& s) {
-    PollUntil([&] { return !s.Ended().empty(); }, 10);
+    testing::PollUntil([&] { return !s.Ended().empty(); }, std::chrono::seconds(10));
     return s.Ended();
   };
   ASSERT_NE(wait_ended(witness).find("no heartbeat for 0.2 s"), std::string::npos);
@@ -361,7 +350,7 @@ TEST(StallTest, AStalledStepNamesTheRanksBehind) {
     rp->set_step(3);
     cluster.Heartbeat(w, &hb);
   }
-  PollUntil([&] { return !store->GetJob(job)->stalled().empty(); }, 10);
+  testing::PollUntil([&] { return !store->GetJob(job)->stalled().empty(); }, std::chrono::seconds(10));
   const std::string stalled = store->GetJob(job)->stalled();
   EXPECT_NE(stalled.find("step 4 stalled"), std::string::npos) << stalled;
   EXPECT_NE(stalled.find("rank 1 (" + w2 + ") at collective #37"), std::string::npos) << stalled;

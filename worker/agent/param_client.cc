@@ -24,7 +24,7 @@ absl::Status ForEachMessage(size_t begin, size_t end, F&& fn) {
 }
 }  // namespace
 
-ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std::vector<ParamRangeOf> ranges,
+ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std::vector<jobspec::ParamRangeOf> ranges,
                                      const std::vector<jobspec::ParamTensor>& tensors, size_t num_params,
                                      optim::AdamWConfig config)
     : job_id_(std::move(job_id)), generation_(generation), num_params_(num_params), config_(config) {

@@ -15,13 +15,9 @@
 
 namespace gantry::agent {
 
-// The partition map is the spec library's (the coordinator computes it too).
-using jobspec::ParamRangeOf;
-using jobspec::PartitionParams;
-
 class ParamServerClient final : public train::RemoteOptimizer {
  public:
-  ParamServerClient(std::string job_id, int64_t generation, std::vector<ParamRangeOf> ranges,
+  ParamServerClient(std::string job_id, int64_t generation, std::vector<jobspec::ParamRangeOf> ranges,
                     const std::vector<jobspec::ParamTensor>& tensors, size_t num_params, optim::AdamWConfig config);
   ~ParamServerClient() override;
 
@@ -32,7 +28,7 @@ class ParamServerClient final : public train::RemoteOptimizer {
 
  private:
   struct Server {
-    ParamRangeOf range;
+    jobspec::ParamRangeOf range;
     std::unique_ptr<v1::ParamServer::Stub> stub;
     int fd = -1;  // the data port connection, opened on first use
   };

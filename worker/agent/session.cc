@@ -148,7 +148,7 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   ASSIGN_OR_RETURN(joined, JoinGroups(a, *spec, device, rank, &o));
   std::unique_ptr<agent::ParamServerClient> remote;
   if (spec->optimizer.placement == "shardserver") {  // the coordinator's partition map
-    std::vector<agent::ParamRangeOf> ranges;
+    std::vector<jobspec::ParamRangeOf> ranges;
     for (const auto& r : a.param_ranges()) {
       ranges.push_back({r.shard_server(), static_cast<size_t>(r.begin()), static_cast<size_t>(r.end()), r.data_address()});
     }

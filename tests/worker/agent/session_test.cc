@@ -124,14 +124,6 @@ std::optional<v1::JobDone> DoneOf(const Messages& ms, const std::string& job, in
 auto HasDone(const std::string& job, int64_t gen, int rank = 0) {
   return [=](const Messages& ms) { return DoneOf(ms, job, gen, rank).has_value(); };
 }
-// Polls `holds` (state with nothing to wait on, such as a heartbeat) until it holds or `limit` passes.
-bool PollUntil(const std::function<bool()>& holds, seconds limit) {
-  for (const auto end = Clock::now() + limit; Clock::now() < end;) {
-    if (holds()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return holds();
-}
 
 v1::Assignment Assign(const std::string& job, int64_t gen, const std::string& spec, int rank = 0, int world = 1) {
   v1::Assignment a;
@@ -408,7 +400,7 @@ TEST_F(SessionTest, AbortEndsARankWhosePeerIsGoneWithoutWaitingOutTheFailureGrac
 
   // Rank 1 did step 1 with rank 0 (its heartbeat says so, with the collectives it completed).
   v1::Heartbeat hb;
-  ASSERT_TRUE(PollUntil(
+  ASSERT_TRUE(testing::PollUntil(
       [&] {
         hb.Clear();
         w1.session->FillHeartbeat(&hb);

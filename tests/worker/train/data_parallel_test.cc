@@ -554,7 +554,7 @@ TEST_F(DataParallelTest, ACheckpointOverTwoShardServersResumesReadingOnlyWhatEac
     ASSERT_FALSE(addresses.back().empty());
   }
   model::GPT m(Spec(1).model);
-  const auto ranges = agent::PartitionParams(m.num_params(), addresses, 256);
+  const auto ranges = jobspec::PartitionParams(m.num_params(), addresses, 256);
   ASSERT_EQ(ranges.size(), 2u);
   cuts_ = {ranges[1].begin};
   const std::string ckpt = "checkpoint: {every: 10, dir: " + dir_.File("ckpt") + "}\n";
@@ -638,12 +638,12 @@ TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
   const jobspec::JobSpec spec = Spec(2);
   model::GPT m(spec.model);
   // Aligned to 256 elements so that this small model spreads over both servers.
-  const auto ranges = agent::PartitionParams(m.num_params(), addresses, 256);
+  const auto ranges = jobspec::PartitionParams(m.num_params(), addresses, 256);
   ASSERT_EQ(ranges.size(), 2u);
   EXPECT_GT(ranges[0].end - ranges[0].begin, 0u);
   EXPECT_GT(ranges[1].end - ranges[1].begin, 0u);
   EXPECT_EQ(ranges[1].end, m.num_params());
-  std::vector<agent::ParamRangeOf> use = ranges;  // first through gRPC, then the data ports
+  std::vector<jobspec::ParamRangeOf> use = ranges;  // first through gRPC, then the data ports
   remote_factory_ = [&] {
     return std::make_unique<agent::ParamServerClient>(
         "j-ps", 1, use, m.tensors(), m.num_params(),
