@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 BIN=build/cli
-mkdir -p data/fortunes runs
-if [ ! -f data/fortunes/train.bin ]; then
-  "$BIN/gantry-train" prepare --out-dir data/fortunes /usr/share/games/fortunes
+mkdir -p datasets/fortunes runs
+if [ ! -f datasets/fortunes/train.bin ]; then
+  "$BIN/gantry-train" prepare --out-dir datasets/fortunes /usr/share/games/fortunes
 fi
 CLUSTER=runs/cluster
 bash deploy/local/cluster.sh stop --dir "$CLUSTER" >/dev/null 2>&1 || true

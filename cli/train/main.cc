@@ -133,7 +133,7 @@ absl::Status RunPrepare(int argc, char** argv) {
   ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"out-dir", "val-fraction", "tokenizer", "shard-tokens", "threads", "eot"}, {}));
   data::PrepareOptions o;
   o.inputs = a.positional;
-  o.out_dir = Flag(a, "out-dir", "data/fortunes");
+  o.out_dir = Flag(a, "out-dir", "datasets/fortunes");
   o.tokenizer = Flag(a, "tokenizer");
   o.eot = Flag(a, "eot");
   RETURN_IF_ERROR(FlagNumber(a, "val-fraction", &o.val_fraction));
