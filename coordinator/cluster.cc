@@ -1,7 +1,8 @@
-// The coordinator's cluster (cluster.h). Over 700 lines because membership and the scheduler
-// still share one class and its lock; watchers, the spec cache and stall detection are
-// collaborators of their own (watchers.h, spec_cache.h, stalls.h) and the scheduling pass reads
-// decide, commit, send. Issue 37 goes on to split membership and the scheduler.
+// The coordinator's cluster (cluster.h): the façade over membership (membership.h), the
+// scheduler (scheduler.h), watchers, the spec cache and stall detection, and the job
+// lifecycle itself: what ranks report (steps, ends, checkpoint parts) turned into the job's
+// state changes, restarts and growth. Over 700 lines because that lifecycle (about 400 of
+// them) is one state machine over one lock; each collaborator above has its own file and test.
 #include "coordinator/cluster.h"
 
 #include "coordinator/job_state.h"
@@ -27,9 +28,11 @@ Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions optio
     : store_(store),
       registry_(registry),
       options_(options),
+      members_(MembershipOptions{options.worker_timeout_ms, options.dead_worker_retention_ms, options.shard_timeout_ms}),
       specs_(store, registry),
       stalls_(options.stall_ms),
-      started_ms_(NowUnixMs()) {
+      scheduler_(store, &members_, &specs_, &watchers_, registry, &scheduler_host_,
+                  Scheduler::Options{options.placement_grace_ms, options.checkpoint_server_wait_ms}, NowUnixMs()) {
   // Every series exists from the start (at 0), so that rates, alerts and dashboards see the
   // first event rather than a series appearing.
   for (auto [name, help] : {std::pair{"gantry_coordinator_job_restarts_total", "Jobs placed again after a failure."},
@@ -57,7 +60,7 @@ Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions optio
         CheckpointEnded(c, servers);
       });
   monitor_ = std::thread([this] { Monitor(); });
-  scheduler_ = std::thread([this] {
+  pass_thread_ = std::thread([this] {
     std::unique_lock<std::mutex> sl(schedule_mu_);
     for (;;) {
       schedule_cv_.wait(sl, [&] { return schedule_requested_ || schedule_stop_; });
@@ -88,7 +91,7 @@ Cluster::~Cluster() {
     schedule_stop_ = true;
   }
   schedule_cv_.notify_all();
-  scheduler_.join();
+  pass_thread_.join();
   commits_.reset();  // the commits in flight end (each call has a deadline) while the cluster is whole
 }
 
@@ -167,53 +170,18 @@ void Cluster::RememberSpec(const std::string& job_id, jobspec::JobSpec spec) { s
 
 std::shared_ptr<const jobspec::JobSpec> Cluster::SpecOf(const v1::Job& job) { return specs_.Of(job); }
 
-bool Cluster::StoredStepsKnownLocked(const v1::Job& job, const jobspec::JobSpec& spec,
-                                     const std::vector<std::string>& servers) {
-  if (job.generation() == 0 && spec.checkpoint.resume_from.empty()) return true;  // nothing stored to find
-  if (servers.empty()) return true;  // no shard server to ask: the coordinator's record alone
-  StoredSteps& st = stored_[job.id()];
-  if (st.generation == job.generation()) return st.done;
-  st = StoredSteps{job.generation(), false, 0, 0};
-  const std::string id = job.id(), from = spec.checkpoint.resume_from.substr(0, spec.checkpoint.resume_from.find('@'));
-  // A server that cannot be listed may hold the newest checkpoint: then nothing is
-  // concluded, and the lookup runs again at the monitor's next round (a dead server leaves
-  // the live set after shard_timeout_ms).
-  std::vector<std::string> jobs = {id};
-  if (!from.empty()) jobs.push_back(from);
-  commits_->ListNewest(id, servers, std::move(jobs),
-                       [this, id, generation = job.generation()](std::vector<int64_t> newest,
-                                                                 std::vector<std::string> unreachable) {
-                         std::lock_guard<std::mutex> l(mu_);
-                         auto it = stored_.find(id);
-                         // Not queued any more, or a later placement's lookup replaced it.
-                         if (it == stored_.end() || it->second.generation != generation) return;
-                         StoredSteps& s = it->second;
-                         if (!unreachable.empty()) {
-                           LOG(WARNING) << "job " << id << ": listing its checkpoints before placing it: "
-                                        << unreachable.front() << "; trying again";
-                           s.generation = -1;  // the next round starts a new lookup
-                           timed_wait_ = true;
-                           return;
-                         }
-                         s.own = newest[0];
-                         s.from = newest.size() > 1 ? newest[1] : 0;
-                         s.done = true;
-                         if (!stop_) ScheduleLocked();
-                       });
-  return false;
+absl::Status Cluster::SchedulerHost::Transition(v1::Job& job, v1::JobState to, const std::string& message) {
+  return c_->Transition(job, to, message);
 }
 
-absl::StatusOr<std::pair<std::string, int64_t>> Cluster::ResumePointLocked(const v1::Job& job,
-                                                                           const jobspec::JobSpec& spec) {
-  const auto st = stored_.find(job.id());
-  const bool listed = st != stored_.end() && st->second.done && st->second.generation == job.generation();
-  placement::Stored own{job.checkpoint_step(), listed ? st->second.own : 0}, from{0, listed ? st->second.from : 0};
-  const std::string& resume_from = spec.checkpoint.resume_from;
-  if (!resume_from.empty() && resume_from.find('@') == std::string::npos) {
-    auto src = store_->GetJob(resume_from);
-    if (src.ok()) from.recorded = src->checkpoint_step();
-  }
-  return placement::ResumePoint(job, spec, own, from);
+void Cluster::SchedulerHost::ListStoredSteps(const std::string& job_id, int64_t generation,
+                                            std::vector<std::string> servers, std::vector<std::string> jobs) {
+  c_->commits_->ListNewest(job_id, std::move(servers), std::move(jobs),
+                           [c = c_, job_id, generation](std::vector<int64_t> newest, std::vector<std::string> unreachable) {
+                             std::lock_guard<std::mutex> l(c->mu_);
+                             c->scheduler_.StoredStepsListed(job_id, generation, newest, unreachable);
+                             if (unreachable.empty() && !c->stop_) c->ScheduleLocked();
+                           });
 }
 
 void Cluster::JobSubmitted() {
@@ -259,12 +227,12 @@ void Cluster::JobCancelled(const v1::Job& job) {
   // Its workers are free at once: each is told to drop the job, and joins the job's threads
   // before it starts the next assignment.
   for (const auto& wid : std::set<std::string>(job.workers().begin(), job.workers().end())) {
-    auto it = workers_.find(wid);
-    if (it == workers_.end() || it->second.session == nullptr) continue;
+    Member* w = members_.FindAttached(wid);
+    if (w == nullptr) continue;
     v1::CoordinatorMessage m;
     m.set_cancel_job_id(job.id());
-    it->second.session->Send(m);
-    if (it->second.info.job_id() == job.id() && it->second.generation == job.generation()) it->second.Free();
+    w->session->Send(m);
+    if (w->info.job_id() == job.id() && w->generation == job.generation()) w->Free();
   }
   UpdateGaugesLocked(/*force=*/true);  // a user action: its count shows at once
   ScheduleLocked();
@@ -272,18 +240,7 @@ void Cluster::JobCancelled(const v1::Job& job) {
 
 std::string Cluster::AddWorker(WorkerSession* s, const v1::Resources& r) {
   std::lock_guard<std::mutex> l(mu_);
-  const std::string id = absl::StrFormat("w-%06d", next_worker_++);
-  WorkerState& w = workers_[id];
-  w.info.set_id(id);
-  *w.info.mutable_resources() = r;
-  w.info.set_state("idle");
-  w.session = s;
-  w.live = std::make_shared<Liveness>();
-  w.live->last_seen_ms = NowUnixMs();
-  {
-    std::unique_lock<std::shared_mutex> ll(live_mu_);
-    live_[id] = w.live;
-  }
+  const std::string id = members_.Add(s, r, NowUnixMs()).info.id();
   LOG(INFO) << "worker " << id << " attached from " << r.host() << " (" << r.device_kind() << " x" << r.device_count()
             << (r.device_name().empty() ? std::string() : ", " + r.device_name()) << ")";
   if (placement::SlotsOf(r) == 0) {
@@ -292,38 +249,24 @@ std::string Cluster::AddWorker(WorkerSession* s, const v1::Resources& r) {
   v1::CoordinatorMessage m;
   m.set_worker_id(id);
   s->Send(m);
-  UpdateLargestLocked();
   UpdateGaugesLocked();
   ScheduleLocked();
   return id;
 }
 
-void Cluster::Heartbeat(const std::string& id, const v1::Heartbeat* hb) {
-  std::shared_ptr<Liveness> live;
-  {
-    std::shared_lock<std::shared_mutex> l(live_mu_);
-    auto it = live_.find(id);
-    if (it == live_.end()) return;
-    live = it->second;
-  }
-  live->last_seen_ms = NowUnixMs();
-  if (hb != nullptr && !hb->job_id().empty()) {
-    std::lock_guard<std::mutex> l(live->mu);
-    live->last_hb = *hb;
-  }
-}
+void Cluster::Heartbeat(const std::string& id, const v1::Heartbeat* hb) { members_.Heartbeat(id, NowUnixMs(), hb); }
 
 void Cluster::DropIfStale(const std::string& id, const std::string& job_id, int64_t generation) {
   std::lock_guard<std::mutex> l(mu_);
-  auto w = workers_.find(id);
-  if (w == workers_.end() || w->second.session == nullptr) return;
+  Member* w = members_.FindAttached(id);
+  if (w == nullptr) return;
   // A worker now running the current generation of that job sent a late message of an
   // earlier one (its old job thread): nothing to drop. Otherwise it holds state of a
   // generation that is over.
-  if (w->second.info.job_id() == job_id && w->second.generation != generation) return;
+  if (w->info.job_id() == job_id && w->generation != generation) return;
   v1::CoordinatorMessage m;
   m.set_restart_job_id(job_id);
-  w->second.session->Send(m);
+  w->session->Send(m);
 }
 
 void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
@@ -404,14 +347,12 @@ void Cluster::OnDone(const std::string& id, const v1::JobDone& d) {
 void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& server : d.unreachable_shard_servers()) {
-    auto it = shards_.find(server);
-    if (it == shards_.end() || it->second.last_heartbeat_unix_ms() == 0) continue;
-    LOG(WARNING) << "shard server " << server << " counted out until its next heartbeat: " << id << " could not reach it";
-    it->second.set_last_heartbeat_unix_ms(0);
+    if (members_.CountOutShardServer(server)) {
+      LOG(WARNING) << "shard server " << server << " counted out until its next heartbeat: " << id << " could not reach it";
+    }
   }
-  auto w = workers_.find(id);
-  const bool current = w != workers_.end() && w->second.info.job_id() == d.job_id() &&
-                       w->second.generation == d.generation();
+  Member* w = members_.Find(id);
+  const bool current = w != nullptr && w->info.job_id() == d.job_id() && w->generation == d.generation();
   if (!d.ok()) {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(d.job_id());
@@ -448,8 +389,8 @@ void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
                        Retryable(d.code()));
   }
   if (current) {  // not a late report of an earlier generation of a job it runs again
-    w->second.running.erase(d.rank());
-    if (w->second.running.empty()) w->second.Free();  // its last rank of the job
+    w->running.erase(d.rank());
+    if (w->running.empty()) w->Free();  // its last rank of the job
   }
   UpdateGaugesLocked();
   // The freed worker's next job is placed on the scheduling thread: ends come by the
@@ -554,16 +495,16 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   // The other ranks drop this generation now: their collectives fail at once rather than
   // wait out the timeout.
   for (const auto& wid : std::set<std::string>(job->workers().begin(), job->workers().end())) {
-    auto it = workers_.find(wid);
-    if (it == workers_.end() || it->second.session == nullptr) continue;
+    Member* w = members_.FindAttached(wid);
+    if (w == nullptr) continue;
     v1::CoordinatorMessage m;
     if (restart) {
       m.set_restart_job_id(job_id);
     } else {
       m.set_abort_job_id(job_id);
     }
-    it->second.session->Send(m);
-    it->second.Free();  // an assignment waits for the job's threads to end
+    w->session->Send(m);
+    w->Free();  // an assignment waits for the job's threads to end
   }
   job->clear_workers();
   done_ranks_.erase({job_id, generation});
@@ -601,39 +542,17 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   rendezvous_.Drop(job_id);
 }
 
-bool Cluster::SilentLocked(const WorkerState& w, int64_t now) {
-  return w.session != nullptr && now - w.live->last_seen_ms > options_.worker_timeout_ms && !w.session->Backlogged();
-}
-
-void Cluster::ForgetDeadLocked(int64_t now) {
-  std::vector<std::string> gone;
-  for (const auto& [id, w] : workers_) {
-    if (w.session == nullptr && w.dead_since_ms > 0 && now - w.dead_since_ms >= options_.dead_worker_retention_ms) {
-      gone.push_back(id);
-    }
-  }
-  if (gone.empty()) return;
-  std::unique_lock<std::shared_mutex> ll(live_mu_);
-  for (const auto& id : gone) {
-    workers_.erase(id);
-    live_.erase(id);
-  }
-}
-
 void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool end_stream) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = workers_.find(id);
-  if (it == workers_.end() || it->second.session == nullptr) return;
+  Member* w = members_.FindAttached(id);
+  if (w == nullptr) return;
   // Counted out for silence (the Monitor, off the lock): not if it was heard from since.
-  if (end_stream && !SilentLocked(it->second, NowUnixMs())) return;
-  if (end_stream) it->second.session->End(why);
-  it->second.session = nullptr;
-  it->second.info.set_state("dead");
-  it->second.dead_since_ms = NowUnixMs();
-  UpdateLargestLocked();
+  if (end_stream && !members_.Silent(*w, NowUnixMs())) return;
+  if (end_stream) w->session->End(why);
+  members_.MarkDead(*w, NowUnixMs());
   LOG(WARNING) << "worker " << id << " lost: " << why;
   registry_->GetCounter("gantry_coordinator_workers_lost_total", "Workers declared dead.").Inc();
-  const std::string job_id = it->second.info.job_id();
+  const std::string job_id = w->info.job_id();
   if (!job_id.empty()) {
     auto job = store_->GetJob(job_id);
     if (job.ok()) {
@@ -642,7 +561,7 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool e
         if (job->workers(r) == id) ranks.push_back(r);
       }
       const std::string reason =
-          absl::StrCat("worker ", id, " (", it->second.info.resources().host(),
+          absl::StrCat("worker ", id, " (", w->info.resources().host(),
                        ranks.empty() ? std::string() : absl::StrCat(ranks.size() > 1 ? ", ranks " : ", rank ", absl::StrJoin(ranks, ", ")),
                        ") was lost at step ", job->steps_done(), ": ", why);
       const int64_t generation = job->generation();
@@ -656,204 +575,19 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool e
       });
       if (!deferred) EndPlacementLocked(job_id, generation, reason, /*retryable=*/true);
     }
-    it->second.Free();
-    it->second.info.set_state("dead");
+    w->Free();
+    w->info.set_state("dead");
   }
   UpdateGaugesLocked();
   ScheduleLocked();
 }
 
 void Cluster::ScheduleLocked() {
-  last_schedule_ms_ = NowUnixMs();
-  timed_wait_ = false;
-  std::lock_guard<std::mutex> jl(job_mu_);
-  const int64_t now = NowUnixMs();
-  const std::vector<std::string> shard_addrs = LiveShardServersLocked(now);
-  if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Monitor retries
-  ResolveQueuedLocked();
-  // This pass's placements: decided first, written together (one WAL sync however many),
-  // then applied to the workers and sent.
-  std::vector<Store::Update> updates;
-  const std::vector<Placement> placements = DecideLocked(shard_addrs, now, &updates);
-  if (placements.empty()) {
-    UpdateGaugesLocked();
-    return;
+  {
+    std::lock_guard<std::mutex> jl(job_mu_);
+    scheduler_.Pass(NowUnixMs());
   }
-  // Durable before any worker hears of it: a coordinator that died after sending would
-  // otherwise place the job again at the same generation.
-  if (auto s = store_->Commit(&updates); !s.ok()) {
-    LOG(WARNING) << "placing " << placements.size() << " jobs: " << s << "; they stay queued";
-    timed_wait_ = true;  // Monitor retries
-    UpdateGaugesLocked();
-    return;
-  }
-  for (const auto& u : updates) watchers_.Notify(u.job.id());
-  SendLocked(placements, shard_addrs, now);
   UpdateGaugesLocked();
-}
-
-std::vector<std::string> Cluster::LiveShardServersLocked(int64_t now) const {
-  std::vector<std::string> shard_addrs;
-  for (const auto& [addr, s] : shards_) {
-    if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) shard_addrs.push_back(addr);
-  }
-  return shard_addrs;
-}
-
-void Cluster::ResolveQueuedLocked() {
-  // A lookup of stored steps serves one placement of a queued job: the others' go.
-  for (auto it = stored_.begin(); it != stored_.end();) it = store_->IsQueued(it->first) ? std::next(it) : stored_.erase(it);
-  // Queued jobs whose spec this coordinator has not read yet (stored by an earlier one) join
-  // the queue of their device kind; one whose stored spec no longer parses (it did when it
-  // was accepted: the record is damaged) fails.
-  for (const auto& id : store_->Unresolved()) {
-    auto job = store_->GetJob(id);
-    if (!job.ok() || SpecOf(*job)) continue;
-    job->set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
-    if (!Transition(*job, v1::FAILED).ok()) timed_wait_ = true;  // Monitor retries
-  }
-}
-
-std::vector<Cluster::Placement> Cluster::DecideLocked(const std::vector<std::string>& shard_addrs, int64_t now,
-                                                      std::vector<Store::Update>* updates) {
-  // A worker chosen for one placement is not offered to the next.
-  std::vector<Placement> placements;
-  std::set<const WorkerState*> taken;
-  auto idle_slots_of = [&](const std::string& device) {
-    int n = 0;
-    for (const auto& [id, w] : workers_) {
-      if (w.session != nullptr && w.info.state() == "idle" && !taken.count(&w) && placement::Offers(w.info.resources(), device)) {
-        n += placement::SlotsOf(w.info.resources());
-      }
-    }
-    return n;
-  };
-  // First come, first served within a device kind (resources.device): a job that cannot be
-  // placed yet holds back the later ones of its kind, not those of other kinds, whose
-  // workers it could not use. Each kind's queue is walked from its head until one holds.
-  for (const std::string& device : store_->QueuedDevices()) {
-    std::optional<placement::QueueKey> at;
-    while ((at = store_->NextQueued(device, at))) {
-      auto got = store_->GetJob(at->id);
-      if (!got.ok()) continue;
-      v1::Job& job = *got;
-      const auto spec = SpecOf(job);
-      if (!spec || spec->resources.device != device) continue;  // resolved: not expected
-      if (job.state() == v1::RESTARTING) {
-        if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
-            !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
-          timed_wait_ = true;  // Monitor retries
-          break;
-        }
-      }
-      // What the shard servers hold of it, before it is placed again or from another job's
-      // checkpoint: listed off the lock, and the lookup's end places it.
-      if (!StoredStepsKnownLocked(job, *spec, shard_addrs)) break;
-      // Gang placement: all ranks or none. An elastic job takes the largest dp the idle
-      // workers allow (at least its smallest).
-      const int tp = spec->parallel.tp, pp = spec->parallel.pp;
-      const int world = spec->elastic.enabled() ? spec->WorldFor(idle_slots_of(device)) : spec->world_size();
-      if (world == 0) break;  // not even its smallest dp: it waits (first come, first served)
-      std::vector<WorkerState*> idle;
-      std::vector<placement::IdleWorker> idle_slots;
-      for (auto& [wid, w] : workers_) {
-        if (w.session == nullptr || w.info.state() != "idle" || taken.count(&w)) continue;
-        if (!placement::Offers(w.info.resources(), device)) continue;
-        idle.push_back(&w);
-        idle_slots.push_back({w.info.resources().host(), placement::SlotsOf(w.info.resources())});
-      }
-      Placement p;
-      for (const auto& slot : placement::ChooseSlots(idle_slots, world, tp)) {
-        p.chosen.emplace_back(idle[slot.worker], slot.local);
-        ++p.local_world[idle[slot.worker]];
-      }
-      if (p.chosen.empty()) break;  // later jobs of its kind wait
-      // A parameter-server job waits for a shard server, as for workers.
-      if (shard_addrs.empty() && spec->optimizer.placement == "shardserver") break;
-      p.param_ranges = placement::ParamRanges(
-          *spec, shard_addrs, [&](const std::string& server) { return shards_[server].data_address(); });
-      // Where the ranks start: decided here, once, from the committed checkpoints.
-      auto resume = ResumePointLocked(job, *spec);
-      if (!resume.ok()) {
-        job.set_reason(std::string(resume.status().message()));
-        if (!Transition(job, v1::FAILED, job.reason()).ok()) {
-          timed_wait_ = true;  // it stays queued; Monitor retries
-          continue;
-        }
-        LOG(WARNING) << "job " << job.id() << " failed: " << job.reason();
-        continue;
-      }
-      p.resume = *resume;
-      // The normalised spec the ranks read, at this placement's dp: at the spec's own dp
-      // (every job but an elastic one placed smaller or larger) that is the record's
-      // spec_normalised, written by the same ToYaml at submit; emitting YAML per placement
-      // was a tenth of the coordinator's CPU under load.
-      p.dp = world / (tp * pp);
-      p.tp = tp;
-      p.pp = pp;
-      if (p.dp == spec->parallel.dp && !job.spec_normalised().empty()) {
-        p.yaml = job.spec_normalised();
-      } else {
-        jobspec::JobSpec placed = *spec;
-        placed.parallel.dp = p.dp;
-        p.yaml = jobspec::ToYaml(placed);
-      }
-      job.set_generation(job.generation() + 1);
-      job.set_world_size(world);
-      job.clear_workers();
-      for (const auto& [w, local] : p.chosen) job.add_workers(w->info.id());
-      for (size_t r = 0; r < p.chosen.size(); ++r) {
-        const auto& [w, local] = p.chosen[r];
-        const bool gpus = !placement::Offers(w->info.resources(), "cpu");
-        absl::StrAppend(&p.where, r ? ", " : "", p.chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "", w->info.id(),
-                        " (", w->info.resources().host(), gpus ? absl::StrCat(" gpu ", local) : std::string(), ")");
-      }
-      auto events = PrepareTransition(job, v1::SCHEDULED, absl::StrCat("placed: ", p.where));
-      if (!events.ok()) continue;  // queued jobs may be scheduled: not expected
-      for (const auto& [w, local] : p.chosen) taken.insert(w);
-      updates->push_back({job, *std::move(events)});
-      p.job = std::move(job);
-      placements.push_back(std::move(p));
-    }
-  }
-  return placements;
-}
-
-void Cluster::SendLocked(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs,
-                         int64_t now) {
-  auto& latency = registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds",
-                                          "Submit (or re-queue) to placement.", metrics::ExponentialBuckets(0.01, 4, 8));
-  for (auto& p : placements) {
-    const v1::Job& job = p.job;
-    latency.Observe(static_cast<double>(now - job.submit_time_unix_ms()) / 1000.0);
-    const int world = static_cast<int>(p.chosen.size());
-    for (size_t r = 0; r < p.chosen.size(); ++r) {
-      const auto& [w, local] = p.chosen[r];
-      w->info.set_state("busy");
-      w->info.set_job_id(job.id());
-      w->info.add_ranks(static_cast<int>(r));
-      w->running.insert(static_cast<int>(r));
-      w->generation = job.generation();
-      v1::CoordinatorMessage m;
-      v1::Assignment* a = m.mutable_assign();
-      a->set_job_id(job.id());
-      a->set_generation(job.generation());
-      a->set_spec_yaml(p.yaml);
-      a->set_resume_job_id(p.resume.first);
-      a->set_resume_step(p.resume.second);
-      a->set_rank(static_cast<int>(r));
-      a->set_world_size(world);
-      a->set_dp(p.dp);
-      a->set_tp(p.tp);
-      a->set_pp(p.pp);
-      a->set_local_rank(local);
-      a->set_local_world(p.local_world.at(w));
-      for (const auto& s : shard_addrs) a->add_shard_servers(s);
-      a->mutable_param_ranges()->Assign(p.param_ranges.begin(), p.param_ranges.end());
-      w->session->Send(m);
-    }
-    LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed: " << p.where;
-  }
 }
 
 void Cluster::UpdateGaugesLocked(bool force) {
@@ -862,12 +596,7 @@ void Cluster::UpdateGaugesLocked(bool force) {
   const int64_t now = NowUnixMs();
   if (!force && now - gauges_ms_ < 20) return;
   gauges_ms_ = now;
-  int alive = 0, busy = 0;
-  for (const auto& [id, w] : workers_) {
-    if (w.session == nullptr) continue;
-    ++alive;
-    busy += w.info.state() == "busy";
-  }
+  const auto [alive, busy] = members_.AliveAndBusy();
   registry_->GetGauge("gantry_coordinator_workers_alive", "Workers attached and heartbeating.").Set(alive);
   registry_->GetGauge("gantry_coordinator_workers_busy", "Workers running a job.").Set(busy);
   auto by_state = store_->CountByState();  // the store's index: no record is read
@@ -890,14 +619,7 @@ void Cluster::CheckStallsLocked(int64_t now) {
     }
     if (p.reported || job->generation() != p.generation || job->state() != v1::RUNNING) continue;
     // Stalled: the ranks' last completed collectives, from their heartbeats.
-    std::map<int, RankProgress> ranks;
-    for (const auto& [wid, w] : workers_) {
-      if (w.session == nullptr) continue;
-      std::lock_guard<std::mutex> hl(w.live->mu);
-      const v1::Heartbeat& hb = w.live->last_hb;
-      if (hb.job_id() != job_id || hb.generation() != p.generation) continue;
-      for (const auto& rp : hb.ranks()) ranks[rp.rank()] = {wid, rp.collectives_done()};
-    }
+    const std::map<int, RankProgress> ranks = members_.RankProgressOf(job_id, p.generation);
     const std::string what = DescribeStall(p.step + 1, (now - p.at_ms) / 1000.0, job->world_size(), ranks);
     stalls_.MarkReported(job_id);
     (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(what); });  // before the record says so
@@ -908,16 +630,6 @@ void Cluster::CheckStallsLocked(int64_t now) {
   }
 }
 
-int Cluster::IdleSlotsLocked(const std::string& device) const {
-  int idle = 0;
-  for (const auto& [id, w] : workers_) {
-    if (w.session != nullptr && w.info.state() == "idle" && placement::Offers(w.info.resources(), device)) {
-      idle += placement::SlotsOf(w.info.resources());
-    }
-  }
-  return idle;
-}
-
 void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t step) {
   std::lock_guard<std::mutex> l(mu_);
   int world = 0, target = 0;
@@ -926,14 +638,11 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
     auto job = store_->GetJob(job_id);
     if (!job.ok() || job->generation() != generation || job->state() != v1::RUNNING) return;
     const auto spec = SpecOf(*job);
-    if (!spec || !spec->elastic.enabled()) return;
-    // Queued jobs of its device kind come first: growing is only for workers nobody waits for
-    // (a queued job whose spec was not read yet may be of its kind).
-    if (store_->AnyQueued(spec->resources.device) || !store_->Unresolved().empty()) return;
+    if (!spec) return;
     world = job->world_size();
-    target = spec->WorldFor(world + IdleSlotsLocked(spec->resources.device));
+    target = scheduler_.GrowTarget(*job, *spec);
   }
-  if (target <= world) return;
+  if (target == 0) return;
   registry_->GetCounter("gantry_coordinator_elastic_resizes_total", "Elastic jobs placed again at another dp.").Inc();
   EndPlacementLocked(job_id, generation,
                      absl::StrCat("growing from dp ", world, " to dp ", target, " from the checkpoint of step ", step,
@@ -950,36 +659,15 @@ std::vector<std::string> Cluster::MissingCheckpointServers(const v1::Job& job) {
 
 std::vector<v1::Worker> Cluster::Workers() {
   std::lock_guard<std::mutex> l(mu_);
-  std::vector<v1::Worker> out;
-  for (const auto& [id, w] : workers_) {
-    out.push_back(w.info);
-    if (w.live) out.back().set_last_heartbeat_unix_ms(w.live->last_seen_ms);
-  }
-  return out;
+  return members_.List();
 }
 
-int64_t Cluster::LargestWorkerMemory() { return largest_memory_; }  // no lock: SubmitJob reads it
-
-void Cluster::UpdateLargestLocked() {
-  int64_t largest = 0;
-  for (const auto& [id, w] : workers_) {
-    if (w.session != nullptr) largest = std::max<int64_t>(largest, w.info.resources().memory_bytes());
-  }
-  largest_memory_ = largest;
-}
+int64_t Cluster::LargestWorkerMemory() { return members_.LargestMemory(); }  // no lock: SubmitJob reads it
 
 Cluster::WorkerCounts Cluster::CountWorkers(const std::string& device) {
   std::lock_guard<std::mutex> l(mu_);
-  WorkerCounts c;
-  for (const auto& [id, w] : workers_) {
-    if (w.session == nullptr || !placement::Offers(w.info.resources(), device)) continue;
-    ++c.alive;
-    if (w.info.state() == "idle") {
-      ++c.idle;
-      c.idle_slots += placement::SlotsOf(w.info.resources());
-    }
-  }
-  return c;
+  const Membership::Counts c = members_.Count(device);
+  return {c.alive, c.idle, c.idle_slots};
 }
 
 absl::Status Cluster::CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key) {
@@ -1015,15 +703,7 @@ void Cluster::RendezvousGet(const std::string& job_id, int64_t generation, const
 
 void Cluster::RegisterShardServer(const v1::RegisterShardServerRequest& r) {
   std::lock_guard<std::mutex> l(mu_);
-  auto& s = shards_[r.address()];
-  const int64_t now = NowUnixMs();
-  // New, or back after it was counted out (a restart): jobs may wait for it.
-  const bool fresh = s.address().empty() || now - s.last_heartbeat_unix_ms() > options_.shard_timeout_ms;
-  s.set_address(r.address());
-  s.set_bytes_stored(r.bytes_stored());
-  s.set_data_address(r.data_address());
-  s.set_last_heartbeat_unix_ms(now);
-  if (fresh) {
+  if (members_.RegisterShardServer(r, NowUnixMs())) {
     LOG(INFO) << "shard server " << r.address() << " registered";
     ScheduleLocked();  // jobs held back for want of a shard server
   }
@@ -1031,12 +711,7 @@ void Cluster::RegisterShardServer(const v1::RegisterShardServerRequest& r) {
 
 std::vector<v1::ShardServerInfo> Cluster::ShardServers() {
   std::lock_guard<std::mutex> l(mu_);
-  std::vector<v1::ShardServerInfo> out;
-  const int64_t now = NowUnixMs();
-  for (const auto& [a, s] : shards_) {
-    if (now - s.last_heartbeat_unix_ms() <= options_.shard_timeout_ms) out.push_back(s);
-  }
-  return out;
+  return members_.LiveShardServers(NowUnixMs());
 }
 
 void Cluster::Monitor() {
@@ -1045,19 +720,11 @@ void Cluster::Monitor() {
     cv_.wait_for(l, std::chrono::milliseconds(100));
     if (stop_) break;
     const int64_t now = NowUnixMs();
-    if (!grace_over_ && now - started_ms_ >= options_.placement_grace_ms) {
-      grace_over_ = true;
-      ScheduleLocked();  // no shard server came: place what waited, without one
-    } else if (timed_wait_ && now - last_schedule_ms_ >= 1000) {
-      ScheduleLocked();  // waits that end with time (a restart's wait for its shard servers)
-    }
+    if (scheduler_.Due(now)) ScheduleLocked();  // the start's grace is over, or a wait that ends with time
     CheckStallsLocked(now);
-    ForgetDeadLocked(now);
+    members_.ForgetDead(now);
     UpdateGaugesLocked(/*force=*/true);
-    std::vector<std::string> silent;
-    for (const auto& [id, w] : workers_) {
-      if (SilentLocked(w, now)) silent.push_back(id);
-    }
+    const std::vector<std::string> silent = members_.SilentIds(now);
     l.unlock();
     rendezvous_.Expire(now);
     for (const auto& id : silent) {

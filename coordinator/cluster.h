@@ -1,16 +1,17 @@
-// The coordinator's live state: worker membership (by heartbeat), shard servers, FIFO gang
-// placement of pending jobs, and the job state changes that workers report. Durable job
-// state goes through Store; membership is soft state that workers rebuild by re-attaching.
+// The coordinator's live state, behind one façade for the service: membership (workers by
+// heartbeat, shard servers: membership.h), the scheduler (FIFO gang placement: scheduler.h),
+// watchers, the spec cache, stall detection, and the job state changes that workers report.
+// Durable job state goes through Store; membership is soft state that workers rebuild by
+// re-attaching. Locks: mu_ (membership, scheduler, stalls), then job_mu_ (a job's
+// read-modify-write); the collaborators take none of these and are lent none.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -18,7 +19,9 @@
 
 #include "common/metrics.h"
 #include "coordinator/checkpoint_commit.h"
+#include "coordinator/membership.h"
 #include "coordinator/rendezvous.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/spec_cache.h"
 #include "coordinator/stalls.h"
 #include "coordinator/store.h"
@@ -27,22 +30,6 @@
 #include "jobspec/job_spec.h"
 
 namespace gantry::coordinator {
-
-// A worker's attach stream, as the cluster sees it.
-class WorkerSession {
- public:
-  virtual ~WorkerSession() = default;
-  virtual void Send(const v1::CoordinatorMessage& m) = 0;
-  // The cluster counted the worker out while its stream stayed open (it fell silent: a
-  // stopped process, a stalled host): the stream ends, so that the worker, should it come
-  // back, attaches again as a new worker rather than heartbeat on a stream nobody assigns
-  // work to. Called once, with the cluster's lock held; never calls into the cluster.
-  virtual void End(const std::string& why) {}
-  // Whether messages the worker sent wait, read but not yet applied: its silence is then the
-  // coordinator's own (its heartbeats are not read while the backlog is full), not the
-  // worker's, and it is not counted out. Called with the cluster's lock held.
-  virtual bool Backlogged() { return false; }
-};
 
 struct ClusterOptions {
   int64_t worker_timeout_ms = 5000;  // a worker silent this long is dead
@@ -146,60 +133,12 @@ class Cluster {
   void WaitForCommits();
 
  private:
-  // What heartbeats update: apart from the membership under mu_, so that a heartbeat takes
-  // only live_mu_ (shared) and this entry's own lock.
-  struct Liveness {
-    std::atomic<int64_t> last_seen_ms{0};
-    std::mutex mu;
-    v1::Heartbeat last_hb;  // the last heartbeat that named a job (mu)
-  };
-  struct WorkerState {
-    v1::Worker info;  // its last_heartbeat_unix_ms is live->last_seen_ms, filled when listed
-    WorkerSession* session = nullptr;
-    std::shared_ptr<Liveness> live;
-    int64_t generation = 0;  // of the job assignment it runs (info.job_id)
-    int64_t dead_since_ms = 0;  // when it was counted out (state dead); 0 while attached
-    std::set<int> running;   // the ranks of it not done yet (busy while any is)
-    // The worker runs no job any more (its job threads may still be ending: the worker
-    // joins them before it starts the next assignment).
-    void Free() {
-      info.set_state("idle");
-      info.clear_job_id();
-      info.clear_ranks();
-      running.clear();
-    }
-  };
-  // Attached, not heard from for worker_timeout_ms, and not waiting on the coordinator's own
-  // backlog of its messages (cluster mu_ held).
-  bool SilentLocked(const WorkerState& w, int64_t now);
-  // Erases the records of workers dead for dead_worker_retention_ms (cluster mu_ held).
-  void ForgetDeadLocked(int64_t now);
   void CheckStallsLocked(int64_t now);
   // Whether (job, generation) may use the rendezvous store: the job is placed at that
   // generation (a failure report also after it left its placement).
   absl::Status CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key);
-  // A scheduling pass (cluster mu_ held): decide each queued job's placement (first come,
-  // first served within a device kind; all ranks or none), commit them in one durable write,
-  // send the assignments.
+  // A scheduling pass (mu_ held; takes job_mu_): the scheduler's, then the gauges.
   void ScheduleLocked();
-  // One job's placement in a pass.
-  struct Placement {
-    v1::Job job;
-    std::vector<std::pair<WorkerState*, int>> chosen;  // rank r runs on chosen[r].first, as its local rank .second
-    std::map<WorkerState*, int> local_world;
-    std::string yaml, where;
-    std::pair<std::string, int64_t> resume;
-    int dp = 1, tp = 1, pp = 1;
-    std::vector<v1::ParamRange> param_ranges;
-  };
-  std::vector<std::string> LiveShardServersLocked(int64_t now) const;
-  // Queued jobs whose spec this coordinator has not read yet join their device kind's queue
-  // (one whose stored spec no longer parses fails); lookups of stored steps for jobs no longer
-  // queued go.
-  void ResolveQueuedLocked();
-  std::vector<Placement> DecideLocked(const std::vector<std::string>& shard_addrs, int64_t now,
-                                      std::vector<Store::Update>* updates);
-  void SendLocked(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs, int64_t now);
   // A cancelled job's placement ends: its rendezvous keys go, its workers are told and freed.
   void JobCancelled(const v1::Job& job);
   // A message of (job, generation) came from worker id though that generation is over: unless
@@ -221,7 +160,6 @@ class Cluster {
   void ApplyDone(const std::string& id, const v1::JobDone& d);
   // A commit ended (on the committer's executor): its event, the job's record, growth.
   void CheckpointEnded(const CheckpointCommitter::Checkpoint& c, const absl::StatusOr<std::vector<std::string>>& servers);
-  int IdleSlotsLocked(const std::string& device) const;  // ranks the idle workers offering that device kind can host
   void Monitor();
   void UpdateGaugesLocked(bool force = false);
   int64_t gauges_ms_ = 0;  // when UpdateGaugesLocked last ran (mu_)
@@ -232,48 +170,20 @@ class Cluster {
   ClusterOptions options_;
   std::mutex job_mu_;  // job read-modify-write (service and cluster)
   std::mutex mu_;      // membership; taken before job_mu_ where both are needed
-  std::map<std::string, WorkerState> workers_;
-  std::atomic<int64_t> largest_memory_{0};  // LargestWorkerMemory, kept by AddWorker and RemoveWorker
-  void UpdateLargestLocked();
-  std::shared_mutex live_mu_;  // live_ (taken inside mu_ by AddWorker)
-  std::map<std::string, std::shared_ptr<Liveness>> live_;  // worker id → its Liveness, as workers_
-  std::map<std::string, v1::ShardServerInfo> shards_;
+  Membership members_;  // workers and shard servers (under mu_; Heartbeat and LargestMemory from any thread)
   std::map<std::pair<std::string, int64_t>, std::set<int>> done_ranks_;  // (job, generation) → ranks done
-  int64_t next_worker_ = 1;
   Watchers watchers_;  // the WatchJob streams (its own lock)
   SpecCache specs_;    // each job's parsed spec (its own lock)
   StallDetector stalls_;  // under mu_
-  // Where a placement's ranks start (Assignment.resume_job_id, resume_step): the job's own
-  // newest whole checkpoint, else checkpoint.resume_from's; an error names why there is
-  // none. "Newest" is the later of what the coordinator recorded at commit and what the
-  // shard servers' committed manifests say (a commit can be durable on the servers though
-  // the coordinator never heard it: a server or the coordinator died in between). mu_ and
-  // job_mu_ held.
-  absl::StatusOr<std::pair<std::string, int64_t>> ResumePointLocked(const v1::Job& job, const jobspec::JobSpec& spec);
-  // The shard servers' newest whole checkpoints of a job (own) and of its resume_from job
-  // (from), listed on the committer (behind the job's commits) before the job is placed
-  // again (generation: the one the lookup was for). StoredStepsKnownLocked starts the lookup when it is not known yet;
-  // its end places queued jobs. mu_ held.
-  struct StoredSteps {
-    int64_t generation = -1;
-    bool done = false;
-    int64_t own = 0, from = 0;
-  };
-  bool StoredStepsKnownLocked(const v1::Job& job, const jobspec::JobSpec& spec, const std::vector<std::string>& servers);
-  std::map<std::string, StoredSteps> stored_;  // under mu_
   Rendezvous rendezvous_;
   bool stop_ = false;
-  const int64_t started_ms_;
-  bool grace_over_ = false;  // placement_grace_ms has passed since the start
-  int64_t last_schedule_ms_ = 0;
-  bool timed_wait_ = false;  // the head of the queue waits for time to pass (a back-off, a server's return)
   std::condition_variable cv_;
   std::thread monitor_;
   std::mutex schedule_mu_;  // RequestSchedule's flag, apart from mu_ (which a pass holds)
   std::condition_variable schedule_cv_;
   bool schedule_requested_ = false, schedule_stop_ = false;
   bool scheduling_ = false;  // a requested pass runs
-  std::thread scheduler_;
+  std::thread pass_thread_;
   // Checkpoints being assembled: (job, generation, step) → the parts reported so far.
   struct PendingCheckpoint {
     std::set<int> ranks;
@@ -281,6 +191,20 @@ class Cluster {
   };
   std::map<std::tuple<std::string, int64_t, int64_t>, PendingCheckpoint> pending_ckpt_;  // under job_mu_
   std::unique_ptr<CheckpointCommitter> commits_;
+  // The scheduler reaches back through this: a job's transition, a lookup of stored steps
+  // on the committer whose answer re-enters under mu_.
+  class SchedulerHost : public Scheduler::Host {
+   public:
+    explicit SchedulerHost(Cluster* c) : c_(c) {}
+    absl::Status Transition(v1::Job& job, v1::JobState to, const std::string& message) override;
+    void ListStoredSteps(const std::string& job_id, int64_t generation, std::vector<std::string> servers,
+                         std::vector<std::string> jobs) override;
+
+   private:
+    Cluster* c_;
+  };
+  SchedulerHost scheduler_host_{this};
+  Scheduler scheduler_;  // under mu_ and job_mu_
 };
 
 }  // namespace gantry::coordinator

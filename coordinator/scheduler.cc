@@ -1,0 +1,259 @@
+// The scheduler (scheduler.h): decide, commit, send.
+#include "coordinator/scheduler.h"
+
+#include <glog/logging.h>
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_state.h"
+#include "coordinator/placement.h"
+
+namespace gantry::coordinator {
+
+Scheduler::Scheduler(Store* store, Membership* members, SpecCache* specs, Watchers* watchers,
+                     metrics::Registry* registry, Host* host, Options options, int64_t started_ms)
+    : store_(store),
+      members_(members),
+      specs_(specs),
+      watchers_(watchers),
+      registry_(registry),
+      host_(host),
+      options_(options),
+      started_ms_(started_ms) {}
+
+bool Scheduler::Due(int64_t now_ms) {
+  if (!grace_over_ && now_ms - started_ms_ >= options_.placement_grace_ms) {
+    grace_over_ = true;
+    return true;  // no shard server came: place what waited, without one
+  }
+  return timed_wait_ && now_ms - last_pass_ms_ >= 1000;
+}
+
+void Scheduler::Pass(int64_t now) {
+  last_pass_ms_ = now;
+  timed_wait_ = false;
+  const std::vector<std::string> shard_addrs = members_->LiveShardAddresses(now);
+  if (shard_addrs.empty() && now - started_ms_ < options_.placement_grace_ms) return;  // Due() says when
+  ResolveQueued();
+  // This pass's placements: decided first, written together (one WAL sync however many),
+  // then applied to the workers and sent.
+  std::vector<Store::Update> updates;
+  const std::vector<Placement> placements = Decide(shard_addrs, now, &updates);
+  if (placements.empty()) return;
+  // Durable before any worker hears of it: a coordinator that died after sending would
+  // otherwise place the job again at the same generation.
+  if (auto s = store_->Commit(&updates); !s.ok()) {
+    LOG(WARNING) << "placing " << placements.size() << " jobs: " << s << "; they stay queued";
+    timed_wait_ = true;
+    return;
+  }
+  for (const auto& u : updates) watchers_->Notify(u.job.id());
+  Send(placements, shard_addrs, now);
+}
+
+void Scheduler::ResolveQueued() {
+  // A lookup of stored steps serves one placement of a queued job: the others' go.
+  for (auto it = stored_.begin(); it != stored_.end();) it = store_->IsQueued(it->first) ? std::next(it) : stored_.erase(it);
+  // Queued jobs whose spec this coordinator has not read yet (stored by an earlier one) join
+  // the queue of their device kind; one whose stored spec no longer parses (it did when it
+  // was accepted: the record is damaged) fails.
+  for (const auto& id : store_->Unresolved()) {
+    auto job = store_->GetJob(id);
+    if (!job.ok() || specs_->Of(*job)) continue;
+    job->set_reason("its stored job spec no longer parses (the coordinator's log has the error)");
+    if (!host_->Transition(*job, v1::FAILED, "").ok()) timed_wait_ = true;
+  }
+}
+
+std::vector<Scheduler::Placement> Scheduler::Decide(const std::vector<std::string>& shard_addrs, int64_t now,
+                                                    std::vector<Store::Update>* updates) {
+  std::vector<Placement> placements;
+  std::set<const Member*> taken;  // a worker chosen for one placement is not offered to the next
+  // First come, first served within a device kind (resources.device): a job that cannot be
+  // placed yet holds back the later ones of its kind, not those of other kinds, whose
+  // workers it could not use. Each kind's queue is walked from its head until one holds.
+  for (const std::string& device : store_->QueuedDevices()) {
+    std::optional<placement::QueueKey> at;
+    while ((at = store_->NextQueued(device, at))) {
+      auto job = store_->GetJob(at->id);
+      if (!job.ok()) continue;
+      const auto spec = specs_->Of(*job);
+      if (!spec || spec->resources.device != device) continue;  // resolved: not expected
+      Placement p;
+      const Outcome o = PlaceOne(*std::move(job), *spec, shard_addrs, now, taken, &p, updates);
+      if (o == Outcome::kWaits) break;
+      if (o == Outcome::kSkipped) continue;
+      for (const auto& [w, local] : p.chosen) taken.insert(w);
+      placements.push_back(std::move(p));
+    }
+  }
+  return placements;
+}
+
+Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec,
+                                       const std::vector<std::string>& shard_addrs, int64_t now,
+                                       const std::set<const Member*>& taken, Placement* p,
+                                       std::vector<Store::Update>* updates) {
+  const std::string& device = spec.resources.device;
+  if (job.state() == v1::RESTARTING) {
+    if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
+        !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
+      timed_wait_ = true;
+      return Outcome::kWaits;
+    }
+  }
+  // What the shard servers hold of it, before it is placed again or from another job's
+  // checkpoint: listed off the lock, and the lookup's end places it.
+  if (!StoredStepsKnown(job, spec, shard_addrs)) return Outcome::kWaits;
+  // Gang placement: all ranks or none. An elastic job takes the largest dp the idle workers
+  // allow (at least its smallest).
+  const int tp = spec.parallel.tp, pp = spec.parallel.pp;
+  const int world = spec.elastic.enabled() ? spec.WorldFor(members_->Count(device, taken).idle_slots) : spec.world_size();
+  if (world == 0) return Outcome::kWaits;  // not even its smallest dp: it waits (first come, first served)
+  const std::vector<Member*> idle = members_->Idle(device, taken);
+  std::vector<placement::IdleWorker> idle_slots;
+  for (const Member* w : idle) idle_slots.push_back({w->info.resources().host(), placement::SlotsOf(w->info.resources())});
+  for (const auto& slot : placement::ChooseSlots(idle_slots, world, tp)) {
+    p->chosen.emplace_back(idle[slot.worker], slot.local);
+    ++p->local_world[idle[slot.worker]];
+  }
+  if (p->chosen.empty()) return Outcome::kWaits;  // later jobs of its kind wait
+  // A parameter-server job waits for a shard server, as for workers.
+  if (shard_addrs.empty() && spec.optimizer.placement == "shardserver") return Outcome::kWaits;
+  p->param_ranges = placement::ParamRanges(spec, shard_addrs,
+                                           [&](const std::string& server) { return members_->DataAddressOf(server); });
+  // Where the ranks start: decided here, once, from the committed checkpoints.
+  auto resume = ResumePoint(job, spec);
+  if (!resume.ok()) {
+    job.set_reason(std::string(resume.status().message()));
+    if (!host_->Transition(job, v1::FAILED, job.reason()).ok()) {
+      timed_wait_ = true;  // it stays queued
+    } else {
+      LOG(WARNING) << "job " << job.id() << " failed: " << job.reason();
+    }
+    return Outcome::kSkipped;
+  }
+  p->resume = *resume;
+  // The normalised spec the ranks read, at this placement's dp: at the spec's own dp (every
+  // job but an elastic one placed smaller or larger) that is the record's spec_normalised,
+  // written by the same ToYaml at submit; emitting YAML per placement was a tenth of the
+  // coordinator's CPU under load.
+  p->dp = world / (tp * pp);
+  p->tp = tp;
+  p->pp = pp;
+  if (p->dp == spec.parallel.dp && !job.spec_normalised().empty()) {
+    p->yaml = job.spec_normalised();
+  } else {
+    jobspec::JobSpec placed = spec;
+    placed.parallel.dp = p->dp;
+    p->yaml = jobspec::ToYaml(placed);
+  }
+  job.set_generation(job.generation() + 1);
+  job.set_world_size(world);
+  job.clear_workers();
+  for (const auto& [w, local] : p->chosen) job.add_workers(w->info.id());
+  for (size_t r = 0; r < p->chosen.size(); ++r) {
+    const auto& [w, local] = p->chosen[r];
+    const bool gpus = !placement::Offers(w->info.resources(), "cpu");
+    absl::StrAppend(&p->where, r ? ", " : "", p->chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "", w->info.id(),
+                    " (", w->info.resources().host(), gpus ? absl::StrCat(" gpu ", local) : std::string(), ")");
+  }
+  auto events = PrepareTransition(job, v1::SCHEDULED, absl::StrCat("placed: ", p->where));
+  if (!events.ok()) return Outcome::kSkipped;  // queued jobs may be scheduled: not expected
+  updates->push_back({job, *std::move(events)});
+  p->job = std::move(job);
+  return Outcome::kPlaced;
+}
+
+void Scheduler::Send(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs,
+                     int64_t now) {
+  auto& latency = registry_->GetHistogram("gantry_coordinator_scheduling_latency_seconds",
+                                          "Submit (or re-queue) to placement.", metrics::ExponentialBuckets(0.01, 4, 8));
+  for (auto& p : placements) {
+    const v1::Job& job = p.job;
+    latency.Observe(static_cast<double>(now - job.submit_time_unix_ms()) / 1000.0);
+    const int world = static_cast<int>(p.chosen.size());
+    for (size_t r = 0; r < p.chosen.size(); ++r) {
+      const auto& [w, local] = p.chosen[r];
+      w->Assign(job.id(), job.generation(), static_cast<int>(r));
+      v1::CoordinatorMessage m;
+      v1::Assignment* a = m.mutable_assign();
+      a->set_job_id(job.id());
+      a->set_generation(job.generation());
+      a->set_spec_yaml(p.yaml);
+      a->set_resume_job_id(p.resume.first);
+      a->set_resume_step(p.resume.second);
+      a->set_rank(static_cast<int>(r));
+      a->set_world_size(world);
+      a->set_dp(p.dp);
+      a->set_tp(p.tp);
+      a->set_pp(p.pp);
+      a->set_local_rank(local);
+      a->set_local_world(p.local_world.at(w));
+      for (const auto& s : shard_addrs) a->add_shard_servers(s);
+      a->mutable_param_ranges()->Assign(p.param_ranges.begin(), p.param_ranges.end());
+      w->session->Send(m);
+    }
+    LOG(INFO) << "job " << job.id() << " generation " << job.generation() << " placed: " << p.where;
+  }
+}
+
+bool Scheduler::StoredStepsKnown(const v1::Job& job, const jobspec::JobSpec& spec,
+                                 const std::vector<std::string>& servers) {
+  if (job.generation() == 0 && spec.checkpoint.resume_from.empty()) return true;  // nothing stored to find
+  if (servers.empty()) return true;  // no shard server to ask: the coordinator's record alone
+  StoredSteps& st = stored_[job.id()];
+  if (st.generation == job.generation()) return st.done;
+  st = StoredSteps{job.generation(), false, 0, 0};
+  const std::string from = spec.checkpoint.resume_from.substr(0, spec.checkpoint.resume_from.find('@'));
+  // A server that cannot be listed may hold the newest checkpoint: then nothing is
+  // concluded, and the lookup runs again at the next due pass (a dead server leaves the live
+  // set after shard_timeout_ms).
+  std::vector<std::string> jobs = {job.id()};
+  if (!from.empty()) jobs.push_back(from);
+  host_->ListStoredSteps(job.id(), job.generation(), servers, std::move(jobs));
+  return false;
+}
+
+void Scheduler::StoredStepsListed(const std::string& job_id, int64_t generation, const std::vector<int64_t>& newest,
+                                  const std::vector<std::string>& unreachable) {
+  auto it = stored_.find(job_id);
+  // Not queued any more, or a later placement's lookup replaced it.
+  if (it == stored_.end() || it->second.generation != generation) return;
+  StoredSteps& s = it->second;
+  if (!unreachable.empty()) {
+    LOG(WARNING) << "job " << job_id << ": listing its checkpoints before placing it: " << unreachable.front()
+                 << "; trying again";
+    s.generation = -1;  // the next due pass starts a new lookup
+    timed_wait_ = true;
+    return;
+  }
+  s.own = newest[0];
+  s.from = newest.size() > 1 ? newest[1] : 0;
+  s.done = true;
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> Scheduler::ResumePoint(const v1::Job& job,
+                                                                       const jobspec::JobSpec& spec) {
+  const auto st = stored_.find(job.id());
+  const bool listed = st != stored_.end() && st->second.done && st->second.generation == job.generation();
+  placement::Stored own{job.checkpoint_step(), listed ? st->second.own : 0}, from{0, listed ? st->second.from : 0};
+  const std::string& resume_from = spec.checkpoint.resume_from;
+  if (!resume_from.empty() && resume_from.find('@') == std::string::npos) {
+    auto src = store_->GetJob(resume_from);
+    if (src.ok()) from.recorded = src->checkpoint_step();
+  }
+  return placement::ResumePoint(job, spec, own, from);
+}
+
+int Scheduler::GrowTarget(const v1::Job& job, const jobspec::JobSpec& spec) const {
+  if (!spec.elastic.enabled()) return 0;
+  // Queued jobs of its device kind come first: growing is only for workers nobody waits for
+  // (a queued job whose spec was not read yet may be of its kind).
+  if (store_->AnyQueued(spec.resources.device) || !store_->Unresolved().empty()) return 0;
+  const int target = spec.WorldFor(job.world_size() + members_->Count(spec.resources.device).idle_slots);
+  return target > job.world_size() ? target : 0;
+}
+
+}  // namespace gantry::coordinator

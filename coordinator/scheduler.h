@@ -1,0 +1,119 @@
+// The scheduler: places queued jobs on idle workers, first come, first served within a device
+// kind, all ranks of a job or none. A pass decides every placement it can, commits them in
+// one durable write, then sends the assignments; a placement starts from the resume point the
+// committed checkpoints give (the coordinator's record and what the shard servers list). It
+// also says how far an elastic job may grow when workers come free.
+//
+// Thread-compatible: its owner (Cluster) calls it with its own locks held (membership and the
+// jobs' read-modify-write); the scheduler takes none, and reaches back only through Host.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+#include "coordinator/membership.h"
+#include "coordinator/spec_cache.h"
+#include "coordinator/store.h"
+#include "coordinator/watchers.h"
+#include "gantry/v1/coordinator.pb.h"
+#include "jobspec/job_spec.h"
+
+namespace gantry::coordinator {
+
+class Scheduler {
+ public:
+  // What the scheduler asks of its owner.
+  class Host {
+   public:
+    virtual ~Host() = default;
+    // A job's state change, durable, its watchers told (coordinator/job_state.h checks it).
+    virtual absl::Status Transition(v1::Job& job, v1::JobState to, const std::string& message) = 0;
+    // Lists the newest whole checkpoints of `jobs` on `servers` off the caller's locks, behind
+    // job_id's commits; the answer goes to StoredStepsListed, then a pass runs.
+    virtual void ListStoredSteps(const std::string& job_id, int64_t generation, std::vector<std::string> servers,
+                                 std::vector<std::string> jobs) = 0;
+  };
+  struct Options {
+    // After the coordinator starts, jobs are not placed without a shard server for this long.
+    int64_t placement_grace_ms = 2500;
+    // A restarting job waits up to this long after its failure for the shard servers that
+    // hold its last committed checkpoint.
+    int64_t checkpoint_server_wait_ms = 30000;
+  };
+  Scheduler(Store* store, Membership* members, SpecCache* specs, Watchers* watchers, metrics::Registry* registry,
+            Host* host, Options options, int64_t started_ms);
+
+  // A scheduling pass at now_ms: decide, commit, send.
+  void Pass(int64_t now_ms);
+  // Whether a pass should run now for time's sake: the start's grace has just passed, or the
+  // head of a queue waits for time (a restart's back-off, a shard server's return, a failed
+  // write) and the last pass was a second ago.
+  bool Due(int64_t now_ms);
+  // A lookup that ListStoredSteps started has answered (unreachable: servers that could not
+  // be listed; then it runs again at the next due pass).
+  void StoredStepsListed(const std::string& job_id, int64_t generation, const std::vector<int64_t>& newest,
+                         const std::vector<std::string>& unreachable);
+  // The world size a running elastic job should grow to with the idle workers of its kind,
+  // or 0: none, or queued jobs of its kind come first.
+  int GrowTarget(const v1::Job& job, const jobspec::JobSpec& spec) const;
+
+  // One job's placement in a pass.
+  struct Placement {
+    v1::Job job;
+    std::vector<std::pair<Member*, int>> chosen;  // rank r runs on chosen[r].first, as its local rank .second
+    std::map<Member*, int> local_world;
+    std::string yaml, where;
+    std::pair<std::string, int64_t> resume;
+    int dp = 1, tp = 1, pp = 1;
+    std::vector<v1::ParamRange> param_ranges;
+  };
+
+ private:
+  // Queued jobs whose spec this coordinator has not read yet join their device kind's queue
+  // (one whose stored spec no longer parses fails); lookups of stored steps for jobs no
+  // longer queued go.
+  void ResolveQueued();
+  std::vector<Placement> Decide(const std::vector<std::string>& shard_addrs, int64_t now,
+                                std::vector<Store::Update>* updates);
+  // One queued job, at the head of its kind's queue, on the idle workers not taken yet:
+  // placed (*p filled, its update appended), or it waits (and the jobs of its kind behind it
+  // with it), or it is skipped (it failed, or its record cannot move; the walk goes on).
+  enum class Outcome { kPlaced, kWaits, kSkipped };
+  Outcome PlaceOne(v1::Job job, const jobspec::JobSpec& spec, const std::vector<std::string>& shard_addrs, int64_t now,
+                   const std::set<const Member*>& taken, Placement* p, std::vector<Store::Update>* updates);
+  void Send(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs, int64_t now);
+  // What the shard servers hold of a job (its own newest whole checkpoint and its resume_from
+  // job's) is known for its current generation; else the lookup starts, and false.
+  bool StoredStepsKnown(const v1::Job& job, const jobspec::JobSpec& spec, const std::vector<std::string>& servers);
+  // Where a placement's ranks start: the job's own newest whole checkpoint, else
+  // checkpoint.resume_from's; an error names why there is none. "Newest" is the later of what
+  // the coordinator recorded at commit and what the shard servers' committed manifests say.
+  absl::StatusOr<std::pair<std::string, int64_t>> ResumePoint(const v1::Job& job, const jobspec::JobSpec& spec);
+
+  Store* store_;
+  Membership* members_;
+  SpecCache* specs_;
+  Watchers* watchers_;
+  metrics::Registry* registry_;
+  Host* host_;
+  const Options options_;
+  const int64_t started_ms_;
+  bool grace_over_ = false;  // placement_grace_ms has passed since the start
+  int64_t last_pass_ms_ = 0;
+  bool timed_wait_ = false;  // the head of a queue waits for time to pass
+  struct StoredSteps {
+    int64_t generation = -1;
+    bool done = false;
+    int64_t own = 0, from = 0;
+  };
+  std::map<std::string, StoredSteps> stored_;  // job id → its lookup, for the placement it serves
+};
+
+}  // namespace gantry::coordinator
