@@ -10,6 +10,16 @@ SRC="$(cd "$(dirname "$0")/.." && pwd)"
 check() { python3 "$SRC/scripts/check_deps.py" --build "$BUILD" --source "$SRC" "$@"; }
 fail=0
 check || { echo "FAIL: the tree breaks a library rule"; fail=1; }
+# A source file that .gitignore hides builds here and is missing from every clone (data/ once
+# was: a clean clone failed to configure). Only files outside the build and bundle folders count.
+if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
+  hidden="$(git -C "$SRC" ls-files --others --ignored --exclude-standard |
+    grep -Ev '^(build[^/]*|\.c?bundle|venv|\.venv|runs|datasets|\.whl|\.gl)/|__pycache__/|\.pyc$|^\.c?bundle\.tgz$' |
+    grep -E '(\.(cc|h|cu|cuh|inc|proto|py|sh|yaml|txt|md)|CMakeLists\.txt)$')"
+  if [ -n "$hidden" ]; then
+    echo "FAIL: .gitignore hides source files a clone would lack:"; echo "$hidden"; fail=1
+  fi
+fi
 for inject in "--inject-link coordinator/gantry-coordinator=worker/libgantry_train.a" \
               "--inject-link cli/gantry=/usr/lib/x86_64-linux-gnu/libgloo.so" \
               "--inject-include jobspec/job_spec.cc=model/gpt.h" \
