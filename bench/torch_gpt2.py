@@ -4,7 +4,7 @@ tied embeddings, Conv1D-layout weights), the same AdamW grouping and clipping, o
 
   bench mode:  torch_gpt2.py bench --n-layer 6 --n-embd 384 --n-head 6 --seq-len 256 \
                    --vocab 256 --batch 8 --steps 10 --threads 2
-  train mode:  torch_gpt2.py train --data data/fortunes/train.bin --val data/fortunes/val.bin ...
+  train mode:  torch_gpt2.py train --data datasets/fortunes/train.bin --val datasets/fortunes/val.bin ...
   gpu-bench:   torch_gpt2.py gpu-bench [--arch gpt2|llama] [--profile]   (GPT-2 124M, or a Llama of
                its size through transformers' LlamaForCausalLM, on one GPU, for bench/gpu/run.sh)
 

@@ -1,8 +1,8 @@
 // The GPT model over the backend interface: GPT-2 and Llama blocks, tensor and sequence
-// parallelism, pipeline slots, 16-bit working copies, recompute and profiling, in one class
-// (the MoE layers are model/moe_layer.h's). It is over 700 lines because that class still does
-// the rest; issue 37 goes on splitting it by collaborator (the stack over per-architecture
-// blocks, the tensor- and sequence-parallel helpers, the working weights).
+// parallelism, pipeline slots, recompute and profiling, in one class (the MoE layers are
+// model/moe_layer.h's, the 16-bit working weights model/working_weights.h's). It is over 700
+// lines because that class still does the rest; issue 37 goes on splitting it by collaborator
+// (the stack over per-architecture blocks, the tensor- and sequence-parallel helpers).
 #include "absl/strings/string_view.h"
 #include "model/gpt.h"
 
@@ -53,13 +53,15 @@ GPT::GPT(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard, ker
   }
   moe_ = std::make_unique<MoeLayers>(config_, shard_, Fm_, be_, static_cast<MoeHost*>(this));
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
+  size_t classifier = 0;  // the index in tensors_ of this shard's classifier rows (a stage with the classifier has them)
   if (const jobspec::ParamTensor* cls = FindTensor(jobspec::ClassifierTensor(config))) {
-    wte_tensor_ = static_cast<size_t>(cls - tensors_.data());
+    classifier = static_cast<size_t>(cls - tensors_.data());
     // The classifier's unit: the first whose range holds it (GPT-2's first stage: the
     // embedding's wte, which it ties).
     while (cls_unit_ + 1 < num_units() && unit_end(cls_unit_) <= cls->offset) ++cls_unit_;
     cls_offset_ = cls->offset - unit_begin(cls_unit_);
   }
+  working_ = std::make_unique<WorkingWeights>(be_, &tensors_, config.llama(), classifier);
   const size_t n = num_params();
   params_.Assign(be_, n);
   grads_.Assign(be_, n);
@@ -181,81 +183,13 @@ void GPT::Round(float* p, size_t n) {
   if (mixed()) be_->RoundTo(p, p, static_cast<int64_t>(n), lp_);
 }
 
-void GPT::RefreshWorking() {
-  if (working_valid_ || !mixed() || gathers() || !has_param_buffer()) return;
-  if (image_at_.empty()) {  // the image's layout: the GEMM tensors in flat order
-    // A tensor that a GEMM reads with the next one as one matrix is followed by it unpadded;
-    // each such run (and each tensor alone) starts 64-byte aligned.
-    size_t at = 0;
-    image_at_.assign(tensors_.size(), 0);
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      image_at_[i] = at;
-      if (!tensors_[i].gemm) continue;
-      const bool joined_next = i + 1 < tensors_.size() && tensors_[i + 1].gemm_joined;
-      at = joined_next ? at + tensors_[i].numel : (at + tensors_[i].numel + 31) / 32 * 32;
-    }
-    image_at_.push_back(at);
-  }
-  const size_t floats = (image_at_.back() + 1) / 2;
-  if (work_.size() != floats) work_.Assign(be_, floats, /*zero=*/false);
-  auto* image = reinterpret_cast<uint16_t*>(work_.data());
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    if (!tensors_[i].gemm) continue;
-    be_->Convert(kernels::Ptr(image + image_at_[i], lp_), params_.data() + tensors_[i].offset,
-                 static_cast<int64_t>(tensors_[i].numel));
-  }
-  working_valid_ = true;
-}
-
-GPT::GemmParams GPT::GemmWeights(const LayerParams& w, int l) {
-  if (!mixed()) return {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
-  if (config_.moe_layer(l)) {  // the job spec refuses this; a model built directly says so
+GemmOperands GPT::GemmWeights(const LayerParams& w, int l) {
+  if (mixed() && config_.moe_layer(l)) {  // the job spec refuses this; a model built directly says so
     if (comm_status_.ok()) comm_status_ = absl::UnimplementedError("a MoE layer in bf16/fp16 is not built yet (fp32 only)");
     return {};
   }
-  // The layer's GEMM operands, as (first tensor, tensors) of the layer, in GemmParams order:
-  // GPT-2's tensors 2-5 and 8-11; Llama's q|k|v, o, gate|up and down (no biases).
-  struct Operand {
-    int first = -1, count = 0;
-  };
-  static constexpr Operand kGpt2[8] = {{2, 1}, {3, 1}, {4, 1}, {5, 1}, {8, 1}, {9, 1}, {10, 1}, {11, 1}};
-  static constexpr Operand kLlama[8] = {{1, 3}, {}, {4, 1}, {}, {6, 2}, {}, {8, 1}, {}};
-  const Operand* ops = config_.llama() ? kLlama : kGpt2;
-  const size_t first = LayerTensor(l);
-  kernels::CPtr p[8] = {};
-  if (!gathers()) {
-    const auto* image = reinterpret_cast<const uint16_t*>(work_.data());
-    for (int i = 0; i < 8; ++i) {
-      if (ops[i].count > 0) p[i] = kernels::CPtr(image + image_at_[first + ops[i].first], lp_);
-    }
-  } else {  // ZeRO 3: the gathered unit's tensors cast now
-    const float* src[8] = {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
-    size_t total = 0;
-    for (int i = 0; i < 8; ++i) {
-      for (int j = 0; j < ops[i].count; ++j) total += tensors_[first + ops[i].first + j].working_room();
-    }
-    if (lp_unit_.size() < (total + 1) / 2) lp_unit_.Assign(be_, (total + 1) / 2, /*zero=*/false);
-    auto* out = reinterpret_cast<uint16_t*>(lp_unit_.data());
-    for (int i = 0; i < 8; ++i) {
-      if (ops[i].count == 0) continue;
-      size_t n = 0;  // the operand's tensors are adjacent in the unit: one conversion
-      for (int j = 0; j < ops[i].count; ++j) n += tensors_[first + ops[i].first + j].numel;
-      be_->Convert(kernels::Ptr(out, lp_), src[i], static_cast<int64_t>(n));
-      p[i] = kernels::CPtr(out, lp_);
-      out += (n + 31) / 32 * 32;
-    }
-  }
-  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
-}
-
-kernels::CPtr GPT::ClassifierWeight(const float* W) {
-  if (!mixed()) return W;
-  const size_t wte = wte_tensor_;
-  if (!gathers()) return kernels::CPtr(reinterpret_cast<const uint16_t*>(work_.data()) + image_at_[wte], lp_);
-  const size_t n = tensors_[wte].numel;
-  if (lp_wte_.size() != (n + 1) / 2) lp_wte_.Assign(be_, (n + 1) / 2, /*zero=*/false);
-  be_->Convert(kernels::Ptr(lp_wte_.data(), lp_), W, static_cast<int64_t>(n));
-  return kernels::CPtr(lp_wte_.data(), lp_);
+  const float* src[8] = {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
+  return working_->Layer(src, LayerTensor(l), gathers());
 }
 
 void GPT::ZeroGrad() { be_->Zero(grads_.data(), grads_.size() * sizeof(float)); }
@@ -369,7 +303,7 @@ void GPT::FinishNormGrads(float* g, size_t n) {
   be_->ResidualForward(g, g, A(off_.dnorm), static_cast<int64_t>(n));
 }
 
-void GPT::ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+void GPT::ForwardLayer(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
                        const char* tag) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
   const int BT = B * T, R = Rows(BT);
@@ -442,7 +376,7 @@ MoeScratch GPT::MoeWork() {
           A(off_.moe_dlogits), A(off_.dfch), A(off_.moe_dyr), A(off_.moe_dxr)};
 }
 
-void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
                             const char* tag) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, NKV = NKVa_, hd = hd_, Fm = Fm_;
   const int BT = B * T, R = Rows(BT);
@@ -663,7 +597,7 @@ float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B,
   return loss;
 }
 
-void GPT::BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g, const float* residual,
+void GPT::BackwardLayer(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g, const float* residual,
                         int B, int T) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
   const int BT = B * T, R = Rows(BT);
@@ -726,7 +660,7 @@ void GPT::BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const 
   FinishNormGrads(g.ln1w, 2 * static_cast<size_t>(C));
 }
 
-void GPT::BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g,
+void GPT::BackwardLlamaLayer(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g,
                              const float* residual, int B, int T) {
   const int C = config_.n_embd, Ca = Ca_, NH = NHa_, NKV = NKVa_, hd = hd_, Fm = Fm_;
   const int BT = B * T, R = Rows(BT);
@@ -821,7 +755,7 @@ void GPT::RunBackward(int B, int T) {
   for (int l = le_ - 1; l >= lb_; --l) {
     const int u = layer_unit(l);
     const LayerParams p = Layer(UnitParams(u), l);
-    const GemmParams w = GemmWeights(p, l);
+    const GemmOperands w = GemmWeights(p, l);
     const LayerParams g = Layer(UnitGrads(u), l);
     const float* residual = l > lb_ ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
     if (config_.llama()) {

@@ -18,6 +18,7 @@
 #include "jobspec/model_layout.h"
 #include "comm/communicator.h"
 #include "model/moe_layer.h"
+#include "model/working_weights.h"
 
 namespace gantry::model {
 
@@ -66,7 +67,7 @@ class GPT : private MoeHost {
   void set_param_host(ParamHost* host) { host_ = host; }
   void FreeParamBuffer() {
     params_.Reset();
-    work_.Reset();
+    working_->ReleaseImage();
   }
   void FreeGradBuffer() { grads_.Reset(); }
   void AllocateParamBuffer() {
@@ -83,7 +84,7 @@ class GPT : private MoeHost {
   // Whoever writes the parameters other than through this class's own methods (an optimizer
   // step, a load into params()) says so: a mixed-precision model recasts its 16-bit working
   // copy of the GEMM weights from them before its next forward.
-  void MarkParamsChanged() { working_valid_ = false; }
+  void MarkParamsChanged() { working_->Invalidate(); }
   // The parameters where the host can read them: in place on a host-addressable backend,
   // else a copy in *staged.
   const float* HostParams(std::vector<float>* staged) const;
@@ -171,8 +172,7 @@ class GPT : private MoeHost {
     act_.Reset();
     tokens_.Reset();
     xent_stats_.Reset();
-    lp_unit_.Reset();
-    lp_wte_.Reset();
+    working_->ReleasePerUnit();
     act_B_ = act_T_ = 0;
   }
   // Activation checkpointing (before the first forward, or re-laid out at the next).
@@ -184,7 +184,7 @@ class GPT : private MoeHost {
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
   // Mixed precision: bytes of the 16-bit working copies of the GEMM weights (the persistent
   // copy of ZeRO 0-2, or one unit's and the classifier's under ZeRO 3).
-  size_t working_param_bytes() const { return (work_.size() + lp_unit_.size() + lp_wte_.size()) * sizeof(float); }
+  size_t working_param_bytes() const { return working_->bytes(); }
 
   // Mixed precision (train.precision). In bf16 or fp16 the parameters stay fp32 (the
   // master copy; the optimizer updates them), and the GEMMs read a 16-bit working copy of
@@ -197,10 +197,7 @@ class GPT : private MoeHost {
   void set_precision(kernels::Precision p) {
     if (p != lp_) act_B_ = act_T_ = 0;
     lp_ = p;
-    work_.Reset();
-    lp_unit_.Reset();
-    lp_wte_.Reset();
-    MarkParamsChanged();
+    working_->set_precision(p);
   }
   kernels::Precision precision() const { return lp_; }
 
@@ -263,15 +260,14 @@ class GPT : private MoeHost {
   }
   // Layer l's forward from its input `residual` (the ops of RunForward's loop): p its fp32
   // tensors, w its GEMM operands.
-  struct GemmParams;
-  void ForwardLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+  void ForwardLayer(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
                     const char* tag);
-  void ForwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const float* residual, int B, int T,
+  void ForwardLlamaLayer(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
                          const char* tag);
   // Layer l's backward from d(output) in dres to d(input) in dres, its gradients into g.
-  void BackwardLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g, const float* residual,
+  void BackwardLayer(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g, const float* residual,
                      int B, int T);
-  void BackwardLlamaLayer(int l, const LayerParams& p, const GemmParams& w, const LayerParams& g,
+  void BackwardLlamaLayer(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g,
                           const float* residual, int B, int T);
   void RunForward(int B, int T);  // the first stage reads the slot's tokens
   // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
@@ -313,18 +309,15 @@ class GPT : private MoeHost {
   void Round(float* p, size_t n);
   // An activation that autocast holds in 16 bits: of the 16-bit type in mixed precision.
   kernels::Ptr H(float* p) const { return mixed() ? kernels::Ptr(p, lp_) : kernels::Ptr(p); }
-  // The GEMMs' operands of a layer: its weights and biases in fp32, or their 16-bit copies
-  // (Llama: qkvw is q|k|v, fcw gate|up, fcprojw down_proj; no biases).
-  struct GemmParams {
-    kernels::CPtr qkvw, qkvb, projw, projb, fcw, fcb, fcprojw, fcprojb;
-  };
-  // Layer l's GEMM operands from its fp32 tensors w: w's own (fp32), the persistent working
-  // copy's, or (ZeRO 3) w's cast into lp_unit_.
-  GemmParams GemmWeights(const LayerParams& w, int l);
+  // The GEMMs' operands of a layer: its weights and biases in fp32, or their 16-bit copies.
+  // Layer l's GEMM operands from its fp32 tensors w (working_weights.h).
+  GemmOperands GemmWeights(const LayerParams& w, int l);
   // The classifier's weight (this rank's wte rows at W) for its GEMM, likewise.
-  kernels::CPtr ClassifierWeight(const float* W);
+  kernels::CPtr ClassifierWeight(const float* W) { return working_->Classifier(W, gathers()); }
   // Mixed precision, ZeRO 0-2: the working copy recast from the parameters when they changed.
-  void RefreshWorking();
+  void RefreshWorking() {
+    if (!gathers() && has_param_buffer()) working_->Refresh(params_.data());
+  }
   bool gathers() const { return host_ != nullptr && host_->gathers_params(); }
   bool mixed() const { return lp_ != kernels::Precision::kFp32; }
   // The index in tensors_ of layer l's first tensor.
@@ -361,13 +354,8 @@ class GPT : private MoeHost {
   std::vector<float> losses_;     // the host copy of the per-token losses (backends the host cannot address)
   kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
   kernels::Precision lp_ = kernels::Precision::kFp32;
-  // Mixed precision: the 16-bit working copy of every GEMM tensor (ZeRO 0-2; at image_at_[i]
-  // 16-bit elements for tensor i, the GEMM tensors in flat order), valid until the
-  // parameters change; under ZeRO 3, one unit's GEMM tensors and the classifier's wte.
-  kernels::DeviceBuffer work_, lp_unit_, lp_wte_;
-  std::vector<size_t> image_at_;
-  size_t wte_tensor_ = 0;  // the index in tensors_ of this shard's classifier rows (a stage with the classifier has them)
-  bool working_valid_ = false;
+  // Mixed precision: the 16-bit working copies of the GEMM weights.
+  std::unique_ptr<WorkingWeights> working_;
 };
 
 }  // namespace gantry::model

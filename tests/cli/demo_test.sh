@@ -9,7 +9,7 @@ if [ ! -d /usr/share/games/fortunes ]; then
   echo "FAIL: the fortunes corpus is missing: run scripts/setup.sh (Debian package fortunes)"; exit 1
 fi
 "$BIN" prepare --out-dir "$TMP/data" /usr/share/games/fortunes 2>/dev/null
-sed -e "s|data/fortunes/|$TMP/data/|g" -e "s|runs/demo/checkpoints|$TMP/ckpt|" configs/demo.yaml >"$TMP/demo.yaml"
+sed -e "s|datasets/fortunes/|$TMP/data/|g" -e "s|runs/demo/checkpoints|$TMP/ckpt|" configs/demo.yaml >"$TMP/demo.yaml"
 start=$(date +%s)
 "$BIN" "$TMP/demo.yaml" --save "$TMP/model" --no-progress | tee "$TMP/log" | grep -E '^(val|job|checkpoint)'
 secs=$(( $(date +%s) - start ))

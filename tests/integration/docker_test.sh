@@ -41,7 +41,20 @@ context_clean() {
   done < <(grep -vE '^(#|$)' "$ROOT/.gitignore")
   return $bad
 }
-check "the build context leaves out what .gitignore names (build directories, venvs, data)" context_clean
+check "the build context leaves out what .gitignore names (build directories, venvs, prepared datasets)" context_clean
+# ...and keeps every file the repository tracks (a pattern that matched a source folder, as
+# `data` once did, would build an image from a tree that lacks it).
+context_whole() {
+  git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1 || { echo "     not a git checkout: nothing to compare"; return 0; }
+  local bad=0 pattern hit
+  while read -r pattern; do
+    case "$pattern" in .git|'**/'*) continue ;; esac
+    hit="$(cd "$ROOT" && git ls-files | grep -E "^${pattern//\*/[^/]*}(/|$)" | head -1)"
+    [ -z "$hit" ] || { echo "     .dockerignore's $pattern leaves out the tracked $hit"; bad=1; }
+  done < <(grep -vE '^(#|$)' "$ROOT/.dockerignore")
+  return $bad
+}
+check "the build context keeps every file the repository tracks" context_whole
 
 closure() {  # closure PACKAGES...: them and everything they depend on (pre-depends included)
   apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances \

@@ -11,7 +11,7 @@
 #include "jobspec/partition.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
-#include "worker/train/zero.h"
+#include "worker/train/remote_params.h"
 
 namespace gantry::agent {
 

@@ -1,7 +1,8 @@
-// The ZeRO engine (zero.h). Over 700 lines because one class still holds stage-3 gathering,
-// the offloaded optimizer and the parameter-server client beside the step; its step reads
-// reduce, clip, update, gather (FinishStep) over buckets planned by worker/train/buckets.h, and
-// issue 37 goes on to make those three collaborators of their own.
+// The ZeRO engine (zero.h). Over 700 lines because stage-3 gathering (its prefetch shares the
+// buckets, the pool and the communication thread with the reductions) is still part of the
+// class; the offloaded optimizer's host side (offload.h) and the parameter-server client
+// (remote_params.h) are collaborators of their own, and the step reads reduce, clip, update,
+// gather (FinishStep) over buckets planned by worker/train/buckets.h.
 #include "worker/train/zero.h"
 #include "jobspec/planner.h"
 
@@ -94,16 +95,7 @@ absl::Status ZeroEngine::OffloadOptimizer() {
     return absl::FailedPreconditionError("optimizer offload shards the optimizer: ZeRO stage 1-3, placement worker");
   }
   opt_ = std::make_unique<optim::AdamW>(model_->tensors(), own_, local_size_, opt_config_, &kernels::CpuBackend());
-  kernels::Backend& be = model_->backend();
-  host_master_.AssignHost(&be, local_size_);
-  host_grads_.AssignHost(&be, local_size_);
-  if (local_size_ > 0 && (host_master_.data() == nullptr || host_grads_.data() == nullptr)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("optimizer offload: cannot allocate 2 x ", local_size_ * sizeof(float), " bytes of host memory"));
-  }
-  down_ = be.NewStream();
-  up_ = be.NewStream();
-  offload_ = true;
+  ASSIGN_OR_RETURN(offload_, HostOffload::Create(&model_->backend(), own_, local_size_));
   NotePeak();
   return absl::OkStatus();
 }
@@ -120,58 +112,12 @@ absl::Status ZeroEngine::OffloadParams() {
 }
 
 absl::StatusOr<size_t> ZeroEngine::OffloadedStep(double lr, int step) {
-  kernels::Backend& be = model_->backend();
   // The reduced (and clipped) gradient pieces: stage 1 in place in the model's gradients,
   // stages 2 and 3 in the compact shard. The parameters: the model's (stages 1, 2), the
   // compact shard (3), or none (offloaded parameters: the updated master is the shard).
   const float* grads = stage_ == 1 ? model_->grads() : grad_shard_.data();
   float* params = offload_params_ ? nullptr : stage_ == 3 ? param_shard_.data() : model_->params();
-  const bool flat = stage_ != 3;  // whether the parameters are indexed flat (else compact)
-  // Runs f(segment part's flat begin, local begin, length) for the parts of own_ in the
-  // compact range [c0, c1).
-  auto parts = [&](size_t c0, size_t c1, auto&& f) {
-    for (const optim::ShardSegment& s : own_) {
-      const size_t lo = std::max(s.local, c0), hi = std::min(s.local + (s.flat_end - s.flat_begin), c1);
-      if (lo < hi) f(s.flat_begin + (lo - s.local), lo, hi - lo);
-    }
-  };
-  const size_t chunks = (local_size_ + offload_chunk_ - 1) / offload_chunk_;
-  std::vector<kernels::Backend::Event> arrived(chunks);
-  // The gradients' writers (the reductions, the clip) are on the backend's own stream: the
-  // copies down wait for them.
-  kernels::Backend::Event ready = be.NewEvent();
-  be.Record(ready);
-  be.SetStream(down_);
-  be.Wait(ready);
-  size_t bytes = 0;
-  for (size_t c = 0; c < chunks; ++c) {
-    const size_t c0 = c * offload_chunk_, c1 = std::min(local_size_, c0 + offload_chunk_);
-    parts(c0, c1, [&](size_t fb, size_t lb, size_t n) {
-      be.CopyToHostAsync(host_grads_.data() + lb, grads + (stage_ == 1 ? fb : lb), n * sizeof(float));
-      bytes += n * sizeof(float);
-    });
-    arrived[c] = be.NewEvent();
-    be.Record(arrived[c]);
-  }
-  absl::Status s;
-  for (size_t c = 0; c < chunks && s.ok(); ++c) {
-    const size_t c0 = c * offload_chunk_, c1 = std::min(local_size_, c0 + offload_chunk_);
-    s.Update(be.SynchronizeEvent(arrived[c]));
-    if (!s.ok()) break;
-    opt_->Step(host_master_.data(), optim::AdamW::Index::kLocal, host_grads_.data(), optim::AdamW::Index::kLocal, lr, step, c0, c1);
-    if (params == nullptr) continue;
-    be.SetStream(up_);
-    parts(c0, c1, [&](size_t fb, size_t lb, size_t n) {
-      be.CopyToDeviceAsync(params + (flat ? fb : lb), host_master_.data() + lb, n * sizeof(float));
-      bytes += n * sizeof(float);
-    });
-  }
-  be.SetStream(nullptr);
-  s.Update(be.Synchronize());  // the parameters up before the gathers read them
-  for (kernels::Backend::Event e : arrived) be.FreeEvent(e);
-  be.FreeEvent(ready);
-  RETURN_IF_ERROR(s);
-  return bytes;
+  return offload_->Step(*opt_, grads, /*grads_flat=*/stage_ == 1, params, /*params_flat=*/stage_ != 3, lr, step);
 }
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, comm::Communicator* comm,
@@ -192,7 +138,6 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     if (!peer.ok()) return Annotate(peer.status(), "a backend for the communication thread");
     e->peer_ = std::move(*peer);
   }
-  e->remote_ = remote;
   e->mp_ = mp;
   e->opt_config_ = config;
   e->counted_ = MergedRanges(model->tensors(), [](const jobspec::ParamTensor& t) { return !t.replica; });
@@ -201,7 +146,6 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     e->tied_begin_ = wte->offset;
     e->tied_end_ = wte->offset + wte->numel;
   }
-  e->staleness_ = std::max(0, staleness);
   e->stage_ = stage;
   e->dp_ = comm->size();
   e->rank_ = comm->rank();
@@ -265,6 +209,20 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
     }
     model->set_param_host(e.get());
   }
+  if (stage == 3) {
+    ZeroEngine* engine = e.get();
+    e->gather_ = std::make_unique<UnitGather>(
+        e->unit_bucket_, static_cast<int>(e->buckets_.size()),
+        UnitGather::Ops{[engine](int k, uint64_t* ticket) {
+                          return engine->StartGather(engine->buckets_[static_cast<size_t>(k)], ticket);
+                        },
+                        [engine](uint64_t ticket) { (void)engine->Wait(ticket); },
+                        [engine](float* p) { engine->pool_.Give(p); }});
+  }
+  if (remote != nullptr) {
+    ZeroEngine* engine = e.get();
+    e->remote_ = std::make_unique<RemoteParams>(remote, model, e->rank_, staleness, [engine] { return engine->Barrier(); });
+  }
   return e;
 }
 
@@ -273,17 +231,12 @@ ZeroEngine::~ZeroEngine() {
     (void)comm_->WaitAll();
     model_->set_param_host(nullptr);
   }
-  if (down_ != nullptr) model_->backend().FreeStream(down_);
-  if (up_ != nullptr) model_->backend().FreeStream(up_);
 }
 
 void ZeroEngine::Shard() {
   kernels::Backend& be = model_->backend();
   if (offload_ && model_->has_param_buffer()) {  // the master pieces, from the parameters as loaded
-    for (const optim::ShardSegment& s : own_) {
-      be.CopyToHost(host_master_.data() + s.local, model_->params() + s.flat_begin,
-                    (s.flat_end - s.flat_begin) * sizeof(float));
-    }
+    offload_->LoadMaster(model_->params());
     model_->Sync();  // a copy's error is kept in the model's status, which the first step answers
   }
   if (stage_ == 3 && model_->has_param_buffer()) {
@@ -303,11 +256,7 @@ void ZeroEngine::Shard() {
 void ZeroEngine::LoadOptimizerState(const float* m, const float* v) {
   // Parameter-server mode only (a ZeRO rank reads its own ranges straight into AdamW, see
   // local_optimizer()): kept whole until StartRemote sends it to the servers.
-  const size_t n = model_->num_params();
-  remote_m_.Assign(n);
-  remote_v_.Assign(n);
-  std::copy(m, m + n, remote_m_.data());
-  std::copy(v, v + n, remote_v_.data());
+  if (remote_) remote_->KeepState(m, v);
 }
 
 absl::Status ZeroEngine::Wait(uint64_t ticket) {
@@ -328,25 +277,15 @@ absl::Status ZeroEngine::WaitAll() {
 absl::StatusOr<std::vector<checkpoint::CheckpointPiece>> ZeroEngine::CheckpointPieces() {
   std::vector<checkpoint::CheckpointPiece> out;
   if (remote_ != nullptr) {  // this rank's even share, with m and v from the shard servers
-    RETURN_IF_ERROR(SyncRemote());
-    size_t total = 0;
-    for (const Bucket& b : buckets_) total += PieceEnd(b) - PieceBegin(b);
-    remote_m_.Assign(total);
-    remote_v_.Assign(total);
-    size_t at = 0;
-    for (const Bucket& b : buckets_) {
-      const size_t pb = PieceBegin(b), pe = PieceEnd(b);
-      if (pb >= pe) continue;
-      RETURN_IF_ERROR(remote_->ReadState(pb, pe, remote_m_.data() + at, remote_v_.data() + at));
-      out.push_back({pb, pe, model_->params() + pb, remote_m_.data() + at, remote_v_.data() + at});
-      at += pe - pb;
-    }
+    std::vector<FlatRange> ranges;
+    for (const Bucket& b : buckets_) ranges.push_back({PieceBegin(b), PieceEnd(b)});
+    ASSIGN_OR_RETURN(out, remote_->Pieces(ranges));
     return HostPieces(std::move(out), /*state_on_device=*/false);
   }
   if (offload_) {  // the master pieces and their state, in host memory already
     for (const Bucket& b : buckets_) {
       const size_t pb = PieceBegin(b), pe = PieceEnd(b);
-      if (pb < pe) out.push_back({pb, pe, host_master_.data() + b.local, opt_->m().data() + b.local, opt_->v().data() + b.local});
+      if (pb < pe) out.push_back({pb, pe, offload_->master() + b.local, opt_->m().data() + b.local, opt_->v().data() + b.local});
     }
     return out;
   }
@@ -386,34 +325,9 @@ absl::StatusOr<std::vector<checkpoint::CheckpointPiece>> ZeroEngine::HostPieces(
   return pieces;
 }
 
-absl::Status ZeroEngine::SyncRemote() {
-  if (remote_ == nullptr || pulled_step_ == pushed_step_) return absl::OkStatus();
-  RETURN_IF_ERROR(Barrier());  // every rank's push of the last step has returned: it is applied
-  if (peer_) {
-    FloatBuffer host(model_->num_params());
-    RETURN_IF_ERROR(remote_->Pull(host.data()));
-    model_->WriteParams(host.data());
-  } else {
-    RETURN_IF_ERROR(remote_->Pull(model_->params()));
-  }
-  pulled_step_ = pushed_step_;
-  model_->MarkParamsChanged();
-  return absl::OkStatus();
-}
+absl::Status ZeroEngine::SyncRemote() { return remote_ ? remote_->Sync() : absl::OkStatus(); }
 
-absl::Status ZeroEngine::StartRemote(int64_t start_step) {
-  if (remote_ == nullptr) return absl::OkStatus();
-  pulled_step_ = pushed_step_ = start_step;
-  const bool resumed = remote_m_.size() == model_->num_params();
-  if (rank_ == 0) {
-    std::vector<float> staged;
-    RETURN_IF_ERROR(remote_->Init(model_->HostParams(&staged), resumed ? remote_m_.data() : nullptr,
-                                  resumed ? remote_v_.data() : nullptr, start_step));
-  }
-  remote_m_ = FloatBuffer();
-  remote_v_ = FloatBuffer();
-  return Barrier();
-}
+absl::Status ZeroEngine::StartRemote(int64_t start_step) { return remote_ ? remote_->Start(start_step) : absl::OkStatus(); }
 
 absl::Status ZeroEngine::Barrier() {
   if (!comm_) return absl::OkStatus();
@@ -427,7 +341,7 @@ absl::Status ZeroEngine::GatherParams() {
   float* staged = nullptr;
   if (offload_params_) {  // the shard from the host, whole
     staged = pool_.Take(local_size_, &model_->backend());
-    model_->backend().CopyToDevice(staged, host_master_.data(), local_size_ * sizeof(float));
+    model_->backend().CopyToDevice(staged, offload_->master(), local_size_ * sizeof(float));
     shard = staged;
   }
   OrderForComm();
@@ -465,83 +379,43 @@ void ZeroEngine::SubmitGather(const Bucket& b, const float* piece, size_t len) {
 
 void ZeroEngine::BeginMicroBatch(int micro, int accum) {
   micro_ = micro;
-  last_unit_ = -1;
+  if (gather_) gather_->BeginMicroBatch();
   last_micro_ = micro == accum - 1;
   for (Bucket& b : buckets_) b.pending = b.units;
 }
 
 float* ZeroEngine::AcquireParams(int unit) {
   if (stage_ < 3) return model_->params() + model_->unit_begin(unit);
-  Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
-  // The model walks its units up in forward and down in backward: the next one this way.
-  const int prev = last_unit_;
-  last_unit_ = unit;
-  const int next = prev < 0 || unit > prev ? unit + 1 : unit - 1;
   // A failure is kept by the thread and answered by FinishStep; forward goes on with
   // whatever the buffer holds until then.
-  if (b.prefetched) {  // on its way: the prefetch's reference becomes this one
-    b.prefetched = false;
-    ++prefetch_hits_;
-    (void)Wait(b.ticket);
-  } else if (b.gathered_refs > 0) {  // held, and whole: its first acquirer waited
-    ++b.gathered_refs;
-  } else {
-    StartGather(b);
-    (void)Wait(b.ticket);
-  }
-  if (prefetch_ && unit != prev) Prefetch(next);
+  float* p = gather_->Acquire(unit);
   NotePeak();
-  return b.gathered;
+  return p;
 }
 
-void ZeroEngine::StartGather(Bucket& b) {
+float* ZeroEngine::StartGather(const Bucket& b, uint64_t* ticket) {
   OrderForComm();  // queued work may still read the buffer the pool hands out
-  b.gathered = pool_.Take(b.piece * b.group_size, &model_->backend());
-  b.gathered_refs = 1;
+  float* out = pool_.Take(b.piece * b.group_size, &model_->backend());
   const float* in = param_shard_.data() + b.local;
-  float* out = b.gathered;
   const size_t piece = b.piece;
   float* staged = nullptr;
   if (offload_params_) {  // the own piece from the host first
     staged = pool_.Take(piece, &model_->backend());
-    model_->backend().CopyToDevice(staged, host_master_.data() + b.local, piece * sizeof(float));
+    model_->backend().CopyToDevice(staged, offload_->master() + b.local, piece * sizeof(float));
     timing_.offload_bytes += piece * sizeof(float);
     OrderForComm();  // copied before the thread's collective reads it
     in = staged;
   }
-  b.ticket = comm_->Submit([this, in, out, piece, staged](comm::Communicator& c) {
+  *ticket = comm_->Submit([this, in, out, piece, staged](comm::Communicator& c) {
     absl::Status s = c.AllGather(in, out, piece);
     if (staged != nullptr) pool_.Give(staged);
     return s;
   });
-}
-
-void ZeroEngine::Prefetch(int unit) {
-  if (unit < 0 || unit >= model_->num_units()) return;
-  Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
-  if (b.prefetched || b.gathered_refs > 0) return;
-  StartGather(b);
-  b.prefetched = true;
-}
-
-void ZeroEngine::DropPrefetches() {
-  for (Bucket& b : buckets_) {
-    if (!b.prefetched) continue;
-    b.prefetched = false;
-    if (--b.gathered_refs == 0) {
-      pool_.Give(b.gathered);
-      b.gathered = nullptr;
-    }
-  }
+  return out;
 }
 
 void ZeroEngine::ReleaseParams(int unit) {
-  if (stage_ < 3) return;
-  Bucket& b = buckets_[static_cast<size_t>(unit_bucket_[static_cast<size_t>(unit)])];
-  if (--b.gathered_refs == 0) {
-    pool_.Give(b.gathered);
-    b.gathered = nullptr;
-  }
+  if (stage_ == 3) gather_->Release(unit);
 }
 
 float* ZeroEngine::AcquireGrads(int unit) {
@@ -784,28 +658,14 @@ absl::StatusOr<double> ZeroEngine::ReduceNormAndLoss(double local_loss, double* 
 absl::Status ZeroEngine::PushAndPull(float coef, double lr, int step) {
   // Each rank pushes its own pieces of the reduced gradient (ZeRO 0: its even share of the
   // all-reduced buffer; 1: the pieces it reduce-scattered, in place; 2: its compact gradient
-  // shard), then reads the servers' new parameters.
-  kernels::Backend& be = model_->backend();
+  // shard), then reads the servers' new parameters when they are due.
   const auto t_push = Clock::now();
+  std::vector<RemoteParams::GradPiece> pieces;
   for (const optim::ShardSegment& sg : own_) {
-    float* g = stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin;
-    const size_t len = sg.flat_end - sg.flat_begin;
-    if (coef != 1.0f) be.Scale(g, static_cast<int64_t>(len), coef);
-    const float* push = g;
-    FloatBuffer host;
-    if (peer_) {  // the servers' client reads host memory
-      host.Assign(len);
-      be.CopyToHost(host.data(), g, len * sizeof(float));
-      push = host.data();
-    }
-    RETURN_IF_ERROR(remote_->Push(step, lr, push, sg.flat_begin, sg.flat_end));
+    pieces.push_back({stage_ == 2 ? grad_shard_.data() + sg.local : model_->grads() + sg.flat_begin, sg.flat_begin,
+                      sg.flat_end});
   }
-  pushed_step_ = step;
-  model_->MarkParamsChanged();
-  // Synchronous (staleness 0): every step. Else every staleness + 1 steps, so that the
-  // parameters are at most `staleness` steps behind. (The next step's all-reduce orders
-  // every rank's push before any rank pushes again, so no barrier is needed in between.)
-  if (step - pulled_step_ > staleness_) RETURN_IF_ERROR(SyncRemote());
+  RETURN_IF_ERROR(remote_->PushAndPull(pieces, coef, lr, step));
   timing_.exposed_comm += Since(t_push);
   return absl::OkStatus();
 }
@@ -865,7 +725,7 @@ MemoryAccount ZeroEngine::memory() const {
   m.params = (model_->has_param_buffer() ? model_->num_params() * f : 0) + param_shard_.size() * f;
   m.grads = (model_->has_grad_buffer() ? model_->num_params() * f : 0) + grad_shard_.size() * f;
   m.optimizer = offload_ ? 0 : (opt_->m().size() + opt_->v().size()) * f;
-  if (offload_) m.host = (opt_->m().size() + opt_->v().size() + host_master_.size() + host_grads_.size()) * f;
+  if (offload_) m.host = (opt_->m().size() + opt_->v().size()) * f + offload_->host_bytes();
   m.activations = model_->activation_bytes();
   m.working = pool_.allocated_bytes();
   // Mixed precision: the 16-bit working copy of the GEMM weights (ZeRO 0-2, persistent) is
@@ -875,7 +735,7 @@ MemoryAccount ZeroEngine::memory() const {
   // Parameter-server mode: params and grads (ZeRO 2: a 1/dp shard of them); the optimizer
   // state is on the servers.
   const size_t pbytes = model_->num_params() * f;
-  m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_, offload_, offload_params_)
+  m.predicted = !remote_ ? PredictedModelStateBytes(model_->num_params(), stage_, dp_, offloaded(), offload_params_)
                          : pbytes + (stage_ == 2 ? pbytes / static_cast<size_t>(dp_) : pbytes);
   if (model_->precision() != kernels::Precision::kFp32 && stage_ < 3) {  // + the working copy (2 bytes a GEMM parameter)
     for (const jobspec::ParamTensor& t : model_->tensors()) m.predicted += t.gemm ? 2 * t.working_room() : 0;

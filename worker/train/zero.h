@@ -38,28 +38,16 @@
 #include "checkpoint/checkpoint.h"
 #include "optim/adamw.h"
 #include "worker/train/buckets.h"
+#include "worker/train/offload.h"
+#include "worker/train/remote_params.h"
+#include "worker/train/unit_gather.h"
 
 namespace gantry::train {
 
-// Parameter-server mode (optimizer.placement: shardserver): AdamW runs on the shard servers,
-// each over its range of the flat buffer. The engine reduces the gradients over the DP
-// group as its ZeRO stage does (0: all-reduce; 1, 2: reduce-scatter), clips them, and each
-// rank pushes its own pieces to the servers (the push completing a range runs AdamW before
-// it answers). It then reads the new parameters back after a barrier. The workers hold no
-// optimizer state.
-class RemoteOptimizer {
- public:
-  virtual ~RemoteOptimizer() = default;
-  // Sets the servers' ranges up with these parameters (whole flat buffer) and, on a resume,
-  // AdamW's m and v (null: zeros) and the steps already applied. Rank 0 calls it once.
-  virtual absl::Status Init(const float* params, const float* m, const float* v, int64_t step) = 0;
-  // The reduced, clipped gradient of flat elements [begin, end), for the 1-based step.
-  virtual absl::Status Push(int step, double lr, const float* grads, size_t begin, size_t end) = 0;
-  // The whole parameter buffer as the servers hold it now.
-  virtual absl::Status Pull(float* params) = 0;
-  // AdamW's m and v of flat elements [begin, end), for a checkpoint.
-  virtual absl::Status ReadState(size_t begin, size_t end, float* m, float* v) = 0;
-};
+// Parameter-server mode (optimizer.placement: shardserver): AdamW runs on the shard servers
+// (RemoteOptimizer, RemoteParams: worker/train/remote_params.h). The engine reduces the
+// gradients over the DP group as its ZeRO stage does (0: all-reduce; 1, 2: reduce-scatter),
+// clips them, and RemoteParams pushes each rank's own pieces and reads the parameters back.
 
 // Bytes held for training by one rank.
 struct MemoryAccount {
@@ -127,9 +115,9 @@ class ZeroEngine final : public model::ParamHost {
   // updated pieces come back into the model's parameters (ZeRO 3: its parameter shard). Call
   // right after Create, before loading a checkpoint's state into local_optimizer().
   absl::Status OffloadOptimizer();
-  bool offloaded() const { return offload_; }
+  bool offloaded() const { return offload_ != nullptr; }
   // The chunk of the offloaded step's pipeline, in floats (tests make it small).
-  void set_offload_chunk(size_t floats) { offload_chunk_ = std::max<size_t>(floats, 1); }
+  void set_offload_chunk(size_t floats) { offload_->set_chunk(floats); }
   // ZeRO-3 parameter offload (parallel.offload_params: cpu; after OffloadOptimizer): the
   // rank's parameter shard is kept in host memory only (the offloaded master pieces); each
   // unit's own piece is copied to the device just before its all-gather (which the prefetch
@@ -173,7 +161,9 @@ class ZeroEngine final : public model::ParamHost {
   StepTiming TakeTiming();
   // ZeRO 3: gather the next unit while the current one computes (on by default; off for
   // the paired benchmark, bench/zero3_prefetch_bench.cc).
-  void set_prefetch(bool on) { prefetch_ = on; }
+  void set_prefetch(bool on) {
+    if (gather_) gather_->set_prefetch(on);
+  }
   // train.grad_reduce_dtype bf16 (off: fp32). Each bucket's DP reduction (stage 0's
   // all-reduce, stage 1's reduce-scatter, stages 2 and 3's per-micro-batch reduce-scatter)
   // rounds the bucket's fp32 gradients to bf16 in a staging buffer, reduces those (the
@@ -185,7 +175,7 @@ class ZeroEngine final : public model::ParamHost {
   void set_grad_reduce_bf16(bool on) { grad_reduce_bf16_ = on; }
   bool grad_reduce_bf16() const { return grad_reduce_bf16_; }
   // Stage 3: acquisitions that found their unit's gather already launched (by a prefetch).
-  int64_t prefetch_hits() const { return prefetch_hits_; }
+  int64_t prefetch_hits() const { return gather_ ? gather_->hits() : 0; }
   MemoryAccount memory() const;
   // Bytes of params + grads + optimizer state the ZeRO formula predicts per rank.
   static size_t PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload = false,
@@ -213,10 +203,6 @@ class ZeroEngine final : public model::ParamHost {
     size_t local = 0;           // offset of this rank's piece in the compact buffers
     int units = 0, pending = 0;
     float* work = nullptr;      // stage 2/3: this micro-batch's gradients of the bucket
-    float* gathered = nullptr;  // stage 3: the gathered parameters
-    int gathered_refs = 0;
-    bool prefetched = false;    // stage 3: gathered ahead, not acquired yet (holds one ref)
-    uint64_t ticket = 0;        // the prefetch's gather
     size_t size() const { return end - begin; }
   };
   // Working buffers reused across steps (taken and given from both threads), in the model's
@@ -242,13 +228,13 @@ class ZeroEngine final : public model::ParamHost {
 
   ZeroEngine() = default;
   void LaunchBucket(int k);
-  // Stage 3: takes a buffer for b's gathered parameters (one reference) and queues the
-  // all-gather (b.ticket).
-  void StartGather(Bucket& b);
-  // Stage 3: starts gathering unit's parameters unless they are held or on their way.
-  void Prefetch(int unit);
+  // Stage 3 (UnitGather's start): takes a buffer for b's gathered parameters and queues the
+  // all-gather from this rank's piece (*ticket).
+  float* StartGather(const Bucket& b, uint64_t* ticket);
   // Stage 3: prefetched units nobody acquired are given back (before an update makes them stale).
-  void DropPrefetches();
+  void DropPrefetches() {
+    if (gather_) gather_->DropPrefetches();
+  }
   // Queues the all-gather of bucket b from this rank's piece (len elements, padded when the
   // last piece is short) into the model's parameters.
   void SubmitGather(const Bucket& b, const float* piece, size_t len);
@@ -268,6 +254,9 @@ class ZeroEngine final : public model::ParamHost {
   absl::Status Update(float coef, double lr, int step);
   absl::Status GatherUpdated();
   absl::Status PushAndPull(float coef, double lr, int step);
+  // Offload: the update of the pieces on the host (HostOffload::Step) from this stage's
+  // gradients into its parameters. Returns the bytes moved.
+  absl::StatusOr<size_t> OffloadedStep(double lr, int step);
   std::vector<FlatRange> experts_;  // the expert tensors' flat ranges (ep > 1)
   comm::SoloCommunicator solo_;  // the expert ranges' group when no other replica holds them
   int edp_rank_ = 0;  // this rank's place in edp
@@ -300,12 +289,10 @@ class ZeroEngine final : public model::ParamHost {
   double CountedSquares(const float* grads, const std::vector<std::pair<size_t, size_t>>& ranges) const;
 
   model::GPT* model_ = nullptr;
-  RemoteOptimizer* remote_ = nullptr;
+  std::unique_ptr<RemoteParams> remote_;  // parameter-server mode
   ModelParallel mp_;
   std::vector<std::pair<size_t, size_t>> counted_;  // flat ranges of the tensors this rank counts in the norm
   size_t tied_begin_ = 0, tied_end_ = 0;           // pp > 1: this stage's wte (flat), summed over emb
-  int staleness_ = 0;
-  int64_t pulled_step_ = 0, pushed_step_ = 0;  // parameter-server mode: the servers' step the parameters are at
   int stage_ = 0, dp_ = 1, rank_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<optim::ShardSegment> own_;  // this rank's pieces (flat range and compact offset)
@@ -313,19 +300,8 @@ class ZeroEngine final : public model::ParamHost {
   size_t local_size_ = 0;
   std::unique_ptr<optim::AdamW> opt_;
   optim::AdamWConfig opt_config_;
-  bool offload_ = false;
-  bool offload_params_ = false;  // ZeRO 3: the parameter shard is host_master_ only
-  // Offload: this rank's pieces (compact) in the backend's host memory for transfers (pinned
-  // on cuda), and the streams that move them (gradients down, parameters up).
-  kernels::DeviceBuffer host_master_, host_grads_;
-  kernels::Backend::Stream down_ = nullptr, up_ = nullptr;
-  // Offload: the update of the pieces on the host, between the device's gradients and
-  // parameters, in chunks of offload_chunk_: every chunk's gradients are queued down at
-  // once; as each arrives the host steps it and queues its parameters up, so the copies of
-  // the other chunks overlap the host's AdamW. Returns the bytes moved.
-  size_t offload_chunk_ = size_t{1} << 22;  // floats (16 MB)
-  absl::StatusOr<size_t> OffloadedStep(double lr, int step);
-  FloatBuffer remote_m_, remote_v_;  // parameter-server mode: resumed state to send, or a checkpoint's pieces
+  std::unique_ptr<HostOffload> offload_;  // optimizer offload: the master pieces on the host
+  bool offload_params_ = false;  // ZeRO 3: the parameter shard is offload_'s master only
   // In the model's backend's memory, as its parameters and gradients are.
   kernels::DeviceBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
   kernels::DeviceBuffer param_shard_;  // stage 3: the own parameter pieces (compact)
@@ -336,10 +312,8 @@ class ZeroEngine final : public model::ParamHost {
   std::deque<uint64_t> in_flight_;  // stage 2/3: tickets of launched bucket reductions
   int micro_ = 0;
   bool last_micro_ = true;
-  bool prefetch_ = true;
   bool grad_reduce_bf16_ = false;
-  int last_unit_ = -1;  // stage 3: the unit acquired last this micro-batch (the direction)
-  int64_t prefetch_hits_ = 0;
+  std::unique_ptr<UnitGather> gather_;  // stage 3: the gathered units and the prefetch
   StepTiming timing_;
   size_t peak_ = 0;
 };
