@@ -13,6 +13,7 @@
 #include "common/security.h"
 #include "kernels/matmul.h"
 #include "kernels/threads.h"
+#include "worker/agent/dispatch.h"
 #include "worker/protocol/messages.h"
 #include "worker/train/device.h"
 
@@ -73,31 +74,33 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
     for (auto& t : ranks) t.join();
     ranks.clear();
   };
-  std::string job_id;
-  int64_t generation = -1;
+  MessageDispatch dispatch;
   v1::CoordinatorMessage in;
   while (stream->Read(&in)) {
-    if (!in.worker_id().empty()) {
-      LOG(INFO) << "attached to " << options_.coordinator << " as " << in.worker_id();
-    } else if (in.has_assign()) {
-      if (in.assign().job_id() != job_id || in.assign().generation() != generation) {
-        // The first rank of a new placement: the coordinator assigns only an idle worker,
-        // whose earlier job's ranks may still be ending (a cancel, a restart).
+    switch (dispatch.On(in)) {
+      case MessageDispatch::Action::kAttached:
+        LOG(INFO) << "attached to " << options_.coordinator << " as " << in.worker_id();
+        break;
+      case MessageDispatch::Action::kNewPlacement:
         join_ranks();
         session.cancel = false;
-        job_id = in.assign().job_id();
-        generation = in.assign().generation();
-      }
-      ranks.emplace_back([&session, a = in.assign()] { session.Run(a); });
-    } else if (in.restart_job_id() == job_id || in.cancel_job_id() == job_id) {
-      // Restarted or cancelled: drop this generation now. Every rank stops, including one
-      // already waiting in the next step's collective for a rank that stopped at the step
-      // boundary.
-      LOG(INFO) << "job " << job_id << ": " << (in.has_cancel_job_id() ? "cancel" : "restart") << " received";
-      session.Abort();
-    } else if (in.abort_job_id() == job_id) {
-      LOG(INFO) << "job " << job_id << ": abort received";
-      session.cancel = true;  // the job failed: a collective in flight fails on its own, naming the ranks missing
+        [[fallthrough]];
+      case MessageDispatch::Action::kRunRank:
+        ranks.emplace_back([&session, a = in.assign()] { session.Run(a); });
+        break;
+      case MessageDispatch::Action::kAbort:
+        // Every rank stops, including one already waiting in the next step's collective for a
+        // rank that stopped at the step boundary.
+        LOG(INFO) << "job " << dispatch.job_id() << ": " << (in.has_cancel_job_id() ? "cancel" : "restart")
+                  << " received";
+        session.Abort();
+        break;
+      case MessageDispatch::Action::kMarkFailed:
+        LOG(INFO) << "job " << dispatch.job_id() << ": abort received";
+        session.cancel = true;
+        break;
+      case MessageDispatch::Action::kNone:
+        break;
     }
   }
   session.Abort();  // the coordinator is gone: this generation of the job is over

@@ -1,5 +1,6 @@
 // The worker's agent: attaches to the coordinator (register, heartbeat, the attach stream),
-// runs each assignment in a Session, and re-attaches with a bounded back-off until stopped.
+// runs each assignment in a Session (what each message means: dispatch.h), and re-attaches with
+// a bounded back-off until stopped.
 #pragma once
 
 #include <atomic>
