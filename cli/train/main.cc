@@ -1,8 +1,8 @@
 // gantry-train: Gantry's training code in one process, no daemons.
 //
 //   gantry-train JOB.yaml [--init-from DIR] [--save DIR] [--resume] [--print-losses]
-//   gantry-train prepare [--out-dir DIR] [--val-fraction F] [--tokenizer PATH [--shard-tokens N]
-//                        [--threads N] [--eot TOKEN]] INPUT...
+//   gantry-train prepare [--out-dir DIR] [--val-fraction F | --val INPUT...] [--documents file|paragraph|line]
+//                        [--text-field NAME] [--tokenizer PATH [--shard-tokens N] [--threads N] [--eot TOKEN]] INPUT...
 //   gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
 //                       [--tokenizer PATH]
 //   gantry-train export --checkpoint DIR --out OUT [--dtype fp32|bf16] [--tokenizer PATH]
@@ -24,6 +24,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/console.h"
 #include "common/status.h"
 #include "kernels/threads.h"
@@ -51,8 +52,12 @@ constexpr char kUsage[] =
     "                        attention for bf16/fp16 where libcudnn.so.9 loads, the fused fp32 kernels otherwise)\n"
     "                        (--init-from DIR: the model keys come from DIR/config.json; those\n"
     "                        the spec states must agree with it)\n"
-    "  gantry-train prepare [--out-dir DIR] [--val-fraction F] [--tokenizer PATH [--shard-tokens N]\n"
-    "                       [--threads N] [--eot TOKEN]] INPUT...\n"
+    "  gantry-train prepare [--out-dir DIR] [--val-fraction F | --val INPUT...]\n"
+    "                       [--documents file|paragraph|line] [--text-field NAME]\n"
+    "                       [--tokenizer PATH [--shard-tokens N] [--threads N] [--eot TOKEN]] INPUT...\n"
+    "                       (a document per file by default; a fortune file's entries; a .jsonl or\n"
+    "                       .ndjson file's records, their --text-field (default text); every 1/F-th\n"
+    "                       document to val (default 0.05; 0: none), or --val's files (repeatable))\n"
     "  gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                      [--top-k K] [--seed S] [--tokenizer PATH]   (the model directory's\n"
     "                      tokenizer.json unless named; the byte tokenizer without one)\n"
@@ -66,7 +71,8 @@ constexpr char kUsage[] =
 
 // Parsed command line: --flag value pairs, boolean --flags, and positionals.
 struct Args {
-  std::map<std::string, std::string> flags;
+  std::map<std::string, std::string> flags;                // the last value of each
+  std::map<std::string, std::vector<std::string>> every;   // every value of each, in order (repeated flags)
   std::vector<std::string> positional;
 };
 
@@ -100,6 +106,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv, int first,
       value = argv[++i];
     }
     a.flags[name] = value;
+    a.every[name].push_back(value);
   }
   return a;
 }
@@ -130,12 +137,25 @@ std::string Flag(const Args& a, const std::string& name, const std::string& def 
 void SetThreads(int n) { kernels::ConfigureThreads(n); }
 
 absl::Status RunPrepare(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"out-dir", "val-fraction", "tokenizer", "shard-tokens", "threads", "eot"}, {}));
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2,
+                                     {"out-dir", "val-fraction", "val", "documents", "text-field", "tokenizer",
+                                      "shard-tokens", "threads", "eot"},
+                                     {}));
   data::PrepareOptions o;
   o.inputs = a.positional;
   o.out_dir = Flag(a, "out-dir", "datasets/fortunes");
   o.tokenizer = Flag(a, "tokenizer");
   o.eot = Flag(a, "eot");
+  o.text_field = Flag(a, "text-field", "text");
+  if (o.text_field.empty()) return absl::InvalidArgumentError("prepare: --text-field is empty");
+  ASSIGN_OR_RETURN(o.documents, data::ParseDocumentCut(Flag(a, "documents", "file")));
+  // --val INPUT (repeated, or its inputs comma-separated): the validation set from files of
+  // its own, and then no split of the training inputs unless --val-fraction asks (an error).
+  for (const std::string& v : a.every["val"]) {
+    for (const absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) o.val_inputs.emplace_back(part);
+  }
+  if (a.flags.count("val") && o.val_inputs.empty()) return absl::InvalidArgumentError("prepare: --val names no input");
+  if (!o.val_inputs.empty() && !a.flags.count("val-fraction")) o.val_fraction = 0;
   RETURN_IF_ERROR(FlagNumber(a, "val-fraction", &o.val_fraction));
   RETURN_IF_ERROR(FlagNumber(a, "shard-tokens", &o.shard_tokens));
   RETURN_IF_ERROR(FlagNumber(a, "threads", &o.threads));
@@ -166,15 +186,16 @@ absl::Status RunPrepare(int argc, char** argv) {
                        bar));
   if (tty && !o.tokenizer.empty()) std::fprintf(stderr, "\n");
   if (o.tokenizer.empty()) {
-    std::printf("prepared %ld documents from %ld files: %s (%ld tokens), %s (%ld tokens)\n",
-                static_cast<long>(r.documents), static_cast<long>(r.files), r.train_path.c_str(),
-                static_cast<long>(r.train_tokens), r.val_path.c_str(), static_cast<long>(r.val_tokens));
+    std::printf("prepared %ld documents from %ld files: %s (%ld tokens), %s\n", static_cast<long>(r.documents),
+                static_cast<long>(r.files), r.train_path.c_str(), static_cast<long>(r.train_tokens),
+                r.val_path.empty() ? "no validation set"
+                                   : absl::StrCat(r.val_path, " (", r.val_tokens, " tokens)").c_str());
   } else {
     std::printf("prepared %ld documents from %ld files with %s (vocabulary %u, uint%d ids): train %ld tokens in %zu "
                 "shard(s) from %s, val %ld tokens in %zu shard(s) from %s\n",
                 static_cast<long>(r.documents), static_cast<long>(r.files), o.tokenizer.c_str(), r.vocab_size,
                 8 * r.token_bytes, static_cast<long>(r.train_tokens), r.train_shards.size(), r.train_path.c_str(),
-                static_cast<long>(r.val_tokens), r.val_shards.size(), r.val_path.c_str());
+                static_cast<long>(r.val_tokens), r.val_shards.size(), r.val_path.empty() ? "nothing" : r.val_path.c_str());
   }
   return absl::OkStatus();
 }

@@ -94,6 +94,15 @@ expect_error "missing tokenizer" "tokenizer $TMP/no-tokenizer.json: no such file
 printf '{"model": {"type": "Unigram", "vocab": []}}' >"$TMP/unigram.json"
 expect_error "tokenizer of another kind" "unigram.json: model type Unigram is not supported" "$BIN" prepare --tokenizer "$TMP/unigram.json" --out-dir "$TMP/tok" "$TMP/corpus"
 expect_error "bad shard size" "--shard-tokens must be at least 1" "$BIN" prepare --tokenizer "$TMP/unigram.json" --shard-tokens 0 --out-dir "$TMP/tok" "$TMP/corpus"
+expect_error "unknown document cut" "--documents sentence is not file, paragraph or line" "$BIN" prepare --documents sentence --out-dir "$TMP/p" "$TMP/corpus"
+printf '{"text": "fine"}\n{"text": 3}\n' >"$TMP/records.jsonl"
+expect_error "a record whose text is not a string" "records.jsonl:2: field \"text\" is number, not a string" "$BIN" prepare --val-fraction 0 --out-dir "$TMP/p" "$TMP/records.jsonl"
+expect_error "a text field no record has" "records.jsonl:1: the record has no field \"body\"" "$BIN" prepare --text-field body --val-fraction 0 --out-dir "$TMP/p" "$TMP/records.jsonl"
+expect_error "two ways to choose the validation set" "--val and --val-fraction both choose the validation set" "$BIN" prepare --val "$TMP/corpus" --val-fraction 0.1 --out-dir "$TMP/p" "$TMP/corpus"
+printf 'one plain file, one document\n' >"$TMP/plain.txt"
+# (prepare's progress lines, "  FILE: N documents", are not the error: left out here)
+expect_error "one document, a split asked for" "1 document is too few for a validation split of 1 in 20" \
+  bash -c '"$0" prepare --out-dir "$1" "$2" 2>&1 >/dev/null | grep -v "^  " >&2; exit "${PIPESTATUS[0]}"' "$BIN" "$TMP/p" "$TMP/plain.txt"
 
 echo "$passed passed, $fail failed"
 [ "$fail" -eq 0 ]

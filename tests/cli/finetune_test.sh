@@ -19,7 +19,7 @@ walkthrough() {  # NAME BASE_MODEL FINETUNE_MODEL
   echo "== $NAME"
   rm -rf "$TMP/base-data" "$TMP/my-texts" "$TMP/data"
   # The base model: a few steps on the fixture corpus, saved with --save, tokenizer beside it.
-  "$BIN" prepare --tokenizer "$FIX/bpe/tokenizer.json" --out-dir "$TMP/base-data" --shard-tokens 8000 "$FIX/corpus.txt" >/dev/null 2>&1
+  "$BIN" prepare --tokenizer "$FIX/bpe/tokenizer.json" --out-dir "$TMP/base-data" --shard-tokens 8000 --documents paragraph "$FIX/corpus.txt" >/dev/null 2>&1
   cat >"$TMP/base.yaml" <<YAML
 model: {$BASE_MODEL}
 data: {train: "$TMP/base-data/train_*.bin", shuffle: true, tokenizer: $FIX/bpe/tokenizer.json}
@@ -34,7 +34,7 @@ YAML
     printf 'Entry %d: the shard servers keep state for worker %d, and don'"'"'t lose it.\nIt'"'"'s line two of %d.\n\n' "$i" "$((i % 7))" "$i"
   done >"$TMP/my-texts/notes.txt"
   # 2. Prepare with the model directory's tokenizer.
-  "$BIN" prepare --tokenizer "$TMP/$NAME" --out-dir "$TMP/data/mytext" --shard-tokens 2000 "$TMP/my-texts/" \
+  "$BIN" prepare --tokenizer "$TMP/$NAME" --out-dir "$TMP/data/mytext" --shard-tokens 2000 --documents paragraph "$TMP/my-texts/" \
     | tee "$TMP/prepare.log"
   grep -q "vocabulary 1000, uint16 ids" "$TMP/prepare.log" || fail "prepare did not use the model's tokenizer"
   ls "$TMP/data/mytext" | grep -q '^train_000001.bin$' || fail "no second train shard"

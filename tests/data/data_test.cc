@@ -8,6 +8,8 @@
 #include "tests/test_util.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
+
+#include <filesystem>
 #include "data/token_file.h"
 
 namespace gantry::data {
@@ -210,6 +212,122 @@ TEST(PrepareTest, SplitsFortuneEntriesIntoTrainAndVal) {
   EXPECT_EQ(vtext.find('%'), std::string::npos);
   // Each entry loses its "\n%\n" (3 bytes) and gains one end-of-text token.
   EXPECT_EQ(train.size() + val.size(), text.size() - 40 * 2);
+}
+
+// What the documents of a prepared byte-token file are: the texts between end-of-text tokens.
+std::vector<std::string> DocumentsOf(const std::string& path) {
+  auto f = TokenFile::Open(path, 256);
+  EXPECT_TRUE(f.ok()) << f.status();
+  std::vector<std::string> docs(1);
+  for (size_t i = 0; f.ok() && i < f->size(); ++i) {
+    if (f->data()[i] == kEndOfText) {
+      docs.emplace_back();
+    } else {
+      docs.back().push_back(static_cast<char>(f->data()[i]));
+    }
+  }
+  docs.pop_back();  // after the last end-of-text
+  return docs;
+}
+
+TEST(PrepareTest, AFileIsOneDocumentUnlessCutByParagraphOrLine) {
+  testing::TempDir d;
+  const std::string text = "First paragraph,\nits second line.\n\nSecond paragraph.\nThird line\n";
+  std::filesystem::create_directories(d.File("in"));
+  ASSERT_TRUE(WriteFileAtomic(d.File("in/a.txt"), text).ok());
+  ASSERT_TRUE(WriteFileAtomic(d.File("in/b.txt"), "\n\nAnother file.\n\n").ok());
+  PrepareOptions o;
+  o.inputs = {d.File("in")};
+  o.val_fraction = 0;
+  struct Case {
+    DocumentCut cut;
+    std::vector<std::string> docs;
+  };
+  for (const Case& c : {Case{DocumentCut::kFile, {"First paragraph,\nits second line.\n\nSecond paragraph.\nThird line",
+                                                   "Another file."}},
+                        Case{DocumentCut::kParagraph, {"First paragraph,\nits second line.", "Second paragraph.\nThird line",
+                                                        "Another file."}},
+                        Case{DocumentCut::kLine, {"First paragraph,", "its second line.", "Second paragraph.", "Third line",
+                                                   "Another file."}}}) {
+    o.documents = c.cut;
+    o.out_dir = d.File("out" + std::to_string(static_cast<int>(c.cut)));
+    auto r = Prepare(o, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->documents, static_cast<int64_t>(c.docs.size()));
+    EXPECT_EQ(DocumentsOf(r->train_path), c.docs);
+    // --val-fraction 0: no validation set, nothing written for it.
+    EXPECT_TRUE(r->val_path.empty());
+    EXPECT_EQ(r->val_tokens, 0);
+    EXPECT_FALSE(std::filesystem::exists(o.out_dir + "/val.bin"));
+  }
+  EXPECT_EQ(*ParseDocumentCut("line"), DocumentCut::kLine);
+  EXPECT_NE(ParseDocumentCut("sentence").status().message().find("not file, paragraph or line"), absl::string_view::npos);
+}
+
+TEST(PrepareTest, JsonLinesRecordsAreDocumentsOfTheirTextField) {
+  testing::TempDir d;
+  ASSERT_TRUE(WriteFileAtomic(d.File("c.jsonl"), "{\"text\": \"one\\ntwo\", \"id\": 1}\n\n"
+                                                  "{\"id\": 2, \"text\": \"three\"}\n{\"text\": \"\"}\n"
+                                                  "{\"text\": \"caf\\u00e9\", \"body\": \"other\"}\n").ok());
+  PrepareOptions o;
+  o.inputs = {d.File("c.jsonl")};
+  o.out_dir = d.File("out");
+  o.val_fraction = 0;
+  o.documents = DocumentCut::kLine;  // records are documents whatever the cut
+  auto r = Prepare(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(DocumentsOf(r->train_path), (std::vector<std::string>{"one\ntwo", "three", "caf\xc3\xa9"}));
+  // Another field; a record without it, or whose value is not a string, is named by line.
+  o.text_field = "body";
+  auto missing = Prepare(o, nullptr);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("c.jsonl:1: the record has no field \"body\""), absl::string_view::npos)
+      << missing.status();
+  o.text_field = "id";
+  auto wrong = Prepare(o, nullptr);
+  EXPECT_NE(wrong.status().message().find("c.jsonl:1: field \"id\" is number, not a string"), absl::string_view::npos)
+      << wrong.status();
+  ASSERT_TRUE(WriteFileAtomic(d.File("bad.ndjson"), "{\"text\": \"fine\"}\n{\"text\": \"cut off\n").ok());
+  o.inputs = {d.File("bad.ndjson")};
+  o.text_field = "text";
+  auto bad = Prepare(o, nullptr);
+  EXPECT_NE(bad.status().message().find("bad.ndjson:2: not a JSON value"), absl::string_view::npos) << bad.status();
+}
+
+TEST(PrepareTest, AValidationSetFromFilesOfItsOwnOrNone) {
+  testing::TempDir d;
+  std::filesystem::create_directories(d.File("train"));
+  ASSERT_TRUE(WriteFileAtomic(d.File("train/a.txt"), "alpha text").ok());
+  ASSERT_TRUE(WriteFileAtomic(d.File("train/b.txt"), "beta text").ok());
+  ASSERT_TRUE(WriteFileAtomic(d.File("held-out.txt"), "gamma text").ok());
+  PrepareOptions o;
+  o.inputs = {d.File("train")};
+  o.val_inputs = {d.File("held-out.txt")};
+  o.out_dir = d.File("out");
+  o.val_fraction = 0;
+  auto r = Prepare(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(DocumentsOf(r->train_path), (std::vector<std::string>{"alpha text", "beta text"}));
+  EXPECT_EQ(DocumentsOf(r->val_path), std::vector<std::string>{"gamma text"});
+  EXPECT_EQ(r->files, 3);
+  // Both ways of choosing the validation set at once are refused.
+  o.val_fraction = 0.1;
+  EXPECT_NE(Prepare(o, nullptr).status().message().find("--val and --val-fraction both"), absl::string_view::npos);
+  // A split of two documents at 1 in 20 leaves val empty: the error says what to do.
+  o.val_inputs.clear();
+  o.val_fraction = 0.05;
+  auto few = Prepare(o, nullptr);
+  ASSERT_FALSE(few.ok());
+  EXPECT_NE(few.status().message().find("2 documents are too few for a validation split of 1 in 20 (one document per "
+                                        "file): give more files, cut them with --documents paragraph|line"),
+            absl::string_view::npos)
+      << few.status();
+  o.val_fraction = 0.5;  // 1 in 2: the second document
+  auto split = Prepare(o, nullptr);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(DocumentsOf(split->val_path), std::vector<std::string>{"beta text"});
+  o.val_fraction = 1;
+  EXPECT_NE(Prepare(o, nullptr).status().message().find("--val-fraction must be in [0, 1)"), absl::string_view::npos);
 }
 
 TEST(PrepareTest, MissingInputIsAnError) {

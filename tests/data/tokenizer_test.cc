@@ -282,7 +282,7 @@ class PrepareWithTokenizer : public ::testing::Test {
  protected:
   void SetUp() override {
     // Three files of documents made of the fixture corpus's non-blank lines, four to a
-    // document, documents separated by a blank line (what prepare splits a file on).
+    // document, documents separated by a blank line (what --documents paragraph splits a file on).
     auto corpus = ReadFileToString(Fixture("corpus.txt"));
     ASSERT_TRUE(corpus.ok());
     std::vector<std::string> lines;
@@ -310,6 +310,7 @@ class PrepareWithTokenizer : public ::testing::Test {
     o.out_dir = dir_.File(out);
     o.tokenizer = tokenizer;
     o.val_fraction = 0.1;
+    o.documents = DocumentCut::kParagraph;
     return o;
   }
   testing::TempDir dir_;

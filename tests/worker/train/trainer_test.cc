@@ -193,6 +193,7 @@ TEST_F(TrainerTest, ATokenizersShardsTrainAndItsExportCarriesTheTokenizer) {
   p.tokenizer = tokenizer;
   p.shard_tokens = 4000;
   p.val_fraction = 0.1;
+  p.documents = data::DocumentCut::kParagraph;  // one file of paragraphs
   auto prepared = data::Prepare(p, nullptr);
   ASSERT_TRUE(prepared.ok()) << prepared.status();
   ASSERT_GT(prepared->train_shards.size(), 3u);
