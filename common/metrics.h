@@ -1,63 +1,36 @@
-// A small Prometheus metrics registry (prometheus-cpp is not packaged for Debian 12):
-// counters, gauges and histograms with labels, rendered in the text exposition format
-// 0.0.4, and an HTTP endpoint serving GET /metrics. Thread-safe.
+// Gantry's metrics on prometheus-cpp (Debian's prometheus-cpp-dev): counters, gauges and
+// histograms with labels from its core, /metrics from its pull exposer (civetweb).
 // Names follow gantry_<component>_<quantity>_<unit>; counters end in _total.
+//
+// Registry keeps the call sites short: GetCounter(name, help, labels) finds or registers the
+// family by name (the first help text given for a name is the one kept) and returns the
+// series for those labels, the same object for the same (name, labels); the objects are
+// prometheus-cpp's own (Increment, Set, Observe, Value). Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace prometheus {
+class Exposer;
+}
 
 namespace gantry::metrics {
 
 using Labels = std::map<std::string, std::string>;
-
-class Counter {
- public:
-  void Inc(double v = 1.0);
-  double Value() const;
-
- private:
-  mutable std::mutex mu_;
-  double value_ = 0;
-};
-
-class Gauge {
- public:
-  void Set(double v);
-  void Add(double v);
-  double Value() const;
-
- private:
-  mutable std::mutex mu_;
-  double value_ = 0;
-};
-
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> upper_bounds);  // sorted, without +Inf
-  void Observe(double v);
-  struct Snapshot {
-    std::vector<double> bounds;
-    std::vector<uint64_t> cumulative;  // per bound, then +Inf
-    double sum = 0;
-    uint64_t count = 0;
-  };
-  Snapshot Get() const;
-
- private:
-  mutable std::mutex mu_;
-  std::vector<double> bounds_;
-  std::vector<uint64_t> counts_;  // per bucket, last is +Inf
-  double sum_ = 0;
-  uint64_t count_ = 0;
-};
+using Counter = prometheus::Counter;
+using Gauge = prometheus::Gauge;
+using Histogram = prometheus::Histogram;
 
 class Registry;
 
@@ -71,44 +44,38 @@ std::vector<double> ExponentialBuckets(double start, double factor, int count);
 
 class Registry {
  public:
-  // The same (name, labels) returns the same object. A name registered with another type
-  // or help text is a programming error (CHECK-style abort in debug, first wins).
+  Registry();
   Counter& GetCounter(const std::string& name, const std::string& help, const Labels& labels = {});
   Gauge& GetGauge(const std::string& name, const std::string& help, const Labels& labels = {});
-  Histogram& GetHistogram(const std::string& name, const std::string& help,
-                          const std::vector<double>& bounds, const Labels& labels = {});
+  // The bounds (sorted, without +Inf) are those of the series' first registration.
+  Histogram& GetHistogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                          const Labels& labels = {});
+  // The text exposition format 0.0.4, as /metrics serves it (prometheus-cpp's serializer).
   std::string Render() const;
+  // What the exposer collects.
+  std::shared_ptr<prometheus::Registry> collectable() const { return registry_; }
 
  private:
-  struct Family {
-    std::string type, help;
-    std::map<Labels, std::unique_ptr<Counter>> counters;
-    std::map<Labels, std::unique_ptr<Gauge>> gauges;
-    std::map<Labels, std::unique_ptr<Histogram>> histograms;
-  };
-  Family& GetFamily(const std::string& name, const std::string& type, const std::string& help);
-  mutable std::mutex mu_;
-  std::map<std::string, Family> families_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::mutex mu_;  // the maps below (prometheus-cpp guards its families itself)
+  std::map<std::string, prometheus::Family<Counter>*> counters_;
+  std::map<std::string, prometheus::Family<Gauge>*> gauges_;
+  std::map<std::string, prometheus::Family<Histogram>*> histograms_;
 };
 
-// Serves GET /metrics (and GET /healthz) on a TCP address; stops on destruction.
+// Serves GET /metrics on a TCP address (prometheus-cpp's exposer); stops on destruction.
 class HttpServer {
  public:
   // address is "host:port"; port 0 picks a free one (see port()).
-  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address,
-                                                           const Registry* registry);
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address, const Registry* registry);
   ~HttpServer();
   int port() const { return port_; }
 
  private:
   HttpServer() = default;
-  void Loop();
-  void Serve(int fd);
-  const Registry* registry_ = nullptr;
-  int listen_fd_ = -1;
-  int wake_pipe_[2] = {-1, -1};
+  std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
-  std::thread thread_;
+  std::string wake_host_;  // where the destructor connects to wake the listener
 };
 
 }  // namespace gantry::metrics

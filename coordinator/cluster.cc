@@ -290,7 +290,7 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
   if (job->generation() != u.generation()) {  // a stale worker: refused, and told to drop it
     jl.unlock();
     registry_->GetCounter("gantry_coordinator_stale_messages_total",
-                          "Messages of a job generation that is over, refused.").Inc();
+                          "Messages of a job generation that is over, refused.").Increment();
     DropIfStale(id, u.job_id(), u.generation());
     return;
   }
@@ -304,7 +304,7 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
                             metrics::ExponentialBuckets(0.25, 2, 10))
         .Observe(secs);
     registry_->GetCounter("gantry_coordinator_steps_redone_total", "Steps run again after restarts (lost work).")
-        .Inc(static_cast<double>(redone));
+        .Increment(static_cast<double>(redone));
     job->set_failure_time_unix_ms(0);
     (void)Event(job->id(), [&](v1::JobEvent& e) {
       e.set_message(absl::StrFormat("resumed: step %d done %.2f s after the failure (%d steps redone)",
@@ -410,7 +410,7 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
       LOG(WARNING) << "checkpoint part of " << p.job_id() << " generation " << p.generation() << " step " << p.step()
                    << " from " << id << " dropped: the job is not running at that generation";
       registry_->GetCounter("gantry_coordinator_stale_messages_total",
-                            "Messages of a job generation that is over, refused.").Inc();
+                            "Messages of a job generation that is over, refused.").Increment();
       stale = job.ok() && job->generation() != p.generation();
     } else {
       const auto key = std::make_tuple(p.job_id(), p.generation(), p.step());
@@ -443,7 +443,7 @@ void Cluster::CheckpointEnded(const CheckpointCommitter::Checkpoint& c,
   if (!servers.ok()) {
     registry_->GetCounter("gantry_coordinator_checkpoints_failed_total",
                           "Checkpoints whose commit a shard server refused or missed.")
-        .Inc();
+        .Increment();
     (void)Event(c.job_id, [&](v1::JobEvent& e) {
       e.set_message(absl::StrCat("checkpoint of step ", c.step, " not committed: ", servers.status().message()));
     });
@@ -475,7 +475,7 @@ void Cluster::CheckpointEnded(const CheckpointCommitter::Checkpoint& c,
     }
   }
   kCommitAfterJobUpdate.Reach();
-  registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Inc();
+  registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Increment();
   // Only an elastic job can grow. MaybeGrow holds mu_ while it waits for job_mu_, which
   // another commit's synced write may hold: the handlers that need mu_ (heartbeats, step
   // reports, GetJob and ListJobs of a queued job through Workers()) would wait behind that
@@ -533,7 +533,7 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
              .ok()) {
       return;
     }
-    registry_->GetCounter("gantry_coordinator_job_restarts_total", "Jobs placed again after a failure.").Inc();
+    registry_->GetCounter("gantry_coordinator_job_restarts_total", "Jobs placed again after a failure.").Increment();
     LOG(WARNING) << "job " << job_id << " RESTARTING (" << job->restarts() << "/" << max_restarts << "): " << why;
   } else {
     if (!Transition(*job, v1::FAILED, job->reason()).ok()) return;
@@ -551,7 +551,7 @@ void Cluster::RemoveWorker(const std::string& id, const std::string& why, bool e
   if (end_stream) w->session->End(why);
   members_.MarkDead(*w, NowUnixMs());
   LOG(WARNING) << "worker " << id << " lost: " << why;
-  registry_->GetCounter("gantry_coordinator_workers_lost_total", "Workers declared dead.").Inc();
+  registry_->GetCounter("gantry_coordinator_workers_lost_total", "Workers declared dead.").Increment();
   const std::string job_id = w->info.job_id();
   if (!job_id.empty()) {
     auto job = store_->GetJob(job_id);
@@ -625,7 +625,7 @@ void Cluster::CheckStallsLocked(int64_t now) {
     (void)Event(job_id, [&](v1::JobEvent& e) { e.set_message(what); });  // before the record says so
     job->set_stalled(what);
     (void)store_->PutJob(*job);
-    registry_->GetCounter("gantry_coordinator_stalls_total", "Steps that stalled past the limit.").Inc();
+    registry_->GetCounter("gantry_coordinator_stalls_total", "Steps that stalled past the limit.").Increment();
     LOG(WARNING) << "job " << job_id << ": " << what;
   }
 }
@@ -643,7 +643,7 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
     target = scheduler_.GrowTarget(*job, *spec);
   }
   if (target == 0) return;
-  registry_->GetCounter("gantry_coordinator_elastic_resizes_total", "Elastic jobs placed again at another dp.").Inc();
+  registry_->GetCounter("gantry_coordinator_elastic_resizes_total", "Elastic jobs placed again at another dp.").Increment();
   EndPlacementLocked(job_id, generation,
                      absl::StrCat("growing from dp ", world, " to dp ", target, " from the checkpoint of step ", step,
                                   " (workers came free)"),

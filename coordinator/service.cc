@@ -377,7 +377,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     if (!id.ok()) return id.status();
     resp->set_job_id(*id);
     cluster_->RememberSpec(*id, *spec);  // parsed once: what placement and the ranks use
-    registry_->GetCounter("gantry_coordinator_jobs_submitted_total", "Jobs accepted by SubmitJob.").Inc();
+    registry_->GetCounter("gantry_coordinator_jobs_submitted_total", "Jobs accepted by SubmitJob.").Increment();
     LOG(INFO) << "job " << resp->job_id() << " (" << job.name() << ") submitted";
     cluster_->RequestSchedule();  // placed on the cluster's thread, not in this call
     return absl::OkStatus();

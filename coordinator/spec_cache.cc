@@ -19,7 +19,7 @@ std::shared_ptr<const jobspec::JobSpec> SpecCache::Of(const v1::Job& job) {
     return nullptr;
   }
   auto spec = jobspec::ParseJobSpec(job.spec_normalised().empty() ? job.spec_yaml() : job.spec_normalised());
-  registry_->GetCounter("gantry_coordinator_spec_parses_total", "Job specs parsed (once per job and coordinator).").Inc();
+  registry_->GetCounter("gantry_coordinator_spec_parses_total", "Job specs parsed (once per job and coordinator).").Increment();
   if (!spec.ok()) {
     LOG(WARNING) << "job " << job.id() << ": its stored spec does not parse: " << spec.status();
     specs_.erase(job.id());

@@ -150,7 +150,7 @@ absl::Status ParamService::CompletePushLocked(Range* r, int64_t step, double lr,
   r->covered = 0;
   r->step = step;
   *applied = true;
-  registry_->GetCounter("gantry_shardserver_optimizer_steps_total", "AdamW steps run for parameter-server jobs.").Inc();
+  registry_->GetCounter("gantry_shardserver_optimizer_steps_total", "AdamW steps run for parameter-server jobs.").Increment();
   return absl::OkStatus();
 }
 

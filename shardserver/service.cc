@@ -114,7 +114,7 @@ class WriteReactor : public grpc::ServerReadReactor<v1::Chunk> {
     if (s.ok()) {
       resp_->set_bytes(bytes_);
       svc_->registry()->GetCounter("gantry_shardserver_checkpoint_written_bytes_total",
-                                   "Checkpoint bytes written (rate() of it is the write throughput).").Inc(static_cast<double>(bytes_));
+                                   "Checkpoint bytes written (rate() of it is the write throughput).").Increment(static_cast<double>(bytes_));
       svc_->UpdateStoredBytes();
     }
     return s;
@@ -263,7 +263,7 @@ absl::StatusOr<int64_t> ShardService::ReclaimUncommitted() {
   if (orphans.empty()) return 0;
   RETURN_IF_ERROR(Annotate(db_->Write(b), "reclaiming uncommitted parts"));
   registry_->GetCounter("gantry_shardserver_reclaimed_bytes_total", "Bytes of uncommitted checkpoint parts reclaimed at start.")
-      .Inc(static_cast<double>(bytes));
+      .Increment(static_cast<double>(bytes));
   return bytes;
 }
 

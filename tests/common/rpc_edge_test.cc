@@ -83,11 +83,12 @@ class RpcEdgeTest : public ::testing::Test {
     channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
   }
   void TearDown() override { server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5)); }
-  metrics::Histogram::Snapshot Latency(const std::string& method) {
+  prometheus::ClientMetric::Histogram Latency(const std::string& method) {
     return registry_
         .GetHistogram("gantry_edgetest_rpc_seconds", "RPC handling time, by method.", metrics::ExponentialBuckets(1e-4, 4, 10),
                       {{"method", method}})
-        .Get();
+        .Collect()
+        .histogram;
   }
 
   TestService service_;
@@ -109,8 +110,8 @@ TEST_F(RpcEdgeTest, EveryCallIsRecordedWithItsRealLatencyAndCode) {
   EXPECT_EQ(refused.error_message(), "job missing has no parts here");
 
   const auto commit = Latency("Commit");
-  EXPECT_EQ(commit.count, 2u);
-  EXPECT_GE(commit.sum, 2 * 0.030) << "each call took its handler's 30 ms at least";
+  EXPECT_EQ(commit.sample_count, 2u);
+  EXPECT_GE(commit.sample_sum, 2 * 0.030) << "each call took its handler's 30 ms at least";
   const std::string text = registry_.Render();
   EXPECT_NE(text.find("gantry_edgetest_rpcs_total{code=\"OK\",method=\"Commit\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("gantry_edgetest_rpcs_total{code=\"NOT_FOUND\",method=\"Commit\"} 1\n"), std::string::npos) << text;
@@ -127,8 +128,8 @@ TEST_F(RpcEdgeTest, EveryCallIsRecordedWithItsRealLatencyAndCode) {
   ASSERT_TRUE(writer->Finish().ok());
   EXPECT_EQ(wr.bytes(), 2000);
   const auto stream = Latency("WriteChunks");
-  EXPECT_EQ(stream.count, 1u);
-  EXPECT_GE(stream.sum, 0.030);
+  EXPECT_EQ(stream.sample_count, 1u);
+  EXPECT_GE(stream.sample_sum, 0.030);
   EXPECT_NE(registry_.Render().find("gantry_edgetest_rpcs_total{code=\"OK\",method=\"WriteChunks\"} 1\n"),
             std::string::npos);
 }

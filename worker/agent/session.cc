@@ -312,32 +312,32 @@ void Session::SetReportHooks(const v1::Assignment& a, const jobspec::JobSpec& sp
     registry_->GetGauge("gantry_worker_loss", "Training loss of the last step.").Set(r.loss);
     registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
         .Observe(r.seconds);
-    registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Inc();
+    registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Increment();
     if (r.moe_forwards > 0) {  // this rank's MoE layers
       registry_->GetGauge("gantry_worker_moe_aux_loss", "Load-balancing loss of the last step (summed over MoE layers).")
           .Set(r.moe_aux);
       registry_->GetGauge("gantry_worker_moe_z_loss", "Router z-loss of the last step (summed over MoE layers).")
           .Set(r.moe_z);
       registry_->GetCounter("gantry_worker_moe_assignments_total", "Token-expert assignments routed.")
-          .Inc(static_cast<double>(r.moe_assignments));
+          .Increment(static_cast<double>(r.moe_assignments));
       registry_->GetCounter("gantry_worker_moe_dropped_total", "Token-expert assignments dropped over capacity.")
-          .Inc(static_cast<double>(r.moe_dropped));
+          .Increment(static_cast<double>(r.moe_dropped));
       for (size_t e = 0; e < r.moe_tokens_per_expert.size(); ++e) {
         registry_->GetCounter("gantry_worker_moe_tokens_total", "Tokens routed to each expert (over MoE layers).",
                               {{"expert", std::to_string(e)}})
-            .Inc(static_cast<double>(r.moe_tokens_per_expert[e]));
+            .Increment(static_cast<double>(r.moe_tokens_per_expert[e]));
       }
     }
     if (r.offload_bytes > 0) {
       registry_->GetCounter("gantry_worker_offload_bytes_total",
                             "Bytes moved between host and device for the offloaded optimizer's updates.")
-          .Inc(static_cast<double>(r.offload_bytes));
+          .Increment(static_cast<double>(r.offload_bytes));
     }
     if (r.loss_scale > 0) {  // fp16
       registry_->GetGauge("gantry_worker_loss_scale", "fp16 dynamic loss scale of the last step.").Set(r.loss_scale);
       auto& skipped = registry_->GetCounter("gantry_worker_skipped_steps_total",
                                             "Steps whose update an fp16 overflow (inf/NaN gradients) skipped.");
-      if (r.skipped) skipped.Inc();
+      if (r.skipped) skipped.Increment();
     }
     if (r.checkpoint_stall_seconds > 0) {
       registry_->GetHistogram("gantry_worker_checkpoint_stall_seconds",
