@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "common/console.h"
@@ -101,35 +102,57 @@ int SubmitCommand(const Options& o, v1::Coordinator::Stub* stub) {
   return wait ? Watch(o, stub, resp.job_id()) : 0;
 }
 
-// jobs [--state S]
+// jobs [--state S] [--limit N | --all]: the newest N (default 50), paged from the coordinator;
+// -o json: every job (or the newest N with --limit) as one list.
 int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
   v1::ListJobsRequest req;
-  if (o.args.size() == 3 && o.args[1] == "--state") {
-    v1::JobState st;
-    if (!v1::JobState_Parse(o.args[2], &st)) {
-      std::fprintf(stderr, "gantry: unknown state '%s'\n", o.args[2].c_str());
+  int64_t limit = o.output == "json" ? 0 : 50;  // 0: all
+  for (size_t i = 1; i < o.args.size(); ++i) {
+    const std::string& a = o.args[i];
+    if (a == "--state" && i + 1 < o.args.size()) {
+      v1::JobState st;
+      if (!v1::JobState_Parse(o.args[++i], &st)) {
+        std::fprintf(stderr, "gantry: unknown state '%s'\n", o.args[i].c_str());
+        return 2;
+      }
+      req.set_state(st);
+    } else if (a == "--limit" && i + 1 < o.args.size()) {
+      if (!absl::SimpleAtoi(o.args[++i], &limit) || limit < 1) {
+        std::fprintf(stderr, "gantry: --limit '%s' is not a positive number\n", o.args[i].c_str());
+        return 2;
+      }
+    } else if (a == "--all") {
+      limit = 0;
+    } else {
+      std::fputs(kUsage, stderr);
       return 2;
     }
-    req.set_state(st);
-  } else if (o.args.size() != 1) {
-    std::fputs(kUsage, stderr);
-    return 2;
   }
-  v1::ListJobsResponse resp;
   // The table shows no spec: without the spec texts a listing is a twelfth of the bytes. JSON
   // keeps every field.
   req.set_brief(o.output != "json");
-  auto s = stub->ListJobs(Ctx(o).get(), req, &resp);
-  if (!s.ok()) return Fail(s);
+  // Page by page (a page holds at most 1000): one list of them all, or the newest `limit`.
+  v1::ListJobsResponse all;
+  bool more = false;
+  do {
+    if (limit > 0) req.set_page_size(static_cast<int32_t>(std::min<int64_t>(limit - all.jobs_size(), 1000)));
+    v1::ListJobsResponse page;
+    auto s = stub->ListJobs(Ctx(o).get(), req, &page);
+    if (!s.ok()) return Fail(s);
+    for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
+    req.set_page_token(page.next_page_token());
+    more = !page.next_page_token().empty();
+  } while (more && (limit == 0 || all.jobs_size() < limit));
   if (o.output == "json") {
-    std::printf("%s\n", Json(resp).c_str());
+    std::printf("%s\n", Json(all).c_str());
     return 0;
   }
   std::printf("%-10s %-20s %-16s %-13s %s\n", "JOB", "NAME", "STATE", "STEP", "SUBMITTED");
-  for (const auto& j : resp.jobs()) {
+  for (const auto& j : all.jobs()) {
     std::printf("%-10s %-20s %-16s %-13s %s\n", j.id().c_str(), j.name().c_str(), State(j).c_str(),
                 absl::StrCat(j.steps_done(), "/", j.steps_total()).c_str(), When(j.submit_time_unix_ms()).c_str());
   }
+  if (more) std::fprintf(stderr, "(the newest %d jobs; older ones: --limit N or --all)\n", all.jobs_size());
   return 0;
 }
 

@@ -1,7 +1,7 @@
 // gantry: the command line over the coordinator's gRPC API.
 //
 //   gantry [--coordinator HOST:PORT] [-o table|json] submit FILE
-//   gantry ... jobs [--state STATE]
+//   gantry ... jobs [--state STATE] [--limit N | --all]
 //   gantry ... describe JOB
 //   gantry ... cancel JOB
 //   gantry ... watch JOB           (also: submit FILE --wait)
@@ -25,7 +25,9 @@ namespace gantry::cli {
 const char kUsage[] =
     "usage: gantry [--coordinator HOST:PORT] [-o table|json] COMMAND\n"
     "  submit FILE          queue the job spec in FILE, print its id\n"
-    "  jobs [--state S]     list jobs, newest first (S: PENDING, RUNNING, ...)\n"
+    "  jobs [--state S] [--limit N | --all]\n"
+    "                       list jobs, newest first (S: PENDING, RUNNING, ...): the newest 50\n"
+    "                       unless --limit or --all; -o json lists every one unless --limit\n"
     "  describe JOB         one job in full\n"
     "  cancel JOB           cancel a job that has not finished\n"
     "  watch JOB            follow a job's steps and events until it ends\n"

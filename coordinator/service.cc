@@ -1,5 +1,7 @@
 #include "coordinator/service.h"
 
+#include "coordinator/listing.h"
+
 #include "coordinator/job_state.h"
 #include "coordinator/placement.h"
 
@@ -404,20 +406,26 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
       if (auto full = store_->GetJob(id); full.ok()) cluster_->SpecOf(*full);
     }
     const QueuePositions positions = store_->QueuePositions();
-    auto add = [&](auto&& job) -> absl::Status {  // a brief record (copied) or a full one (moved)
-      if (req->state() != v1::JOB_STATE_UNSPECIFIED && job.state() != req->state()) return absl::OkStatus();
-      v1::Job* j = resp->add_jobs();
-      *j = std::forward<decltype(job)>(job);
-      return FillQueuePosition(j, &positions);
-    };
-    if (req->brief()) {  // from the store's index, without reading a record
-      const auto jobs = store_->ListBrief();
-      for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) RETURN_IF_ERROR(add(**it));  // newest first
-      return absl::OkStatus();
+    // A page, newest first: the index gives its jobs (brief records, no read), the store their
+    // full records when asked for.
+    ASSIGN_OR_RETURN(const size_t size, PageSize(req->page_size()));
+    const std::string listing = absl::StrCat("jobs/", v1::JobState_Name(req->state()));
+    std::string before;
+    if (!req->page_token().empty()) {
+      ASSIGN_OR_RETURN(before, PageTokenKey(req->page_token(), listing));
     }
-    auto jobs = store_->ListJobs();
-    if (!jobs.ok()) return jobs.status();
-    for (auto it = jobs->rbegin(); it != jobs->rend(); ++it) RETURN_IF_ERROR(add(std::move(*it)));  // newest first
+    bool more = false;
+    const auto page = store_->BriefPage(req->state(), before, size, &more);
+    for (const auto& brief : page) {
+      v1::Job* j = resp->add_jobs();
+      if (req->brief()) {
+        *j = *brief;
+      } else {
+        ASSIGN_OR_RETURN(*j, store_->GetJob(brief->id()));
+      }
+      RETURN_IF_ERROR(FillQueuePosition(j, &positions));
+    }
+    if (more && !page.empty()) resp->set_next_page_token(PageToken(listing, page.back()->id()));
     return absl::OkStatus();
   });
 }
@@ -436,10 +444,23 @@ grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(grpc::Callb
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* ctx,
-                                                          const v1::ListWorkersRequest*,
+                                                          const v1::ListWorkersRequest* req,
                                                           v1::ListWorkersResponse* resp) {
-  return ServeSlow(ctx, [this, resp]() -> absl::Status {
-    for (auto& w : cluster_->Workers()) *resp->add_workers() = std::move(w);
+  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(const size_t size, PageSize(req->page_size()));
+    std::string after;
+    if (!req->page_token().empty()) {
+      ASSIGN_OR_RETURN(after, PageTokenKey(req->page_token(), "workers"));
+    }
+    std::vector<v1::Worker> workers = cluster_->Workers();  // in id order
+    auto it = workers.begin();
+    if (!after.empty()) {
+      it = std::upper_bound(workers.begin(), workers.end(), after, [](const std::string& key, const v1::Worker& w) {
+        return placement::JobIdLess()(key, w.id());  // ids of one width: by length, then text
+      });
+    }
+    for (; it != workers.end() && static_cast<size_t>(resp->workers_size()) < size; ++it) *resp->add_workers() = std::move(*it);
+    if (it != workers.end()) resp->set_next_page_token(PageToken("workers", resp->workers().rbegin()->id()));
     return absl::OkStatus();
   });
 }

@@ -278,6 +278,24 @@ std::vector<std::shared_ptr<const v1::Job>> Store::ListBrief() const {
   return out;
 }
 
+std::vector<std::shared_ptr<const v1::Job>> Store::BriefPage(v1::JobState state, const std::string& before,
+                                                              size_t limit, bool* more) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  std::vector<std::shared_ptr<const v1::Job>> out;
+  *more = false;
+  auto it = before.empty() ? index_.end() : index_.lower_bound(before);  // the first not before it
+  while (it != index_.begin()) {
+    --it;
+    if (state != v1::JOB_STATE_UNSPECIFIED && it->second.state != state) continue;
+    if (out.size() == limit) {
+      *more = true;
+      break;
+    }
+    out.push_back(it->second.brief);
+  }
+  return out;
+}
+
 std::vector<std::string> Store::Unresolved() const {
   std::lock_guard<std::mutex> l(index_mu_);
   return {unresolved_.begin(), unresolved_.end()};

@@ -58,6 +58,11 @@ class Store {
   // is read): what a listing for people shows. Shared, immutable copies: the index's lock is
   // held only to take them.
   std::vector<std::shared_ptr<const v1::Job>> ListBrief() const;
+  // A page of the same, newest first: the jobs in `state` (JOB_STATE_UNSPECIFIED: any)
+  // submitted before job `before` (empty: from the newest), at most limit; *more says whether
+  // another such job is left.
+  std::vector<std::shared_ptr<const v1::Job>> BriefPage(v1::JobState state, const std::string& before, size_t limit,
+                                                         bool* more) const;
   // Appends an event with the next sequence number of its job.
   absl::StatusOr<int64_t> AppendEvent(v1::JobEvent event, bool sync = true);
   // Events from from_seq on, at most limit of them (0: all).

@@ -125,6 +125,8 @@ void Clients::ListJobs(Clock::time_point due, bool brief) {
   c->due = due;
   c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   c->req.set_brief(brief);
+  // One page, as the CLI asks: `gantry jobs` its newest 50, `-o json` pages of 1000 full records.
+  c->req.set_page_size(brief ? 50 : 1000);
   Begin();
   (brief ? list_stub_ : list_full_stub_)->async()->ListJobs(&c->ctx, &c->req, &c->resp, [this, c, brief](grpc::Status s) {
     const double secs = Seconds(Clock::now() - c->due);

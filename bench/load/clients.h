@@ -94,8 +94,8 @@ class Clients {
   // SubmitJob at o_.submit_rate, open loop: spec i is due at start + i / rate.
   void Submitter();
   void Probe(double period_s, const std::function<void(Clock::time_point)>& call);
-  // brief: as `gantry jobs` lists (no spec texts); else every field, as `gantry jobs -o json`
-  // (on a channel that takes its size).
+  // brief: the page `gantry jobs` asks for (its newest 50, no spec texts); else a page of
+  // 1000 with every field, as `gantry jobs -o json` reads them (on a channel that takes its size).
   void ListJobs(Clock::time_point due, bool brief);
   std::string RandomJob(std::mt19937_64& rng);
   void GetJob(Clock::time_point due);

@@ -129,14 +129,25 @@ absl::StatusOr<ControlPlaneReport> RunControlPlaneLoad(const ControlPlaneOptions
   // The coordinator's view of the jobs, for the end of the run (not timed): a listing may be
   // larger than a CLI's channel takes.
   auto checker = v1::Coordinator::NewStub(MakeChannel(coord_addr, 1 << 30));
+  // Every job of a listing, page by page.
+  auto list_all = [&](v1::ListJobsRequest req) -> absl::StatusOr<std::vector<v1::Job>> {
+    std::vector<v1::Job> jobs;
+    do {
+      v1::ListJobsResponse resp;
+      auto ctx = ContextWithDeadline(60);
+      if (auto s = checker->ListJobs(ctx.get(), req, &resp); !s.ok()) return FromGrpc(s);
+      for (auto& j : *resp.mutable_jobs()) jobs.push_back(std::move(j));
+      req.set_page_token(resp.next_page_token());
+    } while (!req.page_token().empty());
+    return jobs;
+  };
   auto succeeded = [&]() -> absl::StatusOr<int64_t> {
     v1::ListJobsRequest req;
     req.set_state(v1::SUCCEEDED);
     req.set_brief(true);
-    v1::ListJobsResponse resp;
-    auto ctx = ContextWithDeadline(60);
-    if (auto s = checker->ListJobs(ctx.get(), req, &resp); !s.ok()) return FromGrpc(s);
-    return static_cast<int64_t>(resp.jobs_size());
+    auto jobs = list_all(req);
+    if (!jobs.ok()) return jobs.status();
+    return static_cast<int64_t>(jobs->size());
   };
   auto last_progress = Clock::now();
   auto progress = [&](const char* what, bool now = false) {
@@ -310,12 +321,9 @@ absl::StatusOr<ControlPlaneReport> RunControlPlaneLoad(const ControlPlaneOptions
   for (const auto& v : fleet->Violations()) rep.violations.push_back(v);
   std::map<std::string, v1::Job> final;
   {
-    v1::ListJobsResponse resp;
-    auto ctx = ContextWithDeadline(60);
-    if (auto s = checker->ListJobs(ctx.get(), v1::ListJobsRequest(), &resp); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("final ListJobs: ", s.error_message()));
-    }
-    for (const auto& j : resp.jobs()) final[j.id()] = j;
+    auto jobs = list_all(v1::ListJobsRequest());
+    if (!jobs.ok()) return absl::UnavailableError(absl::StrCat("final ListJobs: ", jobs.status().message()));
+    for (auto& j : *jobs) final[j.id()] = std::move(j);
   }
   std::set<std::string> acked;
   for (size_t i = 0; i < job_of.size(); ++i) {
@@ -472,7 +480,7 @@ std::string FormatReport(const ControlPlaneReport& r) {
   std::string out = absl::StrFormat(
       "control-plane load: %d workers (an Attach stream and connection each, heartbeat every %d ms), %d jobs "
       "(SubmitJob at %.0f/s; %d steps of %d ms, a checkpoint every %d; dp 2 every %d), %d shard servers; ListJobs "
-      "every %.2f s (brief, as gantry jobs; with specs every %.1f s), GetJob every %.2f s, ListWorkers every %.2f s, "
+      "every %.2f s (a page of 50 brief jobs, as gantry jobs; a page of 1000 with specs every %.1f s), GetJob every %.2f s, ListWorkers every %.2f s, "
       "%d watchers\n",
       o.workers, o.heartbeat_ms, o.jobs, o.submit_rate, o.steps, o.step_ms, o.checkpoint_every, o.multi_rank_every,
       o.shard_servers, o.list_jobs_period_s, o.list_jobs_full_period_s, o.get_job_period_s, o.list_workers_period_s,
