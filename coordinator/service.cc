@@ -1,6 +1,6 @@
 #include "coordinator/service.h"
 
-#include "coordinator/listing.h"
+#include "common/paging.h"
 
 #include "coordinator/job_state.h"
 #include "coordinator/placement.h"

@@ -1,5 +1,7 @@
 #include "shardserver/service.h"
 
+#include "common/paging.h"
+
 #include "common/rpc_edge.h"
 
 #include <glog/logging.h>
@@ -319,12 +321,25 @@ grpc::ServerUnaryReactor* ShardService::ListCheckpoints(grpc::CallbackServerCont
                                                         v1::ListCheckpointsResponse* resp) {
   return ServeUnary(ctx, [&]() -> absl::Status {
     const std::string prefix = req->job_id().empty() ? "ckpt/" : absl::StrCat("ckpt/", req->job_id(), "/");
-    return db_->Scan(prefix, [&](absl::string_view, absl::string_view value) {
+    ASSIGN_OR_RETURN(const size_t size, PageSize(req->page_size()));
+    std::string after;  // the last key of the previous page
+    if (!req->page_token().empty()) {
+      ASSIGN_OR_RETURN(after, PageTokenKey(req->page_token(), prefix));
+    }
+    std::string last;
+    RETURN_IF_ERROR(db_->Scan(prefix, [&](absl::string_view key, absl::string_view value) {
+      if (!after.empty() && key <= after) return true;
+      if (static_cast<size_t>(resp->checkpoints_size()) == size) {  // another is left: a next page
+        resp->set_next_page_token(PageToken(prefix, last));
+        return false;
+      }
       if (!resp->add_checkpoints()->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
         resp->mutable_checkpoints()->RemoveLast();
       }
+      last = std::string(key);
       return true;
-    });
+    }));
+    return absl::OkStatus();
   });
 }
 

@@ -173,10 +173,16 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::strin
   auto stub = Stub(address);
   v1::ListCheckpointsRequest req;
   req.set_job_id(job_id);
-  v1::ListCheckpointsResponse resp;
-  RETURN_IF_ERROR(Annotate(FromGrpc(stub->ListCheckpoints(ContextWithDeadline(ShardDeadlines().list_seconds).get(), req, &resp)),
-                           ListWhat(address)));
-  return std::vector<v1::CheckpointInfo>(resp.checkpoints().begin(), resp.checkpoints().end());
+  std::vector<v1::CheckpointInfo> all;
+  do {  // page by page
+    v1::ListCheckpointsResponse resp;
+    RETURN_IF_ERROR(Annotate(
+        FromGrpc(stub->ListCheckpoints(ContextWithDeadline(ShardDeadlines().list_seconds).get(), req, &resp)),
+        ListWhat(address)));
+    for (auto& c : *resp.mutable_checkpoints()) all.push_back(std::move(c));
+    req.set_page_token(resp.next_page_token());
+  } while (!req.page_token().empty());
+  return all;
 }
 
 // Streams bytes [offset, offset + length) of a committed part (length 0: to its end) into
@@ -285,18 +291,34 @@ void ShardClients::Delete(const std::string& address, const std::string& job_id,
                                         });
 }
 
-void ShardClients::List(const std::string& address, const std::string& job_id, Listed done) {
-  auto call = std::make_shared<AsyncCall<v1::ListCheckpointsRequest, v1::ListCheckpointsResponse>>(
-      StubFor(address), deadlines_.list_seconds);
+namespace {
+// A server's checkpoints, page after page (each call's answer starts the next), then done.
+void ListPages(std::shared_ptr<v1::ShardServer::Stub> stub, double deadline_s, const std::string& address,
+               const std::string& job_id, const std::string& page_token,
+               std::shared_ptr<std::vector<v1::CheckpointInfo>> so_far, ShardClients::Listed done) {
+  auto call = std::make_shared<AsyncCall<v1::ListCheckpointsRequest, v1::ListCheckpointsResponse>>(stub, deadline_s);
   call->req.set_job_id(job_id);
+  call->req.set_page_token(page_token);
   call->stub->async()->ListCheckpoints(
-      &call->ctx, &call->req, &call->resp, [call, address, done = std::move(done)](grpc::Status s) {
+      &call->ctx, &call->req, &call->resp,
+      [stub, deadline_s, call, address, job_id, so_far, done = std::move(done)](grpc::Status s) mutable {
         if (!s.ok()) {
           done(Annotate(FromGrpc(s), ListWhat(address)));
           return;
         }
-        done(std::vector<v1::CheckpointInfo>(call->resp.checkpoints().begin(), call->resp.checkpoints().end()));
+        for (auto& c : *call->resp.mutable_checkpoints()) so_far->push_back(std::move(c));
+        if (call->resp.next_page_token().empty()) {
+          done(std::move(*so_far));
+        } else {
+          ListPages(stub, deadline_s, address, job_id, call->resp.next_page_token(), so_far, std::move(done));
+        }
       });
+}
+}  // namespace
+
+void ShardClients::List(const std::string& address, const std::string& job_id, Listed done) {
+  ListPages(StubFor(address), deadlines_.list_seconds, address, job_id, "",
+            std::make_shared<std::vector<v1::CheckpointInfo>>(), std::move(done));
 }
 
 void ShardClients::ListStored(const std::vector<std::string>& servers, const std::string& job_id, StoredListed done) {

@@ -1,8 +1,8 @@
-// Paging of the coordinator's listings (coordinator/listing.h, the service's ListJobs and
+// Paging of the coordinator's listings (common/paging.h, the service's ListJobs and
 // ListWorkers) through the gRPC service in process: 20,000 jobs listed in full, page by page,
 // newest first, each once; a state filter; the page size's bounds; tokens from another
 // listing or made up refused; workers paged likewise.
-#include "coordinator/listing.h"
+#include "common/paging.h"
 
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
@@ -119,7 +119,7 @@ TEST_F(ListingTest, TwentyThousandJobsAreListedInFullPageByPageNewestFirst) {
   other.set_page_token(first->next_page_token());  // a FAILED listing's token for all jobs
   EXPECT_NE(List(other).status().message().find("continues another listing"), absl::string_view::npos);
   other.set_page_token("bm90IGEgdG9rZW4");
-  EXPECT_NE(List(other).status().message().find("not one this coordinator gave"), absl::string_view::npos);
+  EXPECT_NE(List(other).status().message().find("not one a Gantry daemon gave"), absl::string_view::npos);
   other.set_page_token("");
   other.set_page_size(-1);
   EXPECT_EQ(List(other).status().code(), absl::StatusCode::kInvalidArgument);

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "common/file_util.h"
+#include "common/rocks.h"
 #include "shardserver/service.h"
 #include "tests/test_util.h"
 #include "checkpoint/remote/shard_source.h"
@@ -45,6 +47,54 @@ class ShardServiceTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
   std::string addr_;
 };
+
+// Listings page: 2,500 committed checkpoints of two jobs (records as Commit writes them) come
+// back whole through the client, which reads page after page; a page holds at most 1000, in
+// (job, step) order; a token of another job's listing is refused.
+TEST_F(ShardServiceTest, CheckpointListingsPage) {
+  rocks::Batch b;
+  for (int64_t i = 1; i <= 2500; ++i) {
+    const std::string job = i <= 1500 ? "j-000001" : "j-000002";
+    v1::CheckpointInfo info;
+    info.set_job_id(job);
+    info.set_step(i);
+    info.add_parts("part-00000.safetensors");
+    b.Put(absl::StrFormat("ckpt/%s/%012d", job, i), info.SerializeAsString());
+  }
+  ASSERT_TRUE(svc_->db().Write(b).ok());
+  auto one = shardserver::ListCheckpoints(addr_, "j-000001");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1500u);
+  for (size_t i = 0; i < one->size(); ++i) ASSERT_EQ((*one)[i].step(), static_cast<int64_t>(i + 1));
+  auto every = shardserver::ListCheckpoints(addr_, "");  // every job's: three pages
+  ASSERT_TRUE(every.ok()) << every.status();
+  EXPECT_EQ(every->size(), 2500u);
+  EXPECT_EQ(every->back().job_id(), "j-000002");
+  // The raw pages: 1000, then the rest with no token after it; another job's token refused.
+  auto stub = v1::ShardServer::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
+  v1::ListCheckpointsRequest req;
+  req.set_job_id("j-000001");
+  v1::ListCheckpointsResponse first, second, wrong;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->ListCheckpoints(&ctx, req, &first).ok());
+  }
+  EXPECT_EQ(first.checkpoints_size(), 1000);
+  ASSERT_FALSE(first.next_page_token().empty());
+  req.set_page_token(first.next_page_token());
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->ListCheckpoints(&ctx, req, &second).ok());
+  }
+  EXPECT_EQ(second.checkpoints_size(), 500);
+  EXPECT_EQ(second.checkpoints(0).step(), 1001);
+  EXPECT_TRUE(second.next_page_token().empty());
+  req.set_job_id("j-000002");
+  grpc::ClientContext ctx;
+  const grpc::Status s = stub->ListCheckpoints(&ctx, req, &wrong);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("continues another listing"), std::string::npos) << s.error_message();
+}
 
 TEST_F(ShardServiceTest, UploadListDownloadDelete) {
   auto bytes = shardserver::UploadCheckpoint(addr_, "j-000001", 10, dir_.File("ckpt"), "{\"step\": 10}");

@@ -1,10 +1,10 @@
-// Paging of the coordinator's listings (listing.h).
-#include "coordinator/listing.h"
+// Paging of listings (paging.h).
+#include "common/paging.h"
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
-namespace gantry::coordinator {
+namespace gantry {
 
 absl::StatusOr<size_t> PageSize(int32_t requested) {
   if (requested < 0) return absl::InvalidArgumentError(absl::StrCat("page_size ", requested, " is negative"));
@@ -19,7 +19,7 @@ absl::StatusOr<std::string> PageTokenKey(const std::string& token, const std::st
   std::string text;
   const std::string prefix = absl::StrCat("gantry1|", listing, "|");
   if (!absl::WebSafeBase64Unescape(token, &text) || text.rfind("gantry1|", 0) != 0) {
-    return absl::InvalidArgumentError("page_token is not one this coordinator gave (take next_page_token as it is)");
+    return absl::InvalidArgumentError("page_token is not one a Gantry daemon gave (take next_page_token as it is)");
   }
   if (text.rfind(prefix, 0) != 0 || text.size() == prefix.size()) {
     return absl::InvalidArgumentError(
@@ -28,4 +28,4 @@ absl::StatusOr<std::string> PageTokenKey(const std::string& token, const std::st
   return text.substr(prefix.size());
 }
 
-}  // namespace gantry::coordinator
+}  // namespace gantry
