@@ -10,9 +10,16 @@ namespace gantry::cli {
 
 // workers
 int WorkersCommand(const Options& o, v1::Coordinator::Stub* stub) {
+  // Every worker, page by page (a page holds at most 1000).
   v1::ListWorkersResponse resp;
-  auto s = stub->ListWorkers(Ctx(o).get(), v1::ListWorkersRequest(), &resp);
-  if (!s.ok()) return Fail(s);
+  v1::ListWorkersRequest req;
+  do {
+    v1::ListWorkersResponse page;
+    auto s = stub->ListWorkers(Ctx(o).get(), req, &page);
+    if (!s.ok()) return Fail(s);
+    for (auto& w : *page.mutable_workers()) *resp.add_workers() = std::move(w);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
   if (o.output == "json") {
     std::printf("%s\n", Json(resp).c_str());
     return 0;
