@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
+#include "common/paging.h"
 
 namespace gantry::cli {
 
@@ -12,14 +13,15 @@ namespace gantry::cli {
 int WorkersCommand(const Options& o, v1::Coordinator::Stub* stub) {
   // Every worker, page by page (a page holds at most 1000).
   v1::ListWorkersResponse resp;
-  v1::ListWorkersRequest req;
-  do {
-    v1::ListWorkersResponse page;
-    auto s = stub->ListWorkers(Ctx(o).get(), req, &page);
-    if (!s.ok()) return Fail(s);
-    for (auto& w : *page.mutable_workers()) *resp.add_workers() = std::move(w);
-    req.set_page_token(page.next_page_token());
-  } while (!req.page_token().empty());
+  const grpc::Status s = ReadEveryPage<v1::ListWorkersResponse>(
+      v1::ListWorkersRequest(),
+      [&](const v1::ListWorkersRequest& req, v1::ListWorkersResponse* page) {
+        return stub->ListWorkers(Ctx(o).get(), req, page);
+      },
+      [&](v1::ListWorkersResponse& page) {
+        for (auto& w : *page.mutable_workers()) *resp.add_workers() = std::move(w);
+      });
+  if (!s.ok()) return Fail(s);
   if (o.output == "json") {
     std::printf("%s\n", Json(resp).c_str());
     return 0;

@@ -666,8 +666,7 @@ int64_t Cluster::LargestWorkerMemory() { return members_.LargestMemory(); }  // 
 
 Cluster::WorkerCounts Cluster::CountWorkers(const std::string& device) {
   std::lock_guard<std::mutex> l(mu_);
-  const Membership::Counts c = members_.Count(device);
-  return {c.alive, c.idle, c.idle_slots};
+  return members_.Count(device);
 }
 
 absl::Status Cluster::CheckGeneration(const std::string& job_id, int64_t generation, const std::string& key) {

@@ -101,9 +101,7 @@ class Cluster {
   // The memory of the largest live worker (0: none), without copying every worker's record.
   int64_t LargestWorkerMemory();
   // Live workers offering a device kind: attached, idle, and the ranks the idle ones host.
-  struct WorkerCounts {
-    int alive = 0, idle = 0, idle_slots = 0;
-  };
+  using WorkerCounts = Membership::Counts;
   WorkerCounts CountWorkers(const std::string& device);
 
   // The shard servers of job's last committed checkpoint that are not live now, while the

@@ -34,7 +34,6 @@ class WorkingWeights {
     lp_ = p;
     Release();
   }
-  kernels::Precision precision() const { return lp_; }
   bool mixed() const { return lp_ != kernels::Precision::kFp32; }
 
   // The parameters changed: the persistent image is stale.

@@ -28,6 +28,8 @@
 #include "bench/load/recorder.h"
 #include "bench/load/stand_in.h"
 #include "bench/load/timer.h"
+#include "common/paging.h"
+#include "common/status.h"
 #include "common/grpc_util.h"
 #include "common/security.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
@@ -132,13 +134,14 @@ absl::StatusOr<ControlPlaneReport> RunControlPlaneLoad(const ControlPlaneOptions
   // Every job of a listing, page by page.
   auto list_all = [&](v1::ListJobsRequest req) -> absl::StatusOr<std::vector<v1::Job>> {
     std::vector<v1::Job> jobs;
-    do {
-      v1::ListJobsResponse resp;
-      auto ctx = ContextWithDeadline(60);
-      if (auto s = checker->ListJobs(ctx.get(), req, &resp); !s.ok()) return FromGrpc(s);
-      for (auto& j : *resp.mutable_jobs()) jobs.push_back(std::move(j));
-      req.set_page_token(resp.next_page_token());
-    } while (!req.page_token().empty());
+    RETURN_IF_ERROR(ReadEveryPage<v1::ListJobsResponse>(
+        req,
+        [&](const v1::ListJobsRequest& r, v1::ListJobsResponse* resp) {
+          return FromGrpc(checker->ListJobs(ContextWithDeadline(60).get(), r, resp));
+        },
+        [&](v1::ListJobsResponse& resp) {
+          for (auto& j : *resp.mutable_jobs()) jobs.push_back(std::move(j));
+        }));
     return jobs;
   };
   auto succeeded = [&]() -> absl::StatusOr<int64_t> {

@@ -15,6 +15,7 @@
 #include "common/executor.h"
 #include "common/file_util.h"
 #include "common/grpc_util.h"
+#include "common/paging.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -174,14 +175,15 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::strin
   v1::ListCheckpointsRequest req;
   req.set_job_id(job_id);
   std::vector<v1::CheckpointInfo> all;
-  do {  // page by page
-    v1::ListCheckpointsResponse resp;
-    RETURN_IF_ERROR(Annotate(
-        FromGrpc(stub->ListCheckpoints(ContextWithDeadline(ShardDeadlines().list_seconds).get(), req, &resp)),
-        ListWhat(address)));
-    for (auto& c : *resp.mutable_checkpoints()) all.push_back(std::move(c));
-    req.set_page_token(resp.next_page_token());
-  } while (!req.page_token().empty());
+  RETURN_IF_ERROR(ReadEveryPage<v1::ListCheckpointsResponse>(
+      req,
+      [&](const v1::ListCheckpointsRequest& r, v1::ListCheckpointsResponse* resp) {
+        return Annotate(FromGrpc(stub->ListCheckpoints(ContextWithDeadline(ShardDeadlines().list_seconds).get(), r, resp)),
+                        ListWhat(address));
+      },
+      [&](v1::ListCheckpointsResponse& resp) {
+        for (auto& c : *resp.mutable_checkpoints()) all.push_back(std::move(c));
+      }));
   return all;
 }
 
