@@ -198,10 +198,15 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
   // gradients all-reduced (ZeRO 0: twice that) or reduce-scattered (ZeRO 1-3), and the
   // parameters all-gathered after the update (ZeRO 1, 2) or in forward and in backward (ZeRO
   // 3). Gantry's parameters are fp32 on the wire; its gradients are too unless
-  // train.grad_reduce_dtype is bf16.
+  // train.grad_reduce_dtype is bf16. Stages 0 and 1 reduce once per step; 2 and 3 keep no
+  // whole gradient, so they reduce every micro-batch, and 3 gathers every micro-batch's units.
   const double d = in.dp, param_wire = in.precision == Precision::kMixed ? 2 : 4;
   const double grad_wire = in.precision == Precision::kMixed || in.bf16_grad_reduce ? 2 : 4;
-  const double moved = in.zero == 0 ? 2 * grad_wire : grad_wire + (in.zero >= 3 ? 2 : 1) * param_wire;
+  const double m = in.microbatches;
+  const double moved = in.zero == 0   ? 2 * grad_wire
+                       : in.zero == 1 ? grad_wire + param_wire
+                       : in.zero == 2 ? m * grad_wire + param_wire
+                                      : m * (grad_wire + 2 * param_wire);
   p.dp_bytes = in.dp > 1 ? split * moved * (d - 1) / d : 0;
   p.bubble = static_cast<double>(in.pp - 1) / (in.microbatches + in.pp - 1);
   p.fits = in.device_memory <= 0 || p.total() <= 0.9 * in.device_memory;
@@ -227,6 +232,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.sequence_parallel = spec.parallel.sequence_parallel;
   in.ep = spec.parallel.ep;
   in.bf16_grad_reduce = spec.train.grad_reduce_dtype == "bf16";
+  in.bucket_mb = spec.parallel.bucket_mb;
   return in;
 }
 

@@ -59,6 +59,9 @@ struct PlanInput {
   // parallel.ep (divides dp; a MoE model): each rank holds num_experts/ep of every MoE layer's
   // experts, whose ZeRO shards are over the dp/ep replicas that hold the same experts.
   int ep = 1;
+  // parallel.bucket_mb: the gradient buckets reduced as backward finishes them (the step's
+  // cost model: the last one's reduction is not hidden).
+  double bucket_mb = 25;
 };
 
 struct Plan {

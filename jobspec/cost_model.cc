@@ -1,0 +1,413 @@
+#include "jobspec/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "jobspec/ranks.h"
+
+namespace gantry::jobspec {
+
+double AllReduceTime(double bytes, int n, const Link& link) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const double ring = 2.0 * (n - 1) * link.latency + 2.0 * (n - 1) / n * bytes / link.bandwidth;
+  const double tree = 2.0 * std::ceil(std::log2(n)) * link.latency + 2.0 * bytes / link.bandwidth;
+  return std::min(ring, tree);
+}
+
+double ReduceScatterTime(double bytes, int n, const Link& link) {
+  if (n <= 1 || bytes <= 0) return 0;
+  return (n - 1) * link.latency + static_cast<double>(n - 1) / n * bytes / link.bandwidth;
+}
+
+double AllToAllTime(double bytes, int n, const Link& link) { return ReduceScatterTime(bytes, n, link); }
+
+double SendTime(double bytes, const Link& link) { return bytes <= 0 ? 0 : link.latency + bytes / link.bandwidth; }
+
+Link GroupLink(const std::vector<int>& ranks, const ClusterSpec& cluster) {
+  const int gpn = std::max(1, cluster.gpus_per_node);
+  std::set<int> nodes;
+  for (int r : ranks) nodes.insert(r / gpn);
+  if (nodes.size() <= 1) return cluster.intra;
+  // The group's ranks on its busiest node, each with its own port, share the crossing.
+  int per_node = 0;
+  for (int node : nodes) {
+    per_node = std::max(per_node, static_cast<int>(std::count_if(ranks.begin(), ranks.end(),
+                                                                 [&](int r) { return r / gpn == node; })));
+  }
+  Link l = cluster.inter;
+  l.bandwidth = std::min(cluster.intra.bandwidth, per_node * cluster.inter.bandwidth);
+  return l;
+}
+
+namespace {
+
+// The links of a layout's groups (those of rank 0's groups: every group of a kind sits alike
+// when the node size is a multiple of tp).
+struct Links {
+  Link tp, dp, pp, ep, edp;
+};
+
+Links LinksOf(const PlanInput& in, const ClusterSpec& cluster) {
+  const Layout l{in.dp, in.tp, in.pp, in.ep};
+  auto group = [&](auto member, int n) {
+    std::vector<int> ranks;
+    for (int i = 0; i < n; ++i) ranks.push_back(RankOf(member(i), l));
+    return GroupLink(ranks, cluster);
+  };
+  Links k;
+  k.tp = group([](int i) { return Coords{0, i, 0}; }, in.tp);
+  k.dp = group([](int i) { return Coords{i, 0, 0}; }, in.dp);
+  k.ep = group([](int i) { return Coords{i, 0, 0}; }, in.ep);
+  k.edp = group([&](int i) { return Coords{i * in.ep, 0, 0}; }, in.dp / in.ep);
+  // A pipeline's neighbours: the slowest hop between consecutive stages.
+  k.pp = cluster.intra;
+  for (int s = 0; s + 1 < in.pp; ++s) {
+    const Link hop = GroupLink({RankOf({0, 0, s}, l), RankOf({0, 0, s + 1}, l)}, cluster);
+    if (hop.bandwidth < k.pp.bandwidth) k.pp = hop;
+  }
+  return k;
+}
+
+// One op: its work at its rate, at least `kernels` launches.
+double Op(double work, double rate, double kernels, const DeviceProfile& d) {
+  return std::max(rate > 0 ? work / rate : 0.0, kernels * d.launch);
+}
+
+// One micro-batch's costs on one stage (seconds; FLOPs per GPU).
+struct StageCost {
+  double fwd = 0, bwd = 0;            // compute (bwd includes recomputation)
+  double tp = 0, ep = 0, pp = 0;      // exposed collectives, forward and backward together
+  double fwd_comm = 0;                // the forward's share of tp + ep + pp (the rest is backward's)
+  double flops = 0;                   // hardware FLOPs (Megatron's convention), per GPU
+  double model_flops = 0;             // the model's (6N + 12·L·T·C a token), per GPU
+  // The rank's shard (tp_rank 0): parameters, of them the experts' (reduced over edp), and
+  // ZeRO's units (layers, the embedding, the head).
+  double params = 0, expert_params = 0, gemm_params = 0;
+  int units = 0;
+};
+
+StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Links& links, const ModelShard& shard) {
+  const GPTConfig& c = *in.model;
+  const DeviceProfile& d = cluster.device;
+  const int pi = in.precision == Precision::kFp32 ? 1 : 0;  // the rates' index
+  const double e = pi ? 4 : 2;                              // a 16-bit or fp32 activation
+  // Wire bytes of activations: Gantry sums the projections and sends stage boundaries in fp32;
+  // the textbook's mixed precision (Megatron) in 16 bits.
+  const double w = in.precision == Precision::kMixed ? 2 : 4;
+  const double t = in.tp, s = in.seq_len, N = static_cast<double>(in.micro_batch) * in.seq_len;
+  const double C = c.n_embd, F = c.ffn(), hd = c.head_dim(), nh = c.n_head, kv = c.kv_heads(), V = c.vocab_size;
+  const double rows = in.sequence_parallel && in.tp > 1 ? N / t : N;  // the residual stream's rows
+  const bool unfused = d.unfused_attention;
+  StageCost sc;
+
+  // Per layer: GEMM weights (a token's forward FLOPs are twice them), memory-bound bytes and
+  // kernels forward (backward: twice each), attention.
+  for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
+    const bool moe = c.moe_layer(l);
+    const double k = moe ? c.moe.top_k : 1;
+    const double attn_w = C * (nh + 2 * kv) * hd + C * C;
+    const double mlp_w = (c.llama() ? 3 : 2) * C * F;
+    const double gemm_w = (attn_w + k * mlp_w) / t + (moe ? C * c.moe.num_experts : 0);
+    const double gemm_f = 2 * N * gemm_w;
+    // Memory-bound bytes forward and backward. Norms: read the fp32 residual, write e; backward
+    // read it and the gradient, write and accumulate fp32. Residual adds (fp32): two reads and a
+    // write each way. The MLP's activation: GELU reads and writes (backward: two reads, a write);
+    // SwiGLU reads two and writes one (backward: three and two).
+    const double act = k * N * F / t * e;
+    double bytes = 2 * rows * C * (4 + e) + 2 * rows * C * 12 + act * (c.llama() ? 3 : 2);
+    double bytes_b = 2 * rows * C * (12 + e) + 2 * rows * C * 12 + act * (c.llama() ? 5 : 3);
+    double kernels = 8;
+    if (c.llama()) {
+      const double rope = N * (nh + kv) * hd / t * 2 * e;  // RoPE on q and k
+      bytes += rope, bytes_b += rope;
+      if (kv < nh) {  // K and V repeated to every head, and their gradients summed back
+        const double rep = N * 2 * (nh + kv) * hd / t * e;
+        bytes += rep, bytes_b += rep;
+      }
+      kernels += 3;
+    } else if (pi == 0) {
+      // 16-bit outputs with a bias (qkv, fc): an fp32 product, then one pass adds the bias and
+      // rounds; backward, the biases' column sums read every projection's output gradient.
+      bytes += N * (3 * C + F) / t * 8;
+      bytes_b += N * (5 * C + F) / t * e;
+      kernels += 2;
+    }
+    if (moe) bytes += 2 * N * k * C * 4, bytes_b += 2 * N * k * C * 4, kernels += 6;  // dispatch and combine
+    const double mem_f = Op(bytes, d.memory_bandwidth, kernels, d);
+    // Attention: the causal half of 4·T·C a token forward.
+    const double attn_flops = 2 * N * s * C / t;
+    double attn_f, attn_b;
+    if (unfused) {  // the scores as GEMMs over the whole T x T, probabilities kept (fp32)
+      const double scores = N * s * nh / t;
+      attn_f = Op(2 * attn_flops, d.gemm_fwd[pi], 2, d) + Op(scores * (2 * e + 4), d.memory_bandwidth, 2, d);
+      attn_b = Op(4 * attn_flops, d.gemm_bwd[pi], 4, d) + Op(scores * 12, d.memory_bandwidth, 2, d);
+    } else {
+      attn_f = Op(attn_flops, d.attention_fwd[pi], 1, d);
+      attn_b = Op(2.5 * attn_flops, d.attention_bwd[pi], 1, d);
+    }
+    const double f = Op(gemm_f, d.gemm_fwd[pi], 4, d) + attn_f + mem_f;
+    double b = Op(2 * gemm_f, d.gemm_bwd[pi], 8, d) + attn_b + Op(bytes_b, d.memory_bandwidth, 2 * kernels, d);
+    double recomputed_flops = 0;
+    if (in.recompute == Recompute::kFull) b += f, recomputed_flops = gemm_f + 2 * attn_flops;
+    if (in.recompute == Recompute::kSelective) b += attn_f, recomputed_flops = 2 * attn_flops;
+    sc.fwd += f;
+    sc.bwd += b;
+    // Megatron's count: attention as its whole 4·T·C a token (not the causal half).
+    const double layer_f = gemm_f + 2 * attn_flops;
+    sc.flops += 3 * layer_f + recomputed_flops;
+    sc.model_flops += 3 * layer_f;
+    // Tensor parallelism: an all-reduce (sequence parallel: a reduce-scatter and an all-gather,
+    // the same bytes) after attention and after the MLP, forward, and two backward; full
+    // recompute repeats the forward's.
+    if (in.tp > 1) {
+      const double one = AllReduceTime(N * C * w, in.tp, links.tp);
+      const double fwd = 2 * one;
+      sc.tp += fwd + 2 * one + (in.recompute == Recompute::kFull ? fwd : 0);
+      sc.fwd_comm += fwd;
+    }
+    // Expert parallelism: the tokens' rows (fp32) out to their experts and back, forward and
+    // backward.
+    if (moe && in.ep > 1) {
+      const double one = AllToAllTime(N * k * C * 4, in.ep, links.ep);
+      sc.ep += 4 * one + (in.recompute == Recompute::kFull ? 2 * one : 0);
+      sc.fwd_comm += 2 * one;
+    }
+  }
+  if (shard.first()) {  // the embedding: rows gathered (wte, wpe), and scattered back
+    sc.fwd += Op(N * C * 12, d.memory_bandwidth, 1, d);
+    sc.bwd += Op(N * C * 12, d.memory_bandwidth, 2, d);
+    if (in.tp > 1) {  // the vocabulary-parallel lookup's sum
+      const double ar = AllReduceTime(N * C * 4, in.tp, links.tp);
+      sc.tp += ar, sc.fwd_comm += ar;
+    }
+  }
+  if (shard.last()) {  // the final norm, the classifier and its fused softmax + cross-entropy
+    const double gemm_f = 2 * N * C * V / t;
+    sc.fwd += Op(N * C * (4 + e), d.memory_bandwidth, 1, d) + Op(gemm_f, d.gemm_fwd[pi], 1, d) +
+              Op(N * V / t * (2 * e + 4), d.memory_bandwidth, 2, d);
+    sc.bwd += Op(2 * gemm_f, d.gemm_bwd[pi], 2, d) + Op(2 * N * C * (4 + e), d.memory_bandwidth, 1, d);
+    sc.flops += 3 * gemm_f;
+    sc.model_flops += 3 * gemm_f;
+    if (in.tp > 1) {  // the softmax's statistics (small), and the classifier's input gradient
+      const double stats = ReduceScatterTime(N * 8 * t, in.tp, links.tp);
+      const double ar = AllReduceTime(N * C * 4, in.tp, links.tp);
+      sc.tp += stats + ar, sc.fwd_comm += stats;
+    }
+  }
+  // Pipeline: the activation forward and its gradient back, each blocking both neighbours.
+  if (in.pp > 1) {
+    const double one = SendTime(N * C * w, links.pp);
+    const int hops = (shard.first() ? 0 : 1) + (shard.last() ? 0 : 1);
+    sc.pp = 2 * hops * one;
+    sc.fwd_comm += hops * one;
+  }
+  for (const ParamTensor& p : ParameterLayout(c, shard)) {
+    sc.params += static_cast<double>(p.numel);
+    if (p.gemm) sc.gemm_params += static_cast<double>(p.numel);
+    if (in.ep > 1 && p.name.find(".mlp.experts.") != std::string::npos) sc.expert_params += static_cast<double>(p.numel);
+  }
+  sc.units = (shard.layer_end - shard.layer_begin) + (shard.first() ? 1 : 0) + (shard.last() ? 1 : 0);
+  return sc;
+}
+
+// Data parallelism's time over a step on one stage, and the part of it the step waits for.
+struct DpCost {
+  double total = 0, exposed = 0, bytes = 0;
+};
+
+DpCost CostOfDp(const PlanInput& in, const ClusterSpec& cluster, const Links& links, const StageCost& sc) {
+  DpCost r;
+  if (in.dp <= 1) return r;
+  const double gw = in.precision == Precision::kMixed || in.bf16_grad_reduce ? 2 : 4;
+  const double pw = in.precision == Precision::kMixed ? 2 : 4;
+  const double m = in.microbatches;
+  const double dense = sc.params - sc.expert_params, expert = sc.expert_params;
+  const int edp = in.dp / in.ep;
+  // Gradients: an all-reduce (ZeRO 0) or reduce-scatter of every bucket, dense over dp and the
+  // experts' over edp; parameters: an all-gather of the same split.
+  auto reduce = [&](double params) {
+    const double bytes = params * gw;
+    if (in.zero == 0) {
+      return AllReduceTime(bytes * dense / sc.params, in.dp, links.dp) +
+             AllReduceTime(bytes * expert / sc.params, edp, links.edp);
+    }
+    return ReduceScatterTime(bytes * dense / sc.params, in.dp, links.dp) +
+           ReduceScatterTime(bytes * expert / sc.params, edp, links.edp);
+  };
+  auto gather = [&](double params) {
+    const double bytes = params * pw;
+    return ReduceScatterTime(bytes * dense / sc.params, in.dp, links.dp) +
+           ReduceScatterTime(bytes * expert / sc.params, edp, links.edp);
+  };
+  const double grads = reduce(sc.params), params = gather(sc.params);
+  // Moved per GPU: a ring sends (n-1)/n of the buffer per pass (all-reduce: two passes).
+  const double d = in.dp, frac = (d - 1) / d;
+  const double bucket_share = std::min(1.0, in.bucket_mb * 1e6 / (sc.params * gw));
+  const double unit_share = 1.0 / std::max(1, sc.units);
+  if (in.zero <= 1) {  // once per step, during the last micro-batch's backward
+    const double last = reduce(sc.params * bucket_share);
+    r.exposed = std::max(last, grads - sc.bwd * (1 - bucket_share));
+    r.total = grads;
+    r.bytes = sc.params * gw * frac * (in.zero == 0 ? 2 : 1);
+    if (in.zero == 1) r.exposed += params, r.total += params, r.bytes += sc.params * pw * frac;
+  } else if (in.zero == 2) {  // every micro-batch; the updated parameters gathered after the step
+    const double last = reduce(sc.params * bucket_share);
+    r.exposed = m * std::max(last, grads - sc.bwd * (1 - bucket_share)) + params;
+    r.total = m * grads + params;
+    r.bytes = m * sc.params * gw * frac + sc.params * pw * frac;
+  } else {  // ZeRO 3: each unit gathered before its forward and its backward, the next prefetched
+    double gather_time = params;
+    if (in.offload_params) gather_time += sc.params / d * 4 / cluster.device.host_link;  // the shard comes up
+    const double fwd = std::max(gather_time * unit_share, gather_time - sc.fwd * (1 - unit_share));
+    const double bwd_comm = gather_time + grads;
+    const double bwd = std::max(bwd_comm * unit_share, bwd_comm - sc.bwd * (1 - unit_share));
+    r.exposed = m * (fwd + bwd);
+    r.total = m * (gather_time + bwd_comm);
+    r.bytes = m * sc.params * (2 * pw + gw) * frac;
+  }
+  return r;
+}
+
+// Clipping and AdamW over the rank's shard.
+double CostOfOptimizer(const PlanInput& in, const DeviceProfile& d, const StageCost& sc) {
+  const double shard = in.zero >= 1 ? sc.params / in.dp : sc.params;
+  const double grads = in.zero >= 2 ? sc.params / in.dp : sc.params;
+  const double norm = Op(grads * 4, d.memory_bandwidth, 2, d);
+  // The 16-bit working copy of the GEMM weights, recast after the update (ZeRO 0-2).
+  const double recast =
+      in.precision == Precision::kAutocast && in.zero <= 2 ? Op(sc.gemm_params * 6, d.memory_bandwidth, 1, d) : 0;
+  if (in.offload_optimizer && in.zero >= 1 && d.host_adamw > 0 && d.host_link > 0) {
+    // Gradients down, AdamW on the host, parameters up, pipelined in 16 MB chunks.
+    const double down = shard * 4 / d.host_link, adam = shard / d.host_adamw, up = shard * 4 / d.host_link;
+    const double chunk = std::min(1.0, 4e6 / std::max(1.0, shard));
+    return norm + recast + std::max({down, adam, up}) + chunk * (down + adam + up);
+  }
+  return norm + recast + Op(shard * 28, d.memory_bandwidth, 1, d);
+}
+
+}  // namespace
+
+absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& cluster) {
+  if (!in.model) return absl::InvalidArgumentError("the step's cost needs the model's shape");
+  if (in.pp > in.model->n_layer) return absl::InvalidArgumentError("pp exceeds the layers");
+  const DeviceProfile& d = cluster.device;
+  if (d.memory_bandwidth <= 0 || d.gemm_fwd[0] <= 0 || d.gemm_bwd[0] <= 0 || d.gemm_fwd[1] <= 0 ||
+      d.gemm_bwd[1] <= 0 || d.peak_flops <= 0 ||
+      (!d.unfused_attention && (d.attention_fwd[0] <= 0 || d.attention_bwd[0] <= 0))) {
+    return absl::InvalidArgumentError(absl::StrCat("device profile '", d.name, "' lacks a rate"));
+  }
+  if (cluster.intra.bandwidth <= 0 || cluster.inter.bandwidth <= 0 || cluster.gpus_per_node < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster '", cluster.name, "' lacks a link's bandwidth"));
+  }
+  const Links links = LinksOf(in, cluster);
+  const double m = in.microbatches, p = in.pp;
+  StepCost r;
+  double slowest = 0, slowest_compute = 0, slowest_comm = 0, tail = 0, flops = 0, model_flops = 0;
+  double tail_opt = 0, tail_dp = 0;
+  for (int stage = 0; stage < in.pp; ++stage) {
+    ModelShard shard = ShardOf(*in.model, in.tp, 0, in.pp, stage);
+    shard.sequence_parallel = in.sequence_parallel && in.tp > 1;
+    shard.ep = in.ep;
+    const StageCost sc = CostOfStage(in, cluster, links, shard);
+    const DpCost dp = CostOfDp(in, cluster, links, sc);
+    const double opt = CostOfOptimizer(in, d, sc);
+    const double comm = sc.tp + sc.ep + sc.pp;
+    const double per_micro = sc.fwd + sc.bwd + comm;
+    if (per_micro > slowest) {
+      slowest = per_micro, slowest_compute = sc.fwd + sc.bwd, slowest_comm = comm;
+      r.tp_comm = m * sc.tp, r.ep_comm = m * sc.ep, r.pp_comm = m * sc.pp;
+    }
+    // ZeRO 2-3's per-micro-batch collectives lengthen each micro-batch of the stage; ZeRO 0-1's
+    // and the optimizer come after the pipeline drains: the step ends with the slowest stage's.
+    if (dp.exposed + opt > tail) tail = dp.exposed + opt, tail_opt = opt, tail_dp = dp.exposed;
+    r.dp_comm_total = std::max(r.dp_comm_total, dp.total);
+    r.dp_bytes = std::max(r.dp_bytes, dp.bytes);
+    flops += sc.flops;
+    model_flops += sc.model_flops;
+  }
+  r.compute = m * slowest_compute;
+  r.bubble = (p - 1) * slowest;
+  r.dp_comm = tail_dp;
+  r.optimizer = tail_opt;
+  r.exposed_comm = m * slowest_comm + tail_dp;
+  r.step = r.compute + r.bubble + r.exposed_comm + r.optimizer;
+  const double world = static_cast<double>(in.dp) * in.tp * in.pp;
+  r.tokens = static_cast<double>(in.micro_batch) * in.microbatches * in.dp * in.seq_len;
+  r.tokens_per_s = r.tokens / r.step;
+  r.tokens_per_s_per_gpu = r.tokens_per_s / world;
+  // Each stage's FLOPs are per tp rank and micro-batch: every replica does the same.
+  r.flops_per_gpu = flops * m / (p * r.step);
+  r.mfu = model_flops * m / (p * r.step) / d.peak_flops;
+  return r;
+}
+
+absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const ClusterSpec& cluster, int gpus,
+                                                      int global_batch, int top) {
+  if (!in.model) return absl::InvalidArgumentError("ranking layouts needs the model's shape");
+  if (gpus < 1 || global_batch < 1 || top < 1) {
+    return absl::InvalidArgumentError("ranking layouts needs gpus, a global batch and a count >= 1");
+  }
+  const GPTConfig& c = *in.model;
+  in.device_memory = cluster.device.memory;
+  struct Candidate {
+    PlanInput in;
+    StepCost cost;
+  };
+  std::vector<Candidate> all;
+  for (int tp = 1; tp <= std::min(gpus, cluster.gpus_per_node); tp *= 2) {
+    if (gpus % tp != 0 || c.n_head % tp != 0 || c.kv_heads() % tp != 0 || c.ffn() % tp != 0) continue;
+    for (int pp = 1; pp <= std::min(gpus / tp, c.n_layer); ++pp) {
+      if ((gpus / tp) % pp != 0 || c.n_layer % pp != 0) continue;
+      const int dp = gpus / (tp * pp);
+      if (in.ep > 1 && dp % in.ep != 0) continue;
+      for (int zero = 0; zero <= 3; ++zero) {
+        if (pp > 1 && zero >= 2) continue;  // the job spec refuses ZeRO 2-3 with pp
+        if (in.offload_optimizer && zero == 0) continue;
+        if (in.offload_params && zero < 3) continue;
+        for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+          for (bool sp : {false, true}) {
+            if (sp && tp == 1) continue;
+            for (int mb = 1; mb <= 64; mb *= 2) {
+              if (global_batch % (mb * dp) != 0) continue;
+              PlanInput x = in;
+              x.tp = tp, x.pp = pp, x.dp = dp, x.zero = zero, x.recompute = rc, x.micro_batch = mb;
+              x.sequence_parallel = sp;
+              x.microbatches = global_batch / (mb * dp);
+              auto cost = PredictStep(x, cluster);
+              if (!cost.ok()) continue;
+              all.push_back({x, *cost});
+            }
+          }
+        }
+      }
+    }
+  }
+  // Fastest first (ties: less model parallelism, then lower ZeRO stage); memory is checked in
+  // that order until `top` fit.
+  std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.cost.tokens_per_s != b.cost.tokens_per_s) return a.cost.tokens_per_s > b.cost.tokens_per_s;
+    if (a.in.tp * a.in.pp != b.in.tp * b.in.pp) return a.in.tp * a.in.pp < b.in.tp * b.in.pp;
+    return a.in.zero < b.in.zero;
+  });
+  std::vector<RankedLayout> out;
+  for (const Candidate& x : all) {
+    auto plan = MakePlan(x.in);
+    if (!plan.ok() || !plan->fits) continue;
+    out.push_back({x.in, *plan, x.cost});
+    if (static_cast<int>(out.size()) >= top) break;
+  }
+  if (out.empty()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "no layout of %d GPUs fits %.1f GB each at global batch %d (%zu layouts tried, up to tp %d: a "
+        "node)",
+        gpus, cluster.device.memory / 1e9, global_batch, all.size(), cluster.gpus_per_node));
+  }
+  return out;
+}
+
+}  // namespace gantry::jobspec

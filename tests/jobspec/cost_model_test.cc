@@ -1,0 +1,291 @@
+// The step cost model (jobspec/cost_model.h) against hand-computed figures: the collectives'
+// formulas, the links a group crosses given the rank order, one whole step of a small GPT
+// worked out op by op below, recomputation's extra forward, the pipeline bubble's share, the
+// data-parallel overlap, offload's host step; the cluster files (jobspec/cluster.h); and the
+// ranking that must put the 70B layout `gantry plan` recommended by memory alone (tp 2 x dp 32,
+// ZeRO 3: terabytes a step over data parallelism) behind a faster one on a slow network.
+#include "jobspec/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace gantry::jobspec {
+namespace {
+
+// Tolerance: the model is sums and products of doubles; 1e-12 relative is rounding.
+constexpr double kRel = 1e-12;
+#define EXPECT_REL(a, b) EXPECT_NEAR((a), (b), kRel * std::abs(b))
+
+TEST(CostModelTest, CollectivesFollowTheirAlgorithms) {
+  const Link l{100e9, 10e-6};
+  // Ring all-reduce over 8: 2·7 latencies + 2·7/8 of 1 GB at 100 GB/s = 140 us + 17.5 ms; the
+  // tree's 2·3 latencies + 2 · 10 ms is slower.
+  EXPECT_REL(AllReduceTime(1e9, 8, l), 140e-6 + 17.5e-3);
+  // 1 kB over 1024 ranks: the ring's 2046 latencies (20.46 ms) lose to the tree's 20 (200 us).
+  EXPECT_REL(AllReduceTime(1e3, 1024, l), 20 * 10e-6 + 2 * 1e3 / 100e9);
+  EXPECT_REL(ReduceScatterTime(1e9, 8, l), 7 * 10e-6 + 7.0 / 8 * 1e9 / 100e9);
+  EXPECT_REL(AllToAllTime(8e6, 4, l), 3 * 10e-6 + 0.75 * 8e6 / 100e9);
+  EXPECT_REL(SendTime(1e6, l), 10e-6 + 1e6 / 100e9);
+  EXPECT_EQ(AllReduceTime(1e9, 1, l), 0) << "a group of one sends nothing";
+}
+
+ClusterSpec TwoLinks() {
+  ClusterSpec c;
+  c.gpus_per_node = 8;
+  c.intra = {300e9, 2e-6};
+  c.inter = {25e9, 5e-6};
+  return c;
+}
+
+TEST(CostModelTest, AGroupUsesTheNetworkOnlyWhenItSpansNodes) {
+  const ClusterSpec c = TwoLinks();
+  EXPECT_EQ(GroupLink({0, 1, 2, 3, 4, 5, 6, 7}, c).bandwidth, 300e9);
+  EXPECT_EQ(GroupLink({0, 8}, c).bandwidth, 25e9) << "one rank a node: one port";
+  EXPECT_EQ(GroupLink({0, 8}, c).latency, 5e-6);
+  EXPECT_EQ(GroupLink({0, 1, 8, 9}, c).bandwidth, 50e9) << "two ranks a node: two ports";
+  std::vector<int> sixteen;
+  for (int r = 0; r < 16; ++r) sixteen.push_back(r);
+  EXPECT_EQ(GroupLink(sixteen, c).bandwidth, 200e9) << "eight ports: 200 GB/s, under NVLink's 300";
+}
+
+// A device whose rates make the arithmetic below easy; no launch floor.
+ClusterSpec Simple() {
+  ClusterSpec c = TwoLinks();
+  DeviceProfile& d = c.device;
+  d.name = "simple";
+  d.peak_flops = 2e12;
+  d.gemm_fwd[1] = 1e12, d.gemm_bwd[1] = 0.5e12;
+  d.gemm_fwd[0] = 2e12, d.gemm_bwd[0] = 1e12;
+  d.attention_fwd[1] = 1e11, d.attention_bwd[1] = 0.5e11;
+  d.attention_fwd[0] = 2e11, d.attention_bwd[0] = 1e11;
+  d.memory_bandwidth = 1e11;
+  d.memory = 80e9;
+  return c;
+}
+
+PlanInput Small() {
+  GPTConfig c;
+  c.n_layer = 2, c.n_embd = 64, c.n_head = 4, c.vocab_size = 128, c.max_seq_len = 32;
+  PlanInput in;
+  in.model = c;
+  in.seq_len = 32;
+  in.micro_batch = 2;
+  in.precision = Precision::kFp32;
+  return in;
+}
+
+// GPT-2 shape, L 2, C 64, 4 heads, V 128, T 32, B 2 (N = 64 tokens), fp32, one rank:
+//   a layer's GEMM weights 64·(4+8)·16 + 64·64 + 2·64·256 = 49,152: forward 2·64·49,152 =
+//     6,291,456 FLOPs at 1e12 (6.291456 us), backward twice that at 0.5e12 (25.165824 us);
+//   attention 2·N·T·C = 262,144 FLOPs at 1e11 (2.62144 us), backward 2.5x at 0.5e11 (13.1072);
+//   memory-bound forward: norms 2·64·64·8 + residual adds 2·64·64·12 + GELU 64·256·2·4 =
+//     294,912 bytes (2.94912 us); backward norms 2·64·64·16 + adds 98,304 + GELU 64·256·3·4 =
+//     425,984 bytes (4.25984 us);
+//   a layer: forward 11.862016 us, backward 42.532864; two of them;
+//   embedding 64·64·12 bytes each way (0.49152 us each); head: ln_f 64·64·8 (0.32768 us),
+//     classifier 2·64·64·128 FLOPs (1.048576 us; backward 4.194304), softmax 64·128·12 bytes
+//     (0.98304 us), backward ln_f 2·64·64·8 (0.65536 us);
+//   AdamW over 110,336 parameters (wte 8,192, wpe 2,048, 2 x 49,984, ln_f 128): the norm's 4 and
+//     AdamW's 28 bytes each at 1e11: 35.30752 us.
+TEST(CostModelTest, ASmallStepAddsUpOpByOp) {
+  const double layer_f = 6.291456 + 2.62144 + 2.94912, layer_b = 25.165824 + 13.1072 + 4.25984;
+  const double fwd = 2 * layer_f + 0.49152 + 0.32768 + 1.048576 + 0.98304;
+  const double bwd = 2 * layer_b + 0.49152 + 4.194304 + 0.65536;
+  const double opt = 110336 * 32 / 1e11 * 1e6;
+  auto r = PredictStep(Small(), Simple());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_REL(r->compute * 1e6, fwd + bwd);
+  EXPECT_REL(r->optimizer * 1e6, opt);
+  EXPECT_EQ(r->exposed_comm, 0);
+  EXPECT_EQ(r->bubble, 0);
+  EXPECT_REL(r->step * 1e6, fwd + bwd + opt);
+  EXPECT_REL(r->tokens_per_s, 64 / r->step);
+  // Model FLOPs: three passes of each layer's GEMMs and whole attention (2 x 2·N·T·C) and the
+  // classifier's; MFU over the 2e12 peak.
+  const double flops = 3 * (2 * (6291456 + 2 * 262144) + 1048576);
+  EXPECT_REL(r->mfu, flops / r->step / 2e12);
+  EXPECT_REL(r->flops_per_gpu, flops / r->step) << "no recomputation: hardware = model FLOPs";
+
+  // Micro-batches repeat the passes, not the optimizer.
+  PlanInput four = Small();
+  four.microbatches = 4;
+  EXPECT_REL(PredictStep(four, Simple())->step * 1e6, 4 * (fwd + bwd) + opt);
+}
+
+TEST(CostModelTest, FullRecomputeAddsEachLayersForwardSelectiveItsAttention) {
+  const double base = PredictStep(Small(), Simple())->step;
+  PlanInput full = Small(), selective = Small();
+  full.recompute = Recompute::kFull;
+  selective.recompute = Recompute::kSelective;
+  EXPECT_REL((PredictStep(full, Simple())->step - base) * 1e6, 2 * (6.291456 + 2.62144 + 2.94912));
+  EXPECT_REL((PredictStep(selective, Simple())->step - base) * 1e6, 2 * 2.62144);
+  // Megatron's hardware FLOPs count the recomputed forward; MFU does not.
+  auto r = PredictStep(full, Simple());
+  EXPECT_REL(r->flops_per_gpu * r->step - r->mfu * r->step * 2e12, 2 * (6291456 + 2 * 262144));
+}
+
+TEST(CostModelTest, TheBubbleIsTheScheduleShareOfBalancedStages) {
+  PlanInput in = Small();
+  in.model->n_layer = 8;
+  in.pp = 4;
+  for (int m : {1, 4, 16}) {
+    in.microbatches = m;
+    auto r = PredictStep(in, Simple());
+    ASSERT_TRUE(r.ok()) << r.status();
+    const double pipe = r->compute + r->bubble + r->pp_comm;  // the schedule's time
+    EXPECT_REL(r->bubble / pipe, 3.0 / (m + 3)) << m;
+    EXPECT_GT(r->pp_comm, 0);
+  }
+}
+
+// The intra-node link serves a tp group inside a node; the same group split over nodes is
+// slower by the links' ratio in its bandwidth term.
+TEST(CostModelTest, TensorParallelCommunicationCrossesTheLinkItsRanksSitOn) {
+  PlanInput in = Small();
+  in.tp = 2;
+  ClusterSpec one_node = Simple(), split = Simple();
+  split.gpus_per_node = 1;
+  auto a = PredictStep(in, one_node), b = PredictStep(in, split);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Per layer 4 all-reduces of N·C·4 bytes (2 forward, 2 backward), the embedding's and the
+  // classifier input's, and the softmax statistics' reduce-scatter of N·8·2 bytes.
+  const double ar = 64 * 64 * 4;
+  auto expected = [&](const Link& l) {
+    return (2 * 4 + 2) * AllReduceTime(ar, 2, l) + ReduceScatterTime(64 * 8 * 2, 2, l);
+  };
+  EXPECT_REL(a->tp_comm, expected(one_node.intra));
+  EXPECT_REL(b->tp_comm, expected(split.inter));
+  EXPECT_GT(b->step, a->step);
+}
+
+// ZeRO 0: one all-reduce of the gradients, in the last micro-batch's backward. A fast link
+// hides all but the last bucket's; a slow one is exposed beyond the backward's length.
+TEST(CostModelTest, DataParallelReductionOverlapsBackward) {
+  PlanInput in = Small();
+  in.dp = 2;
+  in.bucket_mb = 0.1;  // 100 kB buckets of the 441 kB of gradients
+  ClusterSpec fast = Simple();
+  fast.gpus_per_node = 1;
+  fast.intra = fast.inter = {1e12, 0};
+  const double grads = 110336 * 4.0, share = 1e5 / grads;
+  auto r = PredictStep(in, fast);
+  ASSERT_TRUE(r.ok());
+  EXPECT_REL(r->dp_comm, AllReduceTime(grads * share, 2, fast.inter)) << "the last bucket alone";
+  EXPECT_REL(r->dp_comm_total, AllReduceTime(grads, 2, fast.inter));
+  EXPECT_REL(r->dp_bytes, grads * 2 * 0.5);
+  ClusterSpec slow = fast;
+  slow.inter = {1e9, 0};  // 441 us of reduction against a backward of about 90 us
+  auto s = PredictStep(in, slow);
+  const double bwd = s->compute - PredictStep(Small(), slow)->compute;  // dp changes no compute
+  EXPECT_EQ(bwd, 0);
+  const double backward = (2 * (25.165824 + 13.1072 + 4.25984) + 0.49152 + 4.194304 + 0.65536) * 1e-6;
+  EXPECT_REL(s->dp_comm, AllReduceTime(grads, 2, slow.inter) - backward * (1 - share));
+}
+
+// ZeRO 3 gathers every unit for each micro-batch's forward and backward and reduce-scatters
+// every micro-batch: its bytes grow with the micro-batches, and so does the planner's count.
+TEST(CostModelTest, Zero3MovesItsBytesEveryMicroBatch) {
+  PlanInput in = Small();
+  in.dp = 4;
+  in.zero = 3;
+  for (int m : {1, 8}) {
+    in.microbatches = m;
+    auto r = PredictStep(in, Simple());
+    ASSERT_TRUE(r.ok());
+    EXPECT_REL(r->dp_bytes, m * 110336 * (4 + 2 * 4) * 0.75);
+    EXPECT_REL(MakePlan(in)->dp_bytes, r->dp_bytes);
+  }
+  in.zero = 1;
+  EXPECT_REL(PredictStep(in, Simple())->dp_bytes, 110336 * 8 * 0.75) << "ZeRO 1: once per step";
+}
+
+TEST(CostModelTest, OffloadRunsAdamWOnTheHostPipelinedWithItsCopies) {
+  PlanInput in = Small();
+  in.dp = 2;
+  in.zero = 1;
+  in.offload_optimizer = true;
+  ClusterSpec c = Simple();
+  c.device.host_adamw = 1e8;   // parameters/s
+  c.device.host_link = 10e9;   // bytes/s
+  const double shard = 110336 / 2.0, adam = shard / 1e8, copy = shard * 4 / 10e9;
+  const double norm = 110336 * 4 / 1e11;  // the gradient norm, on the device
+  EXPECT_REL(PredictStep(in, c)->optimizer, norm + adam + (adam + 2 * copy));  // one chunk: no overlap
+}
+
+TEST(CostModelTest, ClusterFilesParseAndNameTheirErrors) {
+  auto c = ParseCluster(R"(
+name: two-by-h100
+gpus_per_node: 2
+gpu: h100
+intra_node: {bandwidth_gbs: 100, latency_us: 2}
+inter_node: {bandwidth_gbs: 10, latency_us: 8}
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->gpus_per_node, 2);
+  EXPECT_EQ(c->device.name, "h100");
+  EXPECT_EQ(c->intra.bandwidth, 100e9);
+  EXPECT_EQ(c->inter.latency, 8e-6);
+  // Written and read back: the same cluster, the device inline.
+  auto again = ParseCluster(ClusterYaml(*c));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ClusterYaml(*c);
+  EXPECT_EQ(again->device.gemm_bwd[0], c->device.gemm_bwd[0]);
+  EXPECT_EQ(again->device.memory_bandwidth, c->device.memory_bandwidth);
+  EXPECT_EQ(again->inter.bandwidth, 10e9);
+
+  auto bad = ParseCluster("gpus_per_node: 8\ngpu: h100\nintra_node: {bandwidth_gbs: 100, latency_us: 2}\n"
+                          "inter_node: {bandwidth_gbs: -1, latency_us: 8}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("inter_node.bandwidth_gbs"), std::string::npos) << bad.status();
+  auto none = ParseCluster("gpus_per_node: 8\nintra_node: {bandwidth_gbs: 1, latency_us: 1}\n"
+                           "inter_node: {bandwidth_gbs: 1, latency_us: 1}\n");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("gpu"), std::string::npos) << none.status();
+  auto typo = ParseProfile("name: x\nmemory_gb: 1\npeak_tflops: 1\nmemory_gbs: 1\nunfused_attention: true\n"
+                           "gemm_tflops: {bf16_fwd: 1, bf16_bwd: 1, fp32_fwd: 1, fp32_bwd: 1, fp64: 2}\n");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("gemm_tflops.fp64"), std::string::npos) << typo.status();
+  EXPECT_TRUE(ClusterPreset("dgx-h100").ok());
+  EXPECT_FALSE(LoadCluster("dgx-h1000").ok());
+}
+
+GPTConfig Llama70B() {
+  GPTConfig c;
+  c.arch = Arch::kLlama;
+  c.n_layer = 80, c.n_embd = 8192, c.n_head = 64, c.n_kv_head = 8, c.ffn_hidden = 28672;
+  c.vocab_size = 128256, c.max_seq_len = 4096;
+  return c;
+}
+
+// Issue 39, item 6: for Llama 3 70B on 64 H100s (global batch 512, T 4096, bf16), Recommend
+// (memory alone) picks tp 2 x dp 32, ZeRO 3, which gathers and reduces every micro-batch: 408
+// GB a micro-batch per GPU. On DGX H100 (8 x 400 Gb/s a node) the backward's 4 s hide most of
+// it; on a cluster with one 100 Gb/s port per node they do not, and the ranking puts a layout
+// with less data-parallel traffic first.
+TEST(CostModelTest, TheMemoryRecommendationFor70BIsRankedByItsTraffic) {
+  PlanInput in;
+  in.model = Llama70B();
+  in.seq_len = 4096;
+  in.precision = Precision::kAutocast;
+  in.device_memory = 80e9;
+  auto rec = Recommend(in, 64, 512);
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(rec->tp, 2);
+  EXPECT_EQ(rec->dp, 32);
+  EXPECT_EQ(rec->zero, 3);
+  ClusterSpec slow = *ClusterPreset("dgx-h100");
+  slow.inter.bandwidth = 12.5e9 / 8;  // one 100 Gb/s port shared by a node's 8 GPUs
+  auto r = PredictStep(*rec, slow);
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(r->dp_bytes, 1e12) << "terabytes a step";
+  auto ranked = RankLayouts(in, slow, 64, 512, 3);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  const RankedLayout& best = (*ranked)[0];
+  EXPECT_FALSE(best.in.zero == 3 && best.in.dp == 32) << "the top layout: tp " << best.in.tp << " pp " << best.in.pp;
+  EXPECT_GT(best.cost.tokens_per_s, 1.5 * r->tokens_per_s);
+  EXPECT_LE(best.plan.total(), 0.9 * 80e9);
+  for (const RankedLayout& x : *ranked) EXPECT_LE(x.cost.tokens_per_s, best.cost.tokens_per_s);
+}
+
+}  // namespace
+}  // namespace gantry::jobspec
