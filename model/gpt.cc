@@ -1,30 +1,15 @@
-// The GPT model over the backend interface: GPT-2 and Llama blocks, tensor and sequence
-// parallelism, pipeline slots, recompute and profiling, in one class (the MoE layers are
-// model/moe_layer.h's, the 16-bit working weights model/working_weights.h's). It is over 700
-// lines because that class still does the rest; issue 37 goes on splitting it by collaborator
-// (the stack over per-architecture blocks, the tensor- and sequence-parallel helpers).
-#include "absl/strings/string_view.h"
+// The stack of the GPT model: units of parameters, activation slots, the embedding, the
+// layers (model/block.h, per architecture), the final norm, the classifier and its loss.
 #include "model/gpt.h"
 
 #include <algorithm>
-#include <array>
-#include <chrono>
 #include <cmath>
 #include <limits>
 
-#include "absl/strings/str_cat.h"
 #include "common/rng.h"
-#include "kernels/attention.h"
 #include "kernels/crossentropy.h"
 #include "kernels/encoder.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
-#include "kernels/gqa.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "kernels/swiglu.h"
 #include "kernels/matmul.h"
-#include "kernels/residual.h"
 
 namespace gantry::model {
 
@@ -33,25 +18,19 @@ namespace k = gantry::kernels;
 GPT::GPT(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard, kernels::Backend* backend)
     : config_(config), shard_(shard), be_(backend), tensors_(jobspec::ParameterLayout(config, shard)) {
   if (shard_.layer_end < 0) shard_.layer_end = config.n_layer;
-  lb_ = shard_.layer_begin;
-  le_ = shard_.layer_end;
-  Ca_ = config.n_embd / shard_.tp;
-  NHa_ = config.n_head / shard_.tp;
-  NKVa_ = config.kv_heads() / shard_.tp;
-  hd_ = config.head_dim();
-  Fm_ = config.ffn() / shard_.tp;
-  v0_ = shard_.vocab_begin(config.vocab_size);
-  Vl_ = shard_.vocab_end(config.vocab_size) - v0_;
+  ctx_ = std::make_unique<RunContext>(config_, shard_, be_);
+  tp_ = std::make_unique<TensorParallel>(ctx_.get());
   // Units: the embedding, each layer, the head (the rest).
   auto at = [&](size_t i) { return i < tensors_.size() ? tensors_[i].offset : tensors_.back().offset + tensors_.back().numel; };
   size_t i = 0;
   unit_begin_ = {0};
   if (shard_.first()) unit_begin_.push_back(at(i += static_cast<size_t>(jobspec::EmbeddingTensors(config))));
-  for (int l = lb_; l < le_; ++l) {
+  for (int l = dims().lb; l < dims().le; ++l) {
     layer_tensor_.push_back(i);
     unit_begin_.push_back(at(i += static_cast<size_t>(jobspec::TensorsOfLayer(config, l, shard_))));
   }
-  moe_ = std::make_unique<MoeLayers>(config_, shard_, Fm_, be_, static_cast<MoeHost*>(this));
+  moe_ = std::make_unique<MoeLayers>(config_, shard_, dims().Fm, be_, static_cast<MoeHost*>(this));
+  block_ = MakeBlock(ctx_.get(), tp_.get(), moe_.get());
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
   size_t classifier = 0;  // the index in tensors_ of this shard's classifier rows (a stage with the classifier has them)
   if (const jobspec::ParamTensor* cls = FindTensor(jobspec::ClassifierTensor(config))) {
@@ -65,12 +44,6 @@ GPT::GPT(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard, ker
   const size_t n = num_params();
   params_.Assign(be_, n);
   grads_.Assign(be_, n);
-  if (config.llama()) {
-    std::vector<float> inv(static_cast<size_t>(hd_ / 2));
-    k::rope_inv_freq(inv.data(), hd_, static_cast<float>(config.rope_theta));
-    inv_freq_.Assign(be_, inv.size());
-    be_->CopyToDevice(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));
-  }
 }
 
 const float* GPT::HostParams(std::vector<float>* staged) const {
@@ -100,21 +73,10 @@ const jobspec::ParamTensor* GPT::FindTensor(const std::string& name) const {
   return nullptr;
 }
 
-GPT::LayerParams GPT::Layer(float* unit_base, int l) const {
+LayerParams GPT::Layer(float* unit_base, int l) const {
   const size_t i = LayerTensor(l);
   const size_t begin = unit_begin(layer_unit(l));
-  auto p = [&](size_t j) { return unit_base + (tensors_[i + j].offset - begin); };
-  if (config_.llama()) {
-    // input_layernorm, q|k|v (from q), o, post_attention_layernorm, gate|up (from gate), down.
-    return {p(0), nullptr, p(1), nullptr, p(4), nullptr, p(5), nullptr, p(6), nullptr, p(8), nullptr};
-  }
-  if (config_.moe_layer(l)) {  // ln_1 .. ln_2 as a dense layer's, then the router and the experts
-    LayerParams lp{p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), nullptr, nullptr, nullptr, nullptr};
-    lp.gate = p(8);
-    lp.experts = p(9);
-    return lp;
-  }
-  return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
+  return block_->Bind(l, [&](size_t j) { return unit_base + (tensors_[i + j].offset - begin); });
 }
 
 void GPT::InitRandom(uint64_t seed) {
@@ -160,32 +122,9 @@ void GPT::CopyFromWhole(const GPT& whole) {
   });
 }
 
-template <typename F>
-void GPT::Op(const char* name, F&& f) {
-  if (!profiling_) {
-    f();
-    return;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  if (be_->kind() != kernels::BackendKind::kCpu) Sync();  // the op's time, not its launch's
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (auto& [n, t] : op_seconds_) {
-    if (n == name) {
-      t += dt;
-      return;
-    }
-  }
-  op_seconds_.emplace_back(name, dt);
-}
-
-void GPT::Round(float* p, size_t n) {
-  if (mixed()) be_->RoundTo(p, p, static_cast<int64_t>(n), lp_);
-}
-
 GemmOperands GPT::GemmWeights(const LayerParams& w, int l) {
   if (mixed() && config_.moe_layer(l)) {  // the job spec refuses this; a model built directly says so
-    if (comm_status_.ok()) comm_status_ = absl::UnimplementedError("a MoE layer in bf16/fp16 is not built yet (fp32 only)");
+    ctx_->Fail(absl::UnimplementedError("a MoE layer in bf16/fp16 is not built yet (fp32 only)"));
     return {};
   }
   const float* src[8] = {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
@@ -194,16 +133,11 @@ GemmOperands GPT::GemmWeights(const LayerParams& w, int l) {
 
 void GPT::ZeroGrad() { be_->Zero(grads_.data(), grads_.size() * sizeof(float)); }
 
-void GPT::Sync() {
-  absl::Status s = be_->Synchronize();
-  if (!s.ok() && comm_status_.ok()) comm_status_ = std::move(s);
-}
-
 void GPT::EnsureActivations(int B, int T) {
   if (B == act_B_ && T == act_T_) return;
   const jobspec::ActivationLayout o = jobspec::LayoutActivations(config_, shard_, B, T, recompute_, be_->fused_attention(), mixed());
   act_.Assign(be_, o.total * static_cast<size_t>(slots_));
-  off_ = o;
+  ctx_->set_layout(o);
   act_B_ = B;
   act_T_ = T;
   tokens_per_slot_ = static_cast<size_t>(B) * T;
@@ -213,222 +147,9 @@ void GPT::EnsureActivations(int B, int T) {
   Select(0);
 }
 
-void GPT::TpAllReduce(float* data, size_t n) {
-  if (tp_comm_ == nullptr || shard_.tp == 1) return;
-  Sync();  // the communicator reads what the queued ops write
-  absl::Status s = tp_comm_->AllReduceSum(data, n);
-  if (!s.ok() && comm_status_.ok()) comm_status_ = s;
-}
-
-void GPT::TpReduceScatter(const float* in, float* out, size_t n) {
-  Sync();
-  absl::Status s = tp_comm_ != nullptr ? tp_comm_->ReduceScatterSum(in, out, n)
-                                       : absl::FailedPreconditionError("sequence parallelism without a tensor-parallel group");
-  if (!s.ok() && comm_status_.ok()) comm_status_ = s;
-}
-
-void GPT::TpAllGather(const float* in, float* out, size_t n) {
-  Sync();
-  absl::Status s = tp_comm_ != nullptr ? tp_comm_->AllGather(in, out, n)
-                                       : absl::FailedPreconditionError("sequence parallelism without a tensor-parallel group");
-  if (!s.ok() && comm_status_.ok()) comm_status_ = s;
-}
-
-kernels::Ptr GPT::AllRows(kernels::Ptr rows, int BT) {
-  if (!sp()) return rows;
-  const kernels::Ptr all = H(A(off_.gathered));
-  // The rows' bytes as floats: 16-bit tensors gather two elements a float (the collectives
-  // move the bits; the job spec requires an even n_embd for this).
-  const size_t elems = static_cast<size_t>(Rows(BT)) * config_.n_embd;
-  if (!rows.f32() && elems % 2 != 0) {
-    if (comm_status_.ok()) comm_status_ = absl::InvalidArgumentError("sequence parallelism in 16 bits needs an even rows x n_embd");
-    return all;
-  }
-  Op("sp all-gather", [&] { TpAllGather(static_cast<const float*>(rows.data), all.as_f32(), rows.f32() ? elems : elems / 2); });
-  return all;
-}
-
-float* GPT::SumPartial(float* partial, int BT, const char* tag) {
-  const size_t C = static_cast<size_t>(config_.n_embd);
-  if (!sp()) {
-    Op(*tag ? tag : "tp all-reduce", [&] { TpAllReduce(partial, static_cast<size_t>(BT) * C); });
-    Round(partial, static_cast<size_t>(BT) * C);
-    return partial;
-  }
-  float* rows = A(off_.proj_rows);
-  const size_t n = static_cast<size_t>(Rows(BT)) * C;
-  Op(*tag ? tag : "sp reduce-scatter", [&] { TpReduceScatter(partial, rows, n); });
-  Round(rows, n);
-  return rows;
-}
-
-kernels::Ptr GPT::DoutAllRows(int BT) {
-  float* dres = A(off_.dres);
-  const size_t n = static_cast<size_t>(BT) * config_.n_embd;
-  if (sp()) {
-    Op("sp all-gather", [&] { TpAllGather(dres, A(off_.dres_all), static_cast<size_t>(Rows(BT)) * config_.n_embd); });
-    dres = A(off_.dres_all);
-  }
-  if (!mixed()) return dres;
-  const kernels::Ptr dout(A(off_.dres16), lp_);
-  be_->Convert(dout, dres, static_cast<int64_t>(n));
-  return dout;
-}
-
-float* GPT::SumNormGrad(float* dln, int BT) {
-  const size_t C = static_cast<size_t>(config_.n_embd);
-  if (!sp()) {
-    Op("tp all-reduce", [&] { TpAllReduce(dln, static_cast<size_t>(BT) * C); });
-    Round(dln, static_cast<size_t>(BT) * C);
-    return dln;
-  }
-  float* rows = A(off_.dln_rows);
-  const size_t n = static_cast<size_t>(Rows(BT)) * C;
-  Op("sp reduce-scatter", [&] { TpReduceScatter(dln, rows, n); });
-  Round(rows, n);
-  return rows;
-}
-
-float* GPT::NormGrads(float* g, size_t n) {
-  if (!sp()) return g;
-  be_->Zero(A(off_.dnorm), n * sizeof(float));
-  return A(off_.dnorm);
-}
-
-void GPT::FinishNormGrads(float* g, size_t n) {
-  if (!sp()) return;
-  // This micro-batch's part from every rank's rows, summed, then accumulated (the gradient
-  // buffer accumulates over micro-batches: summing it whole would count earlier ones tp times).
-  Op("sp all-reduce", [&] { TpAllReduce(A(off_.dnorm), n); });
-  be_->ResidualForward(g, g, A(off_.dnorm), static_cast<int64_t>(n));
-}
-
-void GPT::ForwardLayer(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
-                       const char* tag) {
-  const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
-  const int BT = B * T, R = Rows(BT);
-  auto name = [tag](const char* op) { return *tag ? tag : op; };
-  // Row-parallel projections: each rank's partial product (fp32), summed over the group, then
-  // rounded (autocast's 16-bit output); rank 0 adds the bias. With sequence parallelism the
-  // norms and the residual stream run on this rank's R rows.
-  const bool bias_here = shard_.tp_rank == 0;
-  float* proj = A(off_.proj);
-  Op(name("layernorm fwd"), [&] {
-    be_->LayerNormForward(H(LayerAct(l, off_.ln1)), LayerAct(l, off_.ln1_mean), LayerAct(l, off_.ln1_rstd), residual,
-                          p.ln1w, p.ln1b, R, C);
-  });
-  const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
-  Op(name("matmul fwd"), [&] { be_->MatmulForward(H(LayerAct(l, off_.qkv)), ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca); });
-  Op(name("attention fwd"), [&] {
-    be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca, NH,
-                          lp_);
-  });
-  Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(proj, H(LayerAct(l, off_.atty)), w.projw, bias_here ? w.projb : nullptr, BT, Ca, C);
-  });
-  const float* attn = SumPartial(proj, BT, tag);
-  Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res2), residual, attn, static_cast<int64_t>(R) * C);
-  });
-  Op(name("layernorm fwd"), [&] {
-    be_->LayerNormForward(H(LayerAct(l, off_.ln2)), LayerAct(l, off_.ln2_mean), LayerAct(l, off_.ln2_rstd),
-                          LayerAct(l, off_.res2), p.ln2w, p.ln2b, R, C);
-  });
-  const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
-  if (config_.moe_layer(l)) {
-    moe_->Forward(MoeActs(l), MoeWork(), p.gate, p.experts, ln2, BT, proj, tag);
-  } else {
-    Op(name("matmul+gelu fwd"), [&] {
-      be_->MatmulBiasGeluForward(H(LayerAct(l, off_.fch)), H(LayerAct(l, off_.fch_gelu)), ln2, w.fcw, w.fcb, BT, C,
-                                 Fm);
-    });
-    Op(name("matmul fwd"), [&] {
-      be_->MatmulForward(proj, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, bias_here ? w.fcprojb : nullptr, BT, Fm, C);
-    });
-  }
-  const float* mlp = SumPartial(proj, BT, tag);
-  Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), mlp, static_cast<int64_t>(R) * C);
-  });
-}
-
-MoeActivations GPT::MoeActs(int l) {
-  auto i32 = [](float* p) { return reinterpret_cast<int32_t*>(p); };
-  MoeActivations m;
-  m.probs = LayerAct(l, off_.moe_probs);
-  m.lse = LayerAct(l, off_.moe_lse);
-  m.weight = LayerAct(l, off_.moe_weight);
-  m.stats = LayerAct(l, off_.moe_stats);
-  m.choice = i32(LayerAct(l, off_.moe_choice));
-  m.slot = i32(LayerAct(l, off_.moe_slot));
-  m.counts = i32(LayerAct(l, off_.moe_counts));
-  m.x = LayerAct(l, off_.moe_x);
-  m.y = LayerAct(l, off_.moe_y);
-  m.fch = LayerAct(l, off_.fch);
-  m.gelu = LayerAct(l, off_.fch_gelu);
-  m.xr = LayerAct(l, off_.moe_xr);
-  m.rcounts = i32(LayerAct(l, off_.moe_rcounts));
-  return m;
-}
-
-MoeScratch GPT::MoeWork() {
-  return {A(off_.moe_yr), A(off_.moe_dy),   A(off_.moe_dw),  A(off_.moe_dx),
-          A(off_.moe_dlogits), A(off_.dfch), A(off_.moe_dyr), A(off_.moe_dxr)};
-}
-
-void GPT::ForwardLlamaLayer(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
-                            const char* tag) {
-  const int C = config_.n_embd, Ca = Ca_, NH = NHa_, NKV = NKVa_, hd = hd_, Fm = Fm_;
-  const int BT = B * T, R = Rows(BT);
-  const float eps = static_cast<float>(config_.norm_eps);
-  auto name = [tag](const char* op) { return *tag ? tag : op; };
-  float* proj = A(off_.proj);
-  // The q|k|v projection writes the packed (NH + 2 NKV)·hd rows; RoPE rotates q and k there;
-  // with grouped key/value heads they are then repeated into the attention's 3·NH·hd rows.
-  const bool grouped = NKV != NH;
-  const kernels::Ptr qkvr = H(grouped ? A(off_.qkvr) : LayerAct(l, off_.qkv));
-  Op(name("rmsnorm fwd"), [&] {
-    be_->RMSNormForward(H(LayerAct(l, off_.ln1)), LayerAct(l, off_.ln1_rstd), residual, p.ln1w, R, C, eps);
-  });
-  const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
-  Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(qkvr, ln1, w.qkvw, nullptr, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn);
-  });
-  Op(name("rope fwd"), [&] { be_->RopeApply(qkvr, B, T, NH, NKV, hd, inv_freq_.data(), false); });
-  if (grouped) {
-    Op(name("gqa expand"), [&] { be_->GqaExpand(H(LayerAct(l, off_.qkv)), qkvr, BT, NH, NKV, hd); });
-  }
-  Op(name("attention fwd"), [&] {
-    be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca, NH,
-                          lp_);
-  });
-  Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(proj, H(LayerAct(l, off_.atty)), w.projw, nullptr, BT, Ca, C, k::WeightLayout::kOutIn);
-  });
-  const float* attn = SumPartial(proj, BT, tag);
-  Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res2), residual, attn, static_cast<int64_t>(R) * C);
-  });
-  Op(name("rmsnorm fwd"), [&] {
-    be_->RMSNormForward(H(LayerAct(l, off_.ln2)), LayerAct(l, off_.ln2_rstd), LayerAct(l, off_.res2), p.ln2w, R, C,
-                        eps);
-  });
-  const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
-  Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(H(LayerAct(l, off_.fch)), ln2, w.fcw, nullptr, BT, C, 2 * Fm, k::WeightLayout::kOutIn);
-  });
-  Op(name("swiglu fwd"), [&] { be_->SwigluForward(H(LayerAct(l, off_.fch_gelu)), H(LayerAct(l, off_.fch)), BT, Fm); });
-  Op(name("matmul fwd"), [&] {
-    be_->MatmulForward(proj, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, nullptr, BT, Fm, C, k::WeightLayout::kOutIn);
-  });
-  const float* mlp = SumPartial(proj, BT, tag);
-  Op(name("residual fwd"), [&] {
-    be_->ResidualForward(LayerAct(l, off_.res3), LayerAct(l, off_.res2), mlp, static_cast<int64_t>(R) * C);
-  });
-}
-
 void GPT::RunForward(int B, int T) {
-  const int C = config_.n_embd;
+  const jobspec::ActivationLayout& o = ctx_->off();
+  const int C = dims().C, v0 = dims().v0, Vl = dims().Vl;
   const int BT = B * T;
   if (shard_.first()) {
     float* E = UnitParams(0);  // wte's (embed_tokens') rows at E, wpe at E + wpe offset
@@ -436,60 +157,50 @@ void GPT::RunForward(int B, int T) {
     // (Llama has none: RoPE), the group's sum is the embedding.
     const float* wpe = shard_.tp_rank == 0 && !config_.llama() ? E + tensors_[1].offset : nullptr;
     // With sequence parallelism the sum is reduce-scattered: this rank's rows.
-    float* out = sp() ? A(off_.proj) : A(off_.encoded);
-    Op("encoder fwd", [&] { be_->EncoderForward(out, SlotTokens(), E, v0_, v0_ + Vl_, wpe, B, T, C); });
+    float* out = tp_->sp() ? A(o.proj) : A(o.encoded);
+    ctx_->Op("encoder fwd", [&] { be_->EncoderForward(out, SlotTokens(), E, v0, v0 + Vl, wpe, B, T, C); });
     ReleaseUnitParams(0);
-    if (sp()) {
-      Op("sp reduce-scatter", [&] { TpReduceScatter(out, A(off_.encoded), static_cast<size_t>(Rows(BT)) * C); });
+    if (tp_->sp()) {
+      ctx_->Op("sp reduce-scatter",
+               [&] { tp_->ReduceScatter(out, A(o.encoded), static_cast<size_t>(tp_->Rows(BT)) * C); });
     } else {
-      Op("tp all-reduce", [&] { TpAllReduce(out, static_cast<size_t>(BT) * C); });
+      ctx_->Op("tp all-reduce", [&] { tp_->AllReduce(out, static_cast<size_t>(BT) * C); });
     }
   }
-  const float* residual = A(off_.encoded);
-  for (int l = lb_; l < le_; ++l) {
+  const float* residual = A(o.encoded);
+  for (int l = dims().lb; l < dims().le; ++l) {
     const LayerParams p = Layer(UnitParams(layer_unit(l)), l);
-    if (config_.llama()) {
-      ForwardLlamaLayer(l, p, GemmWeights(p, l), residual, B, T, "");
-    } else {
-      ForwardLayer(l, p, GemmWeights(p, l), residual, B, T, "");
-    }
+    block_->Forward(l, p, GemmWeights(p, l), residual, B, T, "");
     ReleaseUnitParams(layer_unit(l));
-    residual = LayerAct(l, off_.res3);
+    residual = ctx_->LayerAct(l, o.res3);
   }
   if (!shard_.last()) return;
   {
     float* F = UnitParams(head_unit());  // ln_f weight, then bias (Llama: norm's weight)
     // The classifier reads every row: with sequence parallelism the norm's rows are gathered.
-    const kernels::Ptr lnf = H(sp() ? A(off_.gathered) : A(off_.lnf));
-    const int R = Rows(BT);
-    if (config_.llama()) {
-      Op("rmsnorm fwd", [&] {
-        be_->RMSNormForward(lnf, A(off_.lnf_rstd), residual, F, R, C, static_cast<float>(config_.norm_eps));
-      });
-    } else {
-      Op("layernorm fwd", [&] {
-        be_->LayerNormForward(lnf, A(off_.lnf_mean), A(off_.lnf_rstd), residual, F, F + C, R, C);
-      });
-    }
+    const kernels::Ptr lnf = H(tp_->sp() ? A(o.gathered) : A(o.lnf));
+    const int R = tp_->Rows(BT);
+    block_->FinalNormForward(lnf, residual, F, R);
     ReleaseUnitParams(head_unit());
-    if (sp()) {
+    if (tp_->sp()) {
       const size_t elems = static_cast<size_t>(R) * C;
-      Op("sp all-gather", [&] { TpAllGather(lnf.as_f32(), A(off_.lnf), mixed() ? elems / 2 : elems); });
+      ctx_->Op("sp all-gather", [&] { tp_->AllGather(lnf.as_f32(), A(o.lnf), mixed() ? elems / 2 : elems); });
     }
   }
   // Classifier: logits = lnf @ W^T, W this rank's vocabulary rows of the tied wte (Llama's
   // lm_head). W stays acquired until the classifier's backward (or, without one, the end of
   // ForwardStage).
   const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
-  Op("classifier matmul fwd", [&] {
-    be_->MatmulForward(H(A(off_.logits)), H(A(off_.lnf)), W, nullptr, BT, C, Vl_, k::WeightLayout::kOutIn);
+  ctx_->Op("classifier matmul fwd", [&] {
+    be_->MatmulForward(H(A(o.logits)), H(A(o.lnf)), W, nullptr, BT, C, Vl, k::WeightLayout::kOutIn);
   });
 }
 
 void GPT::ReadLogits(float* host, size_t row, size_t rows) {
-  const size_t n = rows * static_cast<size_t>(Vl_);
+  const size_t Vl = static_cast<size_t>(dims().Vl);
+  const size_t n = rows * Vl;
   if (!mixed()) {
-    be_->CopyToHost(host, logits() + row * static_cast<size_t>(Vl_), n * sizeof(float));
+    be_->CopyToHost(host, logits() + row * Vl, n * sizeof(float));
     Sync();
     return;
   }
@@ -499,15 +210,16 @@ void GPT::ReadLogits(float* host, size_t row, size_t rows) {
   const size_t room = static_cast<size_t>(act_B_) * act_T_ * config_.n_embd;
   for (size_t done = 0; done < n;) {
     const size_t m = std::min(room, n - done);
-    be_->Convert(A(off_.dln), all + static_cast<int64_t>(row * static_cast<size_t>(Vl_) + done), static_cast<int64_t>(m));
-    be_->CopyToHost(host + done, A(off_.dln), m * sizeof(float));
+    float* wide = A(ctx_->off().dln);
+    be_->Convert(wide, all + static_cast<int64_t>(row * Vl + done), static_cast<int64_t>(m));
+    be_->CopyToHost(host + done, wide, m * sizeof(float));
     done += m;
   }
   Sync();
 }
 
 float GPT::MeanLoss(int n) {
-  const float* losses = A(off_.losses);
+  const float* losses = A(ctx_->off().losses);
   if (!be_->host_addressable()) {  // read back; on the others the host reads them in place
     be_->CopyToHost(losses_.data(), losses, static_cast<size_t>(n) * sizeof(float));
     losses = losses_.data();
@@ -518,17 +230,18 @@ float GPT::MeanLoss(int n) {
 }
 
 float GPT::Loss(int B, int T, float dloss) {
+  const jobspec::ActivationLayout& o = ctx_->off();
+  const int Vl = dims().Vl, v0 = dims().v0;
   const int BT = B * T;
   const int32_t* targets = SlotTokens() + tokens_per_slot_;
   if (shard_.tp == 1) {
     if (dloss == 0.f) {
-      Op("classifier xent fwd", [&] {
-        be_->CrossEntropyForward(A(off_.losses), H(A(off_.logits)), targets, BT, config_.vocab_size);
+      ctx_->Op("classifier xent fwd", [&] {
+        be_->CrossEntropyForward(A(o.losses), H(A(o.logits)), targets, BT, config_.vocab_size);
       });
     } else {
-      Op("classifier softmax+xent", [&] {
-        be_->CrossEntropyFusedForwardBackward(A(off_.losses), H(A(off_.logits)), targets, dloss, BT,
-                                              config_.vocab_size);
+      ctx_->Op("classifier softmax+xent", [&] {
+        be_->CrossEntropyFusedForwardBackward(A(o.losses), H(A(o.logits)), targets, dloss, BT, config_.vocab_size);
       });
     }
     return MeanLoss(BT);
@@ -539,15 +252,11 @@ float GPT::Loss(int B, int T, float dloss) {
     xent_stats_.Assign(be_, n * (static_cast<size_t>(shard_.tp) + 1));
   }
   float* mine = xent_stats_.data() + n * static_cast<size_t>(shard_.tp);
-  Op("classifier softmax+xent", [&] {
-    be_->CrossEntropyShardStats(mine, H(A(off_.logits)), targets, BT, Vl_, v0_);
-    if (tp_comm_ != nullptr) {
-      Sync();  // the communicator reads the stats
-      absl::Status s = tp_comm_->AllGather(mine, xent_stats_.data(), n);
-      if (!s.ok() && comm_status_.ok()) comm_status_ = s;
-    }
-    be_->CrossEntropyShardFinish(A(off_.losses), H(A(off_.logits)), xent_stats_.data(), shard_.tp, targets, dloss,
-                                 BT, Vl_, v0_);
+  ctx_->Op("classifier softmax+xent", [&] {
+    be_->CrossEntropyShardStats(mine, H(A(o.logits)), targets, BT, Vl, v0);
+    if (tp_->comm() != nullptr) tp_->AllGather(mine, xent_stats_.data(), n);
+    be_->CrossEntropyShardFinish(A(o.losses), H(A(o.logits)), xent_stats_.data(), shard_.tp, targets, dloss, BT, Vl,
+                                 v0);
   });
   return MeanLoss(BT);
 }
@@ -580,7 +289,7 @@ float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
 
 const float* GPT::stage_output(int slot) {
   Select(slot);
-  return LayerAct(le_ - 1, off_.res3);
+  return ctx_->LayerAct(dims().le - 1, ctx_->off().res3);
 }
 
 void GPT::BackwardStage(int slot, int B, int T) {
@@ -597,172 +306,41 @@ float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B,
   return loss;
 }
 
-void GPT::BackwardLayer(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g, const float* residual,
-                        int B, int T) {
-  const int C = config_.n_embd, Ca = Ca_, NH = NHa_, Fm = Fm_;
-  const int BT = B * T, R = Rows(BT);
-  float* dres = A(off_.dres);
-  float* dln = A(off_.dln);
-  // Activation checkpointing: what forward did not keep is computed again, as it was.
-  if (off_.recompute == jobspec::Recompute::kFull) {
-    ForwardLayer(l, p, w, residual, B, T, "recompute fwd");
-  } else if (off_.recompute == jobspec::Recompute::kSelective) {
-    Op("recompute attention", [&] {
-      be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca,
-                            NH, lp_);
-    });
-  }
-  // dres holds d(res3) (this rank's rows). MLP branch; with 16-bit tensors each gradient
-  // reaching one is rounded as that tensor was, and each weight gradient before it is accumulated.
-  const kernels::Ptr dout3 = DoutAllRows(BT);
-  const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
-  if (config_.moe_layer(l)) {
-    moe_->Backward(MoeActs(l), MoeWork(), p.gate, p.experts, g.gate, g.experts, ln2, dout3, BT, dln);
-  } else {
-    Op("matmul+gelu bwd", [&] {
-      be_->MatmulBackward(H(A(off_.dfch)), g.fcprojw, g.fcprojb, dout3, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT,
-                          Fm, C, k::WeightLayout::kInOut, H(LayerAct(l, off_.fch)));
-    });
-    Op("matmul bwd", [&] { be_->MatmulBackward(dln, g.fcw, g.fcb, H(A(off_.dfch)), ln2, w.fcw, BT, C, Fm); });
-  }
-  // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
-  const float* dln2 = SumNormGrad(dln, BT);
-  // d(res2) = d(res3) + ln_2 backward (ln_2's weight and bias are adjacent)
-  float* g2 = NormGrads(g.ln2w, 2 * static_cast<size_t>(C));
-  Op("layernorm bwd", [&] {
-    be_->LayerNormBackward(dres, g2, g2 + C, dln2, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_mean),
-                           LayerAct(l, off_.ln2_rstd), R, C);
-  });
-  FinishNormGrads(g.ln2w, 2 * static_cast<size_t>(C));
-  // Attention branch.
-  const kernels::Ptr dout2 = DoutAllRows(BT);
-  Op("matmul bwd", [&] {
-    be_->MatmulBackward(H(A(off_.datty)), g.projw, g.projb, dout2, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C);
-  });
-  Op("attention bwd", [&] {
-    be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
-                           H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH, lp_);
-  });
-  const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
-  Op("matmul bwd", [&] { be_->MatmulBackward(dln, g.qkvw, g.qkvb, H(A(off_.dqkv)), ln1, w.qkvw, BT, C, 3 * Ca); });
-  // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
-  // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
-  // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
-  // order lr that differ with any change of summation order. Its true value is 0.
-  be_->Zero(g.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
-  const float* dln1 = SumNormGrad(dln, BT);
-  // d(residual_in) = d(res2) + ln_1 backward
-  float* g1 = NormGrads(g.ln1w, 2 * static_cast<size_t>(C));
-  Op("layernorm bwd", [&] {
-    be_->LayerNormBackward(dres, g1, g1 + C, dln1, residual, p.ln1w, LayerAct(l, off_.ln1_mean),
-                           LayerAct(l, off_.ln1_rstd), R, C);
-  });
-  FinishNormGrads(g.ln1w, 2 * static_cast<size_t>(C));
-}
-
-void GPT::BackwardLlamaLayer(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g,
-                             const float* residual, int B, int T) {
-  const int C = config_.n_embd, Ca = Ca_, NH = NHa_, NKV = NKVa_, hd = hd_, Fm = Fm_;
-  const int BT = B * T, R = Rows(BT);
-  float* dres = A(off_.dres);
-  float* dln = A(off_.dln);
-  const bool grouped = NKV != NH;
-  if (off_.recompute == jobspec::Recompute::kFull) {
-    ForwardLlamaLayer(l, p, w, residual, B, T, "recompute fwd");
-  } else if (off_.recompute == jobspec::Recompute::kSelective) {
-    Op("recompute attention", [&] {
-      be_->AttentionForward(H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), H(LayerAct(l, off_.qkv)), B, T, Ca, NH,
-                            lp_);
-    });
-  }
-  // dres holds d(res3). MLP branch: down_proj, SwiGLU, gate|up.
-  const kernels::Ptr dout3 = DoutAllRows(BT);
-  Op("matmul bwd", [&] {
-    be_->MatmulBackward(H(A(off_.dswi)), g.fcprojw, nullptr, dout3, H(LayerAct(l, off_.fch_gelu)), w.fcprojw, BT, Fm,
-                        C, k::WeightLayout::kOutIn);
-  });
-  Op("swiglu bwd", [&] { be_->SwigluBackward(H(A(off_.dfch)), H(A(off_.dswi)), H(LayerAct(l, off_.fch)), BT, Fm); });
-  const kernels::Ptr ln2 = AllRows(H(LayerAct(l, off_.ln2)), BT);
-  Op("matmul bwd", [&] {
-    be_->MatmulBackward(dln, g.fcw, nullptr, H(A(off_.dfch)), ln2, w.fcw, BT, C, 2 * Fm, k::WeightLayout::kOutIn);
-  });
-  const float* dln2 = SumNormGrad(dln, BT);
-  float* g2 = NormGrads(g.ln2w, static_cast<size_t>(C));
-  Op("rmsnorm bwd", [&] {
-    be_->RMSNormBackward(dres, g2, dln2, LayerAct(l, off_.res2), p.ln2w, LayerAct(l, off_.ln2_rstd), R, C);
-  });
-  FinishNormGrads(g.ln2w, static_cast<size_t>(C));
-  // Attention branch: o_proj, attention, the key/value heads' gradients summed over their
-  // groups, RoPE's inverse rotation, q|k|v.
-  const kernels::Ptr dout2 = DoutAllRows(BT);
-  Op("matmul bwd", [&] {
-    be_->MatmulBackward(H(A(off_.datty)), g.projw, nullptr, dout2, H(LayerAct(l, off_.atty)), w.projw, BT, Ca, C,
-                        k::WeightLayout::kOutIn);
-  });
-  Op("attention bwd", [&] {
-    be_->AttentionBackward(H(A(off_.dqkv)), A(off_.datt), H(A(off_.datty)), H(LayerAct(l, off_.qkv)),
-                           H(LayerAct(l, off_.atty)), LayerAct(l, off_.att), B, T, Ca, NH, lp_);
-  });
-  const kernels::Ptr dqkvr = H(grouped ? A(off_.qkvr) : A(off_.dqkv));
-  if (grouped) Op("gqa reduce", [&] { be_->GqaReduce(dqkvr, H(A(off_.dqkv)), BT, NH, NKV, hd); });
-  Op("rope bwd", [&] { be_->RopeApply(dqkvr, B, T, NH, NKV, hd, inv_freq_.data(), true); });
-  const kernels::Ptr ln1 = AllRows(H(LayerAct(l, off_.ln1)), BT);
-  Op("matmul bwd", [&] {
-    be_->MatmulBackward(dln, g.qkvw, nullptr, dqkvr, ln1, w.qkvw, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn);
-  });
-  const float* dln1 = SumNormGrad(dln, BT);
-  float* g1 = NormGrads(g.ln1w, static_cast<size_t>(C));
-  Op("rmsnorm bwd", [&] {
-    be_->RMSNormBackward(dres, g1, dln1, residual, p.ln1w, LayerAct(l, off_.ln1_rstd), R, C);
-  });
-  FinishNormGrads(g.ln1w, static_cast<size_t>(C));
-}
-
 void GPT::RunBackward(int B, int T) {
-  const int C = config_.n_embd;
-  const int BT = B * T, R = Rows(BT);
-  float* dres = A(off_.dres);
+  const jobspec::ActivationLayout& o = ctx_->off();
+  const int C = dims().C, lb = dims().lb, le = dims().le;
+  const int BT = B * T, R = tp_->Rows(BT);
+  float* dres = A(o.dres);
   if (shard_.last()) {
     // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
     // On the first stage wte's gradient stays acquired until the encoder's backward adds its part.
     // wte is still held from this micro-batch's forward: acquiring it again gathers nothing.
     float* dE = UnitGrads(wte_unit()) + wte_offset();
     const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
-    Op("classifier matmul bwd", [&] {
-      be_->MatmulBackward(A(off_.dlnf), dE, nullptr, H(A(off_.logits)), H(A(off_.lnf)), W, BT, C, Vl_,
+    ctx_->Op("classifier matmul bwd", [&] {
+      be_->MatmulBackward(A(o.dlnf), dE, nullptr, H(A(o.logits)), H(A(o.lnf)), W, BT, C, dims().Vl,
                           k::WeightLayout::kOutIn);
     });
     ReleaseUnitParams(wte_unit());  // this hold, and the forward's
     ReleaseUnitParams(wte_unit());
-    const float* dlnf = SumNormGrad(A(off_.dlnf), BT);
-    const float* last = LayerAct(le_ - 1, off_.res3);
+    const float* dlnf = tp_->SumNormGrad(A(o.dlnf), BT);
+    const float* last = ctx_->LayerAct(le - 1, o.res3);
     be_->Zero(dres, static_cast<size_t>(R) * C * sizeof(float));
     float* F = UnitParams(head_unit());
     float* dF = UnitGrads(head_unit());
-    const size_t norm_n = static_cast<size_t>(config_.llama() ? C : 2 * C);  // the final norm's weight (and bias)
-    float* dFn = NormGrads(dF, norm_n);
-    if (config_.llama()) {
-      Op("rmsnorm bwd", [&] { be_->RMSNormBackward(dres, dFn, dlnf, last, F, A(off_.lnf_rstd), R, C); });
-    } else {
-      Op("layernorm bwd", [&] {
-        be_->LayerNormBackward(dres, dFn, dFn + C, dlnf, last, F, A(off_.lnf_mean), A(off_.lnf_rstd), R, C);
-      });
-    }
-    FinishNormGrads(dF, norm_n);
+    const size_t norm_n = block_->final_norm_floats();  // the final norm's weight (and bias)
+    block_->FinalNormBackward(dres, tp_->NormGrads(dF, norm_n), dlnf, last, F, R);
+    tp_->FinishNormGrads(dF, norm_n);
     ReleaseUnitParams(head_unit());
     UnitGradsDone(head_unit());
   }  // else dres holds d(output), from the next stage
-  for (int l = le_ - 1; l >= lb_; --l) {
+  for (int l = le - 1; l >= lb; --l) {
     const int u = layer_unit(l);
     const LayerParams p = Layer(UnitParams(u), l);
     const GemmOperands w = GemmWeights(p, l);
     const LayerParams g = Layer(UnitGrads(u), l);
-    const float* residual = l > lb_ ? LayerAct(l - 1, off_.res3) : A(off_.encoded);
-    if (config_.llama()) {
-      BackwardLlamaLayer(l, p, w, g, residual, B, T);
-    } else {
-      BackwardLayer(l, p, w, g, residual, B, T);
-    }
+    const float* residual = l > lb ? ctx_->LayerAct(l - 1, o.res3) : A(o.encoded);
+    block_->Backward(l, p, w, g, residual, B, T);
     ReleaseUnitParams(u);
     UnitGradsDone(u);
   }
@@ -770,13 +348,13 @@ void GPT::RunBackward(int B, int T) {
   float* dE = UnitGrads(0);
   // The vocabulary-parallel embedding's backward reads every row's gradient.
   const float* dall = dres;
-  if (sp()) {
-    Op("sp all-gather", [&] { TpAllGather(dres, A(off_.dres_all), static_cast<size_t>(R) * C); });
-    dall = A(off_.dres_all);
+  if (tp_->sp()) {
+    ctx_->Op("sp all-gather", [&] { tp_->AllGather(dres, A(o.dres_all), static_cast<size_t>(R) * C); });
+    dall = A(o.dres_all);
   }
-  Op("encoder bwd", [&] {
-    be_->EncoderBackward(dE, config_.llama() ? nullptr : dE + tensors_[1].offset, dall, SlotTokens(), v0_, v0_ + Vl_,
-                         B, T, C);
+  ctx_->Op("encoder bwd", [&] {
+    be_->EncoderBackward(dE, config_.llama() ? nullptr : dE + tensors_[1].offset, dall, SlotTokens(), dims().v0,
+                         dims().v0 + dims().Vl, B, T, C);
   });
   UnitGradsDone(0);
 }

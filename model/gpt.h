@@ -17,7 +17,10 @@
 #include "kernels/backend.h"
 #include "jobspec/model_layout.h"
 #include "comm/communicator.h"
+#include "model/block.h"
 #include "model/moe_layer.h"
+#include "model/run_context.h"
+#include "model/tensor_parallel.h"
 #include "model/working_weights.h"
 
 namespace gantry::model {
@@ -39,8 +42,11 @@ class ParamHost {
   virtual bool gathers_params() const { return false; }
 };
 
-// The model is written once over kernels::Backend: its parameters, gradients and activations
-// live in the backend's memory, and every op runs there. On the cpu backend (the default)
+// The model is the stack: the embedding, this shard's layers (each a model::Block of the
+// config's architecture), the final norm, the classifier and its loss, over units of
+// parameters that ZeRO may hold elsewhere (ParamHost), with activations in per-micro-batch
+// slots (pipeline stages). It is written once over kernels::Backend: its parameters, gradients
+// and activations live in the backend's memory, and every op runs there. On the cpu backend (the default)
 // and cuda-emulated, host code may address that memory directly (params(), grads(),
 // logits(), the stage buffers); on cuda it is device memory, reached through
 // ReadParams/WriteParams and the backend's copies.
@@ -130,22 +136,22 @@ class GPT : private MoeHost {
   }
   float ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
   void BackwardStage(int slot, int B, int T);
-  float* stage_input(int slot) { return Slot(slot) + off_.encoded; }
+  float* stage_input(int slot) { return Slot(slot) + ctx_->off().encoded; }
   const float* stage_output(int slot);
-  float* stage_output_grad(int slot) { return Slot(slot) + off_.dres; }
-  const float* stage_input_grad(int slot) { return Slot(slot) + off_.dres; }
-  void set_tp_comm(comm::Communicator* comm) { tp_comm_ = comm; }
+  float* stage_output_grad(int slot) { return Slot(slot) + ctx_->off().dres; }
+  const float* stage_input_grad(int slot) { return Slot(slot) + ctx_->off().dres; }
+  void set_tp_comm(comm::Communicator* comm) { tp_->set_comm(comm); }
   // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the
   // MoE layers exchange token rows over it (all-to-all).
   void set_ep_comm(comm::Communicator* comm) { moe_->set_ep_comm(comm); }
   // The first error of the tensor-parallel group or of the backend's ops (a model whose
   // status is not OK has computed nothing reliable since).
-  const absl::Status& comm_status() const { return comm_status_; }
-  // Waits for the backend's queued ops; keeps their first error in comm_status_.
-  void Sync() override;
+  const absl::Status& comm_status() const { return ctx_->status(); }
+  // Waits for the backend's queued ops; keeps their first error in comm_status().
+  void Sync() override { ctx_->Sync(); }
 
   // The last forward's logits (B*T rows of this rank's vocabulary), in the backend's memory.
-  const float* logits() const { return act_.data() + off_.logits; }
+  const float* logits() const { return act_.data() + ctx_->off().logits; }
   // Rows [row, row + rows) of them, copied to the host.
   void ReadLogits(float* host, size_t row, size_t rows);
 
@@ -157,9 +163,9 @@ class GPT : private MoeHost {
   float last_moe_loss() const { return moe_->last_loss(); }
 
   // Per-op wall time, accumulated while profiling is on (bench/ prints it).
-  void set_profiling(bool on) { profiling_ = on; }
-  const std::vector<std::pair<std::string, double>>& op_seconds() const { return op_seconds_; }
-  void ResetProfile() { op_seconds_.clear(); }
+  void set_profiling(bool on) { ctx_->set_profiling(on); }
+  const std::vector<std::pair<std::string, double>>& op_seconds() const { return ctx_->op_seconds(); }
+  void ResetProfile() { ctx_->ResetProfile(); }
   // The floats of a stage's input or output (its residual stream) for a (B,T) micro-batch.
   size_t stage_floats(int B, int T) const {
     return static_cast<size_t>(shard_.residual_rows(static_cast<int64_t>(B) * T)) * static_cast<size_t>(config_.n_embd);
@@ -195,32 +201,21 @@ class GPT : private MoeHost {
   // rounded to 16 bits before it joins the fp32 accumulation, as autocast's is. LayerNorm, the
   // residual stream, softmax, the loss and the gradient accumulation stay fp32.
   void set_precision(kernels::Precision p) {
-    if (p != lp_) act_B_ = act_T_ = 0;
-    lp_ = p;
+    if (p != ctx_->precision()) act_B_ = act_T_ = 0;
+    ctx_->set_precision(p);
     working_->set_precision(p);
   }
-  kernels::Precision precision() const { return lp_; }
+  kernels::Precision precision() const { return ctx_->precision(); }
 
  private:
-  struct LayerParams {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-    // A MoE layer's router (E, C) and its first expert's c_fc.weight, the experts' tensors
-    // following at MoeLayers::expert_stride() (the dense MLP's pointers are null there).
-    float* gate = nullptr;
-    float* experts = nullptr;
-  };
-  // Layer l's MoE activations (kept for backward) and the MoE working rows of the current slot.
-  MoeActivations MoeActs(int l);
-  MoeScratch MoeWork();
   // MoeHost: what the MoE layers ask of the model.
-  void RunOp(const char* name, const std::function<void()>& f) override { Op(name, f); }
-  void Fail(absl::Status s) override {
-    if (!s.ok() && comm_status_.ok()) comm_status_ = std::move(s);
-  }
-  // This shard's layers [lb_, le_); units: the embedding (first stage), one per layer, the
+  void RunOp(const char* name, const std::function<void()>& f) override { ctx_->Op(name, f); }
+  void Fail(absl::Status s) override { ctx_->Fail(std::move(s)); }
+  void TpAllReduce(float* data, size_t n) override { tp_->AllReduce(data, n); }
+  // This shard's layers [lb, le); units: the embedding (first stage), one per layer, the
   // head (last stage: ln_f, and with pp > 1 the copy of wte).
-  int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - lb_); }
-  int head_unit() const { return layer_unit(le_); }
+  int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - dims().lb); }
+  int head_unit() const { return layer_unit(dims().le); }
   // The unit and offset within it of the classifier's weight (GPT-2's tied wte: the
   // embedding's on the first stage, else its copy in the head; Llama's lm_head, in the head).
   int wte_unit() const { return cls_unit_; }
@@ -233,23 +228,17 @@ class GPT : private MoeHost {
   void UnitGradsDone(int u) { if (host_) host_->GradsDone(u); }
   void EnsureActivations(int B, int T);
   float* Slot(int slot) {
-    return act_.data() + static_cast<size_t>(slot) * off_.total;
+    return act_.data() + static_cast<size_t>(slot) * ctx_->off().total;
   }
   // Makes `slot` the current activation set.
   void Select(int slot) {
     slot_ = slot;
-    base_ = Slot(slot);
+    ctx_->set_base(Slot(slot));
   }
-  float* A(size_t off) { return base_ + off; }
-  float* LayerAct(int l, size_t off) {
-    l -= lb_;
-    if (off_.recompute == jobspec::Recompute::kFull && off != off_.res3) return base_ + off_.scratch + off;
-    if (off_.recompute == jobspec::Recompute::kFull) return base_ + off_.layer0 + l * off_.layer_stride;
-    if (off_.recompute == jobspec::Recompute::kSelective && off == off_.att) return base_ + off_.scratch;
-    return base_ + off_.layer0 + l * off_.layer_stride + off;
-  }
-  // Sums a partial result over the tensor-parallel group (the first failure is kept).
-  void TpAllReduce(float* data, size_t n) override;
+  const ShardDims& dims() const { return ctx_->dims(); }
+  // The current slot's activation at `off` (RunContext::A).
+  float* A(size_t off) const { return ctx_->A(off); }
+  kernels::Ptr H(float* p) const { return ctx_->H(p); }
   // Runs fill(p) on the parameters as host memory: in place where the backend is host
   // addressable, else on a host copy written back.
   template <typename F>
@@ -258,17 +247,6 @@ class GPT : private MoeHost {
   const int32_t* SlotTokens() const {
     return reinterpret_cast<const int32_t*>(tokens_.data()) + static_cast<size_t>(slot_) * 2 * tokens_per_slot_;
   }
-  // Layer l's forward from its input `residual` (the ops of RunForward's loop): p its fp32
-  // tensors, w its GEMM operands.
-  void ForwardLayer(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
-                    const char* tag);
-  void ForwardLlamaLayer(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
-                         const char* tag);
-  // Layer l's backward from d(output) in dres to d(input) in dres, its gradients into g.
-  void BackwardLayer(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g, const float* residual,
-                     int B, int T);
-  void BackwardLlamaLayer(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g,
-                          const float* residual, int B, int T);
   void RunForward(int B, int T);  // the first stage reads the slot's tokens
   // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
   // dloss != 0.
@@ -276,39 +254,6 @@ class GPT : private MoeHost {
   // The mean of the current slot's n per-token losses (read back to the host).
   float MeanLoss(int n);
   void RunBackward(int B, int T);
-
-  template <typename F>
-  void Op(const char* name, F&& f);
-  // Sequence parallelism (see model::LayoutActivations): the residual stream's rows here
-  // (B·T, or B·T/tp), and the exchanges that take the place of the tensor-parallel all-reduces.
-  bool sp() const { return off_.sequence_parallel; }
-  int Rows(int BT) const { return sp() ? BT / shard_.tp : BT; }
-  // A norm's output (this rank's rows) as a column-parallel GEMM's input (all rows): itself,
-  // or gathered over the group into `gathered`.
-  kernels::Ptr AllRows(kernels::Ptr rows, int BT);
-  // A row-parallel GEMM's partial sums (all rows, fp32) summed over the group, then rounded
-  // in mixed precision: in place (all-reduce), or this rank's rows into proj_rows
-  // (reduce-scatter). Returns the summed rows.
-  float* SumPartial(float* partial, int BT, const char* tag);
-  // Backward: the residual stream's gradient (dres, this rank's rows) as the GEMMs' dout over
-  // all rows: gathered with sequence parallelism, and rounded to 16 bits in mixed precision
-  // (a copy in dres16).
-  kernels::Ptr DoutAllRows(int BT);
-  // Backward: a norm's input gradient, partial over the group (all rows, at dln), summed:
-  // returns the rows the norm's backward reads (dln itself, or this rank's in dln_rows).
-  float* SumNormGrad(float* dln, int BT);
-  // A norm's weight gradients of n floats at g: where its backward accumulates them (g, or
-  // with sequence parallelism the zeroed dnorm scratch, its rows' part), and FinishNormGrads,
-  // which adds the group's sum into g.
-  float* NormGrads(float* g, size_t n);
-  void FinishNormGrads(float* g, size_t n);
-  // Sums or gathers over the tensor-parallel group (the first failure is kept).
-  void TpReduceScatter(const float* in, float* out, size_t n);
-  void TpAllGather(const float* in, float* out, size_t n);
-  // Mixed precision: n values of an fp32 buffer rounded in place (nothing in fp32).
-  void Round(float* p, size_t n);
-  // An activation that autocast holds in 16 bits: of the 16-bit type in mixed precision.
-  kernels::Ptr H(float* p) const { return mixed() ? kernels::Ptr(p, lp_) : kernels::Ptr(p); }
   // The GEMMs' operands of a layer: its weights and biases in fp32, or their 16-bit copies.
   // Layer l's GEMM operands from its fp32 tensors w (working_weights.h).
   GemmOperands GemmWeights(const LayerParams& w, int l);
@@ -319,41 +264,35 @@ class GPT : private MoeHost {
     if (!gathers() && has_param_buffer()) working_->Refresh(params_.data());
   }
   bool gathers() const { return host_ != nullptr && host_->gathers_params(); }
-  bool mixed() const { return lp_ != kernels::Precision::kFp32; }
+  bool mixed() const { return ctx_->mixed(); }
   // The index in tensors_ of layer l's first tensor.
-  size_t LayerTensor(int l) const { return layer_tensor_[static_cast<size_t>(l - lb_)]; }
+  size_t LayerTensor(int l) const { return layer_tensor_[static_cast<size_t>(l - dims().lb)]; }
   std::vector<size_t> layer_tensor_;  // LayerTensor's answers
 
   jobspec::GPTConfig config_;
   jobspec::ModelShard shard_;
-  int lb_ = 0, le_ = 0;  // this shard's layers
-  int Ca_ = 0, NHa_ = 0, Fm_ = 0, Vl_ = 0, v0_ = 0;  // attention width, heads, MLP width, vocab rows, first row
-  int NKVa_ = 0, hd_ = 0;  // key/value heads per rank, head_dim
+  kernels::Backend* be_;
+  // What the stack and its blocks share while they run: dimensions, the current slot's
+  // activations, precision, profile, first error.
+  std::unique_ptr<RunContext> ctx_;
+  std::unique_ptr<TensorParallel> tp_;  // the tensor- and sequence-parallel exchanges
   std::unique_ptr<MoeLayers> moe_;  // the MoE MLPs: their routing statistics and expert exchange
+  std::unique_ptr<Block> block_;    // the architecture's layer
   int cls_unit_ = 0;
   size_t cls_offset_ = 0;
-  kernels::DeviceBuffer inv_freq_;  // Llama: RoPE's inverse frequencies (hd/2)
-  bool profiling_ = false;
-  std::vector<std::pair<std::string, double>> op_seconds_;
-  kernels::Backend* be_;
   std::vector<jobspec::ParamTensor> tensors_;
   std::vector<size_t> unit_begin_;
   ParamHost* host_ = nullptr;
-  comm::Communicator* tp_comm_ = nullptr;
-  absl::Status comm_status_;
   kernels::DeviceBuffer params_;
   kernels::DeviceBuffer grads_;
   kernels::DeviceBuffer act_;
-  float* base_ = nullptr;  // the current slot's activations
   int slot_ = 0;
-  jobspec::ActivationLayout off_{};
   int act_B_ = 0, act_T_ = 0, slots_ = 1;
   jobspec::Recompute recompute_ = jobspec::Recompute::kNone;
   kernels::DeviceBuffer tokens_;  // per slot: inputs (B*T) then targets (B*T), as int32
   size_t tokens_per_slot_ = 0;
   std::vector<float> losses_;     // the host copy of the per-token losses (backends the host cannot address)
   kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
-  kernels::Precision lp_ = kernels::Precision::kFp32;
   // Mixed precision: the 16-bit working copies of the GEMM weights.
   std::unique_ptr<WorkingWeights> working_;
 };

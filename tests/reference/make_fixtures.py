@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# Over 700 lines: one script writes every fixture (the GPT-2, Llama and MoE models, the
+# kernels, mixed precision), so that one command regenerates them all from one PyTorch.
 """Writes the PyTorch reference fixtures that Gantry's CPU code is checked against.
 
   python3 tests/reference/make_fixtures.py [--out tests/reference/fixtures]

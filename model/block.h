@@ -1,0 +1,73 @@
+// A transformer layer of one architecture, as the stack (model/gpt.h) runs it: its tensors
+// from the layer's place in the parameter buffer, its forward and backward (recomputing what
+// activation checkpointing dropped), and the architecture's final norm. GPT-2's block
+// (model/gpt2_block.h: LayerNorm, GELU MLP or a mixture of experts, biases) and Llama's
+// (model/llama_block.h: RMSNorm, RoPE, grouped-query attention, SwiGLU) implement it.
+// A block owns no memory: activations are the RunContext's, tensors the stack's.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "kernels/types.h"
+#include "model/moe_layer.h"
+#include "model/run_context.h"
+#include "model/tensor_parallel.h"
+#include "model/working_weights.h"
+
+namespace gantry::model {
+
+// A layer's fp32 tensors (or their gradients): the norms', attention's and the MLP's, null
+// where the architecture has none (Llama: biases, the norms' bias).
+struct LayerParams {
+  float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  // A MoE layer's router (E, C) and its first expert's c_fc.weight, the experts' tensors
+  // following at MoeLayers::expert_stride() (the dense MLP's pointers are null there).
+  float* gate = nullptr;
+  float* experts = nullptr;
+};
+
+class Block {
+ public:
+  Block(RunContext* ctx, TensorParallel* tp) : ctx_(*ctx), tp_(*tp) {}
+  virtual ~Block() = default;
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+
+  // Layer l's tensors, tensor(j) being the address of its j-th (in jobspec::ParameterLayout's
+  // order).
+  virtual LayerParams Bind(int l, const std::function<float*(size_t)>& tensor) const = 0;
+  // Layer l's forward from its input `residual` (this rank's rows) to its output res3; p its
+  // fp32 tensors, w its GEMM operands; tag: the ops' name in a recomputation ("" otherwise).
+  virtual void Forward(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
+                       const char* tag) = 0;
+  // Layer l's backward from d(output) in dres to d(input) in dres, its gradients into g.
+  virtual void Backward(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g, const float* residual,
+                        int B, int T) = 0;
+
+  // The final norm (ln_f, model.norm): the floats of its tensors at F, its forward over R rows
+  // of `in` (its statistics in the head's lnf_mean/lnf_rstd), and its backward, which writes
+  // d(in) and accumulates its tensors' gradients at dF.
+  virtual size_t final_norm_floats() const = 0;
+  virtual void FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) = 0;
+  virtual void FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F,
+                                 int R) = 0;
+
+ protected:
+  // Causal self-attention of layer l over its q|k|v rows (qkv) into atty, keeping what its
+  // backward reads (att); and that backward, into dqkv. Both architectures call these.
+  void AttentionForward(int l, int B, int T, const char* name);
+  void AttentionBackward(int l, int B, int T);
+  // Activation checkpointing: what forward did not keep of layer l, computed again as it was
+  // (full: the whole layer through `forward`; selective: the attention).
+  void Recompute(int l, int B, int T, const std::function<void()>& forward);
+
+  RunContext& ctx_;
+  TensorParallel& tp_;
+};
+
+// The block of config's architecture. moe: the stack's MoE layers (GPT-2 with config.moe).
+std::unique_ptr<Block> MakeBlock(RunContext* ctx, TensorParallel* tp, MoeLayers* moe);
+
+}  // namespace gantry::model

@@ -1,0 +1,120 @@
+#include "model/llama_block.h"
+
+#include <vector>
+
+#include "kernels/rope.h"
+
+namespace gantry::model {
+
+namespace k = gantry::kernels;
+
+LlamaBlock::LlamaBlock(RunContext* ctx, TensorParallel* tp) : Block(ctx, tp) {
+  const int hd = ctx_.dims().hd;
+  std::vector<float> inv(static_cast<size_t>(hd / 2));
+  k::rope_inv_freq(inv.data(), hd, static_cast<float>(ctx_.config().rope_theta));
+  inv_freq_.Assign(&ctx_.be(), inv.size());
+  ctx_.be().CopyToDevice(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));
+}
+
+LayerParams LlamaBlock::Bind(int, const std::function<float*(size_t)>& p) const {
+  // input_layernorm, q|k|v (from q), o, post_attention_layernorm, gate|up (from gate), down.
+  return {p(0), nullptr, p(1), nullptr, p(4), nullptr, p(5), nullptr, p(6), nullptr, p(8), nullptr};
+}
+
+void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
+                         const char* tag) {
+  const jobspec::ActivationLayout& o = ctx_.off();
+  const ShardDims& d = ctx_.dims();
+  const int C = d.C, Ca = d.Ca, NH = d.NH, NKV = d.NKV, hd = d.hd, Fm = d.Fm;
+  const int BT = B * T, R = tp_.Rows(BT);
+  k::Backend& be = ctx_.be();
+  auto A = [&](size_t off) { return ctx_.A(off); };
+  auto L = [&](size_t off) { return ctx_.LayerAct(l, off); };
+  auto H = [&](float* x) { return ctx_.H(x); };
+  auto name = [tag](const char* op) { return *tag ? tag : op; };
+  float* proj = A(o.proj);
+  // The q|k|v projection writes the packed (NH + 2 NKV)·hd rows; RoPE rotates q and k there;
+  // with grouped key/value heads they are then repeated into the attention's 3·NH·hd rows.
+  const k::Ptr qkvr = H(grouped() ? A(o.qkvr) : L(o.qkv));
+  ctx_.Op(name("rmsnorm fwd"), [&] { be.RMSNormForward(H(L(o.ln1)), L(o.ln1_rstd), residual, p.ln1w, R, C, eps()); });
+  const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
+  ctx_.Op(name("matmul fwd"),
+          [&] { be.MatmulForward(qkvr, ln1, w.qkvw, nullptr, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn); });
+  ctx_.Op(name("rope fwd"), [&] { be.RopeApply(qkvr, B, T, NH, NKV, hd, inv_freq_.data(), false); });
+  if (grouped()) ctx_.Op(name("gqa expand"), [&] { be.GqaExpand(H(L(o.qkv)), qkvr, BT, NH, NKV, hd); });
+  AttentionForward(l, B, T, name("attention fwd"));
+  ctx_.Op(name("matmul fwd"),
+          [&] { be.MatmulForward(proj, H(L(o.atty)), w.projw, nullptr, BT, Ca, C, k::WeightLayout::kOutIn); });
+  const float* attn = tp_.SumPartial(proj, BT, tag);
+  ctx_.Op(name("residual fwd"), [&] { be.ResidualForward(L(o.res2), residual, attn, static_cast<int64_t>(R) * C); });
+  ctx_.Op(name("rmsnorm fwd"), [&] { be.RMSNormForward(H(L(o.ln2)), L(o.ln2_rstd), L(o.res2), p.ln2w, R, C, eps()); });
+  const k::Ptr ln2 = tp_.AllRows(H(L(o.ln2)), BT);
+  ctx_.Op(name("matmul fwd"),
+          [&] { be.MatmulForward(H(L(o.fch)), ln2, w.fcw, nullptr, BT, C, 2 * Fm, k::WeightLayout::kOutIn); });
+  ctx_.Op(name("swiglu fwd"), [&] { be.SwigluForward(H(L(o.fch_gelu)), H(L(o.fch)), BT, Fm); });
+  ctx_.Op(name("matmul fwd"),
+          [&] { be.MatmulForward(proj, H(L(o.fch_gelu)), w.fcprojw, nullptr, BT, Fm, C, k::WeightLayout::kOutIn); });
+  const float* mlp = tp_.SumPartial(proj, BT, tag);
+  ctx_.Op(name("residual fwd"), [&] { be.ResidualForward(L(o.res3), L(o.res2), mlp, static_cast<int64_t>(R) * C); });
+}
+
+void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g,
+                          const float* residual, int B, int T) {
+  const jobspec::ActivationLayout& o = ctx_.off();
+  const ShardDims& d = ctx_.dims();
+  const int C = d.C, Ca = d.Ca, NH = d.NH, NKV = d.NKV, hd = d.hd, Fm = d.Fm;
+  const int BT = B * T, R = tp_.Rows(BT);
+  k::Backend& be = ctx_.be();
+  auto A = [&](size_t off) { return ctx_.A(off); };
+  auto L = [&](size_t off) { return ctx_.LayerAct(l, off); };
+  auto H = [&](float* x) { return ctx_.H(x); };
+  float* dres = A(o.dres);
+  float* dln = A(o.dln);
+  Recompute(l, B, T, [&] { Forward(l, p, w, residual, B, T, "recompute fwd"); });
+  // dres holds d(res3). MLP branch: down_proj, SwiGLU, gate|up.
+  const k::Ptr dout3 = tp_.DoutAllRows(BT);
+  ctx_.Op("matmul bwd", [&] {
+    be.MatmulBackward(H(A(o.dswi)), g.fcprojw, nullptr, dout3, H(L(o.fch_gelu)), w.fcprojw, BT, Fm, C,
+                      k::WeightLayout::kOutIn);
+  });
+  ctx_.Op("swiglu bwd", [&] { be.SwigluBackward(H(A(o.dfch)), H(A(o.dswi)), H(L(o.fch)), BT, Fm); });
+  const k::Ptr ln2 = tp_.AllRows(H(L(o.ln2)), BT);
+  ctx_.Op("matmul bwd", [&] {
+    be.MatmulBackward(dln, g.fcw, nullptr, H(A(o.dfch)), ln2, w.fcw, BT, C, 2 * Fm, k::WeightLayout::kOutIn);
+  });
+  const float* dln2 = tp_.SumNormGrad(dln, BT);
+  float* g2 = tp_.NormGrads(g.ln2w, static_cast<size_t>(C));
+  ctx_.Op("rmsnorm bwd", [&] { be.RMSNormBackward(dres, g2, dln2, L(o.res2), p.ln2w, L(o.ln2_rstd), R, C); });
+  tp_.FinishNormGrads(g.ln2w, static_cast<size_t>(C));
+  // Attention branch: o_proj, attention, the key/value heads' gradients summed over their
+  // groups, RoPE's inverse rotation, q|k|v.
+  const k::Ptr dout2 = tp_.DoutAllRows(BT);
+  ctx_.Op("matmul bwd", [&] {
+    be.MatmulBackward(H(A(o.datty)), g.projw, nullptr, dout2, H(L(o.atty)), w.projw, BT, Ca, C,
+                      k::WeightLayout::kOutIn);
+  });
+  AttentionBackward(l, B, T);
+  const k::Ptr dqkvr = H(grouped() ? A(o.qkvr) : A(o.dqkv));
+  if (grouped()) ctx_.Op("gqa reduce", [&] { be.GqaReduce(dqkvr, H(A(o.dqkv)), BT, NH, NKV, hd); });
+  ctx_.Op("rope bwd", [&] { be.RopeApply(dqkvr, B, T, NH, NKV, hd, inv_freq_.data(), true); });
+  const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
+  ctx_.Op("matmul bwd", [&] {
+    be.MatmulBackward(dln, g.qkvw, nullptr, dqkvr, ln1, w.qkvw, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn);
+  });
+  const float* dln1 = tp_.SumNormGrad(dln, BT);
+  float* g1 = tp_.NormGrads(g.ln1w, static_cast<size_t>(C));
+  ctx_.Op("rmsnorm bwd", [&] { be.RMSNormBackward(dres, g1, dln1, residual, p.ln1w, L(o.ln1_rstd), R, C); });
+  tp_.FinishNormGrads(g.ln1w, static_cast<size_t>(C));
+}
+
+void LlamaBlock::FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) {
+  ctx_.Op("rmsnorm fwd",
+          [&] { ctx_.be().RMSNormForward(out, ctx_.A(ctx_.off().lnf_rstd), in, F, R, ctx_.dims().C, eps()); });
+}
+
+void LlamaBlock::FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F, int R) {
+  ctx_.Op("rmsnorm bwd",
+          [&] { ctx_.be().RMSNormBackward(din, dF, dout, in, F, ctx_.A(ctx_.off().lnf_rstd), R, ctx_.dims().C); });
+}
+
+}  // namespace gantry::model

@@ -1,0 +1,32 @@
+// Llama's layer: RMSNorm, then attention with RoPE over grouped key/value heads (q|k|v in one
+// projection, the key/value heads repeated to the query heads for the attention kernel),
+// then a SwiGLU MLP (gate|up in one projection); no biases. Weights in nn.Linear's layout
+// (out, in). Tensor parallel by heads and by the MLP's columns, as GPT-2's block.
+#pragma once
+
+#include "kernels/backend.h"
+#include "model/block.h"
+
+namespace gantry::model {
+
+class LlamaBlock : public Block {
+ public:
+  LlamaBlock(RunContext* ctx, TensorParallel* tp);
+
+  LayerParams Bind(int l, const std::function<float*(size_t)>& tensor) const override;
+  void Forward(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
+               const char* tag) override;
+  void Backward(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g, const float* residual, int B,
+                int T) override;
+  size_t final_norm_floats() const override { return static_cast<size_t>(ctx_.dims().C); }
+  void FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) override;
+  void FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F, int R) override;
+
+ private:
+  float eps() const { return static_cast<float>(ctx_.config().norm_eps); }
+  bool grouped() const { return ctx_.dims().NKV != ctx_.dims().NH; }
+
+  kernels::DeviceBuffer inv_freq_;  // RoPE's inverse frequencies (head_dim / 2)
+};
+
+}  // namespace gantry::model

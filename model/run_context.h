@@ -1,0 +1,108 @@
+// What the model's parts share while a forward or backward runs: the backend, this shard's
+// dimensions, the current slot's activations (addressed by jobspec::ActivationLayout), the
+// precision, the per-op profile and the first error. The stack (GPT) owns one; its blocks
+// (model/block.h) and the tensor-parallel helper (model/tensor_parallel.h) work through it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "jobspec/model_layout.h"
+#include "kernels/backend.h"
+
+namespace gantry::model {
+
+// The sizes of one shard's share of the model (tensor parallel: per rank).
+struct ShardDims {
+  int C = 0;            // n_embd (the residual stream's width, never split)
+  int Ca = 0, NH = 0;   // attention width and query heads on this rank
+  int NKV = 0, hd = 0;  // key/value heads on this rank, head_dim
+  int Fm = 0;           // MLP width on this rank (Llama: each of gate and up)
+  int v0 = 0, Vl = 0;   // this rank's vocabulary rows: [v0, v0 + Vl)
+  int lb = 0, le = 0;   // this shard's layers: [lb, le)
+  static ShardDims Of(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard);
+};
+
+class RunContext {
+ public:
+  RunContext(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard, kernels::Backend* backend)
+      : be_(backend), config_(config), shard_(shard), dims_(ShardDims::Of(config, shard)) {}
+  RunContext(const RunContext&) = delete;
+  RunContext& operator=(const RunContext&) = delete;
+
+  kernels::Backend& be() const { return *be_; }
+  const jobspec::GPTConfig& config() const { return config_; }
+  const jobspec::ModelShard& shard() const { return shard_; }
+  const ShardDims& dims() const { return dims_; }
+
+  // The activations: their layout (for the current (B,T)) and the current slot's base.
+  const jobspec::ActivationLayout& off() const { return off_; }
+  void set_layout(const jobspec::ActivationLayout& o) { off_ = o; }
+  void set_base(float* base) { base_ = base; }
+  float* A(size_t off) const { return base_ + off; }
+  // Layer l's activation at offset `off` of a layer's: under full recompute only the layer's
+  // output (res3) is kept per layer and the rest share one scratch; under selective recompute
+  // the attention's probabilities (att) are scratch.
+  float* LayerAct(int l, size_t off) const {
+    l -= dims_.lb;
+    if (off_.recompute == jobspec::Recompute::kFull && off != off_.res3) return base_ + off_.scratch + off;
+    if (off_.recompute == jobspec::Recompute::kFull) return base_ + off_.layer0 + l * off_.layer_stride;
+    if (off_.recompute == jobspec::Recompute::kSelective && off == off_.att) return base_ + off_.scratch;
+    return base_ + off_.layer0 + l * off_.layer_stride + off;
+  }
+
+  // Mixed precision (train.precision): activations autocast holds in 16 bits are of the
+  // 16-bit type (H), and fp32 results that autocast would round are rounded (Round).
+  kernels::Precision precision() const { return lp_; }
+  void set_precision(kernels::Precision p) { lp_ = p; }
+  bool mixed() const { return lp_ != kernels::Precision::kFp32; }
+  kernels::Ptr H(float* p) const { return mixed() ? kernels::Ptr(p, lp_) : kernels::Ptr(p); }
+  // n values of an fp32 buffer rounded in place to the 16-bit type (nothing in fp32).
+  void Round(float* p, size_t n) const {
+    if (mixed()) be_->RoundTo(p, p, static_cast<int64_t>(n), lp_);
+  }
+
+  // Runs f as the op `name`: timed (to the backend's completion) while profiling is on.
+  template <typename F>
+  void Op(const char* name, F&& f) {
+    if (!profiling_) {
+      f();
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    if (be_->kind() != kernels::BackendKind::kCpu) Sync();  // the op's time, not its launch's
+    AddOpTime(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<std::pair<std::string, double>>& op_seconds() const { return op_seconds_; }
+  void ResetProfile() { op_seconds_.clear(); }
+
+  // The first error of the backend's ops or of a collective; later ones are dropped.
+  void Fail(absl::Status s) {
+    if (!s.ok() && status_.ok()) status_ = std::move(s);
+  }
+  const absl::Status& status() const { return status_; }
+  // Waits for the backend's queued ops; keeps their first error.
+  void Sync() { Fail(be_->Synchronize()); }
+
+ private:
+  void AddOpTime(const char* name, double seconds);
+
+  kernels::Backend* be_;
+  const jobspec::GPTConfig config_;
+  const jobspec::ModelShard shard_;
+  const ShardDims dims_;
+  jobspec::ActivationLayout off_{};
+  float* base_ = nullptr;
+  kernels::Precision lp_ = kernels::Precision::kFp32;
+  bool profiling_ = false;
+  std::vector<std::pair<std::string, double>> op_seconds_;
+  absl::Status status_;
+};
+
+}  // namespace gantry::model
