@@ -44,6 +44,6 @@ int WorkersCommand(const Options& o, v1::Coordinator::Stub* stub);
 // checkpoints.cc: checkpoints, export, download, sample.
 int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub);
 // plan.cc: the planner, locally (no coordinator).
-int PlanCommand(const std::vector<std::string>& args);
+int PlanCommand(const std::vector<std::string>& args, bool json);
 
 }  // namespace gantry::cli

@@ -45,6 +45,11 @@ const char kUsage[] =
     "                       bytes per GPU, pipeline bubble, bytes sent per step; with --gpus,\n"
     "                       --gpu-memory and --global-batch, the recommended layout (no coordinator);\n"
     "                       --ranks: each rank's bytes (needs a model shape)\n"
+    "       [--cluster dgx-h100|dgx-h200|dgx-a100|CLUSTER.yaml --gpus G [--top K]\n"
+    "        [--layout tp=T,pp=P[,dp=D][,zero=S][,mb=B][,recompute=R][,sp=1][,ep=E]]]\n"
+    "                       with --cluster: every layout of G devices that fits, ranked by predicted\n"
+    "                       tokens/s (step time, tokens/s and TFLOP/s per GPU, MFU, the time split,\n"
+    "                       memory per GPU); --layout: that one; -o json for tools\n"
     "  health [ADDR]        gRPC health check of ADDR (default: the coordinator); exit 0 if SERVING\n"
     "submit takes --wait to watch the job it queued.\n";
 
@@ -55,7 +60,7 @@ int Run(const Options& o) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  if (o.args[0] == "plan") return PlanCommand(o.args);
+  if (o.args[0] == "plan") return PlanCommand(o.args, o.output == "json");
   if (o.args[0] == "health") {  // for probes (deploy/k8s): no token needed
     auto serving = CheckServing(o.args.size() > 1 ? o.args[1] : o.coordinator);
     if (!serving.ok()) {

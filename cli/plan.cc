@@ -1,19 +1,157 @@
 // gantry plan: memory per GPU, the pipeline bubble and bytes sent for a layout, and a
-// recommended layout, computed here (no coordinator).
+// recommended layout, computed here (no coordinator). With --cluster, the speed too: every
+// layout of --gpus devices that fits, ranked by predicted tokens/s (jobspec/cost_model.h), or
+// the one --layout names.
 #include <cmath>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "cli/commands.h"
+#include "jobspec/cluster.h"
+#include "jobspec/cost_model.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/planner.h"
 
 namespace gantry::cli {
 
+namespace {
+
+const char* RecomputeWord(jobspec::Recompute r) {
+  return r == jobspec::Recompute::kFull ? "full" : r == jobspec::Recompute::kSelective ? "selective" : "none";
+}
+
+// --layout tp=8,pp=16,dp=64[,zero=1][,mb=2][,recompute=full][,sp=1][,ep=2] onto in; dp defaults
+// to what the GPUs leave.
+absl::Status ParseLayout(const std::string& text, int gpus, jobspec::PlanInput* in) {
+  bool dp_given = false;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    int v = 0;
+    if (kv.first == "recompute") {
+      if (kv.second != "none" && kv.second != "selective" && kv.second != "full") {
+        return absl::InvalidArgumentError("--layout: recompute is none, selective or full");
+      }
+      in->recompute = kv.second == "full" ? jobspec::Recompute::kFull
+                      : kv.second == "selective" ? jobspec::Recompute::kSelective
+                                                 : jobspec::Recompute::kNone;
+      continue;
+    }
+    if (!absl::SimpleAtoi(kv.second, &v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--layout: '", part, "' is not KEY=NUMBER"));
+    }
+    if (kv.first == "tp") in->tp = v;
+    else if (kv.first == "pp") in->pp = v;
+    else if (kv.first == "dp") in->dp = v, dp_given = true;
+    else if (kv.first == "zero") in->zero = v;
+    else if (kv.first == "mb") in->micro_batch = v;
+    else if (kv.first == "ep") in->ep = v;
+    else if (kv.first == "sp") in->sequence_parallel = v != 0;
+    else return absl::InvalidArgumentError(absl::StrCat("--layout: unknown key '", kv.first,
+                                                        "' (tp, pp, dp, zero, mb, recompute, sp, ep)"));
+  }
+  if (in->tp < 1 || in->pp < 1) return absl::InvalidArgumentError("--layout: tp and pp must be >= 1");
+  if (!dp_given && gpus > 0) in->dp = std::max(1, gpus / (in->tp * in->pp));
+  if (gpus > 0 && in->dp * in->tp * in->pp != gpus) {
+    return absl::InvalidArgumentError(absl::StrFormat("--layout: tp %d x pp %d x dp %d is not --gpus %d", in->tp,
+                                                      in->pp, in->dp, gpus));
+  }
+  return absl::OkStatus();
+}
+
+std::string LayoutName(const jobspec::PlanInput& in) {
+  std::string s = absl::StrFormat("tp %d pp %d dp %d, ZeRO %d, mb %d x %d, recompute %s", in.tp, in.pp, in.dp, in.zero,
+                                  in.micro_batch, in.microbatches, RecomputeWord(in.recompute));
+  if (in.sequence_parallel) absl::StrAppend(&s, ", sp");
+  if (in.ep > 1) absl::StrAppend(&s, ", ep ", in.ep);
+  return s;
+}
+
+std::string JsonOf(const jobspec::RankedLayout& r) {
+  const auto& in = r.in;
+  const auto& c = r.cost;
+  return absl::StrFormat(
+      "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"ep\": %d, \"zero\": %d, \"micro_batch\": %d, \"microbatches\": %d, "
+      "\"recompute\": \"%s\", \"sequence_parallel\": %s, \"step_s\": %.6g, \"compute_s\": %.6g, "
+      "\"exposed_comm_s\": %.6g, \"bubble_s\": %.6g, \"optimizer_s\": %.6g, \"tp_comm_s\": %.6g, "
+      "\"pp_comm_s\": %.6g, \"ep_comm_s\": %.6g, \"dp_comm_s\": %.6g, \"dp_bytes\": %.6g, \"tokens_per_s\": %.6g, "
+      "\"tokens_per_s_per_gpu\": %.6g, \"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_bytes\": %.6g, "
+      "\"fits\": %s}",
+      in.tp, in.pp, in.dp, in.ep, in.zero, in.micro_batch, in.microbatches, RecomputeWord(in.recompute),
+      in.sequence_parallel ? "true" : "false", c.step, c.compute, c.exposed_comm, c.bubble, c.optimizer, c.tp_comm,
+      c.pp_comm, c.ep_comm, c.dp_comm, c.dp_bytes, c.tokens_per_s, c.tokens_per_s_per_gpu, c.flops_per_gpu / 1e12,
+      c.mfu, r.plan.total(), r.plan.fits ? "true" : "false");
+}
+
+// The speed half: rank every layout of `gpus` on the cluster, or evaluate --layout.
+int SpeedPlan(jobspec::PlanInput in, const jobspec::ClusterSpec& cluster, int gpus, int global_batch, int top,
+              const std::string& layout, bool json) {
+  auto bad = [](const std::string& why) {
+    std::fprintf(stderr, "gantry: plan: %s\n", why.c_str());
+    return 2;
+  };
+  if (!in.model) return bad("--cluster needs the model's shape (a job spec, --preset or the shape flags)");
+  if (gpus < 1) return bad("--cluster needs --gpus N");
+  if (global_batch < 1) return bad("--cluster needs a global batch (the job spec's, or --global-batch N)");
+  in.device_memory = cluster.device.memory;
+  in.fused_attention = !cluster.device.unfused_attention;
+  std::vector<jobspec::RankedLayout> rows;
+  if (!layout.empty()) {
+    if (auto s = ParseLayout(layout, gpus, &in); !s.ok()) return bad(std::string(s.message()));
+    if (global_batch % (in.micro_batch * in.dp) != 0) {
+      return bad(absl::StrFormat("the global batch %d is not a multiple of mb %d x dp %d", global_batch,
+                                 in.micro_batch, in.dp));
+    }
+    in.microbatches = global_batch / (in.micro_batch * in.dp);
+    auto plan = jobspec::MakePlan(in);
+    if (!plan.ok()) return bad(std::string(plan.status().message()));
+    auto cost = jobspec::PredictStep(in, cluster);
+    if (!cost.ok()) return bad(std::string(cost.status().message()));
+    rows.push_back({in, *plan, *cost});
+  } else {
+    auto ranked = jobspec::RankLayouts(in, cluster, gpus, global_batch, top);
+    if (!ranked.ok()) {
+      std::fprintf(stderr, "gantry: plan: %s\n", std::string(ranked.status().message()).c_str());
+      return 1;
+    }
+    rows = *ranked;
+  }
+  if (json) {
+    std::printf("{\"cluster\": \"%s\", \"device\": \"%s\", \"gpus\": %d, \"global_batch\": %d, \"layouts\": [", cluster.name.c_str(),
+                cluster.device.name.c_str(), gpus, global_batch);
+    for (size_t i = 0; i < rows.size(); ++i) std::printf("%s%s", i ? ", " : "", JsonOf(rows[i]).c_str());
+    std::printf("]}\n");
+    return rows[0].plan.fits ? 0 : 1;
+  }
+  std::printf("cluster %s: %d x %s (%d a node; %.0f GB each; links %.0f GB/s in a node, %.0f GB/s a GPU between nodes), "
+              "global batch %d x %d tokens\n",
+              cluster.name.c_str(), gpus, cluster.device.name.c_str(), cluster.gpus_per_node,
+              cluster.device.memory / 1e9, cluster.intra.bandwidth / 1e9, cluster.inter.bandwidth / 1e9, global_batch,
+              in.seq_len);
+  std::printf("%-4s %-56s %9s %10s %8s %6s %9s %9s %9s %9s %8s\n", "#", "layout", "step_s", "tok/s/GPU", "TFLOP/s",
+              "MFU", "compute", "comm", "bubble", "optim", "mem_GB");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& c = rows[i].cost;
+    std::printf("%-4zu %-56s %9.3f %10.0f %8.1f %5.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%s\n", i + 1,
+                LayoutName(rows[i].in).c_str(), c.step, c.tokens_per_s_per_gpu, c.flops_per_gpu / 1e12, 100 * c.mfu,
+                100 * c.compute / c.step, 100 * c.exposed_comm / c.step, 100 * c.bubble / c.step,
+                100 * c.optimizer / c.step, rows[i].plan.total() / 1e9, rows[i].plan.fits ? "" : " (does not fit)");
+  }
+  const auto& best = rows[0].cost;
+  std::printf("%s: %.0f tokens/s on %d GPUs; exposed communication: tensor-parallel %.3f s, pipeline %.3f s, "
+              "expert %.3f s, data-parallel %.3f s (of %.3f s, %.1f GB sent per GPU per step)\n",
+              layout.empty() ? "best" : "layout", best.tokens_per_s, gpus, best.tp_comm, best.pp_comm, best.ep_comm,
+              best.dp_comm, best.dp_comm_total, best.dp_bytes / 1e9);
+  return rows[0].plan.fits ? 0 : 1;
+}
+
+}  // namespace
+
 // gantry plan: the planner, locally.
-int PlanCommand(const std::vector<std::string>& args) {
+int PlanCommand(const std::vector<std::string>& args, bool json) {
   jobspec::PlanInput in;
   int gpus = 0, global_batch = 0;
   bool dp_given = false, per_rank = false;
@@ -21,6 +159,8 @@ int PlanCommand(const std::vector<std::string>& args) {
   bool shape_given = false;
   std::vector<std::string> shape_flags;  // those given, to name them
   bool params_given = false;
+  std::string cluster_name, layout;
+  int top = 5;
   auto bad = [](const std::string& why) {
     std::fprintf(stderr, "gantry: plan: %s\n", why.c_str());
     return 2;
@@ -106,6 +246,12 @@ int PlanCommand(const std::vector<std::string>& args) {
       ok = num(&global_batch);
     } else if (a == "--ranks") {
       per_rank = true;
+    } else if (a == "--cluster") {
+      cluster_name = next();
+    } else if (a == "--layout") {
+      layout = next();
+    } else if (a == "--top") {
+      ok = num(&top) && top >= 1;
     } else if (a.rfind("--", 0) != 0) {  // a job spec
       auto spec = jobspec::LoadJobSpec(a);
       if (!spec.ok()) return bad(std::string(spec.status().message()));
@@ -113,6 +259,7 @@ int PlanCommand(const std::vector<std::string>& args) {
       in = jobspec::PlanOfSpec(*spec);
       in.device_memory = mem;
       dp_given = true;
+      if (global_batch == 0) global_batch = spec->train.global_batch;
     } else {
       return bad(absl::StrCat("unknown flag ", a));
     }
@@ -131,6 +278,12 @@ int PlanCommand(const std::vector<std::string>& args) {
     if (auto s = shape.Validate(); !s.ok()) return bad(std::string(s.message()));
     in.model = shape;
   }
+  if (!cluster_name.empty()) {
+    auto cluster = jobspec::LoadCluster(cluster_name);
+    if (!cluster.ok()) return bad(std::string(cluster.status().message()));
+    return SpeedPlan(in, *cluster, gpus, global_batch, top, layout, json);
+  }
+  if (!layout.empty()) return bad("--layout is evaluated on a --cluster");
   if (gpus > 0 && !dp_given) in.dp = std::max(1, gpus / (in.tp * in.pp));
   auto p = jobspec::MakePlan(in);
   if (!p.ok()) return bad(std::string(p.status().message()));

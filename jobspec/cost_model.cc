@@ -212,6 +212,12 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     if (in.ep > 1 && p.name.find(".mlp.experts.") != std::string::npos) sc.expert_params += static_cast<double>(p.numel);
   }
   sc.units = (shard.layer_end - shard.layer_begin) + (shard.first() ? 1 : 0) + (shard.last() ? 1 : 0);
+  // ZeRO 3 in 16 bits: each gathered unit's GEMM weights cast to their working copy (read fp32,
+  // write 16 bits) before its forward and again before its backward (model::WorkingWeights).
+  if (in.zero >= 3 && in.precision == Precision::kAutocast) {
+    const double recast = Op(sc.gemm_params * 6, d.memory_bandwidth, sc.units, d);
+    sc.fwd += recast, sc.bwd += recast;
+  }
   return sc;
 }
 
@@ -354,6 +360,7 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
   }
   const GPTConfig& c = *in.model;
   in.device_memory = cluster.device.memory;
+  in.fused_attention = !cluster.device.unfused_attention;  // the activations the device's attention keeps
   struct Candidate {
     PlanInput in;
     StepCost cost;
