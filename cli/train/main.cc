@@ -7,6 +7,8 @@
 //                       [--tokenizer PATH]
 //   gantry-train export --checkpoint DIR --out OUT [--dtype fp32|bf16] [--tokenizer PATH]
 //   gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]
+//   gantry-train calibrate [--threads N] [--ranks R] [--n-embd C] [--heads H] [--seq-len T] [--rows N]
+//                          [--repeats K] [--out FILE]
 //
 // Bad input is a one-line error on stderr and exit status 2.
 #include <unistd.h>
@@ -35,6 +37,7 @@
 #include "common/file_util.h"
 #include "model/hf_io.h"
 #include "checkpoint/checkpoint.h"
+#include "cli/train/calibrate.h"
 #include "jobspec/job_spec.h"
 #include "model/sample.h"
 #include "worker/train/trainer.h"
@@ -67,7 +70,12 @@ constexpr char kUsage[] =
     "                      (a checkpoint, any layout, as a Hugging Face model directory, with\n"
     "                      the job's data.tokenizer as tokenizer.json)\n"
     "  gantry-train compare DIR_A DIR_B   (two model directories: relative difference of the\n"
-    "                                      parameters, ||a - b|| / ||b||, and the worst tensor)\n";
+    "                                      parameters, ||a - b|| / ||b||, and the worst tensor)\n"
+    "  gantry-train calibrate [--threads N] [--ranks R] [--n-embd C] [--heads H] [--seq-len T]\n"
+    "                         [--rows N] [--repeats K] [--out FILE]   (this machine as a cluster\n"
+    "                         file for gantry plan --cluster: the cpu backend's GEMM, attention and\n"
+    "                         memory rates at a layer of that shape with N threads, and Gloo's\n"
+    "                         all-reduce among R ranks on loopback)\n";
 
 // Parsed command line: --flag value pairs, boolean --flags, and positionals.
 struct Args {
@@ -345,6 +353,33 @@ absl::Status RunTrain(int argc, char** argv) {
   return trainer->Run();
 }
 
+absl::Status RunCalibrate(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2,
+                                     {"threads", "ranks", "n-embd", "heads", "seq-len", "rows", "repeats", "out"}, {}));
+  calibrate::Options o;
+  RETURN_IF_ERROR(FlagNumber(a, "threads", &o.threads));
+  RETURN_IF_ERROR(FlagNumber(a, "ranks", &o.ranks));
+  RETURN_IF_ERROR(FlagNumber(a, "n-embd", &o.n_embd));
+  RETURN_IF_ERROR(FlagNumber(a, "heads", &o.n_head));
+  RETURN_IF_ERROR(FlagNumber(a, "seq-len", &o.seq_len));
+  RETURN_IF_ERROR(FlagNumber(a, "rows", &o.rows));
+  RETURN_IF_ERROR(FlagNumber(a, "repeats", &o.repeats));
+  ASSIGN_OR_RETURN(jobspec::ClusterSpec c, calibrate::Calibrate(o));
+  const std::string yaml = jobspec::ClusterYaml(c);
+  const std::string out = Flag(a, "out");
+  if (out.empty()) {
+    std::fputs(yaml.c_str(), stdout);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(WriteFileAtomic(out, yaml));
+  std::printf("wrote %s: GEMM fp32 %.1f / %.1f GFLOP/s (fwd / bwd), bf16 %.1f / %.1f; memory %.1f GB/s; Gloo all-reduce "
+              "%.2f GB/s, %.1f us among %d ranks\n",
+              out.c_str(), c.device.gemm_fwd[1] / 1e9, c.device.gemm_bwd[1] / 1e9, c.device.gemm_fwd[0] / 1e9,
+              c.device.gemm_bwd[0] / 1e9, c.device.memory_bandwidth / 1e9, c.intra.bandwidth / 1e9,
+              c.intra.latency * 1e6, o.ranks);
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -362,6 +397,8 @@ int Main(int argc, char** argv) {
     s = RunExport(argc, argv);
   } else if (cmd == "compare") {
     s = RunCompare(argc, argv);
+  } else if (cmd == "calibrate") {
+    s = RunCalibrate(argc, argv);
   } else {
     s = RunTrain(argc, argv);
   }

@@ -1,0 +1,187 @@
+#include "cli/train/calibrate.h"
+
+#include <gloo/rendezvous/hash_store.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "common/status.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+#include "kernels/threads.h"
+
+namespace gantry::calibrate {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The median seconds of `repeats` runs of f, after one warm-up.
+double Median(int repeats, const std::function<void()>& f) {
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const auto a = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& f : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    f = static_cast<float>((x >> 40) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return v;
+}
+
+std::vector<uint16_t> Bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = kernels::Bf16Of(v[i]);
+  return b;
+}
+
+// A layer's four GEMMs (qkv, attention's projection, the MLP's two) over N rows: the FLOP/s
+// forward and backward, in fp32 ([1]) and bf16 ([0]).
+void TimeGemms(const Options& o, double fwd[2], double bwd[2]) {
+  const int N = o.rows, C = o.n_embd;
+  const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+  for (int half = 0; half < 2; ++half) {
+    const kernels::Precision p = half ? kernels::Precision::kBf16 : kernels::Precision::kFp32;
+    double flops = 0, tf = 0, tb = 0;
+    for (const auto& [in, out] : shapes) {
+      std::vector<float> x = Random(static_cast<size_t>(N) * in, 1), w = Random(static_cast<size_t>(in) * out, 2),
+                         b = Random(out, 3), y(static_cast<size_t>(N) * out), dy = Random(y.size(), 4),
+                         dx(x.size()), dw(w.size()), db(out);
+      std::vector<uint16_t> x16 = Bf16(x), w16 = Bf16(w), b16 = Bf16(b), y16(y.size()), dy16 = Bf16(dy), dx16(x.size());
+      auto arg = [&](std::vector<float>& f, std::vector<uint16_t>& h) {
+        return half ? kernels::Ptr(h.data(), p) : kernels::Ptr(f.data());
+      };
+      flops += 2.0 * N * in * out;
+      tf += Median(o.repeats, [&] { kernels::matmul_forward(arg(y, y16), arg(x, x16), arg(w, w16), arg(b, b16), N, in, out); });
+      tb += Median(o.repeats, [&] {
+        kernels::matmul_backward(arg(dx, dx16), dw.data(), db.data(), arg(dy, dy16), arg(x, x16), arg(w, w16), N, in, out);
+      });
+    }
+    const int i = half ? 0 : 1;
+    fwd[i] = flops / tf;
+    bwd[i] = 2 * flops / tb;
+  }
+}
+
+// Attention over rows / seq_len sequences: the causal half of 4·T·C FLOPs a token forward,
+// 2.5 times that backward (the cost model's count).
+void TimeAttention(const Options& o, double fwd[2], double bwd[2]) {
+  const int T = o.seq_len, B = std::max(1, o.rows / T), C = o.n_embd, NH = o.n_head;
+  const size_t bt = static_cast<size_t>(B) * T;
+  std::vector<float> qkv = Random(bt * 3 * C, 5), out(bt * C), att(static_cast<size_t>(B) * NH * T * T),
+                     scratch(att.size()), dout = Random(bt * C, 6), dqkv(qkv.size());
+  std::vector<uint16_t> qkv16 = Bf16(qkv), out16(out.size()), dout16 = Bf16(dout), dqkv16(dqkv.size());
+  const double flops = 2.0 * bt * T * C;
+  for (int half = 0; half < 2; ++half) {
+    const kernels::Precision p = half ? kernels::Precision::kBf16 : kernels::Precision::kFp32;
+    auto arg = [&](std::vector<float>& f, std::vector<uint16_t>& h) {
+      return half ? kernels::Ptr(h.data(), p) : kernels::Ptr(f.data());
+    };
+    const double tf = Median(o.repeats, [&] { kernels::attention_forward(arg(out, out16), att.data(), arg(qkv, qkv16), B, T, C, NH, p); });
+    const double tb = Median(o.repeats, [&] {
+      kernels::attention_backward(arg(dqkv, dqkv16), scratch.data(), arg(dout, dout16), arg(qkv, qkv16), att.data(), B, T,
+                                  C, NH);
+    });
+    const int i = half ? 0 : 1;
+    fwd[i] = flops / tf;
+    bwd[i] = 2.5 * flops / tb;
+  }
+}
+
+// Gloo's all-reduce among o.ranks threads: the bus bandwidth of 16 MB and the latency of 4 bytes
+// (the cost model's formula solved for them).
+absl::StatusOr<jobspec::Link> TimeGloo(const Options& o) {
+  jobspec::Link l;
+  if (o.ranks < 2) return absl::InvalidArgumentError("calibrate: --ranks must be >= 2 to time the link");
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  const size_t big = 4 << 20;
+  std::vector<double> t_big(o.ranks), t_small(o.ranks);
+  std::vector<absl::Status> status(o.ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.ranks; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = comm::GlooCommunicator::Create(r, o.ranks, store, {});
+      if (!comm.ok()) {
+        status[r] = comm.status();
+        return;
+      }
+      std::vector<float> data = Random(big, 7 + r), one(1, 1.0f);
+      auto run = [&](float* d, size_t n, int times) {
+        for (int i = 0; i < times; ++i) {
+          if (absl::Status s = (*comm)->AllReduceSum(d, n); !s.ok()) status[r] = s;
+        }
+      };
+      t_big[r] = Median(o.repeats, [&] { run(data.data(), big, 1); });
+      t_small[r] = Median(o.repeats, [&] { run(one.data(), 1, 100); }) / 100;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : status) RETURN_IF_ERROR(s);
+  const double n = o.ranks;
+  const double small = *std::max_element(t_small.begin(), t_small.end());
+  const double steps = 2 * std::min(n - 1, std::ceil(std::log2(n)));
+  l.latency = small / steps;
+  const double bytes = big * 4.0, t = *std::max_element(t_big.begin(), t_big.end());
+  l.bandwidth = 2 * (n - 1) / n * bytes / std::max(1e-9, t - 2 * (n - 1) * l.latency);
+  return l;
+}
+
+}  // namespace
+
+absl::StatusOr<jobspec::ClusterSpec> Calibrate(const Options& o) {
+  if (o.threads < 1 || o.rows < o.seq_len || o.n_embd % o.n_head != 0 || o.repeats < 1) {
+    return absl::InvalidArgumentError("calibrate: threads >= 1, rows >= seq-len, heads dividing n-embd, repeats >= 1");
+  }
+  kernels::ConfigureThreads(o.threads);
+  jobspec::ClusterSpec c;
+  jobspec::DeviceProfile& d = c.device;
+  d.name = absl::StrCat("cpu-", o.threads, "t");
+  d.memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  TimeGemms(o, d.gemm_fwd, d.gemm_bwd);
+  TimeAttention(o, d.attention_fwd, d.attention_bwd);
+  // MFU's denominator on a CPU: its own fp32 GEMM rate, forward.
+  d.peak_flops = d.gemm_fwd[1];
+  {  // memory-bound: the residual add (12 bytes an element), over 64 MB arrays
+    const size_t n = 16 << 20;
+    std::vector<float> a = Random(n, 8), b = Random(n, 9), out(n);
+    d.memory_bandwidth = 12.0 * n / Median(o.repeats, [&] { kernels::residual_forward(out.data(), a.data(), b.data(), n); });
+    // Offload's host side: AdamW, and the copies to and from "device" memory (the same RAM).
+    std::vector<float> m(n), v(n);
+    kernels::AdamWParams hp;
+    d.host_adamw = n / Median(o.repeats, [&] { kernels::adamw_update(out.data(), a.data(), m.data(), v.data(), n, hp); });
+    d.host_link = 4.0 * n / Median(o.repeats, [&] { std::memcpy(b.data(), a.data(), n * sizeof(float)); });
+  }
+  {  // the least time an op takes: a residual add of 64 elements
+    std::vector<float> a(64), b(64), out(64);
+    d.launch = Median(o.repeats, [&] {
+                 for (int i = 0; i < 1000; ++i) kernels::residual_forward(out.data(), a.data(), b.data(), 64);
+               }) / 1000;
+  }
+  ASSIGN_OR_RETURN(jobspec::Link link, TimeGloo(o));
+  c.name = absl::StrCat("local-", o.ranks, "x", d.name);
+  c.gpus_per_node = o.ranks;
+  c.intra = c.inter = link;
+  return c;
+}
+
+}  // namespace gantry::calibrate
