@@ -1,7 +1,6 @@
 // model::TensorParallel on its own: which buffers each exchange reads and writes, how many
-// floats it moves, the rounding of mixed precision, and the errors it keeps. The group is a
-// fake of two ranks whose peer holds `kPeer` times this rank's values, so every sum and
-// gather has a known answer.
+// floats it moves, the rounding of mixed precision, and the errors it keeps. The group is
+// tests/fake_communicator.h's pair, whose peer holds `kPeer` times this rank's values.
 #include "model/tensor_parallel.h"
 
 #include <gtest/gtest.h>
@@ -11,63 +10,13 @@
 
 #include "kernels/types.h"
 #include "model/run_context.h"
+#include "tests/fake_communicator.h"
 
 namespace gantry::model {
 namespace {
 
 constexpr float kPeer = 10.f;
-
-class TwoRanks final : public comm::Communicator {
- public:
-  explicit TwoRanks(int rank) : rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return 2; }
-  uint64_t seq() const override { return calls; }
-  uint64_t completed() const override { return calls; }
-  absl::Status AllReduceSum(float* data, size_t n) override {
-    if (absl::Status s = Call("all_reduce", n); !s.ok()) return s;
-    for (size_t i = 0; i < n; ++i) data[i] *= 1.f + kPeer;
-    return absl::OkStatus();
-  }
-  absl::Status ReduceScatterSum(const float* in, float* out, size_t n) override {
-    if (absl::Status s = Call("reduce_scatter", n); !s.ok()) return s;
-    for (size_t i = 0; i < n; ++i) out[i] = in[static_cast<size_t>(rank_) * n + i] * (1.f + kPeer);
-    return absl::OkStatus();
-  }
-  absl::Status AllGather(const float* in, float* out, size_t n) override {
-    if (absl::Status s = Call("all_gather", n); !s.ok()) return s;
-    for (size_t i = 0; i < n; ++i) {
-      out[static_cast<size_t>(rank_) * n + i] = in[i];
-      out[static_cast<size_t>(1 - rank_) * n + i] = in[i] * kPeer;
-    }
-    return absl::OkStatus();
-  }
-  absl::Status AllReduceSumBf16(uint16_t*, size_t) override { return Unused(); }
-  absl::Status ReduceScatterSumBf16(const uint16_t*, uint16_t*, size_t) override { return Unused(); }
-  absl::Status AllToAll(const float*, float*, size_t) override { return Unused(); }
-  absl::Status AllToAllV(const float*, const std::vector<size_t>&, float*, const std::vector<size_t>&) override {
-    return Unused();
-  }
-  absl::Status Broadcast(float*, size_t, int) override { return Unused(); }
-  absl::Status Send(const float*, size_t, int) override { return Unused(); }
-  absl::Status Recv(float*, size_t, int) override { return Unused(); }
-  absl::Status Barrier() override { return Unused(); }
-  void Abort() override {}
-
-  int calls = 0;
-  std::vector<std::pair<std::string, size_t>> log;  // (collective, floats)
-  int fail_from = -1;                               // calls from this one on fail
-
- private:
-  absl::Status Call(const char* what, size_t n) {
-    log.emplace_back(what, n);
-    if (fail_from >= 0 && calls++ >= fail_from) return absl::DeadlineExceededError(std::string(what) + " timed out");
-    if (fail_from < 0) ++calls;
-    return absl::OkStatus();
-  }
-  static absl::Status Unused() { return absl::UnimplementedError("not used by TensorParallel"); }
-  int rank_;
-};
+using TwoRanks = fakes::MirroredPair;
 
 // One rank's context over a (B, T) = (2, 4) step of a 2-layer model at tp 2, with its
 // activations in `act` (filled with i + 0.25, values that bf16 cannot hold exactly).

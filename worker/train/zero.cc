@@ -1,8 +1,8 @@
-// The ZeRO engine (zero.h). Over 700 lines because stage-3 gathering (its prefetch shares the
-// buckets, the pool and the communication thread with the reductions) is still part of the
-// class; the offloaded optimizer's host side (offload.h) and the parameter-server client
-// (remote_params.h) are collaborators of their own, and the step reads reduce, clip, update,
-// gather (FinishStep) over buckets planned by worker/train/buckets.h.
+// The ZeRO engine (zero.h): buckets planned by worker/train/buckets.h, their reductions run by
+// the communication thread's CommWork (comm_work.h), stage-3 gathering by UnitGather
+// (unit_gather.h), the offloaded optimizer's host side by HostOffload (offload.h) and the
+// parameter server by RemoteParams (remote_params.h); the step (FinishStep) reads reduce,
+// clip, update, gather.
 #include "worker/train/zero.h"
 #include "jobspec/planner.h"
 
@@ -21,66 +21,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Loops for the communication thread: plain and vectorisable, no OpenMP team of their own
-// (a second team would fight the training thread's pinned one for the cores).
-void Scale(float* p, size_t n, float s) {
-  for (size_t i = 0; i < n; ++i) p[i] *= s;
-}
-void AddTo(float* dst, const float* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-void ToBf16(uint16_t* dst, const float* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = kernels::Bf16Of(src[i]);
-}
-void FromBf16(float* dst, const uint16_t* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = kernels::FloatOfBf16(src[i]);
-}
-
 }  // namespace
-
-float* ZeroEngine::Pool::Take(size_t n, kernels::Backend* on) {
-  std::lock_guard<std::mutex> l(mu_);
-  Slot* best = nullptr;
-  // The smallest free buffer that fits, if it is not much larger: a bucket's request does
-  // not take (and so multiply) a larger unit's buffer, so the pool holds one buffer of each
-  // size per concurrent use, which the planner counts (jobspec/planner.cc: WorkingBytes).
-  for (auto& s : slots_) {
-    if (!s->used && s->buf.size() >= n && s->buf.size() <= n + n / 4 && (!best || s->buf.size() < best->buf.size())) {
-      best = s.get();
-    }
-  }
-  if (!best) {
-    slots_.push_back(std::make_unique<Slot>());
-    best = slots_.back().get();
-    best->buf.Assign(on, n, /*zero=*/false);  // every taker writes the whole buffer before reading it
-  }
-  best->used = true;
-  return best->buf.data();
-}
-
-void ZeroEngine::Pool::Give(float* p) {
-  std::lock_guard<std::mutex> l(mu_);
-  for (auto& s : slots_) {
-    if (s->buf.data() == p) s->used = false;
-  }
-}
-
-void ZeroEngine::Pool::ReleaseFree() {
-  std::lock_guard<std::mutex> l(mu_);
-  std::erase_if(slots_, [](const std::unique_ptr<Slot>& s) { return !s->used; });
-}
 
 void ZeroEngine::ReleaseWorking() {
   if (comm_) (void)comm_->WaitAll();
   DropPrefetches();
-  pool_.ReleaseFree();
-}
-
-size_t ZeroEngine::Pool::allocated_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
-  size_t b = 0;
-  for (const auto& s : slots_) b += s->buf.size() * sizeof(float);
-  return b;
+  work_->pool().ReleaseFree();
 }
 
 size_t ZeroEngine::PredictedModelStateBytes(size_t num_params, int stage, int dp, bool offload, bool offload_params) {
@@ -131,13 +77,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   if (!(bucket_mb > 0)) return absl::InvalidArgumentError(absl::StrCat("bucket size ", bucket_mb, " MB must be > 0"));
   std::unique_ptr<ZeroEngine> e(new ZeroEngine());
   e->model_ = model;
-  if (!model->backend().host_addressable()) {
-    // The communication thread's staging and elementwise work on the device, on a backend of
-    // its own (its own stream); see CommBackend().
-    auto peer = model->backend().NewPeer();
-    if (!peer.ok()) return Annotate(peer.status(), "a backend for the communication thread");
-    e->peer_ = std::move(*peer);
-  }
+  ASSIGN_OR_RETURN(e->work_, CommWork::Create(&model->backend()));
   e->mp_ = mp;
   e->opt_config_ = config;
   e->counted_ = MergedRanges(model->tensors(), [](const jobspec::ParamTensor& t) { return !t.replica; });
@@ -203,10 +143,8 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   if (stage == 3) e->param_shard_.Assign(be, e->local_size_);
   if (e->dp_ > 1 || stage >= 1 || mp.emb != nullptr) {
     e->comm_ = std::make_unique<comm::CommThread>(comm);
-    if (e->peer_) {  // the thread drives the peer from its first operation on
-      kernels::Backend* peer = e->peer_.get();
-      e->comm_->Submit([peer](comm::Communicator&) { return peer->BindThread(); });
-    }
+    CommWork* work = e->work_.get();
+    e->comm_->Submit([work](comm::Communicator&) { return work->BindThread(); });
     model->set_param_host(e.get());
   }
   if (stage == 3) {
@@ -217,7 +155,7 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
                           return engine->StartGather(engine->buckets_[static_cast<size_t>(k)], ticket);
                         },
                         [engine](uint64_t ticket) { (void)engine->Wait(ticket); },
-                        [engine](float* p) { engine->pool_.Give(p); }});
+                        [engine](float* p) { engine->work_->pool().Give(p); }});
   }
   if (remote != nullptr) {
     ZeroEngine* engine = e.get();
@@ -306,7 +244,7 @@ absl::StatusOr<std::vector<checkpoint::CheckpointPiece>> ZeroEngine::CheckpointP
 
 absl::StatusOr<std::vector<checkpoint::CheckpointPiece>> ZeroEngine::HostPieces(std::vector<checkpoint::CheckpointPiece> pieces,
                                                                     bool state_on_device) {
-  if (!peer_) return pieces;  // the host reads the model's memory in place
+  if (!work_->on_peer()) return pieces;  // the host reads the model's memory in place
   kernels::Backend& be = model_->backend();
   size_t total = 0;
   for (const checkpoint::CheckpointPiece& p : pieces) total += p.flat_end - p.flat_begin;
@@ -340,14 +278,14 @@ absl::Status ZeroEngine::GatherParams() {
   const float* shard = param_shard_.data();
   float* staged = nullptr;
   if (offload_params_) {  // the shard from the host, whole
-    staged = pool_.Take(local_size_, &model_->backend());
+    staged = work_->pool().Take(local_size_, &model_->backend());
     model_->backend().CopyToDevice(staged, offload_->master(), local_size_ * sizeof(float));
     shard = staged;
   }
   OrderForComm();
   for (const Bucket& b : buckets_) SubmitGather(b, shard + b.local, b.piece);
   absl::Status s = WaitAll();
-  if (staged != nullptr) pool_.Give(staged);
+  if (staged != nullptr) work_->pool().Give(staged);
   model_->MarkParamsChanged();
   return s;
 }
@@ -356,23 +294,23 @@ void ZeroEngine::SubmitGather(const Bucket& b, const float* piece, size_t len) {
   float* params = model_->params();
   comm_->Submit([this, &b, piece, len, params](comm::Communicator& dp) {
     comm::Communicator& c = GroupOf(b, dp);
-    kernels::Backend* on = CommBackend();
-    float* out = pool_.Take(b.piece * b.group_size, on);
+    kernels::Backend* on = work_->backend();
+    float* out = work_->pool().Take(b.piece * b.group_size, on);
     const float* in = piece;
     float* staged = nullptr;
     absl::Status s;
     if (len != b.piece) {  // the short last piece, padded
-      staged = pool_.Take(b.piece, on);
-      CommCopy(staged, piece, len);
-      CommZero(staged + len, b.piece - len);
-      s = CommSync();  // staged before the collective reads it
+      staged = work_->pool().Take(b.piece, on);
+      work_->Copy(staged, piece, len);
+      work_->Zero(staged + len, b.piece - len);
+      s = work_->Sync();  // staged before the collective reads it
       in = staged;
     }
     s.Update(c.AllGather(in, out, b.piece));
-    CommCopy(params + b.begin, out, b.size());
-    s.Update(CommSync());
-    if (staged != nullptr) pool_.Give(staged);
-    pool_.Give(out);
+    work_->Copy(params + b.begin, out, b.size());
+    s.Update(work_->Sync());
+    if (staged != nullptr) work_->pool().Give(staged);
+    work_->pool().Give(out);
     return s;
   });
 }
@@ -395,12 +333,12 @@ float* ZeroEngine::AcquireParams(int unit) {
 
 float* ZeroEngine::StartGather(const Bucket& b, uint64_t* ticket) {
   OrderForComm();  // queued work may still read the buffer the pool hands out
-  float* out = pool_.Take(b.piece * b.group_size, &model_->backend());
+  float* out = work_->pool().Take(b.piece * b.group_size, &model_->backend());
   const float* in = param_shard_.data() + b.local;
   const size_t piece = b.piece;
   float* staged = nullptr;
   if (offload_params_) {  // the own piece from the host first
-    staged = pool_.Take(piece, &model_->backend());
+    staged = work_->pool().Take(piece, &model_->backend());
     model_->backend().CopyToDevice(staged, offload_->master() + b.local, piece * sizeof(float));
     timing_.offload_bytes += piece * sizeof(float);
     OrderForComm();  // copied before the thread's collective reads it
@@ -408,7 +346,7 @@ float* ZeroEngine::StartGather(const Bucket& b, uint64_t* ticket) {
   }
   *ticket = comm_->Submit([this, in, out, piece, staged](comm::Communicator& c) {
     absl::Status s = c.AllGather(in, out, piece);
-    if (staged != nullptr) pool_.Give(staged);
+    if (staged != nullptr) work_->pool().Give(staged);
     return s;
   });
   return out;
@@ -427,7 +365,7 @@ float* ZeroEngine::AcquireGrads(int unit) {
       (void)Wait(in_flight_.front());
       in_flight_.pop_front();
     }
-    b.work = pool_.Take(b.piece * b.group_size, &model_->backend());
+    b.work = work_->pool().Take(b.piece * b.group_size, &model_->backend());
     model_->backend().Zero(b.work, b.piece * b.group_size * sizeof(float));
     NotePeak();
   }
@@ -456,119 +394,31 @@ void ZeroEngine::LaunchBucket(int k) {
   // The mean over the DP group: 1/dp, also for an expert range reduced over its smaller group.
   const float inv = 1.0f / static_cast<float>(dp_);
   const size_t begin = b.begin, end = b.end, piece = b.piece, pb = PieceBegin(b), pe = PieceEnd(b);
-  const int dp = b.group_size, group_rank = b.group_rank;
   comm::Communicator* group = b.group;
   // bf16 reduction: the fp32 gradients are rounded into a bf16 staging buffer, the collective
   // sums that, and its result is widened back into fp32 before the 1/dp scale; the staging is
   // written (CommSync) before the collective reads it.
   const bool bf16 = grad_reduce_bf16_;
+  CommWork* w = work_.get();
   if (stage_ == 0) {
     if (!last_micro_ || dp_ == 1) return;
     float* g = model_->grads() + begin;
-    comm_->Submit([this, g, begin, end, inv, bf16, dp, group](comm::Communicator& dp_group) {
-      comm::Communicator& c = group != nullptr ? *group : dp_group;
-      const size_t n = end - begin;
-      absl::Status s;
-      if (dp == 1) {  // an expert range held by this rank alone: only the mean's scale
-        CommScale(g, n, inv);
-        return CommSync();
-      }
-      uint16_t* h = nullptr;
-      if (bf16) {
-        h = TakeBf16(n);
-        CommToBf16(h, g, n, n);
-        s = CommSync();
-        s.Update(c.AllReduceSumBf16(h, n));
-        CommFromBf16(g, h, n);
-      } else {
-        s = c.AllReduceSum(g, n);
-      }
-      CommScale(g, n, inv);
-      s.Update(CommSync());
-      if (h != nullptr) GiveBf16(h);
-      return s;
+    comm_->Submit([w, g, begin, end, inv, bf16, group](comm::Communicator& dp_group) {
+      return w->AllReduceMean(group != nullptr ? *group : dp_group, g, end - begin, inv, bf16);
     });
   } else if (stage_ == 1) {
     if (!last_micro_) return;
     float* grads = model_->grads();
-    if (dp == 1) {  // an expert range held by this rank alone: its own piece, only the mean's scale
-      float* g = grads + begin;
-      comm_->Submit([this, g, begin, end, inv](comm::Communicator&) {
-        CommScale(g, end - begin, inv);
-        return CommSync();
-      });
-      return;
-    }
-    if (bf16) {
-      comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv, group, group_rank](comm::Communicator& dp_group) {
-        comm::Communicator& c = group != nullptr ? *group : dp_group;
-        // The bucket padded to dp pieces in bf16, reduce-scattered in place; the own piece
-        // (short, when it is the last) widened back into the gradients.
-        uint16_t* staged = TakeBf16(piece * dp);
-        uint16_t* own = staged + piece * static_cast<size_t>(group_rank);
-        CommToBf16(staged, grads + begin, end - begin, piece * dp);
-        absl::Status s = CommSync();
-        s.Update(c.ReduceScatterSumBf16(staged, own, piece));
-        CommFromBf16(grads + pb, own, pe - pb);
-        CommScale(grads + pb, pe - pb, inv);
-        s.Update(CommSync());
-        GiveBf16(staged);
-        return s;
-      });
-      return;
-    }
-    comm_->Submit([this, grads, begin, end, piece, pb, pe, dp, inv, group](comm::Communicator& dp_group) {
-      comm::Communicator& c = group != nullptr ? *group : dp_group;
-      // The bucket padded to dp pieces; the own piece is reduced in place (through a
-      // scratch piece when it is the short last one).
-      kernels::Backend* on = CommBackend();
-      float* staged = pool_.Take(piece * dp, on);
-      CommCopy(staged, grads + begin, end - begin);
-      CommZero(staged + (end - begin), piece * dp - (end - begin));
-      float* out = pe - pb == piece ? grads + pb : pool_.Take(piece, on);
-      absl::Status s = CommSync();  // staged before the collective reads it
-      s.Update(c.ReduceScatterSum(staged, out, piece));
-      if (out != grads + pb) CommCopy(grads + pb, out, pe - pb);
-      CommScale(grads + pb, pe - pb, inv);
-      s.Update(CommSync());
-      if (out != grads + pb) pool_.Give(out);
-      pool_.Give(staged);
-      return s;
+    comm_->Submit([w, grads, begin, end, piece, pb, pe, inv, bf16, group](comm::Communicator& dp_group) {
+      return w->ReduceScatterMean(group != nullptr ? *group : dp_group, grads, begin, end, piece, pb, pe, inv, bf16);
     });
   } else {
     float* work = b.work;
     b.work = nullptr;
     float* shard = grad_shard_.data() + b.local;
     const bool first = micro_ == 0;
-    if (bf16) {
-      in_flight_.push_back(comm_->Submit([this, work, shard, piece, dp, first, inv](comm::Communicator& c) {
-        // work (padded, zeros past the bucket) rounded into the staging, reduce-scattered in
-        // place; once rounded, work's fp32 values are spent and it takes the widened piece.
-        uint16_t* staged = TakeBf16(piece * dp);
-        uint16_t* own = staged + piece * static_cast<size_t>(rank_);
-        CommToBf16(staged, work, piece * dp, piece * dp);
-        absl::Status s = CommSync();
-        s.Update(c.ReduceScatterSumBf16(staged, own, piece));
-        float* out = first ? shard : work;
-        CommFromBf16(out, own, piece);
-        CommScale(out, piece, inv);
-        if (!first) CommAdd(shard, out, piece);  // the accumulation, in fp32
-        s.Update(CommSync());
-        GiveBf16(staged);
-        pool_.Give(work);
-        return s;
-      }));
-      return;
-    }
-    in_flight_.push_back(comm_->Submit([this, work, shard, piece, first, inv](comm::Communicator& c) {
-      float* out = first ? shard : pool_.Take(piece, CommBackend());
-      absl::Status s = c.ReduceScatterSum(work, out, piece);
-      CommScale(out, piece, inv);
-      if (!first) CommAdd(shard, out, piece);
-      s.Update(CommSync());
-      if (!first) pool_.Give(out);
-      pool_.Give(work);
-      return s;
+    in_flight_.push_back(comm_->Submit([w, work, shard, piece, first, inv, bf16](comm::Communicator& c) {
+      return w->ReduceScatterAccumulate(c, work, shard, piece, first, inv, bf16);
     }));
   }
 }
@@ -727,7 +577,7 @@ MemoryAccount ZeroEngine::memory() const {
   m.optimizer = offload_ ? 0 : (opt_->m().size() + opt_->v().size()) * f;
   if (offload_) m.host = (opt_->m().size() + opt_->v().size()) * f + offload_->host_bytes();
   m.activations = model_->activation_bytes();
-  m.working = pool_.allocated_bytes();
+  m.working = work_->pool().allocated_bytes();
   // Mixed precision: the 16-bit working copy of the GEMM weights (ZeRO 0-2, persistent) is
   // parameter memory; ZeRO 3's per-unit copies are working memory.
   (stage_ == 3 ? m.working : m.params) += model_->working_param_bytes();
@@ -756,69 +606,8 @@ double ZeroEngine::CountedSquares(const float* grads, const std::vector<std::pai
 
 void ZeroEngine::NotePeak() { peak_ = memory().peak; }
 
-kernels::Backend* ZeroEngine::CommBackend() { return peer_ ? peer_.get() : &model_->backend(); }
-
 void ZeroEngine::OrderForComm() {
-  if (peer_) model_->Sync();  // keeps an error for the step to answer
+  if (work_->on_peer()) model_->Sync();  // keeps an error for the step to answer
 }
-
-void ZeroEngine::CommScale(float* p, size_t n, float s) {
-  if (peer_) {
-    peer_->Scale(p, static_cast<int64_t>(n), s);
-  } else {
-    Scale(p, n, s);
-  }
-}
-
-void ZeroEngine::CommAdd(float* dst, const float* src, size_t n) {
-  if (peer_) {
-    peer_->ResidualForward(dst, dst, src, static_cast<int64_t>(n));
-  } else {
-    AddTo(dst, src, n);
-  }
-}
-
-void ZeroEngine::CommCopy(float* dst, const float* src, size_t n) {
-  if (peer_) {
-    peer_->Copy(dst, src, n * sizeof(float));
-  } else {
-    std::copy(src, src + n, dst);
-  }
-}
-
-void ZeroEngine::CommZero(float* p, size_t n) {
-  if (peer_) {
-    peer_->Zero(p, n * sizeof(float));
-  } else {
-    std::fill(p, p + n, 0.f);
-  }
-}
-
-void ZeroEngine::CommToBf16(uint16_t* dst, const float* src, size_t n, size_t padded) {
-  if (peer_) {
-    peer_->CastToBf16(dst, src, static_cast<int64_t>(n));
-    if (padded > n) peer_->Zero(dst + n, (padded - n) * sizeof(uint16_t));
-  } else {
-    ToBf16(dst, src, n);
-    std::fill(dst + n, dst + padded, uint16_t{0});
-  }
-}
-
-void ZeroEngine::CommFromBf16(float* dst, const uint16_t* src, size_t n) {
-  if (peer_) {
-    peer_->CastFromBf16(dst, src, static_cast<int64_t>(n));
-  } else {
-    FromBf16(dst, src, n);
-  }
-}
-
-uint16_t* ZeroEngine::TakeBf16(size_t n) {
-  // The pool hands out floats: two bf16 values each.
-  return reinterpret_cast<uint16_t*>(pool_.Take((n + 1) / 2, CommBackend()));
-}
-
-void ZeroEngine::GiveBf16(uint16_t* p) { pool_.Give(reinterpret_cast<float*>(p)); }
-
-absl::Status ZeroEngine::CommSync() { return peer_ ? peer_->Synchronize() : absl::OkStatus(); }
 
 }  // namespace gantry::train

@@ -27,7 +27,6 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,6 +37,7 @@
 #include "checkpoint/checkpoint.h"
 #include "optim/adamw.h"
 #include "worker/train/buckets.h"
+#include "worker/train/comm_work.h"
 #include "worker/train/offload.h"
 #include "worker/train/remote_params.h"
 #include "worker/train/unit_gather.h"
@@ -205,27 +205,6 @@ class ZeroEngine final : public model::ParamHost {
     float* work = nullptr;      // stage 2/3: this micro-batch's gradients of the bucket
     size_t size() const { return end - begin; }
   };
-  // Working buffers reused across steps (taken and given from both threads), in the model's
-  // backend's memory: the model reads gathered parameters and writes gradients there.
-  class Pool {
-   public:
-    // n floats, allocated by `on` (the backend of the thread that takes them) when no free
-    // buffer fits.
-    float* Take(size_t n, kernels::Backend* on);
-    void Give(float* p);
-    // Frees the buffers not in use.
-    void ReleaseFree();
-    size_t allocated_bytes() const;
-
-   private:
-    struct Slot {
-      kernels::DeviceBuffer buf;
-      bool used = false;
-    };
-    mutable std::mutex mu_;
-    std::vector<std::unique_ptr<Slot>> slots_;
-  };
-
   ZeroEngine() = default;
   void LaunchBucket(int k);
   // Stage 3 (UnitGather's start): takes a buffer for b's gathered parameters and queues the
@@ -263,21 +242,6 @@ class ZeroEngine final : public model::ParamHost {
   absl::Status Wait(uint64_t ticket);
   absl::Status WaitAll();
   void NotePeak();
-  // The communication thread's work on the model's memory: host loops (no OpenMP team of
-  // their own) on a host-addressable backend, else queued on peer_; CommSync waits for it.
-  kernels::Backend* CommBackend();
-  void CommScale(float* p, size_t n, float s);
-  void CommAdd(float* dst, const float* src, size_t n);
-  void CommCopy(float* dst, const float* src, size_t n);
-  void CommZero(float* p, size_t n);
-  // bf16 reduction: src (n) rounded to bf16 into dst (padded), dst[n, padded) zeroed; and
-  // bf16 src (n) widened into dst (n).
-  void CommToBf16(uint16_t* dst, const float* src, size_t n, size_t padded);
-  void CommFromBf16(float* dst, const uint16_t* src, size_t n);
-  // A staging buffer of n bf16 values from the pool (on the communication thread's backend).
-  uint16_t* TakeBf16(size_t n);
-  void GiveBf16(uint16_t* p);
-  absl::Status CommSync();
   // Device backends: waits for the training thread's queued work before the communication
   // thread reads or writes the memory it touches.
   void OrderForComm();
@@ -305,8 +269,8 @@ class ZeroEngine final : public model::ParamHost {
   // In the model's backend's memory, as its parameters and gradients are.
   kernels::DeviceBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
   kernels::DeviceBuffer param_shard_;  // stage 3: the own parameter pieces (compact)
-  std::unique_ptr<kernels::Backend> peer_;  // device backends: the communication thread's (outlives pool_)
-  Pool pool_;
+  // The communication thread's buffers, element-wise work and reductions (outlives comm_).
+  std::unique_ptr<CommWork> work_;
   FloatBuffer host_pieces_;  // device backends: the last CheckpointPieces' host copies
   std::unique_ptr<comm::CommThread> comm_;
   std::deque<uint64_t> in_flight_;  // stage 2/3: tickets of launched bucket reductions
