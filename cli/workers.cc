@@ -26,7 +26,9 @@ int WorkersCommand(const Options& o, v1::Coordinator::Stub* stub) {
     std::printf("%s\n", Json(resp).c_str());
     return 0;
   }
-  // RANKS: the job's ranks the worker runs, on its GPUs 0, 1, ... in that order.
+  // RANKS: the job's ranks the worker runs, on its GPUs 0, 1, ... in that order. Below a worker
+  // whose heartbeats carry GPU metrics, a line per GPU: its utilisation over the last sample
+  // period and its memory in use (worker/gpu_metrics).
   std::printf("%-10s %-20s %-8s %-6s %-10s %-8s %-16s %s\n", "WORKER", "HOST", "DEVICE", "STATE", "JOB", "RANKS",
               "LAST HEARTBEAT", "GPU");
   for (const auto& w : resp.workers()) {
@@ -39,6 +41,14 @@ int WorkersCommand(const Options& o, v1::Coordinator::Stub* stub) {
                 absl::StrCat(r.device_kind(), "x", r.device_count()).c_str(), w.state().c_str(),
                 w.job_id().empty() ? "-" : w.job_id().c_str(), ranks.c_str(), When(w.last_heartbeat_unix_ms()).c_str(),
                 gpu.c_str());
+    for (const auto& g : w.gpus()) {
+      const std::string util = g.has_utilization() ? absl::StrFormat("%3.0f%%", 100 * g.utilization()) : "   -";
+      const std::string mem = g.has_memory_used_bytes() && g.has_memory_total_bytes()
+                                  ? absl::StrFormat("%.1f / %.1f GB", g.memory_used_bytes() / 1e9,
+                                                    g.memory_total_bytes() / 1e9)
+                                  : "-";
+      std::printf("  gpu %-3d  util %s  memory %s\n", g.index(), util.c_str(), mem.c_str());
+    }
   }
   return 0;
 }

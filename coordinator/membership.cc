@@ -49,10 +49,10 @@ void Membership::Heartbeat(const std::string& id, int64_t now_ms, const v1::Hear
     live = it->second;
   }
   live->last_seen_ms = now_ms;
-  if (hb != nullptr && !hb->job_id().empty()) {
-    std::lock_guard<std::mutex> l(live->mu);
-    live->last_hb = *hb;
-  }
+  if (hb == nullptr) return;
+  std::lock_guard<std::mutex> l(live->mu);
+  live->gpus = hb->gpus();
+  if (!hb->job_id().empty()) live->last_hb = *hb;
 }
 
 Member* Membership::Find(const std::string& id) {
@@ -104,7 +104,10 @@ std::vector<v1::Worker> Membership::List() const {
   out.reserve(workers_.size());
   for (const auto& [id, m] : workers_) {
     out.push_back(m.info);
-    if (m.live) out.back().set_last_heartbeat_unix_ms(m.live->last_seen_ms);
+    if (!m.live) continue;
+    out.back().set_last_heartbeat_unix_ms(m.live->last_seen_ms);
+    std::lock_guard<std::mutex> l(m.live->mu);
+    *out.back().mutable_gpus() = m.live->gpus;
   }
   return out;
 }

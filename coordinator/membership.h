@@ -70,6 +70,7 @@ struct Member {
     std::atomic<int64_t> last_seen_ms{0};
     std::mutex mu;
     v1::Heartbeat last_hb;  // the last heartbeat that named a job (mu)
+    google::protobuf::RepeatedPtrField<v1::GpuStatus> gpus;  // as the last heartbeat reported them (mu)
   };
   std::shared_ptr<Liveness> live;
 };
@@ -94,7 +95,8 @@ class Membership {
   void MarkDead(Member& m, int64_t now_ms);
   // Erases the records of workers dead for dead_worker_retention_ms.
   void ForgetDead(int64_t now_ms);
-  // Every worker's record (dead ones included), with its last heartbeat time.
+  // Every worker's record (dead ones included), with its last heartbeat time and its GPUs as
+  // that heartbeat reported them (a dead worker's: as last heard).
   std::vector<v1::Worker> List() const;
   // Any thread: the memory of the largest attached worker (0: none).
   int64_t LargestMemory() const { return largest_memory_; }

@@ -56,20 +56,23 @@ ALLOWED = {
                                   "shardserver/client/shard_client.h", "gantry/v1/"],
     "worker/train/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/"],
     "worker/protocol/": BASE + ["gantry/v1/"],
+    # a GPU worker's device metrics: NVML (loaded at run time) or the emulator's devices
+    "worker/gpu_metrics/": BASE + ["kernels/emulated/usage.h"],
     "worker/agent/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
-                             "worker/train/", "worker/protocol/", "shardserver/client/shard_client.h", "gantry/v1/"],
+                             "worker/train/", "worker/protocol/", "worker/gpu_metrics/", "shardserver/client/shard_client.h",
+                             "gantry/v1/"],
     "worker/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
-                       "worker/train/", "worker/protocol/", "worker/agent/", "gantry/v1/"],
+                       "worker/train/", "worker/protocol/", "worker/gpu_metrics/", "worker/agent/", "gantry/v1/"],
     "coordinator/": BASE + ["jobspec/", "shardserver/client/shard_client.h", "gantry/v1/"],
     "shardserver/": BASE + ["kernels/adamw.h", "gantry/v1/"],
     "cli/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
                     "shardserver/client/shard_client.h", "gantry/v1/"],
-}
-# Where the allowed list is folders of this project, these are too (a header outside them is
-# another library's: absl, gRPC ...).
     # gantry-train (its own binary, which links the trainer): calibrate times Gloo's all-reduce
     "cli/train/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
                           "comm/", "cli/train/", "gantry/v1/"],
+}
+# Where the allowed list is folders of this project, these are too (a header outside them is
+# another library's: absl, gRPC ...).
 PROJECT = ["common/", "gantry/v1/", "kernels/", "jobspec/", "data/", "comm/", "optim/", "model/", "checkpoint/",
            "worker/", "coordinator/", "shardserver/", "cli/", "bench/", "tests/"]
 # Other libraries a folder must not use: RocksDB only through common/rocks.h (the one wrapper,

@@ -4,12 +4,16 @@
 #include <glog/logging.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "common/daemon.h"
 #include "common/metrics.h"
 #include "worker/agent/agent.h"
+#include "worker/gpu_metrics/sampler.h"
 #include "worker/train/device.h"
 
 DEFINE_string(coordinator, "127.0.0.1:7070", "coordinator address");
@@ -34,6 +38,14 @@ DEFINE_double(peak_flops, 0,
 DEFINE_string(ready_file, "", "once the metrics endpoint is up, write {\"metrics_port\": M} here");
 DEFINE_string(gloo_host, "127.0.0.1", "address this worker's collectives listen on (reachable by the other ranks)");
 DEFINE_int32(collective_timeout_ms, 30000, "a collective that has not completed by then is an error");
+DEFINE_string(gpu_metrics, "auto",
+              "where the GPU metrics (gantry_worker_gpu_*, and each GPU's utilisation and memory in the heartbeat) "
+              "come from: auto (nvml for cuda, emulated for cuda-emulated, none for cpu), nvml (every GPU NVML sees "
+              "on a cpu worker), emulated or none");
+DEFINE_int32(gpu_metrics_period_ms, 1000, "how often the GPUs are sampled");
+DEFINE_string(nvml_library, "",
+              "NVML's library (default: $GANTRY_NVML_LIBRARY, else libnvidia-ml.so.1, the driver's); loaded at run "
+              "time: without it the worker says so once and exports no GPU metrics");
 
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-worker --work_dir DIR [--coordinator HOST:PORT]");
@@ -67,6 +79,26 @@ int main(int argc, char** argv) {
     FLAGS_peak_flops = gantry::agent::MeasureCpuPeak(FLAGS_threads);
     LOG(INFO) << "CPU fp32 GEMM rate " << FLAGS_peak_flops / 1e9 << " GFLOP/s: the peak for MFU";
   }
+  gantry::gpu_metrics::SamplerOptions gpu_options;
+  gpu_options.source = FLAGS_gpu_metrics;
+  gpu_options.device_kind = gantry::kernels::BackendKindName(device->kind);
+  gpu_options.first = device->ordinal;
+  gpu_options.count = gantry::train::InventoryOf(*device, FLAGS_gpus).count;
+  const char* nvml_env = std::getenv("GANTRY_NVML_LIBRARY");
+  if (!FLAGS_nvml_library.empty()) {
+    gpu_options.nvml_library = FLAGS_nvml_library;
+  } else if (nvml_env != nullptr && *nvml_env != 0) {
+    gpu_options.nvml_library = nvml_env;
+  }
+  gpu_options.period = std::chrono::milliseconds(std::max(FLAGS_gpu_metrics_period_ms, 1));
+  auto gpus = gantry::gpu_metrics::StartSampler(gpu_options, &registry);
+  if (!gpus.ok()) {
+    LOG(ERROR) << "--gpu_metrics: " << gpus.status().message();
+    return 2;
+  }
+  if (*gpus != nullptr) {
+    LOG(INFO) << "GPU metrics from " << (*gpus)->source_name() << ": " << (*gpus)->Latest().size() << " GPU(s)";
+  }
   gantry::WriteReadyFile(FLAGS_ready_file, 0, (*http)->port());
   std::atomic<bool> stop{false};
   std::thread signals([&] {
@@ -85,7 +117,7 @@ int main(int argc, char** argv) {
   options.heartbeat_ms = FLAGS_heartbeat_ms;
   options.collective_timeout_ms = FLAGS_collective_timeout_ms;
   options.peak_flops = FLAGS_peak_flops;
-  gantry::agent::RunAgent(options, &registry, &stop);
+  gantry::agent::RunAgent(options, &registry, &stop, gpus->get());
   signals.join();
   LOG(INFO) << "stopped";
   return 0;

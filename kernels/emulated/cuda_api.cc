@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cast.h"
+#include "kernels/emulated/usage.h"
 
 namespace gantry::emucuda {
 
@@ -42,13 +43,16 @@ struct EmuLtPreference {
 
 namespace {
 
-constexpr size_t kDeviceBytes = size_t{80} << 30;  // what cudaMemGetInfo reports: an H100's
+using emu::kDeviceBytes;  // what cudaMemGetInfo reports: an H100's
 constexpr size_t kAlignment = 256;                 // cudaMalloc's alignment
 
 std::mutex mu;
-std::map<uintptr_t, size_t> allocations;  // base → bytes, under mu
+struct Allocation {
+  size_t bytes;
+  int device;  // where cudaMalloc made it (the thread's current device), for its usage (usage.h)
+};
+std::map<uintptr_t, Allocation> allocations;  // base → allocation, under mu
 size_t allocated = 0;
-thread_local int current_device = 0;
 thread_local cudaError_t last_error = cudaSuccess;
 
 cudaError_t Fail(cudaError_t e) {
@@ -62,7 +66,7 @@ bool InDevice(const void* p, size_t bytes) {
   auto it = allocations.upper_bound(a);
   if (it == allocations.begin()) return false;
   --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
+  return a >= it->first && a + bytes <= it->first + it->second.bytes;
 }
 
 }  // namespace
@@ -75,8 +79,9 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   void* p = std::aligned_alloc(kAlignment, (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
   if (p == nullptr) return Fail(cudaErrorMemoryAllocation);
   std::lock_guard<std::mutex> l(mu);
-  allocations[reinterpret_cast<uintptr_t>(p)] = bytes;
+  allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, emu::CurrentDevice()};
   allocated += bytes;
+  emu::AddAllocated(emu::CurrentDevice(), static_cast<int64_t>(bytes));
   *ptr = p;
   return cudaSuccess;
 }
@@ -87,7 +92,8 @@ cudaError_t cudaFree(void* ptr) {
     std::lock_guard<std::mutex> l(mu);
     auto it = allocations.find(reinterpret_cast<uintptr_t>(ptr));
     if (it == allocations.end()) return Fail(cudaErrorInvalidValue);  // not a cudaMalloc base
-    allocated -= it->second;
+    allocated -= it->second.bytes;
+    emu::AddAllocated(it->second.device, -static_cast<int64_t>(it->second.bytes));
     allocations.erase(it);
   }
   std::free(ptr);
@@ -180,11 +186,11 @@ cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= kDeviceCount) return Fail(cudaErrorInvalidDevice);
-  current_device = device;
+  emu::SetCurrentDevice(device);
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = current_device;
+  *device = emu::CurrentDevice();
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -194,7 +200,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device < 0 || device >= kDeviceCount) return Fail(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof(*prop));
-  std::snprintf(prop->name, sizeof(prop->name), "emulated CUDA device %d", device);
+  std::snprintf(prop->name, sizeof(prop->name), "%s %d", emu::kDeviceModel, device);
   prop->totalGlobalMem = kDeviceBytes;
   prop->major = 9;
   prop->minor = 0;
@@ -286,6 +292,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
   if (batch < 0 || alpha == nullptr || beta == nullptr || !GemmArgsValid(transa, transb, m, n, k, lda, ldb, ldc)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  const emu::BusyScope busy;  // the GEMMs are the device's kernels
   for (int i = 0; i < batch; ++i) {
     Sgemm(transa, transb, m, n, k, *alpha, A + i * strideA, lda, B + i * strideB, ldb, *beta, C + i * strideC, ldc);
   }
@@ -485,6 +492,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       if (!Aligned(ptrs[i], static_cast<uint32_t>(algo->data[i]))) return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
+  const emu::BusyScope busy;  // the matmul is the device's kernel
   const int m = static_cast<int>(d->rows), n = static_cast<int>(d->cols);
   const int k = static_cast<int>(desc->transa == CUBLAS_OP_N ? a->cols : a->rows);
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);

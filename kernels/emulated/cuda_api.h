@@ -8,7 +8,8 @@
 //            with cudaErrorInvalidValue, as the real runtime's checks would.
 //   Order    every call and launch runs at once, in order: streams and events only keep
 //            the API (an event records the time; elapsed time is real time).
-//   Devices  kDeviceCount emulated devices; cudaSetDevice selects one per host thread.
+//   Devices  kDeviceCount emulated devices; cudaSetDevice selects one per host thread. Each
+//            device's busy time and allocated bytes are kept for its metrics (usage.h).
 //   GEMMs    cublasSgemmStridedBatched and cublasLtMatmul check their arguments as cuBLAS
 //            documents (dimensions, leading dimensions, transposes, types) and compute in
 //            fp32 with OpenBLAS's column-major sgemm; cuBLASLt's bias epilogue adds a bias
@@ -28,9 +29,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/emulated/usage.h"
+
 namespace gantry::emucuda {
 
-constexpr int kDeviceCount = 8;
+constexpr int kDeviceCount = emu::kDeviceCount;
 
 enum cudaError_t {
   cudaSuccess = 0,

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/attention.h"
 #include "kernels/cast.h"
+#include "kernels/emulated/usage.h"
 
 namespace gantry::emucudnn {
 
@@ -199,6 +200,7 @@ error_t Graph::get_workspace_size(int64_t& bytes) const {
 
 error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, void* workspace) const {
   if (handle == nullptr) return Fail(error_code_t::INVALID_VALUE, "execute needs a handle");
+  const gantry::emu::BusyScope busy;  // the graph is the device's kernel
   if (stage_ != Stage::kReady) return Fail(error_code_t::GRAPH_EXECUTION_FAILED, "the graph's plans are not built");
   const TensorPtr& q = io_tensors_[0];
   const auto& dim = q->get_dim();

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "kernels/emulated/usage.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define GANTRY_EMU_ASAN 1
 #elif defined(__has_feature)
@@ -305,6 +307,7 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
     std::fprintf(stderr, "CUDA emulator: a launch from device code\n");
     std::abort();
   }
+  const BusyScope busy;  // the calling thread's device runs a kernel until the launch returns
   thread_local std::unique_ptr<Scheduler> owned;
   if (!owned) owned = std::make_unique<Scheduler>();
   Scheduler& s = *owned;

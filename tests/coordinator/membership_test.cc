@@ -1,5 +1,5 @@
 // Membership on its own (coordinator/membership.h): ids, liveness by explicit time, the
-// retention of dead workers, counts by device kind, heartbeat progress, shard servers.
+// retention of dead workers, counts by device kind, heartbeat progress and GPUs, shard servers.
 #include "coordinator/membership.h"
 
 #include <gtest/gtest.h>
@@ -118,6 +118,36 @@ TEST(MembershipUnitTest, RankProgressComesFromTheHeartbeatsOfThatGeneration) {
   ASSERT_EQ(ranks.size(), 1u);
   EXPECT_EQ(ranks.at(0).worker, ida);
   EXPECT_EQ(ranks.at(0).collectives_done, 7);
+}
+
+TEST(MembershipUnitTest, ListedGpusAreThoseOfTheLastHeartbeat) {
+  Membership m(Options());
+  FakeSession a;
+  const std::string id = m.Add(&a, Cpu("h1"), 0).info.id();
+  EXPECT_EQ(m.List()[0].gpus_size(), 0);
+  v1::Heartbeat hb;  // no job: the GPUs are kept all the same
+  for (int i = 0; i < 2; ++i) {
+    v1::GpuStatus* g = hb.add_gpus();
+    g->set_index(i);
+    g->set_utilization(0.25 * (i + 1));
+    g->set_memory_used_bytes(100 + i);
+    g->set_memory_total_bytes(1000);
+  }
+  m.Heartbeat(id, 10, &hb);
+  std::vector<v1::Worker> listed = m.List();
+  ASSERT_EQ(listed[0].gpus_size(), 2);
+  EXPECT_EQ(listed[0].gpus(1).index(), 1);
+  EXPECT_EQ(listed[0].gpus(1).utilization(), 0.5);
+  EXPECT_EQ(listed[0].gpus(1).memory_used_bytes(), 101);
+  EXPECT_EQ(listed[0].gpus(1).memory_total_bytes(), 1000);
+  hb.mutable_gpus()->RemoveLast();
+  hb.mutable_gpus(0)->clear_utilization();  // a GPU that stopped reporting it
+  m.Heartbeat(id, 20, &hb);
+  listed = m.List();
+  ASSERT_EQ(listed[0].gpus_size(), 1);
+  EXPECT_FALSE(listed[0].gpus(0).has_utilization());
+  m.Heartbeat(id, 30);  // a liveness-only heartbeat (no message) leaves them as they were
+  EXPECT_EQ(m.List()[0].gpus_size(), 1);
 }
 
 TEST(MembershipUnitTest, ShardServersAreLiveUntilTheirTimeoutOrCountedOut) {

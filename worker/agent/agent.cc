@@ -41,9 +41,20 @@ v1::Resources MyResources(const WorkerOptions& options_) {
   return r;
 }
 
+// The GPUs' latest sample, for the heartbeat (`gantry workers`: utilisation and memory).
+void AddGpus(const gpu_metrics::Sampler& gpus, v1::Heartbeat* hb) {
+  for (const gpu_metrics::GpuSample& s : gpus.Latest()) {
+    v1::GpuStatus* g = hb->add_gpus();
+    g->set_index(s.index);
+    if (s.utilization) g->set_utilization(*s.utilization);
+    if (s.memory_used_bytes) g->set_memory_used_bytes(*s.memory_used_bytes);
+    if (s.memory_total_bytes) g->set_memory_total_bytes(*s.memory_total_bytes);
+  }
+}
+
 // One attach session: returns when the stream ends.
 void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordinator::Stub>& stub,
-                metrics::Registry* registry, const std::atomic<bool>* stop_) {
+                metrics::Registry* registry, const std::atomic<bool>* stop_, const gpu_metrics::Sampler* gpus) {
   grpc::ClientContext ctx;
   auto stream = stub->Attach(&ctx);
   Session session(options_, stream.get(), registry, stub, stop_);
@@ -62,6 +73,7 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
       if (ended || (*stop_)) break;
       v1::WorkerMessage hb = protocol::HeartbeatMessage(NowUnixMs());
       session.FillHeartbeat(hb.mutable_heartbeat());
+      if (gpus != nullptr) AddGpus(*gpus, hb.mutable_heartbeat());
       l.unlock();
       session.Send(hb);
       l.lock();
@@ -117,13 +129,14 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
 
 }  // namespace
 
-void RunAgent(const WorkerOptions& options_, metrics::Registry* registry, const std::atomic<bool>* stop_) {
+void RunAgent(const WorkerOptions& options_, metrics::Registry* registry, const std::atomic<bool>* stop_,
+              const gpu_metrics::Sampler* gpus) {
   std::shared_ptr<v1::Coordinator::Stub> stub =
       v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
   int backoff_ms = 200;
   while (!(*stop_)) {
     const auto t0 = std::chrono::steady_clock::now();
-    AttachOnce(options_, stub, registry, stop_);
+    AttachOnce(options_, stub, registry, stop_, gpus);
     if ((*stop_)) break;
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff_ms = 200;
     // Wait before re-attaching (bounded exponential backoff), checking for SIGTERM.
