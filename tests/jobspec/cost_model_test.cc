@@ -287,5 +287,37 @@ TEST(CostModelTest, TheMemoryRecommendationFor70BIsRankedByItsTraffic) {
   for (const RankedLayout& x : *ranked) EXPECT_LE(x.cost.tokens_per_s, best.cost.tokens_per_s);
 }
 
+// Published: Narayanan et al. 2021 (Megatron-LM on A100 clusters), Table 1, TFLOP/s per GPU
+// by the paper's count, GPT with T 2048 and V 51,200, full recomputation, fp16, on DGX A100
+// (the dgx-a100 preset, attention unfused as that Megatron ran it; micro-batch 1 assumed).
+// Within 20% on every row (docs/perf.md tables them).
+TEST(CostModelTest, ReproducesMegatronsTable1Within20Percent) {
+  struct Row {
+    int heads, hidden, layers, tp, pp, gpus, batch;
+    double published;
+  };
+  const Row rows[] = {{24, 2304, 24, 1, 1, 32, 512, 137},        {32, 3072, 30, 2, 1, 64, 512, 138},
+                      {32, 4096, 36, 4, 1, 128, 512, 142},       {48, 6144, 40, 8, 1, 256, 1024, 135},
+                      {64, 8192, 48, 8, 2, 512, 1536, 138},      {80, 10240, 60, 8, 4, 1024, 1792, 140},
+                      {96, 12288, 80, 8, 8, 1536, 2304, 148},    {128, 16384, 96, 8, 16, 1920, 2160, 155},
+                      {128, 20480, 105, 8, 35, 2520, 2520, 163}, {160, 25600, 128, 8, 64, 3072, 3072, 163}};
+  ClusterSpec a100 = *ClusterPreset("dgx-a100");
+  a100.device.unfused_attention = true;
+  for (const Row& r : rows) {
+    PlanInput in;
+    GPTConfig c;
+    c.n_layer = r.layers, c.n_head = r.heads, c.n_embd = r.hidden, c.vocab_size = 51200, c.max_seq_len = 2048;
+    in.model = c;
+    in.seq_len = 2048;
+    in.precision = Precision::kMixed;
+    in.recompute = Recompute::kFull;
+    in.tp = r.tp, in.pp = r.pp, in.dp = r.gpus / (r.tp * r.pp);
+    in.microbatches = r.batch / in.dp;
+    auto p = PredictStep(in, a100);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_NEAR(p->flops_per_gpu / 1e12, r.published, 0.2 * r.published) << r.hidden << " wide, " << r.layers << " layers";
+  }
+}
+
 }  // namespace
 }  // namespace gantry::jobspec
