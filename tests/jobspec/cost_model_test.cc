@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 namespace gantry::jobspec {
 namespace {
@@ -316,6 +318,102 @@ TEST(CostModelTest, ReproducesMegatronsTable1Within20Percent) {
     auto p = PredictStep(in, a100);
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_NEAR(p->flops_per_gpu / 1e12, r.published, 0.2 * r.published) << r.hidden << " wide, " << r.layers << " layers";
+  }
+}
+
+// Published: MosaicML's MPT training benchmarks, github.com/mosaicml/llm-foundry,
+// scripts/train/benchmarking/README.md, table "H100 80GB BF16": tokens/s per GPU ("Throughput
+// (T/s/GPU)") and MFU of MPT models trained data parallel only with FSDP FULL_SHARD (= ZeRO 3;
+// its "PURE" mixed precision gathers bf16 parameters and reduces bf16 gradients: Gantry's
+// `mixed`), activation checkpointing on or off (recompute full or none), micro-batch and
+// gradient accumulation as each row gives them, on 8 to 64 H100s, 8 a node; predicted with the
+// dgx-h100 preset as it is. Shapes from scripts/train/yamls/pretrain/mpt-*.yaml (d_model,
+// n_heads, n_layers, expansion_ratio 4, vocab_size 50,368) on Gantry's gpt2 arch, which MPT is
+// but for its biases: MPT has none, and the gpt2 arch's bias passes (a few memory-bound bytes a
+// token) make the prediction slower, not faster. These runs kept learned positions (the table's
+// NumParams grow by T x d_model with the sequence, as gpt2's wpe; ALiBi, had it been on, adds a
+// bias to the scores inside the attention kernel: no FLOPs either side counts). MFU on both
+// sides is PaLM's (6N + 12·L·T·C a token, over 989 TFLOP/s).
+//
+// Rows chosen by a rule fixed before predicting: every row of that table with sequence length
+// 2048 (the yamls' own; 20 rows), and every other 7b and 13b row (T 1,024 to 65,536; 9 rows).
+// Within 20%: 18 of the 29 (12 of the 20 at T 2048). The model over-predicts the other 11 by
+// 21% to 42% (docs/perf.md gives the reasons: MosaicML's runs without checkpointing at 35-46%
+// HFU where its checkpointed runs reach 48-59%; FSDP's gathers as 10-40% of the compute time,
+// which the model hides for free; the longest sequences). `within` pins that table both
+// ways: a row that changes sides must change docs/perf.md too.
+TEST(CostModelTest, ReproducesMosaicMlMptH100TableWhereDocumented) {
+  struct Row {
+    const char* model;
+    int layers, d_model, heads, seq, gpus, mb, accum;
+    bool checkpointing;
+    double published_tokens, published_mfu;  // per GPU; %
+    bool within;                             // documented within 20% (docs/perf.md)
+  };
+  const Row rows[] = {
+      // T 2048: every row.
+      {"70b", 80, 8192, 64, 2048, 64, 8, 4, true, 1039, 42.57, true},
+      {"70b", 80, 8192, 64, 2048, 32, 2, 16, true, 882, 36.15, false},
+      {"30b", 48, 7168, 56, 2048, 32, 14, 3, true, 2308, 43.92, true},
+      {"30b", 48, 7168, 56, 2048, 16, 10, 3, true, 2263, 43.07, true},
+      {"30b", 48, 7168, 56, 2048, 8, 3, 21, true, 2002, 38.11, true},
+      {"13b", 40, 5120, 40, 2048, 64, 2, 1, false, 4800, 39.86, false},
+      {"13b", 40, 5120, 40, 2048, 32, 2, 1, false, 4811, 39.95, false},
+      {"13b", 40, 5120, 40, 2048, 16, 2, 1, false, 4767, 39.58, false},
+      {"13b", 40, 5120, 40, 2048, 8, 2, 1, false, 4792, 39.79, false},
+      {"7b", 32, 4096, 32, 2048, 8, 6, 1, false, 10643, 46.44, true},
+      {"3b", 32, 2560, 20, 2048, 64, 6, 3, false, 22525, 40.8, false},
+      {"3b", 32, 2560, 20, 2048, 32, 6, 3, false, 23021, 41.7, false},
+      {"3b", 32, 2560, 20, 2048, 16, 10, 3, false, 24142, 43.73, true},
+      {"1b", 24, 2048, 16, 2048, 64, 20, 1, false, 44402, 40.85, true},
+      {"1b", 24, 2048, 16, 2048, 32, 20, 1, false, 45130, 41.52, true},
+      {"1b", 24, 2048, 16, 2048, 16, 20, 1, false, 46037, 42.36, true},
+      {"1b", 24, 2048, 16, 2048, 8, 14, 1, false, 45455, 41.82, true},
+      {"760m", 24, 1536, 12, 2048, 32, 24, 1, false, 67971, 37.57, true},
+      {"760m", 24, 1536, 12, 2048, 16, 24, 1, false, 68551, 37.89, true},
+      {"760m", 24, 1536, 12, 2048, 8, 24, 2, false, 63147, 34.9, false},
+      // 7b and 13b: every other row.
+      {"13b", 40, 5120, 40, 32768, 8, 1, 3, true, 1976, 31.68, false},
+      {"13b", 40, 5120, 40, 16384, 8, 3, 3, true, 2985, 35.55, true},
+      {"13b", 40, 5120, 40, 4096, 8, 10, 3, true, 4717, 41.6, true},
+      {"13b", 40, 5120, 40, 1024, 8, 40, 3, true, 5502, 44.27, true},
+      {"7b", 32, 4096, 32, 65536, 8, 1, 2, true, 1956, 28.59, false},
+      {"7b", 32, 4096, 32, 32768, 8, 2, 2, true, 3318, 30.94, false},
+      {"7b", 32, 4096, 32, 8192, 8, 8, 2, true, 6935, 37.14, true},
+      {"7b", 32, 4096, 32, 4096, 8, 16, 2, true, 8611, 40.42, true},
+      {"7b", 32, 4096, 32, 1024, 8, 64, 2, true, 10203, 42.83, true},
+  };
+  const ClusterSpec h100 = *ClusterPreset("dgx-h100");
+  for (const Row& r : rows) {
+    PlanInput in;
+    GPTConfig c;
+    c.n_layer = r.layers, c.n_embd = r.d_model, c.n_head = r.heads, c.vocab_size = 50368, c.max_seq_len = r.seq;
+    in.model = c;
+    in.seq_len = r.seq;
+    in.precision = Precision::kMixed;
+    in.recompute = r.checkpointing ? Recompute::kFull : Recompute::kNone;
+    in.dp = r.gpus, in.zero = 3;
+    in.micro_batch = r.mb, in.microbatches = r.accum;
+    auto p = PredictStep(in, h100);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const double error = p->tokens_per_s_per_gpu / r.published_tokens - 1;
+    std::printf("MPT %-4s T %5d GPUs %2d mb %2d x %2d ckpt %d: published %6.0f tok/s/GPU (MFU %.2f%%), predicted %6.0f "
+                "(MFU %.1f%%), %+.1f%%\n",
+                r.model, r.seq, r.gpus, r.mb, r.accum, r.checkpointing, r.published_tokens, r.published_mfu,
+                p->tokens_per_s_per_gpu, 100 * p->mfu, 100 * error);
+    const std::string what = std::string("MPT ") + r.model + " T " + std::to_string(r.seq) + " on " +
+                             std::to_string(r.gpus) + " GPUs, mb " + std::to_string(r.mb);
+    // The two sides count MFU alike (PaLM's, 989 TFLOP/s), but for MosaicML's N, which also
+    // holds the learned positions (T·C, an embedding lookup Gantry counts no FLOPs for; 3.9% of
+    // N at 7b T 65,536): with them added, its error is the throughput's, to the published
+    // figures' rounding.
+    const double mfu = p->mfu + p->tokens_per_s_per_gpu * 6.0 * r.seq * r.d_model / h100.device.peak_flops;
+    EXPECT_NEAR(100 * mfu / r.published_mfu, p->tokens_per_s_per_gpu / r.published_tokens, 0.005) << what;
+    if (r.within) {
+      EXPECT_LE(std::abs(error), 0.2) << what << ": documented within 20% in docs/perf.md";
+    } else {
+      EXPECT_GT(error, 0.2) << what << ": documented as over-predicted by more than 20% in docs/perf.md";
+    }
   }
 }
 
