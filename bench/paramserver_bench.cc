@@ -4,9 +4,14 @@
 //     write param, m, v) at the bandwidth of a large in-place pass on the same threads,
 //     measured here (read + write bytes);
 //   push and pull through the shard server's data port (plain TCP beside its gRPC service):
-//     GB/s against a raw TCP stream of the same bytes over loopback.
+//     GB/s against a raw TCP stream of the same bytes over loopback;
+//   concurrent workers (--workers, default 1,8,64): one job's range of --concurrent-mb MB,
+//     each worker its own client and connection. A round: every worker pushes its 1/N share
+//     of the gradient at once (the push that completes the range runs AdamW), then every
+//     worker pulls the whole range at once, as ranks do after their barrier. Aggregate GB/s
+//     of each phase (all bytes over the phase's wall time), best of 3 rounds.
 // Targets: AdamW >= 0.6x the bound; push and pull >= 0.6x raw TCP.
-//   paramserver_bench [--mparams 32] [--threads 0 (all)] [--mb 256]
+//   paramserver_bench [--mparams 32] [--threads 0 (all)] [--mb 256] [--workers 1,8,64] [--concurrent-mb 32]
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -15,6 +20,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +42,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 double Best(std::vector<double> v) { return *std::min_element(v.begin(), v.end()); }
+
+const char* StrArg(int argc, char** argv, const char* name, const char* def) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (!std::strcmp(argv[i], name)) return argv[i + 1];
+  }
+  return def;
+}
 
 int Arg(int argc, char** argv, const char* name, int def) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -75,6 +90,68 @@ double RawTcp(size_t bytes) {
   ::close(srv);
   if (got != bytes) std::abort();
   return secs;
+}
+
+// Best-of-3 aggregate push and pull rates (GB/s) and round time of `workers` clients of one
+// job over one server's range of `bytes`: see the top of the file.
+struct Concurrent {
+  double push_gbs, pull_gbs, round_ms;
+};
+Concurrent RunConcurrent(const std::string& grpc_address, const std::string& data_address, int workers, size_t bytes) {
+  using namespace gantry;
+  const size_t pn = bytes / sizeof(float);
+  jobspec::ParamTensor t;
+  t.name = "w";
+  t.shape = {static_cast<int64_t>(pn)};
+  t.numel = pn;
+  const std::string job = "bench-" + std::to_string(workers);
+  std::vector<std::unique_ptr<agent::ParamServerClient>> clients;
+  for (int w = 0; w < workers; ++w) {
+    clients.push_back(std::make_unique<agent::ParamServerClient>(
+        job, 1, std::vector<jobspec::ParamRangeOf>{{grpc_address, 0, pn, data_address}},
+        std::vector<jobspec::ParamTensor>{t}, pn, optim::AdamWConfig{}));
+  }
+  std::vector<float> grads(pn, 0.01f);
+  std::vector<std::vector<float>> pulled(static_cast<size_t>(workers), std::vector<float>(pn, 0.5f));
+  if (!clients[0]->Init(pulled[0].data(), nullptr, nullptr, 0).ok()) std::abort();
+  // Runs fn(w) on every worker's thread at once; the phase's wall time.
+  auto phase = [&](auto&& fn) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false}, failed{false};
+    std::vector<std::thread> ts;
+    for (int w = 0; w < workers; ++w) {
+      ts.emplace_back([&, w] {
+        ready.fetch_add(1);
+        while (!go.load()) std::this_thread::yield();
+        if (!fn(w).ok()) failed = true;
+      });
+    }
+    while (ready.load() < workers) std::this_thread::yield();
+    const auto t0 = Clock::now();
+    go = true;
+    for (auto& th : ts) th.join();
+    if (failed) {
+      std::fprintf(stderr, "paramserver_bench: a worker's request failed at %d workers\n", workers);
+      std::abort();
+    }
+    return Since(t0);
+  };
+  std::vector<double> push_s, pull_s, round_s;
+  for (int step = 1; step <= 3; ++step) {
+    const double push = phase([&](int w) {
+      const size_t b = pn * static_cast<size_t>(w) / workers, e = pn * static_cast<size_t>(w + 1) / workers;
+      return clients[static_cast<size_t>(w)]->Push(step, 1e-3, grads.data() + b, b, e);
+    });
+    const double pull = phase([&](int w) { return clients[static_cast<size_t>(w)]->Pull(pulled[static_cast<size_t>(w)].data()); });
+    push_s.push_back(push);
+    pull_s.push_back(pull);
+    round_s.push_back(push + pull);
+  }
+  for (int w = 1; w < workers; ++w) {  // every worker read the same parameters
+    if (pulled[static_cast<size_t>(w)] != pulled[0]) std::abort();
+  }
+  const double gb = static_cast<double>(pn * sizeof(float)) / 1e9;
+  return {gb / Best(push_s), gb * workers / Best(pull_s), Best(round_s) * 1e3};
 }
 
 }  // namespace
@@ -144,6 +221,22 @@ int main(int argc, char** argv) {
     pull_s.push_back(Since(t0));
     tcp_s.push_back(RawTcp(net_bytes));
   }
+  std::vector<std::pair<int, Concurrent>> concurrent;
+  {
+    const size_t cbytes = static_cast<size_t>(Arg(argc, argv, "--concurrent-mb", 32)) << 20;
+    std::string list = StrArg(argc, argv, "--workers", "1,8,64");
+    for (size_t at = 0; at < list.size();) {
+      size_t comma = list.find(',', at);
+      if (comma == std::string::npos) comma = list.size();
+      const int w = std::atoi(list.substr(at, comma - at).c_str());
+      if (w < 1) {
+        std::fprintf(stderr, "paramserver_bench: --workers wants counts >= 1, got '%s'\n", list.c_str());
+        return 2;
+      }
+      concurrent.emplace_back(w, RunConcurrent("127.0.0.1:" + std::to_string(port), *data, w, cbytes));
+      at = comma + 1;
+    }
+  }
   server->Shutdown();
   const double gb = static_cast<double>(net_bytes) / 1e9;
   const double tcp = gb / Best(tcp_s), push = gb * (pn - 1024) / pn / Best(push_s), pull = gb / Best(pull_s);
@@ -155,6 +248,10 @@ int main(int argc, char** argv) {
               "complete: %.1f ms)\n",
               gb * 1e3, push, tcp, push / tcp, Best(step_s) * 1e3);
   std::printf("pull %.0f MB: %.3f GB/s; raw TCP %.3f GB/s: %.2fx\n", gb * 1e3, pull, tcp, pull / tcp);
+  for (const auto& [w, c] : concurrent) {
+    std::printf("%2d workers, %zu MB range: push %.3f GB/s, pull %.3f GB/s (all workers' bytes), round %.1f ms\n", w,
+                static_cast<size_t>(Arg(argc, argv, "--concurrent-mb", 32)), c.push_gbs, c.pull_gbs, c.round_ms);
+  }
   const bool ok = adam / bound >= 0.6 && push / tcp >= 0.6 && pull / tcp >= 0.6;
   std::printf("targets (AdamW >= 0.6x the bound; push, pull >= 0.6x raw TCP): %s\n", ok ? "met" : "NOT met");
   return 0;

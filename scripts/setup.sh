@@ -13,6 +13,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the wire contract
   librocksdb-dev                   # coordinator and shard-server state
   prometheus-cpp-dev               # metrics: the registry (core) and /metrics (pull, civetweb)
+  libasio-dev                      # the data plane's event loop (standalone Asio, header only)
   libgloo-dev                      # CPU collectives
   curl prometheus                  # curl, promtool and Prometheus: /metrics pages, alert rules, dashboards
   systemd python3 python3-venv python3-pip openssl   # systemd-analyze verify; test drivers and their tools; a test CA (TLS)

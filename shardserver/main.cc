@@ -6,6 +6,7 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <thread>
@@ -26,6 +27,11 @@ DEFINE_string(coordinator, "", "coordinator address to register with (empty: sta
 DEFINE_int32(heartbeat_ms, 1000, "registration heartbeat period");
 DEFINE_string(ready_file, "", "once serving, write {\"grpc_port\": N, \"metrics_port\": M} here");
 DEFINE_int32(max_message_bytes, 8 << 20, "largest gRPC message accepted");
+DEFINE_double(data_message_timeout_s, 30,
+              "data port: seconds a request may take from its first byte to its reply, plus its payload's time at "
+              "--data_min_mb_per_s; a connection past it is closed");
+DEFINE_double(data_min_mb_per_s, 16, "data port: the slowest payload transfer a deadline allows for (MB/s)");
+DEFINE_int32(data_max_connections, 1024, "data port: connections served at once; more wait in the listen backlog");
 
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-shardserver --data_dir DIR [--coordinator HOST:PORT]");
@@ -51,11 +57,16 @@ int main(int argc, char** argv) {
   if (security.server_tls() || !security.token.empty()) {
     LOG(INFO) << "TLS or a cluster token is configured: no plain-TCP data port";
   } else {
-    data_port = params.StartDataPort(FLAGS_listen.substr(0, FLAGS_listen.rfind(':')));
+    gantry::net::StreamServer::Options options;
+    options.message_timeout = std::chrono::milliseconds(static_cast<int64_t>(FLAGS_data_message_timeout_s * 1000));
+    options.min_bytes_per_second = FLAGS_data_min_mb_per_s * 1e6;
+    options.max_connections = static_cast<size_t>(std::max(0, FLAGS_data_max_connections));
+    data_port = params.StartDataPort(FLAGS_listen.substr(0, FLAGS_listen.rfind(':')), options);
     if (!data_port.ok()) {
       LOG(ERROR) << data_port.status();
       return 1;
     }
+    LOG(INFO) << "parameter-server data port on " << *data_port;
   }
   auto started = gantry::StartGrpcServer(FLAGS_listen, FLAGS_max_message_bytes, {svc->get(), &params}, &registry,
                                          "shardserver", &port);
@@ -111,6 +122,9 @@ int main(int argc, char** argv) {
   }
   cv.notify_all();
   if (heartbeat.joinable()) heartbeat.join();
+  // The data port first: no new requests, those in progress end within the grace period.
+  params.StopDataPort(std::chrono::seconds(5));
+  LOG(INFO) << "data port stopped";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   return 0;

@@ -2,20 +2,14 @@
 
 #include "common/rpc_edge.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
-#include "common/net.h"
 #include "common/status.h"
 
 namespace gantry::shardserver {
@@ -40,7 +34,7 @@ absl::Status ParamService::CheckPayload(const Range& r, const char* what, int64_
   return CheckWithin(r, what, offset, bytes / sizeof(float));
 }
 
-absl::StatusOr<ParamService::Range*> ParamService::Find(const std::string& job, int64_t generation) {
+absl::StatusOr<std::shared_ptr<ParamService::Range>> ParamService::Find(const std::string& job, int64_t generation) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = ranges_.find(job);
   if (it == ranges_.end()) return absl::NotFoundError(absl::StrCat("job ", job, " has no parameter range here (InitRange first)"));
@@ -48,7 +42,7 @@ absl::StatusOr<ParamService::Range*> ParamService::Find(const std::string& job, 
     return absl::FailedPreconditionError(absl::StrCat("job ", job, " is at generation ", it->second->generation,
                                                       " here, not ", generation));
   }
-  return it->second.get();
+  return it->second;
 }
 
 grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* ctx, const v1::InitRangeRequest* req,
@@ -96,7 +90,12 @@ grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* c
     r->grad.Assign(r->size());
     r->step = req->step();
     std::lock_guard<std::mutex> l(mu_);
-    ranges_[req->job_id()] = std::move(r);
+    std::shared_ptr<Range>& slot = ranges_[req->job_id()];
+    if (slot) {  // requests still holding the old range fail rather than change it unseen
+      std::lock_guard<std::mutex> old(slot->mu);
+      slot->retired = true;
+    }
+    slot = std::move(r);
     registry_->GetGauge("gantry_shardserver_optimizer_params", "Parameters whose AdamW state this shard server holds.")
         .Set(static_cast<double>(e - b));
     return absl::OkStatus();
@@ -106,9 +105,10 @@ grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* ParamService::WriteParams(grpc::CallbackServerContext* ctx, const v1::ParamsChunk* req,
                                                     v1::ParamsAck*) {
   return ServeUnary(ctx, [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
+    ASSIGN_OR_RETURN(std::shared_ptr<Range> r, Find(req->job_id(), req->generation()));
     RETURN_IF_ERROR(CheckPayload(*r, "parameters", req->offset(), req->data().size()));
     std::lock_guard<std::mutex> l(r->mu);
+    ++r->changes;
     std::memcpy(r->Buffer(req->buffer())->data() + (req->offset() - r->begin), req->data().data(), req->data().size());
     return absl::OkStatus();
   });
@@ -117,7 +117,7 @@ grpc::ServerUnaryReactor* ParamService::WriteParams(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* ParamService::PushGradients(grpc::CallbackServerContext* ctx, const v1::GradientChunk* req,
                                                       v1::PushAck* resp) {
   return ServeUnary(ctx, [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
+    ASSIGN_OR_RETURN(std::shared_ptr<Range> r, Find(req->job_id(), req->generation()));
     const size_t n = req->data().size() / sizeof(float);
     RETURN_IF_ERROR(CheckPayload(*r, "gradients", req->offset(), req->data().size()));
     std::lock_guard<std::mutex> l(r->mu);
@@ -125,18 +125,31 @@ grpc::ServerUnaryReactor* ParamService::PushGradients(grpc::CallbackServerContex
       return absl::FailedPreconditionError(absl::StrCat("gradients of step ", req->step(), " pushed; the range of ",
                                                         req->job_id(), " expects step ", r->step + 1));
     }
+    RETURN_IF_ERROR(CheckNotArrivingLocked(*r, static_cast<size_t>(req->offset()) - r->begin, n));
     std::memcpy(r->grad.data() + (req->offset() - r->begin), req->data().data(), req->data().size());
     bool applied = false;
-    RETURN_IF_ERROR(CompletePushLocked(r, req->step(), req->lr(), n, &applied));
+    RETURN_IF_ERROR(CompletePushLocked(r.get(), req->step(), req->lr(), n, &applied));
     resp->set_applied(applied);
     return absl::OkStatus();
   });
 }
 
+absl::Status ParamService::CheckNotArrivingLocked(const Range& r, size_t at, size_t n) {
+  for (const auto& [b, e] : r.arriving) {
+    if (at < e && b < at + n) {
+      return absl::FailedPreconditionError(absl::StrCat("gradients [", r.begin + at, ", +", n, ") overlap a push of [",
+                                                        r.begin + b, ", ", r.begin + e, ") still arriving"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParamService::CompletePushLocked(Range* r, int64_t step, double lr, size_t n, bool* applied) {
   r->covered += n;
   if (r->covered < r->size()) return absl::OkStatus();
-  if (r->covered > r->size()) {
+  // Complete with a data port push still arriving: pushes overlap, and AdamW must not read
+  // the gradient that push is writing.
+  if (r->covered > r->size() || !r->arriving.empty()) {
     r->covered = 0;
     return absl::InvalidArgumentError(absl::StrCat("step ", step, ": more gradient pushed than the range holds "
                                                    "(overlapping pushes)"));
@@ -149,138 +162,18 @@ absl::Status ParamService::CompletePushLocked(Range* r, int64_t step, double lr,
   }
   r->covered = 0;
   r->step = step;
+  ++r->changes;
   *applied = true;
   registry_->GetCounter("gantry_shardserver_optimizer_steps_total", "AdamW steps run for parameter-server jobs.").Increment();
   return absl::OkStatus();
 }
 
-ParamService::~ParamService() {
-  if (listen_fd_ >= 0) {
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    ::close(listen_fd_);
-    acceptor_.join();
-  }
-  {
-    std::lock_guard<std::mutex> l(conn_mu_);
-    for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);  // their threads see the close and end
-  }
-  for (auto& [id, t] : conn_threads_) t.join();
-}
-
-absl::StatusOr<std::string> ParamService::StartDataPort(const std::string& host) {
-  int port = 0;
-  ASSIGN_OR_RETURN(listen_fd_, net::Listen(host, &port));
-  acceptor_ = std::thread([this] {
-    for (;;) {
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EINTR) continue;
-        return;  // the listener was shut down
-      }
-      const int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      std::vector<std::thread> done;
-      {
-        std::lock_guard<std::mutex> l(conn_mu_);
-        for (uint64_t id : finished_) {
-          auto it = conn_threads_.find(id);
-          done.push_back(std::move(it->second));
-          conn_threads_.erase(it);
-        }
-        finished_.clear();
-        conns_.push_back(fd);
-        const uint64_t id = next_conn_++;
-        conn_threads_.emplace(id, std::thread([this, fd, id] { ServeConnection(fd, id); }));
-      }
-      for (auto& t : done) t.join();  // they have returned, or are returning: no wait
-    }
-  });
-  return absl::StrCat(host, ":", port);
-}
-
-void ParamService::ServeConnection(int fd, uint64_t id) {
-  // Requests one after another until the client closes. A malformed request (bad magic,
-  // absurd sizes) closes the connection; a refused one (unknown job, wrong step, out of
-  // range) is answered with the error and the payload is drained.
-  std::vector<char> scratch;
-  for (;;) {
-    net::ParamWireHeader h;
-    if (!net::RecvAll(fd, &h, sizeof(h)).ok() || h.magic != net::ParamWireHeader::kMagic || h.job_len > 4096 ||
-        h.count < 0 || static_cast<uint64_t>(h.count) > (uint64_t{1} << 32)) {
-      break;
-    }
-    std::string job(h.job_len, '\0');
-    if (!net::RecvAll(fd, job.data(), job.size()).ok()) break;
-    const size_t n = static_cast<size_t>(h.count), bytes = n * sizeof(float);
-    const bool inbound = h.op == net::ParamWireHeader::kPush || h.op == net::ParamWireHeader::kWrite;
-    const auto t0 = std::chrono::steady_clock::now();
-    net::ParamWireReply reply;
-    bool payload_read = false;
-    absl::Status s = [&]() -> absl::Status {
-      ASSIGN_OR_RETURN(Range * r, Find(job, h.generation));
-      RETURN_IF_ERROR(CheckWithin(*r, "payload", h.offset, n));
-      std::lock_guard<std::mutex> l(r->mu);
-      reply.version = r->step;
-      const size_t at = static_cast<size_t>(h.offset) - r->begin;
-      if (h.op == net::ParamWireHeader::kPush) {
-        if (h.step != r->step + 1) {
-          return absl::FailedPreconditionError(absl::StrCat("gradients of step ", h.step, " pushed; the range of ", job,
-                                                            " expects step ", r->step + 1));
-        }
-        payload_read = true;  // straight into the gradient buffer
-        RETURN_IF_ERROR(net::RecvAll(fd, r->grad.data() + at, bytes));
-        bool applied = false;
-        RETURN_IF_ERROR(CompletePushLocked(r, h.step, h.lr, n, &applied));
-        reply.version = r->step;
-        return absl::OkStatus();
-      }
-      if (h.op == net::ParamWireHeader::kWrite) {
-        payload_read = true;
-        return net::RecvAll(fd, r->Buffer(static_cast<v1::RangeBuffer>(h.buffer))->data() + at, bytes);
-      }
-      if (h.op == net::ParamWireHeader::kRead) {
-        const std::string ok;
-        net::ParamWireReply head = reply;
-        RETURN_IF_ERROR(net::SendAll(fd, &head, sizeof(head)));
-        return net::SendAll(fd, r->Buffer(static_cast<v1::RangeBuffer>(h.buffer))->data() + at, bytes);
-      }
-      return absl::InvalidArgumentError(absl::StrCat("unknown operation ", h.op));
-    }();
-    const char* method = h.op == net::ParamWireHeader::kPush ? "DataPush" : h.op == net::ParamWireHeader::kRead ? "DataRead" : "DataWrite";
-    metrics::RecordRpc(*registry_, "shardserver", method, absl::StatusCodeToString(s.code()),
-                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (s.ok() && h.op == net::ParamWireHeader::kRead) continue;  // answered above
-    if (!s.ok() && absl::IsUnavailable(s) && payload_read) break;  // the connection broke mid-payload
-    if (!s.ok() && inbound && !payload_read) {  // drain the refused payload
-      scratch.resize(1 << 20);
-      size_t left = bytes;
-      bool broken = false;
-      while (left > 0 && !broken) {
-        const size_t k = std::min(left, scratch.size());
-        broken = !net::RecvAll(fd, scratch.data(), k).ok();
-        left -= k;
-      }
-      if (broken) break;
-    }
-    const std::string msg(s.message());
-    reply.code = static_cast<int32_t>(s.code());
-    reply.message_len = static_cast<uint32_t>(msg.size());
-    if (!net::SendAll(fd, &reply, sizeof(reply)).ok() || !net::SendAll(fd, msg.data(), msg.size()).ok()) break;
-  }
-  {
-    // Out of conns_ before the close, so that the destructor never shuts down the fd number
-    // once another connection may have it.
-    std::lock_guard<std::mutex> l(conn_mu_);
-    conns_.erase(std::remove(conns_.begin(), conns_.end(), fd), conns_.end());
-    finished_.push_back(id);
-  }
-  ::close(fd);
-}
+ParamService::~ParamService() { data_port_.reset(); }
 
 grpc::ServerUnaryReactor* ParamService::ReadParams(grpc::CallbackServerContext* ctx, const v1::ReadParamsRequest* req,
                                                    v1::ParamsChunk* resp) {
   return ServeUnary(ctx, [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(Range * r, Find(req->job_id(), req->generation()));
+    ASSIGN_OR_RETURN(std::shared_ptr<Range> r, Find(req->job_id(), req->generation()));
     if (req->count() < 0) return absl::InvalidArgumentError(absl::StrCat("read of ", req->count(), " values"));
     RETURN_IF_ERROR(CheckPayload(*r, "read", req->offset(), static_cast<size_t>(req->count()) * sizeof(float)));
     std::lock_guard<std::mutex> l(r->mu);

@@ -11,7 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
+#include <chrono>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,6 +20,7 @@
 #include "common/buffer.h"
 #include "kernels/adamw.h"
 #include "common/metrics.h"
+#include "common/stream_server.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
 
 namespace gantry::shardserver {
@@ -29,14 +30,15 @@ class ParamService final : public v1::ParamServer::CallbackService {
   explicit ParamService(metrics::Registry* registry) : registry_(registry) {}
   ~ParamService() override;
 
-  // Serves pushes, reads and writes of payloads on a plain TCP port as well (common/net.h's
-  // protocol): gRPC's per-byte cost is several times a raw stream's. Returns "host:port".
-  absl::StatusOr<std::string> StartDataPort(const std::string& host);
-  // The threads held for data port connections, open or not yet joined (tests).
-  size_t DataConnectionThreads() {
-    std::lock_guard<std::mutex> l(conn_mu_);
-    return conn_threads_.size();
-  }
+  // Serves pushes, reads and writes of payloads on a plain TCP port as well (common/param_wire.h's
+  // protocol, on one event loop: common/stream_server.h): gRPC's per-byte cost is several
+  // times a raw stream's. Returns "host:port" (the port picked by the system).
+  absl::StatusOr<std::string> StartDataPort(const std::string& host, net::StreamServer::Options options = {});
+  // Stops the data port: the listener and idle connections close at once, requests in
+  // progress may finish within `grace`. The destructor stops it without grace.
+  void StopDataPort(std::chrono::milliseconds grace);
+  // The data port's server (null before StartDataPort): its connections and deadlines.
+  const net::StreamServer* data_port() const { return data_port_.get(); }
 
   grpc::ServerUnaryReactor* InitRange(grpc::CallbackServerContext* ctx, const v1::InitRangeRequest* req,
                                       v1::InitRangeResponse* resp) override;
@@ -48,6 +50,7 @@ class ParamService final : public v1::ParamServer::CallbackService {
                                        v1::ParamsChunk* resp) override;
 
  private:
+  class DataSession;  // one data port connection's requests (param_service_data_port.cc)
   struct Run {
     size_t begin = 0, end = 0;  // local indices
     bool decay = false;
@@ -60,6 +63,14 @@ class ParamService final : public v1::ParamServer::CallbackService {
     FloatBuffer params, m, v, grad;
     int64_t step = 0;     // steps applied
     size_t covered = 0;   // gradient elements pushed for step + 1
+    // Bumped by every change of params, m or v (a write, an AdamW step): a read that spans
+    // several chunks sees whether the values changed under it.
+    uint64_t changes = 0;
+    bool retired = false;  // replaced by another InitRange: requests in flight on it fail
+    // Local [begin, end) of the data port pushes whose payload is arriving, received straight
+    // into grad outside mu: no other push may overlap them, and AdamW waits for none of them
+    // (a step they would not complete is an overlap, refused).
+    std::vector<std::pair<size_t, size_t>> arriving;
     std::mutex mu;
     size_t size() const { return end - begin; }
     FloatBuffer* Buffer(v1::RangeBuffer b) { return b == v1::ADAM_M ? &m : b == v1::ADAM_V ? &v : &params; }
@@ -67,28 +78,20 @@ class ParamService final : public v1::ParamServer::CallbackService {
   // A push of n values already copied into r->grad at local index at: counts them and runs
   // AdamW when they complete the step (r->mu held).
   absl::Status CompletePushLocked(Range* r, int64_t step, double lr, size_t n, bool* applied);
-  // Serves one data port connection until it closes; `id` names it in conn_threads_.
-  void ServeConnection(int fd, uint64_t id);
+  // A push of local [at, at + n) overlaps none arriving (r.mu held).
+  static absl::Status CheckNotArrivingLocked(const Range& r, size_t at, size_t n);
   // Values [offset, offset + n) inside the range; a gRPC payload of whole floats within the
   // message limit as well. Errors name what was sent and the range.
   static absl::Status CheckWithin(const Range& r, const char* what, int64_t offset, size_t n);
   static absl::Status CheckPayload(const Range& r, const char* what, int64_t offset, size_t bytes);
-  // The job's range at this generation, or an error naming what does not match.
-  absl::StatusOr<Range*> Find(const std::string& job, int64_t generation);
+  // The job's range at this generation, or an error naming what does not match. Requests
+  // hold it while they run: an InitRange that replaces it meanwhile retires it.
+  absl::StatusOr<std::shared_ptr<Range>> Find(const std::string& job, int64_t generation);
 
   metrics::Registry* registry_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Range>> ranges_;  // by job
-  int listen_fd_ = -1;
-  std::thread acceptor_;
-  std::mutex conn_mu_;
-  std::vector<int> conns_;  // the open connections (shut down by the destructor)
-  // Each connection's thread, by id. A thread that has served its connection puts its id in
-  // finished_, and the acceptor joins it at the next connection: kept until the server
-  // stopped, every connection ever made would hold a thread (and its stack) for good.
-  std::map<uint64_t, std::thread> conn_threads_;
-  std::vector<uint64_t> finished_;
-  uint64_t next_conn_ = 0;
+  std::map<std::string, std::shared_ptr<Range>> ranges_;  // by job
+  std::unique_ptr<net::StreamServer> data_port_;  // declared last: stopped before the ranges go
 };
 
 }  // namespace gantry::shardserver

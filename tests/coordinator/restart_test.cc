@@ -9,8 +9,6 @@
 //    too, and so is a replay of a step the new generation already applied.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,7 +20,6 @@
 #include <thread>
 #include <tuple>
 
-#include "common/net.h"
 #include "coordinator/cluster.h"
 #include "coordinator/placement.h"
 #include "tests/coordinator/cluster_test_util.h"
@@ -701,34 +698,8 @@ TEST(ParamServerRestartTest, StalePushesAndReplayedStepsAreRefused) {
   server->Shutdown();
 }
 
-// Found by tests/fuzz/param_wire_fuzz (its memory grew past 2 GB in 7,000 inputs): every
-// data port connection kept its thread, unjoined, until the server stopped, so a client
-// reconnecting (or a hostile one) grew the server by a thread stack per connection. A
-// connection's thread is now joined once it has served it.
-TEST(ParamServerDataPortTest, ClosedConnectionsDoNotKeepTheirThreads) {
-  metrics::Registry registry;
-  shardserver::ParamService svc(&registry);
-  auto addr = svc.StartDataPort("127.0.0.1");
-  ASSERT_TRUE(addr.ok()) << addr.status();
-  for (int i = 0; i < 100; ++i) {
-    auto fd = net::Connect(*addr);
-    ASSERT_TRUE(fd.ok()) << fd.status();
-    ::shutdown(*fd, SHUT_WR);  // no request: the server reads the end and closes its side
-    char b;
-    EXPECT_EQ(::recv(*fd, &b, 1, 0), 0);
-    ::close(*fd);
-  }
-  // The next connection is accepted after the 100 have ended: their threads are joined
-  // then, and only its own is held.
-  auto fd = net::Connect(*addr);
-  ASSERT_TRUE(fd.ok()) << fd.status();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (svc.DataConnectionThreads() > 1 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_LE(svc.DataConnectionThreads(), 1u);
-  ::close(*fd);
-}
+// The data port's own tests (connections, deadlines, back-pressure, stop) are in
+// tests/shardserver/param_data_port_test.cc.
 
 // Found by tests/fuzz/param_wire_fuzz: InitRange allocated whatever range it was given, and
 // [0, 2^62) threw std::bad_alloc out of the gRPC handler (the process ends). A range past the

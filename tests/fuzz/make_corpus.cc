@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
-#include "common/net.h"
+#include "common/param_wire.h"
 #include "common/safetensors.h"
 #include "gantry/v1/coordinator.pb.h"
 #include "gantry/v1/shardserver.pb.h"

@@ -1,5 +1,5 @@
 // Parameter-server mode's wire (shardserver/param_service.h): the data port's request
-// header (common/net.h, ParamWireHeader: magic, op, generation, step, offset, count,
+// header (common/param_wire.h, ParamWireHeader: magic, op, generation, step, offset, count,
 // buffer, job_len) with its job id and payload, over real TCP to the data port, and the
 // ParamServer gRPC methods (InitRange, WriteParams, PushGradients, ReadParams) over gRPC in
 // this process. Each input starts from a fresh range of job j-000001 (generation 1, flat
@@ -11,8 +11,6 @@
 // the magic and (optionally) the job right, so that the checks behind them are reached.
 #include <google/protobuf/stubs/logging.h>
 #include <grpcpp/grpcpp.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +21,8 @@
 #include <string>
 
 #include "common/metrics.h"
-#include "common/net.h"
+#include "common/param_wire.h"
+#include "common/stream_client.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
 #include "shardserver/param_service.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -55,7 +54,11 @@ struct World {
     server = b.BuildAndStart();
     if (!server) Fail("starting the in-process server");
     stub = v1::ParamServer::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
-    auto addr = service.StartDataPort("127.0.0.1");
+    // Deadlines short enough that an input which stops half-way through a request (and so
+    // waits for bytes that never come) costs a second, not the default half minute.
+    net::StreamServer::Options options;
+    options.message_timeout = std::chrono::milliseconds(1000);
+    auto addr = service.StartDataPort("127.0.0.1", options);
     if (!addr.ok()) Fail("starting the data port: " + addr.status().ToString());
     data_address = *addr;
   }
@@ -88,14 +91,17 @@ M Message(fuzz::Reader& in) {
 // One connection to the data port: the bytes sent, the write side closed, every reply read
 // to the end (the server closes the connection once it has read all there is).
 void DataSession(World& w, const std::string& bytes) {
-  auto fd = net::Connect(w.data_address);
-  if (!fd.ok()) Fail("connecting to the data port: " + fd.status().ToString());
-  (void)net::SendAll(*fd, bytes.data(), bytes.size());  // the server may close early: fine
-  ::shutdown(*fd, SHUT_WR);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto c = net::StreamClient::Connect(w.data_address, deadline);
+  if (!c.ok()) Fail("connecting to the data port: " + c.status().ToString());
+  (void)(*c)->Send({{bytes.data(), bytes.size()}}, deadline);  // the server may close early: fine
+  (*c)->CloseSend();
   char buf[1 << 14];
-  while (::recv(*fd, buf, sizeof(buf), 0) > 0) {
+  for (;;) {
+    auto got = (*c)->ReceiveSome(buf, sizeof(buf), deadline);
+    if (!got.ok()) Fail("the data port neither answered nor closed: " + got.status().ToString());
+    if (*got == 0) break;
   }
-  ::close(*fd);
 }
 
 // A request built from fields: magic right, the job j-000001 and its length right when

@@ -2,19 +2,27 @@
 #include "worker/agent/param_client.h"
 
 #include <grpcpp/grpcpp.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
-#include "common/net.h"
+#include "common/param_wire.h"
 #include "common/status.h"
 
 namespace gantry::agent {
 
 namespace {
 constexpr size_t kChunkFloats = (4 << 20) / sizeof(float);  // 4 MiB per message
+
+// A data port request's deadline: a minute, and its payload's time at 16 MB/s (the server
+// holds a message to 30 s and the same rate, so a stall is its to report first).
+std::chrono::steady_clock::time_point DataDeadline(size_t payload_bytes) {
+  return std::chrono::steady_clock::now() + std::chrono::seconds(60) +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(static_cast<double>(payload_bytes) / 16e6));
+}
 
 // Calls fn(at, n) for the 4 MiB messages that cover [begin, end), in order; the first error.
 template <typename F>
@@ -29,26 +37,23 @@ ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std
                                      optim::AdamWConfig config)
     : job_id_(std::move(job_id)), generation_(generation), num_params_(num_params), config_(config) {
   for (auto& r : ranges) {
-    servers_.push_back({r, v1::ParamServer::NewStub(MakeChannel(r.shard_server))});
+    servers_.push_back({r, v1::ParamServer::NewStub(MakeChannel(r.shard_server)), nullptr});
   }
   for (const auto& t : tensors) {
     if (t.decay) decay_.emplace_back(t.offset, t.offset + t.numel);
   }
 }
 
-ParamServerClient::~ParamServerClient() {
-  for (auto& s : servers_) {
-    if (s.fd >= 0) ::close(s.fd);
-  }
-}
+ParamServerClient::~ParamServerClient() = default;
 
 absl::Status ParamServerClient::DataRequest(Server& s, uint32_t op, v1::RangeBuffer which, int64_t step, double lr,
                                             size_t at, size_t n, const float* out, float* in) {
   const std::string where = absl::StrCat("parameter server ", s.range.shard_server, " (data port ", s.range.data_address, ")");
-  if (s.fd < 0) {
-    auto fd = net::Connect(s.range.data_address);
-    if (!fd.ok()) return Annotate(fd.status(), where);
-    s.fd = *fd;
+  const auto deadline = DataDeadline(n * sizeof(float));
+  if (s.data == nullptr) {
+    auto c = net::StreamClient::Connect(s.range.data_address, deadline);
+    if (!c.ok()) return Annotate(c.status(), where);
+    s.data = std::move(*c);
   }
   net::ParamWireHeader h;
   h.op = op;
@@ -59,17 +64,19 @@ absl::Status ParamServerClient::DataRequest(Server& s, uint32_t op, v1::RangeBuf
   h.count = static_cast<int64_t>(n);
   h.buffer = static_cast<uint32_t>(which);
   h.job_len = static_cast<uint32_t>(job_id_.size());
-  absl::Status st = net::SendAll(s.fd, &h, sizeof(h));
-  if (st.ok()) st = net::SendAll(s.fd, job_id_.data(), job_id_.size());
-  if (st.ok() && out != nullptr) st = net::SendAll(s.fd, out, n * sizeof(float));
+  std::vector<net::ConstBytes> request = {{&h, sizeof(h)}, {job_id_.data(), job_id_.size()}};
+  if (out != nullptr) request.push_back({out, n * sizeof(float)});
+  absl::Status st = s.data->Send(request, deadline);
   net::ParamWireReply reply;
-  if (st.ok()) st = net::RecvAll(s.fd, &reply, sizeof(reply));
+  if (st.ok()) st = s.data->Receive(&reply, sizeof(reply), deadline);
+  if (st.ok() && reply.message_len > (64u << 10)) {
+    st = absl::DataLossError(absl::StrCat("a reply with ", reply.message_len, " bytes of message"));
+  }
   std::string msg(st.ok() ? reply.message_len : 0, '\0');
-  if (st.ok()) st = net::RecvAll(s.fd, msg.data(), msg.size());
-  if (st.ok() && reply.code == 0 && in != nullptr) st = net::RecvAll(s.fd, in, n * sizeof(float));
+  if (st.ok()) st = s.data->Receive(msg.data(), msg.size(), deadline);
+  if (st.ok() && reply.code == 0 && in != nullptr) st = s.data->Receive(in, n * sizeof(float), deadline);
   if (!st.ok()) {  // the connection is in an unknown state: the next request opens another
-    ::close(s.fd);
-    s.fd = -1;
+    s.data.reset();
     return Annotate(st, where);
   }
   if (reply.code != 0) return Annotate(absl::Status(static_cast<absl::StatusCode>(reply.code), msg), where);

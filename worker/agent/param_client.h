@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/stream_client.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
 #include "jobspec/partition.h"
 #include "model/gpt.h"
@@ -30,7 +31,7 @@ class ParamServerClient final : public train::RemoteOptimizer {
   struct Server {
     jobspec::ParamRangeOf range;
     std::unique_ptr<v1::ParamServer::Stub> stub;
-    int fd = -1;  // the data port connection, opened on first use
+    std::unique_ptr<net::StreamClient> data;  // the data port connection, opened on first use
   };
   // One request on the data port: payload out (kPush, kWrite) or in (kRead).
   absl::Status DataRequest(Server& s, uint32_t op, v1::RangeBuffer which, int64_t step, double lr, size_t at,
