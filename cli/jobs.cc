@@ -185,6 +185,8 @@ int DescribeOrCancelCommand(const Options& o, v1::Coordinator::Stub* stub) {
   if (!job.waiting_for().empty()) std::printf("Waiting:    %s\n", job.waiting_for().c_str());
   if (!job.stalled().empty() && job.state() == v1::RUNNING) std::printf("Stalled:    %s\n", job.stalled().c_str());
   std::printf("Priority:   %d\nRestarts:   %d\n", job.priority(), job.restarts());
+  // parallel: auto: the layout chosen at the latest placement, and its prediction.
+  if (!job.layout().empty()) std::printf("Layout:     %s\n", job.layout().c_str());
   if (job.workers_size() > 0) {
     std::string ranks;
     for (int r = 0; r < job.workers_size(); ++r) absl::StrAppend(&ranks, r ? ", " : "", "rank ", r, " ", job.workers(r));

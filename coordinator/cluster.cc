@@ -32,7 +32,8 @@ Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions optio
       specs_(store, registry),
       stalls_(options.stall_ms),
       scheduler_(store, &members_, &specs_, &watchers_, registry, &scheduler_host_,
-                  Scheduler::Options{options.placement_grace_ms, options.checkpoint_server_wait_ms}, NowUnixMs()) {
+                  Scheduler::Options{options.placement_grace_ms, options.checkpoint_server_wait_ms, options.planner_cluster},
+                  NowUnixMs()) {
   // Every series exists from the start (at 0), so that rates, alerts and dashboards see the
   // first event rather than a series appearing.
   for (auto [name, help] : {std::pair{"gantry_coordinator_job_restarts_total", "Jobs placed again after a failure."},
@@ -663,6 +664,11 @@ std::vector<v1::Worker> Cluster::Workers() {
 }
 
 int64_t Cluster::LargestWorkerMemory() { return members_.LargestMemory(); }  // no lock: SubmitJob reads it
+
+std::string Cluster::AutoWaitReason(const std::string& job_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  return scheduler_.AutoWaitReason(job_id);
+}
 
 Cluster::WorkerCounts Cluster::CountWorkers(const std::string& device) {
   std::lock_guard<std::mutex> l(mu_);

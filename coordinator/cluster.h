@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -47,6 +48,9 @@ struct ClusterOptions {
   // coordinator restart); then it is placed anyway and resumes from what the live servers
   // hold whole.
   int64_t checkpoint_server_wait_ms = 30000;
+  // The cluster parallel: auto jobs are planned on (--cluster); none: a default of the
+  // workers' device kind (coordinator/auto_placer.h).
+  std::optional<jobspec::ClusterSpec> planner_cluster;
   // A running job whose next step has not come for max(this, 10 x its last step time) is
   // stalled: the coordinator names the ranks behind (by their last completed collective).
   int64_t stall_ms = 60000;
@@ -107,6 +111,9 @@ class Cluster {
   // The shard servers of job's last committed checkpoint that are not live now, while the
   // job should still wait for them (empty: place it).
   std::vector<std::string> MissingCheckpointServers(const v1::Job& job);
+  // Why a queued parallel: auto job was not placed at the last pass (empty: nothing to add
+  // to the usual wait for workers).
+  std::string AutoWaitReason(const std::string& job_id);
 
   // Rendezvous store of a job generation (NCCL unique ids, Gloo addresses). Keys live until
   // the job leaves its placement. A Put or Get naming another generation than the job's

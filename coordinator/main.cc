@@ -9,6 +9,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "jobspec/cluster.h"
 
 DEFINE_string(listen, "127.0.0.1:7070", "gRPC address (host:port; port 0 picks one)");
 DEFINE_string(metrics_listen, "127.0.0.1:9470", "Prometheus /metrics address (port 0 picks one)");
@@ -17,6 +18,9 @@ DEFINE_string(ready_file, "", "once serving, write {\"grpc_port\": N, \"metrics_
 DEFINE_int32(max_message_bytes, 4 << 20, "largest gRPC message accepted");
 DEFINE_int32(worker_timeout_ms, 5000, "a worker silent this long is declared dead");
 DEFINE_int32(dead_worker_retention_s, 600, "a dead worker stays listed this long, then its record is dropped");
+DEFINE_string(cluster, "",
+              "the cluster jobs with parallel: auto are planned on: a preset (dgx-h100, dgx-h200, dgx-a100) or a "
+              "cluster YAML file (gantry-train calibrate writes one); empty: a default of the workers' device kind");
 
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-coordinator --data_dir DIR [--listen HOST:PORT]");
@@ -32,6 +36,14 @@ int main(int argc, char** argv) {
   options.worker_timeout_ms = FLAGS_worker_timeout_ms;
   options.dead_worker_retention_ms = int64_t{FLAGS_dead_worker_retention_s} * 1000;
   options.shard_timeout_ms = 3 * 1000;
+  if (!FLAGS_cluster.empty()) {
+    auto cluster = gantry::jobspec::LoadCluster(FLAGS_cluster);
+    if (!cluster.ok()) {
+      LOG(ERROR) << "--cluster: " << cluster.status();
+      return 2;
+    }
+    options.planner_cluster = *std::move(cluster);
+  }
   gantry::coordinator::Cluster cluster(store->get(), &registry, options);
   if (auto s = cluster.Recover(); !s.ok()) {
     LOG(ERROR) << s;

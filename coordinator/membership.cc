@@ -125,6 +125,7 @@ Membership::Counts Membership::Count(const std::string& device, const std::set<c
   for (const auto& [id, m] : workers_) {
     if (!m.attached() || taken.count(&m) || !placement::Offers(m.info.resources(), device)) continue;
     ++c.alive;
+    c.alive_slots += placement::SlotsOf(m.info.resources());
     if (m.idle()) {
       ++c.idle;
       c.idle_slots += placement::SlotsOf(m.info.resources());

@@ -102,9 +102,9 @@ class Membership {
   int64_t LargestMemory() const { return largest_memory_; }
 
   // Attached workers offering a device kind: how many, how many idle, and the ranks the idle
-  // ones can host (those in `taken` not counted).
+  // ones (and all of them: alive_slots) can host (those in `taken` not counted).
   struct Counts {
-    int alive = 0, idle = 0, idle_slots = 0;
+    int alive = 0, idle = 0, idle_slots = 0, alive_slots = 0;
   };
   Counts Count(const std::string& device, const std::set<const Member*>& taken = {}) const;
   // The idle attached workers offering a device kind, not in `taken`, in id order.

@@ -20,7 +20,8 @@ Scheduler::Scheduler(Store* store, Membership* members, SpecCache* specs, Watche
       registry_(registry),
       host_(host),
       options_(options),
-      started_ms_(started_ms) {}
+      started_ms_(started_ms),
+      auto_placer_(options.planner_cluster) {}
 
 bool Scheduler::Due(int64_t now_ms) {
   if (!grace_over_ && now_ms - started_ms_ >= options_.placement_grace_ms) {
@@ -55,6 +56,14 @@ void Scheduler::Pass(int64_t now) {
 void Scheduler::ResolveQueued() {
   // A lookup of stored steps serves one placement of a queued job: the others' go.
   for (auto it = stored_.begin(); it != stored_.end();) it = store_->IsQueued(it->first) ? std::next(it) : stored_.erase(it);
+  for (auto it = auto_waits_.begin(); it != auto_waits_.end();) {
+    if (store_->IsQueued(it->first)) {
+      ++it;
+    } else {
+      auto_placer_.Forget(it->first);
+      it = auto_waits_.erase(it);
+    }
+  }
   // Queued jobs whose spec this coordinator has not read yet (stored by an earlier one) join
   // the queue of their device kind; one whose stored spec no longer parses (it did when it
   // was accepted: the record is damaged) fails.
@@ -107,14 +116,36 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
   // checkpoint: listed off the lock, and the lookup's end places it.
   if (!StoredStepsKnown(job, spec, shard_addrs)) return Outcome::kWaits;
   // Gang placement: all ranks or none. An elastic job takes the largest dp the idle workers
-  // allow (at least its smallest).
-  const int tp = spec.parallel.tp, pp = spec.parallel.pp;
-  const int world = spec.elastic.enabled() ? spec.WorldFor(members_->Count(device, taken).idle_slots) : spec.world_size();
-  if (world == 0) return Outcome::kWaits;  // not even its smallest dp: it waits (first come, first served)
+  // allow (at least its smallest); a parallel: auto job the workers and layout AutoPlacer
+  // chooses, its spec from here on the one with that layout.
   const std::vector<Member*> idle = members_->Idle(device, taken);
+  std::optional<AutoPlacer::Decision> chose;
+  if (spec.auto_layout()) {
+    std::vector<AutoPlacer::Worker> workers;
+    for (const Member* w : idle) {
+      const v1::Resources& r = w->info.resources();
+      workers.push_back({w->info.id(), r.host(), placement::SlotsOf(r), r.device_kind(), r.device_name(),
+                         r.device_memory_bytes() > 0 ? r.device_memory_bytes() : r.memory_bytes()});
+    }
+    chose = auto_placer_.Decide(job.id(), spec, workers,
+                                members_->Count(device, taken).alive_slots);
+    if (chose->what != AutoPlacer::Decision::What::kPlace) auto_waits_[job.id()] = chose->why;
+    if (chose->what == AutoPlacer::Decision::What::kWait) return Outcome::kWaits;
+    if (chose->what == AutoPlacer::Decision::What::kFail) {
+      job.set_reason(chose->why);
+      if (!host_->Transition(job, v1::FAILED, job.reason()).ok()) timed_wait_ = true;  // it stays queued
+      return Outcome::kSkipped;
+    }
+  }
+  const jobspec::JobSpec& placed_spec = chose ? chose->spec : spec;
+  const int tp = placed_spec.parallel.tp, pp = placed_spec.parallel.pp;
+  const int world = chose                    ? placed_spec.world_size()
+                    : spec.elastic.enabled() ? spec.WorldFor(members_->Count(device, taken).idle_slots)
+                                             : spec.world_size();
+  if (world == 0) return Outcome::kWaits;  // not even its smallest dp: it waits (first come, first served)
   std::vector<placement::IdleWorker> idle_slots;
   for (const Member* w : idle) idle_slots.push_back({w->info.resources().host(), placement::SlotsOf(w->info.resources())});
-  for (const auto& slot : placement::ChooseSlots(idle_slots, world, tp)) {
+  for (const auto& slot : chose ? chose->slots : placement::ChooseSlots(idle_slots, world, tp)) {
     p->chosen.emplace_back(idle[slot.worker], slot.local);
     ++p->local_world[idle[slot.worker]];
   }
@@ -142,7 +173,9 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
   p->dp = world / (tp * pp);
   p->tp = tp;
   p->pp = pp;
-  if (p->dp == spec.parallel.dp && !job.spec_normalised().empty()) {
+  if (chose) {
+    p->yaml = jobspec::ToYaml(placed_spec);
+  } else if (p->dp == spec.parallel.dp && !job.spec_normalised().empty()) {
     p->yaml = job.spec_normalised();
   } else {
     jobspec::JobSpec placed = spec;
@@ -159,8 +192,18 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
     absl::StrAppend(&p->where, r ? ", " : "", p->chosen.size() > 1 ? absl::StrCat("rank ", r, " ") : "", w->info.id(),
                     " (", w->info.resources().host(), gpus ? absl::StrCat(" gpu ", local) : std::string(), ")");
   }
+  if (chose) job.set_layout(chose->event);
   auto events = PrepareTransition(job, v1::SCHEDULED, absl::StrCat("placed: ", p->where));
   if (!events.ok()) return Outcome::kSkipped;  // queued jobs may be scheduled: not expected
+  if (chose) {  // the layout and its prediction, before the placement's own events
+    v1::JobEvent e;
+    e.set_job_id(job.id());
+    e.set_time_unix_ms(job.update_time_unix_ms());
+    e.set_message(chose->event);
+    events->insert(events->begin(), std::move(e));
+    auto_waits_.erase(job.id());
+    auto_placer_.Forget(job.id());  // placed again later: chosen again, for the workers then
+  }
   updates->push_back({job, *std::move(events)});
   p->job = std::move(job);
   return Outcome::kPlaced;
@@ -245,6 +288,11 @@ absl::StatusOr<std::pair<std::string, int64_t>> Scheduler::ResumePoint(const v1:
     if (src.ok()) from.recorded = src->checkpoint_step();
   }
   return placement::ResumePoint(job, spec, own, from);
+}
+
+std::string Scheduler::AutoWaitReason(const std::string& job_id) const {
+  auto it = auto_waits_.find(job_id);
+  return it == auto_waits_.end() ? std::string() : it->second;
 }
 
 int Scheduler::GrowTarget(const v1::Job& job, const jobspec::JobSpec& spec) const {

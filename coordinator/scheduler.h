@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
+#include "coordinator/auto_placer.h"
 #include "coordinator/membership.h"
 #include "coordinator/spec_cache.h"
 #include "coordinator/store.h"
@@ -46,6 +48,9 @@ class Scheduler {
     // A restarting job waits up to this long after its failure for the shard servers that
     // hold its last committed checkpoint.
     int64_t checkpoint_server_wait_ms = 30000;
+    // parallel: auto jobs are planned on this cluster (the coordinator's --cluster); none:
+    // jobspec::DefaultCluster of the workers' device kind (coordinator/auto_placer.h).
+    std::optional<jobspec::ClusterSpec> planner_cluster;
   };
   Scheduler(Store* store, Membership* members, SpecCache* specs, Watchers* watchers, metrics::Registry* registry,
             Host* host, Options options, int64_t started_ms);
@@ -63,6 +68,9 @@ class Scheduler {
   // The world size a running elastic job should grow to with the idle workers of its kind,
   // or 0: none, or queued jobs of its kind come first.
   int GrowTarget(const v1::Job& job, const jobspec::JobSpec& spec) const;
+  // Why a queued parallel: auto job at the head of its queue was not placed at the last pass
+  // (empty: it was not, or nothing but the usual wait for workers).
+  std::string AutoWaitReason(const std::string& job_id) const;
 
   // One job's placement in a pass.
   struct Placement {
@@ -114,6 +122,8 @@ class Scheduler {
     int64_t own = 0, from = 0;
   };
   std::map<std::string, StoredSteps> stored_;  // job id → its lookup, for the placement it serves
+  AutoPlacer auto_placer_;                      // parallel: auto jobs' workers and layout
+  std::map<std::string, std::string> auto_waits_;  // job id → why its last pass did not place it
 };
 
 }  // namespace gantry::coordinator

@@ -336,6 +336,9 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const QueuePosi
   if (spec && spec->optimizer.placement == "shardserver" && cluster_->ShardServers().empty()) {
     job->set_waiting_for(absl::StrCat(job->waiting_for(), " and a shard server (parameter-server mode)"));
   }
+  if (spec && spec->auto_layout()) {  // parallel: auto: the planner's own reason, when it has one
+    if (const std::string why = cluster_->AutoWaitReason(job->id()); !why.empty()) job->set_waiting_for(why);
+  }
   return absl::OkStatus();
 }
 
@@ -347,7 +350,9 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
     // The planner's bytes per rank against the workers there are: a job that cannot fit is
     // refused now, saying why, rather than failing when a worker runs out of memory.
-    if (auto plan = jobspec::MakePlan(jobspec::PlanOfSpec(*spec)); plan.ok()) {
+    // (parallel: auto: the layout is the planner's at placement, which fails the job if no
+    // layout fits the workers it has, naming the memory needed.)
+    if (auto plan = jobspec::MakePlan(jobspec::PlanOfSpec(*spec)); plan.ok() && !spec->auto_layout()) {
       const int64_t largest = cluster_->LargestWorkerMemory();
       if (largest > 0 && plan->total() > 0.9 * static_cast<double>(largest)) {
         return absl::FailedPreconditionError(absl::StrFormat(
@@ -366,7 +371,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_submit_time_unix_ms(NowUnixMs());
     job.set_update_time_unix_ms(job.submit_time_unix_ms());
     job.set_steps_total(spec->train.steps);
-    job.set_world_size(spec->world_size());
+    job.set_world_size(spec->auto_layout() ? spec->MinWorld() : spec->world_size());
     job.set_priority(spec->scheduling.priority);
     // The record and its PENDING event in one synced write. No lock of the cluster's: a new
     // job is nobody else's to read and change until it has an id, and the store orders

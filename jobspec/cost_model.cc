@@ -353,7 +353,8 @@ absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& clu
 }
 
 absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const ClusterSpec& cluster, int gpus,
-                                                      int global_batch, int top) {
+                                                      int global_batch, int top,
+                                                      const std::function<bool(const PlanInput&)>& admit) {
   if (!in.model) return absl::InvalidArgumentError("ranking layouts needs the model's shape");
   if (gpus < 1 || global_batch < 1 || top < 1) {
     return absl::InvalidArgumentError("ranking layouts needs gpus, a global batch and a count >= 1");
@@ -385,6 +386,7 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
               x.tp = tp, x.pp = pp, x.dp = dp, x.zero = zero, x.recompute = rc, x.micro_batch = mb;
               x.sequence_parallel = sp;
               x.microbatches = global_batch / (mb * dp);
+              if (admit && !admit(x)) continue;
               auto cost = PredictStep(x, cluster);
               if (!cost.ok()) continue;
               all.push_back({x, *cost});
@@ -408,11 +410,29 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
     out.push_back({x.in, *plan, x.cost});
     if (static_cast<int>(out.size()) >= top) break;
   }
-  if (out.empty()) {
+  if (all.empty()) {
     return absl::NotFoundError(absl::StrFormat(
-        "no layout of %d GPUs fits %.1f GB each at global batch %d (%zu layouts tried, up to tp %d: a "
-        "node)",
-        gpus, cluster.device.memory / 1e9, global_batch, all.size(), cluster.gpus_per_node));
+        "no layout of %d GPUs divides the model and global batch %d (tp up to %d dividing the heads, pp the "
+        "layers, dp x a micro-batch of a power of two the global batch)",
+        gpus, global_batch, cluster.gpus_per_node));
+  }
+  if (out.empty()) {
+    std::string least;  // the layout that needs the least memory, and how much
+    double least_bytes = 0;
+    for (const Candidate& x : all) {
+      auto plan = MakePlan(x.in);
+      if (!plan.ok() || (!least.empty() && plan->total() >= least_bytes)) continue;
+      least_bytes = plan->total();
+      least = absl::StrFormat(
+          "; the least any needs is %.3g GB per GPU (tp %d, pp %d, dp %d, ZeRO %d, recompute %s, micro_batch %d)",
+          least_bytes / 1e9, x.in.tp, x.in.pp, x.in.dp, x.in.zero,
+          x.in.recompute == Recompute::kFull ? "full" : x.in.recompute == Recompute::kSelective ? "selective" : "none",
+          x.in.micro_batch);
+    }
+    return absl::NotFoundError(absl::StrFormat(
+        "no layout of %d GPUs fits 90%% of %.2f GB each at global batch %d (%zu layouts tried, up to tp %d: a "
+        "node)%s",
+        gpus, cluster.device.memory / 1e9, global_batch, all.size(), cluster.gpus_per_node, least));
   }
   return out;
 }

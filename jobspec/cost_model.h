@@ -29,6 +29,7 @@
 // memory bandwidth, or with offload the host's AdamW pipelined with the copies down and up.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -70,9 +71,12 @@ struct RankedLayout {
 // pp dividing the layers, ZeRO 0-3 (2-3 without pp), recompute none/selective/full, sequence
 // parallel with tp, micro-batches of powers of two), best first by predicted tokens/s, the
 // first `top` that fit the device's memory (90%, as MakePlan). The input's own precision,
-// sequence length, schedule and offload are kept. NOT_FOUND naming the reason if none fits.
+// sequence length, schedule and offload are kept. `admit`, when given, keeps only the layouts
+// it accepts (the constraints of a job spec's `parallel: auto`). NOT_FOUND naming the reason
+// if none fits, with the least memory per GPU an admitted layout needs and that layout.
 absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const ClusterSpec& cluster, int gpus,
-                                                      int global_batch, int top);
+                                                      int global_batch, int top,
+                                                      const std::function<bool(const PlanInput&)>& admit = nullptr);
 
 // Collectives alone (seconds), for tests and the calibration: n ranks over `link`, a buffer of
 // `bytes` (all-reduce, reduce-scatter's input, all-gather's output, all-to-all's send buffer).

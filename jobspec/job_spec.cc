@@ -1,3 +1,6 @@
+// The job spec's parser, validation and normal form (job_spec.h). Over 700 lines because the
+// parser is one table of every field, and each section's rules sit beside it in the order they
+// are checked; `parallel: auto`'s own rules are in auto_layout.cc.
 #include "absl/strings/string_view.h"
 #include "jobspec/job_spec.h"
 
@@ -13,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "jobspec/auto_layout.h"
 #include "yaml-cpp/yaml.h"
 
 namespace gantry::jobspec {
@@ -154,12 +158,17 @@ absl::Status ModelError(const absl::Status& st) {
 }
 
 // The keys every spec states (the model's shape may come from the model a job starts from).
-absl::Status RequiredFields(const std::set<std::string>& present, bool from_model) {
+// parallel: auto: the planner chooses micro_batch, and keeps the global batch, which is stated.
+absl::Status RequiredFields(const std::set<std::string>& present, bool from_model, bool auto_layout) {
   for (const char* f : {"model.n_layer", "model.n_head", "model.n_embd", "model.vocab_size"}) {
     if (!from_model && !present.count(f)) return FieldError(f, "is required");
   }
   for (const char* f : {"model.seq_len", "data.train", "train.steps", "train.micro_batch", "train.lr"}) {
-    if (!present.count(f)) return FieldError(f, "is required");
+    if (!present.count(f) && !(auto_layout && std::string(f) == "train.micro_batch")) return FieldError(f, "is required");
+  }
+  if (auto_layout && !present.count("train.global_batch")) {
+    return FieldError("train.global_batch",
+                      "is required with parallel: auto (the planner keeps it and chooses micro_batch x grad_accum x dp)");
   }
   return absl::OkStatus();
 }
@@ -233,7 +242,7 @@ absl::Status ValidateExperts(const JobSpec& s) {
     if (s.model.moe.num_experts == 0) {
       return FieldError("parallel.ep", "splits a mixture-of-experts model's experts: model.moe has none");
     }
-    if (s.parallel.dp % ep != 0) {
+    if (!s.auto_layout() && s.parallel.dp % ep != 0) {
       return FieldError("parallel.ep", absl::StrCat(ep, " does not divide parallel.dp ", s.parallel.dp,
                                                     " (expert-parallel groups are made of data-parallel replicas)"));
     }
@@ -255,11 +264,14 @@ absl::Status ValidateExperts(const JobSpec& s) {
 
 // Sequence parallelism.
 absl::Status ValidateSequenceParallel(const JobSpec& s) {
+  // parallel: auto: a tp or micro_batch not stated is the planner's, which keeps these rules.
+  const AutoLayout& a = s.parallel.auto_layout;
+  const bool tp_open = a.enabled && !a.tp, mb_open = a.enabled && !a.micro_batch;
   if (s.parallel.sequence_parallel) {
-    if (s.parallel.tp < 2) {
+    if (s.parallel.tp < 2 && !tp_open) {
       return FieldError("parallel.sequence_parallel", "needs tp > 1 (it shards the sequence within the tensor-parallel group)");
     }
-    if ((static_cast<int64_t>(s.train.micro_batch) * s.seq_len) % s.parallel.tp != 0) {
+    if (!tp_open && !mb_open && (static_cast<int64_t>(s.train.micro_batch) * s.seq_len) % s.parallel.tp != 0) {
       return FieldError("parallel.sequence_parallel",
                         absl::StrCat("needs tp ", s.parallel.tp, " to divide micro_batch x seq_len = ",
                                      static_cast<int64_t>(s.train.micro_batch) * s.seq_len,
@@ -318,12 +330,13 @@ absl::Status ValidateOptimizer(const JobSpec& s) {
   if (s.parallel.offload_params != "none" && s.parallel.offload_params != "cpu") {
     return FieldError("parallel.offload_params", absl::StrCat("is '", s.parallel.offload_params, "': none or cpu"));
   }
-  if (s.parallel.offload_params == "cpu" && (s.parallel.zero_stage != 3 || s.optimizer.offload != "cpu")) {
+  const bool zero_open = s.auto_layout() && !s.parallel.auto_layout.zero_stage;  // the planner's: it keeps these rules
+  if (s.parallel.offload_params == "cpu" && ((s.parallel.zero_stage != 3 && !zero_open) || s.optimizer.offload != "cpu")) {
     return FieldError("parallel.offload_params",
                       "cpu keeps ZeRO 3's parameter shard in host memory as the offloaded optimizer's fp32 master: it "
                       "needs parallel.zero_stage 3 and optimizer.offload cpu");
   }
-  if (s.optimizer.offload == "cpu" && (s.parallel.zero_stage < 1 || s.optimizer.placement != "worker")) {
+  if (s.optimizer.offload == "cpu" && ((s.parallel.zero_stage < 1 && !zero_open) || s.optimizer.placement != "worker")) {
     return FieldError("optimizer.offload",
                       "cpu offloads a ZeRO rank's shard of the optimizer: it needs parallel.zero_stage 1, 2 or 3 and "
                       "optimizer.placement worker");
@@ -340,7 +353,7 @@ absl::Status ValidateResources(const JobSpec& s) {
   if (s.resources.device != "cpu" && s.resources.device != "cuda" && s.resources.device != "cuda-emulated") {
     return FieldError("resources.device", absl::StrCat("is '", s.resources.device, "': cpu, cuda or cuda-emulated"));
   }
-  if (s.resources.workers != 0 && s.resources.workers != s.world_size()) {
+  if (s.resources.workers != 0 && s.resources.workers != s.world_size() && !s.auto_layout()) {
     return FieldError("resources.workers",
                       absl::StrCat(s.resources.workers, " workers asked for, but the parallel degrees need dp ",
                                    s.parallel.dp, " x tp ", s.parallel.tp, " x pp ", s.parallel.pp, " = ",
@@ -425,9 +438,10 @@ absl::Status ValidateEvalAndCheckpoints(const JobSpec& s) {
 // Every field of a parsed spec, in this order (the first error is the one reported).
 // from_model: the job starts from that model (ParseJobSpec's), whose keys need not be stated.
 absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bool from_model) {
-  RETURN_IF_ERROR(RequiredFields(present, from_model));
+  RETURN_IF_ERROR(RequiredFields(present, from_model, s.auto_layout()));
   RETURN_IF_ERROR(ValidateModel(s, present));
   RETURN_IF_ERROR(ValidateBatchSizes(s.train));
+  RETURN_IF_ERROR(ValidateAutoLayout(s, present));
   RETURN_IF_ERROR(ValidateDegrees(s));
   RETURN_IF_ERROR(ValidateExperts(s));
   RETURN_IF_ERROR(ValidateSequenceParallel(s));
@@ -452,6 +466,7 @@ std::vector<int> JobSpec::DpChoices() const {
 }
 
 int JobSpec::WorldFor(int available) const {
+  if (auto_layout()) return resources.workers > 0 ? (resources.workers <= available ? resources.workers : 0) : std::max(0, available);
   const int group = parallel.tp * parallel.pp;
   if (!elastic.enabled()) return world_size() <= available ? world_size() : 0;
   int world = 0;
@@ -462,6 +477,7 @@ int JobSpec::WorldFor(int available) const {
 }
 
 int JobSpec::MinWorld() const {
+  if (auto_layout()) return std::max(1, resources.workers);
   const std::vector<int> choices = DpChoices();
   return elastic.enabled() && !choices.empty() ? choices.front() * parallel.tp * parallel.pp : world_size();
 }
@@ -497,10 +513,15 @@ std::string ToYaml(const JobSpec& s) {
   });
   const TrainSpec& t = s.train;
   section("train", [&] {
-    kv("steps", t.steps), kv("micro_batch", t.micro_batch), kv("global_batch", t.global_batch), kv("lr", t.lr);
+    // parallel: auto: micro_batch and recompute only where stated (else the planner's, at placement).
+    const AutoLayout& a = s.parallel.auto_layout;
+    kv("steps", t.steps);
+    if (!a.enabled || a.micro_batch) kv("micro_batch", t.micro_batch);
+    kv("global_batch", t.global_batch), kv("lr", t.lr);
     kv("warmup", t.warmup), kv("min_lr_ratio", t.min_lr_ratio), kv("beta1", t.beta1), kv("beta2", t.beta2);
     kv("eps", t.eps), kv("weight_decay", t.weight_decay), kv("grad_clip", t.grad_clip), kv("seed", t.seed);
-    kv("recompute", t.recompute), kv("precision", t.precision), kv("loss_scale", t.loss_scale);
+    if (!a.enabled || a.recompute) kv("recompute", t.recompute);
+    kv("precision", t.precision), kv("loss_scale", t.loss_scale);
     kv("loss_scale_window", t.loss_scale_window), kv("grad_reduce_dtype", t.grad_reduce_dtype);
   });
   section("eval", [&] { kv("every", s.eval.every), kv("batches", s.eval.batches); });
@@ -509,9 +530,20 @@ std::string ToYaml(const JobSpec& s) {
     kv("dir", s.checkpoint.dir), kv("resume_from", s.checkpoint.resume_from);
   });
   section("parallel", [&] {
-    kv("dp", s.parallel.dp), kv("tp", s.parallel.tp), kv("pp", s.parallel.pp), kv("zero_stage", s.parallel.zero_stage);
+    // parallel: auto keeps `auto` until placement: the layout's keys only where stated (kept).
+    const AutoLayout& a = s.parallel.auto_layout;
+    if (a.enabled) {
+      kv("auto", true);
+      if (a.max_tp > 0) kv("max_tp", a.max_tp);
+      if (a.max_pp > 0) kv("max_pp", a.max_pp);
+    }
+    if (!a.enabled) kv("dp", s.parallel.dp);
+    if (!a.enabled || a.tp) kv("tp", s.parallel.tp);
+    if (!a.enabled || a.pp) kv("pp", s.parallel.pp);
+    if (!a.enabled || a.zero_stage) kv("zero_stage", s.parallel.zero_stage);
     kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
-    kv("offload_params", s.parallel.offload_params), kv("sequence_parallel", s.parallel.sequence_parallel);
+    kv("offload_params", s.parallel.offload_params);
+    if (!a.enabled || a.sequence_parallel) kv("sequence_parallel", s.parallel.sequence_parallel);
     kv("ep", s.parallel.ep);
   });
   section("optimizer", [&] {
@@ -610,7 +642,10 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
        {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)},
                            {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)},
                            {"resume_from", Str(&s.checkpoint.resume_from)}})},
-       {"parallel", sub({{"dp", Int(&s.parallel.dp)},
+       {"parallel", [&, parallel = sub({{"auto", Bool(&s.parallel.auto_layout.enabled)},
+                                         {"max_tp", Int(&s.parallel.auto_layout.max_tp)},
+                                         {"max_pp", Int(&s.parallel.auto_layout.max_pp)},
+                                         {"dp", Int(&s.parallel.dp)},
                          {"tp", Int(&s.parallel.tp)},
                          {"pp", Int(&s.parallel.pp)},
                          {"zero_stage", Int(&s.parallel.zero_stage)},
@@ -619,7 +654,14 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
                          {"schedule", Str(&s.parallel.schedule)},
                          {"offload_params", Str(&s.parallel.offload_params)},
                          {"sequence_parallel", Bool(&s.parallel.sequence_parallel)},
-                         {"ep", Int(&s.parallel.ep)}})},
+                         {"ep", Int(&s.parallel.ep)}})](const YAML::Node& n, const std::string& f) -> absl::Status {
+         // `parallel: auto`: the mapping {auto: true} in one word.
+         if (!n.IsScalar()) return parallel(n, f);
+         if (n.Scalar() != "auto") return FieldError(f, absl::StrCat("is '", n.Scalar(), "': auto, or a mapping (dp, tp, pp, ...)"));
+         present.insert("parallel.auto");
+         s.parallel.auto_layout.enabled = true;
+         return absl::OkStatus();
+       }},
        {"optimizer", sub({{"placement", Str(&s.optimizer.placement)},
                           {"staleness", Int(&s.optimizer.staleness)},
                           {"offload", Str(&s.optimizer.offload)}})},
@@ -627,6 +669,12 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
        {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},
        {"elastic", sub({{"min_dp", Int(&s.elastic.min_dp)}, {"max_dp", Int(&s.elastic.max_dp)}})}}));
   if (!max_seq_given && from_model == nullptr) s.model.max_seq_len = s.seq_len;
+  if (AutoLayout& a = s.parallel.auto_layout; a.enabled) {  // what is stated beside auto is kept
+    a.tp = present.count("parallel.tp"), a.pp = present.count("parallel.pp");
+    a.zero_stage = present.count("parallel.zero_stage"), a.sequence_parallel = present.count("parallel.sequence_parallel");
+    a.micro_batch = present.count("train.micro_batch"), a.recompute = present.count("train.recompute");
+    if (!a.micro_batch) s.train.micro_batch = 1;  // a placeholder until placement (not in the normal form)
+  }
   if (!present.count("train.global_batch")) {
     // In 64 bits: a default past int is refused, not wrapped into another batch size.
     const int64_t global = static_cast<int64_t>(s.train.micro_batch) * std::max(1, s.parallel.dp);

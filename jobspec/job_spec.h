@@ -58,7 +58,23 @@ struct TrainSpec {
   bool operator==(const TrainSpec&) const = default;
 };
 
+// `parallel: auto` (or `parallel: {auto: true, ...}`): the coordinator chooses the layout when
+// it places the job, for the workers it places it on, by the step cost model
+// (jobspec/auto_layout.h). The planner chooses dp, tp, pp, zero_stage, sequence_parallel,
+// train.micro_batch and train.recompute; each of them stated beside auto is kept as stated
+// (as DeepSpeed's autotuner keeps what its config fixes), and max_tp, max_pp bound the
+// planner's degrees. dp is never stated: it is the workers over tp x pp.
+struct AutoLayout {
+  bool enabled = false;
+  // Stated beside auto, so kept: the field's value in ParallelSpec / TrainSpec is the user's.
+  bool tp = false, pp = false, zero_stage = false, sequence_parallel = false;
+  bool micro_batch = false, recompute = false;
+  int max_tp = 0, max_pp = 0;  // 0: no bound
+  bool operator==(const AutoLayout&) const = default;
+};
+
 struct ParallelSpec {
+  AutoLayout auto_layout;
   int dp = 1;          // data-parallel ranks
   int tp = 1;          // tensor-parallel ranks per group (heads must divide; one host per group)
   int pp = 1;          // pipeline stages (layers must divide)
@@ -148,7 +164,9 @@ struct JobSpec {
   ResourcesSpec resources;
   // Ranks: dp x tp x pp. Rank r is (pp stage, dp replica, tp rank) with tp fastest:
   // r = (stage * dp + replica) * tp + tp_rank, so a tensor-parallel group is consecutive.
+  // (parallel: auto before placement: 1, the degrees not chosen yet.)
   int world_size() const { return parallel.dp * parallel.tp * parallel.pp; }
+  bool auto_layout() const { return parallel.auto_layout.enabled; }
   // The dp sizes an elastic job may run at, ascending (just dp when not elastic): those in
   // [min_dp, max_dp] for which micro_batch x dp divides the global batch.
   std::vector<int> DpChoices() const;
@@ -159,7 +177,8 @@ struct JobSpec {
   }
   // Placement: the workers this job takes when `available` are idle: its world, or for an
   // elastic job the largest of its dp choices that fits (times tp x pp); 0 when none fits.
-  // MinWorld: the fewest it can start on. The coordinator's one rule for both.
+  // MinWorld: the fewest it can start on. The coordinator's one rule for both. parallel: auto:
+  // resources.workers when stated, else any number from 1 (the planner picks among them).
   int WorldFor(int available) const;
   int MinWorld() const;
   // global_batch = micro_batch x grad_accum x dp

@@ -5,7 +5,8 @@
 # once on two workers; a wrong crc32c is refused and nothing is committed; a shard server
 # SIGKILLed after a commit reads the checkpoint back identical; a coordinator SIGKILLed
 # with a queued job restarts and runs it, and the running jobs resume from their newest
-# committed checkpoints; of two queued jobs the higher priority is placed first, within a
+# committed checkpoints; a parallel: auto job gets the planner's layout, says it, and gives
+# one process's losses; of two queued jobs the higher priority is placed first, within a
 # second of a cancel freeing a worker; a worker SIGKILLed mid-job restarts the job on the
 # spare worker from its last committed checkpoint (and with max_restarts 0 fails it with a
 # reason); every daemon's /metrics passes promtool; stop is clean.
@@ -90,6 +91,19 @@ check "a DP=2 job on two workers gives one process's losses (15 steps, <= 1e-5 r
 "$CLI" submit "$TMP/zero1.yaml" --wait >"$TMP/zero1.txt"; rc=$?
 check "a DP=2 ZeRO-1 job on two workers gives one process's losses (15 steps, <= 1e-5 relative)" bash -c "[ $rc -eq 0 ] && \
   paste <(grep '^step' '$TMP/zero1.txt' | awk -F'|' '{print \$2}' | awk '{print \$2}') <(awk '{print \$4}' '$TMP/dp1.txt') | \
+  awk 'BEGIN {n = 0} {n++; d = (\$1 - \$2) / \$2; if (d < 0) d = -d; if (d > 1e-5) bad = 1} END {exit !(n == 15 && !bad)}'"
+
+# parallel: auto: the coordinator chooses the layout for the two workers (the cost model's
+# first; the event and describe say which and its prediction), and any layout gives the
+# one-process losses of the same global batch.
+sed -e 's/micro_batch: 2, //' "$TMP/dp1.yaml" >"$TMP/auto.yaml"
+printf 'parallel: auto\nresources: {workers: 2}\n' >>"$TMP/auto.yaml"
+"$CLI" submit "$TMP/auto.yaml" --wait >"$TMP/auto.txt"; rc=$?
+auto_id=$(grep -o 'j-[0-9]*' "$TMP/auto.txt" | head -1)
+check "a parallel: auto job gets its layout and prediction in its events and describe, and one process's losses" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'parallel: auto on 2 cpu workers (cluster cpu .*): dp .* x tp .* x pp .*: predicted step .* tokens/s .* MFU .* GB per worker' '$TMP/auto.txt' && \
+   '$CLI' describe $auto_id | grep -q '^Layout:     parallel: auto on 2 cpu workers' && \
+   paste <(grep '^step' '$TMP/auto.txt' | awk -F'|' '{print \$2}' | awk '{print \$2}') <(awk '{print \$4}' '$TMP/dp1.txt') | \
   awk 'BEGIN {n = 0} {n++; d = (\$1 - \$2) / \$2; if (d < 0) d = -d; if (d > 1e-5) bad = 1} END {exit !(n == 15 && !bad)}'"
 
 SHARD="127.0.0.1:$(sed 's/.*"grpc_port": \([0-9]*\).*/\1/' "$TMP/cluster/shardserver.ready")"

@@ -6,6 +6,8 @@
 // ZeRO 3: terabytes a step over data parallelism) behind a faster one on a slow network.
 #include "jobspec/cost_model.h"
 
+#include "jobspec/auto_layout.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -321,6 +323,7 @@ TEST(CostModelTest, ReproducesMegatronsTable1Within20Percent) {
   }
 }
 
+
 // Published: MosaicML's MPT training benchmarks, github.com/mosaicml/llm-foundry,
 // scripts/train/benchmarking/README.md, table "H100 80GB BF16": tokens/s per GPU ("Throughput
 // (T/s/GPU)") and MFU of MPT models trained data parallel only with FSDP FULL_SHARD (= ZeRO 3;
@@ -415,6 +418,92 @@ TEST(CostModelTest, ReproducesMosaicMlMptH100TableWhereDocumented) {
       EXPECT_GT(error, 0.2) << what << ": documented as over-predicted by more than 20% in docs/perf.md";
     }
   }
+}
+
+// parallel: auto (jobspec/auto_layout.h): the cost model's first layout, kept to what the spec
+// states and bounds, as a spec the worker can read; refused with the memory it would need.
+TEST(AutoLayoutTest, ChoosesTheCostModelsFirstLayoutWithinWhatTheSpecStates) {
+  const std::string model =
+      "model: {n_layer: 4, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 128}\ndata: {train: t.bin}\n"
+      "train: {steps: 10, global_batch: 16, lr: 1.0e-3}\n";
+  auto spec = ParseJobSpec(model + "parallel: auto\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::string why;
+  ClusterSpec cluster = DefaultCluster("cpu", "", &why);
+  EXPECT_NE(why.find("generic cpu profile"), std::string::npos) << why;
+  cluster.gpus_per_node = 4;
+  auto choices = ChooseLayouts(*spec, cluster, 4, 3);
+  ASSERT_TRUE(choices.ok()) << choices.status();
+  ASSERT_EQ(choices->size(), 3u);
+  auto ranked = RankLayouts(PlanOfSpec(*spec), cluster, 4, 16, 1);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  const PlanInput& best = ranked->front().in;
+  const JobSpec& chosen = choices->front().spec;
+  EXPECT_FALSE(chosen.auto_layout());
+  EXPECT_EQ(chosen.parallel.dp, best.dp);
+  EXPECT_EQ(chosen.parallel.tp, best.tp);
+  EXPECT_EQ(chosen.parallel.pp, best.pp);
+  EXPECT_EQ(chosen.parallel.zero_stage, best.zero);
+  EXPECT_EQ(chosen.train.micro_batch, best.micro_batch);
+  EXPECT_EQ(chosen.recompute(), best.recompute);
+  EXPECT_EQ(chosen.world_size(), 4);
+  EXPECT_EQ(chosen.train.global_batch, 16) << "the global batch is the user's";
+  EXPECT_DOUBLE_EQ(choices->front().ranked.cost.tokens_per_s, ranked->front().cost.tokens_per_s);
+  for (size_t i = 1; i < choices->size(); ++i) {
+    EXPECT_LE((*choices)[i].ranked.cost.tokens_per_s, (*choices)[i - 1].ranked.cost.tokens_per_s);
+  }
+  const std::string line = DescribeChoice(choices->front());
+  for (const char* part : {"dp ", " x tp ", "ZeRO ", "micro_batch ", "predicted step ", "tokens/s", "MFU ", "GB per worker of 16 GB"}) {
+    EXPECT_NE(line.find(part), std::string::npos) << part << ": " << line;
+  }
+  // Stated keys are kept and bounds hold, in every choice.
+  auto fixed = ParseJobSpec(model + "parallel: {auto: true, zero_stage: 2, max_tp: 1, max_pp: 1}\n");
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  auto kept = ChooseLayouts(*fixed, cluster, 4, 5);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  for (const LayoutChoice& c : *kept) {
+    EXPECT_EQ(c.spec.parallel.zero_stage, 2);
+    EXPECT_EQ(c.spec.parallel.tp, 1);
+    EXPECT_EQ(c.spec.parallel.pp, 1);
+    EXPECT_EQ(c.spec.parallel.dp, 4);
+  }
+  // Not auto: refused.
+  auto plain = ParseJobSpec("model: {n_layer: 4, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 128}\n"
+                            "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 1, lr: 1.0e-3}\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(ChooseLayouts(*plain, cluster, 4, 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AutoLayoutTest, AModelThatFitsNoLayoutIsRefusedWithTheMemoryItNeeds) {
+  auto spec = ParseJobSpec("model: {n_layer: 4, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 128}\n"
+                           "data: {train: t.bin}\ntrain: {steps: 10, global_batch: 16, lr: 1.0e-3}\nparallel: auto\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::string why;
+  ClusterSpec cluster = DefaultCluster("cpu", "", &why);
+  cluster.device.memory = 1e6;  // 1 MB a worker
+  auto none = ChooseLayouts(*spec, cluster, 2, 1);
+  ASSERT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
+  const std::string m(none.status().message());
+  EXPECT_NE(m.find("no layout of 2 GPUs fits 90% of 0.00 GB each"), std::string::npos) << m;
+  EXPECT_NE(m.find("the least any needs is"), std::string::npos) << m;
+  // The least it names (3 significant digits) is what a worker needs: with that much, it fits.
+  const size_t at = m.find("the least any needs is ") + 23;
+  const double need = std::stod(m.substr(at));
+  cluster.device.memory = need * 1e9 / 0.9 * 1.01;  // above the rounding
+  EXPECT_TRUE(ChooseLayouts(*spec, cluster, 2, 1).ok());
+  cluster.device.memory = need * 1e9 / 0.9 * 0.99;
+  EXPECT_FALSE(ChooseLayouts(*spec, cluster, 2, 1).ok());
+}
+
+TEST(AutoLayoutTest, DefaultClusterFollowsTheDeviceKindAndTheGpusName) {
+  std::string why;
+  EXPECT_EQ(DefaultCluster("cuda", "NVIDIA H200", &why).name, "dgx-h200");
+  EXPECT_NE(why.find("the dgx-h200 preset for NVIDIA H200"), std::string::npos) << why;
+  EXPECT_EQ(DefaultCluster("cuda", "NVIDIA A100-SXM4-80GB", &why).name, "dgx-a100");
+  EXPECT_EQ(DefaultCluster("cuda", "NVIDIA L4", &why).name, "dgx-h100");
+  EXPECT_NE(why.find("no preset for 'NVIDIA L4'"), std::string::npos) << why;
+  EXPECT_TRUE(DefaultCluster("cpu", "", &why).device.unfused_attention) << "the cpu backend keeps the probabilities";
+  EXPECT_FALSE(DefaultCluster("cuda-emulated", "cuda-emulated:0", &why).device.unfused_attention);
 }
 
 }  // namespace

@@ -698,6 +698,93 @@ TEST(JobSpecTest, MoeKeysWithoutExpertsAreTheDenseModelTheNormalFormAndConfigJso
   EXPECT_FALSE(a == b);
 }
 
+// parallel: auto (jobspec/auto_layout.h): the layout is the coordinator's at placement.
+constexpr char kAuto[] = R"(
+model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 16}
+data: {train: t.bin}
+train: {steps: 10, global_batch: 8, lr: 1.0e-3}
+)";
+
+TEST(JobSpecTest, ParallelAutoKeepsAutoAndWhatIsStatedThroughTheNormalForm) {
+  auto s = ParseJobSpec(std::string(kAuto) + "parallel: auto\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->auto_layout());
+  EXPECT_EQ(s->parallel.auto_layout, (AutoLayout{.enabled = true}));  // nothing stated: everything the planner's
+  const std::string yaml = ToYaml(*s);
+  EXPECT_NE(yaml.find("auto: true"), std::string::npos) << yaml;
+  for (const char* chosen : {"dp:", "tp:", "pp:", "zero_stage:", "micro_batch:", "recompute:", "sequence_parallel:"}) {
+    EXPECT_EQ(yaml.find(chosen), std::string::npos) << chosen << " is the planner's until placement:\n" << yaml;
+  }
+  auto again = ParseJobSpec(yaml);
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << yaml;
+  EXPECT_EQ(*again, *s);
+  // The mapping form: what is stated beside auto is kept, and the bounds.
+  auto m = ParseJobSpec(
+      "model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 16}\ndata: {train: t.bin}\n"
+      "train: {steps: 10, global_batch: 8, micro_batch: 2, recompute: full, lr: 1.0e-3}\n"
+      "parallel: {auto: true, zero_stage: 1, max_tp: 2, bucket_mb: 5}\nresources: {workers: 4}\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const AutoLayout& a = m->parallel.auto_layout;
+  EXPECT_TRUE(a.enabled && a.zero_stage && a.micro_batch && a.recompute);
+  EXPECT_FALSE(a.tp || a.pp || a.sequence_parallel);
+  EXPECT_EQ(a.max_tp, 2);
+  EXPECT_EQ(m->parallel.zero_stage, 1);
+  EXPECT_EQ(m->train.micro_batch, 2);
+  const std::string myaml = ToYaml(*m);
+  for (const char* kept : {"auto: true", "max_tp: 2", "zero_stage: 1", "micro_batch: 2", "recompute: full", "workers: 4"}) {
+    EXPECT_NE(myaml.find(kept), std::string::npos) << kept << "\n" << myaml;
+  }
+  auto m2 = ParseJobSpec(myaml);
+  ASSERT_TRUE(m2.ok()) << m2.status();
+  EXPECT_EQ(*m2, *m);
+  // auto: false is a spec like any other.
+  auto off = ParseJobSpec(With("parallel: {auto: false, dp: 2}\n"));
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->auto_layout());
+  EXPECT_EQ(off->parallel.dp, 2);
+  // Placement: resources.workers when stated, else whatever is idle (at least one).
+  EXPECT_EQ(s->MinWorld(), 1);
+  EXPECT_EQ(s->WorldFor(6), 6);
+  EXPECT_EQ(s->WorldFor(0), 0);
+  EXPECT_EQ(m->MinWorld(), 4);
+  EXPECT_EQ(m->WorldFor(3), 0);
+  EXPECT_EQ(m->WorldFor(9), 4);
+}
+
+TEST(JobSpecTest, ParallelAutoRefusesContradictionsNamingTheField) {
+  const std::string a = kAuto;
+  auto has = [](const std::string& err, const std::string& what) {
+    EXPECT_NE(err.find(what), std::string::npos) << err;
+  };
+  has(Error(a + "parallel: {auto: true, dp: 2}\n"), "field 'parallel.dp' is the planner's with parallel: auto");
+  has(Error(a + "parallel: auto\nelastic: {min_dp: 1, max_dp: 4}\n"), "field 'elastic' does not combine with parallel: auto");
+  has(Error(a + "parallel: manual\n"), "field 'parallel' is 'manual': auto, or a mapping");
+  has(Error(With("parallel: {dp: 2, max_tp: 2}\n")), "field 'parallel.max_tp' bounds the planner's choice: it applies with parallel: auto");
+  has(Error(a + "parallel: {auto: true, tp: 2, max_tp: 4}\n"), "field 'parallel.max_tp' bounds the planner's degree, but parallel.tp is stated (2)");
+  has(Error(a + "parallel: {auto: true, max_pp: 0}\n"), "field 'parallel.max_pp' must be >= 1");
+  has(Error(a + "parallel: {auto: true, tp: 4}\nresources: {workers: 6}\n"),
+      "field 'resources.workers' 6 is not a multiple of the stated tp x pp = 4");
+  has(Error(a + "parallel: {auto: true, sequence_parallel: true, max_tp: 1}\n"),
+      "field 'parallel.sequence_parallel' needs tp > 1, but parallel.max_tp is 1");
+  has(Error(a + "parallel: {auto: true, tp: 3}\n"), "field 'parallel.tp' 3 does not divide model.n_head 4");
+  has(Error("model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 16}\ndata: {train: t.bin}\n"
+            "train: {steps: 10, micro_batch: 2, lr: 1.0e-3}\nparallel: auto\n"),
+      "field 'train.global_batch' is required with parallel: auto");
+  has(Error("model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 16}\ndata: {train: t.bin}\n"
+            "train: {steps: 10, global_batch: 12, micro_batch: 3, lr: 1.0e-3}\nparallel: auto\n"),
+      "field 'train.micro_batch' is 3: with parallel: auto a stated micro_batch is one the planner considers");
+  has(Error("model: {n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 16}\ndata: {train: t.bin}\n"
+            "train: {steps: 10, global_batch: 8, micro_batch: 16, lr: 1.0e-3}\nparallel: auto\n"),
+      "field 'train.global_batch' must equal micro_batch x grad_accum x dp");
+  // What the planner chooses is not held against the rules that need its choice: ZeRO for
+  // offload, dp for ep, tp for sequence parallelism.
+  EXPECT_TRUE(ParseJobSpec(a + "parallel: auto\noptimizer: {offload: cpu}\n").ok());
+  EXPECT_TRUE(ParseJobSpec(a + "parallel: {auto: true, sequence_parallel: true}\n").ok());
+  EXPECT_TRUE(ParseJobSpec(a + "parallel: auto\nresources: {workers: 8, device: cuda}\n").ok());
+  // ... but what is stated is: ZeRO 0 stated with offload is refused as without auto.
+  has(Error(a + "parallel: {auto: true, zero_stage: 0}\noptimizer: {offload: cpu}\n"), "field 'optimizer.offload'");
+}
+
 TEST(LearningRateTest, ConstantWithoutWarmupOrDecay) {
   TrainSpec t;
   t.steps = 100;
