@@ -176,6 +176,7 @@ absl::Status ReadProfile(const YAML::Node& root, const std::string& prefix, Devi
   f.read["launch_us"] = Number(w, &p->launch, 1e-6, true);
   f.read["host_adamw_gparams"] = Number(w, &p->host_adamw, 1e9, true);
   f.read["host_link_gbs"] = Number(w, &p->host_link, 1e9, true);
+  f.read["comm_compute_cost"] = Number(w, &p->comm_compute_cost, 1, true);
   f.read["unfused_attention"] = [&](const YAML::Node& n, const std::string& field) {
     try {
       p->unfused_attention = n.as<bool>();
@@ -305,6 +306,7 @@ void EmitProfile(YAML::Emitter& out, const DeviceProfile& p) {
   out << YAML::Key << "launch_us" << YAML::Value << p.launch * 1e6;
   out << YAML::Key << "host_adamw_gparams" << YAML::Value << p.host_adamw / 1e9;
   out << YAML::Key << "host_link_gbs" << YAML::Value << p.host_link / 1e9;
+  out << YAML::Key << "comm_compute_cost" << YAML::Value << p.comm_compute_cost;
   out << YAML::Key << "unfused_attention" << YAML::Value << p.unfused_attention;
   out << YAML::EndMap;
 }

@@ -46,6 +46,11 @@ struct DeviceProfile {
   double launch = 0;            // seconds
   double host_adamw = 0;        // parameters/s; 0: no offload
   double host_link = 0;         // bytes/s
+  // Seconds of compute lost per second of data-parallel communication that runs beside it
+  // (hidden behind backward, or ZeRO 3's prefetched gathers). 0 where the collectives have
+  // resources of their own (NCCL on its own SMs and copy engines); on CPU ranks whose
+  // collectives run on the cores they compute on (Gloo over TCP), measured by calibrate.
+  double comm_compute_cost = 0;
   // The backend keeps attention's probabilities (B, NH, T, T) and runs the scores as GEMMs
   // (the cpu backend; a GPU job may choose it too): attention_* are then unused.
   bool unfused_attention = false;

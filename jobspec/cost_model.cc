@@ -276,6 +276,9 @@ DpCost CostOfDp(const PlanInput& in, const ClusterSpec& cluster, const Links& li
     r.total = m * (gather_time + bwd_comm);
     r.bytes = m * sc.params * (2 * pw + gw) * frac;
   }
+  // Hidden traffic is not free where the collectives share the compute's resources: its
+  // measured share of compute time is lost (DeviceProfile::comm_compute_cost).
+  r.exposed += cluster.device.comm_compute_cost * std::max(0.0, r.total - r.exposed);
   return r;
 }
 

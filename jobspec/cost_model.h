@@ -24,7 +24,8 @@
 // 2, 3: every micro-batch), all but the last bucket hidden while backward lasts; ZeRO 1-2
 // gather the updated parameters after the optimizer (exposed); ZeRO 3 gathers each unit
 // before its forward and its backward, the next one prefetched during the current one's
-// compute. The pipeline's fill and drain: (p - 1) times the slowest stage's micro-batch (1F1B
+// compute. Hidden traffic still costs the profile's comm_compute_cost of its time where the
+// collectives share the compute's cores (CPU ranks; measured by calibrate). The pipeline's fill and drain: (p - 1) times the slowest stage's micro-batch (1F1B
 // and GPipe alike). The optimizer: AdamW's 28 bytes a parameter of the rank's shard over the
 // memory bandwidth, or with offload the host's AdamW pipelined with the copies down and up.
 #pragma once

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -146,6 +147,54 @@ absl::StatusOr<jobspec::Link> TimeGloo(const Options& o) {
   return l;
 }
 
+// Compute lost to communication running beside it (DeviceProfile::comm_compute_cost): each of
+// o.ranks ranks, its compute pinned as a training rank's is, times a run of GEMMs alone, then
+// again while its communication thread all-reduces throughout (as ZeRO's thread does behind
+// backward); the GEMMs' lost time over the time the communication ran beside them.
+absl::StatusOr<double> TimeCommComputeCost(const Options& o, double allreduce_seconds) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  const int N = o.rows, C = o.n_embd, F = 4 * o.n_embd, reps = 8;
+  const size_t big = 4 << 20;
+  std::vector<double> alone(o.ranks), shared(o.ranks);
+  std::vector<absl::Status> status(o.ranks);
+  std::barrier sync(o.ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.ranks; ++r) {
+    threads.emplace_back([&, r] {
+      kernels::ConfigureThreads(o.threads, r, o.ranks);
+      auto comm = comm::GlooCommunicator::Create(r, o.ranks, store, {});
+      if (!comm.ok()) status[r] = comm.status();
+      std::vector<float> x = Random(static_cast<size_t>(N) * C, 11 + r), w = Random(static_cast<size_t>(C) * F, 12),
+                         y(static_cast<size_t>(N) * F), data = Random(big, 13 + r);
+      auto gemms = [&] {
+        for (int i = 0; i < reps; ++i) kernels::matmul_forward(y.data(), x.data(), w.data(), nullptr, N, C, F);
+      };
+      sync.arrive_and_wait();  // every rank computes at once, as in training
+      alone[r] = Median(o.repeats, gemms);
+      sync.arrive_and_wait();
+      // Enough all-reduces to outlast the GEMMs slowed to a third (the same count on every rank).
+      const double longest = *std::max_element(alone.begin(), alone.end());
+      const int count = static_cast<int>(std::ceil(3.0 * (o.repeats + 1) * longest / std::max(1e-6, allreduce_seconds))) + 2;
+      std::thread comm_thread([&] {
+        for (int i = 0; i < count && comm.ok(); ++i) {
+          if (absl::Status s = (*comm)->AllReduceSum(data.data(), big); !s.ok()) {
+            status[r] = s;
+            return;
+          }
+        }
+      });
+      sync.arrive_and_wait();
+      shared[r] = Median(o.repeats, gemms);
+      comm_thread.join();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : status) RETURN_IF_ERROR(s);
+  double worst = 0;
+  for (int r = 0; r < o.ranks; ++r) worst = std::max(worst, (shared[r] - alone[r]) / shared[r]);
+  return worst;
+}
+
 }  // namespace
 
 absl::StatusOr<jobspec::ClusterSpec> Calibrate(const Options& o) {
@@ -178,6 +227,11 @@ absl::StatusOr<jobspec::ClusterSpec> Calibrate(const Options& o) {
                }) / 1000;
   }
   ASSIGN_OR_RETURN(jobspec::Link link, TimeGloo(o));
+  {  // a 16 MB all-reduce's time by the link just measured, to size the overlap's run
+    const double n = o.ranks, bytes = (4 << 20) * 4.0;
+    const double t = 2 * (n - 1) * link.latency + 2 * (n - 1) / n * bytes / link.bandwidth;
+    ASSIGN_OR_RETURN(d.comm_compute_cost, TimeCommComputeCost(o, t));
+  }
   c.name = absl::StrCat("local-", o.ranks, "x", d.name);
   c.gpus_per_node = o.ranks;
   c.intra = c.inter = link;

@@ -373,10 +373,10 @@ absl::Status RunCalibrate(int argc, char** argv) {
   }
   RETURN_IF_ERROR(WriteFileAtomic(out, yaml));
   std::printf("wrote %s: GEMM fp32 %.1f / %.1f GFLOP/s (fwd / bwd), bf16 %.1f / %.1f; memory %.1f GB/s; Gloo all-reduce "
-              "%.2f GB/s, %.1f us among %d ranks\n",
+              "%.2f GB/s, %.1f us among %d ranks; compute lost to concurrent communication %.2f s a second\n",
               out.c_str(), c.device.gemm_fwd[1] / 1e9, c.device.gemm_bwd[1] / 1e9, c.device.gemm_fwd[0] / 1e9,
               c.device.gemm_bwd[0] / 1e9, c.device.memory_bandwidth / 1e9, c.intra.bandwidth / 1e9,
-              c.intra.latency * 1e6, o.ranks);
+              c.intra.latency * 1e6, o.ranks, c.device.comm_compute_cost);
   return absl::OkStatus();
 }
 

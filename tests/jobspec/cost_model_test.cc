@@ -204,6 +204,44 @@ TEST(CostModelTest, Zero3MovesItsBytesEveryMicroBatch) {
   EXPECT_REL(PredictStep(in, Simple())->dp_bytes, 110336 * 8 * 0.75) << "ZeRO 1: once per step";
 }
 
+// Where the collectives share the compute's cores (CPU ranks over Gloo), hidden traffic still
+// costs compute: comm_compute_cost of it is added to what the step waits for, and all of it
+// at 1. ZeRO 3, whose per-unit gathers the model otherwise hides, pays for them then.
+TEST(CostModelTest, HiddenTrafficCostsComputeWhereTheProfileSaysItShares) {
+  PlanInput in = Small();
+  in.dp = 2;
+  in.zero = 3;
+  in.microbatches = 4;
+  ClusterSpec c = Simple();
+  c.gpus_per_node = 2;
+  c.intra = {1e9, 0};
+  auto free = PredictStep(in, c);
+  ASSERT_TRUE(free.ok());
+  ASSERT_LT(free->dp_comm, free->dp_comm_total) << "the case needs hidden traffic";
+  for (double cost : {0.5, 1.0}) {
+    ClusterSpec shared = c;
+    shared.device.comm_compute_cost = cost;
+    auto r = PredictStep(in, shared);
+    ASSERT_TRUE(r.ok());
+    const double hidden = free->dp_comm_total - free->dp_comm;
+    EXPECT_REL(r->dp_comm, free->dp_comm + cost * hidden);
+    EXPECT_REL(r->step, free->step + cost * hidden);
+    EXPECT_REL(r->dp_comm_total, free->dp_comm_total);
+  }
+  // The profile file carries it, and refuses a negative one by name.
+  DeviceProfile d = c.device;
+  d.comm_compute_cost = 0.75;
+  std::string yaml = ProfileYaml(d);
+  auto p = ParseProfile(yaml);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->comm_compute_cost, 0.75);
+  const size_t at = yaml.find("comm_compute_cost: 0.75");
+  ASSERT_NE(at, std::string::npos) << yaml;
+  auto bad = ParseProfile(yaml.replace(at, std::string("comm_compute_cost: 0.75").size(), "comm_compute_cost: -1"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("comm_compute_cost"), std::string::npos) << bad.status();
+}
+
 TEST(CostModelTest, OffloadRunsAdamWOnTheHostPipelinedWithItsCopies) {
   PlanInput in = Small();
   in.dp = 2;
