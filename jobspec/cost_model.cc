@@ -235,34 +235,37 @@ DpCost CostOfDp(const PlanInput& in, const ClusterSpec& cluster, const Links& li
   const double dense = sc.params - sc.expert_params, expert = sc.expert_params;
   const int edp = in.dp / in.ep;
   // Gradients: an all-reduce (ZeRO 0) or reduce-scatter of every bucket, dense over dp and the
-  // experts' over edp; parameters: an all-gather of the same split.
-  auto reduce = [&](double params) {
-    const double bytes = params * gw;
+  // experts' over edp; parameters: an all-gather of the same split. `pieces` collectives move
+  // `params` between them, each paying its latency: the buckets (parallel.bucket_mb), or
+  // under ZeRO 3 the units.
+  auto reduce = [&](double params, double pieces) {
+    const double bytes = params * gw / pieces;
     if (in.zero == 0) {
-      return AllReduceTime(bytes * dense / sc.params, in.dp, links.dp) +
-             AllReduceTime(bytes * expert / sc.params, edp, links.edp);
+      return pieces * (AllReduceTime(bytes * dense / sc.params, in.dp, links.dp) +
+                       AllReduceTime(bytes * expert / sc.params, edp, links.edp));
     }
-    return ReduceScatterTime(bytes * dense / sc.params, in.dp, links.dp) +
-           ReduceScatterTime(bytes * expert / sc.params, edp, links.edp);
+    return pieces * (ReduceScatterTime(bytes * dense / sc.params, in.dp, links.dp) +
+                     ReduceScatterTime(bytes * expert / sc.params, edp, links.edp));
   };
-  auto gather = [&](double params) {
-    const double bytes = params * pw;
-    return ReduceScatterTime(bytes * dense / sc.params, in.dp, links.dp) +
-           ReduceScatterTime(bytes * expert / sc.params, edp, links.edp);
+  auto gather = [&](double params, double pieces) {
+    const double bytes = params * pw / pieces;
+    return pieces * (ReduceScatterTime(bytes * dense / sc.params, in.dp, links.dp) +
+                     ReduceScatterTime(bytes * expert / sc.params, edp, links.edp));
   };
-  const double grads = reduce(sc.params), params = gather(sc.params);
   // Moved per GPU: a ring sends (n-1)/n of the buffer per pass (all-reduce: two passes).
   const double d = in.dp, frac = (d - 1) / d;
   const double bucket_share = std::min(1.0, in.bucket_mb * 1e6 / (sc.params * gw));
   const double unit_share = 1.0 / std::max(1, sc.units);
+  const double pieces = in.zero == 3 ? std::max(1, sc.units) : std::ceil(1 / bucket_share);
+  const double grads = reduce(sc.params, pieces), params = gather(sc.params, pieces);
   if (in.zero <= 1) {  // once per step, during the last micro-batch's backward
-    const double last = reduce(sc.params * bucket_share);
+    const double last = reduce(sc.params * bucket_share, 1);
     r.exposed = std::max(last, grads - sc.bwd * (1 - bucket_share));
     r.total = grads;
     r.bytes = sc.params * gw * frac * (in.zero == 0 ? 2 : 1);
     if (in.zero == 1) r.exposed += params, r.total += params, r.bytes += sc.params * pw * frac;
   } else if (in.zero == 2) {  // every micro-batch; the updated parameters gathered after the step
-    const double last = reduce(sc.params * bucket_share);
+    const double last = reduce(sc.params * bucket_share, 1);
     r.exposed = m * std::max(last, grads - sc.bwd * (1 - bucket_share)) + params;
     r.total = m * grads + params;
     r.bytes = m * sc.params * gw * frac + sc.params * pw * frac;
