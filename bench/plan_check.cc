@@ -102,7 +102,9 @@ double Measure(const Layout& l, const std::string& data, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string cluster_path, layouts = "1.1.1.0.none,1.1.1.0.full,2.1.1.0.none,2.1.1.1.none,2.1.1.3.none,1.2.1.0.none,1.1.2.0.none";
+  std::string cluster_path, layouts =
+      "1.1.1.0.none,1.1.1.0.full,1.1.1.0.selective,2.1.1.0.none,2.1.1.1.none,2.1.1.2.none,2.1.1.3.none,1.2.1.0.none,"
+      "1.1.2.0.none";
   int steps = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--cluster")) cluster_path = argv[i + 1];
