@@ -5,7 +5,8 @@
 // (`gantry-train calibrate --threads 1 --ranks 2 --n-embd 256 --heads 4 --seq-len 128 --rows 512`),
 // and the layouts' order by each. Prints a table; exits 1 when a prediction is more than 20%
 // off or the two orders differ.
-//   plan_check --cluster FILE [--steps 8] [--layouts 1.1.1.0.none,2.1.1.0.none,...]
+//   plan_check --cluster FILE [--steps 8] [--layouts 1.1.1.0.none,2.1.1.0.none,2.1.1.0.none.ep2,...]
+//   (DP.TP.PP.ZERO.RECOMPUTE, and .epN for the model's MoE twin at expert parallelism N)
 //     (each DP.TP.PP.ZERO.RECOMPUTE)
 #include <gloo/rendezvous/hash_store.h>
 
@@ -35,19 +36,24 @@ using namespace gantry;
 struct Layout {
   int dp = 1, tp = 1, pp = 1, zero = 0;
   std::string recompute = "none";
-  std::string Name() const { return absl::StrCat("dp", dp, " tp", tp, " pp", pp, " ZeRO ", zero, " rc ", recompute); }
+  int ep = 0;  // 0: the dense model; else its MoE twin (4 experts, top 2, every second layer) at this ep
+  std::string Name() const {
+    return absl::StrCat("dp", dp, " tp", tp, " pp", pp, " ZeRO ", zero, " rc ", recompute, ep ? absl::StrCat(" MoE ep", ep) : "");
+  }
 };
 
 jobspec::JobSpec SpecOf(const Layout& l, const std::string& data, int steps) {
   // 4 layers of 256 over T 128, 4 sequences a micro-batch, 16 a step: the shapes calibrated.
   auto s = jobspec::ParseJobSpec(absl::StrCat(
       "name: plan-check\n"
-      "model: {n_layer: 4, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 128}\n"
+      "model: {n_layer: 4, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 128",
+      l.ep ? ", moe: {num_experts: 4, top_k: 2, capacity_factor: 1.25, every_n_layers: 2}" : "", "}\n"
       "data: {train: ", data, "}\n"
       "train: {steps: ", steps, ", micro_batch: 4, global_batch: 16, lr: 1.0e-3, warmup: 1, recompute: ", l.recompute,
       "}\n"
       "checkpoint: {every: 0, dir: /tmp/plan-check-unused}\n"
-      "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", zero_stage: ", l.zero, "}\n"));
+      "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", zero_stage: ", l.zero,
+      l.ep ? absl::StrCat(", ep: ", l.ep) : "", "}\n"));
   if (!s.ok()) {
     std::fprintf(stderr, "plan_check: %s\n", std::string(s.status().message()).c_str());
     std::exit(2);
@@ -69,13 +75,13 @@ double Measure(const Layout& l, const std::string& data, int steps) {
       train::TrainOptions o;
       FILE* null = std::fopen("/dev/null", "w");
       o.out = null;
-      auto groups = comm::MakeGroups(r, {l.dp, l.tp, l.pp, 1}, comm::GlooGroups(store, {}));
+      auto groups = comm::MakeGroups(r, {l.dp, l.tp, l.pp, std::max(1, l.ep)}, comm::GlooGroups(store, {}));
       if (!groups.ok()) {
         status[r] = groups.status();
         std::fclose(null);
         return;
       }
-      if (l.tp * l.pp > 1) o.groups = groups->get();
+      if (l.tp * l.pp > 1 || l.ep > 1) o.groups = groups->get();
       else o.comm = (*groups)->dp;
       if (r == 0) {
         o.on_step = [&](const train::StepReport& rep) {
@@ -104,7 +110,7 @@ double Measure(const Layout& l, const std::string& data, int steps) {
 int main(int argc, char** argv) {
   std::string cluster_path, layouts =
       "1.1.1.0.none,1.1.1.0.full,1.1.1.0.selective,2.1.1.0.none,2.1.1.1.none,2.1.1.2.none,2.1.1.3.none,1.2.1.0.none,"
-      "1.1.2.0.none";
+      "1.1.2.0.none,2.1.1.0.none.ep1,2.1.1.0.none.ep2";
   int steps = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--cluster")) cluster_path = argv[i + 1];
@@ -140,11 +146,12 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (absl::string_view item : absl::StrSplit(layouts, ',', absl::SkipEmpty())) {
     std::vector<std::string> f = absl::StrSplit(item, '.');
-    if (f.size() != 5) {
-      std::fprintf(stderr, "plan_check: layout '%s' is not DP.TP.PP.ZERO.RECOMPUTE\n", std::string(item).c_str());
+    if (f.size() != 5 && !(f.size() == 6 && f[5].size() > 2 && f[5].substr(0, 2) == "ep")) {
+      std::fprintf(stderr, "plan_check: layout '%s' is not DP.TP.PP.ZERO.RECOMPUTE[.epN]\n", std::string(item).c_str());
       return 2;
     }
-    Layout l{std::atoi(f[0].c_str()), std::atoi(f[1].c_str()), std::atoi(f[2].c_str()), std::atoi(f[3].c_str()), f[4]};
+    Layout l{std::atoi(f[0].c_str()), std::atoi(f[1].c_str()), std::atoi(f[2].c_str()), std::atoi(f[3].c_str()), f[4],
+             f.size() == 6 ? std::atoi(f[5].c_str() + 2) : 0};
     jobspec::PlanInput in = jobspec::PlanOfSpec(SpecOf(l, data, steps));
     auto cost = jobspec::PredictStep(in, *cluster);
     if (!cost.ok()) {
