@@ -9,8 +9,8 @@ void Block::AttentionForward(int l, int B, int T, const char* name) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
   ctx_.Op(name, [&] {
-    ctx_.be().AttentionForward(ctx_.H(ctx_.LayerAct(l, o.atty)), ctx_.LayerAct(l, o.att),
-                               ctx_.H(ctx_.LayerAct(l, o.qkv)), B, T, d.Ca, d.NH, ctx_.precision());
+    ctx_.be().AttentionForward(H(ctx_.LayerAct(l, o.atty)), ctx_.LayerAct(l, o.att),
+                               H(ctx_.LayerAct(l, o.qkv)), B, T, d.Ca, d.NH, ctx_.precision());
   });
 }
 
@@ -18,8 +18,8 @@ void Block::AttentionBackward(int l, int B, int T) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
   ctx_.Op("attention bwd", [&] {
-    ctx_.be().AttentionBackward(ctx_.H(ctx_.A(o.dqkv)), ctx_.A(o.datt), ctx_.H(ctx_.A(o.datty)),
-                                ctx_.H(ctx_.LayerAct(l, o.qkv)), ctx_.H(ctx_.LayerAct(l, o.atty)),
+    ctx_.be().AttentionBackward(H(A(o.dqkv)), A(o.datt), H(A(o.datty)),
+                                H(ctx_.LayerAct(l, o.qkv)), H(ctx_.LayerAct(l, o.atty)),
                                 ctx_.LayerAct(l, o.att), B, T, d.Ca, d.NH, ctx_.precision());
   });
 }

@@ -62,6 +62,9 @@ class Block {
   // Activation checkpointing: what forward did not keep of layer l, computed again as it was
   // (full: the whole layer through `forward`; selective: the attention).
   void Recompute(int l, int B, int T, const std::function<void()>& forward);
+  // The current slot's activation at `off`, and a 16-bit view of one in mixed precision.
+  float* A(size_t off) const { return ctx_.A(off); }
+  kernels::Ptr H(float* p) const { return ctx_.H(p); }
 
   RunContext& ctx_;
   TensorParallel& tp_;

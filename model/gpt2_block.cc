@@ -21,9 +21,7 @@ void Gpt2Block::Forward(int l, const LayerParams& p, const GemmOperands& w, cons
   const int C = d.C, Ca = d.Ca, Fm = d.Fm;
   const int BT = B * T, R = tp_.Rows(BT);
   k::Backend& be = ctx_.be();
-  auto A = [&](size_t off) { return ctx_.A(off); };
   auto L = [&](size_t off) { return ctx_.LayerAct(l, off); };
-  auto H = [&](float* x) { return ctx_.H(x); };
   auto name = [tag](const char* op) { return *tag ? tag : op; };
   // Row-parallel projections: each rank's partial product (fp32), summed over the group, then
   // rounded (autocast's 16-bit output); rank 0 adds the bias. With sequence parallelism the
@@ -61,9 +59,7 @@ void Gpt2Block::Backward(int l, const LayerParams& p, const GemmOperands& w, con
   const int C = d.C, Ca = d.Ca, Fm = d.Fm;
   const int BT = B * T, R = tp_.Rows(BT);
   k::Backend& be = ctx_.be();
-  auto A = [&](size_t off) { return ctx_.A(off); };
   auto L = [&](size_t off) { return ctx_.LayerAct(l, off); };
-  auto H = [&](float* x) { return ctx_.H(x); };
   float* dres = A(o.dres);
   float* dln = A(o.dln);
   Recompute(l, B, T, [&] { Forward(l, p, w, residual, B, T, "recompute fwd"); });
@@ -147,7 +143,6 @@ MoeActivations Gpt2Block::MoeActs(int l) const {
 
 MoeScratch Gpt2Block::MoeWork() const {
   const jobspec::ActivationLayout& o = ctx_.off();
-  auto A = [&](size_t off) { return ctx_.A(off); };
   return {A(o.moe_yr), A(o.moe_dy), A(o.moe_dw), A(o.moe_dx), A(o.moe_dlogits), A(o.dfch), A(o.moe_dyr), A(o.moe_dxr)};
 }
 

@@ -28,9 +28,7 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
   const int C = d.C, Ca = d.Ca, NH = d.NH, NKV = d.NKV, hd = d.hd, Fm = d.Fm;
   const int BT = B * T, R = tp_.Rows(BT);
   k::Backend& be = ctx_.be();
-  auto A = [&](size_t off) { return ctx_.A(off); };
   auto L = [&](size_t off) { return ctx_.LayerAct(l, off); };
-  auto H = [&](float* x) { return ctx_.H(x); };
   auto name = [tag](const char* op) { return *tag ? tag : op; };
   float* proj = A(o.proj);
   // The q|k|v projection writes the packed (NH + 2 NKV)·hd rows; RoPE rotates q and k there;
@@ -65,9 +63,7 @@ void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, co
   const int C = d.C, Ca = d.Ca, NH = d.NH, NKV = d.NKV, hd = d.hd, Fm = d.Fm;
   const int BT = B * T, R = tp_.Rows(BT);
   k::Backend& be = ctx_.be();
-  auto A = [&](size_t off) { return ctx_.A(off); };
   auto L = [&](size_t off) { return ctx_.LayerAct(l, off); };
-  auto H = [&](float* x) { return ctx_.H(x); };
   float* dres = A(o.dres);
   float* dln = A(o.dln);
   Recompute(l, B, T, [&] { Forward(l, p, w, residual, B, T, "recompute fwd"); });
