@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "jobspec/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
 namespace gantry::jobspec {
@@ -86,44 +87,21 @@ ClusterSpec Dgx(const std::string& name, DeviceProfile d, double nvlink_one_way,
   return c;
 }
 
-absl::Status FieldError(const std::string& what, const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(what, ": field '", field, "' ", why));
-}
-
 // A mapping's keys, each read by its handler; an unknown key or a missing required one is an
-// error naming the field.
+// error naming the field (yaml_fields.h).
 struct Fields {
   std::string what;  // "cluster", "profile"
-  std::map<std::string, std::function<absl::Status(const YAML::Node&, const std::string&)>> read;
+  std::map<std::string, FieldHandler> read;
   std::vector<std::string> required;
 
   absl::Status Visit(const YAML::Node& node, const std::string& prefix) const {
-    if (!node.IsMap()) return FieldError(what, prefix.empty() ? "(top level)" : prefix, "must be a mapping");
-    std::vector<std::string> seen;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "?";
-      const std::string field = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
-      auto h = read.find(key);
-      if (h == read.end()) {
-        std::vector<std::string> known;
-        for (const auto& [k, f] : read) known.push_back(k);
-        return FieldError(what, field, absl::StrCat("is unknown (expected one of ", absl::StrJoin(known, ", "), ")"));
-      }
-      RETURN_IF_ERROR(h->second(it->second, field));
-      seen.push_back(key);
-    }
-    for (const auto& r : required) {
-      if (std::find(seen.begin(), seen.end(), r) == seen.end()) {
-        return FieldError(what, prefix.empty() ? r : absl::StrCat(prefix, ".", r), "is required");
-      }
-    }
-    return absl::OkStatus();
+    return ReadSection(what, node, prefix, read, required);
   }
 };
 
 // A positive number into *out, times scale.
-std::function<absl::Status(const YAML::Node&, const std::string&)> Number(const std::string& what, double* out,
-                                                                          double scale, bool zero_ok = false) {
+FieldHandler Number(const std::string& what, double* out,
+                    double scale, bool zero_ok = false) {
   return [=](const YAML::Node& n, const std::string& field) {
     double v = 0;
     try {

@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "common/status.h"
 #include "jobspec/auto_layout.h"
+#include "jobspec/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
 namespace gantry::jobspec {
@@ -27,16 +28,12 @@ namespace {
 constexpr int64_t kMaxWorld = 1 << 20;
 
 absl::Status FieldError(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("job spec: field '", field, "' ", why));
-}
-
-std::string Scalar(const YAML::Node& n) {
-  return n.IsScalar() ? n.Scalar() : std::string(n.IsMap() ? "a mapping" : "a sequence");
+  return jobspec::FieldError("job spec", field, why);
 }
 
 template <typename T>
 absl::Status Get(const YAML::Node& n, const std::string& field, absl::string_view type, T* out) {
-  if (!n.IsScalar()) return FieldError(field, absl::StrCat("must be ", type, ", got ", Scalar(n)));
+  if (!n.IsScalar()) return FieldError(field, absl::StrCat("must be ", type, ", got ", DescribeNode(n)));
   try {
     *out = n.as<T>();
   } catch (const YAML::Exception&) {
@@ -45,30 +42,11 @@ absl::Status Get(const YAML::Node& n, const std::string& field, absl::string_vie
   return absl::OkStatus();
 }
 
-// Visits a mapping section, calling handlers by key; any other key is an error.
-using Handler = std::function<absl::Status(const YAML::Node&, const std::string&)>;
+// Visits a mapping section, calling handlers by key; any other key is an error (yaml_fields.h).
+using Handler = FieldHandler;
 absl::Status Section(const YAML::Node& node, const std::string& name,
                      const std::map<std::string, Handler>& handlers) {
-  if (!node.IsMap()) return FieldError(name, "must be a mapping");
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    // YAML allows any node as a key ("? [a, b]: 1"); as<std::string> would throw on one that
-    // is not a scalar, out of the parser and through a coordinator's SubmitJob handler.
-    if (!it->first.IsScalar()) {
-      return FieldError(name.empty() ? "(top level)" : name,
-                        absl::StrCat("has a key that is not a name (", Scalar(it->first), ")"));
-    }
-    const std::string key = it->first.Scalar();
-    const std::string field = name.empty() ? key : absl::StrCat(name, ".", key);
-    auto h = handlers.find(key);
-    if (h == handlers.end()) {
-      std::vector<std::string> known;
-      for (const auto& [k, _] : handlers) known.push_back(k);
-      return absl::InvalidArgumentError(absl::StrCat("job spec: unknown field '", field,
-                                                     "' (known: ", absl::StrJoin(known, ", "), ")"));
-    }
-    RETURN_IF_ERROR(h->second(it->second, field));
-  }
-  return absl::OkStatus();
+  return ReadSection("job spec", node, name, handlers);
 }
 
 template <typename T>
