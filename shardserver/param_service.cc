@@ -121,10 +121,7 @@ grpc::ServerUnaryReactor* ParamService::PushGradients(grpc::CallbackServerContex
     const size_t n = req->data().size() / sizeof(float);
     RETURN_IF_ERROR(CheckPayload(*r, "gradients", req->offset(), req->data().size()));
     std::lock_guard<std::mutex> l(r->mu);
-    if (req->step() != r->step + 1) {
-      return absl::FailedPreconditionError(absl::StrCat("gradients of step ", req->step(), " pushed; the range of ",
-                                                        req->job_id(), " expects step ", r->step + 1));
-    }
+    RETURN_IF_ERROR(CheckPushStepLocked(*r, req->job_id(), req->step()));
     RETURN_IF_ERROR(CheckNotArrivingLocked(*r, static_cast<size_t>(req->offset()) - r->begin, n));
     std::memcpy(r->grad.data() + (req->offset() - r->begin), req->data().data(), req->data().size());
     bool applied = false;
@@ -132,6 +129,12 @@ grpc::ServerUnaryReactor* ParamService::PushGradients(grpc::CallbackServerContex
     resp->set_applied(applied);
     return absl::OkStatus();
   });
+}
+
+absl::Status ParamService::CheckPushStepLocked(const Range& r, const std::string& job, int64_t step) {
+  if (step == r.step + 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("gradients of step ", step, " pushed; the range of ", job, " expects step ", r.step + 1));
 }
 
 absl::Status ParamService::CheckNotArrivingLocked(const Range& r, size_t at, size_t n) {

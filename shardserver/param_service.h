@@ -80,6 +80,8 @@ class ParamService final : public v1::ParamServer::CallbackService {
   absl::Status CompletePushLocked(Range* r, int64_t step, double lr, size_t n, bool* applied);
   // A push of local [at, at + n) overlaps none arriving (r.mu held).
   static absl::Status CheckNotArrivingLocked(const Range& r, size_t at, size_t n);
+  // A push of step `step`'s gradients is for the step the range expects next (r.mu held).
+  static absl::Status CheckPushStepLocked(const Range& r, const std::string& job, int64_t step);
   // Values [offset, offset + n) inside the range; a gRPC payload of whole floats within the
   // message limit as well. Errors name what was sent and the range.
   static absl::Status CheckWithin(const Range& r, const char* what, int64_t offset, size_t n);

@@ -101,10 +101,7 @@ class ParamService::DataSession : public std::enable_shared_from_this<DataSessio
       reply_.version = range_->step;
       changes_ = range_->changes;
       if (h_.op == ParamWireHeader::kPush) {
-        if (h_.step != range_->step + 1) {
-          return absl::FailedPreconditionError(absl::StrCat("gradients of step ", h_.step, " pushed; the range of ",
-                                                            job_, " expects step ", range_->step + 1));
-        }
+        RETURN_IF_ERROR(CheckPushStepLocked(*range_, job_, h_.step));
         RETURN_IF_ERROR(CheckNotArrivingLocked(*range_, at_, n));
         range_->arriving.emplace_back(at_, at_ + n);
         arriving_ = true;
