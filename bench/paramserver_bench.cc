@@ -9,9 +9,10 @@
 //     each worker its own client and connection. A round: every worker pushes its 1/N share
 //     of the gradient at once (the push that completes the range runs AdamW), then every
 //     worker pulls the whole range at once, as ranks do after their barrier. Aggregate GB/s
-//     of each phase (all bytes over the phase's wall time), best of 3 rounds.
+//     of each phase (all bytes over the phase's wall time), best of --rounds (3).
 // Targets: AdamW >= 0.6x the bound; push and pull >= 0.6x raw TCP.
 //   paramserver_bench [--mparams 32] [--threads 0 (all)] [--mb 256] [--workers 1,8,64] [--concurrent-mb 32]
+//                    [--rounds 3]
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -42,6 +43,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 double Best(std::vector<double> v) { return *std::min_element(v.begin(), v.end()); }
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 const char* StrArg(int argc, char** argv, const char* name, const char* def) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -95,9 +100,11 @@ double RawTcp(size_t bytes) {
 // Best-of-3 aggregate push and pull rates (GB/s) and round time of `workers` clients of one
 // job over one server's range of `bytes`: see the top of the file.
 struct Concurrent {
-  double push_gbs, pull_gbs, round_ms;
+  double push_gbs, pull_gbs, round_ms;                    // best of the rounds
+  double median_push_gbs, median_pull_gbs, median_round_ms;  // their medians
 };
-Concurrent RunConcurrent(const std::string& grpc_address, const std::string& data_address, int workers, size_t bytes) {
+Concurrent RunConcurrent(const std::string& grpc_address, const std::string& data_address, int workers, size_t bytes,
+                         int rounds) {
   using namespace gantry;
   const size_t pn = bytes / sizeof(float);
   jobspec::ParamTensor t;
@@ -137,7 +144,7 @@ Concurrent RunConcurrent(const std::string& grpc_address, const std::string& dat
     return Since(t0);
   };
   std::vector<double> push_s, pull_s, round_s;
-  for (int step = 1; step <= 3; ++step) {
+  for (int step = 1; step <= rounds; ++step) {
     const double push = phase([&](int w) {
       const size_t b = pn * static_cast<size_t>(w) / workers, e = pn * static_cast<size_t>(w + 1) / workers;
       return clients[static_cast<size_t>(w)]->Push(step, 1e-3, grads.data() + b, b, e);
@@ -151,7 +158,8 @@ Concurrent RunConcurrent(const std::string& grpc_address, const std::string& dat
     if (pulled[static_cast<size_t>(w)] != pulled[0]) std::abort();
   }
   const double gb = static_cast<double>(pn * sizeof(float)) / 1e9;
-  return {gb / Best(push_s), gb * workers / Best(pull_s), Best(round_s) * 1e3};
+  return {gb / Best(push_s),   gb * workers / Best(pull_s),   Best(round_s) * 1e3,
+          gb / Median(push_s), gb * workers / Median(pull_s), Median(round_s) * 1e3};
 }
 
 }  // namespace
@@ -224,6 +232,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, Concurrent>> concurrent;
   {
     const size_t cbytes = static_cast<size_t>(Arg(argc, argv, "--concurrent-mb", 32)) << 20;
+    const int rounds = std::max(1, Arg(argc, argv, "--rounds", 3));
     std::string list = StrArg(argc, argv, "--workers", "1,8,64");
     for (size_t at = 0; at < list.size();) {
       size_t comma = list.find(',', at);
@@ -233,7 +242,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "paramserver_bench: --workers wants counts >= 1, got '%s'\n", list.c_str());
         return 2;
       }
-      concurrent.emplace_back(w, RunConcurrent("127.0.0.1:" + std::to_string(port), *data, w, cbytes));
+      concurrent.emplace_back(w, RunConcurrent("127.0.0.1:" + std::to_string(port), *data, w, cbytes, rounds));
       at = comma + 1;
     }
   }
@@ -249,8 +258,10 @@ int main(int argc, char** argv) {
               gb * 1e3, push, tcp, push / tcp, Best(step_s) * 1e3);
   std::printf("pull %.0f MB: %.3f GB/s; raw TCP %.3f GB/s: %.2fx\n", gb * 1e3, pull, tcp, pull / tcp);
   for (const auto& [w, c] : concurrent) {
-    std::printf("%2d workers, %zu MB range: push %.3f GB/s, pull %.3f GB/s (all workers' bytes), round %.1f ms\n", w,
-                static_cast<size_t>(Arg(argc, argv, "--concurrent-mb", 32)), c.push_gbs, c.pull_gbs, c.round_ms);
+    std::printf("%2d workers, %zu MB range: push %.3f GB/s, pull %.3f GB/s (all workers' bytes), round %.1f ms; "
+                "medians %.3f, %.3f, %.1f ms\n",
+                w, static_cast<size_t>(Arg(argc, argv, "--concurrent-mb", 32)), c.push_gbs, c.pull_gbs, c.round_ms,
+                c.median_push_gbs, c.median_pull_gbs, c.median_round_ms);
   }
   const bool ok = adam / bound >= 0.6 && push / tcp >= 0.6 && pull / tcp >= 0.6;
   std::printf("targets (AdamW >= 0.6x the bound; push, pull >= 0.6x raw TCP): %s\n", ok ? "met" : "NOT met");

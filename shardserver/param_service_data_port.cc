@@ -3,11 +3,13 @@
 //
 // A push's payload is received straight into the range's gradient, outside the range's lock:
 // the push's interval is registered as arriving first, so that no other push may overlap it
-// and no AdamW step reads it meanwhile (Range::arriving). Other payloads move in chunks through
-// the connection's staging buffer (kChunkBytes): read from the socket, then copied into the
-// range under its lock (write), or copied out under the lock, then written (read); a refused
-// payload is read and dropped the same way. So a client that stalls half-way holds no lock,
-// and a connection holds at most one chunk whatever the request's size.
+// and no AdamW step reads it meanwhile (Range::arriving). A read is written straight from the
+// range, outside the lock, all but its last chunk, which is copied out under the lock after a
+// check that the values did not change meanwhile (Send). A write's payload moves in chunks
+// through the connection's staging buffer (kChunkBytes): read from the socket, then copied
+// into the range under its lock; a refused payload is read and dropped the same way. So a
+// client that stalls half-way holds no lock, and a connection holds at most one chunk whatever
+// the request's size.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -125,7 +127,7 @@ class ParamService::DataSession : public std::enable_shared_from_this<DataSessio
       });
     }
     if (inbound()) return Receive(0);
-    Send(0);
+    Send();
   }
 
   // The push's interval is no longer arriving (range_->mu held).
@@ -190,34 +192,47 @@ class ParamService::DataSession : public std::enable_shared_from_this<DataSessio
     Reply(s);
   }
 
-  // Read: the reply's header with the first chunk, then the rest, a chunk at a time. Values
-  // that change under a read of several chunks (a write or an AdamW step meanwhile, which a
-  // client reading between its steps never meets) are not sent mixed: the connection closes.
-  void Send(size_t done) {
-    const size_t k = std::min(kChunkBytes, bytes_ - done);
-    staging_.resize(std::min(kChunkBytes, std::max<size_t>(bytes_, 1)));
-    {
-      Range* r = range_.get();
-      std::lock_guard<std::mutex> l(r->mu);
-      if (r->changes != changes_ || r->retired) {
-        LOG(WARNING) << "data port: the values of " << job_ << " changed while " << conn_->peer()
-                     << " read them; connection closed";
-        return Broken(absl::AbortedError("the values changed during the read"));
-      }
-      const float* src = r->Buffer(static_cast<v1::RangeBuffer>(h_.buffer))->data() + at_;
-      std::memcpy(staging_.data(), reinterpret_cast<const char*>(src) + done, k);
-    }
-    std::vector<net::ConstBytes> out;
-    if (done == 0) out.push_back({&reply_, sizeof(reply_)});
-    out.push_back({staging_.data(), k});
-    conn_->Write(std::move(out), [self = shared_from_this(), done, k](absl::Status s) {
+  // Read: the reply's header and the payload. All but its last chunk is written straight from
+  // the range (no copy on the loop's thread), then the last chunk is copied out under the
+  // range's lock and written. Values that change under a read (a write or an AdamW step
+  // meanwhile, which a client reading between its steps never meets) are not sent mixed: that
+  // copy sees the change and the connection closes before the reply is whole. A change that
+  // comes after it changed nothing already sent: a write completes once the kernel holds its
+  // bytes.
+  void Send() {
+    const size_t last = std::min(kChunkBytes, bytes_), head = bytes_ - last;
+    Range* r = range_.get();
+    if (!Unchanged()) return Changed();
+    const char* src = reinterpret_cast<const char*>(r->Buffer(static_cast<v1::RangeBuffer>(h_.buffer))->data() + at_);
+    std::vector<net::ConstBytes> out{{&reply_, sizeof(reply_)}};
+    if (head > 0) out.push_back({src, head});
+    conn_->Write(std::move(out), [self = shared_from_this(), src, head, last](absl::Status s) {
       if (!s.ok()) return self->Broken(s);
-      if (done + k < self->bytes_) return self->Send(done + k);
-      self->range_.reset();
-      self->Record(absl::OkStatus());
-      self->conn_->EndMessage();
-      self->Next();
+      self->staging_.resize(std::max<size_t>(last, 1));
+      if (!self->Unchanged([&] { std::memcpy(self->staging_.data(), src + head, last); })) return self->Changed();
+      self->conn_->Write({{self->staging_.data(), last}}, [self](absl::Status st) {
+        if (!st.ok()) return self->Broken(st);
+        self->range_.reset();
+        self->Record(absl::OkStatus());
+        self->conn_->EndMessage();
+        self->Next();
+      });
     });
+  }
+
+  // Whether the values being read are those the read began with; if so, runs then(), under
+  // the range's lock.
+  template <typename Then = void (*)()>
+  bool Unchanged(Then then = [] {}) {
+    std::lock_guard<std::mutex> l(range_->mu);
+    if (range_->changes != changes_ || range_->retired) return false;
+    then();
+    return true;
+  }
+  void Changed() {
+    LOG(WARNING) << "data port: the values of " << job_ << " changed while " << conn_->peer()
+                 << " read them; connection closed";
+    Broken(absl::AbortedError("the values changed during the read"));
   }
 
   // Answers with s (and its message); then the next request, or the connection closes.

@@ -318,6 +318,39 @@ TEST_F(DataPortTest, TwoHundredFiftySixConnectionsSomeHostileLoseNothingOfTheOth
   EXPECT_EQ(r->version, 1);
 }
 
+// A read is sent straight from the range, all but its last chunk: values that change while it
+// is under way (here a write through gRPC while the reader holds back, so the server's send is
+// stuck in the socket) never arrive as a whole reply, mixed; the connection closes short of
+// its end. A read of the values afterwards is whole, and has the written ones.
+TEST_F(DataPortTest, AReadWhoseValuesChangeUnderItIsNeverDeliveredWhole) {
+  StartServer({});
+  constexpr size_t kN = size_t{16} << 20;  // 64 MB: far more than loopback's socket buffers
+  InitRange("j-read", 0, kN);
+  const std::vector<float> ones(1 << 20, 1.f), twos(1 << 20, 2.f);
+  for (size_t at = 0; at < kN; at += ones.size()) GrpcWrite("j-read", static_cast<int64_t>(at), ones);
+
+  auto c = Dial(address_);
+  const std::string req = Request(ParamWireHeader::kRead, "j-read", 0, 0, kN);
+  ASSERT_TRUE(c->Send({{req.data(), req.size()}}, In(20000)).ok());
+  net::ParamWireReply r;
+  ASSERT_TRUE(c->Receive(&r, sizeof(r), In(20000)).ok());
+  ASSERT_EQ(r.code, 0);
+  ASSERT_EQ(r.message_len, 0u);
+  // The server is part-way through sending 64 MB that nobody reads yet: change the last
+  // values, which it has not sent.
+  GrpcWrite("j-read", static_cast<int64_t>(kN - twos.size()), twos);
+  std::vector<float> got(kN);
+  const absl::Status s = c->Receive(got.data(), kN * sizeof(float), In(20000));
+  EXPECT_TRUE(absl::IsUnavailable(s)) << "a read whose values changed under it arrived whole: " << s;
+
+  auto again = Dial(address_);
+  auto whole = Call(*again, req, got.data(), kN);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE(whole->status.ok()) << whole->status;
+  EXPECT_EQ(got[0], 1.f);
+  EXPECT_EQ(got[kN - 1], 2.f);
+}
+
 // A request stalled half-way is closed at its deadline, named as such; a connection idle
 // between requests for longer is not, and serves its next request.
 TEST_F(DataPortTest, ARequestStalledHalfWayIsCutAtItsDeadlineAnIdleConnectionIsNot) {
