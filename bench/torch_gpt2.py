@@ -277,6 +277,10 @@ def gpu_bench(a):
             sync()
             times.append(time.perf_counter() - t0)
         med = sorted(times)[len(times) // 2]
+        # The device's memory in use now, as gantry measures its own (cudaMemGetInfo: the
+        # context, the allocator's reserved segments, the libraries' workspaces), beside the
+        # allocator's peak.
+        device_used = (lambda f, t: (t - f) / 1e9)(*torch.cuda.mem_get_info()) if cuda else 0.0
         # N counts every parameter, as llm.c does and as gantry's num_params() does: GPT-2's wte
         # once (tied: it is the classifier too) and wpe (a lookup); Llama's embed_tokens (a
         # lookup, about a fifth of N here) and lm_head both. The same N on both sides.
@@ -299,6 +303,7 @@ def gpu_bench(a):
                           "mfu": mfu, "params": n,
                           "memory_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0,
                           "memory_reserved_gb": torch.cuda.max_memory_reserved() / 1e9 if cuda else 0.0,
+                          "device_used_gb": device_used,
                           "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if cuda else "cpu",
                           "ops": {k: round(v, 3) for k, v in ops}}))
         return

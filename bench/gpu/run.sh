@@ -115,6 +115,10 @@ for label, gname, tname in (("GPT-2", "gantry_gpt2", "torch_gpt2"), ("Llama", "g
     if g and t:
         line += f" | ratio {g['tokens_per_s'] / t['tokens_per_s']:.2f}x (target >= 1.0x, MFU >= 45%)"
     print(line)
+    if g and t and t.get("device_used_gb"):
+        print(f"{label} device memory in use (cudaMemGetInfo on both sides): gantry {g['memory_gb']:.1f} GB, "
+              f"pytorch {t['device_used_gb']:.1f} GB (its allocator's peak {t['memory_gb']:.1f} GB allocated, "
+              f"{t['memory_reserved_gb']:.1f} reserved): {g['memory_gb'] / t['device_used_gb']:.2f}x (target <= 1.0x)")
     side_by_side(label, g_ops, t_ops)
     print()
 c, _ = load("gantry_gpt2")
@@ -132,7 +136,7 @@ f32, _ = load("gantry_gpt2_fp32")
 if c and f32:
     print(f"GPT-2 bf16 {c['tokens_per_s']:.0f} tok/s at B {c['batch']} against fp32's {f32['tokens_per_s']:.0f} tok/s "
           f"at B {f32['batch']}: {c['tokens_per_s'] / f32['tokens_per_s']:.2f}x")
-print("memory: gantry's is the device's in use (cudaMemGetInfo, the context included); pytorch's its "
-      "allocator's peak allocated")
+print("memory: gantry's is the device's in use (cudaMemGetInfo, the context included); pytorch's in its "
+      "line its allocator's peak allocated, and in use on the device beside gantry's")
 PY
 [ "$failed" -eq 0 ] || { echo "$failed run(s) failed"; exit 1; }
