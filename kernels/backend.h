@@ -180,9 +180,13 @@ class Backend {
   // fp32 sums) or 16-bit (rounded; with gelu_pre, rounded before and after the product with
   // gelu'(gelu_pre), as autocast rounds the GEMM's output and then GELU's gradient); this
   // call's weight and bias gradients are 16-bit tensors (autocast's): each rounded to the type
-  // before it is added to the fp32 dweight and dbias.
+  // before it is added to the fp32 dweight and dbias. gelu_dbias (C, fp32; needs dinp and
+  // gelu_pre; null: skipped): the bias gradient of the layer whose output was gelu_pre, +=
+  // dinp's column sums as dbias takes dout's (16-bit dinp: the fp32 sums of its values, each
+  // rounded to the type before it is added), so that the layer's own backward need not sum them.
   virtual void MatmulBackward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C,
-                              int OC, WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr) = 0;
+                              int OC, WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr,
+                              float* gelu_dbias = nullptr) = 0;
   // Causal self-attention. What forward keeps for backward (`state`) is the (B,NH,T,T)
   // probabilities, or with fused_attention() (the fused kernels and cuDNN) each query row's
   // log-sum-exp of its scaled scores (B,NH,T).
@@ -270,6 +274,14 @@ struct BackendOptions {
   // as tests/worker/train/mixed_precision_test.cc requires of the default, for a cause not yet found
   // (docs/perf.md, "The bias epilogue").
   bool bias_epilogue = false;
+  // cuda kinds: cuBLASLt's GELU and bias-gradient epilogues (kernels/cuda/matmul.cu): the fused
+  // forward's GELU_AUX_BIAS (pre and gelu(pre) from the GEMM), the backward through the GELU's
+  // DGELU / DGELU_BGRAD (MatmulBackward's gelu_pre and gelu_dbias) and BGRADA / BGRADB (dbias from
+  // the weight-gradient GEMM), rather than kernels after the GEMM (the default). Each epilogue
+  // rounds its 16-bit outputs once from the fp32 sums where the cpu rounds pre before its GELU and
+  // dinp before the product with gelu'; calls an epilogue cannot take keep the default path. Off
+  // until a GPU has measured both its speed and its rounding.
+  bool gelu_epilogue = false;
 };
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device = 0,
                                                        const BackendOptions& options = {});

@@ -25,8 +25,9 @@ void matmul_bias_gelu_forward(Ptr pre, Ptr out, CPtr inp, CPtr weight, CPtr bias
 //   dweight +=, dbias (OC) += (skipped if null)
 // If gelu_pre (N,C) is given, dinp is multiplied by gelu'(gelu_pre): the backward of a GELU
 // that produced inp, fused (same bits as gelu_backward after it; a 16-bit dinp is rounded
-// before and after that product).
+// before and after that product). gelu_dbias (C) += dinp's column sums as dbias takes dout's
+// (skipped if null): the bias gradient of the layer that produced gelu_pre.
 void matmul_backward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C, int OC,
-                     WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr);
+                     WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr, float* gelu_dbias = nullptr);
 
 }  // namespace gantry::kernels

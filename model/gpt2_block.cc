@@ -70,11 +70,12 @@ void Gpt2Block::Backward(int l, const LayerParams& p, const GemmOperands& w, con
   if (ctx_.config().moe_layer(l)) {
     moe_->Backward(MoeActs(l), MoeWork(), p.gate, p.experts, g.gate, g.experts, ln2, dout3, BT, dln);
   } else {
+    // The fc bias's gradient (d(fch)'s column sums) comes with d(fch), from the call that makes it.
     ctx_.Op("matmul+gelu bwd", [&] {
       be.MatmulBackward(H(A(o.dfch)), g.fcprojw, g.fcprojb, dout3, H(L(o.fch_gelu)), w.fcprojw, BT, Fm, C,
-                        k::WeightLayout::kInOut, H(L(o.fch)));
+                        k::WeightLayout::kInOut, H(L(o.fch)), g.fcb);
     });
-    ctx_.Op("matmul bwd", [&] { be.MatmulBackward(dln, g.fcw, g.fcb, H(A(o.dfch)), ln2, w.fcw, BT, C, Fm); });
+    ctx_.Op("matmul bwd", [&] { be.MatmulBackward(dln, g.fcw, nullptr, H(A(o.dfch)), ln2, w.fcw, BT, C, Fm); });
   }
   // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
   const float* dln2 = tp_.SumNormGrad(dln, BT);

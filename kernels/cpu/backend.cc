@@ -164,9 +164,13 @@ class Cpu final : public Backend {
     matmul_bias_gelu_forward(pre, out, inp, weight, bias, N, C, OC);
   }
   void MatmulBackward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C, int OC,
-                      WeightLayout layout, CPtr gelu_pre) override {
+                      WeightLayout layout, CPtr gelu_pre, float* gelu_dbias) override {
     if (!Types("MatmulBackward", {dout, inp, weight, gelu_pre}, {dinp})) return;
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre);
+    if (gelu_dbias != nullptr && (!dinp || !gelu_pre)) {
+      Keep(absl::InvalidArgumentError("MatmulBackward: gelu_dbias needs dinp and gelu_pre"));
+      return;
+    }
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre, gelu_dbias);
   }
   bool fused_attention() const override { return false; }
   void AttentionForward(Ptr out, float* state, CPtr qkv, int B, int T, int C, int NH, Precision p) override {

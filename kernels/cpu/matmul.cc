@@ -257,7 +257,15 @@ void matmul_bias_gelu_forward(Ptr pre, Ptr out, CPtr inp, CPtr weight, CPtr bias
 }
 
 void matmul_backward(Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight, int N, int C, int OC,
-                     WeightLayout layout, CPtr gelu_pre) {
+                     WeightLayout layout, CPtr gelu_pre, float* gelu_dbias) {
+  if (gelu_dbias != nullptr && dinp) {  // dinp, then its column sums, as dbias takes dout's
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre, nullptr);
+    elem::With(dinp.type, [&](auto e) {
+      using E = decltype(e);
+      ColumnSums<E>(gelu_dbias, elem::Of<E>(dinp), N, C);
+    });
+    return;
+  }
   if (dout.f32()) {
     MatmulBackward32(dinp.as_f32(), dweight, dbias, dout.as_f32(), inp.as_f32(), weight.as_f32(), N, C, OC, layout,
                      gelu_pre.as_f32());

@@ -245,13 +245,13 @@ class Cuda final : public kernels::Backend {
     Keep(GANTRY_CUDA_NS::MatmulBiasGeluForward(*ctx_, pre, out, inp, weight, bias, N, C, OC, s));
   }
   void MatmulBackward(kernels::Ptr dinp, float* dweight, float* dbias, kernels::CPtr dout, kernels::CPtr inp,
-                      kernels::CPtr weight, int N, int C, int OC, WeightLayout layout,
-                      kernels::CPtr gelu_pre) override {
+                      kernels::CPtr weight, int N, int C, int OC, WeightLayout layout, kernels::CPtr gelu_pre,
+                      float* gelu_dbias) override {
     if (!Types("MatmulBackward", {dout, inp, weight, gelu_pre}, {dinp})) return;
     void* scratch16 = nullptr;
     if (!dout.f32() && (scratch16 = Scratch(GANTRY_CUDA_NS::MatmulBackwardScratch16(C, OC))) == nullptr) return;
     Keep(GANTRY_CUDA_NS::MatmulBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre,
-                                        scratch16));
+                                        scratch16, gelu_dbias));
   }
   bool fused_attention() const override { return fused_; }
   void AttentionForward(kernels::Ptr out, float* state, kernels::CPtr qkv, int B, int T, int C, int NH,
@@ -441,6 +441,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const k
   auto ctx = Context::Create(device);
   if (!ctx.ok()) return ctx.status();
   (*ctx)->set_bias_epilogue(options.bias_epilogue);
+  (*ctx)->set_gelu_epilogue(options.gelu_epilogue);
   cudaDeviceProp prop{};
   GPU_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
   std::string name = absl::StrCat(kernels::BackendKindName(kKind), ":", device);

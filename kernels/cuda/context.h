@@ -43,6 +43,11 @@ class Context {
   // BackendOptions::bias_epilogue). Off unless set.
   bool bias_epilogue() const { return bias_epilogue_; }
   void set_bias_epilogue(bool on) { bias_epilogue_ = on; }
+  // Whether cuBLASLt's GELU and bias-gradient epilogues (GELU_AUX_BIAS, DGELU(_BGRAD), BGRADA/B)
+  // replace the GELU, GELU-backward and column-sum passes where they take the call
+  // (kernels/cuda/matmul.cu; BackendOptions::gelu_epilogue). Off unless set.
+  bool gelu_epilogue() const { return gelu_epilogue_; }
+  void set_gelu_epilogue(bool on) { gelu_epilogue_ = on; }
   // The GEMMs' plans, made on first use and kept with the context (matmul.cu fills it): a
   // GEMM of a shape already seen asks cuBLASLt's heuristic nothing and creates no descriptor.
   MatmulPlans*& matmul_plans() { return matmul_plans_; }
@@ -59,6 +64,7 @@ class Context {
   float* scratch_ = nullptr;
   MatmulPlans* matmul_plans_ = nullptr;  // DeleteMatmulPlans at destruction
   bool bias_epilogue_ = false;
+  bool gelu_epilogue_ = false;
 };
 
 }  // namespace gantry::GANTRY_CUDA_NS

@@ -9,7 +9,16 @@
 // up to half an ulp of the product's size off where they cancel, and the emulated cuBLASLt does
 // the same. Otherwise (the default) its product goes to an fp32 scratch, some rows at a time,
 // and a kernel adds the bias and rounds once (and applies the GELU of the fused op). A split-K
-// reduction may not sum a 16-bit D's partial products in D's type. Row-major (N, C)
+// reduction may not sum a 16-bit D's partial products in D's type.
+// With Context::gelu_epilogue (BackendOptions::gelu_epilogue, off by default) three more of
+// cuBLASLt's epilogues replace passes of their own: GELU_AUX_BIAS writes pre (aux) and
+// out = gelu(pre) from the GEMM (MatmulBiasGeluForward); DGELU (DGELU_BGRAD with gelu_dbias)
+// multiplies the dinp GEMM by gelu'(gelu_pre) (and sums its columns for the bias gradient of the
+// layer before the GELU); BGRADA or BGRADB gives the bias gradient from the weight-gradient GEMM
+// instead of the column-sum pass. They work on the fp32 accumulator and round each output once
+// (a 16-bit pre, out, dinp and GELU bias gradient: one rounding where the cpu rounds twice; how
+// a GPU rounds them has yet to be measured). A call that one cannot take (a leading dimension
+// that is not a multiple of 8, types that differ, no algorithm) takes the path above. Row-major (N, C)
 // matrices are column-major (C, N) ones to cuBLAS, so out (N,OC) = inp @ W is
 // out^T = W^T @ inp^T in its terms.
 #include <algorithm>
@@ -139,17 +148,30 @@ struct LtDescriptors {
   }
 };
 
+// A GEMM's epilogue: cuBLASLt's kind, the bias (BIAS, GELU_AUX_BIAS) or the bias gradient it
+// writes (the BGRAD kinds), of D's type, and GELU's input (aux: written by GELU_AUX_BIAS, read by
+// the DGELU kinds), of D's type and layout.
+struct Epilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  const void* aux = nullptr;
+};
+bool HasAux(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+
 // What fixes a GEMM's descriptors and algorithm: transposes, sizes, leading dimensions, types,
-// whether a bias epilogue runs, and the alignments the heuristic was told.
+// the epilogue, and the alignments the heuristic was told.
 struct PlanKey {
-  bool ta, tb, bias;
+  bool ta, tb;
+  int epilogue;  // cublasLtEpilogue_t
   int m, n, k, lda, ldb, ldd;
   Precision ab, dt;
-  uint32_t align_a, align_b, align_d, align_bias;
+  uint32_t align_a, align_b, align_d, align_bias, align_aux;
   bool operator<(const PlanKey& o) const {
-    return std::tie(ta, tb, bias, m, n, k, lda, ldb, ldd, ab, dt, align_a, align_b, align_d, align_bias) <
-           std::tie(o.ta, o.tb, o.bias, o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.ab, o.dt, o.align_a, o.align_b,
-                    o.align_d, o.align_bias);
+    return std::tie(ta, tb, epilogue, m, n, k, lda, ldb, ldd, ab, dt, align_a, align_b, align_d, align_bias,
+                    align_aux) < std::tie(o.ta, o.tb, o.epilogue, o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.ab, o.dt,
+                                          o.align_a, o.align_b, o.align_d, o.align_bias, o.align_aux);
   }
 };
 struct Plan {
@@ -160,31 +182,37 @@ struct Plan {
 }  // namespace
 
 struct MatmulPlans {
-  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // null: cuBLASLt has no algorithm (a fused epilogue's key)
 };
 void DeleteMatmulPlans(MatmulPlans* plans) { delete plans; }
 
 namespace {
 
-// The plan of key (descriptors made and the heuristic asked once per context and key).
-absl::StatusOr<Plan*> PlanOf(Context& ctx, const PlanKey& key) {
-  MatmulPlans*& plans = ctx.matmul_plans();
-  if (plans == nullptr) plans = new MatmulPlans;
-  if (auto it = plans->plans.find(key); it != plans->plans.end()) return it->second.get();
-  auto plan = std::make_unique<Plan>();
-  LtDescriptors& l = plan->l;
+// Makes the plan of key: descriptors, and the heuristic's algorithm (found false: it has none).
+absl::Status MakePlan(Context& ctx, const PlanKey& key, Plan& plan, bool& found_one) {
+  LtDescriptors& l = plan.l;
   GPU_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t opa = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   GPU_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
   GPU_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-  if (key.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  const auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
+  if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
     GPU_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    // The heuristic may look at the epilogue's pointer: an address of the bias's alignment
-    // stands for it (never read), and each call sets its own (Gemm).
-    const void* placeholder = reinterpret_cast<const void*>(uintptr_t{key.align_bias});
-    GPU_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder, sizeof(placeholder)));
+    // The heuristic may look at the epilogue's pointers: addresses of their alignments stand
+    // for them (never read), and each call sets its own (Gemm).
+    if (key.align_bias != 0) {
+      const void* placeholder = reinterpret_cast<const void*>(uintptr_t{key.align_bias});
+      GPU_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder, sizeof(placeholder)));
+    }
+    if (HasAux(epi)) {
+      const void* placeholder = reinterpret_cast<const void*>(uintptr_t{key.align_aux});
+      GPU_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                          &placeholder, sizeof(placeholder)));
+      const int64_t aux_ld = key.ldd;  // GELU's input is laid out as D
+      GPU_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    }
   }
   const cudaDataType_t tab = CudaType(key.ab), td = CudaType(key.dt);
   GPU_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&l.a, tab, key.ta ? key.k : key.m, key.ta ? key.m : key.k, key.lda));
@@ -212,34 +240,79 @@ absl::StatusOr<Plan*> PlanOf(Context& ctx, const PlanKey& key) {
   cublasLtMatmulHeuristicResult_t h;
   int found = 0;
   GPU_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), l.op, l.a, l.b, l.d, l.d, l.pref, 1, &h, &found));
-  if (found == 0) {
+  found_one = found > 0;
+  if (found_one) plan.algo = h.algo;
+  return absl::OkStatus();
+}
+
+bool Fused(int epilogue) { return epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogue != CUBLASLT_EPILOGUE_BIAS; }
+
+// The plan of key (descriptors made and the heuristic asked once per context and key). A fused
+// epilogue's key that cuBLASLt refuses or has no algorithm for is remembered as null (the caller
+// takes its unfused path); any other is an error.
+absl::StatusOr<Plan*> PlanOf(Context& ctx, const PlanKey& key) {
+  MatmulPlans*& plans = ctx.matmul_plans();
+  if (plans == nullptr) plans = new MatmulPlans;
+  if (auto it = plans->plans.find(key); it != plans->plans.end()) return it->second.get();
+  auto plan = std::make_unique<Plan>();
+  bool found = false;
+  const absl::Status made = MakePlan(ctx, key, *plan, found);
+  if (Fused(key.epilogue) && (!made.ok() || !found)) plan = nullptr;
+  else if (!made.ok()) return made;
+  else if (!found) {
     return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for ", kernels::PrecisionName(key.ab),
                                                  " inputs and a ", kernels::PrecisionName(key.dt), " output, m ",
                                                  key.m, " n ", key.n, " k ", key.k, key.ta ? " A^T" : "",
-                                                 key.tb ? " B^T" : "", key.bias ? " with bias" : ""));
+                                                 key.tb ? " B^T" : "", key.epilogue != CUBLASLT_EPILOGUE_DEFAULT ? " with bias" : ""));
   }
-  plan->algo = h.algo;
   return plans->plans.emplace(key, std::move(plan)).first->second.get();
 }
 
-// Column-major D (m, n) = op(A) @ op(B) + beta * D (+ bias (m) per row of D), A and B of type
-// ab, D (and the bias) of type dt: fp32 accumulation, D rounded once at the end (a 16-bit D
-// with a bias: see the top of this file). The plan of its shape is made once (PlanOf).
-absl::Status Gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const void* A, int lda, const void* B, int ldb,
-                  Precision ab, void* D, int ldd, Precision dt, float beta, const void* bias) {
-  const PlanKey key{ta,  tb, bias != nullptr, m,           n,           k,           lda,
-                    ldb, ldd, ab,           dt, Alignment(A), Alignment(B), Alignment(D),
-                    bias != nullptr ? Alignment(bias) : 0};
+// Column-major D (m, n) = op(A) @ op(B) + beta * D, then the epilogue e, A and B of type ab, D
+// (and the epilogue's bias and aux) of type dt: fp32 accumulation, D rounded once at the end (a
+// 16-bit D with a bias: see the top of this file). The plan of its shape and epilogue is made
+// once (PlanOf). Returns false, having done nothing, where a fused epilogue has no plan.
+absl::StatusOr<bool> TryGemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const void* A, int lda,
+                             const void* B, int ldb, Precision ab, void* D, int ldd, Precision dt, float beta,
+                             const Epilogue& e) {
+  const PlanKey key{ta,
+                    tb,
+                    static_cast<int>(e.kind),
+                    m,
+                    n,
+                    k,
+                    lda,
+                    ldb,
+                    ldd,
+                    ab,
+                    dt,
+                    Alignment(A),
+                    Alignment(B),
+                    Alignment(D),
+                    e.bias != nullptr ? Alignment(e.bias) : 0,
+                    e.aux != nullptr ? Alignment(e.aux) : 0};
   ASSIGN_OR_RETURN(Plan * plan, PlanOf(ctx, key));
-  if (bias != nullptr) {
+  if (plan == nullptr) return false;
+  if (e.bias != nullptr) {
     GPU_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan->l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        cublasLtMatmulDescSetAttribute(plan->l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
+  }
+  if (e.aux != nullptr) {
+    GPU_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->l.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
   }
   const float alpha = 1.f;
   GPU_RETURN_IF_ERROR(cublasLtMatmul(ctx.lt(), plan->l.op, &alpha, A, plan->l.a, B, plan->l.b, &beta, D, plan->l.d,
                                         D, plan->l.d, &plan->algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(),
                                         ctx.stream()));
-  return absl::OkStatus();
+  return true;
+}
+
+// The same without a fused epilogue (none, or the bias): always runs.
+absl::Status Gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const void* A, int lda, const void* B, int ldb,
+                  Precision ab, void* D, int ldd, Precision dt, float beta, const void* bias) {
+  const Epilogue e{bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr};
+  return TryGemm(ctx, ta, tb, m, n, k, A, lda, B, ldb, ab, D, ldd, dt, beta, e).status();
 }
 
 absl::Status CheckShape(const char* op, int N, int C, int OC) {
@@ -284,6 +357,31 @@ absl::Status ForwardThroughScratch(Context& ctx, Ptr out, Ptr gelu_out, CPtr inp
   return absl::OkStatus();
 }
 
+// acc (n) fp32 += x (n) of x's type, widened.
+absl::Status AddWidened(Context& ctx, float* acc, CPtr x, int64_t n) {
+  return WithType(x.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    GANTRY_LAUNCH(AddWidenedKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(acc, Of<E>(x), n);
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
+}
+
+// sums (cols) += the column sums of x (rows, cols), of x's type widened, each sum rounded to a
+// 16-bit x's type before it is added.
+absl::Status AddColumnSums(Context& ctx, float* sums, CPtr x, int rows, int cols) {
+  const int bits = x.type == Precision::kBf16 ? 16 : x.type == Precision::kFp16 ? 10 : 0;
+  return WithType(x.type, [&](auto e) {
+    using E = decltype(e);
+    return ColumnSums(ctx, sums, nullptr, Rows<E>{Of<E>(x), cols}, rows, cols, bits);
+  });
+}
+
+// Room for a fused epilogue's bias gradient (n values of D's type) in the context's scratch,
+// which the column sums also use (the ops that use it run in order on one stream).
+void* BiasGradScratch(Context& ctx, int n) {
+  return static_cast<size_t>(n) <= Context::kScratchFloats ? ctx.scratch() : nullptr;
+}
 
 }  // namespace
 
@@ -325,6 +423,13 @@ absl::Status MatmulBiasGeluForward(Context& ctx, Ptr pre, Ptr out, CPtr inp, CPt
   // inp (N,C) @ W (C,OC) + bias → pre (N,OC), gelu(pre) → out (N,OC): the GELU of the stored
   // (16-bit: rounded) pre, rounded, as autocast rounds the linear's output and then GELU's.
   RETURN_IF_ERROR(CheckType("MatmulBiasGeluForward", inp.type, {pre, out, weight, bias}));
+  if (ctx.gelu_epilogue() && bias && OC % 8 == 0) {  // cuBLASLt's GELU_AUX_BIAS: out^T = gelu(W^T inp^T + bias), pre^T aux
+    RETURN_IF_ERROR(CheckShape("MatmulBiasGeluForward", N, C, OC));
+    ASSIGN_OR_RETURN(const bool fused,
+                     TryGemm(ctx, false, false, OC, N, C, weight.data, OC, inp.data, C, inp.type, out.data, OC,
+                             out.type, 0.f, Epilogue{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias.data, pre.data}));
+    if (fused) return absl::OkStatus();
+  }
   if (bias && !pre.f32() && !ctx.bias_epilogue()) {  // the GELU in the kernel that adds the bias
     RETURN_IF_ERROR(CheckShape("MatmulBiasGeluForward", N, C, OC));
     return ForwardThroughScratch(ctx, pre, out, inp, weight, bias, N, C, OC, false, scratch32);
@@ -335,15 +440,38 @@ absl::Status MatmulBiasGeluForward(Context& ctx, Ptr pre, Ptr out, CPtr inp, CPt
 
 size_t MatmulBackwardScratch16(int C, int OC) { return (static_cast<size_t>(C) * OC + 1) / 2; }
 
+// dinp^T (C, N) = W'' (C, OC) @ dout^T (OC, N) times gelu'(gelu_pre^T) in cuBLASLt's DGELU
+// epilogue, and with gelu_dbias its column sums (DGELU_BGRAD, into a scratch of dinp's type,
+// then added): false where the epilogue cannot run (nothing done).
+absl::StatusOr<bool> DinpThroughGeluEpilogue(Context& ctx, Ptr dinp, float* gelu_dbias, CPtr dout, CPtr weight,
+                                             int N, int C, int OC, bool outin, CPtr gelu_pre) {
+  if (!ctx.gelu_epilogue() || C % 8 != 0 || gelu_pre.type != dinp.type) return false;
+  void* bgrad = nullptr;
+  if (gelu_dbias != nullptr && (bgrad = BiasGradScratch(ctx, C)) == nullptr) return false;
+  const Epilogue e{gelu_dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, bgrad, gelu_pre.data};
+  ASSIGN_OR_RETURN(const bool fused, TryGemm(ctx, !outin, false, C, N, OC, weight.data, outin ? C : OC, dout.data, OC,
+                                             dout.type, dinp.data, C, dinp.type, 0.f, e));
+  if (fused && gelu_dbias != nullptr) RETURN_IF_ERROR(AddWidened(ctx, gelu_dbias, CPtr(bgrad, dinp.type), C));
+  return fused;
+}
+
 absl::Status MatmulBackward(Context& ctx, Ptr dinp, float* dweight, float* dbias, CPtr dout, CPtr inp, CPtr weight,
-                            int N, int C, int OC, kernels::WeightLayout layout, CPtr gelu_pre, void* scratch16) {
-  // dout (N,OC) → dinp (N,C), dweight +=, dbias (OC) +=
+                            int N, int C, int OC, kernels::WeightLayout layout, CPtr gelu_pre, void* scratch16,
+                            float* gelu_dbias) {
+  // dout (N,OC) → dinp (N,C), dweight +=, dbias (OC) +=; gelu_dbias (C) += dinp's column sums
   RETURN_IF_ERROR(CheckShape("MatmulBackward", N, C, OC));
   const Precision t = dout.type;
   RETURN_IF_ERROR(CheckType("MatmulBackward", t, {inp, weight, gelu_pre}));
   RETURN_IF_ERROR(CheckOutType("MatmulBackward", t, dinp));
+  if (gelu_dbias != nullptr && (!dinp || !gelu_pre)) {
+    return absl::InvalidArgumentError("MatmulBackward: gelu_dbias needs dinp and gelu_pre");
+  }
   const bool outin = layout == kernels::WeightLayout::kOutIn;
-  if (dinp) {
+  bool fused = false;
+  if (dinp && gelu_pre) {
+    ASSIGN_OR_RETURN(fused, DinpThroughGeluEpilogue(ctx, dinp, gelu_dbias, dout, weight, N, C, OC, outin, gelu_pre));
+  }
+  if (dinp && !fused) {
     // dinp^T (C, N) = W'' (C, OC) @ dout^T (OC, N)
     RETURN_IF_ERROR(Gemm(ctx, !outin, false, C, N, OC, weight.data, outin ? C : OC, dout.data, OC, t, dinp.data, C,
                          dinp.type, 0.f, nullptr));
@@ -366,34 +494,42 @@ absl::Status MatmulBackward(Context& ctx, Ptr dinp, float* dweight, float* dbias
         });
       }));
     }
+    if (gelu_dbias != nullptr) RETURN_IF_ERROR(AddColumnSums(ctx, gelu_dbias, dinp, N, C));
   }
   // fp32: dW += straight from cuBLASLt (beta 1). 16-bit: this call's dW rounded into scratch16
   // (beta 0), then widened and added.
   const bool half = t != Precision::kFp32;
   if (half && scratch16 == nullptr) return absl::InvalidArgumentError("MatmulBackward: 16-bit inputs need scratch16");
   void* dw = half ? scratch16 : dweight;
+  // With the fused epilogues, dbias's sums from the GEMM (dout's rows reduced over N: BGRADA
+  // where dout is A, BGRADB where it is B) into a scratch of t, then added.
+  void* bgrad = dbias != nullptr && ctx.gelu_epilogue() ? BiasGradScratch(ctx, OC) : nullptr;
+  Epilogue e;
+  if (bgrad != nullptr) e = Epilogue{outin ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA, bgrad, nullptr};
+  bool bias_fused = false;
   if (outin) {
     // dW (OC, C) row-major = (C, OC) column-major = inp^T (C, N) @ dout (N, OC)
-    RETURN_IF_ERROR(Gemm(ctx, false, true, C, OC, N, inp.data, C, dout.data, OC, t, dw, C, t, half ? 0.f : 1.f, nullptr));
+    if (bgrad != nullptr) {
+      ASSIGN_OR_RETURN(bias_fused, TryGemm(ctx, false, true, C, OC, N, inp.data, C, dout.data, OC, t, dw, C, t,
+                                           half ? 0.f : 1.f, e));
+    }
+    if (!bias_fused) {
+      RETURN_IF_ERROR(Gemm(ctx, false, true, C, OC, N, inp.data, C, dout.data, OC, t, dw, C, t, half ? 0.f : 1.f, nullptr));
+    }
   } else {
     // dW (C, OC) row-major = (OC, C) column-major = dout^T (OC, N) @ inp (N, C)
-    RETURN_IF_ERROR(Gemm(ctx, false, true, OC, C, N, dout.data, OC, inp.data, C, t, dw, OC, t, half ? 0.f : 1.f, nullptr));
-  }
-  RETURN_IF_ERROR(WithType(t, [&](auto e) -> absl::Status {
-    using E = decltype(e);
-    if constexpr (E::kType != Precision::kFp32) {
-      const int64_t n = static_cast<int64_t>(OC) * C;
-      GANTRY_LAUNCH(AddWidenedKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(dweight, Of<E>(CPtr(dw, t)), n);
-      GPU_RETURN_IF_ERROR(cudaGetLastError());
+    if (bgrad != nullptr) {
+      ASSIGN_OR_RETURN(bias_fused, TryGemm(ctx, false, true, OC, C, N, dout.data, OC, inp.data, C, t, dw, OC, t,
+                                           half ? 0.f : 1.f, e));
     }
-    return absl::OkStatus();
-  }));
+    if (!bias_fused) {
+      RETURN_IF_ERROR(Gemm(ctx, false, true, OC, C, N, dout.data, OC, inp.data, C, t, dw, OC, t, half ? 0.f : 1.f, nullptr));
+    }
+  }
+  if (half) RETURN_IF_ERROR(AddWidened(ctx, dweight, CPtr(dw, t), static_cast<int64_t>(OC) * C));
   if (dbias == nullptr) return absl::OkStatus();
-  const int bits = t == Precision::kBf16 ? 16 : t == Precision::kFp16 ? 10 : 0;
-  return WithType(t, [&](auto e) {
-    using E = decltype(e);
-    return ColumnSums(ctx, dbias, nullptr, Rows<E>{Of<E>(dout), OC}, N, OC, bits);
-  });
+  if (bias_fused) return AddWidened(ctx, dbias, CPtr(bgrad, t), OC);
+  return AddColumnSums(ctx, dbias, dout, N, OC);
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

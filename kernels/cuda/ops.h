@@ -106,7 +106,8 @@ absl::Status MatmulForward(Context& ctx, kernels::Ptr out, kernels::CPtr inp, ke
                            kernels::CPtr bias, int N, int C, int OC,
                            kernels::WeightLayout layout = kernels::WeightLayout::kInOut, float* scratch32 = nullptr);
 // → pre (N,OC) = inp @ W + bias, out (N,OC) = gelu(pre); all of one type (16-bit: pre rounded,
-// then gelu of the rounded pre rounded; scratch32 as MatmulForward's)
+// then gelu of the rounded pre rounded; scratch32 as MatmulForward's). With ctx.gelu_epilogue()
+// and OC a multiple of 8, cuBLASLt's GELU_AUX_BIAS: pre and out from the fp32 sum, each rounded once.
 absl::Status MatmulBiasGeluForward(Context& ctx, kernels::Ptr pre, kernels::Ptr out, kernels::CPtr inp,
                                    kernels::CPtr weight, kernels::CPtr bias, int N, int C, int OC,
                                    float* scratch32 = nullptr);
@@ -115,11 +116,15 @@ absl::Status MatmulBiasGeluForward(Context& ctx, kernels::Ptr pre, kernels::Ptr 
 // += (null: skipped). 16-bit inputs: this call's weight and bias gradients are rounded to the
 // type before they are added (autocast's 16-bit gradients, accumulated in fp32); the weight's
 // goes through scratch16, room for OC x C 16-bit values (MatmulBackwardScratch16 floats).
+// gelu_dbias (C, fp32; needs dinp and gelu_pre) += dinp's column sums, as dbias takes dout's.
+// With ctx.gelu_epilogue(), cuBLASLt's epilogues where they take the call (matmul.cu): DGELU or
+// DGELU_BGRAD (dinp and its sums from the fp32 products: one rounding) and BGRADA/BGRADB (dbias).
 size_t MatmulBackwardScratch16(int C, int OC);
 absl::Status MatmulBackward(Context& ctx, kernels::Ptr dinp, float* dweight, float* dbias, kernels::CPtr dout,
                             kernels::CPtr inp, kernels::CPtr weight, int N, int C, int OC,
                             kernels::WeightLayout layout = kernels::WeightLayout::kInOut,
-                            kernels::CPtr gelu_pre = nullptr, void* scratch16 = nullptr);
+                            kernels::CPtr gelu_pre = nullptr, void* scratch16 = nullptr,
+                            float* gelu_dbias = nullptr);
 
 // Causal self-attention through cuBLAS batched GEMMs (fp32). qkv (B,T,3C) → out (B,T,C), att
 // (B,NH,T,T) probabilities (zero above the diagonal). scratch: AttentionForwardScratch floats.

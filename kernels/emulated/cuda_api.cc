@@ -3,7 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,7 +31,9 @@ struct EmuLtMatmulDesc {
   cudaDataType_t scale;
   cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const void* bias = nullptr;  // of D's type
+  const void* bias = nullptr;  // of D's type (the bias gradient's: written)
+  const void* aux = nullptr;   // GELU's input, of D's type (GELU_AUX_BIAS: written)
+  int64_t aux_ld = 0;
 };
 struct EmuLtLayout {
   cudaDataType_t type;
@@ -334,13 +338,28 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
       if (bytes != sizeof(cublasLtEpilogue_t)) return CUBLAS_STATUS_INVALID_VALUE;
       std::memcpy(&desc->epilogue, buf, bytes);
-      if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS) {
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+      switch (desc->epilogue) {
+        case CUBLASLT_EPILOGUE_DEFAULT:
+        case CUBLASLT_EPILOGUE_BIAS:
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+        case CUBLASLT_EPILOGUE_DGELU:
+        case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+        case CUBLASLT_EPILOGUE_BGRADA:
+        case CUBLASLT_EPILOGUE_BGRADB:
+          return CUBLAS_STATUS_SUCCESS;
       }
-      return CUBLAS_STATUS_SUCCESS;
+      return CUBLAS_STATUS_NOT_SUPPORTED;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
       if (bytes != sizeof(const void*)) return CUBLAS_STATUS_INVALID_VALUE;
       std::memcpy(&desc->bias, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      if (bytes != sizeof(const void*)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->aux, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      if (bytes != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->aux_ld, buf, bytes);
       return CUBLAS_STATUS_SUCCESS;
   }
   return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -453,6 +472,109 @@ bool Aligned(const void* p, uint32_t alignment) {
   return alignment == 0 || reinterpret_cast<uintptr_t>(p) % alignment == 0;
 }
 
+// The largest power of two up to 256 dividing p's address: what an algorithm chosen for it
+// may assume of the pointer the matmul passes there.
+uint32_t AlignmentOf(const void* p) {
+  uint32_t al = 256;
+  while (al > 1 && reinterpret_cast<uintptr_t>(p) % al != 0) al /= 2;
+  return al;
+}
+
+// cublasLtMatmul's calls per epilogue (LtMatmulsRun).
+std::atomic<uint64_t>& LtRuns(cublasLtEpilogue_t e) {
+  static std::atomic<uint64_t> runs[8];
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return runs[0];
+    case CUBLASLT_EPILOGUE_BIAS: return runs[1];
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return runs[2];
+    case CUBLASLT_EPILOGUE_DGELU: return runs[3];
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return runs[4];
+    case CUBLASLT_EPILOGUE_BGRADA: return runs[5];
+    case CUBLASLT_EPILOGUE_BGRADB: return runs[6];
+  }
+  return runs[7];
+}
+
+bool GeluEpilogue(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+bool UsesBias(cublasLtEpilogue_t e) { return e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_DGELU; }
+
+// What cuBLASLt documents of an epilogue's arguments before any algorithm: the GELU epilogues'
+// aux leading dimension a multiple of 8 and no less than D's rows.
+bool EpilogueArgsValid(const EmuLtMatmulDesc& op, const EmuLtLayout& d) {
+  if (!GeluEpilogue(op.epilogue)) return true;
+  return op.aux_ld % 8 == 0 && op.aux_ld >= static_cast<int64_t>(std::max<uint64_t>(1, d.rows));
+}
+
+// cuBLASLt's GELU (tanh form) and its derivative, as the emulation computes them in fp32 on the
+// accumulator. Which formula and which tanh a GPU's epilogue uses has yet to be measured.
+float LtGelu(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.f + std::tanh(u));
+}
+float LtGeluGrad(float x) {
+  const float th = std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));
+  const float du = 0.7978845608028654f * (1.f + 3.f * 0.044715f * x * x);
+  return 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * du;
+}
+
+// The GELU and bias-gradient epilogues (cuda_api.h): the product alpha op(A) op(B) in fp32 from
+// the widened inputs, beta C added in fp32, the epilogue on those fp32 values, and each output
+// rounded once to its type (D's). The bias gradient sums in fp32, in order of the reduced index.
+void LtMatmulEpilogue(const EmuLtMatmulDesc& op, float al, const void* A, const EmuLtLayout& a, const void* B,
+                      const EmuLtLayout& b, float be, const void* C, const EmuLtLayout& c, void* D,
+                      const EmuLtLayout& d) {
+  const int m = static_cast<int>(d.rows), n = static_cast<int>(d.cols);
+  const int k = static_cast<int>(op.transa == CUBLAS_OP_N ? a.cols : a.rows);
+  const std::vector<float> wa = Widen(A, a), wb = Widen(B, b);
+  std::vector<float> acc(static_cast<size_t>(m) * n, 0.f);
+  Sgemm(op.transa, op.transb, m, n, k, al, wa.data(), static_cast<int>(a.ld), wb.data(), static_cast<int>(b.ld), 0.f,
+        acc.data(), std::max(m, 1));
+  auto* bias = const_cast<void*>(op.bias);
+  auto* aux = const_cast<void*>(op.aux);
+  std::vector<float> bgrad;
+  if (op.epilogue == CUBLASLT_EPILOGUE_BGRADA || op.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+    const bool rows = op.epilogue == CUBLASLT_EPILOGUE_BGRADA;  // op(A)'s rows (m) or op(B)'s columns (n)
+    const EmuLtLayout& x = rows ? a : b;
+    const std::vector<float>& wx = rows ? wa : wb;
+    const bool trans = rows ? op.transa != CUBLAS_OP_N : op.transb != CUBLAS_OP_N;
+    bgrad.assign(rows ? m : n, 0.f);
+    for (size_t r = 0; r < bgrad.size(); ++r) {
+      for (int kk = 0; kk < k; ++kk) {  // op(A)(r, kk) or op(B)(kk, r), stored (r, kk) or (kk, r)
+        const bool first_index_r = rows != trans;
+        const int64_t i = first_index_r ? static_cast<int64_t>(r) : kk, j = first_index_r ? kk : static_cast<int64_t>(r);
+        bgrad[r] += wx[static_cast<size_t>(j * x.ld + i)];
+      }
+    }
+  } else if (op.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+    bgrad.assign(m, 0.f);
+  }
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      const int64_t at = static_cast<int64_t>(j) * d.ld + i, at_aux = static_cast<int64_t>(j) * op.aux_ld + i;
+      float x = acc[static_cast<size_t>(j) * m + i];
+      if (be != 0.f) x += be * Load(C, c.type, static_cast<int64_t>(j) * c.ld + i);
+      switch (op.epilogue) {
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+          x += Load(op.bias, d.type, i);
+          Store(aux, d.type, at_aux, x);
+          x = LtGelu(x);
+          break;
+        case CUBLASLT_EPILOGUE_DGELU:
+        case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+          x *= LtGeluGrad(Load(op.aux, d.type, at_aux));
+          if (op.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) bgrad[static_cast<size_t>(i)] += x;
+          break;
+        default:
+          break;
+      }
+      Store(D, d.type, at, x);
+    }
+  }
+  for (size_t r = 0; r < bgrad.size(); ++r) Store(bias, d.type, static_cast<int64_t>(r), bgrad[r]);
+}
+
 }  // namespace
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
@@ -467,8 +589,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   }
   if (!LtShapesAgree(*desc, *a, *b, *c, *d)) return CUBLAS_STATUS_INVALID_VALUE;
   if (!LtTypesSupported(*a, *b, *c, *d)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (!EpilogueArgsValid(*desc, *d)) return CUBLAS_STATUS_INVALID_VALUE;
   std::memset(results, 0, sizeof(*results));
   for (int i = 0; i < 4; ++i) results->algo.data[i] = pref->min_alignment[i];  // what the algorithm assumes
+  // The bias's and the aux's: those of the pointers set now (cuBLASLt reads them for that alone).
+  if (UsesBias(desc->epilogue)) results->algo.data[4] = AlignmentOf(desc->bias);
+  if (GeluEpilogue(desc->epilogue)) results->algo.data[5] = AlignmentOf(desc->aux);
   results->state = CUBLAS_STATUS_SUCCESS;
   results->wavesCount = 1.f;
   *returned = 1;
@@ -485,14 +611,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (!LtTypesSupported(*a, *b, *c, *d)) return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && desc->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (UsesBias(desc->epilogue) && desc->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (GeluEpilogue(desc->epilogue) && desc->aux == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!EpilogueArgsValid(*desc, *d)) return CUBLAS_STATUS_INVALID_VALUE;
   if (algo != nullptr) {  // the algorithm's assumed alignments (cublasLtMatmulAlgoGetHeuristic's)
-    const void* ptrs[4] = {A, B, C, D};
-    for (int i = 0; i < 4; ++i) {
+    const void* ptrs[6] = {A, B, C, D, desc->bias, desc->aux};
+    for (int i = 0; i < 6; ++i) {
       if (!Aligned(ptrs[i], static_cast<uint32_t>(algo->data[i]))) return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
   const emu::BusyScope busy;  // the matmul is the device's kernel
+  ++LtRuns(desc->epilogue);
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS) {
+    LtMatmulEpilogue(*desc, *static_cast<const float*>(alpha), A, *a, B, *b, *static_cast<const float*>(beta), C, *c,
+                     D, *d);
+    return CUBLAS_STATUS_SUCCESS;
+  }
   const int m = static_cast<int>(d->rows), n = static_cast<int>(d->cols);
   const int k = static_cast<int>(desc->transa == CUBLAS_OP_N ? a->cols : a->rows);
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
@@ -545,5 +679,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   }
   return CUBLAS_STATUS_SUCCESS;
 }
+
+uint64_t LtMatmulsRun(cublasLtEpilogue_t e) { return LtRuns(e).load(); }
 
 }  // namespace gantry::emucuda

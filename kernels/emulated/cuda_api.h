@@ -24,6 +24,14 @@
 //            (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, 256 unless set); a matmul whose
 //            pointer is less aligned than its algorithm assumes is CUBLAS_STATUS_INVALID_VALUE
 //            (the arguments conflict with the algorithm: on a GPU it may read out of bounds).
+//            The same holds of the bias and aux pointers, whose alignment the heuristic takes
+//            from the pointers set in the descriptor when it is asked (as cuBLASLt documents).
+//            The GELU and bias-gradient epilogues (cublasLtEpilogue_t below) check what
+//            cuBLASLt documents: an aux pointer and CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD (a
+//            multiple of 8, no less than D's rows) for the GELU ones, a bias pointer, the aux and
+//            bias of D's type (their default types: the emulation takes no other). They compute
+//            as cuBLASLt documents them, on the fp32 accumulator: each output (D, aux, the bias
+//            gradient) rounded once to its type. How a GPU rounds them has yet to be measured.
 #pragma once
 
 #include <cstddef>
@@ -141,9 +149,23 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,        // the bias, or the bias gradient (an output), of D's type
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,  // GELU's input (D's type and layout), written or read
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,       // int64_t: its leading dimension, a multiple of 8, >= D's rows
 };
-enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
+// The epilogues the emulated cuBLASLt computes (cuBLASLt's values). GELU_AUX_BIAS: D = gelu(x),
+// aux = x, x = the product + bias. DGELU: D = gelu'(aux) * the product; DGELU_BGRAD also the
+// bias gradient, D's row sums. BGRADA / BGRADB: D the product, the bias gradient the sums of
+// op(A)'s rows (D's rows) / op(B)'s columns (D's columns) over k.
+enum cublasLtEpilogue_t {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+  CUBLASLT_EPILOGUE_DGELU = 192,
+  CUBLASLT_EPILOGUE_DGELU_BGRAD = 208,
+  CUBLASLT_EPILOGUE_BGRADA = 256,
+  CUBLASLT_EPILOGUE_BGRADB = 512,
+};
 enum cublasLtReductionScheme_t {
   CUBLASLT_REDUCTION_SCHEME_NONE = 0,
   CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
@@ -189,11 +211,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
                                               cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t* results, int* returned);
-// D = alpha op(A) op(B) + beta C (+ bias per row of D), column-major; beta 0: C is not read.
+// D = alpha op(A) op(B) + beta C (+ bias per row of D; or another epilogue of the descriptor's),
+// column-major; beta 0: C is not read.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
                               const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream);
+// How many cublasLtMatmul calls in this process have run epilogue e: which path a caller took,
+// for tests (not a cuBLASLt function).
+uint64_t LtMatmulsRun(cublasLtEpilogue_t e);
 
 }  // namespace gantry::emucuda

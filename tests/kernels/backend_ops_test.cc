@@ -1414,6 +1414,258 @@ TEST_F(BackendOpsTest, TheFusedGeluMatmulsIn16BitsMatchTheCpuBackend) {
   }
 }
 
+// A backend of the tested kind with cuBLASLt's GELU and bias-gradient epilogues
+// (BackendOptions::gelu_epilogue), or not.
+absl::StatusOr<std::unique_ptr<Backend>> WithGeluEpilogue(bool epilogue) {
+  BackendOptions options;
+  options.gelu_epilogue = epilogue;
+  return CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+}
+
+// The cublasLtMatmul calls with epilogue e that the emulated cuBLASLt has run: on cuda-emulated,
+// which path a call took; elsewhere (a real GPU's cuBLASLt counts nothing) the checks of it
+// are skipped.
+bool CountsEpilogues() { return *ParseBackendKind(GANTRY_TEST_BACKEND) == BackendKind::kCudaEmulated; }
+uint64_t EpilogueRuns(emucuda::cublasLtEpilogue_t e) { return emucuda::LtMatmulsRun(e); }
+
+// GELU (tanh form) and its derivative in double: the value an fp32 evaluation approximates.
+double GeluOf(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double GeluGradOf(double x) {
+  const double th = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// MatmulBackward's gelu_dbias is the column sums of the dinp it makes, as the dbias of a call
+// whose dout is that dinp takes them (the model's fc bias, summed in the call before): the same
+// bits on the cpu and on the backend's default path, fp32 and 16-bit; without gelu_pre it is
+// refused.
+TEST_F(BackendOpsTest, GeluDbiasIsTheNextCallsDbias) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    for (Backend* bk : {&cpu(), &be()}) {
+      SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << bk->Describe());
+      const int N = 37, C = 48, OC = 20, X = 3;  // dinp (N, C) from dout (N, OC); the next call's inp (N, X)
+      auto values = [&](size_t n, uint64_t seed, float scale = 1.f) {
+        std::vector<uint16_t> h = Random16(n, seed, p, scale);
+        std::vector<float> f = Random(n, seed, scale);
+        return std::pair{h, f};
+      };
+      const auto [dout16, dout32] = values(static_cast<size_t>(N) * OC, 1);
+      const auto [inp16, inp32] = values(static_cast<size_t>(N) * C, 2);
+      const auto [w16, w32] = values(static_cast<size_t>(C) * OC, 3);
+      const auto [pre16, pre32] = values(static_cast<size_t>(N) * C, 4, 2.f);
+      const auto [x16, x32] = values(static_cast<size_t>(N) * X, 5);
+      const auto [wx16, wx32] = values(static_cast<size_t>(X) * C, 6);
+      const bool half = p != Precision::kFp32;
+      // Device copies of whichever type p is (16-bit as uint16_t, fp32 as float).
+      Dev<uint16_t> hDout(*bk, dout16), hInp(*bk, inp16), hW(*bk, w16), hPre(*bk, pre16), hX(*bk, x16),
+          hWx(*bk, wx16), hDinp(*bk, std::vector<uint16_t>(static_cast<size_t>(N) * C, kPoison16));
+      Dev<float> fDout(*bk, dout32), fInp(*bk, inp32), fW(*bk, w32), fPre(*bk, pre32), fX(*bk, x32), fWx(*bk, wx32),
+          fDinp(*bk, static_cast<size_t>(N) * C);
+      auto P = [&](Dev<uint16_t>& h, Dev<float>& f) { return half ? Ptr(h.get(), p) : Ptr(f.get()); };
+      const auto db0 = Random(C, 7);
+      Dev<float> dw(*bk, Random(static_cast<size_t>(C) * OC, 8)), gdb(*bk, db0), dwx(*bk, static_cast<size_t>(X) * C),
+          want(*bk, db0);
+      const Ptr dinp = P(hDinp, fDinp);
+      bk->MatmulBackward(dinp, dw.get(), nullptr, P(hDout, fDout), P(hInp, fInp), P(hW, fW), N, C, OC,
+                         WeightLayout::kInOut, P(hPre, fPre), gdb.get());
+      bk->MatmulBackward(nullptr, dwx.get(), want.get(), dinp, P(hX, fX), P(hWx, fWx), N, X, C);
+      ASSERT_TRUE(bk->Synchronize().ok());
+      EXPECT_TRUE(SameBits(gdb.Host(), want.Host()));
+      EXPECT_FALSE(SameBits(gdb.Host(), db0)) << "summed into";
+      bk->MatmulBackward(dinp, dw.get(), nullptr, P(hDout, fDout), P(hInp, fInp), P(hW, fW), N, C, OC,
+                         WeightLayout::kInOut, nullptr, gdb.get());
+      const absl::Status st = bk->Synchronize();
+      EXPECT_FALSE(st.ok());
+      EXPECT_NE(st.message().find("gelu_dbias needs dinp and gelu_pre"), absl::string_view::npos) << st;
+    }
+  }
+}
+
+// cuBLASLt's GELU and bias-gradient epilogues (BackendOptions::gelu_epilogue), against the cpu
+// backend: the fused forward (GELU_AUX_BIAS), the backward through the GELU with the bias
+// gradient of the layer before it (DGELU_BGRAD), and the weight-gradient GEMM's bias gradient
+// in both layouts (BGRADA for kInOut, where dout is the GEMM's A; BGRADB for kOutIn). OC not a
+// multiple of 8 (the aux's leading dimension) takes the default path, with the same results'
+// bounds. On cuda-emulated, the emulated cuBLASLt's counts say which path each call took.
+TEST_F(BackendOpsTest, TheGeluAndBiasGradEpiloguesMatchTheCpuBackend) {
+  auto made = WithGeluEpilogue(true);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Backend& bk = **made;
+  using emucuda::CUBLASLT_EPILOGUE_BGRADA;
+  using emucuda::CUBLASLT_EPILOGUE_BGRADB;
+  using emucuda::CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  using emucuda::CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    for (auto [N, C, OC] : {std::tuple{64, 64, 256}, std::tuple{7, 33, 64}, std::tuple{37, 100, 13},
+                            std::tuple{130, 17, 24}}) {
+      SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << N << "x" << C << "x" << OC);
+      const bool half = p != Precision::kFp32, fused_gelu = OC % 8 == 0;
+      const size_t nx = static_cast<size_t>(N) * C, no = static_cast<size_t>(N) * OC, nw = static_cast<size_t>(C) * OC;
+      // Inputs of type p (16-bit ones as their bits; fp32 ones as floats), and their values.
+      auto draw = [&](size_t n, uint64_t seed, float scale = 1.f) {
+        return half ? Widen(Random16(n, seed, p, scale), p) : Random(n, seed, scale);
+      };
+      const auto xf = draw(nx, 1), wf = draw(nw, 2), bf = draw(OC, 3), gpref = draw(no, 6, 2.f),
+                 w2f = draw(nw, 7), doutf = draw(nx, 4), dout2f = draw(no, 9);
+      const auto dw0 = Random(nw, 5), db0 = Random(OC, 10), gdb0 = Random(OC, 11);
+      // A tensor of p on a backend, from values of p.
+      struct Tensor {
+        std::unique_ptr<Dev<uint16_t>> h;
+        std::unique_ptr<Dev<float>> f;
+        Precision p;
+        Ptr ptr() const { return h ? Ptr(h->get(), p) : Ptr(f->get()); }
+        std::vector<float> Host() const { return h ? Widen(h->Host(), p) : f->Host(); }
+      };
+      auto put = [&](Backend& b, const std::vector<float>& v) {
+        Tensor t{nullptr, nullptr, p};
+        if (half) t.h = std::make_unique<Dev<uint16_t>>(b, Narrow(v, p));
+        else t.f = std::make_unique<Dev<float>>(b, v);
+        return t;
+      };
+      auto out_of = [&](Backend& b, size_t n) {
+        return put(b, std::vector<float>(n, NAN));
+      };
+      const uint64_t runs0[4] = {EpilogueRuns(CUBLASLT_EPILOGUE_GELU_AUX_BIAS), EpilogueRuns(CUBLASLT_EPILOGUE_DGELU_BGRAD),
+                                 EpilogueRuns(CUBLASLT_EPILOGUE_BGRADA), EpilogueRuns(CUBLASLT_EPILOGUE_BGRADB)};
+      // Both backends: the forward; the backward of the next matmul through the GELU (weight
+      // w2 (OC, C), dinp (N, OC)) with gelu_dbias; the fc matmul's weight and bias gradients in
+      // both layouts (dout2 (N, OC)).
+      struct Got {
+        std::vector<float> pre, out, dinp, dw2, gdb, dw[2], db[2], dbz[2];
+      };
+      auto run = [&](Backend& b) {
+        Got g;
+        Tensor x = put(b, xf), w = put(b, wf), bias = put(b, bf), gpre = put(b, gpref), w2 = put(b, w2f),
+          dout = put(b, doutf), dout2 = put(b, dout2f), pre = out_of(b, no), out = out_of(b, no),
+          dinp = out_of(b, no);
+        Dev<float> dw2(b, Random(nw, 12)), gdb(b, gdb0);
+        b.MatmulBiasGeluForward(pre.ptr(), out.ptr(), x.ptr(), w.ptr(), bias.ptr(), N, C, OC);
+        b.MatmulBackward(dinp.ptr(), dw2.get(), nullptr, dout.ptr(), out.ptr(), w2.ptr(), N, OC, C,
+                         WeightLayout::kInOut, gpre.ptr(), gdb.get());
+        g.pre = pre.Host(), g.out = out.Host(), g.dinp = dinp.Host(), g.dw2 = dw2.Host(), g.gdb = gdb.Host();
+        for (int l = 0; l < 2; ++l) {
+          const WeightLayout layout = l == 0 ? WeightLayout::kInOut : WeightLayout::kOutIn;
+          Dev<float> dw(b, dw0), db(b, db0), dwz(b, std::vector<float>(nw, 0.f)), dbz(b, std::vector<float>(OC, 0.f));
+          b.MatmulBackward(nullptr, dw.get(), db.get(), dout2.ptr(), x.ptr(), w.ptr(), N, C, OC, layout);
+          b.MatmulBackward(nullptr, dwz.get(), dbz.get(), dout2.ptr(), x.ptr(), w.ptr(), N, C, OC, layout);
+          g.dw[l] = dw.Host(), g.db[l] = db.Host(), g.dbz[l] = dbz.Host();
+        }
+        EXPECT_TRUE(b.Synchronize().ok());
+        return g;
+      };
+      const Got c = run(cpu());
+      const Got e = run(bk);
+      if (CountsEpilogues()) {
+        EXPECT_EQ(EpilogueRuns(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) - runs0[0], fused_gelu ? 1u : 0u) << "the forward";
+        EXPECT_EQ(EpilogueRuns(CUBLASLT_EPILOGUE_DGELU_BGRAD) - runs0[1], fused_gelu ? 1u : 0u) << "dinp through the GELU";
+        EXPECT_EQ(EpilogueRuns(CUBLASLT_EPILOGUE_BGRADA) - runs0[2], 2u) << "kInOut's dbias (two calls)";
+        EXPECT_EQ(EpilogueRuns(CUBLASLT_EPILOGUE_BGRADB) - runs0[3], 2u) << "kOutIn's dbias (two calls)";
+      }
+      const auto pre_ref = GemmOf(
+          N, OC, C, [&](int n, int k) { return xf[static_cast<size_t>(n) * C + k]; },
+          [&](int k, int o) { return wf[static_cast<size_t>(k) * OC + o]; }, [&](int, int o) { return bf[o]; });
+      const auto dinp_ref = GemmOf(
+          N, OC, C, [&](int n, int k) { return doutf[static_cast<size_t>(n) * C + k]; },
+          [&](int k, int o) { return w2f[static_cast<size_t>(o) * C + k]; }, [](int, int) { return 0.f; });
+      const auto db_ref = GemmOf(
+          1, OC, N, [](int, int) { return 1.f; }, [&](int n, int o) { return dout2f[static_cast<size_t>(n) * OC + o]; },
+          [](int, int) { return 0.f; });
+      if (!half) {  // fp32: the fp32 bound, as the fp32 matmuls' tests
+        for (const auto& [what, got, want] :
+             {std::tuple{"pre", e.pre, c.pre}, std::tuple{"out", e.out, c.out}, std::tuple{"dinp", e.dinp, c.dinp},
+              std::tuple{"dweight through the GELU", e.dw2, c.dw2}, std::tuple{"gelu_dbias", e.gdb, c.gdb},
+              std::tuple{"dweight kInOut", e.dw[0], c.dw[0]}, std::tuple{"dbias kInOut", e.db[0], c.db[0]},
+              std::tuple{"dweight kOutIn", e.dw[1], c.dw[1]}, std::tuple{"dbias kOutIn", e.db[1], c.db[1]}}) {
+          EXPECT_LE(RelErr(got, want), kTol) << what;
+        }
+        continue;
+      }
+      // 16-bit. pre: rounded once from the fp32 sum on both paths: a GEMM's bound.
+      EXPECT_TRUE(Within(e.pre, c.pre, [&](size_t i) {
+        return Ulp(std::max(std::fabs(e.pre[i]), std::fabs(c.pre[i])), p) + pre_ref.Cross(i);
+      })) << "pre";
+      EXPECT_TRUE(NearExact(e.pre, pre_ref, p)) << "pre: rounded to nearest, once";
+      // out. The cpu: gelu of its rounded pre p_c, rounded; the epilogue: gelu of the unrounded
+      // fp32 sum x_b, rounded. |x_b - p_c| <= Cross + half an ulp of p_c, times |gelu'| <= 1.13;
+      // the two fp32 GELUs within kTol of the largest output (GELU's own cross-backend bound);
+      // one ulp for the two final roundings (Within's).
+      const double gelu_tol = kTol * MaxAbs(c.out);
+      EXPECT_TRUE(Within(e.out, c.out, [&](size_t i) {
+        return Ulp(std::max(std::fabs(e.out[i]), std::fabs(c.out[i])), p) + gelu_tol +
+               1.13 * (pre_ref.Cross(i) + Ulp(c.pre[i], p) / 2);
+      })) << "out";
+      // The epilogue's one rounding (where it ran): against gelu of the exact sum e, within
+      // 1.13 ToExact (the fp32 sum), GELU's fp32 error and half an ulp of out. The default path
+      // rounds pre first: up to 1.13 times half an ulp of pre more, which this does not allow.
+      if (fused_gelu) {
+        for (size_t i = 0; i < no; ++i) {
+          const double want = GeluOf(pre_ref.exact[i]);
+          const double bound = 1.13 * pre_ref.ToExact(i) + gelu_tol + Ulp(e.out[i], p) / 2;
+          ASSERT_LE(std::fabs(e.out[i] - want), bound) << "out " << i << ": gelu of the unrounded sum, rounded once";
+        }
+      }
+      // dinp. The cpu: d_c = round(g_c round(a_c)); the epilogue: round(g_b a_b), with a the fp32
+      // GEMM sums and g the fp32 gelu' of the stored pre, within kTol of the exact g (|g| <= 1.13,
+      // a few fp32 ulps). |g_b a_b - g_c round(a_c)| <= (|g| + kTol) (|a_b - a_c| + half an ulp
+      // of a_c) + |a_c| 2 kTol + the products' fp32 roundings 2 u (|g| + kTol) |a|; |a_b - a_c|
+      // <= Cross; and one ulp for the two final roundings.
+      std::vector<double> g(no), amag(no), dbound(no);
+      for (size_t i = 0; i < no; ++i) {
+        g[i] = std::fabs(GeluGradOf(gpref[i]));
+        amag[i] = std::fabs(dinp_ref.exact[i]) + dinp_ref.Cross(i);
+        dbound[i] = (g[i] + kTol) * (dinp_ref.Cross(i) + Ulp(amag[i], p) / 2) + amag[i] * 2 * kTol +
+                    2 * kU * (g[i] + kTol) * amag[i];
+      }
+      EXPECT_TRUE(Within(e.dinp, c.dinp, [&](size_t i) {
+        return Ulp(std::max(std::fabs(e.dinp[i]), std::fabs(c.dinp[i])), p) + dbound[i];
+      })) << "dinp";
+      if (fused_gelu) {  // one rounding: the default path's rounded a_c is up to |g| half an ulp more
+        for (size_t i = 0; i < no; ++i) {
+          const double want = GeluGradOf(gpref[i]) * dinp_ref.exact[i];
+          const double bound = (g[i] + kTol) * dinp_ref.ToExact(i) + amag[i] * kTol + kU * (g[i] + kTol) * amag[i] +
+                               Ulp(e.dinp[i], p) / 2;
+          ASSERT_LE(std::fabs(e.dinp[i] - want), bound) << "dinp " << i << ": gelu' times the unrounded sum, rounded once";
+        }
+      }
+      // gelu_dbias += round(the fp32 column sums of dinp): the cpu's of its rounded dinp, the
+      // epilogue's of the unrounded fp32 products. Per column: the rows' differences (dbound and
+      // an ulp of dinp's size each), both fp32 sums' reordering (N u the sum of magnitudes each),
+      // an ulp of the sum's size for the two roundings to p, and the fp32 additions to gdb0.
+      for (int o = 0; o < OC; ++o) {
+        double diff = 0, mag = 0;
+        for (int n = 0; n < N; ++n) {
+          const size_t i = static_cast<size_t>(n) * OC + o;
+          const double m = (g[i] + kTol) * amag[i] + dbound[i];
+          diff += dbound[i] + Ulp(m, p) / 2;  // the cpu's rounding of d_c, at most half an ulp at m >= |d_c|
+          mag += m;
+        }
+        const double sum = mag + diff;
+        const double bound = diff + 2 * N * kU * sum + Ulp(sum, p) + 2 * kU * (std::fabs(gdb0[o]) + sum);
+        EXPECT_LE(std::fabs(e.gdb[o] - c.gdb[o]), bound) << "gelu_dbias " << o;
+      }
+      // The weight-gradient GEMM with the bias gradient: the same 16-bit gradients the cpu
+      // accumulates (the sums of dout's 16-bit values in fp32, each rounded once, then added).
+      for (int l = 0; l < 2; ++l) {
+        SCOPED_TRACE(l == 0 ? "kInOut" : "kOutIn");
+        EXPECT_TRUE(Within(e.db[l], c.db[l], AccCross(db_ref, db0, p))) << "dbias += round";
+        EXPECT_TRUE(NearExactAccumulated(e.db[l], db_ref, db0, p)) << "dbias: its gradient rounded to nearest";
+        EXPECT_TRUE(SameBits(e.dbz[l], Widen(Narrow(e.dbz[l], p), p))) << "dbias: this call's gradient is a 16-bit value";
+        const bool outin = l == 1;
+        const auto dw_ref = GemmOf(
+            outin ? OC : C, outin ? C : OC, N,
+            [&](int r, int n) {
+              return outin ? dout2f[static_cast<size_t>(n) * OC + r] : xf[static_cast<size_t>(n) * C + r];
+            },
+            [&](int n, int k) {
+              return outin ? xf[static_cast<size_t>(n) * C + k] : dout2f[static_cast<size_t>(n) * OC + k];
+            },
+            [](int, int) { return 0.f; });
+        EXPECT_TRUE(Within(e.dw[l], c.dw[l], AccCross(dw_ref, dw0, p))) << "dweight += round";
+      }
+    }
+  }
+}
+
 // What the fused kernels compute differently from the cpu's attention beyond fp32 rounding,
 // per element of out (B,T,C) and of dqkv (B,T,3C), to add to the cross-backend bounds:
 //  - weights rounded to p (mixed precision): flash attention rounds exp(s - m) against the
@@ -2082,6 +2334,159 @@ TEST(EmulatedRuntimeTest, LtMatmulOf16BitInputsKeepsCublasLtContract) {
   cublasLtMatmulPreferenceDestroy(pref);
   for (auto l : {a, b, b16, c, d}) cublasLtMatrixLayoutDestroy(l);
   cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(h);
+}
+
+// An fp32 cublasLtMatmul D (m, n) = op(A) op(B) with epilogue epi, its bias (or bias gradient)
+// and aux (ld aux_ld) pointers set before the heuristic is asked (aux_at_heuristic: another aux
+// pointer then, as a plan made for one address and reused). The first status that is not success.
+cublasStatus_t LtEpilogue(cublasLtHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                          const float* A, int lda, const float* B, int ldb, float* D, int ldd, cublasLtEpilogue_t epi,
+                          void* bias, void* aux, int64_t aux_ld, void* aux_at_heuristic) {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t bytes) {
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, attr, v, bytes);
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+  set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_at_heuristic, sizeof(aux_at_heuristic));
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld));
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
+  const uint32_t align = 4;  // host vectors
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  }
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &result, &found);
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux));
+  const float alpha = 1.f, beta = 0.f;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmul(h, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &result.algo, nullptr, 0, nullptr);
+  }
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  for (auto l : {la, lb, ld}) {
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+  if (op) cublasLtMatmulDescDestroy(op);
+  return st;
+}
+
+// The GELU and bias-gradient epilogues, fp32, against loops from their definitions (sums in
+// double; fp32 sums within (k + 1) 2^-24 of the sum of magnitudes, GELU's fp32 evaluation
+// within kTol): GELU_AUX_BIAS writes aux = x = the product + bias and D = gelu(x); DGELU_BGRAD
+// D = gelu'(aux) times the product and the bias gradient D's row sums; BGRADA the row sums of
+// op(A) and BGRADB the column sums of op(B), each transposed and not. And the arguments
+// cuBLASLt documents: the aux leading dimension a multiple of 8 and no less than D's rows, the
+// aux and bias pointers set, and no less aligned than when the heuristic was asked.
+TEST(EmulatedRuntimeTest, LtGeluAndBiasGradEpiloguesKeepCublasLtContract) {
+  const int m = 16, n = 3, k = 5, ldd = 16;
+  cublasLtHandle_t h;
+  ASSERT_EQ(cublasLtCreate(&h), CUBLAS_STATUS_SUCCESS);
+  const auto A = Random(static_cast<size_t>(m) * k, 1), B = Random(static_cast<size_t>(k) * n, 2),
+             bias = Random(m, 3), pre = Random(static_cast<size_t>(ldd) * n, 4);
+  auto opA = [&](cublasOperation_t t, int i, int q) { return A[t == CUBLAS_OP_N ? q * m + i : i * k + q]; };
+  auto opB = [&](cublasOperation_t t, int q, int j) { return B[t == CUBLAS_OP_N ? j * k + q : q * n + j]; };
+  auto product = [&](cublasOperation_t ta, cublasOperation_t tb, int i, int j, double* mag) {
+    double s = 0;
+    *mag = 0;
+    for (int q = 0; q < k; ++q) {
+      const double t = static_cast<double>(opA(ta, i, q)) * opB(tb, q, j);
+      s += t;
+      *mag += std::fabs(t);
+    }
+    return s;
+  };
+  const double u = 0x1p-24;
+  for (cublasOperation_t ta : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+    for (cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      SCOPED_TRACE(::testing::Message() << (ta == CUBLAS_OP_T ? "A^T" : "A") << (tb == CUBLAS_OP_T ? " B^T" : " B"));
+      const int lda = ta == CUBLAS_OP_N ? m : k, ldb = tb == CUBLAS_OP_N ? k : n;
+      std::vector<float> D(static_cast<size_t>(ldd) * n), aux(static_cast<size_t>(ldd) * n, NAN), bg(m, NAN),
+          bgb(n, NAN);
+      // GELU_AUX_BIAS
+      ASSERT_EQ(LtEpilogue(h, ta, tb, m, n, k, A.data(), lda, B.data(), ldb, D.data(), ldd,
+                           CUBLASLT_EPILOGUE_GELU_AUX_BIAS, const_cast<float*>(bias.data()), aux.data(), ldd, aux.data()),
+                CUBLAS_STATUS_SUCCESS);
+      for (int j = 0; j < n; ++j) {
+        for (int i = 0; i < m; ++i) {
+          double mag = 0;
+          const double x = product(ta, tb, i, j, &mag) + bias[i];
+          const double tol = (k + 1) * u * (mag + std::fabs(bias[i]));
+          EXPECT_NEAR(aux[j * ldd + i], x, tol) << "aux (" << i << ", " << j << ")";
+          EXPECT_NEAR(D[j * ldd + i], kernels::GeluOf(x), 1.13 * tol + kTol) << "D (" << i << ", " << j << ")";
+        }
+      }
+      // DGELU_BGRAD: D = gelu'(pre) times the product; the bias gradient D's row sums.
+      ASSERT_EQ(LtEpilogue(h, ta, tb, m, n, k, A.data(), lda, B.data(), ldb, D.data(), ldd, CUBLASLT_EPILOGUE_DGELU_BGRAD,
+                           bg.data(), const_cast<float*>(pre.data()), ldd, const_cast<float*>(pre.data())),
+                CUBLAS_STATUS_SUCCESS);
+      for (int i = 0; i < m; ++i) {
+        double want_bg = 0, tol_bg = 0;
+        for (int j = 0; j < n; ++j) {
+          double mag = 0;
+          const double gg = kernels::GeluGradOf(pre[j * ldd + i]), d = gg * product(ta, tb, i, j, &mag);
+          const double tol = std::fabs(gg) * (k + 1) * u * mag + kTol * mag;
+          EXPECT_NEAR(D[j * ldd + i], d, tol) << "D (" << i << ", " << j << ")";
+          want_bg += d;
+          tol_bg += tol + n * u * std::fabs(d);
+        }
+        EXPECT_NEAR(bg[i], want_bg, tol_bg) << "the bias gradient " << i;
+      }
+      // BGRADA: op(A)'s row sums; BGRADB: op(B)'s column sums. D the product.
+      ASSERT_EQ(LtEpilogue(h, ta, tb, m, n, k, A.data(), lda, B.data(), ldb, D.data(), ldd, CUBLASLT_EPILOGUE_BGRADA,
+                           bg.data(), nullptr, 0, nullptr),
+                CUBLAS_STATUS_SUCCESS);
+      ASSERT_EQ(LtEpilogue(h, ta, tb, m, n, k, A.data(), lda, B.data(), ldb, D.data(), ldd, CUBLASLT_EPILOGUE_BGRADB,
+                           bgb.data(), nullptr, 0, nullptr),
+                CUBLAS_STATUS_SUCCESS);
+      for (int i = 0; i < m; ++i) {
+        double s = 0, mag = 0;
+        for (int q = 0; q < k; ++q) s += opA(ta, i, q), mag += std::fabs(opA(ta, i, q));
+        EXPECT_NEAR(bg[i], s, k * u * mag) << "BGRADA " << i;
+      }
+      for (int j = 0; j < n; ++j) {
+        double s = 0, mag = 0;
+        for (int q = 0; q < k; ++q) s += opB(tb, q, j), mag += std::fabs(opB(tb, q, j));
+        EXPECT_NEAR(bgb[j], s, k * u * mag) << "BGRADB " << j;
+        for (int i = 0; i < m; ++i) {
+          double pm = 0;
+          const double want = product(ta, tb, i, j, &pm);
+          EXPECT_NEAR(D[j * ldd + i], want, (k + 1) * u * pm) << "D (" << i << ", " << j << ")";
+        }
+      }
+    }
+  }
+  // The arguments.
+  std::vector<float> D(static_cast<size_t>(ldd) * n), aux(static_cast<size_t>(ldd) * n + 8), bg(m);
+  auto gelu = [&](int64_t aux_ld, float* aux_ptr, float* at_heuristic, float* bias_ptr) {
+    return LtEpilogue(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A.data(), m, B.data(), k, D.data(), ldd,
+                      CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias_ptr, aux_ptr, aux_ld, at_heuristic);
+  };
+  float* b = const_cast<float*>(bias.data());
+  float* aligned = aux.data();
+  while (reinterpret_cast<uintptr_t>(aligned) % 16 != 0) ++aligned;
+  EXPECT_EQ(gelu(ldd, aligned, aligned, b), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(gelu(ldd + 4, aligned, aligned, b), CUBLAS_STATUS_INVALID_VALUE) << "aux ld not a multiple of 8";
+  EXPECT_EQ(gelu(8, aligned, aligned, b), CUBLAS_STATUS_INVALID_VALUE) << "aux ld under D's 16 rows";
+  EXPECT_EQ(gelu(ldd, nullptr, aligned, b), CUBLAS_STATUS_INVALID_VALUE) << "no aux pointer";
+  EXPECT_EQ(gelu(ldd, aligned, aligned, nullptr), CUBLAS_STATUS_INVALID_VALUE) << "no bias pointer";
+  EXPECT_EQ(gelu(ldd, aligned + 1, aligned, b), CUBLAS_STATUS_INVALID_VALUE)
+      << "an aux less aligned than the one the heuristic saw";
+  EXPECT_EQ(gelu(ldd, aligned + 1, aligned + 1, b), CUBLAS_STATUS_SUCCESS) << "told its alignment";
+  EXPECT_EQ(LtEpilogue(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A.data(), m, B.data(), k, D.data(), ldd,
+                       CUBLASLT_EPILOGUE_BGRADA, nullptr, nullptr, 0, nullptr),
+            CUBLAS_STATUS_INVALID_VALUE)
+      << "no bias gradient pointer";
   cublasLtDestroy(h);
 }
 
