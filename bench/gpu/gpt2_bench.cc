@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -66,6 +67,10 @@ int Main(int argc, char** argv) {
       const std::string v = argv[i + 1];
       ok = v == "on" || v == "off";
       options.bias_epilogue = v == "on";
+    } else if (a == "--gelu-epilogue") {  // cuBLASLt's GELU and bias-gradient epilogues
+      const std::string v = argv[i + 1];
+      ok = v == "on" || v == "off";
+      options.gelu_epilogue = v == "on";
     } else if (a == "--attention") {
       auto path = kernels::ParseAttentionPath(argv[i + 1]);
       ok = path.ok();
@@ -73,7 +78,7 @@ int Main(int argc, char** argv) {
     } else ok = false;
     if (!ok) {
       std::fprintf(stderr,
-                   "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention auto|cudnn|fused|reference] [--bias-epilogue on|off]\n"
+                   "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention auto|cudnn|fused|reference] [--bias-epilogue on|off] [--gelu-epilogue on|off]\n"
                    "                  [--arch gpt2|llama] [--precision bf16|fp32] [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
       return 2;
     }
@@ -142,10 +147,12 @@ int Main(int argc, char** argv) {
     in[i] = static_cast<int32_t>(r.NextU64() % sample_vocab);
     tg[i] = static_cast<int32_t>(r.NextU64() % sample_vocab);
   }
+  float first_loss = NAN;  // the first step's (the same weights and tokens in every run: the paths' rounding)
   auto step = [&](int s) -> bool {
     dev.model->ZeroGrad();
     dev.engine->BeginMicroBatch(0, 1);
     const float loss = dev.model->ForwardBackward(in.data(), tg.data(), B, T, 1.0f);
+    if (s == 1) first_loss = loss;
     absl::Status st = dev.model->comm_status();
     if (st.ok()) st = dev.engine->FinishStep(loss, 6e-4, s, 1.0).status();  // waits for the update
     if (!st.ok()) {
@@ -197,8 +204,8 @@ int Main(int argc, char** argv) {
   std::printf("%-30s %10s %7s\n", "op (profiled step)", "ms", "share");
   for (auto& [n, s] : ops) std::printf("%-30s %10.2f %6.1f%%\n", n.c_str(), s * 1e3, 100 * s / total);
   std::printf("{\"impl\": \"gantry\", \"arch\": \"%s\", \"batch\": %d, \"tokens_per_s\": %.1f, \"step_ms\": %.2f, "
-              "\"mfu\": %.4f, \"params\": %.0f, \"memory_gb\": %.3f}\n",
-              jobspec::ArchName(c.arch), B, tok_s, med * 1e3, mfu, n_params, (total_b - free_b) / 1e9);
+              "\"mfu\": %.4f, \"params\": %.0f, \"memory_gb\": %.3f, \"first_loss\": %.6f}\n",
+              jobspec::ArchName(c.arch), B, tok_s, med * 1e3, mfu, n_params, (total_b - free_b) / 1e9, first_loss);
   return 0;
 }
 

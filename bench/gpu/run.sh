@@ -36,6 +36,7 @@ run() {
 run gantry_gpt2 "gantry GPT-2, bf16, attention auto (cuDNN)" "$BUNDLE/bin/gpt2_gpu_bench" "$@"
 run gantry_gpt2_fused "gantry GPT-2, bf16, gantry's fused attention kernel" "$BUNDLE/bin/gpt2_gpu_bench" --attention fused "$@"
 run gantry_gpt2_epilogue "gantry GPT-2, bf16, cuBLASLt's bias epilogue (two roundings)" "$BUNDLE/bin/gpt2_gpu_bench" --bias-epilogue on "$@"
+run gantry_gpt2_gelu_epilogue "gantry GPT-2, bf16, cuBLASLt's GELU and bias-gradient epilogues" "$BUNDLE/bin/gpt2_gpu_bench" --gelu-epilogue on "$@"
 if [ "${GANTRY_BENCH_FP32:-0}" = 1 ]; then
   run gantry_gpt2_fp32 "gantry GPT-2, fp32" "$BUNDLE/bin/gpt2_gpu_bench" --precision fp32 "$@"
 fi
@@ -132,6 +133,12 @@ if c and e:
     print(f"GPT-2 with cuBLASLt's bias epilogue (--bias-epilogue on): {e['tokens_per_s']:.0f} tok/s, "
           f"{e['tokens_per_s'] / c['tokens_per_s']:.2f}x the default"
           + (f", {e['tokens_per_s'] / t['tokens_per_s']:.2f}x pytorch" if t else ""))
+ge, _ = load("gantry_gpt2_gelu_epilogue")
+if c and ge:
+    print(f"GPT-2 with cuBLASLt's GELU and bias-gradient epilogues (--gelu-epilogue on): {ge['tokens_per_s']:.0f} tok/s, "
+          f"{ge['tokens_per_s'] / c['tokens_per_s']:.2f}x the default; first loss {ge.get('first_loss', float('nan')):.6f} "
+          f"against the default's {c.get('first_loss', float('nan')):.6f}"
+          + (f", {ge['tokens_per_s'] / t['tokens_per_s']:.2f}x pytorch" if t else ""))
 f32, _ = load("gantry_gpt2_fp32")
 if c and f32:
     print(f"GPT-2 bf16 {c['tokens_per_s']:.0f} tok/s at B {c['batch']} against fp32's {f32['tokens_per_s']:.0f} tok/s "

@@ -108,6 +108,7 @@ struct Op {
   double tol;  // the check's relative bound (16-bit outputs: bf16's rounding; fp32: sums' order)
   std::function<Instance(Backend*, int rows)> make;
   kernels::AttentionPath attention = kernels::AttentionPath::kAuto;  // the cuda kinds' backend for it
+  bool gelu_epilogue = false;  // BackendOptions::gelu_epilogue of that backend
 };
 
 constexpr int C = 768, NH = 12, V = 50304, T = 1024;
@@ -167,23 +168,58 @@ std::vector<Op> Ops() {
                      }});
     }
   }
-  ops.push_back({"matmul+gelu fwd fc", "W (in, out) 768->3072", 1e-2, [](Backend* be, int rows) {
-                   Instance in;
-                   in.bufs.emplace_back(be, RandomB(static_cast<size_t>(rows) * C, 1));
-                   in.bufs.emplace_back(be, RandomB(static_cast<size_t>(C) * 4 * C, 2, 0.05f));
-                   in.bufs.emplace_back(be, RandomB(4 * C, 3));
-                   in.bufs.emplace_back(be, static_cast<size_t>(rows) * 4 * C * 2);
-                   in.bufs.emplace_back(be, static_cast<size_t>(rows) * 4 * C * 2);
-                   uint16_t *x = in.bufs[0].h(), *w = in.bufs[1].h(), *b = in.bufs[2].h(), *pre = in.bufs[3].h(),
-                            *o = in.bufs[4].h();
-                   in.run = [=] {
-                     be->MatmulBiasGeluForward(Ptr(pre, kBf), Ptr(o, kBf), CPtr(x, kBf), CPtr(w, kBf), CPtr(b, kBf),
-                                               rows, C, 4 * C);
-                   };
-                   in.result = [&b = in.bufs[4]] { return b.HostB(); };
-                   in.flops = 2.0 * rows * C * 4 * C;
-                   return in;
-                 }});
+  // The MLP's fused GEMMs, without and with cuBLASLt's GELU and bias-gradient epilogues
+  // (BackendOptions::gelu_epilogue): forward, and the fc proj's backward through the GELU with
+  // both biases' gradients (the model's call).
+  for (bool epi : {false, true}) {
+    const std::string tag = epi ? " +epilogue" : "";
+    ops.push_back({"matmul+gelu fwd fc" + tag, "W (in, out) 768->3072", 1e-2,
+                   [](Backend* be, int rows) {
+                     Instance in;
+                     in.bufs.emplace_back(be, RandomB(static_cast<size_t>(rows) * C, 1));
+                     in.bufs.emplace_back(be, RandomB(static_cast<size_t>(C) * 4 * C, 2, 0.05f));
+                     in.bufs.emplace_back(be, RandomB(4 * C, 3));
+                     in.bufs.emplace_back(be, static_cast<size_t>(rows) * 4 * C * 2);
+                     in.bufs.emplace_back(be, static_cast<size_t>(rows) * 4 * C * 2);
+                     uint16_t *x = in.bufs[0].h(), *w = in.bufs[1].h(), *b = in.bufs[2].h(), *pre = in.bufs[3].h(),
+                              *o = in.bufs[4].h();
+                     in.run = [=] {
+                       be->MatmulBiasGeluForward(Ptr(pre, kBf), Ptr(o, kBf), CPtr(x, kBf), CPtr(w, kBf),
+                                                 CPtr(b, kBf), rows, C, 4 * C);
+                     };
+                     in.result = [&b = in.bufs[4]] { return b.HostB(); };
+                     in.flops = 2.0 * rows * C * 4 * C;
+                     return in;
+                   },
+                   kernels::AttentionPath::kAuto, epi});
+    ops.push_back({"matmul+gelu bwd fc proj" + tag, "W (in, out) 3072->768", 1e-2,
+                   [](Backend* be, int rows) {
+                     Instance in;
+                     const size_t nh = static_cast<size_t>(rows) * 4 * C;
+                     in.bufs.emplace_back(be, RandomB(static_cast<size_t>(rows) * C, 1));  // dout
+                     in.bufs.emplace_back(be, RandomB(nh, 2));                             // gelu(pre)
+                     in.bufs.emplace_back(be, RandomB(static_cast<size_t>(4) * C * C, 3, 0.05f));
+                     in.bufs.emplace_back(be, RandomB(nh, 4, 2.f));  // pre
+                     in.bufs.emplace_back(be, nh * 2);               // dinp
+                     in.bufs.emplace_back(be, static_cast<size_t>(4) * C * C * 4);
+                     in.bufs.emplace_back(be, static_cast<size_t>(C) * 4);
+                     in.bufs.emplace_back(be, static_cast<size_t>(4) * C * 4);
+                     uint16_t *d = in.bufs[0].h(), *h = in.bufs[1].h(), *w = in.bufs[2].h(), *pre = in.bufs[3].h(),
+                              *dx = in.bufs[4].h();
+                     float *dw = in.bufs[5].f(), *db = in.bufs[6].f(), *dfcb = in.bufs[7].f();
+                     in.run = [=] {
+                       be->Zero(dw, static_cast<size_t>(4) * C * C * 4);
+                       be->Zero(db, static_cast<size_t>(C) * 4);
+                       be->Zero(dfcb, static_cast<size_t>(4) * C * 4);
+                       be->MatmulBackward(Ptr(dx, kBf), dw, db, CPtr(d, kBf), CPtr(h, kBf), CPtr(w, kBf), rows, 4 * C,
+                                          C, WeightLayout::kInOut, CPtr(pre, kBf), dfcb);
+                     };
+                     in.result = [&b = in.bufs[4]] { return b.HostB(); };
+                     in.flops = 4.0 * rows * 4 * C * C;
+                     return in;
+                   },
+                   kernels::AttentionPath::kAuto, epi});
+  }
   ops.push_back({"layernorm fwd", "768, bf16 out", 1e-2, [](Backend* be, int rows) {
                    Instance in;
                    in.bufs.emplace_back(be, RandomF(static_cast<size_t>(rows) * C, 1, 2.f));
@@ -231,6 +267,25 @@ std::vector<Op> Ops() {
                    in.run = [=] { be->ResidualForward(o, a, b, static_cast<int64_t>(n)); };
                    in.result = [&b = in.bufs[2]] { return b.HostF(); };
                    in.bytes = static_cast<double>(n) * 12;
+                   return in;
+                 }});
+  // The two rows above in one pass (Backend::ResidualLayerNormForward), as the model runs them.
+  ops.push_back({"residual+layernorm fwd", "768, bf16 out", 1e-2, [](Backend* be, int rows) {
+                   Instance in;
+                   const size_t n = static_cast<size_t>(rows) * C;
+                   in.bufs.emplace_back(be, RandomF(n, 1, 2.f));
+                   in.bufs.emplace_back(be, RandomF(n, 2));
+                   in.bufs.emplace_back(be, RandomF(C, 3));
+                   in.bufs.emplace_back(be, RandomF(C, 4));
+                   in.bufs.emplace_back(be, n * 4);
+                   in.bufs.emplace_back(be, n * 2);
+                   in.bufs.emplace_back(be, static_cast<size_t>(rows) * 8);
+                   float *a = in.bufs[0].f(), *b = in.bufs[1].f(), *w = in.bufs[2].f(), *bias = in.bufs[3].f(),
+                         *res = in.bufs[4].f(), *m = in.bufs[6].f(), *r = m + rows;
+                   uint16_t* o = in.bufs[5].h();
+                   in.run = [=] { be->ResidualLayerNormForward(res, Ptr(o, kBf), m, r, a, b, w, bias, rows, C); };
+                   in.result = [&b = in.bufs[5]] { return b.HostB(); };
+                   in.bytes = static_cast<double>(n) * (8 + 4 + 2);  // a, b read; the sum and the output written
                    return in;
                  }});
   ops.push_back({"gelu bwd", "3072 bf16", 1e-2, [](Backend* be, int rows) {
@@ -369,13 +424,14 @@ int Main(int argc, char** argv) {
   }
   // One backend a kind of attention path (cuda kinds; the cpu backend has one way).
   const int ordinal = device.find(':') == std::string::npos ? 0 : std::atoi(device.c_str() + device.find(':') + 1);
-  std::map<kernels::AttentionPath, std::unique_ptr<Backend>> backends;
-  auto backend_for = [&](kernels::AttentionPath path) -> absl::StatusOr<Backend*> {
+  std::map<std::pair<kernels::AttentionPath, bool>, std::unique_ptr<Backend>> backends;
+  auto backend_for = [&](kernels::AttentionPath path, bool gelu_epilogue = false) -> absl::StatusOr<Backend*> {
     if (*parsed == kernels::BackendKind::kCpu) return &kernels::CpuBackend();
-    auto& slot = backends[path];
+    auto& slot = backends[{path, gelu_epilogue}];
     if (slot == nullptr) {
       kernels::BackendOptions options;
       options.attention = path;
+      options.gelu_epilogue = gelu_epilogue;
       auto made = kernels::CreateBackend(*parsed, ordinal, options);
       if (!made.ok()) return made.status();
       slot = std::move(*made);
@@ -395,7 +451,7 @@ int Main(int argc, char** argv) {
   bool all_ok = true;
   for (const Op& op : Ops()) {
     if (!only.empty() && op.name.find(only) == std::string::npos) continue;
-    auto for_op = backend_for(op.attention);
+    auto for_op = backend_for(op.attention, op.gelu_epilogue);
     if (!for_op.ok()) {
       std::printf("%-30s %s\n", op.name.c_str(), std::string(for_op.status().message()).c_str());
       all_ok = false;
