@@ -132,6 +132,11 @@ class Backend {
   // inp (N,C) → out (N,C) (fp32 or 16-bit), mean (N), rstd (N).
   virtual void LayerNormForward(Ptr out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int N, int C) = 0;
+  // The residual add fused with the LayerNorm after it, one pass over the rows: a (N,C) + b
+  // (N,C) → residual (N,C), then out, mean, rstd as LayerNormForward of residual, the same bits
+  // as ResidualForward then LayerNormForward (residual may be a or b).
+  virtual void ResidualLayerNormForward(float* residual, Ptr out, float* mean, float* rstd, const float* a,
+                                        const float* b, const float* weight, const float* bias, int N, int C) = 0;
   // → dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                  const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
@@ -139,6 +144,10 @@ class Backend {
   // RMSNorm: inp (N,C) → out (N,C) (fp32 or 16-bit), rstd (N).
   virtual void RMSNormForward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C,
                               float eps) = 0;
+  // The residual add fused with it, as ResidualLayerNormForward: residual (N,C) = a + b, then
+  // RMSNormForward of residual, the same bits as the two ops.
+  virtual void ResidualRMSNormForward(float* residual, Ptr out, float* rstd, const float* a, const float* b,
+                                      const float* weight, int N, int C, float eps) = 0;
   // → dinp (N,C) +=, dweight (C) +=.
   virtual void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
                                const float* weight, const float* rstd, int N, int C) = 0;

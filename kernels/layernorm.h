@@ -10,6 +10,11 @@ constexpr float kLayerNormEps = 1e-5f;
 // inp (N,C), weight (C), bias (C) → out (N,C) (fp32, or rounded to 16 bits), mean (N), rstd (N)
 void layernorm_forward(Ptr out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C);
+// The residual add fused with the LayerNorm that follows it: a (N,C), b (N,C) → residual (N,C)
+// = a + b, then out, mean, rstd as layernorm_forward(out, mean, rstd, residual, ...) gives them,
+// bit for bit (residual may be a or b).
+void residual_layernorm_forward(float* residual, Ptr out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N, int C);
 
 // dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)
 //   → dinp (N,C) +=, dweight (C) +=, dbias (C) +=

@@ -52,6 +52,14 @@ inline double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
   return RelErr(a.data(), b.data(), std::min(a.size(), b.size()));
 }
 
+// n values drawn from N(0, scale^2) by Rng(seed).
+inline std::vector<float> RandomNormal(size_t n, uint64_t seed, float scale = 1.f) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(r.Normal()) * scale;
+  return v;
+}
+
 // A token stream with structure, so that a small model's loss falls: runs of 8 tokens
 // stepping by 3 (mod 31) from a random start below 20, until there are at least n.
 inline std::vector<uint16_t> PatternedTokens(size_t n, uint64_t seed) {

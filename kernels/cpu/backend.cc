@@ -99,12 +99,20 @@ class Cpu final : public Backend {
                         int N, int C) override {
     layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
   }
+  void ResidualLayerNormForward(float* residual, Ptr out, float* mean, float* rstd, const float* a, const float* b,
+                                const float* weight, const float* bias, int N, int C) override {
+    residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override {
     layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
   void RMSNormForward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) override {
     rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void ResidualRMSNormForward(float* residual, Ptr out, float* rstd, const float* a, const float* b,
+                              const float* weight, int N, int C, float eps) override {
+    residual_rmsnorm_forward(residual, out, rstd, a, b, weight, N, C, eps);
   }
   void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                        const float* rstd, int N, int C) override {

@@ -11,13 +11,21 @@ namespace gantry::kernels {
 
 namespace {
 
-// inp (N,C) → out (N,C) of E's type, mean (N), rstd (N)
+// inp (N,C) → out (N,C) of E's type, mean (N), rstd (N). With add: inp + add (N,C) is written
+// to sum first and normalised from there, row by row (the residual add fused with the norm; the
+// norm is this one code either way, so its bits are the same).
 template <typename E>
-void LayerNormForward(typename E::T* out, float* mean, float* rstd, const float* inp, const float* weight,
-                      const float* bias, int N, int C) {
+void LayerNormForward(typename E::T* out, float* mean, float* rstd, float* sum, const float* inp, const float* add,
+                      const float* weight, const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<int64_t>(n) * C;
+    if (add != nullptr) {
+      float* s = sum + static_cast<int64_t>(n) * C;
+      const float* y = add + static_cast<int64_t>(n) * C;
+      for (int c = 0; c < C; ++c) s[c] = x[c] + y[c];
+      x = s;
+    }
     typename E::T* o = out + static_cast<int64_t>(n) * C;
     float m = 0.f;
 #pragma omp simd reduction(+ : m)
@@ -44,7 +52,16 @@ void layernorm_forward(Ptr out, float* mean, float* rstd, const float* inp, cons
   // inp (N,C) → out (N,C), mean (N), rstd (N)
   elem::With(out.type, [&](auto e) {
     using E = decltype(e);
-    LayerNormForward<E>(elem::Of<E>(out), mean, rstd, inp, weight, bias, N, C);
+    LayerNormForward<E>(elem::Of<E>(out), mean, rstd, nullptr, inp, nullptr, weight, bias, N, C);
+  });
+}
+
+void residual_layernorm_forward(float* residual, Ptr out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N, int C) {
+  // a (N,C), b (N,C) → residual (N,C), out (N,C), mean (N), rstd (N)
+  elem::With(out.type, [&](auto e) {
+    using E = decltype(e);
+    LayerNormForward<E>(elem::Of<E>(out), mean, rstd, residual, a, b, weight, bias, N, C);
   });
 }
 

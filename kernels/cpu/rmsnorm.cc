@@ -8,11 +8,20 @@
 namespace gantry::kernels {
 namespace {
 
+// inp (N,C) → out (N,C) of E's type, rstd (N); with add, as LayerNormForward (layernorm.cc):
+// inp + add written to sum and normalised from there by the same code.
 template <typename E>
-void RMSNormForward(typename E::T* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
+void RMSNormForward(typename E::T* out, float* rstd, float* sum, const float* inp, const float* add,
+                    const float* weight, int N, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<int64_t>(n) * C;
+    if (add != nullptr) {
+      float* s = sum + static_cast<int64_t>(n) * C;
+      const float* y = add + static_cast<int64_t>(n) * C;
+      for (int c = 0; c < C; ++c) s[c] = x[c] + y[c];
+      x = s;
+    }
     typename E::T* o = out + static_cast<int64_t>(n) * C;
     float ss = 0.f;
 #pragma omp simd reduction(+ : ss)
@@ -28,7 +37,15 @@ void RMSNormForward(typename E::T* out, float* rstd, const float* inp, const flo
 void rmsnorm_forward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
   elem::With(out.type, [&](auto e) {
     using E = decltype(e);
-    RMSNormForward<E>(elem::Of<E>(out), rstd, inp, weight, N, C, eps);
+    RMSNormForward<E>(elem::Of<E>(out), rstd, nullptr, inp, nullptr, weight, N, C, eps);
+  });
+}
+
+void residual_rmsnorm_forward(float* residual, Ptr out, float* rstd, const float* a, const float* b,
+                              const float* weight, int N, int C, float eps) {
+  elem::With(out.type, [&](auto e) {
+    using E = decltype(e);
+    RMSNormForward<E>(elem::Of<E>(out), rstd, residual, a, b, weight, N, C, eps);
   });
 }
 

@@ -175,6 +175,10 @@ class Cuda final : public kernels::Backend {
                         const float* bias, int N, int C) override {
     Keep(GANTRY_CUDA_NS::LayerNormForward(*ctx_, out, mean, rstd, inp, weight, bias, N, C));
   }
+  void ResidualLayerNormForward(float* residual, kernels::Ptr out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N, int C) override {
+    Keep(GANTRY_CUDA_NS::ResidualLayerNormForward(*ctx_, residual, out, mean, rstd, a, b, weight, bias, N, C));
+  }
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int N, int C) override {
     Keep(GANTRY_CUDA_NS::LayerNormBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
@@ -182,6 +186,10 @@ class Cuda final : public kernels::Backend {
   void RMSNormForward(kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N, int C,
                       float eps) override {
     Keep(GANTRY_CUDA_NS::RMSNormForward(*ctx_, out, rstd, inp, weight, N, C, eps));
+  }
+  void ResidualRMSNormForward(float* residual, kernels::Ptr out, float* rstd, const float* a, const float* b,
+                              const float* weight, int N, int C, float eps) override {
+    Keep(GANTRY_CUDA_NS::ResidualRMSNormForward(*ctx_, residual, out, rstd, a, b, weight, N, C, eps));
   }
   void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                        const float* rstd, int N, int C) override {

@@ -10,17 +10,36 @@
 #include <cstdint>
 
 namespace gantry::GANTRY_CUDA_NS {
-absl::Status LayerNormForward(Context& ctx, kernels::Ptr out, float* mean, float* rstd, const float* inp,
-                              const float* weight, const float* bias, int N, int C) {
-  // inp (N,C) → out (N,C) of out's type, mean (N), rstd (N)
-  if (auto s = CheckDims("LayerNormForward", {N, C}); !s.ok()) return s;
+namespace {
+
+// LayerNormForwardKernel over N rows, with add or without (null: sum unused).
+absl::Status LaunchLayerNormForward(Context& ctx, const char* op, kernels::Ptr out, float* mean, float* rstd,
+                                    float* sum, const float* inp, const float* add, const float* weight,
+                                    const float* bias, int N, int C) {
+  if (auto s = CheckDims(op, {N, C}); !s.ok()) return s;
+  const bool vec = C % kRowSpan == 0 && Aligned16({out.data, sum, inp, add, weight, bias});
   return WithType(out.type, [&](auto e) -> absl::Status {
     using E = decltype(e);
-    GANTRY_LAUNCH(LayerNormForwardKernel<E>, CeilDiv(N, 8), 256, 0, ctx.stream())(Of<E>(out), mean, rstd, inp, weight,
-                                                                                  bias, N, C);
+    GANTRY_LAUNCH(LayerNormForwardKernel<E>, CeilDiv(N, 8), 256, 0, ctx.stream())(Of<E>(out), mean, rstd, sum, inp,
+                                                                                  add, weight, bias, N, C, vec);
     GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   });
+}
+
+}  // namespace
+
+absl::Status LayerNormForward(Context& ctx, kernels::Ptr out, float* mean, float* rstd, const float* inp,
+                              const float* weight, const float* bias, int N, int C) {
+  // inp (N,C) → out (N,C) of out's type, mean (N), rstd (N)
+  return LaunchLayerNormForward(ctx, "LayerNormForward", out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C);
+}
+
+absl::Status ResidualLayerNormForward(Context& ctx, float* residual, kernels::Ptr out, float* mean, float* rstd,
+                                      const float* a, const float* b, const float* weight, const float* bias, int N,
+                                      int C) {
+  // a (N,C), b (N,C) → residual (N,C), out (N,C) of out's type, mean (N), rstd (N)
+  return LaunchLayerNormForward(ctx, "ResidualLayerNormForward", out, mean, rstd, residual, a, b, weight, bias, N, C);
 }
 
 absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,

@@ -8,30 +8,51 @@
 #include <cstdint>
 
 #include "kernels/cuda/elem.cuh"
+#include "kernels/cuda/norm_rows.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/layernorm.h"
 
 namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
 
-// One warp per row. out of E's type: the fp32 value (x - m) r w + b rounded once.
+// One warp per row (norm_rows.cuh's walk: 16-byte loads and stores where vec). out of E's type:
+// the fp32 value (x - m) r w + b rounded once. With add (the residual add fused with the norm),
+// x = inp + add, written to sum and normalised from there: the same code and order of sums either
+// way, so the fused op gives the bits of ResidualForward then LayerNormForward.
 template <typename E>
-__global__ void LayerNormForwardKernel(typename E::T* out, float* mean, float* rstd, const float* inp, const float* w,
-                                       const float* bias, int N, int C) {
+__global__ void LayerNormForwardKernel(typename E::T* out, float* mean, float* rstd, float* sum, const float* inp,
+                                       const float* add, const float* w, const float* bias, int N, int C, bool vec) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + static_cast<int64_t>(row) * C;
+  const int64_t off = static_cast<int64_t>(row) * C;
+  const int c0 = kRowSpan * lane, step = 32 * kRowSpan;
   float s = 0.f;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = c0; c < C; c += step) {
+    float u[8];
+    LoadRowAdd8(u, inp, add, sum, off, c, C, vec);
+    for (int k = 0; k < kRowSpan && c + k < C; ++k) s += u[k];
+  }
   const float m = WarpSum(s) / C;
+  const float* x = (add != nullptr ? sum : inp) + off;
   float v = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = x[c] - m;
-    v += d * d;
+  for (int c = c0; c < C; c += step) {
+    float u[8];
+    LoadRow8(x, c, C, vec, u);
+    for (int k = 0; k < kRowSpan && c + k < C; ++k) {
+      const float d = u[k] - m;
+      v += d * d;
+    }
   }
   const float r = rsqrtf(WarpSum(v) / C + kernels::kLayerNormEps);
-  typename E::T* o = out + static_cast<int64_t>(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = E::St((x[c] - m) * r * w[c] + bias[c]);
+  typename E::T* o = out + off;
+  for (int c = c0; c < C; c += step) {
+    float u[8], wv[8], bv[8];
+    LoadRow8(x, c, C, vec, u);
+    LoadRow8(w, c, C, vec, wv);
+    LoadRow8(bias, c, C, vec, bv);
+    for (int k = 0; k < kRowSpan; ++k) u[k] = (u[k] - m) * r * wv[k] + bv[k];
+    StoreRow8<E>(o, c, C, vec, u);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;

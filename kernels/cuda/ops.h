@@ -60,6 +60,11 @@ absl::Status EncoderBackwardShard(Context& ctx, float* dwte, float* dwpe, const 
 // inp (N,C) → out (N,C) (fp32 or 16-bit: rounded), mean (N), rstd (N)
 absl::Status LayerNormForward(Context& ctx, kernels::Ptr out, float* mean, float* rstd, const float* inp,
                               const float* weight, const float* bias, int N, int C);
+// a (N,C) + b (N,C) → residual (N,C), then LayerNormForward of it in the same pass: the same bits
+// as ResidualForward then LayerNormForward.
+absl::Status ResidualLayerNormForward(Context& ctx, float* residual, kernels::Ptr out, float* mean, float* rstd,
+                                      const float* a, const float* b, const float* weight, const float* bias, int N,
+                                      int C);
 // → dinp (N,C) +=, dweight (C) +=, dbias (C) += (deterministic: fixed-order partial sums)
 absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean, const float* rstd, int N,
@@ -69,6 +74,8 @@ absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float*
 // the device), the SwiGLU gate.
 absl::Status RMSNormForward(Context& ctx, kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N,
                             int C, float eps);
+absl::Status ResidualRMSNormForward(Context& ctx, float* residual, kernels::Ptr out, float* rstd, const float* a,
+                                    const float* b, const float* weight, int N, int C, float eps);
 absl::Status RMSNormBackward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
                              const float* weight, const float* rstd, int N, int C);
 absl::Status RopeApply(Context& ctx, kernels::Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq,

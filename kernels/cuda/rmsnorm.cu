@@ -5,6 +5,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/elem.cuh"
+#include "kernels/cuda/norm_rows.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/rmsnorm.h"
@@ -12,18 +13,32 @@
 namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
-// One warp per row: out of E's type, the fp32 value x r w rounded once.
+// One warp per row (norm_rows.cuh's walk: 16-byte loads and stores where vec): out of E's
+// type, the fp32 value x r w rounded once. With add, x = inp + add, written to sum and normalised
+// from there, by the same code (the bits of ResidualForward then RMSNormForward).
 template <typename E>
-__global__ void RMSNormForwardKernel(typename E::T* out, float* rstd, const float* inp, const float* w, int N, int C,
-                                     float eps) {
+__global__ void RMSNormForwardKernel(typename E::T* out, float* rstd, float* sum, const float* inp, const float* add,
+                                     const float* w, int N, int C, float eps, bool vec) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + static_cast<int64_t>(row) * C;
+  const int64_t off = static_cast<int64_t>(row) * C;
+  const int c0 = kRowSpan * lane, step = 32 * kRowSpan;
   float ss = 0.f;
-  for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+  for (int c = c0; c < C; c += step) {
+    float u[8];
+    LoadRowAdd8(u, inp, add, sum, off, c, C, vec);
+    for (int k = 0; k < kRowSpan && c + k < C; ++k) ss += u[k] * u[k];
+  }
   const float r = rsqrtf(WarpSum(ss) / C + eps);
-  typename E::T* o = out + static_cast<int64_t>(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = E::St(x[c] * r * w[c]);
+  const float* x = (add != nullptr ? sum : inp) + off;
+  typename E::T* o = out + off;
+  for (int c = c0; c < C; c += step) {
+    float u[8], wv[8];
+    LoadRow8(x, c, C, vec, u);
+    LoadRow8(w, c, C, vec, wv);
+    for (int k = 0; k < kRowSpan; ++k) u[k] = u[k] * r * wv[k];
+    StoreRow8<E>(o, c, C, vec, u);
+  }
   if (lane == 0) rstd[row] = r;
 }
 
@@ -54,15 +69,32 @@ struct RMSNormParamGrads {
 
 }  // namespace
 
-absl::Status RMSNormForward(Context& ctx, kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N,
-                            int C, float eps) {
-  RETURN_IF_ERROR(CheckDims("RMSNormForward", {N, C}));
+namespace {
+
+// RMSNormForwardKernel over N rows, with add or without (null: sum unused).
+absl::Status LaunchRMSNormForward(Context& ctx, const char* op, kernels::Ptr out, float* rstd, float* sum,
+                                  const float* inp, const float* add, const float* weight, int N, int C, float eps) {
+  RETURN_IF_ERROR(CheckDims(op, {N, C}));
+  const bool vec = C % kRowSpan == 0 && Aligned16({out.data, sum, inp, add, weight});
   return WithType(out.type, [&](auto e) -> absl::Status {
     using E = decltype(e);
-    GANTRY_LAUNCH(RMSNormForwardKernel<E>, CeilDiv(N, 8), 256, 0, ctx.stream())(Of<E>(out), rstd, inp, weight, N, C, eps);
+    GANTRY_LAUNCH(RMSNormForwardKernel<E>, CeilDiv(N, 8), 256, 0, ctx.stream())(Of<E>(out), rstd, sum, inp, add,
+                                                                                weight, N, C, eps, vec);
     GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   });
+}
+
+}  // namespace
+
+absl::Status RMSNormForward(Context& ctx, kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N,
+                            int C, float eps) {
+  return LaunchRMSNormForward(ctx, "RMSNormForward", out, rstd, nullptr, inp, nullptr, weight, N, C, eps);
+}
+
+absl::Status ResidualRMSNormForward(Context& ctx, float* residual, kernels::Ptr out, float* rstd, const float* a,
+                                    const float* b, const float* weight, int N, int C, float eps) {
+  return LaunchRMSNormForward(ctx, "ResidualRMSNormForward", out, rstd, residual, a, b, weight, N, C, eps);
 }
 
 absl::Status RMSNormBackward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
