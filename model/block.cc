@@ -24,6 +24,15 @@ void Block::AttentionBackward(int l, int B, int T) {
   });
 }
 
+void Block::ResidualForward(float* sum, const float* a, const float* b, const NormOut* n, int R, const char* tag) {
+  if (n != nullptr) {
+    ResidualNormForward(sum, a, b, *n, R, tag);
+    return;
+  }
+  ctx_.Op(*tag ? tag : "residual fwd",
+          [&] { ctx_.be().ResidualForward(sum, a, b, static_cast<int64_t>(R) * ctx_.dims().C); });
+}
+
 void Block::Recompute(int l, int B, int T, const std::function<void()>& forward) {
   if (ctx_.off().recompute == jobspec::Recompute::kFull) {
     forward();

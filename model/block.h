@@ -28,6 +28,14 @@ struct LayerParams {
   float* experts = nullptr;
 };
 
+// A norm's forward as a layer's output meets it: where it writes (out, mean, rstd; mean null for
+// RMSNorm) and its tensors (w, and b for LayerNorm's bias, null for RMSNorm).
+struct NormOut {
+  kernels::Ptr out;
+  float *mean, *rstd;
+  const float *w, *b;
+};
+
 class Block {
  public:
   Block(RunContext* ctx, TensorParallel* tp) : ctx_(*ctx), tp_(*tp) {}
@@ -40,8 +48,16 @@ class Block {
   virtual LayerParams Bind(int l, const std::function<float*(size_t)>& tensor) const = 0;
   // Layer l's forward from its input `residual` (this rank's rows) to its output res3; p its
   // fp32 tensors, w its GEMM operands; tag: the ops' name in a recomputation ("" otherwise).
+  // Each residual add runs fused with the norm after it (kernels::Backend's
+  // ResidualLayerNormForward, ResidualRMSNormForward): the layer's second norm always; with
+  // next, the norm its output meets (the next layer's InputNorm, or FinalNorm), which then need
+  // not run apart. normed: the input norm was so computed by the layer before (skipped here).
+  // The fused ops give the separate ops' bits, so a recomputation (next null, normed false)
+  // gives the forward's activations.
   virtual void Forward(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
-                       const char* tag) = 0;
+                       const char* tag, const NormOut* next, bool normed) = 0;
+  // Layer l's input norm (ln_1, input_layernorm): its outputs among l's activations.
+  virtual NormOut InputNorm(int l, const LayerParams& p) const = 0;
   // Layer l's backward from d(output) in dres to d(input) in dres, its gradients into g.
   virtual void Backward(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g, const float* residual,
                         int B, int T) = 0;
@@ -50,7 +66,10 @@ class Block {
   // of `in` (its statistics in the head's lnf_mean/lnf_rstd), and its backward, which writes
   // d(in) and accumulates its tensors' gradients at dF.
   virtual size_t final_norm_floats() const = 0;
-  virtual void FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) = 0;
+  virtual NormOut FinalNorm(kernels::Ptr out, const float* F) const = 0;
+  void FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) {
+    NormForward(FinalNorm(out, F), in, R, "");
+  }
   virtual void FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F,
                                  int R) = 0;
 
@@ -59,6 +78,13 @@ class Block {
   // backward reads (att); and that backward, into dqkv. Both architectures call these.
   void AttentionForward(int l, int B, int T, const char* name);
   void AttentionBackward(int l, int B, int T);
+  // The architecture's norm over R rows of in; and fused with the residual add sum = a + b
+  // before it. tag as Forward's.
+  virtual void NormForward(const NormOut& n, const float* in, int R, const char* tag) = 0;
+  virtual void ResidualNormForward(float* sum, const float* a, const float* b, const NormOut& n, int R,
+                                   const char* tag) = 0;
+  // sum = a + b over R rows, fused with the norm n where there is one.
+  void ResidualForward(float* sum, const float* a, const float* b, const NormOut* n, int R, const char* tag);
   // Activation checkpointing: what forward did not keep of layer l, computed again as it was
   // (full: the whole layer through `forward`; selective: the attention).
   void Recompute(int l, int B, int T, const std::function<void()>& forward);

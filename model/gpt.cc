@@ -167,21 +167,38 @@ void GPT::RunForward(int B, int T) {
       ctx_->Op("tp all-reduce", [&] { tp_->AllReduce(out, static_cast<size_t>(BT) * C); });
     }
   }
+  // The classifier reads every row: with sequence parallelism the final norm's rows are gathered.
+  const kernels::Ptr lnf = H(tp_->sp() ? A(o.gathered) : A(o.lnf));
+  // Each layer's last residual add runs fused with the norm its output meets next (the next
+  // layer's input norm, on the last layer the final norm), where that norm's tensors are at hand:
+  // not under ZeRO 3, whose gathered units are held one at a time (and prefetched one ahead), so
+  // that holding the next one early would raise its peak memory.
+  const bool chain = host_ == nullptr || !host_->gathers_params();
   const float* residual = A(o.encoded);
+  bool final_normed = false;  // fused with the last layer's residual add
   for (int l = dims().lb; l < dims().le; ++l) {
     const LayerParams p = Layer(UnitParams(layer_unit(l)), l);
-    block_->Forward(l, p, GemmWeights(p, l), residual, B, T, "");
+    const bool last = l + 1 == dims().le;
+    const int next_unit = last ? head_unit() : layer_unit(l + 1);
+    NormOut next{};
+    if (chain && (!last || shard_.last())) {
+      float* np = UnitParams(next_unit);  // the head's: ln_f weight, then bias (Llama: norm's weight)
+      next = last ? block_->FinalNorm(lnf, np) : block_->InputNorm(l + 1, Layer(np, l + 1));
+    }
+    block_->Forward(l, p, GemmWeights(p, l), residual, B, T, "", next.w != nullptr ? &next : nullptr,
+                    chain && l > dims().lb);
+    if (next.w != nullptr) ReleaseUnitParams(next_unit);
     ReleaseUnitParams(layer_unit(l));
     residual = ctx_->LayerAct(l, o.res3);
+    final_normed = last && next.w != nullptr;
   }
   if (!shard_.last()) return;
   {
-    float* F = UnitParams(head_unit());  // ln_f weight, then bias (Llama: norm's weight)
-    // The classifier reads every row: with sequence parallelism the norm's rows are gathered.
-    const kernels::Ptr lnf = H(tp_->sp() ? A(o.gathered) : A(o.lnf));
     const int R = tp_->Rows(BT);
-    block_->FinalNormForward(lnf, residual, F, R);
-    ReleaseUnitParams(head_unit());
+    if (!final_normed) {
+      block_->FinalNormForward(lnf, residual, UnitParams(head_unit()), R);
+      ReleaseUnitParams(head_unit());
+    }
     if (tp_->sp()) {
       const size_t elems = static_cast<size_t>(R) * C;
       ctx_->Op("sp all-gather", [&] { tp_->AllGather(lnf.as_f32(), A(o.lnf), mixed() ? elems / 2 : elems); });

@@ -15,7 +15,7 @@ LayerParams Gpt2Block::Bind(int l, const std::function<float*(size_t)>& p) const
 }
 
 void Gpt2Block::Forward(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
-                        const char* tag) {
+                        const char* tag, const NormOut* next, bool normed) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
   const int C = d.C, Ca = d.Ca, Fm = d.Fm;
@@ -28,17 +28,15 @@ void Gpt2Block::Forward(int l, const LayerParams& p, const GemmOperands& w, cons
   // norms and the residual stream run on this rank's R rows.
   const bool bias_here = ctx_.shard().tp_rank == 0;
   float* proj = A(o.proj);
-  ctx_.Op(name("layernorm fwd"),
-          [&] { be.LayerNormForward(H(L(o.ln1)), L(o.ln1_mean), L(o.ln1_rstd), residual, p.ln1w, p.ln1b, R, C); });
+  if (!normed) NormForward(InputNorm(l, p), residual, R, tag);
   const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
   ctx_.Op(name("matmul fwd"), [&] { be.MatmulForward(H(L(o.qkv)), ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca); });
   AttentionForward(l, B, T, name("attention fwd"));
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(proj, H(L(o.atty)), w.projw, bias_here ? w.projb : nullptr, BT, Ca, C); });
   const float* attn = tp_.SumPartial(proj, BT, tag);
-  ctx_.Op(name("residual fwd"), [&] { be.ResidualForward(L(o.res2), residual, attn, static_cast<int64_t>(R) * C); });
-  ctx_.Op(name("layernorm fwd"),
-          [&] { be.LayerNormForward(H(L(o.ln2)), L(o.ln2_mean), L(o.ln2_rstd), L(o.res2), p.ln2w, p.ln2b, R, C); });
+  const NormOut ln_2{H(L(o.ln2)), L(o.ln2_mean), L(o.ln2_rstd), p.ln2w, p.ln2b};
+  ResidualForward(L(o.res2), residual, attn, &ln_2, R, tag);
   const k::Ptr ln2 = tp_.AllRows(H(L(o.ln2)), BT);
   if (ctx_.config().moe_layer(l)) {
     moe_->Forward(MoeActs(l), MoeWork(), p.gate, p.experts, ln2, BT, proj, tag);
@@ -49,7 +47,29 @@ void Gpt2Block::Forward(int l, const LayerParams& p, const GemmOperands& w, cons
             [&] { be.MatmulForward(proj, H(L(o.fch_gelu)), w.fcprojw, bias_here ? w.fcprojb : nullptr, BT, Fm, C); });
   }
   const float* mlp = tp_.SumPartial(proj, BT, tag);
-  ctx_.Op(name("residual fwd"), [&] { be.ResidualForward(L(o.res3), L(o.res2), mlp, static_cast<int64_t>(R) * C); });
+  ResidualForward(L(o.res3), L(o.res2), mlp, next, R, tag);
+}
+
+NormOut Gpt2Block::InputNorm(int l, const LayerParams& p) const {
+  const jobspec::ActivationLayout& o = ctx_.off();
+  return {H(ctx_.LayerAct(l, o.ln1)), ctx_.LayerAct(l, o.ln1_mean), ctx_.LayerAct(l, o.ln1_rstd), p.ln1w, p.ln1b};
+}
+
+NormOut Gpt2Block::FinalNorm(kernels::Ptr out, const float* F) const {
+  const jobspec::ActivationLayout& o = ctx_.off();
+  return {out, A(o.lnf_mean), A(o.lnf_rstd), F, F + ctx_.dims().C};
+}
+
+void Gpt2Block::NormForward(const NormOut& n, const float* in, int R, const char* tag) {
+  ctx_.Op(*tag ? tag : "layernorm fwd",
+          [&] { ctx_.be().LayerNormForward(n.out, n.mean, n.rstd, in, n.w, n.b, R, ctx_.dims().C); });
+}
+
+void Gpt2Block::ResidualNormForward(float* sum, const float* a, const float* b, const NormOut& n, int R,
+                                    const char* tag) {
+  ctx_.Op(*tag ? tag : "residual+layernorm fwd", [&] {
+    ctx_.be().ResidualLayerNormForward(sum, n.out, n.mean, n.rstd, a, b, n.w, n.b, R, ctx_.dims().C);
+  });
 }
 
 void Gpt2Block::Backward(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g,
@@ -62,7 +82,7 @@ void Gpt2Block::Backward(int l, const LayerParams& p, const GemmOperands& w, con
   auto L = [&](size_t off) { return ctx_.LayerAct(l, off); };
   float* dres = A(o.dres);
   float* dln = A(o.dln);
-  Recompute(l, B, T, [&] { Forward(l, p, w, residual, B, T, "recompute fwd"); });
+  Recompute(l, B, T, [&] { Forward(l, p, w, residual, B, T, "recompute fwd", nullptr, false); });
   // dres holds d(res3) (this rank's rows). MLP branch; with 16-bit tensors each gradient
   // reaching one is rounded as that tensor was, and each weight gradient before it is accumulated.
   const k::Ptr dout3 = tp_.DoutAllRows(BT);
@@ -104,13 +124,6 @@ void Gpt2Block::Backward(int l, const LayerParams& p, const GemmOperands& w, con
     be.LayerNormBackward(dres, g1, g1 + C, dln1, residual, p.ln1w, L(o.ln1_mean), L(o.ln1_rstd), R, C);
   });
   tp_.FinishNormGrads(g.ln1w, 2 * static_cast<size_t>(C));
-}
-
-void Gpt2Block::FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) {
-  const jobspec::ActivationLayout& o = ctx_.off();
-  const int C = ctx_.dims().C;
-  ctx_.Op("layernorm fwd",
-          [&] { ctx_.be().LayerNormForward(out, ctx_.A(o.lnf_mean), ctx_.A(o.lnf_rstd), in, F, F + C, R, C); });
 }
 
 void Gpt2Block::FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F, int R) {

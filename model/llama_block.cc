@@ -22,7 +22,7 @@ LayerParams LlamaBlock::Bind(int, const std::function<float*(size_t)>& p) const 
 }
 
 void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
-                         const char* tag) {
+                         const char* tag, const NormOut* next, bool normed) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
   const int C = d.C, Ca = d.Ca, NH = d.NH, NKV = d.NKV, hd = d.hd, Fm = d.Fm;
@@ -34,7 +34,7 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
   // The q|k|v projection writes the packed (NH + 2 NKV)·hd rows; RoPE rotates q and k there;
   // with grouped key/value heads they are then repeated into the attention's 3·NH·hd rows.
   const k::Ptr qkvr = H(grouped() ? A(o.qkvr) : L(o.qkv));
-  ctx_.Op(name("rmsnorm fwd"), [&] { be.RMSNormForward(H(L(o.ln1)), L(o.ln1_rstd), residual, p.ln1w, R, C, eps()); });
+  if (!normed) NormForward(InputNorm(l, p), residual, R, tag);
   const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(qkvr, ln1, w.qkvw, nullptr, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn); });
@@ -44,8 +44,8 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(proj, H(L(o.atty)), w.projw, nullptr, BT, Ca, C, k::WeightLayout::kOutIn); });
   const float* attn = tp_.SumPartial(proj, BT, tag);
-  ctx_.Op(name("residual fwd"), [&] { be.ResidualForward(L(o.res2), residual, attn, static_cast<int64_t>(R) * C); });
-  ctx_.Op(name("rmsnorm fwd"), [&] { be.RMSNormForward(H(L(o.ln2)), L(o.ln2_rstd), L(o.res2), p.ln2w, R, C, eps()); });
+  const NormOut norm2{H(L(o.ln2)), nullptr, L(o.ln2_rstd), p.ln2w, nullptr};
+  ResidualForward(L(o.res2), residual, attn, &norm2, R, tag);
   const k::Ptr ln2 = tp_.AllRows(H(L(o.ln2)), BT);
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(H(L(o.fch)), ln2, w.fcw, nullptr, BT, C, 2 * Fm, k::WeightLayout::kOutIn); });
@@ -53,7 +53,27 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(proj, H(L(o.fch_gelu)), w.fcprojw, nullptr, BT, Fm, C, k::WeightLayout::kOutIn); });
   const float* mlp = tp_.SumPartial(proj, BT, tag);
-  ctx_.Op(name("residual fwd"), [&] { be.ResidualForward(L(o.res3), L(o.res2), mlp, static_cast<int64_t>(R) * C); });
+  ResidualForward(L(o.res3), L(o.res2), mlp, next, R, tag);
+}
+
+NormOut LlamaBlock::InputNorm(int l, const LayerParams& p) const {
+  const jobspec::ActivationLayout& o = ctx_.off();
+  return {H(ctx_.LayerAct(l, o.ln1)), nullptr, ctx_.LayerAct(l, o.ln1_rstd), p.ln1w, nullptr};
+}
+
+NormOut LlamaBlock::FinalNorm(kernels::Ptr out, const float* F) const {
+  return {out, nullptr, A(ctx_.off().lnf_rstd), F, nullptr};
+}
+
+void LlamaBlock::NormForward(const NormOut& n, const float* in, int R, const char* tag) {
+  ctx_.Op(*tag ? tag : "rmsnorm fwd",
+          [&] { ctx_.be().RMSNormForward(n.out, n.rstd, in, n.w, R, ctx_.dims().C, eps()); });
+}
+
+void LlamaBlock::ResidualNormForward(float* sum, const float* a, const float* b, const NormOut& n, int R,
+                                     const char* tag) {
+  ctx_.Op(*tag ? tag : "residual+rmsnorm fwd",
+          [&] { ctx_.be().ResidualRMSNormForward(sum, n.out, n.rstd, a, b, n.w, R, ctx_.dims().C, eps()); });
 }
 
 void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g,
@@ -66,7 +86,7 @@ void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, co
   auto L = [&](size_t off) { return ctx_.LayerAct(l, off); };
   float* dres = A(o.dres);
   float* dln = A(o.dln);
-  Recompute(l, B, T, [&] { Forward(l, p, w, residual, B, T, "recompute fwd"); });
+  Recompute(l, B, T, [&] { Forward(l, p, w, residual, B, T, "recompute fwd", nullptr, false); });
   // dres holds d(res3). MLP branch: down_proj, SwiGLU, gate|up.
   const k::Ptr dout3 = tp_.DoutAllRows(BT);
   ctx_.Op("matmul bwd", [&] {
@@ -101,11 +121,6 @@ void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, co
   float* g1 = tp_.NormGrads(g.ln1w, static_cast<size_t>(C));
   ctx_.Op("rmsnorm bwd", [&] { be.RMSNormBackward(dres, g1, dln1, residual, p.ln1w, L(o.ln1_rstd), R, C); });
   tp_.FinishNormGrads(g.ln1w, static_cast<size_t>(C));
-}
-
-void LlamaBlock::FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) {
-  ctx_.Op("rmsnorm fwd",
-          [&] { ctx_.be().RMSNormForward(out, ctx_.A(ctx_.off().lnf_rstd), in, F, R, ctx_.dims().C, eps()); });
 }
 
 void LlamaBlock::FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F, int R) {

@@ -15,12 +15,18 @@ class LlamaBlock : public Block {
 
   LayerParams Bind(int l, const std::function<float*(size_t)>& tensor) const override;
   void Forward(int l, const LayerParams& p, const GemmOperands& w, const float* residual, int B, int T,
-               const char* tag) override;
+               const char* tag, const NormOut* next, bool normed) override;
+  NormOut InputNorm(int l, const LayerParams& p) const override;
   void Backward(int l, const LayerParams& p, const GemmOperands& w, const LayerParams& g, const float* residual, int B,
                 int T) override;
   size_t final_norm_floats() const override { return static_cast<size_t>(ctx_.dims().C); }
-  void FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) override;
+  NormOut FinalNorm(kernels::Ptr out, const float* F) const override;
   void FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F, int R) override;
+
+ protected:
+  void NormForward(const NormOut& n, const float* in, int R, const char* tag) override;
+  void ResidualNormForward(float* sum, const float* a, const float* b, const NormOut& n, int R,
+                           const char* tag) override;
 
  private:
   float eps() const { return static_cast<float>(ctx_.config().norm_eps); }

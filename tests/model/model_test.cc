@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
@@ -117,6 +119,28 @@ TEST(HfIoTest, LlamaSaveThenLoadGivesIdenticalWeightsAndLogits) {
   EXPECT_EQ(0, std::memcmp((*loaded)->params(), m.params(), m.num_params() * 4));
   std::vector<int32_t> in = {1, 2, 3, 4, 5, 6}, tg = {2, 3, 4, 5, 6, 7};
   EXPECT_EQ(m.Forward(in.data(), tg.data(), 2, 3), (*loaded)->Forward(in.data(), tg.data(), 2, 3));
+}
+
+// Every residual add of the forward runs fused with the norm after it (kernels::Backend's
+// ResidualLayerNormForward, ResidualRMSNormForward): the layer's second norm, the next layer's
+// input norm and the final norm. The profile names no lone residual add, and the one norm run
+// alone is the first layer's input norm.
+TEST(GptTest, ForwardFusesEachResidualAddWithTheNormAfterIt) {
+  for (const jobspec::GPTConfig& c : {Small(), SmallLlama()}) {
+    SCOPED_TRACE(c.llama() ? "llama" : "gpt2");
+    GPT m(c);
+    m.InitRandom(3);
+    m.set_profiling(true);
+    std::vector<int32_t> in = {1, 2, 3, 4, 5, 6}, tg = {2, 3, 4, 5, 6, 7};
+    const float loss = m.Forward(in.data(), tg.data(), 2, 3);
+    EXPECT_TRUE(std::isfinite(loss));
+    std::set<std::string> ops;
+    for (const auto& [name, seconds] : m.op_seconds()) ops.insert(name);
+    const std::string norm = c.llama() ? "rmsnorm" : "layernorm";
+    EXPECT_EQ(ops.count("residual+" + norm + " fwd"), 1u);
+    EXPECT_EQ(ops.count("residual fwd"), 0u);
+    EXPECT_EQ(ops.count(norm + " fwd"), 1u);
+  }
 }
 
 // A directory of safetensors shards (model.safetensors.index.json), as save_pretrained writes
