@@ -40,7 +40,7 @@ class Context {
   absl::Status Synchronize() const;
   // Whether a 16-bit GEMM output with a bias takes cuBLASLt's bias epilogue (two roundings,
   // no scratch pass) rather than one rounding through an fp32 scratch (kernels/cuda/matmul.cu;
-  // BackendOptions::bias_epilogue). Off unless set.
+  // BackendOptions::bias_epilogue, on by default there). Off unless set.
   bool bias_epilogue() const { return bias_epilogue_; }
   void set_bias_epilogue(bool on) { bias_epilogue_ = on; }
   // Whether cuBLASLt's GELU and bias-gradient epilogues (GELU_AUX_BIAS, DGELU(_BGRAD), BGRADA/B)

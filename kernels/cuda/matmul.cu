@@ -3,12 +3,13 @@
 // (CUDA_R_16BF / CUDA_R_16F), whose products are exact in fp32. The output D is fp32 or of the
 // inputs' 16-bit type, rounded once, after the bias is added in fp32. An fp32 D takes an fp32
 // bias in cuBLASLt's epilogue and a 16-bit one from a kernel after. A 16-bit D with a bias
-// takes cuBLASLt's bias epilogue only where the context allows it (Context::bias_epilogue,
-// BackendOptions::bias_epilogue): on an H200 (cuBLAS 13) the epilogue adds the bias to the
-// product already rounded to 16 bits and rounds again (docs/perf.md, "The first run on a GPU"),
-// up to half an ulp of the product's size off where they cancel, and the emulated cuBLASLt does
-// the same. Otherwise (the default) its product goes to an fp32 scratch, some rows at a time,
-// and a kernel adds the bias and rounds once (and applies the GELU of the fused op). A split-K
+// takes cuBLASLt's bias epilogue where the context allows it (Context::bias_epilogue,
+// BackendOptions::bias_epilogue, the default): on an H200 (cuBLAS 13) the epilogue adds the bias
+// to the product already rounded to 16 bits and rounds again (docs/perf.md, "The first run on a
+// GPU"), up to half an ulp of the product's size off where they cancel, as PyTorch's CUDA addmm
+// does through the same call; the emulated cuBLASLt does the same. Otherwise (bias_epilogue
+// false) its product goes to an fp32 scratch, some rows at a time, and a kernel adds the bias
+// and rounds once (and applies the GELU of the fused op): the cpu's bits. A split-K
 // reduction may not sum a 16-bit D's partial products in D's type.
 // With Context::gelu_epilogue (BackendOptions::gelu_epilogue, off by default) three more of
 // cuBLASLt's epilogues replace passes of their own: GELU_AUX_BIAS writes pre (aux) and

@@ -42,6 +42,10 @@ attention is scaled_dot_product_attention, the tied head F.linear), so autocast 
 casts for that model. These are fp32/bf16/fp16 computations, not float64: the point is
 autocast's roundings.
 
+amp_two_rounding.safetensors (--only amp_two): the first bf16 loss of amp's model when its
+c_attn and c_fc round twice (the product, then with the bias: cuBLASLt's bias epilogue), for
+four summation orders, and rounding once for the same orders (make_amp_two's docstring).
+
 Everything is computed in float64 from float32 inputs and stored as float32, so the
 reference carries no fp32 rounding of its own (Llama's RoPE cos/sin tables aside: fp32 values
 by HF's definition). GPT-2's tensors use Hugging Face GPT-2 names and layouts (Conv1D weights
@@ -430,13 +434,14 @@ def make_kernels(out_dir):
     print(f"kernels: {len(out)} tensors")
 
 
-def gpt2_forward_autocast(p, idx):
+def gpt2_forward_autocast(p, idx, lin=None):
     """gpt2_forward as Hugging Face's GPT-2 computes it, for autocast: Conv1D's addmm, SDPA,
-    the tied head through F.linear. In fp32 it equals gpt2_forward up to rounding."""
+    the tied head through F.linear. In fp32 it equals gpt2_forward up to rounding. lin(a, name),
+    given, computes the linear layer `name` of input a (B, T, in) as rows (B*T, out)."""
     Bn, Tn = idx.shape
     x = p["wte.weight"][idx] + p["wpe.weight"][:Tn]
     hs = C // NH
-    lin = lambda a, name: torch.addmm(p[name + ".bias"], a.reshape(-1, a.shape[-1]), p[name + ".weight"])
+    lin = lin or (lambda a, name: torch.addmm(p[name + ".bias"], a.reshape(-1, a.shape[-1]), p[name + ".weight"]))
     for l in range(L):
         h = f"h.{l}."
         a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps=1e-5)
@@ -537,6 +542,55 @@ def make_amp(out_dir):
     save_file(out, os.path.join(out_dir, "amp.safetensors"), metadata=meta)
     for name, s in summary.items():
         print(f"amp {name}: {s}")
+
+
+def make_amp_two(out_dir):
+    """amp_two_rounding.safetensors: gpt2_tiny's first bf16 loss (amp.safetensors' first batch)
+    when its two linears with a 16-bit output, c_attn and c_fc, round twice: the product to
+    bf16, then the bf16 bias added and rounded again. That is cuBLASLt's bias epilogue as an
+    H200 computes it (docs/perf.md), which PyTorch's own CUDA addmm and Gantry's cuda backend
+    with BackendOptions::bias_epilogue both call; autocast on the CPU rounds once. The loss
+    for four summation orders of the products (an fp32 mm, an exact sum, the reduction
+    reversed, two halves; all in fp32 from the bf16-rounded inputs, as autocast's mm sums) gives
+    the spread that summation order alone makes, beside the same spread when rounding once."""
+    from safetensors.torch import load_file
+    tiny = load_file(os.path.join(out_dir, "gpt2_tiny.safetensors"))
+    amp = load_file(os.path.join(out_dir, "amp.safetensors"))
+    p = {k[len("param."):]: v for k, v in tiny.items() if k.startswith("param.")}
+    idx, tgt = amp["inputs"][0].long(), amp["targets"][0].long()
+    bf = lambda t: t.to(torch.bfloat16).float()
+
+    def product(a, w, order):  # fp32 sums of the bf16-rounded inputs, autocast off
+        a, w = bf(a.float()), bf(w)
+        with torch.autocast("cpu", enabled=False):
+            if order == 0:
+                return a @ w
+            if order == 1:
+                return (a.double() @ w.double()).float()
+            if order == 2:
+                return a.flip(-1) @ w.flip(0)
+            h = a.shape[-1] // 2
+            return a[:, :h] @ w[:h] + a[:, h:] @ w[h:]
+
+    def loss(two, order):
+        def lin(a, name):
+            a2, w, b = a.reshape(-1, a.shape[-1]), p[name + ".weight"], p[name + ".bias"]
+            if two and name.endswith(("c_attn", "c_fc")):
+                return (bf(product(a2, w, order)) + bf(b)).to(torch.bfloat16)
+            return (product(a2, w, order) + bf(b)).to(torch.bfloat16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = gpt2_forward_autocast(p, idx, lin)
+            return F.cross_entropy(logits.reshape(-1, V).float(), tgt.reshape(-1)).item()
+
+    two = [loss(True, o) for o in range(4)]
+    one = [loss(False, o) for o in range(4)]
+    out = {"bf16_two.losses": torch.tensor(two, dtype=torch.float32),
+           "bf16_one.losses": torch.tensor(one, dtype=torch.float32)}
+    save_file(out, os.path.join(out_dir, "amp_two_rounding.safetensors"),
+              metadata={"generator": "tests/reference/make_fixtures.py --only amp_two", "torch": torch.__version__})
+    print(f"amp_two_rounding: first loss rounding twice {[round(x, 7) for x in two]} (spread "
+          f"{max(two) - min(two):.3g}), once {[round(x, 7) for x in one]} (spread {max(one) - min(one):.3g}); "
+          f"autocast's {amp['bf16.losses'][0].item():.7f}")
 
 
 def make_llama_ops(out_dir):
@@ -1048,7 +1102,7 @@ def make_moe(out_dir):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
-    ap.add_argument("--only", choices=["gpt2", "llama", "kernels", "amp", "llama_ops", "moe"],
+    ap.add_argument("--only", choices=["gpt2", "llama", "kernels", "amp", "amp_two", "llama_ops", "moe"],
                     help="write this fixture file alone")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -1061,6 +1115,8 @@ if __name__ == "__main__":
         make_kernels(args.out)
     if args.only in (None, "amp"):
         make_amp(args.out)
+    if args.only in (None, "amp_two"):
+        make_amp_two(args.out)
     if args.only in (None, "llama_ops"):
         make_llama_ops(args.out)
     if args.only in (None, "moe"):
