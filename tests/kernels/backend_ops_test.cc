@@ -2170,26 +2170,28 @@ TEST(EmulatedRuntimeTest, SgemmStridedBatchedKeepsCublasContract) {
 }
 
 
-// cublasLtMatmul with 16-bit types, as kernels/cuda/matmul.cu calls it: D (m, n) = op(A) op(B)
-// + beta C (+ bias), C = D. align: the preference's minimum alignment of every matrix (0: not set,
-// cuBLASLt's 256). The first status that is not success, of the heuristic or the matmul.
-cublasStatus_t Lt(cublasLtHandle_t h, cudaDataType_t ab, cudaDataType_t dt, cublasOperation_t ta, int m, int n, int k,
-                  const void* A, int lda, const void* B, int ldb, void* D, int ldd, float beta, const void* bias,
-                  uint32_t align = 0) {
+// One cublasLtMatmul, as kernels/cuda/matmul.cu makes it: D (m, n) = op(A) op(B) + beta C, C = D,
+// A and B of type ab, D of type dt. describe(set) sets the descriptor's epilogue attributes
+// before the heuristic is asked, after(set) between the heuristic and the matmul. align: the
+// preference's minimum alignment of every matrix (0: not set, cuBLASLt's 256). The first status
+// that is not success, of any call.
+using LtSet = std::function<void(cublasLtMatmulDescAttributes_t, const void*, size_t)>;
+cublasStatus_t LtMatmul(cublasLtHandle_t h, cudaDataType_t ab, cudaDataType_t dt, cublasOperation_t ta,
+                        cublasOperation_t tb, int m, int n, int k, const void* A, int lda, const void* B, int ldb,
+                        void* D, int ldd, float beta, uint32_t align, const std::function<void(const LtSet&)>& describe,
+                        const std::function<void(const LtSet&)>& after = {}) {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-  const cublasOperation_t tb = CUBLAS_OP_N;
-  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  if (st == CUBLAS_STATUS_SUCCESS && bias != nullptr) {
-    st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-  }
+  const LtSet set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t bytes) {
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, attr, v, bytes);
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  describe(set);
   if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&la, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lb, ab, k, n, ldb);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lb, ab, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
   if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd);
   if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -2199,6 +2201,7 @@ cublasStatus_t Lt(cublasLtHandle_t h, cudaDataType_t ab, cudaDataType_t dt, cubl
   cublasLtMatmulHeuristicResult_t result;
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &result, &found);
+  if (after) after(set);
   const float alpha = 1.f;
   if (st == CUBLAS_STATUS_SUCCESS) {
     st = cublasLtMatmul(h, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &result.algo, nullptr, 0, nullptr);
@@ -2209,6 +2212,19 @@ cublasStatus_t Lt(cublasLtHandle_t h, cudaDataType_t ab, cudaDataType_t dt, cubl
   }
   if (op) cublasLtMatmulDescDestroy(op);
   return st;
+}
+
+// cublasLtMatmul with 16-bit types, as kernels/cuda/matmul.cu calls it: D (m, n) = op(A) B
+// + beta C (+ bias), C = D. align: as LtMatmul's.
+cublasStatus_t Lt(cublasLtHandle_t h, cudaDataType_t ab, cudaDataType_t dt, cublasOperation_t ta, int m, int n, int k,
+                  const void* A, int lda, const void* B, int ldb, void* D, int ldd, float beta, const void* bias,
+                  uint32_t align = 0) {
+  return LtMatmul(h, ab, dt, ta, CUBLAS_OP_N, m, n, k, A, lda, B, ldb, D, ldd, beta, align, [&](const LtSet& set) {
+    if (bias == nullptr) return;
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+  });
 }
 
 // 16-bit A and B (bf16, fp16) into an fp32 or same-type D, with and without C (beta 1 or 0: C
@@ -2346,42 +2362,15 @@ TEST(EmulatedRuntimeTest, LtMatmulOf16BitInputsKeepsCublasLtContract) {
 cublasStatus_t LtEpilogue(cublasLtHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                           const float* A, int lda, const float* B, int ldb, float* D, int ldd, cublasLtEpilogue_t epi,
                           void* bias, void* aux, int64_t aux_ld, void* aux_at_heuristic) {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t bytes) {
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, attr, v, bytes);
-  };
-  set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-  set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
-  set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_at_heuristic, sizeof(aux_at_heuristic));
-  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld));
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
-  const uint32_t align = 4;  // host vectors
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
-  }
-  cublasLtMatmulHeuristicResult_t result;
-  int found = 0;
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &result, &found);
-  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux));
-  const float alpha = 1.f, beta = 0.f;
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmul(h, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &result.algo, nullptr, 0, nullptr);
-  }
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  for (auto l : {la, lb, ld}) {
-    if (l) cublasLtMatrixLayoutDestroy(l);
-  }
-  if (op) cublasLtMatmulDescDestroy(op);
-  return st;
+  return LtMatmul(
+      h, CUDA_R_32F, CUDA_R_32F, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, 0.f, /*align=*/4,  // host vectors
+      [&](const LtSet& set) {
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_at_heuristic, sizeof(aux_at_heuristic));
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld));
+      },
+      [&](const LtSet& set) { set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)); });
 }
 
 // The GELU and bias-gradient epilogues, fp32, against loops from their definitions (sums in
