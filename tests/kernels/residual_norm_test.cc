@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "tests/kernels/backend_arena.h"
 #include "tests/test_util.h"
 
 #ifndef GANTRY_TEST_BACKEND
@@ -46,59 +47,6 @@ constexpr float kEps = 1e-5f;  // RMSNorm's (Llama's configs use 1e-5 or 1e-6)
 // the 16-byte path) and more than 256 columns a lane round (1025, 768).
 const std::vector<std::tuple<int, int>> kShapes = {{1, 1},   {1, 768},  {7, 33},    {16, 100}, {9, 12},
                                                    {18, 257}, {3, 1025}, {33, 64}, {17, 768}, {2, 1024}};
-
-// Tensors of one backend in a single allocation, each placed `shift` floats past a 64-byte
-// boundary (shift 1: no row of any C is 16-byte aligned, so the kernels take the scalar path).
-class Arena {
- public:
-  Arena(Backend& be, size_t bytes) : be_(be), bytes_(bytes) {
-    base_ = static_cast<char*>(be_.Allocate(bytes_));
-    EXPECT_NE(base_, nullptr);
-  }
-  ~Arena() { be_.Free(base_); }
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-
-  // A tensor holding `host`'s bytes.
-  template <typename T>
-  T* Put(const std::vector<T>& host, int shift) {
-    char* p = Place(host.size() * sizeof(T), shift);
-    be_.CopyToDevice(p, host.data(), host.size() * sizeof(T));
-    return reinterpret_cast<T*>(p);
-  }
-  // n elements of 0xff bytes: NaN as fp32, bf16 and fp16.
-  template <typename T>
-  T* Poisoned(size_t n, int shift) {
-    std::vector<T> h(n);
-    std::memset(h.data(), 0xff, n * sizeof(T));
-    return Put(h, shift);
-  }
-  template <typename T>
-  std::vector<T> Get(const T* p, size_t n) {
-    std::vector<T> h(n);
-    be_.CopyToHost(h.data(), p, n * sizeof(T));
-    return h;
-  }
-
- private:
-  char* Place(size_t bytes, int shift) {
-    used_ = (used_ + 63) / 64 * 64 + static_cast<size_t>(shift) * sizeof(float);
-    char* p = base_ + used_;
-    used_ += bytes;
-    EXPECT_LE(used_, bytes_);
-    return p;
-  }
-  Backend& be_;
-  size_t bytes_;
-  size_t used_ = 0;
-  char* base_ = nullptr;
-};
-
-bool SameBits(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
-template <typename T>
-bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && SameBits(a.data(), b.data(), a.size() * sizeof(T));
-}
 
 // One norm's forward, as its outputs: the residual, the output's bytes (fp32 or 16-bit), the
 // statistics (LayerNorm: mean, rstd; RMSNorm: rstd).
@@ -162,30 +110,8 @@ void ExpectSameBits(const Result& got, const Result& want) {
   EXPECT_TRUE(SameBits(got.rstd, want.rstd)) << "rstd";
 }
 
-class ResidualNormTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (GetParam() == "cpu") {
-      be_ = &CpuBackend();
-      return;
-    }
-    auto kind = ParseBackendKind(GetParam());
-    ASSERT_TRUE(kind.ok()) << kind.status();
-    auto be = CreateBackend(*kind, 0);
-    if (!be.ok() && *kind == BackendKind::kCuda) {
-      if (std::getenv("GANTRY_REQUIRE_GPU")) FAIL() << "GANTRY_REQUIRE_GPU is set but: " << be.status();
-      GTEST_SKIP() << "no cuda backend here: " << be.status();
-    }
-    ASSERT_TRUE(be.ok()) << be.status();
-    owned_ = std::move(*be);
-    be_ = owned_.get();
-  }
-  Backend& be() { return *be_; }
-
- private:
-  std::unique_ptr<Backend> owned_;
-  Backend* be_ = nullptr;
-};
+// Runs on the cpu backend and on the backend under test (backend_arena.h).
+using ResidualNormTest = BackendParamTest;
 
 TEST_P(ResidualNormTest, TheFusedOpGivesTheTwoOpsBits) {
   for (Norm norm : {Norm::kLayerNorm, Norm::kRMSNorm}) {
@@ -236,11 +162,7 @@ TEST_P(ResidualNormTest, MatchesTheCpuBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ResidualNormTest, ::testing::Values(std::string("cpu"), GANTRY_TEST_BACKEND),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                           std::string s = i.param;
-                           for (char& c : s) c = c == '-' ? '_' : c;
-                           return s;
-                         });
+                         BackendParamName);
 
 }  // namespace
 }  // namespace gantry::kernels
