@@ -212,6 +212,22 @@ class Backend {
   // backend's backward reads its probabilities and ignores it).
   virtual void AttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state, int B,
                                  int T, int C, int NH, Precision p = Precision::kFp32) = 0;
+  // Grouped-query attention straight on the q|k|v projection's rows (Llama with NKV < NH):
+  // qkv (B,T,(NH + 2 NKV)·hd), query head h reading key/value head h / (NH / NKV) as GqaExpand
+  // repeats them → out (B,T,NH·hd), state as AttentionForward's (NH query heads); backward →
+  // dqkv (B,T,(NH + 2 NKV)·hd) overwritten, each key/value head's gradient summed over the
+  // query heads that read it. The result of GqaExpand, the attention op and GqaReduce (NKV = NH:
+  // the attention op itself). TakesGroupedAttention: whether this backend runs such a call
+  // without repeating the heads, so that the model need not hold the repeated copy (a cuda
+  // backend's cuDNN path, whose SDPA takes K and V with their own head count). Elsewhere the
+  // model repeats the heads in its activations and calls the attention op; the cpu backend
+  // still runs these calls (repeating into host memory: the reference of the others), a cuda
+  // backend refuses a grouped call (NKV < NH) it does not take (INVALID_ARGUMENT naming why).
+  virtual bool TakesGroupedAttention(int B, int T, int NH, int NKV, int hd, Precision p) const = 0;
+  virtual void GroupedAttentionForward(Ptr out, float* state, CPtr qkv, int B, int T, int NH, int NKV, int hd,
+                                       Precision p) = 0;
+  virtual void GroupedAttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state,
+                                        int B, int T, int NH, int NKV, int hd, Precision p) = 0;
   // All fp32 or all 16-bit.
   virtual void GeluForward(Ptr out, CPtr inp, int64_t n) = 0;
   virtual void GeluBackward(Ptr dinp, CPtr inp, CPtr dout, int64_t n) = 0;
@@ -291,6 +307,11 @@ struct BackendOptions {
   // dinp before the product with gelu'; calls an epilogue cannot take keep the default path. Off
   // until a GPU has measured both its speed and its rounding.
   bool gelu_epilogue = false;
+  // cuda kinds: a Llama's grouped key/value heads (NKV < NH) read as they are by cuDNN's SDPA
+  // (TakesGroupedAttention, where cuDNN takes the call), so that the model neither repeats them
+  // (GqaExpand) nor sums their gradients back (GqaReduce). false: the model does both, around
+  // the multi-head attention op (for comparison).
+  bool grouped_attention = true;
 };
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device = 0,
                                                        const BackendOptions& options = {});

@@ -190,6 +190,30 @@ class Cpu final : public Backend {
     if (!Types("AttentionBackward", {dqkv, dout, qkv, out})) return;
     attention_backward(dqkv, scratch, dout, qkv, state, B, T, C, NH);
   }
+  // The model's sequence on the cpu (it takes the repeated heads: TakesGroupedAttention is false),
+  // the repeated rows and their gradient in host memory.
+  bool TakesGroupedAttention(int, int, int, int, int, Precision) const override { return false; }
+  void GroupedAttentionForward(Ptr out, float* state, CPtr qkv, int B, int T, int NH, int NKV, int hd,
+                               Precision p) override {
+    if (!Types("GroupedAttentionForward", {out, qkv})) return;
+    if (absl::Status s = CheckGroups("GroupedAttentionForward", NH, NKV, hd); !s.ok()) return Keep(std::move(s));
+    const int64_t rows = int64_t{B} * T;
+    std::vector<float> qkv3(static_cast<size_t>(rows) * 3 * NH * hd);  // room for either type
+    gqa_expand(Ptr(qkv3.data(), qkv.type), qkv, rows, NH, NKV, hd);
+    attention_forward(out, state, CPtr(qkv3.data(), qkv.type), B, T, NH * hd, NH, p);
+  }
+  void GroupedAttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state, int B,
+                                int T, int NH, int NKV, int hd, Precision) override {
+    if (!Types("GroupedAttentionBackward", {dqkv, dout, qkv, out})) return;
+    if (absl::Status s = CheckGroups("GroupedAttentionBackward", NH, NKV, hd); !s.ok()) return Keep(std::move(s));
+    const int64_t rows = int64_t{B} * T;
+    const size_t n3 = static_cast<size_t>(rows) * 3 * NH * hd;
+    std::vector<float> qkv3(n3), dqkv3(n3);
+    gqa_expand(Ptr(qkv3.data(), qkv.type), qkv, rows, NH, NKV, hd);
+    attention_backward(Ptr(dqkv3.data(), dqkv.type), scratch, dout, CPtr(qkv3.data(), qkv.type), state, B, T, NH * hd,
+                       NH);
+    gqa_reduce(dqkv, CPtr(dqkv3.data(), dqkv.type), rows, NH, NKV, hd);
+  }
   void GeluForward(Ptr out, CPtr inp, int64_t n) override {
     if (Types("GeluForward", {out, inp})) gelu_forward(out, inp, n);
   }

@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/gqa.h"
 
 namespace gantry::GANTRY_CUDA_NS {
 namespace {
@@ -273,9 +275,9 @@ class Cuda final : public kernels::Backend {
       return;
     }
     bool take = false;
-    if (!Keep(ByCudnn("AttentionForward", qkv, B, T, C, NH, p, &take))) return;
+    if (!Keep(ByCudnn("AttentionForward", qkv, B, T, C, NH, NH, p, &take))) return;
     if (take) {
-      Keep(cudnn_->Forward(ctx_->stream(), out, state, qkv, B, T, C, NH));
+      Keep(cudnn_->Forward(ctx_->stream(), out, state, qkv, B, T, C, NH, NH));
     } else {
       Keep(FlashAttentionForward(*ctx_, out, state, qkv, B, T, C, NH, bits));
     }
@@ -290,12 +292,34 @@ class Cuda final : public kernels::Backend {
       return;
     }
     bool take = false;
-    if (!Keep(ByCudnn("AttentionBackward", qkv, B, T, C, NH, p, &take))) return;
+    if (!Keep(ByCudnn("AttentionBackward", qkv, B, T, C, NH, NH, p, &take))) return;
     if (take) {
-      Keep(cudnn_->Backward(ctx_->stream(), dqkv, dout, qkv, out, state, B, T, C, NH));
+      Keep(cudnn_->Backward(ctx_->stream(), dqkv, dout, qkv, out, state, B, T, C, NH, NH));
     } else if (float* s = Scratch(FlashAttentionBackwardScratch(B, T, C, NH))) {
       Keep(FlashAttentionBackward(*ctx_, dqkv, s, dout, qkv, out, state, B, T, C, NH));
     }
+  }
+  // Grouped calls: cuDNN's SDPA with K and V of NKV heads where it takes them; NKV = NH: the
+  // attention op (the same rows); else refused, naming why (the model repeats the heads itself).
+  bool TakesGroupedAttention(int B, int T, int NH, int NKV, int hd, kernels::Precision p) const override {
+    // (Takes reads the tensors' type, not their data.)
+    return options_.grouped_attention && fused_ && cudnn_ != nullptr &&
+           CudnnAttention::Takes(kernels::CPtr(nullptr, p), B, T, NH * hd, NH, NKV, p).ok();
+  }
+  void GroupedAttentionForward(kernels::Ptr out, float* state, kernels::CPtr qkv, int B, int T, int NH, int NKV,
+                               int hd, kernels::Precision p) override {
+    if (!Types("GroupedAttentionForward", {out, qkv})) return;
+    if (NKV == NH) return AttentionForward(out, state, qkv, B, T, NH * hd, NH, p);
+    if (!Keep(Grouped("GroupedAttentionForward", qkv, B, T, NH, NKV, hd, p))) return;
+    Keep(cudnn_->Forward(ctx_->stream(), out, state, qkv, B, T, NH * hd, NH, NKV));
+  }
+  void GroupedAttentionBackward(kernels::Ptr dqkv, float* scratch, kernels::CPtr dout, kernels::CPtr qkv,
+                                kernels::CPtr out, const float* state, int B, int T, int NH, int NKV, int hd,
+                                kernels::Precision p) override {
+    if (!Types("GroupedAttentionBackward", {dqkv, dout, qkv, out})) return;
+    if (NKV == NH) return AttentionBackward(dqkv, scratch, dout, qkv, out, state, B, T, NH * hd, NH, p);
+    if (!Keep(Grouped("GroupedAttentionBackward", qkv, B, T, NH, NKV, hd, p))) return;
+    Keep(cudnn_->Backward(ctx_->stream(), dqkv, dout, qkv, out, state, B, T, NH * hd, NH, NKV));
   }
   void GeluForward(kernels::Ptr out, kernels::CPtr inp, int64_t n) override {
     if (!Types("GeluForward", {out, inp})) return;
@@ -375,17 +399,38 @@ class Cuda final : public kernels::Backend {
   // where it is loaded and takes the call (16-bit tensors with weights of their type, its head
   // sizes). With kCudnn a 16-bit call it cannot take is an error naming why; fp32 calls take
   // the fused kernels on every path.
-  absl::Status ByCudnn(const char* op, kernels::CPtr qkv, int B, int T, int C, int NH, kernels::Precision p,
+  absl::Status ByCudnn(const char* op, kernels::CPtr qkv, int B, int T, int C, int NH, int NKV, kernels::Precision p,
                        bool* take) const {
     *take = false;
     if (cudnn_ == nullptr || qkv.f32()) return absl::OkStatus();
-    absl::Status st = CudnnAttention::Takes(qkv, B, T, C, NH, p);
+    absl::Status st = CudnnAttention::Takes(qkv, B, T, C, NH, NKV, p);
     if (st.ok()) {
       *take = true;
       return st;
     }
     if (options_.attention != kernels::AttentionPath::kCudnn) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(op, " (attention path cudnn): ", st.message()));
+  }
+  // OK where cuDNN runs a grouped call (NKV < NH); else INVALID_ARGUMENT naming why: only cuDNN's
+  // SDPA takes K and V with fewer heads than Q here (the fused and reference paths read
+  // repeated heads: GqaExpand, the attention op, GqaReduce).
+  absl::Status Grouped(const char* op, kernels::CPtr qkv, int B, int T, int NH, int NKV, int hd,
+                       kernels::Precision p) const {
+    RETURN_IF_ERROR(kernels::CheckGroups(op, NH, NKV, hd));
+    std::string why;
+    if (!options_.grouped_attention) {
+      why = "BackendOptions::grouped_attention is off";
+    } else if (!fused_ || cudnn_ == nullptr) {
+      why = absl::StrCat("the attention path is ", kernels::AttentionPathName(options_.attention),
+                         cudnn_ == nullptr ? " without cuDNN" : "");
+    } else if (absl::Status st = CudnnAttention::Takes(qkv, B, T, NH * hd, NH, NKV, p); !st.ok()) {
+      why = std::string(st.message());
+    } else {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", NH, " query heads over ", NKV, " key/value heads run on cuDNN's attention only, and ", why,
+        "; repeat the key/value heads (GqaExpand) and call the attention op"));
   }
   // The ops' working memory beyond the model's: grown when an op needs more (the first
   // step's sizes are the largest of a run, so it grows at most once or twice).

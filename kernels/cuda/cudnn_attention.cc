@@ -120,12 +120,12 @@ absl::Status CheckAligned(const char* op, std::initializer_list<std::pair<const 
   return absl::OkStatus();
 }
 
-// A (B,NH,T,hs) view of rows `row` elements wide, head h at channel h*hs.
-fe::graph::Tensor_attributes View(const char* name, int64_t uid, int B, int T, int NH, int hs, int64_t row) {
+// A (B,H,T,hs) view of rows `row` elements wide, head h at channel h*hs of the view's start.
+fe::graph::Tensor_attributes View(const char* name, int64_t uid, int B, int T, int H, int hs, int64_t row) {
   return fe::graph::Tensor_attributes()
       .set_name(name)
       .set_uid(uid)
-      .set_dim({B, NH, T, hs})
+      .set_dim({B, H, T, hs})
       .set_stride({T * row, hs, row, 1});
 }
 fe::graph::Tensor_attributes Stats(int B, int T, int NH) {
@@ -140,8 +140,8 @@ fe::graph::Tensor_attributes Stats(int B, int T, int NH) {
 }  // namespace
 
 struct CudnnAttention::Impl {
-  // (backward?, 16-bit type, B, T, NH, hs)
-  using Key = std::tuple<bool, kernels::Precision, int, int, int, int>;
+  // (backward?, 16-bit type, B, T, NH, NKV, hs)
+  using Key = std::tuple<bool, kernels::Precision, int, int, int, int, int>;
   struct Plan {
     std::shared_ptr<Graph> graph;
     void* workspace = nullptr;
@@ -166,15 +166,16 @@ struct CudnnAttention::Impl {
   // The graph of key, built (and its workspace allocated) on first use.
   absl::StatusOr<Plan*> Get(const Key& key) {
     if (auto it = plans.find(key); it != plans.end()) return &it->second;
-    const auto [backward, type, B, T, NH, hs] = key;
-    const int64_t C = int64_t{NH} * hs;
+    const auto [backward, type, B, T, NH, NKV, hs] = key;
+    // Q's heads, and the packed q|k|v rows' width: K and V have NKV heads each.
+    const int64_t C = int64_t{NH} * hs, W = int64_t{NH + 2 * NKV} * hs;
     auto g = std::make_shared<Graph>();
     g->set_io_data_type(type == kernels::Precision::kBf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    const TensorPtr q = g->tensor(View("q", kQ, B, T, NH, hs, 3 * C));
-    const TensorPtr k = g->tensor(View("k", kK, B, T, NH, hs, 3 * C));
-    const TensorPtr v = g->tensor(View("v", kV, B, T, NH, hs, 3 * C));
+    const TensorPtr q = g->tensor(View("q", kQ, B, T, NH, hs, W));
+    const TensorPtr k = g->tensor(View("k", kK, B, T, NKV, hs, W));
+    const TensorPtr v = g->tensor(View("v", kV, B, T, NKV, hs, W));
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     if (!backward) {
       auto options = fe::graph::SDPA_attributes()
@@ -195,9 +196,10 @@ struct CudnnAttention::Impl {
                          .set_attn_scale(scale)
                          .set_deterministic_algorithm(true);
       auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
-      dq->set_output(true).set_uid(kDQ).set_dim({B, NH, T, hs}).set_stride({T * 3 * C, hs, 3 * C, 1});
-      dk->set_output(true).set_uid(kDK).set_dim({B, NH, T, hs}).set_stride({T * 3 * C, hs, 3 * C, 1});
-      dv->set_output(true).set_uid(kDV).set_dim({B, NH, T, hs}).set_stride({T * 3 * C, hs, 3 * C, 1});
+      // dK and dV of the key/value heads: cuDNN sums each over the query heads of its group.
+      dq->set_output(true).set_uid(kDQ).set_dim({B, NH, T, hs}).set_stride({T * W, hs, W, 1});
+      dk->set_output(true).set_uid(kDK).set_dim({B, NKV, T, hs}).set_stride({T * W, hs, W, 1});
+      dv->set_output(true).set_uid(kDV).set_dim({B, NKV, T, hs}).set_stride({T * W, hs, W, 1});
     }
     GPU_RETURN_IF_ERROR(g->validate());
     GPU_RETURN_IF_ERROR(g->build_operation_graph(handle));
@@ -246,7 +248,8 @@ std::string CudnnAttention::Describe() const {
 
 int CudnnAttention::graphs() const { return static_cast<int>(impl_->plans.size()); }
 
-absl::Status CudnnAttention::Takes(kernels::CPtr qkv, int B, int T, int C, int NH, kernels::Precision weights) {
+absl::Status CudnnAttention::Takes(kernels::CPtr qkv, int B, int T, int C, int NH, int NKV,
+                                   kernels::Precision weights) {
   if (qkv.f32()) return absl::InvalidArgumentError("cuDNN attention takes bf16 or fp16 tensors, not fp32");
   if (weights != qkv.type) {
     return absl::InvalidArgumentError(
@@ -256,6 +259,10 @@ absl::Status CudnnAttention::Takes(kernels::CPtr qkv, int B, int T, int C, int N
   }
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH != 0) {
     return absl::InvalidArgumentError(absl::StrCat("cuDNN attention: bad shape B ", B, " T ", T, " C ", C, " NH ", NH));
+  }
+  if (NKV <= 0 || NH % NKV != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cuDNN attention: ", NH, " query heads over ", NKV,
+                                                   " key/value heads (the query heads must be a multiple of them)"));
   }
   if (T < 2) {
     // cuDNN 9.19 refuses s_q = s_kv = 1 (seen on an H200: "s_q = s_kv = 1 is not supported").
@@ -270,47 +277,48 @@ absl::Status CudnnAttention::Takes(kernels::CPtr qkv, int B, int T, int C, int N
 }
 
 absl::Status CudnnAttention::Forward(cudaStream_t stream, kernels::Ptr out, float* lse, kernels::CPtr qkv, int B,
-                                     int T, int C, int NH) {
-  // qkv (B,T,3C) → out (B,T,C), lse (B,NH,T)
-  RETURN_IF_ERROR(Takes(qkv, B, T, C, NH, qkv.type));
+                                     int T, int C, int NH, int NKV) {
+  // qkv (B,T,(NH + 2 NKV)·hs) → out (B,T,C), lse (B,NH,T)
+  RETURN_IF_ERROR(Takes(qkv, B, T, C, NH, NKV, qkv.type));
   if (out.type != qkv.type) return absl::InvalidArgumentError("cuDNN attention: out and qkv differ in type");
   RETURN_IF_ERROR(CheckAligned("AttentionForward", {{"qkv", qkv.data}, {"out", out.data}, {"lse", lse}}));
   const int hs = C / NH;
-  const size_t elem = 2, c = static_cast<size_t>(C) * elem;
+  // K's and V's byte offsets in a row: after the NH query heads, and the NKV key heads.
+  const size_t k_at = static_cast<size_t>(C) * 2, v_at = k_at + static_cast<size_t>(NKV) * hs * 2;
   char* q = static_cast<char*>(const_cast<void*>(qkv.data));
   std::unordered_map<int64_t, void*> pack = {
-      {kQ, q}, {kK, q + c}, {kV, q + 2 * c}, {kO, out.data}, {kStats, lse}};
+      {kQ, q}, {kK, q + k_at}, {kV, q + v_at}, {kO, out.data}, {kStats, lse}};
   try {
-    return impl_->Run(stream, {false, qkv.type, B, T, NH, hs}, pack);
+    return impl_->Run(stream, {false, qkv.type, B, T, NH, NKV, hs}, pack);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("cuDNN attention forward: ", e.what()));
   }
 }
 
 absl::Status CudnnAttention::Backward(cudaStream_t stream, kernels::Ptr dqkv, kernels::CPtr dout, kernels::CPtr qkv,
-                                      kernels::CPtr out, const float* lse, int B, int T, int C, int NH) {
-  // dout (B,T,C), qkv (B,T,3C), out (B,T,C), lse (B,NH,T) → dqkv (B,T,3C)
-  RETURN_IF_ERROR(Takes(qkv, B, T, C, NH, qkv.type));
+                                      kernels::CPtr out, const float* lse, int B, int T, int C, int NH, int NKV) {
+  // dout (B,T,C), qkv (B,T,W), out (B,T,C), lse (B,NH,T) → dqkv (B,T,W), W = (NH + 2 NKV)·hs
+  RETURN_IF_ERROR(Takes(qkv, B, T, C, NH, NKV, qkv.type));
   if (dqkv.type != qkv.type || dout.type != qkv.type || out.type != qkv.type) {
     return absl::InvalidArgumentError("cuDNN attention: dqkv, dout, qkv and out differ in type");
   }
   RETURN_IF_ERROR(CheckAligned("AttentionBackward",
                                {{"dqkv", dqkv.data}, {"dout", dout.data}, {"qkv", qkv.data}, {"out", out.data}, {"lse", lse}}));
   const int hs = C / NH;
-  const size_t c = static_cast<size_t>(C) * 2;
+  const size_t k_at = static_cast<size_t>(C) * 2, v_at = k_at + static_cast<size_t>(NKV) * hs * 2;
   char* q = static_cast<char*>(const_cast<void*>(qkv.data));
   char* dq = static_cast<char*>(dqkv.data);
   std::unordered_map<int64_t, void*> pack = {{kQ, q},
-                                             {kK, q + c},
-                                             {kV, q + 2 * c},
+                                             {kK, q + k_at},
+                                             {kV, q + v_at},
                                              {kO, const_cast<void*>(out.data)},
                                              {kDO, const_cast<void*>(dout.data)},
                                              {kStats, const_cast<float*>(lse)},
                                              {kDQ, dq},
-                                             {kDK, dq + c},
-                                             {kDV, dq + 2 * c}};
+                                             {kDK, dq + k_at},
+                                             {kDV, dq + v_at}};
   try {
-    return impl_->Run(stream, {true, qkv.type, B, T, NH, hs}, pack);
+    return impl_->Run(stream, {true, qkv.type, B, T, NH, NKV, hs}, pack);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("cuDNN attention backward: ", e.what()));
   }

@@ -2,10 +2,15 @@
 // cudnn-frontend, tensor cores): the fast path of 16-bit calls on a GPU. The fused kernels
 // (flash_attention.cuh) stay the fp32 path and the exact reference.
 //
-// The tensors are the model's, read and written in place through strides: qkv (B,T,3C) gives
-// Q, K and V as (B,NH,T,hs) views at channel offsets 0, C and 2C; out and dout (B,T,C); dqkv
-// (B,T,3C) like qkv; lse (B,NH,T) fp32, each query row's log-sum-exp of its scaled scores
-// (cuDNN's softmax statistics: the fused kernels' state, so either backward reads it).
+// The tensors are the model's, read and written in place through strides: qkv rows of
+// W = (NH + 2 NKV)·hs give Q as a (B,NH,T,hs) view at channel 0, K and V as (B,NKV,T,hs) views
+// at channels NH·hs and (NH + NKV)·hs (NKV = NH: the (B,T,3C) rows of multi-head attention;
+// NKV < NH: grouped-query attention straight on the projection's rows, query head h reading
+// key/value head h / (NH / NKV) as kernels/gqa.h repeats them: cuDNN's K and V have their own
+// head count); out and dout (B,T,C) with C = NH·hs; dqkv like qkv, the key/value heads' gradients
+// summed over their groups by cuDNN; lse (B,NH,T) fp32, each query row's log-sum-exp of its
+// scaled scores (cuDNN's softmax statistics: the fused kernels' state, so either backward
+// reads it).
 //
 // cuDNN is loaded at run time (the frontend's dynamic loading), so every binary runs where it
 // is absent: Create then fails, naming the library. Graphs are built once per shape and kept.
@@ -45,16 +50,16 @@ class CudnnAttention {
   // OK when this path takes a call on these tensors: qkv bf16 or fp16, the softmax weights
   // rounded to its type (weights == qkv's type: cuDNN multiplies V by 16-bit weights), a head
   // size C / NH that is a multiple of 8 up to kMaxHead, T of 2 or more (cuDNN refuses one
-  // token). Else INVALID_ARGUMENT naming why.
-  static absl::Status Takes(kernels::CPtr qkv, int B, int T, int C, int NH, kernels::Precision weights);
-  // qkv (B,T,3C) → out (B,T,C), lse (B,NH,T). Every pointer 16-byte aligned (INVALID_ARGUMENT
-  // naming the tensor otherwise).
+  // token), NKV key/value heads that divide NH. Else INVALID_ARGUMENT naming why.
+  static absl::Status Takes(kernels::CPtr qkv, int B, int T, int C, int NH, int NKV, kernels::Precision weights);
+  // qkv (B,T,(NH + 2 NKV)·hs) → out (B,T,C), lse (B,NH,T). Every pointer 16-byte aligned
+  // (INVALID_ARGUMENT naming the tensor otherwise).
   absl::Status Forward(cudaStream_t stream, kernels::Ptr out, float* lse, kernels::CPtr qkv, int B, int T, int C,
-                       int NH);
-  // dout (B,T,C), qkv, out, lse → dqkv (B,T,3C) overwritten.
+                       int NH, int NKV);
+  // dout (B,T,C), qkv, out, lse → dqkv (B,T,(NH + 2 NKV)·hs) overwritten.
   absl::Status Backward(cudaStream_t stream, kernels::Ptr dqkv, kernels::CPtr dout, kernels::CPtr qkv,
-                        kernels::CPtr out, const float* lse, int B, int T, int C, int NH);
-  // Graphs built so far (one per shape, type and direction).
+                        kernels::CPtr out, const float* lse, int B, int T, int C, int NH, int NKV);
+  // Graphs built so far (one per shape, grouping, type and direction).
   int graphs() const;
 
  private:

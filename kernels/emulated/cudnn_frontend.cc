@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/emulated/usage.h"
+#include "kernels/gqa.h"
 
 namespace gantry::emucudnn {
 
@@ -118,7 +119,9 @@ error_t Graph::validate() {
     return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "the stand-in computes training graphs only (generate_stats)");
   }
   const size_t stats_at = forward_ ? 4 : 5;
-  std::vector<int64_t> shape;
+  // The query side (Q, O; dO, dQ) and the key/value side (K, V; dK, dV): each one shape.
+  const bool kv_side[] = {false, true, true, false, false, false, false, true, true};
+  std::vector<int64_t> q_shape, kv_shape;
   for (size_t i = 0; i < io_tensors_.size(); ++i) {
     const TensorPtr& t = io_tensors_[i];
     if (t == nullptr) return Fail(error_code_t::ATTRIBUTE_NOT_SET, "a tensor of the node is null");
@@ -144,23 +147,43 @@ error_t Graph::validate() {
     if (stride[3] != 1) {
       return Fail(error_code_t::GRAPH_NOT_SUPPORTED, t->get_name() + ": the innermost (D) stride must be 1");
     }
+    std::vector<int64_t>& shape = kv_side[i] ? kv_shape : q_shape;
     if (shape.empty()) shape = dim;
     if (dim != shape) {
-      return Fail(error_code_t::INVALID_VALUE,
-                  t->get_name() + " is " + Shape(dim) + ", the node's other tensors " + Shape(shape));
+      return Fail(error_code_t::INVALID_VALUE, t->get_name() + " is " + Shape(dim) + ", the node's other " +
+                                                   (kv_side[i] ? "key/value" : "query") + " tensors " + Shape(shape));
     }
     if (t->get_data_type() != DataType_t::NOT_SET && t->get_data_type() != io_) {
       return Fail(error_code_t::INVALID_VALUE, t->get_name() + ": its data type is not the graph's io type");
     }
   }
+  for (const auto* shape : {&q_shape, &kv_shape}) {
+    for (int64_t x : *shape) {
+      if (x <= 0) return Fail(error_code_t::INVALID_VALUE, "dims must be positive: " + Shape(*shape));
+    }
+  }
+  // Grouped-query attention: K and V may have fewer heads than Q, each a factor of Q's (query
+  // head h reads key/value head h / (h_q / h_k)); dK and dV have K's and V's.
+  if (q_shape[1] % kv_shape[1] != 0) {
+    return Fail(error_code_t::GRAPH_NOT_SUPPORTED,
+                absl::StrCat("For group-query attention, number of heads for key and query must be a factor of number "
+                             "of heads for query (h_q ", q_shape[1], ", h_k ", kv_shape[1], ")"));
+  }
+  if (kv_shape[0] != q_shape[0]) {
+    return Fail(error_code_t::INVALID_VALUE, "Q is " + Shape(q_shape) + ", K and V " + Shape(kv_shape) +
+                                                 ": one batch size");
+  }
+  if (kv_shape[2] != q_shape[2] || kv_shape[3] != q_shape[3]) {
+    // cuDNN also takes s_q != s_kv and d_v != d_qk; the stand-in computes self-attention only.
+    return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "the stand-in computes s_q = s_kv and d_qk = d_v only; Q is " +
+                                                       Shape(q_shape) + ", K and V " + Shape(kv_shape));
+  }
+  const std::vector<int64_t>& shape = q_shape;
   if (shape[2] == 1) return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "s_q = s_kv = 1 is not supported.");
   const int64_t d = shape[3];
   if (d % 8 != 0 || d > 256) {
     return Fail(error_code_t::GRAPH_NOT_SUPPORTED,
                 absl::StrCat("head dim ", d, ": fused attention takes multiples of 8 up to 256"));
-  }
-  for (int64_t x : shape) {
-    if (x <= 0) return Fail(error_code_t::INVALID_VALUE, "dims must be positive: " + Shape(shape));
   }
   stage_ = Stage::kValidated;
   return {};
@@ -202,11 +225,11 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
   if (handle == nullptr) return Fail(error_code_t::INVALID_VALUE, "execute needs a handle");
   const gantry::emu::BusyScope busy;  // the graph is the device's kernel
   if (stage_ != Stage::kReady) return Fail(error_code_t::GRAPH_EXECUTION_FAILED, "the graph's plans are not built");
-  const TensorPtr& q = io_tensors_[0];
-  const auto& dim = q->get_dim();
+  const auto& dim = io_tensors_[0]->get_dim();
   const int B = static_cast<int>(dim[0]), NH = static_cast<int>(dim[1]), T = static_cast<int>(dim[2]),
             hs = static_cast<int>(dim[3]);
-  const int C = NH * hs;
+  const int NKV = static_cast<int>(io_tensors_[1]->get_dim()[1]);  // K's heads (validate: V's too)
+  const int C = NH * hs, W = (NH + 2 * NKV) * hs;
   const size_t stats_at = forward_ ? 4 : 5;
   // Each tensor's pointer: bound, aligned, its rows aligned, its extent in device memory.
   std::vector<char*> ptr(io_tensors_.size());
@@ -227,7 +250,8 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
     if (!stats && (stride[2] * static_cast<int64_t>(elem)) % 16 != 0) {
       return Fail(error_code_t::INVALID_VALUE, t->get_name() + ": its row stride is not a multiple of 16 bytes");
     }
-    const int64_t last = (B - 1) * stride[0] + (NH - 1) * stride[1] + (T - 1) * stride[2] + (stats ? 0 : hs - 1);
+    const int64_t heads = stats ? NH : t->get_dim()[1];
+    const int64_t last = (B - 1) * stride[0] + (heads - 1) * stride[1] + (T - 1) * stride[2] + (stats ? 0 : hs - 1);
     if (!emucuda::IsDeviceMemory(ptr[i], static_cast<size_t>(last + 1) * elem)) {
       return Fail(error_code_t::INVALID_VALUE, t->get_name() + " does not lie in device memory");
     }
@@ -240,47 +264,52 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
     const auto& s = io_tensors_[i]->get_stride();
     return ptr[i] + (b * s[0] + h * s[1] + t * s[2] + d) * static_cast<int64_t>(ElemBytes(io_));
   };
-  // Tensors (index list) packed as rows of width parts * C, 16-bit of p's type and fp32.
-  auto gather = [&](std::initializer_list<size_t> parts, std::vector<uint16_t>* out16, std::vector<float>* out32) {
-    const int w = static_cast<int>(parts.size()) * C;
-    out16->assign(bt * w, 0);
-    out32->assign(bt * w, 0.f);
-    int part = 0;
+  auto heads = [&](size_t i) { return static_cast<int>(io_tensors_[i]->get_dim()[1]); };
+  // Tensors (index list) packed side by side in rows of w, each its heads' hs channels: f(the
+  // element's address in tensor i, its index in the rows) for every element.
+  auto each = [&](std::initializer_list<size_t> parts, int w, auto f) {
+    int col = 0;
     for (size_t i : parts) {
       for (int b = 0; b < B; ++b)
-        for (int h = 0; h < NH; ++h)
+        for (int h = 0; h < heads(i); ++h)
           for (int t = 0; t < T; ++t)
-            for (int d = 0; d < hs; ++d) {
-              const size_t o = (static_cast<size_t>(b) * T + t) * w + part * C + h * hs + d;
-              std::memcpy(&(*out16)[o], at(i, b, h, t, d), 2);
-              (*out32)[o] = Load16(at(i, b, h, t, d), io_);
-            }
-      ++part;
+            for (int d = 0; d < hs; ++d) f(at(i, b, h, t, d), (static_cast<size_t>(b) * T + t) * w + col + h * hs + d);
+      col += heads(i) * hs;
     }
   };
-  auto scatter = [&](const std::vector<uint16_t>& rows, int w, int part, size_t i) {
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h)
-        for (int t = 0; t < T; ++t)
-          for (int d = 0; d < hs; ++d) {
-            std::memcpy(at(i, b, h, t, d), &rows[(static_cast<size_t>(b) * T + t) * w + part * C + h * hs + d], 2);
-          }
+  // Those rows gathered, 16-bit of p's type and fp32; and 16-bit rows scattered back.
+  auto gather = [&](std::initializer_list<size_t> parts, int w, std::vector<uint16_t>* out16,
+                    std::vector<float>* out32) {
+    out16->assign(bt * w, 0);
+    out32->assign(bt * w, 0.f);
+    each(parts, w, [&](char* x, size_t o) {
+      std::memcpy(&(*out16)[o], x, 2);
+      (*out32)[o] = Load16(x, io_);
+    });
+  };
+  auto scatter = [&](const std::vector<uint16_t>& rows, int w, std::initializer_list<size_t> parts) {
+    each(parts, w, [&](char* x, size_t o) { std::memcpy(x, &rows[o], 2); });
   };
   auto stats_at_bht = [&](int b, int h, int t) -> float* {
     const auto& s = io_tensors_[stats_at]->get_stride();
     const int64_t s0 = s.empty() ? int64_t{NH} * T : s[0], s1 = s.empty() ? T : s[1], s2 = s.empty() ? 1 : s[2];
     return reinterpret_cast<float*>(ptr[stats_at]) + b * s0 + h * s1 + t * s2;
   };
-  std::vector<uint16_t> qkv16;
-  std::vector<float> qkv32;
-  gather({0, 1, 2}, &qkv16, &qkv32);
+  // The cpu twin runs multi-head attention on q|k|v rows of 3C: the key/value heads repeated
+  // to the query heads (kernels/gqa.h, exact; NKV = NH: a copy).
+  std::vector<uint16_t> packed16, qkv16(bt * 3 * C);
+  std::vector<float> packed32, qkv32(bt * 3 * C);
+  gather({0, 1, 2}, W, &packed16, &packed32);
+  kernels::gqa_expand(kernels::Ptr(qkv16.data(), p), kernels::CPtr(packed16.data(), p), static_cast<int64_t>(bt), NH,
+                      NKV, hs);
+  kernels::gqa_expand(qkv32.data(), packed32.data(), static_cast<int64_t>(bt), NH, NKV, hs);
   std::vector<float> lse(static_cast<size_t>(B) * NH * T), att(static_cast<size_t>(B) * NH * T * T);
   kernels::attention_lse(lse.data(), qkv32.data(), B, T, C, NH);
   std::vector<uint16_t> out16(bt * C);
   kernels::attention_forward(kernels::Ptr(out16.data(), p), att.data(), kernels::CPtr(qkv16.data(), p), B, T, C, NH,
                              p);
   if (forward_) {
-    scatter(out16, C, 0, 3);
+    scatter(out16, C, {3});
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < NH; ++h)
         for (int t = 0; t < T; ++t) *stats_at_bht(b, h, t) = lse[(static_cast<size_t>(b) * NH + h) * T + t];
@@ -296,12 +325,15 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
                                    ") holds ", got, ", its log-sum-exp is ", want));
         }
       }
-  std::vector<uint16_t> dout16, dqkv16(bt * 3 * C);
+  std::vector<uint16_t> dout16, dqkv3(bt * 3 * C), dqkv16(bt * W);
   std::vector<float> dout32, scratch(att.size());
-  gather({4}, &dout16, &dout32);
-  kernels::attention_backward(kernels::Ptr(dqkv16.data(), p), scratch.data(), kernels::CPtr(dout16.data(), p),
+  gather({4}, C, &dout16, &dout32);
+  kernels::attention_backward(kernels::Ptr(dqkv3.data(), p), scratch.data(), kernels::CPtr(dout16.data(), p),
                               kernels::CPtr(qkv16.data(), p), att.data(), B, T, C, NH);
-  for (int part = 0; part < 3; ++part) scatter(dqkv16, 3 * C, part, 6 + part);
+  // Each key/value head's gradient summed over the query heads of its group (kernels/gqa.h).
+  kernels::gqa_reduce(kernels::Ptr(dqkv16.data(), p), kernels::CPtr(dqkv3.data(), p), static_cast<int64_t>(bt), NH,
+                      NKV, hs);
+  scatter(dqkv16, W, {6, 7, 8});
   return {};
 }
 

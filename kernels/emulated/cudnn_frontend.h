@@ -5,20 +5,25 @@
 //
 // What it checks, as cuDNN does for its fused attention (sdpa, sdpa_backward):
 //   validate      io type bf16 or fp16 with fp32 intermediates and compute; Q, K, V, O, dO,
-//                 dQ, dK, dV 4-d (B, H, S, D) with unit innermost stride, one shape for all;
-//                 D a multiple of 8 up to 256; S of 2 or more; softmax statistics (B, H, S, 1) fp32; every
-//                 tensor with a uid and dims and strides; the attention scale set. The
-//                 stand-in computes the causal (top-left) mask only: another mask is
-//                 GRAPH_NOT_SUPPORTED here.
+//                 dQ, dK, dV 4-d (B, H, S, D) with unit innermost stride; Q, O, dO and dQ one
+//                 shape (B, H_q, S, D), K, V, dK and dV one shape (B, H_k, S, D), H_k a factor
+//                 of H_q (grouped-query attention: query head h reads key/value head
+//                 h / (H_q / H_k); cuDNN's own words otherwise, GRAPH_NOT_SUPPORTED); D a
+//                 multiple of 8 up to 256; S of 2 or more; softmax statistics (B, H_q, S, 1)
+//                 fp32; every tensor with a uid and dims and strides; the attention scale set.
+//                 The stand-in computes the causal (top-left) mask only, s_q = s_kv, d_qk =
+//                 d_v, and K and V of one head count: anything else is GRAPH_NOT_SUPPORTED here.
 //   execute       each uid of the graph bound to a pointer, 16-byte aligned, each row stride
 //                 a multiple of 16 bytes, and each tensor's extent within emulated device
 //                 memory; the graph built (build_operation_graph, create_execution_plans,
 //                 check_support, build_plans) first.
 // It computes with the cpu twin (kernels/attention.h): the tensors gathered from their
-// strides into a (B, S, 3 H D) qkv of the io type, kernels::attention_forward with the
-// softmax weights rounded to that type (what cuDNN's tensor cores multiply V by), the
-// statistics by kernels::attention_lse; the backward recomputes the probabilities so and
-// runs kernels::attention_backward. The backward also checks that its statistics are those
+// strides into (B, S, (H_q + 2 H_k) D) rows of the io type, the key/value heads repeated to
+// the query heads (kernels::gqa_expand: a copy where H_k = H_q), kernels::attention_forward
+// with the softmax weights rounded to that type (what cuDNN's tensor cores multiply V by), the
+// statistics by kernels::attention_lse; the backward recomputes the probabilities so, runs
+// kernels::attention_backward and sums dK and dV over each group (kernels::gqa_reduce): the
+// cpu backend's bits for the model's expand, attention, reduce. The backward also checks that its statistics are those
 // of its Q and K (within fp32 rounding): a wiring error on the GPU would read stale ones.
 #pragma once
 

@@ -1809,6 +1809,36 @@ TEST_F(BackendOpsTest, AttentionIn16BitsBothWaysMatchesTheCpuBackend) {
   }
 }
 
+// Two runs of a 16-bit attention's forward and backward on b, each on fresh device copies of
+// qkv and dout (poisoned outputs): each run's out, dqkv and statistics. call(out, lse, dqkv, qkv,
+// dout) issues the two calls.
+struct AttentionRuns {
+  std::vector<uint16_t> out[2], dqkv[2];
+  std::vector<float> lse[2];
+  bool ok = false;  // both ran (else the backend's error is reported)
+};
+AttentionRuns RunTwice(Backend& b, Precision p, const std::vector<uint16_t>& qkv, const std::vector<uint16_t>& dout,
+                       size_t n_lse, const std::function<void(Ptr, float*, Ptr, CPtr, CPtr)>& call) {
+  AttentionRuns r;
+  for (int run = 0; run < 2; ++run) {
+    Dev<uint16_t> eQkv(b, qkv), eDout(b, dout), eOut(b, std::vector<uint16_t>(dout.size(), kPoison16)),
+        eDqkv(b, std::vector<uint16_t>(qkv.size(), kPoison16));
+    Dev<float> eLse(b, n_lse);
+    call(Ptr(eOut.get(), p), eLse.get(), Ptr(eDqkv.get(), p), CPtr(eQkv.get(), p), CPtr(eDout.get(), p));
+    const absl::Status st = b.Synchronize();
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok()) return r;
+    r.out[run] = eOut.Host();
+    r.dqkv[run] = eDqkv.Host();
+    r.lse[run] = eLse.Host();
+  }
+  EXPECT_TRUE(SameBits(r.out[1], r.out[0])) << "forward, run to run";
+  EXPECT_TRUE(SameBits(r.lse[1], r.lse[0])) << "statistics, run to run";
+  EXPECT_TRUE(SameBits(r.dqkv[1], r.dqkv[0])) << "the deterministic backward, run to run";
+  r.ok = true;
+  return r;
+}
+
 // cuDNN's fused attention, the tensor-core path of 16-bit calls (kernels/cuda/cudnn_attention.h;
 // on cuda-emulated the stand-in of kernels/emulated/cudnn_frontend.h), against the cpu
 // backend's 16-bit attention. It cannot give the fp32 kernels' bits rounded: its scores and
@@ -1852,32 +1882,149 @@ TEST_F(BackendOpsTest, CudnnAttentionIsWithinItsBoundAndRepeatsItsBits) {
       cpu().AttentionBackward(dqkv32.data(), scratch.data(), doutf.data(), qkvf.data(), out32.data(), att32.data(), B,
                               T, C, NH);
       attention_lse(lse.data(), qkvf.data(), B, T, C, NH);
-      std::vector<uint16_t> got_out[2], got_dqkv[2];
-      std::vector<float> got_lse[2];
-      for (int run = 0; run < 2; ++run) {
-        Dev<uint16_t> eQkv(b, qkv), eDout(b, dout), eOut(b, std::vector<uint16_t>(n_out, kPoison16)),
-            eDqkv(b, std::vector<uint16_t>(n_qkv, kPoison16));
-        Dev<float> eLse(b, n_lse);
-        b.AttentionForward(Ptr(eOut.get(), p), eLse.get(), CPtr(eQkv.get(), p), B, T, C, NH, p);
-        b.AttentionBackward(Ptr(eDqkv.get(), p), nullptr, CPtr(eDout.get(), p), CPtr(eQkv.get(), p),
-                            CPtr(eOut.get(), p), eLse.get(), B, T, C, NH, p);
-        const absl::Status st = b.Synchronize();
-        ASSERT_TRUE(st.ok()) << st;
-        got_out[run] = eOut.Host();
-        got_dqkv[run] = eDqkv.Host();
-        got_lse[run] = eLse.Host();
-      }
-      EXPECT_TRUE(SameBits(got_out[1], got_out[0])) << "forward, run to run";
-      EXPECT_TRUE(SameBits(got_lse[1], got_lse[0])) << "statistics, run to run";
-      EXPECT_TRUE(SameBits(got_dqkv[1], got_dqkv[0])) << "the deterministic backward, run to run";
+      const AttentionRuns runs = RunTwice(b, p, qkv, dout, n_lse, [&](Ptr o, float* l, Ptr dq, CPtr x, CPtr d) {
+        b.AttentionForward(o, l, x, B, T, C, NH, p);
+        b.AttentionBackward(dq, nullptr, d, x, o, l, B, T, C, NH, p);
+      });
+      ASSERT_TRUE(runs.ok);
       const double d_out = kTol * MaxAbs(out32), d_dqkv = kTol * MaxAbs(dqkv32);
       const FusedExtra extra =
-          FusedAttentionExtra(qkvf, doutf, Widen(got_out[0], p), out32, att, B, T, C, NH, p, /*ds_rel=*/u);
-      EXPECT_TRUE(Within16(got_out[0], out, p, [&](size_t i) { return d_out + extra.out[i]; }));
-      EXPECT_TRUE(Within16(got_dqkv[0], dqkv, p, [&](size_t i) { return d_dqkv + extra.dqkv[i]; }));
-      EXPECT_TRUE(Within(got_lse[0], lse, [&](size_t i) { return kTol * (1 + std::fabs(lse[i])); }));
+          FusedAttentionExtra(qkvf, doutf, Widen(runs.out[0], p), out32, att, B, T, C, NH, p, /*ds_rel=*/u);
+      EXPECT_TRUE(Within16(runs.out[0], out, p, [&](size_t i) { return d_out + extra.out[i]; }));
+      EXPECT_TRUE(Within16(runs.dqkv[0], dqkv, p, [&](size_t i) { return d_dqkv + extra.dqkv[i]; }));
+      EXPECT_TRUE(Within(runs.lse[0], lse, [&](size_t i) { return kTol * (1 + std::fabs(lse[i])); }));
     }
   }
+}
+
+// Grouped-query attention straight through cuDNN (Backend::GroupedAttentionForward/Backward:
+// SDPA with K and V of NKV heads, dK and dV summed over each group by cuDNN) against the cpu
+// backend's grouped call, which is the model's sequence there: GqaExpand, the 16-bit attention
+// ops, GqaReduce (checked here bit for bit). NKV from 1 (multi-query) to NH. The bound of
+// CudnnAttentionIsWithinItsBoundAndRepeatsItsBits on the repeated problem (3·NH heads: out, the
+// query heads' gradient and each repeated key/value head's d_dqkv + extra), and for a key/value
+// head's gradient its group's sum of those: the cpu rounds each query head's share to 16 bits
+// before it sums them (half an ulp of the share's fp32 value, beside its bound), cuDNN sums
+// them unrounded; both round the sum once (Within16's ulp). The statistics and run-to-run
+// bits as there.
+TEST_F(BackendOpsTest, CudnnGroupedAttentionIsWithinItsBoundAndRepeatsItsBits) {
+  BackendOptions options;
+  options.attention = AttentionPath::kCudnn;
+  auto made = CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+  ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
+  Backend& b = **made;
+  for (Precision p : k16) {
+    const double u = p == Precision::kBf16 ? 0x1p-8 : 0x1p-11;
+    // (B, T, NH, NKV, hd): multi-query (NKV 1), groups of 2 and 3, NKV = NH, the Llama's 12 over 4
+    // heads of 64; head sizes 8 to 128.
+    for (auto [B, T, NH, NKV, hd] :
+         {std::tuple{1, 2, 1, 1, 8}, std::tuple{2, 7, 4, 1, 8}, std::tuple{1, 33, 6, 2, 16},
+          std::tuple{2, 17, 3, 3, 32}, std::tuple{1, 40, 12, 4, 64}, std::tuple{1, 19, 2, 1, 128}}) {
+      SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << B << "x" << T << " NH " << NH << " NKV " << NKV
+                                        << " hd " << hd);
+      ASSERT_TRUE(b.TakesGroupedAttention(B, T, NH, NKV, hd, p));
+      const int C = NH * hd, W = (NH + 2 * NKV) * hd, group = NH / NKV;
+      const size_t BT = static_cast<size_t>(B) * T, n_qkv = BT * W, n_qkv3 = BT * 3 * C, n_out = BT * C,
+                   n_att = static_cast<size_t>(B) * NH * T * T, n_lse = static_cast<size_t>(B) * NH * T;
+      const auto qkv = Random16(n_qkv, 21, p), dout = Random16(n_out, 22, p);
+      const auto doutf = Widen(dout, p);
+      // The cpu's grouped call, and the model's three ops it stands for.
+      std::vector<uint16_t> out(n_out), dqkv(n_qkv), qkv3(n_qkv3), out3(n_out), dqkv3(n_qkv3), dqkv_reduced(n_qkv);
+      std::vector<float> att(n_att), att3(n_att), scratch(n_att), out32(n_out), att32(n_att), dqkv32(n_qkv3),
+          lse(n_lse);
+      cpu().GroupedAttentionForward(Ptr(out.data(), p), att.data(), CPtr(qkv.data(), p), B, T, NH, NKV, hd, p);
+      cpu().GroupedAttentionBackward(Ptr(dqkv.data(), p), scratch.data(), CPtr(dout.data(), p), CPtr(qkv.data(), p),
+                                     CPtr(out.data(), p), att.data(), B, T, NH, NKV, hd, p);
+      cpu().GqaExpand(Ptr(qkv3.data(), p), CPtr(qkv.data(), p), static_cast<int64_t>(BT), NH, NKV, hd);
+      cpu().AttentionForward(Ptr(out3.data(), p), att3.data(), CPtr(qkv3.data(), p), B, T, C, NH, p);
+      cpu().AttentionBackward(Ptr(dqkv3.data(), p), scratch.data(), CPtr(dout.data(), p), CPtr(qkv3.data(), p),
+                              CPtr(out3.data(), p), att3.data(), B, T, C, NH);
+      cpu().GqaReduce(Ptr(dqkv_reduced.data(), p), CPtr(dqkv3.data(), p), static_cast<int64_t>(BT), NH, NKV, hd);
+      ASSERT_TRUE(cpu().Synchronize().ok());
+      EXPECT_TRUE(SameBits(out, out3)) << "the cpu's grouped forward is expand, attention";
+      EXPECT_TRUE(SameBits(dqkv, dqkv_reduced)) << "the cpu's grouped backward is attention backward, reduce";
+      // The repeated problem in fp32 on the widened values: the bounds' scale and extra terms.
+      const auto qkv3f = Widen(qkv3, p);
+      cpu().AttentionForward(out32.data(), att32.data(), qkv3f.data(), B, T, C, NH, p);
+      cpu().AttentionBackward(dqkv32.data(), scratch.data(), doutf.data(), qkv3f.data(), out32.data(), att32.data(), B,
+                              T, C, NH);
+      attention_lse(lse.data(), qkv3f.data(), B, T, C, NH);
+      const AttentionRuns runs = RunTwice(b, p, qkv, dout, n_lse, [&](Ptr o, float* l, Ptr dq, CPtr x, CPtr d) {
+        b.GroupedAttentionForward(o, l, x, B, T, NH, NKV, hd, p);
+        b.GroupedAttentionBackward(dq, nullptr, d, x, o, l, B, T, NH, NKV, hd, p);
+      });
+      ASSERT_TRUE(runs.ok);
+      const double d_out = kTol * MaxAbs(out32), d_dqkv = kTol * MaxAbs(dqkv32);
+      const FusedExtra extra =
+          FusedAttentionExtra(qkv3f, doutf, Widen(runs.out[0], p), out32, att, B, T, C, NH, p, /*ds_rel=*/u);
+      EXPECT_TRUE(Within16(runs.out[0], out, p, [&](size_t i) { return d_out + extra.out[i]; }));
+      // Element i of the grouped rows (row r, channel c): a query channel's bound is its own; a
+      // key/value channel's the sum over the query heads of its group.
+      auto grouped_bound = [&](size_t i) {
+        const size_t r = i / W;
+        const int c = static_cast<int>(i % W);
+        auto at3 = [&](int part, int h, int d) { return r * 3 * C + static_cast<size_t>(part) * C + h * hd + d; };
+        if (c < C) return d_dqkv + extra.dqkv[at3(0, c / hd, c % hd)];
+        const int part = c < C + NKV * hd ? 1 : 2, kv = (c - C - (part - 1) * NKV * hd) / hd, d = c % hd;
+        double bound = 0;
+        for (int h = kv * group; h < (kv + 1) * group; ++h) {
+          const size_t j = at3(part, h, d);
+          bound += d_dqkv + extra.dqkv[j] + Ulp(std::fabs(static_cast<double>(dqkv32[j])), p) / 2;
+        }
+        return bound;
+      };
+      EXPECT_TRUE(Within16(runs.dqkv[0], dqkv, p, grouped_bound));
+      EXPECT_TRUE(Within(runs.lse[0], lse, [&](size_t i) { return kTol * (1 + std::fabs(lse[i])); }));
+    }
+  }
+}
+
+// Grouped calls that no path here takes: a grouping whose query heads are not a multiple of the
+// key/value heads (every backend, naming both); NKV < NH where cuDNN does not run it (the fused
+// path; a head size cuDNN refuses), naming why. NKV = NH on the fused path is the attention op.
+TEST_F(BackendOpsTest, GroupedAttentionRefusesABadGroupingAndRunsOffCudnnOnlyUngrouped) {
+  const BackendKind kind = *ParseBackendKind(GANTRY_TEST_BACKEND);
+  BackendOptions strict, fused;
+  strict.attention = AttentionPath::kCudnn;
+  fused.attention = AttentionPath::kFused;
+  auto s = CreateBackend(kind, 0, strict), f = CreateBackend(kind, 0, fused);
+  ASSERT_TRUE(s.ok() && f.ok()) << s.status() << f.status();
+  const Precision p = Precision::kBf16;
+  auto run = [&](Backend& be, int NH, int NKV, int hd, std::vector<uint16_t>* out16) {
+    const int B = 2, T = 9, W = (NH + 2 * NKV) * hd;
+    const size_t n_out = static_cast<size_t>(B) * T * NH * hd;
+    Dev<uint16_t> eQkv(be, Random16(static_cast<size_t>(B) * T * W, 7, p)),
+        eOut(be, std::vector<uint16_t>(n_out, kPoison16));
+    Dev<float> eLse(be, static_cast<size_t>(B) * NH * T);
+    be.GroupedAttentionForward(Ptr(eOut.get(), p), eLse.get(), CPtr(eQkv.get(), p), B, T, NH, NKV, hd, p);
+    absl::Status st = be.Synchronize();
+    if (st.ok() && out16 != nullptr) *out16 = eOut.Host();
+    return st;
+  };
+  for (Backend* be : {s->get(), f->get(), &cpu()}) {
+    const absl::Status st = run(*be, 6, 4, 16, nullptr);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("6 query heads over 4 key/value heads"), std::string::npos) << st;
+  }
+  EXPECT_FALSE(f->get()->TakesGroupedAttention(2, 9, 4, 2, 16, p));
+  absl::Status st = run(**f, 4, 2, 16, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("cuDNN's attention only, and the attention path is fused"), std::string::npos) << st;
+  EXPECT_FALSE(s->get()->TakesGroupedAttention(2, 9, 4, 2, 12, p));
+  st = run(**s, 4, 2, 12, nullptr);
+  EXPECT_NE(st.message().find("head sizes that are multiples of 8"), std::string::npos) << st;
+  EXPECT_FALSE(s->get()->TakesGroupedAttention(2, 9, 4, 2, 16, Precision::kFp32)) << "fp32 weights";
+  // NKV = NH off cuDNN: the fused kernels' attention op on the same rows.
+  std::vector<uint16_t> grouped, plain(static_cast<size_t>(2) * 9 * 32, kPoison16);
+  ASSERT_TRUE(run(**f, 2, 2, 16, &grouped).ok());
+  {
+    Dev<uint16_t> eQkv(**f, Random16(static_cast<size_t>(2) * 9 * 96, 7, p)), eOut(**f, plain);
+    Dev<float> eLse(**f, static_cast<size_t>(2) * 2 * 9);
+    f->get()->AttentionForward(Ptr(eOut.get(), p), eLse.get(), CPtr(eQkv.get(), p), 2, 9, 32, 2, p);
+    ASSERT_TRUE(f->get()->Synchronize().ok());
+    plain = eOut.Host();
+  }
+  EXPECT_TRUE(SameBits(grouped, plain));
 }
 
 // What cuDNN cannot take: with the cudnn path a clear error naming why; with auto the fused

@@ -1,0 +1,102 @@
+// The emulated cudnn-frontend (kernels/emulated/cudnn_frontend.h) refuses the graphs cuDNN
+// refuses for grouped-query attention, at validate, with cuDNN's words: K and V with a head
+// count that is not a factor of Q's. It takes K and V with fewer heads than Q (a factor of
+// them), and refuses what it does not compute (K and V of different head counts), and
+// gradients whose shape is not their tensor's. The arithmetic is backend_ops_test's
+// (CudnnGroupedAttentionIsWithinItsBoundAndRepeatsItsBits).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/emulated/cudnn_frontend.h"
+
+namespace gantry::emucudnn::cudnn_frontend {
+namespace {
+
+using graph::Graph;
+using graph::Tensor_attributes;
+using TensorPtr = std::shared_ptr<Tensor_attributes>;
+
+// A (B, H, S, D) view of rows `row` elements wide, as the wrapper lays them out.
+Tensor_attributes View(const char* name, int64_t uid, int64_t B, int64_t H, int64_t S, int64_t D, int64_t row) {
+  return Tensor_attributes().set_name(name).set_uid(uid).set_dim({B, H, S, D}).set_stride({S * row, D, row, 1});
+}
+
+Graph Typed() {
+  Graph g;
+  g.set_io_data_type(DataType_t::BFLOAT16)
+      .set_intermediate_data_type(DataType_t::FLOAT)
+      .set_compute_data_type(DataType_t::FLOAT);
+  return g;
+}
+
+// The forward graph of h_q query heads over h_k key and h_v value heads (B 2, S 9, D 16).
+error_t Forward(int64_t hq, int64_t hk, int64_t hv) {
+  const int64_t B = 2, S = 9, D = 16, W = (hq + hk + hv) * D;
+  Graph g = Typed();
+  TensorPtr q = g.tensor(View("q", 1, B, hq, S, D, W)), k = g.tensor(View("k", 2, B, hk, S, D, W)),
+            v = g.tensor(View("v", 3, B, hv, S, D, W));
+  auto [o, stats] =
+      g.sdpa(q, k, v, graph::SDPA_attributes().set_generate_stats(true).set_causal_mask(true).set_attn_scale(0.25f));
+  o->set_output(true).set_uid(4).set_dim({B, hq, S, D}).set_stride({S * hq * D, D, hq * D, 1});
+  stats->set_output(true).set_uid(5).set_data_type(DataType_t::FLOAT);
+  return g.validate();
+}
+
+// The backward graph of h_q query heads over h_k key/value heads, dK and dV of dk_heads heads.
+error_t Backward(int64_t hq, int64_t hk, int64_t dk_heads) {
+  const int64_t B = 1, S = 5, D = 8, W = (hq + 2 * hk) * D, C = hq * D;
+  Graph g = Typed();
+  TensorPtr q = g.tensor(View("q", 1, B, hq, S, D, W)), k = g.tensor(View("k", 2, B, hk, S, D, W)),
+            v = g.tensor(View("v", 3, B, hk, S, D, W)), o = g.tensor(View("o", 4, B, hq, S, D, C)),
+            d_o = g.tensor(View("dO", 6, B, hq, S, D, C));
+  TensorPtr stats = g.tensor(Tensor_attributes()
+                                 .set_name("stats")
+                                 .set_uid(5)
+                                 .set_dim({B, hq, S, 1})
+                                 .set_stride({hq * S, S, 1, 1})
+                                 .set_data_type(DataType_t::FLOAT));
+  auto [dq, dk, dv] = g.sdpa_backward(
+      q, k, v, o, d_o, stats,
+      graph::SDPA_backward_attributes().set_causal_mask(true).set_attn_scale(0.25f).set_deterministic_algorithm(true));
+  dq->set_output(true).set_uid(7).set_dim({B, hq, S, D}).set_stride({S * W, D, W, 1});
+  dk->set_output(true).set_uid(8).set_dim({B, dk_heads, S, D}).set_stride({S * W, D, W, 1});
+  dv->set_output(true).set_uid(9).set_dim({B, hk, S, D}).set_stride({S * W, D, W, 1});
+  return g.validate();
+}
+
+TEST(CudnnStandInTest, TakesKeyValueHeadsThatDivideTheQueryHeads) {
+  for (auto [hq, hk] : {std::pair{12, 4}, std::pair{4, 1}, std::pair{6, 6}, std::pair{1, 1}}) {
+    const error_t fwd = Forward(hq, hk, hk), bwd = Backward(hq, hk, hk);
+    EXPECT_TRUE(fwd.is_good()) << hq << " over " << hk << ": " << fwd.get_message();
+    EXPECT_TRUE(bwd.is_good()) << hq << " over " << hk << ": " << bwd.get_message();
+  }
+}
+
+TEST(CudnnStandInTest, RefusesKeyValueHeadsThatDoNotDivideTheQueryHeads) {
+  for (auto [hq, hk] : {std::pair{6, 4}, std::pair{4, 8}, std::pair{3, 2}}) {
+    for (const error_t& e : {Forward(hq, hk, hk), Backward(hq, hk, hk)}) {
+      EXPECT_EQ(e.get_code(), error_code_t::GRAPH_NOT_SUPPORTED) << hq << " over " << hk << ": " << e.get_message();
+      EXPECT_NE(e.get_message().find("must be a factor of number of heads for query (h_q " + std::to_string(hq) +
+                                     ", h_k " + std::to_string(hk) + ")"),
+                std::string::npos)
+          << e.get_message();
+    }
+  }
+}
+
+TEST(CudnnStandInTest, RefusesWhatItDoesNotComputeAndGradientsOfAnotherShape) {
+  // K and V with different head counts (cuDNN takes both factors; the stand-in computes one).
+  const error_t kv = Forward(12, 4, 2);
+  EXPECT_EQ(kv.get_code(), error_code_t::INVALID_VALUE) << kv.get_message();
+  EXPECT_NE(kv.get_message().find("the node's other key/value tensors"), std::string::npos) << kv.get_message();
+  // dK with the query heads' count rather than K's.
+  const error_t dk = Backward(4, 2, 4);
+  EXPECT_EQ(dk.get_code(), error_code_t::INVALID_VALUE) << dk.get_message();
+  EXPECT_NE(dk.get_message().find("dK"), std::string::npos) << dk.get_message();
+}
+
+}  // namespace
+}  // namespace gantry::emucudnn::cudnn_frontend
