@@ -81,103 +81,31 @@ __global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, con
   }
 }
 
-// LayerNorm's backward in one pass over dout and inp, for C a multiple of 4 up to 128 J: a warp
-// per row, each lane the 4 consecutive columns at 128 j + 4 lane (16-byte loads and stores),
-// dinp += the input gradient. The rows of block b are [b rows_per_block, ...) and its 8 warps
-// take every 8th of them, adding their dweight and dbias terms (dy norm, dy) in registers; the
-// warps' sums are then added in warp order and written to partial[b] (C float2s), which
-// LayerNormParamsFinishKernel adds up in block order: a fixed order, so the same bits every
-// run. Replaces the two passes (the input gradient, then ColumnSums over dout and inp again).
-constexpr int kLnWarps = 8;
-template <int J>
-__global__ void __launch_bounds__(kLnWarps * 32) LayerNormBackwardFusedKernel(
-    float* __restrict__ dinp, float2* __restrict__ partial, const float* __restrict__ dout,
-    const float* __restrict__ inp, const float* __restrict__ w, const float* __restrict__ mean,
-    const float* __restrict__ rstd, int N, int C, int rows_per_block) {
-  __shared__ float2 warp_sums[kLnWarps][128];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
-  float wv[J][4], dw[J][4], db[J][4];
-  for (int j = 0; j < J; ++j) {
-    const int c = 128 * j + 4 * lane;
-    for (int k = 0; k < 4; ++k) wv[j][k] = dw[j][k] = db[j][k] = 0.f;
-    if (c < C) LoadF4(w + c, wv[j]);
+// LayerNorm's rows for the one-pass backward (norm_backward.cuh): the parameter gradients
+// dweight (dy norm) and dbias (dy), the row's sums of w dy and w dy norm, norm = (x - m) r.
+struct LayerNormBackwardRows {
+  static constexpr int kParams = 2;
+  const float *mean, *rstd;
+  struct Row {
+    float m, r, sdn, sdnx;
+  };
+  __device__ Row Start(int row) const { return {mean[row], rstd[row], 0.f, 0.f}; }
+  __device__ void Add(Row& s, float w, float dy, float x, float (&p)[kParams]) const {
+    const float norm = (x - s.m) * s.r;
+    const float dn = w * dy;
+    s.sdn += dn;
+    s.sdnx += dn * norm;
+    p[0] += dy * norm;
+    p[1] += dy;
   }
-  for (int row = r0 + warp; row < r1; row += kLnWarps) {
-    const float* dy = dout + static_cast<int64_t>(row) * C;
-    const float* x = inp + static_cast<int64_t>(row) * C;
-    const float m = mean[row], r = rstd[row];
-    float sdn = 0.f, sdnx = 0.f;
-    for (int j = 0; j < J; ++j) {
-      const int c = 128 * j + 4 * lane;
-      if (c >= C) continue;
-      float yv[4], xv[4];
-      LoadF4(dy + c, yv);
-      LoadF4(x + c, xv);
-      for (int k = 0; k < 4; ++k) {
-        const float norm = (xv[k] - m) * r;
-        const float dn = wv[j][k] * yv[k];
-        sdn += dn;
-        sdnx += dn * norm;
-        dw[j][k] += yv[k] * norm;
-        db[j][k] += yv[k];
-      }
-    }
-    sdn = WarpSum(sdn) / C;
-    sdnx = WarpSum(sdnx) / C;
-    // The row again (from the cache: the warp read it just now), fewer registers held.
-    float* dx = dinp + static_cast<int64_t>(row) * C;
-    for (int j = 0; j < J; ++j) {
-      const int c = 128 * j + 4 * lane;
-      if (c >= C) continue;
-      float yv[4], xv[4], g[4];
-      LoadF4(dy + c, yv);
-      LoadF4(x + c, xv);
-      LoadF4(dx + c, g);
-      for (int k = 0; k < 4; ++k) g[k] += (wv[j][k] * yv[k] - sdn - (xv[k] - m) * r * sdnx) * r;
-      StoreF4(dx + c, g);
-    }
+  __device__ void Reduce(Row& s, int C) const {
+    s.sdn = WarpSum(s.sdn) / C;
+    s.sdnx = WarpSum(s.sdnx) / C;
   }
-  for (int j = 0; j < J; ++j) {
-    for (int k = 0; k < 4; ++k) warp_sums[warp][4 * lane + k] = make_float2(dw[j][k], db[j][k]);
-    __syncthreads();
-    const int c = 128 * j + threadIdx.x;
-    if (threadIdx.x < 128 && c < C) {
-      float2 t = warp_sums[0][threadIdx.x];
-      for (int v = 1; v < kLnWarps; ++v) {
-        t.x += warp_sums[v][threadIdx.x].x;
-        t.y += warp_sums[v][threadIdx.x].y;
-      }
-      partial[static_cast<int64_t>(blockIdx.x) * C + c] = t;
-    }
-    __syncthreads();
+  __device__ float Dx(const Row& s, float w, float dy, float x) const {
+    return (w * dy - s.sdn - (x - s.m) * s.r * s.sdnx) * s.r;
   }
-}
-
-// dweight[c] += sum over blocks of partial[b][c].x, dbias[c] += of .y, in a fixed order: a
-// block of (32, 8) threads per 32 columns, thread (x, y) adding blocks y, y + 8, ... in turn,
-// then the 8 sums in y order.
-__global__ void LayerNormParamsFinishKernel(float* dweight, float* dbias, const float2* partial, int blocks, int C) {
-  __shared__ float2 sums[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  float2 t = make_float2(0.f, 0.f);
-  if (c < C) {
-    for (int b = threadIdx.y; b < blocks; b += 8) {
-      t.x += partial[static_cast<int64_t>(b) * C + c].x;
-      t.y += partial[static_cast<int64_t>(b) * C + c].y;
-    }
-  }
-  sums[threadIdx.y][threadIdx.x] = t;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < 8; ++y) {
-      t.x += sums[y][threadIdx.x].x;
-      t.y += sums[y][threadIdx.x].y;
-    }
-    dweight[c] += t.x;
-    dbias[c] += t.y;
-  }
-}
+};
 
 // (dy * norm, dy) of one element: LayerNorm's dweight and dbias terms.
 struct LayerNormParamGrads {

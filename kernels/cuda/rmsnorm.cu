@@ -5,6 +5,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/elem.cuh"
+#include "kernels/cuda/norm_backward.cuh"
 #include "kernels/cuda/norm_rows.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
@@ -42,7 +43,7 @@ __global__ void RMSNormForwardKernel(typename E::T* out, float* rstd, float* sum
   if (lane == 0) rstd[row] = r;
 }
 
-// dx += r w dy - x r^3 mean(w dy x), one warp per row.
+// dx += r w dy - x r^3 mean(w dy x), one warp per row (the two-pass backward, C over 1024).
 __global__ void RMSNormBackwardInputKernel(float* dinp, const float* dout, const float* inp, const float* w,
                                            const float* rstd, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -65,6 +66,24 @@ struct RMSNormParamGrads {
     const int64_t i = static_cast<int64_t>(r) * C + c;
     return make_float2(dout[i] * inp[i] * rstd[r], 0.f);
   }
+};
+
+// RMSNorm's rows for the one-pass backward (norm_backward.cuh): the parameter gradient dweight
+// (x r dy), the row's sum of w dy x, then k = mean(w dy x) r^3 and dx = r w dy - k x (the cpu
+// twin's order of operations).
+struct RMSNormBackwardRows {
+  static constexpr int kParams = 1;
+  const float* rstd;
+  struct Row {
+    float r, k;
+  };
+  __device__ Row Start(int row) const { return {rstd[row], 0.f}; }
+  __device__ void Add(Row& s, float w, float dy, float x, float (&p)[kParams]) const {
+    s.k += w * dy * x;
+    p[0] += x * s.r * dy;
+  }
+  __device__ void Reduce(Row& s, int C) const { s.k = WarpSum(s.k) / C * s.r * s.r * s.r; }
+  __device__ float Dx(const Row& s, float w, float dy, float x) const { return s.r * w * dy - s.k * x; }
 };
 
 }  // namespace
@@ -100,6 +119,11 @@ absl::Status ResidualRMSNormForward(Context& ctx, float* residual, kernels::Ptr 
 absl::Status RMSNormBackward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
                              const float* weight, const float* rstd, int N, int C) {
   RETURN_IF_ERROR(CheckDims("RMSNormBackward", {N, C}));
+  // One pass where C allows (up to 1024: norm_backward.cuh), the two otherwise.
+  const RMSNormBackwardRows rows{rstd};
+  if (const int blocks = NormBackwardFusedBlocks<RMSNormBackwardRows>(N, C); blocks > 0) {
+    return LaunchNormBackwardFused(ctx, blocks, dinp, dweight, nullptr, rows, dout, inp, weight, N, C);
+  }
   GANTRY_LAUNCH(RMSNormBackwardInputKernel, CeilDiv(N, 8), 256, 0, ctx.stream())(dinp, dout, inp, weight, rstd, N, C);
   GPU_RETURN_IF_ERROR(cudaGetLastError());
   return ColumnSums(ctx, dweight, nullptr, RMSNormParamGrads{dout, inp, rstd, C}, N, C);

@@ -13,6 +13,11 @@
 
 #include "kernels/backend.h"
 
+// The backend under test besides cpu (the cuda_ builds of these tests set cuda).
+#ifndef GANTRY_TEST_BACKEND
+#define GANTRY_TEST_BACKEND "cuda-emulated"
+#endif
+
 namespace gantry::kernels {
 
 // Tensors of one backend in a single allocation, each placed `shift` floats past a 64-byte

@@ -30,10 +30,6 @@
 #include "tests/kernels/backend_arena.h"
 #include "tests/test_util.h"
 
-#ifndef GANTRY_TEST_BACKEND
-#define GANTRY_TEST_BACKEND "cuda-emulated"
-#endif
-
 namespace gantry::kernels {
 namespace {
 

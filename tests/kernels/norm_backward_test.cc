@@ -1,0 +1,118 @@
+// The norms' backward (Backend::LayerNormBackward and RMSNormBackward) on the backend under test
+// (cuda-emulated here; cuda as cuda_norm_backward_test on a GPU host) against the cpu backend.
+// On the cuda kinds both run in one pass for C up to 1024 (kernels/cuda/norm_backward.cuh): a
+// warp a row, the rows split into blocks, each block's dweight (and dbias) partial sums added up
+// by a second kernel in block order; C over 1024 takes the two passes.
+//
+// What must hold, on each backend:
+// - dinp, dweight (and dbias) accumulated onto nonzero values agree with the cpu backend's within
+//   1e-5 relative (backend_ops_test's fp32 bound: a row's sums and a column's sums in another
+//   order; measured here at most 2.4e-6 over these shapes,
+//   dbias over 8200 rows);
+// - the CUDA kernel's 16-byte path (C a multiple of 4, rows 16-byte aligned) and its scalar path
+//   (every tensor one float off a 16-byte boundary) give the same bits: a lane loads the same
+//   columns and sums them in the same order either way;
+// - two runs give the same bits (fixed-order sums, no atomics).
+// The op takes fp32 tensors only (kernels/backend.h), so there is no 16-bit case.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "tests/kernels/backend_arena.h"
+#include "tests/test_util.h"
+
+namespace gantry::kernels {
+namespace {
+
+using testing::RandomNormal;
+using testing::RelErr;
+constexpr double kTol = 1e-5;
+constexpr float kEps = 1e-5f;
+
+// Shapes (N, C): N 1; a block's rows not a multiple of its 8 warps; several blocks, the last one
+// short (2051: 257 blocks of 8, the last of 3; 8200: the 1024-block cap, 912 blocks of 9, the
+// last of 7); C 1, not a multiple of 4 (33, 257, 1023: the scalar path), of 4 but not 8 (12,
+// 100), of 128 (768: the Llama's width, 1024: the widest one-pass C), and over 1024 (1025,
+// 2048: the two passes).
+const std::vector<std::tuple<int, int>> kShapes = {{1, 1},    {1, 768},  {7, 33},    {13, 100}, {18, 257},
+                                                   {2051, 12}, {8200, 8}, {300, 768}, {9, 1024}, {5, 1023},
+                                                   {3, 1025},  {2, 2048}};
+
+enum class Norm { kLayerNorm, kRMSNorm };
+const char* NormName(Norm n) { return n == Norm::kLayerNorm ? "LayerNorm" : "RMSNorm"; }
+
+struct Grads {
+  std::vector<float> dinp, dweight, dbias;
+};
+
+// The norm's forward then backward on be over random (N,C) inputs, the gradients accumulated
+// onto random values, every tensor placed `shift` floats off alignment.
+Grads RunBackward(Backend& be, Norm norm, int N, int C, int shift) {
+  const size_t n = static_cast<size_t>(N) * C;
+  const auto x = RandomNormal(n, 1, 2.f), w = RandomNormal(C, 2), bias = RandomNormal(C, 3),
+             dout = RandomNormal(n, 4), dinp0 = RandomNormal(n, 5), dw0 = RandomNormal(C, 6),
+             db0 = RandomNormal(C, 7);
+  Arena mem(be, 4 * n * sizeof(float) + 8 * static_cast<size_t>(C + N) * sizeof(float) + 1024);
+  const float* ex = mem.Put(x, shift);
+  const float* ew = mem.Put(w, shift);
+  const float* ebias = mem.Put(bias, shift);
+  const float* edout = mem.Put(dout, shift);
+  float* edinp = mem.Put(dinp0, shift);
+  float* edw = mem.Put(dw0, shift);
+  float* edb = mem.Put(db0, shift);
+  float* out = mem.Poisoned<float>(n, shift);
+  float* mean = mem.Poisoned<float>(N, shift);
+  float* rstd = mem.Poisoned<float>(N, shift);
+  if (norm == Norm::kLayerNorm) {
+    be.LayerNormForward(out, mean, rstd, ex, ew, ebias, N, C);
+    be.LayerNormBackward(edinp, edw, edb, edout, ex, ew, mean, rstd, N, C);
+  } else {
+    be.RMSNormForward(out, rstd, ex, ew, N, C, kEps);
+    be.RMSNormBackward(edinp, edw, edout, ex, ew, rstd, N, C);
+  }
+  const absl::Status s = be.Synchronize();
+  EXPECT_TRUE(s.ok()) << s;
+  return {mem.Get(static_cast<const float*>(edinp), n), mem.Get(static_cast<const float*>(edw), C),
+          mem.Get(static_cast<const float*>(edb), C)};
+}
+
+using NormBackwardTest = BackendParamTest;
+
+TEST_P(NormBackwardTest, MatchesTheCpuBackend) {
+  for (Norm norm : {Norm::kLayerNorm, Norm::kRMSNorm}) {
+    for (auto [N, C] : kShapes) {
+      SCOPED_TRACE(::testing::Message() << NormName(norm) << " " << N << "x" << C);
+      const Grads got = RunBackward(be(), norm, N, C, 0), want = RunBackward(CpuBackend(), norm, N, C, 0);
+      EXPECT_LE(RelErr(got.dinp, want.dinp), kTol);
+      EXPECT_LE(RelErr(got.dweight, want.dweight), kTol);
+      // RMSNorm has no bias: its dbias is left as it was, on every backend.
+      EXPECT_LE(RelErr(got.dbias, want.dbias), kTol);
+    }
+  }
+}
+
+TEST_P(NormBackwardTest, MisalignedTensorsAndASecondRunGiveTheSameBits) {
+  for (Norm norm : {Norm::kLayerNorm, Norm::kRMSNorm}) {
+    for (auto [N, C] : kShapes) {
+      SCOPED_TRACE(::testing::Message() << NormName(norm) << " " << N << "x" << C);
+      const Grads first = RunBackward(be(), norm, N, C, 0);
+      for (int shift : {0, 1}) {
+        SCOPED_TRACE(shift == 0 ? "again" : "one float off 16-byte alignment");
+        const Grads again = RunBackward(be(), norm, N, C, shift);
+        EXPECT_TRUE(SameBits(again.dinp, first.dinp)) << "dinp";
+        EXPECT_TRUE(SameBits(again.dweight, first.dweight)) << "dweight";
+        EXPECT_TRUE(SameBits(again.dbias, first.dbias)) << "dbias";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, NormBackwardTest, ::testing::Values(std::string("cpu"), GANTRY_TEST_BACKEND),
+                         BackendParamName);
+
+}  // namespace
+}  // namespace gantry::kernels
