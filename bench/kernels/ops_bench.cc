@@ -236,27 +236,42 @@ std::vector<Op> Ops() {
                    in.bytes = static_cast<double>(rows) * C * (4 + 2);
                    return in;
                  }});
-  ops.push_back({"layernorm bwd", "768", 1e-5, [](Backend* be, int rows) {
-                   Instance in;
-                   const size_t n = static_cast<size_t>(rows) * C;
-                   in.bufs.emplace_back(be, RandomF(n, 1, 2.f));
-                   in.bufs.emplace_back(be, RandomF(C, 2));
-                   in.bufs.emplace_back(be, RandomF(n, 3));
-                   in.bufs.emplace_back(be, RandomF(rows, 4, 0.1f));
-                   in.bufs.emplace_back(be, std::vector<float>(rows, 1.3f));
-                   in.bufs.emplace_back(be, n * 4);
-                   in.bufs.emplace_back(be, C * 4);
-                   in.bufs.emplace_back(be, C * 4);
-                   float *x = in.bufs[0].f(), *w = in.bufs[1].f(), *d = in.bufs[2].f(), *m = in.bufs[3].f(),
-                         *r = in.bufs[4].f(), *dx = in.bufs[5].f(), *dw = in.bufs[6].f(), *db = in.bufs[7].f();
-                   in.run = [=] {
-                     be->Zero(dx, n * 4);
-                     be->LayerNormBackward(dx, dw, db, d, x, w, m, r, rows, C);
-                   };
-                   in.result = [&b = in.bufs[5]] { return b.HostF(); };
-                   in.bytes = static_cast<double>(n) * 4 * 4;  // dout, inp read; dinp read and written
-                   return in;
-                 }});
+  // The norms' backward at the width of GPT-2 and of the Llama of its size; the check compares
+  // dinp, then dweight (and dbias) accumulated once.
+  for (const bool rms : {false, true}) {
+    ops.push_back({rms ? "rmsnorm bwd" : "layernorm bwd", "768", 1e-5, [rms](Backend* be, int rows) {
+                     Instance in;
+                     const size_t n = static_cast<size_t>(rows) * C;
+                     in.bufs.emplace_back(be, RandomF(n, 1, 2.f));
+                     in.bufs.emplace_back(be, RandomF(C, 2));
+                     in.bufs.emplace_back(be, RandomF(n, 3));
+                     in.bufs.emplace_back(be, RandomF(rows, 4, 0.1f));
+                     in.bufs.emplace_back(be, std::vector<float>(rows, 1.3f));
+                     in.bufs.emplace_back(be, n * 4);
+                     in.bufs.emplace_back(be, C * 4);
+                     in.bufs.emplace_back(be, C * 4);
+                     float *x = in.bufs[0].f(), *w = in.bufs[1].f(), *d = in.bufs[2].f(), *m = in.bufs[3].f(),
+                           *r = in.bufs[4].f(), *dx = in.bufs[5].f(), *dw = in.bufs[6].f(), *db = in.bufs[7].f();
+                     in.run = [=] {
+                       be->Zero(dx, n * 4);
+                       if (rms) {
+                         be->RMSNormBackward(dx, dw, d, x, w, r, rows, C);
+                       } else {
+                         be->LayerNormBackward(dx, dw, db, d, x, w, m, r, rows, C);
+                       }
+                     };
+                     in.result = [&gx = in.bufs[5], &gw = in.bufs[6], &gb = in.bufs[7]] {
+                       std::vector<float> all = gx.HostF();
+                       for (const Buf* g : {&gw, &gb}) {
+                         const std::vector<float> p = g->HostF();
+                         all.insert(all.end(), p.begin(), p.end());
+                       }
+                       return all;
+                     };
+                     in.bytes = static_cast<double>(n) * 4 * 4;  // dout, inp read; dinp read and written
+                     return in;
+                   }});
+  }
   ops.push_back({"residual fwd", "768 fp32", 1e-6, [](Backend* be, int rows) {
                    Instance in;
                    const size_t n = static_cast<size_t>(rows) * C;
