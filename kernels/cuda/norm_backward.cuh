@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(kNormBwdWarps * 32)
                             const float* __restrict__ dout, const float* __restrict__ inp,
                             const float* __restrict__ w, int N, int C, int rows_per_block, bool vec) {
   constexpr int P = Rows::kParams;
+  static_assert(P == 1 || P == 2, "the block's 256 threads write 128 columns' P sums; the finish kernel's out0, out1");
   __shared__ float warp_sums[kNormBwdWarps][128 * P];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
