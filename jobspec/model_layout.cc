@@ -258,7 +258,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 }
 
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute, bool fused_attention, bool half) {
+                                   Recompute recompute, bool fused_attention, bool half, bool grouped_attention) {
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t C = config.n_embd;
   const bool sp = shard.sequence_parallel && shard.tp > 1;
@@ -266,9 +266,12 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   const size_t Ca = C / shard.tp, NH = config.n_head / shard.tp, F = config.ffn() / shard.tp;
   const bool llama = config.llama();
   const size_t NKV = config.kv_heads() / shard.tp, hd = config.head_dim();
-  // Llama: the GEMM's packed q|k|v rows apart from qkv where key/value heads repeat; SwiGLU's
-  // input is [gate | up].
-  const size_t qkvr = llama && NKV != NH ? BT * (NH + 2 * NKV) * hd : 0;
+  // Llama: the GEMM's packed q|k|v rows apart from qkv where key/value heads repeat (unless the
+  // backend's attention reads the packed rows: then qkv and dqkv are those rows); SwiGLU's input
+  // is [gate | up].
+  const bool grouped = llama && NKV != NH && grouped_attention;
+  const size_t qkvr = llama && NKV != NH && !grouped ? BT * (NH + 2 * NKV) * hd : 0;
+  const size_t qkv_w = grouped ? (NH + 2 * NKV) * hd : 3 * Ca;
   // A MoE layer's experts take up to moe_rows rows of the MLP's width (dense: B·T).
   const size_t E = static_cast<size_t>(config.moe.num_experts), K = static_cast<size_t>(config.moe.top_k);
   const bool moe = E > 0;
@@ -294,6 +297,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   auto take16 = [&](size_t n) { return take(half ? (n + 1) / 2 : n); };
   ActivationLayout o{};
   o.half = half;
+  o.grouped_attention = grouped;
   o.sequence_parallel = sp;
   const size_t mean_r = llama ? 0 : R;  // RMSNorm keeps no mean
   o.encoded = take(R * C);
@@ -306,7 +310,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.dres = take(R * C);
   o.dres16 = take(half ? (BT * C + 1) / 2 : 0);
   o.dln = take(BT * C);
-  o.dqkv = take16(BT * 3 * Ca);
+  o.dqkv = take16(BT * qkv_w);
   o.datty = take16(BT * Ca);
   const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
   o.datt = take(fused_attention ? 0 : att_floats);
@@ -334,7 +338,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.ln1 = take16(R * C);
   o.ln1_mean = take(mean_r);
   o.ln1_rstd = take(R);
-  o.qkv = take16(BT * 3 * Ca);
+  o.qkv = take16(BT * qkv_w);
   o.atty = take16(BT * Ca);
   o.res2 = take(R * C);
   o.ln2 = take16(R * C);

@@ -216,7 +216,8 @@ struct ActivationLayout {
   size_t proj;
   size_t layer0, layer_stride;
   // Llama: ln1/ln2/lnf are RMSNorm's outputs (their means empty), qkv is the attention's
-  // (B,T,3·NH·hd) input after RoPE and the key/value heads' repetition, fch SwiGLU's [gate | up]
+  // (B,T,3·NH·hd) input after RoPE and the key/value heads' repetition (with grouped_attention
+  // the (B,T,(NH + 2 NKV)·hd) rows after RoPE, unrepeated), fch SwiGLU's [gate | up]
   // (2F wide) and fch_gelu its output (F).
   size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
   // backward scratch; dres16: the residual stream's gradient rounded, for the GEMMs (half)
@@ -225,6 +226,10 @@ struct ActivationLayout {
   // repetition, forward, and their gradient, backward (empty when NKV = NH: the projection
   // writes qkv itself); dswi: the gradient of SwiGLU's output.
   size_t qkvr, dswi;
+  // Llama with NKV < NH on a backend whose attention reads grouped key/value heads
+  // (kernels::Backend::TakesGroupedAttention): qkv and dqkv hold the projection's (NH + 2 NKV)·hd
+  // rows themselves, the attention runs on them, and qkvr is empty.
+  bool grouped_attention = false;
   // Sequence parallelism (empty without it): see above.
   size_t gathered, proj_rows, dres_all, dln_rows, dnorm;
   bool sequence_parallel = false;
@@ -257,8 +262,10 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 // A shard's activations: attention, MLP and vocabulary widths are 1/tp, and its layers only.
 // fused_attention (the CUDA model's flash-style kernel): `att` holds each query row's
 // log-sum-exp, (B, NH, T), rather than the probabilities, and `datt` is empty.
+// grouped_attention (a Llama's NKV < NH heads, on a backend that takes them): see
+// ActivationLayout::grouped_attention.
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
                                    Recompute recompute = Recompute::kNone, bool fused_attention = false,
-                                   bool half = false);
+                                   bool half = false, bool grouped_attention = false);
 
 }  // namespace gantry::jobspec

@@ -115,7 +115,8 @@ double ActivationBytes(const PlanInput& in, const jobspec::ModelShard& shard) {
   const double slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
   if (in.precision != Precision::kMixed) {  // Gantry's own model: its activation buffer, exactly
     return static_cast<double>(jobspec::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute,
-                                                        in.fused_attention, in.precision == Precision::kAutocast)
+                                                        in.fused_attention, in.precision == Precision::kAutocast,
+                                                        in.grouped_attention)
                                    .total) *
            4 * slots;
   }
@@ -227,6 +228,11 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.recompute = spec.recompute();
   if (auto sched = ParseSchedule(spec.parallel.schedule); sched.ok()) in.schedule = *sched;
   in.fused_attention = spec.resources.device != "cpu";  // the cuda backends' default
+  // Their default for 16-bit attention, cuDNN, where it takes the call: head sizes that are
+  // multiples of 8 up to 256, two tokens or more (kernels/cuda/cudnn_attention.h).
+  const int hd = spec.model.head_dim();
+  in.grouped_attention = in.fused_attention && in.precision == Precision::kAutocast && hd % 8 == 0 && hd <= 256 &&
+                         spec.seq_len >= 2;
   in.offload_optimizer = spec.optimizer.offload == "cpu";
   in.offload_params = spec.parallel.offload_params == "cpu";
   in.sequence_parallel = spec.parallel.sequence_parallel;

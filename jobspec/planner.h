@@ -46,6 +46,9 @@ struct PlanInput {
   // cuda-emulated), which keep each query row's log-sum-exp (B, NH, T) where the cpu keeps
   // the probabilities (B, NH, T, T).
   bool fused_attention = false;
+  // 16-bit on the cuda backends: a Llama's grouped key/value heads read as they are by cuDNN's
+  // SDPA (kernels::Backend::TakesGroupedAttention), no repeated copy among the activations.
+  bool grouped_attention = false;
   double device_memory = 0;                 // bytes per GPU; 0: unknown
   // optimizer.offload cpu (ZeRO 1-3): the optimizer's share (master, m, v) in host memory,
   // with a host copy of the rank's gradient shard to step it from.

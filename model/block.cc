@@ -5,22 +5,35 @@
 
 namespace gantry::model {
 
+namespace k = gantry::kernels;
+
 void Block::AttentionForward(int l, int B, int T, const char* name) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
+  const k::Ptr out = H(ctx_.LayerAct(l, o.atty)), qkv = H(ctx_.LayerAct(l, o.qkv));
+  float* state = ctx_.LayerAct(l, o.att);
   ctx_.Op(name, [&] {
-    ctx_.be().AttentionForward(H(ctx_.LayerAct(l, o.atty)), ctx_.LayerAct(l, o.att),
-                               H(ctx_.LayerAct(l, o.qkv)), B, T, d.Ca, d.NH, ctx_.precision());
+    if (o.grouped_attention) {
+      ctx_.be().GroupedAttentionForward(out, state, qkv, B, T, d.NH, d.NKV, d.hd, ctx_.precision());
+    } else {
+      ctx_.be().AttentionForward(out, state, qkv, B, T, d.Ca, d.NH, ctx_.precision());
+    }
   });
 }
 
 void Block::AttentionBackward(int l, int B, int T) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
+  const k::Ptr dqkv = H(A(o.dqkv)), dout = H(A(o.datty)), qkv = H(ctx_.LayerAct(l, o.qkv)),
+               out = H(ctx_.LayerAct(l, o.atty));
+  const float* state = ctx_.LayerAct(l, o.att);
   ctx_.Op("attention bwd", [&] {
-    ctx_.be().AttentionBackward(H(A(o.dqkv)), A(o.datt), H(A(o.datty)),
-                                H(ctx_.LayerAct(l, o.qkv)), H(ctx_.LayerAct(l, o.atty)),
-                                ctx_.LayerAct(l, o.att), B, T, d.Ca, d.NH, ctx_.precision());
+    if (o.grouped_attention) {
+      ctx_.be().GroupedAttentionBackward(dqkv, A(o.datt), dout, qkv, out, state, B, T, d.NH, d.NKV, d.hd,
+                                         ctx_.precision());
+    } else {
+      ctx_.be().AttentionBackward(dqkv, A(o.datt), dout, qkv, out, state, B, T, d.Ca, d.NH, ctx_.precision());
+    }
   });
 }
 

@@ -75,7 +75,9 @@ class Block {
 
  protected:
   // Causal self-attention of layer l over its q|k|v rows (qkv) into atty, keeping what its
-  // backward reads (att); and that backward, into dqkv. Both architectures call these.
+  // backward reads (att); and that backward, into dqkv. Both architectures call these. With the
+  // layout's grouped_attention (a Llama's NKV < NH heads on a backend that takes them) qkv and
+  // dqkv are the projection's (NH + 2 NKV)·hd rows, through the backend's grouped calls.
   void AttentionForward(int l, int B, int T, const char* name);
   void AttentionBackward(int l, int B, int T);
   // The architecture's norm over R rows of in; and fused with the residual add sum = a + b

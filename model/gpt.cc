@@ -135,7 +135,12 @@ void GPT::ZeroGrad() { be_->Zero(grads_.data(), grads_.size() * sizeof(float)); 
 
 void GPT::EnsureActivations(int B, int T) {
   if (B == act_B_ && T == act_T_) return;
-  const jobspec::ActivationLayout o = jobspec::LayoutActivations(config_, shard_, B, T, recompute_, be_->fused_attention(), mixed());
+  // A Llama's grouped key/value heads straight to the attention where the backend takes them
+  // (cuDNN's SDPA): no repeated copy of them, nor of their gradient.
+  const bool grouped = config_.llama() &&
+                       be_->TakesGroupedAttention(B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision());
+  const jobspec::ActivationLayout o = jobspec::LayoutActivations(config_, shard_, B, T, recompute_,
+                                                                 be_->fused_attention(), mixed(), grouped);
   act_.Assign(be_, o.total * static_cast<size_t>(slots_));
   ctx_->set_layout(o);
   act_B_ = B;

@@ -32,14 +32,15 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
   auto name = [tag](const char* op) { return *tag ? tag : op; };
   float* proj = A(o.proj);
   // The q|k|v projection writes the packed (NH + 2 NKV)·hd rows; RoPE rotates q and k there;
-  // with grouped key/value heads they are then repeated into the attention's 3·NH·hd rows.
-  const k::Ptr qkvr = H(grouped() ? A(o.qkvr) : L(o.qkv));
+  // with grouped key/value heads they are then repeated into the attention's 3·NH·hd rows,
+  // unless the backend's attention reads them as they are (then they are qkv itself).
+  const k::Ptr qkvr = H(repeats() ? A(o.qkvr) : L(o.qkv));
   if (!normed) NormForward(InputNorm(l, p), residual, R, tag);
   const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(qkvr, ln1, w.qkvw, nullptr, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn); });
   ctx_.Op(name("rope fwd"), [&] { be.RopeApply(qkvr, B, T, NH, NKV, hd, inv_freq_.data(), false); });
-  if (grouped()) ctx_.Op(name("gqa expand"), [&] { be.GqaExpand(H(L(o.qkv)), qkvr, BT, NH, NKV, hd); });
+  if (repeats()) ctx_.Op(name("gqa expand"), [&] { be.GqaExpand(H(L(o.qkv)), qkvr, BT, NH, NKV, hd); });
   AttentionForward(l, B, T, name("attention fwd"));
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(proj, H(L(o.atty)), w.projw, nullptr, BT, Ca, C, k::WeightLayout::kOutIn); });
@@ -103,15 +104,15 @@ void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, co
   ctx_.Op("rmsnorm bwd", [&] { be.RMSNormBackward(dres, g2, dln2, L(o.res2), p.ln2w, L(o.ln2_rstd), R, C); });
   tp_.FinishNormGrads(g.ln2w, static_cast<size_t>(C));
   // Attention branch: o_proj, attention, the key/value heads' gradients summed over their
-  // groups, RoPE's inverse rotation, q|k|v.
+  // groups (by the attention itself where it reads grouped heads), RoPE's inverse rotation, q|k|v.
   const k::Ptr dout2 = tp_.DoutAllRows(BT);
   ctx_.Op("matmul bwd", [&] {
     be.MatmulBackward(H(A(o.datty)), g.projw, nullptr, dout2, H(L(o.atty)), w.projw, BT, Ca, C,
                       k::WeightLayout::kOutIn);
   });
   AttentionBackward(l, B, T);
-  const k::Ptr dqkvr = H(grouped() ? A(o.qkvr) : A(o.dqkv));
-  if (grouped()) ctx_.Op("gqa reduce", [&] { be.GqaReduce(dqkvr, H(A(o.dqkv)), BT, NH, NKV, hd); });
+  const k::Ptr dqkvr = H(repeats() ? A(o.qkvr) : A(o.dqkv));
+  if (repeats()) ctx_.Op("gqa reduce", [&] { be.GqaReduce(dqkvr, H(A(o.dqkv)), BT, NH, NKV, hd); });
   ctx_.Op("rope bwd", [&] { be.RopeApply(dqkvr, B, T, NH, NKV, hd, inv_freq_.data(), true); });
   const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
   ctx_.Op("matmul bwd", [&] {

@@ -1,5 +1,6 @@
 // Llama's layer: RMSNorm, then attention with RoPE over grouped key/value heads (q|k|v in one
-// projection, the key/value heads repeated to the query heads for the attention kernel),
+// projection, the key/value heads repeated to the query heads for the attention kernel, or read
+// as they are where the backend takes grouped heads: cuDNN's SDPA),
 // then a SwiGLU MLP (gate|up in one projection); no biases. Weights in nn.Linear's layout
 // (out, in). Tensor parallel by heads and by the MLP's columns, as GPT-2's block.
 #pragma once
@@ -30,7 +31,9 @@ class LlamaBlock : public Block {
 
  private:
   float eps() const { return static_cast<float>(ctx_.config().norm_eps); }
-  bool grouped() const { return ctx_.dims().NKV != ctx_.dims().NH; }
+  // Whether the key/value heads are repeated into the attention's 3·NH·hd rows (fewer than the
+  // query heads, and a backend whose attention does not read them grouped).
+  bool repeats() const { return ctx_.dims().NKV != ctx_.dims().NH && !ctx_.off().grouped_attention; }
 
   kernels::DeviceBuffer inv_freq_;  // RoPE's inverse frequencies (head_dim / 2)
 };

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -255,6 +256,65 @@ TEST_P(BiasEpilogueTest, Bf16FirstLossIsPyTorchsWithTheProductRoundedBeforeTheBi
   ASSERT_EQ(run.losses.size(), want.size());
   for (size_t i = 1; i < want.size(); ++i) {
     EXPECT_LE(std::fabs(run.losses[i] - want[i]), kLossTol) << "step " << i + 1;
+  }
+}
+
+// A Llama's grouped key/value heads in 16 bits on cuda-emulated: with cuDNN's attention (the
+// default, BackendOptions::grouped_attention) the attention reads the projection's rows as they
+// are, so the step runs no GqaExpand or GqaReduce and the activations hold no repeated copy
+// (LayoutActivations with grouped_attention); off, the model repeats the heads around the
+// multi-head op as before. The stand-in of cuDNN computes both as the cpu does (repeat, attend,
+// sum back), so on cuda-emulated the two give the same bits: losses and gradients, with and
+// without recomputation (selective recomputes the attention from the grouped rows). On a GPU
+// they differ within the attention's bound (backend_ops_test's
+// CudnnGroupedAttentionIsWithinItsBoundAndRepeatsItsBits).
+TEST(LlamaGroupedAttentionTest, CudnnReadsTheGroupedHeadsWithTheRepeatedHeadsBits) {
+  jobspec::GPTConfig c{16, 50, 2, 4, 32};  // head size 8: one cuDNN takes
+  c.arch = jobspec::Arch::kLlama;
+  c.n_kv_head = 2;
+  c.ffn_hidden = 40;
+  c.rope_theta = 500.0;
+  c.norm_eps = 1e-6;
+  const int B = 2, T = 8;
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int i = 0; i < B * T; ++i) in[i] = (7 * i + 3) % 50, tg[i] = (5 * i + 1) % 50;
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    for (jobspec::Recompute r : {jobspec::Recompute::kNone, jobspec::Recompute::kSelective}) {
+      SCOPED_TRACE(::testing::Message() << kernels::PrecisionName(p) << " recompute " << static_cast<int>(r));
+      std::vector<float> losses[2], grads[2];
+      std::set<std::string> ops[2];
+      size_t bytes[2] = {0, 0};
+      for (int grouped = 0; grouped < 2; ++grouped) {
+        kernels::BackendOptions options;
+        options.grouped_attention = grouped == 1;
+        auto be = kernels::CreateBackend(kernels::BackendKind::kCudaEmulated, 0, options);
+        ASSERT_TRUE(be.ok()) << be.status();
+        EXPECT_EQ((*be)->TakesGroupedAttention(B, T, 4, 2, 8, p), grouped == 1);
+        model::GPT m(c, jobspec::ModelShard{}, be->get());
+        m.InitRandom(11);
+        m.set_precision(p);
+        m.set_recompute(r);
+        m.set_profiling(true);
+        for (int step = 0; step < 2; ++step) losses[grouped].push_back(m.ForwardBackward(in.data(), tg.data(), B, T, 1.f));
+        grads[grouped].resize(m.num_params());
+        m.ReadGrads(grads[grouped].data());
+        m.Sync();
+        ASSERT_TRUE(m.comm_status().ok()) << m.comm_status();
+        for (const auto& [name, seconds] : m.op_seconds()) ops[grouped].insert(name);
+        bytes[grouped] = m.activation_bytes();
+        const jobspec::ActivationLayout o =
+            jobspec::LayoutActivations(c, jobspec::ModelShard{}, B, T, r, true, true, grouped == 1);
+        EXPECT_EQ(bytes[grouped], o.total * sizeof(float));
+        EXPECT_EQ(o.grouped_attention, grouped == 1);
+      }
+      EXPECT_EQ(ops[0].count("gqa expand") + ops[0].count("gqa reduce"), 2u) << "repeated";
+      EXPECT_EQ(ops[1].count("gqa expand") + ops[1].count("gqa reduce"), 0u) << "grouped";
+      // The repeated copy (B·T·3·NH·hd 16-bit) and its gradient are gone, the packed rows kept
+      // per layer in its place (B·T·(NH + 2 NKV)·hd, rather than apart in qkvr).
+      EXPECT_LT(bytes[1], bytes[0]);
+      EXPECT_EQ(losses[1], losses[0]);
+      EXPECT_EQ(grads[1], grads[0]);
+    }
   }
 }
 
