@@ -353,6 +353,68 @@ std::vector<Op> Ops() {
                      std::string(path) == "cudnn" ? kernels::AttentionPath::kCudnn : kernels::AttentionPath::kFused});
     }
   }
+  // The Llama of GPT-2's size: 12 query heads over 4 key/value heads of 64. Grouped: cuDNN's SDPA
+  // reads the projection's (12 + 2·4)·64 rows as they are (Backend::GroupedAttentionForward/
+  // Backward; the cpu backend repeats the heads inside the call); expanded: what the model runs
+  // where it does not, the heads repeated (GqaExpand) before the attention and its gradient summed
+  // back (GqaReduce) after, each pair's time together.
+  for (bool grouped : {true, false}) {
+    for (bool backward : {false, true}) {
+      const std::string name = std::string("llama attn ") + (backward ? "bwd " : "fwd ") +
+                               (grouped ? "grouped cudnn" : (backward ? "cudnn+reduce" : "expand+cudnn"));
+      ops.push_back({name, "12/4 heads of 64, T 1024", 2e-2,
+                     [grouped, backward](Backend* be, int rows) {
+                       constexpr int KV = 4, hd = C / NH, W = (NH + 2 * KV) * hd;
+                       Instance in;
+                       const int B = std::max(1, rows / T), t = std::min(rows, T);
+                       const int64_t bt = static_cast<int64_t>(B) * t;
+                       const size_t n = static_cast<size_t>(bt) * C, nw = static_cast<size_t>(bt) * W;
+                       const bool probs = !be->fused_attention();
+                       const size_t att = probs ? static_cast<size_t>(B) * NH * t * t * 4 : 4;
+                       in.bufs.emplace_back(be, RandomB(nw, 1));   // 0 the projection's rows
+                       in.bufs.emplace_back(be, RandomB(n, 2));    // 1 dout
+                       in.bufs.emplace_back(be, n * 2);            // 2 out
+                       in.bufs.emplace_back(be, nw * 2);           // 3 dqkv, the projection's rows
+                       in.bufs.emplace_back(be, 3 * n * 2);        // 4 the repeated rows
+                       in.bufs.emplace_back(be, 3 * n * 2);        // 5 their gradient
+                       in.bufs.emplace_back(be, static_cast<size_t>(B) * NH * t * 4);  // 6 lse
+                       in.bufs.emplace_back(be, att);              // 7 the cpu's probabilities
+                       in.bufs.emplace_back(be, att);              // 8 its backward's scratch
+                       uint16_t *qkv = in.bufs[0].h(), *d = in.bufs[1].h(), *o = in.bufs[2].h(), *dq = in.bufs[3].h(),
+                                *q3 = in.bufs[4].h(), *dq3 = in.bufs[5].h();
+                       float* state = be->fused_attention() ? in.bufs[6].f() : in.bufs[7].f();
+                       float* scratch = in.bufs[8].f();
+                       auto forward = [=] {
+                         if (grouped) {
+                           be->GroupedAttentionForward(Ptr(o, kBf), state, CPtr(qkv, kBf), B, t, NH, KV, hd, kBf);
+                         } else {
+                           be->GqaExpand(Ptr(q3, kBf), CPtr(qkv, kBf), bt, NH, KV, hd);
+                           be->AttentionForward(Ptr(o, kBf), state, CPtr(q3, kBf), B, t, C, NH, kBf);
+                         }
+                       };
+                       forward();
+                       if (backward) {
+                         in.run = [=] {
+                           if (grouped) {
+                             be->GroupedAttentionBackward(Ptr(dq, kBf), scratch, CPtr(d, kBf), CPtr(qkv, kBf),
+                                                          CPtr(o, kBf), state, B, t, NH, KV, hd, kBf);
+                           } else {
+                             be->AttentionBackward(Ptr(dq3, kBf), scratch, CPtr(d, kBf), CPtr(q3, kBf), CPtr(o, kBf),
+                                                   state, B, t, C, NH, kBf);
+                             be->GqaReduce(Ptr(dq, kBf), CPtr(dq3, kBf), bt, NH, KV, hd);
+                           }
+                         };
+                         in.result = [&b = in.bufs[3]] { return b.HostB(); };
+                       } else {
+                         in.run = forward;
+                         in.result = [&b = in.bufs[2]] { return b.HostB(); };
+                       }
+                       in.flops = (backward ? 5 : 2) * 2.0 * B * NH * (t * 0.5 * t) * hd;
+                       return in;
+                     },
+                     kernels::AttentionPath::kCudnn});
+    }
+  }
   ops.push_back({"classifier softmax+xent", "50304 bf16 logits", 1e-2, [](Backend* be, int rows) {
                    Instance in;
                    const size_t n = static_cast<size_t>(rows) * V;
