@@ -9,7 +9,8 @@
 # loads; cuBLASLt's bias epilogue), the same rounding its biased outputs once, the same with the
 # GELU epilogues, PyTorch GPT-2 (--profile), gantry Llama bf16, PyTorch Llama (--profile);
 # GANTRY_BENCH_FP32=1 adds gantry GPT-2 in fp32, GANTRY_BENCH_FUSED=1 with gantry's fused
-# attention kernels.
+# attention kernels, GANTRY_BENCH_GQA_EXPAND=1 the Llama with its key/value heads repeated around
+# the attention (GqaExpand, GqaReduce) rather than read grouped by cuDNN.
 # About 4 minutes on an H100. A run that fails is reported and left out of the summary.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,6 +47,9 @@ if [ "${GANTRY_BENCH_FP32:-0}" = 1 ]; then
 fi
 run torch_gpt2 "pytorch GPT-2" python3 bench/torch_gpt2.py gpu-bench --profile "$@"
 run gantry_llama "gantry Llama, bf16, attention auto (cuDNN)" "$BUNDLE/bin/gpt2_gpu_bench" --arch llama "$@"
+if [ "${GANTRY_BENCH_GQA_EXPAND:-0}" = 1 ]; then  # the key/value heads repeated around the attention, as before
+  run gantry_llama_expand "gantry Llama, bf16, key/value heads repeated (no grouped cuDNN)" "$BUNDLE/bin/gpt2_gpu_bench" --arch llama --grouped-attention off "$@"
+fi
 run torch_llama "pytorch Llama (transformers)" python3 bench/torch_gpt2.py gpu-bench --arch llama --profile "$@"
 echo "== summary"
 python3 - "$OUT" <<'PY'
