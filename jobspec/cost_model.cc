@@ -368,6 +368,7 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
   const GPTConfig& c = *in.model;
   in.device_memory = cluster.device.memory;
   in.fused_attention = !cluster.device.unfused_attention;  // the activations the device's attention keeps
+  in.grouped_attention = GroupedAttentionOf(in);
   struct Candidate {
     PlanInput in;
     StepCost cost;

@@ -214,6 +214,12 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
   return p;
 }
 
+bool GroupedAttentionOf(const PlanInput& in) {
+  if (!in.model || !in.fused_attention || in.precision != Precision::kAutocast) return false;
+  const int hd = in.model->head_dim();
+  return hd % 8 == 0 && hd <= 256 && in.seq_len >= 2;
+}
+
 PlanInput PlanOfSpec(const JobSpec& spec) {
   PlanInput in;
   in.model = spec.model;
@@ -228,17 +234,13 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.recompute = spec.recompute();
   if (auto sched = ParseSchedule(spec.parallel.schedule); sched.ok()) in.schedule = *sched;
   in.fused_attention = spec.resources.device != "cpu";  // the cuda backends' default
-  // Their default for 16-bit attention, cuDNN, where it takes the call: head sizes that are
-  // multiples of 8 up to 256, two tokens or more (kernels/cuda/cudnn_attention.h).
-  const int hd = spec.model.head_dim();
-  in.grouped_attention = in.fused_attention && in.precision == Precision::kAutocast && hd % 8 == 0 && hd <= 256 &&
-                         spec.seq_len >= 2;
   in.offload_optimizer = spec.optimizer.offload == "cpu";
   in.offload_params = spec.parallel.offload_params == "cpu";
   in.sequence_parallel = spec.parallel.sequence_parallel;
   in.ep = spec.parallel.ep;
   in.bf16_grad_reduce = spec.train.grad_reduce_dtype == "bf16";
   in.bucket_mb = spec.parallel.bucket_mb;
+  in.grouped_attention = GroupedAttentionOf(in);
   return in;
 }
 

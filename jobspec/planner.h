@@ -107,6 +107,11 @@ Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int ze
 
 // The input a job spec describes (fp32: Gantry's training path).
 PlanInput PlanOfSpec(const JobSpec& spec);
+// Whether in's attention takes a Llama's grouped key/value heads as they are (its
+// grouped_attention): the cuda backends' default for 16-bit attention, cuDNN, where it takes
+// the call (head sizes that are multiples of 8 up to 256, two tokens or more:
+// kernels/cuda/cudnn_attention.h). in.fused_attention, precision, model and seq_len set.
+bool GroupedAttentionOf(const PlanInput& in);
 
 // The GPT-2 presets: gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl.
 absl::StatusOr<jobspec::GPTConfig> ModelPreset(const std::string& name);

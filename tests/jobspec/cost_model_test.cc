@@ -354,6 +354,34 @@ TEST(CostModelTest, TheMemoryRecommendationFor70BIsRankedByItsTraffic) {
   for (const RankedLayout& x : *ranked) EXPECT_LE(x.cost.tokens_per_s, best.cost.tokens_per_s);
 }
 
+// A Llama's grouped key/value heads on GPUs in 16 bits: cuDNN reads them as they are, so the
+// ranked layouts' memory holds no repeated copy of them (PlanInput::grouped_attention, as
+// PlanOfSpec sets it for a job on a cuda device); on a device whose attention is unfused, or
+// in fp32, the heads are repeated.
+TEST(CostModelTest, RankedLlamaLayoutsKeepNoRepeatedKeyValueHeadsOnGpus) {
+  PlanInput in;
+  in.model = Llama70B();
+  in.seq_len = 4096;
+  in.precision = Precision::kAutocast;
+  const ClusterSpec h100 = *ClusterPreset("dgx-h100");
+  auto ranked = RankLayouts(in, h100, 64, 512, 1);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  const RankedLayout& best = (*ranked)[0];
+  EXPECT_TRUE(best.in.grouped_attention);
+  PlanInput repeated = best.in;
+  repeated.grouped_attention = false;
+  auto with = MakePlan(best.in), without = MakePlan(repeated);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_EQ(with->total(), best.plan.total());
+  EXPECT_LT(with->total(), without->total()) << "the repeated copy is counted only without grouped attention";
+  ClusterSpec unfused = h100;
+  unfused.device.unfused_attention = true;
+  in.precision = Precision::kAutocast;
+  auto r2 = RankLayouts(in, unfused, 64, 512, 1);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_FALSE((*r2)[0].in.grouped_attention);
+}
+
 // Published: Narayanan et al. 2021 (Megatron-LM on A100 clusters), Table 1, TFLOP/s per GPU
 // by the paper's count, GPT with T 2048 and V 51,200, full recomputation, fp16, on DGX A100
 // (the dgx-a100 preset, attention unfused as that Megatron ran it; micro-batch 1 assumed).
