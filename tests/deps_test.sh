@@ -14,7 +14,7 @@ check || { echo "FAIL: the tree breaks a library rule"; fail=1; }
 # was: a clean clone failed to configure). Only files outside the build and bundle folders count.
 if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
   hidden="$(git -C "$SRC" ls-files --others --ignored --exclude-standard |
-    grep -Ev '^(build[^/]*|\.c?bundle|venv|\.venv|runs|datasets|\.whl|\.gl)/|__pycache__/|\.pyc$|^\.c?bundle\.tgz$' |
+    grep -Ev '^(build[^/]*|\.c?bundle|venv|\.venv|runs|datasets|\.whl|\.gl)/|__pycache__/|\.pyc$|^\.c?bundle\.t[gx]z$' |
     grep -E '(\.(cc|h|cu|cuh|inc|proto|py|sh|yaml|txt|md)|CMakeLists\.txt)$')"
   if [ -n "$hidden" ]; then
     echo "FAIL: .gitignore hides source files a clone would lack:"; echo "$hidden"; fail=1

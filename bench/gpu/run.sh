@@ -4,7 +4,7 @@
 # bf16 autocast, SDPA, fused AdamW; transformers' LlamaForCausalLM for the Llama) in the same
 # run, each at the largest micro-batch that fits, the ratios, and the time per op side by side.
 # On the GPU host, from the repository root with .bundle/ carried (tests/gpu/run.sh bundle
-# builds it here, and .bundle.tgz, the same packed): bash bench/gpu/run.sh [--steps N]
+# builds it here, and .bundle.txz, the same packed): bash bench/gpu/run.sh [--steps N]
 # (the arguments go to every run). In order: gantry GPT-2 bf16 (attention auto: cuDNN where it
 # loads; cuBLASLt's bias epilogue), the same rounding its biased outputs once, the same with the
 # GELU epilogues, PyTorch GPT-2 (--profile), gantry Llama bf16, PyTorch Llama (--profile);
@@ -15,8 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUNDLE=.bundle
-[ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
 source tests/gpu/env.sh
+gpu_bundle_unpack "$BUNDLE"
 gpu_bundle_env "$PWD/$BUNDLE/lib"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 OUT=/tmp/gantry_bench

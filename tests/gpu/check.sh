@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The one device call (issue 36's "GPU time"): the GPU suite, the per-op micro-benchmarks, then the step benchmark beside
 # PyTorch (bench/gpu/run.sh), each logged under $OUT (the device tool brings it back), and a
-# summary last. Here: bash tests/gpu/run.sh bundle; carry .bundle.tgz; there, from the
+# summary last. Here: bash tests/gpu/run.sh bundle; carry .bundle.txz; there, from the
 # repository root: bash tests/gpu/check.sh [--steps N] (N is passed to the benchmark).
 # GANTRY_GPU_SKIP_SUITE=1 runs the benchmark alone (a rerun after a speed change).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source tests/gpu/env.sh
 OUT=${OUT:-/tmp/gantry-gpu-check}
 mkdir -p "$OUT"
 t0=$(date +%s)
@@ -16,8 +17,8 @@ if [ "${GANTRY_GPU_SKIP_SUITE:-0}" != 1 ]; then
   grep -E "^== |FAILED|passed, .* failed|Failure|error" "$OUT/suite.log" | head -60
 fi
 # The per-op micro-benchmarks (bench/kernels/ops_bench.cc) at GPT-2's sizes.
-[ -d .bundle ] || tar -xzf .bundle.tgz
-(source tests/gpu/env.sh && gpu_bundle_env "$PWD/.bundle/lib" && timeout 120 .bundle/bin/ops_bench) >"$OUT/ops.log" 2>&1
+gpu_bundle_unpack .bundle
+(gpu_bundle_env "$PWD/.bundle/lib" && timeout 120 .bundle/bin/ops_bench) >"$OUT/ops.log" 2>&1
 ops=$?
 echo "== ops_bench ($ops)"
 cat "$OUT/ops.log"

@@ -6,9 +6,9 @@
 #   bash tests/gpu/cluster.sh bundle      here: build, then copy the daemons, the CLIs and the
 #                                         shared libraries they need into .cbundle/ (the build
 #                                         tree's layout, for deploy/local/cluster.sh's
-#                                         GANTRY_BIN), packed as .cbundle.tgz
+#                                         GANTRY_BIN), packed as .cbundle.txz
 #   bash tests/gpu/cluster.sh run [DEVICE] on the GPU host, from the repository root with
-#                                         .cbundle.tgz carried: the job on a worker of DEVICE
+#                                         .cbundle.txz carried: the job on a worker of DEVICE
 #                                         (cuda; cuda-emulated runs the same here, without a
 #                                         GPU, against the build tree)
 # Each check prints PASS or FAIL; the last line counts them.
@@ -27,14 +27,14 @@ case "${1:-}" in
       gpu_bundle_copy "build/$bin" "$CB/build/$(dirname "$bin")" "$CB/build/lib"
     done
     strip --strip-unneeded "$CB"/build/*/gantry* "$CB"/build/lib/* 2>/dev/null || true
-    tar -czf "$CB.tgz" "$CB"
-    du -sh "$CB" "$CB.tgz"
-    echo "carry $CB.tgz and run: bash tests/gpu/cluster.sh run"
+    gpu_bundle_pack "$CB"
+    du -sh "$CB" "$CB.txz"
+    echo "carry $CB.txz and run: bash tests/gpu/cluster.sh run"
     ;;
   run)
     DEVICE="${2:-cuda}"
     if [ "$DEVICE" = cuda ]; then
-      [ -d "$CB" ] || tar -xzf "$CB.tgz"
+      gpu_bundle_unpack "$CB"
       export GANTRY_BIN="$ROOT/$CB/build"
       gpu_bundle_env "$ROOT/$CB/build/lib"
     else

@@ -6,10 +6,10 @@
 #                                  and not the CUDA 13 libraries (driver, runtime, cuBLAS,
 #                                  cuBLASLt, NCCL), which the GPU host has and which would
 #                                  not fit the 64 MiB a device run may carry
-#                                  and .bundle.tgz, the same packed (stripped, some 130 MB with
+#                                  and .bundle.txz, the same packed (stripped, some 130 MB with
 #                                  OpenBLAS, over what a device run may carry; packed, 44)
 #   bash tests/gpu/run.sh run      on the GPU host, from the repository root with .bundle/ or
-#                                  .bundle.tgz carried along: run each bundled test (each
+#                                  .bundle.txz carried along: run each bundled test (each
 #                                  within GANTRY_GPU_TEST_TIMEOUT seconds, 300 by default); a
 #                                  missing GPU is a failure (GANTRY_REQUIRE_GPU=1)
 #   bash tests/gpu/run.sh sanitize [GTEST_FILTER]
@@ -33,12 +33,12 @@ case "${1:-}" in
     # Symbols stripped: the bundle with the working tree must fit the 64 MiB a device run carries.
     strip --strip-unneeded "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null || true
     # (no fixtures: no GPU test reads tests/reference/fixtures)
-    tar -czf "$BUNDLE.tgz" "$BUNDLE"
-    du -sh "$BUNDLE" "$BUNDLE.tgz"
-    echo "carry $BUNDLE.tgz and run: bash tests/gpu/run.sh run; then bash bench/gpu/run.sh"
+    gpu_bundle_pack "$BUNDLE"
+    du -sh "$BUNDLE" "$BUNDLE.txz"
+    echo "carry $BUNDLE.txz and run: bash tests/gpu/run.sh run; then bash bench/gpu/run.sh"
     ;;
   run)
-    [ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
+    gpu_bundle_unpack "$BUNDLE"
     gpu_bundle_env "$PWD/$BUNDLE/lib"
     export GANTRY_REQUIRE_GPU=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -51,7 +51,7 @@ case "${1:-}" in
     [ "$fail" -eq 0 ]
     ;;
   sanitize)
-    [ -d "$BUNDLE" ] || tar -xzf "$BUNDLE.tgz"
+    gpu_bundle_unpack "$BUNDLE"
     gpu_bundle_env "$PWD/$BUNDLE/lib"
     export GANTRY_REQUIRE_GPU=1
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
