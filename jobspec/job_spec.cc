@@ -4,6 +4,7 @@
 #include "absl/strings/string_view.h"
 #include "jobspec/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <map>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -469,7 +471,18 @@ std::string ToYaml(const JobSpec& s) {
     body();
     out << YAML::EndMap;
   };
-  auto kv = [&](const char* key, const auto& value) { out << YAML::Key << key << YAML::Value << value; };
+  // A string with a control character (a CR pasted into a path) or an edge space is written
+  // double-quoted, escaped: plain, it would read back as another string.
+  auto kv = [&](const char* key, const auto& value) {
+    out << YAML::Key << key << YAML::Value;
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string>) {
+      const bool plain_changes =
+          std::any_of(value.begin(), value.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }) ||
+          (!value.empty() && (value.front() == ' ' || value.back() == ' '));
+      if (plain_changes) out << YAML::DoubleQuoted;
+    }
+    out << value;
+  };
   section("model", [&] {
     kv("n_layer", s.model.n_layer), kv("n_head", s.model.n_head), kv("n_embd", s.model.n_embd);
     kv("vocab_size", s.model.vocab_size), kv("seq_len", s.seq_len), kv("max_seq_len", s.model.max_seq_len);

@@ -253,6 +253,12 @@ parallel: {dp: 2, tp: 2, pp: 2, zero_stage: 1, bucket_mb: 1.5, timeout_s: 30, sc
 scheduling: {priority: -3, max_restarts: 0}
 elastic: {min_dp: 1, max_dp: 4}
 )",
+      // Strings that plain YAML would change: a CR at a path's end (job_spec_fuzz found it),
+      // a tab inside, edge spaces.
+      "model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\n"
+      "data: {train: \"a.bin\\r\", val: \" v\\tw.bin \"}\n"
+      "train: {steps: 10, micro_batch: 1, global_batch: 12, lr: 0.01}\n"
+      "parallel: {dp: 2}\nelastic: {min_dp: 1, max_dp: 4}\n",
       R"(
 model: {arch: llama, n_layer: 2, n_head: 6, n_kv_head: 2, n_embd: 48, ffn_hidden: 136, vocab_size: 300, seq_len: 16,
         max_seq_len: 128, rope_theta: 500000.5, norm_eps: 1.0000000000000001e-6}
