@@ -87,7 +87,7 @@ class BackendParamTest : public ::testing::TestWithParam<std::string> {
     auto be = CreateBackend(*kind, 0);
     if (!be.ok() && *kind == BackendKind::kCuda) {
       if (std::getenv("GANTRY_REQUIRE_GPU")) FAIL() << "GANTRY_REQUIRE_GPU is set but: " << be.status();
-      GTEST_SKIP() << "no cuda backend here: " << be.status();
+      GTEST_SKIP() << "no cuda backend here (run tests/gpu/run.sh on a GPU host): " << be.status();
     }
     ASSERT_TRUE(be.ok()) << be.status();
     owned_ = std::move(*be);
