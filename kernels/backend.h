@@ -249,6 +249,14 @@ class Backend {
   virtual void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) = 0;
   // The sum of g[i]^2 over n, read back to the host (it waits for the work queued).
   virtual double SumSquares(const float* g, int64_t n) = 0;
+  // The same sum into *sum_sq (backend memory), queued: nothing waits. Then the gradients'
+  // multiplier from it (kernels/grad_norm.h clip_multiplier: the clip to max_norm, 0 none, of
+  // the norm unscaled by inv_scale) into *multiplier and that norm into *norm (backend
+  // memory; AdamWParams::grad_scale reads the multiplier), queued. A step clips with no host
+  // read before its update: the norm is read after (CopyToHostAsync).
+  virtual void SumSquaresTo(double* sum_sq, const float* g, int64_t n) = 0;
+  virtual void ClipMultiplier(float* multiplier, double* norm, const double* sum_sq, float max_norm,
+                              float inv_scale) = 0;
   virtual void Scale(float* g, int64_t n, float s) = 0;
   // in (n) → out (n) of out's type: 16-bit values widened exactly, fp32 rounded to a 16-bit
   // type to nearest, ties to even (kernels/cast.h: Bf16Of, Fp16Of; NaN kept), fp32 copied;

@@ -167,6 +167,11 @@ struct AdamWParams {
   float eps;
   float weight_decay;  // 0 for tensors that take no decay (biases, LayerNorm, < 2 dims)
   int step;            // 1-based, for bias correction
+  // Backend memory, or null: each gradient is first multiplied by *grad_scale (the clip's and
+  // the loss scale's coefficient, computed on the device: no host read inside a step). The
+  // product rounds as Backend::Scale's in-place multiply does, so the update's bits are those
+  // of Scale followed by AdamW; the gradients themselves are left as they are.
+  const float* grad_scale = nullptr;
 };
 
 // A job's AdamW hyper-parameters (torch.optim.AdamW's), one definition for the trainer, the

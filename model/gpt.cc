@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/rng.h"
@@ -148,7 +149,13 @@ void GPT::EnsureActivations(int B, int T) {
   tokens_per_slot_ = static_cast<size_t>(B) * T;
   static_assert(sizeof(int32_t) == sizeof(float));
   tokens_.Assign(be_, 2 * tokens_per_slot_ * static_cast<size_t>(slots_));
-  losses_.resize(tokens_per_slot_);
+  if (!be_->host_addressable()) {
+    if (tokens_in_flight_) (void)be_->SynchronizeEvent(tokens_sent_);  // the old staging is read
+    tokens_in_flight_ = false;
+    staging_.AssignHost(be_, (2 * static_cast<size_t>(slots_) + 1) * tokens_per_slot_);
+    if (tokens_sent_ == nullptr) tokens_sent_ = be_->NewEvent();
+    if (losses_read_ == nullptr) losses_read_ = be_->NewEvent();
+  }
   Select(0);
 }
 
@@ -240,20 +247,46 @@ void GPT::ReadLogits(float* host, size_t row, size_t rows) {
   Sync();
 }
 
-float GPT::MeanLoss(int n) {
+float GPT::TakeLoss() {
+  const int n = pending_losses_;
+  pending_losses_ = 0;
   const float* losses = A(ctx_->off().losses);
-  if (!be_->host_addressable()) {  // read back; on the others the host reads them in place
-    be_->CopyToHost(losses_.data(), losses, static_cast<size_t>(n) * sizeof(float));
-    losses = losses_.data();
+  if (!be_->host_addressable()) {  // their copy up (QueueLoss); the host reads the others in place
+    ctx_->Fail(be_->SynchronizeEvent(losses_read_));
+    losses = StagedLosses();
   }
   double s = 0.0;
   for (int i = 0; i < n; ++i) s += losses[i];
   return static_cast<float>(s / n);
 }
 
-float GPT::Loss(int B, int T, float dloss) {
+void GPT::PutTokens(int slot, const int32_t* inputs, const int32_t* targets, size_t count) {
+  const size_t at = static_cast<size_t>(slot) * 2 * tokens_per_slot_;
+  auto* device = reinterpret_cast<int32_t*>(tokens_.data()) + at;
+  const size_t bytes = count * sizeof(int32_t);
+  if (be_->host_addressable()) {
+    if (inputs != nullptr) be_->CopyToDevice(device, inputs, bytes);
+    if (targets != nullptr) be_->CopyToDevice(device + tokens_per_slot_, targets, bytes);
+    return;
+  }
+  // The staging may be rewritten once the last copies from it are done (long since, in a
+  // step: they went down before that micro-batch's forward).
+  if (tokens_in_flight_) ctx_->Fail(be_->SynchronizeEvent(tokens_sent_));
+  auto* staged = reinterpret_cast<int32_t*>(staging_.data()) + at;
+  if (inputs != nullptr) {
+    std::memcpy(staged, inputs, bytes);
+    be_->CopyToDeviceAsync(device, staged, bytes);
+  }
+  if (targets != nullptr) {
+    std::memcpy(staged + tokens_per_slot_, targets, bytes);
+    be_->CopyToDeviceAsync(device + tokens_per_slot_, staged + tokens_per_slot_, bytes);
+  }
+  be_->Record(tokens_sent_);
+  tokens_in_flight_ = true;
+}
+
+void GPT::QueueLoss(int B, int T, float dloss) {
   const jobspec::ActivationLayout& o = ctx_->off();
-  const int Vl = dims().Vl, v0 = dims().v0;
   const int BT = B * T;
   const int32_t* targets = SlotTokens() + tokens_per_slot_;
   if (shard_.tp == 1) {
@@ -266,8 +299,20 @@ float GPT::Loss(int B, int T, float dloss) {
         be_->CrossEntropyFusedForwardBackward(A(o.losses), H(A(o.logits)), targets, dloss, BT, config_.vocab_size);
       });
     }
-    return MeanLoss(BT);
+  } else {
+    QueueShardedLoss(BT, dloss);
   }
+  pending_losses_ = BT;
+  if (!be_->host_addressable()) {
+    be_->CopyToHostAsync(StagedLosses(), A(o.losses), static_cast<size_t>(BT) * sizeof(float));
+    be_->Record(losses_read_);
+  }
+}
+
+void GPT::QueueShardedLoss(int BT, float dloss) {
+  const jobspec::ActivationLayout& o = ctx_->off();
+  const int Vl = dims().Vl, v0 = dims().v0;
+  const int32_t* targets = SlotTokens() + tokens_per_slot_;
   // Vocabulary-parallel: each rank's row statistics, all-gathered, combined in rank order.
   const size_t n = static_cast<size_t>(BT) * 3;
   if (xent_stats_.size() != n * (static_cast<size_t>(shard_.tp) + 1)) {
@@ -280,7 +325,6 @@ float GPT::Loss(int B, int T, float dloss) {
     be_->CrossEntropyShardFinish(A(o.losses), H(A(o.logits)), xent_stats_.data(), shard_.tp, targets, dloss, BT, Vl,
                                  v0);
   });
-  return MeanLoss(BT);
 }
 
 float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
@@ -288,25 +332,30 @@ float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 }
 
 float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale) {
+  QueueForwardStage(slot, inputs, targets, B, T, dloss_scale);
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  // Mean over the B*T tokens, times 1/grad_accum; plus this stage's MoE loss terms.
+  if (pending_losses_ > 0) loss = TakeLoss() + moe_->last_loss();
+  Sync();
+  return loss;
+}
+
+void GPT::QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T,
+                            float dloss_scale) {
   EnsureActivations(B, T);
   RefreshWorking();
   Select(slot);
   // The tokens into the backend's memory: the encoder reads the inputs again in backward.
-  auto* tokens = reinterpret_cast<int32_t*>(tokens_.data()) + static_cast<size_t>(slot) * 2 * tokens_per_slot_;
-  const size_t bytes = static_cast<size_t>(B) * T * sizeof(int32_t);
-  if (shard_.first()) be_->CopyToDevice(tokens, inputs, bytes);
-  if (shard_.last() && targets != nullptr) be_->CopyToDevice(tokens + tokens_per_slot_, targets, bytes);
+  const bool loss = shard_.last() && targets != nullptr;
+  PutTokens(slot, shard_.first() ? inputs : nullptr, loss ? targets : nullptr, static_cast<size_t>(B) * T);
   moe_->BeginForward(dloss_scale);
   RunForward(B, T);
   moe_->EndForward();
-  float loss = std::numeric_limits<float>::quiet_NaN();
+  pending_losses_ = 0;
   if (shard_.last()) {
     if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
-    // Mean over the B*T tokens, times 1/grad_accum; plus this stage's MoE loss terms.
-    if (targets != nullptr) loss = Loss(B, T, dloss_scale / static_cast<float>(B * T)) + moe_->last_loss();
+    if (loss) QueueLoss(B, T, dloss_scale / static_cast<float>(B * T));
   }
-  Sync();
-  return loss;
 }
 
 const float* GPT::stage_output(int slot) {
@@ -322,10 +371,11 @@ void GPT::BackwardStage(int slot, int B, int T) {
 
 float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
                            float dloss_scale) {
-  const float loss = ForwardStage(0, inputs, targets, B, T, dloss_scale);
+  QueueForwardStage(0, inputs, targets, B, T, dloss_scale);
   RunBackward(B, T);
-  Sync();
-  return loss;
+  // The loss's copy was queued before the backward, which the device runs meanwhile.
+  if (pending_losses_ == 0) return std::numeric_limits<float>::quiet_NaN();
+  return TakeLoss() + moe_->last_loss();
 }
 
 void GPT::RunBackward(int B, int T) {

@@ -117,7 +117,11 @@ class GPT : private MoeHost {
   float Forward(const int32_t* inputs, const int32_t* targets, int B, int T);
   // Forward and backward in one call (the classifier's softmax, loss and gradient in one
   // pass). Gradients accumulate into grads(); dloss_scale is 1/grad_accum. Returns the
-  // mean loss of this micro-batch.
+  // mean loss of this micro-batch. On a device nothing here waits for the device to finish:
+  // the tokens go down from page-locked memory, the per-token losses come up into it, and
+  // the host waits only for that copy (event), with the backward queued behind it; the
+  // backward may still be running on return (the engine's update waits for it; an error
+  // of its ops is answered there or by the next Sync).
   float ForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T,
                         float dloss_scale);
   void ZeroGrad();
@@ -248,11 +252,19 @@ class GPT : private MoeHost {
     return reinterpret_cast<const int32_t*>(tokens_.data()) + static_cast<size_t>(slot_) * 2 * tokens_per_slot_;
   }
   void RunForward(int B, int T);  // the first stage reads the slot's tokens
+  // ForwardStage up to the loss, queued: the loss's read started (TakeLoss finishes it) and
+  // no wait for the device.
+  void QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
+  // The slot's inputs and targets (either null: not sent) into its device memory: on a device
+  // through page-locked staging, asynchronously.
+  void PutTokens(int slot, const int32_t* inputs, const int32_t* targets, size_t count);
   // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
-  // dloss != 0.
-  float Loss(int B, int T, float dloss);
-  // The mean of the current slot's n per-token losses (read back to the host).
-  float MeanLoss(int n);
+  // dloss != 0; the read of the current slot's B*T per-token losses started.
+  void QueueLoss(int B, int T, float dloss);
+  void QueueShardedLoss(int BT, float dloss);  // tp > 1: vocabulary-parallel
+  float* StagedLosses() { return staging_.data() + 2 * static_cast<size_t>(slots_) * tokens_per_slot_; }
+  // The mean of the per-token losses QueueLoss started to read (waits for their copy only).
+  float TakeLoss();
   void RunBackward(int B, int T);
   // The GEMMs' operands of a layer: its weights and biases in fp32, or their 16-bit copies.
   // Layer l's GEMM operands from its fp32 tensors w (working_weights.h).
@@ -291,7 +303,13 @@ class GPT : private MoeHost {
   jobspec::Recompute recompute_ = jobspec::Recompute::kNone;
   kernels::DeviceBuffer tokens_;  // per slot: inputs (B*T) then targets (B*T), as int32
   size_t tokens_per_slot_ = 0;
-  std::vector<float> losses_;     // the host copy of the per-token losses (backends the host cannot address)
+  // Backends the host cannot address: page-locked host memory for the tokens on their way down
+  // (2 * tokens_per_slot_ per slot) and the per-token losses on their way up (tokens_per_slot_
+  // after them), and the events that mark each copy done.
+  kernels::DeviceBuffer staging_;
+  kernels::Backend::Event tokens_sent_ = nullptr, losses_read_ = nullptr;
+  bool tokens_in_flight_ = false;
+  int pending_losses_ = 0;  // QueueLoss's count, until TakeLoss
   kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
   // Mixed precision: the 16-bit working copies of the GEMM weights.
   std::unique_ptr<WorkingWeights> working_;

@@ -31,14 +31,15 @@ AdamW::AdamW(const std::vector<jobspec::ParamTensor>& tensors, const std::vector
 }
 
 void AdamW::Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step,
-                 size_t local_begin, size_t local_end) {
+                 size_t local_begin, size_t local_end, const float* grad_scale) {
   for (const Range& r : ranges_) {
     // The part of r in [local_begin, local_end), as an offset into r and a length.
     const size_t n = r.flat_end - r.flat_begin;
     const size_t lo = std::max(r.local, local_begin), hi = std::min(r.local + n, local_end);
     if (lo >= hi) continue;
     const size_t skip = lo - r.local;
-    const kernels::AdamWParams hp = config_.Params(lr, step, r.decay);
+    kernels::AdamWParams hp = config_.Params(lr, step, r.decay);
+    hp.grad_scale = grad_scale;
     float* p = params + (pindex == Index::kFlat ? r.flat_begin : r.local) + skip;
     const float* g = grads + (gindex == Index::kFlat ? r.flat_begin : r.local) + skip;
     backend_->AdamW(p, g, m_.data() + lo, v_.data() + lo, static_cast<int64_t>(hi - lo), hp);

@@ -44,8 +44,10 @@ class AdamW {
   // compact gradients, ZeRO 3 both compact. All in the backend's memory; queued there.
   // local_begin/local_end: only the elements whose compact index is in that range (the
   // offloaded optimizer steps its shard a chunk at a time, between the chunks' copies).
+  // grad_scale: null, or the gradients' multiplier in the backend's memory
+  // (AdamWParams::grad_scale: the clip computed on the device).
   void Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step,
-            size_t local_begin = 0, size_t local_end = static_cast<size_t>(-1));
+            size_t local_begin = 0, size_t local_end = static_cast<size_t>(-1), const float* grad_scale = nullptr);
   void Step(float* params, const float* grads, double lr, int step) {
     Step(params, Index::kFlat, grads, Index::kFlat, lr, step);
   }

@@ -12,9 +12,10 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
   const float step_size = hp.lr / bc1;
   const float bc2_sqrt = std::sqrt(bc2);
   const float decay = 1.0f - hp.lr * hp.weight_decay;
+  const float* scale = hp.grad_scale;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    const float g = grads[i];
+    const float g = scale != nullptr ? grads[i] * *scale : grads[i];
     const float mi = hp.beta1 * m[i] + (1.0f - hp.beta1) * g;
     const float vi = hp.beta2 * v[i] + (1.0f - hp.beta2) * g * g;
     m[i] = mi;

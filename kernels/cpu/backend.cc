@@ -244,6 +244,11 @@ class Cpu final : public Backend {
     adamw_update(params, grads, m, v, n, hp);
   }
   double SumSquares(const float* g, int64_t n) override { return sum_squares(g, n); }
+  void SumSquaresTo(double* sum_sq, const float* g, int64_t n) override { *sum_sq = sum_squares(g, n); }
+  void ClipMultiplier(float* multiplier, double* norm, const double* sum_sq, float max_norm,
+                      float inv_scale) override {
+    *multiplier = clip_multiplier(*sum_sq, max_norm, inv_scale, norm);
+  }
   void Scale(float* g, int64_t n, float s) override { scale_inplace(g, n, s); }
   void Convert(Ptr out, CPtr in, int64_t n) override { convert(out, in, n); }
   void RoundTo(float* out, const float* in, int64_t n, Precision p) override { round_to(out, in, n, p); }

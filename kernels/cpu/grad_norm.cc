@@ -30,10 +30,4 @@ void scale_inplace(float* g, int64_t N, float s) {
   for (int64_t i = 0; i < N; ++i) g[i] *= s;
 }
 
-float clip_coefficient(double norm, float max_norm) {
-  if (max_norm <= 0.f) return 1.0f;
-  const double coef = static_cast<double>(max_norm) / (norm + 1e-6);
-  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
-}
-
 }  // namespace gantry::kernels

@@ -13,7 +13,7 @@ absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, 
   const AdamWScalars k = AdamWScalarsOf(hp);
   constexpr int kBlock = 256;
   GANTRY_LAUNCH(AdamWKernel, static_cast<unsigned>((N + kBlock - 1) / kBlock), kBlock, 0, stream)(
-      params, grads, m, v, N, hp.beta1, hp.beta2, hp.eps, k.step_size, k.bc2_sqrt, k.decay);
+      params, grads, m, v, N, hp.beta1, hp.beta2, hp.eps, k.step_size, k.bc2_sqrt, k.decay, hp.grad_scale);
   GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

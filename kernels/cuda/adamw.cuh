@@ -14,10 +14,10 @@ namespace {  // one translation unit each
 
 __global__ void AdamWKernel(float* params, const float* grads, float* m, float* v, int64_t n,
                             float beta1, float beta2, float eps, float step_size,
-                            float bc2_sqrt, float decay) {
+                            float bc2_sqrt, float decay, const float* grad_scale) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float g = grads[i];
+  const float g = grad_scale != nullptr ? grads[i] * *grad_scale : grads[i];
   const float mi = beta1 * m[i] + (1.0f - beta1) * g;
   const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
   m[i] = mi;

@@ -363,6 +363,13 @@ class Cuda final : public kernels::Backend {
     CopyToHost(&host, d, sizeof(host));
     return host;
   }
+  void SumSquaresTo(double* sum_sq, const float* g, int64_t n) override {
+    Keep(GANTRY_CUDA_NS::SumSquares(*ctx_, sum_sq, g, n));
+  }
+  void ClipMultiplier(float* multiplier, double* norm, const double* sum_sq, float max_norm,
+                      float inv_scale) override {
+    Keep(GANTRY_CUDA_NS::ClipMultiplier(*ctx_, multiplier, norm, sum_sq, max_norm, inv_scale));
+  }
   void Scale(float* g, int64_t n, float s) override { Keep(ScaleInplace(*ctx_, g, n, s)); }
   void Convert(kernels::Ptr out, kernels::CPtr in, int64_t n) override {
     Keep(GANTRY_CUDA_NS::Convert(out, in, n, ctx_->stream()));

@@ -20,6 +20,12 @@ absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N)
   return absl::OkStatus();
 }
 
+absl::Status ClipMultiplier(Context& ctx, float* multiplier, double* norm, const double* sum_sq, float max_norm,
+                            float inv_scale) {
+  GANTRY_LAUNCH(ClipMultiplierKernel, 1, 32, 0, ctx.stream())(multiplier, norm, sum_sq, max_norm, inv_scale);
+  GPU_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
 
 absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s) {
   if (auto st = CheckLength(N); !st.ok()) return st;

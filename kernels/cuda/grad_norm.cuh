@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/grad_norm.h"
 
 namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
@@ -35,6 +36,13 @@ __global__ void SumSquaresFinishKernel(double* result, const float* partial, int
   *result = s;
 }
 
+// The clip's multiplier and the norm from the sum of squares: one thread, kernels/grad_norm.h's
+// rule (the host's, in the same double and float steps).
+__global__ void ClipMultiplierKernel(float* multiplier, double* norm, const double* sum_sq, float max_norm,
+                                     float inv_scale) {
+  if (threadIdx.x != 0) return;
+  *multiplier = kernels::clip_multiplier(*sum_sq, max_norm, inv_scale, norm);
+}
 
 __global__ void ScaleKernel(float* g, int64_t n, float s) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -177,6 +177,9 @@ absl::Status CrossEntropyShardFinish(Context& ctx, float* losses, kernels::Ptr l
 
 // sum of g[i]^2 (fp32 squares, fp64 across blocks, fixed order) → *result (device)
 absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N);
+// The clip's multiplier and the unscaled norm from *sum_sq (kernels/grad_norm.h clip_multiplier).
+absl::Status ClipMultiplier(Context& ctx, float* multiplier, double* norm, const double* sum_sq, float max_norm,
+                            float inv_scale);
 absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s);
 
 }  // namespace gantry::GANTRY_CUDA_NS

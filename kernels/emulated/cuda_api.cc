@@ -57,6 +57,8 @@ struct Allocation {
 };
 std::map<uintptr_t, Allocation> allocations;  // base → allocation, under mu
 size_t allocated = 0;
+std::map<uintptr_t, Allocation> pinned;       // cudaHostAlloc's, likewise
+std::atomic<uint64_t> drains{0}, event_waits{0};
 thread_local cudaError_t last_error = cudaSuccess;
 
 cudaError_t Fail(cudaError_t e) {
@@ -64,18 +66,22 @@ cudaError_t Fail(cudaError_t e) {
   return e;
 }
 
-bool InDevice(const void* p, size_t bytes) {
+// Whether [p, p + bytes) lies inside one allocation of `in`.
+bool Within(const std::map<uintptr_t, Allocation>& in, const void* p, size_t bytes) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> l(mu);
-  auto it = allocations.upper_bound(a);
-  if (it == allocations.begin()) return false;
+  auto it = in.upper_bound(a);
+  if (it == in.begin()) return false;
   --it;
   return a >= it->first && a + bytes <= it->first + it->second.bytes;
 }
+bool InDevice(const void* p, size_t bytes) { return Within(allocations, p, bytes); }
+bool InPinned(const void* p, size_t bytes) { return Within(pinned, p, bytes); }
 
 }  // namespace
 
 bool IsDeviceMemory(const void* p, size_t bytes) { return InDevice(p, bytes); }
+HostWaits HostWaitsSoFar() { return {drains.load(), event_waits.load()}; }
 
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
@@ -108,17 +114,26 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags) {
   if (ptr == nullptr || flags != cudaHostAllocDefault) return Fail(cudaErrorInvalidValue);
   void* p = std::aligned_alloc(kAlignment, (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment);
   if (p == nullptr) return Fail(cudaErrorMemoryAllocation);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    pinned[reinterpret_cast<uintptr_t>(p)] = {bytes, emu::CurrentDevice()};
+  }
   *ptr = p;
   return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr != nullptr && InDevice(ptr, 1)) return Fail(cudaErrorInvalidValue);  // device memory is cudaFree's
+  {
+    std::lock_guard<std::mutex> l(mu);
+    pinned.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
   std::free(ptr);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+namespace {
+cudaError_t Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return Fail(cudaErrorInvalidValue);
   const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -130,8 +145,17 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   return cudaSuccess;
 }
 
+}  // namespace
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes > 0 && kind != cudaMemcpyDeviceToDevice) ++drains;
+  return Copy(dst, src, bytes, kind);
+}
+
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+  const void* host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst : nullptr;
+  if (bytes > 0 && host != nullptr && !InPinned(host, bytes)) ++drains;
+  return Copy(dst, src, bytes, kind);
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
@@ -158,7 +182,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete stream;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  ++drains;
+  return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return event == nullptr ? Fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
 }
@@ -177,7 +204,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event == nullptr ? Fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
+  if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  ++event_waits;
+  return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (start == nullptr || end == nullptr || !start->recorded || !end->recorded) {
@@ -186,7 +215,10 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  ++drains;
+  return cudaSuccess;
+}
 
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= kDeviceCount) return Fail(cudaErrorInvalidDevice);

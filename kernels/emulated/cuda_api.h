@@ -106,6 +106,16 @@ cudaError_t cudaGetLastError();
 // Whether [p, p + bytes) lies inside one emulated device allocation (for the library
 // stand-ins' checks of the pointers they are handed).
 bool IsDeviceMemory(const void* p, size_t bytes);
+// How often the host has waited for the device's queued work so far in this process, counted
+// where a GPU makes the host wait (not a CUDA function: for tests that hold a step to no waits
+// inside it). drains: cudaStreamSynchronize, cudaDeviceSynchronize, a cudaMemcpy to or from the
+// host, and a cudaMemcpyAsync whose host side is not cudaHostAlloc's (pageable memory: the
+// copy waits for the stream); events: cudaEventSynchronize (the host waits for one point of
+// the stream while the work queued after it goes on).
+struct HostWaits {
+  uint64_t drains = 0, events = 0;
+};
+HostWaits HostWaitsSoFar();
 const char* cudaGetErrorName(cudaError_t err);
 const char* cudaGetErrorString(cudaError_t err);
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -430,6 +431,13 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   if (comm_) RETURN_IF_ERROR(WaitAll());
   DropPrefetches();  // gathered before this update: stale after it
   StepResult r;
+  if (ClipsOnDevice(loss_scale)) {
+    r.loss = local_loss;
+    RETURN_IF_ERROR(DeviceClippedUpdate(grad_clip, lr, step, &r.grad_norm));
+    model_->MarkParamsChanged();  // (mixed precision: the working copy is recast)
+    NotePeak();
+    return r;
+  }
   ASSIGN_OR_RETURN(const double sum_sq, ReduceNormAndLoss(local_loss, &r.loss));
   // Clip. Unscaled: the scale is a power of 2, so the norm of the unscaled gradients is exactly
   // this one times 1/scale, and scaling each gradient once by coef/scale rounds as
@@ -452,6 +460,30 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   }
   NotePeak();
   return r;
+}
+
+bool ZeroEngine::ClipsOnDevice(float loss_scale) const {
+  const size_t n = model_->num_params();
+  return stage_ == 0 && dp_ == 1 && mp_.mp == nullptr && mp_.emb == nullptr && mp_.edp == nullptr && remote_ == nullptr &&
+         !offload_ && experts_.empty() &&
+         loss_scale == 1.0f && counted_.size() == 1 && counted_[0] == std::make_pair(size_t{0}, n);
+}
+
+absl::Status ZeroEngine::DeviceClippedUpdate(double grad_clip, double lr, int step, double* grad_norm) {
+  kernels::Backend& be = model_->backend();
+  if (clip_.size() == 0) {
+    clip_.Assign(&be, 6);  // doubles at floats 0 and 2, the multiplier at 4
+    clip_host_.AssignHost(&be, 2);
+  }
+  auto* sum_sq = reinterpret_cast<double*>(clip_.data());
+  double* norm = sum_sq + 1;
+  const float* multiplier = clip_.data() + 4;
+  be.SumSquaresTo(sum_sq, model_->grads(), static_cast<int64_t>(model_->num_params()));
+  be.ClipMultiplier(clip_.data() + 4, norm, sum_sq, static_cast<float>(grad_clip), 1.0f);
+  be.CopyToHostAsync(clip_host_.data(), norm, sizeof(double));
+  RETURN_IF_ERROR(Update(1.0f, lr, step, multiplier));  // waits for the update: the norm is up too
+  std::memcpy(grad_norm, clip_host_.data(), sizeof(double));
+  return absl::OkStatus();
 }
 
 double ZeroEngine::LocalSquares(double* expert_sq) const {
@@ -520,14 +552,14 @@ absl::Status ZeroEngine::PushAndPull(float coef, double lr, int step) {
   return absl::OkStatus();
 }
 
-absl::Status ZeroEngine::Update(float coef, double lr, int step) {
+absl::Status ZeroEngine::Update(float coef, double lr, int step, const float* multiplier) {
   kernels::Backend& be = model_->backend();
   const auto t_opt = Clock::now();
   using I = optim::AdamW::Index;
   float* params = model_->params();
   if (stage_ == 0) {
     if (coef != 1.0f) be.Scale(model_->grads(), static_cast<int64_t>(model_->num_params()), coef);
-    opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step);
+    opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step, 0, static_cast<size_t>(-1), multiplier);
   } else if (stage_ == 1) {
     for (const optim::ShardSegment& s : opt_->segments()) {
       if (coef != 1.0f) be.Scale(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);

@@ -230,7 +230,15 @@ class ZeroEngine final : public model::ParamHost {
   // pushes and pulls instead of the last two.
   double LocalSquares(double* expert_sq) const;
   absl::StatusOr<double> ReduceNormAndLoss(double local_loss, double* loss);
-  absl::Status Update(float coef, double lr, int step);
+  // multiplier: null (the gradients scaled by coef first, where coef != 1), or the clip's
+  // multiplier in the backend's memory, which AdamW applies as it reads them.
+  absl::Status Update(float coef, double lr, int step, const float* multiplier = nullptr);
+  // One rank that counts every gradient it holds (ZeRO 0 alone: no data, tensor or pipeline
+  // group, parameter server, offload or expert ranges), without loss scaling: the norm, the
+  // clip and AdamW are queued with no host read before the update, and the norm is read at
+  // the step's one wait, its end. Elsewhere the norm is summed over groups on the host first.
+  bool ClipsOnDevice(float loss_scale) const;
+  absl::Status DeviceClippedUpdate(double grad_clip, double lr, int step, double* grad_norm);
   absl::Status GatherUpdated();
   absl::Status PushAndPull(float coef, double lr, int step);
   // Offload: the update of the pieces on the host (HostOffload::Step) from this stage's
@@ -269,6 +277,9 @@ class ZeroEngine final : public model::ParamHost {
   // In the model's backend's memory, as its parameters and gradients are.
   kernels::DeviceBuffer grad_shard_;   // stage 2/3: the own gradient pieces (compact)
   kernels::DeviceBuffer param_shard_;  // stage 3: the own parameter pieces (compact)
+  // ClipsOnDevice: the sum of squares and the norm (doubles), then the clip's multiplier; and
+  // page-locked room for the norm's copy up.
+  kernels::DeviceBuffer clip_, clip_host_;
   // The communication thread's buffers, element-wise work and reductions (outlives comm_).
   std::unique_ptr<CommWork> work_;
   FloatBuffer host_pieces_;  // device backends: the last CheckpointPieces' host copies

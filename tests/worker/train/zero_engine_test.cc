@@ -9,12 +9,18 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/rng.h"
 #include "kernels/cast.h"
+#include "kernels/emulated/cuda_api.h"
+#include "kernels/grad_norm.h"
 #include "kernels/threads.h"
 #include "tests/test_util.h"
 
@@ -116,6 +122,16 @@ class WaitForFirstReduction final : public model::ParamHost {
 };
 
 jobspec::GPTConfig Config() { return {.max_seq_len = 16, .vocab_size = 64, .n_layer = 4, .n_head = 2, .n_embd = 32}; }
+
+// "cpu" (the process's), or a new "cuda-emulated" backend held by *owned; null if it fails.
+kernels::Backend* BackendNamed(const std::string& device, std::unique_ptr<kernels::Backend>* owned) {
+  if (device == "cpu") return &kernels::CpuBackend();
+  auto b = kernels::CreateBackend(kernels::BackendKind::kCudaEmulated);
+  EXPECT_TRUE(b.ok()) << b.status();
+  if (!b.ok()) return nullptr;
+  *owned = std::move(*b);
+  return owned->get();
+}
 
 std::vector<int32_t> Tokens(int n, uint64_t seed) {
   Rng r(seed);
@@ -277,13 +293,8 @@ TEST(ZeroEngineTest, OffloadedChunksGiveTheBitsOfOneChunkAndOfNoOffload) {
   kernels::ConfigureThreads(1);
   for (const char* device : {"cpu", "cuda-emulated"}) {
     std::unique_ptr<kernels::Backend> owned;
-    kernels::Backend* be = &kernels::CpuBackend();
-    if (std::string(device) != "cpu") {
-      auto b = kernels::CreateBackend(kernels::BackendKind::kCudaEmulated);
-      ASSERT_TRUE(b.ok()) << b.status();
-      owned = std::move(*b);
-      be = owned.get();
-    }
+    kernels::Backend* be = BackendNamed(device, &owned);
+    ASSERT_NE(be, nullptr);
     for (int stage : {1, 2, 3}) {
       SCOPED_TRACE(std::string(device) + " stage " + std::to_string(stage));
       std::vector<std::vector<float>> params;
@@ -312,6 +323,98 @@ TEST(ZeroEngineTest, OffloadedChunksGiveTheBitsOfOneChunkAndOfNoOffload) {
       }
       EXPECT_EQ(params[1], params[2]) << "chunks of 97 against one chunk";
       EXPECT_EQ(params[1], params[0]) << "offloaded against the optimizer on the device";
+    }
+  }
+}
+
+// One rank alone (ZeRO 0, no group, no loss scaling) clips on the device: the norm, the
+// multiplier and AdamW are queued with no host read, AdamW applying the multiplier as it reads
+// each gradient. Its parameters are bit for bit those of the host's path (the norm read back,
+// the gradients scaled in place, then AdamW), and its norm the same, with the clip biting,
+// not biting and off, on the cpu backend and on cuda-emulated, over three steps.
+TEST(ZeroEngineTest, OneRankClipsOnTheDeviceWithTheBitsOfTheHostsClip) {
+  kernels::ConfigureThreads(1);
+  for (const char* device : {"cpu", "cuda-emulated"}) {
+    std::unique_ptr<kernels::Backend> owned;
+    kernels::Backend* be = BackendNamed(device, &owned);
+    ASSERT_NE(be, nullptr);
+    for (double clip : {0.05, 1e6, 0.0}) {
+      SCOPED_TRACE(std::string(device) + " clip " + std::to_string(clip));
+      const optim::AdamWConfig hp{0.9, 0.95, 1e-8, 0.1};
+      model::GPT engine_model(Config(), jobspec::ModelShard{}, be), host_model(Config(), jobspec::ModelShard{}, be);
+      engine_model.InitRandom(1);
+      host_model.InitRandom(1);
+      comm::SoloCommunicator solo;
+      auto e = ZeroEngine::Create(&engine_model, &solo, 0, /*bucket_mb=*/25, hp);
+      ASSERT_TRUE(e.ok()) << e.status();
+      (*e)->Shard();
+      optim::AdamW host_opt(host_model.tensors(), host_model.num_params(), hp, be);
+      bool clipped = false;
+      for (int step = 1; step <= 3; ++step) {
+        const auto in = Tokens(2 * 16, 2 + step), tg = Tokens(2 * 16, 30 + step);
+        engine_model.ZeroGrad();
+        (*e)->BeginMicroBatch(0, 1);
+        const float loss = engine_model.ForwardBackward(in.data(), tg.data(), 2, 16, 1.f);
+        auto r = (*e)->FinishStep(loss, 1e-2, step, clip);
+        ASSERT_TRUE(r.ok()) << r.status();
+        // The host's path, as FinishStep takes it where the norm is summed over groups.
+        host_model.ZeroGrad();
+        EXPECT_EQ(host_model.ForwardBackward(in.data(), tg.data(), 2, 16, 1.f), loss);
+        const int64_t n = static_cast<int64_t>(host_model.num_params());
+        const double norm = std::sqrt(be->SumSquares(host_model.grads(), n));
+        const float coef = kernels::clip_coefficient(norm, static_cast<float>(clip));
+        clipped |= coef != 1.0f;
+        if (coef != 1.0f) be->Scale(host_model.grads(), n, coef);
+        host_opt.Step(host_model.params(), host_model.grads(), 1e-2, step);
+        EXPECT_EQ(r->grad_norm, norm) << "step " << step;
+        std::vector<float> got(engine_model.num_params()), want(host_model.num_params());
+        engine_model.ReadParams(got.data());
+        host_model.ReadParams(want.data());
+        ASSERT_EQ(got, want) << "step " << step;
+      }
+      EXPECT_EQ(clipped, clip == 0.05) << "the clip bites where it should, so both paths are tried";
+    }
+  }
+}
+
+// A step on a device (one rank, ZeRO 0) waits for the device once, at its end: the tokens go
+// down and the losses come up through page-locked memory, the host waits for the losses'
+// copy only (an event, with the backward queued behind it), and the clip is computed on the
+// device. Counted by the emulated runtime where a GPU would make the host wait (a stream or
+// device synchronisation, a copy to or from pageable host memory), in fp32 and bf16.
+TEST(ZeroEngineTest, AStepOnADeviceWaitsForItOnceAtItsEnd) {
+  kernels::ConfigureThreads(1);
+  for (kernels::Precision p : {kernels::Precision::kFp32, kernels::Precision::kBf16}) {
+    SCOPED_TRACE(p == kernels::Precision::kFp32 ? "fp32" : "bf16");
+    auto b = kernels::CreateBackend(kernels::BackendKind::kCudaEmulated);
+    ASSERT_TRUE(b.ok()) << b.status();
+    kernels::Backend* be = b->get();
+    model::GPT m(Config(), jobspec::ModelShard{}, be);
+    m.InitRandom(1);
+    m.set_precision(p);
+    comm::SoloCommunicator solo;
+    auto e = ZeroEngine::Create(&m, &solo, 0, /*bucket_mb=*/25, optim::AdamWConfig{});
+    ASSERT_TRUE(e.ok()) << e.status();
+    (*e)->Shard();
+    // What one Synchronize counts (a wait per stream the backend holds).
+    const uint64_t before_sync = emucuda::HostWaitsSoFar().drains;
+    ASSERT_TRUE(be->Synchronize().ok());
+    const uint64_t per_sync = emucuda::HostWaitsSoFar().drains - before_sync;
+    ASSERT_GE(per_sync, 1u);
+    for (int step = 1; step <= 3; ++step) {
+      const auto in = Tokens(2 * 16, 2 + step), tg = Tokens(2 * 16, 30 + step);
+      const emucuda::HostWaits w0 = emucuda::HostWaitsSoFar();
+      m.ZeroGrad();
+      (*e)->BeginMicroBatch(0, 1);
+      const float loss = m.ForwardBackward(in.data(), tg.data(), 2, 16, 1.f);
+      auto r = (*e)->FinishStep(loss, 1e-3, step, /*grad_clip=*/0.05);
+      ASSERT_TRUE(r.ok()) << r.status();
+      const emucuda::HostWaits w1 = emucuda::HostWaitsSoFar();
+      EXPECT_TRUE(std::isfinite(loss));
+      EXPECT_GT(r->grad_norm, 0.05);
+      if (step == 1) continue;  // the first step allocates and builds its plans
+      EXPECT_EQ(w1.drains - w0.drains, per_sync) << "step " << step << ": the update's wait and no other";
+      EXPECT_LE(w1.events - w0.events, 2u) << "step " << step << ": the losses' copy, and the tokens' staging";
     }
   }
 }
