@@ -247,6 +247,10 @@ class Backend {
                                        const int32_t* targets, float dloss, int N, int V, int v_begin) = 0;
   // AdamW on params, grads, m, v (n), in place.
   virtual void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) = 0;
+  // AdamW over count spans in one pass (a launch per 32 spans on a GPU), each with its own
+  // weight decay, each span's working copy written from its updated parameters: the bits of
+  // AdamW on each span, then Convert into its working copy.
+  virtual void AdamWSpans(const AdamWSpan* spans, int count, const AdamWParams& hp) = 0;
   // The sum of g[i]^2 over n, read back to the host (it waits for the work queued).
   virtual double SumSquares(const float* g, int64_t n) = 0;
   // The same sum into *sum_sq (backend memory), queued: nothing waits. Then the gradients'

@@ -174,6 +174,26 @@ struct AdamWParams {
   const float* grad_scale = nullptr;
 };
 
+// One run of a multi-tensor AdamW (Backend::AdamWSpans): n parameters with their gradients and
+// state, the run's weight decay (hp's otherwise), and where the updated parameters' 16-bit
+// working copy goes (null: none), as Convert rounds them.
+struct AdamWSpan {
+  float* params = nullptr;
+  const float* grads = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  int64_t n = 0;
+  float weight_decay = 0.f;
+  Ptr working;
+};
+
+// Where a flat range of fp32 parameters keeps its 16-bit working copy (mixed precision's GEMM
+// operands): flat_begin's value at `at`, the rest after it.
+struct WorkingCopyRange {
+  size_t flat_begin = 0, flat_end = 0;
+  Ptr at;
+};
+
 // A job's AdamW hyper-parameters (torch.optim.AdamW's), one definition for the trainer, the
 // GPU path and the shard servers' parameter-server mode; Params gives one update's.
 struct AdamWConfig {

@@ -91,6 +91,15 @@ class GPT : private MoeHost {
   // step, a load into params()) says so: a mixed-precision model recasts its 16-bit working
   // copy of the GEMM weights from them before its next forward.
   void MarkParamsChanged() { working_->Invalidate(); }
+  // Mixed precision with the persistent working copy (ZeRO 0-2) and a current one: where it
+  // keeps each GEMM tensor, for an update that rewrites it with the parameters (empty where
+  // there is none to keep up). After that update: WorkingCopyWritten() instead of
+  // MarkParamsChanged().
+  std::vector<kernels::WorkingCopyRange> WorkingCopyRanges() {
+    if (gathers() || !has_param_buffer()) return {};
+    return working_->ImageRanges();
+  }
+  void WorkingCopyWritten() { working_->Written(); }
   // The parameters where the host can read them: in place on a host-addressable backend,
   // else a copy in *staged.
   const float* HostParams(std::vector<float>* staged) const;

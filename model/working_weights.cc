@@ -29,6 +29,17 @@ void WorkingWeights::Refresh(const float* params) {
   valid_ = true;
 }
 
+std::vector<kernels::WorkingCopyRange> WorkingWeights::ImageRanges() {
+  std::vector<kernels::WorkingCopyRange> out;
+  if (!mixed() || image_.size() == 0 || image_at_.empty()) return out;
+  const std::vector<jobspec::ParamTensor>& t = *tensors_;
+  auto* image = reinterpret_cast<uint16_t*>(image_.data());
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i].gemm) out.push_back({t[i].offset, t[i].offset + t[i].numel, kernels::Ptr(image + image_at_[i], lp_)});
+  }
+  return out;
+}
+
 GemmOperands WorkingWeights::Layer(const float* const src[8], size_t first, bool per_unit) {
   if (!mixed()) return {src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7]};
   const std::vector<jobspec::ParamTensor>& t = *tensors_;

@@ -38,6 +38,11 @@ class WorkingWeights {
 
   // The parameters changed: the persistent image is stale.
   void Invalidate() { valid_ = false; }
+  // Where the persistent image keeps each GEMM tensor (flat order), for an update that writes
+  // it with the parameters (optim::AdamW::Step's working targets); empty in fp32 or before the
+  // image exists. After such an update the image is current: Written().
+  std::vector<kernels::WorkingCopyRange> ImageRanges();
+  void Written() { valid_ = true; }
   // ZeRO 0-2: the persistent image recast from the flat parameters, if stale.
   void Refresh(const float* params);
   // Layer operands from its fp32 GEMM tensors src (GemmOperands order, null where the

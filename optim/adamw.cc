@@ -31,19 +31,37 @@ AdamW::AdamW(const std::vector<jobspec::ParamTensor>& tensors, const std::vector
 }
 
 void AdamW::Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step,
-                 size_t local_begin, size_t local_end, const float* grad_scale) {
+                 size_t local_begin, size_t local_end, const float* grad_scale,
+                 const std::vector<WorkingTarget>* working) {
+  spans_.clear();
+  const size_t targets = working != nullptr ? working->size() : 0;
+  size_t w = 0;  // the first working target that may still overlap
   for (const Range& r : ranges_) {
     // The part of r in [local_begin, local_end), as an offset into r and a length.
     const size_t n = r.flat_end - r.flat_begin;
     const size_t lo = std::max(r.local, local_begin), hi = std::min(r.local + n, local_end);
     if (lo >= hi) continue;
-    const size_t skip = lo - r.local;
-    kernels::AdamWParams hp = config_.Params(lr, step, r.decay);
-    hp.grad_scale = grad_scale;
-    float* p = params + (pindex == Index::kFlat ? r.flat_begin : r.local) + skip;
-    const float* g = grads + (gindex == Index::kFlat ? r.flat_begin : r.local) + skip;
-    backend_->AdamW(p, g, m_.data() + lo, v_.data() + lo, static_cast<int64_t>(hi - lo), hp);
+    const float decay = config_.Params(lr, step, r.decay).weight_decay;
+    // Cut where a working target begins or ends: a span writes one target or none.
+    for (size_t b = r.flat_begin + (lo - r.local), e = b + (hi - lo); b < e;) {
+      while (w < targets && (*working)[w].flat_end <= b) ++w;
+      size_t cut = e;
+      kernels::Ptr at;
+      if (w < targets && (*working)[w].flat_begin <= b) {
+        cut = std::min(e, (*working)[w].flat_end);
+        at = (*working)[w].at + static_cast<int64_t>(b - (*working)[w].flat_begin);
+      } else if (w < targets && (*working)[w].flat_begin < e) {
+        cut = (*working)[w].flat_begin;
+      }
+      const size_t local = r.local + (b - r.flat_begin);
+      spans_.push_back({params + (pindex == Index::kFlat ? b : local), grads + (gindex == Index::kFlat ? b : local),
+                        m_.data() + local, v_.data() + local, static_cast<int64_t>(cut - b), decay, at});
+      b = cut;
+    }
   }
+  kernels::AdamWParams hp = config_.Params(lr, step, false);
+  hp.grad_scale = grad_scale;
+  backend_->AdamWSpans(spans_.data(), static_cast<int>(spans_.size()), hp);
 }
 
 }  // namespace gantry::optim

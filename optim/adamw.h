@@ -45,9 +45,13 @@ class AdamW {
   // local_begin/local_end: only the elements whose compact index is in that range (the
   // offloaded optimizer steps its shard a chunk at a time, between the chunks' copies).
   // grad_scale: null, or the gradients' multiplier in the backend's memory
-  // (AdamWParams::grad_scale: the clip computed on the device).
+  // (AdamWParams::grad_scale: the clip computed on the device). working: null, or where flat
+  // ranges of the updated parameters go as a 16-bit working copy (sorted, apart), written in
+  // the same pass. One Backend::AdamWSpans call for the whole step.
+  using WorkingTarget = kernels::WorkingCopyRange;
   void Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step,
-            size_t local_begin = 0, size_t local_end = static_cast<size_t>(-1), const float* grad_scale = nullptr);
+            size_t local_begin = 0, size_t local_end = static_cast<size_t>(-1), const float* grad_scale = nullptr,
+            const std::vector<WorkingTarget>* working = nullptr);
   void Step(float* params, const float* grads, double lr, int step) {
     Step(params, Index::kFlat, grads, Index::kFlat, lr, step);
   }
@@ -71,6 +75,7 @@ class AdamW {
   std::vector<ShardSegment> segments_;
   std::vector<Range> ranges_;  // the segments cut at tensor boundaries, each with its decay flag
   kernels::DeviceBuffer m_, v_;
+  std::vector<kernels::AdamWSpan> spans_;  // Step's, kept for their room
 };
 
 }  // namespace gantry::optim

@@ -240,6 +240,15 @@ class Cpu final : public Backend {
                                float dloss, int N, int V, int v_begin) override {
     crossentropy_shard_finish(losses, logits, all_stats, ranks, targets, dloss, N, V, v_begin);
   }
+  void AdamWSpans(const AdamWSpan* spans, int count, const AdamWParams& hp) override {
+    for (int i = 0; i < count; ++i) {
+      const AdamWSpan& s = spans[i];
+      AdamWParams own = hp;
+      own.weight_decay = s.weight_decay;
+      adamw_update(s.params, s.grads, s.m, s.v, s.n, own);
+      if (s.working) convert(s.working, s.params, s.n);
+    }
+  }
   void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) override {
     adamw_update(params, grads, m, v, n, hp);
   }

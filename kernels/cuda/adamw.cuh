@@ -8,9 +8,21 @@
 #include <cstdint>
 
 #include "kernels/adamw.h"
+#include "kernels/cuda/round.cuh"
 
 namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
+
+// One element's update, the twin of kernels/cpu/adamw.cc's loop body.
+__device__ inline float AdamWElement(float p, float g, float* m, float* v, float beta1, float beta2, float eps,
+                                     float step_size, float bc2_sqrt, float decay) {
+  const float mi = beta1 * *m + (1.0f - beta1) * g;
+  const float vi = beta2 * *v + (1.0f - beta2) * g * g;
+  *m = mi;
+  *v = vi;
+  const float denom = sqrtf(vi) / bc2_sqrt + eps;
+  return p * decay - step_size * mi / denom;
+}
 
 __global__ void AdamWKernel(float* params, const float* grads, float* m, float* v, int64_t n,
                             float beta1, float beta2, float eps, float step_size,
@@ -18,12 +30,36 @@ __global__ void AdamWKernel(float* params, const float* grads, float* m, float* 
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = grad_scale != nullptr ? grads[i] * *grad_scale : grads[i];
-  const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-  const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-  m[i] = mi;
-  v[i] = vi;
-  const float denom = sqrtf(vi) / bc2_sqrt + eps;
-  params[i] = params[i] * decay - step_size * mi / denom;
+  params[i] = AdamWElement(params[i], g, m + i, v + i, beta1, beta2, eps, step_size, bc2_sqrt, decay);
+}
+
+// Up to kAdamWBatch spans of a multi-tensor AdamW, passed by value: span k's blocks are
+// first_block[k] .. first_block[k + 1] - 1 (first_block[count] = the grid's blocks).
+constexpr int kAdamWBatch = 32;
+struct AdamWBatch {
+  float* params[kAdamWBatch];
+  const float* grads[kAdamWBatch];
+  float* m[kAdamWBatch];
+  float* v[kAdamWBatch];
+  uint16_t* working[kAdamWBatch];  // null: none
+  int64_t n[kAdamWBatch];
+  float decay[kAdamWBatch];
+  uint32_t first_block[kAdamWBatch + 1];
+  int count;
+  int working_bits;  // 16 bf16, 10 fp16
+};
+
+__global__ void AdamWSpansKernel(AdamWBatch b, float beta1, float beta2, float eps, float step_size, float bc2_sqrt,
+                                 const float* grad_scale) {
+  int k = 0;  // the span of this block
+  while (k + 1 < b.count && b.first_block[k + 1] <= blockIdx.x) ++k;
+  const int64_t i = static_cast<int64_t>(blockIdx.x - b.first_block[k]) * blockDim.x + threadIdx.x;
+  if (i >= b.n[k]) return;
+  const float g = grad_scale != nullptr ? b.grads[k][i] * *grad_scale : b.grads[k][i];
+  const float p = AdamWElement(b.params[k][i], g, b.m[k] + i, b.v[k] + i, beta1, beta2, eps, step_size, bc2_sqrt,
+                               b.decay[k]);
+  b.params[k][i] = p;
+  if (b.working[k] != nullptr) b.working[k][i] = b.working_bits == 16 ? Bf16Bits(p) : Fp16Bits(p);
 }
 
 // The kernel's scalars for a step: the bias-corrected step size, sqrt of v's bias

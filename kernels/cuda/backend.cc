@@ -351,6 +351,9 @@ class Cuda final : public kernels::Backend {
     Keep(GANTRY_CUDA_NS::CrossEntropyShardFinish(*ctx_, losses, logits, all_stats, ranks, targets, dloss, N, V,
                                                  v_begin));
   }
+  void AdamWSpans(const kernels::AdamWSpan* spans, int count, const kernels::AdamWParams& hp) override {
+    Keep(GANTRY_CUDA_NS::AdamWSpans(spans, count, hp, ctx_->stream()));
+  }
   void AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
              const kernels::AdamWParams& hp) override {
     Keep(AdamWUpdate(params, grads, m, v, n, hp, ctx_->stream()));

@@ -39,6 +39,9 @@ absl::Status RoundTo(float* out, const float* in, int64_t N, int bits, cudaStrea
 // params, grads, m, v (N) → updated in place (fp32)
 absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t N,
                          const kernels::AdamWParams& hp, cudaStream_t stream);
+// AdamW over spans (Backend::AdamWSpans): a launch per 32 spans of one working-copy type.
+absl::Status AdamWSpans(const kernels::AdamWSpan* spans, int count, const kernels::AdamWParams& hp,
+                        cudaStream_t stream);
 
 // The ops below run on ctx's stream and use its handles and scratch; they mirror the CPU
 // signatures of kernels/*.h (same layouts, same accumulate-or-overwrite contract).

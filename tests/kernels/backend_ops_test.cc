@@ -162,6 +162,66 @@ TEST_F(BackendOpsTest, AdamWAndSumOfSquaresMatchTheCpuBackend) {
   }
 }
 
+// AdamW over many spans (a launch per 32 on a GPU): 70 spans of lengths 0 to 5,000 in one
+// buffer, each with its own weight decay, some writing a bf16 (or fp16) working copy, with a
+// clip multiplier in device memory. The bits are those of the backend's own AdamW span by
+// span (the gradients scaled first) and then its Convert of each span's parameters, and within
+// the cpu tolerance of the cpu backend's.
+TEST_F(BackendOpsTest, AdamWOverSpansGivesTheBitsOfAdamWThenConvertSpanBySpan) {
+  for (Precision wp : {Precision::kBf16, Precision::kFp16}) {
+    SCOPED_TRACE(wp == Precision::kBf16 ? "bf16 working copies" : "fp16 working copies");
+    const AdamWParams base{1e-2f, 0.9f, 0.95f, 1e-8f, 0.f, 3};
+    std::vector<int64_t> at{0}, len;
+    for (int k = 0; k < 70; ++k) {
+      len.push_back(k % 7 == 0 ? 0 : k % 5 == 0 ? 1 : (k * 733) % 5000);
+      at.push_back(at.back() + len.back());
+    }
+    const int64_t n = at.back();
+    const auto p = Random(n, 1), g = Random(n, 2), m = Random(n, 3, 0.1f);
+    auto v = Random(n, 4, 0.1f);
+    for (auto& x : v) x = x * x;
+    const std::vector<float> multiplier{0.375f};
+    // Twice on the backend: spans, then span by span; once span by span on the cpu.
+    Dev<float> sP(be(), p), sG(be(), g), sM(be(), m), sV(be(), v), sScale(be(), multiplier);
+    Dev<float> oP(be(), p), oG(be(), g), oM(be(), m), oV(be(), v);
+    Dev<uint16_t> sW(be(), std::vector<uint16_t>(static_cast<size_t>(n), 0)), oW(be(), std::vector<uint16_t>(static_cast<size_t>(n), 0));
+    std::vector<float> cp = p, cg = g, cm = m, cv = v;
+    std::vector<uint16_t> cw(static_cast<size_t>(n), 0);
+    std::vector<AdamWSpan> spans;
+    for (size_t k = 0; k < len.size(); ++k) {
+      const int64_t o = at[k], l = len[k];
+      const float decay = k % 3 == 0 ? 0.f : 0.1f;
+      const bool working = k % 4 != 1;
+      spans.push_back({sP.get() + o, sG.get() + o, sM.get() + o, sV.get() + o, l, decay,
+                       working ? Ptr(sW.get() + o, wp) : Ptr()});
+      AdamWParams hp = base;
+      hp.weight_decay = decay;
+      be().Scale(oG.get() + o, l, multiplier[0]);
+      be().AdamW(oP.get() + o, oG.get() + o, oM.get() + o, oV.get() + o, l, hp);
+      if (working) be().Convert(Ptr(oW.get() + o, wp), oP.get() + o, l);
+      cpu().Scale(cg.data() + o, l, multiplier[0]);
+      cpu().AdamW(cp.data() + o, cg.data() + o, cm.data() + o, cv.data() + o, l, hp);
+      if (working) cpu().Convert(Ptr(cw.data() + o, wp), cp.data() + o, l);
+    }
+    AdamWParams hp = base;
+    hp.grad_scale = sScale.get();
+    be().AdamWSpans(spans.data(), static_cast<int>(spans.size()), hp);
+    ASSERT_TRUE(Ok());
+    EXPECT_EQ(sP.Host(), oP.Host());
+    EXPECT_EQ(sM.Host(), oM.Host());
+    EXPECT_EQ(sV.Host(), oV.Host());
+    EXPECT_EQ(sW.Host(), oW.Host());
+    EXPECT_EQ(sG.Host(), g) << "the gradients stay unscaled";
+    EXPECT_LE(RelErr(sP.Host(), cp), kTol);
+    EXPECT_LE(RelErr(sM.Host(), cm), kTol);
+    EXPECT_LE(RelErr(sV.Host(), cv), kTol);
+    const std::vector<uint16_t> w = sW.Host();
+    size_t far = 0;  // working copies more than one unit in the last place from the cpu's
+    for (size_t i = 0; i < w.size(); ++i) far += std::abs(static_cast<int>(w[i]) - static_cast<int>(cw[i])) > 1;
+    EXPECT_EQ(far, 0u);
+  }
+}
+
 TEST_F(BackendOpsTest, TheEncoderWholeAndVocabularyParallelMatchesTheCpuBackend) {
   // (B, T, C, V, v_begin, v_end, with wpe)
   for (auto [B, T, C, V, vb, ve, pos] :

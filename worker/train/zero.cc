@@ -434,7 +434,7 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   if (ClipsOnDevice(loss_scale)) {
     r.loss = local_loss;
     RETURN_IF_ERROR(DeviceClippedUpdate(grad_clip, lr, step, &r.grad_norm));
-    model_->MarkParamsChanged();  // (mixed precision: the working copy is recast)
+    ParamsUpdated();
     NotePeak();
     return r;
   }
@@ -456,10 +456,20 @@ absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss,
   } else {
     RETURN_IF_ERROR(Update(coef, lr, step));
     RETURN_IF_ERROR(GatherUpdated());
-    model_->MarkParamsChanged();  // (mixed precision: the working copy is recast)
+    ParamsUpdated();
   }
   NotePeak();
   return r;
+}
+
+void ZeroEngine::ParamsUpdated() {
+  // Mixed precision: the working copy written by the update, or recast before the next forward.
+  if (working_written_) {
+    model_->WorkingCopyWritten();
+  } else {
+    model_->MarkParamsChanged();
+  }
+  working_written_ = false;
 }
 
 bool ZeroEngine::ClipsOnDevice(float loss_scale) const {
@@ -554,12 +564,16 @@ absl::Status ZeroEngine::PushAndPull(float coef, double lr, int step) {
 
 absl::Status ZeroEngine::Update(float coef, double lr, int step, const float* multiplier) {
   kernels::Backend& be = model_->backend();
+  std::vector<kernels::WorkingCopyRange> working;
   const auto t_opt = Clock::now();
   using I = optim::AdamW::Index;
   float* params = model_->params();
   if (stage_ == 0) {
     if (coef != 1.0f) be.Scale(model_->grads(), static_cast<int64_t>(model_->num_params()), coef);
-    opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step, 0, static_cast<size_t>(-1), multiplier);
+    // Every parameter updated here: the 16-bit working copy is written in the same pass.
+    working = model_->WorkingCopyRanges();
+    opt_->Step(params, I::kFlat, model_->grads(), I::kFlat, lr, step, 0, static_cast<size_t>(-1), multiplier,
+               working.empty() ? nullptr : &working);
   } else if (stage_ == 1) {
     for (const optim::ShardSegment& s : opt_->segments()) {
       if (coef != 1.0f) be.Scale(model_->grads() + s.flat_begin, static_cast<int64_t>(s.flat_end - s.flat_begin), coef);
@@ -581,6 +595,7 @@ absl::Status ZeroEngine::Update(float coef, double lr, int step, const float* mu
   }
   RETURN_IF_ERROR(be.Synchronize());  // the update done, before the gathers read it
   timing_.optimizer += Since(t_opt);
+  working_written_ = !working.empty();
   return absl::OkStatus();
 }
 

@@ -238,6 +238,10 @@ class ZeroEngine final : public model::ParamHost {
   // clip and AdamW are queued with no host read before the update, and the norm is read at
   // the step's one wait, its end. Elsewhere the norm is summed over groups on the host first.
   bool ClipsOnDevice(float loss_scale) const;
+  // After an update: the model told its parameters changed, or that the update wrote its
+  // 16-bit working copy too (working_written_: ZeRO 0, mixed precision).
+  void ParamsUpdated();
+  bool working_written_ = false;
   absl::Status DeviceClippedUpdate(double grad_clip, double lr, int step, double* grad_norm);
   absl::Status GatherUpdated();
   absl::Status PushAndPull(float coef, double lr, int step);

@@ -377,6 +377,44 @@ TEST(ZeroEngineTest, OneRankClipsOnTheDeviceWithTheBitsOfTheHostsClip) {
   }
 }
 
+// Mixed precision, ZeRO 0: the update writes the GEMM weights' 16-bit working copy in its own
+// pass (optim::AdamW's working targets). The losses and parameters over four steps are bit
+// for bit those of recasting the copy from the parameters before each forward (bf16), on the
+// cpu backend and on cuda-emulated.
+TEST(ZeroEngineTest, TheUpdateWritesTheWorkingCopyAsARecastWould) {
+  kernels::ConfigureThreads(1);
+  for (const char* device : {"cpu", "cuda-emulated"}) {
+    std::unique_ptr<kernels::Backend> owned;
+    kernels::Backend* be = BackendNamed(device, &owned);
+    ASSERT_NE(be, nullptr);
+    std::vector<std::vector<float>> params, losses;
+    for (bool recast : {false, true}) {
+      SCOPED_TRACE(std::string(device) + (recast ? " recast" : " written by the update"));
+      model::GPT m(Config(), jobspec::ModelShard{}, be);
+      m.InitRandom(1);
+      m.set_precision(kernels::Precision::kBf16);
+      comm::SoloCommunicator solo;
+      auto e = ZeroEngine::Create(&m, &solo, 0, /*bucket_mb=*/25, optim::AdamWConfig{0.9, 0.95, 1e-8, 0.1});
+      ASSERT_TRUE(e.ok()) << e.status();
+      (*e)->Shard();
+      losses.emplace_back();
+      for (int step = 1; step <= 4; ++step) {
+        const auto in = Tokens(2 * 16, 2 + step), tg = Tokens(2 * 16, 30 + step);
+        m.ZeroGrad();
+        (*e)->BeginMicroBatch(0, 1);
+        losses.back().push_back(m.ForwardBackward(in.data(), tg.data(), 2, 16, 1.f));
+        ASSERT_TRUE((*e)->FinishStep(1.0, 1e-2, step, 1.0).ok());
+        if (recast) m.MarkParamsChanged();
+      }
+      params.emplace_back(m.num_params());
+      m.ReadParams(params.back().data());
+    }
+    EXPECT_EQ(losses[0], losses[1]) << device;
+    EXPECT_EQ(params[0], params[1]) << device;
+    EXPECT_NE(losses[0][0], losses[0][3]) << "the steps moved the weights";
+  }
+}
+
 // A step on a device (one rank, ZeRO 0) waits for the device once, at its end: the tokens go
 // down and the losses come up through page-locked memory, the host waits for the losses'
 // copy only (an event, with the backward queued behind it), and the clip is computed on the
