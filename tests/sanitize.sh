@@ -50,13 +50,14 @@ if [ "$mode" = address ]; then
 fi
 cmake --build "$dir" -j "$jobs" --target threaded_tests
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$supp/tsan.supp"
-# The tests that run the CUDA emulator (in their names, or ZeroEngineTest's offload test, which
-# runs cpu and cuda-emulated). The emulator gives each fiber a TSan context and switches it
+# The tests that run the CUDA emulator (in their names, or ZeroEngineTest's that run cpu and
+# cuda-emulated, or cuda-emulated alone: offload, the clip on the device, the working copy, the
+# step's waits). The emulator gives each fiber a TSan context and switches it
 # with the stack (kernels/emulated/emulator.cc; without that the switches corrupted TSan's
 # state: a SEGV in __tsan::UnrefClockBlock). They pass so, but a block's thousand contexts
 # are far more than TSan keeps clock slots for: TrainerTest's 2-second emulated test takes
 # 8 minutes. Run with GANTRY_TSAN_EMULATED=1; left out of the default run (and CI's).
-emulated='CudaEmulated|Emulated|OffloadedChunksGiveTheBitsOfOneChunkAndOfNoOffload'
+emulated='CudaEmulated|Emulated|OffloadedChunksGiveTheBitsOfOneChunkAndOfNoOffload|OneRankClipsOnTheDevice|TheUpdateWritesTheWorkingCopy|AStepOnADeviceWaitsForItOnce'
 if [ -n "${GANTRY_TSAN_EMULATED:-}" ]; then emulated='^$'; fi
 # The tests whose subject is gRPC's server side (the RPC edge, the shard server's services, the
 # commit's calls to them, the parameter server and its data port's protocol tests, which set
