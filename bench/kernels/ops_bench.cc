@@ -315,6 +315,26 @@ std::vector<Op> Ops() {
                    in.bytes = static_cast<double>(n) * 6;
                    return in;
                  }});
+  // The Llama's SwiGLU gate (ffn 2048): gate|up (rows, 2F) → h (rows, F), and back.
+  for (bool backward : {false, true}) {
+    ops.push_back({backward ? "swiglu bwd" : "swiglu fwd", "2048 bf16", 1e-2, [backward](Backend* be, int rows) {
+                     Instance in;
+                     constexpr int F = 2048;
+                     const size_t n = static_cast<size_t>(rows) * F;
+                     in.bufs.emplace_back(be, RandomB(2 * n, 1, 2.f));  // gate|up
+                     in.bufs.emplace_back(be, RandomB(n, 2));           // dh
+                     in.bufs.emplace_back(be, (backward ? 2 * n : n) * 2);
+                     uint16_t *gu = in.bufs[0].h(), *dh = in.bufs[1].h(), *o = in.bufs[2].h();
+                     if (backward) {
+                       in.run = [=] { be->SwigluBackward(Ptr(o, kBf), CPtr(dh, kBf), CPtr(gu, kBf), rows, F); };
+                     } else {
+                       in.run = [=] { be->SwigluForward(Ptr(o, kBf), CPtr(gu, kBf), rows, F); };
+                     }
+                     in.result = [&b = in.bufs[2]] { return b.HostB(); };
+                     in.bytes = static_cast<double>(n) * (backward ? 2 * 5 : 2 * 3);
+                     return in;
+                   }});
+  }
   for (const char* path : {"cudnn", "fused"}) {
     for (bool backward : {false, true}) {
       ops.push_back({std::string("attention ") + (backward ? "bwd " : "fwd ") + path, "12 heads of 64, T 1024", 2e-2,
@@ -471,6 +491,50 @@ std::vector<Op> Ops() {
                    in.run = [=] { be->AdamW(p, g, m, v, static_cast<int64_t>(n), hp); };
                    in.result = [&b = in.bufs[0]] { return b.HostF(); };
                    in.bytes = static_cast<double>(n) * 4 * 7;  // p, g, m, v read; p, m, v written
+                   return in;
+                 }});
+  // GPT-2's step of AdamW as ZeRO 0 runs it: one AdamWSpans call over its tensors (runs of one
+  // decay, cut at the GEMM tensors, which also get their bf16 working copy), each tensor's size
+  // scaled by rows / 65,536 (GPT-2 itself at 65,536 rows).
+  ops.push_back({"adamw spans +bf16 copy", "GPT-2's 148 tensors", 1e-6, [](Backend* be, int rows) {
+                   Instance in;
+                   std::vector<std::pair<size_t, bool>> t;  // (size, GEMM tensor: decayed, copied)
+                   auto add = [&](size_t full, bool gemm) {
+                     t.push_back({std::max<size_t>(1, full * static_cast<size_t>(rows) / 65536), gemm});
+                   };
+                   add(static_cast<size_t>(V) * C, true);  // wte (the classifier's weight)
+                   add(static_cast<size_t>(T) * C, false);  // wpe
+                   for (int l = 0; l < 12; ++l) {
+                     add(C, false), add(C, false);                                 // ln_1
+                     add(static_cast<size_t>(C) * 3 * C, true), add(3 * C, true);  // c_attn
+                     add(static_cast<size_t>(C) * C, true), add(C, true);          // attn c_proj
+                     add(C, false), add(C, false);                                 // ln_2
+                     add(static_cast<size_t>(C) * 4 * C, true), add(4 * C, true);  // c_fc
+                     add(static_cast<size_t>(4 * C) * C, true), add(C, true);      // mlp c_proj
+                   }
+                   add(C, false), add(C, false);  // ln_f
+                   size_t n = 0;
+                   for (const auto& x : t) n += x.first;
+                   for (int i = 0; i < 4; ++i) {
+                     auto x = RandomF(n, 10 + i, i == 3 ? 0.01f : 1.f);
+                     if (i == 3) for (auto& e : x) e = std::fabs(e);
+                     in.bufs.emplace_back(be, x);
+                   }
+                   in.bufs.emplace_back(be, n * 2);  // the working copies, packed
+                   float *p = in.bufs[0].f(), *g = in.bufs[1].f(), *m = in.bufs[2].f(), *v = in.bufs[3].f();
+                   uint16_t* w = in.bufs[4].h();
+                   std::vector<kernels::AdamWSpan> spans;
+                   size_t at = 0;
+                   for (const auto& [size, gemm] : t) {
+                     spans.push_back({p + at, g + at, m + at, v + at, static_cast<int64_t>(size), gemm ? 0.1f : 0.f,
+                                      gemm ? Ptr(w + at, kBf) : Ptr()});
+                     at += size;
+                   }
+                   kernels::AdamWParams hp;
+                   hp.lr = 1e-3f, hp.beta1 = 0.9f, hp.beta2 = 0.95f, hp.eps = 1e-8f, hp.weight_decay = 0.f, hp.step = 3;
+                   in.run = [=] { be->AdamWSpans(spans.data(), static_cast<int>(spans.size()), hp); };
+                   in.result = [&b = in.bufs[0]] { return b.HostF(); };
+                   in.bytes = static_cast<double>(n) * (4 * 7 + 2);  // AdamW's, and the copy written
                    return in;
                  }});
   return ops;

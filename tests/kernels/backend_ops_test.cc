@@ -326,7 +326,8 @@ TEST_F(BackendOpsTest, LlamaOpsMatchTheCpuBackend) {
     EXPECT_LE(RelErr(eF.Host(), fwd), kTol);
     EXPECT_LE(RelErr(eB.Host(), bwd), kTol);
   }
-  for (auto [N, F] : {std::tuple{1, 1}, std::tuple{9, 13}, std::tuple{33, 300}}) {
+  // (F a multiple of 8: the 8-wide kernels on a GPU)
+  for (auto [N, F] : {std::tuple{1, 1}, std::tuple{9, 13}, std::tuple{33, 300}, std::tuple{5, 8}, std::tuple{7, 136}}) {
     for (Precision p : {Precision::kFp32, Precision::kBf16}) {
       SCOPED_TRACE(::testing::Message() << "SwiGLU " << N << "x" << F << " " << kernels::PrecisionName(p));
       const auto gu32 = Random(static_cast<size_t>(N) * 2 * F, 5, 2.f), dh32 = Random(static_cast<size_t>(N) * F, 6);
