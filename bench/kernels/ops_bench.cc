@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "common/rng.h"
 #include "kernels/backend.h"
+#include "kernels/rope.h"
 #include "kernels/cast.h"
 
 namespace gantry {
@@ -313,6 +314,23 @@ std::vector<Op> Ops() {
                    in.run = [=] { be->GeluBackward(Ptr(o, kBf), CPtr(x, kBf), CPtr(d, kBf), static_cast<int64_t>(n)); };
                    in.result = [&b = in.bufs[2]] { return b.HostB(); };
                    in.bytes = static_cast<double>(n) * 6;
+                   return in;
+                 }});
+  // The Llama's RoPE on its 12 query and 4 key heads of 64 (rows of 12 + 2 x 4 heads), T 1024.
+  ops.push_back({"rope fwd", "16 of 20 heads of 64, T 1024", 1e-2, [](Backend* be, int rows) {
+                   Instance in;
+                   constexpr int hd = 64, NQ = 12, NKV = 4;
+                   const int t = std::min(rows, T), b = std::max(1, rows / T);
+                   const size_t n = static_cast<size_t>(b) * t * (NQ + 2 * NKV) * hd;
+                   std::vector<float> inv(hd / 2);
+                   kernels::rope_inv_freq(inv.data(), hd, 10000.f);
+                   in.bufs.emplace_back(be, RandomB(n, 1));
+                   in.bufs.emplace_back(be, inv);
+                   uint16_t* q = in.bufs[0].h();
+                   const float* f = in.bufs[1].f();
+                   in.run = [=] { be->RopeApply(Ptr(q, kBf), b, t, NQ, NKV, hd, f, false); };
+                   in.result = [&x = in.bufs[0]] { return x.HostB(); };
+                   in.bytes = static_cast<double>(b) * t * (NQ + NKV) * hd * 2 * 2;
                    return in;
                  }});
   // The Llama's SwiGLU gate (ffn 2048): gate|up (rows, 2F) → h (rows, F), and back.
