@@ -84,7 +84,7 @@ class Backend {
   // backend's own until SetStream) and run in issue order there; work on two streams may
   // overlap unless an event orders it. The cpu backend runs everything at issue, in order,
   // so its streams and events order trivially (its handles are still checked). Ops that use
-  // the backend's scratch (the reductions: column sums, SumSquares) must not run on two
+  // the backend's scratch (the reductions: column sums, SumSquares; RoPE's table) must not run on two
   // streams at once. Handles are freed with the backend, or by Free*.
   struct StreamHandle;
   struct EventHandle;
