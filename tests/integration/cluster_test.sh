@@ -131,6 +131,9 @@ check "after a shard server SIGKILL the committed checkpoint reads back identica
 l1=$("$CLI" submit "$TMP/long.yaml"); l2=$("$CLI" submit "$TMP/long.yaml"); q=$("$CLI" submit "$TMP/example.yaml")
 wait_for 10 bash -c "'$CLI' describe $q | grep -q 'PENDING (#1)'"
 check "third job queued while both workers are busy" bash -c "'$CLI' describe $q | grep -q 'PENDING (#1)'"
+# Both long jobs have a committed checkpoint to resume from before the kill (on a loaded machine
+# the kill could otherwise come before their first commit, and they would start over).
+wait_for 30 bash -c "'$CLI' checkpoints $l1 | grep -qE '^[1-9][0-9]* ' && '$CLI' checkpoints $l2 | grep -qE '^[1-9][0-9]* '"
 cpid=$(sed -n 1p "$TMP/cluster/pids"); CPORT=${GANTRY_COORDINATOR##*:}
 kill -9 "$cpid"; wait "$cpid" 2>/dev/null
 "$BUILD/coordinator/gantry-coordinator" --listen "127.0.0.1:$CPORT" --metrics_listen 127.0.0.1:0 \
