@@ -310,7 +310,10 @@ TEST_F(BackendOpsTest, LlamaOpsMatchTheCpuBackend) {
     EXPECT_LE(RelErr(eDinp.Host(), dinp), kTol);
     EXPECT_LE(RelErr(eDw.Host(), dw), kTol);
   }
-  for (auto [B, T, NH, NKV, hd] : {std::tuple{1, 1, 1, 1, 2}, std::tuple{2, 7, 6, 2, 8}, std::tuple{1, 33, 4, 4, 64}}) {
+  // (T 32769 x hd 128: the angles' table would outgrow the cuda kinds' scratch, so they rotate
+  // pair by pair, as every call did before the table)
+  for (auto [B, T, NH, NKV, hd] : {std::tuple{1, 1, 1, 1, 2}, std::tuple{2, 7, 6, 2, 8}, std::tuple{1, 33, 4, 4, 64},
+                                   std::tuple{1, 32769, 1, 1, 128}}) {
     SCOPED_TRACE(::testing::Message() << "RoPE B " << B << " T " << T << " NH " << NH << " NKV " << NKV << " hd " << hd);
     const size_t n = static_cast<size_t>(B) * T * (NH + 2 * NKV) * hd;
     std::vector<float> inv(static_cast<size_t>(hd / 2));
