@@ -245,8 +245,11 @@ class Backend {
                                       int v_begin) = 0;
   virtual void CrossEntropyShardFinish(float* losses, Ptr logits, const float* all_stats, int ranks,
                                        const int32_t* targets, float dloss, int N, int V, int v_begin) = 0;
-  // AdamW on params, grads, m, v (n), in place.
-  virtual void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) = 0;
+  // AdamW on params, grads, m, v (n), in place: AdamWSpans' one span.
+  void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) {
+    const AdamWSpan span{params, grads, m, v, n, hp.weight_decay, nullptr};
+    AdamWSpans(&span, 1, hp);
+  }
   // AdamW over count spans in one pass (a launch per 32 spans on a GPU), each with its own
   // weight decay, each span's working copy written from its updated parameters: the bits of
   // AdamW on each span, then Convert into its working copy.

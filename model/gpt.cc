@@ -150,7 +150,7 @@ void GPT::EnsureActivations(int B, int T) {
   static_assert(sizeof(int32_t) == sizeof(float));
   tokens_.Assign(be_, 2 * tokens_per_slot_ * static_cast<size_t>(slots_));
   if (!be_->host_addressable()) {
-    if (tokens_in_flight_) (void)be_->SynchronizeEvent(tokens_sent_);  // the old staging is read
+    if (tokens_in_flight_) ctx_->Fail(be_->SynchronizeEvent(tokens_sent_));  // the old staging is read
     tokens_in_flight_ = false;
     staging_.AssignHost(be_, (2 * static_cast<size_t>(slots_) + 1) * tokens_per_slot_);
     if (tokens_sent_ == nullptr) tokens_sent_ = be_->NewEvent();

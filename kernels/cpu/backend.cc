@@ -249,9 +249,6 @@ class Cpu final : public Backend {
       if (s.working) convert(s.working, s.params, s.n);
     }
   }
-  void AdamW(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& hp) override {
-    adamw_update(params, grads, m, v, n, hp);
-  }
   double SumSquares(const float* g, int64_t n) override { return sum_squares(g, n); }
   void SumSquaresTo(double* sum_sq, const float* g, int64_t n) override { *sum_sq = sum_squares(g, n); }
   void ClipMultiplier(float* multiplier, double* norm, const double* sum_sq, float max_norm,

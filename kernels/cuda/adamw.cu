@@ -8,14 +8,9 @@ namespace gantry::GANTRY_CUDA_NS {
 
 absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t N,
                          const kernels::AdamWParams& hp, cudaStream_t stream) {
-  if (N < 0 || hp.step < 1) return absl::InvalidArgumentError("AdamWUpdate: bad N or step");
-  if (N == 0) return absl::OkStatus();
-  const AdamWScalars k = AdamWScalarsOf(hp);
-  constexpr int kBlock = 256;
-  GANTRY_LAUNCH(AdamWKernel, static_cast<unsigned>((N + kBlock - 1) / kBlock), kBlock, 0, stream)(
-      params, grads, m, v, N, hp.beta1, hp.beta2, hp.eps, k.step_size, k.bc2_sqrt, k.decay, hp.grad_scale);
-  GPU_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  if (N < 0) return absl::InvalidArgumentError("AdamWUpdate: bad N or step");
+  const kernels::AdamWSpan span{params, grads, m, v, N, hp.weight_decay, nullptr};
+  return AdamWSpans(&span, 1, hp, stream);
 }
 
 absl::Status AdamWSpans(const kernels::AdamWSpan* spans, int count, const kernels::AdamWParams& hp,

@@ -13,7 +13,7 @@
 namespace gantry::GANTRY_CUDA_NS {
 namespace {  // one translation unit each
 
-// One element's update, the twin of kernels/cpu/adamw.cc's loop body.
+// One element's update, the twin of kernels/cpu/adamw.cc's loop body (AdamWSpansKernel's).
 __device__ inline float AdamWElement(float p, float g, float* m, float* v, float beta1, float beta2, float eps,
                                      float step_size, float bc2_sqrt, float decay) {
   const float mi = beta1 * *m + (1.0f - beta1) * g;
@@ -22,15 +22,6 @@ __device__ inline float AdamWElement(float p, float g, float* m, float* v, float
   *v = vi;
   const float denom = sqrtf(vi) / bc2_sqrt + eps;
   return p * decay - step_size * mi / denom;
-}
-
-__global__ void AdamWKernel(float* params, const float* grads, float* m, float* v, int64_t n,
-                            float beta1, float beta2, float eps, float step_size,
-                            float bc2_sqrt, float decay, const float* grad_scale) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float g = grad_scale != nullptr ? grads[i] * *grad_scale : grads[i];
-  params[i] = AdamWElement(params[i], g, m + i, v + i, beta1, beta2, eps, step_size, bc2_sqrt, decay);
 }
 
 // Up to kAdamWBatch spans of a multi-tensor AdamW, passed by value: span k's blocks are

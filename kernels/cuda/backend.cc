@@ -354,10 +354,6 @@ class Cuda final : public kernels::Backend {
   void AdamWSpans(const kernels::AdamWSpan* spans, int count, const kernels::AdamWParams& hp) override {
     Keep(GANTRY_CUDA_NS::AdamWSpans(spans, count, hp, ctx_->stream()));
   }
-  void AdamW(float* params, const float* grads, float* m, float* v, int64_t n,
-             const kernels::AdamWParams& hp) override {
-    Keep(AdamWUpdate(params, grads, m, v, n, hp, ctx_->stream()));
-  }
   double SumSquares(const float* g, int64_t n) override {
     double* d = static_cast<double*>(static_cast<void*>(Scratch(sizeof(double) / sizeof(float))));
     if (d == nullptr) return 0.0;

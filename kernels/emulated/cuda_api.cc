@@ -1,3 +1,6 @@
+// Over 700 lines: the emulated runtime, cuBLAS and cuBLASLt are one API sharing one state (the
+// device and pinned allocations that every copy and library call checks pointers against);
+// cuBLASLt's epilogues are the part to move out first if it grows.
 #include "kernels/emulated/cuda_api.h"
 
 #include <cblas.h>

@@ -487,9 +487,9 @@ absl::Status ZeroEngine::DeviceClippedUpdate(double grad_clip, double lr, int st
   }
   auto* sum_sq = reinterpret_cast<double*>(clip_.data());
   double* norm = sum_sq + 1;
-  const float* multiplier = clip_.data() + 4;
+  float* multiplier = clip_.data() + 4;
   be.SumSquaresTo(sum_sq, model_->grads(), static_cast<int64_t>(model_->num_params()));
-  be.ClipMultiplier(clip_.data() + 4, norm, sum_sq, static_cast<float>(grad_clip), 1.0f);
+  be.ClipMultiplier(multiplier, norm, sum_sq, static_cast<float>(grad_clip), 1.0f);
   be.CopyToHostAsync(clip_host_.data(), norm, sizeof(double));
   RETURN_IF_ERROR(Update(1.0f, lr, step, multiplier));  // waits for the update: the norm is up too
   std::memcpy(grad_norm, clip_host_.data(), sizeof(double));
