@@ -12,7 +12,7 @@
 //     of each phase (all bytes over the phase's wall time), best of --rounds (3).
 // Targets: AdamW >= 0.6x the bound; push and pull >= 0.6x raw TCP.
 //   paramserver_bench [--mparams 32] [--threads 0 (all)] [--mb 256] [--workers 1,8,64] [--concurrent-mb 32]
-//                    [--rounds 3]
+//                    [--rounds 3] [--data-threads 2 (the data port's event loop threads)]
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -208,7 +208,9 @@ int main(int argc, char** argv) {
   t.name = "w";
   t.shape = {static_cast<int64_t>(pn)};
   t.numel = pn;
-  auto data = svc.StartDataPort("127.0.0.1");
+  net::StreamServer::Options data_options;
+  data_options.threads = Arg(argc, argv, "--data-threads", data_options.threads);
+  auto data = svc.StartDataPort("127.0.0.1", data_options);
   if (!data.ok()) return 1;
   agent::ParamServerClient client("bench", 1, {{"127.0.0.1:" + std::to_string(port), 0, pn, *data}}, {t}, pn, {});
   std::vector<float> params(pn, 0.5f), grads(pn, 0.01f);

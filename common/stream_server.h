@@ -1,13 +1,18 @@
 // A TCP server for a binary request/reply protocol on one Asio event loop (standalone Asio,
 // Debian's libasio-dev; docs/decisions.md says why): the parameter server's data port.
 //
-// The protocol is written as callbacks over StreamConnection, all run on the loop's one
-// thread: wait for a message, read exactly n bytes, write buffers, end the message. What
-// the server guarantees around them:
+// The protocol is written as callbacks over StreamConnection: wait for a message, read
+// exactly n bytes, write buffers, end the message. The loop runs on Options::threads threads;
+// each connection is a strand of it, so one connection's callbacks run one at a time (no lock
+// needed for its own state) while different connections' run at once on different threads.
+// What the server guarantees around them:
 //   - a deadline per message: from its first byte to its end (EndMessage), at most
 //     message_timeout plus the time its payload takes at min_bytes_per_second (Expect says how
-//     many bytes the message moves); past it the connection is closed, so a peer that stalls
-//     half-way holds nothing for long. Between messages a connection may idle.
+//     many bytes the message moves); past it the outstanding read or write (and any after
+//     it) fails with DEADLINE_EXCEEDED, and the connection closes once that callback has run,
+//     so a peer that stalls half-way holds nothing for long, and the protocol has undone its
+//     part of the message before the peer sees the close. Between messages a connection may
+//     idle.
 //   - back-pressure, no unbounded buffers: a connection reads only what its protocol asks for,
 //     into the protocol's own memory, and the next message only after the reply is written;
 //     at max_connections the server stops accepting (further peers wait in the kernel's
@@ -38,7 +43,7 @@ struct ConstBytes {
 };
 
 // One accepted connection. Every method must be called, and every callback runs, on the
-// server's loop thread; the protocol keeps the connection alive by holding its shared_ptr
+// connection's strand (the server's Accept callback runs there too); the protocol keeps the connection alive by holding its shared_ptr
 // (callbacks capture it), and the connection closes when the last holder lets it go. At most
 // one read and one write are outstanding at a time.
 class StreamConnection {
@@ -77,12 +82,16 @@ class StreamServer {
     double min_bytes_per_second = 16e6;  // a message's payload must move at least this fast
     size_t max_connections = 1024;
     int backlog = 1024;  // listen(2)'s: connections the kernel holds beyond max_connections
+    // Threads that run the loop. With one, a single core makes every connection's read and
+    // write system calls (the kernel's copies out of and into the sockets); 64 workers pushing
+    // at once were 6% slower that way than a thread per connection (docs/perf.md).
+    int threads = 2;
   };
-  // Called on the loop thread for each accepted connection.
+  // Called on the new connection's strand for each accepted connection.
   using Accept = std::function<void(std::shared_ptr<StreamConnection>)>;
 
   // Listens on host:port (an IPv4 or IPv6 literal; port 0 picks one) and starts the loop's
-  // thread. Errors name the address.
+  // threads. Errors name the address.
   static absl::StatusOr<std::unique_ptr<StreamServer>> Start(const std::string& host, int port, Options options,
                                                              Accept accept);
   // Stop(0) if not stopped.
@@ -94,19 +103,19 @@ class StreamServer {
   int port() const { return port_; }
   // Stops accepting and closes idle connections now; messages in progress may end within
   // `grace` (their replies are written), then every connection is closed. Returns once the
-  // loop's thread has ended. Any thread but the loop's; a second call does nothing.
+  // loop's threads have ended. Any thread but the loop's; a second call does nothing.
   void Stop(std::chrono::milliseconds grace);
   // Connections open now, and the number of times a message's deadline closed one (tests,
   // metrics). Any thread.
   size_t open_connections() const;
   uint64_t deadlines_exceeded() const;
 
-  struct Loop;  // the io_context, its thread's state and the open connections (stream_server.cc)
+  struct Loop;  // the io_context, the acceptor's strand and the open connections (stream_server.cc)
 
  private:
   StreamServer() = default;
   std::shared_ptr<Loop> loop_;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
   int port_ = 0;
   bool stopped_ = false;
 };

@@ -32,6 +32,7 @@ DEFINE_double(data_message_timeout_s, 30,
               "--data_min_mb_per_s; a connection past it is closed");
 DEFINE_double(data_min_mb_per_s, 16, "data port: the slowest payload transfer a deadline allows for (MB/s)");
 DEFINE_int32(data_max_connections, 1024, "data port: connections served at once; more wait in the listen backlog");
+DEFINE_int32(data_threads, 2, "data port: threads that run its event loop (each connection's requests stay in order)");
 
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-shardserver --data_dir DIR [--coordinator HOST:PORT]");
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
     options.message_timeout = std::chrono::milliseconds(static_cast<int64_t>(FLAGS_data_message_timeout_s * 1000));
     options.min_bytes_per_second = FLAGS_data_min_mb_per_s * 1e6;
     options.max_connections = static_cast<size_t>(std::max(0, FLAGS_data_max_connections));
+    options.threads = FLAGS_data_threads;
     data_port = params.StartDataPort(FLAGS_listen.substr(0, FLAGS_listen.rfind(':')), options);
     if (!data_port.ok()) {
       LOG(ERROR) << data_port.status();

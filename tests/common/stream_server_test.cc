@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,6 +104,52 @@ TEST(StreamServerTest, SixtyFourClientsAtOnceEachGetTheirOwnBytesBack) {
   EXPECT_EQ(server->deadlines_exceeded(), 0u);
   EXPECT_TRUE(PollUntil([&] { return server->open_connections() == 0; }, std::chrono::seconds(10)))
       << server->open_connections() << " connections still open after every client left";
+}
+
+// The loop runs on two threads: a callback that takes long on one connection (a push whose
+// AdamW step runs on the loop) leaves the other thread to serve the rest. With one thread the
+// second client's echo waits for the first callback and misses its deadline.
+TEST(StreamServerTest, ALongCallbackOnOneConnectionLeavesTheOthersServed) {
+  StreamServer::Options o;
+  o.threads = 2;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false, release = false;
+  std::atomic<int> accepted{0};
+  auto started = StreamServer::Start("127.0.0.1", 0, o, [&](std::shared_ptr<StreamConnection> c) {
+    if (accepted.fetch_add(1) > 0) return std::make_shared<Echo>(std::move(c))->Next();
+    c->AwaitMessage([&, c](absl::Status s) {
+      if (!s.ok()) return;
+      std::unique_lock<std::mutex> l(mu);
+      busy = true;
+      cv.notify_all();
+      cv.wait_for(l, std::chrono::seconds(20), [&] { return release; });
+      c->Close();
+    });
+  });
+  ASSERT_TRUE(started.ok()) << started.status();
+  StreamServer& server = **started;
+  auto first = StreamClient::Connect(Address(server), In(5000));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const char byte = 1;
+  ASSERT_TRUE((*first)->Send({{&byte, 1}}, In(5000)).ok());
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return busy; })) << "the first callback never ran";
+  }
+  auto second = StreamClient::Connect(Address(server), In(5000));
+  ASSERT_TRUE(second.ok()) << second.status();
+  const uint32_t n = 5;
+  absl::Status echoed = (*second)->Send({{&n, sizeof(n)}, {"hello", 5}}, In(5000));
+  std::string back(sizeof(n) + 5, '\0');
+  if (echoed.ok()) echoed = (*second)->Receive(back.data(), back.size(), In(5000));
+  EXPECT_TRUE(echoed.ok()) << "the second connection was not served while the first's callback ran: " << echoed;
+  EXPECT_EQ(back.substr(sizeof(n)), "hello");
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
 }
 
 TEST(StreamServerTest, AStalledMessageIsCutAtItsDeadlineAnIdleConnectionIsKept) {
