@@ -258,7 +258,8 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 }
 
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute, bool fused_attention, bool half, bool grouped_attention) {
+                                   Recompute recompute, bool fused_attention, bool half, bool grouped_attention,
+                                   bool share_logits) {
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t C = config.n_embd;
   const bool sp = shard.sequence_parallel && shard.tp > 1;
@@ -304,29 +305,45 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.lnf = take16(BT * C);
   o.lnf_mean = take(mean_r);
   o.lnf_rstd = take(R);
-  o.logits = take16(BT * V);
+  // Only the last stage runs the classifier: the others keep no logits.
+  const size_t logits_room = take16(shard.last() ? BT * V : 0);
+  o.logits = logits_room;
+  const size_t logits_end = cur;
   o.losses = take(BT);
   o.proj = take(BT * C);
-  o.dres = take(R * C);
-  o.dres16 = take(half ? (BT * C + 1) / 2 : 0);
   o.dln = take(BT * C);
-  o.dqkv = take16(BT * qkv_w);
-  o.datty = take16(BT * Ca);
+  // The backward's scratch that only the layers' backward uses (from the final norm's backward
+  // on): in the logits' room when it fits, as the logits are dead once the classifier's
+  // backward has read them (they hold dlogits by then). dlnf is written while they are read,
+  // dln is where ReadLogits widens them, and moe_yr is forward scratch: those have rooms of
+  // their own. A stage without logits has nothing to share.
   const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
-  o.datt = take(fused_attention ? 0 : att_floats);
-  o.dfch = take16(mlp_rows * fc);
+  auto place_backward_scratch = [&] {
+    o.dres = take(R * C);
+    o.dres16 = take(half ? (BT * C + 1) / 2 : 0);
+    o.dqkv = take16(BT * qkv_w);
+    o.datty = take16(BT * Ca);
+    o.datt = take(fused_attention ? 0 : att_floats);
+    o.dfch = take16(mlp_rows * fc);
+    o.moe_dy = take(moe_rows * C);
+    o.moe_dw = take(moe ? BT * K : 0);
+    o.moe_dlogits = take(BT * E);
+    o.moe_dx = take(moe_rows * C);
+    o.moe_dyr = take(xr * C);
+    o.moe_dxr = take(xr * C);
+    o.dswi = take16(llama ? BT * F : 0);
+  };
+  const size_t after = cur;
+  cur = logits_room;
+  place_backward_scratch();
+  o.backward_scratch_in_logits = share_logits && cur <= logits_end;
+  cur = after;
+  if (!o.backward_scratch_in_logits) place_backward_scratch();
   o.moe_rows = static_cast<int>(moe_rows);
-  o.moe_dy = take(moe_rows * C);
-  o.moe_dw = take(moe ? BT * K : 0);
-  o.moe_dlogits = take(BT * E);
-  o.moe_dx = take(moe_rows * C);
   o.moe_expert_rows = static_cast<int>(expert_rows);
   o.moe_yr = take(xr * C);
-  o.moe_dyr = take(xr * C);
-  o.moe_dxr = take(xr * C);
   o.dlnf = take(BT * C);
   o.qkvr = take16(qkvr);
-  o.dswi = take16(llama ? BT * F : 0);
   o.gathered = take16(sp ? BT * C : 0);
   o.proj_rows = take(sp ? R * C : 0);
   o.dres_all = take(sp ? BT * C : 0);

@@ -222,6 +222,11 @@ struct ActivationLayout {
   size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
   // backward scratch; dres16: the residual stream's gradient rounded, for the GEMMs (half)
   size_t dres, dres16, dln, dqkv, datty, datt, dfch, dlnf;
+  // The layers' backward scratch (dres, dres16, dqkv, datty, datt, dfch, dswi and the MoE's
+  // moe_dy, moe_dw, moe_dlogits, moe_dx, moe_dyr, moe_dxr) lies in the logits' room, dead by
+  // the time it is written, when it fits there (GPT-2 at B 64: 1.1 GB of 6.6). Only the last
+  // pipeline stage has logits.
+  bool backward_scratch_in_logits = false;
   // Llama, not kept: the q|k|v projection's (NH + 2 NKV)·hd rows before the key/value heads'
   // repetition, forward, and their gradient, backward (empty when NKV = NH: the projection
   // writes qkv itself); dswi: the gradient of SwiGLU's output.
@@ -264,8 +269,10 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 // log-sum-exp, (B, NH, T), rather than the probabilities, and `datt` is empty.
 // grouped_attention (a Llama's NKV < NH heads, on a backend that takes them): see
 // ActivationLayout::grouped_attention.
+// share_logits: the layers' backward scratch in the logits' room when it fits (see
+// ActivationLayout::backward_scratch_in_logits); off, every buffer has a room of its own.
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
                                    Recompute recompute = Recompute::kNone, bool fused_attention = false,
-                                   bool half = false, bool grouped_attention = false);
+                                   bool half = false, bool grouped_attention = false, bool share_logits = true);
 
 }  // namespace gantry::jobspec

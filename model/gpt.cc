@@ -141,7 +141,7 @@ void GPT::EnsureActivations(int B, int T) {
   const bool grouped = config_.llama() &&
                        be_->TakesGroupedAttention(B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision());
   const jobspec::ActivationLayout o = jobspec::LayoutActivations(config_, shard_, B, T, recompute_,
-                                                                 be_->fused_attention(), mixed(), grouped);
+                                                                 be_->fused_attention(), mixed(), grouped, share_logits_);
   act_.Assign(be_, o.total * static_cast<size_t>(slots_));
   ctx_->set_layout(o);
   act_B_ = B;

@@ -199,6 +199,13 @@ class GPT : private MoeHost {
     if (r != recompute_) act_B_ = act_T_ = 0;
     recompute_ = r;
   }
+  // Whether the layers' backward scratch may share the logits' room (the default; off, each
+  // has its own: tests compare the two). Re-laid out at the next forward.
+  void set_share_logits_room(bool on) {
+    if (on != share_logits_) act_B_ = act_T_ = 0;
+    share_logits_ = on;
+  }
+  const jobspec::ActivationLayout& activation_layout() const { return ctx_->off(); }
   // Bytes of activation memory for the current (B,T).
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
   // Mixed precision: bytes of the 16-bit working copies of the GEMM weights (the persistent
@@ -310,6 +317,7 @@ class GPT : private MoeHost {
   int slot_ = 0;
   int act_B_ = 0, act_T_ = 0, slots_ = 1;
   jobspec::Recompute recompute_ = jobspec::Recompute::kNone;
+  bool share_logits_ = true;
   kernels::DeviceBuffer tokens_;  // per slot: inputs (B*T) then targets (B*T), as int32
   size_t tokens_per_slot_ = 0;
   // Backends the host cannot address: page-locked host memory for the tokens on their way down

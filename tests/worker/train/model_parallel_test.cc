@@ -173,6 +173,39 @@ TEST(ShardTest, SequenceParallelismCutsTheActivationsByTheFormula) {
   EXPECT_GT(measured, 1.1) << "the replicated region is a large part of the layer here";
 }
 
+// Only the last pipeline stage runs the classifier, so only it keeps logits (B·T·V: GPT-2's
+// 6.6 GB in bf16 at B 64); the layers' backward scratch shares their room there when it fits
+// (GPT-2's shapes: 1.1 GB of it), and has rooms of its own on the other stages.
+TEST(ShardTest, OnlyTheLastStageKeepsLogitsAndItsScratchSharesTheirRoom) {
+  const jobspec::GPTConfig c;  // GPT-2 124M
+  const int B = 64, T = 1024;
+  const size_t BT = size_t{B} * T;
+  for (int stage = 0; stage < 2; ++stage) {
+    const jobspec::ModelShard shard = jobspec::ShardOf(c, 1, 0, 2, stage);
+    const jobspec::ActivationLayout o =
+        jobspec::LayoutActivations(c, shard, B, T, jobspec::Recompute::kNone, true, /*half=*/true);
+    const size_t logits_floats = o.losses - o.logits;  // the room up to the next buffer
+    if (stage == 0) {
+      EXPECT_EQ(logits_floats, 0u);
+      EXPECT_FALSE(o.backward_scratch_in_logits);
+      continue;
+    }
+    EXPECT_GE(logits_floats, BT * c.vocab_size / 2);
+    EXPECT_TRUE(o.backward_scratch_in_logits);
+    for (size_t at : {o.dres, o.dres16, o.dqkv, o.datty, o.dfch}) {
+      EXPECT_GE(at, o.logits);
+      EXPECT_LT(at, o.losses);
+    }
+    // What the classifier's backward writes, and ReadLogits' room, are not in it.
+    for (size_t at : {o.dlnf, o.dln, o.proj}) EXPECT_TRUE(at < o.logits || at >= o.losses) << at;
+    const jobspec::ActivationLayout own =
+        jobspec::LayoutActivations(c, shard, B, T, jobspec::Recompute::kNone, true, true, false, /*share_logits=*/false);
+    EXPECT_FALSE(own.backward_scratch_in_logits);
+    // dres (fp32) + dres16 + dqkv + datty + dfch (16-bit): (1 + 0.5 + 1.5 + 0.5 + 2) B·T·C floats.
+    EXPECT_EQ(own.total - o.total, BT * c.n_embd * 11 / 2);
+  }
+}
+
 TEST(ShardTest, VocabularyParallelCrossEntropyMatchesTheWholeKernel) {
   const int N = 5, V = 23, tp = 3;
   std::vector<float> logits(N * V);
