@@ -306,8 +306,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.lnf_mean = take(mean_r);
   o.lnf_rstd = take(R);
   // Only the last stage runs the classifier: the others keep no logits.
-  const size_t logits_room = take16(shard.last() ? BT * V : 0);
-  o.logits = logits_room;
+  o.logits = take16(shard.last() ? BT * V : 0);
   const size_t logits_end = cur;
   o.losses = take(BT);
   o.proj = take(BT * C);
@@ -334,7 +333,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
     o.dswi = take16(llama ? BT * F : 0);
   };
   const size_t after = cur;
-  cur = logits_room;
+  cur = o.logits;
   place_backward_scratch();
   o.backward_scratch_in_logits = share_logits && cur <= logits_end;
   cur = after;

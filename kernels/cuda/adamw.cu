@@ -8,7 +8,6 @@ namespace gantry::GANTRY_CUDA_NS {
 
 absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t N,
                          const kernels::AdamWParams& hp, cudaStream_t stream) {
-  if (N < 0) return absl::InvalidArgumentError("AdamWUpdate: bad N or step");
   const kernels::AdamWSpan span{params, grads, m, v, N, hp.weight_decay, nullptr};
   return AdamWSpans(&span, 1, hp, stream);
 }

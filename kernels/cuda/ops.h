@@ -36,7 +36,7 @@ absl::Status Convert(kernels::Ptr out, kernels::CPtr in, int64_t N, cudaStream_t
 // in (N) → out (N) rounded to bf16 (bits 16) or fp16 (bits 10: the significand bits kept), held
 // as fp32; in == out allowed. The twin of kernels/cast.h's RoundToBf16 / RoundToFp16.
 absl::Status RoundTo(float* out, const float* in, int64_t N, int bits, cudaStream_t stream);
-// params, grads, m, v (N) → updated in place (fp32)
+// params, grads, m, v (N) → updated in place (fp32): AdamWSpans of one span
 absl::Status AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t N,
                          const kernels::AdamWParams& hp, cudaStream_t stream);
 // AdamW over spans (Backend::AdamWSpans): a launch per 32 spans of one working-copy type.
