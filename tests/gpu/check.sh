@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The one device call (issue 36's "GPU time"): the GPU suite, the per-op micro-benchmarks, then the step benchmark beside
-# PyTorch (bench/gpu/run.sh), each logged under $OUT (the device tool brings it back), and a
-# summary last. Here: bash tests/gpu/run.sh bundle; carry .bundle.txz; there, from the
+# The one device call (issue 36's "GPU time"): the GPU suite, the per-op micro-benchmarks, the
+# step benchmark beside PyTorch (bench/gpu/run.sh), then the whole cluster on the GPU
+# (tests/gpu/cluster.sh run cuda), each logged under $OUT (the device tool brings it back), and
+# a summary last. Here: bash tests/gpu/run.sh bundle; carry .bundle.txz; there, from the
 # repository root: bash tests/gpu/check.sh [--steps N] (N is passed to the benchmark).
-# GANTRY_GPU_SKIP_SUITE=1 runs the benchmark alone (a rerun after a speed change).
+# GANTRY_GPU_SKIP_SUITE=1 runs the benchmark alone (a rerun after a speed change), as does
+# GANTRY_GPU_SKIP_CLUSTER=1 for the cluster job.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tests/gpu/env.sh
@@ -29,5 +31,13 @@ t2=$(date +%s)
 # (each run's output is in bench.log: the device tool brings back 8 files at most)
 echo "== benchmark (tail)"
 tail -n 70 "$OUT/bench.log"
-echo "== summary: suite $suite, ops_bench $ops ($((t1 - t0)) s), benchmark $bench ($((t2 - t1)) s)"
-[ "$suite" = 0 ] || [ "$suite" = skipped ] && [ "$bench" = 0 ]
+cluster=skipped
+if [ "${GANTRY_GPU_SKIP_CLUSTER:-0}" != 1 ]; then
+  GANTRY_GPU_CLUSTER_TIMEOUT=${GANTRY_GPU_CLUSTER_TIMEOUT:-150} bash tests/gpu/cluster.sh run cuda >"$OUT/cluster.log" 2>&1
+  cluster=$?
+  echo "== cluster job ($cluster)"
+  grep -E "^(PASS|FAIL|---|[0-9]+ passed)|SUCCEEDED|FAILED|step +[0-9]+/" "$OUT/cluster.log" | head -30
+fi
+t3=$(date +%s)
+echo "== summary: suite $suite, ops_bench $ops ($((t1 - t0)) s), benchmark $bench ($((t2 - t1)) s), cluster job $cluster ($((t3 - t2)) s)"
+{ [ "$suite" = 0 ] || [ "$suite" = skipped ]; } && [ "$bench" = 0 ] && { [ "$cluster" = 0 ] || [ "$cluster" = skipped ]; }

@@ -1,42 +1,31 @@
 #!/usr/bin/env bash
 # The whole cluster on a GPU (issue 36, item 8): a coordinator, a shard server and a
 # gantry-worker --device cuda on loopback; a bf16 GPT job submitted with the gantry CLI,
-# watched to the end, its checkpoints listed, exported, sampled from. Two halves, as
-# tests/gpu/run.sh, because the GPU host has no gRPC/RocksDB packages:
-#   bash tests/gpu/cluster.sh bundle      here: build, then copy the daemons, the CLIs and the
-#                                         shared libraries they need into .cbundle/ (the build
-#                                         tree's layout, for deploy/local/cluster.sh's
-#                                         GANTRY_BIN), packed as .cbundle.txz
+# watched to the end, its checkpoints listed, exported, sampled from. The GPU host has no
+# gRPC/RocksDB packages, so the daemons and CLIs travel in the GPU suite's bundle
+# (tests/gpu/run.sh bundle puts them under .bundle/build/, the build tree's layout that
+# deploy/local/cluster.sh's GANTRY_BIN names), and tests/gpu/check.sh runs this last:
+#   bash tests/gpu/cluster.sh bundle       here: the same as tests/gpu/run.sh bundle
 #   bash tests/gpu/cluster.sh run [DEVICE] on the GPU host, from the repository root with
-#                                         .cbundle.txz carried: the job on a worker of DEVICE
-#                                         (cuda; cuda-emulated runs the same here, without a
-#                                         GPU, against the build tree)
+#                                          .bundle.txz carried: the job on a worker of DEVICE
+#                                          (cuda; cuda-emulated runs the same here, without a
+#                                          GPU, against the build tree)
 # Each check prints PASS or FAIL; the last line counts them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 source tests/gpu/env.sh
-CB=.cbundle
+B_DIR=.bundle
 case "${1:-}" in
   bundle)
-    bash scripts/build.sh || exit 1
-    rm -rf "$CB" && mkdir -p "$CB/build/lib"
-    for bin in coordinator/gantry-coordinator shardserver/gantry-shardserver worker/gantry-worker cli/gantry \
-               cli/gantry-train; do
-      mkdir -p "$CB/build/$(dirname "$bin")"
-      gpu_bundle_copy "build/$bin" "$CB/build/$(dirname "$bin")" "$CB/build/lib"
-    done
-    strip --strip-unneeded "$CB"/build/*/gantry* "$CB"/build/lib/* 2>/dev/null || true
-    gpu_bundle_pack "$CB"
-    du -sh "$CB" "$CB.txz"
-    echo "carry $CB.txz and run: bash tests/gpu/cluster.sh run"
+    exec bash tests/gpu/run.sh bundle
     ;;
   run)
     DEVICE="${2:-cuda}"
     if [ "$DEVICE" = cuda ]; then
-      gpu_bundle_unpack "$CB"
-      export GANTRY_BIN="$ROOT/$CB/build"
-      gpu_bundle_env "$ROOT/$CB/build/lib"
+      gpu_bundle_unpack "$B_DIR"
+      export GANTRY_BIN="$ROOT/$B_DIR/build"
+      gpu_bundle_env "$ROOT/$B_DIR/lib"
     else
       export GANTRY_BIN="${GANTRY_BIN:-$ROOT/build}"
     fi
@@ -70,7 +59,7 @@ YAML
     trap 'bash deploy/local/cluster.sh stop --dir "$TMP/cluster" >/dev/null 2>&1' EXIT
     source "$TMP/cluster/env"
     check "gantry workers lists the $DEVICE worker" bash -c "'$BIN/gantry' workers | tee /dev/stderr | grep -q '$DEVICE'"
-    timeout 900 "$BIN/gantry" submit "$TMP/job.yaml" --wait >"$TMP/watch.log" 2>&1
+    timeout "${GANTRY_GPU_CLUSTER_TIMEOUT:-600}" "$BIN/gantry" submit "$TMP/job.yaml" --wait >"$TMP/watch.log" 2>&1
     echo "--- the job, watched:"; grep -E "PENDING|RUNNING|placed|step +(1|$((STEPS / 2))|$STEPS)/|committed|SUCCEEDED|FAILED" "$TMP/watch.log" | head -20
     JOB=$(grep -m1 -o 'j-[0-9]*' "$TMP/watch.log")
     check "the job succeeds on the $DEVICE worker" grep -q SUCCEEDED "$TMP/watch.log"

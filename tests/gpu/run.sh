@@ -30,12 +30,20 @@ case "${1:-}" in
       [ -e "$bin" ] || continue
       gpu_bundle_copy "$bin" "$BUNDLE/bin" "$BUNDLE/lib"
     done
+    # The daemons and the CLIs for tests/gpu/cluster.sh, in the build tree's layout (what
+    # deploy/local/cluster.sh's GANTRY_BIN names), sharing lib/ with the tests: one bundle, so
+    # one device call runs the suite, the benchmarks and the cluster job (tests/gpu/check.sh).
+    for bin in coordinator/gantry-coordinator shardserver/gantry-shardserver worker/gantry-worker cli/gantry \
+               cli/gantry-train; do
+      mkdir -p "$BUNDLE/build/$(dirname "$bin")"
+      gpu_bundle_copy "build/$bin" "$BUNDLE/build/$(dirname "$bin")" "$BUNDLE/lib"
+    done
     # Symbols stripped: the bundle with the working tree must fit the 64 MiB a device run carries.
-    strip --strip-unneeded "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null || true
+    strip --strip-unneeded "$BUNDLE"/bin/* "$BUNDLE"/build/*/gantry* "$BUNDLE"/lib/* 2>/dev/null || true
     # (no fixtures: no GPU test reads tests/reference/fixtures)
     gpu_bundle_pack "$BUNDLE"
     du -sh "$BUNDLE" "$BUNDLE.txz"
-    echo "carry $BUNDLE.txz and run: bash tests/gpu/run.sh run; then bash bench/gpu/run.sh"
+    echo "carry $BUNDLE.txz and run there: bash tests/gpu/check.sh --steps 8 (suite, ops, benchmark, cluster job)"
     ;;
   run)
     gpu_bundle_unpack "$BUNDLE"
