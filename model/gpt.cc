@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "kernels/crossentropy.h"
 #include "kernels/encoder.h"
@@ -124,10 +125,6 @@ void GPT::CopyFromWhole(const GPT& whole) {
 }
 
 GemmOperands GPT::GemmWeights(const LayerParams& w, int l) {
-  if (mixed() && config_.moe_layer(l)) {  // the job spec refuses this; a model built directly says so
-    ctx_->Fail(absl::UnimplementedError("a MoE layer in bf16/fp16 is not built yet (fp32 only)"));
-    return {};
-  }
   const float* src[8] = {w.qkvw, w.qkvb, w.projw, w.projb, w.fcw, w.fcb, w.fcprojw, w.fcprojb};
   return working_->Layer(src, LayerTensor(l), gathers());
 }
@@ -340,8 +337,20 @@ float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
   return loss;
 }
 
+bool GPT::Refused() {
+  if (mixed() && config_.moe.num_experts > 0) {  // the job spec refuses this; a model built directly says so
+    ctx_->Fail(absl::UnimplementedError(absl::StrCat("a mixture-of-experts model runs in fp32 only (precision is ",
+                                                     kernels::PrecisionName(ctx_->precision()),
+                                                     "; the experts' 16-bit path is not built yet)")));
+    pending_losses_ = 0;
+    return true;
+  }
+  return false;
+}
+
 void GPT::QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T,
                             float dloss_scale) {
+  if (Refused()) return;
   EnsureActivations(B, T);
   RefreshWorking();
   Select(slot);
@@ -379,6 +388,7 @@ float GPT::ForwardBackward(const int32_t* inputs, const int32_t* targets, int B,
 }
 
 void GPT::RunBackward(int B, int T) {
+  if (Refused()) return;
   const jobspec::ActivationLayout& o = ctx_->off();
   const int C = dims().C, lb = dims().lb, le = dims().le;
   const int BT = B * T, R = tp_->Rows(BT);

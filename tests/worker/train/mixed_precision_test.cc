@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
@@ -375,6 +376,38 @@ TEST_P(LogitsRoomTest, TheBackwardScratchInTheLogitsRoomGivesTheBitsOfRoomsOfIts
         EXPECT_EQ(losses[1], losses[0]);
         EXPECT_EQ(grads[1], grads[0]);
       }
+    }
+  }
+}
+
+// A mixture-of-experts model in 16 bits is not built (the job spec refuses it, naming
+// model.moe). A model built directly so refuses its forward and backward with an error that
+// says why, and runs nothing: before, the dense layers' 16-bit GEMMs met the experts' missing
+// working copies and the cpu GEMM crashed.
+TEST(MoePrecisionTest, AMixtureOfExpertsIn16BitsRefusesToRunAndSaysWhy) {
+  const int B = 2, T = 8, V = 64;
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int i = 0; i < B * T; ++i) in[i] = (37 * i + 3) % V, tg[i] = (53 * i + 1) % V;
+  jobspec::GPTConfig moe{16, V, 2, 2, 16};
+  moe.moe = {4, 2, 1.25, 0.01, 0.001, 1};
+  auto emulated = kernels::CreateBackend(kernels::BackendKind::kCudaEmulated, 0);
+  ASSERT_TRUE(emulated.ok()) << emulated.status();
+  for (kernels::Backend* be : {&kernels::CpuBackend(), emulated->get()}) {
+    for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+      SCOPED_TRACE(::testing::Message() << kernels::PrecisionName(p) << " on backend " << static_cast<int>(be->kind()));
+      model::GPT m(moe, jobspec::ModelShard{}, be);
+      m.InitRandom(5);
+      m.set_precision(p);
+      std::vector<float> before(m.num_params()), after(m.num_params());
+      m.ReadParams(before.data());
+      EXPECT_TRUE(std::isnan(m.ForwardBackward(in.data(), tg.data(), B, T, 1.f)));
+      m.Sync();
+      EXPECT_EQ(m.comm_status().code(), absl::StatusCode::kUnimplemented) << m.comm_status();
+      EXPECT_NE(std::string(m.comm_status().message()).find(absl::StrCat("fp32 only (precision is ", kernels::PrecisionName(p))),
+                std::string::npos)
+          << m.comm_status();
+      m.ReadParams(after.data());
+      EXPECT_EQ(after, before);
     }
   }
 }
