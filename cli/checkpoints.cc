@@ -63,6 +63,20 @@ int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub) {
   for (const auto& srv : ss.shard_servers()) servers.push_back(srv.address());
   std::vector<shardserver::StoredCheckpoint> found = shardserver::ListStoredCheckpoints(servers, job_id, &unreachable);
   for (const auto& u : unreachable) std::fprintf(stderr, "gantry: cannot list checkpoints on %s\n", u.c_str());
+  if (found.empty()) {
+    // Nothing stored: a job the coordinator does not know either is a wrong id, not an empty
+    // listing. (Checkpoints are found on the shard servers by job id alone, so a job whose
+    // checkpoints are stored lists them even where the coordinator no longer has it.)
+    v1::GetJobRequest gr;
+    gr.set_job_id(job_id);
+    v1::Job job;
+    const grpc::Status gs = stub->GetJob(Ctx(o).get(), gr, &job);
+    if (gs.error_code() == grpc::StatusCode::NOT_FOUND) {
+      std::fprintf(stderr, "gantry: NOT_FOUND: job %s not found: the coordinator has no such job, and no shard server "
+                   "holds a checkpoint of it\n", job_id.c_str());
+      return 2;
+    }
+  }
   if (cmd == "checkpoints") {
     if (o.output == "json") {
       v1::ListCheckpointsResponse r;

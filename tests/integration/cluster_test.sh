@@ -51,6 +51,8 @@ check "pipeline parallelism with ZeRO 3 is refused at submit, saying why" bash -
 "$CLI" submit "$TMP/example.yaml" --wait >"$TMP/watch.txt"; rc=$?
 check "example job watched to SUCCEEDED" bash -c "[ $rc -eq 0 ] && grep -q 'j-000001 SUCCEEDED' '$TMP/watch.txt' && grep -q 'step    30/30' '$TMP/watch.txt'"
 check "checkpoints lists steps 10, 20, 30" bash -c "[ \$('$CLI' checkpoints j-000001 | grep -cE '^(10|20|30) ') -eq 3 ]"
+check "checkpoints of a job no one knows: NOT_FOUND naming it, exit 2" bash -c \
+  "'$CLI' checkpoints j-424242 2>'$TMP/nf.txt'; [ \$? -eq 2 ] && grep -q 'NOT_FOUND: job j-424242 not found' '$TMP/nf.txt'"
 check "checkpoints streamed from the workers' memory: no file was written under their work dirs" \
   bash -c "[ -z \"\$(find '$TMP'/cluster/worker[0-9] -type f 2>/dev/null)\" ]"
 "$CLI" export j-000001 --step 30 -o "$TMP/export" >/dev/null
