@@ -83,8 +83,8 @@ class StreamServer {
     size_t max_connections = 1024;
     int backlog = 1024;  // listen(2)'s: connections the kernel holds beyond max_connections
     // Threads that run the loop. With one, a single core makes every connection's read and
-    // write system calls (the kernel's copies out of and into the sockets); 64 workers pushing
-    // at once were 6% slower that way than a thread per connection (docs/perf.md).
+    // write system calls (the kernel's copies out of and into the sockets): on 2 cores one
+    // thread pulled 1.6x slower than two at 8 and 64 workers (docs/perf.md, "On one CPU").
     int threads = 2;
   };
   // Called on the new connection's strand for each accepted connection.

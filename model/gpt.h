@@ -287,10 +287,10 @@ class GPT : private MoeHost {
   GemmOperands GemmWeights(const LayerParams& w, int l);
   // The classifier's weight (this rank's wte rows at W) for its GEMM, likewise.
   kernels::CPtr ClassifierWeight(const float* W) { return working_->Classifier(W, gathers()); }
-  // Mixed precision, ZeRO 0-2: the working copy recast from the parameters when they changed.
   // What this model cannot run (a mixture of experts in 16 bits): true, with the error kept as
   // the model's first (comm_status()), so that a forward or backward runs nothing.
   bool Refused();
+  // Mixed precision, ZeRO 0-2: the working copy recast from the parameters when they changed.
   void RefreshWorking() {
     if (!gathers() && has_param_buffer()) working_->Refresh(params_.data());
   }

@@ -28,7 +28,7 @@ gpu_bundle_copy() {
 # gpu_bundle_pack DIR: DIR packed as DIR.txz. xz, a third smaller than gzip here: the gzip'd
 # bundle (57 MB with the norm tests) no longer fitted the 64 MiB a device run carries with the
 # working tree. At -9 its 64 MiB window spans several binaries, which share most of their code
-# (each links the same static libraries): the bundle with the daemons is 27 MB so, 54 MB at -6.
+# (each links the same static libraries): the bundle with the daemons is 30 MB so (27 on one thread), 54 MB at -6.
 gpu_bundle_pack() {
   XZ_OPT="${XZ_OPT:--9 -T0}" tar -cJf "$1.txz" "$1"
 }
