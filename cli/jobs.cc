@@ -57,6 +57,7 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
         line.SetMoe(r.moe_aux(), r.moe_z(), r.moe_dropped(), r.moe_assignments(),
                     {r.moe_tokens_per_expert().begin(), r.moe_tokens_per_expert().end()});
       }
+      line.notes.assign(r.notes().begin(), r.notes().end());
       std::printf("%s\n", FormatStepLine(line).c_str());
       if (first_step < 0) first_step = r.step();
       if (tty && job.steps_total() > 0) {

@@ -35,6 +35,7 @@ std::string FormatStepLine(const StepLine& s) {
                             100 * s.moe_dropped_fraction, s.moe_load);
   }
   if (!std::isnan(s.val_loss)) line += absl::StrFormat(" | val loss %.4f", s.val_loss);
+  for (const std::string& n : s.notes) line += "\n  note: " + n;
   return line;
 }
 

@@ -514,6 +514,7 @@ std::string ToYaml(const JobSpec& s) {
     if (!a.enabled || a.recompute) kv("recompute", t.recompute);
     kv("precision", t.precision), kv("loss_scale", t.loss_scale);
     kv("loss_scale_window", t.loss_scale_window), kv("grad_reduce_dtype", t.grad_reduce_dtype);
+    kv("deterministic", t.deterministic);
   });
   section("eval", [&] { kv("every", s.eval.every), kv("batches", s.eval.batches); });
   section("checkpoint", [&] {
@@ -628,7 +629,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
                       {"precision", Str(&s.train.precision)},
                       {"loss_scale", Real(&s.train.loss_scale)},
                       {"loss_scale_window", Int(&s.train.loss_scale_window)},
-                      {"grad_reduce_dtype", Str(&s.train.grad_reduce_dtype)}})},
+                      {"grad_reduce_dtype", Str(&s.train.grad_reduce_dtype)},
+                      {"deterministic", Bool(&s.train.deterministic)}})},
        {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
        {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)},
                            {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)},

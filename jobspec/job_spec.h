@@ -55,6 +55,11 @@ struct TrainSpec {
   // reduce-scatter and widens the reduced result back (docs/architecture.md, "Gradient
   // reduction in bf16"). Halves the bytes the reductions send.
   std::string grad_reduce_dtype = "fp32";
+  // On a GPU, attention's backward through cuDNN: its deterministic algorithm (true, the
+  // default: two runs on one GPU give the same bits) or its faster non-deterministic one
+  // (false: atomics, so the bits may differ run to run, within the same bound). The cpu and
+  // the fused kernels are deterministic either way.
+  bool deterministic = true;
   bool operator==(const TrainSpec&) const = default;
 };
 

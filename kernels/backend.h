@@ -27,6 +27,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -53,6 +54,11 @@ class Backend {
   virtual BackendKind kind() const = 0;
   // "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)", "cuda-emulated:1".
   virtual std::string Describe() const = 0;
+  // Where a device library refused a call and the backend took another path (cuDNN without a
+  // plan for an attention graph, cuBLASLt without an algorithm for an epilogue), a line saying
+  // so: each said once (also on stderr when it happens), returned once, oldest first. The
+  // trainer puts them in its step report. None on cpu.
+  virtual std::vector<std::string> TakeNotices() { return {}; }
 
   // --- memory ---
   // bytes of device memory (64-byte aligned at least), or null with the error kept.
@@ -327,6 +333,15 @@ struct BackendOptions {
   // (GqaExpand) nor sums their gradients back (GqaReduce). false: the model does both, around
   // the multi-head attention op (for comparison).
   bool grouped_attention = true;
+  // cuda kinds: cuDNN's deterministic attention backward (true, the default: the same bits run
+  // to run on one GPU) or its non-deterministic one (false; JobSpec's train.deterministic). A
+  // candidate for speed (about 4 ms of GPT-2's step on an H200 by the profile), off until a GPU
+  // has measured it.
+  bool deterministic_attention = true;
+  // cuda kinds: each GEMM shape's cuBLASLt algorithm chosen by timing the heuristic's first few
+  // offers at its first call (the host waits for that once per shape), rather than taking its
+  // first. A candidate for speed, off until a GPU has measured it.
+  bool gemm_autotune = false;
 };
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, int device = 0,
                                                        const BackendOptions& options = {});

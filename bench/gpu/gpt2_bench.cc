@@ -75,6 +75,14 @@ int Main(int argc, char** argv) {
       const std::string v = argv[i + 1];
       ok = v == "on" || v == "off";
       options.grouped_attention = v == "on";
+    } else if (a == "--deterministic-attention") {  // off: cuDNN's non-deterministic backward
+      const std::string v = argv[i + 1];
+      ok = v == "on" || v == "off";
+      options.deterministic_attention = v == "on";
+    } else if (a == "--gemm-autotune") {  // on: each GEMM shape's algorithm timed among the heuristic's offers
+      const std::string v = argv[i + 1];
+      ok = v == "on" || v == "off";
+      options.gemm_autotune = v == "on";
     } else if (a == "--attention") {
       auto path = kernels::ParseAttentionPath(argv[i + 1]);
       ok = path.ok();
@@ -83,7 +91,7 @@ int Main(int argc, char** argv) {
     if (!ok) {
       std::fprintf(stderr,
                    "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention auto|cudnn|fused|reference] [--bias-epilogue on|off] [--gelu-epilogue on|off]\n"
-                   "                  [--grouped-attention on|off]\n"
+                   "                  [--grouped-attention on|off] [--deterministic-attention on|off] [--gemm-autotune on|off]\n"
                    "                  [--arch gpt2|llama] [--precision bf16|fp32] [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
       return 2;
     }

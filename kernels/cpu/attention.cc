@@ -119,10 +119,10 @@ float* ThreadScratch(size_t floats) {
 
 }  // namespace
 
-void attention_forward(Ptr out, float* att, CPtr qkv, int B, int T, int C, int NH, Precision prec) {
+void attention_forward(Ptr out, float* att, CPtr qkv, int B, int T, int C, int NH, Precision prec, float scale) {
   // qkv (B,T,3C) → out (B,T,C), att (B,NH,T,T)
   const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  if (scale == 0.f) scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int C3 = 3 * C;
   elem::With(out.type, [&](auto e) {
     using E = decltype(e);
@@ -149,10 +149,10 @@ void attention_forward(Ptr out, float* att, CPtr qkv, int B, int T, int C, int N
 }
 
 void attention_backward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, const float* att, int B, int T, int C,
-                        int NH) {
+                        int NH, float scale) {
   // dout (B,T,C) → dqkv (B,T,3C)
   const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  if (scale == 0.f) scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int C3 = 3 * C;
   elem::With(dqkv.type, [&](auto e) {
     using E = decltype(e);
@@ -183,9 +183,10 @@ void attention_backward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, const flo
   });
 }
 
-void attention_lse(float* lse, const float* qkv, int B, int T, int C, int NH) {
+void attention_lse(float* lse, const float* qkv, int B, int T, int C, int NH, float scale_f) {
+  // qkv (B,T,3C) → lse (B,NH,T)
   const int hs = C / NH;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  const double scale = scale_f != 0.f ? static_cast<double>(scale_f) : 1.0 / std::sqrt(static_cast<double>(hs));
   std::vector<double> s(static_cast<size_t>(T));
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 #include "kernels/cuda/backend.h"
 
 #include <algorithm>
@@ -100,9 +101,7 @@ class Cuda final : public kernels::Backend {
     return NewBackend(ctx_->device(), options_);
   }
   absl::Status BindThread() override {
-    if (cudaError_t e = cudaSetDevice(ctx_->device()); e != cudaSuccess) {
-      return absl::InternalError(absl::StrCat(name_, ": cudaSetDevice failed: ", cudaGetErrorName(e)));
-    }
+    GPU_RETURN_IF_ERROR(cudaSetDevice(ctx_->device()));
     return absl::OkStatus();
   }
   // A backend is driven by one thread at a time (a rank's), as its context's current stream
@@ -276,11 +275,8 @@ class Cuda final : public kernels::Backend {
     }
     bool take = false;
     if (!Keep(ByCudnn("AttentionForward", qkv, B, T, C, NH, NH, p, &take))) return;
-    if (take) {
-      Keep(cudnn_->Forward(ctx_->stream(), out, state, qkv, B, T, C, NH, NH));
-    } else {
-      Keep(FlashAttentionForward(*ctx_, out, state, qkv, B, T, C, NH, bits));
-    }
+    if (take && Refused(cudnn_->Forward(ctx_->stream(), out, state, qkv, B, T, C, NH, NH))) take = false;
+    if (!take) Keep(FlashAttentionForward(*ctx_, out, state, qkv, B, T, C, NH, bits));
   }
   void AttentionBackward(kernels::Ptr dqkv, float*, kernels::CPtr dout, kernels::CPtr qkv, kernels::CPtr out,
                          const float* state, int B, int T, int C, int NH, kernels::Precision p) override {
@@ -293,19 +289,44 @@ class Cuda final : public kernels::Backend {
     }
     bool take = false;
     if (!Keep(ByCudnn("AttentionBackward", qkv, B, T, C, NH, NH, p, &take))) return;
-    if (take) {
-      Keep(cudnn_->Backward(ctx_->stream(), dqkv, dout, qkv, out, state, B, T, C, NH, NH));
-    } else if (float* s = Scratch(FlashAttentionBackwardScratch(B, T, C, NH))) {
+    if (take && Refused(cudnn_->Backward(ctx_->stream(), dqkv, dout, qkv, out, state, B, T, C, NH, NH))) take = false;
+    if (take) return;
+    // (the fused kernels' backward reads the statistics either forward wrote: the same lse)
+    if (float* s = Scratch(FlashAttentionBackwardScratch(B, T, C, NH))) {
       Keep(FlashAttentionBackward(*ctx_, dqkv, s, dout, qkv, out, state, B, T, C, NH));
     }
   }
   // Grouped calls: cuDNN's SDPA with K and V of NKV heads where it takes them; NKV = NH: the
   // attention op (the same rows); else refused, naming why (the model repeats the heads itself).
+  // cuDNN is asked for both graphs' plans here, when the model lays out its activations: one it
+  // will not plan (grouped heads with the deterministic backward on some GPUs) makes the model
+  // repeat the key/value heads instead (the first fallback; the second, the fused kernels, is
+  // AttentionForward's and AttentionBackward's), said once.
   bool TakesGroupedAttention(int B, int T, int NH, int NKV, int hd, kernels::Precision p) const override {
     // (Takes reads the tensors' type, not their data.)
-    return options_.grouped_attention && fused_ && cudnn_ != nullptr &&
-           CudnnAttention::Takes(kernels::CPtr(nullptr, p), B, T, NH * hd, NH, NKV, p).ok();
+    if (!options_.grouped_attention || !fused_ || cudnn_ == nullptr ||
+        !CudnnAttention::Takes(kernels::CPtr(nullptr, p), B, T, NH * hd, NH, NKV, p).ok()) {
+      return false;
+    }
+    if (NKV == NH) return true;
+    for (bool backward : {false, true}) {
+      const absl::Status st = cudnn_->Supports(backward, p, B, T, NH, NKV, hd);
+      if (st.ok()) continue;
+      if (!absl::IsUnimplemented(st)) {
+        ctx_->Notice(absl::StrCat("grouped:", st.message()),
+                     absl::StrCat(name_, ": grouped-query attention through cuDNN failed (", st.message(),
+                                  "); the key/value heads are repeated to the query heads instead"));
+        return false;
+      }
+      ctx_->Notice(absl::StrCat("grouped:", B, ":", T, ":", NH, ":", NKV, ":", hd, ":", kernels::PrecisionName(p)),
+                   absl::StrCat(name_, ": ", st.message(),
+                                "; the key/value heads are repeated to the query heads around the attention "
+                                "(GqaExpand, GqaReduce) instead"));
+      return false;
+    }
+    return true;
   }
+  std::vector<std::string> TakeNotices() override { return ctx_->TakeNotices(); }
   void GroupedAttentionForward(kernels::Ptr out, float* state, kernels::CPtr qkv, int B, int T, int NH, int NKV,
                                int hd, kernels::Precision p) override {
     if (!Types("GroupedAttentionForward", {out, qkv})) return;
@@ -395,7 +416,7 @@ class Cuda final : public kernels::Backend {
     return false;
   }
   bool Check(cudaError_t e, const char* what) {
-    if (e == cudaSuccess) return true;
+    if (GpuOk(e)) return true;
     // The runtime also left the error as the thread's last one: taken, so that a later
     // launch's cudaGetLastError does not report it as its own (it is kept here).
     (void)cudaGetLastError();
@@ -416,6 +437,19 @@ class Cuda final : public kernels::Backend {
     }
     if (options_.attention != kernels::AttentionPath::kCudnn) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(op, " (attention path cudnn): ", st.message()));
+  }
+  // Whether a cuDNN call's status is its refusal to plan the graph (UNIMPLEMENTED) and the
+  // fused kernels should run instead: with the attention path auto, said once per shape; with
+  // cudnn it is the call's error. Any other error is kept. False when st is OK.
+  bool Refused(const absl::Status& st) {
+    if (st.ok()) return false;
+    if (!absl::IsUnimplemented(st) || options_.attention == kernels::AttentionPath::kCudnn) {
+      Keep(st);
+      return false;
+    }
+    ctx_->Notice(std::string(st.message()),
+                 absl::StrCat(name_, ": ", st.message(), "; that attention runs on Gantry's fused kernels instead"));
+    return true;
   }
   // OK where cuDNN runs a grouped call (NKV < NH); else INVALID_ARGUMENT naming why: only cuDNN's
   // SDPA takes K and V with fewer heads than Q here (the fused and reference paths read
@@ -484,7 +518,7 @@ class Cuda final : public kernels::Backend {
 
 int DeviceCount() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+  if (!GpuOk(cudaGetDeviceCount(&count))) {  // a probe: no device is an answer, not an error
     (void)cudaGetLastError();
     return 0;
   }
@@ -493,7 +527,7 @@ int DeviceCount() {
 
 absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const kernels::BackendOptions& options) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+  if (!GpuOk(cudaGetDeviceCount(&count)) || device < 0 || device >= count) {
     return absl::UnavailableError(absl::StrCat(kernels::BackendKindName(kKind), ":", device, ": ", count,
                                                " device(s) visible"));
   }
@@ -501,6 +535,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const k
   if (!ctx.ok()) return ctx.status();
   (*ctx)->set_bias_epilogue(options.bias_epilogue);
   (*ctx)->set_gelu_epilogue(options.gelu_epilogue);
+  (*ctx)->set_gemm_autotune(options.gemm_autotune);
   cudaDeviceProp prop{};
   GPU_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
   std::string name = absl::StrCat(kernels::BackendKindName(kKind), ":", device);
@@ -511,7 +546,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> NewBackend(int device, const k
   // cannot load it says so once, on stderr, and runs the fused kernels).
   std::unique_ptr<CudnnAttention> cudnn;
   if (options.attention == kernels::AttentionPath::kAuto || options.attention == kernels::AttentionPath::kCudnn) {
-    auto made = CudnnAttention::Create();
+    auto made = CudnnAttention::Create(options.deterministic_attention);
     if (made.ok()) {
       cudnn = std::move(*made);
     } else if (options.attention == kernels::AttentionPath::kCudnn) {

@@ -1,5 +1,9 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/ns.h"
+
+#include <cstdio>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
@@ -42,6 +46,18 @@ absl::Status Context::SetStream(cudaStream_t s) {
 absl::Status Context::Synchronize() const {
   GPU_RETURN_IF_ERROR(cudaStreamSynchronize(own_stream_));
   return absl::OkStatus();
+}
+
+void Context::Notice(const std::string& key, const std::string& text) {
+  std::lock_guard<std::mutex> l(notices_mu_);
+  if (!noticed_.insert(key).second) return;
+  std::fprintf(stderr, "%s\n", text.c_str());
+  untaken_.push_back(text);
+}
+
+std::vector<std::string> Context::TakeNotices() {
+  std::lock_guard<std::mutex> l(notices_mu_);
+  return std::exchange(untaken_, {});
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The per-device state the CUDA ops share: the stream they run on, the cuBLAS and cuBLASLt
 // handles, cuBLASLt's workspace and a small scratch buffer for the kernels' partial sums.
 // Everything is allocated once, at Create: no op allocates.
@@ -6,6 +7,10 @@
 #include "kernels/cuda/runtime.h"
 
 #include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -48,9 +53,21 @@ class Context {
   // (kernels/cuda/matmul.cu; BackendOptions::gelu_epilogue). Off unless set.
   bool gelu_epilogue() const { return gelu_epilogue_; }
   void set_gelu_epilogue(bool on) { gelu_epilogue_ = on; }
+  // Whether each GEMM shape's plan times the first few algorithms cuBLASLt's heuristic offers and
+  // keeps the fastest (kernels/cuda/matmul.cu; BackendOptions::gemm_autotune), rather than taking
+  // its first. Off unless set.
+  bool gemm_autotune() const { return gemm_autotune_; }
+  void set_gemm_autotune(bool on) { gemm_autotune_ = on; }
   // The GEMMs' plans, made on first use and kept with the context (matmul.cu fills it): a
   // GEMM of a shape already seen asks cuBLASLt's heuristic nothing and creates no descriptor.
   MatmulPlans*& matmul_plans() { return matmul_plans_; }
+  // A library's refusal and the path taken instead (cuDNN without a plan for an attention
+  // graph, cuBLASLt without an algorithm for an epilogue): the first notice of each key is
+  // written to stderr (the process's log) and kept for TakeNotices (the step report); later
+  // ones of that key are dropped, so each is said once per context.
+  void Notice(const std::string& key, const std::string& text);
+  // The notices not yet taken, oldest first.
+  std::vector<std::string> TakeNotices();
 
  private:
   Context() = default;
@@ -65,6 +82,10 @@ class Context {
   MatmulPlans* matmul_plans_ = nullptr;  // DeleteMatmulPlans at destruction
   bool bias_epilogue_ = false;
   bool gelu_epilogue_ = false;
+  bool gemm_autotune_ = false;
+  std::mutex notices_mu_;
+  std::set<std::string> noticed_;        // the keys said
+  std::vector<std::string> untaken_;     // their texts, for TakeNotices
 };
 
 }  // namespace gantry::GANTRY_CUDA_NS

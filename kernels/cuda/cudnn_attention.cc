@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The cuDNN attention path (cudnn_attention.h): the only translation unit that includes
 // cudnn-frontend. Built twice, as every kernels/cuda source: for the GPU against NVIDIA's
 // frontend in its dynamic-loading mode, and for cuda-emulated against the stand-in of the
@@ -149,6 +150,7 @@ struct CudnnAttention::Impl {
   };
   cudnnHandle_t handle = nullptr;
   size_t version = 0;
+  bool deterministic = true;  // the backward's algorithm
   std::map<Key, Plan> plans;
 
   ~Impl() {
@@ -163,9 +165,35 @@ struct CudnnAttention::Impl {
     }
   }
 
-  // The graph of key, built (and its workspace allocated) on first use.
+  // Graphs cuDNN would not plan, with its words (UNIMPLEMENTED): asked once.
+  std::map<Key, absl::Status> refused;
+
+  // The graph of key, built (and its workspace allocated) on first use; UNIMPLEMENTED where
+  // cuDNN refuses to validate, build or plan it (remembered).
   absl::StatusOr<Plan*> Get(const Key& key) {
     if (auto it = plans.find(key); it != plans.end()) return &it->second;
+    if (auto it = refused.find(key); it != refused.end()) return it->second;
+    absl::StatusOr<std::shared_ptr<Graph>> g = Build(key);
+    if (!g.ok()) {
+      const auto [backward, type, B, T, NH, NKV, hs] = key;
+      absl::Status no = absl::UnimplementedError(absl::StrCat(
+          "cuDNN has no plan for the attention ", backward ? "backward" : "forward", " of B ", B, " T ", T, ", ", NH,
+          " query heads over ", NKV, " key/value heads of ", hs, ", ", kernels::PrecisionName(type), ": ",
+          g.status().message()));
+      refused.emplace(key, no);
+      return no;
+    }
+    Plan plan;
+    plan.graph = std::move(*g);
+    GPU_RETURN_IF_ERROR(plan.graph->get_workspace_size(plan.workspace_bytes));
+    if (plan.workspace_bytes > 0) {
+      GPU_RETURN_IF_ERROR(cudaMalloc(&plan.workspace, static_cast<size_t>(plan.workspace_bytes)));
+    }
+    return &plans.emplace(key, std::move(plan)).first->second;
+  }
+
+  // The graph of key, validated, built and planned (cuDNN's refusal as its error).
+  absl::StatusOr<std::shared_ptr<Graph>> Build(const Key& key) {
     const auto [backward, type, B, T, NH, NKV, hs] = key;
     // Q's heads, and the packed q|k|v rows' width: K and V have NKV heads each.
     const int64_t C = int64_t{NH} * hs, W = int64_t{NH + 2 * NKV} * hs;
@@ -194,7 +222,7 @@ struct CudnnAttention::Impl {
                          .set_name("gantry_attention_backward")
                          .set_causal_mask(true)
                          .set_attn_scale(scale)
-                         .set_deterministic_algorithm(true);
+                         .set_deterministic_algorithm(deterministic);
       auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
       // dK and dV of the key/value heads: cuDNN sums each over the query heads of its group.
       dq->set_output(true).set_uid(kDQ).set_dim({B, NH, T, hs}).set_stride({T * W, hs, W, 1});
@@ -206,13 +234,7 @@ struct CudnnAttention::Impl {
     GPU_RETURN_IF_ERROR(g->create_execution_plans({fe::HeurMode_t::A}));
     GPU_RETURN_IF_ERROR(g->check_support());
     GPU_RETURN_IF_ERROR(g->build_plans());
-    Plan plan;
-    plan.graph = std::move(g);
-    GPU_RETURN_IF_ERROR(plan.graph->get_workspace_size(plan.workspace_bytes));
-    if (plan.workspace_bytes > 0) {
-      GPU_RETURN_IF_ERROR(cudaMalloc(&plan.workspace, static_cast<size_t>(plan.workspace_bytes)));
-    }
-    return &plans.emplace(key, std::move(plan)).first->second;
+    return g;
   }
 
   absl::Status Run(cudaStream_t stream, const Key& key, std::unordered_map<int64_t, void*>& pack) {
@@ -226,8 +248,9 @@ struct CudnnAttention::Impl {
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;
 
-absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create() {
+absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create(bool deterministic) {
   auto impl = std::make_unique<Impl>();
+  impl->deterministic = deterministic;
   RETURN_IF_ERROR(LoadLibraryOnce(&impl->version));
   try {
     if (auto st = fe::detail::create_handle(&impl->handle); st != 0) {
@@ -247,6 +270,15 @@ std::string CudnnAttention::Describe() const {
 }
 
 int CudnnAttention::graphs() const { return static_cast<int>(impl_->plans.size()); }
+
+absl::Status CudnnAttention::Supports(bool backward, kernels::Precision type, int B, int T, int NH, int NKV, int hs) {
+  RETURN_IF_ERROR(Takes(kernels::CPtr(nullptr, type), B, T, NH * hs, NH, NKV, type));
+  try {
+    return impl_->Get({backward, type, B, T, NH, NKV, hs}).status();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("cuDNN attention ", backward ? "backward" : "forward", ": ", e.what()));
+  }
+}
 
 absl::Status CudnnAttention::Takes(kernels::CPtr qkv, int B, int T, int C, int NH, int NKV,
                                    kernels::Precision weights) {

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Causal self-attention through cuDNN's fused scaled-dot-product-attention graphs (NVIDIA's
 // cudnn-frontend, tensor cores): the fast path of 16-bit calls on a GPU. The fused kernels
 // (flash_attention.cuh) stay the fp32 path and the exact reference.
@@ -14,7 +15,9 @@
 //
 // cuDNN is loaded at run time (the frontend's dynamic loading), so every binary runs where it
 // is absent: Create then fails, naming the library. Graphs are built once per shape and kept.
-// The backward is cuDNN's deterministic one: two runs on one GPU give the same bits.
+// The backward is cuDNN's deterministic one unless Create is told otherwise: two runs on one
+// GPU give the same bits. A graph
+// cuDNN has no plan for is refused as UNIMPLEMENTED (Supports), once per shape.
 //
 // One source for both builds (kernels/cuda/runtime.h): with GANTRY_CUDA_EMULATED the same
 // wrapper calls the emulated stand-in of the frontend (kernels/emulated/cudnn_frontend.h),
@@ -40,7 +43,9 @@ class CudnnAttention {
   // the file that GANTRY_CUDNN_LIBRARY names) and makes a handle for the current device.
   // FAILED_PRECONDITION naming the library and the loader's words where it cannot be loaded,
   // or where it is older than cuDNN 9.
-  static absl::StatusOr<std::unique_ptr<CudnnAttention>> Create();
+  // deterministic: the backward's algorithm (cuDNN's deterministic one, or its faster one
+  // whose atomics may change the bits run to run).
+  static absl::StatusOr<std::unique_ptr<CudnnAttention>> Create(bool deterministic = true);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
@@ -59,6 +64,14 @@ class CudnnAttention {
   // dout (B,T,C), qkv, out, lse → dqkv (B,T,(NH + 2 NKV)·hs) overwritten.
   absl::Status Backward(cudaStream_t stream, kernels::Ptr dqkv, kernels::CPtr dout, kernels::CPtr qkv,
                         kernels::CPtr out, const float* lse, int B, int T, int C, int NH, int NKV);
+  // OK where cuDNN builds a plan for the forward (backward false) or backward graph of these
+  // shapes (head size hs, NKV key/value heads); else the refusal, UNIMPLEMENTED with cuDNN's
+  // words ("no plan"). The graph is built once and kept (a refusal is remembered too), so
+  // asking again, and Forward/Backward of the same shapes, costs a lookup. Forward and
+  // Backward answer UNIMPLEMENTED the same way for a graph cuDNN will not plan: the caller may
+  // take another path (kernels/cuda/backend.cc falls back to the fused kernels); any other
+  // error is one.
+  absl::Status Supports(bool backward, kernels::Precision type, int B, int T, int NH, int NKV, int hs);
   // Graphs built so far (one per shape, grouping, type and direction).
   int graphs() const;
 

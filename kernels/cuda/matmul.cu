@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Matmul through cuBLASLt with fp32 accumulation (CUBLAS_COMPUTE_32F): fp32 inputs without
 // TF32 (the CPU twin, kernels/cpu/matmul.cc, is the reference), or bf16 / fp16 inputs
 // (CUDA_R_16BF / CUDA_R_16F), whose products are exact in fp32. The output D is fp32 or of the
@@ -26,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -103,6 +105,14 @@ __global__ void AddBiasRound8Kernel(typename E::T* out, typename E::T* gelu, con
   }
 }
 
+// d (rows, OC) of E's type := d + bias (OC) of E's type, in fp32, rounded to E's type: cuBLASLt's
+// bias epilogue on a GPU (the product already stored, then the bias), where it has no algorithm.
+template <typename E>
+__global__ void AddBiasInPlaceKernel(typename E::T* d, const typename E::T* bias, int64_t n, int OC) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) d[i] = E::St(E::Ld(d[i]) + E::Ld(bias[i % OC]));
+}
+
 // acc (n) fp32 += d (n) of E's type, widened.
 template <typename E>
 __global__ void AddWidenedKernel(float* acc, const typename E::T* d, int64_t n) {
@@ -178,7 +188,12 @@ struct PlanKey {
 struct Plan {
   LtDescriptors l;
   cublasLtMatmulAlgo_t algo;
+  // Context::gemm_autotune: the heuristic's other offers, timed at the first call that may
+  // overwrite D (beta 0), then cleared; algo is the fastest of them.
+  std::vector<cublasLtMatmulAlgo_t> untimed;
 };
+// How many of the heuristic's algorithms Context::gemm_autotune times per shape.
+constexpr int kTunedAlgorithms = 4;
 
 }  // namespace
 
@@ -238,19 +253,35 @@ absl::Status MakePlan(Context& ctx, const PlanKey& key, Plan& plan, bool& found_
                                                               &key.align_d, sizeof(key.align_d)));
   GPU_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                               &key.align_d, sizeof(key.align_d)));
-  cublasLtMatmulHeuristicResult_t h;
+  cublasLtMatmulHeuristicResult_t h[kTunedAlgorithms];
   int found = 0;
-  GPU_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), l.op, l.a, l.b, l.d, l.d, l.pref, 1, &h, &found));
+  const int asked = ctx.gemm_autotune() ? kTunedAlgorithms : 1;
+  GPU_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), l.op, l.a, l.b, l.d, l.d, l.pref, asked, h, &found));
   found_one = found > 0;
-  if (found_one) plan.algo = h.algo;
+  if (found_one) plan.algo = h[0].algo;
+  for (int i = 1; i < found; ++i) {
+    if (h[i].state == CUBLAS_STATUS_SUCCESS) plan.untimed.push_back(h[i].algo);
+  }
+  if (!plan.untimed.empty()) plan.untimed.insert(plan.untimed.begin(), h[0].algo);
   return absl::OkStatus();
 }
 
-bool Fused(int epilogue) { return epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogue != CUBLASLT_EPILOGUE_BIAS; }
+const char* EpilogueName(int epilogue) {
+  switch (epilogue) {
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_BGRADA: return "BGRADA";
+    case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+    default: return "DEFAULT";
+  }
+}
 
-// The plan of key (descriptors made and the heuristic asked once per context and key). A fused
-// epilogue's key that cuBLASLt refuses or has no algorithm for is remembered as null (the caller
-// takes its unfused path); any other is an error.
+// The plan of key (descriptors made and the heuristic asked once per context and key). An
+// epilogue's key (the bias's or a fused one's) that cuBLASLt refuses or has no algorithm for is
+// remembered as null, and said once per epilogue (Context::Notice): the caller takes its path
+// without the epilogue. A plain GEMM's refusal is an error.
 absl::StatusOr<Plan*> PlanOf(Context& ctx, const PlanKey& key) {
   MatmulPlans*& plans = ctx.matmul_plans();
   if (plans == nullptr) plans = new MatmulPlans;
@@ -258,15 +289,67 @@ absl::StatusOr<Plan*> PlanOf(Context& ctx, const PlanKey& key) {
   auto plan = std::make_unique<Plan>();
   bool found = false;
   const absl::Status made = MakePlan(ctx, key, *plan, found);
-  if (Fused(key.epilogue) && (!made.ok() || !found)) plan = nullptr;
-  else if (!made.ok()) return made;
-  else if (!found) {
+  if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (!made.ok() || !found)) {
+    plan = nullptr;
+    const char* name = EpilogueName(key.epilogue);
+    ctx.Notice(absl::StrCat("cublaslt-epilogue:", name),
+               absl::StrCat("cuBLASLt has no algorithm for its ", name, " epilogue (first at m ", key.m, " n ", key.n,
+                            " k ", key.k, ", ", kernels::PrecisionName(key.ab), " inputs, a ",
+                            kernels::PrecisionName(key.dt), " output",
+                            made.ok() ? "" : absl::StrCat(": ", made.message()),
+                            "); those GEMMs run without it, and Gantry's kernels do its work"));
+  } else if (!made.ok()) {
+    return made;
+  } else if (!found) {
     return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for ", kernels::PrecisionName(key.ab),
                                                  " inputs and a ", kernels::PrecisionName(key.dt), " output, m ",
                                                  key.m, " n ", key.n, " k ", key.k, key.ta ? " A^T" : "",
                                                  key.tb ? " B^T" : "", key.epilogue != CUBLASLT_EPILOGUE_DEFAULT ? " with bias" : ""));
   }
   return plans->plans.emplace(key, std::move(plan)).first->second.get();
+}
+
+// Context::gemm_autotune: each of the plan's untimed algorithms run on these operands (D, the
+// aux and the bias gradient overwritten: the caller's GEMM then writes them again), once to
+// warm up and three times timed by events on the stream, and the fastest kept as plan.algo.
+// The host waits for the timings: once per shape, at its first call.
+absl::Status TimeAlgorithms(Context& ctx, Plan& plan, const Epilogue& e, const void* A, const void* B, void* D) {
+  if (e.bias != nullptr) {
+    GPU_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan.l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
+  }
+  if (e.aux != nullptr) {
+    GPU_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan.l.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  GPU_RETURN_IF_ERROR(cudaEventCreate(&start));
+  absl::Status st = [&]() -> absl::Status {
+    GPU_RETURN_IF_ERROR(cudaEventCreate(&stop));
+    const float alpha = 1.f, beta = 0.f;
+    float best = 0.f;
+    for (size_t i = 0; i < plan.untimed.size(); ++i) {
+      const cublasLtMatmulAlgo_t& algo = plan.untimed[i];
+      auto run = [&]() -> absl::Status {
+        GPU_RETURN_IF_ERROR(cublasLtMatmul(ctx.lt(), plan.l.op, &alpha, A, plan.l.a, B, plan.l.b, &beta, D, plan.l.d,
+                                              D, plan.l.d, &algo, ctx.lt_workspace(), ctx.lt_workspace_bytes(),
+                                              ctx.stream()));
+        return absl::OkStatus();
+      };
+      if (!run().ok()) continue;  // an offer that fails on these operands is not chosen
+      GPU_RETURN_IF_ERROR(cudaEventRecord(start, ctx.stream()));
+      for (int r = 0; r < 3; ++r) RETURN_IF_ERROR(run());
+      GPU_RETURN_IF_ERROR(cudaEventRecord(stop, ctx.stream()));
+      GPU_RETURN_IF_ERROR(cudaEventSynchronize(stop));
+      float ms = 0.f;
+      GPU_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
+      if (i == 0 || ms < best) best = ms, plan.algo = algo;
+    }
+    return absl::OkStatus();
+  }();
+  cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  return st;
 }
 
 // Column-major D (m, n) = op(A) @ op(B) + beta * D, then the epilogue e, A and B of type ab, D
@@ -294,6 +377,10 @@ absl::StatusOr<bool> TryGemm(Context& ctx, bool ta, bool tb, int m, int n, int k
                     e.aux != nullptr ? Alignment(e.aux) : 0};
   ASSIGN_OR_RETURN(Plan * plan, PlanOf(ctx, key));
   if (plan == nullptr) return false;
+  if (!plan->untimed.empty()) {
+    if (beta == 0.f) RETURN_IF_ERROR(TimeAlgorithms(ctx, *plan, e, A, B, D));  // else the heuristic's first stays
+    plan->untimed.clear();
+  }
   if (e.bias != nullptr) {
     GPU_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan->l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
@@ -309,11 +396,25 @@ absl::StatusOr<bool> TryGemm(Context& ctx, bool ta, bool tb, int m, int n, int k
   return true;
 }
 
-// The same without a fused epilogue (none, or the bias): always runs.
+// The same without a fused epilogue (none, or the bias): always runs. Where cuBLASLt has no
+// algorithm for the bias epilogue, the plain product then AddBiasInPlaceKernel: the bias added
+// to D as stored (a 16-bit D rounded twice), as the epilogue computes (the top of this file).
 absl::Status Gemm(Context& ctx, bool ta, bool tb, int m, int n, int k, const void* A, int lda, const void* B, int ldb,
                   Precision ab, void* D, int ldd, Precision dt, float beta, const void* bias) {
   const Epilogue e{bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr};
-  return TryGemm(ctx, ta, tb, m, n, k, A, lda, B, ldb, ab, D, ldd, dt, beta, e).status();
+  ASSIGN_OR_RETURN(const bool ran, TryGemm(ctx, ta, tb, m, n, k, A, lda, B, ldb, ab, D, ldd, dt, beta, e));
+  if (ran) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool plain, TryGemm(ctx, ta, tb, m, n, k, A, lda, B, ldb, ab, D, ldd, dt, beta, Epilogue{}));
+  if (!plain) return absl::InternalError("Gemm: the plain GEMM has no plan");  // (PlanOf errs first)
+  if (ldd != m) return absl::InvalidArgumentError("Gemm: the bias's fallback needs D packed (ldd == m)");
+  return WithType(dt, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    const int64_t total = static_cast<int64_t>(m) * n;
+    GANTRY_LAUNCH(AddBiasInPlaceKernel<E>, CeilDiv(total, 256), 256, 0, ctx.stream())(
+        static_cast<typename E::T*>(D), static_cast<const typename E::T*>(bias), total, m);
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
 }
 
 absl::Status CheckShape(const char* op, int N, int C, int OC) {

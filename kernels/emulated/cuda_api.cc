@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -542,8 +543,13 @@ bool EpilogueArgsValid(const EmuLtMatmulDesc& op, const EmuLtLayout& d) {
   return op.aux_ld % 8 == 0 && op.aux_ld >= static_cast<int64_t>(std::max<uint64_t>(1, d.rows));
 }
 
-// cuBLASLt's GELU (tanh form) and its derivative, as the emulation computes them in fp32 on the
-// accumulator. Which formula and which tanh a GPU's epilogue uses has yet to be measured.
+// cuBLASLt's GELU and its derivative, as the emulation computes them in fp32 on the accumulator.
+// cuBLASLt documents the epilogue as "x := GELU(x)" and names no formula; NVIDIA's own users of
+// it (Transformer Engine's fused MLP, llm.c) pair it with GELU's tanh form,
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), which is written out here on its own (not the
+// model's kernel, kernels/gelu.h), so that the emulation is not checked against itself. The erf
+// form differs by up to 4.7e-4; which one and which tanh a GPU's epilogue uses is measured by
+// the GPU suite (backend_ops_test's TheGeluAndBiasGradEpiloguesMatchTheCpuBackend on cuda).
 float LtGelu(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   return 0.5f * x * (1.f + std::tanh(u));
@@ -625,14 +631,24 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   if (!LtShapesAgree(*desc, *a, *b, *c, *d)) return CUBLAS_STATUS_INVALID_VALUE;
   if (!LtTypesSupported(*a, *b, *c, *d)) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (!EpilogueArgsValid(*desc, *d)) return CUBLAS_STATUS_INVALID_VALUE;
-  std::memset(results, 0, sizeof(*results));
-  for (int i = 0; i < 4; ++i) results->algo.data[i] = pref->min_alignment[i];  // what the algorithm assumes
-  // The bias's and the aux's: those of the pointers set now (cuBLASLt reads them for that alone).
-  if (UsesBias(desc->epilogue)) results->algo.data[4] = AlignmentOf(desc->bias);
-  if (GeluEpilogue(desc->epilogue)) results->algo.data[5] = AlignmentOf(desc->aux);
-  results->state = CUBLAS_STATUS_SUCCESS;
-  results->wavesCount = 1.f;
-  *returned = 1;
+  if (NoAlgorithmFor(desc->epilogue)) {
+    *returned = 0;
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  // Up to three offers (as a GPU's heuristic offers several), which compute alike here.
+  const int offers = std::min(requested, 3);
+  for (int o = 0; o < offers; ++o) {
+    cublasLtMatmulHeuristicResult_t* r = results + o;
+    std::memset(r, 0, sizeof(*r));
+    for (int i = 0; i < 4; ++i) r->algo.data[i] = pref->min_alignment[i];  // what the algorithm assumes
+    // The bias's and the aux's: those of the pointers set now (cuBLASLt reads them for that alone).
+    if (UsesBias(desc->epilogue)) r->algo.data[4] = AlignmentOf(desc->bias);
+    if (GeluEpilogue(desc->epilogue)) r->algo.data[5] = AlignmentOf(desc->aux);
+    r->algo.data[6] = static_cast<uint64_t>(o);  // which offer
+    r->state = CUBLAS_STATUS_SUCCESS;
+    r->wavesCount = 1.f;
+  }
+  *returned = offers;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -716,5 +732,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
 }
 
 uint64_t LtMatmulsRun(cublasLtEpilogue_t e) { return LtRuns(e).load(); }
+
+bool NoAlgorithmFor(cublasLtEpilogue_t e) {
+  const char* v = std::getenv(kNoAlgorithmVariable);
+  if (v == nullptr) return false;
+  const char* name = nullptr;
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: name = "default"; break;
+    case CUBLASLT_EPILOGUE_BIAS: name = "bias"; break;
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: name = "gelu_aux_bias"; break;
+    case CUBLASLT_EPILOGUE_DGELU: name = "dgelu"; break;
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: name = "dgelu_bgrad"; break;
+    case CUBLASLT_EPILOGUE_BGRADA: name = "bgrada"; break;
+    case CUBLASLT_EPILOGUE_BGRADB: name = "bgradb"; break;
+  }
+  const bool fused = e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS;
+  const std::string list = std::string(",") + v + ",";
+  return (name != nullptr && list.find(std::string(",") + name + ",") != std::string::npos) ||
+         (fused && list.find(",fused,") != std::string::npos);
+}
 
 }  // namespace gantry::emucuda

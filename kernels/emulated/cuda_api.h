@@ -26,6 +26,7 @@
 //            (the arguments conflict with the algorithm: on a GPU it may read out of bounds).
 //            The same holds of the bias and aux pointers, whose alignment the heuristic takes
 //            from the pointers set in the descriptor when it is asked (as cuBLASLt documents).
+//            The heuristic can be made to find no algorithm (kNoAlgorithmVariable, a test switch).
 //            The GELU and bias-gradient epilogues (cublasLtEpilogue_t below) check what
 //            cuBLASLt documents: an aux pointer and CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD (a
 //            multiple of 8, no less than D's rows) for the GELU ones, a bias pointer, the aux and
@@ -231,5 +232,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
 // How many cublasLtMatmul calls in this process have run epilogue e: which path a caller took,
 // for tests (not a cuBLASLt function).
 uint64_t LtMatmulsRun(cublasLtEpilogue_t e);
+
+// A test switch: cuBLASLt's heuristic finding no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, none
+// returned), as a GPU's cuBLASLt may for an epilogue at some shape or alignment, so that CI runs
+// the callers' fallbacks. The environment variable names the epilogues refused,
+// comma-separated: "bias", "gelu_aux_bias", "dgelu", "dgelu_bgrad", "bgrada", "bgradb",
+// "fused" (every one but the default and the bias), "default". Read at each heuristic call.
+inline constexpr const char* kNoAlgorithmVariable = "GANTRY_EMULATED_CUBLASLT_NO_ALGO";
+bool NoAlgorithmFor(cublasLtEpilogue_t e);
 
 }  // namespace gantry::emucuda

@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/emulated/usage.h"
@@ -27,6 +29,23 @@ void* OpenLibrary(const char* name, std::string* error) {
   *error = absl::StrCat(name, ": cannot open shared object file: No such file or directory (cuda-emulated: the "
                               "stand-in answers to libcudnn.so.9 only)");
   return nullptr;
+}
+
+std::string NoPlanSetting() {
+  const char* v = std::getenv(kNoPlanVariable);
+  return v != nullptr ? v : "";
+}
+
+bool NoPlanFor(bool backward, bool grouped) {
+  const std::string v = NoPlanSetting();
+  if (v.empty()) return false;
+  for (absl::string_view w : absl::StrSplit(v, ',')) {
+    if (w == "all" || (w == "grouped" && grouped) || (w == "backward" && backward) ||
+        (w == "forward" && !backward) || (w == "grouped-backward" && grouped && backward)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 namespace cudnn_frontend {
@@ -205,6 +224,13 @@ error_t Graph::create_execution_plans(const std::vector<HeurMode_t>& modes) {
 
 error_t Graph::check_support() {
   if (stage_ != Stage::kPlanned) return Fail(error_code_t::INVALID_VALUE, "create_execution_plans first");
+  const int64_t h_q = io_tensors_[0]->get_dim()[1], h_k = io_tensors_[1]->get_dim()[1];
+  if (NoPlanFor(backward_, h_q != h_k)) {
+    return Fail(error_code_t::GRAPH_NOT_SUPPORTED,
+                absl::StrCat("no engine config supports this ", backward_ ? "sdpa_backward" : "sdpa", " graph (",
+                             h_q, " query heads over ", h_k, " key/value heads; ", kNoPlanVariable, "=",
+                             NoPlanSetting(), ")"));
+  }
   stage_ = Stage::kSupported;
   return {};
 }
@@ -217,8 +243,17 @@ error_t Graph::build_plans() {
 
 error_t Graph::get_workspace_size(int64_t& bytes) const {
   if (stage_ != Stage::kReady) return Fail(error_code_t::INVALID_VALUE, "build_plans first");
-  bytes = 0;  // the stand-in keeps its own
+  bytes = WorkspaceBytes();
   return {};
+}
+
+int64_t Graph::WorkspaceBytes() const {
+  // What cuDNN's fused attention keeps beside its tensors, roughly: the forward a row of fp32
+  // per query (B, H_q, S), the deterministic backward also an fp32 dQ accumulator (B, H_q, S,
+  // D). Never zero, so a caller that passes no workspace fails here as it would on a GPU.
+  const auto& q = io_tensors_[0]->get_dim();
+  const int64_t rows = q[0] * q[1] * q[2];
+  return 4 * rows * (backward_ ? q[3] + 1 : 1);
 }
 
 error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>& pack, void* workspace) const {
@@ -256,7 +291,15 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
       return Fail(error_code_t::INVALID_VALUE, t->get_name() + " does not lie in device memory");
     }
   }
-  (void)workspace;
+  // The workspace: as large as get_workspace_size said, in device memory; the stand-in
+  // scribbles over it, as a GPU leaves it holding the last call's partial results.
+  const int64_t ws = WorkspaceBytes();
+  if (workspace == nullptr || !emucuda::IsDeviceMemory(workspace, static_cast<size_t>(ws))) {
+    return Fail(error_code_t::INVALID_VALUE, absl::StrCat("the workspace (", ws, " bytes, get_workspace_size) is ",
+                                                          workspace == nullptr ? "null" : "not in device memory"));
+  }
+  std::memset(workspace, 0xA5, static_cast<size_t>(ws));
+  const float scale = forward_ ? fwd_.scale : bwd_.scale;  // honoured: the cpu twin scores with it
   const kernels::Precision p = io_ == DataType_t::BFLOAT16 ? kernels::Precision::kBf16 : kernels::Precision::kFp16;
   const size_t bt = static_cast<size_t>(B) * T;
   // Element (b, h, t, d) of tensor i, as a byte address.
@@ -304,10 +347,10 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
                       NKV, hs);
   kernels::gqa_expand(qkv32.data(), packed32.data(), static_cast<int64_t>(bt), NH, NKV, hs);
   std::vector<float> lse(static_cast<size_t>(B) * NH * T), att(static_cast<size_t>(B) * NH * T * T);
-  kernels::attention_lse(lse.data(), qkv32.data(), B, T, C, NH);
+  kernels::attention_lse(lse.data(), qkv32.data(), B, T, C, NH, scale);
   std::vector<uint16_t> out16(bt * C);
   kernels::attention_forward(kernels::Ptr(out16.data(), p), att.data(), kernels::CPtr(qkv16.data(), p), B, T, C, NH,
-                             p);
+                             p, scale);
   if (forward_) {
     scatter(out16, C, {3});
     for (int b = 0; b < B; ++b)
@@ -329,7 +372,7 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
   std::vector<float> dout32, scratch(att.size());
   gather({4}, C, &dout16, &dout32);
   kernels::attention_backward(kernels::Ptr(dqkv3.data(), p), scratch.data(), kernels::CPtr(dout16.data(), p),
-                              kernels::CPtr(qkv16.data(), p), att.data(), B, T, C, NH);
+                              kernels::CPtr(qkv16.data(), p), att.data(), B, T, C, NH, scale);
   // Each key/value head's gradient summed over the query heads of its group (kernels/gqa.h).
   kernels::gqa_reduce(kernels::Ptr(dqkv16.data(), p), kernels::CPtr(dqkv3.data(), p), static_cast<int64_t>(bt), NH,
                       NKV, hs);

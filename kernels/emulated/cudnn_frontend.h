@@ -10,10 +10,14 @@
 //                 of H_q (grouped-query attention: query head h reads key/value head
 //                 h / (H_q / H_k); cuDNN's own words otherwise, GRAPH_NOT_SUPPORTED); D a
 //                 multiple of 8 up to 256; S of 2 or more; softmax statistics (B, H_q, S, 1)
-//                 fp32; every tensor with a uid and dims and strides; the attention scale set.
+//                 fp32; every tensor with a uid and dims and strides; the attention scale set
+//                 (and honoured: the scores are scaled by it, whatever it is).
 //                 The stand-in computes the causal (top-left) mask only, s_q = s_kv, d_qk =
 //                 d_v, and K and V of one head count: anything else is GRAPH_NOT_SUPPORTED here.
-//   execute       each uid of the graph bound to a pointer, 16-byte aligned, each row stride
+//   plans         get_workspace_size reports a non-zero workspace; check_support may answer
+//                 "no plan" (kNoPlanVariable below, a test switch).
+//   execute       the workspace non-null and that large in device memory (it is scribbled
+//                 over); each uid of the graph bound to a pointer, 16-byte aligned, each row stride
 //                 a multiple of 16 bytes, and each tensor's extent within emulated device
 //                 memory; the graph built (build_operation_graph, create_execution_plans,
 //                 check_support, build_plans) first.
@@ -45,6 +49,17 @@ enum cudnnStatus_t { CUDNN_STATUS_SUCCESS = 0, CUDNN_STATUS_BAD_PARAM = 2000 };
 // The dynamic loader's part: the stand-in "finds" the library by cuDNN 9's soname,
 // libcudnn.so.9, and no other name (null, with a loader's words in *error).
 void* OpenLibrary(const char* name, std::string* error);
+
+// A test switch: cuDNN answering "no plan" (check_support: GRAPH_NOT_SUPPORTED, no engine
+// config) as a real GPU may for a graph it otherwise takes, so that CI runs the callers'
+// fallbacks. The environment variable names the graphs refused, comma-separated: "all",
+// "forward", "backward", "grouped" (key/value heads fewer than the query heads),
+// "grouped-backward". Read at each check_support (tests set it around the calls; a daemon's
+// environment sets it for a whole job). Unset or empty: every graph the stand-in computes is
+// planned.
+inline constexpr const char* kNoPlanVariable = "GANTRY_EMULATED_CUDNN_NO_PLAN";
+std::string NoPlanSetting();
+bool NoPlanFor(bool backward, bool grouped);
 
 namespace cudnn_frontend {
 
@@ -150,6 +165,7 @@ class Graph {
  private:
   enum class Stage { kDefined, kValidated, kBuilt, kPlanned, kSupported, kReady };
   error_t Fail(error_code_t code, const std::string& message) const;
+  int64_t WorkspaceBytes() const;  // validated graphs only
   DataType_t io_ = DataType_t::NOT_SET, intermediate_ = DataType_t::NOT_SET, compute_ = DataType_t::NOT_SET;
   std::vector<std::shared_ptr<Tensor_attributes>> tensors_;
   bool forward_ = false, backward_ = false;

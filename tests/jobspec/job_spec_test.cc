@@ -213,6 +213,29 @@ data: {train: t.bin}
             std::string::npos);
 }
 
+// train.deterministic: true by default (cuDNN's deterministic attention backward); false is
+// read, stated in the normalised YAML and read back; anything but a boolean names the field.
+TEST(JobSpecTest, DeterministicIsABooleanTrueByDefaultAndRoundTrips) {
+  auto d = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->train.deterministic);
+  EXPECT_NE(ToYaml(*d).find("deterministic: true"), std::string::npos) << ToYaml(*d);
+  const std::string base = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+)";
+  auto s = ParseJobSpec(base + "train: {steps: 10, micro_batch: 2, lr: 1.0e-3, deterministic: false}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->train.deterministic);
+  auto back = ParseJobSpec(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->train.deterministic);
+  EXPECT_TRUE(*back == *s);
+  EXPECT_NE(Error(base + "train: {steps: 10, micro_batch: 2, lr: 1.0e-3, deterministic: maybe}\n")
+                .find("train.deterministic"),
+            std::string::npos);
+}
+
 TEST(JobSpecTest, SchedulingAndElasticSectionsParseAndAreChecked) {
   const std::string base = R"(
 model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "kernels/attention.h"
 #include "kernels/backend.h"
 #include "kernels/emulated/cuda_api.h"
+#include "kernels/emulated/cudnn_frontend.h"
 #include "kernels/gqa.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -2091,14 +2093,22 @@ TEST_F(BackendOpsTest, GroupedAttentionRefusesABadGroupingAndRunsOffCudnnOnlyUng
   EXPECT_TRUE(SameBits(grouped, plain));
 }
 
-// What cuDNN cannot take: with the cudnn path a clear error naming why; with auto the fused
-// kernels, which give the fused path's bits. fp32 calls take the fused kernels on both.
-TEST_F(BackendOpsTest, CudnnAttentionRefusesWhatItCannotTakeAndAutoFallsBack) {
+// Backends of the tested kind on the attention paths cudnn (s), auto (a) and fused (f).
+struct AttentionPaths {
+  absl::StatusOr<std::unique_ptr<Backend>> s, a, f;
+};
+AttentionPaths MakeAttentionPaths() {
   const BackendKind kind = *ParseBackendKind(GANTRY_TEST_BACKEND);
   BackendOptions strict, automatic, fused;
   strict.attention = AttentionPath::kCudnn;
   fused.attention = AttentionPath::kFused;
-  auto s = CreateBackend(kind, 0, strict), a = CreateBackend(kind, 0, automatic), f = CreateBackend(kind, 0, fused);
+  return {CreateBackend(kind, 0, strict), CreateBackend(kind, 0, automatic), CreateBackend(kind, 0, fused)};
+}
+
+// What cuDNN cannot take: with the cudnn path a clear error naming why; with auto the fused
+// kernels, which give the fused path's bits. fp32 calls take the fused kernels on both.
+TEST_F(BackendOpsTest, CudnnAttentionRefusesWhatItCannotTakeAndAutoFallsBack) {
+  auto [s, a, f] = MakeAttentionPaths();
   ASSERT_TRUE(s.ok() && a.ok() && f.ok()) << s.status() << a.status() << f.status();
   const Precision p = Precision::kBf16;
   auto run = [&](Backend& be, int B, int T, int C, int NH, Precision weights, bool sixteen, size_t misalign,
@@ -2138,6 +2148,222 @@ TEST_F(BackendOpsTest, CudnnAttentionRefusesWhatItCannotTakeAndAutoFallsBack) {
     ASSERT_TRUE(run(**f, 2, T, C, NH, weights, true, 0, &by_fused).ok());
     EXPECT_TRUE(SameBits(by_auto, by_fused)) << "T " << T << " C " << C << " NH " << NH;
   }
+}
+
+// A test switch of the emulated libraries (kernels/emulated: cudnn_frontend.h's
+// kNoPlanVariable, cuda_api.h's kNoAlgorithmVariable) set for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { EXPECT_EQ(setenv(name, value, 1), 0); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The emulated libraries' "no plan" and "no algorithm" switches exist on cuda-emulated only; on a
+// GPU these refusals come from the libraries themselves, when they come.
+bool EmulatedLibraries() { return *ParseBackendKind(GANTRY_TEST_BACKEND) == BackendKind::kCudaEmulated; }
+
+// The notices a backend holds that contain `part`.
+int NoticesWith(const std::vector<std::string>& notices, const std::string& part) {
+  return static_cast<int>(std::count_if(notices.begin(), notices.end(),
+                                        [&](const std::string& n) { return n.find(part) != std::string::npos; }));
+}
+
+// Where cuDNN has no plan for an attention graph (the emulated cuDNN told to answer so), the auto
+// path runs that call on the fused kernels, with their bits, forward and backward alike, and says
+// so once (Backend::TakeNotices); the cudnn path fails, naming the refusal. Fails if the
+// refusal became the step's error, or if the notice repeated at every call.
+TEST_F(BackendOpsTest, CudnnWithoutAPlanFallsBackToTheFusedKernelsAndSaysSoOnce) {
+  if (!EmulatedLibraries()) GTEST_SKIP() << "the no-plan switch is the emulated cuDNN's (cuda-emulated only)";
+  const ScopedEnv no_plan(emucudnn::kNoPlanVariable, "all");
+  auto [s, a, f] = MakeAttentionPaths();
+  ASSERT_TRUE(s.ok() && a.ok() && f.ok()) << s.status() << a.status() << f.status();
+  const Precision p = Precision::kBf16;
+  const int B = 2, T = 9, C = 32, NH = 2;
+  const size_t n_qkv = static_cast<size_t>(B) * T * 3 * C, n_out = static_cast<size_t>(B) * T * C;
+  const auto qkv = Random16(n_qkv, 11, p), dout = Random16(n_out, 12, p);
+  // out, lse and dqkv of a forward and a backward on be.
+  auto run = [&](Backend& be, std::vector<uint16_t>* out, std::vector<float>* lse, std::vector<uint16_t>* dqkv) {
+    Dev<uint16_t> eQkv(be, qkv), eDout(be, dout), eOut(be, std::vector<uint16_t>(n_out, kPoison16)),
+        eDqkv(be, std::vector<uint16_t>(n_qkv, kPoison16));
+    Dev<float> eLse(be, static_cast<size_t>(B) * NH * T);
+    be.AttentionForward(Ptr(eOut.get(), p), eLse.get(), CPtr(eQkv.get(), p), B, T, C, NH, p);
+    be.AttentionBackward(Ptr(eDqkv.get(), p), nullptr, CPtr(eDout.get(), p), CPtr(eQkv.get(), p),
+                         CPtr(eOut.get(), p), eLse.get(), B, T, C, NH, p);
+    const absl::Status st = be.Synchronize();
+    if (st.ok()) *out = eOut.Host(), *lse = eLse.Host(), *dqkv = eDqkv.Host();
+    return st;
+  };
+  std::vector<uint16_t> out_a, out_f, dqkv_a, dqkv_f;
+  std::vector<float> lse_a, lse_f;
+  ASSERT_TRUE(run(**a, &out_a, &lse_a, &dqkv_a).ok());
+  ASSERT_TRUE(run(**f, &out_f, &lse_f, &dqkv_f).ok());
+  EXPECT_TRUE(SameBits(out_a, out_f)) << "forward: the fused kernels' bits";
+  EXPECT_TRUE(SameBits(lse_a, lse_f));
+  EXPECT_TRUE(SameBits(dqkv_a, dqkv_f)) << "backward: the fused kernels' bits";
+  const std::vector<std::string> said = (*a)->TakeNotices();
+  EXPECT_EQ(NoticesWith(said, "cuDNN has no plan for the attention forward"), 1) << ::testing::PrintToString(said);
+  EXPECT_EQ(NoticesWith(said, "cuDNN has no plan for the attention backward"), 1) << ::testing::PrintToString(said);
+  EXPECT_EQ(NoticesWith(said, "fused kernels instead"), 2) << ::testing::PrintToString(said);
+  ASSERT_TRUE(run(**a, &out_a, &lse_a, &dqkv_a).ok());
+  EXPECT_TRUE((*a)->TakeNotices().empty()) << "said once, not at every call";
+  EXPECT_TRUE((*f)->TakeNotices().empty()) << "the fused path asked cuDNN nothing";
+  const absl::Status st = run(**s, &out_a, &lse_a, &dqkv_a);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("cuDNN has no plan"), std::string::npos) << st;
+}
+
+// Where cuDNN plans the grouped-heads forward but not its backward (the first suspect on SM90:
+// grouped heads with the deterministic backward), TakesGroupedAttention says no, once said why,
+// so that the model repeats the key/value heads (the first fallback); heads that are not grouped
+// are still taken, and without the refusal grouped ones are.
+TEST_F(BackendOpsTest, GroupedHeadsWithoutABackwardPlanAreRepeatedInstead) {
+  if (!EmulatedLibraries()) GTEST_SKIP() << "the no-plan switch is the emulated cuDNN's (cuda-emulated only)";
+  const BackendKind kind = *ParseBackendKind(GANTRY_TEST_BACKEND);
+  const Precision p = Precision::kBf16;
+  const int B = 2, T = 9, NH = 4, NKV = 2, hd = 16;
+  {
+    auto plain = CreateBackend(kind, 0);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_TRUE((*plain)->TakesGroupedAttention(B, T, NH, NKV, hd, p)) << "planned: taken";
+    EXPECT_TRUE((*plain)->TakeNotices().empty());
+  }
+  const ScopedEnv no_plan(emucudnn::kNoPlanVariable, "grouped-backward");
+  auto be = CreateBackend(kind, 0);
+  ASSERT_TRUE(be.ok()) << be.status();
+  EXPECT_FALSE((*be)->TakesGroupedAttention(B, T, NH, NKV, hd, p));
+  const std::vector<std::string> said = (*be)->TakeNotices();
+  ASSERT_EQ(said.size(), 1u) << ::testing::PrintToString(said);
+  EXPECT_NE(said[0].find("cuDNN has no plan for the attention backward"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("key/value heads are repeated"), std::string::npos) << said[0];
+  EXPECT_FALSE((*be)->TakesGroupedAttention(B, T, NH, NKV, hd, p));
+  EXPECT_TRUE((*be)->TakeNotices().empty()) << "the refusal is remembered per shape, and said once";
+  EXPECT_TRUE((*be)->TakesGroupedAttention(B, T, NH, NH, hd, p)) << "one key/value head a query head";
+}
+
+// Where cuBLASLt has no algorithm for its bias epilogue, a biased GEMM runs without it and a
+// kernel adds the bias to the stored product: the epilogue's own bits (a 16-bit output rounded
+// twice, as on a GPU; fp32 once), said once.
+TEST_F(BackendOpsTest, CublasLtWithoutTheBiasEpilogueGivesTheEpiloguesBits) {
+  if (!EmulatedLibraries()) GTEST_SKIP() << "the no-algorithm switch is the emulated cuBLASLt's (cuda-emulated only)";
+  const BackendKind kind = *ParseBackendKind(GANTRY_TEST_BACKEND);
+  const int N = 37, C = 48, OC = 40;
+  for (Precision p : {Precision::kBf16, Precision::kFp32}) {
+    SCOPED_TRACE(PrecisionName(p));
+    auto run = [&](Backend& be) {
+      const bool half = p != Precision::kFp32;
+      auto values = [&](size_t n, uint64_t seed) {
+        return half ? Random16(n, seed, p) : std::vector<uint16_t>();
+      };
+      Dev<uint16_t> hI(be, values(size_t{N} * C, 1)), hW(be, values(size_t{C} * OC, 2)), hB(be, values(OC, 3)),
+          hO(be, std::vector<uint16_t>(half ? size_t{N} * OC : 0, kPoison16));
+      Dev<float> fI(be, Random(size_t{N} * C, 1)), fW(be, Random(size_t{C} * OC, 2)), fB(be, Random(OC, 3)),
+          fO(be, size_t{N} * OC);
+      if (half) {
+        be.MatmulForward(Ptr(hO.get(), p), CPtr(hI.get(), p), CPtr(hW.get(), p), CPtr(hB.get(), p), N, C, OC);
+      } else {
+        be.MatmulForward(fO.get(), fI.get(), fW.get(), fB.get(), N, C, OC);
+      }
+      EXPECT_TRUE(be.Synchronize().ok());
+      return half ? Widen(hO.Host(), p) : fO.Host();
+    };
+    auto with = CreateBackend(kind, 0);
+    ASSERT_TRUE(with.ok()) << with.status();
+    const uint64_t before = EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_BIAS);
+    const std::vector<float> want = run(**with);
+    ASSERT_GT(EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_BIAS), before) << "the default takes the bias epilogue";
+    const ScopedEnv no_algo(emucuda::kNoAlgorithmVariable, "bias");
+    auto without = CreateBackend(kind, 0);
+    ASSERT_TRUE(without.ok()) << without.status();
+    const uint64_t runs = EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_BIAS);
+    EXPECT_TRUE(SameBits(run(**without), want));
+    EXPECT_EQ(EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_BIAS), runs) << "no algorithm: the epilogue did not run";
+    const std::vector<std::string> said = (*without)->TakeNotices();
+    EXPECT_EQ(NoticesWith(said, "cuBLASLt has no algorithm for its BIAS epilogue"), 1) << ::testing::PrintToString(said);
+    (void)run(**without);
+    EXPECT_TRUE((*without)->TakeNotices().empty()) << "said once";
+  }
+}
+
+// Where cuBLASLt has no algorithm for the GELU and bias-gradient epilogues, the ops with them on
+// (BackendOptions::gelu_epilogue) take their unfused paths: the bits of the epilogues off, said
+// once per epilogue.
+TEST_F(BackendOpsTest, WithoutTheGeluEpiloguesTheOpsGiveTheBitsOfTheEpiloguesOff) {
+  if (!EmulatedLibraries()) GTEST_SKIP() << "the no-algorithm switch is the emulated cuBLASLt's (cuda-emulated only)";
+  const Precision p = Precision::kBf16;
+  const int N = 33, C = 64, OC = 48;
+  // pre, out (the fused forward); dinp, dweight, dbias, gelu_dbias (the backward through it).
+  auto run = [&](Backend& be) {
+    Dev<uint16_t> eI(be, Random16(size_t{N} * C, 1, p)), eW(be, Random16(size_t{C} * OC, 2, p)),
+        eB(be, Random16(OC, 3, p)), ePre(be, std::vector<uint16_t>(size_t{N} * OC, kPoison16)),
+        eOut(be, std::vector<uint16_t>(size_t{N} * OC, kPoison16)), eDout(be, Random16(size_t{N} * C, 4, p)),
+        eW2(be, Random16(size_t{OC} * C, 5, p)), eDinp(be, std::vector<uint16_t>(size_t{N} * OC, kPoison16));
+    Dev<float> eDw(be, Random(size_t{OC} * C, 6)), eDb(be, Random(C, 7)), eGdb(be, Random(OC, 8));
+    be.MatmulBiasGeluForward(Ptr(ePre.get(), p), Ptr(eOut.get(), p), CPtr(eI.get(), p), CPtr(eW.get(), p),
+                             CPtr(eB.get(), p), N, C, OC);
+    // the next layer's backward: dout (N, C) through W2 (OC, C) to dinp (N, OC), through the GELU of pre
+    be.MatmulBackward(Ptr(eDinp.get(), p), eDw.get(), eDb.get(), CPtr(eDout.get(), p), CPtr(eOut.get(), p),
+                      CPtr(eW2.get(), p), N, OC, C, WeightLayout::kInOut, CPtr(ePre.get(), p), eGdb.get());
+    EXPECT_TRUE(be.Synchronize().ok());
+    std::vector<std::vector<float>> got = {Widen(ePre.Host(), p), Widen(eOut.Host(), p), Widen(eDinp.Host(), p),
+                                           eDw.Host(), eDb.Host(), eGdb.Host()};
+    return got;
+  };
+  auto off = WithGeluEpilogue(false);
+  ASSERT_TRUE(off.ok()) << off.status();
+  const auto want = run(**off);
+  const ScopedEnv no_algo(emucuda::kNoAlgorithmVariable, "fused");
+  auto on = WithGeluEpilogue(true);
+  ASSERT_TRUE(on.ok()) << on.status();
+  const uint64_t gelu = EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_GELU_AUX_BIAS),
+                 dgelu = EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_DGELU_BGRAD),
+                 bgrad = EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_BGRADA);
+  const auto got = run(**on);
+  const char* names[] = {"pre", "out", "dinp", "dweight", "dbias", "gelu_dbias"};
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(SameBits(got[i], want[i])) << names[i];
+  EXPECT_EQ(EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_GELU_AUX_BIAS), gelu);
+  EXPECT_EQ(EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_DGELU_BGRAD), dgelu);
+  EXPECT_EQ(EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_BGRADA), bgrad);
+  const std::vector<std::string> said = (*on)->TakeNotices();
+  for (const char* e : {"GELU_AUX_BIAS", "DGELU_BGRAD", "BGRADA"}) {
+    EXPECT_EQ(NoticesWith(said, std::string("its ") + e + " epilogue"), 1) << e << ": " << ::testing::PrintToString(said);
+  }
+  (void)run(**on);
+  EXPECT_TRUE((*on)->TakeNotices().empty()) << "said once";
+}
+
+// BackendOptions::gemm_autotune: each GEMM shape's algorithm chosen by timing the heuristic's
+// offers at its first call. Whichever is chosen, the output is a GEMM's: here (the emulated
+// cuBLASLt's offers compute alike) the bits of the untuned backend, and on cuda-emulated the
+// counts show the offers timed at the first call of a shape and not again.
+TEST_F(BackendOpsTest, AutotunedGemmsAreTimedOncePerShape) {
+  const BackendKind kind = *ParseBackendKind(GANTRY_TEST_BACKEND);
+  BackendOptions tuned;
+  tuned.gemm_autotune = true;
+  auto t = CreateBackend(kind, 0, tuned), plain = CreateBackend(kind, 0);
+  ASSERT_TRUE(t.ok() && plain.ok()) << t.status() << plain.status();
+  const Precision p = Precision::kBf16;
+  const int N = 40, C = 64, OC = 72;
+  auto run = [&](Backend& be, uint64_t* gemms) {
+    Dev<uint16_t> eI(be, Random16(size_t{N} * C, 1, p)), eW(be, Random16(size_t{C} * OC, 2, p)),
+        eB(be, Random16(OC, 3, p)), eO(be, std::vector<uint16_t>(size_t{N} * OC, kPoison16));
+    const uint64_t before = EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_BIAS);
+    be.MatmulForward(Ptr(eO.get(), p), CPtr(eI.get(), p), CPtr(eW.get(), p), CPtr(eB.get(), p), N, C, OC);
+    EXPECT_TRUE(be.Synchronize().ok());
+    *gemms = EpilogueRuns(emucuda::CUBLASLT_EPILOGUE_BIAS) - before;
+    return eO.Host();
+  };
+  uint64_t first = 0, second = 0, untuned = 0;
+  const auto want = run(**plain, &untuned);
+  EXPECT_TRUE(SameBits(run(**t, &first), want));
+  EXPECT_TRUE(SameBits(run(**t, &second), want));
+  if (!CountsEpilogues()) GTEST_SKIP() << "the GEMM counts are the emulated cuBLASLt's; the bits were checked";
+  EXPECT_EQ(untuned, 1u);
+  EXPECT_GT(first, 1u) << "the offers timed at the shape's first call";
+  EXPECT_EQ(second, 1u) << "and not again";
 }
 
 // Where cuDNN cannot be loaded (GANTRY_CUDNN_LIBRARY names a file that is not there): the

@@ -304,6 +304,7 @@ void Session::SetReportHooks(const v1::Assignment& a, const jobspec::JobSpec& sp
     rep->set_moe_assignments(r.moe_assignments);
     rep->set_moe_dropped(r.moe_dropped);
     for (int64_t t : r.moe_tokens_per_expert) rep->add_moe_tokens_per_expert(t);
+    for (const std::string& n : r.notes) rep->add_notes(n);
     val->reset();
     if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
     if (!speaks) return !cancel.load() && !stop_->load();

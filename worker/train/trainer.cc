@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
   if (device.kind != kernels::BackendKind::kCpu) {
     kernels::BackendOptions bo;
     bo.attention = options.device_options.attention;
+    bo.deterministic_attention = spec.train.deterministic;
     ASSIGN_OR_RETURN(t->backend_, kernels::CreateBackend(device.kind, device.ordinal, bo));
     backend = t->backend_.get();
     if (t->speaker()) std::fprintf(options.out, "device %s\n", backend->Describe().c_str());
@@ -274,6 +275,7 @@ StepReport Trainer::Step(int64_t step) {
   r.comm_busy_seconds = timing.comm_busy;
   r.offload_bytes = timing.offload_bytes;
   r.bubble = bubble;
+  r.notes = model_->backend().TakeNotices();
   if (model::MoeStats ms = model_->TakeMoeStats(); ms.forwards > 0) {
     r.moe_forwards = ms.forwards;
     r.moe_aux = ms.aux / ms.forwards;
@@ -523,6 +525,7 @@ absl::Status Trainer::Run() {
       line.skipped_steps = r.skipped_steps;
       line.offload_bytes = static_cast<double>(r.offload_bytes);
       if (r.moe_forwards > 0) line.SetMoe(r.moe_aux, r.moe_z, r.moe_dropped, r.moe_assignments, r.moe_tokens_per_expert);
+      line.notes = r.notes;
       Print(FormatStepLine(line));
     }
     const bool last = r.step == s.train.steps;

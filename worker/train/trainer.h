@@ -111,6 +111,9 @@ struct StepReport {
   double moe_aux = 0, moe_z = 0;
   int64_t moe_assignments = 0, moe_dropped = 0;
   std::vector<int64_t> moe_tokens_per_expert;
+  // The backend's notices of this step (kernels::Backend::TakeNotices): a library's refusal
+  // and the path taken instead, each once a run.
+  std::vector<std::string> notes;
 };
 
 class Trainer {

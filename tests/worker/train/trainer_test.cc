@@ -5,6 +5,7 @@
 #include <map>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -506,6 +507,49 @@ TEST_F(TrainerTest, OneRankOnCudaEmulatedRunsOnTheDeviceWithTheCpuResults) {
   const auto tail = Losses(*rest);
   ASSERT_EQ(tail.size(), 6u);
   for (size_t i = 0; i < tail.size(); ++i) EXPECT_NEAR(tail[i], want[i + 6], 1e-5 * want[i + 6]) << "step " << i + 7;
+}
+
+// Where a device library refuses a call (here the emulated cuDNN told to have no plan for
+// grouped heads' backward, as a GPU's may), the step falls back (the key/value heads repeated)
+// and says so once: in the first step's report and under its step line, not again. The losses
+// are those of the run without the refusal (on cuda-emulated the two paths give the same bits).
+TEST_F(TrainerTest, ALibrarysRefusalIsSaidOnceInTheStepReportAndLine) {
+  const std::string y = "model: {arch: llama, n_layer: 2, n_head: 2, n_kv_head: 1, n_embd: 16, vocab_size: 31, "
+                        "seq_len: 16}\n"
+                        "data: {train: " + dir_.File("train.bin") + ", shuffle: true}\n"
+                        "train: {steps: 3, micro_batch: 4, global_batch: 4, lr: 1.0e-2, warmup: 1, seed: 11, "
+                        "precision: bf16}\n";
+  auto spec = jobspec::ParseJobSpec(y);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto run = [&](const std::string& log) {
+    FILE* out = std::fopen(log.c_str(), "w");
+    TrainOptions o;
+    o.out = out;
+    o.device = "cuda-emulated";
+    auto t = Trainer::Create(*spec, o);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (t.ok()) EXPECT_TRUE((*t)->Run().ok());
+    std::fclose(out);
+    return t.ok() ? std::move(*t) : nullptr;
+  };
+  auto plain = run(dir_.File("plain.log"));
+  ASSERT_TRUE(setenv("GANTRY_EMULATED_CUDNN_NO_PLAN", "grouped-backward", 1) == 0);
+  auto refused = run(dir_.File("refused.log"));
+  unsetenv("GANTRY_EMULATED_CUDNN_NO_PLAN");
+  ASSERT_TRUE(plain && refused);
+  ASSERT_EQ(refused->reports().size(), 3u);
+  for (const StepReport& r : plain->reports()) EXPECT_TRUE(r.notes.empty()) << "step " << r.step;
+  ASSERT_EQ(refused->reports()[0].notes.size(), 1u);
+  EXPECT_NE(refused->reports()[0].notes[0].find("cuDNN has no plan for the attention backward"), std::string::npos)
+      << refused->reports()[0].notes[0];
+  EXPECT_NE(refused->reports()[0].notes[0].find("key/value heads are repeated"), std::string::npos);
+  for (size_t i = 1; i < 3; ++i) EXPECT_TRUE(refused->reports()[i].notes.empty()) << "said once: step " << i + 1;
+  EXPECT_EQ(Losses(*refused), Losses(*plain));
+  const std::string lines = ReadFile(dir_.File("refused.log"));
+  const size_t at = lines.find("\n  note: ");
+  EXPECT_NE(at, std::string::npos) << lines;
+  EXPECT_EQ(lines.find("\n  note: ", at + 1), std::string::npos) << "once: " << lines;
+  EXPECT_EQ(ReadFile(dir_.File("plain.log")).find("note:"), std::string::npos);
 }
 
 TEST_F(TrainerTest, DevicesThatCannotRunAreRefusedWithTheReason) {
