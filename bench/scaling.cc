@@ -1,7 +1,7 @@
 // Predicted scaling (issue 39, item 5): for GPT-2 124M, a Llama 2 7B and a Llama 3 70B on a
 // described cluster, the best layout the step cost model (jobspec/cost_model.h) finds at each
 // GPU count from 1 to 16,384, and its tokens/s and MFU: strong scaling (a fixed global batch)
-// and weak scaling (a fixed batch per GPU). A prediction, not a measurement: docs/perf.md
+// and weak scaling (a fixed batch per GPU). A prediction, not a measurement: docs/perf/planner.md
 // tables the model against measured and published runs.
 //   scaling [--cluster dgx-h100|FILE] [--max-gpus 16384] [--csv FILE]
 #include <cstdio>

@@ -39,7 +39,7 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     # Both sides pinned (OMP_PROC_BIND): unpinned OpenMP threads on a small VM are stacked on
-    # one CPU at random and the figures swing by 1.5x (docs/perf.md).
+    # one CPU at random and the figures swing by 1.5x (docs/perf/cpu.md).
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMP_PROC_BIND="true")
     rows = []
     for name, L, C, H, T, V, B in CONFIGS:

@@ -84,7 +84,7 @@ class StreamServer {
     int backlog = 1024;  // listen(2)'s: connections the kernel holds beyond max_connections
     // Threads that run the loop. With one, a single core makes every connection's read and
     // write system calls (the kernel's copies out of and into the sockets): on 2 cores one
-    // thread pulled 1.6x slower than two at 8 and 64 workers (docs/perf.md, "On one CPU").
+    // thread pulled 1.6x slower than two at 8 and 64 workers (docs/perf/cluster.md, "On one CPU").
     int threads = 2;
   };
   // Called on the new connection's strand for each accepted connection.

@@ -18,7 +18,7 @@ namespace gantry::jobspec {
 
 namespace {
 
-// H200 (SXM, 141 GB): the per-op rates `bench/kernels/ops_bench` measured on one (docs/perf.md,
+// H200 (SXM, 141 GB): the per-op rates `bench/kernels/ops_bench` measured on one (docs/perf/gpu.md,
 // "Tensor cores through cuDNN ...", commit c1d481d; GPT-2 124M's shapes, B x T = 65,536 rows):
 // GEMMs forward 691, 691, 768 TFLOP/s (qkv both layouts, fc proj: mean 717), backward 609, 639,
 // 705 (mean 651); cuDNN attention 325 forward, 228 backward (causal FLOPs); the fused fp32
@@ -45,7 +45,7 @@ DeviceProfile H200() {
 }
 
 // H100 (SXM, 80 GB): the same GH100 chip at the same clocks as the H200 (989 TFLOP/s bf16 on
-// both datasheets), so the same compute rates (docs/perf.md's H100 runs measured the fused
+// both datasheets), so the same compute rates (docs/perf/gpu.md's H100 runs measured the fused
 // attention at the H200's: forward 60.6 ms for 12 layers at B 64, 5.05 ms a layer, against the
 // H200's 5.03), and the memory-bound ops at HBM3's 3.35 TB/s against HBM3e's 4.8.
 DeviceProfile H100() {

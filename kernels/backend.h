@@ -317,7 +317,7 @@ struct BackendOptions {
   // was measured to, and as PyTorch's CUDA addmm does through the same call), rather than through
   // an fp32 scratch rounded once (the cpu's bits, autocast's on the CPU). The default: faster
   // (GPT-2 124M on an H200: 0.90x of PyTorch rather than about 0.84x), and PyTorch's scheme on a
-  // GPU (docs/perf.md, "The bias epilogue's loss, explained"; mixed_precision_test holds each
+  // GPU (docs/perf/gpu.md, "The bias epilogue's loss, explained"; mixed_precision_test holds each
   // scheme to PyTorch computing it). false: one rounding.
   bool bias_epilogue = true;
   // cuda kinds: cuBLASLt's GELU and bias-gradient epilogues (kernels/cuda/matmul.cu): the fused

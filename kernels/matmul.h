@@ -1,4 +1,4 @@
-// Matmul with bias through the BLAS (OpenBLAS sgemm; docs/perf.md has the choice).
+// Matmul with bias through the BLAS (OpenBLAS sgemm; docs/perf/cpu.md has the choice).
 #pragma once
 
 #include "kernels/types.h"

@@ -10,7 +10,7 @@ namespace gantry::kernels {
 // Call it from the thread that will run the parallel regions: OpenMP's settings and teams
 // belong to that thread. Unpinned threads can be
 // stacked on one CPU for a while by the scheduler, which on a small VM made steps up to
-// 1.6x slower at random (docs/perf.md). Pinning is skipped when the user set
+// 1.6x slower at random (docs/perf/cpu.md). Pinning is skipped when the user set
 // OMP_PROC_BIND or GOMP_CPU_AFFINITY, or GANTRY_PIN_THREADS=0. Returns a one-line summary.
 // Several teams in one process (the ranks of a worker with several GPUs) share its CPUs:
 // team `part` of `parts` takes n / parts threads (at least one) and, pinned, the CPUs from

@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev                      # absl::Status / StatusOr
-  libopenblas-openmp-dev           # CPU GEMM (chosen over oneDNN by measurement: docs/perf.md)
+  libopenblas-openmp-dev           # CPU GEMM (chosen over oneDNN by measurement: docs/perf/cpu.md)
   libyaml-cpp-dev                  # job specs
   nlohmann-json3-dev               # safetensors headers, config.json
   libgflags-dev libgoogle-glog-dev

@@ -25,7 +25,7 @@
 namespace gantry::shardserver {
 
 namespace {
-constexpr size_t kChunkBytes = 1 << 20;  // pulls faster than 256 KiB chunks (docs/perf.md)
+constexpr size_t kChunkBytes = 1 << 20;  // pulls faster than 256 KiB chunks (docs/perf/cluster.md)
 using Clock = std::chrono::steady_clock;
 using net::ParamWireHeader;
 }  // namespace

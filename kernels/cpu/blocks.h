@@ -2,7 +2,7 @@
 //
 // OpenBLAS 0.3.21's Haswell and Zen sgemm give an output element different bits depending on
 // the extent of the call that computes it (rows near a call's edge when the edge is not a
-// multiple of 24; any split of the columns; docs/perf.md, "bf16 GEMM on the CPU"). So the
+// multiple of 24; any split of the columns; docs/perf/cpu.md, "bf16 GEMM on the CPU"). So the
 // sgemm calls are cut by the shape alone, into ShapeBlocks blocks whatever the thread count,
 // and the blocks are shared out over the threads: a result then has the same bits at any
 // thread count on every OpenBLAS kernel.
@@ -25,7 +25,7 @@ inline void Slice(int total, int t, int n, int align, int* i0, int* i1) {
 
 // The blocks a dimension of `total` is cut into: 6 per 6144, which balance 1, 2, 3 and 6
 // threads; below 1536, 2 (the demo model's 768 tokens: each call is small already). Finer
-// cuts made the fp32 step 2% slower (smaller calls, more packing; docs/perf.md).
+// cuts made the fp32 step 2% slower (smaller calls, more packing; docs/perf/cpu.md).
 inline int ShapeBlocks(int total) { return total < 1536 ? 2 : 6 * ((total + 6143) / 6144); }
 
 }  // namespace gantry::kernels

@@ -1,5 +1,5 @@
 // GEMMs over 16-bit inputs (bf16 or fp16) with fp32 sums and an fp32 output, the CPU twin of
-// cuBLAS's 16-bit GEMMs with CUBLAS_COMPUTE_32F. Two paths (docs/perf.md, "bf16 GEMM on the
+// cuBLAS's 16-bit GEMMs with CUBLAS_COMPUTE_32F. Two paths (docs/perf/cpu.md, "bf16 GEMM on the
 // CPU (issue 20)" has the measurements that chose them):
 //   - bf16 on a CPU with AVX512_BF16 (AMX CPUs have it too): our own VDPBF16PS kernel
 //     (kernels/cpu/gemm16.cc). VDPBF16PS treats subnormal inputs as 0 and flushes subnormal

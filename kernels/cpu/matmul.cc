@@ -22,7 +22,7 @@ namespace {
 // blocks are shared out over the threads of our own OpenMP team, each a single-threaded sgemm
 // (OpenBLAS's OpenMP build does not fork inside a parallel region). Keeping every thread in
 // one team matters: when OpenBLAS forked its own team right after one of ours, the
-// idle-spinning threads cost each GEMM 30-60% (docs/perf.md). Each output element is computed
+// idle-spinning threads cost each GEMM 30-60% (docs/perf/cpu.md). Each output element is computed
 // by one call whose extent the shape fixes, so results do not depend on the thread count.
 // `after(r0, r1)` runs on the thread that computed rows [r0, r1) (row blocks only), while
 // those rows are still in cache.

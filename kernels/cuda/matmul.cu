@@ -6,7 +6,7 @@
 // bias in cuBLASLt's epilogue and a 16-bit one from a kernel after. A 16-bit D with a bias
 // takes cuBLASLt's bias epilogue where the context allows it (Context::bias_epilogue,
 // BackendOptions::bias_epilogue, the default): on an H200 (cuBLAS 13) the epilogue adds the bias
-// to the product already rounded to 16 bits and rounds again (docs/perf.md, "The first run on a
+// to the product already rounded to 16 bits and rounds again (docs/perf/gpu.md, "The first run on a
 // GPU"), up to half an ulp of the product's size off where they cancel, as PyTorch's CUDA addmm
 // does through the same call; the emulated cuBLASLt does the same. Otherwise (bias_epilogue
 // false) its product goes to an fp32 scratch, some rows at a time, and a kernel adds the bias

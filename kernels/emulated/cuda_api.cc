@@ -702,7 +702,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   }
   // 16-bit A and B: widened (exact), the same fp32 sgemm into an fp32 (m, n) accumulator. An
   // fp32 D: C (beta) and the bias added to it in fp32, stored. A 16-bit D as an H200's cuBLAS 13
-  // ran it (docs/perf.md, "The first run on a GPU"): the product rounded to D's type, and only
+  // ran it (docs/perf/gpu.md, "The first run on a GPU"): the product rounded to D's type, and only
   // then C (beta 1) and the bias added, rounded again.
   const std::vector<float> wa = Widen(A, *a), wb = Widen(B, *b);
   std::vector<float> acc(static_cast<size_t>(m) * n, 0.f);

@@ -385,7 +385,7 @@ TEST(CostModelTest, RankedLlamaLayoutsKeepNoRepeatedKeyValueHeadsOnGpus) {
 // Published: Narayanan et al. 2021 (Megatron-LM on A100 clusters), Table 1, TFLOP/s per GPU
 // by the paper's count, GPT with T 2048 and V 51,200, full recomputation, fp16, on DGX A100
 // (the dgx-a100 preset, attention unfused as that Megatron ran it; micro-batch 1 assumed).
-// Within 20% on every row (docs/perf.md tables them).
+// Within 20% on every row (docs/perf/planner.md tables them).
 TEST(CostModelTest, ReproducesMegatronsTable1Within20Percent) {
   struct Row {
     int heads, hidden, layers, tp, pp, gpus, batch;
@@ -432,17 +432,17 @@ TEST(CostModelTest, ReproducesMegatronsTable1Within20Percent) {
 // Rows chosen by a rule fixed before predicting: every row of that table with sequence length
 // 2048 (the yamls' own; 20 rows), and every other 7b and 13b row (T 1,024 to 65,536; 9 rows).
 // Within 20%: 18 of the 29 (12 of the 20 at T 2048). The model over-predicts the other 11 by
-// 21% to 42% (docs/perf.md gives the reasons: MosaicML's runs without checkpointing at 35-46%
+// 21% to 42% (docs/perf/planner.md gives the reasons: MosaicML's runs without checkpointing at 35-46%
 // HFU where its checkpointed runs reach 48-59%; FSDP's gathers as 10-40% of the compute time,
 // which the model hides for free; the longest sequences). `within` pins that table both
-// ways: a row that changes sides must change docs/perf.md too.
+// ways: a row that changes sides must change docs/perf/planner.md too.
 TEST(CostModelTest, ReproducesMosaicMlMptH100TableWhereDocumented) {
   struct Row {
     const char* model;
     int layers, d_model, heads, seq, gpus, mb, accum;
     bool checkpointing;
     double published_tokens, published_mfu;  // per GPU; %
-    bool within;                             // documented within 20% (docs/perf.md)
+    bool within;                             // documented within 20% (docs/perf/planner.md)
   };
   const Row rows[] = {
       // T 2048: every row.

@@ -548,7 +548,7 @@ def make_amp_two(out_dir):
     """amp_two_rounding.safetensors: gpt2_tiny's first bf16 loss (amp.safetensors' first batch)
     when its two linears with a 16-bit output, c_attn and c_fc, round twice: the product to
     bf16, then the bf16 bias added and rounded again. That is cuBLASLt's bias epilogue as an
-    H200 computes it (docs/perf.md), which PyTorch's own CUDA addmm and Gantry's cuda backend
+    H200 computes it (docs/perf/gpu.md), which PyTorch's own CUDA addmm and Gantry's cuda backend
     with BackendOptions::bias_epilogue both call; autocast on the CPU rounds once. The loss
     for four summation orders of the products (an fp32 mm, an exact sum, the reduction
     reversed, two halves; all in fp32 from the bf16-rounded inputs, as autocast's mm sums) gives
