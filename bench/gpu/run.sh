@@ -3,58 +3,141 @@
 # FFN 2048, vocab 32000), on one GPU: gantry's device model against PyTorch (torch.compile,
 # bf16 autocast, SDPA, fused AdamW; transformers' LlamaForCausalLM for the Llama) in the same
 # run, each at the largest micro-batch that fits, the ratios, and the time per op side by side.
-# On the GPU host, from the repository root with .bundle/ carried (tests/gpu/run.sh bundle
-# builds it here, and .bundle.txz, the same packed): bash bench/gpu/run.sh [--steps N]
-# (the arguments go to every run). In order: gantry GPT-2 bf16 (attention auto: cuDNN where it
-# loads; cuBLASLt's bias epilogue), the same rounding its biased outputs once, the same with the
-# GELU epilogues, PyTorch GPT-2 (--profile), gantry Llama bf16, PyTorch Llama (--profile);
-# GANTRY_BENCH_FP32=1 adds gantry GPT-2 in fp32, GANTRY_BENCH_FUSED=1 with gantry's fused
-# attention kernels, GANTRY_BENCH_GQA_EXPAND=1 the Llama with its key/value heads repeated around
-# the attention (GqaExpand, GqaReduce) rather than read grouped by cuDNN.
-# About 4 minutes on an H100. A run that fails is reported and left out of the summary.
+#
+# On the GPU host, from the repository root with .bundle/ or .bundle.txz carried (tests/gpu/run.sh
+# bundle builds them here):
+#   bash bench/gpu/run.sh [--only gpt2|llama] [--candidates] [ARGS...]
+# ARGS go to every run (both sides take --steps N, --warmup N, --batch B). tests/gpu/check.sh
+# runs it as its first two parts (--only gpt2, then --only llama, with --steps 8).
+#
+# In order, for GPT-2 and then the Llama: gantry (attention auto: cuDNN where it loads; cuBLASLt's
+# bias epilogue), then PyTorch (--profile), then at once the pair's lines: tokens/s, the ratio,
+# device memory on both sides, the per-op groups side by side.
+#
+# --candidates (or GANTRY_BENCH_CANDIDATES=1): after each pair, the same model once more with each
+# candidate on (the pair's gantry run is the candidate off), and a line for each against the default
+# and against PyTorch. The candidates, in CANDIDATES below: one_rounding (--bias-epilogue off),
+# gelu_epilogue (--gelu-epilogue on), gqa_expand (the Llama, --grouped-attention off), and by name
+# only, not in the default set, fused (--attention fused, about 2.8x the step) and fp32 (--precision
+# fp32). GANTRY_BENCH_CANDIDATES="one_rounding fp32" runs those named. GANTRY_BENCH_FUSED=1,
+# GANTRY_BENCH_FP32=1 and GANTRY_BENCH_GQA_EXPAND=1 add theirs, as before. A new candidate is a
+# line in CANDIDATES: a gpt2_gpu_bench flag, off by default until the GPU has measured it.
+#
+# Limits: each gantry run GANTRY_BENCH_GANTRY_TIMEOUT seconds (20 by default), each PyTorch run
+# GANTRY_BENCH_TORCH_TIMEOUT (85). A run over its limit is stopped (timeout's exit 124, 137 if it
+# had to be killed), reported TIMED OUT, and the next run goes on; one that fails is reported FAILED.
+# Either is left out of the lines that need it. Exit: 0 if every run passed, 1 if any failed,
+# else 124 if any timed out.
+#
+# Expected time (estimates from docs/perf.md's GPU entries; tests/gpu/check.sh's header says how):
+# a gantry run about 10 s: its start, cuDNN's plans, and warmup 3 + 8 + 1 profiled steps of 0.14 s
+# at B 64 (the candidate fused 0.38 s a step on the H200; fp32 1.3 s on the H100 before cuDNN, so
+# give it GANTRY_BENCH_GANTRY_TIMEOUT=40). A PyTorch run 40-60 s, nearly all of it torch.compile's
+# compile, inside the first of its warmup + 2 untimed steps: --steps N sets only the timed steps
+# (8 are about 1 s), so it hardly changes a run's time. --candidates adds a gantry run per
+# candidate. Each run's seconds go into the summary.
+#
+# Where the results go: each run's stdout in $GANTRY_BENCH_DIR/NAME.txt (/tmp/gantry_bench; the
+# JSON last line is what the lines read), everything on stdout, and, as each run and each pair
+# ends, its status, seconds, JSON line and the pair's lines appended to $GANTRY_BENCH_SUMMARY
+# (check.sh: $OUT/summary.txt; by default $OUT/bench_summary.txt where $OUT is set), so a call cut
+# short keeps what it measured.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUNDLE=.bundle
 source tests/gpu/env.sh
+
+ONLY="gpt2 llama"
+WANT_CANDIDATES=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only)
+      case "${2:-}" in gpt2|llama) ONLY=$2 ;; *) echo "bench/gpu/run.sh: --only gpt2|llama" >&2; exit 2 ;; esac
+      shift 2 ;;
+    --candidates) WANT_CANDIDATES=1; shift ;;
+    *) break ;;  # the rest go to every run
+  esac
+done
+
+# NAME|ARCH|FLAGS|WHAT: the gpt2_gpu_bench flags that turn a candidate on (the default is off).
+CANDIDATES="one_rounding|gpt2|--bias-epilogue off|biased 16-bit outputs rounded once (no bias epilogue)
+gelu_epilogue|gpt2|--gelu-epilogue on|cuBLASLt's GELU and bias-gradient epilogues
+gqa_expand|llama|--grouped-attention off|key/value heads repeated around the attention (no grouped cuDNN)
+fused|gpt2|--attention fused|gantry's fused attention kernels (fp32 FMAs)
+fp32|gpt2|--precision fp32|fp32"
+DEFAULT_CANDIDATES="one_rounding gelu_epilogue gqa_expand"
+chosen=""
+case "${GANTRY_BENCH_CANDIDATES:-}" in
+  "" | 0) ;;
+  1 | all | default) WANT_CANDIDATES=1 ;;
+  *) chosen=${GANTRY_BENCH_CANDIDATES//,/ } ;;
+esac
+[ "$WANT_CANDIDATES" = 1 ] && [ -z "$chosen" ] && chosen=$DEFAULT_CANDIDATES
+[ "${GANTRY_BENCH_FUSED:-0}" = 1 ] && chosen="$chosen fused"
+[ "${GANTRY_BENCH_FP32:-0}" = 1 ] && chosen="$chosen fp32"
+[ "${GANTRY_BENCH_GQA_EXPAND:-0}" = 1 ] && chosen="$chosen gqa_expand"
+chosen=$(tr ' ' '\n' <<<"$chosen" | awk 'NF && !seen[$0]++' | tr '\n' ' ')  # each once, in order
+for c in $chosen; do
+  grep -q "^$c|" <<<"$CANDIDATES" || { echo "bench/gpu/run.sh: no candidate '$c' (known: $(cut -d'|' -f1 <<<"$CANDIDATES" | tr '\n' ' '))" >&2; exit 2; }
+done
+
+GANTRY_LIMIT=${GANTRY_BENCH_GANTRY_TIMEOUT:-20}
+TORCH_LIMIT=${GANTRY_BENCH_TORCH_TIMEOUT:-85}
+DIR=${GANTRY_BENCH_DIR:-/tmp/gantry_bench}
+SUMMARY=${GANTRY_BENCH_SUMMARY:-${OUT:+$OUT/bench_summary.txt}}
+mkdir -p "$DIR"
+[ -z "$SUMMARY" ] || touch "$SUMMARY"
+note() {  # a line on stdout and in the summary file
+  echo "$*"
+  [ -z "$SUMMARY" ] || echo "$*" >>"$SUMMARY"
+}
+
 gpu_bundle_unpack "$BUNDLE"
 gpu_bundle_env "$PWD/$BUNDLE/lib"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-OUT=/tmp/gantry_bench
-rm -rf "$OUT" && mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-# run NAME TITLE COMMAND...: its output on the terminal, its stdout in $OUT/NAME.txt too (the
-# JSON last line); a failure is noted, and the run left out of the summary.
-failed=0
+
+# run NAME LIMIT TITLE COMMAND...: COMMAND within LIMIT seconds, its output on stdout and its
+# stdout in $DIR/NAME.txt too (the JSON last line); a failure or a timeout is noted, and the run
+# left out of the lines (its file renamed NAME.failed).
+failed=""
+timed_out=""
 run() {
-  local name=$1 title=$2 rc=0
-  shift 2
-  echo "== $title"
-  "$@" | tee "$OUT/$name.txt" || rc=$?
-  if [ "$rc" -ne 0 ]; then
-    echo "== $title: FAILED (exit $rc)"
-    failed=$((failed + 1))
-    mv "$OUT/$name.txt" "$OUT/$name.failed"
+  local name=$1 limit=$2 title=$3 rc=0 t0 secs
+  shift 3
+  rm -f "$DIR/$name.txt" "$DIR/$name.failed"
+  echo "== $title (limit $limit s)"
+  t0=$(date +%s)
+  timeout -k 5 "$limit" "$@" | tee "$DIR/$name.txt" || rc=$?
+  secs=$(($(date +%s) - t0))
+  if [ "$rc" -eq 0 ]; then
+    note "run $name: ok, $secs s (limit $limit s)"
+    note "  $(tail -n 1 "$DIR/$name.txt")"
+  else
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      note "run $name: TIMED OUT (exit $rc) after $secs s (limit $limit s)"
+      timed_out="$timed_out $name"
+    else
+      note "run $name: FAILED (exit $rc) after $secs s"
+      failed="$failed $name"
+    fi
+    mv "$DIR/$name.txt" "$DIR/$name.failed"
   fi
 }
-run gantry_gpt2 "gantry GPT-2, bf16, attention auto (cuDNN)" "$BUNDLE/bin/gpt2_gpu_bench" "$@"
-if [ "${GANTRY_BENCH_FUSED:-0}" = 1 ]; then  # (about 3x the default's step: 2.80x on an H200)
-  run gantry_gpt2_fused "gantry GPT-2, bf16, gantry's fused attention kernel" "$BUNDLE/bin/gpt2_gpu_bench" --attention fused "$@"
-fi
-run gantry_gpt2_one_rounding "gantry GPT-2, bf16, biased 16-bit outputs rounded once (no bias epilogue)" "$BUNDLE/bin/gpt2_gpu_bench" --bias-epilogue off "$@"
-run gantry_gpt2_gelu_epilogue "gantry GPT-2, bf16, cuBLASLt's GELU and bias-gradient epilogues" "$BUNDLE/bin/gpt2_gpu_bench" --gelu-epilogue on "$@"
-if [ "${GANTRY_BENCH_FP32:-0}" = 1 ]; then
-  run gantry_gpt2_fp32 "gantry GPT-2, fp32" "$BUNDLE/bin/gpt2_gpu_bench" --precision fp32 "$@"
-fi
-run torch_gpt2 "pytorch GPT-2" python3 bench/torch_gpt2.py gpu-bench --profile "$@"
-run gantry_llama "gantry Llama, bf16, attention auto (cuDNN)" "$BUNDLE/bin/gpt2_gpu_bench" --arch llama "$@"
-if [ "${GANTRY_BENCH_GQA_EXPAND:-0}" = 1 ]; then  # the key/value heads repeated around the attention, as before
-  run gantry_llama_expand "gantry Llama, bf16, key/value heads repeated (no grouped cuDNN)" "$BUNDLE/bin/gpt2_gpu_bench" --arch llama --grouped-attention off "$@"
-fi
-run torch_llama "pytorch Llama (transformers)" python3 bench/torch_gpt2.py gpu-bench --arch llama --profile "$@"
-echo "== summary"
-python3 - "$OUT" <<'PY'
+
+# summarise pair LABEL GANTRY TORCH | summarise candidate LABEL CANDIDATE RUN DEFAULT TORCH FLAGS: the lines
+# from the runs' JSON; the short ones go to the summary file too.
+summarise() {
+  python3 - "$DIR" "$SUMMARY" "$@" <<'PY' || echo "(the summary failed: the runs' output is above)"
 import json, os, re, sys
-out = sys.argv[1]
+out, summary, kind, label = sys.argv[1:5]
+
+
+def note(line):
+    print(line)
+    if summary:
+        with open(summary, "a") as f:
+            f.write(line + "\n")
 
 
 def load(name):
@@ -117,43 +200,65 @@ def side_by_side(title, g_ops, t_ops):
     print(f"  pytorch's rows: " + ", ".join(f"{op} {ms:.2f}" for op, ms in t_ops))
 
 
-for label, gname, tname in (("GPT-2", "gantry_gpt2", "torch_gpt2"), ("Llama", "gantry_llama", "torch_llama")):
+if kind == "pair":
+    gname, tname = sys.argv[5:7]
     g, g_ops = load(gname)
     t, t_ops = load(tname)
-    line = f"{label}: gantry " + (desc(g) if g else "FAILED") + " | pytorch " + (desc(t) if t else "FAILED")
+    none = "no result (failed or timed out: above)"
+    line = f"{label}: gantry " + (desc(g) if g else none) + " | pytorch " + (desc(t) if t else none)
     if g and t:
-        line += f" | ratio {g['tokens_per_s'] / t['tokens_per_s']:.2f}x (target >= 1.0x, MFU >= 45%)"
-    print(line)
+        line += f" | ratio {g['tokens_per_s'] / t['tokens_per_s']:.2f}x (target >= 1.0x, MFU >= 40%)"
+    note(line)
     if g and t and t.get("device_used_gb"):
-        print(f"{label} device memory in use (cudaMemGetInfo on both sides): gantry {g['memory_gb']:.1f} GB, "
-              f"pytorch {t['device_used_gb']:.1f} GB (its allocator's peak {t['memory_gb']:.1f} GB allocated, "
-              f"{t['memory_reserved_gb']:.1f} reserved): {g['memory_gb'] / t['device_used_gb']:.2f}x (target <= 1.0x)")
+        note(f"{label} device memory in use (cudaMemGetInfo on both sides): gantry {g['memory_gb']:.1f} GB, "
+             f"pytorch {t['device_used_gb']:.1f} GB (its allocator's peak {t['memory_gb']:.1f} GB allocated, "
+             f"{t['memory_reserved_gb']:.1f} reserved): {g['memory_gb'] / t['device_used_gb']:.2f}x (target <= 1.0x)")
     side_by_side(label, g_ops, t_ops)
-    print()
-c, _ = load("gantry_gpt2")
-f, _ = load("gantry_gpt2_fused")
-if c and f:
-    print(f"GPT-2 attention: auto (cuDNN) {c['tokens_per_s']:.0f} tok/s at B {c['batch']} against gantry's fused "
-          f"kernel's {f['tokens_per_s']:.0f} tok/s at B {f['batch']}: {c['tokens_per_s'] / f['tokens_per_s']:.2f}x")
-e, _ = load("gantry_gpt2_one_rounding")
-t, _ = load("torch_gpt2")
-if c and e:
-    print(f"GPT-2 rounding once (--bias-epilogue off: an fp32 scratch, no bias epilogue): {e['tokens_per_s']:.0f} "
-          f"tok/s, {e['tokens_per_s'] / c['tokens_per_s']:.2f}x the default"
-          + (f", {e['tokens_per_s'] / t['tokens_per_s']:.2f}x pytorch" if t else "")
-          + f"; first loss {e.get('first_loss', float('nan')):.6f} against the default's "
-          f"{c.get('first_loss', float('nan')):.6f}")
-ge, _ = load("gantry_gpt2_gelu_epilogue")
-if c and ge:
-    print(f"GPT-2 with cuBLASLt's GELU and bias-gradient epilogues (--gelu-epilogue on): {ge['tokens_per_s']:.0f} tok/s, "
-          f"{ge['tokens_per_s'] / c['tokens_per_s']:.2f}x the default; first loss {ge.get('first_loss', float('nan')):.6f} "
-          f"against the default's {c.get('first_loss', float('nan')):.6f}"
-          + (f", {ge['tokens_per_s'] / t['tokens_per_s']:.2f}x pytorch" if t else ""))
-f32, _ = load("gantry_gpt2_fp32")
-if c and f32:
-    print(f"GPT-2 bf16 {c['tokens_per_s']:.0f} tok/s at B {c['batch']} against fp32's {f32['tokens_per_s']:.0f} tok/s "
-          f"at B {f32['batch']}: {c['tokens_per_s'] / f32['tokens_per_s']:.2f}x")
-print("memory: gantry's is the device's in use (cudaMemGetInfo, the context included); pytorch's in its "
-      "line its allocator's peak allocated, and in use on the device beside gantry's")
+    print("memory: gantry's is the device's in use (cudaMemGetInfo, the context included); pytorch's in its "
+          "line its allocator's peak allocated, and in use on the device beside gantry's\n")
+else:  # candidate
+    cname, name, dname, tname, flags = sys.argv[5:10]
+    c, _ = load(name)
+    d, _ = load(dname)
+    t, _ = load(tname)
+    if not c:
+        note(f"{label} candidate {cname} ({flags}): no result (failed or timed out: above)")
+    else:
+        line = f"{label} candidate {cname} ({flags}): {desc(c)}"
+        if d:
+            line += (f", {c['tokens_per_s'] / d['tokens_per_s']:.2f}x the default's {d['tokens_per_s']:.0f} tok/s "
+                     f"at B {d['batch']}")
+        if t:
+            line += f", {c['tokens_per_s'] / t['tokens_per_s']:.2f}x pytorch"
+        if d and "first_loss" in c and "first_loss" in d:
+            line += f"; first loss {c['first_loss']:.6f} against the default's {d['first_loss']:.6f}"
+        note(line)
 PY
-[ "$failed" -eq 0 ] || { echo "$failed run(s) failed"; exit 1; }
+}
+
+label_of() { case "$1" in gpt2) echo GPT-2 ;; llama) echo Llama ;; esac; }
+for arch in $ONLY; do
+  label=$(label_of "$arch")
+  arch_flags=()
+  torch_flags=()
+  if [ "$arch" = llama ]; then arch_flags=(--arch llama); torch_flags=(--arch llama); fi
+  run "gantry_$arch" "$GANTRY_LIMIT" "gantry $label, bf16, attention auto (cuDNN)" \
+    "$BUNDLE/bin/gpt2_gpu_bench" "${arch_flags[@]}" "$@"
+  run "torch_$arch" "$TORCH_LIMIT" "pytorch $label (torch.compile)" \
+    python3 bench/torch_gpt2.py gpu-bench "${torch_flags[@]}" --profile "$@"
+  echo "== $label: gantry against pytorch"
+  summarise pair "$label" "gantry_$arch" "torch_$arch"
+  for c in $chosen; do
+    IFS='|' read -r cname carch cflags cwhat < <(grep "^$c|" <<<"$CANDIDATES")
+    [ "$carch" = "$arch" ] || continue
+    read -r -a cargs <<<"$cflags"
+    run "gantry_${arch}_$cname" "$GANTRY_LIMIT" "gantry $label, candidate $cname: $cwhat ($cflags)" \
+      "$BUNDLE/bin/gpt2_gpu_bench" "${arch_flags[@]}" "${cargs[@]}" "$@"
+    summarise candidate "$label" "$cname" "gantry_${arch}_$cname" "gantry_$arch" "torch_$arch" "$cflags"
+  done
+done
+if [ -n "$failed$timed_out" ]; then
+  note "bench: failed:${failed:- none}; timed out:${timed_out:- none}"
+  [ -z "$failed" ] || exit 1
+  exit 124
+fi

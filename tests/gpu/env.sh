@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the GPU scripts (tests/gpu/run.sh, check.sh, cluster.sh, bench/gpu/run.sh): what a
 # bundle needs on the GPU host, and how one is made here.
 
