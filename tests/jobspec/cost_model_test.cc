@@ -129,6 +129,49 @@ TEST(CostModelTest, FullRecomputeAddsEachLayersForwardSelectiveItsAttention) {
   EXPECT_REL(r->flops_per_gpu * r->step - r->mfu * r->step * 2e12, 2 * (6291456 + 2 * 262144));
 }
 
+// The profile's GEMM table (jobspec/cluster.h GemmTable) sets each GEMM's rate by its shape as
+// the backend runs it (rows m, out n, in k). Small()'s GEMMs a layer: qkv (64, 192, 64), the
+// attention projection (64, 64, 64), fc (64, 256, 64), fc's projection (64, 64, 256); the
+// classifier (64, 128, 64). An fp32 grid m {32, 64} x n {64, 128, 192, 256} x k {64, 256}
+// holds them at Simple()'s single rates and every other shape at other rates: a GEMM looked up
+// at a wrong shape (dimensions swapped, or not on the grid) changes the step.
+GemmTable SmallTable(double qkv_scale) {
+  std::vector<GemmRate> e;
+  for (int64_t m : {32, 64}) {
+    for (int64_t n : {64, 128, 192, 256}) {
+      for (int64_t k : {64, 256}) {
+        const bool used = m == 64 && (k == 64 || n == 64);  // (64, 256, 256) and m 32: unused
+        double f = used ? 1e12 : 7e12, b = used ? 0.5e12 : 3e12;
+        if (m == 64 && n == 192 && k == 64) f *= qkv_scale, b *= qkv_scale;
+        e.push_back({m, n, k, 1, f, b});
+      }
+    }
+  }
+  auto t = GemmTable::Make(e);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+TEST(CostModelTest, EachGemmTakesItsShapesRateFromTheTable) {
+  const double base = PredictStep(Small(), Simple())->compute;
+  ClusterSpec c = Simple();
+  c.device.gemm_table = SmallTable(1);
+  auto same = PredictStep(Small(), c);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_REL(same->compute, base) << "every GEMM at a measured shape with the single rates";
+  // qkv's rate halved: its time doubles, forward 2·64·64·192 FLOPs at 1e12 (1.572864 us) and
+  // backward twice that at 0.5e12 (6.291456 us) more in each of the two layers. Tolerance: the
+  // difference of two sums of about 110 us, each within 1e-12 relative; 1e-9 us.
+  c.device.gemm_table = SmallTable(0.5);
+  auto slower = PredictStep(Small(), c);
+  ASSERT_TRUE(slower.ok()) << slower.status();
+  EXPECT_NEAR((slower->compute - base) * 1e6, 2 * (1.572864 + 6.291456), 1e-9);
+  // A 16-bit step: the table has no 16-bit grid, so the single 16-bit rates.
+  PlanInput half = Small();
+  half.precision = Precision::kAutocast;
+  EXPECT_REL(PredictStep(half, c)->compute, PredictStep(half, Simple())->compute);
+}
+
 TEST(CostModelTest, TheBubbleIsTheScheduleShareOfBalancedStages) {
   PlanInput in = Small();
   in.model->n_layer = 8;
