@@ -133,7 +133,9 @@ const char* PrecisionKey(int precision) { return precision == 0 ? "bf16" : "fp32
 // (GemmTable::Make). Errors name the entry: "gemm_table[3].m".
 absl::StatusOr<GemmTable> ReadGemmTable(const YAML::Node& node, const std::string& field) {
   const std::string w = "profile";
-  if (!node.IsSequence()) return FieldError(w, field, "must be a sequence of {precision, m, n, k, fwd_tflops, bwd_tflops}");
+  if (!node.IsSequence()) {
+    return FieldError(w, field, "must be a sequence of {precision, m, n, k, fwd_tflops, bwd_tflops}");
+  }
   std::vector<GemmRate> entries;
   for (size_t i = 0; i < node.size(); ++i) {
     const std::string here = absl::StrCat(field, "[", i, "]");
@@ -224,8 +226,8 @@ absl::StatusOr<GemmTable> GemmTable::Make(std::vector<GemmRate> entries) {
   for (size_t i = 0; i < entries.size(); ++i) {
     const GemmRate& e = entries[i];
     if (e.precision != 0 && e.precision != 1) {
-      return absl::InvalidArgumentError(absl::StrFormat("entry %d: precision index %d is neither 0 (16-bit) nor 1 (fp32)",
-                                                        i, e.precision));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("entry %d: precision index %d is neither 0 (16-bit) nor 1 (fp32)", i, e.precision));
     }
     if (e.m < 1 || e.n < 1 || e.k < 1) return absl::InvalidArgumentError(name(i, e) + ": m, n and k must be >= 1");
     if (!(e.fwd > 0) || !(e.bwd > 0) || !std::isfinite(e.fwd) || !std::isfinite(e.bwd)) {
