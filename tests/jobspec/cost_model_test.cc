@@ -172,6 +172,44 @@ TEST(CostModelTest, EachGemmTakesItsShapesRateFromTheTable) {
   EXPECT_REL(PredictStep(half, c)->compute, PredictStep(half, Simple())->compute);
 }
 
+// The GEMMs timed one by one (rows x in x out each) are the FLOPs the model counts: on a device
+// where everything but the GEMMs takes no time (rates of 1e30, links without latency), a step at
+// one GEMM rate R lasts the counted GEMM FLOPs over R, for a Llama with grouped heads, MoE
+// layers (experts over ep) and tensor parallelism, where the shapes are the most split.
+TEST(CostModelTest, TheGemmsTimedOneByOneAreTheCountedFlops) {
+  ClusterSpec c = TwoLinks();
+  c.intra = c.inter = {1e30, 0};
+  DeviceProfile& d = c.device;
+  d.name = "gemms-only";
+  d.peak_flops = 1e12;
+  const double R = 1e12;
+  for (int p = 0; p < 2; ++p) {
+    d.gemm_fwd[p] = d.gemm_bwd[p] = R;
+    d.attention_fwd[p] = d.attention_bwd[p] = 1e30;
+  }
+  d.memory_bandwidth = 1e30;
+  d.memory = 80e9;
+  PlanInput in = Small();
+  in.model->arch = Arch::kLlama;
+  in.model->n_kv_head = 2, in.model->ffn_hidden = 96;
+  in.model->moe.num_experts = 4, in.model->moe.top_k = 2, in.model->moe.every_n_layers = 2;
+  in.tp = 2, in.dp = 2, in.ep = 2;
+  auto r = PredictStep(in, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Hardware FLOPs a GPU (no recomputation): three passes of the GEMMs and of attention's
+  // 2 x 2·N·T·C/tp a layer. Attention's take no time here, so the step is the GEMMs' alone.
+  const double N = 64, T = 32, C = 64, L = 2, tp = 2;
+  const double gemm_flops = r->flops_per_gpu * r->step - 3 * L * 2 * (2 * N * T * C / tp);
+  // Tolerance: sums of doubles (1e-15 relative each) and the other ops' 1e-30-scale times.
+  EXPECT_NEAR(r->step * R / gemm_flops, 1, 1e-12);
+  // The same with the GEMMs in a table at R everywhere (a one-shape grid): the same step.
+  auto t = GemmTable::Make({{768, 768, 768, 1, R, R}});
+  ASSERT_TRUE(t.ok()) << t.status();
+  d.gemm_table = *t;
+  d.gemm_fwd[1] = d.gemm_bwd[1] = R / 3;  // (unused: fp32 is in the table)
+  EXPECT_NEAR(PredictStep(in, c)->step / r->step, 1, 1e-12);
+}
+
 TEST(CostModelTest, TheBubbleIsTheScheduleShareOfBalancedStages) {
   PlanInput in = Small();
   in.model->n_layer = 8;
