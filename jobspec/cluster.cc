@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -126,6 +127,45 @@ absl::StatusOr<YAML::Node> Load(const std::string& what, const std::string& yaml
   }
 }
 
+const char* PrecisionKey(int precision) { return precision == 0 ? "bf16" : "fp32"; }
+
+// gemm_table: a sequence of {precision, m, n, k, fwd_tflops, bwd_tflops}, a grid per precision
+// (GemmTable::Make). Errors name the entry: "gemm_table[3].m".
+absl::StatusOr<GemmTable> ReadGemmTable(const YAML::Node& node, const std::string& field) {
+  const std::string w = "profile";
+  if (!node.IsSequence()) {
+    return FieldError(w, field, "must be a sequence of {precision, m, n, k, fwd_tflops, bwd_tflops}");
+  }
+  std::vector<GemmRate> entries;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string here = absl::StrCat(field, "[", i, "]");
+    GemmRate e;
+    double dims[3] = {0, 0, 0};
+    Fields f{w, {}, {"precision", "m", "n", "k", "fwd_tflops", "bwd_tflops"}};
+    f.read["precision"] = [&](const YAML::Node& n, const std::string& name) {
+      const std::string v = n.IsScalar() ? n.Scalar() : "";
+      if (v != "bf16" && v != "fp32") return FieldError(w, name, "must be bf16 (the 16-bit rates) or fp32");
+      e.precision = v == "bf16" ? 0 : 1;
+      return absl::OkStatus();
+    };
+    const char* keys[3] = {"m", "n", "k"};
+    for (int d = 0; d < 3; ++d) f.read[keys[d]] = Number(w, &dims[d], 1);
+    f.read["fwd_tflops"] = Number(w, &e.fwd, 1e12);
+    f.read["bwd_tflops"] = Number(w, &e.bwd, 1e12);
+    RETURN_IF_ERROR(f.Visit(node[i], here));
+    for (int d = 0; d < 3; ++d) {
+      if (dims[d] != std::floor(dims[d]) || dims[d] > 1e15) {
+        return FieldError(w, absl::StrCat(here, ".", keys[d]), "must be a whole number");
+      }
+    }
+    e.m = static_cast<int64_t>(dims[0]), e.n = static_cast<int64_t>(dims[1]), e.k = static_cast<int64_t>(dims[2]);
+    entries.push_back(e);
+  }
+  auto table = GemmTable::Make(std::move(entries));
+  if (!table.ok()) return FieldError(w, field, std::string(table.status().message()));
+  return table;
+}
+
 absl::Status ReadProfile(const YAML::Node& root, const std::string& prefix, DeviceProfile* p) {
   const std::string w = "profile";
   auto rates = [&](double* fwd, double* bwd) {  // [0] 16-bit, [1] fp32
@@ -155,6 +195,10 @@ absl::Status ReadProfile(const YAML::Node& root, const std::string& prefix, Devi
   f.read["host_adamw_gparams"] = Number(w, &p->host_adamw, 1e9, true);
   f.read["host_link_gbs"] = Number(w, &p->host_link, 1e9, true);
   f.read["comm_compute_cost"] = Number(w, &p->comm_compute_cost, 1, true);
+  f.read["gemm_table"] = [&](const YAML::Node& n, const std::string& field) -> absl::Status {
+    ASSIGN_OR_RETURN(p->gemm_table, ReadGemmTable(n, field));
+    return absl::OkStatus();
+  };
   f.read["unfused_attention"] = [&](const YAML::Node& n, const std::string& field) {
     try {
       p->unfused_attention = n.as<bool>();
@@ -172,6 +216,99 @@ absl::Status ReadProfile(const YAML::Node& root, const std::string& prefix, Devi
 }
 
 }  // namespace
+
+absl::StatusOr<GemmTable> GemmTable::Make(std::vector<GemmRate> entries) {
+  GemmTable t;
+  auto name = [](size_t i, const GemmRate& e) {
+    return absl::StrFormat("entry %d (%s m %d n %d k %d)", i, PrecisionKey(e.precision == 0 ? 0 : 1), e.m, e.n, e.k);
+  };
+  std::vector<double> values[2][3];
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const GemmRate& e = entries[i];
+    if (e.precision != 0 && e.precision != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("entry %d: precision index %d is neither 0 (16-bit) nor 1 (fp32)", i, e.precision));
+    }
+    if (e.m < 1 || e.n < 1 || e.k < 1) return absl::InvalidArgumentError(name(i, e) + ": m, n and k must be >= 1");
+    if (!(e.fwd > 0) || !(e.bwd > 0) || !std::isfinite(e.fwd) || !std::isfinite(e.bwd)) {
+      return absl::InvalidArgumentError(name(i, e) + ": its rates must be > 0");
+    }
+    const int64_t dims[3] = {e.m, e.n, e.k};
+    for (int d = 0; d < 3; ++d) values[e.precision][d].push_back(std::log2(static_cast<double>(dims[d])));
+  }
+  for (int p = 0; p < 2; ++p) {
+    Grid& g = t.grid_[p];
+    for (int d = 0; d < 3; ++d) {
+      std::vector<double>& a = values[p][d];
+      std::sort(a.begin(), a.end());
+      a.erase(std::unique(a.begin(), a.end()), a.end());
+      g.axis[d] = a;
+    }
+    g.rates.assign(2 * g.axis[0].size() * g.axis[1].size() * g.axis[2].size(), 0.0);
+  }
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>, size_t> seen;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const GemmRate& e = entries[i];
+    auto [it, fresh] = seen.emplace(std::make_tuple(e.precision, e.m, e.n, e.k), i);
+    if (!fresh) return absl::InvalidArgumentError(absl::StrFormat("%s repeats entry %d", name(i, e), it->second));
+    Grid& g = t.grid_[e.precision];
+    size_t at[3];
+    const int64_t dims[3] = {e.m, e.n, e.k};
+    for (int d = 0; d < 3; ++d) {
+      at[d] = std::lower_bound(g.axis[d].begin(), g.axis[d].end(), std::log2(static_cast<double>(dims[d]))) -
+              g.axis[d].begin();
+    }
+    const size_t idx = (at[0] * g.axis[1].size() + at[1]) * g.axis[2].size() + at[2];
+    g.rates[2 * idx] = e.fwd;
+    g.rates[2 * idx + 1] = e.bwd;
+  }
+  for (int p = 0; p < 2; ++p) {  // every grid point measured
+    const Grid& g = t.grid_[p];
+    for (size_t i = 0; i < g.axis[0].size(); ++i) {
+      for (size_t j = 0; j < g.axis[1].size(); ++j) {
+        for (size_t l = 0; l < g.axis[2].size(); ++l) {
+          if (g.rates[2 * ((i * g.axis[1].size() + j) * g.axis[2].size() + l)] > 0) continue;
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "the %s entries do not form a grid of their m, n and k values: m %.0f n %.0f k %.0f is missing",
+              PrecisionKey(p), std::exp2(g.axis[0][i]), std::exp2(g.axis[1][j]), std::exp2(g.axis[2][l])));
+        }
+      }
+    }
+  }
+  t.entries_ = std::move(entries);
+  return t;
+}
+
+double GemmTable::Rate(int precision, bool backward, double m, double n, double k) const {
+  const Grid& g = grid_[precision];
+  const double x[3] = {std::log2(std::max(1.0, m)), std::log2(std::max(1.0, n)), std::log2(std::max(1.0, k))};
+  size_t lo[3];
+  double t[3];
+  for (int d = 0; d < 3; ++d) {
+    const std::vector<double>& a = g.axis[d];
+    if (a.size() == 1 || x[d] <= a.front()) {
+      lo[d] = 0, t[d] = 0;
+    } else if (x[d] >= a.back()) {
+      lo[d] = a.size() - 2, t[d] = 1;
+    } else {
+      lo[d] = std::upper_bound(a.begin(), a.end(), x[d]) - a.begin() - 1;
+      t[d] = (x[d] - a[lo[d]]) / (a[lo[d] + 1] - a[lo[d]]);
+    }
+  }
+  double r = 0;
+  for (int c = 0; c < 8; ++c) {
+    double weight = 1;
+    size_t at[3];
+    for (int d = 0; d < 3; ++d) {
+      const bool up = (c >> d) & 1;
+      weight *= up ? t[d] : 1 - t[d];
+      at[d] = lo[d] + (up ? 1 : 0);
+    }
+    if (weight == 0) continue;  // (also every corner past a one-value axis)
+    r += weight * g.rates[2 * ((at[0] * g.axis[1].size() + at[1]) * g.axis[2].size() + at[2]) + (backward ? 1 : 0)];
+  }
+  return r;
+}
 
 absl::StatusOr<DeviceProfile> BuiltinProfile(const std::string& name) {
   if (name == "h100") return H100();
@@ -286,6 +423,19 @@ void EmitProfile(YAML::Emitter& out, const DeviceProfile& p) {
   out << YAML::Key << "host_link_gbs" << YAML::Value << p.host_link / 1e9;
   out << YAML::Key << "comm_compute_cost" << YAML::Value << p.comm_compute_cost;
   out << YAML::Key << "unfused_attention" << YAML::Value << p.unfused_attention;
+  if (!p.gemm_table.empty()) {
+    out << YAML::Key << "gemm_table" << YAML::Value << YAML::BeginSeq;
+    for (const GemmRate& e : p.gemm_table.entries()) {
+      out << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "precision" << YAML::Value << PrecisionKey(e.precision);
+      out << YAML::Key << "m" << YAML::Value << e.m << YAML::Key << "n" << YAML::Value << e.n;
+      out << YAML::Key << "k" << YAML::Value << e.k;
+      out << YAML::Key << "fwd_tflops" << YAML::Value << e.fwd / 1e12;
+      out << YAML::Key << "bwd_tflops" << YAML::Value << e.bwd / 1e12;
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
   out << YAML::EndMap;
 }
 }  // namespace

@@ -16,6 +16,9 @@
 //   host_link_gbs: 40                      # optional: device <-> host copies
 //   unfused_attention: false               # optional: the backend's attention keeps the
 //                                          # probabilities (the cpu's); rates are its GEMM's
+//   gemm_table:                            # optional: GEMM rates per shape (GemmTable below),
+//     - {precision: bf16, m: 768, n: 2304, k: 768, fwd_tflops: 420, bwd_tflops: 390}
+//     - ...                                # `gantry-train calibrate --gemm-sweep` measures it
 //
 // Cluster YAML:
 //   name: dgx-h100
@@ -27,12 +30,57 @@
 //   inter_node: {bandwidth_gbs: 40, latency_us: 6}
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace gantry::jobspec {
+
+// One GEMM shape as the backend's MatmulForward(out, inp, weight, bias, N, C, OC) runs it:
+// out (m, n) = inp (m, k) @ weight (k, n): m the rows (tokens), k the input width, n the output
+// width. fwd: its achieved FLOP/s forward (2·m·n·k over MatmulForward's time); bwd: backward
+// (4·m·n·k over MatmulBackward's: the input's gradient (m, k) and the weight's (k, n)).
+// precision: the rates' index, 0 16-bit, 1 fp32 (DeviceProfile::gemm_fwd's).
+struct GemmRate {
+  int64_t m = 0, n = 0, k = 0;
+  int precision = 0;
+  double fwd = 0, bwd = 0;  // FLOP/s
+};
+
+// A device's GEMM rates per shape, per precision on a grid: every combination of the m, n and k
+// values measured in that precision (the sweep's shapes: `gantry-train calibrate --gemm-sweep`).
+//
+// The rule between measured shapes (Rate): each of m, n, k is placed on its axis in log2 space,
+// clamped to the measured range (a shape beyond the largest measured takes the largest's rate,
+// one below the smallest the smallest's: the step's launch floor bounds the small ones); the
+// rate is then the trilinear interpolation, in (log2 m, log2 n, log2 k), of the eight measured
+// rates around it. So it is exact at a measured shape, linear in log2 of each dimension (hence
+// monotone) between two neighbouring measured values, and never outside the measured rates of
+// the cell's corners. A precision with no entries is empty: DeviceProfile::GemmFwd/GemmBwd then
+// take the single rates (gemm_fwd, gemm_bwd).
+class GemmTable {
+ public:
+  // The entries (any order), which must form a grid per precision: positive m, n, k and rates,
+  // precision 0 or 1, no shape twice, no grid point missing. INVALID_ARGUMENT naming the entry.
+  static absl::StatusOr<GemmTable> Make(std::vector<GemmRate> entries);
+
+  bool empty() const { return entries_.empty(); }
+  bool empty(int precision) const { return grid_[precision].rates.empty(); }
+  // As given to Make, in its order.
+  const std::vector<GemmRate>& entries() const { return entries_; }
+  // The interpolated FLOP/s (the rule above); requires !empty(precision).
+  double Rate(int precision, bool backward, double m, double n, double k) const;
+
+ private:
+  struct Grid {
+    std::vector<double> axis[3];  // log2 of the measured m, n, k, ascending
+    std::vector<double> rates;    // (fwd, bwd) at (i, j, l): 2·((i·|n| + j)·|k| + l)
+  };
+  std::vector<GemmRate> entries_;
+  Grid grid_[2];
+};
 
 struct DeviceProfile {
   std::string name;
@@ -54,6 +102,18 @@ struct DeviceProfile {
   // The backend keeps attention's probabilities (B, NH, T, T) and runs the scores as GEMMs
   // (the cpu backend; a GPU job may choose it too): attention_* are then unused.
   bool unfused_attention = false;
+  // GEMM rates per shape (optional). Where it holds the precision, every GEMM the cost model
+  // counts through the backend's Matmul* takes its rate from it; elsewhere gemm_fwd / gemm_bwd.
+  GemmTable gemm_table;
+
+  // A GEMM's FLOP/s, forward or backward, at precision index p (0 16-bit, 1 fp32) and shape
+  // (m rows, n out, k in; GemmRate): the table's where it holds p, else the single rate.
+  double GemmFwd(int p, double m, double n, double k) const {
+    return gemm_table.empty(p) ? gemm_fwd[p] : gemm_table.Rate(p, false, m, n, k);
+  }
+  double GemmBwd(int p, double m, double n, double k) const {
+    return gemm_table.empty(p) ? gemm_bwd[p] : gemm_table.Rate(p, true, m, n, k);
+  }
 };
 
 struct Link {

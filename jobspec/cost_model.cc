@@ -78,6 +78,23 @@ double Op(double work, double rate, double kernels, const DeviceProfile& d) {
   return std::max(rate > 0 ? work / rate : 0.0, kernels * d.launch);
 }
 
+// The GEMMs of a layer (or the classifier) as the backend runs them (MatmulForward and
+// MatmulBackward of `rows` rows, `in` wide into `out` wide), `count` alike, each at its shape's
+// rate (DeviceProfile::GemmFwd / GemmBwd: the profile's GEMM table, or its single rates):
+// forward 2·rows·in·out FLOPs a call, one launch; backward twice that, two launches (the input's
+// and the weight's gradients).
+struct Gemms {
+  Gemms(const DeviceProfile& d, int pi) : d(d), pi(pi) {}
+  void Add(double rows, double in, double out, double count = 1) {
+    const double flops = 2 * rows * in * out * count;
+    fwd += Op(flops, d.GemmFwd(pi, rows, out, in), count, d);
+    bwd += Op(2 * flops, d.GemmBwd(pi, rows, out, in), 2 * count, d);
+  }
+  const DeviceProfile& d;
+  const int pi;
+  double fwd = 0, bwd = 0;  // seconds
+};
+
 // One micro-batch's costs on one stage (seconds; FLOPs per GPU).
 struct StageCost {
   double fwd = 0, bwd = 0;            // compute (bwd includes recomputation)
@@ -114,6 +131,22 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     const double mlp_w = (c.llama() ? 3 : 2) * C * F;
     const double gemm_w = (attn_w + k * mlp_w) / t + (moe ? C * c.moe.num_experts : 0);
     const double gemm_f = 2 * N * gemm_w;
+    // The same FLOPs GEMM by GEMM, each at its shape's rate (Gemms).
+    Gemms gemms(d, pi);
+    gemms.Add(N, C, (nh + 2 * kv) * hd / t);  // q, k, v
+    gemms.Add(N, C / t, C);                   // attention's output projection
+    const double up = (c.llama() ? 2 : 1) * F / t;  // fc (GPT-2), or gate | up (Llama)
+    if (moe) {
+      // The router, then each of this rank's num_experts / ep experts over its share of the
+      // N·top_k routed rows of the ep ranks (N·top_k·ep / num_experts, capacity aside).
+      const double E = c.moe.num_experts, experts = E / in.ep, rows = N * k * in.ep / E;
+      gemms.Add(N, C, E);
+      gemms.Add(rows, C, up, experts);
+      gemms.Add(rows, F / t, C, experts);
+    } else {
+      gemms.Add(N, C, up);
+      gemms.Add(N, F / t, C);
+    }
     // Memory-bound bytes forward and backward. Norms: read the fp32 residual, write e; backward
     // read it and the gradient, write and accumulate fp32. Residual adds (fp32): two reads and a
     // write each way. The MLP's activation: GELU reads and writes (backward: two reads, a write);
@@ -142,6 +175,8 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     // Attention: the causal half of 4·T·C a token forward.
     const double attn_flops = 2 * N * s * C / t;
     double attn_f, attn_b;
+    // (The unfused scores are batched GEMMs inside the attention op, k the head dimension,
+    // outside the GEMM table's shapes: they keep the single rates.)
     if (unfused) {  // the scores as GEMMs over the whole T x T, probabilities kept (fp32)
       const double scores = N * s * nh / t;
       attn_f = Op(2 * attn_flops, d.gemm_fwd[pi], 2, d) + Op(scores * (2 * e + 4), d.memory_bandwidth, 2, d);
@@ -150,8 +185,8 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
       attn_f = Op(attn_flops, d.attention_fwd[pi], 1, d);
       attn_b = Op(2.5 * attn_flops, d.attention_bwd[pi], 1, d);
     }
-    const double f = Op(gemm_f, d.gemm_fwd[pi], 4, d) + attn_f + mem_f;
-    double b = Op(2 * gemm_f, d.gemm_bwd[pi], 8, d) + attn_b + Op(bytes_b, d.memory_bandwidth, 2 * kernels, d);
+    const double f = gemms.fwd + attn_f + mem_f;
+    double b = gemms.bwd + attn_b + Op(bytes_b, d.memory_bandwidth, 2 * kernels, d);
     double recomputed_flops = 0;
     if (in.recompute == Recompute::kFull) b += f, recomputed_flops = gemm_f + 2 * attn_flops;
     if (in.recompute == Recompute::kSelective) b += attn_f, recomputed_flops = 2 * attn_flops;
@@ -188,9 +223,11 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
   }
   if (shard.last()) {  // the final norm, the classifier and its fused softmax + cross-entropy
     const double gemm_f = 2 * N * C * V / t;
-    sc.fwd += Op(N * C * (4 + e), d.memory_bandwidth, 1, d) + Op(gemm_f, d.gemm_fwd[pi], 1, d) +
+    Gemms classifier(d, pi);
+    classifier.Add(N, C, V / t);
+    sc.fwd += Op(N * C * (4 + e), d.memory_bandwidth, 1, d) + classifier.fwd +
               Op(N * V / t * (2 * e + 4), d.memory_bandwidth, 2, d);
-    sc.bwd += Op(2 * gemm_f, d.gemm_bwd[pi], 2, d) + Op(2 * N * C * (4 + e), d.memory_bandwidth, 1, d);
+    sc.bwd += classifier.bwd + Op(2 * N * C * (4 + e), d.memory_bandwidth, 1, d);
     sc.flops += 3 * gemm_f;
     sc.model_flops += 3 * gemm_f;
     if (in.tp > 1) {  // the softmax's statistics (small), and the classifier's input gradient

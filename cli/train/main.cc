@@ -9,6 +9,8 @@
 //   gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]
 //   gantry-train calibrate [--threads N] [--ranks R] [--n-embd C] [--heads H] [--seq-len T] [--rows N]
 //                          [--repeats K] [--out FILE]
+//   gantry-train calibrate --gemm-sweep [--device cuda|cuda:N|cuda-emulated|cpu] [--base NAME|FILE]
+//                          [--sizes LIST] [--fp32-sizes LIST] [--repeats K] [--out FILE]
 //
 // Bad input is a one-line error on stderr and exit status 2.
 #include <unistd.h>
@@ -38,8 +40,10 @@
 #include "model/hf_io.h"
 #include "checkpoint/checkpoint.h"
 #include "cli/train/calibrate.h"
+#include "cli/train/gemm_sweep.h"
 #include "jobspec/job_spec.h"
 #include "model/sample.h"
+#include "worker/train/device.h"
 #include "worker/train/trainer.h"
 
 namespace gantry {
@@ -75,7 +79,15 @@ constexpr char kUsage[] =
     "                         [--rows N] [--repeats K] [--out FILE]   (this machine as a cluster\n"
     "                         file for gantry plan --cluster: the cpu backend's GEMM, attention and\n"
     "                         memory rates at a layer of that shape with N threads, and Gloo's\n"
-    "                         all-reduce among R ranks on loopback)\n";
+    "                         all-reduce among R ranks on loopback)\n"
+    "  gantry-train calibrate --gemm-sweep [--device cuda|cuda:N|cuda-emulated|cpu] [--base NAME|FILE]\n"
+    "                         [--sizes LIST] [--fp32-sizes LIST] [--repeats K] [--out FILE]\n"
+    "                         (a device profile whose gemm_table is the backend's GEMM rate at\n"
+    "                         every m, n, k of LIST (default 768,1536,3072,6144,12288,16384; fp32:\n"
+    "                         768,1536,3072,6144; none: skipped), forward and backward; the rest of\n"
+    "                         the profile from --base (a built-in name or a profile file; default:\n"
+    "                         the one the GPU's name names); progress on stderr; with --out the file\n"
+    "                         is written after each precision's grid)\n";
 
 // Parsed command line: --flag value pairs, boolean --flags, and positionals.
 struct Args {
@@ -353,9 +365,85 @@ absl::Status RunTrain(int argc, char** argv) {
   return trainer->Run();
 }
 
+// A --sizes list: "768,1536,..." (whole numbers), or "none".
+absl::StatusOr<std::vector<int64_t>> SizeList(const Args& a, const std::string& name, std::vector<int64_t> def) {
+  auto it = a.flags.find(name);
+  if (it == a.flags.end()) return def;
+  std::vector<int64_t> sizes;
+  if (it->second == "none") return sizes;
+  for (absl::string_view part : absl::StrSplit(it->second, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": '", part, "' is not a size >= 1 (a comma-separated list, or none)"));
+    }
+    sizes.push_back(v);
+  }
+  return sizes;
+}
+
+// calibrate --gemm-sweep: the device profile with its GEMM table (cli/train/gemm_sweep.h).
+absl::Status RunGemmSweep(const Args& a) {
+  for (const char* cpu_only : {"threads", "ranks", "n-embd", "heads", "seq-len", "rows"}) {
+    if (a.flags.count(cpu_only)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", cpu_only, " is for the CPU calibration, not --gemm-sweep"));
+    }
+  }
+  calibrate::SweepOptions o;
+  ASSIGN_OR_RETURN(train::DeviceName device, train::ParseDevice(Flag(a, "device", "cuda")));
+  o.kind = device.kind, o.device = device.ordinal;
+  ASSIGN_OR_RETURN(o.bf16_sizes, SizeList(a, "sizes", o.bf16_sizes));
+  ASSIGN_OR_RETURN(o.fp32_sizes, SizeList(a, "fp32-sizes", o.fp32_sizes));
+  RETURN_IF_ERROR(FlagNumber(a, "repeats", &o.repeats));
+  std::optional<jobspec::DeviceProfile> base;
+  if (const std::string b = Flag(a, "base"); !b.empty()) {
+    if (auto builtin = jobspec::BuiltinProfile(b); builtin.ok()) {
+      base = *builtin;
+    } else {
+      auto text = ReadFileToString(b);
+      if (!text.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--base '", b, "' is neither a built-in profile (h100, h200, "
+                                                       "a100) nor a readable file: ", text.status().message()));
+      }
+      auto p = jobspec::ParseProfile(*text);
+      if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat("--base ", b, ": ", p.status().message()));
+      base = *p;
+    }
+  }
+  const std::string out = Flag(a, "out");
+  calibrate::SweepProgress progress;
+  progress.line = [](const std::string& line) { std::fprintf(stderr, "gemm sweep %s\n", line.c_str()); };
+  if (!out.empty()) {
+    progress.grid_done = [&](const jobspec::DeviceProfile& p) { return WriteFileAtomic(out, jobspec::ProfileYaml(p)); };
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(jobspec::DeviceProfile p, calibrate::GemmSweep(o, base ? &*base : nullptr, progress));
+  const std::string yaml = jobspec::ProfileYaml(p);
+  if (out.empty()) {
+    std::fputs(yaml.c_str(), stdout);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(WriteFileAtomic(out, yaml));
+  std::printf("wrote %s: profile %s, %zu GEMM shapes in %.1f s; median GEMM bf16 %.4g / %.4g TFLOP/s (fwd / bwd), "
+              "fp32 %.4g / %.4g\n",
+              out.c_str(), p.name.c_str(), p.gemm_table.entries().size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), p.gemm_fwd[0] / 1e12,
+              p.gemm_bwd[0] / 1e12, p.gemm_fwd[1] / 1e12, p.gemm_bwd[1] / 1e12);
+  return absl::OkStatus();
+}
+
 absl::Status RunCalibrate(int argc, char** argv) {
   ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2,
-                                     {"threads", "ranks", "n-embd", "heads", "seq-len", "rows", "repeats", "out"}, {}));
+                                     {"threads", "ranks", "n-embd", "heads", "seq-len", "rows", "repeats", "out",
+                                      "device", "base", "sizes", "fp32-sizes"},
+                                     {"gemm-sweep"}));
+  if (a.flags.count("gemm-sweep")) return RunGemmSweep(a);
+  for (const char* sweep_only : {"device", "base", "sizes", "fp32-sizes"}) {
+    if (a.flags.count(sweep_only)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", sweep_only, " is for --gemm-sweep (the CPU calibration runs on the cpu backend)"));
+    }
+  }
   calibrate::Options o;
   RETURN_IF_ERROR(FlagNumber(a, "threads", &o.threads));
   RETURN_IF_ERROR(FlagNumber(a, "ranks", &o.ranks));

@@ -129,6 +129,87 @@ TEST(CostModelTest, FullRecomputeAddsEachLayersForwardSelectiveItsAttention) {
   EXPECT_REL(r->flops_per_gpu * r->step - r->mfu * r->step * 2e12, 2 * (6291456 + 2 * 262144));
 }
 
+// The profile's GEMM table (jobspec/cluster.h GemmTable) sets each GEMM's rate by its shape as
+// the backend runs it (rows m, out n, in k). Small()'s GEMMs a layer: qkv (64, 192, 64), the
+// attention projection (64, 64, 64), fc (64, 256, 64), fc's projection (64, 64, 256); the
+// classifier (64, 128, 64). An fp32 grid m {32, 64} x n {64, 128, 192, 256} x k {64, 256}
+// holds them at Simple()'s single rates and every other shape at other rates: a GEMM looked up
+// at a wrong shape (dimensions swapped, or not on the grid) changes the step.
+GemmTable SmallTable(double qkv_scale) {
+  std::vector<GemmRate> e;
+  for (int64_t m : {32, 64}) {
+    for (int64_t n : {64, 128, 192, 256}) {
+      for (int64_t k : {64, 256}) {
+        const bool used = m == 64 && (k == 64 || n == 64);  // (64, 256, 256) and m 32: unused
+        double f = used ? 1e12 : 7e12, b = used ? 0.5e12 : 3e12;
+        if (m == 64 && n == 192 && k == 64) f *= qkv_scale, b *= qkv_scale;
+        e.push_back({m, n, k, 1, f, b});
+      }
+    }
+  }
+  auto t = GemmTable::Make(e);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+TEST(CostModelTest, EachGemmTakesItsShapesRateFromTheTable) {
+  const double base = PredictStep(Small(), Simple())->compute;
+  ClusterSpec c = Simple();
+  c.device.gemm_table = SmallTable(1);
+  auto same = PredictStep(Small(), c);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_REL(same->compute, base) << "every GEMM at a measured shape with the single rates";
+  // qkv's rate halved: its time doubles, forward 2·64·64·192 FLOPs at 1e12 (1.572864 us) and
+  // backward twice that at 0.5e12 (6.291456 us) more in each of the two layers. Tolerance: the
+  // difference of two sums of about 110 us, each within 1e-12 relative; 1e-9 us.
+  c.device.gemm_table = SmallTable(0.5);
+  auto slower = PredictStep(Small(), c);
+  ASSERT_TRUE(slower.ok()) << slower.status();
+  EXPECT_NEAR((slower->compute - base) * 1e6, 2 * (1.572864 + 6.291456), 1e-9);
+  // A 16-bit step: the table has no 16-bit grid, so the single 16-bit rates.
+  PlanInput half = Small();
+  half.precision = Precision::kAutocast;
+  EXPECT_REL(PredictStep(half, c)->compute, PredictStep(half, Simple())->compute);
+}
+
+// The GEMMs timed one by one (rows x in x out each) are the FLOPs the model counts: on a device
+// where everything but the GEMMs takes no time (rates of 1e30, links without latency), a step at
+// one GEMM rate R lasts the counted GEMM FLOPs over R, for a Llama with grouped heads, MoE
+// layers (experts over ep) and tensor parallelism, where the shapes are the most split.
+TEST(CostModelTest, TheGemmsTimedOneByOneAreTheCountedFlops) {
+  ClusterSpec c = TwoLinks();
+  c.intra = c.inter = {1e30, 0};
+  DeviceProfile& d = c.device;
+  d.name = "gemms-only";
+  d.peak_flops = 1e12;
+  const double R = 1e12;
+  for (int p = 0; p < 2; ++p) {
+    d.gemm_fwd[p] = d.gemm_bwd[p] = R;
+    d.attention_fwd[p] = d.attention_bwd[p] = 1e30;
+  }
+  d.memory_bandwidth = 1e30;
+  d.memory = 80e9;
+  PlanInput in = Small();
+  in.model->arch = Arch::kLlama;
+  in.model->n_kv_head = 2, in.model->ffn_hidden = 96;
+  in.model->moe.num_experts = 4, in.model->moe.top_k = 2, in.model->moe.every_n_layers = 2;
+  in.tp = 2, in.dp = 2, in.ep = 2;
+  auto r = PredictStep(in, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Hardware FLOPs a GPU (no recomputation): three passes of the GEMMs and of attention's
+  // 2 x 2·N·T·C/tp a layer. Attention's take no time here, so the step is the GEMMs' alone.
+  const double N = 64, T = 32, C = 64, L = 2, tp = 2;
+  const double gemm_flops = r->flops_per_gpu * r->step - 3 * L * 2 * (2 * N * T * C / tp);
+  // Tolerance: sums of doubles (1e-15 relative each) and the other ops' 1e-30-scale times.
+  EXPECT_NEAR(r->step * R / gemm_flops, 1, 1e-12);
+  // The same with the GEMMs in a table at R everywhere (a one-shape grid): the same step.
+  auto t = GemmTable::Make({{768, 768, 768, 1, R, R}});
+  ASSERT_TRUE(t.ok()) << t.status();
+  d.gemm_table = *t;
+  d.gemm_fwd[1] = d.gemm_bwd[1] = R / 3;  // (unused: fp32 is in the table)
+  EXPECT_NEAR(PredictStep(in, c)->step / r->step, 1, 1e-12);
+}
+
 TEST(CostModelTest, TheBubbleIsTheScheduleShareOfBalancedStages) {
   PlanInput in = Small();
   in.model->n_layer = 8;
