@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """Checks that each library and daemon depends only on what it may (docs/architecture.md,
-"Libraries and what they may use").
+"Libraries and what they may use"), and that the tree speaks of them by their names of today.
 
-  python3 scripts/check_deps.py --build BUILD [--source DIR]
-      [--inject-link BINARY=LIB] [--inject-include FILE=HEADER]
+  python3 scripts/check_deps.py [--build BUILD] [--source DIR]
+      [--inject-link BINARY=LIB] [--inject-include FILE=HEADER] [--inject-text FILE=TEXT]
 
-Two checks:
+Three checks:
   - links: the link command of each daemon and front end (from Ninja: `ninja -t commands`)
     names no library it must not link, for example the coordinator the trainer;
   - includes: each folder's sources include, of this project, only the folders below it
-    (ALLOWED, the floors), and none of the other libraries it must not use.
---inject-* add a forbidden link or include to what is checked (nothing is changed on disk):
-the test uses them to show that the check fails on one. Exits 1 and names every breach.
+    (ALLOWED, the floors), and none of the other libraries it must not use;
+  - names: no tracked text file (code, comments, CMake, docs) names a retired folder, library
+    or namespace (RETIRED), or a type or function under the namespace it left (MOVED_OUT):
+    the restructure of docs/decisions.md ("Folder = library = namespace") moved them, and
+    an old name sends a reader grepping for it nowhere.
+--inject-* add a forbidden link, include or line of text to what is checked (nothing is
+changed on disk): the test uses them to show that the check fails on one. Exits 1 and names
+every breach.
 """
 import argparse
 import os
@@ -86,6 +91,93 @@ FORBIDDEN_EXTERNAL = {
 }
 
 
+# Retired names: a pattern, and what it is called now. Matched on every tracked text file but
+# RETIRED_EXEMPT. A name retired in a later move is a line added here.
+RETIRED = [
+    (r"\bworker/parallel\b|(?<![\w/.-])parallel/(?:\s*//\s*)?[a-z_]+\.(?:h|cc)\b",
+     "worker/parallel/ is retired: comm/ (communicator.h, groups.h, comm_thread.h), comm/gloo/, "
+     "comm/nccl/, and worker/agent/device_groups.h"),
+    (r"\bgantry_parallel\w*", "gantry_parallel* is retired: gantry_comm_gloo, gantry_comm_nccl, gantry_agent"),
+    (r"(?<![\w:])parallel::|\bgantry::parallel\b|\bnamespace\s+parallel\b",
+     "namespace parallel is retired: comm:: (communicators, groups) or agent:: (DeviceGroups)"),
+    (r"\bgantry_spec\b", "gantry_spec is retired: gantry_jobspec"),
+    (r"(?<![\w/.-])spec/(?=[a-z_]+\.(?:h|cc)\b)", "spec/ is retired: jobspec/"),
+    (r"(?<![\w:])spec::|\bgantry::spec\b", "namespace spec is retired: jobspec::"),
+    (r"\bgantry_remote_checkpoint\b", "gantry_remote_checkpoint is retired: gantry_checkpoint_remote"),
+    (r"\bworker/model/", "worker/model/ is retired: model/"),
+    (r"\bworker/data/", "worker/data/ is retired: data/"),
+    (r"\bworker/agent/shard_client\b",
+     "worker/agent/shard_client is retired: checkpoint/remote/shard_source, shardserver/client/shard_client"),
+    (r"\bworker/train/(?:optimizer|loss_scale|checkpoint|checkpoint_writer|sample)\b",
+     "worker/train/'s optimizer, loss scale, checkpoint and sample moved: optim/adamw, optim/loss_scale.h, "
+     "checkpoint/checkpoint, checkpoint/writer, model/sample"),
+]
+# Names that left a namespace that still exists: `old::Name` is a breach for every type or
+# function declared (at file level) in these headers, unless the old namespace's own headers
+# still declare that name. Read from the headers, so a name added there is covered.
+MOVED_OUT = {
+    "agent": ("worker/agent/", ["shardserver/client/shard_client.h", "checkpoint/remote/shard_source.h"]),
+    "train": ("worker/train/", ["optim/adamw.h", "optim/loss_scale.h", "checkpoint/checkpoint.h",
+                                "checkpoint/writer.h", "model/sample.h"]),
+}
+# Files that may name what is retired: the record of the renames themselves, and this script.
+RETIRED_EXEMPT = {
+    "docs/decisions.md": "the decision records say what each folder, library and namespace was called",
+    "scripts/check_deps.py": "the retired names' patterns",
+    "tests/deps_test.sh": "the retired names it injects to show that the check fails on one",
+}
+TEXT_EXT = (".h", ".cc", ".cu", ".cuh", ".inc", ".py", ".sh", ".proto", ".txt", ".md", ".yaml", ".yml",
+            ".cmake", ".json", ".service", "Dockerfile")
+DECLARED = re.compile(r"^(?:template\s*<[^>]*>\s*)?(?:(?:class|struct|enum(?:\s+class)?)\s+(\w+)"
+                      r"|using\s+(\w+)\s*="
+                      r"|(?:inline\s+|static\s+|constexpr\s+)*[\w:][\w:<>,*& ]*?[\s*&](\w+)\()", re.M)
+
+
+def declared_names(path):
+    with open(path, encoding="utf-8") as f:
+        return {next(g for g in m.groups() if g) for m in DECLARED.finditer(f.read())}
+
+
+def tracked_text_files(src):
+    """The tree's text files: git's list where src is a checkout, else a walk past build folders."""
+    out = subprocess.run(["git", "-C", src, "ls-files"], capture_output=True, text=True)
+    if out.returncode == 0:
+        rels = out.stdout.splitlines()
+    else:
+        rels = []
+        for root, dirs, names in os.walk(src):
+            dirs[:] = [d for d in dirs if not d.startswith(("build", ".", "venv", "__pycache__"))]
+            rels += [os.path.relpath(os.path.join(root, n), src) for n in names]
+    return sorted(r for r in rels if r.endswith(TEXT_EXT) and os.path.isfile(os.path.join(src, r)))
+
+
+def retired_breaches(src, injected):
+    rules = [(re.compile(p), why) for p, why in RETIRED]
+    for old, (home, headers) in MOVED_OUT.items():
+        kept = set()
+        for root, _, names in os.walk(os.path.join(src, home)):
+            kept |= set().union(*[declared_names(os.path.join(root, n)) for n in names if n.endswith(".h")])
+        for h in headers:
+            moved = sorted(declared_names(os.path.join(src, h)) - kept)
+            if moved:
+                ns = open(os.path.join(src, h), encoding="utf-8").read()
+                now = re.search(r"namespace\s+gantry::(\w+)", ns)
+                rules.append((re.compile(r"(?<![\w:])%s::(?:%s)\b" % (old, "|".join(moved))),
+                              f"{old}:: no longer holds it: {now.group(1) if now else '?'}:: ({h})"))
+    out = []
+    for rel in tracked_text_files(src) + sorted(set(injected) - set(tracked_text_files(src))):
+        if rel in RETIRED_EXEMPT:
+            continue
+        path = os.path.join(src, rel)
+        text = open(path, encoding="utf-8", errors="replace").read() if os.path.isfile(path) else ""
+        text += "".join("\n" + t for t in injected.get(rel, []))
+        for rx, why in rules:
+            for m in rx.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(f"{rel}:{line} says `{' '.join(m.group(0).split())}` ({why})")
+    return out
+
+
 def folder_of(rel):
     """The most specific ALLOWED entry holding file rel (relative to the source root)."""
     best = None
@@ -124,10 +216,11 @@ def link_command(build, binary):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
+    ap.add_argument("--build", help="a configured Ninja build folder; without it the links are not checked")
     ap.add_argument("--source", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("--inject-link", action="append", default=[])
     ap.add_argument("--inject-include", action="append", default=[])
+    ap.add_argument("--inject-text", action="append", default=[])
     a = ap.parse_args()
     breaches = []
 
@@ -135,7 +228,7 @@ def main():
     for spec in a.inject_link:
         binary, lib = spec.split("=", 1)
         injected_links.setdefault(binary, []).append(lib)
-    for binary, forbidden in LINK_RULES.items():
+    for binary, forbidden in (LINK_RULES if a.build else {}).items():
         cmd = link_command(a.build, binary).split() + injected_links.get(binary, [])
         for word in cmd:
             base = os.path.basename(word)
@@ -167,8 +260,21 @@ def main():
         print("check_deps: %d forbidden dependenc%s:" % (len(breaches), "y" if len(breaches) == 1 else "ies"))
         for b in breaches:
             print("  " + b)
+
+    injected_text = {}
+    for spec in a.inject_text:
+        path, text = spec.split("=", 1)
+        injected_text.setdefault(path, []).append(text)
+    retired = retired_breaches(src, injected_text)
+    if retired:
+        print("check_deps: %d retired name%s (say what it is called now):" % (len(retired), "" if len(retired) == 1 else "s"))
+        for b in retired:
+            print("  " + b)
+    if breaches or retired:
         return 1
-    print(f"check_deps: {len(LINK_RULES)} binaries' links and {files} files' includes keep the library rules")
+    links = f"{len(LINK_RULES)} binaries' links" if a.build else "(links not checked: no --build)"
+    print(f"check_deps: {links} and {files} files' includes keep the library rules; "
+          f"no file names a retired folder, library or namespace")
     return 0
 
 
