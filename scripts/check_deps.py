@@ -13,7 +13,8 @@ Three checks:
   - names: no tracked text file (code, comments, CMake, docs) names a retired folder, library
     or namespace (RETIRED), or a type or function under the namespace it left (MOVED_OUT):
     the restructure of docs/decisions.md ("Folder = library = namespace") moved them, and
-    an old name sends a reader grepping for it nowhere.
+    an old name sends a reader grepping for it nowhere; and no header re-exports another
+    namespace's type under an alias (ALIAS).
 --inject-* add a forbidden link, include or line of text to what is checked (nothing is
 changed on disk): the test uses them to show that the check fails on one. Exits 1 and names
 every breach.
@@ -133,6 +134,15 @@ DECLARED = re.compile(r"^(?:template\s*<[^>]*>\s*)?(?:(?:class|struct|enum(?:\s+
                       r"|(?:inline\s+|static\s+|constexpr\s+)*[\w:][\w:<>,*& ]*?[\s*&](\w+)\()", re.M)
 
 
+# No alias keeps a name alive in a second namespace (docs/decisions.md, "Rejected: re-exporting
+# types"): `using X = ns::Y;` in a header at file or class scope, ns a namespace of this
+# project, is a breach outside ALIAS_EXEMPT. (A .cc's shorthand is its own: nothing sees it.)
+ALIAS = re.compile(r"^(?:  )?using\s+(\w+)\s*=\s*(?:::)?(?:gantry::)?(\w+)::[\w:]+\s*;", re.M)
+ALIAS_EXEMPT = {
+    "kernels/emulated/device.h": "dim3 is CUDA's own name: the device code built for the emulator spells it as nvcc's",
+}
+
+
 def declared_names(path):
     with open(path, encoding="utf-8") as f:
         return {next(g for g in m.groups() if g) for m in DECLARED.finditer(f.read())}
@@ -165,12 +175,28 @@ def retired_breaches(src, injected):
                 rules.append((re.compile(r"(?<![\w:])%s::(?:%s)\b" % (old, "|".join(moved))),
                               f"{old}:: no longer holds it: {now.group(1) if now else '?'}:: ({h})"))
     out = []
-    for rel in tracked_text_files(src) + sorted(set(injected) - set(tracked_text_files(src))):
-        if rel in RETIRED_EXEMPT:
-            continue
+    files = tracked_text_files(src) + sorted(set(injected) - set(tracked_text_files(src)))
+    texts = {}
+    for rel in files:
         path = os.path.join(src, rel)
         text = open(path, encoding="utf-8", errors="replace").read() if os.path.isfile(path) else ""
-        text += "".join("\n" + t for t in injected.get(rel, []))
+        texts[rel] = text + "".join("\n" + t for t in injected.get(rel, []))
+    ours = set()  # this project's namespaces: gantry's own, and the wire contract's
+    for rel, text in texts.items():
+        if rel.endswith((".h", ".cc", ".cu", ".cuh")):
+            ours |= set(re.findall(r"namespace\s+gantry::(\w+)", text))
+    ours.add("v1")
+    for rel, text in texts.items():
+        if rel in ALIAS_EXEMPT or not rel.endswith((".h", ".cuh")):
+            continue
+        for m in ALIAS.finditer(text):
+            if m.group(2) in ours:
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(f"{rel}:{line} says `{m.group(0).strip()}` (an alias keeps a name alive in a second "
+                           f"namespace: write {m.group(2)}:: where it is used)")
+    for rel, text in texts.items():
+        if rel in RETIRED_EXEMPT:
+            continue
         for rx, why in rules:
             for m in rx.finditer(text):
                 line = text.count("\n", 0, m.start()) + 1
@@ -267,14 +293,15 @@ def main():
         injected_text.setdefault(path, []).append(text)
     retired = retired_breaches(src, injected_text)
     if retired:
-        print("check_deps: %d retired name%s (say what it is called now):" % (len(retired), "" if len(retired) == 1 else "s"))
+        print("check_deps: %d retired name%s or alias%s (say what it is called now):"
+              % (len(retired), *(("", "") if len(retired) == 1 else ("s", "es"))))
         for b in retired:
             print("  " + b)
     if breaches or retired:
         return 1
     links = f"{len(LINK_RULES)} binaries' links" if a.build else "(links not checked: no --build)"
     print(f"check_deps: {links} and {files} files' includes keep the library rules; "
-          f"no file names a retired folder, library or namespace")
+          f"no file names a retired folder, library or namespace, and no header keeps an alias")
     return 0
 
 
