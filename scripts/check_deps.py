@@ -13,8 +13,9 @@ Three checks:
   - names: no tracked text file (code, comments, CMake, docs) names a retired folder, library
     or namespace (RETIRED), or a type or function under the namespace it left (MOVED_OUT):
     the restructure of docs/decisions.md ("Folder = library = namespace") moved them, and
-    an old name sends a reader grepping for it nowhere; and no header re-exports another
-    namespace's type under an alias (ALIAS).
+    an old name sends a reader grepping for it nowhere; no header re-exports another
+    namespace's type under an alias (ALIAS); and a file whose namespace is spelled through
+    GANTRY_CUDA_NS names it in its first line (NS_MACRO).
 --inject-* add a forbidden link, include or line of text to what is checked (nothing is
 changed on disk): the test uses them to show that the check fails on one. Exits 1 and names
 every breach.
@@ -142,6 +143,17 @@ ALIAS_EXEMPT = {
     "kernels/emulated/device.h": "dim3 is CUDA's own name: the device code built for the emulator spells it as nvcc's",
 }
 
+# A namespace spelled through a macro (kernels/cuda/ns.h: gantry::GANTRY_CUDA_NS is gantry::cuda,
+# or gantry::cuda_emulated in the emulated build) is invisible to a reader grepping its name:
+# such a file says the names in its first line.
+NS_MACRO = re.compile(r"namespace\s+gantry::GANTRY_CUDA_NS\b")
+NS_MACRO_FIRST_LINE = ("gantry::cuda", "gantry::cuda_emulated", "GANTRY_CUDA_NS")
+# Files that lack the line for now: each is a line to delete when it gets one.
+NS_MACRO_PENDING = {
+    f"kernels/cuda/{n}": "being edited in the lead's branch (issue 51, item 4), which adds the line"
+    for n in ("backend.cc", "cudnn_attention.h", "cudnn_attention.cc", "matmul.cu", "context.h", "context.cc")
+}
+
 
 def declared_names(path):
     with open(path, encoding="utf-8") as f:
@@ -194,6 +206,14 @@ def retired_breaches(src, injected):
                 line = text.count("\n", 0, m.start()) + 1
                 out.append(f"{rel}:{line} says `{m.group(0).strip()}` (an alias keeps a name alive in a second "
                            f"namespace: write {m.group(2)}:: where it is used)")
+    for rel, text in texts.items():
+        if rel in NS_MACRO_PENDING or not rel.endswith((".h", ".cc", ".cu", ".cuh", ".inc")) or not NS_MACRO.search(text):
+            continue
+        first = text.split("\n", 1)[0]
+        if not all(n in first for n in NS_MACRO_FIRST_LINE):
+            out.append(f"{rel}:1 does not say how its namespace is named (gantry::GANTRY_CUDA_NS): begin it with "
+                       f"`// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): "
+                       f"GANTRY_CUDA_NS, kernels/cuda/ns.h`")
     for rel, text in texts.items():
         if rel in RETIRED_EXEMPT:
             continue
@@ -293,15 +313,16 @@ def main():
         injected_text.setdefault(path, []).append(text)
     retired = retired_breaches(src, injected_text)
     if retired:
-        print("check_deps: %d retired name%s or alias%s (say what it is called now):"
-              % (len(retired), *(("", "") if len(retired) == 1 else ("s", "es"))))
+        print("check_deps: %d name%s to fix (a retired name, an alias, a namespace not said):"
+              % (len(retired), "" if len(retired) == 1 else "s"))
         for b in retired:
             print("  " + b)
     if breaches or retired:
         return 1
     links = f"{len(LINK_RULES)} binaries' links" if a.build else "(links not checked: no --build)"
     print(f"check_deps: {links} and {files} files' includes keep the library rules; "
-          f"no file names a retired folder, library or namespace, and no header keeps an alias")
+          f"no file names a retired folder, library or namespace, no header keeps an alias, and each "
+          f"GANTRY_CUDA_NS file names its namespace")
     return 0
 
 

@@ -3,8 +3,9 @@
 # link (the coordinator linking the trainer, the CLI Gloo) and a forbidden include (the job spec
 # using the model, the model the trainer, the communicator interface the model, the shard
 # server using RocksDB other than through common/rocks.h), a retired name (a folder, a
-# library, a type under the namespace it left) and an alias of another namespace's type, each
-# added to what is checked without touching the tree.
+# library, a type under the namespace it left), an alias of another namespace's type and a
+# GANTRY_CUDA_NS file that does not say its namespace, each added to what is checked without
+# touching the tree.
 set -uo pipefail
 BUILD="$1"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
@@ -32,11 +33,12 @@ for inject in "--inject-link coordinator/gantry-coordinator=worker/libgantry_tra
               "--inject-text tests/CMakeLists.txt=target_link_libraries(x_test gantry_parallel_nccl)" \
               "--inject-text bench/load/shard_streams.h=// the real client (agent::UploadSources)" \
               "--inject-text docs/architecture.md=train::AdamW" \
-              "--inject-text optim/adamw.h=using AdamWConfig = kernels::AdamWConfig;"; do
+              "--inject-text optim/adamw.h=using AdamWConfig = kernels::AdamWConfig;" \
+              "--inject-text kernels/cuda/new_op.cu=namespace gantry::GANTRY_CUDA_NS {"; do
   out="$(check "${inject%% *}" "${inject#* }")"
   rc=$?
   echo "$out"
-  if [ $rc -ne 1 ] || ! grep -qE "must not|is retired|no longer holds|an alias keeps" <<<"$out"; then
+  if [ $rc -ne 1 ] || ! grep -qE "must not|is retired|no longer holds|an alias keeps|does not say" <<<"$out"; then
     echo "FAIL: check_deps passed with $inject"
     fail=1
   fi
