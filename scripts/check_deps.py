@@ -5,7 +5,7 @@
   python3 scripts/check_deps.py [--build BUILD] [--source DIR]
       [--inject-link BINARY=LIB] [--inject-include FILE=HEADER] [--inject-text FILE=TEXT]
 
-Three checks:
+Four checks:
   - links: the link command of each daemon and front end (from Ninja: `ninja -t commands`)
     names no library it must not link, for example the coordinator the trainer;
   - includes: each folder's sources include, of this project, only the folders below it
@@ -15,7 +15,9 @@ Three checks:
     the restructure of docs/decisions.md ("Folder = library = namespace") moved them, and
     an old name sends a reader grepping for it nowhere; no header re-exports another
     namespace's type under an alias (ALIAS); and a file whose namespace is spelled through
-    GANTRY_CUDA_NS names it in its first line (NS_MACRO).
+    GANTRY_CUDA_NS names it in its first line (NS_MACRO);
+  - checks: a GPU library's result is checked with GPU_RETURN_IF_ERROR, not compared by hand
+    with its success value (`!= cudaSuccess`), but where HAND_CHECKS says why.
 --inject-* add a forbidden link, include or line of text to what is checked (nothing is
 changed on disk): the test uses them to show that the check fails on one. Exits 1 and names
 every breach.
@@ -154,6 +156,51 @@ NS_MACRO_PENDING = {
     for n in ("backend.cc", "cudnn_attention.h", "cudnn_attention.cc", "matmul.cu", "context.h", "context.cc")
 }
 
+# One way to check a GPU library's result: GPU_RETURN_IF_ERROR (common/gpu_check.h), with
+# GpuOk(r) where no error is built. A result compared by hand with a library's success value is
+# a breach, but for these files, each with how many such comparisons it holds and why (a file
+# that gets more, or fewer, is a breach too: the count is written here). tests/ is not checked:
+# a test compares results with gtest, whose failure prints the call and both values.
+HAND_CHECK = re.compile(r"[!=]=\s*(?:\w+::)*(?:ncclSuccess|cudaSuccess|CUBLAS_STATUS_SUCCESS|CUDNN_STATUS_SUCCESS|"
+                        r"NVML_SUCCESS|CUDA_SUCCESS)\b|\b(?:ncclSuccess|cudaSuccess|CUBLAS_STATUS_SUCCESS|"
+                        r"CUDNN_STATUS_SUCCESS|NVML_SUCCESS|CUDA_SUCCESS)\s*[!=]=")
+HAND_CHECKS = {
+    "kernels/cuda/check.h": (2, "GpuOk for cudaError_t and cublasStatus_t: what the macro asks"),
+    "kernels/cuda/cudnn_attention.cc": (1, "GpuOk for cudnnStatus_t (the one file that includes cuDNN)"),
+    "comm/nccl/nccl_communicator.cc": (1, "GpuOk for ncclResult_t (the one file that includes NCCL)"),
+    "kernels/cuda/backend.cc": (4, "Check keeps a stream's first error for a later Sync, as ops return "
+                                   "nothing; BindThread, DeviceCount and NewBackend check by hand, which the "
+                                   "lead's edit of issue 51 item 6 changes: lower the count with it"),
+    "worker/gpu_metrics/nvml.cc": (8, "NVML is loaded at run time (dlopen): its result is an int here, which "
+                                      "a GpuOk overload must not take, its words come from the loaded library "
+                                      "(api.ErrorString), and a failure unloads it first; the cudaError_t "
+                                      "overloads are in kernels/cuda/check.h, below this folder's floor"),
+    "worker/train/device.cc": (1, "a probe: the GPU's name and memory where its properties can be read, "
+                                  "else unknown; no error is built"),
+}
+HAND_CHECKED = (".h", ".cc", ".cu", ".cuh", ".inc")
+
+
+def hand_check_breaches(texts):
+    out = []
+    for rel, text in texts.items():
+        if rel.startswith("tests/") or not rel.endswith(HAND_CHECKED):
+            continue
+        lines = [i + 1 for i, l in enumerate(text.split("\n")) if HAND_CHECK.search(l.split("//", 1)[0])]
+        allowed, why = HAND_CHECKS.get(rel, (0, ""))
+        if len(lines) > allowed:
+            out.append(f"{rel}:{','.join(map(str, lines))}: {len(lines)} result{'s' if len(lines) > 1 else ''} "
+                       f"compared by hand with a success value" + (f" ({allowed} listed: {why})" if allowed else "") +
+                       ": check it with GPU_RETURN_IF_ERROR (common/gpu_check.h; a second argument makes the "
+                       "Status), or ask with GpuOk where no error is built")
+        elif len(lines) < allowed:
+            out.append(f"{rel}: {len(lines)} result{'s' if len(lines) != 1 else ''} compared by hand, "
+                       f"HAND_CHECKS lists {allowed}: lower its count in scripts/check_deps.py")
+    for rel in HAND_CHECKS:
+        if rel not in texts:
+            out.append(f"{rel}: listed in HAND_CHECKS but not in the tree: remove it from scripts/check_deps.py")
+    return out
+
 
 def declared_names(path):
     with open(path, encoding="utf-8") as f:
@@ -173,7 +220,7 @@ def tracked_text_files(src):
     return sorted(r for r in rels if r.endswith(TEXT_EXT) and os.path.isfile(os.path.join(src, r)))
 
 
-def retired_breaches(src, injected):
+def text_breaches(src, injected):
     rules = [(re.compile(p), why) for p, why in RETIRED]
     for old, (home, headers) in MOVED_OUT.items():
         kept = set()
@@ -206,6 +253,7 @@ def retired_breaches(src, injected):
                 line = text.count("\n", 0, m.start()) + 1
                 out.append(f"{rel}:{line} says `{m.group(0).strip()}` (an alias keeps a name alive in a second "
                            f"namespace: write {m.group(2)}:: where it is used)")
+    out += hand_check_breaches(texts)
     for rel, text in texts.items():
         if rel in NS_MACRO_PENDING or not rel.endswith((".h", ".cc", ".cu", ".cuh", ".inc")) or not NS_MACRO.search(text):
             continue
@@ -311,18 +359,19 @@ def main():
     for spec in a.inject_text:
         path, text = spec.split("=", 1)
         injected_text.setdefault(path, []).append(text)
-    retired = retired_breaches(src, injected_text)
+    retired = text_breaches(src, injected_text)
     if retired:
-        print("check_deps: %d name%s to fix (a retired name, an alias, a namespace not said):"
-              % (len(retired), "" if len(retired) == 1 else "s"))
+        print("check_deps: %d name%s or check%s to fix (a retired name, an alias, a namespace not said, a hand check):"
+              % (len(retired), *(("", "") if len(retired) == 1 else ("s", "s"))))
         for b in retired:
             print("  " + b)
     if breaches or retired:
         return 1
     links = f"{len(LINK_RULES)} binaries' links" if a.build else "(links not checked: no --build)"
     print(f"check_deps: {links} and {files} files' includes keep the library rules; "
-          f"no file names a retired folder, library or namespace, no header keeps an alias, and each "
-          f"GANTRY_CUDA_NS file names its namespace")
+          f"no file names a retired folder, library or namespace, no header keeps an alias, each "
+          f"GANTRY_CUDA_NS file names its namespace, and GPU results are checked by GPU_RETURN_IF_ERROR "
+          f"(by hand only where HAND_CHECKS says why)")
     return 0
 
 
