@@ -95,10 +95,11 @@ FORBIDDEN_EXTERNAL = {
 }
 
 
-# Retired names: a pattern, and what it is called now. Matched on every tracked text file but
-# RETIRED_EXEMPT. A name retired in a later move is a line added here.
+# Retired names: a pattern, and what it is called now. Matched on every text file git keeps or
+# would keep but RETIRED_EXEMPT (a path as written from the root: tests/worker/... is not
+# worker/...). A name retired in a later move is a line added here.
 RETIRED = [
-    (r"\bworker/parallel\b|(?<![\w/.-])parallel/(?:\s*//\s*)?[a-z_]+\.(?:h|cc)\b",
+    (r"(?<![\w/.-])worker/parallel\b|(?<![\w/.-])parallel/(?:\s*//\s*)?[a-z_]+\.(?:h|cc)\b",
      "worker/parallel/ is retired: comm/ (communicator.h, groups.h, comm_thread.h), comm/gloo/, "
      "comm/nccl/, and worker/agent/device_groups.h"),
     (r"\bgantry_parallel\w*", "gantry_parallel* is retired: gantry_comm_gloo, gantry_comm_nccl, gantry_agent"),
@@ -108,11 +109,11 @@ RETIRED = [
     (r"(?<![\w/.-])spec/(?=[a-z_]+\.(?:h|cc)\b)", "spec/ is retired: jobspec/"),
     (r"(?<![\w:])spec::|\bgantry::spec\b", "namespace spec is retired: jobspec::"),
     (r"\bgantry_remote_checkpoint\b", "gantry_remote_checkpoint is retired: gantry_checkpoint_remote"),
-    (r"\bworker/model/", "worker/model/ is retired: model/"),
-    (r"\bworker/data/", "worker/data/ is retired: data/"),
-    (r"\bworker/agent/shard_client\b",
+    (r"(?<![\w/.-])worker/model/", "worker/model/ is retired: model/"),
+    (r"(?<![\w/.-])worker/data/", "worker/data/ is retired: data/"),
+    (r"(?<![\w/.-])worker/agent/shard_client\b",
      "worker/agent/shard_client is retired: checkpoint/remote/shard_source, shardserver/client/shard_client"),
-    (r"\bworker/train/(?:optimizer|loss_scale|checkpoint|checkpoint_writer|sample)\b",
+    (r"(?<![\w/.-])worker/train/(?:optimizer|loss_scale|checkpoint|checkpoint_writer|sample)\b",
      "worker/train/'s optimizer, loss scale, checkpoint and sample moved: optim/adamw, optim/loss_scale.h, "
      "checkpoint/checkpoint, checkpoint/writer, model/sample"),
 ]
@@ -208,8 +209,10 @@ def declared_names(path):
 
 
 def tracked_text_files(src):
-    """The tree's text files: git's list where src is a checkout, else a walk past build folders."""
-    out = subprocess.run(["git", "-C", src, "ls-files"], capture_output=True, text=True)
+    """The tree's text files: git's (tracked, or new and not ignored) where src is a checkout, else
+    a walk past build folders."""
+    out = subprocess.run(["git", "-C", src, "ls-files", "--cached", "--others", "--exclude-standard"],
+                         capture_output=True, text=True)
     if out.returncode == 0:
         rels = out.stdout.splitlines()
     else:
@@ -234,7 +237,8 @@ def text_breaches(src, injected):
                 rules.append((re.compile(r"(?<![\w:])%s::(?:%s)\b" % (old, "|".join(moved))),
                               f"{old}:: no longer holds it: {now.group(1) if now else '?'}:: ({h})"))
     out = []
-    files = tracked_text_files(src) + sorted(set(injected) - set(tracked_text_files(src)))
+    tracked = tracked_text_files(src)
+    files = tracked + sorted(set(injected) - set(tracked))
     texts = {}
     for rel in files:
         path = os.path.join(src, rel)
