@@ -116,7 +116,7 @@ Concurrent RunConcurrent(const std::string& grpc_address, const std::string& dat
   for (int w = 0; w < workers; ++w) {
     clients.push_back(std::make_unique<agent::ParamServerClient>(
         job, 1, std::vector<jobspec::ParamRangeOf>{{grpc_address, 0, pn, data_address}},
-        std::vector<jobspec::ParamTensor>{t}, pn, optim::AdamWConfig{}));
+        std::vector<jobspec::ParamTensor>{t}, pn, kernels::AdamWConfig{}));
   }
   std::vector<float> grads(pn, 0.01f);
   std::vector<std::vector<float>> pulled(static_cast<size_t>(workers), std::vector<float>(pn, 0.5f));

@@ -92,7 +92,7 @@ absl::Status WriteCheckpointManifest(const std::string& dir, const jobspec::GPTC
 // The files of a checkpoint of `parts` parts cut at `cuts`, manifest first.
 std::vector<std::string> CheckpointFiles(int parts, const std::vector<size_t>& cuts = {});
 
-// Where a checkpoint is read from: a directory, or (agent::ShardCheckpointSource) the shard
+// Where a checkpoint is read from: a directory, or (checkpoint::ShardCheckpointSource) the shard
 // servers that hold its files, read range by range.
 class CheckpointSource {
  public:

@@ -6,7 +6,7 @@
 // old ones deleted).
 //
 // Nothing here blocks its caller. The shard-server calls go out on one long-lived channel
-// per server (agent::ShardClients) with deadlines sized to the work, their answers come back
+// per server (shardserver::ShardClients) with deadlines sized to the work, their answers come back
 // on gRPC's threads, and what follows an answer (the job's events and record, through the
 // Committed callback) runs on this class's executor.
 //

@@ -6,12 +6,12 @@
 
 namespace gantry::optim {
 
-AdamW::AdamW(const std::vector<jobspec::ParamTensor>& tensors, size_t num_params, AdamWConfig config,
+AdamW::AdamW(const std::vector<jobspec::ParamTensor>& tensors, size_t num_params, kernels::AdamWConfig config,
              kernels::Backend* backend)
     : AdamW(tensors, {ShardSegment{0, num_params, 0}}, num_params, config, backend) {}
 
 AdamW::AdamW(const std::vector<jobspec::ParamTensor>& tensors, const std::vector<ShardSegment>& segments,
-             size_t local_size, AdamWConfig config, kernels::Backend* backend)
+             size_t local_size, kernels::AdamWConfig config, kernels::Backend* backend)
     : config_(config), backend_(backend), segments_(segments) {
   m_.Assign(backend, local_size);
   v_.Assign(backend, local_size);
@@ -32,7 +32,7 @@ AdamW::AdamW(const std::vector<jobspec::ParamTensor>& tensors, const std::vector
 
 void AdamW::Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step,
                  size_t local_begin, size_t local_end, const float* grad_scale,
-                 const std::vector<WorkingTarget>* working) {
+                 const std::vector<kernels::WorkingCopyRange>* working) {
   spans_.clear();
   const size_t targets = working != nullptr ? working->size() : 0;
   size_t w = 0;  // the first working target that may still overlap

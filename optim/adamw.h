@@ -12,9 +12,8 @@
 
 namespace gantry::optim {
 
-using AdamWConfig = kernels::AdamWConfig;
 // The AdamW of a job spec's train section.
-inline AdamWConfig AdamWOf(const jobspec::TrainSpec& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay}; }
+inline kernels::AdamWConfig AdamWOf(const jobspec::TrainSpec& t) { return {t.beta1, t.beta2, t.eps, t.weight_decay}; }
 // train.precision as the model's working precision.
 inline kernels::Precision PrecisionOf(const jobspec::TrainSpec& t) {
   return t.precision == "bf16"   ? kernels::Precision::kBf16
@@ -31,11 +30,11 @@ struct ShardSegment {
 class AdamW {
  public:
   // State for the whole flat buffer, on backend (the cpu backend by default).
-  AdamW(const std::vector<jobspec::ParamTensor>& tensors, size_t num_params, AdamWConfig config,
+  AdamW(const std::vector<jobspec::ParamTensor>& tensors, size_t num_params, kernels::AdamWConfig config,
         kernels::Backend* backend = &kernels::CpuBackend());
   // State for the segments a ZeRO rank owns; local_size is the size of its compact buffers.
   AdamW(const std::vector<jobspec::ParamTensor>& tensors, const std::vector<ShardSegment>& segments,
-        size_t local_size, AdamWConfig config, kernels::Backend* backend = &kernels::CpuBackend());
+        size_t local_size, kernels::AdamWConfig config, kernels::Backend* backend = &kernels::CpuBackend());
 
   // How a buffer is indexed: as the whole flat buffer, or compact like m and v.
   enum class Index { kFlat, kLocal };
@@ -48,10 +47,9 @@ class AdamW {
   // (AdamWParams::grad_scale: the clip computed on the device). working: null, or where flat
   // ranges of the updated parameters go as a 16-bit working copy (sorted, apart), written in
   // the same pass. One Backend::AdamWSpans call for the whole step.
-  using WorkingTarget = kernels::WorkingCopyRange;
   void Step(float* params, Index pindex, const float* grads, Index gindex, double lr, int step,
             size_t local_begin = 0, size_t local_end = static_cast<size_t>(-1), const float* grad_scale = nullptr,
-            const std::vector<WorkingTarget>* working = nullptr);
+            const std::vector<kernels::WorkingCopyRange>* working = nullptr);
   void Step(float* params, const float* grads, double lr, int step) {
     Step(params, Index::kFlat, grads, Index::kFlat, lr, step);
   }
@@ -70,7 +68,7 @@ class AdamW {
     size_t flat_begin, flat_end, local;
     bool decay;
   };
-  AdamWConfig config_;
+  kernels::AdamWConfig config_;
   kernels::Backend* backend_;
   std::vector<ShardSegment> segments_;
   std::vector<Range> ranges_;  // the segments cut at tensor boundaries, each with its decay flag

@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
 """Checks that each library and daemon depends only on what it may (docs/architecture.md,
-"Libraries and what they may use").
+"Libraries and what they may use"), and that the tree speaks of them by their names of today.
 
-  python3 scripts/check_deps.py --build BUILD [--source DIR]
-      [--inject-link BINARY=LIB] [--inject-include FILE=HEADER]
+  python3 scripts/check_deps.py [--build BUILD] [--source DIR]
+      [--inject-link BINARY=LIB] [--inject-include FILE=HEADER] [--inject-text FILE=TEXT]
 
-Two checks:
+Four checks:
   - links: the link command of each daemon and front end (from Ninja: `ninja -t commands`)
     names no library it must not link, for example the coordinator the trainer;
   - includes: each folder's sources include, of this project, only the folders below it
-    (ALLOWED, the floors), and none of the other libraries it must not use.
---inject-* add a forbidden link or include to what is checked (nothing is changed on disk):
-the test uses them to show that the check fails on one. Exits 1 and names every breach.
+    (ALLOWED, the floors), and none of the other libraries it must not use;
+  - names: no tracked text file (code, comments, CMake, docs) names a retired folder, library
+    or namespace (RETIRED), or a type or function under the namespace it left (MOVED_OUT):
+    the restructure of docs/decisions.md ("Folder = library = namespace") moved them, and
+    an old name sends a reader grepping for it nowhere; no header re-exports another
+    namespace's type under an alias (ALIAS); and a file whose namespace is spelled through
+    GANTRY_CUDA_NS names it in its first line (NS_MACRO);
+  - checks: a GPU library's result is checked with GPU_RETURN_IF_ERROR, not compared by hand
+    with its success value (`!= cudaSuccess`), but where HAND_CHECKS says why.
+--inject-* add a forbidden link, include or line of text to what is checked (nothing is
+changed on disk): the test uses them to show that the check fails on one. Exits 1 and names
+every breach.
 """
 import argparse
 import os
@@ -86,6 +95,187 @@ FORBIDDEN_EXTERNAL = {
 }
 
 
+# Retired names: a pattern, and what it is called now. Matched on every text file git keeps or
+# would keep but RETIRED_EXEMPT (a path as written from the root: tests/worker/... is not
+# worker/...). A name retired in a later move is a line added here.
+RETIRED = [
+    (r"(?<![\w/.-])worker/parallel\b|(?<![\w/.-])parallel/(?:\s*//\s*)?[a-z_]+\.(?:h|cc)\b",
+     "worker/parallel/ is retired: comm/ (communicator.h, groups.h, comm_thread.h), comm/gloo/, "
+     "comm/nccl/, and worker/agent/device_groups.h"),
+    (r"\bgantry_parallel\w*", "gantry_parallel* is retired: gantry_comm_gloo, gantry_comm_nccl, gantry_agent"),
+    (r"(?<![\w:])parallel::|\bgantry::parallel\b|\bnamespace\s+parallel\b",
+     "namespace parallel is retired: comm:: (communicators, groups) or agent:: (DeviceGroups)"),
+    (r"\bgantry_spec\b", "gantry_spec is retired: gantry_jobspec"),
+    (r"(?<![\w/.-])spec/(?=[a-z_]+\.(?:h|cc)\b)", "spec/ is retired: jobspec/"),
+    (r"(?<![\w:])spec::|\bgantry::spec\b", "namespace spec is retired: jobspec::"),
+    (r"\bgantry_remote_checkpoint\b", "gantry_remote_checkpoint is retired: gantry_checkpoint_remote"),
+    (r"(?<![\w/.-])worker/model/", "worker/model/ is retired: model/"),
+    (r"(?<![\w/.-])worker/data/", "worker/data/ is retired: data/"),
+    (r"(?<![\w/.-])worker/agent/shard_client\b",
+     "worker/agent/shard_client is retired: checkpoint/remote/shard_source, shardserver/client/shard_client"),
+    (r"(?<![\w/.-])worker/train/(?:optimizer|loss_scale|checkpoint|checkpoint_writer|sample)\b",
+     "worker/train/'s optimizer, loss scale, checkpoint and sample moved: optim/adamw, optim/loss_scale.h, "
+     "checkpoint/checkpoint, checkpoint/writer, model/sample"),
+]
+# Names that left a namespace that still exists: `old::Name` is a breach for every type or
+# function declared (at file level) in these headers, unless the old namespace's own headers
+# still declare that name. Read from the headers, so a name added there is covered.
+MOVED_OUT = {
+    "agent": ("worker/agent/", ["shardserver/client/shard_client.h", "checkpoint/remote/shard_source.h"]),
+    "train": ("worker/train/", ["optim/adamw.h", "optim/loss_scale.h", "checkpoint/checkpoint.h",
+                                "checkpoint/writer.h", "model/sample.h"]),
+}
+# Files that may name what is retired: the record of the renames themselves, and this script.
+RETIRED_EXEMPT = {
+    "docs/decisions.md": "the decision records say what each folder, library and namespace was called",
+    "scripts/check_deps.py": "the retired names' patterns",
+    "tests/deps_test.sh": "the retired names it injects to show that the check fails on one",
+}
+TEXT_EXT = (".h", ".cc", ".cu", ".cuh", ".inc", ".py", ".sh", ".proto", ".txt", ".md", ".yaml", ".yml",
+            ".cmake", ".json", ".service", "Dockerfile")
+DECLARED = re.compile(r"^(?:template\s*<[^>]*>\s*)?(?:(?:class|struct|enum(?:\s+class)?)\s+(\w+)"
+                      r"|using\s+(\w+)\s*="
+                      r"|(?:inline\s+|static\s+|constexpr\s+)*[\w:][\w:<>,*& ]*?[\s*&](\w+)\()", re.M)
+
+
+# No alias keeps a name alive in a second namespace (docs/decisions.md, "Rejected: re-exporting
+# types"): `using X = ns::Y;` in a header at file or class scope, ns a namespace of this
+# project, is a breach outside ALIAS_EXEMPT. (A .cc's shorthand is its own: nothing sees it.)
+ALIAS = re.compile(r"^(?:  )?using\s+(\w+)\s*=\s*(?:::)?(?:gantry::)?(\w+)::[\w:]+\s*;", re.M)
+ALIAS_EXEMPT = {
+    "kernels/emulated/device.h": "dim3 is CUDA's own name: the device code built for the emulator spells it as nvcc's",
+}
+
+# A namespace spelled through a macro (kernels/cuda/ns.h: gantry::GANTRY_CUDA_NS is gantry::cuda,
+# or gantry::cuda_emulated in the emulated build) is invisible to a reader grepping its name:
+# such a file says the names in its first line.
+NS_MACRO = re.compile(r"namespace\s+gantry::GANTRY_CUDA_NS\b")
+NS_MACRO_FIRST_LINE = ("gantry::cuda", "gantry::cuda_emulated", "GANTRY_CUDA_NS")
+# Files that lack the line for now: each is a line to delete when it gets one.
+NS_MACRO_PENDING = {
+    f"kernels/cuda/{n}": "being edited in the lead's branch (issue 51, item 4), which adds the line"
+    for n in ("backend.cc", "cudnn_attention.h", "cudnn_attention.cc", "matmul.cu", "context.h", "context.cc")
+}
+
+# One way to check a GPU library's result: GPU_RETURN_IF_ERROR (common/gpu_check.h), with
+# GpuOk(r) where no error is built. A result compared by hand with a library's success value is
+# a breach, but for these files, each with how many such comparisons it holds and why (a file
+# that gets more, or fewer, is a breach too: the count is written here). tests/ is not checked:
+# a test compares results with gtest, whose failure prints the call and both values.
+HAND_CHECK = re.compile(r"[!=]=\s*(?:\w+::)*(?:ncclSuccess|cudaSuccess|CUBLAS_STATUS_SUCCESS|CUDNN_STATUS_SUCCESS|"
+                        r"NVML_SUCCESS|CUDA_SUCCESS)\b|\b(?:ncclSuccess|cudaSuccess|CUBLAS_STATUS_SUCCESS|"
+                        r"CUDNN_STATUS_SUCCESS|NVML_SUCCESS|CUDA_SUCCESS)\s*[!=]=")
+HAND_CHECKS = {
+    "kernels/cuda/check.h": (2, "GpuOk for cudaError_t and cublasStatus_t: what the macro asks"),
+    "kernels/cuda/cudnn_attention.cc": (1, "GpuOk for cudnnStatus_t (the one file that includes cuDNN)"),
+    "comm/nccl/nccl_communicator.cc": (1, "GpuOk for ncclResult_t (the one file that includes NCCL)"),
+    "kernels/cuda/backend.cc": (4, "Check keeps a stream's first error for a later Sync, as ops return "
+                                   "nothing; BindThread, DeviceCount and NewBackend check by hand, which the "
+                                   "lead's edit of issue 51 item 6 changes: lower the count with it"),
+    "worker/gpu_metrics/nvml.cc": (8, "NVML is loaded at run time (dlopen): its result is an int here, which "
+                                      "a GpuOk overload must not take, its words come from the loaded library "
+                                      "(api.ErrorString), and a failure unloads it first; the cudaError_t "
+                                      "overloads are in kernels/cuda/check.h, below this folder's floor"),
+    "worker/train/device.cc": (1, "a probe: the GPU's name and memory where its properties can be read, "
+                                  "else unknown; no error is built"),
+}
+HAND_CHECKED = (".h", ".cc", ".cu", ".cuh", ".inc")
+
+
+def hand_check_breaches(texts):
+    out = []
+    for rel, text in texts.items():
+        if rel.startswith("tests/") or not rel.endswith(HAND_CHECKED):
+            continue
+        lines = [i + 1 for i, l in enumerate(text.split("\n")) if HAND_CHECK.search(l.split("//", 1)[0])]
+        allowed, why = HAND_CHECKS.get(rel, (0, ""))
+        if len(lines) > allowed:
+            out.append(f"{rel}:{','.join(map(str, lines))}: {len(lines)} result{'s' if len(lines) > 1 else ''} "
+                       f"compared by hand with a success value" + (f" ({allowed} listed: {why})" if allowed else "") +
+                       ": check it with GPU_RETURN_IF_ERROR (common/gpu_check.h; a second argument makes the "
+                       "Status), or ask with GpuOk where no error is built")
+        elif len(lines) < allowed:
+            out.append(f"{rel}: {len(lines)} result{'s' if len(lines) != 1 else ''} compared by hand, "
+                       f"HAND_CHECKS lists {allowed}: lower its count in scripts/check_deps.py")
+    for rel in HAND_CHECKS:
+        if rel not in texts:
+            out.append(f"{rel}: listed in HAND_CHECKS but not in the tree: remove it from scripts/check_deps.py")
+    return out
+
+
+def declared_names(path):
+    with open(path, encoding="utf-8") as f:
+        return {next(g for g in m.groups() if g) for m in DECLARED.finditer(f.read())}
+
+
+def tracked_text_files(src):
+    """The tree's text files: git's (tracked, or new and not ignored) where src is a checkout, else
+    a walk past build folders."""
+    out = subprocess.run(["git", "-C", src, "ls-files", "--cached", "--others", "--exclude-standard"],
+                         capture_output=True, text=True)
+    if out.returncode == 0:
+        rels = out.stdout.splitlines()
+    else:
+        rels = []
+        for root, dirs, names in os.walk(src):
+            dirs[:] = [d for d in dirs if not d.startswith(("build", ".", "venv", "__pycache__"))]
+            rels += [os.path.relpath(os.path.join(root, n), src) for n in names]
+    return sorted(r for r in rels if r.endswith(TEXT_EXT) and os.path.isfile(os.path.join(src, r)))
+
+
+def text_breaches(src, injected):
+    rules = [(re.compile(p), why) for p, why in RETIRED]
+    for old, (home, headers) in MOVED_OUT.items():
+        kept = set()
+        for root, _, names in os.walk(os.path.join(src, home)):
+            kept |= set().union(*[declared_names(os.path.join(root, n)) for n in names if n.endswith(".h")])
+        for h in headers:
+            moved = sorted(declared_names(os.path.join(src, h)) - kept)
+            if moved:
+                ns = open(os.path.join(src, h), encoding="utf-8").read()
+                now = re.search(r"namespace\s+gantry::(\w+)", ns)
+                rules.append((re.compile(r"(?<![\w:])%s::(?:%s)\b" % (old, "|".join(moved))),
+                              f"{old}:: no longer holds it: {now.group(1) if now else '?'}:: ({h})"))
+    out = []
+    tracked = tracked_text_files(src)
+    files = tracked + sorted(set(injected) - set(tracked))
+    texts = {}
+    for rel in files:
+        path = os.path.join(src, rel)
+        text = open(path, encoding="utf-8", errors="replace").read() if os.path.isfile(path) else ""
+        texts[rel] = text + "".join("\n" + t for t in injected.get(rel, []))
+    ours = set()  # this project's namespaces: gantry's own, and the wire contract's
+    for rel, text in texts.items():
+        if rel.endswith((".h", ".cc", ".cu", ".cuh")):
+            ours |= set(re.findall(r"namespace\s+gantry::(\w+)", text))
+    ours.add("v1")
+    for rel, text in texts.items():
+        if rel in ALIAS_EXEMPT or not rel.endswith((".h", ".cuh")):
+            continue
+        for m in ALIAS.finditer(text):
+            if m.group(2) in ours:
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(f"{rel}:{line} says `{m.group(0).strip()}` (an alias keeps a name alive in a second "
+                           f"namespace: write {m.group(2)}:: where it is used)")
+    out += hand_check_breaches(texts)
+    for rel, text in texts.items():
+        if rel in NS_MACRO_PENDING or not rel.endswith((".h", ".cc", ".cu", ".cuh", ".inc")) or not NS_MACRO.search(text):
+            continue
+        first = text.split("\n", 1)[0]
+        if not all(n in first for n in NS_MACRO_FIRST_LINE):
+            out.append(f"{rel}:1 does not say how its namespace is named (gantry::GANTRY_CUDA_NS): begin it with "
+                       f"`// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): "
+                       f"GANTRY_CUDA_NS, kernels/cuda/ns.h`")
+    for rel, text in texts.items():
+        if rel in RETIRED_EXEMPT:
+            continue
+        for rx, why in rules:
+            for m in rx.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(f"{rel}:{line} says `{' '.join(m.group(0).split())}` ({why})")
+    return out
+
+
 def folder_of(rel):
     """The most specific ALLOWED entry holding file rel (relative to the source root)."""
     best = None
@@ -124,10 +314,11 @@ def link_command(build, binary):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
+    ap.add_argument("--build", help="a configured Ninja build folder; without it the links are not checked")
     ap.add_argument("--source", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("--inject-link", action="append", default=[])
     ap.add_argument("--inject-include", action="append", default=[])
+    ap.add_argument("--inject-text", action="append", default=[])
     a = ap.parse_args()
     breaches = []
 
@@ -135,7 +326,7 @@ def main():
     for spec in a.inject_link:
         binary, lib = spec.split("=", 1)
         injected_links.setdefault(binary, []).append(lib)
-    for binary, forbidden in LINK_RULES.items():
+    for binary, forbidden in (LINK_RULES if a.build else {}).items():
         cmd = link_command(a.build, binary).split() + injected_links.get(binary, [])
         for word in cmd:
             base = os.path.basename(word)
@@ -167,8 +358,24 @@ def main():
         print("check_deps: %d forbidden dependenc%s:" % (len(breaches), "y" if len(breaches) == 1 else "ies"))
         for b in breaches:
             print("  " + b)
+
+    injected_text = {}
+    for spec in a.inject_text:
+        path, text = spec.split("=", 1)
+        injected_text.setdefault(path, []).append(text)
+    retired = text_breaches(src, injected_text)
+    if retired:
+        print("check_deps: %d name%s or check%s to fix (a retired name, an alias, a namespace not said, a hand check):"
+              % (len(retired), *(("", "") if len(retired) == 1 else ("s", "s"))))
+        for b in retired:
+            print("  " + b)
+    if breaches or retired:
         return 1
-    print(f"check_deps: {len(LINK_RULES)} binaries' links and {files} files' includes keep the library rules")
+    links = f"{len(LINK_RULES)} binaries' links" if a.build else "(links not checked: no --build)"
+    print(f"check_deps: {links} and {files} files' includes keep the library rules; "
+          f"no file names a retired folder, library or namespace, no header keeps an alias, each "
+          f"GANTRY_CUDA_NS file names its namespace, and GPU results are checked by GPU_RETURN_IF_ERROR "
+          f"(by hand only where HAND_CHECKS says why)")
     return 0
 
 

@@ -2,8 +2,10 @@
 # The library rules hold on this tree, and the check fails when one is broken: a forbidden
 # link (the coordinator linking the trainer, the CLI Gloo) and a forbidden include (the job spec
 # using the model, the model the trainer, the communicator interface the model, the shard
-# server using RocksDB other than through common/rocks.h), each added to
-# what is checked without touching the tree.
+# server using RocksDB other than through common/rocks.h), a retired name (a folder, a
+# library, a type under the namespace it left), an alias of another namespace's type, a
+# GANTRY_CUDA_NS file that does not say its namespace and a GPU result checked by hand, each
+# added to what is checked without touching the tree.
 set -uo pipefail
 BUILD="$1"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,14 +28,21 @@ for inject in "--inject-link coordinator/gantry-coordinator=worker/libgantry_tra
               "--inject-include coordinator/cluster.cc=kernels/adamw.h" \
               "--inject-include model/gpt.cc=worker/train/trainer.h" \
               "--inject-include comm/groups.cc=model/gpt.h" \
-              "--inject-include shardserver/service.cc=rocksdb/db.h"; do
-  out="$(check $inject)"
+              "--inject-include shardserver/service.cc=rocksdb/db.h" \
+              "--inject-text comm/nccl/nccl_communicator.h=// Process groups (parallel/groups.h)" \
+              "--inject-text tests/CMakeLists.txt=target_link_libraries(x_test gantry_parallel_nccl)" \
+              "--inject-text bench/load/shard_streams.h=// the real client (agent::UploadSources)" \
+              "--inject-text docs/architecture.md=train::AdamW" \
+              "--inject-text optim/adamw.h=using AdamWConfig = kernels::AdamWConfig;" \
+              "--inject-text kernels/cuda/new_op.cu=namespace gantry::GANTRY_CUDA_NS {" \
+              "--inject-text comm/nccl/nccl_communicator.cc=  if (cudaFree(p) != cudaSuccess) return absl::InternalError(\"x\");"; do
+  out="$(check "${inject%% *}" "${inject#* }")"
   rc=$?
   echo "$out"
-  if [ $rc -ne 1 ] || ! grep -q "must not" <<<"$out"; then
+  if [ $rc -ne 1 ] || ! grep -qE "must not|is retired|no longer holds|an alias keeps|does not say|compared by hand" <<<"$out"; then
     echo "FAIL: check_deps passed with $inject"
     fail=1
   fi
 done
-[ $fail -eq 0 ] && echo "library_dependencies: the rules hold, and a forbidden link or include fails the check"
+[ $fail -eq 0 ] && echo "library_dependencies: the rules hold, and a forbidden link, include, retired name, alias, unsaid namespace or hand check fails the check"
 exit $fail

@@ -122,7 +122,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "gpt2_bench: %s\n", std::string(v.message()).c_str());
     return 2;
   }
-  const optim::AdamWConfig adam{0.9, 0.95, 1e-8, 0.1};
+  const kernels::AdamWConfig adam{0.9, 0.95, 1e-8, 0.1};
   std::unique_ptr<OnDevice> held;  // in place: the engine points at its model
   int B = 0;
   std::vector<int> tries = only_batch > 0 ? std::vector<int>{only_batch} : std::vector<int>{64, 48, 32, 24, 16, 12, 8, 4, 2, 1};

@@ -10,7 +10,7 @@
 //     gang-places them (one job in multi_rank_every has dp 2). A stand-in trainer runs each
 //     placed rank: a step report per step (rank 0, as a real session), and every
 //     checkpoint_every steps this rank's checkpoint files streamed to the shard servers of its
-//     slices (agent::UploadSources, the real checkpoint path; rank 0 adds manifest.json and
+//     slices (shardserver::UploadSources, the real checkpoint path; rank 0 adds manifest.json and
 //     config.json) and its CheckpointPart sent, so that the coordinator commits each
 //     checkpoint on the shard servers; then its JobDone.
 //   - Meanwhile clients call ListJobs, GetJob and ListWorkers at fixed rates (open loop: a

@@ -1,6 +1,6 @@
 // The shard server under load (issue 23): N checkpoint streams of B bytes each, all at once,
 // against the same N one after another, each on a fresh gantry-shardserver (a child process,
-// port 0), through the real client (agent::UploadSources, CommitCheckpoint, ReadRange).
+// port 0), through the real client (shardserver::UploadSources, CommitCheckpoint, ReadRange).
 // Every stream is one checkpoint (its own job, one part) written and committed; afterwards
 // every byte of every checkpoint is read back and compared.
 //

@@ -91,7 +91,7 @@ class GlooCommunicator final : public Communicator {
   std::atomic<uint64_t> completed_{0};
 };
 
-// Process groups (parallel/groups.h) of Gloo communicators over one rendezvous store, each
+// Process groups (comm/groups.h) of Gloo communicators over one rendezvous store, each
 // group's keys under its name. Every communicator made is also appended to *made, when
 // given (the worker aborts them all at once).
 GroupFactory GlooGroups(std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options,

@@ -17,13 +17,18 @@
 
 namespace gantry::comm {
 
-// The texts of GPU_RETURN_IF_ERROR (common/gpu_check.h) for this file's two libraries: the CUDA
-// runtime's from kernels/cuda/check.h, NCCL's here. Where an error needs a code other than
-// INTERNAL or names the rank and the collective, the same texts go into its own Status.
+// Every call's result is checked by GPU_RETURN_IF_ERROR (common/gpu_check.h), with these
+// texts for this file's two libraries: the CUDA runtime's from kernels/cuda/check.h, NCCL's
+// here. Where an error needs a code other than INTERNAL, names the rank and the collective, or
+// aborts the group first, the macro's second argument makes that Status from the same words.
 using cuda::GpuErrorText;
 using cuda::GpuOk;
 static bool GpuOk(ncclResult_t r) { return r == ncclSuccess; }
-static std::string GpuErrorText(ncclResult_t r) { return ncclGetErrorString(r); }
+// ncclInProgress is only ever left over when a wait gave up at its deadline (WaitForComm).
+static std::string GpuErrorText(ncclResult_t r) {
+  return r == ncclInProgress ? absl::StrCat("timed out (ncclInProgress: ", ncclGetErrorString(r), ")")
+                             : std::string(ncclGetErrorString(r));
+}
 
 namespace {
 
@@ -33,14 +38,47 @@ ncclComm_t Comm(void* p) { return static_cast<ncclComm_t>(p); }
 cudaStream_t Stream(void* p) { return static_cast<cudaStream_t>(p); }
 
 
-// Polls until the non-blocking communicator leaves ncclInProgress (or the deadline).
+// Polls until the non-blocking communicator leaves ncclInProgress: its state then (ncclSuccess
+// or its error), or ncclInProgress at the deadline.
 ncclResult_t WaitForComm(ncclComm_t comm, std::chrono::steady_clock::time_point deadline) {
-  ncclResult_t state = ncclInProgress;
-  while (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclInProgress) {
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    if (const ncclResult_t r = ncclCommGetAsyncError(comm, &state); !GpuOk(r)) return r;
+    if (state != ncclInProgress) return state;
     if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  return state;
+}
+
+// A non-blocking call's result, once it is done: r, or the communicator's state when r is
+// ncclInProgress (a call still running, waited for until timeout).
+ncclResult_t Settled(ncclResult_t r, ncclComm_t comm, std::chrono::milliseconds timeout) {
+  return r == ncclInProgress ? WaitForComm(comm, std::chrono::steady_clock::now() + timeout) : r;
+}
+
+// Joins the group as a non-blocking communicator (so that joining, and every collective after,
+// can be given up on), and waits until it is ready.
+ncclResult_t JoinGroup(ncclComm_t* comm, int size, const ncclUniqueId& id, int rank,
+                       std::chrono::milliseconds timeout) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t r = ncclCommInitRankConfig(comm, size, id, rank, &config);
+  // Ready or not, a communicator made is waited for: its state says.
+  return GpuOk(r) || r == ncclInProgress ? WaitForComm(*comm, std::chrono::steady_clock::now() + timeout) : r;
+}
+
+// cudaEventQuery as a result and an answer: cudaErrorNotReady is "not yet", not an error.
+cudaError_t QueryEvent(cudaEvent_t event, bool* done) {
+  const cudaError_t q = cudaEventQuery(event);
+  *done = GpuOk(q);
+  return q == cudaErrorNotReady ? cudaSuccess : q;
+}
+
+// The communicator's asynchronous error, if any (an operation still running is none).
+ncclResult_t AsyncError(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  if (const ncclResult_t r = ncclCommGetAsyncError(comm, &state); !GpuOk(r)) return r;
+  return state == ncclInProgress ? ncclSuccess : state;
 }
 
 }  // namespace
@@ -59,15 +97,11 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   }
   c->store_ = std::move(store);
   const std::string where = absl::StrCat("rank ", rank, " of ", size, " on cuda:", options.device);
-  if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat(where, ": ", GpuErrorText(e)));
-  }
+  GPU_RETURN_IF_ERROR(cudaSetDevice(options.device), GpuErrorAs(absl::StatusCode::kFailedPrecondition, where));
   ncclUniqueId id;
   try {
     if (rank == 0) {
-      if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
-        return absl::UnavailableError(absl::StrCat(where, ": ncclGetUniqueId: ", GpuErrorText(r)));
-      }
+      GPU_RETURN_IF_ERROR(ncclGetUniqueId(&id), GpuErrorAs(absl::StatusCode::kUnavailable, where));
       c->store_->set(kIdKey, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
     } else {
       c->store_->wait({kIdKey}, options.timeout);
@@ -81,30 +115,22 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(where, ": exchanging the NCCL unique id failed: ", e.what()));
   }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // so that joining and every collective can be given up on
   ncclComm_t comm = nullptr;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-  if (r == ncclSuccess || r == ncclInProgress) r = WaitForComm(comm, std::chrono::steady_clock::now() + options.timeout);
-  if (r != ncclSuccess) {
+  auto join_failed = [&](const absl::Status& s) {
     if (comm) ncclCommAbort(comm);
-    return absl::UnavailableError(absl::StrCat(where, ": joining the group failed: ",
-                                               r == ncclInProgress ? "timed out" : GpuErrorText(r)));
-  }
+    return absl::UnavailableError(absl::StrCat(where, ": joining the group failed: ", s.message()));
+  };
+  GPU_RETURN_IF_ERROR(JoinGroup(&comm, size, id, rank, options.timeout), join_failed);
   c->comm_ = comm;
   cudaStream_t stream;
   cudaEvent_t done;
-  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat(where, ": ", GpuErrorText(e)));
-  }
+  GPU_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                      GpuErrorAs(absl::StatusCode::kInternal, where));
   c->stream_ = stream;
-  if (cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat(where, ": ", GpuErrorText(e)));
-  }
+  GPU_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                      GpuErrorAs(absl::StatusCode::kInternal, where));
   c->done_ = done;
-  if (cudaError_t e = cudaMalloc(&c->scratch_, sizeof(float)); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat(where, ": ", GpuErrorText(e)));
-  }
+  GPU_RETURN_IF_ERROR(cudaMalloc(&c->scratch_, sizeof(float)), GpuErrorAs(absl::StatusCode::kInternal, where));
   return c;
 }
 
@@ -139,17 +165,14 @@ absl::Status NcclCommunicator::Fail(const char* what, uint64_t seq, const std::s
 }
 
 absl::Status NcclCommunicator::WaitDone(const char* what, uint64_t seq) {
-  if (cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(done_), Stream(stream_)); e != cudaSuccess) {
-    return Fail(what, seq, GpuErrorText(e));
-  }
+  auto fail = [&](const absl::Status& s) { return Fail(what, seq, std::string(s.message())); };
+  GPU_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(done_), Stream(stream_)), fail);
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   for (;;) {
-    const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(done_));
-    if (q == cudaSuccess) return absl::OkStatus();
-    if (q != cudaErrorNotReady) return Fail(what, seq, GpuErrorText(q));
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(Comm(comm_), &async);
-    if (async != ncclSuccess && async != ncclInProgress) return Fail(what, seq, GpuErrorText(async));
+    bool done = false;
+    GPU_RETURN_IF_ERROR(QueryEvent(static_cast<cudaEvent_t>(done_), &done), fail);
+    if (done) return absl::OkStatus();
+    GPU_RETURN_IF_ERROR(AsyncError(Comm(comm_)), fail);
     if (aborted_) return Fail(what, seq, "aborted");
     if (std::chrono::steady_clock::now() > deadline) return Fail(what, seq, "timed out");
     std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -163,11 +186,11 @@ absl::Status NcclCommunicator::Run(const char* what, F&& launch) {
     return absl::FailedPreconditionError(absl::StrCat(what, " #", seq, " on rank ", rank_, ": the group failed earlier: ", broken_));
   }
   if (aborted_) return Fail(what, seq, "aborted before it started");
+  auto fail = [&](const absl::Status& s) { return Fail(what, seq, std::string(s.message())); };
   // The calling thread (the training thread or a communication thread) on this rank's GPU.
-  if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) return Fail(what, seq, GpuErrorText(e));
-  ncclResult_t r = launch();
-  if (r == ncclInProgress) r = WaitForComm(Comm(comm_), std::chrono::steady_clock::now() + options_.timeout);
-  if (r != ncclSuccess) return Fail(what, seq, r == ncclInProgress ? "enqueue timed out" : GpuErrorText(r));
+  GPU_RETURN_IF_ERROR(cudaSetDevice(options_.device), fail);
+  // Enqueued (a non-blocking communicator may answer ncclInProgress: waited for), then done.
+  GPU_RETURN_IF_ERROR(Settled(launch(), Comm(comm_), options_.timeout), fail);
   RETURN_IF_ERROR(WaitDone(what, seq));
   completed_ = seq;
   return absl::OkStatus();
@@ -176,7 +199,7 @@ absl::Status NcclCommunicator::Run(const char* what, F&& launch) {
 bool NcclCommunicator::OnHost(const void* p) {
   if (p == nullptr) return false;
   cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+  if (!GpuOk(cudaPointerGetAttributes(&a, p))) {  // a probe: its failure is an answer
     (void)cudaGetLastError();  // older runtimes answer an error for pageable host memory
     return true;
   }
@@ -213,7 +236,9 @@ absl::Status NcclCommunicator::RunStaged(const char* what, const T* in, size_t i
   T* dout = out;
   if (in_host) {
     din = staged;
-    cudaMemcpyAsync(staged, in, in_n * sizeof(T), cudaMemcpyHostToDevice, Stream(stream_));
+    GPU_RETURN_IF_ERROR(cudaMemcpyAsync(staged, in, in_n * sizeof(T), cudaMemcpyHostToDevice, Stream(stream_)),
+                        GpuErrorAs(absl::StatusCode::kInternal,
+                                   absl::StrCat(what, " on rank ", rank_, ": copying the input to the device")));
   }
   // In place (out == in, or a reduce-scatter's out == in + rank·n): the same offset into the
   // staged input.
@@ -221,9 +246,9 @@ absl::Status NcclCommunicator::RunStaged(const char* what, const T* in, size_t i
   if (out_host) dout = inside_in ? staged + (out - in) : staged + (in_host ? in_n : 0);
   RETURN_IF_ERROR(Run(what, [&] { return launch(din, dout); }));
   if (out_host) {
-    if (cudaError_t e = cudaMemcpy(out, dout, out_n * sizeof(T), cudaMemcpyDeviceToHost); e != cudaSuccess) {
-      return absl::InternalError(absl::StrCat(what, " on rank ", rank_, ": copying the result to the host: ", GpuErrorText(e)));
-    }
+    GPU_RETURN_IF_ERROR(cudaMemcpy(out, dout, out_n * sizeof(T), cudaMemcpyDeviceToHost),
+                        GpuErrorAs(absl::StatusCode::kInternal,
+                                   absl::StrCat(what, " on rank ", rank_, ": copying the result to the host")));
   }
   return absl::OkStatus();
 }
@@ -251,19 +276,20 @@ absl::Status NcclCommunicator::SendRecvChunks(const char* what, const float* in,
   size_t in_n = 0, out_n = 0;
   for (size_t c : send_counts) in_n += c;
   for (size_t c : recv_counts) out_n += c;
+  // The launch answers the group's first failed call, for Run's check.
   return RunStaged(what, in, in_n, out, out_n, [&](const float* i, float* o) {
     ncclResult_t r = ncclGroupStart();
-    if (r != ncclSuccess) return r;
+    if (!GpuOk(r)) return r;
     size_t sent = 0, received = 0;
-    for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
+    for (int p = 0; p < size_ && GpuOk(r); ++p) {
       const size_t s = send_counts[static_cast<size_t>(p)], v = recv_counts[static_cast<size_t>(p)];
       if (s > 0) r = ncclSend(i + sent, s, ncclFloat32, p, Comm(comm_), Stream(stream_));
-      if (r == ncclSuccess && v > 0) r = ncclRecv(o + received, v, ncclFloat32, p, Comm(comm_), Stream(stream_));
+      if (GpuOk(r) && v > 0) r = ncclRecv(o + received, v, ncclFloat32, p, Comm(comm_), Stream(stream_));
       sent += s;
       received += v;
     }
     const ncclResult_t end = ncclGroupEnd();  // closes the group whatever happened in it
-    return r != ncclSuccess ? r : end;
+    return GpuOk(r) ? end : r;
   });
 }
 

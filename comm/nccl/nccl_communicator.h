@@ -96,7 +96,7 @@ class NcclCommunicator final : public Communicator {
   std::string broken_;
 };
 
-// Process groups (parallel/groups.h) of NCCL communicators on one CUDA device, their unique
+// Process groups (comm/groups.h) of NCCL communicators on one CUDA device, their unique
 // ids exchanged through one rendezvous store (each group's under its name). Every
 // communicator made is also appended to *made, when given.
 GroupFactory NcclGroups(std::shared_ptr<gloo::rendezvous::Store> store, const NcclOptions& options,

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Fused AdamW on fp32 master weights, the twin of kernels/cpu/adamw.cc. Device code only
 // (adamw.cu launches it; tests/kernels/backend_ops_test.cc runs it on the CPU).
 #pragma once

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Causal self-attention through cuBLAS strided-batched GEMMs (fp32), the twin of
 // kernels/cpu/attention.cc: q, k, v are permuted to (B, NH, T, hs), the scores and
 // probabilities are (B, NH, T, T) and kept for the backward pass. The fused kernels

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The cuda backend (kernels/backend.h) over kernels/cuda/ops.h. The same source builds the
 // real one (namespace gantry::cuda, nvcc's runtime) and the cuda-emulated one (namespace
 // gantry::cuda_emulated, kernels/emulated's runtime): kernels/cuda/runtime.h.

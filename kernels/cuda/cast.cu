@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Conversions between fp32 and the 16-bit types on the GPU, the twins of kernels/cpu/cast.cc.
 #include "kernels/cuda/ns.h"
 

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Errors of the CUDA runtime and cuBLAS(Lt) for GPU_RETURN_IF_ERROR (common/gpu_check.h, the
 // one check macro of every GPU library): a failed call becomes an absl::Status carrying
 // file:line, the call and the library's name for the error. cuDNN's overloads are in

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Deterministic column sums over rows (dbias, LayerNorm's dweight and dbias): a fixed grid of
 // row chunks writes partial sums to scratch, then one thread per column adds the chunks in
 // order. F is a functor: __device__ float2 operator()(int row, int col) const, the two

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The column-sum kernels of column_sums.cuh (device code only, so that
 // tests/kernels/backend_ops_test.cc can run them on the CPU): a fixed grid of row chunks
 // writes partial sums, then one thread per column adds the chunks in order. F is a functor:

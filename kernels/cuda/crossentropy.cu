@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The fused classifier (softmax + cross-entropy + its gradient; fp32 or 16-bit logits) on the
 // GPU, the twin of kernels/cpu/crossentropy.cc.
 #include "kernels/cuda/crossentropy.cuh"

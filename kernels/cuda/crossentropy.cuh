@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The fused classifier (softmax + cross-entropy + its gradient), the twin of
 // kernels/cpu/crossentropy.cc. Device code only (crossentropy.cu launches it;
 // tests/kernels/backend_ops_test.cc runs it on the CPU). The logits are of an element type E

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The element types of the device kernels (kernels/types.h: fp32, bf16, fp16), the twin of
 // kernels/cpu/elem.h. A kernel that reads or writes a typed tensor is a template over E:
 // E::T the stored type (float, or uint16_t holding bf16 or fp16 bits), E::Ld(x) its exact fp32

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The one-thread-per-element launch of the elementwise ops (gelu.cu, residual.cu, cast.cu,
 // grad_norm.cu's scaling): blocks of kBlock threads, the element count checked.
 #pragma once

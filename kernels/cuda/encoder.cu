@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The token + position embedding on the GPU, the twin of kernels/cpu/encoder.cc.
 #include "kernels/cuda/encoder.cuh"
 #include "kernels/cuda/ns.h"

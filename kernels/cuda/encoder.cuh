@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Token + position embedding kernels (fp32), the twins of kernels/cpu/encoder.cc. Device code
 // only (encoder.cu launches it; tests/kernels/backend_ops_test.cc runs it on the CPU).
 #pragma once

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Launchers of the fused causal attention (flash_attention.cuh holds the kernels and how
 // they split the work), for fp32 or 16-bit qkv, out, dout and dqkv (one type a call).
 #include "kernels/cuda/flash_attention.cuh"

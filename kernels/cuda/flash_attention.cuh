@@ -1,3 +1,4 @@
+// namespace gantry::cuda::flash (gantry::cuda_emulated::flash in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The fused attention's device code (kernels/cuda/flash_attention.cu launches it). A header
 // so that tests/kernels/flash_attention_emulated_test.cc can run the same kernels on the CPU
 // under an emulation of CUDA's threads, barriers and warp shuffles, in CI, which has no GPU.

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // GELU (tanh) on the GPU, forward and backward, the twins of kernels/cpu/gelu.cc: fp32 inside,
 // the stored value rounded once (elem.cuh).
 #include "kernels/cuda/ns.h"

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // GELU, tanh form, and its derivative, as the CPU twin (kernels/cpu/gelu.cc) computes them.
 #pragma once
 

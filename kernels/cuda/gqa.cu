@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Grouped-query attention's expand and reduce on the GPU, the twins of kernels/cpu/gqa.cc
 // (kernels/gqa.h states the ops).
 #include "kernels/cuda/ns.h"

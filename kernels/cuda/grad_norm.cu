@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The gradient norm's sum of squares and the clip's scaling on the GPU, the twins of
 // kernels/cpu/grad_norm.cc.
 #include "kernels/cuda/grad_norm.cuh"

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // LayerNorm on the GPU, the twin of kernels/cpu/layernorm.cc.
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/cuda/ns.h"

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // LayerNorm kernels (fp32; the output fp32 or 16-bit), the twins of kernels/cpu/layernorm.cc.
 // Device code only (layernorm.cu launches it; tests/kernels/backend_ops_test.cc runs it on the
 // CPU).

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The mixture-of-experts ops on the GPU, the twins of kernels/cpu/moe.cc (kernels/moe.h states
 // each op). fp32 and deterministic: no atomics, every sum in a fixed order.
 //

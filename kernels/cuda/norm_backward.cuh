@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The norms' backward in one pass (LayerNorm: layernorm.cuh; RMSNorm: rmsnorm.cu), device code
 // and its launcher. A warp per row, each lane the 4 consecutive columns at 128 j + 4 lane (one
 // 16-byte load or store where vec: C a multiple of 4 and every row 16-byte aligned; otherwise

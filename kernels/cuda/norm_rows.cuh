@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The row walk of the norms' forward kernels (layernorm.cuh, rmsnorm.cu), device code only: a
 // warp per row, lane l taking the 8 columns at 8 (l + 32 i) + k, i = 0, 1, ..., k = 0..7. With
 // vec (C a multiple of 8, every row of every tensor 16-byte aligned) those are 16-byte loads and

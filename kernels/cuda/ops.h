@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // CUDA twins of the CPU ops in kernels/*.h. Pointers are device pointers; each launcher
 // checks its arguments and the launch and returns a Status. The CPU versions are the
 // reference: tests/gpu compares each against its CPU twin.

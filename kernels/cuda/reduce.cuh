@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // Warp and block reductions for the CUDA kernels (device code only).
 #pragma once
 

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // The residual add on the GPU, forward and backward, the twins of kernels/cpu/residual.cc.
 #include "kernels/cuda/ns.h"
 

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // RMSNorm on the GPU, the twin of kernels/cpu/rmsnorm.cc (kernels/rmsnorm.h states the op).
 #include "kernels/cuda/ns.h"
 

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // RoPE on the GPU, the twin of kernels/cpu/rope.cc (kernels/rope.h states the op).
 #include "kernels/cuda/ns.h"
 

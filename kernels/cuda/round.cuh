@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // fp32 rounded to bf16 or fp16 (device code): held as fp32, the twins of kernels/cast.h's
 // RoundToBf16 and RoundToFp16, or as the 16-bit type's bits (uint16_t), the twins of Bf16Of
 // and Fp16Of, with the exact widenings FloatOfBf16 and FloatOfFp16. Ties to even; fp16: inf

@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // What kernels/cuda's host code calls: the CUDA runtime, cuBLAS and cuBLASLt, and kernel
 // launches. Built by nvcc these are the real ones; with GANTRY_CUDA_EMULATED they are the
 // CPU emulation (kernels/emulated/cuda_api.h), and a launch runs the same device code with

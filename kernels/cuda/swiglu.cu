@@ -1,3 +1,4 @@
+// namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
 // SwiGLU's gate on the GPU, the twin of kernels/cpu/swiglu.cc (kernels/swiglu.h states the op).
 #include "kernels/cuda/ns.h"
 

@@ -1,6 +1,6 @@
 // The Gloo communicator with real TCP connections on loopback: each rank a thread of this
 // process, meeting through an in-memory rendezvous store. And the worker's choice of
-// communicator by device (parallel/device_groups.h).
+// communicator by device (worker/agent/device_groups.h).
 #include "comm/gloo/gloo_communicator.h"
 
 #include <gloo/rendezvous/hash_store.h>

@@ -4,7 +4,7 @@
 //     sizes, the last flag; the crc32c made right or left as sent), then Commit, ReadChunks
 //     of arbitrary ranges, ListCheckpoints and DeleteCheckpoint, against a real ShardService
 //     on a RocksDB store;
-//   - the client: agent::ReadPartRange (what a rank reading a checkpoint from the shard
+//   - the client: shardserver::ReadPartRange (what a rank reading a checkpoint from the shard
 //     servers runs) against a server that answers ReadChunks with arbitrary chunks.
 // The input is a program: each operation is one byte (its low 3 bits the operation, the
 // others its flags and counts), then its messages as records (a 16-bit length and the

@@ -34,7 +34,7 @@ absl::Status ForEachMessage(size_t begin, size_t end, F&& fn) {
 
 ParamServerClient::ParamServerClient(std::string job_id, int64_t generation, std::vector<jobspec::ParamRangeOf> ranges,
                                      const std::vector<jobspec::ParamTensor>& tensors, size_t num_params,
-                                     optim::AdamWConfig config)
+                                     kernels::AdamWConfig config)
     : job_id_(std::move(job_id)), generation_(generation), num_params_(num_params), config_(config) {
   for (auto& r : ranges) {
     servers_.push_back({r, v1::ParamServer::NewStub(MakeChannel(r.shard_server)), nullptr});

@@ -19,7 +19,7 @@ namespace gantry::agent {
 class ParamServerClient final : public train::RemoteOptimizer {
  public:
   ParamServerClient(std::string job_id, int64_t generation, std::vector<jobspec::ParamRangeOf> ranges,
-                    const std::vector<jobspec::ParamTensor>& tensors, size_t num_params, optim::AdamWConfig config);
+                    const std::vector<jobspec::ParamTensor>& tensors, size_t num_params, kernels::AdamWConfig config);
   ~ParamServerClient() override;
 
   absl::Status Init(const float* params, const float* m, const float* v, int64_t step) override;
@@ -45,7 +45,7 @@ class ParamServerClient final : public train::RemoteOptimizer {
   std::vector<Server> servers_;
   std::vector<std::pair<size_t, size_t>> decay_;  // flat ranges with weight decay
   size_t num_params_;
-  optim::AdamWConfig config_;
+  kernels::AdamWConfig config_;
 };
 
 }  // namespace gantry::agent

@@ -73,7 +73,7 @@ struct TrainOptions {
   std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
   // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
   comm::Communicator* comm = nullptr;
-  // Tensor and pipeline parallelism (tp or pp > 1): every group of this rank (parallel/
+  // Tensor and pipeline parallelism (tp or pp > 1): every group of this rank (comm/
   // groups.h); then comm is ignored (groups->dp is the DP group).
   comm::Groups* groups = nullptr;
   // Parameter-server mode (optimizer.placement: shardserver): the shard servers' optimizer.

@@ -68,7 +68,8 @@ absl::StatusOr<size_t> ZeroEngine::OffloadedStep(double lr, int step) {
 }
 
 absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model, comm::Communicator* comm,
-                                                               int stage, double bucket_mb, const optim::AdamWConfig& config,
+                                                               int stage, double bucket_mb,
+                                                               const kernels::AdamWConfig& config,
                                                                RemoteOptimizer* remote, int staleness,
                                                                ModelParallel mp) {
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(absl::StrCat("ZeRO stage ", stage, " is not 0, 1, 2 or 3"));

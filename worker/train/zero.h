@@ -91,7 +91,8 @@ class ZeroEngine final : public model::ParamHost {
   // behind the servers a rank's parameters may be (pulls every staleness + 1 steps).
   using ModelParallel = ZeroModelParallel;
   static absl::StatusOr<std::unique_ptr<ZeroEngine>> Create(model::GPT* model, comm::Communicator* comm,
-                                                            int stage, double bucket_mb, const optim::AdamWConfig& config,
+                                                            int stage, double bucket_mb,
+                                                            const kernels::AdamWConfig& config,
                                                             RemoteOptimizer* remote = nullptr, int staleness = 0,
                                                             ModelParallel mp = ModelParallel());
   // Parameter-server mode: brings the parameters up to the servers' (collective). Before a
@@ -275,7 +276,7 @@ class ZeroEngine final : public model::ParamHost {
   std::vector<int> unit_bucket_;
   size_t local_size_ = 0;
   std::unique_ptr<optim::AdamW> opt_;
-  optim::AdamWConfig opt_config_;
+  kernels::AdamWConfig opt_config_;
   std::unique_ptr<HostOffload> offload_;  // optimizer offload: the master pieces on the host
   bool offload_params_ = false;  // ZeRO 3: the parameter shard is offload_'s master only
   // In the model's backend's memory, as its parameters and gradients are.

@@ -647,7 +647,7 @@ TEST_F(DataParallelTest, ParameterServerModeGivesWorkerPlacementLosses) {
   remote_factory_ = [&] {
     return std::make_unique<agent::ParamServerClient>(
         "j-ps", 1, use, m.tensors(), m.num_params(),
-        optim::AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps, spec.train.weight_decay});
+        kernels::AdamWConfig{spec.train.beta1, spec.train.beta2, spec.train.eps, spec.train.weight_decay});
   };
   const std::string ps_spec = "optimizer: {placement: shardserver}\n";
   ExpectSameTraining(Run(2, 0, ps_spec), worker, "parameter-server mode over gRPC, 2 shard servers");

@@ -73,7 +73,7 @@ class MixedPrecisionTest : public ::testing::TestWithParam<std::string> {
     m.set_precision(p);
     comm::SoloCommunicator solo;
     auto e = ZeroEngine::Create(&m, &solo, /*stage=*/0, /*bucket_mb=*/25,
-                                optim::AdamWConfig{hp_["beta1"], hp_["beta2"], hp_["eps"], hp_["weight_decay"]});
+                                kernels::AdamWConfig{hp_["beta1"], hp_["beta2"], hp_["eps"], hp_["weight_decay"]});
     EXPECT_TRUE(e.ok()) << e.status();
     if (!e.ok()) return run;
     ZeroEngine& engine = **e;

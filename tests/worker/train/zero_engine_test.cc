@@ -147,7 +147,7 @@ TEST(ZeroEngineTest, BucketsAreReducedWhileBackwardRuns) {
     m.InitRandom(1);
     MirrorCommunicator comm;
     comm.hold_until_backward_done = true;
-    auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/0.01, optim::AdamWConfig{});
+    auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/0.01, kernels::AdamWConfig{});
     ASSERT_TRUE(e.ok()) << e.status();
     (*e)->Shard();
     WaitForFirstReduction host(e->get(), &comm);
@@ -173,7 +173,7 @@ TEST(ZeroEngineTest, ReductionsPerStepFollowTheStage) {
     model::GPT m(Config());
     m.InitRandom(1);
     MirrorCommunicator comm;
-    auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/1000, optim::AdamWConfig{});  // one bucket (stage 3: one per unit)
+    auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/1000, kernels::AdamWConfig{});  // one bucket (stage 3: one per unit)
     ASSERT_TRUE(e.ok());
     (*e)->Shard();
     const auto in = Tokens(2 * 16, 2), tg = Tokens(2 * 16, 3);
@@ -209,7 +209,7 @@ TEST(ZeroEngineTest, Bf16ReductionGivesTheLocalGradientsRoundedToBf16) {
       model::GPT m(Config());
       m.InitRandom(1);
       MirrorCommunicator comm;
-      auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/0.01, optim::AdamWConfig{});
+      auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/0.01, kernels::AdamWConfig{});
       ASSERT_TRUE(e.ok()) << e.status();
       (*e)->set_grad_reduce_bf16(bf16);
       EXPECT_EQ((*e)->grad_reduce_bf16(), bf16);
@@ -265,7 +265,7 @@ TEST(ZeroEngineTest, ZeroThreeGathersTheNextUnitAheadWithTheSameResult) {
     model::GPT m(Config());
     m.InitRandom(1);
     MirrorCommunicator comm;
-    auto e = ZeroEngine::Create(&m, &comm, 3, /*bucket_mb=*/1000, optim::AdamWConfig{});
+    auto e = ZeroEngine::Create(&m, &comm, 3, /*bucket_mb=*/1000, kernels::AdamWConfig{});
     ASSERT_TRUE(e.ok());
     (*e)->Shard();
     (*e)->set_prefetch(prefetch);
@@ -302,7 +302,7 @@ TEST(ZeroEngineTest, OffloadedChunksGiveTheBitsOfOneChunkAndOfNoOffload) {
         model::GPT m(Config(), jobspec::ModelShard{}, be);
         m.InitRandom(1);
         MirrorCommunicator comm;
-        auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/0.02, optim::AdamWConfig{0.9, 0.95, 1e-8, 0.1});
+        auto e = ZeroEngine::Create(&m, &comm, stage, /*bucket_mb=*/0.02, kernels::AdamWConfig{0.9, 0.95, 1e-8, 0.1});
         ASSERT_TRUE(e.ok());
         if (chunk > 0) {
           ASSERT_TRUE((*e)->OffloadOptimizer().ok());
@@ -340,7 +340,7 @@ TEST(ZeroEngineTest, OneRankClipsOnTheDeviceWithTheBitsOfTheHostsClip) {
     ASSERT_NE(be, nullptr);
     for (double clip : {0.05, 1e6, 0.0}) {
       SCOPED_TRACE(std::string(device) + " clip " + std::to_string(clip));
-      const optim::AdamWConfig hp{0.9, 0.95, 1e-8, 0.1};
+      const kernels::AdamWConfig hp{0.9, 0.95, 1e-8, 0.1};
       model::GPT engine_model(Config(), jobspec::ModelShard{}, be), host_model(Config(), jobspec::ModelShard{}, be);
       engine_model.InitRandom(1);
       host_model.InitRandom(1);
@@ -394,7 +394,7 @@ TEST(ZeroEngineTest, TheUpdateWritesTheWorkingCopyAsARecastWould) {
       m.InitRandom(1);
       m.set_precision(kernels::Precision::kBf16);
       comm::SoloCommunicator solo;
-      auto e = ZeroEngine::Create(&m, &solo, 0, /*bucket_mb=*/25, optim::AdamWConfig{0.9, 0.95, 1e-8, 0.1});
+      auto e = ZeroEngine::Create(&m, &solo, 0, /*bucket_mb=*/25, kernels::AdamWConfig{0.9, 0.95, 1e-8, 0.1});
       ASSERT_TRUE(e.ok()) << e.status();
       (*e)->Shard();
       losses.emplace_back();
@@ -431,7 +431,7 @@ TEST(ZeroEngineTest, AStepOnADeviceWaitsForItOnceAtItsEnd) {
     m.InitRandom(1);
     m.set_precision(p);
     comm::SoloCommunicator solo;
-    auto e = ZeroEngine::Create(&m, &solo, 0, /*bucket_mb=*/25, optim::AdamWConfig{});
+    auto e = ZeroEngine::Create(&m, &solo, 0, /*bucket_mb=*/25, kernels::AdamWConfig{});
     ASSERT_TRUE(e.ok()) << e.status();
     (*e)->Shard();
     // What one Synchronize counts (a wait per stream the backend holds).
