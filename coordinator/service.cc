@@ -291,8 +291,11 @@ template <typename F>
 grpc::ServerUnaryReactor* CoordinatorService::ServeSlow(grpc::CallbackServerContext* ctx, F body) {
   // The body runs on the service's executor and finishes the call there: it may wait for
   // the cluster's locks and the store's WAL syncs, which gRPC's threads must not.
-  return ServeUnaryLater(ctx, [&](std::function<void(const absl::Status&)> finish) {
-    calls_.Post([finish = std::move(finish), body = std::move(body)]() mutable { finish(body()); });
+  // body() or body(principal), as ServeUnary's.
+  return ServeUnaryLater(ctx, [&](const Principal& who, std::function<void(const absl::Status&)> finish) {
+    calls_.Post([finish = std::move(finish), body = std::move(body), who]() mutable {
+      finish(edge_internal::CallWith(body, who));
+    });
   });
 }
 
