@@ -521,4 +521,16 @@ grpc::ServerUnaryReactor* CoordinatorService::ListShardServers(grpc::CallbackSer
   });
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::WhoAmI(grpc::CallbackServerContext* ctx, const v1::WhoAmIRequest*,
+                                                     v1::WhoAmIResponse* resp) {
+  return ServeUnary(ctx, [resp](const Principal& who) {
+    resp->set_name(who.name);
+    resp->set_kind(std::string(KindName(who.kind)));
+    resp->set_team(who.team);
+    resp->set_role(std::string(RoleName(who.role)));
+    resp->set_authenticated_by(who.via);
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace gantry::coordinator

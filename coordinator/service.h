@@ -48,6 +48,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ListShardServers(grpc::CallbackServerContext* ctx,
                                              const v1::ListShardServersRequest* req,
                                              v1::ListShardServersResponse* resp) override;
+  grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* ctx, const v1::WhoAmIRequest* req,
+                                   v1::WhoAmIResponse* resp) override;
 
  private:
   // Queue position and "waiting for" of a queued job; positions: every queued job's place
