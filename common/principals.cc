@@ -144,16 +144,37 @@ class Parser {
     return absl::InvalidArgumentError(absl::StrCat(source_, ":", line, ": ", field, ": ", why));
   }
 
-  // A node as an error may show it: a short scalar, or what kind of node it is. Never used
-  // for token_sha256 (which might hold a token pasted by mistake).
+  // A node as an error may show it: what kind of node it is, or a scalar that is one short
+  // word (Showable). token_sha256's value is never shown.
   static std::string Show(const YAML::Node& n) {
     if (n.IsNull()) return "nothing";
     if (n.IsMap()) return "a mapping";
     if (n.IsSequence()) return "a sequence";
-    std::string s = n.Scalar();
-    if (s.size() > 40) s = s.substr(0, 40) + "...";
-    return absl::StrCat("'", s, "'");
+    return ShowText(n.Scalar());
   }
+  static std::string ShowText(const std::string& s) {
+    if (Showable(s)) return absl::StrCat("'", s, "'");
+    return absl::StrCat("a value of ", s.size(), " characters (not shown)");
+  }
+  // A key as a field's name shows it (ShowText's rule).
+  static std::string ShowKey(const std::string& key) {
+    return Showable(key) ? key : absl::StrCat("(a field name of ", key.size(), " characters, not shown)");
+  }
+
+ private:
+  // Errors are logged: no scalar that might be a token, pasted in the wrong place or folded
+  // into a neighbouring line by a missing colon ("token_sha256 s3cr3t" continues the line
+  // above it), is shown. Tokens are long; a folded line holds a space.
+  static bool Showable(const std::string& s) {
+    if (s.empty() || s.size() > kMaxShown) return false;
+    for (char c : s) {
+      if (c <= ' ' || c > '~') return false;
+    }
+    return true;
+  }
+  static constexpr size_t kMaxShown = 24;
+
+ public:
 
   absl::StatusOr<std::string> Scalar(const YAML::Node& n, int line, const std::string& field) const {
     if (!n.IsScalar()) return Error(n, line, field, absl::StrCat("must be a single value, not ", Show(n)));
@@ -194,17 +215,18 @@ absl::Status ReadEntry(const Parser& p, const YAML::Node& node, int parent_line,
   std::set<std::string> seen;
   bool has_kind = false, has_role = false;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    if (!it->first.IsScalar()) {
-      return p.Error(it->first, line, at, absl::StrCat("has a key that is not a name (", Parser::Show(it->first), ")"));
+    // Copies: it-> is a proxy whose pair lives only as long as the expression (yaml-cpp).
+    const YAML::Node key_node = it->first, v = it->second;
+    if (!key_node.IsScalar()) {
+      return p.Error(key_node, line, at, absl::StrCat("has a key that is not a name (", Parser::Show(key_node), ")"));
     }
-    const std::string key = it->first.Scalar();
-    const std::string field = absl::StrCat(at, ".", key);
+    const std::string key = key_node.Scalar();
+    const std::string field = absl::StrCat(at, ".", Parser::ShowKey(key));
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return p.Error(it->first, line, field, absl::StrCat("unknown field (known: ", absl::StrJoin(known, ", "), ")"));
+      return p.Error(key_node, line, field, absl::StrCat("unknown field (known: ", absl::StrJoin(known, ", "), ")"));
     }
-    if (!seen.insert(key).second) return p.Error(it->first, line, field, "appears twice");
-    const YAML::Node& v = it->second;
-    const int vline = it->first.Mark().is_null() ? line : it->first.Mark().line + 1;
+    if (!seen.insert(key).second) return p.Error(key_node, line, field, "appears twice");
+    const int vline = key_node.Mark().is_null() ? line : key_node.Mark().line + 1;
     if (key == "token_sha256") {
       // Never shown: a token pasted here by mistake must not reach a log.
       if (!v.IsScalar() || !ParseHexDigest(v.Scalar(), &e->digest)) {
@@ -283,14 +305,16 @@ absl::StatusOr<PrincipalSet> PrincipalSet::Parse(absl::string_view text, absl::s
   std::vector<ParsedEntry> parsed;
   std::set<std::string> sections;
   for (auto it = root.begin(); it != root.end(); ++it) {
-    if (!it->first.IsScalar()) {
-      return p.Error(it->first, 1, "(top level)", absl::StrCat("has a key that is not a name (", Parser::Show(it->first), ")"));
+    const YAML::Node key_node = it->first, list = it->second;  // copies, as in ReadEntry
+    if (!key_node.IsScalar()) {
+      return p.Error(key_node, 1, "(top level)", absl::StrCat("has a key that is not a name (", Parser::Show(key_node), ")"));
     }
-    const std::string key = it->first.Scalar();
-    const int kline = it->first.Mark().is_null() ? 1 : it->first.Mark().line + 1;
-    if (key != "users" && key != "services") return p.Error(it->first, 1, key, "unknown field (known: services, users)");
-    if (!sections.insert(key).second) return p.Error(it->first, 1, key, "appears twice");
-    const YAML::Node& list = it->second;
+    const std::string key = key_node.Scalar();
+    const int kline = key_node.Mark().is_null() ? 1 : key_node.Mark().line + 1;
+    if (key != "users" && key != "services") {
+      return p.Error(key_node, 1, Parser::ShowKey(key), "unknown field (known: services, users)");
+    }
+    if (!sections.insert(key).second) return p.Error(key_node, 1, key, "appears twice");
     if (list.IsNull()) continue;  // "users:" with nothing under it
     if (!list.IsSequence()) {
       return p.Error(list, kline, key, absl::StrCat("must be a list of identities, not ", Parser::Show(list)));

@@ -179,8 +179,8 @@ TEST(PrincipalSetTest, MissingFieldsAreNamed) {
 }
 
 TEST(PrincipalSetTest, BadValuesAreNamed) {
-  EXPECT_EQ(Refusal(absl::StrReplaceAll(ExampleFile(), {{"name: alice", "name: alice smith"}})),
-            "p.yaml:2: users[0].name: 'alice smith' is not a name (1 to 128 letters, digits, '.', '_', '@', '-')");
+  EXPECT_EQ(Refusal(absl::StrReplaceAll(ExampleFile(), {{"name: alice", "name: alice/smith"}})),
+            "p.yaml:2: users[0].name: 'alice/smith' is not a name (1 to 128 letters, digits, '.', '_', '@', '-')");
   EXPECT_EQ(Refusal(absl::StrReplaceAll(ExampleFile(), {{"team: vision", "team: [vision, nlp]"}})),
             "p.yaml:3: users[0].team: must be a single value, not a sequence");
   EXPECT_EQ(Refusal("users: alice\n"), "p.yaml:1: users: must be a list of identities, not 'alice'");
@@ -220,6 +220,27 @@ TEST(PrincipalSetTest, AMalformedHashIsRefusedWithoutShowingIt) {
   EXPECT_NE(Refusal(short_hash).find("users[1].token_sha256"), std::string::npos);
   const std::string not_hex = absl::StrReplaceAll(ExampleFile(), {{Sha256Hex(kBobToken), std::string(64, 'g')}});
   EXPECT_NE(Refusal(not_hex).find("users[1].token_sha256"), std::string::npos);
+}
+
+TEST(PrincipalSetTest, NoValueThatMightBeATokenIsShown) {
+  // A missing colon folds the token into the line above ("name: bob token_sha256 TOKEN"); a
+  // token pasted as a role, or as a key. Errors name the line and field, not the value.
+  std::string folded =  // indented deeper than the keys: a continuation of bob's name
+      absl::StrReplaceAll(ExampleFile(), {{"    token_sha256: " + Sha256Hex(kBobToken) + "\n", ""},
+                                          {"  - name: bob\n", absl::StrCat("  - name: bob\n      token_sha256 ", kBobToken, "\n")}});
+  std::string msg = Refusal(folded);
+  EXPECT_EQ(msg, "p.yaml:6: users[1].name: a value of 37 characters (not shown) is not a name (1 to 128 letters, digits, "
+                 "'.', '_', '@', '-')");
+  folded = absl::StrReplaceAll(folded, {{"      token_sha256 ", "    token_sha256 "}});  // not YAML then
+  msg = Refusal(folded);
+  EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find(kBobToken), std::string::npos) << msg;
+  const std::string long_token = "0f3c9a7e21b84d56a1c0e9f27b3d5a48";
+  msg = Refusal(absl::StrReplaceAll(ExampleFile(), {{"role: admin", "role: " + long_token}}));
+  EXPECT_EQ(msg, "p.yaml:7: users[1].role: unknown role a value of 32 characters (not shown) (admin, user, viewer)");
+  msg = Refusal(absl::StrReplaceAll(ExampleFile(), {{"    role: admin\n", "    role: admin\n    " + long_token + ": 1\n"}}));
+  EXPECT_EQ(msg, "p.yaml:8: users[1].(a field name of 32 characters, not shown): unknown field (known: name, team, role, "
+                 "token_sha256, certificate)");
 }
 
 // Keeps what is logged while it lives, every severity.

@@ -25,8 +25,9 @@ namespace {
   std::abort();
 }
 
-// The values written after "token_sha256:" on a line, trimmed, that occur once in the text
-// (a value that also appears as, say, a name may rightly be shown as the name).
+// The values written after "token_sha256:" on a line, trimmed, that look like tokens (one
+// word of letters, digits, '-' and '_', longer than the errors' longest shown value: 24
+// characters), that occur once in the text (a value that also appears as, say, a name may rightly be shown as the name).
 std::set<std::string> TokenValues(const std::string& text) {
   std::set<std::string> out;
   const std::string key = "token_sha256:";
@@ -34,7 +35,10 @@ std::set<std::string> TokenValues(const std::string& text) {
     const size_t start = at + key.size();
     const size_t end = text.find_first_of("\n\r,}", start);
     std::string v(absl::StripAsciiWhitespace(text.substr(start, end == std::string::npos ? std::string::npos : end - start)));
-    if (v.size() < 8) continue;
+    if (v.size() <= 24) continue;
+    bool word = true;  // a token is one word ("alid YAML: illegal map valu" is the parser's own text)
+    for (char c : v) word = word && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
+    if (!word) continue;
     if (text.find(v) != text.rfind(v)) continue;
     out.insert(v);
   }
