@@ -6,9 +6,12 @@
 # and SIGHUP: a revoked token is refused, a new one accepted; a bad file and SIGHUP: the error
 # logged with its line and field, the previous file in force; a bad file, or a principals file
 # without TLS, at start: exit 2 naming why. `gantry principals hash` is sha256sum's digest.
-# Usage: principals_test.sh GANTRY_COORDINATOR GANTRY
+# The cluster token beside the file is one admin; without the file its refusals read as
+# before. The shard server takes the file too: loads it, reloads it on SIGHUP, refuses a bad
+# one at start.
+# Usage: principals_test.sh GANTRY_COORDINATOR GANTRY GANTRY_SHARDSERVER
 set -uo pipefail
-COORD="$1"; CLI="$2"
+COORD="$1"; CLI="$2"; SHARD="$3"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 TMP="$(mktemp -d)"
 PID=""
@@ -95,6 +98,55 @@ check "no token reached the daemon's log" \
   bash -c "! grep -qF -e '$ALICE' -e '$BOB' -e '$WRONG' -e '$DAVE' -e '$POOL' '$TMP/coord.log'"
 kill -TERM "$PID"; wait "$PID"; rc=$?; PID=""
 check "SIGTERM still stops it cleanly (exit 0)" [ "$rc" -eq 0 ]
+
+# The cluster token: one admin beside the file; alone, its refusals as before the file.
+start_with() {  # start_with DIR VAR=VALUE [FLAGS...]: a coordinator with the server TLS, VAR and FLAGS; sets PID
+  local dir="$1" var="$2"; shift 2
+  env "${SERVER_TLS[@]}" "$var" "$COORD" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 --data_dir "$TMP/$dir" \
+    --ready_file "$TMP/$dir.ready" "$@" 2>>"$TMP/$dir.log" &
+  PID=$!
+  wait_for 20 test -s "$TMP/$dir.ready" || { echo "coordinator not ready:"; cat "$TMP/$dir.log"; exit 1; }
+  export GANTRY_COORDINATOR="127.0.0.1:$(sed 's/.*"grpc_port": \([0-9]*\).*/\1/' "$TMP/$dir.ready")"
+}
+stop() { kill -TERM "$PID"; wait "$PID"; PID=""; }
+openssl rand -hex 24 >"$TMP/cluster.token"
+{ echo "users:"; user bob ops admin "$BOB"; } | write
+start_with both GANTRY_TOKEN_FILE="$TMP/cluster.token" --principals "$TMP/principals.yaml"
+as "$(cat "$TMP/cluster.token")" whoami >"$TMP/ct.txt" 2>&1
+check "the cluster token beside the file: one admin, by cluster token" \
+  has "$TMP/ct.txt" "name:  cluster-token" "role:  admin" "by:    cluster token"
+as "$BOB" whoami >"$TMP/bob.txt" 2>&1
+check "and the file's tokens as well" has "$TMP/bob.txt" "name:  bob"
+stop
+start_with token_only GANTRY_TOKEN_FILE="$TMP/cluster.token"
+env "${CLIENT_TLS[@]}" "$CLI" whoami >"$TMP/e4" 2>&1
+as "$WRONG" whoami >"$TMP/e5" 2>&1
+as "$(cat "$TMP/cluster.token")" whoami >"$TMP/ct2.txt" 2>&1
+check "no file, a cluster token: no token and a wrong one refused as before; the token is the admin" bash -c \
+  "grep -q 'UNAUTHENTICATED: this cluster needs its token (GANTRY_TOKEN or GANTRY_TOKEN_FILE)' '$TMP/e4' && \
+   grep -q 'UNAUTHENTICATED: wrong cluster token' '$TMP/e5' && grep -qx 'name:  cluster-token' '$TMP/ct2.txt'"
+stop
+
+# The shard server: loads the file, reloads it on SIGHUP, refuses a bad one at start.
+{ echo "users:"; user bob ops admin "$BOB"
+  printf 'services:\n  - name: shard-1\n    kind: shardserver\n    token_sha256: %s\n' "$(sha "$POOL")"; } | write
+env "${SERVER_TLS[@]}" "$SHARD" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 --data_dir "$TMP/shard" \
+  --ready_file "$TMP/shard.ready" --principals "$TMP/principals.yaml" 2>>"$TMP/shard.log" &
+PID=$!
+check "the shard server starts with the file" wait_for 20 test -s "$TMP/shard.ready"
+check "and says how many identities it holds" grep -qF "principals: $TMP/principals.yaml: 2 identities" "$TMP/shard.log"
+{ echo "users:"; user bob ops admin "$BOB"; } | write
+kill -HUP "$PID"
+check "SIGHUP: the shard server reloads it" \
+  wait_for 20 grep -qF "principals: reloaded $TMP/principals.yaml: 1 identities" "$TMP/shard.log"
+stop
+{ echo "users:"; echo "  - name: bob"; echo "    role: admin"; echo "    token_sha256: $BOB"; } | write
+env "${SERVER_TLS[@]}" "$SHARD" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 --data_dir "$TMP/shard" \
+  --principals "$TMP/principals.yaml" 2>"$TMP/shard-bad.log"; rc=$?
+check "a token where its hash goes: the shard server exits 2, naming the line, not the token" bash -c \
+  "[ $rc -eq 2 ] && grep -qF '$TMP/principals.yaml:4: users[0].token_sha256: must be' '$TMP/shard-bad.log' && \
+   ! grep -qF '$BOB' '$TMP/shard-bad.log'"
+{ echo "users:"; user bob ops superuser "$BOB"; } | write
 
 # At start: a bad file, and a principals file without TLS, are refused (exit 2).
 env "${SERVER_TLS[@]}" "$COORD" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 --data_dir "$TMP/coord2" \
