@@ -7,7 +7,7 @@
 # logged with its line and field, the previous file in force; a bad file, or a principals file
 # without TLS, at start: exit 2 naming why. `gantry principals hash` is sha256sum's digest.
 # The cluster token beside the file is one admin; without the file its refusals read as
-# before. The shard server takes the file too: loads it, reloads it on SIGHUP, refuses a bad
+# before. A certificate's SAN names an identity too; one naming two is refused. The shard server takes the file too: loads it, reloads it on SIGHUP, refuses a bad
 # one at start.
 # Usage: principals_test.sh GANTRY_COORDINATOR GANTRY GANTRY_SHARDSERVER
 set -uo pipefail
@@ -110,13 +110,23 @@ start_with() {  # start_with DIR VAR=VALUE [FLAGS...]: a coordinator with the se
 }
 stop() { kill -TERM "$PID"; wait "$PID"; PID=""; }
 openssl rand -hex 24 >"$TMP/cluster.token"
-{ echo "users:"; user bob ops admin "$BOB"; } | write
+# The test client certificate: CN "gantry client", SANs DNS:localhost and IP:127.0.0.1.
+{ echo "users:"; user bob ops admin "$BOB"; printf '  - name: erin\n    role: viewer\n    certificate: localhost\n'; } | write
 start_with both GANTRY_TOKEN_FILE="$TMP/cluster.token" --principals "$TMP/principals.yaml"
 as "$(cat "$TMP/cluster.token")" whoami >"$TMP/ct.txt" 2>&1
 check "the cluster token beside the file: one admin, by cluster token" \
   has "$TMP/ct.txt" "name:  cluster-token" "role:  admin" "by:    cluster token"
 as "$BOB" whoami >"$TMP/bob.txt" 2>&1
 check "and the file's tokens as well" has "$TMP/bob.txt" "name:  bob"
+as "" whoami >"$TMP/erin.txt" 2>&1
+check "a certificate's SAN (DNS:localhost) names erin" has "$TMP/erin.txt" "name:  erin" "by:    certificate"
+{ echo "users:"; user bob ops admin "$BOB"; printf '  - name: erin\n    role: viewer\n    certificate: localhost\n'
+  printf '  - name: carol\n    role: viewer\n    certificate: gantry client\n'; } | write
+kill -HUP "$PID"
+wait_for 20 grep -qF "principals: reloaded $TMP/principals.yaml: 3 identities" "$TMP/both.log"
+as "" whoami >"$TMP/e6" 2>&1; rc=$?
+check "a certificate whose CN and SAN name two identities: UNAUTHENTICATED, naming both" bash -c \
+  "[ $rc -eq 1 ] && grep -q 'UNAUTHENTICATED: the client certificate names two identities, carol and erin' '$TMP/e6'"
 stop
 start_with token_only GANTRY_TOKEN_FILE="$TMP/cluster.token"
 env "${CLIENT_TLS[@]}" "$CLI" whoami >"$TMP/e4" 2>&1
