@@ -220,6 +220,9 @@ TEST_F(RpcEdgeTest, TheCallersPrincipalReachesTheHandler) {
   auto file = PrincipalsFile::Load(dir.File("p.yaml"));
   ASSERT_TRUE(file.ok()) << file.status();
   SetProcessPrincipals(file->get());
+  struct Unset {  // however the test ends: no later test sees this file
+    ~Unset() { SetProcessPrincipals(nullptr); }
+  } unset;
   WarningLog log;
   ASSERT_TRUE(stub->Commit(WithToken(token).get(), req, &resp).ok());
   const std::string wrong = "alice-7d2f19c4e8a05b37";
@@ -231,7 +234,6 @@ TEST_F(RpcEdgeTest, TheCallersPrincipalReachesTheHandler) {
   auto writer = stub->WriteChunks(ctx.get(), &wr);
   writer->WritesDone();
   const grpc::Status stream = writer->Finish();
-  SetProcessPrincipals(nullptr);
 
   EXPECT_EQ(service_.callers(),
             (std::vector<std::string>{"anonymous via none", "anonymous via none", "alice via token"}))
