@@ -144,6 +144,11 @@ class Parser {
     return absl::InvalidArgumentError(absl::StrCat(source_, ":", line, ": ", field, ": ", why));
   }
 
+  absl::StatusOr<std::string> Scalar(const YAML::Node& n, int line, const std::string& field) const {
+    if (!n.IsScalar()) return Error(n, line, field, absl::StrCat("must be a single value, not ", Show(n)));
+    return n.Scalar();
+  }
+
   // A node as an error may show it: what kind of node it is, or a scalar that is one short
   // word (Showable). token_sha256's value is never shown.
   static std::string Show(const YAML::Node& n) {
@@ -174,20 +179,8 @@ class Parser {
   }
   static constexpr size_t kMaxShown = 24;
 
- public:
-
-  absl::StatusOr<std::string> Scalar(const YAML::Node& n, int line, const std::string& field) const {
-    if (!n.IsScalar()) return Error(n, line, field, absl::StrCat("must be a single value, not ", Show(n)));
-    return n.Scalar();
-  }
-
- private:
   std::string source_;
 };
-
-}  // namespace
-
-namespace {
 
 // One identity as read, before the file's cross-checks (names, tokens, certificates unique).
 struct ParsedEntry {

@@ -19,7 +19,8 @@
 // Every identity has a token hash, a certificate name or both. Tokens are never stored,
 // only their SHA-256; a presented token is hashed and compared with every identity's hash
 // in constant time (CRYPTO_memcmp, no early exit), and no error or log line carries a
-// token or a token_sha256 value. Refused at load, each error naming the file, the line and
+// token or a token_sha256 value (nor any value that might be a token pasted in the wrong
+// place: one over 24 characters or holding a space is described, not shown). Refused at load, each error naming the file, the line and
 // the field: YAML that does not parse, an unknown or repeated field, an unknown role or
 // kind, a malformed hash, two identities with one name, one token or one certificate name,
 // and a file that names no identity at all.
