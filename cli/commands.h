@@ -1,5 +1,6 @@
 // The gantry CLI's commands, a file per group: jobs.cc (submit, jobs, describe, cancel,
-// watch), workers.cc, checkpoints.cc (checkpoints, export, download, sample), plan.cc; main.cc
+// watch), workers.cc, checkpoints.cc (checkpoints, export, download, sample), plan.cc,
+// principals.cc (whoami, principals hash); main.cc
 // parses the global flags and dispatches. Each command returns the process's exit status: 0
 // ok, 2 for a bad request (a bad argument, an invalid spec, an unknown job), 1 otherwise.
 #pragma once
@@ -45,5 +46,8 @@ int WorkersCommand(const Options& o, v1::Coordinator::Stub* stub);
 int CheckpointCommand(const Options& o, v1::Coordinator::Stub* stub);
 // plan.cc: the planner, locally (no coordinator).
 int PlanCommand(const std::vector<std::string>& args, bool json);
+// principals.cc: whoami; principals hash (locally, no coordinator).
+int WhoAmICommand(const Options& o, v1::Coordinator::Stub* stub);
+int PrincipalsCommand(const std::vector<std::string>& args);
 
 }  // namespace gantry::cli

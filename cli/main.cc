@@ -9,6 +9,8 @@
 //   gantry ... checkpoints JOB
 //   gantry ... export JOB [--step N] -o DIR    (-o table|json elsewhere: the output format)
 //   gantry ... sample JOB [--step N] --prompt TEXT [--tokens N]
+//   gantry ... whoami
+//   gantry principals hash < TOKEN_FILE
 //
 // The coordinator address comes from --coordinator, else $GANTRY_COORDINATOR, else
 // 127.0.0.1:7070. Every call has a deadline. Exit status: 0 ok, 2 for a bad request
@@ -51,6 +53,8 @@ const char kUsage[] =
     "                       tokens/s (step time, tokens/s and TFLOP/s per GPU, MFU, the time split,\n"
     "                       memory per GPU); --layout: that one; -o json for tools\n"
     "  health [ADDR]        gRPC health check of ADDR (default: the coordinator); exit 0 if SERVING\n"
+    "  whoami               who the coordinator takes this caller for: name, kind, team, role\n"
+    "  principals hash      read a token on stdin, print its SHA-256 for the principals file\n"
     "submit takes --wait to watch the job it queued.\n";
 
 namespace {
@@ -61,6 +65,7 @@ int Run(const Options& o) {
     return 2;
   }
   if (o.args[0] == "plan") return PlanCommand(o.args, o.output == "json");
+  if (o.args[0] == "principals") return PrincipalsCommand(o.args);  // local: no coordinator
   if (o.args[0] == "health") {  // for probes (deploy/k8s): no token needed
     auto serving = CheckServing(o.args.size() > 1 ? o.args[1] : o.coordinator);
     if (!serving.ok()) {
@@ -87,6 +92,9 @@ int Run(const Options& o) {
   }
   if (cmd == "workers") {
     return WorkersCommand(o, stub.get());
+  }
+  if (cmd == "whoami") {
+    return WhoAmICommand(o, stub.get());
   }
   if (cmd == "checkpoints" || cmd == "export" || cmd == "download" || cmd == "sample") {
     return CheckpointCommand(o, stub.get());

@@ -42,6 +42,7 @@ sigset_t InitDaemon(int* argc, char*** argv, const char* usage) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   return sigs;
 }
@@ -75,9 +76,43 @@ std::optional<int> HandleKillPoints() {
   return std::nullopt;
 }
 
-int WaitForTermination(const sigset_t& signals) {
+absl::StatusOr<std::unique_ptr<PrincipalsFile>> LoadDaemonPrincipals(const std::string& path) {
+  std::string p = path;
+  if (p.empty()) {
+    const char* env = std::getenv("GANTRY_PRINCIPALS_FILE");
+    if (env != nullptr) p = env;
+  }
+  if (p.empty()) return nullptr;
+  if (!ProcessSecurity().server_tls()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "principals file ", p, ": a principals file needs TLS (GANTRY_TLS_CERT and GANTRY_TLS_KEY): its tokens "
+        "would cross the network in clear"));
+  }
+  auto file = PrincipalsFile::Load(p);
+  if (!file.ok()) return file.status();
+  const auto set = (*file)->current();
+  LOG(INFO) << "principals: " << p << ": " << set->size() << " identities";
+  if (set->with_certificate() > 0 && ProcessSecurity().client_ca_pem.empty()) {
+    LOG(WARNING) << "principals: " << set->with_certificate()
+                 << " identities are named by a client certificate, but no client certificate is asked for "
+                    "(GANTRY_TLS_CLIENT_CA is not set): they can use only their tokens";
+  }
+  SetProcessPrincipals(file->get());
+  return file;
+}
+
+int WaitForTermination(const sigset_t& signals, const std::function<void()>& on_hangup) {
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (true) {
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) break;
+    if (on_hangup) {
+      LOG(INFO) << "SIGHUP: reloading";
+      on_hangup();
+    } else {
+      LOG(INFO) << "SIGHUP: nothing to reload";
+    }
+  }
   LOG(INFO) << "signal " << sig << ": shutting down";
   NotifySystemd("STOPPING=1");
   return sig;

@@ -1,11 +1,13 @@
 // What every Gantry daemon does at start and stop: flags, logging to stderr, SIGTERM and
-// SIGINT taken by a waiting thread (graceful shutdown), a gRPC server with the standard
-// health service and server reflection, and the ready file that scripts and tests read.
+// SIGINT taken by a waiting thread (graceful shutdown), SIGHUP by the same thread (reload),
+// the principals file of a server daemon, a gRPC server with the standard health service and
+// server reflection, and the ready file that scripts and tests read.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,12 +15,21 @@
 
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
+#include "common/principals.h"
 
 namespace gantry {
 
-// Parses flags, starts glog on stderr, and blocks SIGTERM/SIGINT in this thread and every
-// thread created after (WaitForTermination takes them). Call first thing in main.
+// Parses flags, starts glog on stderr, and blocks SIGTERM/SIGINT/SIGHUP in this thread and
+// every thread created after (WaitForTermination takes them). Call first thing in main.
 sigset_t InitDaemon(int* argc, char*** argv, const char* usage);
+
+// The principals file of a server daemon (common/principals.h): `path` (its --principals
+// flag), else $GANTRY_PRINCIPALS_FILE; neither: none (null, and calls are authenticated as
+// before: the cluster token, or nothing on a laptop). Loaded and installed for the RPC edge
+// (SetProcessPrincipals). A file that does not load, or a principals file without server TLS
+// (GANTRY_TLS_CERT and GANTRY_TLS_KEY: its tokens would cross the network in clear), is an
+// error: main logs it and returns 2.
+absl::StatusOr<std::unique_ptr<PrincipalsFile>> LoadDaemonPrincipals(const std::string& path);
 
 // Kill points (common/kill_point.h), for the daemons that have them; call after InitDaemon.
 // With --list_kill_points, prints the binary's kill points ("NAME<TAB>before-commit|
@@ -31,8 +42,10 @@ std::optional<int> HandleKillPoints();
 // missing (else logged, and 1). nullopt: go on.
 std::optional<int> PrepareDataDir(const std::string& data_dir);
 
-// Blocks until SIGTERM or SIGINT; returns the signal.
-int WaitForTermination(const sigset_t& signals);
+// Blocks until SIGTERM or SIGINT; returns the signal. A SIGHUP meanwhile calls on_hangup
+// (the reload: PrincipalsFile::Reload), on this thread, and waits on; without one it is
+// logged and ignored.
+int WaitForTermination(const sigset_t& signals, const std::function<void()>& on_hangup = nullptr);
 
 // Builds and starts a gRPC server on `address` (port 0 picks one) with health checking and
 // reflection enabled, and the RPC edge's metrics and logs (common/rpc_edge.h) recorded in

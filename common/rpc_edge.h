@@ -1,7 +1,10 @@
 // The edge of every Gantry gRPC service, written once: what each call goes through on its
 // way in and out, whatever its service and method.
-//   - The cluster token (common/security.h): a call without it is refused, UNAUTHENTICATED,
-//     before its handler's body runs. ServeUnary, ServeUnaryLater and ServeStream do this
+//   - Who calls (common/security.h, Authenticate): the cluster token, a principals file's
+//     token or client certificate, or nobody on a laptop cluster. A call that names no
+//     identity is refused, UNAUTHENTICATED, before its handler's body runs; otherwise the
+//     body may take the caller's Principal as its first argument (body(principal), or
+//     body() when it has no use for it). ServeUnary, ServeUnaryLater and ServeStream do this
 //     for unary and streaming methods. The standard health and reflection services do not
 //     go through them, so probes need no token.
 //   - The one Status mapping: a handler's absl::Status becomes the call's grpc::Status
@@ -18,11 +21,13 @@
 
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
+#include "common/principals.h"
 #include "common/security.h"
 
 namespace gantry {
@@ -31,28 +36,44 @@ namespace gantry {
 // grpc.* services (health, reflection) are not recorded.
 void AddRpcEdge(grpc::ServerBuilder& builder, metrics::Registry* registry, const std::string& component);
 
-// A unary method: the token, then body() on this gRPC thread (it must not wait on anything
-// slow), whose Status finishes the call.
+namespace edge_internal {
+// f(principal, args...) when f takes the caller's Principal first, else f(args...).
+template <typename F, typename... Args>
+decltype(auto) CallWith(F& f, const Principal& principal, Args&&... args) {
+  if constexpr (std::is_invocable_v<F&, const Principal&, Args...>) {
+    return f(principal, std::forward<Args>(args)...);
+  } else {
+    return f(std::forward<Args>(args)...);
+  }
+}
+}  // namespace edge_internal
+
+// A unary method: who calls, then body() or body(principal) on this gRPC thread (it must
+// not wait on anything slow), whose Status finishes the call.
 template <typename F>
 grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* ctx, F&& body) {
-  absl::Status s = CheckToken(*ctx);
-  if (s.ok()) s = body();
+  absl::StatusOr<Principal> who = Authenticate(*ctx);
+  absl::Status s = who.status();
+  if (s.ok()) s = edge_internal::CallWith(body, *who);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpc(s));
   return reactor;
 }
 
-// A unary method that answers later: the token, then start(finish) returns at once, and
-// finish(status) is called exactly once, from any thread, when the answer is ready (the
-// response is filled before).
+// A unary method that answers later: who calls, then start(finish) or
+// start(principal, finish) returns at once, and finish(status) is called exactly once, from
+// any thread, when the answer is ready (the response is filled before).
 template <typename F>
 grpc::ServerUnaryReactor* ServeUnaryLater(grpc::CallbackServerContext* ctx, F&& start) {
   auto* reactor = ctx->DefaultReactor();
-  if (absl::Status t = CheckToken(*ctx); !t.ok()) {
-    reactor->Finish(ToGrpc(t));
+  absl::StatusOr<Principal> who = Authenticate(*ctx);
+  if (!who.ok()) {
+    reactor->Finish(ToGrpc(who.status()));
     return reactor;
   }
-  start([reactor](const absl::Status& s) { reactor->Finish(ToGrpc(s)); });
+  edge_internal::CallWith(start, *who,
+                          std::function<void(const absl::Status&)>(
+                              [reactor](const absl::Status& s) { reactor->Finish(ToGrpc(s)); }));
   return reactor;
 }
 
@@ -66,11 +87,13 @@ class Refused final : public Base {
   void OnDone() override { delete this; }
 };
 
-// A streaming method: the token, then make() builds the call's reactor (a Base*).
+// A streaming method: who calls, then make() or make(principal) builds the call's reactor
+// (a Base*).
 template <typename Base, typename Make>
 Base* ServeStream(grpc::CallbackServerContext* ctx, Make&& make) {
-  if (absl::Status t = CheckToken(*ctx); !t.ok()) return new Refused<Base>(ToGrpc(t));
-  return make();
+  absl::StatusOr<Principal> who = Authenticate(*ctx);
+  if (!who.ok()) return new Refused<Base>(ToGrpc(who.status()));
+  return edge_internal::CallWith(make, *who);
 }
 
 }  // namespace gantry

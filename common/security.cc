@@ -1,7 +1,10 @@
 #include "common/security.h"
 
+#include <grpc/grpc_security_constants.h>
 #include <grpcpp/generic/generic_stub.h>
+#include <openssl/crypto.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -35,10 +38,30 @@ std::string CallToken(const grpc::ServerContextBase& ctx) {
 }
 
 bool SameSecret(const std::string& a, const std::string& b) {  // constant time in the content
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::atomic<const PrincipalsFile*> process_principals{nullptr};
+
+// The principal a verified client certificate names (its CN or a SAN is an identity's
+// `certificate`), null when none does; an error when it names two.
+absl::StatusOr<const Principal*> CertificatePrincipal(const grpc::ServerContextBase& ctx, const PrincipalSet& set) {
+  const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return nullptr;
+  const Principal* found = nullptr;
+  for (const char* property : {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME, GRPC_PEER_DNS_PROPERTY_NAME,
+                               GRPC_PEER_URI_PROPERTY_NAME, GRPC_PEER_EMAIL_PROPERTY_NAME}) {
+    for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
+      const Principal* p = set.FindByCertificateName(absl::string_view(v.data(), v.size()));
+      if (p == nullptr || p == found) continue;
+      if (found != nullptr) {
+        return absl::UnauthenticatedError(absl::StrCat("the client certificate names two identities, ", found->name,
+                                                       " and ", p->name, ": it must name one"));
+      }
+      found = p;
+    }
+  }
+  return found;
 }
 
 }  // namespace
@@ -132,13 +155,33 @@ absl::StatusOr<bool> CheckServing(const std::string& address) {
   return r.size() == 2 && r[0] == 0x08 && r[1] == 0x01;  // HealthCheckResponse{status = SERVING}
 }
 
-absl::Status CheckToken(const grpc::ServerContextBase& ctx) {
-  const std::string& want = ProcessSecurity().token;
-  if (want.empty()) return absl::OkStatus();
+void SetProcessPrincipals(const PrincipalsFile* principals) { process_principals.store(principals); }
+
+const PrincipalsFile* ProcessPrincipals() { return process_principals.load(); }
+
+absl::StatusOr<Principal> Authenticate(const grpc::ServerContextBase& ctx) {
+  const PrincipalsFile* file = ProcessPrincipals();
+  const std::string& cluster_token = ProcessSecurity().token;
+  if (file == nullptr && cluster_token.empty()) return LaptopPrincipal();
   const std::string got = CallToken(ctx);
-  if (got.empty()) return absl::UnauthenticatedError("this cluster needs its token (GANTRY_TOKEN or GANTRY_TOKEN_FILE)");
-  if (!SameSecret(got, want)) return absl::UnauthenticatedError("wrong cluster token");
-  return absl::OkStatus();
+  if (!got.empty()) {
+    if (!cluster_token.empty() && SameSecret(got, cluster_token)) return ClusterTokenPrincipal();
+    if (file == nullptr) return absl::UnauthenticatedError("wrong cluster token");
+    const std::shared_ptr<const PrincipalSet> set = file->current();
+    if (const Principal* p = set->FindByToken(got)) return *p;
+    return absl::UnauthenticatedError(
+        "unknown token: no identity of this cluster has it (revoked, mistyped, or another cluster's)");
+  }
+  if (file == nullptr) return absl::UnauthenticatedError("this cluster needs its token (GANTRY_TOKEN or GANTRY_TOKEN_FILE)");
+  const std::shared_ptr<const PrincipalSet> set = file->current();
+  auto by_certificate = CertificatePrincipal(ctx, *set);
+  if (!by_certificate.ok()) return by_certificate.status();
+  if (*by_certificate != nullptr) return **by_certificate;
+  return absl::UnauthenticatedError(
+      "this call names no identity: it carries no token (GANTRY_TOKEN or GANTRY_TOKEN_FILE) and no client "
+      "certificate that the principals file names");
 }
+
+absl::Status CheckToken(const grpc::ServerContextBase& ctx) { return Authenticate(ctx).status(); }
 
 }  // namespace gantry

@@ -9,6 +9,17 @@
 //                      (UNAUTHENTICATED) except the health service
 // A token travels only over TLS, so a token without TLS is a configuration error. Nothing
 // set: plaintext and no token, as on a laptop.
+//
+// A server may also have a principals file (common/principals.h; the daemons' --principals
+// or GANTRY_PRINCIPALS_FILE): users with a team and a role and service identities, each
+// with its own token or client certificate. Authenticate resolves a call to its Principal:
+//   - nothing configured (no cluster token, no principals file): LaptopPrincipal(), an
+//     admin; a laptop cluster has no checks;
+//   - a token ("authorization: Bearer ..."): the cluster token is ClusterTokenPrincipal(),
+//     one admin; else the principals file's identity with that token; else UNAUTHENTICATED;
+//   - no token: the principals file's identity that the verified client certificate (mutual
+//     TLS, GANTRY_TLS_CLIENT_CA) names by its CN or a SAN; else UNAUTHENTICATED.
+// No refusal names a token or a hash.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -17,6 +28,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/principals.h"
 
 namespace gantry {
 
@@ -45,7 +57,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_r
 // no token): true when the server answers SERVING.
 absl::StatusOr<bool> CheckServing(const std::string& address);
 
-// OK when no token is configured or the call carries it; UNAUTHENTICATED otherwise.
+// The principals file this process's servers authenticate against (null: none, the
+// default). The file must outlive every call; set it before serving, or to null after.
+void SetProcessPrincipals(const PrincipalsFile* principals);
+const PrincipalsFile* ProcessPrincipals();
+
+// Who the call is from (above); UNAUTHENTICATED naming what is missing or wrong, never a
+// secret. The RPC edge (common/rpc_edge.h) calls it for every Gantry method.
+absl::StatusOr<Principal> Authenticate(const grpc::ServerContextBase& ctx);
+// Authenticate's status: OK when nothing is configured or the call names an identity.
 absl::Status CheckToken(const grpc::ServerContextBase& ctx);
 
 }  // namespace gantry

@@ -3,6 +3,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include <functional>
 
 #include "common/daemon.h"
 #include "common/metrics.h"
@@ -18,6 +19,9 @@ DEFINE_string(ready_file, "", "once serving, write {\"grpc_port\": N, \"metrics_
 DEFINE_int32(max_message_bytes, 4 << 20, "largest gRPC message accepted");
 DEFINE_int32(worker_timeout_ms, 5000, "a worker silent this long is declared dead");
 DEFINE_int32(dead_worker_retention_s, 600, "a dead worker stays listed this long, then its record is dropped");
+DEFINE_string(principals, "",
+              "the principals file (users, teams, roles, service identities; common/principals.h), read at start "
+              "and again on SIGHUP; default $GANTRY_PRINCIPALS_FILE; neither: the cluster token or no checks");
 DEFINE_string(cluster, "",
               "the cluster jobs with parallel: auto are planned on: a preset (dgx-h100, dgx-h200, dgx-a100) or a "
               "cluster YAML file (gantry-train calibrate writes one); empty: a default of the workers' device kind");
@@ -26,6 +30,13 @@ int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-coordinator --data_dir DIR [--listen HOST:PORT]");
   if (auto rc = gantry::HandleKillPoints()) return *rc;
   if (auto rc = gantry::PrepareDataDir(FLAGS_data_dir)) return *rc;
+  auto principals = gantry::LoadDaemonPrincipals(FLAGS_principals);
+  if (!principals.ok()) {
+    LOG(ERROR) << principals.status();
+    return 2;
+  }
+  std::function<void()> reload;  // SIGHUP: the principals file again (a bad one: the old stays)
+  if (*principals) reload = [p = principals->get()] { (void)p->Reload(); };
   auto store = gantry::coordinator::Store::Open(FLAGS_data_dir + "/db");
   if (!store.ok()) {
     LOG(ERROR) << store.status();
@@ -64,7 +75,7 @@ int main(int argc, char** argv) {
   LOG(INFO) << "gantry-coordinator serving gRPC on port " << port << ", metrics on port " << (*http)->port()
             << ", data in " << FLAGS_data_dir;
   gantry::WriteReadyFile(FLAGS_ready_file, port, (*http)->port());
-  gantry::WaitForTermination(sigs);
+  gantry::WaitForTermination(sigs, reload);
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   (*server)->Wait();
   LOG(INFO) << "stopped";

@@ -291,8 +291,11 @@ template <typename F>
 grpc::ServerUnaryReactor* CoordinatorService::ServeSlow(grpc::CallbackServerContext* ctx, F body) {
   // The body runs on the service's executor and finishes the call there: it may wait for
   // the cluster's locks and the store's WAL syncs, which gRPC's threads must not.
-  return ServeUnaryLater(ctx, [&](std::function<void(const absl::Status&)> finish) {
-    calls_.Post([finish = std::move(finish), body = std::move(body)]() mutable { finish(body()); });
+  // body() or body(principal), as ServeUnary's.
+  return ServeUnaryLater(ctx, [&](const Principal& who, std::function<void(const absl::Status&)> finish) {
+    calls_.Post([finish = std::move(finish), body = std::move(body), who]() mutable {
+      finish(edge_internal::CallWith(body, who));
+    });
   });
 }
 
@@ -514,6 +517,18 @@ grpc::ServerUnaryReactor* CoordinatorService::ListShardServers(grpc::CallbackSer
                                                                v1::ListShardServersResponse* resp) {
   return ServeSlow(ctx, [this, resp]() -> absl::Status {
     for (auto& s : cluster_->ShardServers()) *resp->add_shard_servers() = std::move(s);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::WhoAmI(grpc::CallbackServerContext* ctx, const v1::WhoAmIRequest*,
+                                                     v1::WhoAmIResponse* resp) {
+  return ServeUnary(ctx, [resp](const Principal& who) {
+    resp->set_name(who.name);
+    resp->set_kind(std::string(KindName(who.kind)));
+    resp->set_team(who.team);
+    resp->set_role(std::string(RoleName(who.role)));
+    resp->set_authenticated_by(who.via);
     return absl::OkStatus();
   });
 }

@@ -48,6 +48,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ListShardServers(grpc::CallbackServerContext* ctx,
                                              const v1::ListShardServersRequest* req,
                                              v1::ListShardServersResponse* resp) override;
+  grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* ctx, const v1::WhoAmIRequest* req,
+                                   v1::WhoAmIResponse* resp) override;
 
  private:
   // Queue position and "waiting for" of a queued job; positions: every queued job's place
@@ -55,8 +57,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   using QueuePositions = std::map<std::string, std::pair<int64_t, std::string>>;
   absl::Status FillQueuePosition(v1::Job* job, const QueuePositions* positions);
 
-  // A unary method whose body (returning absl::Status) may wait for locks or the store:
-  // run on calls_, never on gRPC's threads.
+  // A unary method whose body (returning absl::Status; body() or body(principal), the
+  // caller's, as ServeUnary's) may wait for locks or the store: run on calls_, never on
+  // gRPC's threads.
   template <typename F>
   grpc::ServerUnaryReactor* ServeSlow(grpc::CallbackServerContext* ctx, F body);
 

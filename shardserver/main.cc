@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <thread>
 
 #include "common/security.h"
@@ -32,12 +33,22 @@ DEFINE_double(data_message_timeout_s, 30,
               "--data_min_mb_per_s; a connection past it is closed");
 DEFINE_double(data_min_mb_per_s, 16, "data port: the slowest payload transfer a deadline allows for (MB/s)");
 DEFINE_int32(data_max_connections, 1024, "data port: connections served at once; more wait in the listen backlog");
+DEFINE_string(principals, "",
+              "the principals file (users, teams, roles, service identities; common/principals.h), read at start "
+              "and again on SIGHUP; default $GANTRY_PRINCIPALS_FILE; neither: the cluster token or no checks");
 DEFINE_int32(data_threads, 2, "data port: threads that run its event loop (each connection's requests stay in order)");
 
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-shardserver --data_dir DIR [--coordinator HOST:PORT]");
   if (auto rc = gantry::HandleKillPoints()) return *rc;
   if (auto rc = gantry::PrepareDataDir(FLAGS_data_dir)) return *rc;
+  auto principals = gantry::LoadDaemonPrincipals(FLAGS_principals);
+  if (!principals.ok()) {
+    LOG(ERROR) << principals.status();
+    return 2;
+  }
+  std::function<void()> reload;  // SIGHUP: the principals file again (a bad one: the old stays)
+  if (*principals) reload = [p = principals->get()] { (void)p->Reload(); };
   gantry::metrics::Registry registry;
   auto svc = gantry::shardserver::ShardService::Open(FLAGS_data_dir + "/chunks", &registry);
   if (!svc.ok()) {
@@ -117,7 +128,7 @@ int main(int argc, char** argv) {
     });
   }
   gantry::WriteReadyFile(FLAGS_ready_file, port, (*http)->port());
-  gantry::WaitForTermination(sigs);
+  gantry::WaitForTermination(sigs, reload);
   {
     std::lock_guard<std::mutex> l(mu);
     stop = true;

@@ -1,9 +1,12 @@
 // sd_notify without libsystemd: the ready announcement reaches the socket systemd names in
-// $NOTIFY_SOCKET (path or abstract), and the ready file is written.
+// $NOTIFY_SOCKET (path or abstract), and the ready file is written. SIGHUP calls the reload
+// and the daemon waits on; a principals file without TLS is refused.
 #include "common/daemon.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include <cstring>
 
 #include "common/file_util.h"
+#include "common/security.h"
 #include "tests/test_util.h"
 
 namespace gantry {
@@ -52,6 +56,40 @@ TEST(DaemonTest, ReadinessReachesSystemdsSocketAndTheReadyFile) {
   EXPECT_EQ(Receive(afd), "STOPPING=1");
   ::close(afd);
   ::unsetenv("NOTIFY_SOCKET");
+}
+
+TEST(DaemonTest, SighupReloadsAndTheDaemonWaitsOn) {
+  sigset_t sigs, old;
+  sigemptyset(&sigs);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&sigs, s);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &sigs, &old), 0);
+  // SIGHUP pending; the reload raises SIGTERM, which ends the wait.
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGHUP), 0);
+  int reloads = 0;
+  const int sig = WaitForTermination(sigs, [&] {
+    ++reloads;
+    pthread_kill(pthread_self(), SIGTERM);
+  });
+  EXPECT_EQ(sig, SIGTERM);
+  EXPECT_EQ(reloads, 1);
+  // Without a reload, SIGHUP is ignored: still waiting for SIGTERM.
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGHUP), 0);
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGINT), 0);
+  EXPECT_EQ(WaitForTermination(sigs), SIGINT);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+TEST(DaemonTest, APrincipalsFileNeedsTls) {
+  ::unsetenv("GANTRY_PRINCIPALS_FILE");
+  auto none = LoadDaemonPrincipals("");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr) << "nothing configured: no principals";
+  auto plain = LoadDaemonPrincipals("/etc/gantry/principals.yaml");
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(plain.status().message().find("a principals file needs TLS (GANTRY_TLS_CERT and GANTRY_TLS_KEY)"),
+            std::string::npos)
+      << plain.status();
+  EXPECT_EQ(ProcessPrincipals(), nullptr);
 }
 
 }  // namespace

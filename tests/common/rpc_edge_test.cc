@@ -1,7 +1,9 @@
 // The RPC edge (common/rpc_edge.h) on a real server over loopback: every call's real
 // latency and code per method, unary and streaming, from the interceptor; a handler's
 // absl::Status reaching the client as the same code and message; a server fault logged
-// with the method and the peer; the health service answering and left out of the metrics.
+// with the method and the peer; the health service answering and left out of the metrics;
+// the caller's Principal reaching the handler, and a call that names no identity refused
+// (UNAUTHENTICATED, logged) without its token in the reply or the log.
 #include "common/rpc_edge.h"
 
 #include <glog/logging.h>
@@ -14,9 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
+#include "common/principals.h"
+#include "common/security.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
+#include "tests/test_util.h"
 
 namespace gantry {
 namespace {
@@ -37,7 +43,12 @@ class TestService final : public v1::ShardServer::CallbackService {
  public:
   grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* ctx, const v1::CommitRequest* req,
                                    v1::CommitResponse*) override {
-    return ServeUnary(ctx, [&]() -> absl::Status {
+    return ServeUnary(ctx, [&](const Principal& who) -> absl::Status {  // the body that takes the caller
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        callers_.push_back(who.name + " via " + who.via);
+      }
+      if (req->job_id() == "whoami") return absl::OkStatus();
       Spend(kWork);
       if (req->job_id() == "missing") return absl::NotFoundError("job missing has no parts here");
       if (req->job_id() == "broken") return absl::DataLossError("chunk 3 of part-00000 fails its crc32c");
@@ -66,6 +77,14 @@ class TestService final : public v1::ShardServer::CallbackService {
     };
     return ServeStream<grpc::ServerReadReactor<v1::Chunk>>(ctx, [&] { return new Reader(resp); });
   }
+  std::vector<std::string> callers() {
+    std::lock_guard<std::mutex> l(mu_);
+    return callers_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> callers_;  // each Commit's caller: "NAME via HOW"
 };
 
 class RpcEdgeTest : public ::testing::Test {
@@ -175,6 +194,62 @@ TEST_F(RpcEdgeTest, AServerFaultIsLoggedWithItsMethodAndPeer) {
   ASSERT_EQ(lines.size(), 1u) << "DATA_LOSS is a warning; NOT_FOUND (the caller's error) is not";
   EXPECT_NE(lines[0].find("/gantry.v1.ShardServer/Commit from ipv4:127.0.0.1:"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("DATA_LOSS: chunk 3 of part-00000 fails its crc32c"), std::string::npos) << lines[0];
+}
+
+// A call with "authorization: Bearer TOKEN" (gRPC sends call credentials only over TLS; the
+// edge reads the same header).
+std::unique_ptr<grpc::ClientContext> WithToken(const std::string& token) {
+  auto ctx = ContextWithDeadline(30);
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  return ctx;
+}
+
+TEST_F(RpcEdgeTest, TheCallersPrincipalReachesTheHandler) {
+  auto stub = v1::ShardServer::NewStub(channel_);
+  v1::CommitRequest req;
+  v1::CommitResponse resp;
+  req.set_job_id("whoami");
+  ASSERT_TRUE(stub->Commit(WithToken("").get(), req, &resp).ok());
+  ASSERT_TRUE(stub->Commit(WithToken("anything").get(), req, &resp).ok()) << "nothing configured: no checks";
+
+  testing::TempDir dir;
+  const std::string token = "alice-7d2f19c4e8a05b36";
+  ASSERT_TRUE(WriteFileAtomic(dir.File("p.yaml"), "users:\n  - {name: alice, team: vision, role: user, token_sha256: " +
+                                                      Sha256Hex(token) + "}\n")
+                  .ok());
+  auto file = PrincipalsFile::Load(dir.File("p.yaml"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  SetProcessPrincipals(file->get());
+  struct Unset {  // however the test ends: no later test sees this file
+    ~Unset() { SetProcessPrincipals(nullptr); }
+  } unset;
+  WarningLog log;
+  ASSERT_TRUE(stub->Commit(WithToken(token).get(), req, &resp).ok());
+  const std::string wrong = "alice-7d2f19c4e8a05b37";
+  const grpc::Status refused = stub->Commit(WithToken(wrong).get(), req, &resp);
+  const grpc::Status none = stub->Commit(WithToken("").get(), req, &resp);
+  // A stream whose handler takes no principal is refused at the edge too.
+  auto ctx = WithToken(wrong);
+  v1::WriteChunksResponse wr;
+  auto writer = stub->WriteChunks(ctx.get(), &wr);
+  writer->WritesDone();
+  const grpc::Status stream = writer->Finish();
+
+  EXPECT_EQ(service_.callers(),
+            (std::vector<std::string>{"anonymous via none", "anonymous via none", "alice via token"}))
+      << "refused calls never reach the handler";
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(refused.error_message(), "unknown token: no identity of this cluster has it (revoked, mistyped, or another cluster's)");
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(none.error_message().find("this call names no identity"), std::string::npos) << none.error_message();
+  EXPECT_EQ(stream.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const auto lines = log.lines();
+  ASSERT_EQ(lines.size(), 3u) << "each refusal is a warning";
+  for (const auto& line : lines) {
+    EXPECT_NE(line.find("UNAUTHENTICATED"), std::string::npos) << line;
+    EXPECT_EQ(line.find(wrong), std::string::npos) << "a token was logged: " << line;
+    EXPECT_EQ(line.find(token), std::string::npos) << "a token was logged: " << line;
+  }
 }
 
 }  // namespace

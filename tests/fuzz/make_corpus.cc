@@ -545,6 +545,32 @@ void Coordinator() {
                              Raw<uint64_t>(~0ull));
 }
 
+// ---- principals files (common/principals.h) ----
+void PrincipalsFiles() {
+  const std::string t = "principals_fuzz";
+  const std::string h1(64, 'a'), h2 = std::string(63, '0') + "1", h3 = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08";
+  const std::string example =
+      "users:\n"
+      "  - name: alice\n    team: vision\n    role: user\n    token_sha256: " + h1 + "\n"
+      "  - name: bob\n    role: admin\n    token_sha256: " + h2 + "\n    certificate: bob.ops.example.org\n"
+      "  - name: carol\n    team: nlp\n    role: viewer\n    certificate: gantry client\n"
+      "services:\n"
+      "  - name: gpu-pool-a\n    kind: worker\n    token_sha256: " + h3 + "\n"
+      "  - name: shard-1\n    kind: shardserver\n    certificate: shard-1.gantry.svc\n";
+  Put(t, "example.yaml", example);
+  Put(t, "flow.yaml", "users: [{name: root, role: admin, token_sha256: " + h1 + "}]\nservices: [{name: w, kind: worker, "
+                      "certificate: w.example}]\n");
+  Put(t, "services_only.yaml", "services:\n  - {name: s1, kind: shardserver, token_sha256: " + h2 + "}\n");
+  Put(t, "anchors.yaml", "users:\n  - &a {name: a, role: viewer, certificate: a}\n  - *a\n");
+  Put(t, "bad_role.yaml", "users:\n  - name: x\n    role: superuser\n    token_sha256: " + h1 + "\n");
+  Put(t, "dup_token.yaml", "users:\n  - {name: x, role: admin, token_sha256: " + h1 + "}\n  - {name: y, role: viewer, "
+                           "token_sha256: " + h1 + "}\n");
+  Put(t, "token_not_hash.yaml", "users:\n  - {name: x, role: admin, token_sha256: s3cr3t-t0k3n-pasted-here}\n");
+  Put(t, "malformed.yaml", "users:\n  - name: x\n    role: [admin\n");
+  Put(t, "crlf.yaml", "users:\r\n  - name: x\r\n    role: admin\r\n    bogus: 1\r\n");
+  Put(t, "empty.yaml", "");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -562,6 +588,7 @@ int main(int argc, char** argv) {
   ShardChunks();
   ParamWire();
   Coordinator();
+  PrincipalsFiles();
   fs::remove_all(fs::temp_directory_path() / absl::StrCat("gantry-corpus-", getpid()));
   return 0;
 }

@@ -49,7 +49,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
 fi
 
 TARGETS=(job_spec_fuzz safetensors_fuzz hf_config_fuzz token_file_fuzz checkpoint_fuzz tokenizer_fuzz
-         shard_chunks_fuzz param_wire_fuzz coordinator_fuzz)
+         shard_chunks_fuzz param_wire_fuzz coordinator_fuzz principals_fuzz)
 if [ -n "$only" ]; then IFS=, read -r -a TARGETS <<< "$only"; fi
 
 if [ "$build" = 1 ]; then

@@ -1,0 +1,135 @@
+// Who may call a Gantry cluster: the principals file (users with a team and a role, service
+// identities for workers and shard servers), read by the coordinator and the shard servers
+// at start and again on SIGHUP. Its YAML:
+//
+//   users:
+//     - name: alice                 # names: letters, digits and . _ @ -, up to 128
+//       team: vision                # required for role user; optional for admin, viewer
+//       role: user                  # admin | user | viewer
+//       token_sha256: 3b1f...       # SHA-256 of the token, 64 hex digits (gantry principals hash)
+//     - name: bob
+//       role: admin
+//       certificate: bob.ops.example.org   # a verified client certificate whose CN or a SAN
+//                                          # (DNS, URI, e-mail) is this names bob
+//   services:
+//     - name: gpu-pool-a
+//       kind: worker                # worker | shardserver
+//       token_sha256: 9e0c...
+//
+// Every identity has a token hash, a certificate name or both. Tokens are never stored,
+// only their SHA-256; a presented token is hashed and compared with every identity's hash
+// in constant time (CRYPTO_memcmp, no early exit), and no error or log line carries a
+// token or a token_sha256 value (nor any value that might be a token pasted in the wrong
+// place: one over 24 characters or holding a space is described, not shown). Refused at load, each error naming the file, the line and
+// the field: YAML that does not parse, an unknown or repeated field, an unknown role or
+// kind, a malformed hash, two identities with one name, one token or one certificate name,
+// and a file that names no identity at all.
+//
+// Authorisation (who may do what) is not here: the RPC edge (common/rpc_edge.h) resolves
+// each call to a Principal (common/security.h, Authenticate) and hands it to the handler.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace gantry {
+
+enum class PrincipalKind { kUser, kWorker, kShardServer };
+// A user's role; services have none.
+enum class Role { kNone, kViewer, kUser, kAdmin };
+
+absl::string_view KindName(PrincipalKind kind);  // "user", "worker", "shardserver"
+absl::string_view RoleName(Role role);           // "", "viewer", "user", "admin"
+
+// Who a call is from.
+struct Principal {
+  std::string name;
+  std::string team;  // users; may be empty for admins and viewers, always for services
+  PrincipalKind kind = PrincipalKind::kUser;
+  Role role = Role::kNone;
+  // How the call proved it: "token", "certificate", "cluster token" (the single cluster
+  // token, GANTRY_TOKEN: one admin), "none" (nothing configured: a laptop cluster).
+  std::string via;
+
+  bool is_admin() const { return kind == PrincipalKind::kUser && role == Role::kAdmin; }
+  // "user alice (team vision, role user)", "worker gpu-pool-a": for messages and logs.
+  std::string Describe() const;
+};
+
+// The principal of a cluster with nothing configured (no token, no principals file): an
+// admin, so that a laptop cluster has no checks.
+Principal LaptopPrincipal();
+// The principal of the single cluster token (GANTRY_TOKEN / GANTRY_TOKEN_FILE): one admin.
+Principal ClusterTokenPrincipal();
+
+using Sha256Digest = std::array<uint8_t, 32>;
+Sha256Digest Sha256(absl::string_view data);  // OpenSSL EVP
+std::string Sha256Hex(absl::string_view data);  // 64 lowercase hex digits
+// Two digests equal, in time that does not depend on where they differ (CRYPTO_memcmp).
+bool SameDigest(const Sha256Digest& a, const Sha256Digest& b);
+
+// One principals file, parsed and checked; immutable.
+class PrincipalSet {
+ public:
+  // Parses the text of a principals file; `source` names it in errors ("principals.yaml").
+  // Errors are INVALID_ARGUMENT "SOURCE:LINE: FIELD: why" (LINE from 1).
+  static absl::StatusOr<PrincipalSet> Parse(absl::string_view text, absl::string_view source);
+
+  // The identity whose token_sha256 is SHA-256(token), or null. Every identity with a
+  // token is compared, whichever matches (*compared, when given, receives how many).
+  const Principal* FindByToken(absl::string_view token, int* compared = nullptr) const;
+  const Principal* FindByDigest(const Sha256Digest& digest, int* compared = nullptr) const;
+  // The identity whose `certificate` is name, or null.
+  const Principal* FindByCertificateName(absl::string_view name) const;
+
+  // In file order, users first. via is "token" or "certificate" as each was found.
+  std::vector<Principal> principals() const;
+  size_t size() const { return entries_.size(); }
+  size_t with_certificate() const;
+
+ private:
+  struct Entry {
+    Principal principal;  // via empty
+    bool has_token = false;
+    Sha256Digest digest{};
+    std::string certificate;  // empty: none
+  };
+  std::vector<Entry> entries_;
+  // Found principals are returned with their via set: a copy per way in.
+  std::vector<Principal> by_token_, by_certificate_;
+};
+
+// The principals file at a path, as in force now: loaded once, reloaded on request (the
+// daemons' SIGHUP). A reload that fails leaves the previous set in force. Thread-safe.
+class PrincipalsFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrincipalsFile>> Load(std::string path);
+
+  // Reads the file again. On success the new set is in force for every call from now on
+  // (a revoked token is refused); on error the previous one stays, and the error is logged
+  // and returned. Calls in progress keep the set they started with.
+  absl::Status Reload();
+
+  std::shared_ptr<const PrincipalSet> current() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit PrincipalsFile(std::string path) : path_(std::move(path)) {}
+  static absl::StatusOr<PrincipalSet> Read(const std::string& path);
+
+  const std::string path_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const PrincipalSet> current_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gantry
