@@ -152,10 +152,7 @@ ALIAS_EXEMPT = {
 NS_MACRO = re.compile(r"namespace\s+gantry::GANTRY_CUDA_NS\b")
 NS_MACRO_FIRST_LINE = ("gantry::cuda", "gantry::cuda_emulated", "GANTRY_CUDA_NS")
 # Files that lack the line for now: each is a line to delete when it gets one.
-NS_MACRO_PENDING = {
-    f"kernels/cuda/{n}": "being edited in the lead's branch (issue 51, item 4), which adds the line"
-    for n in ("backend.cc", "cudnn_attention.h", "cudnn_attention.cc", "matmul.cu", "context.h", "context.cc")
-}
+NS_MACRO_PENDING = {}  # files that may still lack the line (none)
 
 # One way to check a GPU library's result: GPU_RETURN_IF_ERROR (common/gpu_check.h), with
 # GpuOk(r) where no error is built. A result compared by hand with a library's success value is
@@ -169,9 +166,6 @@ HAND_CHECKS = {
     "kernels/cuda/check.h": (2, "GpuOk for cudaError_t and cublasStatus_t: what the macro asks"),
     "kernels/cuda/cudnn_attention.cc": (1, "GpuOk for cudnnStatus_t (the one file that includes cuDNN)"),
     "comm/nccl/nccl_communicator.cc": (1, "GpuOk for ncclResult_t (the one file that includes NCCL)"),
-    "kernels/cuda/backend.cc": (4, "Check keeps a stream's first error for a later Sync, as ops return "
-                                   "nothing; BindThread, DeviceCount and NewBackend check by hand, which the "
-                                   "lead's edit of issue 51 item 6 changes: lower the count with it"),
     "worker/gpu_metrics/nvml.cc": (8, "NVML is loaded at run time (dlopen): its result is an int here, which "
                                       "a GpuOk overload must not take, its words come from the loaded library "
                                       "(api.ErrorString), and a failure unloads it first; the cudaError_t "

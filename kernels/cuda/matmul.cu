@@ -260,7 +260,7 @@ absl::Status MakePlan(Context& ctx, const PlanKey& key, Plan& plan, bool& found_
   found_one = found > 0;
   if (found_one) plan.algo = h[0].algo;
   for (int i = 1; i < found; ++i) {
-    if (h[i].state == CUBLAS_STATUS_SUCCESS) plan.untimed.push_back(h[i].algo);
+    if (GpuOk(h[i].state)) plan.untimed.push_back(h[i].algo);
   }
   if (!plan.untimed.empty()) plan.untimed.insert(plan.untimed.begin(), h[0].algo);
   return absl::OkStatus();

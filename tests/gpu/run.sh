@@ -43,7 +43,7 @@ case "${1:-}" in
     # (no fixtures: no GPU test reads tests/reference/fixtures)
     gpu_bundle_pack "$BUNDLE"
     du -sh "$BUNDLE" "$BUNDLE.txz"
-    echo "carry $BUNDLE.txz and run there: bash tests/gpu/check.sh --steps 8 (suite, ops, benchmark, cluster job)"
+    echo "carry $BUNDLE.txz and run there (device timeout_s 420): bash tests/gpu/check.sh (GPT-2 and Llama beside PyTorch, the suite, the cluster job)"
     ;;
   run)
     gpu_bundle_unpack "$BUNDLE"
