@@ -17,7 +17,8 @@
 # --candidates (or GANTRY_BENCH_CANDIDATES=1): after each pair, the same model once more with each
 # candidate on (the pair's gantry run is the candidate off), and a line for each against the default
 # and against PyTorch. The candidates, in CANDIDATES below: one_rounding (--bias-epilogue off),
-# gelu_epilogue (--gelu-epilogue on), gqa_expand (the Llama, --grouped-attention off), and by name
+# gelu_epilogue (--gelu-epilogue on), nondeterministic (--deterministic-attention off),
+# gemm_autotune (--gemm-autotune on), gqa_expand (the Llama, --grouped-attention off), and by name
 # only, not in the default set, fused (--attention fused, about 2.8x the step) and fp32 (--precision
 # fp32). GANTRY_BENCH_CANDIDATES="one_rounding fp32" runs those named. GANTRY_BENCH_FUSED=1,
 # GANTRY_BENCH_FP32=1 and GANTRY_BENCH_GQA_EXPAND=1 add theirs, as before. A new candidate is a
@@ -63,9 +64,11 @@ done
 CANDIDATES="one_rounding|gpt2|--bias-epilogue off|biased 16-bit outputs rounded once (no bias epilogue)
 gelu_epilogue|gpt2|--gelu-epilogue on|cuBLASLt's GELU and bias-gradient epilogues
 gqa_expand|llama|--grouped-attention off|key/value heads repeated around the attention (no grouped cuDNN)
+nondeterministic|gpt2|--deterministic-attention off|cuDNN's non-deterministic attention backward (train.deterministic false)
+gemm_autotune|gpt2|--gemm-autotune on|each GEMM shape's cuBLASLt algorithm timed among the heuristic's first four
 fused|gpt2|--attention fused|gantry's fused attention kernels (fp32 FMAs)
 fp32|gpt2|--precision fp32|fp32"
-DEFAULT_CANDIDATES="one_rounding gelu_epilogue gqa_expand"
+DEFAULT_CANDIDATES="one_rounding gelu_epilogue nondeterministic gemm_autotune gqa_expand"
 chosen=""
 case "${GANTRY_BENCH_CANDIDATES:-}" in
   "" | 0) ;;
