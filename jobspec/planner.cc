@@ -112,13 +112,15 @@ double WorkingBytes(const PlanInput& in, const jobspec::ModelShard& shard, const
 // Activation bytes of one stage's shard for the micro-batches it keeps.
 double ActivationBytes(const PlanInput& in, const jobspec::ModelShard& shard) {
   const auto& c = *in.model;
-  const double slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
-  if (in.precision != Precision::kMixed) {  // Gantry's own model: its activation buffer, exactly
+  const int slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
+  if (in.precision != Precision::kMixed) {
+    // Gantry's own model: its activation buffer, exactly: the stage's scratch once, and what a
+    // micro-batch's backward reads for each micro-batch in flight.
     return static_cast<double>(jobspec::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute,
                                                         in.fused_attention, in.precision == Precision::kAutocast,
                                                         in.grouped_attention)
-                                   .total) *
-           4 * slots;
+                                   .floats(slots)) *
+           4;
   }
   // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)), and with sequence
   // parallelism sbh(34/t + 5as/(ht)) (Korthikanti et al., 2022, table 2); selective drops the
@@ -317,7 +319,10 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
   absl::StrAppend(&s, "  gradients     ", gb(p.grads), "\n");
   absl::StrAppend(&s, "  optimizer     ", gb(p.optimizer), "\n");
   absl::StrAppend(&s, "  model states  ", gb(p.model_state()), "\n");
-  if (in.model) absl::StrAppend(&s, "  activations   ", gb(p.activations), "\n");
+  if (in.model) {
+    absl::StrAppend(&s, "  activations   ", gb(p.activations),
+                    in.fused_attention ? " (fused attention: the cuda backends)" : " (unfused attention: the cpu's)", "\n");
+  }
   if (p.working > 0) absl::StrAppend(&s, "  working       ", gb(p.working), "\n");
   absl::StrAppend(&s, "  total         ", gb(p.total()));
   if (in.device_memory > 0) {
