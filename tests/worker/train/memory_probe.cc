@@ -3,7 +3,8 @@
 // high-water mark (VmHWM) less its resident memory before the model was built, each rank's
 // own account (ZeroEngine's MemoryAccount), on cuda-emulated the bytes each rank's emulated
 // device holds at the end (rank r on device r), and the planner's per-rank figures (with a
-// pipeline, each stage's activations for the step's micro-batches and for one). Ranks run as
+// pipeline, each stage's activations for the step's micro-batches and for one), and the
+// steps' losses (to compare runs bit for bit). Ranks run as
 // threads joined by Gloo over loopback. tests/worker/train/memory_test.cc drives it, one
 // layout per process so that each high-water mark is the layout's own.
 //   memory_probe --layers L --heads H --embd C --vocab V --seq T --micro-batch B
@@ -176,6 +177,7 @@ int main(int argc, char** argv) {
                           {"activations", m.activations}, {"working", m.working}, {"peak", m.peak}});
   }
   for (size_t r = 0; r < device_bytes.size(); ++r) j["ranks"][r]["device_bytes"] = device_bytes[r];
+  for (const auto& rep : trainers[0]->reports()) j["losses"].push_back(rep.loss);  // every rank reports the step's loss
   // Each (stage, tp rank)'s plan: its total, its activations for the step's micro-batches and
   // for one, the micro-batches it keeps in flight, and its layers.
   for (size_t k = 0; k < plan_ranks->size(); ++k) {

@@ -79,7 +79,7 @@ TEST(MemoryTest, Gpt2SmallInBf16TakesWhatThePlannerPredictsUnderZeroThree) {
 // the recomputation's block are the stage's, once. So the planned activations of a stage grow
 // from one micro-batch in flight to its `slots` by exactly (slots - 1) times that. (Before the
 // stage's scratch was laid out once, each micro-batch had a whole copy of it: the growth was
-// (slots - 1) times the whole buffer, here 15 to 30 times more.) Each rank's own account of its
+// (slots - 1) times the whole buffer, here 6 to 32 times more.) Each rank's own account of its
 // activations is the plan's, and what the runs held follows the plan: the GPipe run's
 // resident high-water mark (cpu) or each emulated device's bytes at the end of the run
 // (cuda-emulated) exceed the 1F1B run's by the planned difference within 5% (a difference: what
