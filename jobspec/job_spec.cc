@@ -200,9 +200,11 @@ absl::Status ValidateDegrees(const JobSpec& s) {
     return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.ffn_hidden ", s.model.ffn(),
                                                   " (the MLP's width, split across the tensor-parallel ranks)"));
   }
-  if (s.model.n_layer % s.parallel.pp != 0) {
-    return FieldError("parallel.pp", absl::StrCat(s.parallel.pp, " does not divide model.n_layer ", s.model.n_layer,
-                                                  " (each stage takes as many layers)"));
+  // Stages need not take as many layers: jobspec::BalanceStages splits them by cost (Llama 3
+  // 405B: 126 layers over 16 stages), one layer each at least.
+  if (s.parallel.pp > s.model.n_layer) {
+    return FieldError("parallel.pp", absl::StrCat(s.parallel.pp, " stages for model.n_layer ", s.model.n_layer,
+                                                  " layers (each stage takes one layer at least)"));
   }
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
   return absl::OkStatus();

@@ -77,7 +77,7 @@ struct ParallelSpec {
   AutoLayout auto_layout;
   int dp = 1;          // data-parallel ranks
   int tp = 1;          // tensor-parallel ranks per group (heads must divide; one host per group)
-  int pp = 1;          // pipeline stages (layers must divide)
+  int pp = 1;          // pipeline stages (at most the layers; split by cost: jobspec::BalanceStages)
   int zero_stage = 0;  // 0: all-reduce; 1: optimizer state sharded; 2: and gradients; 3: and parameters
   double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
   double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default

@@ -59,8 +59,9 @@ absl::Status CheckInput(const PlanInput& in) {
     if (c.ffn() % in.tp != 0) {
       return absl::InvalidArgumentError(absl::StrCat("tp ", in.tp, " does not divide the MLP's width ", c.ffn()));
     }
-    if (c.n_layer % in.pp != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("pp ", in.pp, " does not divide the ", c.n_layer, " layers"));
+    if (in.pp > c.n_layer) {  // stages may be uneven (BalanceStages), never empty
+      return absl::InvalidArgumentError(
+          absl::StrCat("pp ", in.pp, " stages for ", c.n_layer, " layers (each stage takes one layer at least)"));
     }
   } else if (in.params <= 0) {
     return absl::InvalidArgumentError("no model: give a parameter count or a shape");

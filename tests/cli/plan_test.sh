@@ -94,6 +94,12 @@ out="$("$GANTRY" plan $L405 2>&1)"
 cpu_act="$(grep '^  activations' <<<"$out" | awk '{print $2}')"
 check "405B from flags without --device: the cpu's unfused attention, more activations ($cpu_act > $fused_act GB)" \
   bash -c "grep -q 'activations .*(unfused attention' <<<'$out' && awk 'BEGIN { exit !($cpu_act > $fused_act) }'"
+# Its 126 layers over 16 stages: uneven stages (7 or 8 layers, BalanceStages), planned and fitting.
+sed -i 's/n_layer: 128/n_layer: 126/' "$TMP/l405.yaml"
+out="$("$GANTRY" plan "$TMP/l405.yaml" --gpu-memory 80 --ranks 2>&1)"; rc=$?
+echo "$out" | grep -E '^  (activations|total)'
+check "405B's 126 layers over 16 stages: planned, every stage, and fits 80 GB (exit 0)" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'llama, 126 layers' <<<'$out' && grep -q 'of 80.0 GB: fits' <<<'$out' && [ \$(grep -c '^15 ' <<<'$out') -eq 8 ]"
 out="$("$GANTRY" plan $L405 --device tpu 2>&1)"; rc=$?
 check "--device names the backends it takes (exit 2)" bash -c "[ $rc -eq 2 ] && grep -q 'cpu, cuda or cuda-emulated' <<<'$out'"
 [ $fail -eq 0 ] && echo "plan_test: passed"

@@ -680,6 +680,24 @@ TEST_F(ModelParallelTest, GPipeGivesTheSameLossesAs1F1BAndThreeStagesToo) {
   ExpectClose(three.losses, a.losses, "pp 4");
 }
 
+// Stages need not take as many layers: 4 layers over 3 stages (split by BalanceStages, which
+// counts the classifier's cost with the last) give one process's losses, with 1F1B and with
+// GPipe, and each stage holds the activations the planner gives it (Run's ExpectPlanned).
+TEST_F(ModelParallelTest, UnevenStagesGiveOneProcessLosses) {
+  const Result one = Run({1, 1, 1}, 0);
+  const jobspec::JobSpec spec = Spec({1, 1, 3}, 0);
+  const std::vector<int> bounds = jobspec::BalanceStages(spec.model, 3);
+  ASSERT_EQ(bounds.size(), 4u);
+  EXPECT_TRUE(bounds[1] - bounds[0] != bounds[2] - bounds[1] || bounds[2] - bounds[1] != bounds[3] - bounds[2])
+      << "uneven";
+  std::printf("4 layers over 3 stages: %d, %d, %d\n", bounds[1] - bounds[0], bounds[2] - bounds[1], bounds[3] - bounds[2]);
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    schedule_ = schedule;
+    const Result three = Run({1, 1, 3}, 0);
+    ExpectClose(three.losses, one.losses, absl::StrCat("pp 3 over 4 layers, ", schedule));
+  }
+}
+
 TEST_F(ModelParallelTest, ACheckpointOfTwoTwoTwoResumesAsOneOneOneAndAsFourOneOne) {
   const Result whole = Run({1, 1, 1}, 0);
   every_ = 10;
