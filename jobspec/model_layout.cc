@@ -248,8 +248,33 @@ std::vector<int> BalanceStages(const GPTConfig& c, int pp) {
   return bounds;
 }
 
-ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage) {
-  const std::vector<int> bounds = BalanceStages(config, pp);
+absl::Status CheckStageLayers(const std::vector<int>& stage_layers, int pp, int n_layer) {
+  if (static_cast<int>(stage_layers.size()) != pp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gives ", stage_layers.size(), " stages' layers for pp ", pp, " stages"));
+  }
+  int64_t sum = 0;
+  for (size_t s = 0; s < stage_layers.size(); ++s) {
+    if (stage_layers[s] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("gives stage ", s, " ", stage_layers[s], " layers (one at least)"));
+    }
+    sum += stage_layers[s];
+  }
+  if (sum != n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat("gives ", sum, " layers in all, the model has ", n_layer));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> StageBounds(const GPTConfig& config, int pp, const std::vector<int>& stage_layers) {
+  if (stage_layers.empty()) return BalanceStages(config, pp);
+  std::vector<int> bounds = {0};
+  for (int n : stage_layers) bounds.push_back(bounds.back() + n);
+  return bounds;
+}
+
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage, const std::vector<int>& stage_layers) {
+  const std::vector<int> bounds = StageBounds(config, pp, stage_layers);
   return {tp, tp_rank, pp, stage, bounds[static_cast<size_t>(stage)], bounds[static_cast<size_t>(stage) + 1]};
 }
 

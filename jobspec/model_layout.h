@@ -181,8 +181,15 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelSha
 // costliest stage, counting a layer's flops, the embedding's on the first stage and the
 // classifier's on the last. Each stage gets at least one layer (pp <= n_layer).
 std::vector<int> BalanceStages(const GPTConfig& config, int pp);
-// The shard of tensor rank tp_rank of tp on stage `stage` of pp, its layers from BalanceStages.
-ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage);
+// Whether stage_layers gives pp stages of one layer or more that hold n_layer in all; the
+// error says what is wrong.
+absl::Status CheckStageLayers(const std::vector<int>& stage_layers, int pp, int n_layer);
+// The layer bounds of pp stages: stage_layers' (valid: CheckStageLayers), or BalanceStages'
+// when it is empty.
+std::vector<int> StageBounds(const GPTConfig& config, int pp, const std::vector<int>& stage_layers = {});
+// The shard of tensor rank tp_rank of tp on stage `stage` of pp, its layers from StageBounds.
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage,
+                   const std::vector<int>& stage_layers = {});
 
 // Units are the blocks of the flat buffer that forward and backward use together, in
 // flat-buffer order: unit 0 is the embedding (wte and wpe; embed_tokens), unit 1 + l is layer

@@ -63,6 +63,11 @@ absl::Status CheckInput(const PlanInput& in) {
       return absl::InvalidArgumentError(
           absl::StrCat("pp ", in.pp, " stages for ", c.n_layer, " layers (each stage takes one layer at least)"));
     }
+    if (!in.stage_layers.empty()) {
+      if (auto s = CheckStageLayers(in.stage_layers, in.pp, c.n_layer); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("stage_layers ", s.message()));
+      }
+    }
   } else if (in.params <= 0) {
     return absl::InvalidArgumentError("no model: give a parameter count or a shape");
   }
@@ -143,7 +148,7 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
   std::vector<RankPlan> ranks;
   for (int stage = 0; stage < in.pp; ++stage) {
     for (int tp_rank = 0; tp_rank < in.tp; ++tp_rank) {
-      jobspec::ModelShard shard = jobspec::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
+      jobspec::ModelShard shard = jobspec::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage, in.stage_layers);
       shard.sequence_parallel = in.sequence_parallel && in.tp > 1;
       shard.ep = in.ep;  // every ep rank holds as many experts: rank 0's stand for all
       RankPlan r{stage, tp_rank, 0, {}};
@@ -232,6 +237,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.dp = spec.parallel.dp;
   in.tp = spec.parallel.tp;
   in.pp = spec.parallel.pp;
+  in.stage_layers = spec.parallel.stage_layers;
   in.micro_batch = spec.train.micro_batch;
   in.microbatches = spec.grad_accum();
   in.recompute = spec.recompute();

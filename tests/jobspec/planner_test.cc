@@ -254,6 +254,21 @@ TEST(PlannerTest, Llama3405BsLayersSplitUnevenlyOverSixteenStagesAndFitAnH100) {
   ASSERT_EQ(ranks->size(), 16u * 8u);
   auto plan = MakePlan(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
+  // The same split given as the spec's stage_layers plans the same bytes; one layer moved from
+  // the first stage (16 micro-batches in flight) to the last (one) lowers the most held.
+  PlanInput given = in;
+  for (int s = 0; s < 16; ++s) given.stage_layers.push_back(bounds[s + 1] - bounds[s]);
+  auto same = MakePlan(given);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->total(), MakePlan(in)->total());
+  given.stage_layers.front() -= 1;
+  given.stage_layers.back() += 1;
+  auto moved = PlanRanks(given);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_LT((*moved)[0].bytes.activations, (*ranks)[0].bytes.activations);
+  given.stage_layers.back() += 1;
+  EXPECT_NE(MakePlan(given).status().message().find("stage_layers gives 127 layers in all, the model has 126"),
+            std::string::npos);
   std::printf("405B, 126 layers over 16 stages:");
   for (int s = 0; s < 16; ++s) std::printf(" %d", bounds[s + 1] - bounds[s]);
   std::printf("; the most held: %.2f GB (activations %.2f GB)\n", plan->total() / 1e9, plan->activations / 1e9);

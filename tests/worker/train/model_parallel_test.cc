@@ -347,8 +347,9 @@ class ModelParallelTest : public ::testing::Test {
       // steps (its share, rounded up to whole bucket pieces: the 10% check below).
       if (zero < 3) {
         double gemm = 0;
-        for (const auto& t : jobspec::ParameterLayout(Spec(l, zero).model, jobspec::ShardOf(Spec(l, zero).model, l.tp,
-                                                                                          c.tp_rank, l.pp, c.stage))) {
+        const jobspec::JobSpec spec = Spec(l, zero);
+        for (const auto& t : jobspec::ParameterLayout(
+                 spec.model, jobspec::ShardOf(spec.model, l.tp, c.tp_rank, l.pp, c.stage, spec.parallel.stage_layers))) {
           gemm += t.gemm ? static_cast<double>(t.working_room()) : 0;
         }
         EXPECT_EQ(p.num_params * 4 + (precision_ == "fp32" ? 0 : 2 * gemm), static_cast<double>(m.params))
@@ -696,6 +697,22 @@ TEST_F(ModelParallelTest, UnevenStagesGiveOneProcessLosses) {
     const Result three = Run({1, 1, 3}, 0);
     ExpectClose(three.losses, one.losses, absl::StrCat("pp 3 over 4 layers, ", schedule));
   }
+}
+
+// The job spec may give each stage's layers (parallel.stage_layers), as Llama 3 405B gave its
+// first and last stages one layer fewer: 3 and 1 of 4 layers over 2 stages, and 1, 1, 2 over 3,
+// give one process's losses, each stage holding its layers and the activations the planner
+// gives it (Run's ExpectPlanned).
+TEST_F(ModelParallelTest, StagesTheSpecGivesGiveOneProcessLosses) {
+  const Result one = Run({1, 1, 1}, 0);
+  for (const auto& [pp, layers] : {std::pair<int, std::string>{2, "[3, 1]"}, {3, "[1, 1, 2]"}}) {
+    parallel_extra_ = absl::StrCat(", stage_layers: ", layers);
+    const Result many = Run({1, 1, pp}, 0);
+    ExpectClose(many.losses, one.losses, absl::StrCat("pp ", pp, ", stage_layers ", layers));
+  }
+  parallel_extra_ = ", stage_layers: [3, 1]";
+  const jobspec::JobSpec spec = Spec({1, 1, 2}, 0);
+  EXPECT_EQ(jobspec::ShardOf(spec.model, 1, 0, 2, 0, spec.parallel.stage_layers).layer_end, 3);
 }
 
 TEST_F(ModelParallelTest, ACheckpointOfTwoTwoTwoResumesAsOneOneOneAndAsFourOneOne) {
