@@ -702,7 +702,8 @@ TEST_F(ModelParallelTest, UnevenStagesGiveOneProcessLosses) {
 // The job spec may give each stage's layers (parallel.stage_layers), as Llama 3 405B gave its
 // first and last stages one layer fewer: 3 and 1 of 4 layers over 2 stages, and 1, 1, 2 over 3,
 // give one process's losses, each stage holding its layers and the activations the planner
-// gives it (Run's ExpectPlanned).
+// gives it (Run's ExpectPlanned); a checkpoint of one split resumes as another and as one
+// process.
 TEST_F(ModelParallelTest, StagesTheSpecGivesGiveOneProcessLosses) {
   const Result one = Run({1, 1, 1}, 0);
   for (const auto& [pp, layers] : {std::pair<int, std::string>{2, "[3, 1]"}, {3, "[1, 1, 2]"}}) {
@@ -713,6 +714,17 @@ TEST_F(ModelParallelTest, StagesTheSpecGivesGiveOneProcessLosses) {
   parallel_extra_ = ", stage_layers: [3, 1]";
   const jobspec::JobSpec spec = Spec({1, 1, 2}, 0);
   EXPECT_EQ(jobspec::ShardOf(spec.model, 1, 0, 2, 0, spec.parallel.stage_layers).layer_end, 3);
+  // A checkpoint of 3 + 1 layers resumes as 1 + 3 and as one process.
+  every_ = 10;
+  const Result first = Run({1, 1, 2}, 0, /*stop_after=*/10);
+  every_ = 0;
+  ASSERT_EQ(first.losses.size(), 10u);
+  ExpectClose(first.losses, {one.losses.begin(), one.losses.begin() + 10}, "stage_layers [3, 1], steps 1-10");
+  for (const auto& [pp, layers] : {std::pair<int, std::string>{2, "[1, 3]"}, {1, ""}}) {
+    parallel_extra_ = layers.empty() ? "" : absl::StrCat(", stage_layers: ", layers);
+    const Result rest = Run({1, 1, pp}, 0, 0, /*resume=*/true);
+    ExpectClose(rest.losses, one.losses, absl::StrCat("resumed as pp ", pp, " ", layers), 10);
+  }
 }
 
 TEST_F(ModelParallelTest, ACheckpointOfTwoTwoTwoResumesAsOneOneOneAndAsFourOneOne) {
