@@ -256,7 +256,8 @@ absl::Status CheckStageLayers(const std::vector<int>& stage_layers, int pp, int 
   int64_t sum = 0;
   for (size_t s = 0; s < stage_layers.size(); ++s) {
     if (stage_layers[s] < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("gives stage ", s, " ", stage_layers[s], " layers (one at least)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gives stage ", s, " ", stage_layers[s], " layers (one at least)"));
     }
     sum += stage_layers[s];
   }
@@ -273,7 +274,8 @@ std::vector<int> StageBounds(const GPTConfig& config, int pp, const std::vector<
   return bounds;
 }
 
-ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage, const std::vector<int>& stage_layers) {
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage,
+                   const std::vector<int>& stage_layers) {
   const std::vector<int> bounds = StageBounds(config, pp, stage_layers);
   return {tp, tp_rank, pp, stage, bounds[static_cast<size_t>(stage)], bounds[static_cast<size_t>(stage) + 1]};
 }

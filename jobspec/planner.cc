@@ -328,7 +328,8 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
   absl::StrAppend(&s, "  model states  ", gb(p.model_state()), "\n");
   if (in.model) {
     absl::StrAppend(&s, "  activations   ", gb(p.activations),
-                    in.fused_attention ? " (fused attention, as on cuda)" : " (unfused attention, as on the cpu)", "\n");
+                    in.fused_attention ? " (fused attention, as on cuda)" : " (unfused attention, as on the cpu)",
+                    "\n");
   }
   if (p.working > 0) absl::StrAppend(&s, "  working       ", gb(p.working), "\n");
   absl::StrAppend(&s, "  total         ", gb(p.total()));

@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
   // for one, the micro-batches it keeps in flight, and its layers.
   for (size_t k = 0; k < plan_ranks->size(); ++k) {
     const jobspec::RankPlan& p = (*plan_ranks)[k];
-    const jobspec::ModelShard sh = jobspec::ShardOf(spec->model, 1, p.tp_rank, pp, p.stage, spec->parallel.stage_layers);
+    const jobspec::ModelShard sh =
+        jobspec::ShardOf(spec->model, 1, p.tp_rank, pp, p.stage, spec->parallel.stage_layers);
     j["stages"].push_back({{"stage", p.stage},
                            {"total", p.bytes.total()},
                            {"activations", p.bytes.activations},

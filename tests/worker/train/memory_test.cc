@@ -114,7 +114,8 @@ TEST(MemoryTest, PipelineKeepsPerMicroBatchOnlyWhatItsBackwardReads) {
                     st["activations_one"].get<double>() / 1e6, slots > 1 ? grew / (slots - 1) / 1e6 : 0.0,
                     4 * kept / 1e6);
         EXPECT_EQ(grew, (slots - 1) * 4 * kept) << what << " stage " << s;
-        EXPECT_EQ(j["ranks"][s]["activations"].get<double>(), st["activations"].get<double>()) << what << " stage " << s;
+        EXPECT_EQ(j["ranks"][s]["activations"].get<double>(), st["activations"].get<double>())
+            << what << " stage " << s;
       }
       runs[schedule] = j;
     }

@@ -348,8 +348,9 @@ class ModelParallelTest : public ::testing::Test {
       if (zero < 3) {
         double gemm = 0;
         const jobspec::JobSpec spec = Spec(l, zero);
-        for (const auto& t : jobspec::ParameterLayout(
-                 spec.model, jobspec::ShardOf(spec.model, l.tp, c.tp_rank, l.pp, c.stage, spec.parallel.stage_layers))) {
+        const jobspec::ModelShard shard =
+            jobspec::ShardOf(spec.model, l.tp, c.tp_rank, l.pp, c.stage, spec.parallel.stage_layers);
+        for (const auto& t : jobspec::ParameterLayout(spec.model, shard)) {
           gemm += t.gemm ? static_cast<double>(t.working_room()) : 0;
         }
         EXPECT_EQ(p.num_params * 4 + (precision_ == "fp32" ? 0 : 2 * gemm), static_cast<double>(m.params))
@@ -691,7 +692,8 @@ TEST_F(ModelParallelTest, UnevenStagesGiveOneProcessLosses) {
   ASSERT_EQ(bounds.size(), 4u);
   EXPECT_TRUE(bounds[1] - bounds[0] != bounds[2] - bounds[1] || bounds[2] - bounds[1] != bounds[3] - bounds[2])
       << "uneven";
-  std::printf("4 layers over 3 stages: %d, %d, %d\n", bounds[1] - bounds[0], bounds[2] - bounds[1], bounds[3] - bounds[2]);
+  std::printf("4 layers over 3 stages: %d, %d, %d\n", bounds[1] - bounds[0], bounds[2] - bounds[1],
+              bounds[3] - bounds[2]);
   for (const char* schedule : {"1f1b", "gpipe"}) {
     schedule_ = schedule;
     const Result three = Run({1, 1, 3}, 0);
