@@ -160,6 +160,7 @@ int PlanCommand(const std::vector<std::string>& args, bool json) {
   std::vector<std::string> shape_flags;  // those given, to name them
   bool params_given = false;
   std::string cluster_name, layout;
+  std::string device;  // --device: the backend whose activations are counted (empty: the spec's, or cpu)
   int top = 5;
   auto bad = [](const std::string& why) {
     std::fprintf(stderr, "gantry: plan: %s\n", why.c_str());
@@ -244,6 +245,11 @@ int PlanCommand(const std::vector<std::string>& args, bool json) {
                                                                            : jobspec::Recompute::kNone;
     } else if (a == "--global-batch") {
       ok = num(&global_batch);
+    } else if (a == "--device") {
+      device = next();
+      if (device != "cpu" && device != "cuda" && device != "cuda-emulated") {
+        return bad(absl::StrCat("--device is cpu, cuda or cuda-emulated, not '", device, "'"));
+      }
     } else if (a == "--ranks") {
       per_rank = true;
     } else if (a == "--cluster") {
@@ -277,6 +283,13 @@ int PlanCommand(const std::vector<std::string>& args, bool json) {
     shape.max_seq_len = std::max(shape.max_seq_len, in.seq_len);
     if (auto s = shape.Validate(); !s.ok()) return bad(std::string(s.message()));
     in.model = shape;
+  }
+  if (!device.empty()) {
+    // As a job on that backend runs: the cuda backends' fused attention keeps each query row's
+    // log-sum-exp, not its probabilities, and in 16 bits reads a Llama's grouped key/value heads
+    // as they are (jobspec::PlanOfSpec does the same from resources.device).
+    in.fused_attention = device != "cpu";
+    in.grouped_attention = jobspec::GroupedAttentionOf(in);
   }
   if (!cluster_name.empty()) {
     auto cluster = jobspec::LoadCluster(cluster_name);

@@ -359,7 +359,7 @@ absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& clu
   double slowest = 0, slowest_compute = 0, slowest_comm = 0, tail = 0, flops = 0, model_flops = 0;
   double tail_opt = 0, tail_dp = 0;
   for (int stage = 0; stage < in.pp; ++stage) {
-    ModelShard shard = ShardOf(*in.model, in.tp, 0, in.pp, stage);
+    ModelShard shard = ShardOf(*in.model, in.tp, 0, in.pp, stage, in.stage_layers);
     shard.sequence_parallel = in.sequence_parallel && in.tp > 1;
     shard.ep = in.ep;
     const StageCost sc = CostOfStage(in, cluster, links, shard);

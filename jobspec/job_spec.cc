@@ -60,6 +60,18 @@ Handler Int64(int64_t* out) { return Num(out, "an integer"); }
 Handler Real(double* out) { return Num(out, "a number"); }
 Handler Str(std::string* out) { return Num(out, "a string"); }
 Handler Bool(bool* out) { return Num(out, "true or false"); }
+Handler IntList(std::vector<int>* out) {
+  return [out](const YAML::Node& n, const std::string& f) -> absl::Status {
+    if (!n.IsSequence()) return FieldError(f, absl::StrCat("must be a list of integers, got ", DescribeNode(n)));
+    out->clear();
+    for (size_t i = 0; i < n.size(); ++i) {
+      int v = 0;
+      RETURN_IF_ERROR(Get(n[i], absl::StrCat(f, "[", i, "]"), "an integer", &v));
+      out->push_back(v);
+    }
+    return absl::OkStatus();
+  };
+}
 
 // A double in the fewest digits that read back to it (1e-05, 500000, 0.1).
 std::string Shortest(double x) {
@@ -200,9 +212,19 @@ absl::Status ValidateDegrees(const JobSpec& s) {
     return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.ffn_hidden ", s.model.ffn(),
                                                   " (the MLP's width, split across the tensor-parallel ranks)"));
   }
-  if (s.model.n_layer % s.parallel.pp != 0) {
-    return FieldError("parallel.pp", absl::StrCat(s.parallel.pp, " does not divide model.n_layer ", s.model.n_layer,
-                                                  " (each stage takes as many layers)"));
+  // Stages need not take as many layers: jobspec::BalanceStages splits them by cost (Llama 3
+  // 405B: 126 layers over 16 stages), one layer each at least.
+  if (s.parallel.pp > s.model.n_layer) {
+    return FieldError("parallel.pp", absl::StrCat(s.parallel.pp, " stages for model.n_layer ", s.model.n_layer,
+                                                  " layers (each stage takes one layer at least)"));
+  }
+  if (!s.parallel.stage_layers.empty()) {
+    if (s.parallel.auto_layout.enabled) {
+      return FieldError("parallel.stage_layers", "is not for parallel: auto (the planner chooses pp)");
+    }
+    if (auto st = CheckStageLayers(s.parallel.stage_layers, s.parallel.pp, s.model.n_layer); !st.ok()) {
+      return FieldError("parallel.stage_layers", st.message());
+    }
   }
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
   return absl::OkStatus();
@@ -532,6 +554,11 @@ std::string ToYaml(const JobSpec& s) {
     if (!a.enabled) kv("dp", s.parallel.dp);
     if (!a.enabled || a.tp) kv("tp", s.parallel.tp);
     if (!a.enabled || a.pp) kv("pp", s.parallel.pp);
+    if (!s.parallel.stage_layers.empty()) {
+      out << YAML::Key << "stage_layers" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+      for (int n : s.parallel.stage_layers) out << n;
+      out << YAML::EndSeq;
+    }
     if (!a.enabled || a.zero_stage) kv("zero_stage", s.parallel.zero_stage);
     kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
     kv("offload_params", s.parallel.offload_params);
@@ -641,6 +668,7 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
                                          {"dp", Int(&s.parallel.dp)},
                          {"tp", Int(&s.parallel.tp)},
                          {"pp", Int(&s.parallel.pp)},
+                         {"stage_layers", IntList(&s.parallel.stage_layers)},
                          {"zero_stage", Int(&s.parallel.zero_stage)},
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
                          {"timeout_s", Real(&s.parallel.timeout_s)},

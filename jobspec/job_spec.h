@@ -82,7 +82,11 @@ struct ParallelSpec {
   AutoLayout auto_layout;
   int dp = 1;          // data-parallel ranks
   int tp = 1;          // tensor-parallel ranks per group (heads must divide; one host per group)
-  int pp = 1;          // pipeline stages (layers must divide)
+  int pp = 1;          // pipeline stages (at most the layers; split by cost: jobspec::BalanceStages)
+  // The layers of each stage, first to last (pp entries, each 1 or more, summing to
+  // model.n_layer), as Llama 3 405B gave its first and last stages one layer fewer; empty: the
+  // split by cost (jobspec::StageBounds).
+  std::vector<int> stage_layers;
   int zero_stage = 0;  // 0: all-reduce; 1: optimizer state sharded; 2: and gradients; 3: and parameters
   double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
   double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default

@@ -248,8 +248,35 @@ std::vector<int> BalanceStages(const GPTConfig& c, int pp) {
   return bounds;
 }
 
-ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage) {
-  const std::vector<int> bounds = BalanceStages(config, pp);
+absl::Status CheckStageLayers(const std::vector<int>& stage_layers, int pp, int n_layer) {
+  if (static_cast<int>(stage_layers.size()) != pp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gives ", stage_layers.size(), " stages' layers for pp ", pp, " stages"));
+  }
+  int64_t sum = 0;
+  for (size_t s = 0; s < stage_layers.size(); ++s) {
+    if (stage_layers[s] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gives stage ", s, " ", stage_layers[s], " layers (one at least)"));
+    }
+    sum += stage_layers[s];
+  }
+  if (sum != n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat("gives ", sum, " layers in all, the model has ", n_layer));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> StageBounds(const GPTConfig& config, int pp, const std::vector<int>& stage_layers) {
+  if (stage_layers.empty()) return BalanceStages(config, pp);
+  std::vector<int> bounds = {0};
+  for (int n : stage_layers) bounds.push_back(bounds.back() + n);
+  return bounds;
+}
+
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage,
+                   const std::vector<int>& stage_layers) {
+  const std::vector<int> bounds = StageBounds(config, pp, stage_layers);
   return {tp, tp_rank, pp, stage, bounds[static_cast<size_t>(stage)], bounds[static_cast<size_t>(stage) + 1]};
 }
 
@@ -288,6 +315,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   const size_t fc = llama ? 2 * F : F;
   const size_t V = shard.vocab_end(config.vocab_size) - shard.vocab_begin(config.vocab_size);
   const size_t L = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
+  const bool last = shard.last();
   size_t cur = 0;
   auto take = [&](size_t n) {
     const size_t o = cur;
@@ -300,57 +328,11 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.half = half;
   o.grouped_attention = grouped;
   o.sequence_parallel = sp;
-  const size_t mean_r = llama ? 0 : R;  // RMSNorm keeps no mean
-  o.encoded = take(R * C);
-  o.lnf = take16(BT * C);
-  o.lnf_mean = take(mean_r);
-  o.lnf_rstd = take(R);
-  // Only the last stage runs the classifier: the others keep no logits.
-  o.logits = take16(shard.last() ? BT * V : 0);
-  const size_t logits_end = cur;
-  o.losses = take(BT);
-  o.proj = take(BT * C);
-  o.dln = take(BT * C);
-  // The backward's scratch that only the layers' backward uses (from the final norm's backward
-  // on): in the logits' room when it fits, as the logits are dead once the classifier's
-  // backward has read them (they hold dlogits by then). dlnf is written while they are read,
-  // dln is where ReadLogits widens them, and moe_yr is forward scratch: those have rooms of
-  // their own. A stage without logits has nothing to share.
-  const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
-  auto place_backward_scratch = [&] {
-    o.dres = take(R * C);
-    o.dres16 = take(half ? (BT * C + 1) / 2 : 0);
-    o.dqkv = take16(BT * qkv_w);
-    o.datty = take16(BT * Ca);
-    o.datt = take(fused_attention ? 0 : att_floats);
-    o.dfch = take16(mlp_rows * fc);
-    o.moe_dy = take(moe_rows * C);
-    o.moe_dw = take(moe ? BT * K : 0);
-    o.moe_dlogits = take(BT * E);
-    o.moe_dx = take(moe_rows * C);
-    o.moe_dyr = take(xr * C);
-    o.moe_dxr = take(xr * C);
-    o.dswi = take16(llama ? BT * F : 0);
-  };
-  const size_t after = cur;
-  cur = o.logits;
-  place_backward_scratch();
-  o.backward_scratch_in_logits = share_logits && cur <= logits_end;
-  cur = after;
-  if (!o.backward_scratch_in_logits) place_backward_scratch();
+  o.recompute = recompute;
   o.moe_rows = static_cast<int>(moe_rows);
   o.moe_expert_rows = static_cast<int>(expert_rows);
-  o.moe_yr = take(xr * C);
-  o.dlnf = take(BT * C);
-  o.qkvr = take16(qkvr);
-  o.gathered = take16(sp ? BT * C : 0);
-  o.proj_rows = take(sp ? R * C : 0);
-  o.dres_all = take(sp ? BT * C : 0);
-  o.dln_rows = take(sp ? R * C : 0);
-  o.dnorm = take(sp ? 2 * C : 0);
-  // Per-layer block, offsets relative to the block.
-  const size_t block_start = cur;
-  cur = 0;
+  const size_t mean_r = llama ? 0 : R;  // RMSNorm keeps no mean
+  // A layer's block, offsets relative to the block (its output is apart: `outputs`).
   o.ln1 = take16(R * C);
   o.ln1_mean = take(mean_r);
   o.ln1_rstd = take(R);
@@ -373,21 +355,77 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.moe_y = take(moe_rows * C);
   o.moe_xr = take(xr * C);
   o.moe_rcounts = take(ep > 1 ? 2 * E : 0);
-  o.res3 = take(R * C);
   const size_t without_att = cur;
+  const size_t att_floats = static_cast<size_t>(B) * NH * T * (fused_attention ? 1 : T);
   o.att = take(att_floats);  // last: kSelective leaves it out
   const size_t whole = cur;
-  o.recompute = recompute;
-  o.layer0 = block_start;
-  if (recompute == Recompute::kFull) {
-    o.layer_stride = (R * C + 15) & ~size_t{15};  // res3 alone
-    o.scratch = block_start + L * o.layer_stride;
-    o.total = o.scratch + whole;
-    return o;
+  // The layers' backward scratch: in the logits' room when it fits, as the logits are dead
+  // once the classifier's backward has read them (they hold dlogits by then). dlnf is written
+  // while they are read, dln is where ReadLogits widens them, and moe_yr is forward scratch:
+  // those have rooms of their own. A stage without logits has nothing to share.
+  auto place_backward_scratch = [&] {
+    o.dres = take(R * C);
+    o.dres16 = take(half ? (BT * C + 1) / 2 : 0);
+    o.dqkv = take16(BT * qkv_w);
+    o.datty = take16(BT * Ca);
+    o.datt = take(fused_attention ? 0 : att_floats);
+    o.dfch = take16(mlp_rows * fc);
+    o.moe_dy = take(moe_rows * C);
+    o.moe_dw = take(moe ? BT * K : 0);
+    o.moe_dlogits = take(BT * E);
+    o.moe_dx = take(moe_rows * C);
+    o.moe_dyr = take(xr * C);
+    o.moe_dxr = take(xr * C);
+    o.dswi = take16(llama ? BT * F : 0);
+  };
+  cur = 0;
+  place_backward_scratch();
+  const size_t backward_scratch = cur;
+  cur = 0;
+  take16(last ? BT * V : 0);
+  o.backward_scratch_in_logits = share_logits && last && backward_scratch <= cur;
+  // The stage's region: what one forward or one backward uses and leaves behind.
+  cur = 0;
+  o.proj = take(BT * C);
+  o.dln = take(BT * C);
+  o.dlnf = take(last ? BT * C : 0);  // the final norm's: the last stage's only
+  o.moe_yr = take(xr * C);
+  o.qkvr = take16(qkvr);
+  o.gathered = take16(sp ? BT * C : 0);
+  o.proj_rows = take(sp ? R * C : 0);
+  o.dres_all = take(sp ? BT * C : 0);
+  o.dln_rows = take(sp ? R * C : 0);
+  o.dnorm = take(sp ? 2 * C : 0);
+  // A stage that sends its output holds it until it is sent; its backward does not read it.
+  o.output_shared = !last;
+  o.output = take(last ? 0 : R * C);
+  o.scratch = recompute == Recompute::kFull ? take(whole)
+              : recompute == Recompute::kSelective ? take(whole - without_att)
+                                                   : cur;
+  if (!o.backward_scratch_in_logits) place_backward_scratch();
+  o.shared = cur;
+  // One micro-batch's region: what its backward reads.
+  o.encoded = take(R * C);  // the stage's input
+  o.output_stride = (R * C + 15) & ~size_t{15};
+  o.outputs = cur;
+  cur += (last ? L : L - 1) * o.output_stride;
+  o.layer_stride = recompute == Recompute::kFull ? 0 : recompute == Recompute::kSelective ? without_att : whole;
+  o.layer0 = cur;
+  cur += L * o.layer_stride;
+  // The final norm's and the classifier's (the last stage's only).
+  o.lnf = take16(last ? BT * C : 0);
+  o.lnf_mean = take(last ? mean_r : 0);
+  o.lnf_rstd = take(last ? R : 0);
+  o.logits = take16(last ? BT * V : 0);
+  const size_t after_logits = cur;
+  if (o.backward_scratch_in_logits) {
+    cur = o.logits;
+    place_backward_scratch();
+    cur = after_logits;
   }
-  o.layer_stride = recompute == Recompute::kSelective ? without_att : whole;
-  o.scratch = block_start + L * o.layer_stride;
-  o.total = o.scratch + (recompute == Recompute::kSelective ? whole - without_att : 0);
+  o.losses = take(last ? BT : 0);
+  o.kept = cur - o.shared;
+  o.total = cur;
   return o;
 }
 

@@ -181,8 +181,15 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelSha
 // costliest stage, counting a layer's flops, the embedding's on the first stage and the
 // classifier's on the last. Each stage gets at least one layer (pp <= n_layer).
 std::vector<int> BalanceStages(const GPTConfig& config, int pp);
-// The shard of tensor rank tp_rank of tp on stage `stage` of pp, its layers from BalanceStages.
-ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage);
+// Whether stage_layers gives pp stages of one layer or more that hold n_layer in all; the
+// error says what is wrong.
+absl::Status CheckStageLayers(const std::vector<int>& stage_layers, int pp, int n_layer);
+// The layer bounds of pp stages: stage_layers' (valid: CheckStageLayers), or BalanceStages'
+// when it is empty.
+std::vector<int> StageBounds(const GPTConfig& config, int pp, const std::vector<int>& stage_layers = {});
+// The shard of tensor rank tp_rank of tp on stage `stage` of pp, its layers from StageBounds.
+ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage,
+                   const std::vector<int>& stage_layers = {});
 
 // Units are the blocks of the flat buffer that forward and backward use together, in
 // flat-buffer order: unit 0 is the embedding (wte and wpe; embed_tokens), unit 1 + l is layer
@@ -190,36 +197,58 @@ ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int sta
 // unit_begin[u] .. unit_begin[u + 1] is unit u's range (n_layer + 3 entries).
 std::vector<size_t> UnitBoundaries(const GPTConfig& config);
 
-// Where each activation of a (B, T) step lives in one flat buffer (in floats; sub-buffers
-// 64-byte aligned). Layer l's activations are at layer0 + l * layer_stride + the offset.
+// Where each activation of a (B, T) step lives (in floats; sub-buffers 64-byte aligned). The
+// offsets fall in two regions. [0, shared) is the stage's: the one-step scratch (the
+// projections' sums, the backward's gradients, the sequence-parallel exchanges, the loss's
+// scratch), the recomputation scratch, and on a stage that sends its output the output until
+// it is sent; it exists once, however many micro-batches are in flight. [shared, shared + kept)
+// is one micro-batch's: what its backward reads, kept from its forward until its backward (a
+// pipeline stage keeps one such region per micro-batch in flight: floats(slots)). That is the
+// stage's input (encoded), each layer's output that the next layer takes as its input (outputs:
+// the last layer's too on the last stage, where the final norm reads it), each layer's saved
+// activations (layer0 + l · layer_stride + the offset: none under kFull, whose layers are
+// recomputed from their inputs), and on the last stage the final norm's output and statistics,
+// the logits (dlogits after the fused loss) and the per-token losses.
 // Mixed precision (half): the tensors autocast keeps in 16 bits (LayerNorms' outputs, qkv,
 // attention's output, the MLP's hidden and GELU, the logits, and their gradients dqkv, datty,
 // dfch) take 2 bytes an element, the rest (the residual stream, statistics, the projections'
 // fp32 sums that tensor parallelism adds up, the attention probabilities) 4.
 // Sequence parallelism (shard.sequence_parallel): the embedding's output, the norms' outputs and
-// statistics, res2 and res3 hold the rank's BT/tp rows; lnf stays whole (the vocabulary-parallel
-// classifier reads every row; its statistics are the rank's rows). Scratch the step gathers
-// into and reduce-scatters out of: `gathered` (a norm's output, all rows, 16-bit where it is),
-// `proj_rows` (the projections' sum, the rank's rows), `dres_all` (the residual gradient, all
-// rows) and `dln_rows` (a norm's input gradient, the rank's rows); `dnorm` the norms' weight
-// gradients of one micro-batch, summed over the group before they are accumulated.
-// Activation checkpointing: kFull keeps only each layer's output and recomputes the layer's
-// forward in backward; kSelective keeps all but attention's probabilities (B, NH, T, T),
-// recomputed from the kept qkv. Both give the same bits as kNone: the recomputation runs the
-// same kernels on the same inputs.
+// statistics, res2 and the layers' outputs hold the rank's BT/tp rows; lnf stays whole (the
+// vocabulary-parallel classifier reads every row; its statistics are the rank's rows). Scratch
+// the step gathers into and reduce-scatters out of: `gathered` (a norm's output, all rows,
+// 16-bit where it is), `proj_rows` (the projections' sum, the rank's rows), `dres_all` (the
+// residual gradient, all rows) and `dln_rows` (a norm's input gradient, the rank's rows);
+// `dnorm` the norms' weight gradients of one micro-batch, summed over the group before they
+// are accumulated.
+// Activation checkpointing: kFull keeps only each layer's input and recomputes the layer's
+// forward in backward, into one block of the stage's; kSelective keeps all but attention's
+// probabilities (B, NH, T, T), recomputed from the kept qkv into one buffer of the stage's.
+// Both give the same bits as kNone: the recomputation runs the same kernels on the same inputs.
 enum class Recompute { kNone, kFull, kSelective };
 
 struct ActivationLayout {
+  // The stage's region [0, shared) and one micro-batch's [shared, shared + kept); total is
+  // shared + kept, the floats of a single micro-batch's step (a whole model's).
+  size_t shared = 0, kept = 0, total = 0;
+  // The floats of a stage that keeps `slots` micro-batches in flight.
+  size_t floats(int slots) const { return shared + kept * static_cast<size_t>(slots); }
   size_t encoded, logits, losses, lnf, lnf_mean, lnf_rstd;
   // The attention and MLP projections' output (before tensor parallelism sums it), added to
   // the residual stream at once: one buffer, not kept.
   size_t proj;
+  // The layers' outputs (the residual stream after each layer): layer l's at outputs +
+  // (l - first layer) · output_stride, except the last layer's on a stage that sends it, which
+  // is `output`, in the stage's region (sent, then dead: backward never reads it).
+  size_t outputs = 0, output_stride = 0, output = 0;
+  bool output_shared = false;
+  // The layers' saved activations: layer l's block at layer0 + (l - first layer) · layer_stride.
   size_t layer0, layer_stride;
   // Llama: ln1/ln2/lnf are RMSNorm's outputs (their means empty), qkv is the attention's
   // (B,T,3·NH·hd) input after RoPE and the key/value heads' repetition (with grouped_attention
   // the (B,T,(NH + 2 NKV)·hd) rows after RoPE, unrepeated), fch SwiGLU's [gate | up]
   // (2F wide) and fch_gelu its output (F).
-  size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+  size_t ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   // backward scratch; dres16: the residual stream's gradient rounded, for the GEMMs (half)
   size_t dres, dres16, dln, dqkv, datty, datt, dfch, dlnf;
   // The layers' backward scratch (dres, dres16, dqkv, datty, datt, dfch, dswi and the MoE's
@@ -257,11 +286,11 @@ struct ActivationLayout {
   size_t moe_xr, moe_rcounts, moe_yr, moe_dyr, moe_dxr;
   int moe_expert_rows = 0;
   bool half = false;
-  // kFull: the one block the layers are recomputed into (layer blocks hold res3 alone, at
-  // 0); kSelective: the one att buffer (att is the block's last entry, left out of it).
+  // In the stage's region: kFull, the one block the layers are recomputed into (a layer's
+  // offsets from it); kSelective, the one att buffer (att is the block's last entry, left out
+  // of the kept blocks).
   size_t scratch = 0;
   Recompute recompute = Recompute::kNone;
-  size_t total;
 };
 ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute = Recompute::kNone);
 // A shard's activations: attention, MLP and vocabulary widths are 1/tp, and its layers only.

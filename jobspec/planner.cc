@@ -59,8 +59,14 @@ absl::Status CheckInput(const PlanInput& in) {
     if (c.ffn() % in.tp != 0) {
       return absl::InvalidArgumentError(absl::StrCat("tp ", in.tp, " does not divide the MLP's width ", c.ffn()));
     }
-    if (c.n_layer % in.pp != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("pp ", in.pp, " does not divide the ", c.n_layer, " layers"));
+    if (in.pp > c.n_layer) {  // stages may be uneven (BalanceStages), never empty
+      return absl::InvalidArgumentError(
+          absl::StrCat("pp ", in.pp, " stages for ", c.n_layer, " layers (each stage takes one layer at least)"));
+    }
+    if (!in.stage_layers.empty()) {
+      if (auto s = CheckStageLayers(in.stage_layers, in.pp, c.n_layer); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("stage_layers ", s.message()));
+      }
     }
   } else if (in.params <= 0) {
     return absl::InvalidArgumentError("no model: give a parameter count or a shape");
@@ -112,13 +118,15 @@ double WorkingBytes(const PlanInput& in, const jobspec::ModelShard& shard, const
 // Activation bytes of one stage's shard for the micro-batches it keeps.
 double ActivationBytes(const PlanInput& in, const jobspec::ModelShard& shard) {
   const auto& c = *in.model;
-  const double slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
-  if (in.precision != Precision::kMixed) {  // Gantry's own model: its activation buffer, exactly
+  const int slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
+  if (in.precision != Precision::kMixed) {
+    // Gantry's own model: its activation buffer, exactly: the stage's scratch once, and what a
+    // micro-batch's backward reads for each micro-batch in flight.
     return static_cast<double>(jobspec::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute,
                                                         in.fused_attention, in.precision == Precision::kAutocast,
                                                         in.grouped_attention)
-                                   .total) *
-           4 * slots;
+                                   .floats(slots)) *
+           4;
   }
   // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)), and with sequence
   // parallelism sbh(34/t + 5as/(ht)) (Korthikanti et al., 2022, table 2); selective drops the
@@ -140,7 +148,7 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
   std::vector<RankPlan> ranks;
   for (int stage = 0; stage < in.pp; ++stage) {
     for (int tp_rank = 0; tp_rank < in.tp; ++tp_rank) {
-      jobspec::ModelShard shard = jobspec::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage);
+      jobspec::ModelShard shard = jobspec::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage, in.stage_layers);
       shard.sequence_parallel = in.sequence_parallel && in.tp > 1;
       shard.ep = in.ep;  // every ep rank holds as many experts: rank 0's stand for all
       RankPlan r{stage, tp_rank, 0, {}};
@@ -229,6 +237,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.dp = spec.parallel.dp;
   in.tp = spec.parallel.tp;
   in.pp = spec.parallel.pp;
+  in.stage_layers = spec.parallel.stage_layers;
   in.micro_batch = spec.train.micro_batch;
   in.microbatches = spec.grad_accum();
   in.recompute = spec.recompute();
@@ -317,7 +326,11 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
   absl::StrAppend(&s, "  gradients     ", gb(p.grads), "\n");
   absl::StrAppend(&s, "  optimizer     ", gb(p.optimizer), "\n");
   absl::StrAppend(&s, "  model states  ", gb(p.model_state()), "\n");
-  if (in.model) absl::StrAppend(&s, "  activations   ", gb(p.activations), "\n");
+  if (in.model) {
+    absl::StrAppend(&s, "  activations   ", gb(p.activations),
+                    in.fused_attention ? " (fused attention, as on cuda)" : " (unfused attention, as on the cpu)",
+                    "\n");
+  }
   if (p.working > 0) absl::StrAppend(&s, "  working       ", gb(p.working), "\n");
   absl::StrAppend(&s, "  total         ", gb(p.total()));
   if (in.device_memory > 0) {

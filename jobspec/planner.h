@@ -38,6 +38,7 @@ struct PlanInput {
   // always does), and ZeRO 3 keeps a bf16 staging buffer of each size of unit (working bytes).
   bool bf16_grad_reduce = false;
   int zero = 0, tp = 1, pp = 1, dp = 1;
+  std::vector<int> stage_layers;            // parallel.stage_layers (empty: split by cost, StageBounds)
   int micro_batch = 1;
   int microbatches = 1;                     // per step and pipeline (gradient accumulation)
   jobspec::Recompute recompute = jobspec::Recompute::kNone;

@@ -139,7 +139,7 @@ void GPT::EnsureActivations(int B, int T) {
                        be_->TakesGroupedAttention(B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision());
   const jobspec::ActivationLayout o = jobspec::LayoutActivations(config_, shard_, B, T, recompute_,
                                                                  be_->fused_attention(), mixed(), grouped, share_logits_);
-  act_.Assign(be_, o.total * static_cast<size_t>(slots_));
+  act_.Assign(be_, o.floats(slots_));
   ctx_->set_layout(o);
   act_B_ = B;
   act_T_ = T;
@@ -198,7 +198,7 @@ void GPT::RunForward(int B, int T) {
                     chain && l > dims().lb);
     if (next.w != nullptr) ReleaseUnitParams(next_unit);
     ReleaseUnitParams(layer_unit(l));
-    residual = ctx_->LayerAct(l, o.res3);
+    residual = ctx_->LayerOutput(l);
     final_normed = last && next.w != nullptr;
   }
   if (!shard_.last()) return;
@@ -369,7 +369,7 @@ void GPT::QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targ
 
 const float* GPT::stage_output(int slot) {
   Select(slot);
-  return ctx_->LayerAct(dims().le - 1, ctx_->off().res3);
+  return ctx_->LayerOutput(dims().le - 1);
 }
 
 void GPT::BackwardStage(int slot, int B, int T) {
@@ -406,7 +406,7 @@ void GPT::RunBackward(int B, int T) {
     ReleaseUnitParams(wte_unit());  // this hold, and the forward's
     ReleaseUnitParams(wte_unit());
     const float* dlnf = tp_->SumNormGrad(A(o.dlnf), BT);
-    const float* last = ctx_->LayerAct(le - 1, o.res3);
+    const float* last = ctx_->LayerOutput(le - 1);
     be_->Zero(dres, static_cast<size_t>(R) * C * sizeof(float));
     float* F = UnitParams(head_unit());
     float* dF = UnitGrads(head_unit());
@@ -421,7 +421,7 @@ void GPT::RunBackward(int B, int T) {
     const LayerParams p = Layer(UnitParams(u), l);
     const GemmOperands w = GemmWeights(p, l);
     const LayerParams g = Layer(UnitGrads(u), l);
-    const float* residual = l > lb ? ctx_->LayerAct(l - 1, o.res3) : A(o.encoded);
+    const float* residual = l > lb ? ctx_->LayerOutput(l - 1) : A(o.encoded);
     block_->Backward(l, p, w, g, residual, B, T);
     ReleaseUnitParams(u);
     UnitGradsDone(u);

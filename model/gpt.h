@@ -135,8 +135,9 @@ class GPT : private MoeHost {
                         float dloss_scale);
   void ZeroGrad();
 
-  // Pipeline stages. Activations live in `slots` sets, one per micro-batch in flight
-  // (set before the first forward). A stage's forward reads the tokens (first stage) or
+  // Pipeline stages. What a micro-batch's backward reads lives in `slots` sets, one per
+  // micro-batch in flight (set before the first forward); the step's scratch once
+  // (jobspec::ActivationLayout's two regions). A stage's forward reads the tokens (first stage) or
   // stage_input(slot) (filled from the previous stage); the last stage computes the loss
   // and, with dloss_scale != 0, the classifier's gradient too (fused, as ForwardBackward),
   // and returns the mean loss (NaN elsewhere, or without targets). Backward starts from
@@ -149,10 +150,14 @@ class GPT : private MoeHost {
   }
   float ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
   void BackwardStage(int slot, int B, int T);
-  float* stage_input(int slot) { return Slot(slot) + ctx_->off().encoded; }
+  // The stage's input and output, and their gradients: the input is kept per slot; the
+  // output of a stage that sends it and the gradients are the stage's own, one of each, valid
+  // from the op that fills them to the transfer that follows it (the schedule's order:
+  // jobspec/pipeline.h).
+  float* stage_input(int slot) { return SlotAct(slot, ctx_->off().encoded); }
   const float* stage_output(int slot);
-  float* stage_output_grad(int slot) { return Slot(slot) + ctx_->off().dres; }
-  const float* stage_input_grad(int slot) { return Slot(slot) + ctx_->off().dres; }
+  float* stage_output_grad(int slot) { return SlotAct(slot, ctx_->off().dres); }
+  const float* stage_input_grad(int slot) { return SlotAct(slot, ctx_->off().dres); }
   void set_tp_comm(comm::Communicator* comm) { tp_->set_comm(comm); }
   // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the
   // MoE layers exchange token rows over it (all-to-all).
@@ -247,13 +252,15 @@ class GPT : private MoeHost {
   float* UnitGrads(int u) { return host_ ? host_->AcquireGrads(u) : grads_.data() + unit_begin(u); }
   void UnitGradsDone(int u) { if (host_) host_->GradsDone(u); }
   void EnsureActivations(int B, int T);
-  float* Slot(int slot) {
-    return act_.data() + static_cast<size_t>(slot) * ctx_->off().total;
+  // The activation at `off` of slot `slot` (RunContext::A's addressing).
+  float* SlotAct(int slot, size_t off) {
+    const jobspec::ActivationLayout& o = ctx_->off();
+    return act_.data() + (off < o.shared ? 0 : static_cast<size_t>(slot) * o.kept) + off;
   }
   // Makes `slot` the current activation set.
   void Select(int slot) {
     slot_ = slot;
-    ctx_->set_base(Slot(slot));
+    ctx_->set_base(act_.data(), slot);
   }
   const ShardDims& dims() const { return ctx_->dims(); }
   // The current slot's activation at `off` (RunContext::A).

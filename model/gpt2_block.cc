@@ -47,7 +47,7 @@ void Gpt2Block::Forward(int l, const LayerParams& p, const GemmOperands& w, cons
             [&] { be.MatmulForward(proj, H(L(o.fch_gelu)), w.fcprojw, bias_here ? w.fcprojb : nullptr, BT, Fm, C); });
   }
   const float* mlp = tp_.SumPartial(proj, BT, tag);
-  ResidualForward(L(o.res3), L(o.res2), mlp, next, R, tag);
+  ResidualForward(ctx_.LayerOutput(l), L(o.res2), mlp, next, R, tag);
 }
 
 NormOut Gpt2Block::InputNorm(int l, const LayerParams& p) const {

@@ -54,7 +54,7 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(proj, H(L(o.fch_gelu)), w.fcprojw, nullptr, BT, Fm, C, k::WeightLayout::kOutIn); });
   const float* mlp = tp_.SumPartial(proj, BT, tag);
-  ResidualForward(L(o.res3), L(o.res2), mlp, next, R, tag);
+  ResidualForward(ctx_.LayerOutput(l), L(o.res2), mlp, next, R, tag);
 }
 
 NormOut LlamaBlock::InputNorm(int l, const LayerParams& p) const {

@@ -39,20 +39,31 @@ class RunContext {
   const jobspec::ModelShard& shard() const { return shard_; }
   const ShardDims& dims() const { return dims_; }
 
-  // The activations: their layout (for the current (B,T)) and the current slot's base.
+  // The activations: their layout (for the current (B,T)), the buffer that holds them and the
+  // current slot (micro-batch in flight). An offset in the stage's region (below off().shared)
+  // addresses the buffer's one copy of it; one in the micro-batch's region, the current slot's
+  // (jobspec::ActivationLayout: the slots follow the stage's region, off().kept floats each).
   const jobspec::ActivationLayout& off() const { return off_; }
   void set_layout(const jobspec::ActivationLayout& o) { off_ = o; }
-  void set_base(float* base) { base_ = base; }
-  float* A(size_t off) const { return base_ + off; }
-  // Layer l's activation at offset `off` of a layer's: under full recompute only the layer's
-  // output (res3) is kept per layer and the rest share one scratch; under selective recompute
-  // the attention's probabilities (att) are scratch.
+  void set_base(float* base, int slot = 0) {
+    stage_ = base;
+    slot_ = base + static_cast<size_t>(slot) * off_.kept;
+  }
+  float* A(size_t off) const { return (off < off_.shared ? stage_ : slot_) + off; }
+  // Layer l's activation at offset `off` of a layer's block: under full recompute the layers
+  // are recomputed into one block of the stage's; under selective recompute the attention's
+  // probabilities (att) are the stage's.
   float* LayerAct(int l, size_t off) const {
     l -= dims_.lb;
-    if (off_.recompute == jobspec::Recompute::kFull && off != off_.res3) return base_ + off_.scratch + off;
-    if (off_.recompute == jobspec::Recompute::kFull) return base_ + off_.layer0 + l * off_.layer_stride;
-    if (off_.recompute == jobspec::Recompute::kSelective && off == off_.att) return base_ + off_.scratch;
-    return base_ + off_.layer0 + l * off_.layer_stride + off;
+    if (off_.recompute == jobspec::Recompute::kFull) return stage_ + off_.scratch + off;
+    if (off_.recompute == jobspec::Recompute::kSelective && off == off_.att) return stage_ + off_.scratch;
+    return slot_ + off_.layer0 + static_cast<size_t>(l) * off_.layer_stride + off;
+  }
+  // Layer l's output (the next layer's input): kept for the micro-batch, except the last
+  // layer's on a stage that sends it (the stage's, until sent).
+  float* LayerOutput(int l) const {
+    if (off_.output_shared && l == dims_.le - 1) return stage_ + off_.output;
+    return slot_ + off_.outputs + static_cast<size_t>(l - dims_.lb) * off_.output_stride;
   }
 
   // Mixed precision (train.precision): activations autocast holds in 16 bits are of the
@@ -98,7 +109,8 @@ class RunContext {
   const jobspec::ModelShard shard_;
   const ShardDims dims_;
   jobspec::ActivationLayout off_{};
-  float* base_ = nullptr;
+  float* stage_ = nullptr;  // the activation buffer: the stage's region
+  float* slot_ = nullptr;   // the current slot's base (its offsets are from here)
   kernels::Precision lp_ = kernels::Precision::kFp32;
   bool profiling_ = false;
   std::vector<std::pair<std::string, double>> op_seconds_;

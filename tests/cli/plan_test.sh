@@ -65,5 +65,42 @@ out="$("$GANTRY" plan $LLAMA70 --cluster "$TMP/slow.yaml" --gpus 64 --global-bat
 echo "$out" | sed -n 3p
 check "by speed on a slow network: another layout first" bash -c \
   "[ $rc -eq 0 ] && grep -q '^1 ' <<<'$out' && ! grep -q '^1 .*tp 2 pp 1 dp 32, ZeRO 3' <<<'$out'"
+# Issue 49 item 0: Llama 3 405B's layout (128 layers here: pp 16 must divide them; tp 8, pp 16,
+# dp 64, T 8192, micro-batch 1 x 32, full recomputation, sequence parallel, bf16, ZeRO 1) fits
+# an 80 GB H100 with the fused attention of a GPU job: from flags with --device cuda, as from a
+# job spec on a cuda device (the same bytes); from flags on the cpu (the default) the unfused
+# attention's B·H·T² probabilities (in the recomputation's block and its gradient) make more.
+L405="--arch llama --n-layer 128 --d-model 16384 --heads 128 --kv-heads 8 --ffn-hidden 53248 --vocab 128256 \
+  --seq-len 8192 --precision bf16 --zero 1 --tp 8 --pp 16 --dp 64 --micro-batch 1 --microbatches 32 \
+  --recompute full --sequence-parallel --gpu-memory 80"
+cat >"$TMP/l405.yaml" <<'YAML'
+name: llama3-405b
+model: {arch: llama, n_layer: 128, n_head: 128, n_kv_head: 8, n_embd: 16384, ffn_hidden: 53248, vocab_size: 128256,
+        rope_theta: 500000, max_seq_len: 8192, seq_len: 8192}
+data: {train: none.bin}
+train: {steps: 1, micro_batch: 1, global_batch: 2048, precision: bf16, recompute: full, lr: 1.0e-4}
+resources: {device: cuda}
+parallel: {dp: 64, tp: 8, pp: 16, zero_stage: 1, sequence_parallel: true}
+YAML
+out="$("$GANTRY" plan $L405 --device cuda 2>&1)"; rc=$?
+echo "$out" | grep -E 'activations|total'
+check "405B from flags with --device cuda: fits 80 GB (exit 0), fused attention's activations" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'of 80.0 GB: fits' <<<'$out' && grep -q 'activations .*(fused attention' <<<'$out'"
+flags_total="$(grep '^  total' <<<"$out")"
+spec_total="$("$GANTRY" plan "$TMP/l405.yaml" --gpu-memory 80 2>&1 | grep '^  total')"
+check "405B: --device cuda plans the bytes of a cuda job spec ($flags_total)" bash -c "[ -n '$flags_total' ] && [ '$flags_total' = '$spec_total' ]"
+fused_act="$(grep '^  activations' <<<"$out" | awk '{print $2}')"
+out="$("$GANTRY" plan $L405 2>&1)"
+cpu_act="$(grep '^  activations' <<<"$out" | awk '{print $2}')"
+check "405B from flags without --device: the cpu's unfused attention, more activations ($cpu_act > $fused_act GB)" \
+  bash -c "grep -q 'activations .*(unfused attention' <<<'$out' && awk 'BEGIN { exit !($cpu_act > $fused_act) }'"
+# Its 126 layers over 16 stages: uneven stages (7 or 8 layers, BalanceStages), planned and fitting.
+sed -i 's/n_layer: 128/n_layer: 126/' "$TMP/l405.yaml"
+out="$("$GANTRY" plan "$TMP/l405.yaml" --gpu-memory 80 --ranks 2>&1)"; rc=$?
+echo "$out" | grep -E '^  (activations|total)'
+check "405B's 126 layers over 16 stages: planned, every stage, and fits 80 GB (exit 0)" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'llama, 126 layers' <<<'$out' && grep -q 'of 80.0 GB: fits' <<<'$out' && [ \$(grep -c '^15 ' <<<'$out') -eq 8 ]"
+out="$("$GANTRY" plan $L405 --device tpu 2>&1)"; rc=$?
+check "--device names the backends it takes (exit 2)" bash -c "[ $rc -eq 2 ] && grep -q 'cpu, cuda or cuda-emulated' <<<'$out'"
 [ $fail -eq 0 ] && echo "plan_test: passed"
 exit $fail

@@ -343,7 +343,31 @@ train: {steps: 10, micro_batch: 2, lr: 1.0e-3}
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->world_size(), 12);
   EXPECT_NE(Error(m + "parallel: {tp: 3}\n").find("field 'parallel.tp' 3 does not divide model.n_head 4"), std::string::npos);
-  EXPECT_NE(Error(m + "parallel: {pp: 4}\n").find("field 'parallel.pp' 4 does not divide model.n_layer 6"), std::string::npos);
+  // Stages need not take as many layers (BalanceStages splits them by cost); each takes one.
+  EXPECT_TRUE(ParseJobSpec(m + "parallel: {pp: 4}\n").ok());
+  // Or the spec gives each stage's layers: pp of them, one at least each, n_layer in all.
+  auto given = ParseJobSpec(m + "parallel: {pp: 3, stage_layers: [1, 3, 2]}\n");
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->parallel.stage_layers, (std::vector<int>{1, 3, 2}));
+  auto again = ParseJobSpec(ToYaml(*given));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ToYaml(*given);
+  EXPECT_EQ(again->parallel, given->parallel) << "the normal form keeps stage_layers";
+  EXPECT_NE(Error(m + "parallel: {pp: 3, stage_layers: [1, 5]}\n")
+                .find("field 'parallel.stage_layers' gives 2 stages' layers for pp 3 stages"),
+            std::string::npos);
+  EXPECT_NE(Error(m + "parallel: {pp: 3, stage_layers: [0, 4, 2]}\n")
+                .find("field 'parallel.stage_layers' gives stage 0 0 layers (one at least)"),
+            std::string::npos);
+  EXPECT_NE(Error(m + "parallel: {pp: 3, stage_layers: [1, 1, 2]}\n")
+                .find("field 'parallel.stage_layers' gives 4 layers in all, the model has 6"),
+            std::string::npos);
+  EXPECT_NE(Error(m + "parallel: {pp: 2, stage_layers: 3}\n").find("field 'parallel.stage_layers' must be a list"),
+            std::string::npos);
+  EXPECT_NE(Error(m + "parallel: {pp: 2, stage_layers: [3, x]}\n")
+                .find("field 'parallel.stage_layers[1]' must be an integer"),
+            std::string::npos);
+  EXPECT_NE(Error(m + "parallel: {pp: 7}\n").find("field 'parallel.pp' 7 stages for model.n_layer 6 layers"),
+            std::string::npos);
   EXPECT_NE(Error(m + "parallel: {dp: 2, tp: 2}\nresources: {workers: 2}\n").find("dp 2 x tp 2 x pp 1 = 4"),
             std::string::npos);
 }

@@ -69,7 +69,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
   }
   jobspec::ModelShard shard;
   if (sharded) {
-    shard = jobspec::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage);
+    shard = jobspec::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage,
+                             spec.parallel.stage_layers);
     shard.sequence_parallel = spec.parallel.sequence_parallel;
     shard.ep = ep;
     shard.ep_rank = jobspec::EpRankOf(options.groups->me, options.groups->layout);

@@ -347,8 +347,10 @@ class ModelParallelTest : public ::testing::Test {
       // steps (its share, rounded up to whole bucket pieces: the 10% check below).
       if (zero < 3) {
         double gemm = 0;
-        for (const auto& t : jobspec::ParameterLayout(Spec(l, zero).model, jobspec::ShardOf(Spec(l, zero).model, l.tp,
-                                                                                          c.tp_rank, l.pp, c.stage))) {
+        const jobspec::JobSpec spec = Spec(l, zero);
+        const jobspec::ModelShard shard =
+            jobspec::ShardOf(spec.model, l.tp, c.tp_rank, l.pp, c.stage, spec.parallel.stage_layers);
+        for (const auto& t : jobspec::ParameterLayout(spec.model, shard)) {
           gemm += t.gemm ? static_cast<double>(t.working_room()) : 0;
         }
         EXPECT_EQ(p.num_params * 4 + (precision_ == "fp32" ? 0 : 2 * gemm), static_cast<double>(m.params))
@@ -678,6 +680,53 @@ TEST_F(ModelParallelTest, GPipeGivesTheSameLossesAs1F1BAndThreeStagesToo) {
   schedule_ = "1f1b";
   const Result three = Run({1, 1, 4}, 0);  // middle stages: receive and send both ways
   ExpectClose(three.losses, a.losses, "pp 4");
+}
+
+// Stages need not take as many layers: 4 layers over 3 stages (split by BalanceStages, which
+// counts the classifier's cost with the last) give one process's losses, with 1F1B and with
+// GPipe, and each stage holds the activations the planner gives it (Run's ExpectPlanned).
+TEST_F(ModelParallelTest, UnevenStagesGiveOneProcessLosses) {
+  const Result one = Run({1, 1, 1}, 0);
+  const jobspec::JobSpec spec = Spec({1, 1, 3}, 0);
+  const std::vector<int> bounds = jobspec::BalanceStages(spec.model, 3);
+  ASSERT_EQ(bounds.size(), 4u);
+  EXPECT_TRUE(bounds[1] - bounds[0] != bounds[2] - bounds[1] || bounds[2] - bounds[1] != bounds[3] - bounds[2])
+      << "uneven";
+  std::printf("4 layers over 3 stages: %d, %d, %d\n", bounds[1] - bounds[0], bounds[2] - bounds[1],
+              bounds[3] - bounds[2]);
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    schedule_ = schedule;
+    const Result three = Run({1, 1, 3}, 0);
+    ExpectClose(three.losses, one.losses, absl::StrCat("pp 3 over 4 layers, ", schedule));
+  }
+}
+
+// The job spec may give each stage's layers (parallel.stage_layers), as Llama 3 405B gave its
+// first and last stages one layer fewer: 3 and 1 of 4 layers over 2 stages, and 1, 1, 2 over 3,
+// give one process's losses, each stage holding its layers and the activations the planner
+// gives it (Run's ExpectPlanned); a checkpoint of one split resumes as another and as one
+// process.
+TEST_F(ModelParallelTest, StagesTheSpecGivesGiveOneProcessLosses) {
+  const Result one = Run({1, 1, 1}, 0);
+  for (const auto& [pp, layers] : {std::pair<int, std::string>{2, "[3, 1]"}, {3, "[1, 1, 2]"}}) {
+    parallel_extra_ = absl::StrCat(", stage_layers: ", layers);
+    const Result many = Run({1, 1, pp}, 0);
+    ExpectClose(many.losses, one.losses, absl::StrCat("pp ", pp, ", stage_layers ", layers));
+  }
+  parallel_extra_ = ", stage_layers: [3, 1]";
+  const jobspec::JobSpec spec = Spec({1, 1, 2}, 0);
+  EXPECT_EQ(jobspec::ShardOf(spec.model, 1, 0, 2, 0, spec.parallel.stage_layers).layer_end, 3);
+  // A checkpoint of 3 + 1 layers resumes as 1 + 3 and as one process.
+  every_ = 10;
+  const Result first = Run({1, 1, 2}, 0, /*stop_after=*/10);
+  every_ = 0;
+  ASSERT_EQ(first.losses.size(), 10u);
+  ExpectClose(first.losses, {one.losses.begin(), one.losses.begin() + 10}, "stage_layers [3, 1], steps 1-10");
+  for (const auto& [pp, layers] : {std::pair<int, std::string>{2, "[1, 3]"}, {1, ""}}) {
+    parallel_extra_ = layers.empty() ? "" : absl::StrCat(", stage_layers: ", layers);
+    const Result rest = Run({1, 1, pp}, 0, 0, /*resume=*/true);
+    ExpectClose(rest.losses, one.losses, absl::StrCat("resumed as pp ", pp, " ", layers), 10);
+  }
 }
 
 TEST_F(ModelParallelTest, ACheckpointOfTwoTwoTwoResumesAsOneOneOneAndAsFourOneOne) {
