@@ -513,7 +513,7 @@ TEST_F(TrainerTest, OneRankOnCudaEmulatedRunsOnTheDeviceWithTheCpuResults) {
 // grouped heads' backward, as a GPU's may), the step falls back (the key/value heads repeated)
 // and says so once: in the first step's report and under its step line, not again. The losses
 // are those of the run without the refusal (on cuda-emulated the two paths give the same bits).
-TEST_F(TrainerTest, ALibrarysRefusalIsSaidOnceInTheStepReportAndLine) {
+TEST_F(TrainerTest, ALibrarysRefusalOnCudaEmulatedIsSaidOnceInTheStepReportAndLine) {
   const std::string y = "model: {arch: llama, n_layer: 2, n_head: 2, n_kv_head: 1, n_embd: 16, vocab_size: 31, "
                         "seq_len: 16}\n"
                         "data: {train: " + dir_.File("train.bin") + ", shuffle: true}\n"
