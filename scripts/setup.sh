@@ -12,6 +12,7 @@ PACKAGES=(
   libgflags-dev libgoogle-glog-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the wire contract
   librocksdb-dev                   # coordinator and shard-server state
+  libssl-dev                       # the principals file's token hashes (libcrypto; gRPC links it too)
   prometheus-cpp-dev               # metrics: the registry (core) and /metrics (pull, civetweb)
   libasio-dev                      # the data plane's event loop (standalone Asio, header only)
   libgloo-dev                      # CPU collectives
