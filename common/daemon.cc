@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -76,13 +77,13 @@ std::optional<int> HandleKillPoints() {
   return std::nullopt;
 }
 
-absl::StatusOr<std::unique_ptr<PrincipalsFile>> LoadDaemonPrincipals(const std::string& path) {
+absl::StatusOr<DaemonPrincipals> LoadDaemonPrincipals(const std::string& path) {
   std::string p = path;
   if (p.empty()) {
     const char* env = std::getenv("GANTRY_PRINCIPALS_FILE");
     if (env != nullptr) p = env;
   }
-  if (p.empty()) return nullptr;
+  if (p.empty()) return DaemonPrincipals{};
   if (!ProcessSecurity().server_tls()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "principals file ", p, ": a principals file needs TLS (GANTRY_TLS_CERT and GANTRY_TLS_KEY): its tokens "
@@ -98,7 +99,10 @@ absl::StatusOr<std::unique_ptr<PrincipalsFile>> LoadDaemonPrincipals(const std::
                     "(GANTRY_TLS_CLIENT_CA is not set): they can use only their tokens";
   }
   SetProcessPrincipals(file->get());
-  return file;
+  DaemonPrincipals d;
+  d.file = std::move(*file);
+  d.reload = [f = d.file.get()] { (void)f->Reload(); };
+  return d;
 }
 
 int WaitForTermination(const sigset_t& signals, const std::function<void()>& on_hangup) {

@@ -28,8 +28,13 @@ sigset_t InitDaemon(int* argc, char*** argv, const char* usage);
 // before: the cluster token, or nothing on a laptop). Loaded and installed for the RPC edge
 // (SetProcessPrincipals). A file that does not load, or a principals file without server TLS
 // (GANTRY_TLS_CERT and GANTRY_TLS_KEY: its tokens would cross the network in clear), is an
-// error: main logs it and returns 2.
-absl::StatusOr<std::unique_ptr<PrincipalsFile>> LoadDaemonPrincipals(const std::string& path);
+// error: main logs it and returns 2. reload is SIGHUP's (WaitForTermination's on_hangup): the
+// file read again, a bad one logged and the previous left in force; empty without a file.
+struct DaemonPrincipals {
+  std::unique_ptr<PrincipalsFile> file;
+  std::function<void()> reload;
+};
+absl::StatusOr<DaemonPrincipals> LoadDaemonPrincipals(const std::string& path);
 
 // Kill points (common/kill_point.h), for the daemons that have them; call after InitDaemon.
 // With --list_kill_points, prints the binary's kill points ("NAME<TAB>before-commit|

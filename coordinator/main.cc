@@ -35,8 +35,6 @@ int main(int argc, char** argv) {
     LOG(ERROR) << principals.status();
     return 2;
   }
-  std::function<void()> reload;  // SIGHUP: the principals file again (a bad one: the old stays)
-  if (*principals) reload = [p = principals->get()] { (void)p->Reload(); };
   auto store = gantry::coordinator::Store::Open(FLAGS_data_dir + "/db");
   if (!store.ok()) {
     LOG(ERROR) << store.status();
@@ -75,7 +73,7 @@ int main(int argc, char** argv) {
   LOG(INFO) << "gantry-coordinator serving gRPC on port " << port << ", metrics on port " << (*http)->port()
             << ", data in " << FLAGS_data_dir;
   gantry::WriteReadyFile(FLAGS_ready_file, port, (*http)->port());
-  gantry::WaitForTermination(sigs, reload);
+  gantry::WaitForTermination(sigs, principals->reload);  // SIGHUP: the principals file again
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   (*server)->Wait();
   LOG(INFO) << "stopped";

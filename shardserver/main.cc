@@ -47,8 +47,6 @@ int main(int argc, char** argv) {
     LOG(ERROR) << principals.status();
     return 2;
   }
-  std::function<void()> reload;  // SIGHUP: the principals file again (a bad one: the old stays)
-  if (*principals) reload = [p = principals->get()] { (void)p->Reload(); };
   gantry::metrics::Registry registry;
   auto svc = gantry::shardserver::ShardService::Open(FLAGS_data_dir + "/chunks", &registry);
   if (!svc.ok()) {
@@ -128,7 +126,7 @@ int main(int argc, char** argv) {
     });
   }
   gantry::WriteReadyFile(FLAGS_ready_file, port, (*http)->port());
-  gantry::WaitForTermination(sigs, reload);
+  gantry::WaitForTermination(sigs, principals->reload);  // SIGHUP: the principals file again
   {
     std::lock_guard<std::mutex> l(mu);
     stop = true;

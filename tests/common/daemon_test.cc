@@ -83,7 +83,8 @@ TEST(DaemonTest, APrincipalsFileNeedsTls) {
   ::unsetenv("GANTRY_PRINCIPALS_FILE");
   auto none = LoadDaemonPrincipals("");
   ASSERT_TRUE(none.ok()) << none.status();
-  EXPECT_EQ(*none, nullptr) << "nothing configured: no principals";
+  EXPECT_EQ(none->file, nullptr) << "nothing configured: no principals";
+  EXPECT_FALSE(none->reload) << "and nothing to reload on SIGHUP";
   auto plain = LoadDaemonPrincipals("/etc/gantry/principals.yaml");
   ASSERT_FALSE(plain.ok());
   EXPECT_NE(plain.status().message().find("a principals file needs TLS (GANTRY_TLS_CERT and GANTRY_TLS_KEY)"),
