@@ -414,7 +414,7 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
   for (int tp = 1; tp <= std::min(gpus, cluster.gpus_per_node); tp *= 2) {
     if (gpus % tp != 0 || c.n_head % tp != 0 || c.kv_heads() % tp != 0 || c.ffn() % tp != 0) continue;
     for (int pp = 1; pp <= std::min(gpus / tp, c.n_layer); ++pp) {
-      if ((gpus / tp) % pp != 0 || c.n_layer % pp != 0) continue;
+      if ((gpus / tp) % pp != 0) continue;  // (pp up to the layers: uneven stages split them, BalanceStages)
       const int dp = gpus / (tp * pp);
       if (in.ep > 1 && dp % in.ep != 0) continue;
       for (int zero = 0; zero <= 3; ++zero) {

@@ -69,12 +69,13 @@ struct RankedLayout {
   StepCost cost;
 };
 // Every layout of `gpus` devices for a global batch (tp dividing the heads and at most a node,
-// pp dividing the layers, ZeRO 0-3 (2-3 without pp), recompute none/selective/full, sequence
-// parallel with tp, micro-batches of powers of two), best first by predicted tokens/s, the
-// first `top` that fit the device's memory (90%, as MakePlan). The input's own precision,
-// sequence length, schedule and offload are kept. `admit`, when given, keeps only the layouts
-// it accepts (the constraints of a job spec's `parallel: auto`). NOT_FOUND naming the reason
-// if none fits, with the least memory per GPU an admitted layout needs and that layout.
+// pp dividing the GPUs over tp, at most one stage a layer: uneven stages split the rest,
+// ZeRO 0-3 (2-3 without pp), recompute none/selective/full, sequence parallel with tp,
+// micro-batches of powers of two), best first by predicted tokens/s, the first `top` that fit
+// the device's memory (90%, as MakePlan). The input's own precision, sequence length, schedule
+// and offload are kept. `admit`, when given, keeps only the layouts it accepts (the
+// constraints of a job spec's `parallel: auto`). NOT_FOUND naming the reason if none fits,
+// with the least memory per GPU an admitted layout needs and that layout.
 absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const ClusterSpec& cluster, int gpus,
                                                       int global_batch, int top,
                                                       const std::function<bool(const PlanInput&)>& admit = nullptr);

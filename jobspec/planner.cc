@@ -278,8 +278,9 @@ absl::StatusOr<PlanInput> Recommend(PlanInput in, int gpus, int global_batch) {
   for (int tp : {1, 2, 4, 8}) {
     for (int pp = 1; pp <= gpus; ++pp) {
       if (gpus % (tp * pp) != 0) continue;
+      // (pp need not divide the layers: uneven stages, BalanceStages; at most one stage a layer)
       if (in.model && (in.model->n_head % tp != 0 || in.model->kv_heads() % tp != 0 || in.model->ffn() % tp != 0 ||
-                       in.model->n_layer % pp != 0)) {
+                       pp > in.model->n_layer)) {
         continue;
       }
       const int dp = gpus / (tp * pp);

@@ -463,6 +463,28 @@ TEST(CostModelTest, RankedLlamaLayoutsKeepNoRepeatedKeyValueHeadsOnGpus) {
   EXPECT_FALSE((*r2)[0].in.grouped_attention);
 }
 
+// Llama 3 405B's layers (126) over 16 pipeline stages: pp need not divide the layers (uneven
+// stages: BalanceStages splits them 7, 8 x 14, 7), so the ranked layouts of 128 GPUs at tp 8
+// (16 GPUs over tp) include pp 16, some of which fit an 80 GB H100. Fails if the search keeps
+// only pp dividing the layers (126 = 2·3²·7: no pp 16).
+TEST(CostModelTest, RankedLayoutsTakePipelinesThatDoNotDivideTheLayers) {
+  PlanInput in;
+  GPTConfig c = Llama70B();
+  c.n_layer = 126, c.n_embd = 16384, c.n_head = 128, c.n_kv_head = 8, c.ffn_hidden = 53248;
+  c.vocab_size = 128256;
+  in.model = c;
+  in.seq_len = 8192;
+  in.precision = Precision::kAutocast;
+  const ClusterSpec h100 = *ClusterPreset("dgx-h100");
+  auto ranked = RankLayouts(in, h100, 128, 128, 1000, [](const PlanInput& x) { return x.tp == 8 && x.pp == 16; });
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  ASSERT_FALSE(ranked->empty());
+  for (const RankedLayout& x : *ranked) {
+    EXPECT_EQ(x.in.pp, 16);
+    EXPECT_LE(x.plan.total(), 0.9 * 80e9);
+  }
+}
+
 // Published: Narayanan et al. 2021 (Megatron-LM on A100 clusters), Table 1, TFLOP/s per GPU
 // by the paper's count, GPT with T 2048 and V 51,200, full recomputation, fp16, on DGX A100
 // (the dgx-a100 preset, attention unfused as that Megatron ran it; micro-batch 1 assumed).
