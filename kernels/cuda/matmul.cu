@@ -313,15 +313,8 @@ absl::StatusOr<Plan*> PlanOf(Context& ctx, const PlanKey& key) {
 // aux and the bias gradient overwritten: the caller's GEMM then writes them again), once to
 // warm up and three times timed by events on the stream, and the fastest kept as plan.algo.
 // The host waits for the timings: once per shape, at its first call.
-absl::Status TimeAlgorithms(Context& ctx, Plan& plan, const Epilogue& e, const void* A, const void* B, void* D) {
-  if (e.bias != nullptr) {
-    GPU_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan.l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
-  }
-  if (e.aux != nullptr) {
-    GPU_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan.l.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
-  }
+// The descriptor's epilogue pointers are the call's (TryGemm sets them first).
+absl::Status TimeAlgorithms(Context& ctx, Plan& plan, const void* A, const void* B, void* D) {
   cudaEvent_t start = nullptr, stop = nullptr;
   GPU_RETURN_IF_ERROR(cudaEventCreate(&start));
   absl::Status st = [&]() -> absl::Status {
@@ -377,10 +370,6 @@ absl::StatusOr<bool> TryGemm(Context& ctx, bool ta, bool tb, int m, int n, int k
                     e.aux != nullptr ? Alignment(e.aux) : 0};
   ASSIGN_OR_RETURN(Plan * plan, PlanOf(ctx, key));
   if (plan == nullptr) return false;
-  if (!plan->untimed.empty()) {
-    if (beta == 0.f) RETURN_IF_ERROR(TimeAlgorithms(ctx, *plan, e, A, B, D));  // else the heuristic's first stays
-    plan->untimed.clear();
-  }
   if (e.bias != nullptr) {
     GPU_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan->l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias)));
@@ -388,6 +377,10 @@ absl::StatusOr<bool> TryGemm(Context& ctx, bool ta, bool tb, int m, int n, int k
   if (e.aux != nullptr) {
     GPU_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan->l.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
+  }
+  if (!plan->untimed.empty()) {
+    if (beta == 0.f) RETURN_IF_ERROR(TimeAlgorithms(ctx, *plan, A, B, D));  // else the heuristic's first stays
+    plan->untimed.clear();
   }
   const float alpha = 1.f;
   GPU_RETURN_IF_ERROR(cublasLtMatmul(ctx.lt(), plan->l.op, &alpha, A, plan->l.a, B, plan->l.b, &beta, D, plan->l.d,
