@@ -246,6 +246,7 @@ absl::StatusOr<size_t> CommandFlags::ParseLeading(const std::vector<std::string>
 absl::Status CommandFlags::ParseFrom(const std::vector<std::string>& args, bool stop_at_operand,
                                      size_t* stopped_at) {
   std::vector<std::string> operands;
+  absl::Status value_error;  // the first value refused: reported unless --help was asked for
   bool flags_ended = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -292,11 +293,13 @@ absl::Status CommandFlags::ParseFrom(const std::vector<std::string>& args, bool 
       if (i + 1 >= args.size()) return Error(absl::StrCat(shown, " needs a value (", f->metavar, ")"));
       value = args[++i];
     }
-    if (auto s = f->set(value); !s.ok()) return Error(std::string(s.message()));
+    if (auto s = f->set(value); !s.ok() && value_error.ok()) value_error = Error(std::string(s.message()));
     if (given_.insert(f->name).second) given_order_.push_back("--" + f->name);
   }
   *stopped_at = i;
-  if (stop_at_operand || help_) return absl::OkStatus();
+  if (help_) return absl::OkStatus();
+  if (!value_error.ok()) return value_error;
+  if (stop_at_operand) return absl::OkStatus();
   if (operand_values_ == nullptr) {
     if (!operands.empty()) return Error(absl::StrCat("unexpected argument '", operands[0], "'"));
     return absl::OkStatus();

@@ -66,7 +66,9 @@ class CommandFlags {
   CommandFlags& Inherit(const CommandFlags& globals);
 
   // Parses args (those after the command's name). An error names the flag and the command:
-  // "sample: unknown flag --bogus (gantry sample --help lists its flags)".
+  // "sample: unknown flag --bogus (gantry sample --help lists its flags)". With -h or --help
+  // anywhere, a value a flag refuses is no error (the help is what was asked for); an unknown
+  // flag or a missing value still is.
   absl::Status Parse(const std::vector<std::string>& args);
   // Parses the flags in front of the first operand (a program's global flags before its
   // command); returns the index of that operand (args.size() when there is none).

@@ -160,6 +160,23 @@ TEST(CommandFlagsTest, HelpIsGeneratedFromTheDefinitions) {
   EXPECT_TRUE(g.help());
 }
 
+// Asked for help, a bad value is no error (tests/cli/help_test.sh gives every flag "x" beside
+// --help to show that each one listed is taken); an unknown flag still is.
+TEST(CommandFlagsTest, HelpOutranksABadValueButNotAnUnknownFlag) {
+  Values v;
+  CommandFlags f = Define(&v);
+  EXPECT_TRUE(f.Parse({"--tokens=x", "--dtype=x", "--wait=x", "--help"}).ok());
+  EXPECT_TRUE(f.help());
+  Values w;
+  CommandFlags g = Define(&w);
+  EXPECT_EQ(g.Parse({"--help", "--tokens=x", "--bogus=x"}).message(),
+            "sample: unknown flag --bogus (gantry sample --help lists its flags)");
+  Values u;
+  CommandFlags h = Define(&u);
+  EXPECT_EQ(h.Parse({"--tokens=x", "--dtype=x", "j"}).message(),
+            "sample: --tokens takes a whole number, not 'x' (gantry sample --help lists its flags)");
+}
+
 TEST(CommandFlagsTest, LongHelpWrapsUnderItsFlag) {
   std::string layout;
   CommandFlags f("gantry", "plan", "", "plan");
