@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "common/console.h"
@@ -79,19 +78,18 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
 }
 
 // submit FILE [--wait]
-int SubmitCommand(const Options& o, v1::Coordinator::Stub* stub) {
+int SubmitCommand(const Options& o) {
   bool wait = false;
-  std::vector<std::string> a;
-  for (const auto& x : o.args) (x == "--wait" ? wait = true : (a.push_back(x), false));
-  if (a.size() != 2) {
-    std::fputs("gantry: submit takes one job spec file\n", stderr);
-    return 2;
-  }
-  auto text = ReadFileToString(a[1]);
+  std::vector<std::string> file;
+  CommandFlags f = CommandFlagsFor(o);
+  f.Switch("wait", &wait, "then watch the job it queued (exit status as watch's)").Operands(&file, 1, 1);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  auto text = ReadFileToString(file[0]);
   if (!text.ok()) {
     std::fprintf(stderr, "gantry: %s\n", std::string(text.status().message()).c_str());
     return 2;
   }
+  auto stub = Connect(o);
   v1::SubmitJobRequest req;
   req.set_spec_yaml(*text);
   v1::SubmitJobResponse resp;
@@ -100,35 +98,43 @@ int SubmitCommand(const Options& o, v1::Coordinator::Stub* stub) {
   if (o.output == "json") std::printf("%s\n", Json(resp).c_str());
   else std::printf("%s\n", resp.job_id().c_str());
   std::fflush(stdout);
-  return wait ? Watch(o, stub, resp.job_id()) : 0;
+  return wait ? Watch(o, stub.get(), resp.job_id()) : 0;
 }
 
 // jobs [--state S] [--limit N | --all]: the newest N (default 50), paged from the coordinator;
 // -o json: every job (or the newest N with --limit) as one list.
-int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
-  v1::ListJobsRequest req;
-  int64_t limit = o.output == "json" ? 0 : 50;  // 0: all
-  for (size_t i = 1; i < o.args.size(); ++i) {
-    const std::string& a = o.args[i];
-    if (a == "--state" && i + 1 < o.args.size()) {
-      v1::JobState st;
-      if (!v1::JobState_Parse(o.args[++i], &st)) {
-        std::fprintf(stderr, "gantry: unknown state '%s'\n", o.args[i].c_str());
-        return 2;
-      }
-      req.set_state(st);
-    } else if (a == "--limit" && i + 1 < o.args.size()) {
-      if (!absl::SimpleAtoi(o.args[++i], &limit) || limit < 1) {
-        std::fprintf(stderr, "gantry: --limit '%s' is not a positive number\n", o.args[i].c_str());
-        return 2;
-      }
-    } else if (a == "--all") {
-      limit = 0;
-    } else {
-      std::fputs(kUsage, stderr);
-      return 2;
+int JobsCommand(const Options& o) {
+  std::string state;
+  int64_t limit = 50;
+  bool all_jobs = false;
+  CommandFlags f = CommandFlagsFor(o);
+  std::vector<std::string> states;  // the proto's, but UNSPECIFIED
+  for (int i = 0; i < v1::JobState_descriptor()->value_count(); ++i) {
+    if (const int n = v1::JobState_descriptor()->value(i)->number(); n != v1::JOB_STATE_UNSPECIFIED) {
+      states.push_back(v1::JobState_Name(static_cast<v1::JobState>(n)));
     }
   }
+  f.Choice("state", &state, states, "only the jobs in this state")
+      .Int("limit", &limit, "N", "the newest N jobs")
+      .Default("50; with -o json, every job")
+      .Switch("all", &all_jobs, "every job");
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  v1::ListJobsRequest req;
+  if (f.given("state")) {
+    v1::JobState st = v1::JOB_STATE_UNSPECIFIED;
+    (void)v1::JobState_Parse(state, &st);  // one of the names Choice took
+    req.set_state(st);
+  }
+  if (f.given("limit") && limit < 1) {
+    std::fprintf(stderr, "gantry: jobs: --limit '%ld' is not a positive number\n", static_cast<long>(limit));
+    return 2;
+  }
+  if (all_jobs) {
+    limit = 0;  // 0: all
+  } else if (!f.given("limit") && o.output == "json") {
+    limit = 0;
+  }
+  auto stub = Connect(o);
   // The table shows no spec: without the spec texts a listing is a twelfth of the bytes. JSON
   // keeps every field.
   req.set_brief(o.output != "json");
@@ -157,22 +163,24 @@ int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
   return 0;
 }
 
-// describe JOB, cancel JOB
-int DescribeOrCancelCommand(const Options& o, v1::Coordinator::Stub* stub) {
-  const std::string& cmd = o.args[0];
-  if (o.args.size() != 2) {
-    std::fprintf(stderr, "gantry: %s takes one job id\n", cmd.c_str());
-    return 2;
-  }
+namespace {
+
+// describe JOB, cancel JOB: the job, as the coordinator answers.
+int ShowJob(const Options& o, bool cancel) {
+  std::vector<std::string> job_id;
+  CommandFlags f = CommandFlagsFor(o);
+  f.Operands(&job_id, 1, 1);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  auto stub = Connect(o);
   v1::Job job;
   grpc::Status s;
-  if (cmd == "describe") {
+  if (!cancel) {
     v1::GetJobRequest req;
-    req.set_job_id(o.args[1]);
+    req.set_job_id(job_id[0]);
     s = stub->GetJob(Ctx(o).get(), req, &job);
   } else {
     v1::CancelJobRequest req;
-    req.set_job_id(o.args[1]);
+    req.set_job_id(job_id[0]);
     s = stub->CancelJob(Ctx(o).get(), req, &job);
   }
   if (!s.ok()) return Fail(s);
@@ -207,13 +215,18 @@ int DescribeOrCancelCommand(const Options& o, v1::Coordinator::Stub* stub) {
   return 0;
 }
 
+}  // namespace
+
+int DescribeCommand(const Options& o) { return ShowJob(o, false); }
+int CancelCommand(const Options& o) { return ShowJob(o, true); }
+
 // watch JOB
-int WatchCommand(const Options& o, v1::Coordinator::Stub* stub) {
-  if (o.args.size() != 2) {
-    std::fputs("gantry: watch takes one job id\n", stderr);
-    return 2;
-  }
-  return Watch(o, stub, o.args[1]);
+int WatchCommand(const Options& o) {
+  std::vector<std::string> job_id;
+  CommandFlags f = CommandFlagsFor(o);
+  f.Operands(&job_id, 1, 1);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  return Watch(o, Connect(o).get(), job_id[0]);
 }
 
 }  // namespace gantry::cli

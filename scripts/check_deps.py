@@ -76,9 +76,10 @@ ALLOWED = {
     "shardserver/": BASE + ["kernels/adamw.h", "gantry/v1/"],
     "cli/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
                     "shardserver/client/shard_client.h", "gantry/v1/"],
-    # gantry-train (its own binary, which links the trainer): calibrate times Gloo's all-reduce
+    # gantry-train (its own binary, which links the trainer): calibrate times Gloo's all-reduce;
+    # sample and export are gantry's (cli/model_commands.h, gantry_cli_model)
     "cli/train/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
-                          "comm/", "cli/train/", "gantry/v1/"],
+                          "comm/", "cli/train/", "cli/model_commands.h", "gantry/v1/"],
 }
 # Where the allowed list is folders of this project, these are too (a header outside them is
 # another library's: absl, gRPC ...).
