@@ -222,6 +222,7 @@ absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id) {
 }
 
 void Cluster::JobCancelled(const v1::Job& job) {
+  LOG(INFO) << "job " << job.id() << ": cancelled; its workers are told and free";
   rendezvous_.Drop(job.id());
   std::lock_guard<std::mutex> l(mu_);
   done_ranks_.erase({job.id(), job.generation()});
