@@ -103,8 +103,9 @@ int SubmitCommand(const Options& o, v1::Coordinator::Stub* stub) {
   return wait ? Watch(o, stub, resp.job_id()) : 0;
 }
 
-// jobs [--state S] [--limit N | --all]: the newest N (default 50), paged from the coordinator;
-// -o json: every job (or the newest N with --limit) as one list.
+// jobs [--state S] [--owner NAME] [--team TEAM] [--mine] [--limit N | --all]: the newest N
+// (default 50) of the jobs the caller may read, paged from the coordinator; -o json: every job
+// (or the newest N with --limit) as one list.
 int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
   v1::ListJobsRequest req;
   int64_t limit = o.output == "json" ? 0 : 50;  // 0: all
@@ -124,6 +125,16 @@ int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
       }
     } else if (a == "--all") {
       limit = 0;
+    } else if ((a == "--owner" || a == "--team") && i + 1 < o.args.size()) {
+      const std::string& v = o.args[++i];
+      if (v.empty()) {
+        std::fprintf(stderr, "gantry: %s needs a name\n", a.c_str());
+        return 2;
+      }
+      if (a == "--owner") req.set_owner(v);
+      else req.set_team(v);
+    } else if (a == "--mine") {
+      req.set_mine(true);
     } else {
       std::fputs(kUsage, stderr);
       return 2;
@@ -148,10 +159,12 @@ int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
     std::printf("%s\n", Json(all).c_str());
     return 0;
   }
-  std::printf("%-10s %-20s %-16s %-13s %s\n", "JOB", "NAME", "STATE", "STEP", "SUBMITTED");
+  std::printf("%-10s %-20s %-16s %-13s %-16s %-12s %s\n", "JOB", "NAME", "STATE", "STEP", "OWNER", "TEAM",
+              "SUBMITTED");
   for (const auto& j : all.jobs()) {
-    std::printf("%-10s %-20s %-16s %-13s %s\n", j.id().c_str(), j.name().c_str(), State(j).c_str(),
-                absl::StrCat(j.steps_done(), "/", j.steps_total()).c_str(), When(j.submit_time_unix_ms()).c_str());
+    std::printf("%-10s %-20s %-16s %-13s %-16s %-12s %s\n", j.id().c_str(), j.name().c_str(), State(j).c_str(),
+                absl::StrCat(j.steps_done(), "/", j.steps_total()).c_str(), j.owner().empty() ? "-" : j.owner().c_str(),
+                j.team().empty() ? "-" : j.team().c_str(), When(j.submit_time_unix_ms()).c_str());
   }
   if (more) std::fprintf(stderr, "(the newest %d jobs; older ones: --limit N or --all)\n", all.jobs_size());
   return 0;
@@ -181,6 +194,8 @@ int DescribeOrCancelCommand(const Options& o, v1::Coordinator::Stub* stub) {
     return 0;
   }
   std::printf("Job:        %s\nName:       %s\nState:      %s\n", job.id().c_str(), job.name().c_str(), State(job).c_str());
+  std::printf("Owner:      %s%s\n", job.owner().empty() ? "-" : job.owner().c_str(),
+              job.team().empty() ? "" : absl::StrCat(" (team ", job.team(), ")").c_str());
   const bool ended = job.state() == v1::FAILED || job.state() == v1::CANCELLED;
   if (!job.reason().empty()) std::printf("%s%s\n", ended ? "Reason:     " : "Last failure: ", job.reason().c_str());
   if (!job.waiting_for().empty()) std::printf("Waiting:    %s\n", job.waiting_for().c_str());

@@ -27,9 +27,10 @@ namespace gantry::cli {
 const char kUsage[] =
     "usage: gantry [--coordinator HOST:PORT] [-o table|json] COMMAND\n"
     "  submit FILE          queue the job spec in FILE, print its id\n"
-    "  jobs [--state S] [--limit N | --all]\n"
+    "  jobs [--state S] [--owner NAME] [--team TEAM] [--mine] [--limit N | --all]\n"
     "                       list jobs, newest first (S: PENDING, RUNNING, ...): the newest 50\n"
-    "                       unless --limit or --all; -o json lists every one unless --limit\n"
+    "                       unless --limit or --all; -o json lists every one unless --limit;\n"
+    "                       only those of NAME, of TEAM, or your own (--mine)\n"
     "  describe JOB         one job in full\n"
     "  cancel JOB           cancel a job that has not finished\n"
     "  watch JOB            follow a job's steps and events until it ends\n"
