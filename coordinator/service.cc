@@ -363,6 +363,15 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     RETURN_IF_ERROR(Authorize(who, Action::kSubmitJob, AuthzObject::Cluster()));
     auto spec = jobspec::ParseJobSpec(req->spec_yaml());
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
+    // Starting from another job's checkpoint reads it: only from a job the submitter may read
+    // (one the coordinator no longer knows is nobody's).
+    if (const std::string& from = spec->checkpoint.resume_from; !from.empty()) {
+      const std::string from_job = from.substr(0, from.find('@'));
+      auto source = store_->GetJob(from_job);
+      const absl::Status may = Authorize(who, Action::kReadCheckpoint,
+                                         source.ok() ? ObjectOf(*source) : AuthzObject::Job(from_job, "", ""));
+      if (!may.ok()) return absl::PermissionDeniedError(absl::StrCat("checkpoint.resume_from: ", may.message()));
+    }
     // The planner's bytes per rank against the workers there are: a job that cannot fit is
     // refused now, saying why, rather than failing when a worker runs out of memory.
     // (parallel: auto: the layout is the planner's at placement, which fails the job if no

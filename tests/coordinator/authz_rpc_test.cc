@@ -209,6 +209,16 @@ TEST_F(AuthzRpcTest, RefusalsNameWhoTheActionAndTheObject) {
     EXPECT_EQ(s.error_message(),
               "user carol (team nlp, role viewer) may not submit jobs to the cluster: viewers only read");
   }
+  {  // a job started from the checkpoint of a job of another team: it would read it
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(absl::StrCat(kSpec, "checkpoint: {resume_from: '", job, "'}\n"));
+    v1::SubmitJobResponse resp;
+    const grpc::Status s = stub_->SubmitJob(As(Caller::kOtherTeam).get(), req, &resp);
+    EXPECT_EQ(s.error_message(),
+              absl::StrCat("checkpoint.resume_from: user erin (team nlp, role user) may not read the checkpoints of job ",
+                           job, " (owner alice, team vision): users read only their own jobs and their team's"));
+    EXPECT_TRUE(stub_->SubmitJob(As(Caller::kTeammate).get(), req, &resp).ok()) << "a teammate may";
+  }
   {  // a worker reading a job
     v1::GetJobRequest req;
     req.set_job_id(job);
