@@ -101,10 +101,12 @@ int SubmitCommand(const Options& o) {
   return wait ? Watch(o, stub.get(), resp.job_id()) : 0;
 }
 
-// jobs [--state S] [--limit N | --all]: the newest N (default 50), paged from the coordinator;
-// -o json: every job (or the newest N with --limit) as one list.
+// jobs [--state S] [--owner NAME] [--team TEAM] [--mine] [--limit N | --all]: the newest N
+// (default 50) of the jobs the caller may read, paged from the coordinator; -o json: every job
+// (or the newest N with --limit) as one list.
 int JobsCommand(const Options& o) {
-  std::string state;
+  std::string state, owner, team;
+  bool mine = false;
   int64_t limit = 50;
   bool all_jobs = false;
   CommandFlags f = CommandFlagsFor(o);
@@ -115,6 +117,9 @@ int JobsCommand(const Options& o) {
     }
   }
   f.Choice("state", &state, states, "only the jobs in this state")
+      .String("owner", &owner, "NAME", "only the jobs that NAME submitted")
+      .String("team", &team, "TEAM", "only the jobs of TEAM")
+      .Switch("mine", &mine, "only your own jobs")
       .Int("limit", &limit, "N", "the newest N jobs")
       .Default("50; with -o json, every job")
       .Switch("all", &all_jobs, "every job");
@@ -129,6 +134,15 @@ int JobsCommand(const Options& o) {
     std::fprintf(stderr, "gantry: jobs: --limit '%ld' is not a positive number\n", static_cast<long>(limit));
     return 2;
   }
+  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"owner", &owner}, {"team", &team}}) {
+    if (f.given(name) && value->empty()) {
+      std::fprintf(stderr, "gantry: jobs: --%s needs a name\n", name);
+      return 2;
+    }
+  }
+  req.set_owner(owner);
+  req.set_team(team);
+  req.set_mine(mine);
   if (all_jobs) {
     limit = 0;  // 0: all
   } else if (!f.given("limit") && o.output == "json") {
@@ -154,10 +168,12 @@ int JobsCommand(const Options& o) {
     std::printf("%s\n", Json(all).c_str());
     return 0;
   }
-  std::printf("%-10s %-20s %-16s %-13s %s\n", "JOB", "NAME", "STATE", "STEP", "SUBMITTED");
+  std::printf("%-10s %-20s %-16s %-13s %-16s %-12s %s\n", "JOB", "NAME", "STATE", "STEP", "OWNER", "TEAM",
+              "SUBMITTED");
   for (const auto& j : all.jobs()) {
-    std::printf("%-10s %-20s %-16s %-13s %s\n", j.id().c_str(), j.name().c_str(), State(j).c_str(),
-                absl::StrCat(j.steps_done(), "/", j.steps_total()).c_str(), When(j.submit_time_unix_ms()).c_str());
+    std::printf("%-10s %-20s %-16s %-13s %-16s %-12s %s\n", j.id().c_str(), j.name().c_str(), State(j).c_str(),
+                absl::StrCat(j.steps_done(), "/", j.steps_total()).c_str(), j.owner().empty() ? "-" : j.owner().c_str(),
+                j.team().empty() ? "-" : j.team().c_str(), When(j.submit_time_unix_ms()).c_str());
   }
   if (more) std::fprintf(stderr, "(the newest %d jobs; older ones: --limit N or --all)\n", all.jobs_size());
   return 0;
@@ -189,6 +205,8 @@ int ShowJob(const Options& o, bool cancel) {
     return 0;
   }
   std::printf("Job:        %s\nName:       %s\nState:      %s\n", job.id().c_str(), job.name().c_str(), State(job).c_str());
+  std::printf("Owner:      %s%s\n", job.owner().empty() ? "-" : job.owner().c_str(),
+              job.team().empty() ? "" : absl::StrCat(" (team ", job.team(), ")").c_str());
   const bool ended = job.state() == v1::FAILED || job.state() == v1::CANCELLED;
   if (!job.reason().empty()) std::printf("%s%s\n", ended ? "Reason:     " : "Last failure: ", job.reason().c_str());
   if (!job.waiting_for().empty()) std::printf("Waiting:    %s\n", job.waiting_for().c_str());

@@ -19,8 +19,8 @@ namespace gantry::cli {
 
 const std::vector<Command> kCommands = {
     {"submit", "FILE", "queue the job spec in FILE, print its id", SubmitCommand},
-    {"jobs", "", "list jobs, newest first: the newest 50 unless --limit or --all; -o json lists every one unless "
-                 "--limit", JobsCommand},
+    {"jobs", "", "list the jobs you may read, newest first: the newest 50 unless --limit or --all; -o json lists "
+                 "every one unless --limit; --owner, --team and --mine filter them", JobsCommand},
     {"describe", "JOB", "one job in full", DescribeCommand},
     {"cancel", "JOB", "cancel a job that has not finished", CancelCommand},
     {"watch", "JOB", "follow a job's steps and events until it ends (exit 0 if it succeeded)", WatchCommand},
