@@ -110,7 +110,8 @@ ALLOWED = {
     "cli/model_commands.h": BASE + ["cli/"],
     "cli/model_commands.cc": BASE + ["jobspec/", "hf/", "data/", "kernels/", "model/", "cli/"],
     # gantry-train (its own binary, which links the trainer): calibrate times Gloo's all-reduce;
-    # sample and export are gantry's (cli/model_commands.h, gantry_cli_model)
+    # sample and export are gantry's (cli/model_commands.h, gantry_cli_model; cli/export_checkpoint.h,
+    # gantry_cli_export)
     "cli/train/": BASE + ["jobspec/", "hf/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
                           "comm/", "cli/train/", "cli/model_commands.h", "cli/export_checkpoint.h", "gantry/v1/"],
 }
