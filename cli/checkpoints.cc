@@ -1,7 +1,5 @@
-// Checkpoints on the shard servers: list, export to Hugging Face, download, sample (on the
-// cpu backend: the CLI links no GPU library).
-#include <unistd.h>
-
+// Checkpoints on the shard servers: list, export to Hugging Face, download. None runs the
+// model (sample, which does, is sample_command.cc).
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -11,8 +9,8 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/remote/shard_source.h"
 #include "cli/commands.h"
-#include "cli/model_commands.h"
-#include "model/hf_io.h"
+#include "cli/export_checkpoint.h"
+#include "hf/hf_format.h"
 #include "shardserver/client/shard_client.h"
 
 namespace gantry::cli {
@@ -47,8 +45,15 @@ int FindCheckpoints(const Options& o, v1::Coordinator::Stub* stub, const std::st
   return -1;
 }
 
-// The checkpoint at `step` (< 0: the newest) of the job's: -1 with *pick set, or the exit status
-// of a failure it printed.
+// -o DIR: required (export, download). Returns -1, or 2 after the error.
+int NeedOut(const Options& o, const std::string& out_dir) {
+  if (!out_dir.empty()) return -1;
+  std::fprintf(stderr, "gantry: %s needs -o DIR\n", o.command.c_str());
+  return 2;
+}
+
+}  // namespace
+
 int PickCheckpoint(const Options& o, const std::string& job_id, int64_t step,
                    std::vector<shardserver::StoredCheckpoint>* found, const shardserver::StoredCheckpoint** pick) {
   auto stub = Connect(o);
@@ -68,15 +73,6 @@ int PickCheckpoint(const Options& o, const std::string& job_id, int64_t step,
 void DefineStep(CommandFlags& f, int64_t* step) {
   f.Int("step", step, "N", "the checkpoint of step N").Default("the newest");
 }
-
-// -o DIR: required (export, download). Returns -1, or 2 after the error.
-int NeedOut(const Options& o, const std::string& out_dir) {
-  if (!out_dir.empty()) return -1;
-  std::fprintf(stderr, "gantry: %s needs -o DIR\n", o.command.c_str());
-  return 2;
-}
-
-}  // namespace
 
 // checkpoints JOB
 int CheckpointsCommand(const Options& o) {
@@ -155,46 +151,12 @@ int ExportCommand(const Options& o) {
   DefineExportFlags(f, &e);
   if (int rc = ParseCommand(f, o); rc >= 0) return rc;
   if (int rc = NeedOut(o, out_dir); rc >= 0) return rc;
-  if (auto dtype = model::ParseExportDtype(e.dtype); !dtype.ok()) return FailStatus(dtype.status());
+  if (auto dtype = hf::ParseExportDtype(e.dtype); !dtype.ok()) return FailStatus(dtype.status());
   std::vector<shardserver::StoredCheckpoint> found;
   const shardserver::StoredCheckpoint* pick = nullptr;
   if (int rc = PickCheckpoint(o, job[0], step, &found, &pick); rc >= 0) return rc;
   checkpoint::ShardCheckpointSource source(*pick);
   auto st = ExportModel(source, absl::StrCat(job[0], " step ", pick->step), out_dir, e);
-  if (!st.ok()) {
-    std::fprintf(stderr, "gantry: %s\n", std::string(st.message()).c_str());
-    return 1;
-  }
-  return 0;
-}
-
-// sample JOB [--step N] [--prompt TEXT] [--tokens N] ...: the checkpoint exported to a
-// temporary model directory, and sampled there on the cpu backend.
-int SampleCommand(const Options& o) {
-  std::vector<std::string> job;
-  int64_t step = -1;
-  SampleFlags sf;
-  sf.tokens = 200;
-  CommandFlags f = CommandFlagsFor(o);
-  DefineStep(f, &step);
-  f.Operands(&job, 1, 1);
-  DefineSampleFlags(f, &sf);
-  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
-  std::vector<shardserver::StoredCheckpoint> found;
-  const shardserver::StoredCheckpoint* pick = nullptr;
-  if (int rc = PickCheckpoint(o, job[0], step, &found, &pick); rc >= 0) return rc;
-  const std::string tmp = absl::StrCat(std::filesystem::temp_directory_path().string(), "/gantry-sample-", getpid());
-  const std::string dir = tmp + "/model";
-  checkpoint::ShardCheckpointSource source(*pick);
-  std::string missing;
-  auto st = checkpoint::ExportCheckpoint(source, dir, kernels::Precision::kFp32, "", &missing);
-  if (st.ok() && !missing.empty() && sf.tokenizer.empty()) {
-    std::fprintf(stderr, "note: the job's tokenizer %s is not on this machine; each sampled id is shown as a byte "
-                 "(name it with --tokenizer)\n", missing.c_str());
-  }
-  if (st.ok()) st = SampleModel(dir, sf);
-  std::error_code ec;
-  std::filesystem::remove_all(tmp, ec);
   if (!st.ok()) {
     std::fprintf(stderr, "gantry: %s\n", std::string(st.message()).c_str());
     return 1;

@@ -1,5 +1,5 @@
 // The gantry CLI's commands, a file per group: jobs.cc (submit, jobs, describe, cancel,
-// watch), workers.cc, checkpoints.cc (checkpoints, export, download, sample), plan.cc,
+// watch), workers.cc, checkpoints.cc (checkpoints, export, download), sample_command.cc, plan.cc,
 // principals.cc (whoami, principals hash, health); main.cc parses the global flags and
 // dispatches. Each command defines its flags once (common/command_flags.h), from which its
 // --help is generated; kCommands lists them. Each returns the process's exit status: 0 ok, 2
@@ -15,6 +15,10 @@
 
 #include "common/command_flags.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
+
+namespace gantry::shardserver {
+struct StoredCheckpoint;  // shardserver/client/shard_client.h
+}  // namespace gantry::shardserver
 
 namespace gantry::cli {
 
@@ -66,10 +70,17 @@ int WatchCommand(const Options& o);
 int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_id);
 // workers.cc
 int WorkersCommand(const Options& o);
-// checkpoints.cc: checkpoints, export, download, sample.
+// checkpoints.cc: checkpoints, export, download.
 int CheckpointsCommand(const Options& o);
 int ExportCommand(const Options& o);
 int DownloadCommand(const Options& o);
+// The checkpoint at `step` (< 0: the newest) of the job's: -1 with *pick set, or the exit status
+// of a failure it printed.
+int PickCheckpoint(const Options& o, const std::string& job_id, int64_t step,
+                   std::vector<shardserver::StoredCheckpoint>* found, const shardserver::StoredCheckpoint** pick);
+// --step N, the checkpoint a command reads.
+void DefineStep(CommandFlags& f, int64_t* step);
+// sample_command.cc (built into the gantry binary, not gantry_cli: it runs the model).
 int SampleCommand(const Options& o);
 // plan.cc: the planner, locally (no coordinator).
 int PlanCommand(const Options& o);

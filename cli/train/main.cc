@@ -5,7 +5,7 @@
 //
 // Each command defines its flags once, in its Run function (common/command_flags.h), and
 // `gantry-train COMMAND --help` lists them (`gantry-train --help`: the training's, and the
-// commands). sample and export are cli/model_commands.h's, as gantry's are. Bad input is a one-line error on stderr and exit status 2.
+// commands). sample and export are cli/model_commands.h's and cli/export_checkpoint.h's, as gantry's are. Bad input is a one-line error on stderr and exit status 2.
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +32,7 @@
 #include "common/file_util.h"
 #include "model/hf_io.h"
 #include "checkpoint/checkpoint.h"
+#include "cli/export_checkpoint.h"
 #include "cli/model_commands.h"
 #include "cli/train/calibrate.h"
 #include "cli/train/gemm_sweep.h"
@@ -214,7 +215,7 @@ absl::Status RunExport(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(bool run, Parsed(f, args));
   if (!run) return absl::OkStatus();
   if (ckpt.empty() || out.empty()) return absl::InvalidArgumentError("export: --checkpoint DIR and --out OUT are required");
-  RETURN_IF_ERROR(model::ParseExportDtype(e.dtype).status());
+  RETURN_IF_ERROR(hf::ParseExportDtype(e.dtype).status());
   return cli::ExportModel(*checkpoint::DirectorySource(ckpt), ckpt, out, e);
 }
 
@@ -284,7 +285,7 @@ absl::Status RunTrain(const std::vector<std::string>& args) {
   // and what it states must agree.
   std::optional<jobspec::GPTConfig> from;
   if (!o.init_from.empty()) {
-    ASSIGN_OR_RETURN(from, model::ReadHFConfig(o.init_from));
+    ASSIGN_OR_RETURN(from, hf::ReadConfig(o.init_from));
   }
   ASSIGN_OR_RETURN(jobspec::JobSpec spec,
                    jobspec::LoadJobSpec(spec_file[0], from ? &*from : nullptr,

@@ -61,8 +61,9 @@ eval_loss() { "$TRAIN" eval --from "$1" --data "$TMP/data/val.bin" --seq-len 32 
 la=$(eval_loss "$TMP/export"); lb=$(eval_loss "$TMP/local")
 check "export loads into gantry-train with the one-process run's loss on a fixed batch ($la vs $lb)" \
   [ -n "$la" -a "$la" = "$lb" ]
-# sample and export are one implementation in both front ends (cli/model_commands.h): gantry
-# sample of the job's checkpoint writes what gantry-train sample writes from its export.
+# sample and export are one implementation in both front ends (cli/model_commands.h,
+# cli/export_checkpoint.h): gantry sample of the job's checkpoint writes what gantry-train
+# sample writes from its export.
 SAMPLE="--prompt ab --tokens 12 --seed 7 --threads 1"
 sa=$("$CLI" sample j-000001 --step 30 $SAMPLE 2>&1); sb=$("$TRAIN" sample --from "$TMP/export" $SAMPLE 2>&1)
 check "gantry sample of the job's checkpoint is gantry-train sample of its export ('$sa')" \
