@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <memory>
 #include <ostream>
 #include <set>
@@ -104,6 +106,41 @@ TEST(RingAttentionTest, RejectsAGroupThatIsNotTheShards) {
   s = one.Forward(out.data(), lse.data(), qkv.data(), AttentionHeads{1, 3, 2, 4});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "3 query heads over 2 key/value heads")) << s;
+}
+
+// A rank that never arrives at the ring (connected, but waiting until rank 0 is done): rank
+// 0's Forward fails with the exchange's error, naming it and the missing rank, within the
+// group's timeout (0.3 s, and Gloo's grace for the other ranks' reports), not a hang.
+TEST(RingAttentionTest, AMissingRankIsAnErrorNotAHang) {
+  const AttentionHeads heads{1, 2, 1, 4};
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
+  absl::Status got;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      comm::GlooOptions o;
+      o.timeout = std::chrono::milliseconds(300);
+      auto gloo = comm::GlooCommunicator::Create(i, 2, store, o);
+      if (!gloo.ok()) {
+        if (i == 0) got = gloo.status(), rank0_done.set_value();
+        return;
+      }
+      if (i == 1) {
+        done.wait_for(std::chrono::seconds(30));
+        return;
+      }
+      comm::CommThread thread(gloo->get());
+      RingAttention ring(&thread, *CpSharding::Make(8, 2, 0));
+      std::vector<float> qkv(static_cast<size_t>(4) * heads.qkv_width(), 0.5f), out(4 * 8), lse(8);
+      got = ring.Forward(out.data(), lse.data(), qkv.data(), heads);
+      rank0_done.set_value();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(got)) << got;
+  EXPECT_TRUE(absl::StrContains(got.message(), "send_recv #1 failed on rank 0 of 2: rank 1 did not arrive")) << got;
 }
 
 struct Case {
