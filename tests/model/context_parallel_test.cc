@@ -23,6 +23,7 @@
 #include "comm/gloo/gloo_communicator.h"
 #include "kernels/attention.h"
 #include "kernels/gqa.h"
+#include "kernels/rope.h"
 #include "tests/counting_communicator.h"
 #include "tests/test_util.h"
 
@@ -79,6 +80,30 @@ TEST(CpShardingTest, TakeAndPutAreInverse) {
     s.Put(local.data(), back.data(), B, w);
   }
   EXPECT_EQ(back, full);
+}
+
+// RoPE at a rank's positions (kernels::rope_apply_at) rotates its rows as the unsplit
+// sequence's RoPE rotates them there, bit for bit, forward and inverse.
+TEST(CpShardingTest, RopeAtTheRowsPositionsIsTheUnsplitRope) {
+  const int B = 2, T = 48, NH = 4, NKV = 2, hd = 8, W = (NH + 2 * NKV) * hd;
+  std::vector<float> inv_freq(hd / 2);
+  kernels::rope_inv_freq(inv_freq.data(), hd, 10000.f);
+  const auto x = RandomNormal(static_cast<size_t>(B) * T * W, 3);
+  for (bool inverse : {false, true}) {
+    auto whole = x;
+    kernels::rope_apply(whole.data(), B, T, NH, NKV, hd, inv_freq.data(), inverse);
+    for (int cp : {2, 4}) {
+      for (int r = 0; r < cp; ++r) {
+        const auto s = *CpSharding::Make(T, cp, r);
+        std::vector<float> mine(static_cast<size_t>(B) * s.rows() * W), want(mine.size());
+        s.Take(x.data(), mine.data(), B, W);
+        const std::vector<int> positions = s.Positions();
+        kernels::rope_apply_at(mine.data(), B, s.rows(), positions.data(), NH, NKV, hd, inv_freq.data(), inverse);
+        s.Take(whole.data(), want.data(), B, W);
+        EXPECT_EQ(mine, want) << "cp " << cp << " rank " << r << (inverse ? " inverse" : "");
+      }
+    }
+  }
 }
 
 TEST(CpShardingTest, RejectsWhatCannotBeSplit) {
