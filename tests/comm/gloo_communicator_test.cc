@@ -150,8 +150,9 @@ TEST_P(GlooCommunicatorTest, AllGatherBroadcastSendRecvBarrier) {
 // One ring step, every rank sending to rank + 1 while it receives from rank - 1 (context
 // parallelism's K/V exchange): Gloo's SendRecv, and the base class's default (Send and Recv in
 // an order by rank's parity) over the same transport, which must not deadlock a ring of odd
-// size either. Two steps in a row, the second carrying the first's data on. A group of one
-// has no other rank: the peers are INVALID_ARGUMENT, before a sequence number is taken.
+// size either. Two steps in a row, the second carrying the first's data on, then one of no
+// floats. A group of one has no other rank: the peers are INVALID_ARGUMENT, before a
+// sequence number is taken.
 TEST_P(GlooCommunicatorTest, SendRecvShiftsARing) {
   const int p = GetParam();
   for (bool native : {true, false}) {
@@ -177,9 +178,11 @@ TEST_P(GlooCommunicatorTest, SendRecvShiftsARing) {
           return absl::InternalError(absl::StrCat("element ", i, ": ", b[i], ", ", a[i], " after two steps"));
         }
       }
+      // A step with nothing to send or receive is a step all the same.
+      if (auto s = c.SendRecv(a.data(), 0, right, b.data(), 0, left); !s.ok()) return s;
       if (c.floats_sent() != 2 * n) return absl::InternalError(absl::StrCat(c.floats_sent(), " floats sent"));
       // Gloo's own: one sequence number a step; the default: a send and a receive.
-      if (c.seq() != (native ? 2u : 4u)) return absl::InternalError(absl::StrCat("seq ", c.seq()));
+      if (c.seq() != (native ? 3u : 6u)) return absl::InternalError(absl::StrCat("seq ", c.seq()));
       return absl::OkStatus();
     });
     for (const auto& s : st) EXPECT_TRUE(s.ok()) << s << (native ? " (Gloo's SendRecv)" : " (the default)");
