@@ -1,6 +1,7 @@
 #include "model/context_parallel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -113,6 +114,13 @@ uint64_t RingAttention::Exchange(const float* send, float* recv, size_t n) {
   });
 }
 
+absl::Status RingAttention::Wait(uint64_t ticket) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = ring_->Wait(ticket);
+  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
 absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, const AttentionHeads& a) {
   // qkv (B, rows, (NH + 2 NKV) hd) → out (B, rows, NH hd), lse (B, NH, rows)
   RETURN_IF_ERROR(Check(a));
@@ -123,6 +131,7 @@ absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, co
   PackKv(kv_[0].data(), qkv, a, rows);
   std::fill(lse, lse + static_cast<size_t>(a.B) * a.NH * rows, -INFINITY);
   floats_sent_ = 0;
+  waited_ = 0;
   for (int s = 0; s < cp; ++s) {
     const float* kv = kv_[s % 2].data();
     // The next block arrives while this one is computed.
@@ -137,7 +146,7 @@ absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, co
                                        {qkv + static_cast<int64_t>(p.qh) * L * W, static_cast<int64_t>(rows) * W, W},
                                        k, v, {a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale});
     }
-    if (next != 0) RETURN_IF_ERROR(ring_->Wait(next));
+    if (next != 0) RETURN_IF_ERROR(Wait(next));
   }
   return absl::OkStatus();
 }
@@ -159,6 +168,7 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
   // dQ is added straight into dqkv's query columns; its key/value columns are written last.
   std::fill(dqkv, dqkv + static_cast<size_t>(a.B) * rows * W, 0.f);
   floats_sent_ = 0;
+  waited_ = 0;
   uint64_t dkv_home = 0;  // the exchange bringing the previous step's dK/dV from rank − 1
   for (int s = 0; s < cp; ++s) {
     const float* kv = kv_[s % 2].data();
@@ -179,14 +189,14 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
           {a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale});
     }
     if (dkv_home != 0) {
-      RETURN_IF_ERROR(ring_->Wait(dkv_home));
+      RETURN_IF_ERROR(Wait(dkv_home));
       for (size_t i = 0; i < kv_n; ++i) g[i] += dkv_in_[i];
     }
-    if (next != 0) RETURN_IF_ERROR(ring_->Wait(next));
+    if (next != 0) RETURN_IF_ERROR(Wait(next));
     // On to rank + 1, the next to hold this block (after the last step: its owner).
     if (cp > 1) dkv_home = Exchange(g, dkv_in_.data(), kv_n);
   }
-  if (cp > 1) RETURN_IF_ERROR(ring_->Wait(dkv_home));
+  if (cp > 1) RETURN_IF_ERROR(Wait(dkv_home));
   UnpackKv(dqkv, cp > 1 ? dkv_in_.data() : dkv_[0].data(), a, rows);
   return absl::OkStatus();
 }

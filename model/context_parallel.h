@@ -84,18 +84,23 @@ class RingAttention {
                         const AttentionHeads& heads);
 
   const CpSharding& shard() const { return shard_; }
-  // Floats this rank sent in the last Forward or Backward.
+  // Floats this rank sent in the last Forward or Backward, and the seconds it waited for the
+  // exchanges there (what the computing did not hide).
   size_t floats_sent() const { return floats_sent_; }
+  double waited_seconds() const { return waited_; }
 
  private:
   absl::Status Check(const AttentionHeads& heads) const;
   // Queues, on the ring, sending n floats at send to rank + 1 and receiving n at recv from
   // rank − 1; the ticket to wait for.
   uint64_t Exchange(const float* send, float* recv, size_t n);
+  // Waits for exchange `ticket`, counting the time in waited_.
+  absl::Status Wait(uint64_t ticket);
 
   comm::CommThread* ring_;
   CpSharding shard_;
   size_t floats_sent_ = 0;
+  double waited_ = 0;
   // Working memory, kept between calls: the K/V blocks (this one and the next), the running
   // output and dQ, the backward's D, and dK/dV (this step's two, the one arriving).
   std::vector<float> kv_[2], acc_, delta_, dkv_[2], dkv_in_;
