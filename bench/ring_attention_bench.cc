@@ -173,6 +173,10 @@ int main(int argc, char** argv) {
               NH, NKV, hd, std::thread::hardware_concurrency(), iters);
   std::printf("%7s %6s %9s %9s %12s %9s %11s\n", "T", "cp", "fwd s", "bwd s", "exchange s", "waited s", "tokens/s");
   for (int T : Ts) {
+    if (T <= 0) {
+      std::fprintf(stderr, "--T %d: a sequence length must be positive\n", T);
+      return 2;
+    }
     const int W = (NH + 2 * NKV) * hd;
     const auto qkv = Random(static_cast<size_t>(T) * W, 1), dout = Random(static_cast<size_t>(T) * NH * hd, 2);
     if (static_cast<double>(NH) * T * T * 4 * 2 <= 8.0 * (1 << 30)) {
