@@ -51,7 +51,8 @@ TEST(EmulatorTest, XorTreeGivesTheBitsOfTheShuffleLoop) {
           v = max ? fmaxf(v, other) : v + other;
         }
         loop[i] = v;
-        tree[i] = max ? XorTree(in[i], first, MaxOp{}) : XorTree(in[i], first, AddOp{});
+        tree[i] = first == 16 ? (max ? XorTree<16>(in[i], MaxOp{}) : XorTree<16>(in[i], AddOp{}))
+                              : (max ? XorTree<8>(in[i], MaxOp{}) : XorTree<8>(in[i], AddOp{}));
       });
       // The host's butterfly: every lane's value after each level, from the level before.
       std::vector<float> host = in;
