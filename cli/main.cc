@@ -51,7 +51,7 @@ const char kUsage[] =
     "                       backend whose activations to count (a job spec's resources.device; from\n"
     "                       flags cpu, with the probabilities of unfused attention)\n"
     "       [--cluster dgx-h100|dgx-h200|dgx-a100|CLUSTER.yaml --gpus G [--top K]\n"
-    "        [--layout tp=T,pp=P[,dp=D][,zero=S][,mb=B][,recompute=R][,sp=1][,ep=E]]]\n"
+    "        [--layout tp=T,pp=P[,vp=V][,dp=D][,zero=S][,mb=B][,recompute=R][,sp=1][,ep=E]]]\n"
     "                       with --cluster: every layout of G devices that fits, ranked by predicted\n"
     "                       tokens/s (step time, tokens/s and TFLOP/s per GPU, MFU, the time split,\n"
     "                       memory per GPU); --layout: that one; -o json for tools\n"
