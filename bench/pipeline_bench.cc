@@ -8,7 +8,7 @@
 // step (Narayanan et al.'s (p - 1) / (v·m) is it as a part of the compute: printed beside).
 // Target: within 5 points for p = 2, m in {2, 4, 8}, under 1F1B and interleaved 1F1B (and
 // GPipe, for reference).
-//   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--steps 10]
+//   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--steps 10] [--only 1f1b|1f1b-v2|gpipe]
 // Exit status 1 when a 1F1B figure misses the target.
 #include <gloo/rendezvous/hash_store.h>
 
@@ -100,10 +100,12 @@ int main(int argc, char** argv) {
   // stages in one process would share CPU 0 and take turns. Unpinned, each gets a core.
   setenv("GANTRY_PIN_THREADS", "0", 1);
   int n_embd = 192, T = 128, B = 4, steps = 10;
+  std::string only;  // one row's schedule
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int v = std::atoi(argv[i + 1]);
-    if (a == "--n-embd") n_embd = v;
+    if (a == "--only") only = argv[i + 1];
+    else if (a == "--n-embd") n_embd = v;
     else if (a == "--seq-len") T = v;
     else if (a == "--batch") B = v;
     else if (a == "--steps") steps = v;
@@ -133,6 +135,7 @@ int main(int argc, char** argv) {
     int vp;
   };
   for (const Row& row : {Row{"1f1b", "1f1b", 1}, Row{"1f1b-v2", "1f1b", 2}, Row{"gpipe", "gpipe", 1}}) {
+    if (!only.empty() && only != row.name) continue;
     for (int m : {2, 4, 8}) {
       const Figure f = Measure(data, row.schedule, row.vp, m, n_embd, T, B, steps);
       if (!f.status.ok()) {
