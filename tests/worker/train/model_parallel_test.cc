@@ -849,6 +849,22 @@ TEST_F(ModelParallelTest, InterleavedScheduleGivesOneProcessLosses) {
   ExpectLayoutsMatch(six, {{{1, 1, 2}, 0}}, "6 layers, virtual_stages 2, stage_layers [2, 1, 1, 2]");
 }
 
+// The interleaved schedule with a Llama (its untied embedding and classifier at the ring's two
+// ends) and with MoE layers (layers 1 and 3: stage 1's chunks each hold one, whose loss terms
+// join the reported loss from an earlier chunk and from the last), pp 2, two chunks a stage.
+TEST_F(ModelParallelTest, InterleavedScheduleTakesLlamaAndMixtureOfExperts) {
+  for (const std::string& model :
+       {std::string("arch: llama, n_layer: 4, n_head: 4, n_kv_head: 2, n_embd: 32, ffn_hidden: 48, vocab_size: 31, "
+                    "seq_len: 16"),
+        std::string(kMoeModel)}) {
+    model_ = model;
+    vp_ = 1;
+    const Result one = Run({1, 1, 1}, 0);
+    vp_ = 2;
+    ExpectLayoutsMatch(one, {{{1, 1, 2}, 0}}, model + ", virtual_stages 2");
+  }
+}
+
 // The interleaved schedule on the CUDA code path (emulated): the mailboxes' copies and the
 // chunks' layouts on device memory give the cpu losses (6 steps: the emulator is slow).
 TEST_F(ModelParallelTest, InterleavedScheduleOnCudaEmulatedGivesTheCpuLosses) {
