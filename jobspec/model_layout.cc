@@ -216,12 +216,58 @@ std::vector<size_t> UnitBoundaries(const GPTConfig& c) {
   return b;
 }
 
+namespace {
+// Forward flops per token: a layer's four projections and attention's two products (at
+// n_positions), the classifier's product; the embedding is a lookup.
+struct StageCosts {
+  double layer, head, embed;
+  explicit StageCosts(const GPTConfig& c) {
+    const double C = c.n_embd, F = c.ffn(), qkv = C * (c.n_head + 2.0 * c.kv_heads()) * c.head_dim();
+    const double mlp = (c.llama() ? 3 : 2) * C * F;  // Llama: gate, up and down
+    layer = 2 * (qkv + C * C + mlp) + 4 * C * c.max_seq_len, head = 2 * C * c.vocab_size + 10 * C, embed = 2 * C;
+  }
+};
+}  // namespace
+
+std::vector<int> BalanceChunks(const GPTConfig& c, int pp, int vp) {
+  std::vector<int> b = BalanceStages(c, pp * vp);
+  if (vp <= 1) return b;
+  const StageCosts k(c);
+  const int n = pp * vp;
+  // (the costliest stage's chunks together, the costliest chunk)
+  auto score = [&](const std::vector<int>& x) {
+    std::vector<double> stage(static_cast<size_t>(pp), 0);
+    double chunk = 0;
+    for (int v = 0; v < n; ++v) {
+      const double cost = (x[static_cast<size_t>(v) + 1] - x[static_cast<size_t>(v)]) * k.layer + (v == 0 ? k.embed : 0) +
+                          (v == n - 1 ? k.head : 0);
+      stage[static_cast<size_t>(v % pp)] += cost;
+      chunk = std::max(chunk, cost);
+    }
+    return std::pair<double, double>{*std::max_element(stage.begin(), stage.end()), chunk};
+  };
+  // Move one cut a layer at a time while that lowers the score (each chunk keeps a layer).
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int i = 1; i < n && !moved; ++i) {
+      for (int d : {-1, 1}) {
+        std::vector<int> x = b;
+        x[static_cast<size_t>(i)] += d;
+        if (x[static_cast<size_t>(i)] <= x[static_cast<size_t>(i) - 1] || x[static_cast<size_t>(i)] >= x[static_cast<size_t>(i) + 1]) continue;
+        if (score(x) < score(b)) {
+          b = x;
+          moved = true;
+          break;
+        }
+      }
+    }
+  }
+  return b;
+}
+
 std::vector<int> BalanceStages(const GPTConfig& c, int pp) {
-  // Forward flops per token: a layer's four projections and attention's two products
-  // (at n_positions), the classifier's product; the embedding is a lookup.
-  const double C = c.n_embd, F = c.ffn(), qkv = C * (c.n_head + 2.0 * c.kv_heads()) * c.head_dim();
-  const double mlp = (c.llama() ? 3 : 2) * C * F;  // Llama: gate, up and down
-  const double layer = 2 * (qkv + C * C + mlp) + 4 * C * c.max_seq_len, head = 2 * C * c.vocab_size + 10 * C, embed = 2 * C;
+  const StageCosts k(c);
+  const double layer = k.layer, head = k.head, embed = k.embed;
   const int L = c.n_layer;
   auto cost = [&](int s, int a, int b) {  // stage s holding layers [a, b)
     return (b - a) * layer + (s == 0 ? embed : 0) + (s == pp - 1 ? head : 0);
@@ -276,7 +322,8 @@ std::vector<int> StageBounds(const GPTConfig& config, int pp, const std::vector<
 
 ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage,
                    const std::vector<int>& stage_layers, int vp) {
-  const std::vector<int> bounds = StageBounds(config, pp * vp, stage_layers);
+  const std::vector<int> bounds =
+      vp > 1 && stage_layers.empty() ? BalanceChunks(config, pp, vp) : StageBounds(config, pp * vp, stage_layers);
   ModelShard sh;
   sh.tp = tp;
   sh.tp_rank = tp_rank;

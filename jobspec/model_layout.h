@@ -188,6 +188,12 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelSha
 // costliest stage, counting a layer's flops, the embedding's on the first stage and the
 // classifier's on the last. Each stage gets at least one layer (pp <= n_layer).
 std::vector<int> BalanceStages(const GPTConfig& config, int pp);
+// The interleaved schedule's pp·vp chunks (stage s holding chunks s, s + pp, ...): BalanceStages'
+// bounds for pp·vp stages, then each cut moved a layer at a time while that lowers the costliest
+// stage's chunks together, then the costliest chunk (a stage computes all its chunks each
+// micro-batch: balancing the chunks alone may pile them up on one stage, as a heavy classifier's
+// chunk does on the last). vp 1: BalanceStages.
+std::vector<int> BalanceChunks(const GPTConfig& config, int pp, int vp);
 // Whether stage_layers gives pp stages of one layer or more that hold n_layer in all; the
 // error says what is wrong.
 absl::Status CheckStageLayers(const std::vector<int>& stage_layers, int pp, int n_layer);

@@ -133,6 +133,22 @@ TEST(PlannerTest, InterleavedScheduleDividesTheBubbleAndCountsItsTransfersAndWar
       << MakePlan(in).status();
 }
 
+// The interleaved schedule's default split balances each stage's chunks together: GPT-2's
+// classifier costs about four layers, so balancing the 8 chunks alone (BalanceStages) gives
+// the last chunk one layer but stage 3's other chunk two (3 layers and the classifier on one
+// stage); BalanceChunks moves a layer of that chunk to stage 2's (2 layers and the classifier).
+TEST(PlannerTest, InterleavedChunksBalanceEachStagesChunksTogether) {
+  const GPTConfig c = *ModelPreset("gpt2");
+  EXPECT_EQ(BalanceStages(c, 8), (std::vector<int>{0, 1, 2, 3, 5, 7, 9, 11, 12}));
+  EXPECT_EQ(BalanceChunks(c, 4, 2), (std::vector<int>{0, 1, 2, 4, 5, 7, 9, 11, 12}));
+  EXPECT_EQ(BalanceChunks(c, 4, 1), BalanceStages(c, 4));
+  const ModelShard last = ShardOf(c, 1, 0, 4, 3, {}, 2);
+  EXPECT_EQ(last.chunks, (std::vector<std::pair<int, int>>{{4, 5}, {11, 12}}));
+  EXPECT_EQ(HeldLayers(c, last), (std::vector<int>{4, 11}));
+  // stage_layers, when given, is kept as given.
+  EXPECT_EQ(ShardOf(c, 1, 0, 4, 3, {1, 1, 1, 2, 2, 2, 2, 1}, 2).chunks, (std::vector<std::pair<int, int>>{{3, 5}, {11, 12}}));
+}
+
 // Per rank: a pipeline's last stage holds its own copy of wte; tensor ranks each hold the
 // replicated tensors (wpe, the LayerNorms, the row-parallel biases); the plan is the rank that
 // holds the most; GPipe keeps every micro-batch's activations where 1F1B keeps p - s.
