@@ -76,13 +76,13 @@ std::string JsonOf(const jobspec::RankedLayout& r) {
   const auto& in = r.in;
   const auto& c = r.cost;
   return absl::StrFormat(
-      "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"ep\": %d, \"zero\": %d, \"micro_batch\": %d, \"microbatches\": %d, "
+      "{\"tp\": %d, \"pp\": %d, \"vp\": %d, \"dp\": %d, \"ep\": %d, \"zero\": %d, \"micro_batch\": %d, \"microbatches\": %d, "
       "\"recompute\": \"%s\", \"sequence_parallel\": %s, \"step_s\": %.6g, \"compute_s\": %.6g, "
       "\"exposed_comm_s\": %.6g, \"bubble_s\": %.6g, \"optimizer_s\": %.6g, \"tp_comm_s\": %.6g, "
       "\"pp_comm_s\": %.6g, \"ep_comm_s\": %.6g, \"dp_comm_s\": %.6g, \"dp_bytes\": %.6g, \"tokens_per_s\": %.6g, "
       "\"tokens_per_s_per_gpu\": %.6g, \"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_bytes\": %.6g, "
       "\"fits\": %s}",
-      in.tp, in.pp, in.dp, in.ep, in.zero, in.micro_batch, in.microbatches, RecomputeWord(in.recompute),
+      in.tp, in.pp, in.vp, in.dp, in.ep, in.zero, in.micro_batch, in.microbatches, RecomputeWord(in.recompute),
       in.sequence_parallel ? "true" : "false", c.step, c.compute, c.exposed_comm, c.bubble, c.optimizer, c.tp_comm,
       c.pp_comm, c.ep_comm, c.dp_comm, c.dp_bytes, c.tokens_per_s, c.tokens_per_s_per_gpu, c.flops_per_gpu / 1e12,
       c.mfu, r.plan.total(), r.plan.fits ? "true" : "false");
