@@ -25,6 +25,7 @@
 #include "kernels/threads.h"
 #include "data/token_file.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/gpt/load_gpt.h"
 #include "worker/train/trainer.h"
 
 namespace {

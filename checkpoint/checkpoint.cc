@@ -16,7 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "jobspec/job_spec.h"
 #include "data/tokenizer.h"
-#include "model/hf_io.h"
+#include "hf/hf_format.h"
 
 namespace gantry::checkpoint {
 
@@ -218,13 +218,13 @@ std::vector<CheckpointFile> CheckpointManifestFiles(const jobspec::GPTConfig& co
                                                     const CheckpointLayout& layout, int parts,
                                                     const std::vector<size_t>& cuts) {
   return {{"manifest.json", std::make_shared<StringSource>(ManifestJson(config, state, layout, parts, cuts))},
-          {"config.json", std::make_shared<StringSource>(model::HFConfigJson(config))}};
+          {"config.json", std::make_shared<StringSource>(hf::ConfigJson(config))}};
 }
 
 absl::Status WriteCheckpointManifest(const std::string& dir, const jobspec::GPTConfig& config,
                                      const CheckpointState& state, const CheckpointLayout& layout, int parts,
                                      const std::vector<size_t>& cuts) {
-  RETURN_IF_ERROR(model::WriteHFConfig(dir, config));
+  RETURN_IF_ERROR(hf::WriteConfig(dir, config));
   return WriteFileAtomic((fs::path(dir) / "manifest.json").string(), ManifestJson(config, state, layout, parts, cuts));
 }
 
@@ -298,20 +298,15 @@ absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source) 
 
 absl::StatusOr<jobspec::GPTConfig> ReadCheckpointModel(CheckpointSource& source) {
   ASSIGN_OR_RETURN(std::string text, source.ReadSmallFile("config.json"));
-  return model::ParseHFConfig(text, (fs::path(source.where()) / "config.json").string());
+  return hf::ParseConfig(text, (fs::path(source.where()) / "config.json").string());
 }
 
-absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m, float* v,
-                                               const std::vector<optim::ShardSegment>* own) {
-  return LoadCheckpoint(*DirectorySource(path), model, m, v, own);
-}
-
-absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::GPT& model, float* m, float* v,
-                                               const std::vector<optim::ShardSegment>* own) {
+absl::StatusOr<CheckpointState> ReadCheckpoint(CheckpointSource& source, const jobspec::GPTConfig& want,
+                                               const std::vector<jobspec::ParamTensor>& tensors, float* params,
+                                               float* m, float* v, const std::vector<optim::ShardSegment>* own) {
   const std::string path = source.where();
   ASSIGN_OR_RETURN(nlohmann::json j, ReadManifest(source));
   ASSIGN_OR_RETURN(jobspec::GPTConfig c, ReadCheckpointModel(source));
-  const jobspec::GPTConfig& want = model.config();
   if (!(c == want)) {
     return absl::FailedPreconditionError(absl::StrCat(path, ": the checkpoint's model (", jobspec::DescribeModel(c),
                                                       ") differs from the job spec's in ",
@@ -321,14 +316,9 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
   const std::vector<jobspec::ParamTensor> global = jobspec::ParameterLayout(c);
   std::map<std::string, const jobspec::ParamTensor*> by_name, mine;
   for (const auto& t : global) by_name[t.name] = &t;
-  for (const auto& t : model.tensors()) mine[t.name] = &t;
+  for (const auto& t : tensors) mine[t.name] = &t;
   const size_t global_params = global.back().offset + global.back().numel;
-  // Parameters straight into the model where the host addresses its memory, else into a
-  // host copy written to the device once every piece is read (m and v: the caller's).
-  std::vector<float> staged;
-  if (!model.backend().host_addressable()) staged.resize(model.num_params());
-  float* dst[3] = {staged.empty() ? model.params() : staged.data(), m, v};
-  model.MarkParamsChanged();
+  float* dst[3] = {params, m, v};
   // The flat ranges read (whole-model coordinates), per kind: together they must tile
   // [0, global_params) exactly.
   std::vector<std::pair<size_t, size_t>> covered[3];
@@ -402,10 +392,6 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
                                               next, ")"));
     }
   }
-  if (!staged.empty()) {
-    model.WriteParams(staged.data());
-    RETURN_IF_ERROR(model.backend().Synchronize());
-  }
   CheckpointState s;
   s.step = j.at("step").get<int64_t>();
   s.seed = j.at("seed").get<uint64_t>();
@@ -431,8 +417,10 @@ absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_d
                               const std::string& tokenizer, std::string* missing_tokenizer) {
   RETURN_IF_ERROR(ReadManifest(source).status());  // a checkpoint at all?
   ASSIGN_OR_RETURN(jobspec::GPTConfig c, ReadCheckpointModel(source));
-  model::GPT m(c);
-  ASSIGN_OR_RETURN(CheckpointState st, LoadCheckpoint(source, m, nullptr, nullptr));
+  // The whole model's parameters in host memory, as the export writes them: no model is built.
+  const std::vector<jobspec::ParamTensor> tensors = jobspec::ParameterLayout(c);
+  std::vector<float> params(tensors.back().offset + tensors.back().numel);
+  ASSIGN_OR_RETURN(CheckpointState st, ReadCheckpoint(source, c, tensors, params.data(), nullptr, nullptr));
   std::string tok = tokenizer.empty() ? st.tokenizer : tokenizer;
   std::error_code ec;
   if (tokenizer.empty() && !tok.empty() && !std::filesystem::exists(tok, ec)) {
@@ -450,7 +438,7 @@ absl::Status ExportCheckpoint(CheckpointSource& source, const std::string& out_d
                                                      " tokens, more than the model's vocabulary of ", c.vocab_size));
     }
   }
-  RETURN_IF_ERROR(model::SaveHFModel(out_dir, m, dtype));
+  RETURN_IF_ERROR(hf::WriteModel(out_dir, c, tensors, params.data(), dtype));
   return tok.empty() ? absl::OkStatus() : data::ExportTokenizer(tok, out_dir);
 }
 

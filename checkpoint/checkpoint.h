@@ -13,6 +13,10 @@
 // only its own pieces (under ZeRO, the ones it owns; without, an even split), so writing is
 // parallel and needs no gather; any layout reads the ranges it needs. A checkpoint is
 // written into a temporary directory and renamed into place: it is whole or absent.
+//
+// This library runs no model: it reads and writes host memory laid out by
+// jobspec::ParameterLayout, and links no kernels, OpenBLAS or OpenMP (scripts/check_deps.py).
+// Reading into a model::GPT is checkpoint/gpt/load_gpt.h's.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +27,10 @@
 
 #include "absl/status/statusor.h"
 #include "common/safetensors.h"
-#include "model/gpt.h"
-#include "optim/loss_scale.h"
-#include "optim/adamw.h"
+#include "jobspec/job_spec.h"
+#include "kernels/types.h"  // Precision (header only: no kernel is linked)
+#include "optim/loss_scale.h"    // header only
+#include "optim/shard_segment.h"  // header only
 
 namespace gantry::checkpoint {
 
@@ -108,14 +113,16 @@ absl::StatusOr<std::string> PublishCheckpoint(const std::string& tmp_dir, const 
 
 // The newest complete checkpoint under dir, or NotFound.
 absl::StatusOr<std::string> FindLatestCheckpoint(const std::string& dir);
-// Reads a checkpoint whatever layout wrote it: the parameters into the model's buffer and,
-// where m and v are not null, the optimizer state. Without `own`, m and v are whole flat
-// buffers (num_params each). With it, they are a ZeRO rank's compact buffers and only the
-// ranges of its segments are read. The checkpoint's model must have the model's shape;
-// every element must be covered once (checked on the parts' headers).
-absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::GPT& model, float* m, float* v,
-                                               const std::vector<optim::ShardSegment>* own = nullptr);
-absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, model::GPT& model, float* m, float* v,
+// Reads a checkpoint whatever layout wrote it into host memory: the parameters into `params`
+// and, where m and v are not null, the optimizer state. `tensors` lay the buffers out: a
+// rank's (whole tensors, or its tensor-parallel blocks of them: jobspec::ParameterLayout with
+// a shard), of the model `config`, which must be the checkpoint's. Without `own`, m and v
+// are flat like params. With it, they are a ZeRO rank's compact buffers and only the ranges
+// of its segments are read. Every element must be covered once (checked on the parts'
+// headers). checkpoint::LoadCheckpoint (checkpoint/gpt/load_gpt.h) reads into a model.
+absl::StatusOr<CheckpointState> ReadCheckpoint(CheckpointSource& source, const jobspec::GPTConfig& config,
+                                               const std::vector<jobspec::ParamTensor>& tensors, float* params,
+                                               float* m, float* v,
                                                const std::vector<optim::ShardSegment>* own = nullptr);
 // The layout recorded in a checkpoint's manifest.
 absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source);

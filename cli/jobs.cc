@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "common/console.h"
@@ -79,19 +78,18 @@ int Watch(const Options& o, v1::Coordinator::Stub* stub, const std::string& job_
 }
 
 // submit FILE [--wait]
-int SubmitCommand(const Options& o, v1::Coordinator::Stub* stub) {
+int SubmitCommand(const Options& o) {
   bool wait = false;
-  std::vector<std::string> a;
-  for (const auto& x : o.args) (x == "--wait" ? wait = true : (a.push_back(x), false));
-  if (a.size() != 2) {
-    std::fputs("gantry: submit takes one job spec file\n", stderr);
-    return 2;
-  }
-  auto text = ReadFileToString(a[1]);
+  std::vector<std::string> file;
+  CommandFlags f = CommandFlagsFor(o);
+  f.Switch("wait", &wait, "then watch the job it queued (exit status as watch's)").Operands(&file, 1, 1);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  auto text = ReadFileToString(file[0]);
   if (!text.ok()) {
     std::fprintf(stderr, "gantry: %s\n", std::string(text.status().message()).c_str());
     return 2;
   }
+  auto stub = Connect(o);
   v1::SubmitJobRequest req;
   req.set_spec_yaml(*text);
   v1::SubmitJobResponse resp;
@@ -100,35 +98,57 @@ int SubmitCommand(const Options& o, v1::Coordinator::Stub* stub) {
   if (o.output == "json") std::printf("%s\n", Json(resp).c_str());
   else std::printf("%s\n", resp.job_id().c_str());
   std::fflush(stdout);
-  return wait ? Watch(o, stub, resp.job_id()) : 0;
+  return wait ? Watch(o, stub.get(), resp.job_id()) : 0;
 }
 
-// jobs [--state S] [--limit N | --all]: the newest N (default 50), paged from the coordinator;
-// -o json: every job (or the newest N with --limit) as one list.
-int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
+// jobs [--state S] [--owner NAME] [--team TEAM] [--mine] [--limit N | --all]: the newest N
+// (default 50) of the jobs the caller may read, paged from the coordinator; -o json: every job
+// (or the newest N with --limit) as one list.
+int JobsCommand(const Options& o) {
+  std::string state, owner, team;
+  bool mine = false;
+  int64_t limit = 50;
+  bool all_jobs = false;
+  CommandFlags f = CommandFlagsFor(o);
+  std::vector<std::string> states;  // the proto's, but UNSPECIFIED
+  for (int i = 0; i < v1::JobState_descriptor()->value_count(); ++i) {
+    if (const int n = v1::JobState_descriptor()->value(i)->number(); n != v1::JOB_STATE_UNSPECIFIED) {
+      states.push_back(v1::JobState_Name(static_cast<v1::JobState>(n)));
+    }
+  }
+  f.Choice("state", &state, states, "only the jobs in this state")
+      .String("owner", &owner, "NAME", "only the jobs that NAME submitted")
+      .String("team", &team, "TEAM", "only the jobs of TEAM")
+      .Switch("mine", &mine, "only your own jobs")
+      .Int("limit", &limit, "N", "the newest N jobs")
+      .Default("50; with -o json, every job")
+      .Switch("all", &all_jobs, "every job");
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
   v1::ListJobsRequest req;
-  int64_t limit = o.output == "json" ? 0 : 50;  // 0: all
-  for (size_t i = 1; i < o.args.size(); ++i) {
-    const std::string& a = o.args[i];
-    if (a == "--state" && i + 1 < o.args.size()) {
-      v1::JobState st;
-      if (!v1::JobState_Parse(o.args[++i], &st)) {
-        std::fprintf(stderr, "gantry: unknown state '%s'\n", o.args[i].c_str());
-        return 2;
-      }
-      req.set_state(st);
-    } else if (a == "--limit" && i + 1 < o.args.size()) {
-      if (!absl::SimpleAtoi(o.args[++i], &limit) || limit < 1) {
-        std::fprintf(stderr, "gantry: --limit '%s' is not a positive number\n", o.args[i].c_str());
-        return 2;
-      }
-    } else if (a == "--all") {
-      limit = 0;
-    } else {
-      std::fputs(kUsage, stderr);
+  if (f.given("state")) {
+    v1::JobState st = v1::JOB_STATE_UNSPECIFIED;
+    (void)v1::JobState_Parse(state, &st);  // one of the names Choice took
+    req.set_state(st);
+  }
+  if (f.given("limit") && limit < 1) {
+    std::fprintf(stderr, "gantry: jobs: --limit '%ld' is not a positive number\n", static_cast<long>(limit));
+    return 2;
+  }
+  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"owner", &owner}, {"team", &team}}) {
+    if (f.given(name) && value->empty()) {
+      std::fprintf(stderr, "gantry: jobs: --%s needs a name\n", name);
       return 2;
     }
   }
+  req.set_owner(owner);
+  req.set_team(team);
+  req.set_mine(mine);
+  if (all_jobs) {
+    limit = 0;  // 0: all
+  } else if (!f.given("limit") && o.output == "json") {
+    limit = 0;
+  }
+  auto stub = Connect(o);
   // The table shows no spec: without the spec texts a listing is a twelfth of the bytes. JSON
   // keeps every field.
   req.set_brief(o.output != "json");
@@ -148,31 +168,35 @@ int JobsCommand(const Options& o, v1::Coordinator::Stub* stub) {
     std::printf("%s\n", Json(all).c_str());
     return 0;
   }
-  std::printf("%-10s %-20s %-16s %-13s %s\n", "JOB", "NAME", "STATE", "STEP", "SUBMITTED");
+  std::printf("%-10s %-20s %-16s %-13s %-16s %-12s %s\n", "JOB", "NAME", "STATE", "STEP", "OWNER", "TEAM",
+              "SUBMITTED");
   for (const auto& j : all.jobs()) {
-    std::printf("%-10s %-20s %-16s %-13s %s\n", j.id().c_str(), j.name().c_str(), State(j).c_str(),
-                absl::StrCat(j.steps_done(), "/", j.steps_total()).c_str(), When(j.submit_time_unix_ms()).c_str());
+    std::printf("%-10s %-20s %-16s %-13s %-16s %-12s %s\n", j.id().c_str(), j.name().c_str(), State(j).c_str(),
+                absl::StrCat(j.steps_done(), "/", j.steps_total()).c_str(), j.owner().empty() ? "-" : j.owner().c_str(),
+                j.team().empty() ? "-" : j.team().c_str(), When(j.submit_time_unix_ms()).c_str());
   }
   if (more) std::fprintf(stderr, "(the newest %d jobs; older ones: --limit N or --all)\n", all.jobs_size());
   return 0;
 }
 
-// describe JOB, cancel JOB
-int DescribeOrCancelCommand(const Options& o, v1::Coordinator::Stub* stub) {
-  const std::string& cmd = o.args[0];
-  if (o.args.size() != 2) {
-    std::fprintf(stderr, "gantry: %s takes one job id\n", cmd.c_str());
-    return 2;
-  }
+namespace {
+
+// describe JOB, cancel JOB: the job, as the coordinator answers.
+int ShowJob(const Options& o, bool cancel) {
+  std::vector<std::string> job_id;
+  CommandFlags f = CommandFlagsFor(o);
+  f.Operands(&job_id, 1, 1);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  auto stub = Connect(o);
   v1::Job job;
   grpc::Status s;
-  if (cmd == "describe") {
+  if (!cancel) {
     v1::GetJobRequest req;
-    req.set_job_id(o.args[1]);
+    req.set_job_id(job_id[0]);
     s = stub->GetJob(Ctx(o).get(), req, &job);
   } else {
     v1::CancelJobRequest req;
-    req.set_job_id(o.args[1]);
+    req.set_job_id(job_id[0]);
     s = stub->CancelJob(Ctx(o).get(), req, &job);
   }
   if (!s.ok()) return Fail(s);
@@ -181,6 +205,8 @@ int DescribeOrCancelCommand(const Options& o, v1::Coordinator::Stub* stub) {
     return 0;
   }
   std::printf("Job:        %s\nName:       %s\nState:      %s\n", job.id().c_str(), job.name().c_str(), State(job).c_str());
+  std::printf("Owner:      %s%s\n", job.owner().empty() ? "-" : job.owner().c_str(),
+              job.team().empty() ? "" : absl::StrCat(" (team ", job.team(), ")").c_str());
   const bool ended = job.state() == v1::FAILED || job.state() == v1::CANCELLED;
   if (!job.reason().empty()) std::printf("%s%s\n", ended ? "Reason:     " : "Last failure: ", job.reason().c_str());
   if (!job.waiting_for().empty()) std::printf("Waiting:    %s\n", job.waiting_for().c_str());
@@ -207,13 +233,18 @@ int DescribeOrCancelCommand(const Options& o, v1::Coordinator::Stub* stub) {
   return 0;
 }
 
+}  // namespace
+
+int DescribeCommand(const Options& o) { return ShowJob(o, false); }
+int CancelCommand(const Options& o) { return ShowJob(o, true); }
+
 // watch JOB
-int WatchCommand(const Options& o, v1::Coordinator::Stub* stub) {
-  if (o.args.size() != 2) {
-    std::fputs("gantry: watch takes one job id\n", stderr);
-    return 2;
-  }
-  return Watch(o, stub, o.args[1]);
+int WatchCommand(const Options& o) {
+  std::vector<std::string> job_id;
+  CommandFlags f = CommandFlagsFor(o);
+  f.Operands(&job_id, 1, 1);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  return Watch(o, Connect(o).get(), job_id[0]);
 }
 
 }  // namespace gantry::cli

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "common/grpc_util.h"
+#include "common/security.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace gantry::cli {
@@ -13,6 +14,15 @@ int Fail(const grpc::Status& s) {
   const absl::Status st = FromGrpc(s);
   std::fprintf(stderr, "gantry: %s: %s\n", absl::StatusCodeToString(st.code()).c_str(), s.error_message().c_str());
   return (absl::IsInvalidArgument(st) || absl::IsNotFound(st)) ? 2 : 1;
+}
+
+int FailStatus(const absl::Status& s) {
+  std::fprintf(stderr, "gantry: %s\n", std::string(s.message()).c_str());
+  return absl::IsInvalidArgument(s) || absl::IsNotFound(s) ? 2 : 1;
+}
+
+std::unique_ptr<v1::Coordinator::Stub> Connect(const Options& o) {
+  return v1::Coordinator::NewStub(MakeChannel(o.coordinator, 64 << 20));
 }
 
 std::unique_ptr<grpc::ClientContext> Ctx(const Options& o) { return ContextWithDeadline(o.timeout_s); }

@@ -152,127 +152,139 @@ int SpeedPlan(jobspec::PlanInput in, const jobspec::ClusterSpec& cluster, int gp
 
 }  // namespace
 
-// gantry plan: the planner, locally.
-int PlanCommand(const std::vector<std::string>& args, bool json) {
+// plan's flags, and what they set: a job spec's or a preset's values are the base that the
+// flags given change (PlanCommand parses twice: once to find the spec and the preset, once
+// over the base they make).
+struct PlanFlags {
   jobspec::PlanInput in;
-  int gpus = 0, global_batch = 0;
-  bool dp_given = false, per_rank = false;
   jobspec::GPTConfig shape;
-  bool shape_given = false;
-  std::vector<std::string> shape_flags;  // those given, to name them
-  bool params_given = false;
-  std::string cluster_name, layout;
-  std::string device;  // --device: the backend whose activations are counted (empty: the spec's, or cpu)
-  int top = 5;
+  std::vector<std::string> spec;  // the job spec, if given
+  int gpus = 0, global_batch = 0, top = 5;
+  double gpu_memory_gb = 0;
+  bool per_rank = false;
+  std::string preset, arch = "gpt2", precision = "mixed", recompute = "none", device, cluster, layout;
+};
+
+// The flags that describe the model's shape (which --params must not meet).
+const char* const kShapeFlags[] = {"preset", "n-layer", "d-model", "heads", "arch", "kv-heads", "ffn-hidden",
+                                   "experts", "top-k", "moe-every", "capacity-factor", "vocab"};
+
+void DefinePlanFlags(CommandFlags& f, PlanFlags* p) {
+  jobspec::PlanInput& in = p->in;
+  jobspec::GPTConfig& m = p->shape;
+  f.Operands(&p->spec, 0, 1)
+      // The model: a shape, or its size alone.
+      .String("preset", &p->preset, "gpt2|gpt2-medium|gpt2-large|gpt2-xl", "a built-in model shape")
+      .Int("n-layer", &m.n_layer, "L", "layers")
+      .Int("d-model", &m.n_embd, "C", "the model's width")
+      .Int("heads", &m.n_head, "H", "attention heads")
+      .Int("vocab", &m.vocab_size, "V", "vocabulary size")
+      .Choice("arch", &p->arch, {"gpt2", "llama"}, "the architecture")
+      .Int("kv-heads", &m.n_kv_head, "K", "key/value heads (llama's grouped-query attention)")
+      .Default("the heads")
+      .Int("ffn-hidden", &m.ffn_hidden, "F", "the MLP's hidden width")
+      .Default("4 x d-model; llama: its rule")
+      .Int("experts", &m.moe.num_experts, "E", "experts per MoE layer; 0: no MoE")
+      .Int("top-k", &m.moe.top_k, "K", "experts each token is routed to")
+      .Int("moe-every", &m.moe.every_n_layers, "N", "an MoE layer every N layers")
+      .Double("capacity-factor", &m.moe.capacity_factor, "F", "each expert's capacity, over an even share")
+      .Double("params", &in.params, "N",
+              "the model by its size alone (plans the model state without activations; no shape flag with it)")
+      .Default("")
+      .Int("seq-len", &in.seq_len, "T", "sequence length")
+      // The machines.
+      .Int("gpus", &p->gpus, "G", "the GPUs to lay the job out on")
+      .Default("")
+      .Double("gpu-memory", &p->gpu_memory_gb, "GB", "each GPU's memory")
+      .Default("")
+      .Choice("device", &p->device, {"cpu", "cuda", "cuda-emulated"},
+              "the backend whose activations to count (cuda kinds: fused attention)")
+      .Default("a job spec's resources.device, else cpu")
+      // The training and its layout.
+      .Choice("precision", &p->precision, {"fp32", "bf16", "fp16", "mixed"},
+              "fp32, bf16 or fp16 as Gantry's train.precision; mixed: the textbook's accounting")
+      .Switch("fp32-grad-accum", &in.fp32_grad_accum, "accumulate 16-bit gradients in fp32")
+      .Int("zero", &in.zero, "S", "ZeRO stage (0-3)")
+      .Int("tp", &in.tp, "T", "tensor-parallel degree")
+      .Int("pp", &in.pp, "P", "pipeline stages")
+      .Int("dp", &in.dp, "D", "data-parallel degree")
+      .Default("what --gpus leaves")
+      .Int("ep", &in.ep, "N", "expert-parallel degree")
+      .Switch("sequence-parallel", &in.sequence_parallel, "sequence parallelism in the tensor-parallel group")
+      .Int("micro-batch", &in.micro_batch, "B", "sequences per micro-batch")
+      .Int("microbatches", &in.microbatches, "M", "micro-batches per step")
+      .Choice("recompute", &p->recompute, {"none", "selective", "full"}, "activation recomputation")
+      .Int("global-batch", &p->global_batch, "N", "sequences per step (with --gpus and --gpu-memory: recommend a layout)")
+      .Default("a job spec's train.global_batch")
+      .Switch("ranks", &p->per_rank, "each rank's bytes (needs a model shape)")
+      // Speed.
+      .String("cluster", &p->cluster, "dgx-h100|dgx-h200|dgx-a100|CLUSTER.yaml",
+              "rank every layout of --gpus devices that fits by predicted tokens/s (step time, tokens/s and "
+              "TFLOP/s per GPU, MFU, the time split, memory per GPU)")
+      .Int("top", &p->top, "K", "with --cluster: how many layouts to list")
+      .String("layout", &p->layout, "tp=T,pp=P[,vp=V][,dp=D][,zero=S][,mb=B][,recompute=R][,sp=1][,ep=E]",
+              "with --cluster: evaluate this layout only");
+}
+
+// gantry plan: the planner, locally.
+int PlanCommand(const Options& o) {
   auto bad = [](const std::string& why) {
     std::fprintf(stderr, "gantry: plan: %s\n", why.c_str());
     return 2;
   };
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto next = [&]() -> std::string { return i + 1 < args.size() ? args[++i] : std::string(); };
-    auto num = [&](auto* out) { return absl::SimpleAtoi(next(), out); };
-    auto real = [&](double* out) { return absl::SimpleAtod(next(), out); };
-    bool ok = true;
-    const bool shape_flag = a == "--preset" || a == "--n-layer" || a == "--d-model" || a == "--heads" ||
-                            a == "--arch" || a == "--kv-heads" || a == "--ffn-hidden" || a == "--experts" ||
-                            a == "--top-k" || a == "--moe-every" || a == "--capacity-factor" || a == "--vocab";
-    if (shape_flag) shape_flags.push_back(a);
-    if (a == "--preset") {
-      auto c = jobspec::ModelPreset(next());
-      if (!c.ok()) return bad(std::string(c.status().message()));
-      shape = *c, shape_given = true;
-    } else if (a == "--n-layer") {
-      ok = num(&shape.n_layer), shape_given = true;
-    } else if (a == "--d-model") {
-      ok = num(&shape.n_embd), shape_given = true;
-    } else if (a == "--heads") {
-      ok = num(&shape.n_head), shape_given = true;
-    } else if (a == "--arch") {
-      const std::string v = next();
-      if (v != "gpt2" && v != "llama") return bad("--arch is gpt2 or llama");
-      shape.arch = v == "llama" ? jobspec::Arch::kLlama : jobspec::Arch::kGpt2, shape_given = true;
-    } else if (a == "--kv-heads") {
-      ok = num(&shape.n_kv_head), shape_given = true;
-    } else if (a == "--ffn-hidden") {
-      ok = num(&shape.ffn_hidden), shape_given = true;
-    } else if (a == "--experts") {
-      ok = num(&shape.moe.num_experts), shape_given = true;
-    } else if (a == "--top-k") {
-      ok = num(&shape.moe.top_k), shape_given = true;
-    } else if (a == "--moe-every") {
-      ok = num(&shape.moe.every_n_layers), shape_given = true;
-    } else if (a == "--capacity-factor") {
-      ok = real(&shape.moe.capacity_factor), shape_given = true;
-    } else if (a == "--ep") {
-      ok = num(&in.ep);
-    } else if (a == "--sequence-parallel") {
-      in.sequence_parallel = true;
-    } else if (a == "--vocab") {
-      ok = num(&shape.vocab_size), shape_given = true;
-    } else if (a == "--seq-len") {
-      ok = num(&in.seq_len);
-    } else if (a == "--params") {
-      ok = real(&in.params), params_given = true;
-    } else if (a == "--gpus") {
-      ok = num(&gpus);
-    } else if (a == "--gpu-memory") {
-      ok = real(&in.device_memory), in.device_memory *= 1e9;
-    } else if (a == "--precision") {
-      const std::string v = next();
-      if (v != "mixed" && v != "fp32" && v != "bf16" && v != "fp16") {
-        return bad("--precision is fp32, bf16 or fp16 (Gantry's train.precision), or mixed (the textbook's accounting)");
-      }
-      in.precision = v == "fp32"   ? jobspec::Precision::kFp32
-                     : v == "mixed" ? jobspec::Precision::kMixed
-                                    : jobspec::Precision::kAutocast;
-    } else if (a == "--fp32-grad-accum") {
-      in.fp32_grad_accum = true;
-    } else if (a == "--zero") {
-      ok = num(&in.zero);
-    } else if (a == "--tp") {
-      ok = num(&in.tp);
-    } else if (a == "--pp") {
-      ok = num(&in.pp);
-    } else if (a == "--dp") {
-      ok = num(&in.dp), dp_given = true;
-    } else if (a == "--micro-batch") {
-      ok = num(&in.micro_batch);
-    } else if (a == "--microbatches") {
-      ok = num(&in.microbatches);
-    } else if (a == "--recompute") {
-      const std::string v = next();
-      if (v != "none" && v != "selective" && v != "full") return bad("--recompute is none, selective or full");
-      in.recompute = v == "full" ? jobspec::Recompute::kFull : v == "selective" ? jobspec::Recompute::kSelective
-                                                                           : jobspec::Recompute::kNone;
-    } else if (a == "--global-batch") {
-      ok = num(&global_batch);
-    } else if (a == "--device") {
-      device = next();
-      if (device != "cpu" && device != "cuda" && device != "cuda-emulated") {
-        return bad(absl::StrCat("--device is cpu, cuda or cuda-emulated, not '", device, "'"));
-      }
-    } else if (a == "--ranks") {
-      per_rank = true;
-    } else if (a == "--cluster") {
-      cluster_name = next();
-    } else if (a == "--layout") {
-      layout = next();
-    } else if (a == "--top") {
-      ok = num(&top) && top >= 1;
-    } else if (a.rfind("--", 0) != 0) {  // a job spec
-      auto spec = jobspec::LoadJobSpec(a);
+  // First pass: the job spec and the preset, which make the base.
+  PlanFlags base;
+  {
+    CommandFlags f = CommandFlagsFor(o);
+    DefinePlanFlags(f, &base);
+    if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+    PlanFlags fresh;
+    if (!base.spec.empty()) {
+      auto spec = jobspec::LoadJobSpec(base.spec[0]);
       if (!spec.ok()) return bad(std::string(spec.status().message()));
-      const double mem = in.device_memory;
-      in = jobspec::PlanOfSpec(*spec);
-      in.device_memory = mem;
-      dp_given = true;
-      if (global_batch == 0) global_batch = spec->train.global_batch;
-    } else {
-      return bad(absl::StrCat("unknown flag ", a));
+      fresh.in = jobspec::PlanOfSpec(*spec);
+      fresh.in.device_memory = 0;
+      fresh.global_batch = spec->train.global_batch;
+      if (fresh.in.model) fresh.shape = *fresh.in.model;
     }
-    if (!ok) return bad(absl::StrCat(a, " takes a number"));
+    if (!base.preset.empty()) {
+      auto c = jobspec::ModelPreset(base.preset);
+      if (!c.ok()) return bad(std::string(c.status().message()));
+      fresh.shape = *c;
+    }
+    base = fresh;
   }
+  // Second pass: the flags over the base.
+  PlanFlags p = base;
+  CommandFlags f = CommandFlagsFor(o);
+  DefinePlanFlags(f, &p);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  jobspec::PlanInput& in = p.in;
+  jobspec::GPTConfig& shape = p.shape;
+  std::vector<std::string> shape_flags;  // those given, to name them
+  for (const std::string& name : f.given_in_order()) {
+    for (const char* s : kShapeFlags) {
+      if (name == absl::StrCat("--", s)) shape_flags.push_back(name);
+    }
+  }
+  const bool shape_given = !shape_flags.empty();
+  const bool params_given = f.given("params");
+  const bool dp_given = !p.spec.empty() || f.given("dp");
+  if (f.given("arch")) shape.arch = p.arch == "llama" ? jobspec::Arch::kLlama : jobspec::Arch::kGpt2;
+  if (f.given("gpu-memory")) in.device_memory = p.gpu_memory_gb * 1e9;
+  if (f.given("precision")) {
+    in.precision = p.precision == "fp32"    ? jobspec::Precision::kFp32
+                   : p.precision == "mixed" ? jobspec::Precision::kMixed
+                                            : jobspec::Precision::kAutocast;
+  }
+  if (f.given("recompute")) {
+    in.recompute = p.recompute == "full"        ? jobspec::Recompute::kFull
+                   : p.recompute == "selective" ? jobspec::Recompute::kSelective
+                                                : jobspec::Recompute::kNone;
+  }
+  if (p.top < 1) return bad("--top must be at least 1");
+  const int gpus = p.gpus, global_batch = p.global_batch;
+  const std::string& device = p.device;
   // Two descriptions of one model never mix: a shape flag alone takes the defaults for the rest
   // of the shape (12 layers, d_model 768, ...), which would silently replace the --params given.
   if (params_given && shape_given) {
@@ -293,15 +305,15 @@ int PlanCommand(const std::vector<std::string>& args, bool json) {
     in.fused_attention = device != "cpu";
     in.grouped_attention = jobspec::GroupedAttentionOf(in);
   }
-  if (!cluster_name.empty()) {
-    auto cluster = jobspec::LoadCluster(cluster_name);
+  if (!p.cluster.empty()) {
+    auto cluster = jobspec::LoadCluster(p.cluster);
     if (!cluster.ok()) return bad(std::string(cluster.status().message()));
-    return SpeedPlan(in, *cluster, gpus, global_batch, top, layout, json);
+    return SpeedPlan(in, *cluster, gpus, global_batch, p.top, p.layout, o.output == "json");
   }
-  if (!layout.empty()) return bad("--layout is evaluated on a --cluster");
+  if (!p.layout.empty()) return bad("--layout is evaluated on a --cluster");
   if (gpus > 0 && !dp_given) in.dp = std::max(1, gpus / (in.tp * in.pp));
-  auto p = jobspec::MakePlan(in);
-  if (!p.ok()) return bad(std::string(p.status().message()));
+  auto plan = jobspec::MakePlan(in);
+  if (!plan.ok()) return bad(std::string(plan.status().message()));
   double n = in.params;
   if (in.model && n <= 0) {
     for (const auto& t : jobspec::ParameterLayout(*in.model)) n += static_cast<double>(t.numel);
@@ -322,8 +334,8 @@ int PlanCommand(const std::vector<std::string>& args, bool json) {
   } else {
     std::printf("model: %.4g parameters (no shape: activations not estimated)\n", n);
   }
-  std::fputs(jobspec::RenderPlan(in, *p).c_str(), stdout);
-  if (per_rank) {
+  std::fputs(jobspec::RenderPlan(in, *plan).c_str(), stdout);
+  if (p.per_rank) {
     auto ranks = jobspec::PlanRanks(in);
     if (!ranks.ok()) return bad(std::string(ranks.status().message()));
     std::printf("\nper rank, in bytes:\n%s", jobspec::RenderRanks(in, *ranks).c_str());
@@ -338,7 +350,7 @@ int PlanCommand(const std::vector<std::string>& args, bool json) {
                 global_batch);
     std::fputs(jobspec::RenderPlan(*r, *jobspec::MakePlan(*r)).c_str(), stdout);
   }
-  return p->fits ? 0 : 1;
+  return plan->fits ? 0 : 1;
 }
 
 }  // namespace gantry::cli

@@ -1,5 +1,5 @@
-// whoami (the caller as the coordinator knows it) and principals hash (a token's SHA-256 for
-// the principals file, common/principals.h).
+// whoami (the caller as the coordinator knows it), principals hash (a token's SHA-256 for
+// the principals file, common/principals.h) and health (a daemon's gRPC health, no token).
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -8,17 +8,16 @@
 #include "absl/strings/ascii.h"
 #include "cli/commands.h"
 #include "common/principals.h"
+#include "common/security.h"
 
 namespace gantry::cli {
 
 // whoami
-int WhoAmICommand(const Options& o, v1::Coordinator::Stub* stub) {
-  if (o.args.size() != 1) {
-    std::fprintf(stderr, "gantry: whoami takes no arguments\n");
-    return 2;
-  }
+int WhoAmICommand(const Options& o) {
+  CommandFlags f = CommandFlagsFor(o);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
   v1::WhoAmIResponse resp;
-  const grpc::Status s = stub->WhoAmI(Ctx(o).get(), v1::WhoAmIRequest(), &resp);
+  const grpc::Status s = Connect(o)->WhoAmI(Ctx(o).get(), v1::WhoAmIRequest(), &resp);
   if (!s.ok()) return Fail(s);
   if (o.output == "json") {
     std::printf("%s\n", Json(resp).c_str());
@@ -32,8 +31,12 @@ int WhoAmICommand(const Options& o, v1::Coordinator::Stub* stub) {
 
 // principals hash: the token on stdin (one line; surrounding white space dropped), its hash on
 // stdout. From stdin, so that the token stays out of the shell's history and `ps`.
-int PrincipalsCommand(const std::vector<std::string>& args) {
-  if (args.size() != 2 || args[1] != "hash") {
+int PrincipalsCommand(const Options& o) {
+  std::vector<std::string> what;
+  CommandFlags f = CommandFlagsFor(o);
+  f.Operands(&what, 1, 1);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  if (what[0] != "hash") {
     std::fprintf(stderr, "usage: gantry principals hash < TOKEN_FILE   (prints the token's token_sha256)\n");
     return 2;
   }
@@ -49,6 +52,21 @@ int PrincipalsCommand(const std::vector<std::string>& args) {
   }
   std::printf("%s\n", Sha256Hex(token).c_str());
   return 0;
+}
+
+// health [ADDR]: for probes (deploy/k8s), so no token is needed.
+int HealthCommand(const Options& o) {
+  std::vector<std::string> address;
+  CommandFlags f = CommandFlagsFor(o);
+  f.Operands(&address, 0, 1);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  auto serving = CheckServing(address.empty() ? o.coordinator : address[0]);
+  if (!serving.ok()) {
+    std::fprintf(stderr, "gantry: %s\n", std::string(serving.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s\n", *serving ? "SERVING" : "NOT_SERVING");
+  return *serving ? 0 : 1;
 }
 
 }  // namespace gantry::cli

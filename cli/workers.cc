@@ -10,7 +10,10 @@
 namespace gantry::cli {
 
 // workers
-int WorkersCommand(const Options& o, v1::Coordinator::Stub* stub) {
+int WorkersCommand(const Options& o) {
+  CommandFlags f = CommandFlagsFor(o);
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  auto stub = Connect(o);
   // Every worker, page by page (a page holds at most 1000).
   v1::ListWorkersResponse resp;
   const grpc::Status s = ReadEveryPage<v1::ListWorkersResponse>(

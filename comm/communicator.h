@@ -57,6 +57,13 @@ class Communicator {
   virtual absl::Status Broadcast(float* data, size_t n, int root) = 0;
   virtual absl::Status Send(const float* data, size_t n, int peer) = 0;
   virtual absl::Status Recv(float* data, size_t n, int peer) = 0;
+  // send (send_n) to rank `to` while recv (recv_n) arrives from rank `from`: one step of a ring
+  // (to = rank + 1, from = rank - 1, modulo the size), where every rank sends and receives at
+  // once (context parallelism's K/V exchange, model/context_parallel.h). The buffers must not
+  // overlap; a count may be 0. Gloo and NCCL post both sides together, as one operation. This
+  // default, for a communicator without its own, is Send then Recv on even ranks and Recv then
+  // Send on odd ones (two sequence numbers), which cannot deadlock a ring's step.
+  virtual absl::Status SendRecv(const float* send, size_t send_n, int to, float* recv, size_t recv_n, int from);
   virtual absl::Status Barrier() = 0;
   // The job's placement is over (the coordinator said so, or is gone): the collective in
   // flight, or the next, fails at once as ABORTED rather than waiting out its timeout or a
@@ -84,6 +91,29 @@ inline absl::Status CheckAllToAllCounts(int rank, int size, const std::vector<si
                                                    " (what a rank sends itself is what it receives from itself)"));
   }
   return absl::OkStatus();
+}
+
+// SendRecv's peers as one rank sees them: ranks of the group other than itself. INVALID_ARGUMENT
+// naming the peer otherwise, before any sequence number is taken.
+inline absl::Status CheckSendRecvPeers(int rank, int size, int to, int from) {
+  for (const auto& [name, peer] : {std::pair<const char*, int>{"to", to}, {"from", from}}) {
+    if (peer < 0 || peer >= size || peer == rank) {
+      return absl::InvalidArgumentError(absl::StrCat("send_recv on rank ", rank, " of ", size, ": ", name, " rank ",
+                                                     peer, " is not another rank of the group"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status Communicator::SendRecv(const float* send, size_t send_n, int to, float* recv, size_t recv_n,
+                                           int from) {
+  if (absl::Status s = CheckSendRecvPeers(rank(), size(), to, from); !s.ok()) return s;
+  auto send_side = [&] { return Send(send, send_n, to); };
+  auto recv_side = [&] { return Recv(recv, recv_n, from); };
+  const bool even = rank() % 2 == 0;
+  absl::Status first = even ? send_side() : recv_side();
+  if (!first.ok()) return first;
+  return even ? recv_side() : send_side();
 }
 
 }  // namespace gantry::comm

@@ -26,7 +26,8 @@
 // and a file that names no identity at all.
 //
 // Authorisation (who may do what) is not here: the RPC edge (common/rpc_edge.h) resolves
-// each call to a Principal (common/security.h, Authenticate) and hands it to the handler.
+// each call to a Principal (common/security.h, Authenticate) and hands it to the handler,
+// which asks common/authz.h's rule table.
 #pragma once
 
 #include <array>

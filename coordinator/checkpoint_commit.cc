@@ -77,7 +77,7 @@ void CheckpointCommitter::CommitFrom(Ptr c, std::shared_ptr<const std::vector<st
   }
   (i == 0 ? kCommitBeforeShardCommits : kCommitBetweenShardCommits).Reach();
   const std::string& server = (*servers)[i];
-  clients_.Commit(server, c->job_id, c->step, c->files.at(server), c->manifest_json,
+  clients_.Commit(server, c->job_id, c->step, c->files.at(server), c->manifest_json, c->owner,
                   [this, c, servers, i, committed = std::move(committed), done = std::move(done)](absl::Status s) mutable {
                     if (!s.ok()) {
                       executor_.Post([this, c, committed = std::move(committed), s, done = std::move(done)]() mutable {

@@ -39,6 +39,7 @@ class CheckpointCommitter {
     int64_t step = 0;
     std::map<std::string, std::vector<std::string>> files;  // shard server → the files it holds
     std::string manifest_json;
+    shardserver::CheckpointOwner owner;  // the job's owner and team, committed with it
     int64_t bytes = 0;
     int keep = 0;          // checkpoint.keep: the newest this many whole ones stay (0: all)
     bool elastic = false;  // the job may grow once it is committed (Cluster::MaybeGrow)

@@ -204,7 +204,7 @@ void Cluster::RequestSchedule() {
   schedule_cv_.notify_all();  // the scheduling thread, among WaitForCommits callers
 }
 
-absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id) {
+absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id, const std::string& by) {
   v1::Job before, after;
   {
     std::lock_guard<std::mutex> l(job_mu_);
@@ -212,8 +212,9 @@ absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id) {
     if (!job.ok()) return job.status();
     before = *job;
     if (!Terminal(job->state())) {
-      job->set_reason("cancelled by the user");
-      RETURN_IF_ERROR(Transition(*job, v1::CANCELLED));
+      job->set_reason(absl::StrCat("cancelled by ", by));
+      // Who cancelled it, in its events (the audit trail), with the state in one write.
+      RETURN_IF_ERROR(Transition(*job, v1::CANCELLED, absl::StrCat("cancelled by ", by)));
     }
     after = *job;
   }
@@ -222,6 +223,7 @@ absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id) {
 }
 
 void Cluster::JobCancelled(const v1::Job& job) {
+  LOG(INFO) << "job " << job.id() << ": cancelled; its workers are told and free";
   rendezvous_.Drop(job.id());
   std::lock_guard<std::mutex> l(mu_);
   done_ranks_.erase({job.id(), job.generation()});
@@ -426,6 +428,7 @@ void Cluster::OnCheckpointPart(const std::string& id, const v1::CheckpointPart& 
       pc.checkpoint.elastic = spec && spec->elastic.enabled();
       c = std::move(pc.checkpoint);
       c.job_id = p.job_id();
+      c.owner = {job->owner(), job->team()};
       c.generation = p.generation();
       c.step = p.step();
       pending_ckpt_.erase(key);

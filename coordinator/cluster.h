@@ -74,8 +74,9 @@ class Cluster {
   void JobSubmitted();
   void RequestSchedule();
   // Cancels a job that has not ended (CANCELLED, its workers freed at once); the record as it
-  // is after. NOT_FOUND for an unknown job.
-  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id);
+  // is after. NOT_FOUND for an unknown job. by: who cancelled it (Principal::Describe), in its
+  // reason and its events.
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& by = "the user");
   // Appends an event and wakes the watchers of its job.
   absl::Status AddEvent(v1::JobEvent e, bool sync = true);
   // Every state change of a job: coordinator/job_state.h (checked; the record and its events

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "common/authz.h"
 #include "common/rpc_edge.h"
 #include "common/status.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +22,16 @@
 namespace gantry::coordinator {
 namespace {
 
+// What authorisation knows of a job: its id, owner and team.
+AuthzObject ObjectOf(const v1::Job& job) { return AuthzObject::Job(job.id(), job.owner(), job.team()); }
+
+// A listing's filters (ListJobsRequest's owner, team and mine) on a job.
+bool Matches(const v1::ListJobsRequest& req, const Principal& who, const v1::Job& job) {
+  if (!req.owner().empty() && job.owner() != req.owner()) return false;
+  if (!req.team().empty() && job.team() != req.team()) return false;
+  if (req.mine() && job.owner() != who.name) return false;
+  return true;
+}
 
 
 // One worker's attach stream. Its messages are read on gRPC's threads, which must not wait
@@ -348,9 +359,19 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const QueuePosi
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                         const v1::SubmitJobRequest* req,
                                                         v1::SubmitJobResponse* resp) {
-  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
+  return ServeSlow(ctx, [this, req, resp](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kSubmitJob, AuthzObject::Cluster()));
     auto spec = jobspec::ParseJobSpec(req->spec_yaml());
     if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
+    // Starting from another job's checkpoint reads it: only from a job the submitter may read
+    // (one the coordinator no longer knows is nobody's).
+    if (const std::string& from = spec->checkpoint.resume_from; !from.empty()) {
+      const std::string from_job = from.substr(0, from.find('@'));
+      auto source = store_->GetJob(from_job);
+      const absl::Status may = Authorize(who, Action::kReadCheckpoint,
+                                         source.ok() ? ObjectOf(*source) : AuthzObject::Job(from_job, "", ""));
+      if (!may.ok()) return absl::PermissionDeniedError(absl::StrCat("checkpoint.resume_from: ", may.message()));
+    }
     // The planner's bytes per rank against the workers there are: a job that cannot fit is
     // refused now, saying why, rather than failing when a worker runs out of memory.
     // (parallel: auto: the layout is the planner's at placement, which fails the job if no
@@ -376,19 +397,23 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_steps_total(spec->train.steps);
     job.set_world_size(spec->auto_layout() ? spec->MinWorld() : spec->world_size());
     job.set_priority(spec->scheduling.priority);
-    // The record and its PENDING event in one synced write. No lock of the cluster's: a new
-    // job is nobody else's to read and change until it has an id, and the store orders
-    // this write with the others (a scheduling pass that finds the job before its spec is
-    // remembered parses the stored one).
-    v1::JobEvent pending;
+    job.set_owner(who.name);
+    job.set_team(who.team);
+    // The record, its PENDING event and the audit trail's first line (who submitted it) in
+    // one synced write. No lock of the cluster's: a new job is nobody else's to read and
+    // change until it has an id, and the store orders this write with the others (a
+    // scheduling pass that finds the job before its spec is remembered parses the stored one).
+    v1::JobEvent pending, submitted;
     pending.set_time_unix_ms(job.submit_time_unix_ms());
     pending.set_state(v1::PENDING);
-    auto id = store_->CreateJob(job, {pending});
+    submitted.set_time_unix_ms(job.submit_time_unix_ms());
+    submitted.set_message(absl::StrCat("submitted by ", who.Describe()));
+    auto id = store_->CreateJob(job, {pending, submitted});
     if (!id.ok()) return id.status();
     resp->set_job_id(*id);
     cluster_->RememberSpec(*id, *spec);  // parsed once: what placement and the ranks use
     registry_->GetCounter("gantry_coordinator_jobs_submitted_total", "Jobs accepted by SubmitJob.").Increment();
-    LOG(INFO) << "job " << resp->job_id() << " (" << job.name() << ") submitted";
+    LOG(INFO) << "job " << resp->job_id() << " (" << job.name() << ") submitted by " << who.Describe();
     cluster_->RequestSchedule();  // placed on the cluster's thread, not in this call
     return absl::OkStatus();
   });
@@ -396,9 +421,10 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                      v1::Job* resp) {
-  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
+  return ServeSlow(ctx, [this, req, resp](const Principal& who) -> absl::Status {
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return job.status();
+    RETURN_IF_ERROR(Authorize(who, Action::kReadJob, ObjectOf(*job)));
     *resp = *job;
     return FillQueuePosition(resp, nullptr);
   });
@@ -407,7 +433,8 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* ctx,
                                                        const v1::ListJobsRequest* req,
                                                        v1::ListJobsResponse* resp) {
-  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
+  return ServeSlow(ctx, [this, req, resp](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kListJobs, AuthzObject::Cluster()));
     // Every queued job's place, in one walk of the queues (the specs of queued jobs stored by
     // an earlier coordinator read first: such a job joins its device's queue then).
     for (const auto& id : store_->Unresolved()) {
@@ -417,44 +444,66 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
     // A page, newest first: the index gives its jobs (brief records, no read), the store their
     // full records when asked for.
     ASSIGN_OR_RETURN(const size_t size, PageSize(req->page_size()));
-    const std::string listing = absl::StrCat("jobs/", v1::JobState_Name(req->state()));
+    // A token continues the listing of one state and one set of filters.
+    const std::string listing = absl::StrCat("jobs/", v1::JobState_Name(req->state()), "/", req->owner(), "/",
+                                             req->team(), req->mine() ? "/mine" : "");
     std::string before;
     if (!req->page_token().empty()) {
       ASSIGN_OR_RETURN(before, PageTokenKey(req->page_token(), listing));
     }
-    bool more = false;
-    const auto page = store_->BriefPage(req->state(), before, size, &more);
-    for (const auto& brief : page) {
-      v1::Job* j = resp->add_jobs();
-      if (req->brief()) {
-        *j = *brief;
-      } else {
-        ASSIGN_OR_RETURN(*j, store_->GetJob(brief->id()));
+    // Pages of the index until this page is full: jobs the filters leave out, or that the
+    // caller may not read (a user: other teams'), are passed over.
+    bool more = true;
+    std::string last;  // the last job looked at
+    while (more && static_cast<size_t>(resp->jobs_size()) < size) {
+      const auto page = store_->BriefPage(req->state(), before, size - resp->jobs_size(), &more);
+      if (page.empty()) break;
+      for (const auto& brief : page) {
+        last = brief->id();
+        if (!Matches(*req, who, *brief) || !MayReadJob(who, brief->owner(), brief->team())) continue;
+        v1::Job* j = resp->add_jobs();
+        if (req->brief()) {
+          *j = *brief;
+        } else {
+          ASSIGN_OR_RETURN(*j, store_->GetJob(brief->id()));
+        }
+        RETURN_IF_ERROR(FillQueuePosition(j, &positions));
       }
-      RETURN_IF_ERROR(FillQueuePosition(j, &positions));
+      before = last;
     }
-    if (more && !page.empty()) resp->set_next_page_token(PageToken(listing, page.back()->id()));
+    if (more && !last.empty()) resp->set_next_page_token(PageToken(listing, last));
     return absl::OkStatus();
   });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* ctx,
                                                         const v1::CancelJobRequest* req, v1::Job* resp) {
-  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(*resp, cluster_->CancelJob(req->job_id()));
+  return ServeSlow(ctx, [this, req, resp](const Principal& who) -> absl::Status {
+    // The owner never changes once submitted: read before the cancellation takes its locks.
+    ASSIGN_OR_RETURN(const v1::Job job, store_->GetJob(req->job_id()));
+    RETURN_IF_ERROR(Authorize(who, Action::kCancelJob, ObjectOf(job)));
+    ASSIGN_OR_RETURN(*resp, cluster_->CancelJob(req->job_id(), who.Describe()));
     return absl::OkStatus();
   });
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                      const v1::WatchJobRequest* req) {
-  return ServeStream<grpc::ServerWriteReactor<v1::JobEvent>>(ctx, [&] { return new WatchReactor(store_, cluster_, *req); });
+  using Reactor = grpc::ServerWriteReactor<v1::JobEvent>;
+  return ServeStream<Reactor>(ctx, [&](const Principal& who) -> Reactor* {
+    // An unknown job is WatchReactor's NOT_FOUND; a known one is read only by who may.
+    if (auto job = store_->GetJob(req->job_id()); job.ok()) {
+      if (absl::Status s = Authorize(who, Action::kReadJob, ObjectOf(*job)); !s.ok()) return new Refused<Reactor>(ToGrpc(s));
+    }
+    return new WatchReactor(store_, cluster_, *req);
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* ctx,
                                                           const v1::ListWorkersRequest* req,
                                                           v1::ListWorkersResponse* resp) {
-  return ServeSlow(ctx, [this, req, resp]() -> absl::Status {
+  return ServeSlow(ctx, [this, req, resp](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kListWorkers, AuthzObject::Cluster()));
     ASSIGN_OR_RETURN(const size_t size, PageSize(req->page_size()));
     std::string after;
     if (!req->page_token().empty()) {
@@ -475,14 +524,20 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorService::Attach(
     grpc::CallbackServerContext* ctx) {
-  return ServeStream<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>>(
-      ctx, [&] { return new AttachReactor(cluster_, &sessions_, absl::StrCat("attach-", next_session_++)); });
+  using Reactor = grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>;
+  return ServeStream<Reactor>(ctx, [&](const Principal& who) -> Reactor* {
+    if (absl::Status s = Authorize(who, Action::kAttach, AuthzObject::Cluster()); !s.ok()) {
+      return new Refused<Reactor>(ToGrpc(s));
+    }
+    return new AttachReactor(cluster_, &sessions_, absl::StrCat("attach-", next_session_++));
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RendezvousPut(grpc::CallbackServerContext* ctx,
                                                             const v1::RendezvousPutRequest* req,
                                                             v1::RendezvousPutResponse*) {
-  return ServeUnary(ctx, [&]() {
+  return ServeUnary(ctx, [&](const Principal& who) {
+    RETURN_IF_ERROR(Authorize(who, Action::kRendezvous, AuthzObject::Job(req->job_id(), "", "")));
     return cluster_->RendezvousPut(req->job_id(), req->generation(), req->key(), req->value());
   });
 }
@@ -492,7 +547,10 @@ grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServer
                                                             v1::RendezvousGetResponse* resp) {
   // Completes when the key is put or the wait ends, on whichever thread that happens; the
   // handler itself returns at once.
-  return ServeUnaryLater(ctx, [&](std::function<void(const absl::Status&)> finish) {
+  return ServeUnaryLater(ctx, [&](const Principal& who, std::function<void(const absl::Status&)> finish) {
+    if (absl::Status s = Authorize(who, Action::kRendezvous, AuthzObject::Job(req->job_id(), "", "")); !s.ok()) {
+      return finish(s);
+    }
     const int64_t wait_ms = std::min<int64_t>(std::max<int64_t>(req->wait_ms(), 0), 10 * 60 * 1000);
     cluster_->RendezvousGet(req->job_id(), req->generation(), req->key(), wait_ms,
                             [finish, resp](absl::StatusOr<std::string> v) {
@@ -505,7 +563,8 @@ grpc::ServerUnaryReactor* CoordinatorService::RendezvousGet(grpc::CallbackServer
 grpc::ServerUnaryReactor* CoordinatorService::RegisterShardServer(grpc::CallbackServerContext* ctx,
                                                                   const v1::RegisterShardServerRequest* req,
                                                                   v1::RegisterShardServerResponse*) {
-  return ServeSlow(ctx, [this, req]() -> absl::Status {
+  return ServeSlow(ctx, [this, req](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kRegisterShardServer, AuthzObject::Cluster()));
     if (req->address().empty()) return absl::InvalidArgumentError("address is required");
     cluster_->RegisterShardServer(*req);
     return absl::OkStatus();
@@ -515,7 +574,8 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterShardServer(grpc::Callback
 grpc::ServerUnaryReactor* CoordinatorService::ListShardServers(grpc::CallbackServerContext* ctx,
                                                                const v1::ListShardServersRequest*,
                                                                v1::ListShardServersResponse* resp) {
-  return ServeSlow(ctx, [this, resp]() -> absl::Status {
+  return ServeSlow(ctx, [this, resp](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kListShardServers, AuthzObject::Cluster()));
     for (auto& s : cluster_->ShardServers()) *resp->add_shard_servers() = std::move(s);
     return absl::OkStatus();
   });
@@ -524,6 +584,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListShardServers(grpc::CallbackSer
 grpc::ServerUnaryReactor* CoordinatorService::WhoAmI(grpc::CallbackServerContext* ctx, const v1::WhoAmIRequest*,
                                                      v1::WhoAmIResponse* resp) {
   return ServeUnary(ctx, [resp](const Principal& who) {
+    RETURN_IF_ERROR(Authorize(who, Action::kWhoAmI, AuthzObject::Cluster()));
     resp->set_name(who.name);
     resp->set_kind(std::string(KindName(who.kind)));
     resp->set_team(who.team);

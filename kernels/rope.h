@@ -18,5 +18,10 @@ void rope_inv_freq(float* inv_freq, int head_dim, float theta);
 // x_{i+hd/2} cos + x_i sin). The angle is t * inv_freq in fp32, its cos and sin in fp32, as
 // HF's cos/sin caches hold them. inverse: the transposed rotation (the backward).
 void rope_apply(Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq, bool inverse);
+// The same at given positions: row r of each of B sequences of L rows at position
+// positions[r] (L entries), as context parallelism's rows are (model::CpSharding::Positions).
+// With positions[r] = r it gives rope_apply's bits.
+void rope_apply_at(Ptr qkv, int B, int L, const int* positions, int NH, int NKV, int hd, const float* inv_freq,
+                   bool inverse);
 
 }  // namespace gantry::kernels

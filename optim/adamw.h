@@ -9,6 +9,7 @@
 #include "kernels/backend.h"
 #include "jobspec/job_spec.h"
 #include "jobspec/model_layout.h"
+#include "optim/shard_segment.h"
 
 namespace gantry::optim {
 
@@ -20,12 +21,6 @@ inline kernels::Precision PrecisionOf(const jobspec::TrainSpec& t) {
          : t.precision == "fp16" ? kernels::Precision::kFp16
                                  : kernels::Precision::kFp32;
 }
-
-// A run of the flat parameter buffer [flat_begin, flat_end) that a rank owns, stored at
-// `local` in its compact shard buffers (gradients, m, v and, under ZeRO 3, parameters).
-struct ShardSegment {
-  size_t flat_begin = 0, flat_end = 0, local = 0;
-};
 
 class AdamW {
  public:

@@ -7,7 +7,10 @@
 
 Four checks:
   - links: the link command of each daemon and front end (from Ninja: `ninja -t commands`)
-    names no library it must not link, for example the coordinator the trainer;
+    names no library it must not link, for example the coordinator the trainer; and CMake's
+    link graph (BUILD/link_graph.txt, written at configure time) leads from no library of
+    LIBRARY_RULES to one it must not reach, for example from the checkpoint format to the
+    kernels, OpenBLAS or OpenMP;
   - includes: each folder's sources include, of this project, only the folders below it
     (ALLOWED, the floors), and none of the other libraries it must not use;
   - names: no tracked text file (code, comments, CMake, docs) names a retired folder, library
@@ -18,6 +21,7 @@ Four checks:
     GANTRY_CUDA_NS names it in its first line (NS_MACRO);
   - checks: a GPU library's result is checked with GPU_RETURN_IF_ERROR, not compared by hand
     with its success value (`!= cudaSuccess`), but where HAND_CHECKS says why.
+--inject-link LIBRARY=LIB (a name without a slash) adds an edge to the link graph.
 --inject-* add a forbidden link, include or line of text to what is checked (nothing is
 changed on disk): the test uses them to show that the check fails on one. Exits 1 and names
 every breach.
@@ -39,12 +43,30 @@ GPU = ["libgantry_backends.a", "libgantry_kernels_cuda.a", "libgantry_kernels_cu
 LINK_RULES = {
     # the coordinator: the job spec, the shard-server client, common; never the model or trainer
     "coordinator/gantry-coordinator": TRAINER + MODEL,
-    # the CLI, a client people install on laptops: the job spec, the model on the cpu backend and
-    # checkpoints (export, sample); never the trainer, collectives or a GPU library
+    # the CLI, a client people install on laptops: the job spec, checkpoints and, for sample
+    # alone (gantry_cli_model), the model on the cpu backend; never the trainer, collectives or
+    # a GPU library. Its other commands' library is held to more below (LIBRARY_RULES).
     "cli/gantry": TRAINER + GPU,
     # the shard server: AdamW's kernel, never the model or the trainer
     "shardserver/gantry-shardserver": TRAINER + ["libgantry_model.a", "libgantry_checkpoint.a",
                                                  "libgantry_checkpoint_remote.a"],
+}
+
+# Libraries that must not reach others through CMake's link graph (BUILD/link_graph.txt), at
+# any depth: a name, or a part of a library's path. KERNELS: what running the model takes,
+# its kernels and their OpenBLAS and OpenMP. The checkpoint format, the Hugging Face format
+# and the gantry commands that run no model (submit, jobs, checkpoints, download, export,
+# plan ...) link none of it (docs/decisions.md, "The CLI's libraries"); reading a checkpoint
+# into a model is gantry_checkpoint_gpt's, sampling gantry_cli_model's.
+KERNELS = ["gantry_model", "gantry_optim", "gantry_kernels", "gantry_backends", "gantry_blas", "OpenMP::",
+           "gantry_checkpoint_gpt", "gantry_cli_model", "libopenblas", "libgomp", "libomp"]
+LIBRARY_RULES = {
+    "gantry_jobspec": KERNELS,
+    "gantry_hf": KERNELS,
+    "gantry_checkpoint": KERNELS,
+    "gantry_checkpoint_remote": KERNELS,
+    "gantry_cli_export": KERNELS,
+    "gantry_cli": KERNELS,
 }
 
 # The floors: the project folders a folder's sources may include (besides its own). Every
@@ -58,31 +80,44 @@ ALLOWED = {
     "data/": BASE,
     "comm/": BASE + ["jobspec/", "kernels/"],
     "optim/": BASE + ["jobspec/", "kernels/"],
-    "model/": BASE + ["jobspec/", "kernels/", "comm/"],
-    "checkpoint/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/"],
+    # the Hugging Face format: kernels/types.h for Precision and the bf16 rounding (header only)
+    "hf/": BASE + ["jobspec/", "kernels/types.h"],
+    "model/": BASE + ["jobspec/", "kernels/", "comm/", "hf/"],
+    # the format runs no model: the optimizer's header-only types, not its kernels
+    "checkpoint/": BASE + ["jobspec/", "hf/", "data/", "kernels/types.h", "optim/loss_scale.h",
+                           "optim/shard_segment.h"],
+    # a checkpoint into a model::GPT
+    "checkpoint/gpt/": BASE + ["jobspec/", "hf/", "data/", "kernels/", "model/", "optim/", "comm/", "checkpoint/"],
     # the remote source reads through the shard servers' client
-    "checkpoint/remote/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
-                                  "shardserver/client/shard_client.h", "gantry/v1/"],
-    "worker/train/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/"],
+    "checkpoint/remote/": BASE + ["jobspec/", "hf/", "data/", "kernels/types.h", "optim/loss_scale.h",
+                                  "optim/shard_segment.h", "checkpoint/", "shardserver/client/shard_client.h",
+                                  "gantry/v1/"],
+    "worker/train/": BASE + ["jobspec/", "hf/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/"],
     "worker/protocol/": BASE + ["gantry/v1/"],
     # a GPU worker's device metrics: NVML (loaded at run time) or the emulator's devices
     "worker/gpu_metrics/": BASE + ["kernels/emulated/usage.h"],
-    "worker/agent/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
+    "worker/agent/": BASE + ["jobspec/", "hf/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
                              "worker/train/", "worker/protocol/", "worker/gpu_metrics/", "shardserver/client/shard_client.h",
                              "gantry/v1/"],
-    "worker/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
+    "worker/": BASE + ["jobspec/", "hf/", "kernels/", "model/", "optim/", "data/", "comm/", "checkpoint/",
                        "worker/train/", "worker/protocol/", "worker/gpu_metrics/", "worker/agent/", "gantry/v1/"],
     "coordinator/": BASE + ["jobspec/", "shardserver/client/shard_client.h", "gantry/v1/"],
     "shardserver/": BASE + ["kernels/adamw.h", "gantry/v1/"],
-    "cli/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
-                    "shardserver/client/shard_client.h", "gantry/v1/"],
-    # gantry-train (its own binary, which links the trainer): calibrate times Gloo's all-reduce
-    "cli/train/": BASE + ["jobspec/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
-                          "comm/", "cli/train/", "gantry/v1/"],
+    # gantry's commands run no model (their library links no kernels: LIBRARY_RULES) ...
+    "cli/": BASE + ["jobspec/", "hf/", "data/", "checkpoint/", "kernels/types.h", "shardserver/client/shard_client.h",
+                    "gantry/v1/"],
+    # ... but sample's, gantry_cli_model, which both front ends link
+    "cli/model_commands.h": BASE + ["cli/"],
+    "cli/model_commands.cc": BASE + ["jobspec/", "hf/", "data/", "kernels/", "model/", "cli/"],
+    # gantry-train (its own binary, which links the trainer): calibrate times Gloo's all-reduce;
+    # sample and export are gantry's (cli/model_commands.h, gantry_cli_model; cli/export_checkpoint.h,
+    # gantry_cli_export)
+    "cli/train/": BASE + ["jobspec/", "hf/", "kernels/", "model/", "optim/", "data/", "checkpoint/", "worker/train/",
+                          "comm/", "cli/train/", "cli/model_commands.h", "cli/export_checkpoint.h", "gantry/v1/"],
 }
 # Where the allowed list is folders of this project, these are too (a header outside them is
 # another library's: absl, gRPC ...).
-PROJECT = ["common/", "gantry/v1/", "kernels/", "jobspec/", "data/", "comm/", "optim/", "model/", "checkpoint/",
+PROJECT = ["common/", "gantry/v1/", "kernels/", "jobspec/", "hf/", "data/", "comm/", "optim/", "model/", "checkpoint/",
            "worker/", "coordinator/", "shardserver/", "cli/", "bench/", "tests/"]
 # Other libraries a folder must not use: RocksDB only through common/rocks.h (the one wrapper,
 # with the kill points); the job spec no gRPC (the coordinator and the CLI link it alone).
@@ -306,6 +341,51 @@ def link_command(build, binary):
     return lines[-1]
 
 
+def link_graph(build, injected):
+    """BUILD/link_graph.txt as {target: [what it links]}, with the injected edges."""
+    path = os.path.join(build, "link_graph.txt")
+    if not os.path.isfile(path):
+        sys.exit(f"check_deps: no {path}: configure the build with this tree's CMakeLists.txt (it writes the file)")
+    graph = {}
+    for line in open(path, encoding="utf-8"):
+        name, _, deps = line.rstrip("\n").partition(": ")
+        out = graph.setdefault(name, [])
+        for d in deps.split():
+            d = re.sub(r"^\$<LINK_ONLY:(.*)>$", r"\1", d)
+            if d not in out:
+                out.append(d)
+    for lib, deps in injected.items():
+        graph.setdefault(lib, []).extend(deps)
+    return graph
+
+
+def graph_breaches(graph):
+    """For each LIBRARY_RULES library, the shortest path to each forbidden library it reaches first."""
+    out = []
+    for lib, forbidden in LIBRARY_RULES.items():
+        if lib not in graph:
+            out.append(f"{lib}: not in the link graph (LIBRARY_RULES names a library the build lacks)")
+            continue
+        seen, queue = {lib: None}, [lib]
+        while queue:
+            node = queue.pop(0)
+            for d in graph.get(node, []):
+                if d in seen:
+                    continue
+                seen[d] = node
+                hit = next((f for f in forbidden if d == f or (d.startswith(f) if f.endswith("::") else
+                                                                os.path.basename(d).startswith(f))), None)
+                if hit:
+                    path, n = [], d
+                    while n is not None:
+                        path.append(os.path.basename(n) if "/" in n else n)
+                        n = seen[n]
+                    out.append(f"{lib} links {d} through {' -> '.join(reversed(path))} (it must not reach {hit})")
+                else:
+                    queue.append(d)  # past a forbidden library, what it brings is its own breach
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", help="a configured Ninja build folder; without it the links are not checked")
@@ -316,10 +396,10 @@ def main():
     a = ap.parse_args()
     breaches = []
 
-    injected_links = {}
+    injected_links, injected_edges = {}, {}
     for spec in a.inject_link:
         binary, lib = spec.split("=", 1)
-        injected_links.setdefault(binary, []).append(lib)
+        (injected_links if "/" in binary else injected_edges).setdefault(binary, []).append(lib)
     for binary, forbidden in (LINK_RULES if a.build else {}).items():
         cmd = link_command(a.build, binary).split() + injected_links.get(binary, [])
         for word in cmd:
@@ -327,6 +407,8 @@ def main():
             for f in forbidden:
                 if base.startswith(f):
                     breaches.append(f"{binary} links {word} (it must not link {f})")
+    if a.build:
+        breaches += graph_breaches(link_graph(a.build, injected_edges))
 
     injected_includes = {}
     for spec in a.inject_include:
@@ -335,7 +417,9 @@ def main():
     src = os.path.abspath(a.source)
     files = 0
     for d in ALLOWED:
-        for root, _, names in os.walk(os.path.join(src, d)):
+        top = os.path.join(src, d)
+        walk = os.walk(top) if not os.path.isfile(top) else [(os.path.dirname(top), [], [os.path.basename(top)])]
+        for root, _, names in walk:
             for n in sorted(names):
                 if not n.endswith((".h", ".cc", ".cu", ".cuh", ".inc")):
                     continue
@@ -365,7 +449,8 @@ def main():
             print("  " + b)
     if breaches or retired:
         return 1
-    links = f"{len(LINK_RULES)} binaries' links" if a.build else "(links not checked: no --build)"
+    links = (f"{len(LINK_RULES)} binaries' links, {len(LIBRARY_RULES)} libraries' link graphs" if a.build
+             else "(links not checked: no --build)")
     print(f"check_deps: {links} and {files} files' includes keep the library rules; "
           f"no file names a retired folder, library or namespace, no header keeps an alias, each "
           f"GANTRY_CUDA_NS file names its namespace, and GPU results are checked by GPU_RETURN_IF_ERROR "

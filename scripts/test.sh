@@ -19,6 +19,7 @@ fi
 bash tests/sanitize.sh thread
 # Each libFuzzer target for 25 s over its committed corpus, under ASan and UBSan, in a clang
 # build tree of its own (tests/fuzz/run.sh installs clang if missing; docs/testing.md,
-# "Fuzzing"). One input may take 60 s rather than 10 before it counts as a hang: a shared CI
-# machine can stall a process for seconds, and a real hang still ends the run.
-bash tests/fuzz/run.sh --timeout 60 25
+# "Fuzzing"), one target a core at a time. One input may take 60 s rather than 10 before it
+# counts as a hang: a shared CI machine can stall a process for seconds, and a real hang
+# still ends the run.
+bash tests/fuzz/run.sh --timeout 60 --parallel "$(nproc)" 25

@@ -1,5 +1,6 @@
 #include "shardserver/param_service.h"
 
+#include "common/authz.h"
 #include "common/rpc_edge.h"
 
 #include <unistd.h>
@@ -47,7 +48,8 @@ absl::StatusOr<std::shared_ptr<ParamService::Range>> ParamService::Find(const st
 
 grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* ctx, const v1::InitRangeRequest* req,
                                                   v1::InitRangeResponse*) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeUnary(ctx, [&](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kParamServer, AuthzObject::Job(req->job_id(), "", "")));
     const int64_t b = req->range().begin(), e = req->range().end();
     if (req->job_id().empty() || b < 0 || e <= b) {
       return absl::InvalidArgumentError(absl::StrCat("InitRange needs a job and a range, got '", req->job_id(), "' [", b, ", ", e, ")"));
@@ -104,7 +106,8 @@ grpc::ServerUnaryReactor* ParamService::InitRange(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* ParamService::WriteParams(grpc::CallbackServerContext* ctx, const v1::ParamsChunk* req,
                                                     v1::ParamsAck*) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeUnary(ctx, [&](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kParamServer, AuthzObject::Job(req->job_id(), "", "")));
     ASSIGN_OR_RETURN(std::shared_ptr<Range> r, Find(req->job_id(), req->generation()));
     RETURN_IF_ERROR(CheckPayload(*r, "parameters", req->offset(), req->data().size()));
     std::lock_guard<std::mutex> l(r->mu);
@@ -116,7 +119,8 @@ grpc::ServerUnaryReactor* ParamService::WriteParams(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* ParamService::PushGradients(grpc::CallbackServerContext* ctx, const v1::GradientChunk* req,
                                                       v1::PushAck* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeUnary(ctx, [&](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kParamServer, AuthzObject::Job(req->job_id(), "", "")));
     ASSIGN_OR_RETURN(std::shared_ptr<Range> r, Find(req->job_id(), req->generation()));
     const size_t n = req->data().size() / sizeof(float);
     RETURN_IF_ERROR(CheckPayload(*r, "gradients", req->offset(), req->data().size()));
@@ -175,7 +179,8 @@ ParamService::~ParamService() { data_port_.reset(); }
 
 grpc::ServerUnaryReactor* ParamService::ReadParams(grpc::CallbackServerContext* ctx, const v1::ReadParamsRequest* req,
                                                    v1::ParamsChunk* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeUnary(ctx, [&](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kParamServer, AuthzObject::Job(req->job_id(), "", "")));
     ASSIGN_OR_RETURN(std::shared_ptr<Range> r, Find(req->job_id(), req->generation()));
     if (req->count() < 0) return absl::InvalidArgumentError(absl::StrCat("read of ", req->count(), " values"));
     RETURN_IF_ERROR(CheckPayload(*r, "read", req->offset(), static_cast<size_t>(req->count()) * sizeof(float)));

@@ -20,6 +20,7 @@
 #include "common/buffer.h"
 #include "kernels/adamw.h"
 #include "common/metrics.h"
+#include "common/principals.h"
 #include "common/stream_server.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
 
@@ -33,7 +34,14 @@ class ParamService final : public v1::ParamServer::CallbackService {
   // Serves pushes, reads and writes of payloads on a plain TCP port as well (common/param_wire.h's
   // protocol, on one event loop: common/stream_server.h): gRPC's per-byte cost is several
   // times a raw stream's. Returns "host:port" (the port picked by the system).
-  absl::StatusOr<std::string> StartDataPort(const std::string& host, net::StreamServer::Options options = {});
+  //
+  // Each request is authorised as the gRPC methods are (common/authz.h, Action::kParamServer,
+  // for the request's job), as `callers`: the data port carries no TLS and no credentials, so
+  // its connections name nobody. The daemon serves it only on a cluster with nothing configured
+  // (no TLS, no token, no principals file: shardserver/main.cc), whose callers are all the
+  // laptop's anonymous admin, the default; a test passes another identity to check the rule.
+  absl::StatusOr<std::string> StartDataPort(const std::string& host, net::StreamServer::Options options = {},
+                                            Principal callers = LaptopPrincipal());
   // Stops the data port: the listener and idle connections close at once, requests in
   // progress may finish within `grace`. The destructor stops it without grace.
   void StopDataPort(std::chrono::milliseconds grace);
@@ -93,6 +101,7 @@ class ParamService final : public v1::ParamServer::CallbackService {
   metrics::Registry* registry_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Range>> ranges_;  // by job
+  Principal data_callers_;  // who the data port's requests are from (StartDataPort)
   std::unique_ptr<net::StreamServer> data_port_;  // declared last: stopped before the ranges go
 };
 

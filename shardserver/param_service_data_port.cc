@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/authz.h"
 #include "common/param_wire.h"
 #include "common/status.h"
 #include "shardserver/param_service.h"
@@ -96,6 +97,7 @@ class ParamService::DataSession : public std::enable_shared_from_this<DataSessio
       if (h_.op != ParamWireHeader::kPush && h_.buffer > v1::ADAM_V) {
         return absl::InvalidArgumentError(absl::StrCat("unknown buffer ", h_.buffer, " (0 params, 1 m, 2 v)"));
       }
+      RETURN_IF_ERROR(Authorize(service_->data_callers_, Action::kParamServer, AuthzObject::Job(job_, "", "")));
       ASSIGN_OR_RETURN(range_, service_->Find(job_, h_.generation));
       RETURN_IF_ERROR(CheckWithin(*range_, "payload", h_.offset, n));
       at_ = static_cast<size_t>(h_.offset) - range_->begin;
@@ -280,8 +282,10 @@ class ParamService::DataSession : public std::enable_shared_from_this<DataSessio
   Clock::time_point t0_;
 };
 
-absl::StatusOr<std::string> ParamService::StartDataPort(const std::string& host, net::StreamServer::Options options) {
+absl::StatusOr<std::string> ParamService::StartDataPort(const std::string& host, net::StreamServer::Options options,
+                                                        Principal callers) {
   if (data_port_) return absl::FailedPreconditionError("the data port is already started");
+  data_callers_ = std::move(callers);
   ASSIGN_OR_RETURN(data_port_, net::StreamServer::Start(host, 0, options, [this](std::shared_ptr<net::StreamConnection> c) {
                      std::make_shared<DataSession>(this, std::move(c))->Next();
                    }));

@@ -2,6 +2,7 @@
 
 #include "common/paging.h"
 
+#include "common/authz.h"
 #include "common/rpc_edge.h"
 
 #include <glog/logging.h>
@@ -52,6 +53,16 @@ const KillPoint kCommitBeforeRecord("shard.commit.before_record", KillPoint::kBe
                                     "Commit found every named part whole; the commit record is not written");
 const KillPoint kCommitAfterRecord("shard.commit.after_record", KillPoint::kAfterCommit,
                                    "the commit record is durable; the reply is not sent");
+
+// What authorisation knows of checkpoint (job, step): its job, and the owner and team its commit
+// recorded (a checkpoint not committed, or committed before commits recorded them: no owner).
+AuthzObject CheckpointObject(rocks::Db& db, const std::string& job, int64_t step) {
+  v1::CheckpointInfo info;
+  if (auto record = db.Get(CkptKey(job, step)); record.ok() && info.ParseFromString(*record)) {
+    return AuthzObject::Job(job, info.owner(), info.team());
+  }
+  return AuthzObject::Job(job, "", "");
+}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -279,19 +290,34 @@ int64_t ShardService::bytes_stored() const {
 }
 
 grpc::ServerReadReactor<v1::Chunk>* ShardService::WriteChunks(grpc::CallbackServerContext* ctx, v1::WriteChunksResponse* resp) {
-  return ServeStream<grpc::ServerReadReactor<v1::Chunk>>(ctx, [&] { return new WriteReactor(this, resp); });
+  using Reactor = grpc::ServerReadReactor<v1::Chunk>;
+  return ServeStream<Reactor>(ctx, [&](const Principal& who) -> Reactor* {
+    // The stream's chunks name their job; writing is the workers' whoever the job's owner.
+    if (absl::Status s = Authorize(who, Action::kWriteCheckpoint, AuthzObject::Cluster()); !s.ok()) {
+      return new Refused<Reactor>(ToGrpc(s));
+    }
+    return new WriteReactor(this, resp);
+  });
 }
 
 grpc::ServerWriteReactor<v1::Chunk>* ShardService::ReadChunks(grpc::CallbackServerContext* ctx, const v1::ReadChunksRequest* req) {
-  return ServeStream<grpc::ServerWriteReactor<v1::Chunk>>(ctx, [&] { return new ReadReactor(this, *req); });
+  using Reactor = grpc::ServerWriteReactor<v1::Chunk>;
+  return ServeStream<Reactor>(ctx, [&](const Principal& who) -> Reactor* {
+    const AuthzObject object = CheckpointObject(*db_, req->job_id(), req->step());
+    if (absl::Status s = Authorize(who, Action::kReadCheckpoint, object); !s.ok()) return new Refused<Reactor>(ToGrpc(s));
+    return new ReadReactor(this, *req);
+  });
 }
 
 grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx, const v1::CommitRequest* req,
                                                v1::CommitResponse*) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeUnary(ctx, [&](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kCommitCheckpoint, AuthzObject::Job(req->job_id(), req->owner(), req->team())));
     if (!ValidName(req->job_id()) || req->parts().empty()) return absl::InvalidArgumentError("commit needs a job and parts");
     v1::CheckpointInfo info;
     info.set_job_id(req->job_id());
+    info.set_owner(req->owner());
+    info.set_team(req->team());
     info.set_step(req->step());
     info.set_commit_time_unix_ms(NowMs());
     info.set_manifest_json(req->manifest_json());
@@ -319,26 +345,41 @@ grpc::ServerUnaryReactor* ShardService::Commit(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* ShardService::ListCheckpoints(grpc::CallbackServerContext* ctx,
                                                         const v1::ListCheckpointsRequest* req,
                                                         v1::ListCheckpointsResponse* resp) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeUnary(ctx, [&](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kListCheckpoints,
+                              req->job_id().empty() ? AuthzObject::Cluster() : AuthzObject::Job(req->job_id(), "", "")));
     const std::string prefix = req->job_id().empty() ? "ckpt/" : absl::StrCat("ckpt/", req->job_id(), "/");
     ASSIGN_OR_RETURN(const size_t size, PageSize(req->page_size()));
     std::string after;  // the last key of the previous page
     if (!req->page_token().empty()) {
       ASSIGN_OR_RETURN(after, PageTokenKey(req->page_token(), prefix));
     }
+    // Only the checkpoints the caller may read: a listing of every job's passes over the
+    // others; a listing of one job the caller may not read is refused.
     std::string last;
+    absl::Status refused;
+    v1::CheckpointInfo info;
     RETURN_IF_ERROR(db_->Scan(prefix, [&](absl::string_view key, absl::string_view value) {
       if (!after.empty() && key <= after) return true;
+      if (!info.ParseFromArray(value.data(), static_cast<int>(value.size()))) return true;
+      if (absl::Status s = Authorize(who, Action::kReadCheckpoint, AuthzObject::Job(info.job_id(), info.owner(), info.team()));
+          !s.ok()) {
+        if (req->job_id().empty()) return true;
+        refused = s;
+        return false;
+      }
       if (static_cast<size_t>(resp->checkpoints_size()) == size) {  // another is left: a next page
         resp->set_next_page_token(PageToken(prefix, last));
         return false;
       }
-      if (!resp->add_checkpoints()->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-        resp->mutable_checkpoints()->RemoveLast();
-      }
+      *resp->add_checkpoints() = info;
       last = std::string(key);
       return true;
     }));
+    if (!refused.ok()) {
+      resp->Clear();
+      return refused;
+    }
     return absl::OkStatus();
   });
 }
@@ -346,7 +387,8 @@ grpc::ServerUnaryReactor* ShardService::ListCheckpoints(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ShardService::DeleteCheckpoint(grpc::CallbackServerContext* ctx,
                                                          const v1::DeleteCheckpointRequest* req,
                                                          v1::DeleteCheckpointResponse*) {
-  return ServeUnary(ctx, [&]() -> absl::Status {
+  return ServeUnary(ctx, [&](const Principal& who) -> absl::Status {
+    RETURN_IF_ERROR(Authorize(who, Action::kDeleteCheckpoint, CheckpointObject(*db_, req->job_id(), req->step())));
     rocks::Batch b;
     const std::string base = Base(req->job_id(), req->step());
     b.Delete(CkptKey(req->job_id(), req->step()));  // invisible first, in the same batch

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The library rules hold on this tree, and the check fails when one is broken: a forbidden
-# link (the coordinator linking the trainer, the CLI Gloo) and a forbidden include (the job spec
-# using the model, the model the trainer, the communicator interface the model, the shard
-# server using RocksDB other than through common/rocks.h), a retired name (a folder, a
+# link (the coordinator linking the trainer, the CLI Gloo; in CMake's link graph, the checkpoint
+# format reaching the model, gantry's commands library the sampler's) and a forbidden include
+# (the checkpoint format using the model, the job spec using the model, the model the trainer,
+# the communicator interface the model, the shard server using RocksDB other than through
+# common/rocks.h), a retired name (a folder, a
 # library, a type under the namespace it left), an alias of another namespace's type, a
 # GANTRY_CUDA_NS file that does not say its namespace and a GPU result checked by hand, each
 # added to what is checked without touching the tree.
@@ -24,6 +26,9 @@ if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
 fi
 for inject in "--inject-link coordinator/gantry-coordinator=worker/libgantry_train.a" \
               "--inject-link cli/gantry=/usr/lib/x86_64-linux-gnu/libgloo.so" \
+              "--inject-link gantry_checkpoint=gantry_model" \
+              "--inject-link gantry_cli=gantry_cli_model" \
+              "--inject-include checkpoint/checkpoint.cc=model/gpt.h" \
               "--inject-include jobspec/job_spec.cc=model/gpt.h" \
               "--inject-include coordinator/cluster.cc=kernels/adamw.h" \
               "--inject-include model/gpt.cc=worker/train/trainer.h" \

@@ -1,18 +1,11 @@
 // gantry-train: Gantry's training code in one process, no daemons.
 //
-//   gantry-train JOB.yaml [--init-from DIR] [--save DIR] [--resume] [--print-losses]
-//   gantry-train prepare [--out-dir DIR] [--val-fraction F | --val INPUT...] [--documents file|paragraph|line]
-//                        [--text-field NAME] [--tokenizer PATH [--shard-tokens N] [--threads N] [--eot TOKEN]] INPUT...
-//   gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
-//                       [--tokenizer PATH]
-//   gantry-train export --checkpoint DIR --out OUT [--dtype fp32|bf16] [--tokenizer PATH]
-//   gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]
-//   gantry-train calibrate [--threads N] [--ranks R] [--n-embd C] [--heads H] [--seq-len T] [--rows N]
-//                          [--repeats K] [--out FILE]
-//   gantry-train calibrate --gemm-sweep [--device cuda|cuda:N|cuda-emulated|cpu] [--base NAME|FILE]
-//                          [--sizes LIST] [--fp32-sizes LIST] [--repeats K] [--out FILE]
+//   gantry-train JOB.yaml [flags]
+//   gantry-train prepare|sample|eval|export|compare|calibrate [flags] [operands]
 //
-// Bad input is a one-line error on stderr and exit status 2.
+// Each command defines its flags once, in its Run function (common/command_flags.h), and
+// `gantry-train COMMAND --help` lists them (`gantry-train --help`: the training's, and the
+// commands). sample and export are cli/model_commands.h's and cli/export_checkpoint.h's, as gantry's are. Bad input is a one-line error on stderr and exit status 2.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,164 +14,108 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/command_flags.h"
 #include "common/console.h"
 #include "common/status.h"
 #include "kernels/threads.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
 #include "data/token_file.h"
-#include "data/tokenizer.h"
 #include "common/file_util.h"
 #include "model/hf_io.h"
 #include "checkpoint/checkpoint.h"
+#include "cli/export_checkpoint.h"
+#include "cli/model_commands.h"
 #include "cli/train/calibrate.h"
 #include "cli/train/gemm_sweep.h"
 #include "jobspec/job_spec.h"
-#include "model/sample.h"
 #include "worker/train/device.h"
 #include "worker/train/trainer.h"
 
 namespace gantry {
 namespace {
 
-constexpr char kUsage[] =
-    "usage:\n"
-    "  gantry-train JOB.yaml [--init-from DIR] [--save DIR] [--resume] [--print-losses]\n"
-    "                        [--threads N] [--no-progress] [--stop-after STEP]\n"
-    "                        [--device cpu|cuda|cuda:N|cuda-emulated]   (cuda: one GPU, dp 1, ZeRO 0;\n"
-    "                        cuda-emulated: the CUDA code path on the CPU, any layout)\n"
-    "                        [--attention auto|cudnn|fused|reference]   (cuda kinds; auto: cuDNN's fused\n"
-    "                        attention for bf16/fp16 where libcudnn.so.9 loads, the fused fp32 kernels otherwise)\n"
-    "                        (--init-from DIR: the model keys come from DIR/config.json; those\n"
-    "                        the spec states must agree with it)\n"
-    "  gantry-train prepare [--out-dir DIR] [--val-fraction F | --val INPUT...]\n"
-    "                       [--documents file|paragraph|line] [--text-field NAME]\n"
-    "                       [--tokenizer PATH [--shard-tokens N] [--threads N] [--eot TOKEN]] INPUT...\n"
-    "                       (a document per file by default; a fortune file's entries; a .jsonl or\n"
-    "                       .ndjson file's records, their --text-field (default text); every 1/F-th\n"
-    "                       document to val (default 0.05; 0: none), or --val's files (repeatable))\n"
-    "  gantry-train sample --from DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
-    "                      [--top-k K] [--seed S] [--tokenizer PATH]   (the model directory's\n"
-    "                      tokenizer.json unless named; the byte tokenizer without one)\n"
-    "  gantry-train eval --from DIR --data FILE --seq-len T [--batch B] [--batches N]\n"
-    "                    [--logits FILE]   (the first batch's logits, B x T x V float32, raw)\n"
-    "  gantry-train export --checkpoint DIR --out OUT [--dtype fp32|bf16] [--tokenizer PATH]\n"
-    "                      (a checkpoint, any layout, as a Hugging Face model directory, with\n"
-    "                      the job's data.tokenizer as tokenizer.json)\n"
-    "  gantry-train compare DIR_A DIR_B   (two model directories: relative difference of the\n"
-    "                                      parameters, ||a - b|| / ||b||, and the worst tensor)\n"
-    "  gantry-train calibrate [--threads N] [--ranks R] [--n-embd C] [--heads H] [--seq-len T]\n"
-    "                         [--rows N] [--repeats K] [--out FILE]   (this machine as a cluster\n"
-    "                         file for gantry plan --cluster: the cpu backend's GEMM, attention and\n"
-    "                         memory rates at a layer of that shape with N threads, and Gloo's\n"
-    "                         all-reduce among R ranks on loopback)\n"
-    "  gantry-train calibrate --gemm-sweep [--device cuda|cuda:N|cuda-emulated|cpu] [--base NAME|FILE]\n"
-    "                         [--sizes LIST] [--fp32-sizes LIST] [--repeats K] [--out FILE]\n"
-    "                         (a device profile whose gemm_table is the backend's GEMM rate at\n"
-    "                         every m, n, k of LIST (default 768,1536,3072,6144,12288,16384; fp32:\n"
-    "                         768,1536,3072,6144; none: skipped), forward and backward; the rest of\n"
-    "                         the profile from --base (a built-in name or a profile file; default:\n"
-    "                         the one the GPU's name names); progress on stderr; with --out the file\n"
-    "                         is written after each precision's grid)\n";
+constexpr char kProgram[] = "gantry-train";
 
-// Parsed command line: --flag value pairs, boolean --flags, and positionals.
-struct Args {
-  std::map<std::string, std::string> flags;                // the last value of each
-  std::map<std::string, std::vector<std::string>> every;   // every value of each, in order (repeated flags)
-  std::vector<std::string> positional;
+// The commands: name (empty: train, the program's own), operands and summary; each one's flags
+// are defined in its Run function, and `gantry-train COMMAND --help` lists them.
+struct CommandInfo {
+  const char* name;
+  const char* operands;
+  const char* summary;
+};
+constexpr CommandInfo kCommands[] = {
+    {"", "JOB.yaml", "train the job spec's model in this process (no daemons)"},
+    {"prepare", "INPUT...",
+     "tokenize text files into a dataset: a document per file by default; a fortune file's entries; a .jsonl or "
+     ".ndjson file's records; every 1/F-th document to val, or --val's files"},
+    {"sample", "", "generate text from a Hugging Face model directory"},
+    {"eval", "", "a model directory's loss on a token file"},
+    {"export", "", "a checkpoint, any layout, as a Hugging Face model directory, with the job's data.tokenizer as "
+                   "tokenizer.json"},
+    {"compare", "DIR_A DIR_B",
+     "two model directories: relative difference of the parameters, ||a - b|| / ||b||, and the worst tensor"},
+    {"calibrate", "",
+     "this machine as a cluster file for gantry plan --cluster: the cpu backend's GEMM, attention and memory rates "
+     "at a layer of that shape, and Gloo's all-reduce among R ranks on loopback; with --gemm-sweep, a device "
+     "profile whose gemm_table is the backend's GEMM rate at every m, n, k of the sizes, forward and backward (progress "
+     "on stderr; with --out the file is written after each precision's grid)"},
 };
 
-absl::StatusOr<Args> ParseArgs(int argc, char** argv, int first,
-                               const std::vector<std::string>& valued,
-                               const std::vector<std::string>& boolean) {
-  Args a;
-  for (int i = first; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) != 0 || s == "--") {
-      a.positional.push_back(s);
-      continue;
-    }
-    std::string name = s.substr(2), value;
-    const size_t eq = name.find('=');
-    bool has_value = false;
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (std::find(boolean.begin(), boolean.end(), name) != boolean.end()) {
-      a.flags[name] = "true";
-      continue;
-    }
-    if (std::find(valued.begin(), valued.end(), name) == valued.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      value = argv[++i];
-    }
-    a.flags[name] = value;
-    a.every[name].push_back(value);
+CommandFlags FlagsOf(const std::string& name) {
+  for (const CommandInfo& c : kCommands) {
+    if (name == c.name) return CommandFlags(kProgram, c.name, c.operands, c.summary);
   }
-  return a;
+  return CommandFlags(kProgram, name, "", "");
 }
 
-template <typename T>
-absl::Status FlagNumber(const Args& a, const std::string& name, T* out) {
-  auto it = a.flags.find(name);
-  if (it == a.flags.end()) return absl::OkStatus();
-  bool ok;
-  if constexpr (std::is_floating_point_v<T>) {
-    double d;
-    ok = absl::SimpleAtod(it->second, &d);
-    *out = static_cast<T>(d);
-  } else {
-    int64_t v;
-    ok = absl::SimpleAtoi(it->second, &v);
-    *out = static_cast<T>(v);
-  }
-  if (!ok) return absl::InvalidArgumentError(absl::StrCat("--", name, ": not a number: '", it->second, "'"));
-  return absl::OkStatus();
-}
-
-std::string Flag(const Args& a, const std::string& name, const std::string& def = "") {
-  auto it = a.flags.find(name);
-  return it == a.flags.end() ? def : it->second;
+// Parses args into f: true to run the command; false after printing its --help.
+absl::StatusOr<bool> Parsed(CommandFlags& f, const std::vector<std::string>& args) {
+  RETURN_IF_ERROR(f.Parse(args));
+  if (!f.help()) return true;
+  std::fputs(f.Help().c_str(), stdout);
+  return false;
 }
 
 void SetThreads(int n) { kernels::ConfigureThreads(n); }
 
-absl::Status RunPrepare(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2,
-                                     {"out-dir", "val-fraction", "val", "documents", "text-field", "tokenizer",
-                                      "shard-tokens", "threads", "eot"},
-                                     {}));
+absl::Status RunPrepare(const std::vector<std::string>& args) {
   data::PrepareOptions o;
-  o.inputs = a.positional;
-  o.out_dir = Flag(a, "out-dir", "datasets/fortunes");
-  o.tokenizer = Flag(a, "tokenizer");
-  o.eot = Flag(a, "eot");
-  o.text_field = Flag(a, "text-field", "text");
+  o.out_dir = "datasets/fortunes";
+  o.text_field = "text";
+  std::string documents = "file";
+  std::vector<std::string> val;
+  CommandFlags f = FlagsOf("prepare");
+  f.Operands(&o.inputs, 0, -1)
+      .String("out-dir", &o.out_dir, "DIR", "where train.bin and val.bin (or their shards) go")
+      .Double("val-fraction", &o.val_fraction, "F", "every 1/F-th document to val; 0: none")
+      .Default(absl::StrCat(o.val_fraction, "; with --val, 0"))
+      .Repeated("val", &val, "INPUT", "the validation set from these files (comma-separated) instead of a split")
+      .String("documents", &documents, "file|paragraph|line", "where a document ends")
+      .String("text-field", &o.text_field, "NAME", "a .jsonl or .ndjson record's text field")
+      .String("tokenizer", &o.tokenizer, "PATH", "a Hugging Face tokenizer; default: bytes")
+      .Int("shard-tokens", &o.shard_tokens, "N", "with --tokenizer: tokens per shard")
+      .Int("threads", &o.threads, "N", "with --tokenizer: encoding threads")
+      .String("eot", &o.eot, "TOKEN", "with --tokenizer: the end-of-text token between documents");
+  ASSIGN_OR_RETURN(bool run, Parsed(f, args));
+  if (!run) return absl::OkStatus();
   if (o.text_field.empty()) return absl::InvalidArgumentError("prepare: --text-field is empty");
-  ASSIGN_OR_RETURN(o.documents, data::ParseDocumentCut(Flag(a, "documents", "file")));
+  ASSIGN_OR_RETURN(o.documents, data::ParseDocumentCut(documents));
   // --val INPUT (repeated, or its inputs comma-separated): the validation set from files of
   // its own, and then no split of the training inputs unless --val-fraction asks (an error).
-  for (const std::string& v : a.every["val"]) {
+  for (const std::string& v : val) {
     for (const absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) o.val_inputs.emplace_back(part);
   }
-  if (a.flags.count("val") && o.val_inputs.empty()) return absl::InvalidArgumentError("prepare: --val names no input");
-  if (!o.val_inputs.empty() && !a.flags.count("val-fraction")) o.val_fraction = 0;
-  RETURN_IF_ERROR(FlagNumber(a, "val-fraction", &o.val_fraction));
-  RETURN_IF_ERROR(FlagNumber(a, "shard-tokens", &o.shard_tokens));
-  RETURN_IF_ERROR(FlagNumber(a, "threads", &o.threads));
+  if (f.given("val") && o.val_inputs.empty()) return absl::InvalidArgumentError("prepare: --val names no input");
+  if (!o.val_inputs.empty() && !f.given("val-fraction")) o.val_fraction = 0;
   // The encoding's progress: a bar redrawn on a terminal, a line every 10% otherwise (from a
   // megabyte of input up).
   const bool tty = isatty(fileno(stderr));
@@ -220,44 +157,33 @@ absl::Status RunPrepare(int argc, char** argv) {
   return absl::OkStatus();
 }
 
-absl::Status RunSample(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2,
-                                     {"from", "prompt", "tokens", "temperature", "top-k", "seed", "threads", "tokenizer"}, {}));
-  if (!a.positional.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a.positional[0], "'"));
-  const std::string from = Flag(a, "from");
+absl::Status RunSample(const std::vector<std::string>& args) {
+  std::string from;
+  cli::SampleFlags s;
+  CommandFlags f = FlagsOf("sample");
+  f.String("from", &from, "DIR", "the model directory (config.json, model.safetensors): required");
+  cli::DefineSampleFlags(f, &s);
+  ASSIGN_OR_RETURN(bool run, Parsed(f, args));
+  if (!run) return absl::OkStatus();
   if (from.empty()) return absl::InvalidArgumentError("sample: --from DIR is required");
-  int threads = 0;
-  RETURN_IF_ERROR(FlagNumber(a, "threads", &threads));
-  SetThreads(threads);
-  model::SampleOptions o;
-  o.top_k = 40;
-  o.temperature = 0.8f;
-  RETURN_IF_ERROR(FlagNumber(a, "tokens", &o.tokens));
-  RETURN_IF_ERROR(FlagNumber(a, "temperature", &o.temperature));
-  RETURN_IF_ERROR(FlagNumber(a, "top-k", &o.top_k));
-  RETURN_IF_ERROR(FlagNumber(a, "seed", &o.seed));
-  ASSIGN_OR_RETURN(auto model, model::LoadHFModel(from));
-  ASSIGN_OR_RETURN(auto tok, data::TokenizerForModel(from, Flag(a, "tokenizer"), model->config().vocab_size));
-  if (tok->end_of_text() >= 0) o.start = static_cast<uint32_t>(tok->end_of_text());
-  const std::string prompt = Flag(a, "prompt");
-  std::fputs(prompt.c_str(), stdout);
-  auto status = model::Sample(*model, tok->Encode(prompt), o, [&](uint32_t t) {
-    std::fputs(tok->TokenText(t).c_str(), stdout);
-    std::fflush(stdout);
-  });
-  std::fputc('\n', stdout);
-  return status.status();
+  return cli::SampleModel(from, s);
 }
 
-absl::Status RunEval(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"from", "data", "seq-len", "batch", "batches", "threads", "logits"}, {}));
-  const std::string from = Flag(a, "from"), data_path = Flag(a, "data");
-  if (from.empty() || data_path.empty()) return absl::InvalidArgumentError("eval: --from DIR and --data FILE are required");
+absl::Status RunEval(const std::vector<std::string>& args) {
+  std::string from, data_path, logits;
   int T = 0, B = 1, batches = 1, threads = 0;
-  RETURN_IF_ERROR(FlagNumber(a, "seq-len", &T));
-  RETURN_IF_ERROR(FlagNumber(a, "batch", &B));
-  RETURN_IF_ERROR(FlagNumber(a, "batches", &batches));
-  RETURN_IF_ERROR(FlagNumber(a, "threads", &threads));
+  CommandFlags f = FlagsOf("eval");
+  f.String("from", &from, "DIR", "the model directory: required")
+      .String("data", &data_path, "FILE", "the token file: required")
+      .Int("seq-len", &T, "T", "sequence length")
+      .Default("the model's n_positions")
+      .Int("batch", &B, "B", "sequences per batch")
+      .Int("batches", &batches, "N", "batches")
+      .Int("threads", &threads, "N", "CPU threads; 0: one per CPU")
+      .String("logits", &logits, "FILE", "write the first batch's logits there, B x T x V float32, raw");
+  ASSIGN_OR_RETURN(bool run, Parsed(f, args));
+  if (!run) return absl::OkStatus();
+  if (from.empty() || data_path.empty()) return absl::InvalidArgumentError("eval: --from DIR and --data FILE are required");
   SetThreads(threads);
   ASSIGN_OR_RETURN(auto model, model::LoadHFModel(from));
   if (T <= 0) T = model->config().max_seq_len;
@@ -266,7 +192,7 @@ absl::Status RunEval(int argc, char** argv) {
   }
   ASSIGN_OR_RETURN(auto d, data::Dataset::Open(data_path, T, static_cast<uint32_t>(model->config().vocab_size)));
   ASSIGN_OR_RETURN(const float loss, train::Trainer::Evaluate(*model, *d, B, T, batches));
-  if (const std::string path = Flag(a, "logits"); !path.empty()) {
+  if (const std::string& path = logits; !path.empty()) {
     std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
     RETURN_IF_ERROR(d->Fill(0, B, 0, false, in.data(), tg.data()));
     model->Forward(in.data(), nullptr, B, T);
@@ -279,34 +205,30 @@ absl::Status RunEval(int argc, char** argv) {
   return absl::OkStatus();
 }
 
-absl::Status RunExport(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {"checkpoint", "out", "dtype", "tokenizer"}, {}));
-  if (!a.positional.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a.positional[0], "'"));
-  const std::string ckpt = Flag(a, "checkpoint"), out = Flag(a, "out");
+absl::Status RunExport(const std::vector<std::string>& args) {
+  std::string ckpt, out;
+  cli::ExportFlags e;
+  CommandFlags f = FlagsOf("export");
+  f.String("checkpoint", &ckpt, "DIR", "the checkpoint directory (manifest.json and its parts): required")
+      .String("out", &out, "OUT", "the model directory to write: required");
+  cli::DefineExportFlags(f, &e);
+  ASSIGN_OR_RETURN(bool run, Parsed(f, args));
+  if (!run) return absl::OkStatus();
   if (ckpt.empty() || out.empty()) return absl::InvalidArgumentError("export: --checkpoint DIR and --out OUT are required");
-  const std::string dtype_name = Flag(a, "dtype").empty() ? "fp32" : Flag(a, "dtype");
-  ASSIGN_OR_RETURN(kernels::Precision dtype, model::ParseExportDtype(dtype_name));
-  std::string missing;
-  RETURN_IF_ERROR(checkpoint::ExportCheckpoint(ckpt, out, dtype, Flag(a, "tokenizer"), &missing));
-  if (!missing.empty()) {
-    std::fprintf(stderr, "note: the job's tokenizer %s is not on this machine; the export has no tokenizer.json "
-                 "(name it with --tokenizer)\n", missing.c_str());
-  }
-  ASSIGN_OR_RETURN(checkpoint::CheckpointLayout l, checkpoint::ReadCheckpointLayout(*checkpoint::DirectorySource(ckpt)));
-  std::error_code ec;
-  const bool with_tokenizer = std::filesystem::exists(std::filesystem::path(out) / "tokenizer.json", ec);
-  std::printf("exported %s (written by dp %d ZeRO %d) to %s (Hugging Face GPT-2: config.json + model.safetensors, %s%s)\n",
-              ckpt.c_str(), l.dp, l.zero_stage, out.c_str(), dtype_name.c_str(), with_tokenizer ? ", tokenizer.json" : "");
-  return absl::OkStatus();
+  RETURN_IF_ERROR(hf::ParseExportDtype(e.dtype).status());
+  return cli::ExportModel(*checkpoint::DirectorySource(ckpt), ckpt, out, e);
 }
 
-absl::Status RunCompare(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2, {}, {}));
-  if (a.positional.size() != 2) return absl::InvalidArgumentError("compare: expected two model directories");
-  ASSIGN_OR_RETURN(auto x, model::LoadHFModel(a.positional[0]));
-  ASSIGN_OR_RETURN(auto y, model::LoadHFModel(a.positional[1]));
+absl::Status RunCompare(const std::vector<std::string>& args) {
+  std::vector<std::string> dirs;
+  CommandFlags f = FlagsOf("compare");
+  f.Operands(&dirs, 2, 2);
+  ASSIGN_OR_RETURN(bool run, Parsed(f, args));
+  if (!run) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto x, model::LoadHFModel(dirs[0]));
+  ASSIGN_OR_RETURN(auto y, model::LoadHFModel(dirs[1]));
   if (!(x->config() == y->config())) {
-    return absl::InvalidArgumentError(absl::StrCat("compare: ", a.positional[0], " and ", a.positional[1],
+    return absl::InvalidArgumentError(absl::StrCat("compare: ", dirs[0], " and ", dirs[1],
                                                    " hold different model configs"));
   }
   double diff = 0, norm = 0, worst = -1;
@@ -331,47 +253,59 @@ absl::Status RunCompare(int argc, char** argv) {
   return absl::OkStatus();
 }
 
-absl::Status RunTrain(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 1, {"init-from", "save", "threads", "stop-after", "device", "attention"},
-                                     {"resume", "print-losses", "no-progress"}));
-  if (a.positional.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("expected one job spec file, got ", a.positional.size(),
-                                                   " arguments\n", kUsage));
-  }
+absl::Status RunTrain(const std::vector<std::string>& args) {
+  std::vector<std::string> spec_file;
   int threads = 0;
-  RETURN_IF_ERROR(FlagNumber(a, "threads", &threads));
-  SetThreads(threads);
+  std::string device, attention;
+  bool resume = false, print_losses = false, no_progress = false;
   train::TrainOptions o;
-  o.init_from = Flag(a, "init-from");
+  CommandFlags f = FlagsOf("");
+  f.Operands(&spec_file, 1, 1)
+      .String("init-from", &o.init_from, "DIR",
+              "start from this Hugging Face model directory: the model keys come from its config.json, and those "
+              "the spec states must agree with it")
+      .String("save", &o.save_dir, "DIR", "write the trained model there (Hugging Face)")
+      .Switch("resume", &resume, "resume from the newest checkpoint under the spec's checkpoint.dir")
+      .Switch("print-losses", &print_losses, "print each step's loss, full precision")
+      .Int("threads", &threads, "N", "CPU threads; 0: one per CPU")
+      .Switch("no-progress", &no_progress, "no progress bar")
+      .Int("stop-after", &o.stop_after, "STEP", "stop after this step (as a preemption would)")
+      .Default("")
+      .String("device", &device, "cpu|cuda|cuda:N|cuda-emulated",
+              "the backend (cuda: one GPU, dp 1, ZeRO 0; cuda-emulated: the CUDA code path on the CPU, any layout)")
+      .Default("the spec's resources.device")
+      .String("attention", &attention, "auto|cudnn|fused|reference",
+              "the cuda kinds' attention (auto: cuDNN's fused attention for bf16/fp16 where libcudnn.so.9 loads, the "
+              "fused fp32 kernels otherwise)")
+      .Default("auto");
+  ASSIGN_OR_RETURN(bool run, Parsed(f, args));
+  if (!run) return absl::OkStatus();
+  SetThreads(threads);
   // --init-from: the model's shape comes from its config.json; the spec may leave it out,
   // and what it states must agree.
   std::optional<jobspec::GPTConfig> from;
   if (!o.init_from.empty()) {
-    ASSIGN_OR_RETURN(from, model::ReadHFConfig(o.init_from));
+    ASSIGN_OR_RETURN(from, hf::ReadConfig(o.init_from));
   }
   ASSIGN_OR_RETURN(jobspec::JobSpec spec,
-                   jobspec::LoadJobSpec(a.positional[0], from ? &*from : nullptr,
+                   jobspec::LoadJobSpec(spec_file[0], from ? &*from : nullptr,
                                       (std::filesystem::path(o.init_from) / "config.json").string()));
-  o.save_dir = Flag(a, "save");
-  o.resume = a.flags.count("resume") > 0;
-  o.print_losses = a.flags.count("print-losses") > 0;
-  o.progress = !a.flags.count("no-progress") && isatty(STDERR_FILENO);
-  RETURN_IF_ERROR(FlagNumber(a, "stop-after", &o.stop_after));
-  if (a.flags.count("device")) o.device = Flag(a, "device");
-  if (a.flags.count("attention")) {
-    ASSIGN_OR_RETURN(o.device_options.attention, kernels::ParseAttentionPath(Flag(a, "attention")));
+  o.resume = resume;
+  o.print_losses = print_losses;
+  o.progress = !no_progress && isatty(STDERR_FILENO);
+  if (f.given("device")) o.device = device;
+  if (f.given("attention")) {
+    ASSIGN_OR_RETURN(o.device_options.attention, kernels::ParseAttentionPath(attention));
   }
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(spec, o));
   return trainer->Run();
 }
 
 // A --sizes list: "768,1536,..." (whole numbers), or "none".
-absl::StatusOr<std::vector<int64_t>> SizeList(const Args& a, const std::string& name, std::vector<int64_t> def) {
-  auto it = a.flags.find(name);
-  if (it == a.flags.end()) return def;
+absl::StatusOr<std::vector<int64_t>> SizeList(const std::string& name, const std::string& text) {
   std::vector<int64_t> sizes;
-  if (it->second == "none") return sizes;
-  for (absl::string_view part : absl::StrSplit(it->second, ',')) {
+  if (text == "none") return sizes;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
     int64_t v = 0;
     if (!absl::SimpleAtoi(part, &v) || v < 1) {
       return absl::InvalidArgumentError(
@@ -382,21 +316,36 @@ absl::StatusOr<std::vector<int64_t>> SizeList(const Args& a, const std::string& 
   return sizes;
 }
 
+std::string SizesText(const std::vector<int64_t>& sizes) { return absl::StrJoin(sizes, ","); }
+
+// calibrate's flags: the CPU calibration's, and --gemm-sweep's.
+struct CalibrateFlags {
+  calibrate::Options cpu;
+  calibrate::SweepOptions sweep;
+  bool gemm_sweep = false;
+  int repeats = 0;
+  std::string out, device = "cuda", base, sizes, fp32_sizes;
+};
+
 // calibrate --gemm-sweep: the device profile with its GEMM table (cli/train/gemm_sweep.h).
-absl::Status RunGemmSweep(const Args& a) {
+absl::Status RunGemmSweep(const CommandFlags& f, CalibrateFlags& c) {
   for (const char* cpu_only : {"threads", "ranks", "n-embd", "heads", "seq-len", "rows"}) {
-    if (a.flags.count(cpu_only)) {
+    if (f.given(cpu_only)) {
       return absl::InvalidArgumentError(absl::StrCat("--", cpu_only, " is for the CPU calibration, not --gemm-sweep"));
     }
   }
-  calibrate::SweepOptions o;
-  ASSIGN_OR_RETURN(train::DeviceName device, train::ParseDevice(Flag(a, "device", "cuda")));
+  calibrate::SweepOptions& o = c.sweep;
+  ASSIGN_OR_RETURN(train::DeviceName device, train::ParseDevice(c.device));
   o.kind = device.kind, o.device = device.ordinal;
-  ASSIGN_OR_RETURN(o.bf16_sizes, SizeList(a, "sizes", o.bf16_sizes));
-  ASSIGN_OR_RETURN(o.fp32_sizes, SizeList(a, "fp32-sizes", o.fp32_sizes));
-  RETURN_IF_ERROR(FlagNumber(a, "repeats", &o.repeats));
+  if (f.given("sizes")) {
+    ASSIGN_OR_RETURN(o.bf16_sizes, SizeList("sizes", c.sizes));
+  }
+  if (f.given("fp32-sizes")) {
+    ASSIGN_OR_RETURN(o.fp32_sizes, SizeList("fp32-sizes", c.fp32_sizes));
+  }
+  if (f.given("repeats")) o.repeats = c.repeats;
   std::optional<jobspec::DeviceProfile> base;
-  if (const std::string b = Flag(a, "base"); !b.empty()) {
+  if (const std::string& b = c.base; !b.empty()) {
     if (auto builtin = jobspec::BuiltinProfile(b); builtin.ok()) {
       base = *builtin;
     } else {
@@ -410,7 +359,7 @@ absl::Status RunGemmSweep(const Args& a) {
       base = *p;
     }
   }
-  const std::string out = Flag(a, "out");
+  const std::string& out = c.out;
   calibrate::SweepProgress progress;
   progress.line = [](const std::string& line) { std::fprintf(stderr, "gemm sweep %s\n", line.c_str()); };
   if (!out.empty()) {
@@ -432,29 +381,42 @@ absl::Status RunGemmSweep(const Args& a) {
   return absl::OkStatus();
 }
 
-absl::Status RunCalibrate(int argc, char** argv) {
-  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv, 2,
-                                     {"threads", "ranks", "n-embd", "heads", "seq-len", "rows", "repeats", "out",
-                                      "device", "base", "sizes", "fp32-sizes"},
-                                     {"gemm-sweep"}));
-  if (a.flags.count("gemm-sweep")) return RunGemmSweep(a);
+absl::Status RunCalibrate(const std::vector<std::string>& args) {
+  CalibrateFlags c;
+  c.repeats = c.cpu.repeats;
+  CommandFlags f = FlagsOf("calibrate");
+  calibrate::Options& o = c.cpu;
+  f.Switch("gemm-sweep", &c.gemm_sweep, "sweep the GEMM rates of --device into a device profile")
+      .Int("threads", &o.threads, "N", "CPU calibration: threads per rank")
+      .Int("ranks", &o.ranks, "R", "CPU calibration: Gloo ranks (also the node's size)")
+      .Int("n-embd", &o.n_embd, "C", "CPU calibration: the layer's width")
+      .Int("heads", &o.n_head, "H", "CPU calibration: attention heads")
+      .Int("seq-len", &o.seq_len, "T", "CPU calibration: sequence length")
+      .Int("rows", &o.rows, "N", "CPU calibration: tokens a GEMM takes")
+      .Int("repeats", &c.repeats, "K", "the median of K timings")
+      .Default(absl::StrCat(c.cpu.repeats, "; --gemm-sweep: ", c.sweep.repeats))
+      .String("out", &c.out, "FILE", "write the cluster file (or the profile) there; default: stdout")
+      .String("device", &c.device, "cuda|cuda:N|cuda-emulated|cpu", "--gemm-sweep: the backend")
+      .String("base", &c.base, "NAME|FILE",
+              "--gemm-sweep: the rest of the profile from this built-in (h100, h200, a100) or profile file")
+      .Default("the one the GPU's name names")
+      .String("sizes", &c.sizes, "LIST", "--gemm-sweep: bf16's m, n and k sizes, comma-separated; none: skipped")
+      .Default(SizesText(c.sweep.bf16_sizes))
+      .String("fp32-sizes", &c.fp32_sizes, "LIST", "--gemm-sweep: fp32's sizes; none: skipped")
+      .Default(SizesText(c.sweep.fp32_sizes));
+  ASSIGN_OR_RETURN(bool run, Parsed(f, args));
+  if (!run) return absl::OkStatus();
+  if (c.gemm_sweep) return RunGemmSweep(f, c);
   for (const char* sweep_only : {"device", "base", "sizes", "fp32-sizes"}) {
-    if (a.flags.count(sweep_only)) {
+    if (f.given(sweep_only)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", sweep_only, " is for --gemm-sweep (the CPU calibration runs on the cpu backend)"));
     }
   }
-  calibrate::Options o;
-  RETURN_IF_ERROR(FlagNumber(a, "threads", &o.threads));
-  RETURN_IF_ERROR(FlagNumber(a, "ranks", &o.ranks));
-  RETURN_IF_ERROR(FlagNumber(a, "n-embd", &o.n_embd));
-  RETURN_IF_ERROR(FlagNumber(a, "heads", &o.n_head));
-  RETURN_IF_ERROR(FlagNumber(a, "seq-len", &o.seq_len));
-  RETURN_IF_ERROR(FlagNumber(a, "rows", &o.rows));
-  RETURN_IF_ERROR(FlagNumber(a, "repeats", &o.repeats));
-  ASSIGN_OR_RETURN(jobspec::ClusterSpec c, calibrate::Calibrate(o));
-  const std::string yaml = jobspec::ClusterYaml(c);
-  const std::string out = Flag(a, "out");
+  o.repeats = c.repeats;
+  ASSIGN_OR_RETURN(jobspec::ClusterSpec cluster, calibrate::Calibrate(o));
+  const std::string yaml = jobspec::ClusterYaml(cluster);
+  const std::string& out = c.out;
   if (out.empty()) {
     std::fputs(yaml.c_str(), stdout);
     return absl::OkStatus();
@@ -462,33 +424,53 @@ absl::Status RunCalibrate(int argc, char** argv) {
   RETURN_IF_ERROR(WriteFileAtomic(out, yaml));
   std::printf("wrote %s: GEMM fp32 %.1f / %.1f GFLOP/s (fwd / bwd), bf16 %.1f / %.1f; memory %.1f GB/s; Gloo all-reduce "
               "%.2f GB/s, %.1f us among %d ranks; compute lost to concurrent communication %.2f s a second\n",
-              out.c_str(), c.device.gemm_fwd[1] / 1e9, c.device.gemm_bwd[1] / 1e9, c.device.gemm_fwd[0] / 1e9,
-              c.device.gemm_bwd[0] / 1e9, c.device.memory_bandwidth / 1e9, c.intra.bandwidth / 1e9,
-              c.intra.latency * 1e6, o.ranks, c.device.comm_compute_cost);
+              out.c_str(), cluster.device.gemm_fwd[1] / 1e9, cluster.device.gemm_bwd[1] / 1e9, cluster.device.gemm_fwd[0] / 1e9,
+              cluster.device.gemm_bwd[0] / 1e9, cluster.device.memory_bandwidth / 1e9, cluster.intra.bandwidth / 1e9,
+              cluster.intra.latency * 1e6, o.ranks, cluster.device.comm_compute_cost);
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+// gantry-train --help: the train command's flags, then the other commands.
+std::string Overview() {
+  (void)RunTrain({"--help"});  // prints the train command's help (its flags are defined there)
+  std::string out = "commands:\n";
+  for (const CommandInfo& c : kCommands) {
+    if (*c.name == 0) continue;
+    const std::string left = absl::StrCat("  ", c.name, *c.operands ? " " : "", c.operands);
+    absl::StrAppend(&out, HelpRow(left, c.summary, 22, 76));
   }
-  const std::string cmd = argv[1];
+  absl::StrAppend(&out, "gantry-train COMMAND --help lists a command's flags.\n");
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fprintf(stderr, "usage: gantry-train JOB.yaml [flags], or gantry-train COMMAND [flags]: gantry-train --help "
+                 "lists them\n");
+    return 2;
+  }
+  if (args[0] == "--help" || args[0] == "-h") {
+    std::fputs(Overview().c_str(), stdout);
+    return 0;
+  }
+  const std::string& cmd = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
   absl::Status s;
   if (cmd == "prepare") {
-    s = RunPrepare(argc, argv);
+    s = RunPrepare(rest);
   } else if (cmd == "sample") {
-    s = RunSample(argc, argv);
+    s = RunSample(rest);
   } else if (cmd == "eval") {
-    s = RunEval(argc, argv);
+    s = RunEval(rest);
   } else if (cmd == "export") {
-    s = RunExport(argc, argv);
+    s = RunExport(rest);
   } else if (cmd == "compare") {
-    s = RunCompare(argc, argv);
+    s = RunCompare(rest);
   } else if (cmd == "calibrate") {
-    s = RunCalibrate(argc, argv);
+    s = RunCalibrate(rest);
   } else {
-    s = RunTrain(argc, argv);
+    s = RunTrain(args);
   }
   if (s.ok()) return 0;
   std::fprintf(stderr, "gantry-train: %s\n", std::string(s.message()).c_str());

@@ -276,6 +276,19 @@ absl::Status GlooCommunicator::Recv(float* data, size_t n, int peer) {
   });
 }
 
+absl::Status GlooCommunicator::SendRecv(const float* send, size_t send_n, int to, float* recv, size_t recv_n,
+                                        int from) {
+  RETURN_IF_ERROR(CheckSendRecvPeers(rank_, size_, to, from));
+  return Run("send_recv", [&](uint32_t) {
+    auto out = ctx_->createUnboundBuffer(const_cast<float*>(send), send_n * sizeof(float));
+    auto in = ctx_->createUnboundBuffer(recv, recv_n * sizeof(float));
+    out->send(to, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(rank_));
+    in->recv(from, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(from));
+    if (!in->waitRecv(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
+    if (!out->waitSend(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
+  });
+}
+
 absl::Status GlooCommunicator::Barrier() {
   if (size_ == 1) return Run("barrier", [](uint32_t) {});
   return Run("barrier", [&](uint32_t tag) {

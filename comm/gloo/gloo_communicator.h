@@ -61,6 +61,9 @@ class GlooCommunicator final : public Communicator {
   absl::Status Broadcast(float* data, size_t n, int root) override;
   absl::Status Send(const float* data, size_t n, int peer) override;
   absl::Status Recv(float* data, size_t n, int peer) override;
+  // Both sides posted at once on the pairs Send and Recv use (a peer's Send or Recv matches
+  // them), then both waited for under the timeout.
+  absl::Status SendRecv(const float* send, size_t send_n, int to, float* recv, size_t recv_n, int from) override;
   absl::Status Barrier() override;
   // The job's placement is over (the coordinator said so, or is gone): the current or next
   // collective's failure ends at once, as ABORTED, without waiting out the failure grace

@@ -337,6 +337,20 @@ absl::Status NcclCommunicator::Recv(float* data, size_t n, int peer) {
   });
 }
 
+absl::Status NcclCommunicator::SendRecv(const float* send, size_t send_n, int to, float* recv, size_t recv_n,
+                                        int from) {
+  RETURN_IF_ERROR(CheckSendRecvPeers(rank_, size_, to, from));
+  // The launch answers the group's first failed call, for Run's check.
+  return RunStaged("send_recv", send, send_n, recv, recv_n, [&](const float* in, float* out) {
+    ncclResult_t r = ncclGroupStart();
+    if (!GpuOk(r)) return r;
+    if (send_n > 0) r = ncclSend(in, send_n, ncclFloat32, to, Comm(comm_), Stream(stream_));
+    if (GpuOk(r) && recv_n > 0) r = ncclRecv(out, recv_n, ncclFloat32, from, Comm(comm_), Stream(stream_));
+    const ncclResult_t end = ncclGroupEnd();  // closes the group whatever happened in it
+    return GpuOk(r) ? end : r;
+  });
+}
+
 absl::Status NcclCommunicator::Barrier() {
   return Run("barrier", [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, Comm(comm_), Stream(stream_)); });
 }

@@ -53,6 +53,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status Broadcast(float* data, size_t n, int root) override;
   absl::Status Send(const float* data, size_t n, int peer) override;
   absl::Status Recv(float* data, size_t n, int peer) override;
+  // One NCCL group of the send and the receive.
+  absl::Status SendRecv(const float* send, size_t send_n, int to, float* recv, size_t recv_n, int from) override;
   absl::Status Barrier() override;
   // The stream the collectives run on (device work that produces their inputs should be
   // ordered before it).

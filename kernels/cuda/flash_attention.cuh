@@ -156,14 +156,8 @@ GANTRY_UNROLL
 }
 
 // Over the 16 threads of a half-warp (one row's): the maximum, the sum (a fixed tree).
-__device__ inline float RowMax(float v) {
-  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ inline float RowSum(float v) {
-  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+__device__ inline float RowMax(float v) { return XorTree(v, 8, MaxOp{}); }
+__device__ inline float RowSum(float v) { return XorTree(v, 8, AddOp{}); }
 
 // Stores a thread's 4 output rows (block rows from r0, scaled by mul[a]) into row-major
 // dst(r) of E's type: columns < hs, rows < T.

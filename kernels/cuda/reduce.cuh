@@ -6,15 +6,29 @@
 
 namespace gantry::GANTRY_CUDA_NS {
 
-__device__ inline float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// The xor butterfly over each aligned group of 2·first lanes (first a power of two, at most
+// 16): every lane ends with op over its group, each lane combining its own value first. Under
+// the emulator (kernels/emulated/device.h) the same tree from one exchange of the warp's
+// values (emu::XorTree: the same operations, the same bits) rather than a barrier a level.
+template <typename Op>
+__device__ inline float XorTree(float v, int first, Op op) {
+#ifdef __CUDACC__
+  for (int o = first; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+#else
+  return emu::XorTree(v, static_cast<unsigned>(first), op);
+#endif
 }
 
-__device__ inline float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
+__device__ inline float WarpSum(float v) { return XorTree(v, 16, AddOp{}); }
+__device__ inline float WarpMax(float v) { return XorTree(v, 16, MaxOp{}); }
 
 // Block-wide sum (blockDim.x a multiple of 32, at most 1024); every thread gets it. Safe to
 // call several times in a row.

@@ -40,16 +40,12 @@ inline float __shfl_xor_sync(unsigned, float v, int mask) {
 inline int __shfl_sync(unsigned m, int v, int src) {
   return static_cast<int>(__float_as_uint(__shfl_sync(m, __uint_as_float(static_cast<unsigned>(v)), src)));
 }
-// Bit i: lane i's predicate (every lane of the warp takes part, as with a full mask). The
-// votes go through a thread-local array, the running block's as a __shared__ array is.
+// Bit i: lane i's predicate (every lane of the warp takes part, as with a full mask), the
+// votes through the warp's exchange.
 inline unsigned __ballot_sync(unsigned, int pred) {
-  static thread_local unsigned char votes[1024];
-  const unsigned me = emu::Self().linear, base = me / 32 * 32;
-  votes[me] = pred != 0;
-  emu::SyncWarp();
+  const float* votes = emu::ExchangeAll(pred != 0 ? 1.f : 0.f);
   unsigned mask = 0;
-  for (unsigned i = 0; i < 32; ++i) mask |= votes[base + i] ? 1u << i : 0u;
-  emu::SyncWarp();  // every lane has read before the next ballot writes
+  for (unsigned i = 0; i < 32; ++i) mask |= votes[i] != 0.f ? 1u << i : 0u;
   return mask;
 }
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kernels/emulated/usage.h"
@@ -89,31 +90,40 @@ struct Barrier {
   std::vector<uint32_t> waiting;
 };
 
-// The thread stacks, kStackBytes each, packed in one region mapped once per OS thread and
-// reused by every launch: packed on huge pages, a block's 1024 stacks cost a few TLB entries
-// rather than one each (which dominated the switch). A canary at each stack's bottom,
-// checked after every block, catches an overflow (there are no guard pages between them).
+// The thread stacks, kStackBytes each, packed in one region of kMaxThreads stacks mapped once
+// and reused by every launch: packed on huge pages, a block's 1024 stacks cost a few TLB
+// entries rather than one each (which dominated the switch). Only the stacks that blocks have
+// used are touched (a block of 128 threads commits 128 stacks' pages). A canary at each used
+// stack's bottom, checked after every block, catches an overflow (there are no guard pages
+// between them). When the OS thread that held a region ends, the region goes to a pool for the
+// next thread that launches, rather than back to the kernel: a process that starts threads
+// again and again (every rank of every test run) would otherwise fault in and zero the pages
+// anew each time (2 MB huge pages: 7% of an emulated training run, measured).
 //
 // Under ASan: a fiber's frames are left poisoned (their redzones) when it switches away for
-// good, as a thread's that exits by unwinding would not be. The region is unpoisoned before it
-// is unmapped, or the next mapping at those addresses (a token file's, seen) reads as a stack
-// redzone to ASan.
+// good, as a thread's that exits by unwinding would not be. The region is unpoisoned when its
+// thread ends, or the next fibers on it (or the next mapping at those addresses, a token
+// file's, seen) would read as a stack redzone to ASan.
+constexpr size_t kMaxThreads = 1024;  // a block's threads, at most (CUDA's limit)
+
 class Stacks {
  public:
-  ~Stacks() { Unmap(); }
+  ~Stacks() {
+    if (base_ == nullptr) return;
+#ifdef GANTRY_EMU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(base_, kMaxThreads * kStackBytes);
+#endif
+    Pool& pool = ThePool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.free.push_back({base_, used_});
+  }
   void Reserve(size_t n) {
-    if (n <= count_) return;
-    Unmap();
-    bytes_ = n * kStackBytes;
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-      std::fprintf(stderr, "CUDA emulator: cannot map %zu thread stacks\n", n);
+    if (n > kMaxThreads) {
+      std::fprintf(stderr, "CUDA emulator: a block of %zu threads (at most %zu)\n", n, kMaxThreads);
       std::abort();
     }
-    madvise(p, bytes_, MADV_HUGEPAGE);  // advisory
-    base_ = static_cast<char*>(p);
-    count_ = n;
-    for (size_t i = 0; i < n; ++i) *Bottom(i) = kCanary;
+    if (base_ == nullptr) Take();
+    for (; used_ < n; ++used_) *Bottom(used_) = kCanary;
   }
   // The top (highest address) of stack i, staggered by a few cache lines per stack: stacks a
   // power of two apart would put every fiber's saved registers in the same cache sets.
@@ -128,17 +138,42 @@ class Stacks {
   }
 
  private:
-  void Unmap() {
-    if (base_ == nullptr) return;
-#ifdef GANTRY_EMU_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(base_, bytes_);
-#endif
-    munmap(base_, bytes_);
-    base_ = nullptr;
+  struct Region {
+    char* base;
+    size_t used;
+  };
+  struct Pool {
+    std::mutex mu;
+    std::vector<Region> free;
+  };
+  static Pool& ThePool() {
+    static Pool* pool = new Pool;  // never destroyed: threads may end after main returns
+    return *pool;
+  }
+  void Take() {
+    {
+      Pool& pool = ThePool();
+      std::lock_guard<std::mutex> lock(pool.mu);
+      if (!pool.free.empty()) {
+        base_ = pool.free.back().base;
+        used_ = pool.free.back().used;
+        pool.free.pop_back();
+        return;
+      }
+    }
+    const size_t bytes = kMaxThreads * kStackBytes;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "CUDA emulator: cannot map %zu thread stacks\n", kMaxThreads);
+      std::abort();
+    }
+    madvise(p, bytes, MADV_HUGEPAGE);  // advisory
+    base_ = static_cast<char*>(p);
+    used_ = 0;
   }
   uint64_t* Bottom(size_t i) { return reinterpret_cast<uint64_t*>(base_ + i * kStackBytes); }
   char* base_ = nullptr;
-  size_t bytes_ = 0, count_ = 0;
+  size_t used_ = 0;  // stacks with their canary written
 };
 
 }  // namespace
@@ -146,7 +181,11 @@ class Stacks {
 struct Block {
   Barrier block_barrier;
   std::vector<Barrier> warp_barriers;
-  std::vector<float> slots;  // 32 a warp
+  // A warp's exchange slots, 64 a warp: two sets of 32 that its exchanges take in turn. A lane
+  // writes set k % 2 in its exchange k and reads it after the warp's barrier; it can write
+  // that set again (exchange k + 2) only after every lane has arrived at exchange k + 1's
+  // barrier, so after every lane has read exchange k. One barrier an exchange, not two.
+  std::vector<float> slots;
   std::vector<float> shared;
 };
 
@@ -156,6 +195,7 @@ struct Fiber {
   void* sp = nullptr;
   Thread thread;
   bool done = false;
+  unsigned exchanges = 0;  // this block's, so far: its next exchange's set of slots
   void* tsan = nullptr;  // its TSan context (GANTRY_EMU_TSAN), made once per slot
 };
 
@@ -287,16 +327,17 @@ void SyncWarp() {
   s.Arrive(WarpBarrier(s), false);
 }
 
-float Exchange(float v, unsigned src) {
+const float* ExchangeAll(float v) {
   Scheduler& s = Sched();
-  const unsigned linear = s.fibers[s.current].thread.linear;
-  float* slots = s.block->slots.data() + (linear / 32) * 32;
+  Fiber& f = s.fibers[s.current];
+  const unsigned linear = f.thread.linear;
+  float* slots = s.block->slots.data() + (linear / 32) * 64 + (f.exchanges++ % 2) * 32;
   slots[linear % 32] = v;
-  SyncWarp();
-  const float r = slots[src % 32];
-  SyncWarp();  // every lane has read before the next exchange writes
-  return r;
+  s.Arrive(WarpBarrier(s), false);
+  return slots;
 }
+
+float Exchange(float v, unsigned src) { return ExchangeAll(v)[src % 32]; }
 
 void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void*), void* ctx) {
   if (grid.z != 1 || block_dim.z != 1) {
@@ -317,7 +358,7 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
   const unsigned threads = block_dim.x * block_dim.y;
   const unsigned warps = (threads + 31) / 32;
   Block block;
-  block.slots.assign(static_cast<size_t>(warps) * 32, 0.f);
+  block.slots.assign(static_cast<size_t>(warps) * 64, 0.f);
   block.shared.assign((shared_bytes + sizeof(float) - 1) / sizeof(float), 0.f);
   block.warp_barriers.resize(warps);
   s.block = &block;
@@ -348,6 +389,7 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
         Fiber& f = s.fibers[t];
         f.thread = Thread{Dim3(t % block_dim.x, t / block_dim.x, 1), Dim3(bx, by, 1), block_dim, grid, &block, t};
         f.done = false;
+        f.exchanges = 0;
         f.sp = InitialStack(s.stacks.Top(t));
         s.Push(t);
       }
@@ -360,7 +402,7 @@ void LaunchRaw(Dim3 grid, Dim3 block_dim, size_t shared_bytes, void (*call)(void
       if (s.done != threads) {
         std::string waiting;
         for (unsigned t = 0; t < threads && waiting.size() < 200; ++t) {
-          if (!s.fibers[t].done) waiting += " " + std::to_string(t);
+          if (!s.fibers[t].done) waiting.append(" ").append(std::to_string(t));
         }
         std::fprintf(stderr,
                      "CUDA emulator: block (%u, %u) deadlocks: threads wait at a barrier that the others never "

@@ -4,7 +4,9 @@
 // barriers, so a kernel without barriers costs about a function call per thread.
 //   __syncthreads     a barrier over the block's threads
 //   __syncwarp        a barrier over the warp's lanes
-//   a warp shuffle    a write to the warp's exchange slots, a barrier, a read, a barrier
+//   a warp shuffle    a write to the warp's exchange slots, a barrier, a read
+//   a warp's xor tree a write, a barrier, and the tree's sums from the 32 values read
+//                     (XorTree: what a loop of xor shuffles computes, in one exchange)
 // A thread that returns drops out of its barriers, as an exited CUDA thread stops counting.
 // A barrier that only some threads reach is undefined on a GPU; here the launch stops the
 // process naming the kernel's block and the threads left waiting (a test fails, not hangs).
@@ -41,8 +43,26 @@ float* DynamicShared();
 
 void SyncThreads();
 void SyncWarp();
+// Every lane of the warp offers v; after the warp's barrier, the warp's 32 offers in lane
+// order (valid until this lane's exchange after next). A lane that does not exist offers 0.
+const float* ExchangeAll(float v);
 // A warp shuffle: every lane offers v and takes lane src's offer.
 float Exchange(float v, unsigned src);
+
+// Lane `lane`'s value after the xor butterfly's levels first, first/2, ..., o:
+// op(its value after the level before, its partner lane ^ o's), from the warp's offers.
+template <typename Op>
+float XorTreeAt(const float* offers, unsigned lane, unsigned o, unsigned first, const Op& op) {
+  if (o > first) return offers[lane];
+  return op(XorTreeAt(offers, lane, 2 * o, first, op), XorTreeAt(offers, lane ^ o, 2 * o, first, op));
+}
+// What `for (o = first; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(full, v, o))` gives each
+// lane (first a power of two, at most 16): the same operations on the same operands, so the
+// same bits, from one exchange and one barrier rather than one of each per level.
+template <typename Op>
+float XorTree(float v, unsigned first, const Op& op) {
+  return XorTreeAt(ExchangeAll(v), Self().linear % 32, 1, first, op);
+}
 
 // Runs call(ctx) as every thread of a (grid.x, grid.y) grid of (block.x, block.y) blocks.
 void LaunchRaw(Dim3 grid, Dim3 block, size_t shared_bytes, void (*call)(void*), void* ctx);

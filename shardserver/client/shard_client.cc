@@ -29,8 +29,10 @@ std::unique_ptr<v1::ShardServer::Stub> Stub(const std::string& address) {
 }
 
 v1::CommitRequest CommitRequestOf(const std::string& job_id, int64_t step, const std::vector<std::string>& parts,
-                                  const std::string& manifest_json) {
+                                  const std::string& manifest_json, const CheckpointOwner& owner) {
   v1::CommitRequest commit;
+  commit.set_owner(owner.owner);
+  commit.set_team(owner.team);
   commit.set_job_id(job_id);
   commit.set_step(step);
   for (const auto& p : parts) commit.add_parts(p);
@@ -149,10 +151,11 @@ absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::strin
 }
 
 absl::Status CommitCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
-                              const std::vector<std::string>& parts, const std::string& manifest_json) {
+                              const std::vector<std::string>& parts, const std::string& manifest_json,
+                              const CheckpointOwner& owner) {
   v1::CommitResponse cr;
   return Annotate(FromGrpc(Stub(address)->Commit(ContextWithDeadline(ShardDeadlines().Commit(parts.size())).get(),
-                                                 CommitRequestOf(job_id, step, parts, manifest_json), &cr)),
+                                                 CommitRequestOf(job_id, step, parts, manifest_json, owner), &cr)),
                   CommitWhat(address));
 }
 
@@ -272,10 +275,11 @@ std::shared_ptr<v1::ShardServer::Stub> ShardClients::StubFor(const std::string& 
 }
 
 void ShardClients::Commit(const std::string& address, const std::string& job_id, int64_t step,
-                          const std::vector<std::string>& parts, const std::string& manifest_json, Done done) {
+                          const std::vector<std::string>& parts, const std::string& manifest_json,
+                          const CheckpointOwner& owner, Done done) {
   auto call = std::make_shared<AsyncCall<v1::CommitRequest, v1::CommitResponse>>(StubFor(address),
                                                                                  deadlines_.Commit(parts.size()));
-  call->req = CommitRequestOf(job_id, step, parts, manifest_json);
+  call->req = CommitRequestOf(job_id, step, parts, manifest_json, owner);
   call->stub->async()->Commit(&call->ctx, &call->req, &call->resp,
                               [call, address, done = std::move(done)](grpc::Status s) {
                                 done(Annotate(FromGrpc(s), CommitWhat(address)));

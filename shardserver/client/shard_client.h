@@ -36,10 +36,17 @@ absl::StatusOr<int64_t> UploadSources(const std::string& address, const std::str
 // The same for the named files of dir.
 absl::StatusOr<int64_t> UploadFiles(const std::string& address, const std::string& job_id, int64_t step,
                                     const std::string& dir, const std::vector<std::string>& files);
+// Whose a checkpoint is: its job's owner and team, recorded with its commit (the shard
+// server authorises reads and deletes by them, common/authz.h). Empty: nobody's.
+struct CheckpointOwner {
+  std::string owner, team;
+};
+
 // Makes checkpoint (job, step) visible once every named part is written (else an error,
 // and nothing is visible).
 absl::Status CommitCheckpoint(const std::string& address, const std::string& job_id, int64_t step,
-                              const std::vector<std::string>& parts, const std::string& manifest_json);
+                              const std::vector<std::string>& parts, const std::string& manifest_json,
+                              const CheckpointOwner& owner = {});
 
 // Streams every regular file of dir as a part (its file name), then commits the checkpoint
 // (job, step) with the manifest. Returns the bytes written.
@@ -101,7 +108,7 @@ class ShardClients {
 
   // As CommitCheckpoint.
   void Commit(const std::string& address, const std::string& job_id, int64_t step, const std::vector<std::string>& parts,
-              const std::string& manifest_json, Done done);
+              const std::string& manifest_json, const CheckpointOwner& owner, Done done);
   void Delete(const std::string& address, const std::string& job_id, int64_t step, Done done);
   void List(const std::string& address, const std::string& job_id, Listed done);
   // Every server listed at once; done runs after the last answer.

@@ -14,9 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cast.h"
 #include "tests/alltoall_util.h"
+#include "tests/counting_communicator.h"
 #include "worker/agent/device_groups.h"
 
 namespace gantry::comm {
@@ -143,6 +145,48 @@ TEST_P(GlooCommunicatorTest, AllGatherBroadcastSendRecvBarrier) {
     return absl::OkStatus();
   });
   for (const auto& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
+// One ring step, every rank sending to rank + 1 while it receives from rank - 1 (context
+// parallelism's K/V exchange): Gloo's SendRecv, and the base class's default (Send and Recv in
+// an order by rank's parity) over the same transport, which must not deadlock a ring of odd
+// size either. Two steps in a row, the second carrying the first's data on, then one of no
+// floats. A group of one has no other rank: the peers are INVALID_ARGUMENT, before a
+// sequence number is taken.
+TEST_P(GlooCommunicatorTest, SendRecvShiftsARing) {
+  const int p = GetParam();
+  for (bool native : {true, false}) {
+    auto st = OnRanks(p, [&](Communicator& gloo) -> absl::Status {
+      fakes::CountingCommunicator c(&gloo, native);
+      const int right = (c.rank() + 1) % p, left = (c.rank() + p - 1) % p;
+      const size_t n = 1001;
+      std::vector<float> a(n), b(n, -1.f);
+      for (size_t i = 0; i < n; ++i) a[i] = Value(c.rank(), i);
+      if (p == 1) {
+        absl::Status s = c.SendRecv(a.data(), n, right, b.data(), n, left);
+        if (s.code() != absl::StatusCode::kInvalidArgument || !absl::StrContains(s.message(), "to rank 0") ||
+            c.seq() != 0) {
+          return absl::InternalError(absl::StrCat("a group of one's SendRecv answered ", s.ToString()));
+        }
+        return absl::OkStatus();
+      }
+      if (auto s = c.SendRecv(a.data(), n, right, b.data(), n, left); !s.ok()) return s;
+      if (auto s = c.SendRecv(b.data(), n, right, a.data(), n, left); !s.ok()) return s;
+      const int two_left = (c.rank() + 2 * p - 2) % p;
+      for (size_t i = 0; i < n; ++i) {
+        if (b[i] != Value(left, i) || a[i] != Value(two_left, i)) {
+          return absl::InternalError(absl::StrCat("element ", i, ": ", b[i], ", ", a[i], " after two steps"));
+        }
+      }
+      // A step with nothing to send or receive is a step all the same.
+      if (auto s = c.SendRecv(a.data(), 0, right, b.data(), 0, left); !s.ok()) return s;
+      if (c.floats_sent() != 2 * n) return absl::InternalError(absl::StrCat(c.floats_sent(), " floats sent"));
+      // Gloo's own: one sequence number a step; the default: a send and a receive.
+      if (c.seq() != (native ? 3u : 6u)) return absl::InternalError(absl::StrCat("seq ", c.seq()));
+      return absl::OkStatus();
+    });
+    for (const auto& s : st) EXPECT_TRUE(s.ok()) << s << (native ? " (Gloo's SendRecv)" : " (the default)");
+  }
 }
 
 // bf16 sums of small integers: every partial sum is an integer below 2^8, which bf16's 8

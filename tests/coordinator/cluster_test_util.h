@@ -1,6 +1,12 @@
-// The coordinator's Cluster in process, for its tests: a fake worker session and jobs of
-// a tiny model queued as SubmitJob queues them.
+// The coordinator's Cluster in process, for its tests: a fake worker session, jobs of a tiny
+// model queued as SubmitJob queues them, and the whole gRPC service served on loopback.
 #pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
 
 #include <atomic>
 #include <functional>
@@ -9,7 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "common/rpc_edge.h"
 #include "coordinator/cluster.h"
+#include "coordinator/service.h"
 #include "coordinator/store.h"
 
 namespace gantry::coordinator {
@@ -67,5 +77,47 @@ inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::stri
   cluster.JobSubmitted();
   return id;
 }
+
+// The coordinator's gRPC service on a loopback port (port 0) over the store at a path, with
+// the RPC edge's interceptor, and a stub for it. Nothing is placed within a minute of a
+// job's submission (placement_grace_ms): listings see jobs as stored. StopServer then
+// StartServer again on the same path is a coordinator restart. For a test fixture to inherit.
+class ServedCoordinator {
+ protected:
+  void StartServer(const std::string& db) {
+    store_ = *Store::Open(db);
+    ClusterOptions o;
+    o.placement_grace_ms = 60000;
+    cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
+    service_ = std::make_unique<CoordinatorService>(store_.get(), cluster_.get(), &registry_);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(service_.get());
+    AddRpcEdge(b, &registry_, "coordinator");
+    server_ = b.BuildAndStart();
+    ASSERT_NE(port, 0);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);  // a listing's page of 1000 full jobs
+    stub_ = v1::Coordinator::NewStub(grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                                               grpc::InsecureChannelCredentials(), args));
+  }
+  void StopServer() {
+    if (!server_) return;
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_->Wait();
+    server_.reset();
+    service_.reset();
+    cluster_.reset();
+    store_.reset();
+  }
+
+  metrics::Registry registry_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
 
 }  // namespace gantry::coordinator

@@ -20,25 +20,11 @@
 namespace gantry::coordinator {
 namespace {
 
-class ListingTest : public ::testing::Test {
+// Nothing is placed (ServedCoordinator): the listing sees the jobs as stored.
+class ListingTest : public ::testing::Test, protected ServedCoordinator {
  protected:
-  void SetUp() override {
-    store_ = *Store::Open(dir_.File("db"));
-    ClusterOptions o;
-    o.placement_grace_ms = 60000;  // nothing is placed: the listing sees the jobs as stored
-    cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
-    service_ = std::make_unique<CoordinatorService>(store_.get(), cluster_.get(), &registry_);
-    grpc::ServerBuilder b;
-    b.RegisterService(service_.get());
-    server_ = b.BuildAndStart();
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(64 << 20);
-    stub_ = v1::Coordinator::NewStub(server_->InProcessChannel(args));
-  }
-  void TearDown() override {
-    server_->Shutdown(std::chrono::system_clock::now());
-    server_->Wait();
-  }
+  void SetUp() override { StartServer(dir_.File("db")); }
+  void TearDown() override { StopServer(); }
   // Jobs of the given state, ids following those stored, written a thousand to a batch
   // without a sync each (the listing reads the store's index as it does after CreateJob).
   std::vector<std::string> Create(int n, v1::JobState state) {
@@ -83,12 +69,6 @@ class ListingTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
-  metrics::Registry registry_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Cluster> cluster_;
-  std::unique_ptr<CoordinatorService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
   int created_ = 0;
 };
 

@@ -22,6 +22,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "tests/coordinator/cluster_test_util.h"
 #include "tests/test_util.h"
 
 namespace gantry::coordinator {
@@ -57,28 +58,13 @@ std::string UserEntry(const std::string& name, const std::string& team, const st
                       "    role: ", role, "\n    token_sha256: ", Sha256Hex(token), "\n");
 }
 
-class WhoAmITest : public ::testing::Test {
+// The service with the RPC edge's interceptor, whose refusal warnings are in the log checked.
+class WhoAmITest : public ::testing::Test, protected ServedCoordinator {
  protected:
-  void SetUp() override {
-    store_ = *Store::Open(dir_.File("db"));
-    ClusterOptions o;
-    o.placement_grace_ms = 60000;
-    cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
-    service_ = std::make_unique<CoordinatorService>(store_.get(), cluster_.get(), &registry_);
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(service_.get());
-    AddRpcEdge(b, &registry_, "coordinator");  // its refusal warnings are in the log checked
-    server_ = b.BuildAndStart();
-    ASSERT_NE(port, 0);
-    stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                                         grpc::InsecureChannelCredentials()));
-  }
+  void SetUp() override { StartServer(dir_.File("db")); }
   void TearDown() override {
     SetProcessPrincipals(nullptr);
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    server_->Wait();
+    StopServer();
   }
   void WriteFile(const std::string& text) { ASSERT_TRUE(WriteFileAtomic(path_, text).ok()); }
   void Serve(const std::string& text) {
@@ -101,12 +87,6 @@ class WhoAmITest : public ::testing::Test {
 
   testing::TempDir dir_;
   const std::string path_ = dir_.File("principals.yaml");
-  metrics::Registry registry_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Cluster> cluster_;
-  std::unique_ptr<CoordinatorService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::unique_ptr<PrincipalsFile> file_;
 };
 

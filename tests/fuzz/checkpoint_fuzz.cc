@@ -26,6 +26,7 @@
 #include "common/file_util.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/gpt/load_gpt.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 //   <bytes>
 //
 // Beyond "no crash": an accepted config is valid (GPTConfig::Validate) and reads back
-// equal from the config.json Gantry writes for it (HFConfigJson): export and import agree.
+// equal from the config.json Gantry writes for it (hf::ConfigJson): export and import agree.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -37,11 +37,11 @@ double ApproxParams(const gantry::jobspec::GPTConfig& c) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gantry;
   const auto files = fuzz::SplitFiles(absl::string_view(reinterpret_cast<const char*>(data), size), "config.json");
-  auto config = model::ParseHFConfig(files[0].second, "config.json");
+  auto config = hf::ParseConfig(files[0].second, "config.json");
   if (!config.ok()) return 0;
   if (absl::Status v = config->Validate(); !v.ok()) Fail("accepted an invalid config: " + v.ToString());
-  const std::string written = model::HFConfigJson(*config);
-  auto back = model::ParseHFConfig(written, "written/config.json");
+  const std::string written = hf::ConfigJson(*config);
+  auto back = hf::ParseConfig(written, "written/config.json");
   if (!back.ok()) Fail("Gantry's own config.json does not parse: " + back.status().ToString() + "\n" + written);
   if (!(*back == *config)) Fail("Gantry's own config.json reads back as another model:\n" + written);
   // The weights, for a model small enough to build here (a big one would only test the

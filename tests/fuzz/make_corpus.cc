@@ -20,6 +20,7 @@
 #include "gantry/v1/shardserver.pb.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "data/token_file.h"
+#include "hf/hf_format.h"
 #include "model/hf_io.h"
 #include "checkpoint/checkpoint.h"
 
@@ -180,9 +181,9 @@ void Safetensors() {
 // ---- Hugging Face model directories ----
 void HfConfigs() {
   const std::string t = "hf_config_fuzz";
-  Put(t, "gpt2_config.json", model::HFConfigJson(Gpt2Tiny()));
-  Put(t, "llama_config.json", model::HFConfigJson(LlamaTiny(), kernels::Precision::kBf16));
-  Put(t, "moe_config.json", model::HFConfigJson(MoeTiny()));
+  Put(t, "gpt2_config.json", hf::ConfigJson(Gpt2Tiny()));
+  Put(t, "llama_config.json", hf::ConfigJson(LlamaTiny(), kernels::Precision::kBf16));
+  Put(t, "moe_config.json", hf::ConfigJson(MoeTiny()));
   // As transformers writes them (GPT-2's own, a Llama 3 with rope_parameters).
   Put(t, "hf_gpt2.json",
       R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,)"

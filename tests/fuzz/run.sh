@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds Gantry's libFuzzer targets (clang, ASan + UBSan: GANTRY_FUZZ=ON) and runs each for
-# SECONDS over its committed seed corpus, one after another. Prints the executions per
+# SECONDS over its committed seed corpus, --parallel at a time (default one after another). Prints the executions per
 # target; fails if any target crashes, leaks, times out (an input over 10 s: --timeout),
 # exceeds its memory (2 GB) or makes a sanitizer report. A timeout's input is run once more
 # and its time printed: one that runs in milliseconds then was the machine stalling. The committed corpus is only read: what a run
@@ -14,6 +14,7 @@
 #     --corpus          regenerate the seed corpora (tests/fuzz/corpus) with fuzz_make_corpus first
 #     --jobs N          compile with N jobs (default: the cores)
 #     --timeout S       seconds one input may take (default 10)
+#     --parallel N      run N targets at a time (default 1; CI: the cores, each target one)
 #
 # Installs clang and libFuzzer's runtime with apt-get when missing (non-interactive,
 # idempotent), and Gantry's other packages through scripts/setup.sh.
@@ -28,6 +29,7 @@ only=""
 corpus=0
 jobs="$(nproc)"
 timeout=10
+parallel=1
 seconds=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,11 +40,16 @@ while [ $# -gt 0 ]; do
     --corpus) corpus=1; shift;;
     --jobs) jobs="$2"; shift 2;;
     --timeout) timeout="$2"; shift 2;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0;;
+    --parallel) parallel="$2"; shift 2;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2;;
     *) seconds="$1"; shift;;
   esac
 done
+if ! [[ "$parallel" =~ ^[0-9]+$ ]] || [ "$parallel" -lt 1 ]; then
+  echo "run.sh: --parallel takes a number of targets at a time, at least 1 (got '$parallel')" >&2
+  exit 2
+fi
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   echo "usage: bash tests/fuzz/run.sh [options] SECONDS (run.sh --help)" >&2
   exit 2
@@ -86,27 +93,26 @@ mkdir -p "$run_dir"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1:symbolize=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 export GLOG_minloglevel="${GLOG_minloglevel:-3}"  # the daemons' logs would drown the fuzzers'
-failed=()
 printf '%-20s %12s %10s %8s  %s\n' target executions exec/s corpus result > "$run_dir/summary.txt"
-for t in "${TARGETS[@]}"; do
-  bin="$build_dir/tests/fuzz/$t"
-  [ -x "$bin" ] || { echo "run.sh: $bin is not built" >&2; exit 1; }
-  out="$run_dir/$t"
+# One target's run; its summary line goes to $out/result.txt (the lines are gathered in the
+# targets' order once all have run, whatever order they end in).
+run_target() {
+  local t="$1" bin="$build_dir/tests/fuzz/$1" out="$run_dir/$1"
   mkdir -p "$out/corpus"
-  dict=()
+  local dict=()
   [ -f "$here/$t.dict" ] && dict=(-dict="$here/$t.dict")
   echo "== $t: ${seconds} s"
-  rc=0
+  local rc=0
   # New inputs go to $out/corpus (first directory); the committed seeds are only read.
   "$bin" -max_total_time="$seconds" -timeout="$timeout" -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$out/" "${dict[@]}" "$out/corpus" "$here/corpus/$t" > "$out/log.txt" 2>&1 || rc=$?
+  local execs rate units result=ok
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/log.txt" | tail -1 | grep -o '[0-9]*$' || true)
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$out/log.txt" | tail -1 | grep -o '[0-9]*$' || true)
   units=$(grep -o 'corp: [0-9]*' "$out/log.txt" | tail -1 | grep -o '[0-9]*$' || true)
-  result=ok
   if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|==[0-9]+==ERROR' "$out/log.txt"; then
     result="FAILED (exit $rc; $(grep -m1 -oE 'ERROR: [A-Za-z]+: [^ ]+( [^ ]+)?|runtime error: [^/]{0,60}|deadly signal|timeout after [0-9]+ seconds|out-of-memory' "$out/log.txt" || echo see log))"
-    failed+=("$t")
+    local slow s0
     slow=$(ls "$out"/timeout-* 2>/dev/null | head -1 || true)
     if [ -n "$slow" ]; then
       s0=$(date +%s%N)
@@ -114,7 +120,30 @@ for t in "${TARGETS[@]}"; do
       result="$result; rerun of the input: $(( ($(date +%s%N) - s0) / 1000000 )) ms"
     fi
   fi
-  printf '%-20s %12s %10s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "${units:-?}" "$result" | tee -a "$run_dir/summary.txt"
+  printf '%-20s %12s %10s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "${units:-?}" "$result" | tee "$out/result.txt"
+}
+for t in "${TARGETS[@]}"; do
+  [ -x "$build_dir/tests/fuzz/$t" ] || { echo "run.sh: $build_dir/tests/fuzz/$t is not built" >&2; exit 1; }
+done
+running=0
+for t in "${TARGETS[@]}"; do
+  if [ "$running" -ge "$parallel" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait || true
+failed=()
+for t in "${TARGETS[@]}"; do
+  if [ -f "$run_dir/$t/result.txt" ]; then
+    cat "$run_dir/$t/result.txt" >> "$run_dir/summary.txt"
+    grep -q '  ok$' "$run_dir/$t/result.txt" || failed+=("$t")
+  else
+    printf '%-20s %12s %10s %8s  %s\n' "$t" ? ? ? "FAILED (the run left no result)" >> "$run_dir/summary.txt"
+    failed+=("$t")
+  fi
 done
 echo "run.sh: logs, new inputs and any crash in $run_dir"
 cat "$run_dir/summary.txt"

@@ -161,6 +161,24 @@ TEST_F(NcclCommunicatorTest, WorldSizeOneAllToAllsRunThroughNccl) {
   EXPECT_NE(aborted.message().find("all_to_all #5 on rank 0"), absl::string_view::npos) << aborted;
 }
 
+// Runs body(comm, rank) on `size` ranks at once, rank r a thread on cuda:r with an NCCL
+// communicator of the group; each rank's error ("" for none).
+std::vector<std::string> OnGpus(int size, const std::function<std::string(NcclCommunicator&, int)>& body) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::string> errors(static_cast<size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      NcclOptions o;
+      o.device = r;
+      auto c = NcclCommunicator::Create(r, size, store, o);
+      errors[static_cast<size_t>(r)] = c.ok() ? body(**c, r) : std::string(c.status().message());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
 // Between GPUs, one rank per GPU (NCCL refuses two ranks on one device), up to 4: AllToAll
 // and AllToAllV with uneven and zero counts deliver every (sender, receiver, index) exactly.
 TEST_F(NcclCommunicatorTest, AllToAllsBetweenGpusDeliverEveryChunkExactly) {
@@ -178,50 +196,98 @@ TEST_F(NcclCommunicatorTest, AllToAllsBetweenGpusDeliverEveryChunkExactly) {
       [](int from, int to) { return static_cast<size_t>((from + 2 * to) % 3) * 4099; },  // zeros between
       [](int from, int to) { return from == 0 || to == 0 ? size_t{0} : static_cast<size_t>(5 * from + to); },
   };
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  std::vector<std::string> errors(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      std::string& err = errors[static_cast<size_t>(r)];
-      NcclOptions o;
-      o.device = r;
-      auto c = NcclCommunicator::Create(r, size, store, o);
-      if (!c.ok()) {
-        err = std::string(c.status().message());
-        return;
+  const std::vector<std::string> errors = OnGpus(size, [&](NcclCommunicator& c, int r) {
+    std::string err;
+    for (size_t k = 0; k < counts.size() && err.empty(); ++k) {
+      const std::vector<float> in = testing::RoutedInput(r, size, counts[k]);
+      std::vector<size_t> send, recv;
+      testing::RoutedCountsOf(r, size, counts[k], &send, &recv);
+      size_t out_n = 0;
+      for (size_t v : recv) out_n += v;
+      float *din = nullptr, *dout = nullptr;
+      std::vector<float> out(out_n, NAN);
+      // (Create bound this thread to cuda:r.) The copies run on the legacy stream, which
+      // orders no non-blocking stream: synchronized, so they landed first.
+      if (cudaMalloc(&din, in.size() * 4 + 4) != cudaSuccess || cudaMalloc(&dout, out_n * 4 + 4) != cudaSuccess ||
+          cudaMemcpy(din, in.data(), in.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+          cudaMemcpy(dout, out.data(), out_n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+          cudaDeviceSynchronize() != cudaSuccess) {
+        err = "cuda allocation or copy failed";
+      } else {
+        const absl::Status s = k == 0 ? c.AllToAll(din, dout, n) : c.AllToAllV(din, send, dout, recv);
+        if (!s.ok()) {
+          err = absl::StrCat("pattern ", k, ": ", s.message());
+        } else if (cudaMemcpy(out.data(), dout, out_n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+          err = "copying the result back failed";
+        } else if (std::string bad = testing::CheckRouted(out, r, size, counts[k]); !bad.empty()) {
+          err = absl::StrCat("pattern ", k, ": ", bad);
+        }
       }
-      for (size_t k = 0; k < counts.size() && err.empty(); ++k) {
-        const std::vector<float> in = testing::RoutedInput(r, size, counts[k]);
-        std::vector<size_t> send, recv;
-        testing::RoutedCountsOf(r, size, counts[k], &send, &recv);
-        size_t out_n = 0;
-        for (size_t v : recv) out_n += v;
-        float *din = nullptr, *dout = nullptr;
-        std::vector<float> out(out_n, NAN);
-        // (Create bound this thread to cuda:r.) The copies run on the legacy stream, which
-        // orders no non-blocking stream: synchronized, so they landed first.
-        if (cudaMalloc(&din, in.size() * 4 + 4) != cudaSuccess || cudaMalloc(&dout, out_n * 4 + 4) != cudaSuccess ||
-            cudaMemcpy(din, in.data(), in.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-            cudaMemcpy(dout, out.data(), out_n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-            cudaDeviceSynchronize() != cudaSuccess) {
-          err = "cuda allocation or copy failed";
-        } else {
-          const absl::Status s = k == 0 ? (*c)->AllToAll(din, dout, n) : (*c)->AllToAllV(din, send, dout, recv);
-          if (!s.ok()) {
-            err = absl::StrCat("pattern ", k, ": ", s.message());
-          } else if (cudaMemcpy(out.data(), dout, out_n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
-            err = "copying the result back failed";
-          } else if (std::string bad = testing::CheckRouted(out, r, size, counts[k]); !bad.empty()) {
-            err = absl::StrCat("pattern ", k, ": ", bad);
+      cudaFree(din);
+      cudaFree(dout);
+    }
+    return err;
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r << " of " << size;
+}
+
+// SendRecv, a ring step (context parallelism's K/V exchange): on world size 1 there is no
+// other rank, INVALID_ARGUMENT before a sequence number is taken; between GPUs, one rank per
+// GPU up to 4, two steps carry each rank's values to rank + 1 and on to rank + 2, exactly,
+// one sequence number a step (one NCCL group of the send and the receive).
+TEST_F(NcclCommunicatorTest, SendRecvShiftsARingOfGpus) {
+  {
+    auto c = NcclCommunicator::Create(0, 1, std::make_shared<gloo::rendezvous::HashStore>(), {});
+    ASSERT_TRUE(c.ok()) << c.status();
+    float* x = Device(std::vector<float>(8, 1.f));
+    const absl::Status alone = (*c)->SendRecv(x, 4, 0, x + 4, 4, 0);
+    EXPECT_EQ(alone.code(), absl::StatusCode::kInvalidArgument) << alone;
+    EXPECT_NE(alone.message().find("to rank 0 is not another rank"), absl::string_view::npos) << alone;
+    EXPECT_EQ((*c)->seq(), 0u);
+  }
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  if (gpus < 2) {
+    GTEST_SKIP() << "a ring between ranks needs 2 GPUs, one per rank (NCCL refuses two ranks on one device); "
+                    "this machine has "
+                 << gpus << " (the group of one's refusal above ran)";
+  }
+  const int size = std::min(gpus, 4);
+  const size_t n = (1 << 18) + 7;
+  auto value = [](int rank, size_t i) { return static_cast<float>(rank * 1000003 + static_cast<int>(i % 4099)); };
+  const std::vector<std::string> errors = OnGpus(size, [&](NcclCommunicator& c, int r) -> std::string {
+    std::vector<float> a(n), b(n, NAN);
+    for (size_t i = 0; i < n; ++i) a[i] = value(r, i);
+    float *da = nullptr, *db = nullptr;
+    std::string err;
+    // (Create bound this thread to cuda:r.) Synchronized copies on the legacy stream: landed.
+    if (cudaMalloc(&da, n * 4) != cudaSuccess || cudaMalloc(&db, n * 4) != cudaSuccess ||
+        cudaMemcpy(da, a.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(db, b.data(), n * 4, cudaMemcpyHostToDevice) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+      err = "cuda allocation or copy failed";
+    } else {
+      const int right = (r + 1) % size, left = (r + size - 1) % size, two_left = (r + 2 * size - 2) % size;
+      absl::Status s = c.SendRecv(da, n, right, db, n, left);
+      if (s.ok()) s = c.SendRecv(db, n, right, da, n, left);
+      if (!s.ok()) {
+        err = std::string(s.message());
+      } else if (cudaMemcpy(a.data(), da, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+                 cudaMemcpy(b.data(), db, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        err = "copying the result back failed";
+      } else if (c.seq() != 2) {
+        err = absl::StrCat("seq ", c.seq(), " after two steps");
+      } else {
+        for (size_t i = 0; i < n && err.empty(); ++i) {
+          if (b[i] != value(left, i) || a[i] != value(two_left, i)) {
+            err = absl::StrCat("element ", i, ": ", b[i], ", ", a[i], " after two steps");
           }
         }
-        cudaFree(din);
-        cudaFree(dout);
       }
-    });
-  }
-  for (auto& t : threads) t.join();
+    }
+    cudaFree(da);
+    cudaFree(db);
+    return err;
+  });
   for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r << " of " << size;
 }
 

@@ -7,7 +7,9 @@
 # logged with its line and field, the previous file in force; a bad file, or a principals file
 # without TLS, at start: exit 2 naming why. `gantry principals hash` is sha256sum's digest.
 # The cluster token beside the file is one admin; without the file its refusals read as
-# before. A certificate's SAN names an identity too; one naming two is refused. The shard server takes the file too: loads it, reloads it on SIGHUP, refuses a bad
+# before. A certificate's SAN names an identity too; one naming two is refused. Authorisation
+# through the CLI: a job records its owner (jobs --owner, --mine, describe), a viewer may not
+# cancel it, a worker may not list jobs. The shard server takes the file too: loads it, reloads it on SIGHUP, refuses a bad
 # one at start.
 # Usage: principals_test.sh GANTRY_COORDINATOR GANTRY GANTRY_SHARDSERVER
 set -uo pipefail
@@ -71,6 +73,25 @@ as "$WRONG" jobs >"$TMP/e1b" 2>&1; rc=$?
 check "an unknown token on the job API too (jobs)" bash -c "[ $rc -eq 1 ] && grep -q UNAUTHENTICATED '$TMP/e1b'"
 as "$ALICE" jobs >"$TMP/jobs.txt" 2>&1; rc=$?
 check "alice's token lists jobs" [ "$rc" -eq 0 ]
+
+# Authorisation (common/authz.h) through the CLI: alice's job records her; the admin filters by
+# owner and sees the columns; a viewer may not cancel it, a worker may not list jobs.
+printf 'name: tiny\nmodel: {n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 16}\ndata: {train: /nonexistent/train.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n' >"$TMP/job.yaml"
+JOB=$(as "$ALICE" submit "$TMP/job.yaml" 2>"$TMP/submit.err")
+check "alice submits a job" bash -c "[ -n '$JOB' ] || { cat '$TMP/submit.err'; false; }"
+as "$BOB" jobs --owner alice >"$TMP/owned.txt" 2>&1
+check "jobs --owner alice (the admin): her job, with OWNER and TEAM" \
+  bash -c "head -1 '$TMP/owned.txt' | grep -q 'OWNER *TEAM' && grep -q '^$JOB .* alice *vision ' '$TMP/owned.txt'"
+as "$BOB" jobs --mine >"$TMP/mine.txt" 2>&1
+check "jobs --mine (the admin): not alice's job" bash -c "! grep -q '$JOB' '$TMP/mine.txt'"
+as "" cancel "$JOB" >"$TMP/e2" 2>&1; rc=$?
+check "the viewer (by certificate) may not cancel it: PERMISSION_DENIED naming who, what and which" \
+  bash -c "[ $rc -eq 1 ] && grep -qF 'PERMISSION_DENIED: user carol (team nlp, role viewer) may not cancel job $JOB (owner alice, team vision)' '$TMP/e2'"
+as "$POOL" jobs >"$TMP/e3" 2>&1; rc=$?
+check "a worker identity may not list jobs" \
+  bash -c "[ $rc -eq 1 ] && grep -qF 'PERMISSION_DENIED: worker gpu-pool-a may not list the jobs of the cluster' '$TMP/e3'"
+as "$BOB" describe "$JOB" >"$TMP/describe.txt" 2>&1
+check "describe shows the owner" grep -qx 'Owner:      alice (team vision)' "$TMP/describe.txt"
 
 # Revoke alice, add dave; SIGHUP.
 { echo "users:"; user bob ops admin "$BOB"; user dave vision user "$DAVE"

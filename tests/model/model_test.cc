@@ -185,7 +185,7 @@ TEST(HfIoTest, MoeConfigAndWeightsRoundTrip) {
   m.InitRandom(4);
   ASSERT_TRUE(SaveHFModel(d.path(), m).ok());
   auto cfg = nlohmann::json::parse(*ReadFileToString(d.File("config.json")));
-  EXPECT_EQ(cfg["model_type"], kMoeModelType);
+  EXPECT_EQ(cfg["model_type"], hf::kMoeModelType);
   EXPECT_EQ(cfg["moe"]["top_k"], 2);
   auto loaded = LoadHFModel(d.path());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -194,7 +194,7 @@ TEST(HfIoTest, MoeConfigAndWeightsRoundTrip) {
   EXPECT_NE((*loaded)->FindTensor("h.1.mlp.experts.3.c_fc.weight"), nullptr);
   cfg["moe"].erase("top_k");
   ASSERT_TRUE(WriteFileAtomic(d.File("config.json"), cfg.dump()).ok());
-  auto bad = ReadHFConfig(d.path());
+  auto bad = hf::ReadConfig(d.path());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("moe.top_k"), absl::string_view::npos) << bad.status();
 }
@@ -223,8 +223,8 @@ TEST(HfIoTest, Bf16ExportHoldsTheRoundedMasterWeights) {
     changed += (*loaded)->params()[i] != m.params()[i];
   }
   EXPECT_GT(changed, m.num_params() / 2) << "N(0, 0.02) weights are rarely bf16 values";
-  EXPECT_FALSE(ParseExportDtype("fp8").ok());
-  EXPECT_NE(std::string(ParseExportDtype("fp8").status().message()).find("--dtype is 'fp8': fp32 or bf16"),
+  EXPECT_FALSE(hf::ParseExportDtype("fp8").ok());
+  EXPECT_NE(std::string(hf::ParseExportDtype("fp8").status().message()).find("--dtype is 'fp8': fp32 or bf16"),
             std::string::npos);
 }
 
@@ -274,13 +274,13 @@ TEST(HfIoTest, UnsupportedConfigFieldsAreNamed) {
   auto cfg = nlohmann::json::parse(*ReadFileToString(d.File("config.json")));
   cfg["activation_function"] = "relu";
   ASSERT_TRUE(WriteFileAtomic(d.File("config.json"), cfg.dump()).ok());
-  auto c = ReadHFConfig(d.path());
+  auto c = hf::ReadConfig(d.path());
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("activation_function"), absl::string_view::npos);
   cfg.erase("activation_function");
   cfg.erase("n_head");
   ASSERT_TRUE(WriteFileAtomic(d.File("config.json"), cfg.dump()).ok());
-  c = ReadHFConfig(d.path());
+  c = hf::ReadConfig(d.path());
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("missing field 'n_head'"), absl::string_view::npos);
 }
@@ -304,7 +304,7 @@ jobspec::GPTConfig LlamaOf(int max_seq_len, int vocab, int layers, int heads, in
 }
 
 TEST(HfIoTest, LlamaConfigParsesToItsModel) {
-  auto c = ParseHFConfig(kLlamaTransformers5, "M/config.json");
+  auto c = hf::ParseConfig(kLlamaTransformers5, "M/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->arch, jobspec::Arch::kLlama);
   EXPECT_EQ(c->n_embd, 64);
@@ -326,23 +326,23 @@ TEST(HfIoTest, LlamaConfigParsesToItsModel) {
   j.erase("head_dim");
   j["rope_theta"] = 250000;  // an integer in the JSON
   j["rope_scaling"] = nullptr;
-  c = ParseHFConfig(j.dump(), "M/config.json");
+  c = hf::ParseConfig(j.dump(), "M/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(*c == LlamaOf(128, 256, 2, 4, 64, 4, 176, 250000, 1e-6)) << c->kv_heads() << " " << c->rope_theta;
   // Both places, agreeing.
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
-  c = ParseHFConfig(j.dump(), "M/config.json");
+  c = hf::ParseConfig(j.dump(), "M/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->rope_theta, 250000.0);
   // Neither: RoPE's default base.
   j.erase("rope_parameters");
   j.erase("rope_theta");
-  c = ParseHFConfig(j.dump(), "M/config.json");
+  c = hf::ParseConfig(j.dump(), "M/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->rope_theta, 10000.0);
   // No model_type: GPT-2, as before (whose fields this config lacks).
   j.erase("model_type");
-  c = ParseHFConfig(j.dump(), "M/config.json");
+  c = hf::ParseConfig(j.dump(), "M/config.json");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("missing field 'n_positions'"), absl::string_view::npos) << c.status();
 }
@@ -352,7 +352,7 @@ TEST(HfIoTest, LlamaConfigFieldsGantryCannotHonourAreNamed) {
   auto error = [&](const std::function<void(nlohmann::json&)>& change) {
     nlohmann::json j = base;
     change(j);
-    auto c = ParseHFConfig(j.dump(), "M/config.json");
+    auto c = hf::ParseConfig(j.dump(), "M/config.json");
     EXPECT_FALSE(c.ok()) << j.dump();
     return c.ok() ? std::string() : std::string(c.status().message());
   };
@@ -387,7 +387,7 @@ TEST(HfIoTest, LlamaConfigFieldsGantryCannotHonourAreNamed) {
   nlohmann::json j = base;
   j["hidden_act"] = "silu", j["attention_bias"] = false, j["mlp_bias"] = false, j["tie_word_embeddings"] = false;
   j["head_dim"] = 16, j["rope_scaling"] = nullptr, j["rope_theta"] = 500000;
-  EXPECT_TRUE(ParseHFConfig(j.dump(), "M/config.json").ok());
+  EXPECT_TRUE(hf::ParseConfig(j.dump(), "M/config.json").ok());
 }
 
 // What gantry writes for a Llama reads back to the same model: every field, bf16 or fp32,
@@ -396,8 +396,8 @@ TEST(HfIoTest, LlamaConfigJsonReadsBackEqual) {
   for (const jobspec::GPTConfig& c : {LlamaOf(128, 300, 2, 6, 48, 2, 136, 500000, 1e-6), LlamaOf(16, 256, 1, 2, 8, 0, 0, 10000, 1e-5),
                              LlamaOf(64, 50, 3, 4, 32, 1, 96, 1234.5, 3.25e-7), LlamaOf(8, 128256, 1, 8, 64, 8, 0, 5e5, 1e-5)}) {
     for (auto dtype : {kernels::Precision::kFp32, kernels::Precision::kBf16}) {
-      const std::string text = HFConfigJson(c, dtype);
-      auto back = ParseHFConfig(text, "M/config.json");
+      const std::string text = hf::ConfigJson(c, dtype);
+      auto back = hf::ParseConfig(text, "M/config.json");
       ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
       EXPECT_TRUE(*back == c) << text;
       EXPECT_EQ(back->rope_theta, c.rope_theta);
@@ -421,20 +421,20 @@ TEST(HfIoTest, LlamaConfigJsonReadsBackEqual) {
   // Through a directory, as a checkpoint writes it.
   testing::TempDir d;
   const jobspec::GPTConfig c = LlamaOf(128, 300, 2, 6, 48, 2, 136, 500000, 1e-6);
-  ASSERT_TRUE(WriteHFConfig(d.path(), c).ok());
-  auto back = ReadHFConfig(d.path());
+  ASSERT_TRUE(hf::WriteConfig(d.path(), c).ok());
+  auto back = hf::ReadConfig(d.path());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(*back == c);
   // Another model is another config.
   jobspec::GPTConfig other = c;
   other.rope_theta = 10000;
-  EXPECT_FALSE(*ParseHFConfig(HFConfigJson(other), "M") == c);
+  EXPECT_FALSE(*hf::ParseConfig(hf::ConfigJson(other), "M") == c);
   // GPT-2's is still GPT-2's, with or without model_type.
   const jobspec::GPTConfig g = Small();
-  auto gj = nlohmann::json::parse(HFConfigJson(g));
+  auto gj = nlohmann::json::parse(hf::ConfigJson(g));
   EXPECT_EQ(gj["model_type"], "gpt2");
   gj.erase("model_type");
-  auto gb = ParseHFConfig(gj.dump(), "M");
+  auto gb = hf::ParseConfig(gj.dump(), "M");
   ASSERT_TRUE(gb.ok()) << gb.status();
   EXPECT_EQ(gb->arch, jobspec::Arch::kGpt2);
   EXPECT_TRUE(*gb == g);
@@ -444,15 +444,15 @@ TEST(HfIoTest, LlamaConfigJsonReadsBackEqual) {
 // overflowed 4 * n_embd (GPT-2's MLP width, an int), and the other sizes sized layouts built
 // layer by layer. GPTConfig::Validate (the check of config.json's model and of a job spec's)
 // bounds each past the largest models trained: a config.json past a bound is refused naming
-// the field, one at it is read (ParseHFConfig alone: no model is allocated).
+// the field, one at it is read (hf::ParseConfig alone: no model is allocated).
 TEST(HfIoTest, ModelSizesPastTheirBoundsAreRefusedNamingTheField) {
   using J = nlohmann::json;
-  const J gpt2 = J::parse(HFConfigJson(Small()));
+  const J gpt2 = J::parse(hf::ConfigJson(Small()));
   const J llama = J::parse(kLlamaTransformers5);
   jobspec::GPTConfig with_experts = Small();
   with_experts.moe = {4, 1, 1.25, 0.01, 0.0, 1};
-  const J moe = J::parse(HFConfigJson(with_experts));
-  ASSERT_EQ(moe["model_type"], kMoeModelType);
+  const J moe = J::parse(hf::ConfigJson(with_experts));
+  ASSERT_EQ(moe["model_type"], hf::kMoeModelType);
   struct Case {
     const J* base;
     std::function<void(J&)> change;
@@ -484,7 +484,7 @@ TEST(HfIoTest, ModelSizesPastTheirBoundsAreRefusedNamingTheField) {
     J j = *k.base;
     k.change(j);
     SCOPED_TRACE(j.dump());
-    auto c = ParseHFConfig(j.dump(), "M/config.json");
+    auto c = hf::ParseConfig(j.dump(), "M/config.json");
     if (k.want.empty()) {
       EXPECT_TRUE(c.ok() && k.holds(*c)) << c.status();
     } else {
@@ -501,7 +501,7 @@ TEST(HfIoTest, AHeadDimWhoseProductWithTheHeadsOverflowsIsRefused) {
   for (uint64_t head_dim : {uint64_t{1} << 62, (uint64_t{1} << 62) + 16}) {
     auto j = nlohmann::json::parse(kLlamaTransformers5);  // hidden_size 64, 4 heads
     j["head_dim"] = head_dim;
-    auto c = ParseHFConfig(j.dump(), "M/config.json");
+    auto c = hf::ParseConfig(j.dump(), "M/config.json");
     ASSERT_FALSE(c.ok()) << head_dim;
     EXPECT_EQ(std::string(c.status().message()),
               absl::StrCat("M/config.json: field 'head_dim' is ", head_dim,
@@ -518,7 +518,7 @@ TEST(HfIoTest, MoeKeysWithoutExpertsReadBackFromConfigJsonAsTheDenseModel) {
                                  "z_loss_coeff: 0.25, every_n_layers: 2}}\n"
                                  "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n");
   ASSERT_TRUE(s.ok()) << s.status();
-  auto config = ParseHFConfig(HFConfigJson(s->model), "ckpt/config.json");
+  auto config = hf::ParseConfig(hf::ConfigJson(s->model), "ckpt/config.json");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_TRUE(*config == s->model);
   EXPECT_TRUE(s->model == *config);

@@ -14,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "model/hf_io.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/gpt/load_gpt.h"
 
 namespace gantry::train {
 
@@ -60,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
     ASSIGN_OR_RETURN(t->val_data_, data::Dataset::Open(spec.data.val, T, spec.model.vocab_size));
   }
   if (!options.init_from.empty()) {
-    ASSIGN_OR_RETURN(jobspec::GPTConfig c, model::ReadHFConfig(options.init_from));
+    ASSIGN_OR_RETURN(jobspec::GPTConfig c, hf::ReadConfig(options.init_from));
     if (!(c == spec.model)) {
       return absl::InvalidArgumentError(absl::StrCat("--init-from ", options.init_from, ": model (", jobspec::DescribeModel(c),
                                                      ") differs from the job spec's in ",

@@ -22,6 +22,7 @@
 #include "data/tokenizer.h"
 #include "model/hf_io.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/gpt/load_gpt.h"
 
 namespace gantry::train {
 namespace {
@@ -303,7 +304,7 @@ TEST_F(TrainerTest, InitFromNamesEveryModelFieldThatDiffers) {
   // A Llama config.json against a Llama spec of other grouping, RoPE base and epsilon.
   jobspec::GPTConfig llama = s.model;
   llama.n_kv_head = 1, llama.rope_theta = 500000, llama.norm_eps = 1e-6;
-  ASSERT_TRUE(model::WriteHFConfig(dir_.File("llama"), llama).ok());
+  ASSERT_TRUE(hf::WriteConfig(dir_.File("llama"), llama).ok());
   init.init_from = dir_.File("llama");
   t = Trainer::Create(s, init);
   ASSERT_FALSE(t.ok());

@@ -1,0 +1,204 @@
+#include "model/context_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/attention_block.h"
+#include "kernels/gqa.h"
+
+namespace gantry::model {
+
+absl::StatusOr<CpSharding> CpSharding::Make(int T, int cp, int rank) {
+  if (cp < 1) return absl::InvalidArgumentError(absl::StrCat("context parallelism cp ", cp, ": must be at least 1"));
+  if (rank < 0 || rank >= cp) {
+    return absl::InvalidArgumentError(absl::StrCat("context-parallel rank ", rank, " is not one of cp ", cp, "'s ranks"));
+  }
+  if (T <= 0 || T % (2 * cp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence length ", T, " is not a positive multiple of 2·cp = ",
+                                                   2 * cp, " (cp ", cp,
+                                                   " cuts each sequence into 2·cp equal chunks, two per rank)"));
+  }
+  return CpSharding(T, cp, rank);
+}
+
+int CpSharding::Position(int i) const { return ChunkOf(i / chunk()) * chunk() + i % chunk(); }
+
+std::vector<int> CpSharding::Positions() const {
+  std::vector<int> p(static_cast<size_t>(rows()));
+  for (int i = 0; i < rows(); ++i) p[static_cast<size_t>(i)] = Position(i);
+  return p;
+}
+
+void CpSharding::Take(const float* full, float* local, int B, int64_t w) const {
+  // full (B, T, w) → local (B, rows, w)
+  const int64_t n = static_cast<int64_t>(chunk()) * w;
+  for (int b = 0; b < B; ++b) {
+    for (int half = 0; half < 2; ++half) {
+      std::memcpy(local + (static_cast<int64_t>(b) * rows() + half * chunk()) * w,
+                  full + (static_cast<int64_t>(b) * T_ + ChunkOf(half) * chunk()) * w, sizeof(float) * n);
+    }
+  }
+}
+
+void CpSharding::Put(const float* local, float* full, int B, int64_t w) const {
+  // local (B, rows, w) → full (B, T, w), this rank's rows
+  const int64_t n = static_cast<int64_t>(chunk()) * w;
+  for (int b = 0; b < B; ++b) {
+    for (int half = 0; half < 2; ++half) {
+      std::memcpy(full + (static_cast<int64_t>(b) * T_ + ChunkOf(half) * chunk()) * w,
+                  local + (static_cast<int64_t>(b) * rows() + half * chunk()) * w, sizeof(float) * n);
+    }
+  }
+}
+
+namespace {
+
+// A rank's K/V block as it travels: each row's key heads then value heads, (B, rows, 2·NKV·hd).
+// Copied out of qkv's rows (pack) or added into them (the gradient's, unpack).
+void PackKv(float* kv, const float* qkv, const AttentionHeads& a, int rows) {
+  const int W = a.qkv_width(), q = a.NH * a.hd, KV = 2 * a.NKV * a.hd;
+  for (int64_t t = 0; t < static_cast<int64_t>(a.B) * rows; ++t) std::memcpy(kv + t * KV, qkv + t * W + q, sizeof(float) * KV);
+}
+void UnpackKv(float* dqkv, const float* dkv, const AttentionHeads& a, int rows) {
+  const int W = a.qkv_width(), q = a.NH * a.hd, KV = 2 * a.NKV * a.hd;
+  for (int64_t t = 0; t < static_cast<int64_t>(a.B) * rows; ++t) std::memcpy(dqkv + t * W + q, dkv + t * KV, sizeof(float) * KV);
+}
+
+// The chunk pairs of one ring step: this rank's half qh of the query rows against half kh of
+// the block of rank src. Wholly above the diagonal (the key chunk after the query chunk): not
+// computed; the same chunk: causal; before it: every key seen.
+struct Pair {
+  int qh, kh;
+  bool causal;
+};
+std::vector<Pair> Pairs(const CpSharding& s, int src) {
+  std::vector<Pair> pairs;
+  const int cp = s.cp();
+  for (int qh = 0; qh < 2; ++qh) {
+    for (int kh = 0; kh < 2; ++kh) {
+      const int cq = s.ChunkOf(qh), ck = kh == 0 ? src : 2 * cp - 1 - src;
+      if (ck <= cq) pairs.push_back({qh, kh, ck == cq});
+    }
+  }
+  return pairs;
+}
+
+}  // namespace
+
+absl::Status RingAttention::Check(const AttentionHeads& a) const {
+  if (a.B <= 0) return absl::InvalidArgumentError(absl::StrCat("ring attention: batch ", a.B, " is not positive"));
+  RETURN_IF_ERROR(kernels::CheckGroups("ring attention", a.NH, a.NKV, a.hd));
+  if (shard_.cp() == 1) return absl::OkStatus();
+  if (ring_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ring attention over cp ", shard_.cp(), " has no communication thread for its group"));
+  }
+  const comm::Communicator& c = ring_->comm();
+  if (c.size() != shard_.cp() || c.rank() != shard_.rank()) {
+    return absl::FailedPreconditionError(absl::StrCat("ring attention for rank ", shard_.rank(), " of cp ", shard_.cp(),
+                                                      " was given the communicator of rank ", c.rank(), " of ",
+                                                      c.size()));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t RingAttention::Exchange(const float* send, float* recv, size_t n) {
+  const int cp = shard_.cp(), r = shard_.rank();
+  floats_sent_ += n;
+  return ring_->Submit([send, recv, n, to = (r + 1) % cp, from = (r + cp - 1) % cp](comm::Communicator& c) {
+    return c.SendRecv(send, n, to, recv, n, from);
+  });
+}
+
+absl::Status RingAttention::Wait(uint64_t ticket) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = ring_->Wait(ticket);
+  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, const AttentionHeads& a) {
+  // qkv (B, rows, (NH + 2 NKV) hd) → out (B, rows, NH hd), lse (B, NH, rows)
+  RETURN_IF_ERROR(Check(a));
+  const int cp = shard_.cp(), rows = shard_.rows(), L = shard_.chunk();
+  const int W = a.qkv_width(), C = a.out_width(), KV = 2 * a.NKV * a.hd;
+  const size_t kv_n = static_cast<size_t>(a.B) * rows * KV;
+  for (auto& k : kv_) k.resize(kv_n);
+  PackKv(kv_[0].data(), qkv, a, rows);
+  std::fill(lse, lse + static_cast<size_t>(a.B) * a.NH * rows, -INFINITY);
+  floats_sent_ = 0;
+  waited_ = 0;
+  for (int s = 0; s < cp; ++s) {
+    const float* kv = kv_[s % 2].data();
+    // The next block arrives while this one is computed.
+    const uint64_t next = s + 1 < cp ? Exchange(kv, kv_[(s + 1) % 2].data(), kv_n) : 0;
+    const int src = (shard_.rank() + cp - s) % cp;
+    for (const Pair& p : Pairs(shard_, src)) {
+      const kernels::HeadRows<const float> k{kv + static_cast<int64_t>(p.kh) * L * KV,
+                                             static_cast<int64_t>(rows) * KV, KV};
+      const kernels::HeadRows<const float> v{k.data + a.NKV * a.hd, k.seq, k.row};
+      kernels::attention_block_forward({out + static_cast<int64_t>(p.qh) * L * C, static_cast<int64_t>(rows) * C, C},
+                                       {lse + static_cast<int64_t>(p.qh) * L, rows},
+                                       {qkv + static_cast<int64_t>(p.qh) * L * W, static_cast<int64_t>(rows) * W, W},
+                                       k, v, {a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale});
+    }
+    if (next != 0) RETURN_IF_ERROR(Wait(next));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                     const float* lse, const AttentionHeads& a) {
+  // dout (B, rows, NH hd), qkv, out, lse → dqkv (B, rows, (NH + 2 NKV) hd)
+  RETURN_IF_ERROR(Check(a));
+  const int cp = shard_.cp(), rows = shard_.rows(), L = shard_.chunk();
+  const int W = a.qkv_width(), C = a.out_width(), KV = 2 * a.NKV * a.hd;
+  const size_t kv_n = static_cast<size_t>(a.B) * rows * KV;
+  for (auto& k : kv_) k.resize(kv_n);
+  for (auto& g : dkv_) g.resize(kv_n);
+  dkv_in_.resize(kv_n);
+  delta_.resize(static_cast<size_t>(a.B) * a.NH * rows);
+  PackKv(kv_[0].data(), qkv, a, rows);
+  kernels::attention_block_delta({delta_.data(), rows}, {dout, static_cast<int64_t>(rows) * C, C},
+                                 {out, static_cast<int64_t>(rows) * C, C}, a.B, a.NH, a.hd, rows);
+  // dQ is added straight into dqkv's query columns; its key/value columns are written last.
+  std::fill(dqkv, dqkv + static_cast<size_t>(a.B) * rows * W, 0.f);
+  floats_sent_ = 0;
+  waited_ = 0;
+  uint64_t dkv_home = 0;  // the exchange bringing the previous step's dK/dV from rank − 1
+  for (int s = 0; s < cp; ++s) {
+    const float* kv = kv_[s % 2].data();
+    const uint64_t next = s + 1 < cp ? Exchange(kv, kv_[(s + 1) % 2].data(), kv_n) : 0;
+    // This step's share of the block's dK/dV, apart from what the ranks before added: their
+    // sum arrives meanwhile (the previous step's exchange), and is added after.
+    float* g = dkv_[s % 2].data();
+    std::fill(g, g + kv_n, 0.f);
+    const int src = (shard_.rank() + cp - s) % cp;
+    for (const Pair& p : Pairs(shard_, src)) {
+      const int64_t ko = static_cast<int64_t>(p.kh) * L * KV, kseq = static_cast<int64_t>(rows) * KV;
+      const int64_t vo = ko + a.NKV * a.hd;
+      const int64_t qo = static_cast<int64_t>(p.qh) * L;
+      kernels::attention_block_backward(
+          {dqkv + qo * W, static_cast<int64_t>(rows) * W, W}, {g + ko, kseq, KV}, {g + vo, kseq, KV},
+          {qkv + qo * W, static_cast<int64_t>(rows) * W, W}, {kv + ko, kseq, KV}, {kv + vo, kseq, KV},
+          {dout + qo * C, static_cast<int64_t>(rows) * C, C}, {lse + qo, rows}, {delta_.data() + qo, rows},
+          {a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale});
+    }
+    if (dkv_home != 0) {
+      RETURN_IF_ERROR(Wait(dkv_home));
+      for (size_t i = 0; i < kv_n; ++i) g[i] += dkv_in_[i];
+    }
+    if (next != 0) RETURN_IF_ERROR(Wait(next));
+    // On to rank + 1, the next to hold this block (after the last step: its owner).
+    if (cp > 1) dkv_home = Exchange(g, dkv_in_.data(), kv_n);
+  }
+  if (cp > 1) RETURN_IF_ERROR(Wait(dkv_home));
+  UnpackKv(dqkv, cp > 1 ? dkv_in_.data() : dkv_[0].data(), a, rows);
+  return absl::OkStatus();
+}
+
+}  // namespace gantry::model

@@ -1,0 +1,109 @@
+// Context parallelism: the sequence split over the cp ranks of a group, and attention over
+// the whole sequence by a ring of K/V exchanges (Liu et al. 2023's ring attention, with the
+// causal load balance of Megatron-Core and torchtitan).
+//
+// Sharding (CpSharding): a sequence of T rows is cut into 2·cp chunks of T / (2·cp); rank i
+// holds chunk i and chunk 2·cp−1−i, in that order. Under the causal mask every rank then has
+// the same work: each ring step but the first computes exactly two chunk pairs wholly below
+// the diagonal, the first one such pair and two diagonal ones.
+//
+// Ring attention (RingAttention), on host memory and the cpu backend's block kernels
+// (kernels/attention_block.h): each rank starts with its own rows' K and V (only the key/value
+// heads, under grouped-query attention) and passes them to rank + 1 while it computes with
+// them, so that after cp − 1 exchanges it has seen every rank's. Each block's attention is
+// merged into the rows' running output by the log-sum-exps. The causal mask is applied by
+// the rows' global positions: chunk pairs wholly above the diagonal are skipped, the diagonal
+// ones masked. Backward: dQ stays local; dK and dV travel with their K and V, each rank adding
+// its share, and one last exchange brings them home to their owners. The exchanges run on the
+// group's communication thread (comm::CommThread), the next one in flight while the current
+// block is computed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/comm_thread.h"
+
+namespace gantry::model {
+
+// Which rows of each sequence a cp rank holds, and their positions.
+class CpSharding {
+ public:
+  // T rows over cp ranks, for rank: T a positive multiple of 2·cp, 0 <= rank < cp. The error
+  // names what is wrong.
+  static absl::StatusOr<CpSharding> Make(int T, int cp, int rank);
+
+  int T() const { return T_; }
+  int cp() const { return cp_; }
+  int rank() const { return rank_; }
+  int chunk() const { return T_ / (2 * cp_); }  // rows per chunk
+  int rows() const { return T_ / cp_; }         // rows per rank: two chunks
+  // The chunk this rank's local half (0: rows [0, chunk), 1: [chunk, 2·chunk)) is.
+  int ChunkOf(int half) const { return half == 0 ? rank_ : 2 * cp_ - 1 - rank_; }
+  // The global position (row of the whole sequence) of local row i, 0 <= i < rows(): for the
+  // causal mask and RoPE's angles.
+  int Position(int i) const;
+  std::vector<int> Positions() const;
+
+  // This rank's rows of each of B sequences of a (B, T, w) tensor: full → local (B, rows, w).
+  void Take(const float* full, float* local, int B, int64_t w) const;
+  // The reverse: local (B, rows, w) → this rank's rows of full (B, T, w) (the others untouched).
+  void Put(const float* local, float* full, int B, int64_t w) const;
+
+ private:
+  CpSharding(int T, int cp, int rank) : T_(T), cp_(cp), rank_(rank) {}
+  int T_, cp_, rank_;
+};
+
+// The heads of one rank's attention: NH query heads over NKV key/value heads of hd.
+struct AttentionHeads {
+  int B = 0, NH = 0, NKV = 0, hd = 0;
+  float scale = 0.f;  // the scores' factor; 0 is 1/sqrt(hd)
+  int qkv_width() const { return (NH + 2 * NKV) * hd; }
+  int out_width() const { return NH * hd; }
+};
+
+class RingAttention {
+ public:
+  // ring: the context-parallel group's communication thread (not owned), its communicator's
+  // rank and size those of shard; it may be null where cp is 1 (nothing is exchanged).
+  RingAttention(comm::CommThread* ring, CpSharding shard) : ring_(ring), shard_(shard) {}
+
+  // qkv (B, rows, (NH + 2·NKV)·hd): this rank's rows in the grouped layout of
+  // kernels/gqa.h (query heads, key heads, value heads), RoPE already applied at the rows'
+  // positions → out (B, rows, NH·hd), lse (B, NH, rows): each row's attention over the
+  // sequence's rows up to its position, and its log-sum-exp (the backward's input).
+  absl::Status Forward(float* out, float* lse, const float* qkv, const AttentionHeads& heads);
+  // dout (B, rows, NH·hd), with the forward's qkv, out and lse → dqkv (B, rows, (NH + 2·NKV)·hd),
+  // overwritten: the query heads' gradient, and the key/value heads' summed over every rank's
+  // queries that read them.
+  absl::Status Backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        const AttentionHeads& heads);
+
+  const CpSharding& shard() const { return shard_; }
+  // Floats this rank sent in the last Forward or Backward, and the seconds it waited for the
+  // exchanges there (what the computing did not hide).
+  size_t floats_sent() const { return floats_sent_; }
+  double waited_seconds() const { return waited_; }
+
+ private:
+  absl::Status Check(const AttentionHeads& heads) const;
+  // Queues, on the ring, sending n floats at send to rank + 1 and receiving n at recv from
+  // rank − 1; the ticket to wait for.
+  uint64_t Exchange(const float* send, float* recv, size_t n);
+  // Waits for exchange `ticket`, counting the time in waited_.
+  absl::Status Wait(uint64_t ticket);
+
+  comm::CommThread* ring_;
+  CpSharding shard_;
+  size_t floats_sent_ = 0;
+  double waited_ = 0;
+  // Working memory, kept between calls: the K/V blocks (this one and the next), the running
+  // output and dQ, the backward's D, and dK/dV (this step's two, the one arriving).
+  std::vector<float> kv_[2], acc_, delta_, dkv_[2], dkv_in_;
+};
+
+}  // namespace gantry::model

@@ -1,0 +1,321 @@
+// Authorisation on every coordinator RPC (common/authz.h), in process over loopback with a
+// principals file: a table of every method of gantry.v1.Coordinator against every kind of
+// caller (admin, the job's owner, a teammate, a user of another team, a viewer, a worker
+// identity, a shard-server identity), each call allowed or refused PERMISSION_DENIED naming
+// who, the action and the object. The table is checked against the service's descriptor: a
+// method without a row fails the test, so a new RPC cannot go unchecked. Then what the rules
+// mean for jobs: the owner and team a job records (and keeps across a coordinator restart),
+// listings that hold only what the caller may read and their filters, and the audit trail of
+// who submitted and who cancelled a job in its events.
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/grpc_util.h"
+#include "common/principals.h"
+#include "common/rpc_edge.h"
+#include "common/security.h"
+#include "coordinator/cluster.h"
+#include "coordinator/service.h"
+#include "coordinator/store.h"
+#include "tests/authz_table_util.h"
+#include "tests/coordinator/cluster_test_util.h"
+#include "tests/test_util.h"
+
+namespace gantry::coordinator {
+namespace {
+
+using testing::As;
+using testing::AuthzTable;
+using testing::Caller;
+
+constexpr char kSpec[] =
+    "name: tiny\nmodel: {n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 16}\n"
+    "data: {train: /nonexistent/train.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3}\n";
+
+class AuthzRpcTest : public ::testing::Test, protected ServedCoordinator {
+ protected:
+  void SetUp() override {
+    file_ = testing::ServeAuthzPrincipals(path_);
+    ASSERT_NE(file_, nullptr);
+    StartServer(dir_.File("db"));
+  }
+  void TearDown() override {
+    StopServer();
+    SetProcessPrincipals(nullptr);
+  }
+  std::string Submit(Caller c) {
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(kSpec);
+    v1::SubmitJobResponse resp;
+    const grpc::Status s = stub_->SubmitJob(As(c).get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job_id();
+  }
+  std::vector<std::string> List(Caller c, const v1::ListJobsRequest& req, grpc::Status* status = nullptr) {
+    v1::ListJobsResponse resp;
+    const grpc::Status s = stub_->ListJobs(As(c).get(), req, &resp);
+    if (status != nullptr) *status = s;
+    else EXPECT_TRUE(s.ok()) << s.error_message();
+    std::vector<std::string> ids;
+    for (const auto& j : resp.jobs()) ids.push_back(j.id());
+    return ids;
+  }
+  std::vector<v1::JobEvent> Events(const std::string& job) { return *store_->Events(job, 0, 1000); }
+
+  testing::TempDir dir_;
+  const std::string path_ = dir_.File("principals.yaml");
+  std::unique_ptr<PrincipalsFile> file_;
+};
+
+TEST_F(AuthzRpcTest, EveryMethodAgainstEveryCaller) {
+  const std::string job = Submit(Caller::kOwner);  // alice's, team vision
+  const std::set<Caller> all = {Caller::kAdmin,  Caller::kOwner,  Caller::kTeammate,   Caller::kOtherTeam,
+                                Caller::kViewer, Caller::kWorker, Caller::kShardServer};
+  const std::set<Caller> users = {Caller::kAdmin, Caller::kOwner, Caller::kTeammate, Caller::kOtherTeam};
+  const std::set<Caller> readers = {Caller::kAdmin, Caller::kOwner, Caller::kTeammate, Caller::kOtherTeam,
+                                    Caller::kViewer};
+  const std::set<Caller> job_readers = {Caller::kAdmin, Caller::kOwner, Caller::kTeammate, Caller::kViewer};
+  AuthzTable table;
+  table["SubmitJob"] = {users, [&](Caller c) {
+                          v1::SubmitJobRequest req;
+                          req.set_spec_yaml(kSpec);
+                          v1::SubmitJobResponse resp;
+                          return FromGrpc(stub_->SubmitJob(As(c).get(), req, &resp));
+                        }};
+  table["GetJob"] = {job_readers, [&](Caller c) {
+                       v1::GetJobRequest req;
+                       req.set_job_id(job);
+                       v1::Job resp;
+                       return FromGrpc(stub_->GetJob(As(c).get(), req, &resp));
+                     }};
+  table["ListJobs"] = {readers, [&](Caller c) {
+                         v1::ListJobsResponse resp;
+                         return FromGrpc(stub_->ListJobs(As(c).get(), v1::ListJobsRequest(), &resp));
+                       }};
+  table["CancelJob"] = {{Caller::kAdmin, Caller::kOwner}, [&](Caller c) {
+                          v1::CancelJobRequest req;
+                          req.set_job_id(job);
+                          v1::Job resp;
+                          return FromGrpc(stub_->CancelJob(As(c).get(), req, &resp));
+                        }};
+  table["WatchJob"] = {job_readers, [&](Caller c) {
+                         v1::WatchJobRequest req;
+                         req.set_job_id(job);
+                         auto ctx = As(c);
+                         auto reader = stub_->WatchJob(ctx.get(), req);
+                         v1::JobEvent e;
+                         const bool got = reader->Read(&e);  // allowed: its first event, PENDING
+                         if (got) ctx->TryCancel();
+                         const grpc::Status s = reader->Finish();
+                         if (got) return e.state() == v1::PENDING ? absl::OkStatus() : absl::InternalError("not the first event");
+                         return FromGrpc(s);
+                       }};
+  table["ListWorkers"] = {readers, [&](Caller c) {
+                            v1::ListWorkersResponse resp;
+                            return FromGrpc(stub_->ListWorkers(As(c).get(), v1::ListWorkersRequest(), &resp));
+                          }};
+  table["Attach"] = {{Caller::kAdmin, Caller::kWorker}, [&](Caller c) {
+                       auto ctx = As(c);
+                       auto stream = stub_->Attach(ctx.get());
+                       stream->WritesDone();  // allowed: the session ends at once, OK
+                       return FromGrpc(stream->Finish());
+                     }};
+  table["RendezvousPut"] = {{Caller::kAdmin, Caller::kWorker}, [&](Caller c) {
+                              v1::RendezvousPutRequest req;
+                              req.set_job_id(job);
+                              req.set_generation(1);
+                              req.set_key("nccl-id");
+                              req.set_value("x");
+                              v1::RendezvousPutResponse resp;
+                              return FromGrpc(stub_->RendezvousPut(As(c).get(), req, &resp));
+                            }};
+  table["RendezvousGet"] = {{Caller::kAdmin, Caller::kWorker}, [&](Caller c) {
+                              v1::RendezvousGetRequest req;
+                              req.set_job_id(job);
+                              req.set_generation(1);
+                              req.set_key("nccl-id");
+                              v1::RendezvousGetResponse resp;
+                              return FromGrpc(stub_->RendezvousGet(As(c).get(), req, &resp));
+                            }};
+  table["RegisterShardServer"] = {{Caller::kAdmin, Caller::kShardServer}, [&](Caller c) {
+                                    v1::RegisterShardServerRequest req;
+                                    req.set_address("127.0.0.1:1");
+                                    v1::RegisterShardServerResponse resp;
+                                    return FromGrpc(stub_->RegisterShardServer(As(c).get(), req, &resp));
+                                  }};
+  table["ListShardServers"] = {readers, [&](Caller c) {
+                                 v1::ListShardServersResponse resp;
+                                 return FromGrpc(stub_->ListShardServers(As(c).get(), v1::ListShardServersRequest(), &resp));
+                               }};
+  table["WhoAmI"] = {all, [&](Caller c) {
+                       v1::WhoAmIResponse resp;
+                       return FromGrpc(stub_->WhoAmI(As(c).get(), v1::WhoAmIRequest(), &resp));
+                     }};
+
+  testing::CheckCoversService(table, "gantry.v1.Coordinator");
+  testing::CheckEveryCaller(table);
+}
+
+TEST_F(AuthzRpcTest, RefusalsNameWhoTheActionAndTheObject) {
+  const std::string job = Submit(Caller::kOwner);
+  {  // a user's token attaching as a worker
+    auto ctx = As(Caller::kOtherTeam);
+    auto stream = stub_->Attach(ctx.get());
+    v1::WorkerMessage m;
+    m.mutable_register_()->set_host("laptop");
+    stream->Write(m);  // may fail: the call is refused as it opens
+    stream->WritesDone();
+    const grpc::Status s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(s.error_message(),
+              "user erin (team nlp, role user) may not attach as a worker to the cluster: only worker identities attach "
+              "and use the rendezvous store");
+  }
+  {  // a user's token registering as a shard server
+    v1::RegisterShardServerRequest req;
+    req.set_address("10.0.0.9:7000");
+    v1::RegisterShardServerResponse resp;
+    const grpc::Status s = stub_->RegisterShardServer(As(Caller::kOwner).get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(s.error_message(),
+              "user alice (team vision, role user) may not register as a shard server with the cluster: only "
+              "shard-server identities register");
+    EXPECT_TRUE(cluster_->ShardServers().empty()) << "nothing registered";
+  }
+  {  // a teammate cancelling
+    v1::CancelJobRequest req;
+    req.set_job_id(job);
+    v1::Job resp;
+    const grpc::Status s = stub_->CancelJob(As(Caller::kTeammate).get(), req, &resp);
+    EXPECT_EQ(s.error_message(), absl::StrCat("user dave (team vision, role user) may not cancel job ", job,
+                                              " (owner alice, team vision): users cancel only their own jobs"));
+    EXPECT_EQ(store_->GetJob(job)->state(), v1::PENDING) << "not cancelled";
+  }
+  {  // a viewer submitting
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(kSpec);
+    v1::SubmitJobResponse resp;
+    const grpc::Status s = stub_->SubmitJob(As(Caller::kViewer).get(), req, &resp);
+    EXPECT_EQ(s.error_message(),
+              "user carol (team nlp, role viewer) may not submit jobs to the cluster: viewers only read");
+  }
+  {  // a job started from the checkpoint of a job of another team: it would read it
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(absl::StrCat(kSpec, "checkpoint: {resume_from: '", job, "'}\n"));
+    v1::SubmitJobResponse resp;
+    const grpc::Status s = stub_->SubmitJob(As(Caller::kOtherTeam).get(), req, &resp);
+    EXPECT_EQ(s.error_message(),
+              absl::StrCat("checkpoint.resume_from: user erin (team nlp, role user) may not read the checkpoints of job ",
+                           job, " (owner alice, team vision): users read only their own jobs and their team's"));
+    EXPECT_TRUE(stub_->SubmitJob(As(Caller::kTeammate).get(), req, &resp).ok()) << "a teammate may";
+  }
+  {  // a worker reading a job
+    v1::GetJobRequest req;
+    req.set_job_id(job);
+    v1::Job resp;
+    const grpc::Status s = stub_->GetJob(As(Caller::kWorker).get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_NE(s.error_message().find(absl::StrCat("worker gpu-pool-a may not read job ", job)), std::string::npos)
+        << s.error_message();
+  }
+}
+
+TEST_F(AuthzRpcTest, JobsRecordTheirOwnerAndListingsHoldWhatTheCallerMayRead) {
+  const std::string a = Submit(Caller::kOwner);      // alice, vision
+  const std::string d = Submit(Caller::kTeammate);   // dave, vision
+  const std::string e = Submit(Caller::kOtherTeam);  // erin, nlp
+  const std::string r = Submit(Caller::kAdmin);      // root, no team
+  v1::GetJobRequest get;
+  get.set_job_id(a);
+  v1::Job job;
+  ASSERT_TRUE(stub_->GetJob(As(Caller::kOwner).get(), get, &job).ok());
+  EXPECT_EQ(job.owner(), "alice");
+  EXPECT_EQ(job.team(), "vision");
+
+  using Ids = std::vector<std::string>;
+  v1::ListJobsRequest req;
+  EXPECT_EQ(List(Caller::kOwner, req), (Ids{d, a})) << "alice: her own and her team's, newest first";
+  EXPECT_EQ(List(Caller::kOtherTeam, req), (Ids{e}));
+  EXPECT_EQ(List(Caller::kViewer, req), (Ids{r, e, d, a})) << "a viewer reads every team's";
+  EXPECT_EQ(List(Caller::kAdmin, req), (Ids{r, e, d, a}));
+  grpc::Status refused;
+  EXPECT_TRUE(List(Caller::kWorker, req, &refused).empty());
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  v1::ListJobsRequest mine;
+  mine.set_mine(true);
+  EXPECT_EQ(List(Caller::kOwner, mine), (Ids{a}));
+  EXPECT_EQ(List(Caller::kAdmin, mine), (Ids{r}));
+  v1::ListJobsRequest team;
+  team.set_team("vision");
+  EXPECT_EQ(List(Caller::kAdmin, team), (Ids{d, a}));
+  team.set_team("nlp");
+  EXPECT_EQ(List(Caller::kOwner, team), Ids{}) << "another team's jobs are not alice's to read";
+  v1::ListJobsRequest owner;
+  owner.set_owner("dave");
+  EXPECT_EQ(List(Caller::kViewer, owner), (Ids{d}));
+
+  // Pages of one job each: the jobs alice may not read are passed over, not returned as gaps.
+  v1::ListJobsRequest paged;
+  paged.set_page_size(1);
+  Ids seen;
+  for (int i = 0; i < 10; ++i) {
+    v1::ListJobsResponse resp;
+    ASSERT_TRUE(stub_->ListJobs(As(Caller::kOwner).get(), paged, &resp).ok());
+    for (const auto& j : resp.jobs()) seen.push_back(j.id());
+    EXPECT_EQ(resp.jobs_size(), 1);
+    if (resp.next_page_token().empty()) break;
+    paged.set_page_token(resp.next_page_token());
+  }
+  EXPECT_EQ(seen, (Ids{d, a}));
+
+  // The owner and team are in the job's record: a coordinator started again on the same
+  // store has them, and applies them.
+  StopServer();
+  StartServer(dir_.File("db"));
+  ASSERT_TRUE(stub_->GetJob(As(Caller::kTeammate).get(), get, &job).ok());
+  EXPECT_EQ(job.owner(), "alice");
+  EXPECT_EQ(job.team(), "vision");
+  EXPECT_EQ(stub_->GetJob(As(Caller::kOtherTeam).get(), get, &job).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(List(Caller::kOtherTeam, req), (Ids{e}));
+}
+
+TEST_F(AuthzRpcTest, EventsSayWhoSubmittedAndWhoCancelled) {
+  const std::string a = Submit(Caller::kOwner);
+  const std::string b = Submit(Caller::kOwner);
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(a);
+  v1::Job job;
+  ASSERT_TRUE(stub_->CancelJob(As(Caller::kOwner).get(), cancel, &job).ok());
+  EXPECT_EQ(job.reason(), "cancelled by user alice (team vision, role user)");
+  cancel.set_job_id(b);
+  ASSERT_TRUE(stub_->CancelJob(As(Caller::kAdmin).get(), cancel, &job).ok());
+  EXPECT_EQ(job.reason(), "cancelled by user root (role admin)");
+
+  auto messages = [&](const std::string& id) {
+    std::vector<std::string> out;
+    for (const auto& e : Events(id)) {
+      if (e.has_message()) out.push_back(e.message());
+      if (e.has_state()) out.push_back(v1::JobState_Name(e.state()));
+    }
+    return out;
+  };
+  using Lines = std::vector<std::string>;
+  EXPECT_EQ(messages(a), (Lines{"PENDING", "submitted by user alice (team vision, role user)",
+                                "cancelled by user alice (team vision, role user)", "CANCELLED"}));
+  EXPECT_EQ(messages(b), (Lines{"PENDING", "submitted by user alice (team vision, role user)",
+                                "cancelled by user root (role admin)", "CANCELLED"}));
+}
+
+}  // namespace
+}  // namespace gantry::coordinator
