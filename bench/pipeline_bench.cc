@@ -3,9 +3,12 @@
 // Each stage's bubble is the part of the pipeline's time (the slowest stage's schedule) it
 // did not compute (waiting for a neighbour, or in a transfer); the figure is the mean over
 // the stages and the measured steps (the first two are warm-up), printed next to
-// (p - 1) / (m + p - 1).
-// Target: within 5 points for p = 2, m in {2, 4, 8}, under 1F1B (and GPipe, for reference).
-//   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--steps 10]
+// (p - 1) / (m + p - 1), and for the interleaved 1F1B (parallel.virtual_stages 2: each stage
+// two chunks of one layer) next to (p - 1) / (v·m + p - 1), the same bubble as a part of the
+// step (Narayanan et al.'s (p - 1) / (v·m) is it as a part of the compute: printed beside).
+// Target: within 5 points for p = 2, m in {2, 4, 8}, under 1F1B and interleaved 1F1B (and
+// GPipe, for reference).
+//   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--steps 10] [--only 1f1b|1f1b-v2|gpipe]
 // Exit status 1 when a 1F1B figure misses the target.
 #include <gloo/rendezvous/hash_store.h>
 
@@ -37,13 +40,14 @@ struct Figure {
   absl::Status status;
 };
 
-Figure Measure(const std::string& data, const std::string& schedule, int m, int n_embd, int T, int B, int steps) {
+Figure Measure(const std::string& data, const std::string& schedule, int vp, int m, int n_embd, int T, int B,
+               int steps) {
   const int p = 2;
   auto spec = jobspec::ParseJobSpec(absl::StrCat(
       "model: {n_layer: 4, n_head: 4, n_embd: ", n_embd, ", vocab_size: 256, seq_len: ", T, "}\n",
       "data: {train: ", data, "}\n",
       "train: {steps: ", steps, ", micro_batch: ", B, ", global_batch: ", B * m, ", lr: 1.0e-3}\n",
-      "parallel: {pp: ", p, ", schedule: ", schedule, "}\n"));
+      "parallel: {pp: ", p, ", schedule: ", schedule, ", virtual_stages: ", vp, "}\n"));
   Figure f;
   if (!spec.ok()) {
     f.status = spec.status();
@@ -96,10 +100,12 @@ int main(int argc, char** argv) {
   // stages in one process would share CPU 0 and take turns. Unpinned, each gets a core.
   setenv("GANTRY_PIN_THREADS", "0", 1);
   int n_embd = 192, T = 128, B = 4, steps = 10;
+  std::string only;  // one row's schedule
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int v = std::atoi(argv[i + 1]);
-    if (a == "--n-embd") n_embd = v;
+    if (a == "--only") only = argv[i + 1];
+    else if (a == "--n-embd") n_embd = v;
     else if (a == "--seq-len") T = v;
     else if (a == "--batch") B = v;
     else if (a == "--steps") steps = v;
@@ -120,20 +126,29 @@ int main(int argc, char** argv) {
   }
   std::printf("pipeline bubble, p = 2 stages of 2 layers (n_embd %d, T %d, micro-batch %d), %d steps (2 warm-up)\n",
               n_embd, T, B, steps);
-  std::printf("%-6s %3s %10s %10s %8s %10s\n", "sched", "m", "measured", "(p-1)/(m+p-1)", "points", "step ms");
+  std::printf("%-9s %3s %10s %15s %8s %10s %18s\n", "sched", "m", "measured", "(p-1)/(vm+p-1)", "points", "step ms",
+              "idle/compute");
   bool ok = true;
-  for (const char* sched : {"1f1b", "gpipe"}) {
+  struct Row {
+    const char* name;
+    const char* schedule;
+    int vp;
+  };
+  for (const Row& row : {Row{"1f1b", "1f1b", 1}, Row{"1f1b-v2", "1f1b", 2}, Row{"gpipe", "gpipe", 1}}) {
+    if (!only.empty() && only != row.name) continue;
     for (int m : {2, 4, 8}) {
-      const Figure f = Measure(data, sched, m, n_embd, T, B, steps);
+      const Figure f = Measure(data, row.schedule, row.vp, m, n_embd, T, B, steps);
       if (!f.status.ok()) {
-        std::fprintf(stderr, "%s m %d: %s\n", sched, m, f.status.ToString().c_str());
+        std::fprintf(stderr, "%s m %d: %s\n", row.name, m, f.status.ToString().c_str());
         return 1;
       }
-      const double ideal = gantry::jobspec::IdealBubble(2, m);
+      const double ideal = gantry::jobspec::IdealBubble(2, m, row.vp);
       const double points = (f.bubble - ideal) * 100;
       const bool hit = std::fabs(points) <= 5;
-      if (std::string(sched) == "1f1b") ok = ok && hit;
-      std::printf("%-6s %3d %9.1f%% %12.1f%% %+8.1f %10.1f %s\n", sched, m, f.bubble * 100, ideal * 100, points, f.step_ms,
+      if (std::string(row.schedule) == "1f1b") ok = ok && hit;
+      // The idle time over the compute time, beside (p - 1) / (v·m).
+      std::printf("%-9s %3d %9.1f%% %14.1f%% %+8.1f %10.1f %8.1f%% (%.1f%%) %s\n", row.name, m, f.bubble * 100,
+                  ideal * 100, points, f.step_ms, 100 * f.bubble / (1 - f.bubble), 100.0 / (row.vp * m),
                   hit ? "" : "(off target)");
     }
   }

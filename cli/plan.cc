@@ -24,7 +24,7 @@ const char* RecomputeWord(jobspec::Recompute r) {
   return r == jobspec::Recompute::kFull ? "full" : r == jobspec::Recompute::kSelective ? "selective" : "none";
 }
 
-// --layout tp=8,pp=16,dp=64[,zero=1][,mb=2][,recompute=full][,sp=1][,ep=2] onto in; dp defaults
+// --layout tp=8,pp=16,dp=64[,vp=2][,zero=1][,mb=2][,recompute=full][,sp=1][,ep=2] onto in; dp defaults
 // to what the GPUs leave.
 absl::Status ParseLayout(const std::string& text, int gpus, jobspec::PlanInput* in) {
   bool dp_given = false;
@@ -45,15 +45,16 @@ absl::Status ParseLayout(const std::string& text, int gpus, jobspec::PlanInput* 
     }
     if (kv.first == "tp") in->tp = v;
     else if (kv.first == "pp") in->pp = v;
+    else if (kv.first == "vp") in->vp = v;
     else if (kv.first == "dp") in->dp = v, dp_given = true;
     else if (kv.first == "zero") in->zero = v;
     else if (kv.first == "mb") in->micro_batch = v;
     else if (kv.first == "ep") in->ep = v;
     else if (kv.first == "sp") in->sequence_parallel = v != 0;
     else return absl::InvalidArgumentError(absl::StrCat("--layout: unknown key '", kv.first,
-                                                        "' (tp, pp, dp, zero, mb, recompute, sp, ep)"));
+                                                        "' (tp, pp, vp, dp, zero, mb, recompute, sp, ep)"));
   }
-  if (in->tp < 1 || in->pp < 1) return absl::InvalidArgumentError("--layout: tp and pp must be >= 1");
+  if (in->tp < 1 || in->pp < 1 || in->vp < 1) return absl::InvalidArgumentError("--layout: tp, pp and vp must be >= 1");
   if (!dp_given && gpus > 0) in->dp = std::max(1, gpus / (in->tp * in->pp));
   if (gpus > 0 && in->dp * in->tp * in->pp != gpus) {
     return absl::InvalidArgumentError(absl::StrFormat("--layout: tp %d x pp %d x dp %d is not --gpus %d", in->tp,
@@ -67,6 +68,7 @@ std::string LayoutName(const jobspec::PlanInput& in) {
                                   in.micro_batch, in.microbatches, RecomputeWord(in.recompute));
   if (in.sequence_parallel) absl::StrAppend(&s, ", sp");
   if (in.ep > 1) absl::StrAppend(&s, ", ep ", in.ep);
+  if (in.vp > 1) absl::StrAppend(&s, ", vp ", in.vp);
   return s;
 }
 
@@ -74,13 +76,13 @@ std::string JsonOf(const jobspec::RankedLayout& r) {
   const auto& in = r.in;
   const auto& c = r.cost;
   return absl::StrFormat(
-      "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"ep\": %d, \"zero\": %d, \"micro_batch\": %d, \"microbatches\": %d, "
+      "{\"tp\": %d, \"pp\": %d, \"vp\": %d, \"dp\": %d, \"ep\": %d, \"zero\": %d, \"micro_batch\": %d, \"microbatches\": %d, "
       "\"recompute\": \"%s\", \"sequence_parallel\": %s, \"step_s\": %.6g, \"compute_s\": %.6g, "
       "\"exposed_comm_s\": %.6g, \"bubble_s\": %.6g, \"optimizer_s\": %.6g, \"tp_comm_s\": %.6g, "
       "\"pp_comm_s\": %.6g, \"ep_comm_s\": %.6g, \"dp_comm_s\": %.6g, \"dp_bytes\": %.6g, \"tokens_per_s\": %.6g, "
       "\"tokens_per_s_per_gpu\": %.6g, \"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_bytes\": %.6g, "
       "\"fits\": %s}",
-      in.tp, in.pp, in.dp, in.ep, in.zero, in.micro_batch, in.microbatches, RecomputeWord(in.recompute),
+      in.tp, in.pp, in.vp, in.dp, in.ep, in.zero, in.micro_batch, in.microbatches, RecomputeWord(in.recompute),
       in.sequence_parallel ? "true" : "false", c.step, c.compute, c.exposed_comm, c.bubble, c.optimizer, c.tp_comm,
       c.pp_comm, c.ep_comm, c.dp_comm, c.dp_bytes, c.tokens_per_s, c.tokens_per_s_per_gpu, c.flops_per_gpu / 1e12,
       c.mfu, r.plan.total(), r.plan.fits ? "true" : "false");
@@ -220,7 +222,7 @@ void DefinePlanFlags(CommandFlags& f, PlanFlags* p) {
               "rank every layout of --gpus devices that fits by predicted tokens/s (step time, tokens/s and "
               "TFLOP/s per GPU, MFU, the time split, memory per GPU)")
       .Int("top", &p->top, "K", "with --cluster: how many layouts to list")
-      .String("layout", &p->layout, "tp=T,pp=P[,dp=D][,zero=S][,mb=B][,recompute=R][,sp=1][,ep=E]",
+      .String("layout", &p->layout, "tp=T,pp=P[,vp=V][,dp=D][,zero=S][,mb=B][,recompute=R][,sp=1][,ep=E]",
               "with --cluster: evaluate this layout only");
 }
 

@@ -124,7 +124,8 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
 
   // Per layer: GEMM weights (a token's forward FLOPs are twice them), memory-bound bytes and
   // kernels forward (backward: twice each), attention.
-  for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
+  const std::vector<int> held = HeldLayers(c, shard);
+  for (int l : held) {
     const bool moe = c.moe_layer(l);
     const double k = moe ? c.moe.top_k : 1;
     const double attn_w = C * (nh + 2 * kv) * hd + C * C;
@@ -236,10 +237,12 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
       sc.tp += stats + ar, sc.fwd_comm += stats;
     }
   }
-  // Pipeline: the activation forward and its gradient back, each blocking both neighbours.
+  // Pipeline: the activation forward and its gradient back, each blocking both neighbours; the
+  // interleaved schedule's chunks each receive and send their own (the first chunk of stage 0
+  // receives nothing, the last of stage pp - 1 sends nothing).
   if (in.pp > 1) {
     const double one = SendTime(N * C * w, links.pp);
-    const int hops = (shard.first() ? 0 : 1) + (shard.last() ? 0 : 1);
+    const int hops = 2 * shard.num_chunks() - (shard.first() ? 1 : 0) - (shard.last() ? 1 : 0);
     sc.pp = 2 * hops * one;
     sc.fwd_comm += hops * one;
   }
@@ -248,7 +251,7 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     if (p.gemm) sc.gemm_params += static_cast<double>(p.numel);
     if (in.ep > 1 && p.name.find(".mlp.experts.") != std::string::npos) sc.expert_params += static_cast<double>(p.numel);
   }
-  sc.units = (shard.layer_end - shard.layer_begin) + (shard.first() ? 1 : 0) + (shard.last() ? 1 : 0);
+  sc.units = static_cast<int>(held.size()) + (shard.first() ? 1 : 0) + (shard.last() ? 1 : 0);
   // ZeRO 3 in 16 bits: each gathered unit's GEMM weights cast to their working copy (read fp32,
   // write 16 bits) before its forward and again before its backward (model::WorkingWeights).
   if (in.zero >= 3 && in.precision == Precision::kAutocast) {
@@ -359,7 +362,7 @@ absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& clu
   double slowest = 0, slowest_compute = 0, slowest_comm = 0, tail = 0, flops = 0, model_flops = 0;
   double tail_opt = 0, tail_dp = 0;
   for (int stage = 0; stage < in.pp; ++stage) {
-    ModelShard shard = ShardOf(*in.model, in.tp, 0, in.pp, stage, in.stage_layers);
+    ModelShard shard = ShardOf(*in.model, in.tp, 0, in.pp, stage, in.stage_layers, in.vp);
     shard.sequence_parallel = in.sequence_parallel && in.tp > 1;
     shard.ep = in.ep;
     const StageCost sc = CostOfStage(in, cluster, links, shard);
@@ -380,7 +383,9 @@ absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& clu
     model_flops += sc.model_flops;
   }
   r.compute = m * slowest_compute;
-  r.bubble = (p - 1) * slowest;
+  // The fill and drain: p - 1 micro-batches' time of the slowest stage, a chunk's under the
+  // interleaved schedule (1/vp of a stage's).
+  r.bubble = (p - 1) * slowest / in.vp;
   r.dp_comm = tail_dp;
   r.optimizer = tail_opt;
   r.exposed_comm = m * slowest_comm + tail_dp;

@@ -19,6 +19,7 @@
 #include "common/file_util.h"
 #include "common/status.h"
 #include "jobspec/auto_layout.h"
+#include "jobspec/pipeline.h"
 #include "jobspec/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
@@ -222,7 +223,15 @@ absl::Status ValidateDegrees(const JobSpec& s) {
     if (s.parallel.auto_layout.enabled) {
       return FieldError("parallel.stage_layers", "is not for parallel: auto (the planner chooses pp)");
     }
-    if (auto st = CheckStageLayers(s.parallel.stage_layers, s.parallel.pp, s.model.n_layer); !st.ok()) {
+    // The interleaved schedule: one entry a chunk (pp x virtual_stages).
+    const int chunks = s.parallel.pp * std::max(1, s.parallel.virtual_stages);
+    if (chunks != s.parallel.pp && static_cast<int>(s.parallel.stage_layers.size()) != chunks) {
+      return FieldError("parallel.stage_layers",
+                        absl::StrCat("gives ", s.parallel.stage_layers.size(), " stages' layers; with virtual_stages ",
+                                     s.parallel.virtual_stages, " it gives each chunk's: pp x virtual_stages = ", chunks,
+                                     " entries, chunk c·pp + s on stage s"));
+    }
+    if (auto st = CheckStageLayers(s.parallel.stage_layers, chunks, s.model.n_layer); !st.ok()) {
       return FieldError("parallel.stage_layers", st.message());
     }
   }
@@ -425,6 +434,27 @@ absl::Status ValidateScheduling(const JobSpec& s, const std::set<std::string>& p
   return absl::OkStatus();
 }
 
+// The interleaved schedule (after the batch sizes: it splits a step's micro-batches).
+absl::Status ValidateVirtualStages(const JobSpec& s) {
+  const int v = s.parallel.virtual_stages;
+  if (v < 1) return FieldError("parallel.virtual_stages", absl::StrCat("is ", v, ": must be >= 1 (1: plain 1F1B)"));
+  if (v == 1) return absl::OkStatus();
+  if (s.parallel.auto_layout.enabled) {
+    return FieldError("parallel.virtual_stages", "is not for parallel: auto (the planner chooses pp)");
+  }
+  const absl::StatusOr<Schedule> schedule = ParseSchedule(s.parallel.schedule);
+  if (!schedule.ok()) return FieldError("parallel.schedule", schedule.status().message());
+  if (auto st = CheckInterleaved(*schedule, s.parallel.pp, s.grad_accum(), v); !st.ok()) {
+    return FieldError("parallel.virtual_stages", st.message());
+  }
+  if (static_cast<int64_t>(s.parallel.pp) * v > s.model.n_layer) {
+    return FieldError("parallel.virtual_stages",
+                      absl::StrCat("is ", v, " with pp ", s.parallel.pp, ": ", s.parallel.pp * v,
+                                   " chunks of one layer at least, and model.n_layer is ", s.model.n_layer));
+  }
+  return absl::OkStatus();
+}
+
 // Evaluation size and checkpoints.
 absl::Status ValidateEvalAndCheckpoints(const JobSpec& s) {
   if (s.eval.batches < 1) return FieldError("eval.batches", "must be >= 1");
@@ -451,6 +481,7 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
   RETURN_IF_ERROR(ValidateOptimizer(s));
   RETURN_IF_ERROR(ValidateResources(s));
   RETURN_IF_ERROR(ValidateTraining(s));
+  RETURN_IF_ERROR(ValidateVirtualStages(s));
   RETURN_IF_ERROR(ValidateScheduling(s, present));
   RETURN_IF_ERROR(ValidateEvalAndCheckpoints(s));
   return absl::OkStatus();
@@ -462,7 +493,11 @@ std::vector<int> JobSpec::DpChoices() const {
   if (!elastic.enabled()) return {parallel.dp};
   std::vector<int> out;
   for (int d = elastic.min_dp; d <= elastic.max_dp; ++d) {
-    if (train.micro_batch > 0 && train.global_batch % (static_cast<int64_t>(train.micro_batch) * d) == 0) out.push_back(d);
+    if (train.micro_batch > 0 && train.global_batch % (static_cast<int64_t>(train.micro_batch) * d) == 0 &&
+        // the interleaved schedule takes the micro-batches in groups of pp
+        (parallel.virtual_stages <= 1 || train.global_batch / (static_cast<int64_t>(train.micro_batch) * d) % parallel.pp == 0)) {
+      out.push_back(d);
+    }
   }
   return out;
 }
@@ -561,6 +596,7 @@ std::string ToYaml(const JobSpec& s) {
     }
     if (!a.enabled || a.zero_stage) kv("zero_stage", s.parallel.zero_stage);
     kv("bucket_mb", s.parallel.bucket_mb), kv("timeout_s", s.parallel.timeout_s), kv("schedule", s.parallel.schedule);
+    kv("virtual_stages", s.parallel.virtual_stages);
     kv("offload_params", s.parallel.offload_params);
     if (!a.enabled || a.sequence_parallel) kv("sequence_parallel", s.parallel.sequence_parallel);
     kv("ep", s.parallel.ep);
@@ -673,6 +709,7 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
                          {"bucket_mb", Real(&s.parallel.bucket_mb)},
                          {"timeout_s", Real(&s.parallel.timeout_s)},
                          {"schedule", Str(&s.parallel.schedule)},
+                         {"virtual_stages", Int(&s.parallel.virtual_stages)},
                          {"offload_params", Str(&s.parallel.offload_params)},
                          {"sequence_parallel", Bool(&s.parallel.sequence_parallel)},
                          {"ep", Int(&s.parallel.ep)}})](const YAML::Node& n, const std::string& f) -> absl::Status {

@@ -91,6 +91,12 @@ struct ParallelSpec {
   double bucket_mb = 25;  // gradients reduced in buckets of about this size (stages 0-2)
   double timeout_s = 0;   // a collective not done by then fails the step; 0 = the worker's default
   std::string schedule = "1f1b";  // pipeline schedule (pp > 1): 1f1b or gpipe
+  // The interleaved 1F1B schedule (Narayanan et al. 2021): each stage holds this many chunks of
+  // layers (stage s the chunks s, s + pp, ... of pp x virtual_stages), which divides the bubble
+  // by as much at the cost of as many more transfers. 1: plain 1F1B. Needs schedule 1f1b, pp > 1,
+  // the micro-batches a step a multiple of pp, and a layer at least a chunk; stage_layers then
+  // gives each chunk's layers (pp x virtual_stages entries).
+  int virtual_stages = 1;
   // ZeRO 3 with optimizer.offload cpu: "cpu" keeps the rank's parameter shard in host memory
   // only (it is the offloaded fp32 master); each unit's piece goes to the device to be gathered.
   std::string offload_params = "none";
@@ -177,7 +183,8 @@ struct JobSpec {
   int world_size() const { return parallel.dp * parallel.tp * parallel.pp; }
   bool auto_layout() const { return parallel.auto_layout.enabled; }
   // The dp sizes an elastic job may run at, ascending (just dp when not elastic): those in
-  // [min_dp, max_dp] for which micro_batch x dp divides the global batch.
+  // [min_dp, max_dp] for which micro_batch x dp divides the global batch (and, with
+  // parallel.virtual_stages, leaves a multiple of pp micro-batches a step).
   std::vector<int> DpChoices() const;
   jobspec::Recompute recompute() const {
     return train.recompute == "full"        ? jobspec::Recompute::kFull

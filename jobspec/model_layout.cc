@@ -91,7 +91,7 @@ const char* ClassifierTensor(const GPTConfig& c) { return c.llama() ? "lm_head.w
 std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& sh) {
   const int64_t C = c.n_embd, V = c.vocab_size, r = sh.tp_rank;
   const int64_t Ca = C / sh.tp, F = c.ffn() / sh.tp;  // attention (query heads) and MLP widths per rank
-  const int lb = sh.layer_begin, le = sh.layer_end < 0 ? c.n_layer : sh.layer_end;
+  const std::vector<int> held = HeldLayers(c, sh);
   std::vector<ParamTensor> t;
   using Runs = std::vector<std::pair<int64_t, int64_t>>;
   // Rows [r0, r1) and column runs (empty: all) of the whole tensor of shape gshape.
@@ -136,7 +136,7 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
       add(std::move(name), {grows, C}, r * per_rank, (r + 1) * per_rank, {}, false);
     };
     if (sh.first()) add("model.embed_tokens.weight", {V, C}, v0, v1, {}, false);
-    for (int l = lb; l < le; ++l) {
+    for (int l : held) {
       const std::string h = absl::StrCat("model.layers.", l, ".");
       whole(h + "input_layernorm.weight", {C});
       rows(h + "self_attn.q_proj.weight", C, Ca);
@@ -166,7 +166,7 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& c, const ModelShard& s
     add("wte.weight", {V, C}, v0, v1, {}, false);
     whole("wpe.weight", {c.max_seq_len, C});
   }
-  for (int l = lb; l < le; ++l) {
+  for (int l : held) {
     const std::string h = absl::StrCat("h.", l, ".");
     whole(h + "ln_1.weight", {C});
     whole(h + "ln_1.bias", {C});
@@ -216,12 +216,58 @@ std::vector<size_t> UnitBoundaries(const GPTConfig& c) {
   return b;
 }
 
+namespace {
+// Forward flops per token: a layer's four projections and attention's two products (at
+// n_positions), the classifier's product; the embedding is a lookup.
+struct StageCosts {
+  double layer, head, embed;
+  explicit StageCosts(const GPTConfig& c) {
+    const double C = c.n_embd, F = c.ffn(), qkv = C * (c.n_head + 2.0 * c.kv_heads()) * c.head_dim();
+    const double mlp = (c.llama() ? 3 : 2) * C * F;  // Llama: gate, up and down
+    layer = 2 * (qkv + C * C + mlp) + 4 * C * c.max_seq_len, head = 2 * C * c.vocab_size + 10 * C, embed = 2 * C;
+  }
+};
+}  // namespace
+
+std::vector<int> BalanceChunks(const GPTConfig& c, int pp, int vp) {
+  std::vector<int> b = BalanceStages(c, pp * vp);
+  if (vp <= 1) return b;
+  const StageCosts k(c);
+  const int n = pp * vp;
+  // (the costliest stage's chunks together, the costliest chunk)
+  auto score = [&](const std::vector<int>& x) {
+    std::vector<double> stage(static_cast<size_t>(pp), 0);
+    double chunk = 0;
+    for (int v = 0; v < n; ++v) {
+      const double cost = (x[static_cast<size_t>(v) + 1] - x[static_cast<size_t>(v)]) * k.layer + (v == 0 ? k.embed : 0) +
+                          (v == n - 1 ? k.head : 0);
+      stage[static_cast<size_t>(v % pp)] += cost;
+      chunk = std::max(chunk, cost);
+    }
+    return std::pair<double, double>{*std::max_element(stage.begin(), stage.end()), chunk};
+  };
+  // Move one cut a layer at a time while that lowers the score (each chunk keeps a layer).
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int i = 1; i < n && !moved; ++i) {
+      for (int d : {-1, 1}) {
+        std::vector<int> x = b;
+        x[static_cast<size_t>(i)] += d;
+        if (x[static_cast<size_t>(i)] <= x[static_cast<size_t>(i) - 1] || x[static_cast<size_t>(i)] >= x[static_cast<size_t>(i) + 1]) continue;
+        if (score(x) < score(b)) {
+          b = x;
+          moved = true;
+          break;
+        }
+      }
+    }
+  }
+  return b;
+}
+
 std::vector<int> BalanceStages(const GPTConfig& c, int pp) {
-  // Forward flops per token: a layer's four projections and attention's two products
-  // (at n_positions), the classifier's product; the embedding is a lookup.
-  const double C = c.n_embd, F = c.ffn(), qkv = C * (c.n_head + 2.0 * c.kv_heads()) * c.head_dim();
-  const double mlp = (c.llama() ? 3 : 2) * C * F;  // Llama: gate, up and down
-  const double layer = 2 * (qkv + C * C + mlp) + 4 * C * c.max_seq_len, head = 2 * C * c.vocab_size + 10 * C, embed = 2 * C;
+  const StageCosts k(c);
+  const double layer = k.layer, head = k.head, embed = k.embed;
   const int L = c.n_layer;
   auto cost = [&](int s, int a, int b) {  // stage s holding layers [a, b)
     return (b - a) * layer + (s == 0 ? embed : 0) + (s == pp - 1 ? head : 0);
@@ -275,9 +321,63 @@ std::vector<int> StageBounds(const GPTConfig& config, int pp, const std::vector<
 }
 
 ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage,
-                   const std::vector<int>& stage_layers) {
-  const std::vector<int> bounds = StageBounds(config, pp, stage_layers);
-  return {tp, tp_rank, pp, stage, bounds[static_cast<size_t>(stage)], bounds[static_cast<size_t>(stage) + 1]};
+                   const std::vector<int>& stage_layers, int vp) {
+  const std::vector<int> bounds =
+      vp > 1 && stage_layers.empty() ? BalanceChunks(config, pp, vp) : StageBounds(config, pp * vp, stage_layers);
+  ModelShard sh;
+  sh.tp = tp;
+  sh.tp_rank = tp_rank;
+  sh.pp = pp;
+  sh.stage = stage;
+  if (vp <= 1) {
+    sh.layer_begin = bounds[static_cast<size_t>(stage)];
+    sh.layer_end = bounds[static_cast<size_t>(stage) + 1];
+    return sh;
+  }
+  for (int c = 0; c < vp; ++c) {
+    const size_t v = static_cast<size_t>(c * pp + stage);
+    sh.chunks.push_back({bounds[v], bounds[v + 1]});
+  }
+  sh.layer_begin = sh.chunks.front().first;
+  sh.layer_end = sh.chunks.back().second;
+  return sh;
+}
+
+std::vector<int> HeldLayers(const GPTConfig& config, const ModelShard& shard) {
+  std::vector<int> held;
+  for (int c = 0; c < shard.num_chunks(); ++c) {
+    const ModelShard one = ChunkShard(config, shard, c);
+    for (int l = one.layer_begin; l < one.layer_end; ++l) held.push_back(l);
+  }
+  return held;
+}
+
+ModelShard ChunkShard(const GPTConfig& config, const ModelShard& shard, int c) {
+  ModelShard one = shard;
+  if (shard.layer_end < 0) one.layer_end = config.n_layer;
+  if (shard.chunks.empty()) return one;
+  one.chunks.clear();
+  one.layer_begin = shard.chunks[static_cast<size_t>(c)].first;
+  one.layer_end = shard.chunks[static_cast<size_t>(c)].second;
+  one.pp = shard.pp * shard.num_chunks();
+  one.stage = c * shard.pp + shard.stage;
+  return one;
+}
+
+ChunkedActivations LayoutChunks(const GPTConfig& config, const ModelShard& shard, int B, int T, Recompute recompute,
+                                bool fused_attention, bool half, bool grouped_attention, bool share_logits) {
+  ChunkedActivations a;
+  for (int c = 0; c < shard.num_chunks(); ++c) {
+    a.chunks.push_back(LayoutActivations(config, ChunkShard(config, shard, c), B, T, recompute, fused_attention, half,
+                                         grouped_attention, share_logits));
+    a.shared = std::max(a.shared, a.chunks.back().shared);
+    a.kept = std::max(a.kept, a.chunks.back().kept);
+  }
+  if (shard.num_chunks() > 1) {
+    a.mailbox = a.kept;
+    a.kept += (static_cast<size_t>(shard.residual_rows(static_cast<int64_t>(B) * T)) * config.n_embd + 15) & ~size_t{15};
+  }
+  return a;
 }
 
 ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute) {

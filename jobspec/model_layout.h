@@ -159,6 +159,13 @@ struct ModelShard {
   int expert_end(int E) const { return E / ep * (ep_rank + 1); }
   // The rows of a (B, T) micro-batch this rank's residual stream holds.
   int64_t residual_rows(int64_t BT) const { return sequence_parallel ? BT / tp : BT; }
+  // The interleaved pipeline (parallel.virtual_stages v > 1): the rank holds v chunks of layers,
+  // chunk c being virtual stage c·pp + stage of pp·v, layers [chunks[c].first, chunks[c].second)
+  // (ascending, apart); layer_begin and layer_end then span them. Empty: one chunk,
+  // [layer_begin, layer_end). first() and last() are the rank's (the embedding lies in chunk 0
+  // of stage 0, the head in the last chunk of stage pp - 1); ChunkShard gives one chunk's.
+  std::vector<std::pair<int, int>> chunks;
+  int num_chunks() const { return chunks.empty() ? 1 : static_cast<int>(chunks.size()); }
   bool first() const { return stage == 0; }
   bool last() const { return stage == pp - 1; }
   bool whole() const { return tp == 1 && pp == 1 && ep == 1; }
@@ -181,6 +188,12 @@ std::vector<ParamTensor> ParameterLayout(const GPTConfig& config, const ModelSha
 // costliest stage, counting a layer's flops, the embedding's on the first stage and the
 // classifier's on the last. Each stage gets at least one layer (pp <= n_layer).
 std::vector<int> BalanceStages(const GPTConfig& config, int pp);
+// The interleaved schedule's pp·vp chunks (stage s holding chunks s, s + pp, ...): BalanceStages'
+// bounds for pp·vp stages, then each cut moved a layer at a time while that lowers the costliest
+// stage's chunks together, then the costliest chunk (a stage computes all its chunks each
+// micro-batch: balancing the chunks alone may pile them up on one stage, as a heavy classifier's
+// chunk does on the last). vp 1: BalanceStages.
+std::vector<int> BalanceChunks(const GPTConfig& config, int pp, int vp);
 // Whether stage_layers gives pp stages of one layer or more that hold n_layer in all; the
 // error says what is wrong.
 absl::Status CheckStageLayers(const std::vector<int>& stage_layers, int pp, int n_layer);
@@ -188,8 +201,16 @@ absl::Status CheckStageLayers(const std::vector<int>& stage_layers, int pp, int 
 // when it is empty.
 std::vector<int> StageBounds(const GPTConfig& config, int pp, const std::vector<int>& stage_layers = {});
 // The shard of tensor rank tp_rank of tp on stage `stage` of pp, its layers from StageBounds.
+// vp > 1 (the interleaved schedule): the layers split into pp·vp virtual stages (stage_layers,
+// if given, has pp·vp entries), the rank holding virtual stages stage, stage + pp, ... (chunks).
 ModelShard ShardOf(const GPTConfig& config, int tp, int tp_rank, int pp, int stage,
-                   const std::vector<int>& stage_layers = {});
+                   const std::vector<int>& stage_layers = {}, int vp = 1);
+// The layers a shard holds, ascending (every chunk's).
+std::vector<int> HeldLayers(const GPTConfig& config, const ModelShard& shard);
+// Chunk c of a shard as a shard of its own: its layers only, pp and stage those of the virtual
+// pipeline (pp·v stages), so that first() and last() say whether the chunk holds the embedding
+// and the head. The shard itself for one chunk.
+ModelShard ChunkShard(const GPTConfig& config, const ModelShard& shard, int c);
 
 // Units are the blocks of the flat buffer that forward and backward use together, in
 // flat-buffer order: unit 0 is the embedding (wte and wpe; embed_tokens), unit 1 + l is layer
@@ -303,5 +324,24 @@ ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recomp
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
                                    Recompute recompute = Recompute::kNone, bool fused_attention = false,
                                    bool half = false, bool grouped_attention = false, bool share_logits = true);
+
+// The interleaved pipeline's activations: one layout a chunk (ChunkShard's), their stage regions
+// overlaid (the region is the largest chunk's: one forward or backward runs at a time) and every
+// slot as large as the largest chunk's micro-batch region (a slot holds a micro-batch of any
+// chunk). With more than one chunk each slot ends in a mailbox (the residual stream's rows)
+// for what its micro-batch's transfers carry, each in turn: the forward's output until it is
+// sent, the gradient of that output from its arrival to the backward (which copies it into the
+// chunk's gradient buffer), and the backward's input gradient until it is sent; the schedule
+// may hold a transfer past the stage's next op (jobspec/pipeline.h), when the stage's own
+// buffers are the next op's. One chunk: the shard's layout, floats(slots) as ActivationLayout's.
+struct ChunkedActivations {
+  std::vector<ActivationLayout> chunks;
+  size_t shared = 0, kept = 0;  // the stage's region; a slot's (the mailbox included)
+  size_t mailbox = 0;           // the mailbox's offset in a slot (0: none)
+  size_t floats(int slots) const { return shared + kept * static_cast<size_t>(slots); }
+};
+ChunkedActivations LayoutChunks(const GPTConfig& config, const ModelShard& shard, int B, int T,
+                                Recompute recompute = Recompute::kNone, bool fused_attention = false, bool half = false,
+                                bool grouped_attention = false, bool share_logits = true);
 
 }  // namespace gantry::jobspec

@@ -10,6 +10,24 @@
 // micro-batch before it sends the activation of its newest, which keeps every pair of
 // neighbours in step (pipeline_test checks every p <= 8, m <= 16 against a rendezvous
 // simulation). Both schedules leave (p - 1) / (m + p - 1) of a step idle on balanced stages.
+//
+//   interleaved 1F1B (Narayanan et al. 2021, v > 1 model chunks a stage; m a multiple of p)
+//          stage s holds virtual stages s, s + p, ..., s + (v-1)p of p·v. Its k-th forward is
+//          chunk (k / p) % v of micro-batch (k / (p·v))·p + k % p, its k-th backward the same
+//          with the chunks reversed; (p - s - 1)·2 + (v - 1)·p forwards warm up, then one
+//          forward and one backward in turn, then the remaining backwards. Transfers run round
+//          the ring (stage p - 1's chunk c feeds stage 0's chunk c + 1). Each op carries its
+//          chunk and the activation set (slot) it uses. The bubble falls to (p - 1) / (v·m + p - 1)
+//          of a step: (p - 1) / (v·m) of the compute.
+//
+// The interleaved transfers are placed by simulating every stage at once (a forward takes 1, a
+// backward 2, a transfer 0), each transfer run as a matched pair the moment both ends reach it:
+// every stage's order is then a projection of one global order of matched pairs, so rendezvous
+// transfers cannot deadlock, and between two neighbours messages go in the order they are
+// received. A stage may send a result after later ops and receive an input up to two computes
+// before the one that needs it: each waits in its micro-batch's slot (its mailbox,
+// jobspec::ChunkedActivations), so that neither neighbour of an exchange waits for the other's
+// next compute.
 #pragma once
 
 #include <string>
@@ -25,13 +43,20 @@ absl::StatusOr<Schedule> ParseSchedule(const std::string& name);  // "1f1b", "gp
 struct PipeOp {
   enum Kind { kRecvAct, kForward, kSendAct, kRecvGrad, kBackward, kSendGrad } kind;
   int micro;
+  int chunk = 0;   // the stage's model chunk (interleaved; 0 otherwise)
+  int slot = -1;   // interleaved: the activation set the op uses; -1: micro % PipelineSlots
   bool operator==(const PipeOp&) const = default;
 };
 
-std::vector<PipeOp> PipelineOps(Schedule schedule, int p, int s, int m);
+// v: model chunks a stage (parallel.virtual_stages); v > 1 runs the interleaved 1F1B (schedule
+// k1F1B, m a multiple of p: CheckInterleaved).
+std::vector<PipeOp> PipelineOps(Schedule schedule, int p, int s, int m, int v = 1);
 // Activation sets stage s keeps at once.
-int PipelineSlots(Schedule schedule, int p, int s, int m);
-// The idle fraction of balanced stages: (p - 1) / (m + p - 1).
-double IdealBubble(int p, int m);
+int PipelineSlots(Schedule schedule, int p, int s, int m, int v = 1);
+// The idle fraction of balanced stages: (p - 1) / (v·m + p - 1) ((p - 1) / (m + p - 1) for v 1).
+double IdealBubble(int p, int m, int v = 1);
+// Whether the interleaved schedule takes p stages of v chunks and m micro-batches; the error
+// names what is wrong (as parallel.virtual_stages' validation words it).
+absl::Status CheckInterleaved(Schedule schedule, int p, int m, int v);
 
 }  // namespace gantry::jobspec

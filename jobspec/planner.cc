@@ -47,6 +47,9 @@ absl::Status CheckInput(const PlanInput& in) {
     return absl::InvalidArgumentError(absl::StrCat("ep ", in.ep, " needs a mixture-of-experts model whose experts it divides"));
   }
   if (in.micro_batch < 1 || in.microbatches < 1) return absl::InvalidArgumentError("micro-batch sizes must be >= 1");
+  if (auto s = CheckInterleaved(in.schedule, in.pp, in.microbatches, in.vp); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("vp ", s.message()));
+  }
   if (in.model) {
     const auto& c = *in.model;
     if (c.n_head % in.tp != 0) {
@@ -63,8 +66,12 @@ absl::Status CheckInput(const PlanInput& in) {
       return absl::InvalidArgumentError(
           absl::StrCat("pp ", in.pp, " stages for ", c.n_layer, " layers (each stage takes one layer at least)"));
     }
+    if (in.vp > 1 && in.pp * in.vp > c.n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat("pp ", in.pp, " x vp ", in.vp, " chunks for ", c.n_layer,
+                                                     " layers (each chunk takes one layer at least)"));
+    }
     if (!in.stage_layers.empty()) {
-      if (auto s = CheckStageLayers(in.stage_layers, in.pp, c.n_layer); !s.ok()) {
+      if (auto s = CheckStageLayers(in.stage_layers, in.pp * std::max(1, in.vp), c.n_layer); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("stage_layers ", s.message()));
       }
     }
@@ -118,13 +125,14 @@ double WorkingBytes(const PlanInput& in, const jobspec::ModelShard& shard, const
 // Activation bytes of one stage's shard for the micro-batches it keeps.
 double ActivationBytes(const PlanInput& in, const jobspec::ModelShard& shard) {
   const auto& c = *in.model;
-  const int slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches) : 1;
+  const int slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches, in.vp) : 1;
   if (in.precision != Precision::kMixed) {
     // Gantry's own model: its activation buffer, exactly: the stage's scratch once, and what a
-    // micro-batch's backward reads for each micro-batch in flight.
-    return static_cast<double>(jobspec::LayoutActivations(c, shard, in.micro_batch, in.seq_len, in.recompute,
-                                                        in.fused_attention, in.precision == Precision::kAutocast,
-                                                        in.grouped_attention)
+    // micro-batch's backward reads for each micro-batch in flight (interleaved: of any chunk,
+    // with its mailbox).
+    return static_cast<double>(jobspec::LayoutChunks(c, shard, in.micro_batch, in.seq_len, in.recompute,
+                                                     in.fused_attention, in.precision == Precision::kAutocast,
+                                                     in.grouped_attention)
                                    .floats(slots)) *
            4;
   }
@@ -137,8 +145,15 @@ double ActivationBytes(const PlanInput& in, const jobspec::ModelShard& shard) {
   double per_layer = s * b * h * (replicated + 24 / t + 5 * a * s / (h * t));
   if (in.recompute == jobspec::Recompute::kSelective) per_layer = s * b * h * (replicated + 24 / t);
   if (in.recompute == jobspec::Recompute::kFull) per_layer = 2 * s * b * h / (in.sequence_parallel ? t : 1);
-  const double layers = shard.layer_end - shard.layer_begin;
-  return per_layer * layers * slots + (shard.last() ? s * b * c.vocab_size * 4 / t : 0);
+  // A slot holds one chunk's micro-batch (the largest chunk's layers; interleaved, and its
+  // mailbox: the residual stream's rows in 16 bits).
+  double layers = 0;
+  for (int k = 0; k < shard.num_chunks(); ++k) {
+    const jobspec::ModelShard one = jobspec::ChunkShard(c, shard, k);
+    layers = std::max<double>(layers, one.layer_end - one.layer_begin);
+  }
+  const double mailbox = shard.num_chunks() > 1 ? 2 * s * b * h / (in.sequence_parallel ? t : 1) : 0;
+  return (per_layer * layers + mailbox) * slots + (shard.last() ? s * b * c.vocab_size * 4 / t : 0);
 }
 }  // namespace
 
@@ -148,7 +163,7 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
   std::vector<RankPlan> ranks;
   for (int stage = 0; stage < in.pp; ++stage) {
     for (int tp_rank = 0; tp_rank < in.tp; ++tp_rank) {
-      jobspec::ModelShard shard = jobspec::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage, in.stage_layers);
+      jobspec::ModelShard shard = jobspec::ShardOf(*in.model, in.tp, tp_rank, in.pp, stage, in.stage_layers, in.vp);
       shard.sequence_parallel = in.sequence_parallel && in.tp > 1;
       shard.ep = in.ep;  // every ep rank holds as many experts: rank 0's stand for all
       RankPlan r{stage, tp_rank, 0, {}};
@@ -198,8 +213,9 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
     // Tensor parallelism: 2 all-reduces forward and 2 backward of (s, b, h) per layer and
     // micro-batch, each moving 2(t-1)/t of it.
     p.tp_bytes = in.tp > 1 ? 4 * (L / in.pp) * in.microbatches * s * b * h * act_bytes * 2 * (t - 1) / t : 0;
-    // Pipeline: each micro-batch's activation forward and its gradient back, per boundary.
-    p.pp_bytes = in.pp > 1 ? 2 * in.microbatches * s * b * h * act_bytes : 0;
+    // Pipeline: each micro-batch's activation forward and its gradient back, per boundary
+    // (interleaved: each of a stage's vp chunks sends its own).
+    p.pp_bytes = in.pp > 1 ? 2 * in.vp * in.microbatches * s * b * h * act_bytes : 0;
   } else {
     p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer, in.offload_params);
   }
@@ -217,7 +233,7 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
                        : in.zero == 2 ? m * grad_wire + param_wire
                                       : m * (grad_wire + 2 * param_wire);
   p.dp_bytes = in.dp > 1 ? split * moved * (d - 1) / d : 0;
-  p.bubble = static_cast<double>(in.pp - 1) / (in.microbatches + in.pp - 1);
+  p.bubble = IdealBubble(in.pp, in.microbatches, in.vp);
   p.fits = in.device_memory <= 0 || p.total() <= 0.9 * in.device_memory;
   return p;
 }
@@ -238,6 +254,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.tp = spec.parallel.tp;
   in.pp = spec.parallel.pp;
   in.stage_layers = spec.parallel.stage_layers;
+  in.vp = spec.parallel.virtual_stages;
   in.micro_batch = spec.train.micro_batch;
   in.microbatches = spec.grad_accum();
   in.recompute = spec.recompute();
@@ -339,8 +356,13 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
   }
   absl::StrAppend(&s, "\n");
   if (p.host > 0) absl::StrAppend(&s, "host memory (optimizer offload): ", gb(p.host), " per rank\n");
-  absl::StrAppend(&s, absl::StrFormat("pipeline bubble: %.1f%% ((p-1)/(m+p-1) = %d/%d)\n", 100 * p.bubble, in.pp - 1,
-                                      in.microbatches + in.pp - 1));
+  if (in.vp > 1) {
+    absl::StrAppend(&s, absl::StrFormat("pipeline bubble: %.1f%% (interleaved, %d chunks a stage: (p-1)/(v·m+p-1) = %d/%d)\n",
+                                        100 * p.bubble, in.vp, in.pp - 1, in.vp * in.microbatches + in.pp - 1));
+  } else {
+    absl::StrAppend(&s, absl::StrFormat("pipeline bubble: %.1f%% ((p-1)/(m+p-1) = %d/%d)\n", 100 * p.bubble, in.pp - 1,
+                                        in.microbatches + in.pp - 1));
+  }
   absl::StrAppend(&s, "sent per GPU per step: data-parallel ", gb(p.dp_bytes),
                   in.bf16_grad_reduce && in.precision != Precision::kMixed ? " (gradients in bf16)" : "",
                   ", tensor-parallel ", gb(p.tp_bytes),

@@ -38,7 +38,11 @@ struct PlanInput {
   // always does), and ZeRO 3 keeps a bf16 staging buffer of each size of unit (working bytes).
   bool bf16_grad_reduce = false;
   int zero = 0, tp = 1, pp = 1, dp = 1;
-  std::vector<int> stage_layers;            // parallel.stage_layers (empty: split by cost, StageBounds)
+  // parallel.virtual_stages: model chunks a stage (the interleaved 1F1B schedule, jobspec/
+  // pipeline.h): the bubble divided by vp, vp times the pipeline transfers, and each stage's
+  // activations for the micro-batches its warm-up keeps in flight.
+  int vp = 1;
+  std::vector<int> stage_layers;            // parallel.stage_layers (empty: split by cost, StageBounds; pp x vp entries)
   int micro_batch = 1;
   int microbatches = 1;                     // per step and pipeline (gradient accumulation)
   jobspec::Recompute recompute = jobspec::Recompute::kNone;
@@ -75,7 +79,7 @@ struct Plan {
   double host = 0;  // host memory per rank (offload: the optimizer's shard and its gradient staging)
   double model_state() const { return params + grads + optimizer; }
   double total() const { return model_state() + activations + working; }
-  double bubble = 0;                         // (p - 1) / (m + p - 1)
+  double bubble = 0;                         // (p - 1) / (v·m + p - 1)
   double dp_bytes = 0, tp_bytes = 0, pp_bytes = 0;  // sent per GPU per step
   bool fits = true;                          // within device_memory (when known)
   // Transient bytes beyond params, grads, optimizer and activations, at their largest: ZeRO's

@@ -27,10 +27,17 @@ GPT::GPT(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard, ker
   size_t i = 0;
   unit_begin_ = {0};
   if (shard_.first()) unit_begin_.push_back(at(i += static_cast<size_t>(jobspec::EmbeddingTensors(config))));
-  for (int l = dims().lb; l < dims().le; ++l) {
+  held_index_.assign(static_cast<size_t>(config.n_layer), -1);
+  for (int l : jobspec::HeldLayers(config, shard_)) {
+    held_index_[static_cast<size_t>(l)] = static_cast<int>(layer_tensor_.size());
     layer_tensor_.push_back(i);
     unit_begin_.push_back(at(i += static_cast<size_t>(jobspec::TensorsOfLayer(config, l, shard_))));
   }
+  for (int c = 0; c < shard_.num_chunks(); ++c) {
+    const jobspec::ModelShard one = jobspec::ChunkShard(config, shard_, c);
+    chunk_layers_.push_back({one.layer_begin, one.layer_end});
+  }
+  ctx_->set_layers(chunk_layers_[0].first, chunk_layers_[0].second);
   moe_ = std::make_unique<MoeLayers>(config_, shard_, dims().Fm, be_, static_cast<MoeHost*>(this));
   block_ = MakeBlock(ctx_.get(), tp_.get(), moe_.get());
   if (shard_.last()) unit_begin_.push_back(at(tensors_.size()));
@@ -66,6 +73,21 @@ void GPT::FillParamsOnHost(F&& fill) {
   ReadParams(host.data());
   fill(host.data());
   WriteParams(host.data());
+}
+
+void GPT::Select(int slot, int chunk) {
+  slot_ = slot;
+  chunk_ = chunk;
+  ctx_->set_layers(chunk_layers_[static_cast<size_t>(chunk)].first, chunk_layers_[static_cast<size_t>(chunk)].second);
+  if (layouts_.empty()) return;  // nothing laid out yet
+  ctx_->set_layout(layouts_[static_cast<size_t>(chunk)]);
+  ctx_->set_bases(act_.data(), SlotBase(chunk, slot));
+}
+
+std::vector<int> GPT::ChunkStartUnits() const {
+  std::vector<int> units;
+  for (size_t c = 1; c < chunk_layers_.size(); ++c) units.push_back(layer_unit(chunk_layers_[c].first));
+  return units;
 }
 
 const jobspec::ParamTensor* GPT::FindTensor(const std::string& name) const {
@@ -137,10 +159,13 @@ void GPT::EnsureActivations(int B, int T) {
   // (cuDNN's SDPA): no repeated copy of them, nor of their gradient.
   const bool grouped = config_.llama() &&
                        be_->TakesGroupedAttention(B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision());
-  const jobspec::ActivationLayout o = jobspec::LayoutActivations(config_, shard_, B, T, recompute_,
-                                                                 be_->fused_attention(), mixed(), grouped, share_logits_);
+  const jobspec::ChunkedActivations o = jobspec::LayoutChunks(config_, shard_, B, T, recompute_, be_->fused_attention(),
+                                                              mixed(), grouped, share_logits_);
   act_.Assign(be_, o.floats(slots_));
-  ctx_->set_layout(o);
+  layouts_ = o.chunks;
+  act_shared_ = o.shared;
+  act_kept_ = o.kept;
+  act_mailbox_ = o.mailbox;
   act_B_ = B;
   act_T_ = T;
   tokens_per_slot_ = static_cast<size_t>(B) * T;
@@ -160,7 +185,7 @@ void GPT::RunForward(int B, int T) {
   const jobspec::ActivationLayout& o = ctx_->off();
   const int C = dims().C, v0 = dims().v0, Vl = dims().Vl;
   const int BT = B * T;
-  if (shard_.first()) {
+  if (first_chunk()) {
     float* E = UnitParams(0);  // wte's (embed_tokens') rows at E, wpe at E + wpe offset
     // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions
     // (Llama has none: RoPE), the group's sum is the embedding.
@@ -190,7 +215,7 @@ void GPT::RunForward(int B, int T) {
     const bool last = l + 1 == dims().le;
     const int next_unit = last ? head_unit() : layer_unit(l + 1);
     NormOut next{};
-    if (chain && (!last || shard_.last())) {
+    if (chain && (!last || last_chunk())) {
       float* np = UnitParams(next_unit);  // the head's: ln_f weight, then bias (Llama: norm's weight)
       next = last ? block_->FinalNorm(lnf, np) : block_->InputNorm(l + 1, Layer(np, l + 1));
     }
@@ -201,7 +226,7 @@ void GPT::RunForward(int B, int T) {
     residual = ctx_->LayerOutput(l);
     final_normed = last && next.w != nullptr;
   }
-  if (!shard_.last()) return;
+  if (!last_chunk()) return;
   {
     const int R = tp_->Rows(BT);
     if (!final_normed) {
@@ -328,8 +353,14 @@ float GPT::Forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
   return ForwardStage(0, inputs, targets, B, T, 0.f);
 }
 
-float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale) {
-  QueueForwardStage(slot, inputs, targets, B, T, dloss_scale);
+float GPT::ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale,
+                        int chunk) {
+  QueueForwardStage(slot, inputs, targets, B, T, dloss_scale, chunk);
+  // The interleaved pipeline: the output, to be sent, into the slot's mailbox (the stage's
+  // buffer is the next forward's).
+  if (act_mailbox_ > 0 && !last_chunk()) {
+    be_->Copy(Mailbox(slot), ctx_->LayerOutput(dims().le - 1), stage_floats(B, T) * sizeof(float));
+  }
   float loss = std::numeric_limits<float>::quiet_NaN();
   // Mean over the B*T tokens, times 1/grad_accum; plus this stage's MoE loss terms.
   if (pending_losses_ > 0) loss = TakeLoss() + moe_->last_loss();
@@ -349,32 +380,37 @@ bool GPT::Refused() {
 }
 
 void GPT::QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T,
-                            float dloss_scale) {
+                            float dloss_scale, int chunk) {
   if (Refused()) return;
   EnsureActivations(B, T);
   RefreshWorking();
-  Select(slot);
+  Select(slot, chunk);
   // The tokens into the backend's memory: the encoder reads the inputs again in backward.
-  const bool loss = shard_.last() && targets != nullptr;
-  PutTokens(slot, shard_.first() ? inputs : nullptr, loss ? targets : nullptr, static_cast<size_t>(B) * T);
+  const bool loss = last_chunk() && targets != nullptr;
+  PutTokens(slot, first_chunk() ? inputs : nullptr, loss ? targets : nullptr, static_cast<size_t>(B) * T);
   moe_->BeginForward(dloss_scale);
   RunForward(B, T);
   moe_->EndForward();
   pending_losses_ = 0;
-  if (shard_.last()) {
+  if (last_chunk()) {
     if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
     if (loss) QueueLoss(B, T, dloss_scale / static_cast<float>(B * T));
   }
 }
 
-const float* GPT::stage_output(int slot) {
-  Select(slot);
+const float* GPT::stage_output(int slot, int chunk) {
+  if (act_mailbox_ > 0) return Mailbox(slot);  // ForwardStage put it there
+  Select(slot, chunk);
   return ctx_->LayerOutput(dims().le - 1);
 }
 
-void GPT::BackwardStage(int slot, int B, int T) {
-  Select(slot);
+void GPT::BackwardStage(int slot, int B, int T, int chunk) {
+  Select(slot, chunk);
+  const size_t bytes = stage_floats(B, T) * sizeof(float);
+  if (act_mailbox_ > 0 && !last_chunk()) be_->Copy(A(ctx_->off().dres), Mailbox(slot), bytes);  // the gradient received
   RunBackward(B, T);
+  // d(input), to be sent, into the mailbox (the stage's buffer is the next backward's).
+  if (act_mailbox_ > 0 && !first_chunk()) be_->Copy(Mailbox(slot), A(ctx_->off().dres), bytes);
   Sync();
 }
 
@@ -393,7 +429,7 @@ void GPT::RunBackward(int B, int T) {
   const int C = dims().C, lb = dims().lb, le = dims().le;
   const int BT = B * T, R = tp_->Rows(BT);
   float* dres = A(o.dres);
-  if (shard_.last()) {
+  if (last_chunk()) {
     // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
     // On the first stage wte's gradient stays acquired until the encoder's backward adds its part.
     // wte is still held from this micro-batch's forward: acquiring it again gathers nothing.
@@ -426,7 +462,7 @@ void GPT::RunBackward(int B, int T) {
     ReleaseUnitParams(u);
     UnitGradsDone(u);
   }
-  if (!shard_.first()) return;  // dres holds d(input), for the previous stage
+  if (!first_chunk()) return;  // dres holds d(input), for the previous stage
   float* dE = UnitGrads(0);
   // The vocabulary-parallel embedding's backward reads every row's gradient.
   const float* dall = dres;

@@ -144,20 +144,32 @@ class GPT : private MoeHost {
   // that gradient (last stage) or from stage_output_grad(slot) (filled from the next
   // stage), accumulates into the gradients, and leaves d(input) in stage_input_grad(slot)
   // for the previous stage. Errors of the tensor-parallel group: comm_status().
+  // The interleaved pipeline (shard().chunks): each call names the chunk it runs (its layers;
+  // chunk 0 of the first stage embeds, the last chunk of the last stage computes the loss), and
+  // a slot holds one micro-batch of any chunk (jobspec::LayoutChunks).
   void set_slots(int slots) {
     if (slots != slots_) act_B_ = act_T_ = 0;
     slots_ = slots;
   }
-  float ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
-  void BackwardStage(int slot, int B, int T);
+  float ForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale,
+                     int chunk = 0);
+  void BackwardStage(int slot, int B, int T, int chunk = 0);
   // The stage's input and output, and their gradients: the input is kept per slot; the
   // output of a stage that sends it and the gradients are the stage's own, one of each, valid
   // from the op that fills them to the transfer that follows it (the schedule's order:
   // jobspec/pipeline.h).
-  float* stage_input(int slot) { return SlotAct(slot, ctx_->off().encoded); }
-  const float* stage_output(int slot);
-  float* stage_output_grad(int slot) { return SlotAct(slot, ctx_->off().dres); }
-  const float* stage_input_grad(int slot) { return SlotAct(slot, ctx_->off().dres); }
+  float* stage_input(int slot, int chunk = 0) { return SlotAct(chunk, slot, Chunk(chunk).encoded); }
+  const float* stage_output(int slot, int chunk = 0);
+  // (The interleaved pipeline: all three in the slot's mailbox, jobspec::ChunkedActivations.)
+  float* stage_output_grad(int slot, int chunk = 0) {
+    return act_mailbox_ > 0 ? Mailbox(slot) : SlotAct(chunk, slot, Chunk(chunk).dres);
+  }
+  const float* stage_input_grad(int slot, int chunk = 0) {
+    return act_mailbox_ > 0 ? Mailbox(slot) : SlotAct(chunk, slot, Chunk(chunk).dres);
+  }
+  // The interleaved pipeline: the unit of each chunk's first layer, chunks 1 onwards (a gradient
+  // bucket holds one chunk's units: a backward runs one chunk).
+  std::vector<int> ChunkStartUnits() const;
   void set_tp_comm(comm::Communicator* comm) { tp_->set_comm(comm); }
   // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the
   // MoE layers exchange token rows over it (all-to-all).
@@ -237,10 +249,17 @@ class GPT : private MoeHost {
   void RunOp(const char* name, const std::function<void()>& f) override { ctx_->Op(name, f); }
   void Fail(absl::Status s) override { ctx_->Fail(std::move(s)); }
   void TpAllReduce(float* data, size_t n) override { tp_->AllReduce(data, n); }
-  // This shard's layers [lb, le); units: the embedding (first stage), one per layer, the
-  // head (last stage: ln_f, and with pp > 1 the copy of wte).
-  int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + (l - dims().lb); }
-  int head_unit() const { return layer_unit(dims().le); }
+  // This shard's layers (every chunk's, ascending); units: the embedding (first stage), one per
+  // layer, the head (last stage: ln_f, and with pp > 1 the copy of wte).
+  int layer_unit(int l) const { return (shard_.first() ? 1 : 0) + held_index_[static_cast<size_t>(l)]; }
+  int head_unit() const { return num_units() - 1; }
+  // Whether the running chunk embeds (the model's first) or computes the loss (its last).
+  bool first_chunk() const { return shard_.first() && chunk_ == 0; }
+  bool last_chunk() const { return shard_.last() && chunk_ == shard_.num_chunks() - 1; }
+  // Chunk c's activation layout (before the first forward: the running one's, empty).
+  const jobspec::ActivationLayout& Chunk(int c) const {
+    return layouts_.empty() ? ctx_->off() : layouts_[static_cast<size_t>(c)];
+  }
   // The unit and offset within it of the classifier's weight (GPT-2's tied wte: the
   // embedding's on the first stage, else its copy in the head; Llama's lm_head, in the head).
   int wte_unit() const { return cls_unit_; }
@@ -252,16 +271,21 @@ class GPT : private MoeHost {
   float* UnitGrads(int u) { return host_ ? host_->AcquireGrads(u) : grads_.data() + unit_begin(u); }
   void UnitGradsDone(int u) { if (host_) host_->GradsDone(u); }
   void EnsureActivations(int B, int T);
-  // The activation at `off` of slot `slot` (RunContext::A's addressing).
-  float* SlotAct(int slot, size_t off) {
-    const jobspec::ActivationLayout& o = ctx_->off();
-    return act_.data() + (off < o.shared ? 0 : static_cast<size_t>(slot) * o.kept) + off;
+  // The activation at `off` of chunk `chunk`'s layout in slot `slot` (RunContext::A's
+  // addressing): the stage's region first, act_shared_ floats, then the slots, act_kept_ each.
+  float* SlotAct(int chunk, int slot, size_t off) {
+    const jobspec::ActivationLayout& o = Chunk(chunk);
+    return off < o.shared ? act_.data() + off : SlotBase(chunk, slot) + off;
   }
-  // Makes `slot` the current activation set.
-  void Select(int slot) {
-    slot_ = slot;
-    ctx_->set_base(act_.data(), slot);
+  // Where slot `slot`'s offsets of chunk `chunk`'s layout are from.
+  float* SlotBase(int chunk, int slot) {
+    return act_.data() + act_shared_ + static_cast<size_t>(slot) * act_kept_ - Chunk(chunk).shared;
   }
+  float* Mailbox(int slot) {
+    return act_.data() + act_shared_ + static_cast<size_t>(slot) * act_kept_ + act_mailbox_;
+  }
+  // Makes `slot` the current activation set, running chunk `chunk`'s layers.
+  void Select(int slot, int chunk = 0);
   const ShardDims& dims() const { return ctx_->dims(); }
   // The current slot's activation at `off` (RunContext::A).
   float* A(size_t off) const { return ctx_->A(off); }
@@ -277,7 +301,8 @@ class GPT : private MoeHost {
   void RunForward(int B, int T);  // the first stage reads the slot's tokens
   // ForwardStage up to the loss, queued: the loss's read started (TakeLoss finishes it) and
   // no wait for the device.
-  void QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
+  void QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale,
+                         int chunk = 0);
   // The slot's inputs and targets (either null: not sent) into its device memory: on a device
   // through page-locked staging, asynchronously.
   void PutTokens(int slot, const int32_t* inputs, const int32_t* targets, size_t count);
@@ -304,8 +329,16 @@ class GPT : private MoeHost {
   bool gathers() const { return host_ != nullptr && host_->gathers_params(); }
   bool mixed() const { return ctx_->mixed(); }
   // The index in tensors_ of layer l's first tensor.
-  size_t LayerTensor(int l) const { return layer_tensor_[static_cast<size_t>(l - dims().lb)]; }
-  std::vector<size_t> layer_tensor_;  // LayerTensor's answers
+  size_t LayerTensor(int l) const {
+    return layer_tensor_[static_cast<size_t>(held_index_[static_cast<size_t>(l)])];
+  }
+  std::vector<size_t> layer_tensor_;  // LayerTensor's answers, by held index
+  std::vector<int> held_index_;       // layer l's place among the layers held (-1: not held)
+  std::vector<std::pair<int, int>> chunk_layers_;  // each chunk's layers [first, second)
+  std::vector<jobspec::ActivationLayout> layouts_;  // each chunk's (jobspec::LayoutChunks)
+  size_t act_shared_ = 0, act_kept_ = 0;            // the stage's region and a slot, in floats
+  size_t act_mailbox_ = 0;                          // a slot's mailbox, from its start (chunks > 1)
+  int chunk_ = 0;                                   // the running chunk
 
   jobspec::GPTConfig config_;
   jobspec::ModelShard shard_;

@@ -38,6 +38,11 @@ class RunContext {
   const jobspec::GPTConfig& config() const { return config_; }
   const jobspec::ModelShard& shard() const { return shard_; }
   const ShardDims& dims() const { return dims_; }
+  // The interleaved pipeline: the layers [lb, le) of the chunk that runs next (dims().lb, le).
+  void set_layers(int lb, int le) {
+    dims_.lb = lb;
+    dims_.le = le;
+  }
 
   // The activations: their layout (for the current (B,T)), the buffer that holds them and the
   // current slot (micro-batch in flight). An offset in the stage's region (below off().shared)
@@ -45,9 +50,12 @@ class RunContext {
   // (jobspec::ActivationLayout: the slots follow the stage's region, off().kept floats each).
   const jobspec::ActivationLayout& off() const { return off_; }
   void set_layout(const jobspec::ActivationLayout& o) { off_ = o; }
-  void set_base(float* base, int slot = 0) {
-    stage_ = base;
-    slot_ = base + static_cast<size_t>(slot) * off_.kept;
+  void set_base(float* base, int slot = 0) { set_bases(base, base + static_cast<size_t>(slot) * off_.kept); }
+  // The stage's region at `stage`, and the address the current slot's offsets are from (the
+  // interleaved pipeline's chunks lay their slots out apart from their layouts: GPT::Select).
+  void set_bases(float* stage, float* slot) {
+    stage_ = stage;
+    slot_ = slot;
   }
   float* A(size_t off) const { return (off < off_.shared ? stage_ : slot_) + off; }
   // Layer l's activation at offset `off` of a layer's block: under full recompute the layers
@@ -107,7 +115,7 @@ class RunContext {
   kernels::Backend* be_;
   const jobspec::GPTConfig config_;
   const jobspec::ModelShard shard_;
-  const ShardDims dims_;
+  ShardDims dims_;
   jobspec::ActivationLayout off_{};
   float* stage_ = nullptr;  // the activation buffer: the stage's region
   float* slot_ = nullptr;   // the current slot's base (its offsets are from here)

@@ -44,6 +44,18 @@ PY
 out="$("$GANTRY" plan $LLAMA70 --cluster dgx-h100 --gpus 64 --global-batch 512 --layout tp=8,pp=8,zero=1,mb=1,recompute=full 2>&1)"; rc=$?
 check "--layout evaluates the one named (tp 8 pp 8 dp 1, 512 micro-batches)" bash -c \
   "[ $rc -eq 0 ] && [ \$(grep -c '^1 .*tp 8 pp 8 dp 1, ZeRO 1, mb 1 x 512, recompute full' <<<'$out') -eq 1 ]"
+# vp=2: the interleaved schedule, its bubble (p-1)/(v·m+p-1) of the schedule against 1F1B's.
+"$GANTRY" -o json plan $LLAMA70 --cluster dgx-h100 --gpus 64 --global-batch 512 --layout tp=8,pp=8,zero=1,mb=4,recompute=full >"$TMP/vp1.json"
+"$GANTRY" -o json plan $LLAMA70 --cluster dgx-h100 --gpus 64 --global-batch 512 --layout tp=8,pp=8,vp=2,zero=1,mb=4,recompute=full >"$TMP/vp2.json"
+check "--layout vp=2 halves the bubble's share of the schedule" python3 - "$TMP/vp1.json" "$TMP/vp2.json" <<'PY'
+import json, sys
+one, two = (json.load(open(f))["layouts"][0] for f in sys.argv[1:3])
+assert one["vp"] == 1 and two["vp"] == 2, (one, two)
+m = one["microbatches"]
+share = lambda l: l["bubble_s"] / (l["compute_s"] + l["bubble_s"] + l["pp_comm_s"] + l["tp_comm_s"] + l["ep_comm_s"])
+assert abs(share(one) - 7 / (m + 7)) < 1e-3 and abs(share(two) - 7 / (2 * m + 7)) < 1e-3, (share(one), share(two), m)
+assert two["pp_comm_s"] > one["pp_comm_s"], (one, two)
+PY
 out="$("$GANTRY" plan $LLAMA70 --cluster dgx-h100 --gpus 64 --global-batch 512 --layout tp=8,pp=16 2>&1)"; rc=$?
 check "--layout whose degrees are not --gpus is refused (exit 2)" bash -c "[ $rc -eq 2 ] && grep -q 'is not --gpus 64' <<<'$out'"
 out="$("$GANTRY" plan --params 7e9 --cluster dgx-h100 --gpus 8 --global-batch 64 2>&1)"; rc=$?

@@ -224,6 +224,27 @@ TEST(CostModelTest, TheBubbleIsTheScheduleShareOfBalancedStages) {
   }
 }
 
+// The interleaved schedule (vp 2): the fill and drain are a chunk's p - 1 micro-batches, so the
+// bubble's share of the schedule's time is (p-1)/(v·m+p-1); each chunk sends its own activation
+// and gradient, so the pipeline's transfers take longer than 1F1B's.
+TEST(CostModelTest, TheInterleavedBubbleIsDividedByTheChunks) {
+  PlanInput in = Small();
+  in.model->n_layer = 8;
+  in.pp = 4;
+  for (int m : {4, 16}) {
+    in.microbatches = m;
+    in.vp = 1;
+    auto plain = PredictStep(in, Simple());
+    in.vp = 2;
+    auto r = PredictStep(in, Simple());
+    ASSERT_TRUE(r.ok()) << r.status();
+    const double pipe = r->compute + r->bubble + r->pp_comm;
+    EXPECT_REL(r->bubble / pipe, 3.0 / (2 * m + 3)) << m;
+    EXPECT_GT(r->pp_comm, plain->pp_comm) << m;
+    EXPECT_LT(r->bubble, plain->bubble) << m;
+  }
+}
+
 // The intra-node link serves a tp group inside a node; the same group split over nodes is
 // slower by the links' ratio in its bandwidth term.
 TEST(CostModelTest, TensorParallelCommunicationCrossesTheLinkItsRanksSitOn) {

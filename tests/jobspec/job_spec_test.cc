@@ -333,6 +333,43 @@ train: {steps: 10, micro_batch: 2, global_batch: 24, lr: 1.0e-3}
   EXPECT_EQ(elastic->WorldFor(100), 8) << "dp 4: 2 x 5 does not divide 24";
 }
 
+// parallel.virtual_stages (the interleaved 1F1B schedule): parsed, kept by the normal form, and
+// refused with the reason where the schedule cannot run: under 1, pp 1, GPipe, micro-batches a
+// step that pp does not divide, more chunks than layers; with it stage_layers gives each
+// chunk's layers (pp x virtual_stages entries), and an elastic job runs only at the dp that
+// leave a multiple of pp micro-batches a step.
+TEST(JobSpecTest, VirtualStagesAreValidatedWithTheReason) {
+  const std::string m = R"(
+model: {n_layer: 6, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, global_batch: 12, lr: 1.0e-3}
+)";
+  auto ok = ParseJobSpec(m + "parallel: {pp: 3, virtual_stages: 2}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->parallel.virtual_stages, 2);
+  EXPECT_EQ(ParseJobSpec(kMinimal)->parallel.virtual_stages, 1) << "the default: plain 1F1B";
+  auto again = ParseJobSpec(ToYaml(*ok));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->parallel, ok->parallel) << "the normal form keeps virtual_stages";
+  EXPECT_TRUE(ParseJobSpec(m + "parallel: {pp: 2, virtual_stages: 3, stage_layers: [1, 1, 1, 1, 1, 1]}\n").ok());
+  const std::pair<std::string, std::string> refused[] = {
+      {"parallel: {pp: 3, virtual_stages: 0}", "field 'parallel.virtual_stages' is 0: must be >= 1"},
+      {"parallel: {pp: 1, virtual_stages: 2}", "field 'parallel.virtual_stages' is 2 with pp 1: model chunks interleave"},
+      {"parallel: {pp: 3, virtual_stages: 2, schedule: gpipe}", "parallel.schedule is gpipe"},
+      {"parallel: {pp: 4, virtual_stages: 2}", "(6 = global_batch / (micro_batch x dp)) in groups of pp: pp 4 must divide them"},
+      {"parallel: {pp: 3, virtual_stages: 3}", "field 'parallel.virtual_stages' is 3 with pp 3: 9 chunks of one layer at least, and model.n_layer is 6"},
+      {"parallel: {pp: 2, virtual_stages: 2, stage_layers: [3, 3]}", "field 'parallel.stage_layers' gives 2 stages' layers; with virtual_stages 2 it gives each chunk's: pp x virtual_stages = 4 entries"},
+  };
+  for (const auto& [parallel, why] : refused) {
+    const std::string e = Error(m + parallel + "\n");
+    EXPECT_NE(e.find(why), std::string::npos) << parallel << ": " << e;
+  }
+  // dp 1: 6 micro-batches, dp 2: 3, dp 3: 2 (not a multiple of pp 3).
+  auto elastic = ParseJobSpec(m + "parallel: {pp: 3, virtual_stages: 2}\nelastic: {min_dp: 1, max_dp: 3}\n");
+  ASSERT_TRUE(elastic.ok()) << elastic.status();
+  EXPECT_EQ(elastic->DpChoices(), (std::vector<int>{1, 2}));
+}
+
 TEST(JobSpecTest, TensorAndPipelineDegreesMustDivideHeadsAndLayers) {
   const std::string m = R"(
 model: {n_layer: 6, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 8}

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace gantry::jobspec {
 namespace {
 
@@ -71,6 +73,80 @@ TEST(PlannerTest, PipelineBubble) {
   EXPECT_NEAR(MakePlan(in)->bubble, 3.0 / 19, 1e-12);  // 15.8%
   in.pp = 1;
   EXPECT_EQ(MakePlan(in)->bubble, 0);
+}
+
+// The interleaved 1F1B schedule (vp 2: two chunks of layers a stage): the bubble divided by vp,
+// (p-1)/(v·m+p-1); twice the pipeline's bytes (each chunk sends its activation and its gradient);
+// and each stage's activations those of its slots: a chunk's layers each (half the stage's), a
+// mailbox of the residual stream's rows each, and more of them on the first stage, whose warm-up
+// keeps 2(p-1) + (v-1)p + 1 micro-batches of its chunks in flight (one more where an input comes
+// ahead: jobspec/pipeline.h) against 1F1B's p. Refused, naming vp: micro-batches pp does not
+// divide, more chunks than layers.
+TEST(PlannerTest, InterleavedScheduleDividesTheBubbleAndCountsItsTransfersAndWarmUp) {
+  PlanInput in;
+  in.model = *ModelPreset("gpt2");
+  in.precision = Precision::kFp32;
+  in.seq_len = 64;
+  in.pp = 4;
+  in.microbatches = 16;
+  const Plan plain = *MakePlan(in);
+  auto plain_ranks = PlanRanks(in);
+  ASSERT_TRUE(plain_ranks.ok()) << plain_ranks.status();
+  in.vp = 2;
+  auto inter = MakePlan(in);
+  ASSERT_TRUE(inter.ok()) << inter.status();
+  EXPECT_NEAR(plain.bubble, 3.0 / 19, 1e-12);
+  EXPECT_NEAR(inter->bubble, 3.0 / 35, 1e-12);  // 8.6%, against 1F1B's 15.8%
+  EXPECT_DOUBLE_EQ(inter->pp_bytes, 2 * plain.pp_bytes);
+  EXPECT_NE(RenderPlan(in, *inter).find("interleaved, 2 chunks a stage: (p-1)/(v·m+p-1) = 3/35"), std::string::npos)
+      << RenderPlan(in, *inter);
+  auto ranks = PlanRanks(in);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  for (int stage = 0; stage < 4; ++stage) {
+    const ModelShard shard = ShardOf(*in.model, 1, 0, 4, stage, {}, 2);
+    ASSERT_EQ(shard.num_chunks(), 2);
+    const ChunkedActivations a = LayoutChunks(*in.model, shard, in.micro_batch, in.seq_len);
+    // A slot: the larger chunk's micro-batch region (each chunk's as LayoutActivations lays out
+    // that chunk alone), then a mailbox of the residual stream's rows.
+    size_t largest = 0;
+    for (int c = 0; c < 2; ++c) {
+      const ActivationLayout one = LayoutActivations(*in.model, ChunkShard(*in.model, shard, c), in.micro_batch, in.seq_len);
+      EXPECT_EQ(a.chunks[static_cast<size_t>(c)].kept, one.kept);
+      largest = std::max(largest, one.kept);
+    }
+    EXPECT_EQ(a.mailbox, largest) << stage;
+    const double mailbox = static_cast<double>(in.micro_batch) * in.seq_len * in.model->n_embd;
+    EXPECT_EQ(static_cast<double>(a.kept - a.mailbox), mailbox) << "the mailbox: the residual stream's rows";
+    const int slots = PipelineSlots(Schedule::k1F1B, 4, stage, 16, 2);
+    const int warm = 2 * (4 - stage - 1) + 4 + 1;
+    EXPECT_GE(slots, warm) << stage;
+    EXPECT_LE(slots, warm + 1) << stage;
+    EXPECT_EQ((*ranks)[static_cast<size_t>(stage)].bytes.activations, 4.0 * static_cast<double>(a.floats(slots))) << stage;
+  }
+  EXPECT_GT((*ranks)[0].bytes.activations, (*plain_ranks)[0].bytes.activations)
+      << "stage 0's warm-up keeps 11 slots of a chunk against 1F1B's 4 of the stage";
+  in.microbatches = 6;
+  EXPECT_NE(std::string(MakePlan(in).status().message()).find("vp "), std::string::npos) << MakePlan(in).status();
+  in.microbatches = 16;
+  in.vp = 4;
+  EXPECT_NE(std::string(MakePlan(in).status().message()).find("pp 4 x vp 4 chunks for 12 layers"), std::string::npos)
+      << MakePlan(in).status();
+}
+
+// The interleaved schedule's default split balances each stage's chunks together: GPT-2's
+// classifier costs about four layers, so balancing the 8 chunks alone (BalanceStages) gives
+// the last chunk one layer but stage 3's other chunk two (3 layers and the classifier on one
+// stage); BalanceChunks moves a layer of that chunk to stage 2's (2 layers and the classifier).
+TEST(PlannerTest, InterleavedChunksBalanceEachStagesChunksTogether) {
+  const GPTConfig c = *ModelPreset("gpt2");
+  EXPECT_EQ(BalanceStages(c, 8), (std::vector<int>{0, 1, 2, 3, 5, 7, 9, 11, 12}));
+  EXPECT_EQ(BalanceChunks(c, 4, 2), (std::vector<int>{0, 1, 2, 4, 5, 7, 9, 11, 12}));
+  EXPECT_EQ(BalanceChunks(c, 4, 1), BalanceStages(c, 4));
+  const ModelShard last = ShardOf(c, 1, 0, 4, 3, {}, 2);
+  EXPECT_EQ(last.chunks, (std::vector<std::pair<int, int>>{{4, 5}, {11, 12}}));
+  EXPECT_EQ(HeldLayers(c, last), (std::vector<int>{4, 11}));
+  // stage_layers, when given, is kept as given.
+  EXPECT_EQ(ShardOf(c, 1, 0, 4, 3, {1, 1, 1, 2, 2, 2, 2, 1}, 2).chunks, (std::vector<std::pair<int, int>>{{3, 5}, {11, 12}}));
 }
 
 // Per rank: a pipeline's last stage holds its own copy of wte; tensor ranks each hold the

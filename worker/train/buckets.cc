@@ -30,7 +30,7 @@ std::vector<FlatRange> Complement(const std::vector<FlatRange>& ranges, size_t n
 }
 
 std::vector<BucketPlan> GroupUnits(const std::vector<size_t>& unit_bounds, double bucket_bytes, bool one_unit_each,
-                                   std::vector<int>* unit_bucket) {
+                                   std::vector<int>* unit_bucket, const std::vector<int>& breaks) {
   const int units = static_cast<int>(unit_bounds.size()) - 1;
   unit_bucket->assign(static_cast<size_t>(std::max(units, 0)), -1);
   std::vector<BucketPlan> buckets;
@@ -45,7 +45,8 @@ std::vector<BucketPlan> GroupUnits(const std::vector<size_t>& unit_bounds, doubl
     b.begin = unit_bounds[static_cast<size_t>(u)];
     ++b.units;
     (*unit_bucket)[static_cast<size_t>(u)] = static_cast<int>(buckets.size()) - 1;
-    filling = static_cast<double>(b.size()) * sizeof(float) < bucket_bytes;
+    filling = static_cast<double>(b.size()) * sizeof(float) < bucket_bytes &&
+              std::find(breaks.begin(), breaks.end(), u) == breaks.end();
   }
   for (size_t k = 0; k < buckets.size(); ++k) buckets[k].lead = static_cast<int>(k);
   return buckets;

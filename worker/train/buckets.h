@@ -32,8 +32,10 @@ struct BucketPlan {
 // first, so that buckets launch in index order as backward finishes them): a bucket takes
 // units until it holds at least bucket_bytes of fp32 gradients, or one unit each when
 // one_unit_each (ZeRO 3 gathers unit by unit). unit_bucket[u]: the bucket of unit u.
+// breaks: units no bucket takes with the unit before them (the interleaved pipeline's chunks
+// start there: one backward runs one chunk, and a bucket launches when all its units are done).
 std::vector<BucketPlan> GroupUnits(const std::vector<size_t>& unit_bounds, double bucket_bytes, bool one_unit_each,
-                                   std::vector<int>* unit_bucket);
+                                   std::vector<int>* unit_bucket, const std::vector<int>& breaks = {});
 
 // Each bucket cut where it meets `ranges` (sorted, disjoint): the parts inside them are
 // `expert`. The parts keep their bucket's place in backward order; the first part of each is

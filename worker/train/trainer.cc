@@ -71,7 +71,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
   jobspec::ModelShard shard;
   if (sharded) {
     shard = jobspec::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage,
-                             spec.parallel.stage_layers);
+                             spec.parallel.stage_layers, spec.parallel.virtual_stages);
     shard.sequence_parallel = spec.parallel.sequence_parallel;
     shard.ep = ep;
     shard.ep_rank = jobspec::EpRankOf(options.groups->me, options.groups->layout);
@@ -109,7 +109,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
     t->model_->set_ep_comm(options.groups->ep);
     if (pp > 1) {
       ASSIGN_OR_RETURN(t->schedule_, jobspec::ParseSchedule(spec.parallel.schedule));
-      t->slots_ = jobspec::PipelineSlots(t->schedule_, pp, shard.stage, spec.grad_accum());
+      const int vp = spec.parallel.virtual_stages;
+      RETURN_IF_ERROR(jobspec::CheckInterleaved(t->schedule_, pp, spec.grad_accum(), vp));
+      t->ops_ = jobspec::PipelineOps(t->schedule_, pp, shard.stage, spec.grad_accum(), vp);
+      if (t->ops_.empty()) {
+        return absl::InternalError(absl::StrCat("no pipeline schedule for pp ", pp, ", virtual_stages ", vp, ", ",
+                                                spec.grad_accum(), " micro-batches"));
+      }
+      t->slots_ = jobspec::PipelineSlots(t->schedule_, pp, shard.stage, spec.grad_accum(), vp);
       t->model_->set_slots(t->slots_);
     }
   }
@@ -305,8 +312,12 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
   const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
   double loss = 0, compute = 0;
   const auto t0 = Clock::now();
-  for (const jobspec::PipeOp& op : jobspec::PipelineOps(schedule_, sh.pp, sh.stage, accum)) {
-    const int slot = op.micro % slots_;
+  // The neighbours: the previous and next stage (round the ring: the interleaved schedule's last
+  // stage feeds the first stage's next chunk).
+  const int prev = (sh.stage + sh.pp - 1) % sh.pp, next = (sh.stage + 1) % sh.pp;
+  for (const jobspec::PipeOp& op : ops_) {
+    const int slot = op.slot >= 0 ? op.slot : op.micro % slots_;
+    const int c = op.chunk;
     absl::Status s;
     const auto c0 = Clock::now();
     // The communicator reads and writes the slots' buffers on its own (NCCL: its stream):
@@ -314,30 +325,30 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
     if (op.kind != jobspec::PipeOp::kForward && op.kind != jobspec::PipeOp::kBackward) model_->Sync();
     switch (op.kind) {
       case jobspec::PipeOp::kRecvAct:
-        s = pp->Recv(model_->stage_input(slot), n, sh.stage - 1);
+        s = pp->Recv(model_->stage_input(slot, c), n, prev);
         break;
       case jobspec::PipeOp::kSendAct:
-        s = pp->Send(model_->stage_output(slot), n, sh.stage + 1);
+        s = pp->Send(model_->stage_output(slot, c), n, next);
         break;
       case jobspec::PipeOp::kRecvGrad:
-        s = pp->Recv(model_->stage_output_grad(slot), n, sh.stage + 1);
+        s = pp->Recv(model_->stage_output_grad(slot, c), n, next);
         break;
       case jobspec::PipeOp::kSendGrad:
-        s = pp->Send(model_->stage_input_grad(slot), n, sh.stage - 1);
+        s = pp->Send(model_->stage_input_grad(slot, c), n, prev);
         break;
       case jobspec::PipeOp::kForward: {
         s = train_data_->Fill(RowsAt(step) + (static_cast<int64_t>(op.micro) * dp + rank) * B, B, spec_.train.seed,
                               spec_.data.shuffle, inputs_.data(), targets_.data());
         if (!s.ok()) break;
-        const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum);
-        // The last stage's loss; an earlier stage's MoE layers add their loss terms.
-        loss += sh.last() ? l : model_->last_moe_loss();
+        const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum, c);
+        // The last stage's loss (its last chunk's); an earlier chunk's MoE layers add their loss terms.
+        loss += sh.last() && c == sh.num_chunks() - 1 ? l : model_->last_moe_loss();
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
         break;
       }
       case jobspec::PipeOp::kBackward:
         engine_->BeginMicroBatch(op.micro, accum);
-        model_->BackwardStage(slot, B, T);
+        model_->BackwardStage(slot, B, T, c);
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
         break;
     }
@@ -364,13 +375,19 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
 absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
   const jobspec::ModelShard& sh = model_->shard();
   const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
+  const int prev = (sh.stage + sh.pp - 1) % sh.pp, next = (sh.stage + 1) % sh.pp, chunks = sh.num_chunks();
   auto sum = MeanLoss(*val_data_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
-    if (!sh.first()) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0), n, sh.stage - 1));
-    const float l = model_->ForwardStage(0, in, tg, B, T, 0.f);
-    RETURN_IF_ERROR(model_->comm_status());
-    if (!sh.last()) RETURN_IF_ERROR(groups_->pp->Send(model_->stage_output(0), n, sh.stage + 1));
-    // The last stage's loss; the others' MoE layers add their loss terms (summed below).
-    return sh.last() ? l : model_->last_moe_loss();
+    float loss = 0;
+    for (int c = 0; c < chunks; ++c) {  // (the interleaved schedule: each chunk in turn, round the ring)
+      const bool first = sh.first() && c == 0, last = sh.last() && c == chunks - 1;
+      if (!first) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0, c), n, prev));
+      const float l = model_->ForwardStage(0, in, tg, B, T, 0.f, c);
+      RETURN_IF_ERROR(model_->comm_status());
+      if (!last) RETURN_IF_ERROR(groups_->pp->Send(model_->stage_output(0, c), n, next));
+      // The last stage's loss; the other chunks' MoE layers add their loss terms (summed below).
+      loss += last ? l : model_->last_moe_loss();
+    }
+    return loss;
   });
   RETURN_IF_ERROR(sum.status());
   float loss = sh.tp_rank == 0 ? *sum : 0.f;  // each stage's part (tp rank 0's), to every rank

@@ -154,6 +154,7 @@ class Trainer {
   TrainOptions options_;
   comm::Groups* groups_ = nullptr;
   jobspec::Schedule schedule_ = jobspec::Schedule::k1F1B;
+  std::vector<jobspec::PipeOp> ops_;  // this stage's schedule of a step (pp > 1)
   int slots_ = 1;
   std::unique_ptr<kernels::Backend> backend_;  // the model's, unless cpu (before model_: outlives it)
   std::unique_ptr<model::GPT> model_;

@@ -104,7 +104,8 @@ absl::StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(model::GPT* model
   // (or alone, when no other replica holds them).
   std::vector<size_t> bounds;
   for (int u = 0; u <= model->num_units(); ++u) bounds.push_back(model->unit_begin(u));
-  std::vector<BucketPlan> plan = GroupUnits(bounds, bucket_mb * (1 << 20), stage == 3, &e->unit_bucket_);
+  std::vector<BucketPlan> plan =
+      GroupUnits(bounds, bucket_mb * (1 << 20), stage == 3, &e->unit_bucket_, model->ChunkStartUnits());
   if (!e->experts_.empty()) {
     plan = CutAtRanges(plan, e->experts_, &e->unit_bucket_);
     e->edp_rank_ = mp.edp != nullptr ? mp.edp->rank() : 0;

@@ -27,6 +27,23 @@ TEST(BucketsTest, UnitsGroupInBackwardOrderUntilABucketHoldsItsBytes) {
   for (size_t k = 0; k < b.size(); ++k) EXPECT_EQ(b[k].lead, static_cast<int>(k));
 }
 
+// The interleaved pipeline's chunks start at the break units: no bucket takes a unit with the
+// one before it there (one backward runs one chunk; a bucket launches when all its units are
+// done), however large the buckets may grow.
+TEST(BucketsTest, NoBucketCrossesABreak) {
+  std::vector<int> unit_bucket;
+  const auto whole = GroupUnits(kBounds, 1e9, false, &unit_bucket);
+  ASSERT_EQ(whole.size(), 1u) << "without breaks one bucket takes everything";
+  const auto b = GroupUnits(kBounds, 1e9, false, &unit_bucket, /*breaks=*/{2});
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].begin, 30u);  // units 2 and 3
+  EXPECT_EQ(b[0].end, 100u);
+  EXPECT_EQ(b[0].units, 2);
+  EXPECT_EQ(b[1].begin, 0u);  // units 0 and 1
+  EXPECT_EQ(b[1].end, 30u);
+  EXPECT_EQ(unit_bucket, (std::vector<int>{1, 1, 0, 0}));
+}
+
 TEST(BucketsTest, ZeroThreeTakesOneUnitABucketWhateverTheSize) {
   std::vector<int> unit_bucket;
   const auto b = GroupUnits(kBounds, 1e9, /*one_unit_each=*/true, &unit_bucket);

@@ -26,11 +26,15 @@ namespace gantry::train {
 namespace {
 
 // Runs every stage's schedule with rendezvous transfers (a send completes only with the
-// peer's matching receive). False on a deadlock.
-bool CompletesWithRendezvous(jobspec::Schedule sched, int p, int m) {
+// peer's matching receive: the same micro-batch, the chunk of the next or previous virtual
+// stage, round the ring with v chunks), a forward taking 1 and a backward 2. The idle fraction
+// of a stage (the pipeline's time less its compute, over the pipeline's time); -1 on a
+// deadlock.
+double RendezvousBubble(jobspec::Schedule sched, int p, int m, int v = 1) {
   std::vector<std::vector<jobspec::PipeOp>> ops;
-  for (int s = 0; s < p; ++s) ops.push_back(jobspec::PipelineOps(sched, p, s, m));
+  for (int s = 0; s < p; ++s) ops.push_back(jobspec::PipelineOps(sched, p, s, m, v));
   std::vector<size_t> pc(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0), busy(static_cast<size_t>(p), 0);
   auto at = [&](int s) -> const jobspec::PipeOp* { return pc[s] < ops[s].size() ? &ops[s][pc[s]] : nullptr; };
   for (;;) {
     bool moved = false, done = true;
@@ -39,22 +43,34 @@ bool CompletesWithRendezvous(jobspec::Schedule sched, int p, int m) {
       if (op == nullptr) continue;
       done = false;
       if (op->kind == jobspec::PipeOp::kForward || op->kind == jobspec::PipeOp::kBackward) {
+        const double t = op->kind == jobspec::PipeOp::kForward ? 1 : 2;
+        clock[s] += t;
+        busy[s] += t;
         ++pc[s];
         moved = true;
       } else if (op->kind == jobspec::PipeOp::kSendAct || op->kind == jobspec::PipeOp::kSendGrad) {
-        const int peer = op->kind == jobspec::PipeOp::kSendAct ? s + 1 : s - 1;
-        const jobspec::PipeOp want = {op->kind == jobspec::PipeOp::kSendAct ? jobspec::PipeOp::kRecvAct : jobspec::PipeOp::kRecvGrad, op->micro};
-        if (const jobspec::PipeOp* q = at(peer); q != nullptr && *q == want) {
+        const bool act = op->kind == jobspec::PipeOp::kSendAct;
+        const int peer = act ? (s + 1) % p : (s + p - 1) % p;
+        const int chunk = op->chunk + (act && s == p - 1 ? 1 : 0) - (!act && s == 0 ? 1 : 0);
+        const jobspec::PipeOp* q = at(peer);
+        if (q != nullptr && q->kind == (act ? jobspec::PipeOp::kRecvAct : jobspec::PipeOp::kRecvGrad) &&
+            q->micro == op->micro && q->chunk == chunk) {
+          clock[s] = clock[peer] = std::max(clock[s], clock[peer]);
           ++pc[s];
           ++pc[peer];
           moved = true;
         }
       }
     }
-    if (done) return true;
-    if (!moved) return false;
+    if (done) break;
+    if (!moved) return -1;
   }
+  const double span = *std::max_element(clock.begin(), clock.end());
+  double idle = 0;
+  for (int s = 0; s < p; ++s) idle += (1 - busy[s] / span) / p;
+  return idle;
 }
+bool CompletesWithRendezvous(jobspec::Schedule sched, int p, int m) { return RendezvousBubble(sched, p, m) >= 0; }
 
 TEST(PipelineTest, EveryScheduleCompletesWithRendezvousTransfers) {
   for (jobspec::Schedule sched : {jobspec::Schedule::k1F1B, jobspec::Schedule::kGPipe}) {
@@ -91,6 +107,86 @@ TEST(PipelineTest, EachStageRunsEveryMicroBatchOnceAndKeepsAtMostItsSlots) {
     }
   }
   EXPECT_DOUBLE_EQ(jobspec::IdealBubble(2, 4), 0.2);
+}
+
+// The interleaved 1F1B schedule (v chunks a stage, m a multiple of p): every stage's order
+// completes with rendezvous transfers round the ring, runs each chunk's forward and backward of
+// every micro-batch once (the backward after the forward), in Narayanan et al.'s order of
+// computes, never gives one slot to two micro-batches in flight, and with balanced chunks (a
+// forward 1, a backward 2, transfers free) leaves exactly (p - 1) / (v·m + p - 1) of the step
+// idle: the 1F1B bubble (p - 1) / (m + p - 1), which it also measures here, divided by v.
+TEST(PipelineTest, InterleavedScheduleCompletesAndItsBubbleIsDividedByTheChunks) {
+  const jobspec::Schedule k1F1B = jobspec::Schedule::k1F1B;
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = p; m <= 16; m += p) {
+      EXPECT_DOUBLE_EQ(RendezvousBubble(k1F1B, p, m), jobspec::IdealBubble(p, m)) << "1f1b p " << p << " m " << m;
+      for (int v = 2; v <= 4; ++v) {
+        const std::string what = absl::StrCat("p ", p, " v ", v, " m ", m);
+        ASSERT_TRUE(jobspec::CheckInterleaved(k1F1B, p, m, v).ok()) << what;
+        const double bubble = RendezvousBubble(k1F1B, p, m, v);
+        ASSERT_GE(bubble, 0) << what << ": deadlock";
+        EXPECT_NEAR(bubble, jobspec::IdealBubble(p, m, v), 1e-12) << what;
+        for (int s = 0; s < p; ++s) {
+          const std::vector<jobspec::PipeOp> ops = jobspec::PipelineOps(k1F1B, p, s, m, v);
+          const int slots = jobspec::PipelineSlots(k1F1B, p, s, m, v);
+          std::map<std::pair<int, int>, int> fwd, bwd;  // (chunk, micro) → ops seen
+          std::map<int, std::pair<int, int>> holder;   // slot → the (chunk, micro) in it
+          std::vector<jobspec::PipeOp> computes;
+          for (const jobspec::PipeOp& op : ops) {
+            const std::pair<int, int> key{op.chunk, op.micro};
+            ASSERT_GE(op.slot, 0) << what;
+            ASSERT_LT(op.slot, slots) << what;
+            auto [it, fresh] = holder.emplace(op.slot, key);
+            EXPECT_TRUE(fresh || it->second == key) << what << " stage " << s << ": slot " << op.slot << " shared";
+            if (op.kind == jobspec::PipeOp::kForward) {
+              ++fwd[key];
+              computes.push_back(op);
+            } else if (op.kind == jobspec::PipeOp::kBackward) {
+              EXPECT_EQ(fwd[key], 1) << what << ": backward before forward";
+              ++bwd[key];
+              computes.push_back(op);
+            }
+            // A micro-batch's slot is free after its backward's last op (its gradient sent).
+            const bool sends = !(s == 0 && op.chunk == 0);
+            if ((op.kind == jobspec::PipeOp::kSendGrad) || (op.kind == jobspec::PipeOp::kBackward && !sends)) {
+              holder.erase(op.slot);
+            }
+          }
+          EXPECT_EQ(fwd.size(), static_cast<size_t>(m * v)) << what;
+          EXPECT_EQ(bwd.size(), static_cast<size_t>(m * v)) << what;
+          for (const auto& [key, n] : bwd) EXPECT_EQ(n, 1) << what;
+          // Narayanan et al.'s order: warm-up forwards, then one forward and one backward in turn.
+          const int total = m * v, warm = std::min((p - s - 1) * 2 + (v - 1) * p, total);
+          auto nth = [&](int k, bool forward) {
+            const int c = (k / p) % v;
+            return jobspec::PipeOp{forward ? jobspec::PipeOp::kForward : jobspec::PipeOp::kBackward,
+                                   (k / (p * v)) * p + k % p, forward ? c : v - 1 - c};
+          };
+          std::vector<jobspec::PipeOp> want;
+          for (int k = 0; k < warm; ++k) want.push_back(nth(k, true));
+          for (int i = 0; i < total - warm; ++i) {
+            want.push_back(nth(warm + i, true));
+            want.push_back(nth(i, false));
+          }
+          for (int i = total - warm; i < total; ++i) want.push_back(nth(i, false));
+          ASSERT_EQ(computes.size(), want.size()) << what;
+          for (size_t i = 0; i < want.size(); ++i) {
+            computes[i].slot = -1;
+            EXPECT_EQ(computes[i], want[i]) << what << " stage " << s << " compute " << i;
+          }
+        }
+      }
+    }
+  }
+  // What the schedule does not take, each with the reason.
+  auto refusal = [](jobspec::Schedule sched, int p, int m, int v) {
+    return std::string(jobspec::CheckInterleaved(sched, p, m, v).message());
+  };
+  EXPECT_NE(refusal(k1F1B, 4, 6, 2).find("pp 4 must divide them"), std::string::npos) << refusal(k1F1B, 4, 6, 2);
+  EXPECT_NE(refusal(jobspec::Schedule::kGPipe, 2, 4, 2).find("parallel.schedule is gpipe"), std::string::npos) << refusal(jobspec::Schedule::kGPipe, 2, 4, 2);
+  EXPECT_NE(refusal(k1F1B, 1, 4, 2).find("(pp > 1)"), std::string::npos) << refusal(k1F1B, 1, 4, 2);
+  EXPECT_NE(refusal(k1F1B, 2, 4, 0).find("must be >= 1"), std::string::npos) << refusal(k1F1B, 2, 4, 0);
+  EXPECT_TRUE(jobspec::CheckInterleaved(jobspec::Schedule::kGPipe, 2, 3, 1).ok()) << "v 1: any schedule";
 }
 
 // Expert-parallel groups: with dp 4, tp 2 and ep 2, a rank's ep group is the two replicas of
@@ -246,13 +342,13 @@ class ModelParallelTest : public ::testing::Test {
     auto s = jobspec::ParseJobSpec(absl::StrCat(
         "model: {", model_, "}\n"
         "data: {train: ", dir_.File("train.bin"), ", shuffle: true}\n"
-        "train: {steps: 20, micro_batch: 2, global_batch: 8, lr: 1.0e-2, warmup: 2, min_lr_ratio: 0.1, "
+        "train: {steps: ", steps_, ", micro_batch: 2, global_batch: ", global_batch_, ", lr: 1.0e-2, warmup: 2, min_lr_ratio: 0.1, "
         "weight_decay: 0.1, grad_clip: 1.0, seed: 3, recompute: ", recompute_, ", precision: ", precision_,
         ", grad_reduce_dtype: ", grad_reduce_, "}\n"
         "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
         "resources: {device: ", device_, "}\n", optimizer_,
         "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", ep: ", l.ep, ", zero_stage: ", zero,
-        ", schedule: ", schedule_, parallel_extra_, "}\n"));
+        ", schedule: ", schedule_, ", virtual_stages: ", vp_, parallel_extra_, "}\n"));
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
@@ -331,7 +427,7 @@ class ModelParallelTest : public ::testing::Test {
   // states within 10% (ZeRO rounds each bucket's piece up), activations exactly.
   void ExpectPlanned(Layout l, int zero, const std::vector<MemoryAccount>& memory) {
     const std::string what =
-        absl::StrCat("dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " ep ", l.ep, " ZeRO ", zero, " ", schedule_);
+        absl::StrCat("dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " ep ", l.ep, " ZeRO ", zero, " ", schedule_, " vp ", vp_);
     auto ranks = jobspec::PlanRanks(jobspec::PlanOfSpec(Spec(l, zero)));
     ASSERT_TRUE(ranks.ok()) << ranks.status();
     ASSERT_EQ(ranks->size(), static_cast<size_t>(l.tp * l.pp)) << what;
@@ -349,7 +445,7 @@ class ModelParallelTest : public ::testing::Test {
         double gemm = 0;
         const jobspec::JobSpec spec = Spec(l, zero);
         const jobspec::ModelShard shard =
-            jobspec::ShardOf(spec.model, l.tp, c.tp_rank, l.pp, c.stage, spec.parallel.stage_layers);
+            jobspec::ShardOf(spec.model, l.tp, c.tp_rank, l.pp, c.stage, spec.parallel.stage_layers, vp_);
         for (const auto& t : jobspec::ParameterLayout(spec.model, shard)) {
           gemm += t.gemm ? static_cast<double>(t.working_room()) : 0;
         }
@@ -402,6 +498,9 @@ class ModelParallelTest : public ::testing::Test {
   std::string optimizer_;  // an optimizer section, as "optimizer: {...}\n"
   std::string parallel_extra_;  // more of the parallel section, as ", key: value"
   std::string ckpt_ = "ckpt";  // checkpoint.dir, under dir_
+  int global_batch_ = 8;       // train.global_batch (micro_batch 2)
+  int steps_ = 20;             // train.steps
+  int vp_ = 1;                 // parallel.virtual_stages (the planner's check in Run reads it)
 };
 
 TEST_F(ModelParallelTest, EveryLayoutWithZeroZeroAndOneGivesOneProcessLosses) {
@@ -727,6 +826,80 @@ TEST_F(ModelParallelTest, StagesTheSpecGivesGiveOneProcessLosses) {
     const Result rest = Run({1, 1, pp}, 0, 0, /*resume=*/true);
     ExpectClose(rest.losses, one.losses, absl::StrCat("resumed as pp ", pp, " ", layers), 10);
   }
+}
+
+// The interleaved 1F1B schedule (parallel.virtual_stages 2: each stage holds two chunks of
+// layers, stage s the chunks s and s + pp): pp 2 over 4 layers (one a chunk), with dp 2 and
+// ZeRO 1 (each chunk's gradients in buckets of their own, reduced after its last backward)
+// and tp 2, and pp 3 over 6 layers (6 micro-batches a step), each give one process's losses,
+// and each stage holds the activations the planner gives it (Run's ExpectPlanned: the slots of
+// its warm-up, a mailbox each).
+TEST_F(ModelParallelTest, InterleavedScheduleGivesOneProcessLosses) {
+  const Result one = Run({1, 1, 1}, 0);
+  vp_ = 2;
+  ExpectLayoutsMatch(one, {{{1, 1, 2}, 0}, {{2, 1, 2}, 1}, {{1, 2, 2}, 0}}, "virtual_stages 2");
+  vp_ = 1;
+  model_ = "n_layer: 6, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16";
+  global_batch_ = 12;
+  const Result six = Run({1, 1, 1}, 0);
+  vp_ = 2;
+  ExpectLayoutsMatch(six, {{{1, 1, 3}, 0}}, "6 layers, virtual_stages 2");
+  // A stage's chunks may be uneven too: stage_layers gives each chunk's, pp x virtual_stages.
+  parallel_extra_ = ", stage_layers: [2, 1, 1, 2]";
+  ExpectLayoutsMatch(six, {{{1, 1, 2}, 0}}, "6 layers, virtual_stages 2, stage_layers [2, 1, 1, 2]");
+}
+
+// The interleaved schedule with a Llama (its untied embedding and classifier at the ring's two
+// ends) and with MoE layers (layers 1 and 3: stage 1's chunks each hold one, whose loss terms
+// join the reported loss from an earlier chunk and from the last), pp 2, two chunks a stage.
+TEST_F(ModelParallelTest, InterleavedScheduleTakesLlamaAndMixtureOfExperts) {
+  for (const std::string& model :
+       {std::string("arch: llama, n_layer: 4, n_head: 4, n_kv_head: 2, n_embd: 32, ffn_hidden: 48, vocab_size: 31, "
+                    "seq_len: 16"),
+        std::string(kMoeModel)}) {
+    model_ = model;
+    vp_ = 1;
+    const Result one = Run({1, 1, 1}, 0);
+    vp_ = 2;
+    ExpectLayoutsMatch(one, {{{1, 1, 2}, 0}}, model + ", virtual_stages 2");
+  }
+}
+
+// The interleaved schedule on the CUDA code path (emulated): the mailboxes' copies and the
+// chunks' layouts on device memory give the cpu losses (6 steps: the emulator is slow).
+TEST_F(ModelParallelTest, InterleavedScheduleOnCudaEmulatedGivesTheCpuLosses) {
+  steps_ = 6;
+  const Result one = Run({1, 1, 1}, 0);
+  ASSERT_EQ(one.losses.size(), 6u);
+  device_ = "cuda-emulated";
+  vp_ = 2;
+  ExpectClose(Run({1, 1, 2}, 0).losses, one.losses, "cuda-emulated pp 2 virtual_stages 2");
+}
+
+// A checkpoint names layers by their global index, so it reshards across virtual stages: one
+// written by pp 2 with two chunks a stage (stage 0 holding layers 0 and 2) resumes as plain
+// pp 2 (layers 0-1 and 2-3) and as one process, and a plain pp 2 one resumes interleaved, each
+// continuing the uninterrupted run's losses.
+TEST_F(ModelParallelTest, InterleavedCheckpointsReshardAcrossVirtualStages) {
+  const Result whole = Run({1, 1, 1}, 0);
+  vp_ = 2;
+  every_ = 10;
+  const Result first = Run({1, 1, 2}, 0, /*stop_after=*/10);
+  every_ = 0;
+  ASSERT_EQ(first.losses.size(), 10u);
+  ExpectClose(first.losses, {whole.losses.begin(), whole.losses.begin() + 10}, "virtual_stages 2, steps 1-10");
+  vp_ = 1;
+  for (Layout l : {Layout{1, 1, 2}, Layout{1, 1, 1}}) {
+    ExpectClose(Run(l, 0, 0, /*resume=*/true).losses, whole.losses,
+                absl::StrCat("virtual_stages 2's checkpoint resumed as pp ", l.pp), 10);
+  }
+  ckpt_ = "ckpt-plain";
+  every_ = 10;
+  ASSERT_EQ(Run({1, 1, 2}, 0, /*stop_after=*/10).losses.size(), 10u);
+  every_ = 0;
+  vp_ = 2;
+  ExpectClose(Run({1, 1, 2}, 0, 0, /*resume=*/true).losses, whole.losses,
+              "plain pp 2's checkpoint resumed with virtual_stages 2", 10);
 }
 
 TEST_F(ModelParallelTest, ACheckpointOfTwoTwoTwoResumesAsOneOneOneAndAsFourOneOne) {
