@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
@@ -182,6 +183,29 @@ class Parser {
   std::string source_;
 };
 
+// Each field of a mapping, checked against the known names (an unknown or repeated one is an
+// error naming it): fn(key, field, value, value's line).
+absl::Status ForEachField(
+    const Parser& p, const YAML::Node& node, int line, const std::string& at, const std::vector<std::string>& known,
+    const std::function<absl::Status(const std::string&, const std::string&, const YAML::Node&, int)>& fn) {
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    // Copies: it-> is a proxy whose pair lives only as long as the expression (yaml-cpp).
+    const YAML::Node key_node = it->first, v = it->second;
+    if (!key_node.IsScalar()) {
+      return p.Error(key_node, line, at, absl::StrCat("has a key that is not a name (", Parser::Show(key_node), ")"));
+    }
+    const std::string key = key_node.Scalar();
+    const std::string field = absl::StrCat(at, ".", Parser::ShowKey(key));
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return p.Error(key_node, line, field, absl::StrCat("unknown field (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+    if (!seen.insert(key).second) return p.Error(key_node, line, field, "appears twice");
+    if (auto s = fn(key, field, v, key_node.Mark().is_null() ? line : key_node.Mark().line + 1); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 // One identity as read, before the file's cross-checks (names, tokens, certificates unique).
 struct ParsedEntry {
   Principal principal;
@@ -205,21 +229,8 @@ absl::Status ReadEntry(const Parser& p, const YAML::Node& node, int parent_line,
                                              ? std::vector<std::string>{"name", "kind", "token_sha256", "certificate"}
                                              : std::vector<std::string>{"name", "team", "role", "token_sha256",
                                                                         "certificate"};
-  std::set<std::string> seen;
   bool has_kind = false, has_role = false;
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    // Copies: it-> is a proxy whose pair lives only as long as the expression (yaml-cpp).
-    const YAML::Node key_node = it->first, v = it->second;
-    if (!key_node.IsScalar()) {
-      return p.Error(key_node, line, at, absl::StrCat("has a key that is not a name (", Parser::Show(key_node), ")"));
-    }
-    const std::string key = key_node.Scalar();
-    const std::string field = absl::StrCat(at, ".", Parser::ShowKey(key));
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return p.Error(key_node, line, field, absl::StrCat("unknown field (known: ", absl::StrJoin(known, ", "), ")"));
-    }
-    if (!seen.insert(key).second) return p.Error(key_node, line, field, "appears twice");
-    const int vline = key_node.Mark().is_null() ? line : key_node.Mark().line + 1;
+  auto field_of = [&](const std::string& key, const std::string& field, const YAML::Node& v, int vline) -> absl::Status {
     if (key == "token_sha256") {
       // Never shown: a token pasted here by mistake must not reach a log.
       if (!v.IsScalar() || !ParseHexDigest(v.Scalar(), &e->digest)) {
@@ -228,7 +239,7 @@ absl::Status ReadEntry(const Parser& p, const YAML::Node& node, int parent_line,
                        "is not shown");
       }
       e->has_token = true;
-      continue;
+      return absl::OkStatus();
     }
     auto s = p.Scalar(v, vline, field);
     if (!s.ok()) return s.status();
@@ -263,7 +274,9 @@ absl::Status ReadEntry(const Parser& p, const YAML::Node& node, int parent_line,
       }
       e->certificate = *s;
     }
-  }
+    return absl::OkStatus();
+  };
+  if (auto s = ForEachField(p, node, line, at, known, field_of); !s.ok()) return s;
   if (e->principal.name.empty()) return p.Error(node, line, absl::StrCat(at, ".name"), "is required");
   if (service && !has_kind) return p.Error(node, line, absl::StrCat(at, ".kind"), "is required (worker, shardserver)");
   if (!service && !has_role) return p.Error(node, line, absl::StrCat(at, ".role"), "is required (admin, user, viewer)");
@@ -306,18 +319,8 @@ absl::Status ReadTeam(const Parser& p, const YAML::Node& node, int parent_line, 
   t->line = line;
   const std::vector<std::string> known = {"name", "quota", "max_running_jobs"};
   std::set<std::string> seen;
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node key_node = it->first, v = it->second;  // copies, as in ReadEntry
-    if (!key_node.IsScalar()) {
-      return p.Error(key_node, line, at, absl::StrCat("has a key that is not a name (", Parser::Show(key_node), ")"));
-    }
-    const std::string key = key_node.Scalar();
-    const std::string field = absl::StrCat(at, ".", Parser::ShowKey(key));
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return p.Error(key_node, line, field, absl::StrCat("unknown field (known: ", absl::StrJoin(known, ", "), ")"));
-    }
-    if (!seen.insert(key).second) return p.Error(key_node, line, field, "appears twice");
-    const int vline = key_node.Mark().is_null() ? line : key_node.Mark().line + 1;
+  auto field_of = [&](const std::string& key, const std::string& field, const YAML::Node& v, int vline) -> absl::Status {
+    seen.insert(key);
     if (key == "name") {
       auto s = p.Scalar(v, vline, field);
       if (!s.ok()) return s.status();
@@ -350,7 +353,9 @@ absl::Status ReadTeam(const Parser& p, const YAML::Node& node, int parent_line, 
       if (!count.ok()) return count.status();
       t->max_running_jobs = *count;
     }
-  }
+    return absl::OkStatus();
+  };
+  if (auto s = ForEachField(p, node, line, at, known, field_of); !s.ok()) return s;
   if (t->team.empty()) return p.Error(node, line, absl::StrCat(at, ".name"), "is required");
   if (!seen.count("quota") && !seen.count("max_running_jobs")) {
     return p.Error(node, line, at, absl::StrCat("team ", t->team, " names neither quota nor max_running_jobs"));
