@@ -32,7 +32,8 @@ Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions optio
       specs_(store, registry),
       stalls_(options.stall_ms),
       scheduler_(store, &members_, &specs_, &watchers_, registry, &scheduler_host_,
-                  Scheduler::Options{options.placement_grace_ms, options.checkpoint_server_wait_ms, options.planner_cluster},
+                  Scheduler::Options{options.placement_grace_ms, options.checkpoint_server_wait_ms, options.planner_cluster,
+                                     options.quotas},
                   NowUnixMs()) {
   // Every series exists from the start (at 0), so that rates, alerts and dashboards see the
   // first event rather than a series appearing.
@@ -671,6 +672,16 @@ int64_t Cluster::LargestWorkerMemory() { return members_.LargestMemory(); }  // 
 std::string Cluster::AutoWaitReason(const std::string& job_id) {
   std::lock_guard<std::mutex> l(mu_);
   return scheduler_.AutoWaitReason(job_id);
+}
+
+std::string Cluster::QuotaHold(const std::string& job_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  return scheduler_.QuotaHold(job_id);
+}
+
+bool Cluster::QuotasInForce() {
+  std::lock_guard<std::mutex> l(mu_);
+  return scheduler_.QuotasInForce();
 }
 
 Cluster::WorkerCounts Cluster::CountWorkers(const std::string& device) {

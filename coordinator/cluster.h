@@ -54,6 +54,8 @@ struct ClusterOptions {
   // A running job whose next step has not come for max(this, 10 x its last step time) is
   // stalled: the coordinator names the ranks behind (by their last completed collective).
   int64_t stall_ms = 60000;
+  // The teams' quotas as in force now (the principals file's teams:; Scheduler::Options).
+  std::function<std::shared_ptr<const TeamQuotas>()> quotas;
   // Deadlines of the commit, listing and delete calls to the shard servers.
   shardserver::ShardDeadlines shard_deadlines{};
 };
@@ -115,6 +117,9 @@ class Cluster {
   // Why a queued parallel: auto job was not placed at the last pass (empty: nothing to add
   // to the usual wait for workers).
   std::string AutoWaitReason(const std::string& job_id);
+  // Why the last pass held a queued job for its team's quota or cap (empty: it did not).
+  std::string QuotaHold(const std::string& job_id);
+  bool QuotasInForce();
 
   // Rendezvous store of a job generation (NCCL unique ids, Gloo addresses). Keys live until
   // the job leaves its placement. A Put or Get naming another generation than the job's

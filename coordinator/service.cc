@@ -326,9 +326,17 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const QueuePosi
   }
   if (at.first == 0) return absl::OkStatus();
   job->set_queue_position(at.first);
+  // Held by its team's quota or cap at the last pass: that is why, wherever it stands.
+  if (std::string hold = cluster_->QuotaHold(job->id()); !hold.empty()) {
+    job->set_waiting_for(std::move(hold));
+    return absl::OkStatus();
+  }
   if (at.first > 1) {
     job->set_waiting_for(absl::StrCat("queued behind ", at.second,
-                                      " (placement is first come, first served within a priority and device kind)"));
+                                      cluster_->QuotasInForce()
+                                          ? " (placement is by priority, then the team's share of its quota, then age, "
+                                            "within a device kind)"
+                                          : " (placement is first come, first served within a priority and device kind)"));
     return absl::OkStatus();
   }
   const Cluster::WorkerCounts n = cluster_->CountWorkers(own_device);
