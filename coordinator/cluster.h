@@ -119,7 +119,11 @@ class Cluster {
   std::string AutoWaitReason(const std::string& job_id);
   // Why the last pass held a queued job for its team's quota or cap (empty: it did not).
   std::string QuotaHold(const std::string& job_id);
+  // Neither takes mu_ (a listing's waiting_for does not wait for a pass).
   bool QuotasInForce();
+  // Every team's quota, use and queued jobs (GetQuotas): the teams the quotas name and those
+  // with placed or queued jobs, by name.
+  v1::GetQuotasResponse QuotaReport();
 
   // Rendezvous store of a job generation (NCCL unique ids, Gloo addresses). Keys live until
   // the job leaves its placement. A Put or Get naming another generation than the job's
@@ -215,6 +219,10 @@ class Cluster {
     Cluster* c_;
   };
   SchedulerHost scheduler_host_{this};
+  // The last pass's quota holds (Scheduler::quota_holds), for the service's waiting_for
+  // without mu_ (which a pass holds): published after each pass.
+  std::mutex holds_mu_;
+  std::shared_ptr<const Scheduler::QuotaHolds> holds_ = std::make_shared<const Scheduler::QuotaHolds>();
   Scheduler scheduler_;  // under mu_ and job_mu_
 };
 

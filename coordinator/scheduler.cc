@@ -100,14 +100,19 @@ quota::Usage Scheduler::PlacedUse() const {
 }
 
 std::string Scheduler::QuotaHold(const std::string& job_id) const {
-  auto it = quota_holds_.find(job_id);
-  return it == quota_holds_.end() ? std::string() : it->second;
+  auto it = quota_holds_->find(job_id);
+  return it == quota_holds_->end() ? std::string() : it->second;
 }
 
 std::vector<Scheduler::Placement> Scheduler::Decide(const std::vector<std::string>& shard_addrs, int64_t now,
                                                     std::vector<Store::Update>* updates) {
-  quota_holds_.clear();
-  if (const auto quotas = Quotas()) return DecideWithQuotas(*quotas, shard_addrs, now, updates);
+  if (const auto quotas = Quotas()) {
+    QuotaHolds holds;
+    auto placements = DecideWithQuotas(*quotas, shard_addrs, now, updates, &holds);
+    quota_holds_ = std::make_shared<const QuotaHolds>(std::move(holds));
+    return placements;
+  }
+  if (!quota_holds_->empty()) quota_holds_ = std::make_shared<const QuotaHolds>();
   std::vector<Placement> placements;
   std::set<const Member*> taken;  // a worker chosen for one placement is not offered to the next
   // First come, first served within a device kind (resources.device): a job that cannot be
@@ -133,7 +138,8 @@ std::vector<Scheduler::Placement> Scheduler::Decide(const std::vector<std::strin
 
 std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& quotas,
                                                               const std::vector<std::string>& shard_addrs, int64_t now,
-                                                              std::vector<Store::Update>* updates) {
+                                                              std::vector<Store::Update>* updates,
+                                                              QuotaHolds* holds) {
   std::vector<Placement> placements;
   std::set<const Member*> taken;
   quota::Usage usage = PlacedUse();
@@ -178,7 +184,7 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
       const jobspec::JobSpec& spec = *item.spec;
       // The cap and the quota for the fewest ranks it can start on first; then what it would take.
       if (std::string why = quota::HoldReason(quotas, usage, next, device, spec.MinWorld()); !why.empty()) {
-        quota_holds_[item.job.id()] = why;
+        (*holds)[item.job.id()] = why;
         held[next] = why;
         continue;
       }
@@ -194,7 +200,7 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
           why = absl::StrCat("team ", next, " near its quota: ", quota::Room(quotas, usage, next, device), " ",
                              quota::SlotsName(device, 2), " left, fewer than its layout takes");
         }
-        quota_holds_[id] = why;
+        (*holds)[id] = why;
         held[next] = why;
         continue;
       }
@@ -206,7 +212,7 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
     }
     // The jobs of a held team behind its head wait for the same reason.
     for (const auto& [team, why] : held) {
-      for (const Queued& item : by_team[team]) quota_holds_[item.job.id()] = why;
+      for (const Queued& item : by_team[team]) (*holds)[item.job.id()] = why;
     }
   }
   return placements;

@@ -82,8 +82,15 @@ class Scheduler {
   // Why the last pass held a queued job for its team's quota or cap (empty: it did not), e.g.
   // "team vision at its quota: 16 of 16 GPUs".
   std::string QuotaHold(const std::string& job_id) const;
-  // Whether quotas are in force (Options::quotas gives a non-empty set).
+  // The same for every job the last pass held (job id → why): an immutable map, replaced by
+  // each pass, that a reader may keep without the owner's locks.
+  using QuotaHolds = std::map<std::string, std::string>;
+  std::shared_ptr<const QuotaHolds> quota_holds() const { return quota_holds_; }
+  // Whether quotas are in force (Options::quotas gives a non-empty set). Reads only the
+  // options: callable without the owner's locks.
   bool QuotasInForce() const;
+  // The quotas in force now; null: none.
+  std::shared_ptr<const TeamQuotas> Quotas() const;
   // What each team has placed now (SCHEDULED and RUNNING jobs; coordinator/quota.h).
   quota::Usage PlacedUse() const;
 
@@ -109,7 +116,7 @@ class Scheduler {
   // share first (then the queue's order); a team held by its quota or cap waits, with the
   // jobs of its team behind it in that kind, and the others go on.
   std::vector<Placement> DecideWithQuotas(const TeamQuotas& quotas, const std::vector<std::string>& shard_addrs,
-                                          int64_t now, std::vector<Store::Update>* updates);
+                                          int64_t now, std::vector<Store::Update>* updates, QuotaHolds* holds);
   // One queued job, at the head of its kind's queue, on the idle workers not taken yet:
   // placed (*p filled, its update appended), or it waits (and the jobs of its kind behind it
   // with it), or it is skipped (it failed, or its record cannot move; the walk goes on), or
@@ -119,7 +126,6 @@ class Scheduler {
   Outcome PlaceOne(v1::Job job, const jobspec::JobSpec& spec, const std::vector<std::string>& shard_addrs, int64_t now,
                    const std::set<const Member*>& taken, Placement* p, std::vector<Store::Update>* updates,
                    int64_t room = -1);
-  std::shared_ptr<const TeamQuotas> Quotas() const;
   void Send(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs, int64_t now);
   // What the shard servers hold of a job (its own newest whole checkpoint and its resume_from
   // job's) is known for its current generation; else the lookup starts, and false.
@@ -148,7 +154,7 @@ class Scheduler {
   std::map<std::string, StoredSteps> stored_;  // job id → its lookup, for the placement it serves
   AutoPlacer auto_placer_;                      // parallel: auto jobs' workers and layout
   std::map<std::string, std::string> auto_waits_;  // job id → why its last pass did not place it
-  std::map<std::string, std::string> quota_holds_;  // job id → its team's quota or cap held it (the last pass)
+  std::shared_ptr<const QuotaHolds> quota_holds_ = std::make_shared<const QuotaHolds>();  // the last pass's holds
 };
 
 }  // namespace gantry::coordinator
