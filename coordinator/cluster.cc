@@ -697,14 +697,11 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
   std::map<std::string, v1::TeamQuotaStatus> teams;
   for (const auto& [team, t] : q) teams[team].set_max_running_jobs(t.max_running_jobs);
   for (const auto& [team, u] : usage) teams[team].set_running_jobs(u.jobs);
-  for (const v1::JobState state : {v1::PENDING, v1::RESTARTING}) {
-    for (const std::string& id : store_->JobsIn(state)) {
-      auto job = store_->GetJob(id);
-      if (!job.ok() || job->state() != state) continue;
-      v1::TeamQuotaStatus& t = teams[job->team()];
-      t.set_queued_jobs(t.queued_jobs() + 1);
-      if (!scheduler_.QuotaHold(id).empty()) t.set_held_jobs(t.held_jobs() + 1);
-    }
+  for (const auto& job : store_->ListBrief()) {  // the index: no record is read
+    if (!placement::Queued(job->state())) continue;
+    v1::TeamQuotaStatus& t = teams[job->team()];
+    t.set_queued_jobs(t.queued_jobs() + 1);
+    if (!scheduler_.QuotaHold(job->id()).empty()) t.set_held_jobs(t.held_jobs() + 1);
   }
   v1::GetQuotasResponse out;
   out.set_quotas_in_force(quotas != nullptr);

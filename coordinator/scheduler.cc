@@ -85,16 +85,18 @@ std::shared_ptr<const TeamQuotas> Scheduler::Quotas() const {
 bool Scheduler::QuotasInForce() const { return Quotas() != nullptr; }
 
 quota::Usage Scheduler::PlacedUse() const {
+  // From the store's index: no record is read unless its device kind is not known yet.
   quota::Usage usage;
-  for (const v1::JobState state : {v1::SCHEDULED, v1::RUNNING}) {
-    for (const std::string& id : store_->JobsIn(state)) {
-      auto job = store_->GetJob(id);
-      if (!job.ok() || job->state() != state) continue;  // moved on since the index was read
-      const auto spec = specs_->Of(*job);
-      quota::Use& u = usage[job->team()];
-      u.slots[spec ? spec->resources.device : "cpu"] += job->world_size();
-      ++u.jobs;
+  for (const auto& [job, device] : store_->PlacedBriefs()) {
+    std::string kind = device;
+    if (kind.empty()) {
+      auto full = store_->GetJob(job->id());
+      const auto spec = full.ok() ? specs_->Of(*full) : nullptr;
+      kind = spec ? spec->resources.device : "cpu";
     }
+    quota::Use& u = usage[job->team()];
+    u.slots[kind] += job->world_size();
+    ++u.jobs;
   }
   return usage;
 }
@@ -146,20 +148,15 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
   for (const std::string& device : store_->QueuedDevices()) {
     // The kind's queue in the store's order (priority, restarting first, submission), each
     // team's jobs apart: a team's own jobs keep that order.
+    // From the store's index (brief records): a job's record is read when its turn comes.
     struct Queued {
       placement::QueueKey key;
-      v1::Job job;
-      std::shared_ptr<const jobspec::JobSpec> spec;
+      Store::BriefJob brief;
     };
     std::map<std::string, std::deque<Queued>> by_team;
-    std::optional<placement::QueueKey> at;
-    while ((at = store_->NextQueued(device, at))) {
-      auto job = store_->GetJob(at->id);
-      if (!job.ok()) continue;
-      auto spec = specs_->Of(*job);
-      if (!spec || spec->resources.device != device) continue;  // resolved: not expected
-      const std::string team = job->team();
-      by_team[team].push_back({*at, *std::move(job), std::move(spec)});
+    for (auto& [key, brief] : store_->QueuedBriefs(device)) {
+      const std::string team = brief->team();
+      by_team[team].push_back({key, std::move(brief)});
     }
     std::map<std::string, std::string> held;  // team → why it waits at this kind in this pass
     while (true) {
@@ -179,18 +176,21 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
       }
       if (std::get<2>(best) == nullptr) break;
       std::deque<Queued>& q = by_team[next];
-      Queued item = std::move(q.front());
+      const std::string id = q.front().key.id;
       q.pop_front();
-      const jobspec::JobSpec& spec = *item.spec;
+      auto job = store_->GetJob(id);
+      if (!job.ok()) continue;
+      const auto spec_ptr = specs_->Of(*job);
+      if (!spec_ptr || spec_ptr->resources.device != device) continue;  // resolved: not expected
+      const jobspec::JobSpec& spec = *spec_ptr;
       // The cap and the quota for the fewest ranks it can start on first; then what it would take.
       if (std::string why = quota::HoldReason(quotas, usage, next, device, spec.MinWorld()); !why.empty()) {
-        (*holds)[item.job.id()] = why;
+        (*holds)[id] = why;
         held[next] = why;
         continue;
       }
       Placement p;
-      const std::string id = item.job.id();
-      const Outcome o = PlaceOne(std::move(item.job), spec, shard_addrs, now, taken, &p, updates,
+      const Outcome o = PlaceOne(*std::move(job), spec, shard_addrs, now, taken, &p, updates,
                                  quota::Room(quotas, usage, next, device));
       if (o == Outcome::kWaits) break;  // workers: the jobs of its kind behind it wait with it
       if (o == Outcome::kSkipped) continue;
@@ -212,7 +212,7 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
     }
     // The jobs of a held team behind its head wait for the same reason.
     for (const auto& [team, why] : held) {
-      for (const Queued& item : by_team[team]) (*holds)[item.job.id()] = why;
+      for (const Queued& item : by_team[team]) (*holds)[item.key.id] = why;
     }
   }
   return placements;
