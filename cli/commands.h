@@ -1,6 +1,6 @@
 // The gantry CLI's commands, a file per group: jobs.cc (submit, jobs, describe, cancel,
 // watch), workers.cc, checkpoints.cc (checkpoints, export, download), sample_command.cc, plan.cc,
-// principals.cc (whoami, principals hash, health); main.cc parses the global flags and
+// principals.cc (whoami, quota, principals hash, health); main.cc parses the global flags and
 // dispatches. Each command defines its flags once (common/command_flags.h), from which its
 // --help is generated; kCommands lists them. Each returns the process's exit status: 0 ok, 2
 // for a bad request (a bad argument, an invalid spec, an unknown job), 1 otherwise.
@@ -84,8 +84,9 @@ void DefineStep(CommandFlags& f, int64_t* step);
 int SampleCommand(const Options& o);
 // plan.cc: the planner, locally (no coordinator).
 int PlanCommand(const Options& o);
-// principals.cc: whoami; principals hash (locally, no coordinator); health (no token).
+// principals.cc: whoami; quota; principals hash (locally, no coordinator); health (no token).
 int WhoAmICommand(const Options& o);
+int QuotaCommand(const Options& o);
 int PrincipalsCommand(const Options& o);
 int HealthCommand(const Options& o);
 

@@ -35,6 +35,8 @@ const std::vector<Command> kCommands = {
      "predicted tokens/s (no coordinator)", PlanCommand},
     {"health", "[ADDR]", "gRPC health check of ADDR (default: the coordinator); exit 0 if SERVING", HealthCommand},
     {"whoami", "", "who the coordinator takes this caller for: name, kind, team, role", WhoAmICommand},
+    {"quota", "", "each team's quota, use and queued jobs (yours, or every team's for viewers and admins)",
+     QuotaCommand},
     {"principals", "hash", "read a token on stdin, print its SHA-256 for the principals file", PrincipalsCommand},
 };
 

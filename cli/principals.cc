@@ -1,11 +1,14 @@
-// whoami (the caller as the coordinator knows it), principals hash (a token's SHA-256 for
-// the principals file, common/principals.h) and health (a daemon's gRPC health, no token).
+// whoami (the caller as the coordinator knows it), quota (the teams' quotas, use and queued
+// jobs), principals hash (a token's SHA-256 for the principals file, common/principals.h) and
+// health (a daemon's gRPC health, no token).
 #include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cli/commands.h"
 #include "common/principals.h"
 #include "common/security.h"
@@ -26,6 +29,40 @@ int WhoAmICommand(const Options& o) {
   auto dash = [](const std::string& v) { return v.empty() ? std::string("-") : v; };
   std::printf("name:  %s\nkind:  %s\nteam:  %s\nrole:  %s\nby:    %s\n", resp.name().c_str(), resp.kind().c_str(),
               dash(resp.team()).c_str(), dash(resp.role()).c_str(), resp.authenticated_by().c_str());
+  return 0;
+}
+
+// quota [--team TEAM]: a row per team and device kind it has a quota of or uses.
+int QuotaCommand(const Options& o) {
+  v1::GetQuotasRequest req;
+  std::string team;
+  CommandFlags f = CommandFlagsFor(o);
+  f.String("team", &team, "TEAM", "only TEAM (default: every team you may read; a user's own)");
+  if (int rc = ParseCommand(f, o); rc >= 0) return rc;
+  req.set_team(team);
+  v1::GetQuotasResponse resp;
+  const grpc::Status s = Connect(o)->GetQuotas(Ctx(o).get(), req, &resp);
+  if (!s.ok()) return Fail(s);
+  if (o.output == "json") {
+    std::printf("%s\n", Json(resp).c_str());
+    return 0;
+  }
+  if (!resp.quotas_in_force()) std::printf("no quotas in force (the principals file has no teams: section)\n");
+  auto count = [](int64_t n) { return n < 0 ? std::string("-") : absl::StrCat(n); };
+  std::printf("%-16s %-14s %6s %6s %6s %8s %4s %7s %5s\n", "TEAM", "DEVICE", "USED", "QUOTA", "SHARE", "RUNNING",
+              "CAP", "QUEUED", "HELD");
+  for (const auto& t : resp.teams()) {
+    const std::string cap = t.max_running_jobs() > 0 ? absl::StrCat(t.max_running_jobs()) : "-";
+    const std::string share = absl::StrFormat("%.2f", t.dominant_share());
+    auto row = [&](const std::string& device, const std::string& used, const std::string& nominal) {
+      std::printf("%-16s %-14s %6s %6s %6s %8lld %4s %7lld %5lld\n", t.team().empty() ? "(none)" : t.team().c_str(),
+                  device.c_str(), used.c_str(), nominal.c_str(), share.c_str(),
+                  static_cast<long long>(t.running_jobs()), cap.c_str(), static_cast<long long>(t.queued_jobs()),
+                  static_cast<long long>(t.held_jobs()));
+    };
+    if (t.devices().empty()) row("-", "0", "-");
+    for (const auto& d : t.devices()) row(d.device(), count(d.used()), count(d.nominal()));
+  }
   return 0;
 }
 

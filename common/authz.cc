@@ -48,6 +48,7 @@ const char* Refusal(const Principal& who, Action action, absl::string_view owner
         case Action::kWhoAmI:
         case Action::kListCheckpoints:
         case Action::kReadCheckpoint:
+        case Action::kReadQuota:
           return nullptr;
         default:
           return "viewers only read";
@@ -68,6 +69,9 @@ const char* Refusal(const Principal& who, Action action, absl::string_view owner
     case Action::kReadCheckpoint:
       if (Owns(who, owner) || SameTeam(who, team)) return nullptr;
       return "users read only their own jobs and their team's";
+    case Action::kReadQuota:
+      if (SameTeam(who, team)) return nullptr;
+      return "users read only their own team's quota";
     case Action::kCancelJob:
       if (Owns(who, owner)) return nullptr;
       return "users cancel only their own jobs";
@@ -99,6 +103,7 @@ absl::string_view ActionName(Action action) {
     case Action::kListWorkers: return "list the workers of";
     case Action::kListShardServers: return "list the shard servers of";
     case Action::kWhoAmI: return "ask who they are on";
+    case Action::kReadQuota: return "read the quota of";
     case Action::kAttach: return "attach as a worker to";
     case Action::kRendezvous: return "use the rendezvous store of";
     case Action::kRegisterShardServer: return "register as a shard server with";
@@ -113,7 +118,7 @@ absl::string_view ActionName(Action action) {
 }
 
 std::string AuthzObject::Describe() const {
-  if (job_id.empty()) return "the cluster";
+  if (job_id.empty()) return team.empty() ? "the cluster" : absl::StrCat("team ", team);
   if (owner.empty() && team.empty()) return absl::StrCat("job ", job_id);
   return absl::StrCat("job ", job_id, " (", owner.empty() ? "no owner" : absl::StrCat("owner ", owner),
                       team.empty() ? "" : absl::StrCat(", team ", team), ")");

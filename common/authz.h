@@ -6,10 +6,12 @@
 // The rules (docs/operations.md, "Users, teams and quotas"):
 //   - admin (a principals file's admin, the single cluster token, a laptop cluster's
 //     anonymous): everything;
-//   - viewer: reads: jobs, their events, workers, shard servers, checkpoints (every team's);
+//   - viewer: reads: jobs, their events, workers, shard servers, checkpoints, quotas (every
+//     team's);
 //   - user: submits jobs; reads their own jobs and their team's (and those jobs'
 //     checkpoints: list, read, so export, download and sample); cancels their own jobs and
-//     deletes their own checkpoints; lists workers and shard servers;
+//     deletes their own checkpoints; lists workers and shard servers; reads their own team's
+//     quota and use;
 //   - worker identity: attaches, uses the rendezvous store, writes, lists and reads
 //     checkpoints (a resumed rank reads any job's it is assigned), and the parameter server
 //     (gRPC and the data port);
@@ -37,6 +39,7 @@ enum class Action {
   kListWorkers,
   kListShardServers,
   kWhoAmI,
+  kReadQuota,   // GetQuotas: a team's quota, use and queued jobs
   // Cluster-internal, on the coordinator.
   kAttach,      // a worker's session
   kRendezvous,  // RendezvousPut, RendezvousGet
@@ -54,18 +57,20 @@ enum class Action {
 // "submit a job", "cancel", "read checkpoints of", ...: for messages.
 absl::string_view ActionName(Action action);
 
-// What an action is on: the cluster, or a job (its owner and team as the job records them;
-// a checkpoint is its job's).
+// What an action is on: the cluster, a team (its quota), or a job (its owner and team as the
+// job records them; a checkpoint is its job's).
 struct AuthzObject {
   std::string job_id;  // empty: the cluster as a whole
   std::string owner;   // the job's owner, "" if it records none
   std::string team;    // the job's team, "" if none
 
   static AuthzObject Cluster() { return {}; }
+  static AuthzObject Team(std::string team) { return {"", "", std::move(team)}; }
   static AuthzObject Job(std::string id, std::string owner, std::string team) {
     return {std::move(id), std::move(owner), std::move(team)};
   }
-  // "the cluster", "job j-000003 (owner alice, team vision)", "job j-000003" (none recorded).
+  // "the cluster", "team vision", "job j-000003 (owner alice, team vision)", "job j-000003"
+  // (none recorded).
   std::string Describe() const;
 };
 

@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
@@ -182,6 +183,29 @@ class Parser {
   std::string source_;
 };
 
+// Each field of a mapping, checked against the known names (an unknown or repeated one is an
+// error naming it): fn(key, field, value, value's line).
+absl::Status ForEachField(
+    const Parser& p, const YAML::Node& node, int line, const std::string& at, const std::vector<std::string>& known,
+    const std::function<absl::Status(const std::string&, const std::string&, const YAML::Node&, int)>& fn) {
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    // Copies: it-> is a proxy whose pair lives only as long as the expression (yaml-cpp).
+    const YAML::Node key_node = it->first, v = it->second;
+    if (!key_node.IsScalar()) {
+      return p.Error(key_node, line, at, absl::StrCat("has a key that is not a name (", Parser::Show(key_node), ")"));
+    }
+    const std::string key = key_node.Scalar();
+    const std::string field = absl::StrCat(at, ".", Parser::ShowKey(key));
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return p.Error(key_node, line, field, absl::StrCat("unknown field (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+    if (!seen.insert(key).second) return p.Error(key_node, line, field, "appears twice");
+    if (auto s = fn(key, field, v, key_node.Mark().is_null() ? line : key_node.Mark().line + 1); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 // One identity as read, before the file's cross-checks (names, tokens, certificates unique).
 struct ParsedEntry {
   Principal principal;
@@ -205,21 +229,8 @@ absl::Status ReadEntry(const Parser& p, const YAML::Node& node, int parent_line,
                                              ? std::vector<std::string>{"name", "kind", "token_sha256", "certificate"}
                                              : std::vector<std::string>{"name", "team", "role", "token_sha256",
                                                                         "certificate"};
-  std::set<std::string> seen;
   bool has_kind = false, has_role = false;
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    // Copies: it-> is a proxy whose pair lives only as long as the expression (yaml-cpp).
-    const YAML::Node key_node = it->first, v = it->second;
-    if (!key_node.IsScalar()) {
-      return p.Error(key_node, line, at, absl::StrCat("has a key that is not a name (", Parser::Show(key_node), ")"));
-    }
-    const std::string key = key_node.Scalar();
-    const std::string field = absl::StrCat(at, ".", Parser::ShowKey(key));
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return p.Error(key_node, line, field, absl::StrCat("unknown field (known: ", absl::StrJoin(known, ", "), ")"));
-    }
-    if (!seen.insert(key).second) return p.Error(key_node, line, field, "appears twice");
-    const int vline = key_node.Mark().is_null() ? line : key_node.Mark().line + 1;
+  auto field_of = [&](const std::string& key, const std::string& field, const YAML::Node& v, int vline) -> absl::Status {
     if (key == "token_sha256") {
       // Never shown: a token pasted here by mistake must not reach a log.
       if (!v.IsScalar() || !ParseHexDigest(v.Scalar(), &e->digest)) {
@@ -228,7 +239,7 @@ absl::Status ReadEntry(const Parser& p, const YAML::Node& node, int parent_line,
                        "is not shown");
       }
       e->has_token = true;
-      continue;
+      return absl::OkStatus();
     }
     auto s = p.Scalar(v, vline, field);
     if (!s.ok()) return s.status();
@@ -263,7 +274,9 @@ absl::Status ReadEntry(const Parser& p, const YAML::Node& node, int parent_line,
       }
       e->certificate = *s;
     }
-  }
+    return absl::OkStatus();
+  };
+  if (auto s = ForEachField(p, node, line, at, known, field_of); !s.ok()) return s;
   if (e->principal.name.empty()) return p.Error(node, line, absl::StrCat(at, ".name"), "is required");
   if (service && !has_kind) return p.Error(node, line, absl::StrCat(at, ".kind"), "is required (worker, shardserver)");
   if (!service && !has_role) return p.Error(node, line, absl::StrCat(at, ".role"), "is required (admin, user, viewer)");
@@ -273,6 +286,79 @@ absl::Status ReadEntry(const Parser& p, const YAML::Node& node, int parent_line,
   if (!e->has_token && e->certificate.empty()) {
     return p.Error(node, line, at,
                    absl::StrCat(e->principal.name, " needs token_sha256 or certificate (or both) to be recognised"));
+  }
+  return absl::OkStatus();
+}
+
+// A whole number >= min, as a quota or cap is given.
+absl::StatusOr<int64_t> ReadCount(const Parser& p, const YAML::Node& v, int line, const std::string& field,
+                                  int64_t min) {
+  auto s = p.Scalar(v, line, field);
+  if (!s.ok()) return s.status();
+  int64_t n = 0;
+  size_t used = 0;
+  try {
+    n = std::stoll(*s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s->size() || n < min || n > (int64_t{1} << 40)) {
+    return p.Error(v, line, field,
+                   absl::StrCat(Parser::Show(v), " is not a whole number of ", min, " or more"));
+  }
+  return n;
+}
+
+// One entry of teams:.
+absl::Status ReadTeam(const Parser& p, const YAML::Node& node, int parent_line, const std::string& at, TeamQuota* t) {
+  if (!node.IsMap()) {
+    return p.Error(node, parent_line, at,
+                   absl::StrCat("must be a mapping (name, quota, max_running_jobs), not ", Parser::Show(node)));
+  }
+  const int line = node.Mark().is_null() ? parent_line : node.Mark().line + 1;
+  t->line = line;
+  const std::vector<std::string> known = {"name", "quota", "max_running_jobs"};
+  std::set<std::string> seen;
+  auto field_of = [&](const std::string& key, const std::string& field, const YAML::Node& v, int vline) -> absl::Status {
+    seen.insert(key);
+    if (key == "name") {
+      auto s = p.Scalar(v, vline, field);
+      if (!s.ok()) return s.status();
+      if (!IsName(*s)) {
+        return p.Error(v, vline, field,
+                       absl::StrCat(Parser::Show(v), " is not a team name (1 to 128 letters, digits, '.', '_', '@', '-')"));
+      }
+      t->team = *s;
+    } else if (key == "quota") {
+      if (!v.IsMap()) {
+        return p.Error(v, vline, field,
+                       absl::StrCat("must be a mapping of device kind to slots ({cuda: 16, cpu: 4}), not ",
+                                    Parser::Show(v)));
+      }
+      for (auto q = v.begin(); q != v.end(); ++q) {
+        const YAML::Node kind_node = q->first, n = q->second;
+        const std::string kind = kind_node.IsScalar() ? kind_node.Scalar() : "";
+        const std::string kfield = absl::StrCat(field, ".", Parser::ShowKey(kind));
+        const int kl = kind_node.Mark().is_null() ? vline : kind_node.Mark().line + 1;
+        if (kind != "cpu" && kind != "cuda" && kind != "cuda-emulated") {
+          return p.Error(kind_node, kl, kfield, "unknown device kind (cpu, cuda, cuda-emulated)");
+        }
+        if (t->nominal.count(kind)) return p.Error(kind_node, kl, kfield, "appears twice");
+        auto count = ReadCount(p, n, kl, kfield, 0);
+        if (!count.ok()) return count.status();
+        t->nominal[kind] = *count;
+      }
+    } else {  // max_running_jobs
+      auto count = ReadCount(p, v, vline, field, 1);
+      if (!count.ok()) return count.status();
+      t->max_running_jobs = *count;
+    }
+    return absl::OkStatus();
+  };
+  if (auto s = ForEachField(p, node, line, at, known, field_of); !s.ok()) return s;
+  if (t->team.empty()) return p.Error(node, line, absl::StrCat(at, ".name"), "is required");
+  if (!seen.count("quota") && !seen.count("max_running_jobs")) {
+    return p.Error(node, line, at, absl::StrCat("team ", t->team, " names neither quota nor max_running_jobs"));
   }
   return absl::OkStatus();
 }
@@ -296,6 +382,7 @@ absl::StatusOr<PrincipalSet> PrincipalSet::Parse(absl::string_view text, absl::s
     return p.Error(root, 1, "(top level)", absl::StrCat("must be a mapping with users and services, not ", Parser::Show(root)));
   }
   std::vector<ParsedEntry> parsed;
+  TeamQuotas teams;
   std::set<std::string> sections;
   for (auto it = root.begin(); it != root.end(); ++it) {
     const YAML::Node key_node = it->first, list = it->second;  // copies, as in ReadEntry
@@ -304,13 +391,28 @@ absl::StatusOr<PrincipalSet> PrincipalSet::Parse(absl::string_view text, absl::s
     }
     const std::string key = key_node.Scalar();
     const int kline = key_node.Mark().is_null() ? 1 : key_node.Mark().line + 1;
-    if (key != "users" && key != "services") {
-      return p.Error(key_node, 1, Parser::ShowKey(key), "unknown field (known: services, users)");
+    if (key != "users" && key != "services" && key != "teams") {
+      return p.Error(key_node, 1, Parser::ShowKey(key), "unknown field (known: services, teams, users)");
     }
     if (!sections.insert(key).second) return p.Error(key_node, 1, key, "appears twice");
     if (list.IsNull()) continue;  // "users:" with nothing under it
     if (!list.IsSequence()) {
-      return p.Error(list, kline, key, absl::StrCat("must be a list of identities, not ", Parser::Show(list)));
+      return p.Error(list, kline, key,
+                     absl::StrCat("must be a list of ", key == "teams" ? "teams" : "identities", ", not ",
+                                  Parser::Show(list)));
+    }
+    if (key == "teams") {
+      for (size_t i = 0; i < list.size(); ++i) {
+        TeamQuota t;
+        const YAML::Node item = list[i];
+        if (auto s = ReadTeam(p, item, kline, absl::StrCat("teams[", i, "]"), &t); !s.ok()) return s;
+        if (auto it = teams.find(t.team); it != teams.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(source, ":", t.line, ": teams[", i, "].name: team '", t.team,
+                                                         "' is already named at line ", it->second.line));
+        }
+        teams.emplace(t.team, std::move(t));
+      }
+      continue;
     }
     for (size_t i = 0; i < list.size(); ++i) {
       ParsedEntry e;
@@ -351,6 +453,7 @@ absl::StatusOr<PrincipalSet> PrincipalSet::Parse(absl::string_view text, absl::s
     }
   }
   PrincipalSet set;
+  set.teams_ = std::move(teams);
   for (auto& e : parsed) {
     Entry entry;
     entry.principal = e.principal;

@@ -15,6 +15,10 @@
 //     - name: gpu-pool-a
 //       kind: worker                # worker | shardserver
 //       token_sha256: 9e0c...
+//   teams:                          # optional: quotas (coordinator/quota.h); none: no limits
+//     - name: vision
+//       quota: {cuda: 16, cpu: 4}   # nominal slots per device kind (GPUs; cpu workers)
+//       max_running_jobs: 3         # optional cap on the team's placed jobs
 //
 // Every identity has a token hash, a certificate name or both. Tokens are never stored,
 // only their SHA-256; a presented token is hashed and compared with every identity's hash
@@ -23,7 +27,9 @@
 // place: one over 24 characters or holding a space is described, not shown). Refused at load, each error naming the file, the line and
 // the field: YAML that does not parse, an unknown or repeated field, an unknown role or
 // kind, a malformed hash, two identities with one name, one token or one certificate name,
-// and a file that names no identity at all.
+// and a file that names no identity at all; in teams: a repeated team, a device kind that is
+// not cpu, cuda or cuda-emulated, a quota or a cap that is not a whole number (a quota may be
+// 0: that kind is closed to the team; a cap is 1 or more).
 //
 // Authorisation (who may do what) is not here: the RPC edge (common/rpc_edge.h) resolves
 // each call to a Principal (common/security.h, Authenticate) and hands it to the handler,
@@ -31,6 +37,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -73,6 +80,18 @@ Principal LaptopPrincipal();
 // The principal of the single cluster token (GANTRY_TOKEN / GANTRY_TOKEN_FILE): one admin.
 Principal ClusterTokenPrincipal();
 
+// A team's quota (the principals file's teams: section). Kinds the quota does not name are
+// not limited for the team, and a team the section does not name is not limited at all.
+// Cohorts and borrowing (issue 50 item 3's second part) will add a cohort name and a
+// borrowing limit per kind here: nominal is what the team owns, not what it may use.
+struct TeamQuota {
+  std::string team;
+  std::map<std::string, int64_t> nominal;  // device kind (resources.device) -> slots (GPUs; cpu workers)
+  int64_t max_running_jobs = 0;            // 0: no cap
+  int line = 0;                            // where the file names it
+};
+using TeamQuotas = std::map<std::string, TeamQuota>;  // by team
+
 using Sha256Digest = std::array<uint8_t, 32>;
 Sha256Digest Sha256(absl::string_view data);  // OpenSSL EVP
 std::string Sha256Hex(absl::string_view data);  // 64 lowercase hex digits
@@ -97,6 +116,8 @@ class PrincipalSet {
   std::vector<Principal> principals() const;
   size_t size() const { return entries_.size(); }
   size_t with_certificate() const;
+  // The teams: section (empty: no quotas).
+  const TeamQuotas& teams() const { return teams_; }
 
  private:
   struct Entry {
@@ -106,6 +127,7 @@ class PrincipalSet {
     std::string certificate;  // empty: none
   };
   std::vector<Entry> entries_;
+  TeamQuotas teams_;
   // Found principals are returned with their via set: a copy per way in.
   std::vector<Principal> by_token_, by_certificate_;
 };

@@ -32,7 +32,8 @@ Cluster::Cluster(Store* store, metrics::Registry* registry, ClusterOptions optio
       specs_(store, registry),
       stalls_(options.stall_ms),
       scheduler_(store, &members_, &specs_, &watchers_, registry, &scheduler_host_,
-                  Scheduler::Options{options.placement_grace_ms, options.checkpoint_server_wait_ms, options.planner_cluster},
+                  Scheduler::Options{options.placement_grace_ms, options.checkpoint_server_wait_ms, options.planner_cluster,
+                                     options.quotas},
                   NowUnixMs()) {
   // Every series exists from the start (at 0), so that rates, alerts and dashboards see the
   // first event rather than a series appearing.
@@ -591,6 +592,10 @@ void Cluster::ScheduleLocked() {
     std::lock_guard<std::mutex> jl(job_mu_);
     scheduler_.Pass(NowUnixMs());
   }
+  {
+    std::lock_guard<std::mutex> hl(holds_mu_);
+    holds_ = scheduler_.quota_holds();
+  }
   UpdateGaugesLocked();
 }
 
@@ -672,6 +677,59 @@ std::string Cluster::AutoWaitReason(const std::string& job_id) {
   std::lock_guard<std::mutex> l(mu_);
   return scheduler_.AutoWaitReason(job_id);
 }
+
+std::string Cluster::QuotaHold(const std::string& job_id) {
+  std::shared_ptr<const Scheduler::QuotaHolds> holds;
+  {
+    std::lock_guard<std::mutex> hl(holds_mu_);
+    holds = holds_;
+  }
+  auto it = holds->find(job_id);
+  return it == holds->end() ? std::string() : it->second;
+}
+
+v1::GetQuotasResponse Cluster::QuotaReport() {
+  std::lock_guard<std::mutex> l(mu_);
+  const std::shared_ptr<const TeamQuotas> quotas = scheduler_.Quotas();
+  const TeamQuotas none;
+  const TeamQuotas& q = quotas ? *quotas : none;
+  const quota::Usage usage = scheduler_.PlacedUse();
+  std::map<std::string, v1::TeamQuotaStatus> teams;
+  for (const auto& [team, t] : q) teams[team].set_max_running_jobs(t.max_running_jobs);
+  for (const auto& [team, u] : usage) teams[team].set_running_jobs(u.jobs);
+  for (const auto& job : store_->ListBrief()) {  // the index: no record is read
+    if (!placement::Queued(job->state())) continue;
+    v1::TeamQuotaStatus& t = teams[job->team()];
+    t.set_queued_jobs(t.queued_jobs() + 1);
+    if (!scheduler_.QuotaHold(job->id()).empty()) t.set_held_jobs(t.held_jobs() + 1);
+  }
+  v1::GetQuotasResponse out;
+  out.set_quotas_in_force(quotas != nullptr);
+  for (auto& [team, t] : teams) {
+    t.set_team(team);
+    std::map<std::string, std::pair<int64_t, int64_t>> devices;  // kind → (nominal, used)
+    if (auto it = q.find(team); it != q.end()) {
+      for (const auto& [device, nominal] : it->second.nominal) devices[device] = {nominal, 0};
+    }
+    if (auto it = usage.find(team); it != usage.end()) {
+      for (const auto& [device, used] : it->second.slots) {
+        auto [d, fresh] = devices.emplace(device, std::make_pair(int64_t{-1}, used));
+        if (!fresh) d->second.second = used;
+      }
+    }
+    for (const auto& [device, nu] : devices) {
+      v1::DeviceQuota* d = t.add_devices();
+      d->set_device(device);
+      d->set_nominal(nu.first);
+      d->set_used(nu.second);
+    }
+    t.set_dominant_share(quota::DominantShare(q, usage, team));
+    *out.add_teams() = std::move(t);
+  }
+  return out;
+}
+
+bool Cluster::QuotasInForce() { return scheduler_.QuotasInForce(); }  // the options alone: no lock
 
 Cluster::WorkerCounts Cluster::CountWorkers(const std::string& device) {
   std::lock_guard<std::mutex> l(mu_);

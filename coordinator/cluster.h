@@ -54,6 +54,8 @@ struct ClusterOptions {
   // A running job whose next step has not come for max(this, 10 x its last step time) is
   // stalled: the coordinator names the ranks behind (by their last completed collective).
   int64_t stall_ms = 60000;
+  // The teams' quotas as in force now (the principals file's teams:; Scheduler::Options).
+  std::function<std::shared_ptr<const TeamQuotas>()> quotas;
   // Deadlines of the commit, listing and delete calls to the shard servers.
   shardserver::ShardDeadlines shard_deadlines{};
 };
@@ -115,6 +117,13 @@ class Cluster {
   // Why a queued parallel: auto job was not placed at the last pass (empty: nothing to add
   // to the usual wait for workers).
   std::string AutoWaitReason(const std::string& job_id);
+  // Why the last pass held a queued job for its team's quota or cap (empty: it did not).
+  std::string QuotaHold(const std::string& job_id);
+  // Neither takes mu_ (a listing's waiting_for does not wait for a pass).
+  bool QuotasInForce();
+  // Every team's quota, use and queued jobs (GetQuotas): the teams the quotas name and those
+  // with placed or queued jobs, by name.
+  v1::GetQuotasResponse QuotaReport();
 
   // Rendezvous store of a job generation (NCCL unique ids, Gloo addresses). Keys live until
   // the job leaves its placement. A Put or Get naming another generation than the job's
@@ -210,6 +219,10 @@ class Cluster {
     Cluster* c_;
   };
   SchedulerHost scheduler_host_{this};
+  // The last pass's quota holds (Scheduler::quota_holds), for the service's waiting_for
+  // without mu_ (which a pass holds): published after each pass.
+  std::mutex holds_mu_;
+  std::shared_ptr<const Scheduler::QuotaHolds> holds_ = std::make_shared<const Scheduler::QuotaHolds>();
   Scheduler scheduler_;  // under mu_ and job_mu_
 };
 

@@ -53,6 +53,12 @@ int main(int argc, char** argv) {
     }
     options.planner_cluster = *std::move(cluster);
   }
+  if (principals->file) {  // the teams' quotas, as the file in force gives them
+    options.quotas = [file = principals->file.get()]() -> std::shared_ptr<const gantry::TeamQuotas> {
+      auto set = file->current();
+      return std::shared_ptr<const gantry::TeamQuotas>(set, &set->teams());
+    };
+  }
   gantry::coordinator::Cluster cluster(store->get(), &registry, options);
   if (auto s = cluster.Recover(); !s.ok()) {
     LOG(ERROR) << s;
@@ -73,7 +79,15 @@ int main(int argc, char** argv) {
   LOG(INFO) << "gantry-coordinator serving gRPC on port " << port << ", metrics on port " << (*http)->port()
             << ", data in " << FLAGS_data_dir;
   gantry::WriteReadyFile(FLAGS_ready_file, port, (*http)->port());
-  gantry::WaitForTermination(sigs, principals->reload);  // SIGHUP: the principals file again
+  // SIGHUP: the principals file again, and a pass for the quotas it may have changed.
+  std::function<void()> reload;
+  if (principals->reload) {
+    reload = [&] {
+      principals->reload();
+      cluster.RequestSchedule();
+    };
+  }
+  gantry::WaitForTermination(sigs, reload);
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   (*server)->Wait();
   LOG(INFO) << "stopped";

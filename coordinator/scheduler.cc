@@ -3,7 +3,9 @@
 
 #include <glog/logging.h>
 
+#include <deque>
 #include <optional>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_state.h"
@@ -75,8 +77,44 @@ void Scheduler::ResolveQueued() {
   }
 }
 
+std::shared_ptr<const TeamQuotas> Scheduler::Quotas() const {
+  auto q = options_.quotas ? options_.quotas() : nullptr;
+  return q && !q->empty() ? q : nullptr;
+}
+
+bool Scheduler::QuotasInForce() const { return Quotas() != nullptr; }
+
+quota::Usage Scheduler::PlacedUse() const {
+  // From the store's index: no record is read unless its device kind is not known yet.
+  quota::Usage usage;
+  for (const auto& [job, device] : store_->PlacedBriefs()) {
+    std::string kind = device;
+    if (kind.empty()) {
+      auto full = store_->GetJob(job->id());
+      const auto spec = full.ok() ? specs_->Of(*full) : nullptr;
+      kind = spec ? spec->resources.device : "cpu";
+    }
+    quota::Use& u = usage[job->team()];
+    u.slots[kind] += job->world_size();
+    ++u.jobs;
+  }
+  return usage;
+}
+
+std::string Scheduler::QuotaHold(const std::string& job_id) const {
+  auto it = quota_holds_->find(job_id);
+  return it == quota_holds_->end() ? std::string() : it->second;
+}
+
 std::vector<Scheduler::Placement> Scheduler::Decide(const std::vector<std::string>& shard_addrs, int64_t now,
                                                     std::vector<Store::Update>* updates) {
+  if (const auto quotas = Quotas()) {
+    QuotaHolds holds;
+    auto placements = DecideWithQuotas(*quotas, shard_addrs, now, updates, &holds);
+    quota_holds_ = std::make_shared<const QuotaHolds>(std::move(holds));
+    return placements;
+  }
+  if (!quota_holds_->empty()) quota_holds_ = std::make_shared<const QuotaHolds>();
   std::vector<Placement> placements;
   std::set<const Member*> taken;  // a worker chosen for one placement is not offered to the next
   // First come, first served within a device kind (resources.device): a job that cannot be
@@ -100,10 +138,90 @@ std::vector<Scheduler::Placement> Scheduler::Decide(const std::vector<std::strin
   return placements;
 }
 
+std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& quotas,
+                                                              const std::vector<std::string>& shard_addrs, int64_t now,
+                                                              std::vector<Store::Update>* updates,
+                                                              QuotaHolds* holds) {
+  std::vector<Placement> placements;
+  std::set<const Member*> taken;
+  quota::Usage usage = PlacedUse();
+  for (const std::string& device : store_->QueuedDevices()) {
+    // The kind's queue in the store's order (priority, restarting first, submission), each
+    // team's jobs apart: a team's own jobs keep that order.
+    // From the store's index (brief records): a job's record is read when its turn comes.
+    struct Queued {
+      placement::QueueKey key;
+      Store::BriefJob brief;
+    };
+    std::map<std::string, std::deque<Queued>> by_team;
+    for (auto& [key, brief] : store_->QueuedBriefs(device)) {
+      const std::string team = brief->team();
+      by_team[team].push_back({key, std::move(brief)});
+    }
+    std::map<std::string, std::string> held;  // team → why it waits at this kind in this pass
+    while (true) {
+      // Next: the highest priority among the teams' heads; within it the lowest dominant share;
+      // then the queue's order (restarting first, then age).
+      std::string next;
+      std::tuple<int32_t, double, const placement::QueueKey*> best{0, 0, nullptr};
+      for (const auto& [team, q] : by_team) {
+        if (q.empty() || held.count(team)) continue;
+        const placement::QueueKey& k = q.front().key;
+        const double share = quota::DominantShare(quotas, usage, team);
+        const auto& [bp, bs, bk] = best;
+        if (bk == nullptr || k.priority > bp || (k.priority == bp && (share < bs || (share == bs && k < *bk)))) {
+          best = {k.priority, share, &k};
+          next = team;
+        }
+      }
+      if (std::get<2>(best) == nullptr) break;
+      std::deque<Queued>& q = by_team[next];
+      const std::string id = q.front().key.id;
+      q.pop_front();
+      auto job = store_->GetJob(id);
+      if (!job.ok()) continue;
+      const auto spec_ptr = specs_->Of(*job);
+      if (!spec_ptr || spec_ptr->resources.device != device) continue;  // resolved: not expected
+      const jobspec::JobSpec& spec = *spec_ptr;
+      // The cap and the quota for the fewest ranks it can start on first; then what it would take.
+      if (std::string why = quota::HoldReason(quotas, usage, next, device, spec.MinWorld()); !why.empty()) {
+        (*holds)[id] = why;
+        held[next] = why;
+        continue;
+      }
+      Placement p;
+      const Outcome o = PlaceOne(*std::move(job), spec, shard_addrs, now, taken, &p, updates,
+                                 quota::Room(quotas, usage, next, device));
+      if (o == Outcome::kWaits) break;  // workers: the jobs of its kind behind it wait with it
+      if (o == Outcome::kSkipped) continue;
+      if (o == Outcome::kHeld) {
+        std::string why = quota::HoldReason(quotas, usage, next, device, p.job.world_size());
+        if (why.empty()) {
+          why = absl::StrCat("team ", next, " near its quota: ", quota::Room(quotas, usage, next, device), " ",
+                             quota::SlotsName(device, 2), " left, fewer than its layout takes");
+        }
+        (*holds)[id] = why;
+        held[next] = why;
+        continue;
+      }
+      for (const auto& [w, local] : p.chosen) taken.insert(w);
+      quota::Use& u = usage[next];
+      u.slots[device] += p.job.world_size();
+      ++u.jobs;
+      placements.push_back(std::move(p));
+    }
+    // The jobs of a held team behind its head wait for the same reason.
+    for (const auto& [team, why] : held) {
+      for (const Queued& item : by_team[team]) (*holds)[item.key.id] = why;
+    }
+  }
+  return placements;
+}
+
 Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec,
                                        const std::vector<std::string>& shard_addrs, int64_t now,
                                        const std::set<const Member*>& taken, Placement* p,
-                                       std::vector<Store::Update>* updates) {
+                                       std::vector<Store::Update>* updates, int64_t room) {
   const std::string& device = spec.resources.device;
   if (job.state() == v1::RESTARTING) {
     if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
@@ -139,10 +257,21 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
   }
   const jobspec::JobSpec& placed_spec = chose ? chose->spec : spec;
   const int tp = placed_spec.parallel.tp, pp = placed_spec.parallel.pp;
+  const int idle_slots_n = members_->Count(device, taken).idle_slots;
+  // An elastic job takes no more than its team's quota leaves.
+  const int elastic_slots = room >= 0 ? static_cast<int>(std::min<int64_t>(idle_slots_n, room)) : idle_slots_n;
   const int world = chose                    ? placed_spec.world_size()
-                    : spec.elastic.enabled() ? spec.WorldFor(members_->Count(device, taken).idle_slots)
+                    : spec.elastic.enabled() ? spec.WorldFor(elastic_slots)
                                              : spec.world_size();
+  if (world == 0 && spec.elastic.enabled() && !chose && spec.WorldFor(idle_slots_n) > 0) {
+    p->job.set_world_size(spec.MinWorld());
+    return Outcome::kHeld;  // the workers are there; the quota is not
+  }
   if (world == 0) return Outcome::kWaits;  // not even its smallest dp: it waits (first come, first served)
+  if (room >= 0 && world > room) {
+    p->job.set_world_size(world);  // what it would take, for the hold's reason
+    return Outcome::kHeld;
+  }
   std::vector<placement::IdleWorker> idle_slots;
   for (const Member* w : idle) idle_slots.push_back({w->info.resources().host(), placement::SlotsOf(w->info.resources())});
   for (const auto& slot : chose ? chose->slots : placement::ChooseSlots(idle_slots, world, tp)) {
@@ -300,7 +429,12 @@ int Scheduler::GrowTarget(const v1::Job& job, const jobspec::JobSpec& spec) cons
   // Queued jobs of its device kind come first: growing is only for workers nobody waits for
   // (a queued job whose spec was not read yet may be of its kind).
   if (store_->AnyQueued(spec.resources.device) || !store_->Unresolved().empty()) return 0;
-  const int target = spec.WorldFor(job.world_size() + members_->Count(spec.resources.device).idle_slots);
+  int64_t more = members_->Count(spec.resources.device).idle_slots;
+  if (const auto quotas = Quotas()) {  // no more than its team's quota leaves
+    const int64_t room = quota::Room(*quotas, PlacedUse(), job.team(), spec.resources.device);
+    if (room >= 0) more = std::min(more, room);
+  }
+  const int target = spec.WorldFor(job.world_size() + static_cast<int>(more));
   return target > job.world_size() ? target : 0;
 }
 

@@ -1,5 +1,7 @@
 // The scheduler: places queued jobs on idle workers, first come, first served within a device
-// kind, all ranks of a job or none. A pass decides every placement it can, commits them in
+// kind, all ranks of a job or none. With team quotas (Options::quotas, coordinator/quota.h) a
+// team at its quota or its cap of running jobs waits without holding back other teams, and
+// within a priority the team with the lowest dominant share goes first, then age. A pass decides every placement it can, commits them in
 // one durable write, then sends the assignments; a placement starts from the resume point the
 // committed checkpoints give (the coordinator's record and what the shard servers list). It
 // also says how far an elastic job may grow when workers come free.
@@ -9,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <map>
 #include <optional>
 #include <set>
@@ -21,6 +25,7 @@
 #include "common/metrics.h"
 #include "coordinator/auto_placer.h"
 #include "coordinator/membership.h"
+#include "coordinator/quota.h"
 #include "coordinator/spec_cache.h"
 #include "coordinator/store.h"
 #include "coordinator/watchers.h"
@@ -51,6 +56,9 @@ class Scheduler {
     // parallel: auto jobs are planned on this cluster (the coordinator's --cluster); none:
     // jobspec::DefaultCluster of the workers' device kind (coordinator/auto_placer.h).
     std::optional<jobspec::ClusterSpec> planner_cluster;
+    // The teams' quotas as in force now (the principals file's teams:, reloaded on SIGHUP),
+    // read at each pass. Unset, null or empty: no quotas, and placement is as without them.
+    std::function<std::shared_ptr<const TeamQuotas>()> quotas;
   };
   Scheduler(Store* store, Membership* members, SpecCache* specs, Watchers* watchers, metrics::Registry* registry,
             Host* host, Options options, int64_t started_ms);
@@ -71,6 +79,20 @@ class Scheduler {
   // Why a queued parallel: auto job at the head of its queue was not placed at the last pass
   // (empty: it was not, or nothing but the usual wait for workers).
   std::string AutoWaitReason(const std::string& job_id) const;
+  // Why the last pass held a queued job for its team's quota or cap (empty: it did not), e.g.
+  // "team vision at its quota: 16 of 16 GPUs".
+  std::string QuotaHold(const std::string& job_id) const;
+  // The same for every job the last pass held (job id → why): an immutable map, replaced by
+  // each pass, that a reader may keep without the owner's locks.
+  using QuotaHolds = std::map<std::string, std::string>;
+  std::shared_ptr<const QuotaHolds> quota_holds() const { return quota_holds_; }
+  // Whether quotas are in force (Options::quotas gives a non-empty set). Reads only the
+  // options: callable without the owner's locks.
+  bool QuotasInForce() const;
+  // The quotas in force now; null: none.
+  std::shared_ptr<const TeamQuotas> Quotas() const;
+  // What each team has placed now (SCHEDULED and RUNNING jobs; coordinator/quota.h).
+  quota::Usage PlacedUse() const;
 
   // One job's placement in a pass.
   struct Placement {
@@ -90,12 +112,20 @@ class Scheduler {
   void ResolveQueued();
   std::vector<Placement> Decide(const std::vector<std::string>& shard_addrs, int64_t now,
                                 std::vector<Store::Update>* updates);
+  // Decide's walk with quotas: per device kind and priority, the team of the lowest dominant
+  // share first (then the queue's order); a team held by its quota or cap waits, with the
+  // jobs of its team behind it in that kind, and the others go on.
+  std::vector<Placement> DecideWithQuotas(const TeamQuotas& quotas, const std::vector<std::string>& shard_addrs,
+                                          int64_t now, std::vector<Store::Update>* updates, QuotaHolds* holds);
   // One queued job, at the head of its kind's queue, on the idle workers not taken yet:
   // placed (*p filled, its update appended), or it waits (and the jobs of its kind behind it
-  // with it), or it is skipped (it failed, or its record cannot move; the walk goes on).
-  enum class Outcome { kPlaced, kWaits, kSkipped };
+  // with it), or it is skipped (it failed, or its record cannot move; the walk goes on), or
+  // it is held: the ranks it would take exceed `room`, what its team's quota leaves of its
+  // kind (-1: no limit; an elastic job takes no more than room).
+  enum class Outcome { kPlaced, kWaits, kSkipped, kHeld };
   Outcome PlaceOne(v1::Job job, const jobspec::JobSpec& spec, const std::vector<std::string>& shard_addrs, int64_t now,
-                   const std::set<const Member*>& taken, Placement* p, std::vector<Store::Update>* updates);
+                   const std::set<const Member*>& taken, Placement* p, std::vector<Store::Update>* updates,
+                   int64_t room = -1);
   void Send(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs, int64_t now);
   // What the shard servers hold of a job (its own newest whole checkpoint and its resume_from
   // job's) is known for its current generation; else the lookup starts, and false.
@@ -124,6 +154,7 @@ class Scheduler {
   std::map<std::string, StoredSteps> stored_;  // job id → its lookup, for the placement it serves
   AutoPlacer auto_placer_;                      // parallel: auto jobs' workers and layout
   std::map<std::string, std::string> auto_waits_;  // job id → why its last pass did not place it
+  std::shared_ptr<const QuotaHolds> quota_holds_ = std::make_shared<const QuotaHolds>();  // the last pass's holds
 };
 
 }  // namespace gantry::coordinator

@@ -25,6 +25,11 @@ namespace {
 // What authorisation knows of a job: its id, owner and team.
 AuthzObject ObjectOf(const v1::Job& job) { return AuthzObject::Job(job.id(), job.owner(), job.team()); }
 
+// Whether who may read every team's quota (viewers, admins), not only a team of their own.
+bool MayReadQuotaOfEveryTeam(const Principal& who) {
+  return Authorize(who, Action::kReadQuota, AuthzObject::Cluster()).ok();
+}
+
 // A listing's filters (ListJobsRequest's owner, team and mine) on a job.
 bool Matches(const v1::ListJobsRequest& req, const Principal& who, const v1::Job& job) {
   if (!req.owner().empty() && job.owner() != req.owner()) return false;
@@ -326,9 +331,17 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const QueuePosi
   }
   if (at.first == 0) return absl::OkStatus();
   job->set_queue_position(at.first);
+  // Held by its team's quota or cap at the last pass: that is why, wherever it stands.
+  if (std::string hold = cluster_->QuotaHold(job->id()); !hold.empty()) {
+    job->set_waiting_for(std::move(hold));
+    return absl::OkStatus();
+  }
   if (at.first > 1) {
     job->set_waiting_for(absl::StrCat("queued behind ", at.second,
-                                      " (placement is first come, first served within a priority and device kind)"));
+                                      cluster_->QuotasInForce()
+                                          ? " (placement is by priority, then the team's share of its quota, then age, "
+                                            "within a device kind)"
+                                          : " (placement is first come, first served within a priority and device kind)"));
     return absl::OkStatus();
   }
   const Cluster::WorkerCounts n = cluster_->CountWorkers(own_device);
@@ -590,6 +603,22 @@ grpc::ServerUnaryReactor* CoordinatorService::WhoAmI(grpc::CallbackServerContext
     resp->set_team(who.team);
     resp->set_role(std::string(RoleName(who.role)));
     resp->set_authenticated_by(who.via);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetQuotas(grpc::CallbackServerContext* ctx,
+                                                        const v1::GetQuotasRequest* req, v1::GetQuotasResponse* resp) {
+  return ServeSlow(ctx, [this, req, resp](const Principal& who) -> absl::Status {
+    // One team asked for, or a user's own; viewers and admins may ask for every team.
+    const bool every = req->team().empty() && MayReadQuotaOfEveryTeam(who);
+    const std::string team = req->team().empty() ? who.team : req->team();
+    if (!every) RETURN_IF_ERROR(Authorize(who, Action::kReadQuota, AuthzObject::Team(team)));
+    v1::GetQuotasResponse all = cluster_->QuotaReport();
+    resp->set_quotas_in_force(all.quotas_in_force());
+    for (auto& t : *all.mutable_teams()) {
+      if (every || t.team() == team) *resp->add_teams() = std::move(t);
+    }
     return absl::OkStatus();
   });
 }

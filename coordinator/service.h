@@ -50,6 +50,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                              v1::ListShardServersResponse* resp) override;
   grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* ctx, const v1::WhoAmIRequest* req,
                                    v1::WhoAmIResponse* resp) override;
+  grpc::ServerUnaryReactor* GetQuotas(grpc::CallbackServerContext* ctx, const v1::GetQuotasRequest* req,
+                                      v1::GetQuotasResponse* resp) override;
 
  private:
   // Queue position and "waiting for" of a queued job; positions: every queued job's place

@@ -368,6 +368,28 @@ std::vector<std::string> Store::JobsIn(v1::JobState state) const {
   return out;
 }
 
+std::vector<std::pair<placement::QueueKey, Store::BriefJob>> Store::QueuedBriefs(const std::string& device) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  std::vector<std::pair<placement::QueueKey, BriefJob>> out;
+  auto q = queues_.find(device);
+  if (q == queues_.end()) return out;
+  out.reserve(q->second.size());
+  for (const placement::QueueKey& k : q->second) {
+    auto it = index_.find(k.id);
+    if (it != index_.end()) out.emplace_back(k, it->second.brief);
+  }
+  return out;
+}
+
+std::vector<std::pair<Store::BriefJob, std::string>> Store::PlacedBriefs() const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  std::vector<std::pair<BriefJob, std::string>> out;
+  for (const auto& [id, b] : index_) {
+    if (b.state == v1::SCHEDULED || b.state == v1::RUNNING) out.emplace_back(b.brief, b.resolved ? b.device : "");
+  }
+  return out;
+}
+
 std::map<v1::JobState, int64_t> Store::CountByState() const {
   std::lock_guard<std::mutex> l(index_mu_);
   return by_state_;

@@ -93,6 +93,13 @@ class Store {
   std::map<std::string, std::pair<int64_t, std::string>> QueuePositions() const;
   // The jobs in a state, in id order.
   std::vector<std::string> JobsIn(v1::JobState state) const;
+  // The queued jobs of `device` in placement order, as the index holds them (brief records:
+  // no spec texts), without reading the store: what the quota walk orders by team.
+  using BriefJob = std::shared_ptr<const v1::Job>;
+  std::vector<std::pair<placement::QueueKey, BriefJob>> QueuedBriefs(const std::string& device) const;
+  // The placed jobs (SCHEDULED, RUNNING), brief, each with its device kind ("" while its spec
+  // has not been read): what a team uses.
+  std::vector<std::pair<BriefJob, std::string>> PlacedBriefs() const;
   std::map<v1::JobState, int64_t> CountByState() const;
 
  private:

@@ -15,7 +15,8 @@ const std::vector<Action> kEveryAction = {
     Action::kSubmitJob,       Action::kReadJob,         Action::kListJobs,         Action::kCancelJob,
     Action::kListWorkers,     Action::kListShardServers, Action::kWhoAmI,          Action::kAttach,
     Action::kRendezvous,      Action::kRegisterShardServer, Action::kWriteCheckpoint, Action::kCommitCheckpoint,
-    Action::kListCheckpoints, Action::kReadCheckpoint,  Action::kDeleteCheckpoint, Action::kParamServer};
+    Action::kListCheckpoints, Action::kReadCheckpoint,  Action::kDeleteCheckpoint, Action::kParamServer,
+    Action::kReadQuota};
 
 Principal User(const char* name, const char* team, Role role) {
   Principal p;

@@ -161,7 +161,7 @@ TEST(PrincipalSetTest, AnUnknownKindOrFieldIsRefusedWithItsLine) {
             "p.yaml:11: users[2].teem: unknown field (known: name, team, role, token_sha256, certificate)");
   EXPECT_EQ(Refusal(absl::StrReplaceAll(ExampleFile(), {{"    kind: worker\n", "    kind: worker\n    team: x\n"}})),
             "p.yaml:17: services[0].team: unknown field (known: name, kind, token_sha256, certificate)");
-  EXPECT_EQ(Refusal("users: []\ngroups: []\n"), "p.yaml:2: groups: unknown field (known: services, users)");
+  EXPECT_EQ(Refusal("users: []\ngroups: []\n"), "p.yaml:2: groups: unknown field (known: services, teams, users)");
   EXPECT_EQ(Refusal(absl::StrReplaceAll(ExampleFile(), {{"    role: viewer\n", "    role: viewer\n    role: admin\n"}})),
             "p.yaml:13: users[2].role: appears twice");
 }
@@ -187,6 +187,70 @@ TEST(PrincipalSetTest, BadValuesAreNamed) {
   EXPECT_EQ(Refusal("users:\n  - alice\n"),
             "p.yaml:2: users[0]: must be a mapping (name, team, role, token_sha256 and/or certificate), not 'alice'");
   EXPECT_EQ(Refusal("- alice\n"), "p.yaml:1: (top level): must be a mapping with users and services, not a sequence");
+}
+
+// teams: (the coordinator's quotas): what a good section gives, and each bad entry refused
+// with its line and field.
+constexpr char kTeams[] =
+    "teams:\n"                            // 21
+    "  - name: vision\n"                  // 22
+    "    quota: {cuda: 16, cpu: 4}\n"     // 23
+    "    max_running_jobs: 3\n"           // 24
+    "  - name: nlp\n"                     // 25
+    "    quota:\n"                        // 26
+    "      cuda: 0\n";                    // 27
+
+TEST(PrincipalSetTest, TeamsGiveQuotasPerDeviceKindAndACap) {
+  auto set = Parse(ExampleFile() + kTeams);
+  ASSERT_TRUE(set.ok()) << set.status();
+  ASSERT_EQ(set->teams().size(), 2u);
+  const TeamQuota& vision = set->teams().at("vision");
+  EXPECT_EQ(vision.nominal, (std::map<std::string, int64_t>{{"cpu", 4}, {"cuda", 16}}));
+  EXPECT_EQ(vision.max_running_jobs, 3);
+  EXPECT_EQ(vision.line, 22);
+  const TeamQuota& nlp = set->teams().at("nlp");
+  EXPECT_EQ(nlp.nominal, (std::map<std::string, int64_t>{{"cuda", 0}}));
+  EXPECT_EQ(nlp.max_running_jobs, 0);
+  // No teams: section: no quotas, and the identities are the same.
+  auto plain = Parse(ExampleFile());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->teams().empty());
+  EXPECT_EQ(plain->size(), set->size());
+}
+
+TEST(PrincipalSetTest, BadTeamsAreRefusedWithLineAndField) {
+  const std::string base = ExampleFile();
+  const struct {
+    std::string from, to, error;
+  } cases[] = {
+      {"cuda: 16", "gpu: 16", "p.yaml:23: teams[0].quota.gpu: unknown device kind (cpu, cuda, cuda-emulated)"},
+      {"cuda: 16", "cuda: -1", "p.yaml:23: teams[0].quota.cuda: '-1' is not a whole number of 0 or more"},
+      {"cuda: 16", "cuda: 1.5", "p.yaml:23: teams[0].quota.cuda: '1.5' is not a whole number of 0 or more"},
+      {"cuda: 16", "cuda: lots", "p.yaml:23: teams[0].quota.cuda: 'lots' is not a whole number of 0 or more"},
+      {"cpu: 4", "cuda: 4", "p.yaml:23: teams[0].quota.cuda: appears twice"},
+      {"max_running_jobs: 3", "max_running_jobs: 0",
+       "p.yaml:24: teams[0].max_running_jobs: '0' is not a whole number of 1 or more"},
+      {"max_running_jobs: 3", "max_jobs: 3",
+       "p.yaml:24: teams[0].max_jobs: unknown field (known: name, quota, max_running_jobs)"},
+      {"quota: {cuda: 16, cpu: 4}", "quota: 16",
+       "p.yaml:23: teams[0].quota: must be a mapping of device kind to slots ({cuda: 16, cpu: 4}), not '16'"},
+      {"  - name: nlp", "  - name: vision", "p.yaml:25: teams[1].name: team 'vision' is already named at line 22"},
+      {"  - name: nlp", "  - name: n/l/p",
+       "p.yaml:25: teams[1].name: 'n/l/p' is not a team name (1 to 128 letters, digits, '.', '_', '@', '-')"},
+      {"  - name: nlp\n    quota:\n      cuda: 0\n", "  - name: nlp\n",
+       "p.yaml:25: teams[1]: team nlp names neither quota nor max_running_jobs"},
+      {"  - name: vision\n    quota: {cuda: 16, cpu: 4}\n    max_running_jobs: 3\n", "  - vision\n",
+       "p.yaml:22: teams[0]: must be a mapping (name, quota, max_running_jobs), not 'vision'"},
+  };
+  for (const auto& c : cases) {
+    const std::string teams = absl::StrReplaceAll(kTeams, {{c.from, c.to}});
+    ASSERT_NE(teams, kTeams) << c.from;
+    EXPECT_EQ(Refusal(base + teams), c.error) << c.from << " -> " << c.to;
+  }
+  EXPECT_EQ(Refusal(base + "teams: vision\n"), "p.yaml:21: teams: must be a list of teams, not 'vision'");
+  EXPECT_EQ(Refusal(base + "teams:\n  - quota: {cpu: 1}\n"), "p.yaml:22: teams[0].name: is required");
+  // Teams alone name no identity.
+  EXPECT_EQ(Refusal(kTeams), "p.yaml:1: (top level): the file names no identity (users, services)");
 }
 
 TEST(PrincipalSetTest, AFileThatNamesNobodyIsRefused) {
@@ -337,4 +401,20 @@ TEST_F(PrincipalsFileTest, ATokenRevokedByAReloadIsRefusedFromThenOn) {
 }
 
 }  // namespace
+TEST_F(PrincipalsFileTest, QuotasChangeOnReloadAndABadTeamKeepsThePrevious) {
+  Write(ExampleFile() + kTeams);
+  auto file = PrincipalsFile::Load(path_);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->current()->teams().at("vision").nominal.at("cuda"), 16);
+  Write(absl::StrReplaceAll(ExampleFile() + kTeams, {{"cuda: 16", "cuda: 24"}}));
+  ASSERT_TRUE((*file)->Reload().ok());
+  EXPECT_EQ((*file)->current()->teams().at("vision").nominal.at("cuda"), 24);
+  Write(absl::StrReplaceAll(ExampleFile() + kTeams, {{"cuda: 16", "cuda: many"}}));
+  EXPECT_FALSE((*file)->Reload().ok());
+  EXPECT_EQ((*file)->current()->teams().at("vision").nominal.at("cuda"), 24) << "the previous quotas stay";
+  Write(ExampleFile());  // the section removed: no quotas from then on
+  ASSERT_TRUE((*file)->Reload().ok());
+  EXPECT_TRUE((*file)->current()->teams().empty());
+}
+
 }  // namespace gantry

@@ -47,6 +47,15 @@ class AuthzRpcTest : public ::testing::Test, protected ServedCoordinator {
   void SetUp() override {
     file_ = testing::ServeAuthzPrincipals(path_);
     ASSERT_NE(file_, nullptr);
+    // Quotas for both teams (GetQuotas): vision's 0 cpu slots hold its jobs.
+    quotas_ = [] {
+      auto q = std::make_shared<TeamQuotas>();
+      (*q)["vision"].team = "vision";
+      (*q)["vision"].nominal["cpu"] = 0;
+      (*q)["nlp"].team = "nlp";
+      (*q)["nlp"].max_running_jobs = 2;
+      return std::shared_ptr<const TeamQuotas>(std::move(q));
+    };
     StartServer(dir_.File("db"));
   }
   void TearDown() override {
@@ -161,6 +170,13 @@ TEST_F(AuthzRpcTest, EveryMethodAgainstEveryCaller) {
                        v1::WhoAmIResponse resp;
                        return FromGrpc(stub_->WhoAmI(As(c).get(), v1::WhoAmIRequest(), &resp));
                      }};
+
+  table["GetQuotas"] = {job_readers, [&](Caller c) {  // team vision's: its users, viewers, admins
+                         v1::GetQuotasRequest req;
+                         req.set_team("vision");
+                         v1::GetQuotasResponse resp;
+                         return FromGrpc(stub_->GetQuotas(As(c).get(), req, &resp));
+                       }};
 
   testing::CheckCoversService(table, "gantry.v1.Coordinator");
   testing::CheckEveryCaller(table);
@@ -315,6 +331,64 @@ TEST_F(AuthzRpcTest, EventsSayWhoSubmittedAndWhoCancelled) {
                                 "cancelled by user alice (team vision, role user)", "CANCELLED"}));
   EXPECT_EQ(messages(b), (Lines{"PENDING", "submitted by user alice (team vision, role user)",
                                 "cancelled by user root (role admin)", "CANCELLED"}));
+}
+
+// GetQuotas: a user sees their own team (asking for another is refused, naming the team),
+// viewers and admins every team; what it holds: the quota, the queued and held jobs.
+TEST_F(AuthzRpcTest, QuotasAreReadByTeam) {
+  const std::string job = Submit(Caller::kOwner);  // vision's: held by its quota of 0 cpu slots
+  auto teams = [&](Caller c, const std::string& team, grpc::Status* status = nullptr) {
+    v1::GetQuotasRequest req;
+    req.set_team(team);
+    v1::GetQuotasResponse resp;
+    const grpc::Status s = stub_->GetQuotas(As(c).get(), req, &resp);
+    if (status != nullptr) *status = s;
+    else EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.quotas_in_force(), s.ok());
+    std::vector<std::string> out;
+    for (const auto& t : resp.teams()) out.push_back(t.team());
+    return out;
+  };
+  EXPECT_EQ(teams(Caller::kOwner, ""), std::vector<std::string>{"vision"});
+  EXPECT_EQ(teams(Caller::kOtherTeam, ""), std::vector<std::string>{"nlp"});
+  EXPECT_EQ(teams(Caller::kViewer, ""), (std::vector<std::string>{"nlp", "vision"}));
+  EXPECT_EQ(teams(Caller::kAdmin, ""), (std::vector<std::string>{"nlp", "vision"}));
+  grpc::Status s;
+  teams(Caller::kOtherTeam, "vision", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(),
+            "user erin (team nlp, role user) may not read the quota of team vision: users read only their own team's "
+            "quota");
+  teams(Caller::kWorker, "", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // What vision's row holds once a pass has run: a shard server registers (the start's grace
+  // is long), and a pass is asked for as a submission does.
+  {
+    v1::RegisterShardServerRequest r;
+    r.set_address("127.0.0.1:1");
+    v1::RegisterShardServerResponse rr;
+    ASSERT_TRUE(stub_->RegisterShardServer(As(Caller::kShardServer).get(), r, &rr).ok());
+  }
+  cluster_->JobSubmitted();
+  v1::GetQuotasRequest req;
+  req.set_team("vision");
+  v1::GetQuotasResponse resp;
+  ASSERT_TRUE(stub_->GetQuotas(As(Caller::kOwner).get(), req, &resp).ok());
+  ASSERT_EQ(resp.teams_size(), 1);
+  const v1::TeamQuotaStatus& t = resp.teams(0);
+  ASSERT_EQ(t.devices_size(), 1);
+  EXPECT_EQ(t.devices(0).device(), "cpu");
+  EXPECT_EQ(t.devices(0).nominal(), 0);
+  EXPECT_EQ(t.devices(0).used(), 0);
+  EXPECT_EQ(t.queued_jobs(), 1);
+  EXPECT_EQ(t.running_jobs(), 0);
+  EXPECT_EQ(t.held_jobs(), 1);
+  // The job says why it waits.
+  v1::GetJobRequest get;
+  get.set_job_id(job);
+  v1::Job got;
+  ASSERT_TRUE(stub_->GetJob(As(Caller::kOwner).get(), get, &got).ok());
+  EXPECT_EQ(got.waiting_for(), "team vision's quota of 0 cpu slots is less than the 1 this job needs");
 }
 
 }  // namespace

@@ -88,6 +88,7 @@ class ServedCoordinator {
     store_ = *Store::Open(db);
     ClusterOptions o;
     o.placement_grace_ms = 60000;
+    o.quotas = quotas_;
     cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
     service_ = std::make_unique<CoordinatorService>(store_.get(), cluster_.get(), &registry_);
     grpc::ServerBuilder b;
@@ -112,6 +113,8 @@ class ServedCoordinator {
     store_.reset();
   }
 
+  // The teams' quotas the cluster is given (ClusterOptions::quotas); unset: none.
+  std::function<std::shared_ptr<const TeamQuotas>()> quotas_;
   metrics::Registry registry_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Cluster> cluster_;

@@ -310,5 +310,218 @@ TEST_F(SchedulerTest, AnAutoJobThatFitsOnlyAllTheAttachedWorkersWaitsForThem) {
   EXPECT_EQ(scheduler_.AutoWaitReason(id), "");
 }
 
+// Team quotas (coordinator/quota.h): one pass over queued jobs of teams with quotas, some
+// jobs already running, and what each queued job is after it: placed, waiting for workers
+// (""), or held with its reason. Every case runs one pass at a time past the start's grace.
+struct QuotaJob {
+  std::string name, team;
+  int world = 1;
+  int priority = 16;
+  bool running = false;  // already placed (RUNNING): counts as its team's use
+  std::string device = "cpu";
+  std::string expect;  // queued jobs: "placed", "" (waits for workers) or the hold's reason
+};
+struct QuotaCase {
+  std::string name;
+  TeamQuotas quotas;
+  int cpu_workers = 0;
+  std::vector<QuotaJob> jobs;
+};
+
+void PrintTo(const QuotaCase& c, std::ostream* os) { *os << c.name; }
+
+TeamQuota Quota(const std::string& team, std::map<std::string, int64_t> nominal, int64_t max_running_jobs = 0) {
+  TeamQuota q;
+  q.team = team;
+  q.nominal = std::move(nominal);
+  q.max_running_jobs = max_running_jobs;
+  return q;
+}
+
+TeamQuotas Quotas(std::vector<TeamQuota> teams) {
+  TeamQuotas out;
+  for (auto& t : teams) out[t.team] = t;
+  return out;
+}
+
+class SchedulerQuotaTest : public SchedulerTest, public ::testing::WithParamInterface<QuotaCase> {
+ protected:
+  std::string QueueJob(const QuotaJob& q, const std::string& more_yaml = "") {
+    v1::Job j;
+    j.set_name(q.name);
+    j.set_team(q.team);
+    j.set_owner(q.name);
+    j.set_priority(q.priority);
+    j.set_state(q.running ? v1::RUNNING : v1::PENDING);
+    j.set_world_size(q.world);
+    j.set_spec_yaml(absl::StrCat("model: {n_layer: 1, n_head: 1, n_embd: 8, vocab_size: 16, seq_len: 8}\n",
+                                 "data: {train: /nonexistent.bin}\ntrain: {steps: 100, micro_batch: 1, ",
+                                 more_yaml.empty() ? "" : "global_batch: 12, ", "lr: 1.0e-3}\n",
+                                 "parallel: {dp: ", q.world, "}\nresources: {device: ", q.device, "}\n", more_yaml));
+    const std::string id = *store_->CreateJob(j);
+    if (q.running) {
+      v1::Job placed = *store_->GetJob(id);
+      EXPECT_TRUE(specs_.Of(placed)) << q.name;  // its device kind known, as for a job placed by this coordinator
+    }
+    return id;
+  }
+  std::unique_ptr<Scheduler> WithQuotas(std::function<std::shared_ptr<const TeamQuotas>()> quotas) {
+    Scheduler::Options o{/*placement_grace_ms=*/100, /*checkpoint_server_wait_ms=*/1000};
+    o.quotas = std::move(quotas);
+    return std::make_unique<Scheduler>(store_.get(), &members_, &specs_, &watchers_, &registry_, &host_, o, 0);
+  }
+  std::vector<std::unique_ptr<FakeSession>> sessions_;
+};
+
+std::vector<QuotaCase> QuotaCases() {
+  return {
+      {"a team at its quota waits; another team's job behind it goes",
+       Quotas({Quota("vision", {{"cpu", 2}})}),
+       4,
+       {{"v1", "vision", 2, 16, false, "cpu", "placed"},
+        {"v2", "vision", 1, 16, false, "cpu", "team vision at its quota: 2 of 2 cpu slots"},
+        {"n1", "nlp", 1, 16, false, "cpu", "placed"}}},
+      {"a team at its cap of running jobs waits",
+       Quotas({Quota("vision", {}, 1)}),
+       2,
+       {{"r", "vision", 1, 16, true},
+        {"v1", "vision", 1, 16, false, "cpu", "team vision at its cap of 1 running job"},
+        {"n1", "nlp", 1, 16, false, "cpu", "placed"}}},
+      {"GPUs: the issue's example, and a cap of several jobs",
+       Quotas({Quota("vision", {{"cuda", 16}}), Quota("nlp", {}, 3)}),
+       0,
+       {{"r", "vision", 16, 16, true, "cuda"},
+        {"v1", "vision", 8, 16, false, "cuda", "team vision at its quota: 16 of 16 GPUs"},
+        {"n1", "nlp", 1, 16, true, "cuda"},
+        {"n2", "nlp", 1, 16, true, "cuda"},
+        {"n3", "nlp", 1, 16, true, "cuda"},
+        {"n4", "nlp", 1, 16, false, "cuda", "team nlp at its cap of 3 running jobs"}}},
+      {"a job that would pass its team's quota waits, and the team's jobs behind it",
+       Quotas({Quota("vision", {{"cpu", 3}})}),
+       4,
+       {{"r", "vision", 2, 16, true},
+        {"v1", "vision", 2, 16, false, "cpu", "team vision near its quota: 2 of 3 cpu slots in use, and this job needs 2"},
+        {"v2", "vision", 1, 16, false, "cpu", "team vision near its quota: 2 of 3 cpu slots in use, and this job needs 2"}}},
+      {"a job larger than its team's quota says so",
+       Quotas({Quota("vision", {{"cpu", 2}})}),
+       4,
+       {{"v1", "vision", 3, 16, false, "cpu", "team vision's quota of 2 cpu slots is less than the 3 this job needs"}}},
+      {"a quota of 0 closes the kind to the team",
+       Quotas({Quota("vision", {{"cpu", 0}, {"cuda", 8}})}),
+       1,
+       {{"v1", "vision", 1, 16, false, "cpu", "team vision's quota of 0 cpu slots is less than the 1 this job needs"}}},
+      {"within a priority the team of the lower share goes first",
+       Quotas({Quota("vision", {{"cpu", 4}}), Quota("nlp", {{"cpu", 4}})}),
+       1,
+       {{"r", "vision", 2, 16, true}, {"v1", "vision", 1, 16, false, "cpu", ""}, {"n1", "nlp", 1, 16, false, "cpu", "placed"}}},
+      {"priority comes before share",
+       Quotas({Quota("vision", {{"cpu", 4}}), Quota("nlp", {{"cpu", 4}})}),
+       1,
+       {{"r", "vision", 2, 16, true},
+        {"v1", "vision", 1, 17, false, "cpu", "placed"},
+        {"n1", "nlp", 1, 16, false, "cpu", ""}}},
+      {"equal shares: age",
+       Quotas({Quota("vision", {{"cpu", 4}}), Quota("nlp", {{"cpu", 4}})}),
+       1,
+       {{"v1", "vision", 1, 16, false, "cpu", "placed"}, {"n1", "nlp", 1, 16, false, "cpu", ""}}},
+      {"the share is the dominant one, over every kind of the quota",
+       Quotas({Quota("vision", {{"cpu", 4}, {"cuda", 8}}), Quota("nlp", {{"cpu", 4}})}),
+       1,
+       {{"rv", "vision", 6, 16, true, "cuda"},  // 6 of 8 GPUs: 0.75, over its 0 of 4 cpu slots
+        {"rn", "nlp", 2, 16, true},             // 2 of 4 cpu slots: 0.5
+        {"v1", "vision", 1, 16, false, "cpu", ""},
+        {"n1", "nlp", 1, 16, false, "cpu", "placed"}}},
+      {"shares change within the pass as jobs are placed",
+       Quotas({Quota("vision", {{"cpu", 4}}), Quota("nlp", {{"cpu", 4}})}),
+       3,
+       {{"v1", "vision", 1, 16, false, "cpu", "placed"},  // first: 0 = 0, age; then vision 0.25
+        {"v2", "vision", 1, 16, false, "cpu", "placed"},  // third: 0.25 = 0.25, and older than n1
+        {"v3", "vision", 1, 16, false, "cpu", ""},        // vision 0.5 > nlp 0.25: no worker left
+        {"n1", "nlp", 1, 16, false, "cpu", "placed"}}},   // second: nlp 0 < vision 0.25
+      {"a team the quotas do not name is not limited",
+       Quotas({Quota("vision", {{"cpu", 1}})}),
+       2,
+       {{"o1", "ops", 2, 16, false, "cpu", "placed"}}},
+      {"a kind the team's quota does not name is not limited",
+       Quotas({Quota("vision", {{"cuda", 1}})}),
+       2,
+       {{"v1", "vision", 2, 16, false, "cpu", "placed"}}},
+      {"no quotas: first come, first served (the big job holds back the small)",
+       {},
+       2,
+       {{"v1", "vision", 3, 16, false, "cpu", ""}, {"n1", "nlp", 1, 16, false, "cpu", ""}}},
+  };
+}
+
+TEST_P(SchedulerQuotaTest, QuotasCapsShareAndAgeDecideOnePass) {
+  const QuotaCase& c = GetParam();
+  SCOPED_TRACE(c.name);
+  {
+    for (int i = 0; i < c.cpu_workers; ++i) {
+      sessions_.push_back(std::make_unique<FakeSession>());
+      AddCpuWorker(sessions_.back().get(), absl::StrCat("h", i));
+    }
+    auto shared = std::make_shared<const TeamQuotas>(c.quotas);
+    auto scheduler = WithQuotas([shared] { return shared; });
+    std::vector<std::string> ids;
+    for (const QuotaJob& j : c.jobs) ids.push_back(QueueJob(j));
+    scheduler->Pass(200);
+    for (size_t i = 0; i < c.jobs.size(); ++i) {
+      const QuotaJob& j = c.jobs[i];
+      if (j.running) continue;
+      const v1::Job got = *store_->GetJob(ids[i]);
+      if (j.expect == "placed") {
+        EXPECT_EQ(got.state(), v1::SCHEDULED) << j.name << " held: " << scheduler->QuotaHold(ids[i]);
+        EXPECT_EQ(scheduler->QuotaHold(ids[i]), "") << j.name;
+      } else {
+        EXPECT_EQ(got.state(), v1::PENDING) << j.name;
+        EXPECT_EQ(scheduler->QuotaHold(ids[i]), j.expect) << j.name;
+      }
+    }
+  }
+}
+
+// An elastic job takes no more than its team's quota leaves, and grows no further; a quota
+// raised (the principals file reloaded) lets a held job go at the next pass.
+TEST_F(SchedulerQuotaTest, AnElasticJobStaysWithinItsQuotaAndAReloadLetsTheHeldGo) {
+  for (int i = 0; i < 4; ++i) {
+    sessions_.push_back(std::make_unique<FakeSession>());
+    AddCpuWorker(sessions_.back().get(), absl::StrCat("h", i));
+  }
+  std::shared_ptr<const TeamQuotas> current = std::make_shared<const TeamQuotas>(Quotas({Quota("vision", {{"cpu", 2}})}));
+  auto scheduler = WithQuotas([&current] { return current; });
+  const std::string elastic = QueueJob({"e", "vision", 1}, "elastic: {min_dp: 1, max_dp: 4}\n");
+  scheduler->Pass(200);
+  v1::Job e = *store_->GetJob(elastic);
+  ASSERT_EQ(e.state(), v1::SCHEDULED) << scheduler->QuotaHold(elastic);
+  EXPECT_EQ(e.world_size(), 2) << "4 workers idle, 2 cpu slots of quota";
+  const std::string held = QueueJob({"v", "vision", 1});
+  scheduler->Pass(300);
+  EXPECT_EQ(store_->GetJob(held)->state(), v1::PENDING);
+  EXPECT_EQ(scheduler->QuotaHold(held), "team vision at its quota: 2 of 2 cpu slots");
+  current = std::make_shared<const TeamQuotas>(Quotas({Quota("vision", {{"cpu", 3}})}));
+  scheduler->Pass(400);
+  EXPECT_EQ(store_->GetJob(held)->state(), v1::SCHEDULED);
+  EXPECT_EQ(scheduler->QuotaHold(held), "");
+  // One worker idle, no room left in the quota: no growth; room for 3 more: it grows by the one idle.
+  const auto spec = specs_.Of(e);
+  ASSERT_TRUE(spec);
+  e.set_state(v1::RUNNING);
+  ASSERT_TRUE(store_->PutJob(e).ok());
+  EXPECT_EQ(scheduler->GrowTarget(e, *spec), 0);
+  current = std::make_shared<const TeamQuotas>(Quotas({Quota("vision", {{"cpu", 6}})}));
+  EXPECT_EQ(scheduler->GrowTarget(e, *spec), 3);
+  // No quotas (unset, null, empty): the idle worker alone says.
+  for (auto none : std::vector<std::function<std::shared_ptr<const TeamQuotas>()>>{
+           nullptr, [] { return std::shared_ptr<const TeamQuotas>(); },
+           [] { return std::make_shared<const TeamQuotas>(); }}) {
+    auto plain = WithQuotas(none);
+    EXPECT_FALSE(plain->QuotasInForce());
+    EXPECT_EQ(plain->GrowTarget(e, *spec), 3) << "2 placed + the 1 idle worker";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SchedulerQuotaTest, ::testing::ValuesIn(QuotaCases()),
+                         [](const ::testing::TestParamInfo<QuotaCase>& info) { return absl::StrCat("Case", info.index); });
 }  // namespace
 }  // namespace gantry::coordinator

@@ -53,5 +53,39 @@ TEST(StoreTest, UnknownJobIsNotFound) {
   EXPECT_NE(j.status().message().find("j-999999"), absl::string_view::npos);
 }
 
+// The index's views for the quota walk: a device's queue in placement order and the placed
+// jobs with their kinds, as brief records (no spec text), kept by every write.
+TEST(StoreTest, QueuedAndPlacedBriefsFollowTheIndex) {
+  testing::TempDir d;
+  auto s = *Store::Open(d.File("db"));
+  v1::Job low = NewJob("low"), high = NewJob("high"), placed = NewJob("placed");
+  low.set_team("vision");
+  low.set_spec_yaml("spec text");
+  high.set_team("nlp");
+  high.set_priority(20);
+  placed.set_team("vision");
+  placed.set_world_size(4);
+  const std::string a = *s->CreateJob(low), b = *s->CreateJob(high), c = *s->CreateJob(placed);
+  for (const std::string& id : {a, b, c}) s->SetDevice(id, "cuda");
+  EXPECT_TRUE(s->QueuedBriefs("cpu").empty());
+  auto queued = s->QueuedBriefs("cuda");
+  ASSERT_EQ(queued.size(), 3u);
+  EXPECT_EQ(queued[0].first.id, b) << "priority first";
+  EXPECT_EQ(queued[0].second->team(), "nlp");
+  EXPECT_EQ(queued[1].first.id, a);
+  EXPECT_TRUE(queued[1].second->spec_yaml().empty()) << "brief";
+  EXPECT_TRUE(s->PlacedBriefs().empty());
+  v1::Job running = *s->GetJob(c);
+  running.set_state(v1::RUNNING);
+  ASSERT_TRUE(s->PutJob(running).ok());
+  EXPECT_EQ(s->QueuedBriefs("cuda").size(), 2u);
+  auto placed_now = s->PlacedBriefs();
+  ASSERT_EQ(placed_now.size(), 1u);
+  EXPECT_EQ(placed_now[0].first->id(), c);
+  EXPECT_EQ(placed_now[0].first->world_size(), 4);
+  EXPECT_EQ(placed_now[0].first->team(), "vision");
+  EXPECT_EQ(placed_now[0].second, "cuda");
+}
+
 }  // namespace
 }  // namespace gantry::coordinator

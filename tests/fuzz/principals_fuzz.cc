@@ -101,5 +101,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int again = -1;
   (void)set->FindByToken("", &again);
   if (again != compared) Fail("the number of comparisons depends on the token", text);
+  // Teams (quotas): a name, known device kinds, counts a scheduler can use.
+  for (const auto& [team, q] : set->teams()) {
+    if (team.empty() || team != q.team || q.line < 1) Fail("a team without its name or line: " + team, text);
+    if (q.max_running_jobs < 0) Fail(team + ": a negative cap was accepted", text);
+    if (q.nominal.empty() && q.max_running_jobs == 0) Fail(team + ": a team with neither quota nor cap", text);
+    for (const auto& [kind, n] : q.nominal) {
+      if (kind != "cpu" && kind != "cuda" && kind != "cuda-emulated") Fail(team + ": an unknown kind " + kind, text);
+      if (n < 0) Fail(team + ": a negative quota was accepted", text);
+    }
+  }
   return 0;
 }

@@ -9,7 +9,9 @@
 # The cluster token beside the file is one admin; without the file its refusals read as
 # before. A certificate's SAN names an identity too; one naming two is refused. Authorisation
 # through the CLI: a job records its owner (jobs --owner, --mine, describe), a viewer may not
-# cancel it, a worker may not list jobs. The shard server takes the file too: loads it, reloads it on SIGHUP, refuses a bad
+# cancel it, a worker may not list jobs. Quotas (the file's teams:): `gantry quota` shows a
+# user their team's row and a viewer every team's, refuses a worker and another team's row, and
+# alice's job waits for her team's quota, saying so. The shard server takes the file too: loads it, reloads it on SIGHUP, refuses a bad
 # one at start.
 # Usage: principals_test.sh GANTRY_COORDINATOR GANTRY GANTRY_SHARDSERVER
 set -uo pipefail
@@ -49,7 +51,8 @@ user() { printf '  - name: %s\n    team: %s\n    role: %s\n    token_sha256: %s\
 write() { cat >"$TMP/p.new"; mv "$TMP/p.new" "$TMP/principals.yaml"; }  # a reader sees the old file or the new
 { echo "users:"; user alice vision user "$ALICE"; user bob ops admin "$BOB"
   printf '  - name: carol\n    team: nlp\n    role: viewer\n    certificate: gantry client\n'
-  printf 'services:\n  - name: gpu-pool-a\n    kind: worker\n    token_sha256: %s\n' "$(sha "$POOL")"; } | write
+  printf 'services:\n  - name: gpu-pool-a\n    kind: worker\n    token_sha256: %s\n' "$(sha "$POOL")"
+  printf 'teams:\n  - name: vision\n    quota: {cpu: 0}\n  - name: nlp\n    max_running_jobs: 2\n'; } | write
 
 env "${SERVER_TLS[@]}" "$COORD" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 --data_dir "$TMP/coord" \
   --ready_file "$TMP/ready" --principals "$TMP/principals.yaml" 2>>"$TMP/coord.log" &
@@ -92,6 +95,24 @@ check "a worker identity may not list jobs" \
   bash -c "[ $rc -eq 1 ] && grep -qF 'PERMISSION_DENIED: worker gpu-pool-a may not list the jobs of the cluster' '$TMP/e3'"
 as "$BOB" describe "$JOB" >"$TMP/describe.txt" 2>&1
 check "describe shows the owner" grep -qx 'Owner:      alice (team vision)' "$TMP/describe.txt"
+
+# Quotas: vision's 0 cpu slots hold alice's job once a pass has run (after the start's grace).
+vision_held() { as "$ALICE" quota 2>&1 | grep -qE '^vision +cpu +0 +0 +0\.00 +0 +- +1 +1$'; }
+check "quota (alice): her team's row, its quota of 0 cpu slots, her job queued and held" wait_for 20 vision_held
+as "$ALICE" quota >"$TMP/quota.txt" 2>&1
+check "quota (alice): the header, and no other team's row" bash -c \
+  "head -1 '$TMP/quota.txt' | grep -qE '^TEAM +DEVICE +USED +QUOTA +SHARE +RUNNING +CAP +QUEUED +HELD$' && [ \$(wc -l <'$TMP/quota.txt') -eq 2 ]"
+as "$ALICE" describe "$JOB" >"$TMP/describe2.txt" 2>&1
+check "describe says why the job waits" \
+  grep -qx "Waiting:    team vision's quota of 0 cpu slots is less than the 1 this job needs" "$TMP/describe2.txt"
+as "" quota >"$TMP/quota_viewer.txt" 2>&1
+check "quota (the viewer): every team, nlp with its cap of 2 running jobs" bash -c \
+  "grep -qE '^nlp +- +0 +- +0\.00 +0 +2 +0 +0$' '$TMP/quota_viewer.txt' && grep -q '^vision ' '$TMP/quota_viewer.txt'"
+as "$ALICE" quota --team nlp >"$TMP/e4" 2>&1; rc=$?
+check "quota --team nlp (alice): PERMISSION_DENIED naming the team" bash -c \
+  "[ $rc -eq 1 ] && grep -qF 'PERMISSION_DENIED: user alice (team vision, role user) may not read the quota of team nlp' '$TMP/e4'"
+as "$POOL" quota >"$TMP/e5" 2>&1; rc=$?
+check "quota (a worker identity): PERMISSION_DENIED" bash -c "[ $rc -eq 1 ] && grep -q PERMISSION_DENIED '$TMP/e5'"
 
 # Revoke alice, add dave; SIGHUP.
 { echo "users:"; user bob ops admin "$BOB"; user dave vision user "$DAVE"
