@@ -30,7 +30,7 @@ struct StepLine {
   double moe_aux = 0, moe_z = 0, moe_dropped_fraction = 0, moe_load = 0;
   // A line each under the step line: "  note: cuDNN has no plan for ..." (the backend's
   // notices: a library's refusal and the path taken instead).
-  std::vector<std::string> notes;
+  std::vector<std::string> notes{};
   // Fills the moe fields from a step's routing counts.
   void SetMoe(double aux, double z, int64_t dropped, int64_t assignments, const std::vector<int64_t>& tokens_per_expert);
 };

@@ -529,7 +529,9 @@ TEST_F(TrainerTest, ALibrarysRefusalOnCudaEmulatedIsSaidOnceInTheStepReportAndLi
     o.device = "cuda-emulated";
     auto t = Trainer::Create(*spec, o);
     EXPECT_TRUE(t.ok()) << t.status();
-    if (t.ok()) EXPECT_TRUE((*t)->Run().ok());
+    if (t.ok()) {
+      EXPECT_TRUE((*t)->Run().ok());
+    }
     std::fclose(out);
     return t.ok() ? std::move(*t) : nullptr;
   };
