@@ -282,7 +282,7 @@ struct ActivationLayout {
   // writes qkv itself); dswi: the gradient of SwiGLU's output.
   size_t qkvr, dswi;
   // Llama with NKV < NH on a backend whose attention reads grouped key/value heads
-  // (kernels::Backend::TakesGroupedAttention): qkv and dqkv hold the projection's (NH + 2 NKV)·hd
+  // (kernels::Capability::kGroupedAttention): qkv and dqkv hold the projection's (NH + 2 NKV)·hd
   // rows themselves, the attention runs on them, and qkvr is empty.
   bool grouped_attention = false;
   // Sequence parallelism (empty without it): see above.

@@ -52,7 +52,7 @@ struct PlanInput {
   // the probabilities (B, NH, T, T).
   bool fused_attention = false;
   // 16-bit on the cuda backends: a Llama's grouped key/value heads read as they are by cuDNN's
-  // SDPA (kernels::Backend::TakesGroupedAttention), no repeated copy among the activations.
+  // SDPA (kernels::Capability::kGroupedAttention), no repeated copy among the activations.
   bool grouped_attention = false;
   double device_memory = 0;                 // bytes per GPU; 0: unknown
   // optimizer.offload cpu (ZeRO 1-3): the optimizer's share (master, m, v) in host memory,

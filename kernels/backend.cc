@@ -16,6 +16,16 @@ absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
       absl::StrCat("device kind '", name, "' is none of cpu, cuda, cuda-emulated"));
 }
 
+const char* CapabilityName(Capability c) {
+  switch (c) {
+    case Capability::kHostAddressable: return "host-addressable";
+    case Capability::kPinnedHost: return "pinned-host";
+    case Capability::kFusedAttention: return "fused-attention";
+    case Capability::kGroupedAttention: return "grouped-attention";
+  }
+  return "?";
+}
+
 absl::StatusOr<AttentionPath> ParseAttentionPath(absl::string_view name) {
   for (AttentionPath p : {AttentionPath::kAuto, AttentionPath::kCudnn, AttentionPath::kFused, AttentionPath::kReference}) {
     if (name == AttentionPathName(p)) return p;

@@ -48,10 +48,46 @@ inline const char* BackendKindName(BackendKind kind) {
   return "?";
 }
 
+// What a backend does beyond the ops that every backend runs, asked in one place
+// (Backend::Supports, as ggml's supports_op): callers branch on the answer, never on the
+// backend's kind, and a new difference between backends is a new enumerator here rather than
+// a new virtual.
+enum class Capability {
+  // Host code may read and write device pointers directly (cpu only). cuda-emulated says no,
+  // as cuda does, although its memory is the host's: code that runs on it takes the GPU's
+  // paths (copies through CopyToHost/CopyToDevice), so CI runs them. Communicators take
+  // device pointers on every backend (Gloo reaches cuda-emulated's memory as NCCL reaches a
+  // GPU's).
+  kHostAddressable,
+  // AllocateHost's memory is page-locked (cuda's cudaHostAlloc).
+  kPinnedHost,
+  // What attention's forward keeps for its backward (`state`) is each query row's log-sum-exp
+  // of its scaled scores (B,NH,T) (the fused kernels and cuDNN), not the (B,NH,T,T)
+  // probabilities (the cpu's and the unfused kernels').
+  kFusedAttention,
+  // A grouped-query attention call of the given shape (AttentionShape) runs without repeating
+  // the key/value heads, so that the model need not hold the repeated copy (a cuda backend's
+  // cuDNN path, whose SDPA takes K and V with their own head count); see
+  // GroupedAttentionForward.
+  kGroupedAttention,
+};
+const char* CapabilityName(Capability c);
+// The call a shape-dependent capability (kGroupedAttention) is asked for; the others ignore it.
+struct AttentionShape {
+  int B = 0;
+  int T = 0;
+  int NH = 0;
+  int NKV = 0;
+  int hd = 0;
+  Precision p = Precision::kFp32;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
+  // Whether this backend has capability c (for kGroupedAttention: for a call of `shape`).
+  virtual bool Supports(Capability c, const AttentionShape& shape = {}) const = 0;
   // "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)", "cuda-emulated:1".
   virtual std::string Describe() const = 0;
   // Where a device library refused a call and the backend took another path (cuDNN without a
@@ -73,8 +109,7 @@ class Backend {
   // host's work; elsewhere plain 64-byte aligned host memory. Null with the error kept.
   virtual void* AllocateHost(size_t bytes);
   virtual void FreeHost(void* p);
-  // Whether AllocateHost's memory is page-locked.
-  virtual bool pinned_host() const { return false; }
+  // (Page-locked where the backend Supports(Capability::kPinnedHost).)
   // As CopyToDevice / CopyToHost, issued on the current stream, but returning before the copy
   // is done where the backend can (cuda, with AllocateHost's memory on the host side): the
   // host memory must then stay unchanged (to the device) or unread (to the host) until the
@@ -112,12 +147,6 @@ class Backend {
   // The runtime's own stream (cudaStream_t) behind s (null: the backend's), for a
   // communicator that enqueues on it (NCCL); null on cpu.
   virtual void* native_stream(Stream s) const = 0;
-  // Whether host code may read and write device pointers directly (cpu only). cuda-emulated
-  // says no, as cuda does, although its memory is the host's: code that runs on it takes the
-  // GPU's paths (copies through CopyToHost/CopyToDevice), so CI runs them. Communicators
-  // take device pointers on every backend (Gloo reaches cuda-emulated's memory as NCCL
-  // reaches a GPU's).
-  virtual bool host_addressable() const = 0;
   // Another backend on the same device, for a second host thread (each backend is driven by
   // one thread at a time): its own stream, handles and scratch; memory that either
   // allocates is valid on both. Work on the two is ordered by the host (Synchronize).
@@ -203,9 +232,8 @@ class Backend {
                               int OC, WeightLayout layout = WeightLayout::kInOut, CPtr gelu_pre = nullptr,
                               float* gelu_dbias = nullptr) = 0;
   // Causal self-attention. What forward keeps for backward (`state`) is the (B,NH,T,T)
-  // probabilities, or with fused_attention() (the fused kernels and cuDNN) each query row's
-  // log-sum-exp of its scaled scores (B,NH,T).
-  virtual bool fused_attention() const = 0;
+  // probabilities, or where the backend Supports(Capability::kFusedAttention) (the fused
+  // kernels and cuDNN) each query row's log-sum-exp of its scaled scores (B,NH,T).
   // qkv (B,T,3C) → out (B,T,C), state. p (mixed precision): the softmax's weights exp(s - max)
   // rounded to p's type before they weigh V, their sum unrounded (16-bit flash attention's
   // roundings, PyTorch's SDPA's); kFp32: none.
@@ -223,13 +251,13 @@ class Backend {
   // repeats them → out (B,T,NH·hd), state as AttentionForward's (NH query heads); backward →
   // dqkv (B,T,(NH + 2 NKV)·hd) overwritten, each key/value head's gradient summed over the
   // query heads that read it. The result of GqaExpand, the attention op and GqaReduce (NKV = NH:
-  // the attention op itself). TakesGroupedAttention: whether this backend runs such a call
-  // without repeating the heads, so that the model need not hold the repeated copy (a cuda
-  // backend's cuDNN path, whose SDPA takes K and V with their own head count). Elsewhere the
+  // the attention op itself). Supports(Capability::kGroupedAttention, shape): whether this
+  // backend runs such a call without repeating the heads, so that the model need not hold the
+  // repeated copy (a cuda backend's cuDNN path, whose SDPA takes K and V with their own head
+  // count). Elsewhere the
   // model repeats the heads in its activations and calls the attention op; the cpu backend
   // still runs these calls (repeating into host memory: the reference of the others), a cuda
   // backend refuses a grouped call (NKV < NH) it does not take (INVALID_ARGUMENT naming why).
-  virtual bool TakesGroupedAttention(int B, int T, int NH, int NKV, int hd, Precision p) const = 0;
   virtual void GroupedAttentionForward(Ptr out, float* state, CPtr qkv, int B, int T, int NH, int NKV, int hd,
                                        Precision p) = 0;
   virtual void GroupedAttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state,
@@ -329,7 +357,7 @@ struct BackendOptions {
   // until a GPU has measured both its speed and its rounding.
   bool gelu_epilogue = false;
   // cuda kinds: a Llama's grouped key/value heads (NKV < NH) read as they are by cuDNN's SDPA
-  // (TakesGroupedAttention, where cuDNN takes the call), so that the model neither repeats them
+  // (Capability::kGroupedAttention, where cuDNN takes the call), so that the model neither repeats them
   // (GqaExpand) nor sums their gradients back (GqaReduce). false: the model does both, around
   // the multi-head attention op (for comparison).
   bool grouped_attention = true;

@@ -56,7 +56,7 @@ GPT::GPT(const jobspec::GPTConfig& config, const jobspec::ModelShard& shard, ker
 }
 
 const float* GPT::HostParams(std::vector<float>* staged) const {
-  if (be_->host_addressable()) return params_.data();
+  if (be_->Supports(k::Capability::kHostAddressable)) return params_.data();
   staged->resize(num_params());
   ReadParams(staged->data());
   return staged->data();
@@ -65,7 +65,7 @@ const float* GPT::HostParams(std::vector<float>* staged) const {
 template <typename F>
 void GPT::FillParamsOnHost(F&& fill) {
   MarkParamsChanged();
-  if (be_->host_addressable()) {
+  if (be_->Supports(k::Capability::kHostAddressable)) {
     fill(params_.data());
     return;
   }
@@ -158,8 +158,10 @@ void GPT::EnsureActivations(int B, int T) {
   // A Llama's grouped key/value heads straight to the attention where the backend takes them
   // (cuDNN's SDPA): no repeated copy of them, nor of their gradient.
   const bool grouped = config_.llama() &&
-                       be_->TakesGroupedAttention(B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision());
-  const jobspec::ChunkedActivations o = jobspec::LayoutChunks(config_, shard_, B, T, recompute_, be_->fused_attention(),
+                       be_->Supports(k::Capability::kGroupedAttention,
+                                     {B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision()});
+  const bool fused = be_->Supports(k::Capability::kFusedAttention);
+  const jobspec::ChunkedActivations o = jobspec::LayoutChunks(config_, shard_, B, T, recompute_, fused,
                                                               mixed(), grouped, share_logits_);
   act_.Assign(be_, o.floats(slots_));
   layouts_ = o.chunks;
@@ -171,7 +173,7 @@ void GPT::EnsureActivations(int B, int T) {
   tokens_per_slot_ = static_cast<size_t>(B) * T;
   static_assert(sizeof(int32_t) == sizeof(float));
   tokens_.Assign(be_, 2 * tokens_per_slot_ * static_cast<size_t>(slots_));
-  if (!be_->host_addressable()) {
+  if (!be_->Supports(k::Capability::kHostAddressable)) {
     if (tokens_in_flight_) ctx_->Fail(be_->SynchronizeEvent(tokens_sent_));  // the old staging is read
     tokens_in_flight_ = false;
     staging_.AssignHost(be_, (2 * static_cast<size_t>(slots_) + 1) * tokens_per_slot_);
@@ -273,7 +275,8 @@ float GPT::TakeLoss() {
   const int n = pending_losses_;
   pending_losses_ = 0;
   const float* losses = A(ctx_->off().losses);
-  if (!be_->host_addressable()) {  // their copy up (QueueLoss); the host reads the others in place
+  // their copy up (QueueLoss); the host reads the others in place
+  if (!be_->Supports(k::Capability::kHostAddressable)) {
     ctx_->Fail(be_->SynchronizeEvent(losses_read_));
     losses = StagedLosses();
   }
@@ -286,7 +289,7 @@ void GPT::PutTokens(int slot, const int32_t* inputs, const int32_t* targets, siz
   const size_t at = static_cast<size_t>(slot) * 2 * tokens_per_slot_;
   auto* device = reinterpret_cast<int32_t*>(tokens_.data()) + at;
   const size_t bytes = count * sizeof(int32_t);
-  if (be_->host_addressable()) {
+  if (be_->Supports(k::Capability::kHostAddressable)) {
     if (inputs != nullptr) be_->CopyToDevice(device, inputs, bytes);
     if (targets != nullptr) be_->CopyToDevice(device + tokens_per_slot_, targets, bytes);
     return;
@@ -325,7 +328,7 @@ void GPT::QueueLoss(int B, int T, float dloss) {
     QueueShardedLoss(BT, dloss);
   }
   pending_losses_ = BT;
-  if (!be_->host_addressable()) {
+  if (!be_->Supports(k::Capability::kHostAddressable)) {
     be_->CopyToHostAsync(StagedLosses(), A(o.losses), static_cast<size_t>(BT) * sizeof(float));
     be_->Record(losses_read_);
   }

@@ -63,7 +63,7 @@ absl::Status LoadHFWeights(const std::string& dir, GPT& model) {
   std::vector<float> staged;
   float* params = model.params();
   model.MarkParamsChanged();
-  if (!model.backend().host_addressable()) {
+  if (!model.backend().Supports(kernels::Capability::kHostAddressable)) {
     staged.resize(model.num_params());
     params = staged.data();
   }

@@ -20,7 +20,10 @@ Four checks:
     namespace's type under an alias (ALIAS); and a file whose namespace is spelled through
     GANTRY_CUDA_NS names it in its first line (NS_MACRO);
   - checks: a GPU library's result is checked with GPU_RETURN_IF_ERROR, not compared by hand
-    with its success value (`!= cudaSuccess`), but where HAND_CHECKS says why.
+    with its success value (`!= cudaSuccess`), but where HAND_CHECKS says why;
+  - capabilities: what a backend can do is asked through `Backend::Supports(Capability)`
+    (kernels/backend.h, docs/decisions.md "The backend's capabilities in one query"): no other
+    `bool` virtual is declared on the backend interface or overridden by a backend.
 --inject-link LIBRARY=LIB (a name without a slash) adds an edge to the link graph.
 --inject-* add a forbidden link, include or line of text to what is checked (nothing is
 changed on disk): the test uses them to show that the check fails on one. Exits 1 and names
@@ -232,6 +235,25 @@ def hand_check_breaches(texts):
     return out
 
 
+# A backend's bool answers go through Supports; ops return void, memory calls pointers.
+CAPABILITY_FILES = ("kernels/backend.h", "kernels/cpu/backend.cc", "kernels/cuda/backend.cc")
+CAPABILITY_FLAG = re.compile(r"(?:\bvirtual\s+bool\s+(\w+)\s*\(|\bbool\s+(\w+)\s*\([^;{]*\)\s*const\s+override\b)")
+
+
+def capability_breaches(texts):
+    out = []
+    for rel in CAPABILITY_FILES:
+        text = texts.get(rel, "")
+        for m in CAPABILITY_FLAG.finditer(text):
+            name = m.group(1) or m.group(2)
+            if name == "Supports" or "//" in text[text.rfind("\n", 0, m.start()) + 1:m.start()]:
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            out.append(f"{rel}:{line} declares a capability flag `{name}`: add a kernels::Capability and answer it "
+                       f"in Backend::Supports (kernels/backend.h)")
+    return out
+
+
 def declared_names(path):
     with open(path, encoding="utf-8") as f:
         return {next(g for g in m.groups() if g) for m in DECLARED.finditer(f.read())}
@@ -287,6 +309,7 @@ def text_breaches(src, injected):
                 out.append(f"{rel}:{line} says `{m.group(0).strip()}` (an alias keeps a name alive in a second "
                            f"namespace: write {m.group(2)}:: where it is used)")
     out += hand_check_breaches(texts)
+    out += capability_breaches(texts)
     for rel, text in texts.items():
         if rel in NS_MACRO_PENDING or not rel.endswith((".h", ".cc", ".cu", ".cuh", ".inc")) or not NS_MACRO.search(text):
             continue
@@ -443,7 +466,8 @@ def main():
         injected_text.setdefault(path, []).append(text)
     retired = text_breaches(src, injected_text)
     if retired:
-        print("check_deps: %d name%s or check%s to fix (a retired name, an alias, a namespace not said, a hand check):"
+        print("check_deps: %d name%s or check%s to fix (a retired name, an alias, a namespace not said, a hand check, "
+              "a capability flag):"
               % (len(retired), *(("", "") if len(retired) == 1 else ("s", "s"))))
         for b in retired:
             print("  " + b)
@@ -454,7 +478,7 @@ def main():
     print(f"check_deps: {links} and {files} files' includes keep the library rules; "
           f"no file names a retired folder, library or namespace, no header keeps an alias, each "
           f"GANTRY_CUDA_NS file names its namespace, and GPU results are checked by GPU_RETURN_IF_ERROR "
-          f"(by hand only where HAND_CHECKS says why)")
+          f"(by hand only where HAND_CHECKS says why), and a backend's capabilities are asked only through Supports")
     return 0
 
 

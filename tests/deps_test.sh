@@ -6,7 +6,8 @@
 # the communicator interface the model, the shard server using RocksDB other than through
 # common/rocks.h), a retired name (a folder, a
 # library, a type under the namespace it left), an alias of another namespace's type, a
-# GANTRY_CUDA_NS file that does not say its namespace and a GPU result checked by hand, each
+# GANTRY_CUDA_NS file that does not say its namespace, a GPU result checked by hand and a
+# backend's capability flag beside Backend::Supports, each
 # added to what is checked without touching the tree.
 set -uo pipefail
 BUILD="$1"
@@ -40,14 +41,16 @@ for inject in "--inject-link coordinator/gantry-coordinator=worker/libgantry_tra
               "--inject-text docs/architecture.md=train::AdamW" \
               "--inject-text optim/adamw.h=using AdamWConfig = kernels::AdamWConfig;" \
               "--inject-text kernels/cuda/new_op.cu=namespace gantry::GANTRY_CUDA_NS {" \
-              "--inject-text comm/nccl/nccl_communicator.cc=  if (cudaFree(p) != cudaSuccess) return absl::InternalError(\"x\");"; do
+              "--inject-text comm/nccl/nccl_communicator.cc=  if (cudaFree(p) != cudaSuccess) return absl::InternalError(\"x\");" \
+              "--inject-text kernels/backend.h=  virtual bool fused_attention() const = 0;" \
+              "--inject-text kernels/cpu/backend.cc=  bool host_addressable() const override { return true; }"; do
   out="$(check "${inject%% *}" "${inject#* }")"
   rc=$?
   echo "$out"
-  if [ $rc -ne 1 ] || ! grep -qE "must not|is retired|no longer holds|an alias keeps|does not say|compared by hand" <<<"$out"; then
+  if [ $rc -ne 1 ] || ! grep -qE "must not|is retired|no longer holds|an alias keeps|does not say|compared by hand|capability flag" <<<"$out"; then
     echo "FAIL: check_deps passed with $inject"
     fail=1
   fi
 done
-[ $fail -eq 0 ] && echo "library_dependencies: the rules hold, and a forbidden link, include, retired name, alias, unsaid namespace or hand check fails the check"
+[ $fail -eq 0 ] && echo "library_dependencies: the rules hold, and a forbidden link, include, retired name, alias, unsaid namespace, hand check or capability flag fails the check"
 exit $fail

@@ -366,13 +366,13 @@ std::vector<Op> Ops() {
                        in.bufs.emplace_back(be, 3 * n * 2);
                        in.bufs.emplace_back(be, static_cast<size_t>(B) * NH * t * 4);
                        // the cpu's probabilities and its backward's scratch
-                       const bool probs = !be->fused_attention();
+                       const bool probs = !be->Supports(kernels::Capability::kFusedAttention);
                        in.bufs.emplace_back(be, probs ? static_cast<size_t>(B) * NH * t * t * 4 : 4);
                        in.bufs.emplace_back(be, probs ? static_cast<size_t>(B) * NH * t * t * 4 : 4);
                        uint16_t *qkv = in.bufs[0].h(), *d = in.bufs[1].h(), *o = in.bufs[2].h(), *dq = in.bufs[3].h();
                        float *lse = in.bufs[4].f(), *att = in.bufs[5].f(), *scratch = in.bufs[6].f();
                        // The state: the cpu keeps probabilities, the cuda kinds the log-sum-exp.
-                       float* state = be->fused_attention() ? lse : att;
+                       float* state = be->Supports(kernels::Capability::kFusedAttention) ? lse : att;
                        be->AttentionForward(Ptr(o, kBf), state, CPtr(qkv, kBf), B, t, C, NH, kBf);
                        if (backward) {
                          in.run = [=] {
@@ -407,7 +407,7 @@ std::vector<Op> Ops() {
                        const int B = std::max(1, rows / T), t = std::min(rows, T);
                        const int64_t bt = static_cast<int64_t>(B) * t;
                        const size_t n = static_cast<size_t>(bt) * C, nw = static_cast<size_t>(bt) * W;
-                       const bool probs = !be->fused_attention();
+                       const bool probs = !be->Supports(kernels::Capability::kFusedAttention);
                        const size_t att = probs ? static_cast<size_t>(B) * NH * t * t * 4 : 4;
                        in.bufs.emplace_back(be, RandomB(nw, 1));   // 0 the projection's rows
                        in.bufs.emplace_back(be, RandomB(n, 2));    // 1 dout
@@ -420,7 +420,8 @@ std::vector<Op> Ops() {
                        in.bufs.emplace_back(be, att);              // 8 its backward's scratch
                        uint16_t *qkv = in.bufs[0].h(), *d = in.bufs[1].h(), *o = in.bufs[2].h(), *dq = in.bufs[3].h(),
                                 *q3 = in.bufs[4].h(), *dq3 = in.bufs[5].h();
-                       float* state = be->fused_attention() ? in.bufs[6].f() : in.bufs[7].f();
+                       float* state =
+                           be->Supports(kernels::Capability::kFusedAttention) ? in.bufs[6].f() : in.bufs[7].f();
                        float* scratch = in.bufs[8].f();
                        auto forward = [=] {
                          if (grouped) {

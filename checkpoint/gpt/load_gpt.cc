@@ -9,7 +9,7 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(CheckpointSource& source, model::
   // Parameters straight into the model where the host addresses its memory, else into a
   // host copy written to the device once every piece is read (m and v: the caller's).
   std::vector<float> staged;
-  if (!model.backend().host_addressable()) staged.resize(model.num_params());
+  if (!model.backend().Supports(kernels::Capability::kHostAddressable)) staged.resize(model.num_params());
   model.MarkParamsChanged();
   ASSIGN_OR_RETURN(CheckpointState s, ReadCheckpoint(source, model.config(), model.tensors(),
                                                      staged.empty() ? model.params() : staged.data(), m, v, own));

@@ -64,7 +64,9 @@ class Cpu final : public Backend {
     std::lock_guard<std::mutex> l(mu_);
     return std::exchange(error_, absl::OkStatus());
   }
-  bool host_addressable() const override { return true; }
+  // Host memory, the attention's probabilities kept, grouped heads repeated by the model (the
+  // cpu still runs grouped calls, repeating into host memory: the reference of the others).
+  bool Supports(Capability c, const AttentionShape&) const override { return c == Capability::kHostAddressable; }
   absl::StatusOr<std::unique_ptr<Backend>> NewPeer() const override { return std::unique_ptr<Backend>(new Cpu()); }
   absl::Status BindThread() override { return absl::OkStatus(); }
   // Everything runs at issue: a stream or event is only a handle, checked where it is used.
@@ -180,7 +182,6 @@ class Cpu final : public Backend {
     }
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre, gelu_dbias);
   }
-  bool fused_attention() const override { return false; }
   void AttentionForward(Ptr out, float* state, CPtr qkv, int B, int T, int C, int NH, Precision p) override {
     if (!Types("AttentionForward", {out, qkv})) return;
     attention_forward(out, state, qkv, B, T, C, NH, p);
@@ -190,9 +191,8 @@ class Cpu final : public Backend {
     if (!Types("AttentionBackward", {dqkv, dout, qkv, out})) return;
     attention_backward(dqkv, scratch, dout, qkv, state, B, T, C, NH);
   }
-  // The model's sequence on the cpu (it takes the repeated heads: TakesGroupedAttention is false),
-  // the repeated rows and their gradient in host memory.
-  bool TakesGroupedAttention(int, int, int, int, int, Precision) const override { return false; }
+  // The model's sequence on the cpu (it takes the repeated heads: no kGroupedAttention), the
+  // repeated rows and their gradient in host memory.
   void GroupedAttentionForward(Ptr out, float* state, CPtr qkv, int B, int T, int NH, int NKV, int hd,
                                Precision p) override {
     if (!Types("GroupedAttentionForward", {out, qkv})) return;

@@ -65,7 +65,6 @@ class Cuda final : public kernels::Backend {
   void FreeHost(void* p) override {
     if (p != nullptr) (void)Check(cudaFreeHost(p), "cudaFreeHost");
   }
-  bool pinned_host() const override { return true; }
   void CopyToDeviceAsync(void* dst, const void* host, size_t bytes) override {
     if (bytes > 0) Check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_->stream()), "copy to device");
   }
@@ -95,8 +94,18 @@ class Cuda final : public kernels::Backend {
     std::lock_guard<std::mutex> l(mu_);
     return std::exchange(error_, absl::OkStatus());
   }
-  // Not on cuda-emulated either (see kernels/backend.h): it runs the GPU's paths.
-  bool host_addressable() const override { return false; }
+  // Page-locked host memory; device memory the host may not touch, not on cuda-emulated either
+  // (see kernels/backend.h: it runs the GPU's paths); the attention's state the log-sum-exp
+  // unless the reference kernels were asked for; grouped heads where cuDNN takes the call.
+  bool Supports(kernels::Capability c, const kernels::AttentionShape& shape) const override {
+    switch (c) {
+      case kernels::Capability::kHostAddressable: return false;
+      case kernels::Capability::kPinnedHost: return true;
+      case kernels::Capability::kFusedAttention: return fused_;
+      case kernels::Capability::kGroupedAttention: return TakesGroupedAttention(shape);
+    }
+    return false;
+  }
   absl::StatusOr<std::unique_ptr<kernels::Backend>> NewPeer() const override {
     return NewBackend(ctx_->device(), options_);
   }
@@ -262,7 +271,6 @@ class Cuda final : public kernels::Backend {
     Keep(GANTRY_CUDA_NS::MatmulBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC, layout, gelu_pre,
                                         scratch16, gelu_dbias));
   }
-  bool fused_attention() const override { return fused_; }
   void AttentionForward(kernels::Ptr out, float* state, kernels::CPtr qkv, int B, int T, int C, int NH,
                         kernels::Precision p) override {
     if (!Types("AttentionForward", {out, qkv})) return;
@@ -302,7 +310,8 @@ class Cuda final : public kernels::Backend {
   // will not plan (grouped heads with the deterministic backward on some GPUs) makes the model
   // repeat the key/value heads instead (the first fallback; the second, the fused kernels, is
   // AttentionForward's and AttentionBackward's), said once.
-  bool TakesGroupedAttention(int B, int T, int NH, int NKV, int hd, kernels::Precision p) const override {
+  bool TakesGroupedAttention(const kernels::AttentionShape& shape) const {
+    const auto [B, T, NH, NKV, hd, p] = shape;
     // (Takes reads the tensors' type, not their data.)
     if (!options_.grouped_attention || !fused_ || cudnn_ == nullptr ||
         !CudnnAttention::Takes(kernels::CPtr(nullptr, p), B, T, NH * hd, NH, NKV, p).ok()) {

@@ -578,7 +578,7 @@ TEST_F(BackendOpsTest, AttentionBothWaysMatchesTheCpuBackend) {
     auto made = CreateBackend(*kind, 0, options);
     ASSERT_TRUE(made.ok()) << made.status();
     Backend& b = **made;
-    ASSERT_EQ(b.fused_attention(), fused);
+    ASSERT_EQ(b.Supports(Capability::kFusedAttention), fused);
     // (B, T, C, NH): head sizes 1, 8, 11, 16, 32 and lengths that fill no tile.
     for (auto [B, T, C, NH] : {std::tuple{1, 1, 1, 1}, std::tuple{2, 7, 16, 2}, std::tuple{1, 33, 33, 3},
                                std::tuple{2, 17, 64, 4}, std::tuple{1, 65, 32, 1}}) {
@@ -749,7 +749,8 @@ TEST_F(BackendOpsTest, CopiesAndZeroKeepBytes) {
 TEST_F(BackendOpsTest, HostMemoryForTransfersAndAsynchronousCopiesKeepBytes) {
   for (Backend* b : {&be(), &cpu()}) {
     SCOPED_TRACE(b->Describe());
-    EXPECT_EQ(b->pinned_host(), b->kind() != kernels::BackendKind::kCpu) << "page-locked on the cuda kinds";
+    EXPECT_EQ(b->Supports(Capability::kPinnedHost), b->kind() != kernels::BackendKind::kCpu)
+        << "page-locked on the cuda kinds";
     const size_t n = 4099;
     const auto x = Random(n, 21);
     DeviceBuffer host, back;
@@ -843,8 +844,8 @@ TEST_F(BackendOpsTest, StreamsAndEventsOrderWorkAndRefuseForeignHandles) {
 // ordered them, from another thread bound to the device. The cuda kinds do not let the host
 // address their memory (cuda-emulated neither, so that CI runs cuda's paths).
 TEST_F(BackendOpsTest, APeerOnAnotherThreadSharesTheDeviceMemory) {
-  EXPECT_TRUE(cpu().host_addressable());
-  EXPECT_FALSE(be().host_addressable()) << be().Describe();
+  EXPECT_TRUE(cpu().Supports(Capability::kHostAddressable));
+  EXPECT_FALSE(be().Supports(Capability::kHostAddressable)) << be().Describe();
   for (Backend* b : {&be(), &cpu()}) {
     SCOPED_TRACE(b->Describe());
     auto peer = b->NewPeer();
@@ -1927,7 +1928,7 @@ TEST_F(BackendOpsTest, CudnnAttentionIsWithinItsBoundAndRepeatsItsBits) {
   auto made = CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
   ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
   Backend& b = **made;
-  ASSERT_TRUE(b.fused_attention()) << "its state is the log-sum-exp";
+  ASSERT_TRUE(b.Supports(Capability::kFusedAttention)) << "its state is the log-sum-exp";
   for (Precision p : k16) {
     const double u = p == Precision::kBf16 ? 0x1p-8 : 0x1p-11;
     // head sizes 8, 8, 32, 64 (GPT-2's), 128 and 256 (cuDNN's largest); lengths from the shortest
@@ -1988,7 +1989,7 @@ TEST_F(BackendOpsTest, CudnnGroupedAttentionIsWithinItsBoundAndRepeatsItsBits) {
           std::tuple{2, 17, 3, 3, 32}, std::tuple{1, 40, 12, 4, 64}, std::tuple{1, 19, 2, 1, 128}}) {
       SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " " << B << "x" << T << " NH " << NH << " NKV " << NKV
                                         << " hd " << hd);
-      ASSERT_TRUE(b.TakesGroupedAttention(B, T, NH, NKV, hd, p));
+      ASSERT_TRUE(b.Supports(Capability::kGroupedAttention, {B, T, NH, NKV, hd, p}));
       const int C = NH * hd, W = (NH + 2 * NKV) * hd, group = NH / NKV;
       const size_t BT = static_cast<size_t>(B) * T, n_qkv = BT * W, n_qkv3 = BT * 3 * C, n_out = BT * C,
                    n_att = static_cast<size_t>(B) * NH * T * T, n_lse = static_cast<size_t>(B) * NH * T;
@@ -2072,14 +2073,14 @@ TEST_F(BackendOpsTest, GroupedAttentionRefusesABadGroupingAndRunsOffCudnnOnlyUng
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find("6 query heads over 4 key/value heads"), std::string::npos) << st;
   }
-  EXPECT_FALSE(f->get()->TakesGroupedAttention(2, 9, 4, 2, 16, p));
+  EXPECT_FALSE(f->get()->Supports(Capability::kGroupedAttention, {2, 9, 4, 2, 16, p}));
   absl::Status st = run(**f, 4, 2, 16, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("cuDNN's attention only, and the attention path is fused"), std::string::npos) << st;
-  EXPECT_FALSE(s->get()->TakesGroupedAttention(2, 9, 4, 2, 12, p));
+  EXPECT_FALSE(s->get()->Supports(Capability::kGroupedAttention, {2, 9, 4, 2, 12, p}));
   st = run(**s, 4, 2, 12, nullptr);
   EXPECT_NE(st.message().find("head sizes that are multiples of 8"), std::string::npos) << st;
-  EXPECT_FALSE(s->get()->TakesGroupedAttention(2, 9, 4, 2, 16, Precision::kFp32)) << "fp32 weights";
+  EXPECT_FALSE(s->get()->Supports(Capability::kGroupedAttention, {2, 9, 4, 2, 16, Precision::kFp32})) << "fp32 weights";
   // NKV = NH off cuDNN: the fused kernels' attention op on the same rows.
   std::vector<uint16_t> grouped, plain(static_cast<size_t>(2) * 9 * 32, kPoison16);
   ASSERT_TRUE(run(**f, 2, 2, 16, &grouped).ok());
@@ -2217,7 +2218,7 @@ TEST_F(BackendOpsTest, CudnnWithoutAPlanFallsBackToTheFusedKernelsAndSaysSoOnce)
 }
 
 // Where cuDNN plans the grouped-heads forward but not its backward (the first suspect on SM90:
-// grouped heads with the deterministic backward), TakesGroupedAttention says no, once said why,
+// grouped heads with the deterministic backward), Supports(kGroupedAttention) says no, once said why,
 // so that the model repeats the key/value heads (the first fallback); heads that are not grouped
 // are still taken, and without the refusal grouped ones are.
 TEST_F(BackendOpsTest, GroupedHeadsWithoutABackwardPlanAreRepeatedInstead) {
@@ -2228,20 +2229,21 @@ TEST_F(BackendOpsTest, GroupedHeadsWithoutABackwardPlanAreRepeatedInstead) {
   {
     auto plain = CreateBackend(kind, 0);
     ASSERT_TRUE(plain.ok()) << plain.status();
-    EXPECT_TRUE((*plain)->TakesGroupedAttention(B, T, NH, NKV, hd, p)) << "planned: taken";
+    EXPECT_TRUE((*plain)->Supports(Capability::kGroupedAttention, {B, T, NH, NKV, hd, p})) << "planned: taken";
     EXPECT_TRUE((*plain)->TakeNotices().empty());
   }
   const ScopedEnv no_plan(emucudnn::kNoPlanVariable, "grouped-backward");
   auto be = CreateBackend(kind, 0);
   ASSERT_TRUE(be.ok()) << be.status();
-  EXPECT_FALSE((*be)->TakesGroupedAttention(B, T, NH, NKV, hd, p));
+  EXPECT_FALSE((*be)->Supports(Capability::kGroupedAttention, {B, T, NH, NKV, hd, p}));
   const std::vector<std::string> said = (*be)->TakeNotices();
   ASSERT_EQ(said.size(), 1u) << ::testing::PrintToString(said);
   EXPECT_NE(said[0].find("cuDNN has no plan for the attention backward"), std::string::npos) << said[0];
   EXPECT_NE(said[0].find("key/value heads are repeated"), std::string::npos) << said[0];
-  EXPECT_FALSE((*be)->TakesGroupedAttention(B, T, NH, NKV, hd, p));
+  EXPECT_FALSE((*be)->Supports(Capability::kGroupedAttention, {B, T, NH, NKV, hd, p}));
   EXPECT_TRUE((*be)->TakeNotices().empty()) << "the refusal is remembered per shape, and said once";
-  EXPECT_TRUE((*be)->TakesGroupedAttention(B, T, NH, NH, hd, p)) << "one key/value head a query head";
+  EXPECT_TRUE((*be)->Supports(Capability::kGroupedAttention, {B, T, NH, NH, hd, p}))
+      << "one key/value head a query head";
 }
 
 // Where cuBLASLt has no algorithm for its bias epilogue, a biased GEMM runs without it and a

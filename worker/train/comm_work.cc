@@ -45,7 +45,7 @@ size_t BufferPool::allocated_bytes() const {
 
 absl::StatusOr<std::unique_ptr<CommWork>> CommWork::Create(kernels::Backend* model_backend) {
   std::unique_ptr<CommWork> w(new CommWork(model_backend));
-  if (!model_backend->host_addressable()) {
+  if (!model_backend->Supports(kernels::Capability::kHostAddressable)) {
     auto peer = model_backend->NewPeer();
     if (!peer.ok()) return Annotate(peer.status(), "a backend for the communication thread");
     w->peer_ = std::move(*peer);

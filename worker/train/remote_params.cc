@@ -31,7 +31,7 @@ absl::Status RemoteParams::Start(int64_t start_step) {
 absl::Status RemoteParams::Sync() {
   if (pulled_step_ == pushed_step_) return absl::OkStatus();
   RETURN_IF_ERROR(barrier_());  // every rank's push of the last step has returned: it is applied
-  if (!model_->backend().host_addressable()) {  // the servers' client writes host memory
+  if (!model_->backend().Supports(kernels::Capability::kHostAddressable)) {  // the servers' client writes host memory
     FloatBuffer host(model_->num_params());
     RETURN_IF_ERROR(remote_->Pull(host.data()));
     model_->WriteParams(host.data());
@@ -50,7 +50,7 @@ absl::Status RemoteParams::PushAndPull(const std::vector<GradPiece>& pieces, flo
     if (coef != 1.0f) be.Scale(p.grads, static_cast<int64_t>(len), coef);
     const float* push = p.grads;
     FloatBuffer host;
-    if (!be.host_addressable()) {  // the servers' client reads host memory
+    if (!be.Supports(kernels::Capability::kHostAddressable)) {  // the servers' client reads host memory
       host.Assign(len);
       be.CopyToHost(host.data(), p.grads, len * sizeof(float));
       push = host.data();

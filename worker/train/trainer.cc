@@ -158,7 +158,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
     // buffers; parameter-server mode reads it whole, for the shard servers.
     checkpoint::CheckpointState st;
     // (The optimizer's backend: the model's, or the host's when it is offloaded.)
-    if (optim::AdamW* opt = t->engine_->local_optimizer(); opt != nullptr && opt->backend().host_addressable()) {
+    if (optim::AdamW* opt = t->engine_->local_optimizer();
+        opt != nullptr && opt->backend().Supports(kernels::Capability::kHostAddressable)) {
       ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
     } else if (opt != nullptr) {  // through host copies of m and v
       FloatBuffer m(opt->m().size()), v(opt->v().size());

@@ -290,7 +290,7 @@ TEST(LlamaGroupedAttentionTest, CudnnReadsTheGroupedHeadsWithTheRepeatedHeadsBit
         options.grouped_attention = grouped == 1;
         auto be = kernels::CreateBackend(kernels::BackendKind::kCudaEmulated, 0, options);
         ASSERT_TRUE(be.ok()) << be.status();
-        EXPECT_EQ((*be)->TakesGroupedAttention(B, T, 4, 2, 8, p), grouped == 1);
+        EXPECT_EQ((*be)->Supports(kernels::Capability::kGroupedAttention, {B, T, 4, 2, 8, p}), grouped == 1);
         model::GPT m(c, jobspec::ModelShard{}, be->get());
         m.InitRandom(11);
         m.set_precision(p);
