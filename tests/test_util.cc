@@ -3,7 +3,19 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/file_util.h"
+
 namespace gantry::testing {
+
+std::string ReadFile(const std::string& path) {
+  auto s = ReadFileToString(path);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : std::string();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  ASSERT_TRUE(WriteFileAtomic(path, bytes).ok()) << path;
+}
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");

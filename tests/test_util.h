@@ -116,6 +116,11 @@ inline std::vector<int32_t> I32(const SafetensorsFile& f, const std::string& nam
   return v.ok() ? *v : std::vector<int32_t>();
 }
 
+// A file's bytes (a test failure and "" where it cannot be read); bytes written over a file
+// (a fatal test failure where they cannot be).
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& bytes);
+
 // A fresh temporary directory, removed at destruction.
 class TempDir {
  public:

@@ -1,6 +1,6 @@
 // The Gloo communicator with real TCP connections on loopback: each rank a thread of this
-// process, meeting through an in-memory rendezvous store. And the worker's choice of
-// communicator by device (worker/agent/device_groups.h).
+// process, meeting through an in-memory rendezvous store. (The worker's choice of communicator
+// by device is tests/worker/agent/device_groups_test's.)
 #include "comm/gloo/gloo_communicator.h"
 
 #include <gloo/rendezvous/hash_store.h>
@@ -19,7 +19,6 @@
 #include "kernels/cast.h"
 #include "tests/alltoall_util.h"
 #include "tests/counting_communicator.h"
-#include "worker/agent/device_groups.h"
 
 namespace gantry::comm {
 namespace {
@@ -482,53 +481,6 @@ TEST(GlooCommunicatorFailureTest, AProcessWithAGroupIgnoresSigpipe) {
   struct sigaction now {};
   ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
   EXPECT_EQ(now.sa_handler, SIG_IGN) << "SIGPIPE would end the process when a peer has gone";
-}
-
-// A cpu or cuda-emulated rank's groups are Gloo, named and keyed by group: two groups of
-// the same ranks on one store do not mix, and each counts its completed collectives. A
-// cuda rank's are NCCL on its GPU: without one (CI) joining fails, naming the group and
-// the device, rather than falling back to something else.
-TEST(DeviceGroupsTest, CpuAndEmulatedRanksGetGlooGroupsAndACudaRankNeedsItsGpu) {
-  for (auto kind : {kernels::BackendKind::kCpu, kernels::BackendKind::kCudaEmulated}) {
-    SCOPED_TRACE(kernels::BackendKindName(kind));
-    auto store = std::make_shared<gloo::rendezvous::HashStore>();
-    std::vector<absl::Status> out(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        std::vector<Communicator*> made;
-        const GroupFactory factory = agent::DeviceGroups(kind, r, store, GlooOptions(), &made);
-        auto a = factory("dp/s0/t0", {0, 1}, r);
-        auto b = factory("mp/r0", {0, 1}, r);
-        if (!a.ok() || !b.ok()) {
-          out[static_cast<size_t>(r)] = a.ok() ? b.status() : a.status();
-          return;
-        }
-        float x[2] = {1.f + r, 10.f};
-        absl::Status s = (*a)->AllReduceSum(x, 2);
-        if (s.ok()) s = (*b)->AllReduceSum(x, 1);
-        if (s.ok() && (x[0] != 6.f || x[1] != 20.f)) s = absl::InternalError(absl::StrCat(x[0], " ", x[1]));
-        if (s.ok() && (made.size() != 2 || dynamic_cast<GlooCommunicator*>(made[0]) == nullptr)) {
-          s = absl::InternalError("not the two Gloo communicators made");
-        }
-        if (s.ok() && ((*a)->completed() != 1 || (*b)->completed() != 1)) {
-          s = absl::InternalError(absl::StrCat("completed ", (*a)->completed(), ", ", (*b)->completed()));
-        }
-        out[static_cast<size_t>(r)] = s;
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (const auto& s : out) EXPECT_TRUE(s.ok()) << s;
-  }
-  if (kernels::DeviceCount(kernels::BackendKind::kCuda) > 0) {
-    GTEST_SKIP() << "a GPU is visible: a cuda rank would join NCCL and wait for its peer "
-                    "(tests/gpu/nccl_communicator_test covers NCCL on a GPU)";
-  }
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  auto c = agent::DeviceGroups(kernels::BackendKind::kCuda, 0, store, GlooOptions())("dp/s0/t0", {0, 1}, 0);
-  ASSERT_FALSE(c.ok());
-  EXPECT_TRUE(absl::IsFailedPrecondition(c.status())) << c.status();
-  EXPECT_EQ(c.status().message().rfind("group dp/s0/t0: ", 0), 0u) << c.status();
 }
 
 }  // namespace
