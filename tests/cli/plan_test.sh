@@ -120,6 +120,11 @@ out="$("$GANTRY" plan $L405 2>&1)"
 cpu_act="$(grep '^  activations' <<<"$out" | awk '{print $2}')"
 check "405B from flags without --device: the cpu's unfused attention, more activations ($cpu_act > $fused_act GB)" \
   bash -c "grep -q 'activations .*(unfused attention' <<<'$out' && awk 'BEGIN { exit !($cpu_act > $fused_act) }'"
+# Its 128K-token stage: --cp 16 (as Meta ran it) keeps a rank's 8,192 rows, the ring's bytes printed.
+out="$("$GANTRY" plan ${L405/--seq-len 8192/--seq-len 131072} --dp 8 --microbatches 16 --cp 16 --device cuda 2>&1)"; rc=$?
+echo "$out" | grep -E 'layout|activations|total|ring'
+check "--cp 16 at T 131072: the layout names cp, the ring's bytes are printed, and it fits 80 GB (exit 0)" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'tp 8 x cp 16 x pp 16 x dp 8' <<<'$out' && grep -q 'context-parallel ring' <<<'$out' && grep -q 'fits' <<<'$out'"
 # Its 126 layers over 16 stages: uneven stages (7 or 8 layers, BalanceStages), planned and fitting.
 sed -i 's/n_layer: 128/n_layer: 126/' "$TMP/l405.yaml"
 out="$("$GANTRY" plan "$TMP/l405.yaml" --gpu-memory 80 --ranks 2>&1)"; rc=$?
