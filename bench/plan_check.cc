@@ -6,8 +6,9 @@
 // and the layouts' order by each. Prints a table; exits 1 when a prediction is more than 20%
 // off or the two orders differ.
 //   plan_check --cluster FILE [--steps 8] [--layouts 1.1.1.0.none,2.1.1.0.none,2.1.1.0.none.ep2,...]
-//   (DP.TP.PP.ZERO.RECOMPUTE, and .epN for the model's MoE twin at expert parallelism N)
-//     (each DP.TP.PP.ZERO.RECOMPUTE)
+//   (DP.TP.PP.ZERO.RECOMPUTE, then .epN for the model's MoE twin at expert parallelism N, or
+//   .vpN for the interleaved 1F1B schedule with N chunks a stage)
+// (A cp layout waits for parallel.cp in the job spec: the context-parallel wiring.)
 #include <gloo/rendezvous/hash_store.h>
 
 #include <algorithm>
@@ -37,8 +38,10 @@ struct Layout {
   int dp = 1, tp = 1, pp = 1, zero = 0;
   std::string recompute = "none";
   int ep = 0;  // 0: the dense model; else its MoE twin (4 experts, top 2, every second layer) at this ep
+  int vp = 1;  // the interleaved schedule's chunks a stage (1: plain 1F1B)
   std::string Name() const {
-    return absl::StrCat("dp", dp, " tp", tp, " pp", pp, " ZeRO ", zero, " rc ", recompute, ep ? absl::StrCat(" MoE ep", ep) : "");
+    return absl::StrCat("dp", dp, " tp", tp, " pp", pp, vp > 1 ? absl::StrCat(" vp", vp) : "", " ZeRO ", zero, " rc ",
+                        recompute, ep ? absl::StrCat(" MoE ep", ep) : "");
   }
 };
 
@@ -53,7 +56,7 @@ jobspec::JobSpec SpecOf(const Layout& l, const std::string& data, int steps) {
       "}\n"
       "checkpoint: {every: 0, dir: /tmp/plan-check-unused}\n"
       "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", zero_stage: ", l.zero,
-      l.ep ? absl::StrCat(", ep: ", l.ep) : "", "}\n"));
+      l.ep ? absl::StrCat(", ep: ", l.ep) : "", l.vp > 1 ? absl::StrCat(", virtual_stages: ", l.vp) : "", "}\n"));
   if (!s.ok()) {
     std::fprintf(stderr, "plan_check: %s\n", std::string(s.status().message()).c_str());
     std::exit(2);
@@ -110,7 +113,7 @@ double Measure(const Layout& l, const std::string& data, int steps) {
 int main(int argc, char** argv) {
   std::string cluster_path, layouts =
       "1.1.1.0.none,1.1.1.0.full,1.1.1.0.selective,2.1.1.0.none,2.1.1.1.none,2.1.1.2.none,2.1.1.3.none,1.2.1.0.none,"
-      "1.1.2.0.none,2.1.1.0.none.ep1,2.1.1.0.none.ep2";
+      "1.1.2.0.none,1.1.2.0.none.vp2,2.1.1.0.none.ep1,2.1.1.0.none.ep2";
   int steps = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--cluster")) cluster_path = argv[i + 1];
@@ -146,12 +149,15 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (absl::string_view item : absl::StrSplit(layouts, ',', absl::SkipEmpty())) {
     std::vector<std::string> f = absl::StrSplit(item, '.');
-    if (f.size() != 5 && !(f.size() == 6 && f[5].size() > 2 && f[5].substr(0, 2) == "ep")) {
-      std::fprintf(stderr, "plan_check: layout '%s' is not DP.TP.PP.ZERO.RECOMPUTE[.epN]\n", std::string(item).c_str());
+    const std::string tail = f.size() == 6 && f[5].size() > 2 ? f[5].substr(0, 2) : "";
+    if (f.size() != 5 && tail != "ep" && tail != "vp") {
+      std::fprintf(stderr, "plan_check: layout '%s' is not DP.TP.PP.ZERO.RECOMPUTE[.epN|.vpN]\n",
+                   std::string(item).c_str());
       return 2;
     }
     Layout l{std::atoi(f[0].c_str()), std::atoi(f[1].c_str()), std::atoi(f[2].c_str()), std::atoi(f[3].c_str()), f[4],
-             f.size() == 6 ? std::atoi(f[5].c_str() + 2) : 0};
+             tail == "ep" ? std::atoi(f[5].c_str() + 2) : 0};
+    if (tail == "vp") l.vp = std::atoi(f[5].c_str() + 2);
     jobspec::PlanInput in = jobspec::PlanOfSpec(SpecOf(l, data, steps));
     auto cost = jobspec::PredictStep(in, *cluster);
     if (!cost.ok()) {

@@ -24,8 +24,8 @@ const char* RecomputeWord(jobspec::Recompute r) {
   return r == jobspec::Recompute::kFull ? "full" : r == jobspec::Recompute::kSelective ? "selective" : "none";
 }
 
-// --layout tp=8,pp=16,dp=64[,vp=2][,zero=1][,mb=2][,recompute=full][,sp=1][,ep=2] onto in; dp defaults
-// to what the GPUs leave.
+// --layout tp=8,pp=16,dp=64[,cp=2][,vp=2][,zero=1][,mb=2][,recompute=full][,sp=1][,ep=2] onto in; dp
+// defaults to what the GPUs leave (over tp x cp x pp).
 absl::Status ParseLayout(const std::string& text, int gpus, jobspec::PlanInput* in) {
   bool dp_given = false;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
@@ -46,25 +46,30 @@ absl::Status ParseLayout(const std::string& text, int gpus, jobspec::PlanInput* 
     if (kv.first == "tp") in->tp = v;
     else if (kv.first == "pp") in->pp = v;
     else if (kv.first == "vp") in->vp = v;
+    else if (kv.first == "cp") in->cp = v;
     else if (kv.first == "dp") in->dp = v, dp_given = true;
     else if (kv.first == "zero") in->zero = v;
     else if (kv.first == "mb") in->micro_batch = v;
     else if (kv.first == "ep") in->ep = v;
     else if (kv.first == "sp") in->sequence_parallel = v != 0;
     else return absl::InvalidArgumentError(absl::StrCat("--layout: unknown key '", kv.first,
-                                                        "' (tp, pp, vp, dp, zero, mb, recompute, sp, ep)"));
+                                                        "' (tp, pp, vp, cp, dp, zero, mb, recompute, sp, ep)"));
   }
-  if (in->tp < 1 || in->pp < 1 || in->vp < 1) return absl::InvalidArgumentError("--layout: tp, pp and vp must be >= 1");
-  if (!dp_given && gpus > 0) in->dp = std::max(1, gpus / (in->tp * in->pp));
-  if (gpus > 0 && in->dp * in->tp * in->pp != gpus) {
-    return absl::InvalidArgumentError(absl::StrFormat("--layout: tp %d x pp %d x dp %d is not --gpus %d", in->tp,
-                                                      in->pp, in->dp, gpus));
+  if (in->tp < 1 || in->pp < 1 || in->vp < 1 || in->cp < 1) {
+    return absl::InvalidArgumentError("--layout: tp, pp, vp and cp must be >= 1");
+  }
+  const int model_ranks = in->tp * in->pp * in->cp;
+  if (!dp_given && gpus > 0) in->dp = std::max(1, gpus / model_ranks);
+  if (gpus > 0 && in->dp * model_ranks != gpus) {
+    return absl::InvalidArgumentError(absl::StrFormat("--layout: tp %d x cp %d x pp %d x dp %d is not --gpus %d",
+                                                      in->tp, in->cp, in->pp, in->dp, gpus));
   }
   return absl::OkStatus();
 }
 
 std::string LayoutName(const jobspec::PlanInput& in) {
-  std::string s = absl::StrFormat("tp %d pp %d dp %d, ZeRO %d, mb %d x %d, recompute %s", in.tp, in.pp, in.dp, in.zero,
+  std::string s = absl::StrFormat("tp %d %spp %d dp %d, ZeRO %d, mb %d x %d, recompute %s", in.tp,
+                                  in.cp > 1 ? absl::StrFormat("cp %d ", in.cp) : "", in.pp, in.dp, in.zero,
                                   in.micro_batch, in.microbatches, RecomputeWord(in.recompute));
   if (in.sequence_parallel) absl::StrAppend(&s, ", sp");
   if (in.ep > 1) absl::StrAppend(&s, ", ep ", in.ep);
@@ -76,15 +81,15 @@ std::string JsonOf(const jobspec::RankedLayout& r) {
   const auto& in = r.in;
   const auto& c = r.cost;
   return absl::StrFormat(
-      "{\"tp\": %d, \"pp\": %d, \"vp\": %d, \"dp\": %d, \"ep\": %d, \"zero\": %d, \"micro_batch\": %d, \"microbatches\": %d, "
+      "{\"tp\": %d, \"pp\": %d, \"vp\": %d, \"cp\": %d, \"dp\": %d, \"ep\": %d, \"zero\": %d, \"micro_batch\": %d, \"microbatches\": %d, "
       "\"recompute\": \"%s\", \"sequence_parallel\": %s, \"step_s\": %.6g, \"compute_s\": %.6g, "
       "\"exposed_comm_s\": %.6g, \"bubble_s\": %.6g, \"optimizer_s\": %.6g, \"tp_comm_s\": %.6g, "
-      "\"pp_comm_s\": %.6g, \"ep_comm_s\": %.6g, \"dp_comm_s\": %.6g, \"dp_bytes\": %.6g, \"tokens_per_s\": %.6g, "
+      "\"pp_comm_s\": %.6g, \"cp_comm_s\": %.6g, \"ep_comm_s\": %.6g, \"dp_comm_s\": %.6g, \"dp_bytes\": %.6g, \"tokens_per_s\": %.6g, "
       "\"tokens_per_s_per_gpu\": %.6g, \"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_bytes\": %.6g, "
       "\"fits\": %s}",
-      in.tp, in.pp, in.vp, in.dp, in.ep, in.zero, in.micro_batch, in.microbatches, RecomputeWord(in.recompute),
+      in.tp, in.pp, in.vp, in.cp, in.dp, in.ep, in.zero, in.micro_batch, in.microbatches, RecomputeWord(in.recompute),
       in.sequence_parallel ? "true" : "false", c.step, c.compute, c.exposed_comm, c.bubble, c.optimizer, c.tp_comm,
-      c.pp_comm, c.ep_comm, c.dp_comm, c.dp_bytes, c.tokens_per_s, c.tokens_per_s_per_gpu, c.flops_per_gpu / 1e12,
+      c.pp_comm, c.cp_comm, c.ep_comm, c.dp_comm, c.dp_bytes, c.tokens_per_s, c.tokens_per_s_per_gpu, c.flops_per_gpu / 1e12,
       c.mfu, r.plan.total(), r.plan.fits ? "true" : "false");
 }
 
@@ -144,9 +149,9 @@ int SpeedPlan(jobspec::PlanInput in, const jobspec::ClusterSpec& cluster, int gp
   }
   const auto& best = rows[0].cost;
   std::printf("%s: %.0f tokens/s on %d GPUs; exposed communication: tensor-parallel %.3f s, pipeline %.3f s, "
-              "expert %.3f s, data-parallel %.3f s (of %.3f s, %.1f GB sent per GPU per step)\n",
-              layout.empty() ? "best" : "layout", best.tokens_per_s, gpus, best.tp_comm, best.pp_comm, best.ep_comm,
-              best.dp_comm, best.dp_comm_total, best.dp_bytes / 1e9);
+              "context-parallel %.3f s, expert %.3f s, data-parallel %.3f s (of %.3f s, %.1f GB sent per GPU per step)\n",
+              layout.empty() ? "best" : "layout", best.tokens_per_s, gpus, best.tp_comm, best.pp_comm, best.cp_comm,
+              best.ep_comm, best.dp_comm, best.dp_comm_total, best.dp_bytes / 1e9);
   return rows[0].plan.fits ? 0 : 1;
 }
 
@@ -210,6 +215,7 @@ void DefinePlanFlags(CommandFlags& f, PlanFlags* p) {
       .Int("dp", &in.dp, "D", "data-parallel degree")
       .Default("what --gpus leaves")
       .Int("ep", &in.ep, "N", "expert-parallel degree")
+      .Int("cp", &in.cp, "C", "context-parallel degree (each sequence split over C ranks; 2 x C divides seq-len)")
       .Switch("sequence-parallel", &in.sequence_parallel, "sequence parallelism in the tensor-parallel group")
       .Int("micro-batch", &in.micro_batch, "B", "sequences per micro-batch")
       .Int("microbatches", &in.microbatches, "M", "micro-batches per step")
@@ -222,7 +228,7 @@ void DefinePlanFlags(CommandFlags& f, PlanFlags* p) {
               "rank every layout of --gpus devices that fits by predicted tokens/s (step time, tokens/s and "
               "TFLOP/s per GPU, MFU, the time split, memory per GPU)")
       .Int("top", &p->top, "K", "with --cluster: how many layouts to list")
-      .String("layout", &p->layout, "tp=T,pp=P[,vp=V][,dp=D][,zero=S][,mb=B][,recompute=R][,sp=1][,ep=E]",
+      .String("layout", &p->layout, "tp=T,pp=P[,vp=V][,cp=C][,dp=D][,zero=S][,mb=B][,recompute=R][,sp=1][,ep=E]",
               "with --cluster: evaluate this layout only");
 }
 
@@ -311,7 +317,7 @@ int PlanCommand(const Options& o) {
     return SpeedPlan(in, *cluster, gpus, global_batch, p.top, p.layout, o.output == "json");
   }
   if (!p.layout.empty()) return bad("--layout is evaluated on a --cluster");
-  if (gpus > 0 && !dp_given) in.dp = std::max(1, gpus / (in.tp * in.pp));
+  if (gpus > 0 && !dp_given) in.dp = std::max(1, gpus / (in.tp * in.pp * std::max(1, in.cp)));
   auto plan = jobspec::MakePlan(in);
   if (!plan.ok()) return bad(std::string(plan.status().message()));
   double n = in.params;

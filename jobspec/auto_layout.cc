@@ -33,6 +33,11 @@ bool Admits(const JobSpec& s, const PlanInput& x) {
   if (s.parallel.ep > 1 && x.zero > 1) return false;  // expert groups: ZeRO 0 or 1
   if (s.optimizer.placement == "shardserver" && (x.tp > 1 || x.pp > 1 || x.zero > 2)) return false;
   if (x.sequence_parallel && (static_cast<int64_t>(x.micro_batch) * s.seq_len) % x.tp != 0) return false;
+  // Context parallelism: the job spec states no cp yet (parallel.cp comes with the context-
+  // parallel wiring, which refuses parallel: auto for now), so an auto job is placed at cp 1;
+  // `gantry plan --cluster` ranks cp layouts all the same. Joining parallel.cp: Resolve sets it
+  // from x.cp, and this line admits what that wiring runs.
+  if (x.cp > 1) return false;
   return true;
 }
 
@@ -42,6 +47,7 @@ JobSpec Resolve(const JobSpec& s, const PlanInput& x) {
   r.parallel.auto_layout = AutoLayout{};
   r.parallel.dp = x.dp, r.parallel.tp = x.tp, r.parallel.pp = x.pp;
   r.parallel.zero_stage = x.zero;
+  r.parallel.virtual_stages = x.vp;  // the interleaved schedule's chunks a stage (1: plain 1F1B)
   r.parallel.sequence_parallel = x.sequence_parallel;
   r.train.micro_batch = x.micro_batch;
   r.train.recompute = RecomputeName(x.recompute);
@@ -153,6 +159,8 @@ std::string DescribeChoice(const LayoutChoice& c) {
                                        x.dp, x.tp, x.pp, x.zero, RecomputeName(x.recompute), x.micro_batch,
                                        x.microbatches);
   if (x.sequence_parallel) absl::StrAppend(&layout, ", sequence_parallel");
+  if (x.vp > 1) absl::StrAppend(&layout, ", virtual_stages ", x.vp);
+  if (x.cp > 1) absl::StrAppend(&layout, ", cp ", x.cp);
   const double step = k.step >= 1 ? k.step : k.step * 1e3;
   return absl::StrFormat("%s: predicted step %.4g %s, %.0f tokens/s (%.0f per worker), MFU %.1f%%, %.3g GB per worker of %.3g GB",
                          layout, step, k.step >= 1 ? "s" : "ms", k.tokens_per_s, k.tokens_per_s_per_gpu, 100 * k.mfu,

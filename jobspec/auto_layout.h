@@ -3,8 +3,10 @@
 // (coordinator/auto_placer.h); the rules are here so that the job spec's validation and the
 // choice agree.
 //
-// What the planner chooses: dp, tp, pp, parallel.zero_stage, parallel.sequence_parallel,
-// train.micro_batch and train.recompute; each stated beside auto is kept, and parallel.max_tp,
+// What the planner chooses: dp, tp, pp, parallel.virtual_stages (the interleaved schedule, by
+// RankLayouts' bounded rule), parallel.zero_stage, parallel.sequence_parallel, train.micro_batch
+// and train.recompute (context parallelism, which RankLayouts also ranks, once the spec states
+// parallel.cp); each stated beside auto is kept, and parallel.max_tp,
 // max_pp bound tp and pp. Everything else of the spec (the global batch, precision, schedule,
 // offload, ep, the optimizer's placement) is the user's and is kept: the chosen layout is a
 // spec that ParseJobSpec accepts, with the same global batch, so the same data order and (any

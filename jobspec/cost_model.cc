@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 
@@ -48,12 +49,17 @@ namespace {
 
 // The links of a layout's groups (those of rank 0's groups: every group of a kind sits alike
 // when the node size is a multiple of tp).
+// cp: the context-parallel ring's; dp: the gradients' reduction, over the dp x cp ranks that
+// hold the same parameters.
 struct Links {
-  Link tp, dp, pp, ep, edp;
+  Link tp, dp, pp, ep, edp, cp;
 };
 
 Links LinksOf(const PlanInput& in, const ClusterSpec& cluster) {
-  const Layout l{in.dp, in.tp, in.pp, in.ep};
+  // Ranks ((stage·dp + replica)·cp + cp_rank)·tp + tp_rank (Megatron-Core's order, cp between
+  // tp and dp): ranks.h's order with dp x cp "replicas", replica·cp + cp_rank.
+  const int cp = in.cp;
+  const Layout l{in.dp * cp, in.tp, in.pp, 1};
   auto group = [&](auto member, int n) {
     std::vector<int> ranks;
     for (int i = 0; i < n; ++i) ranks.push_back(RankOf(member(i), l));
@@ -61,9 +67,10 @@ Links LinksOf(const PlanInput& in, const ClusterSpec& cluster) {
   };
   Links k;
   k.tp = group([](int i) { return Coords{0, i, 0}; }, in.tp);
-  k.dp = group([](int i) { return Coords{i, 0, 0}; }, in.dp);
-  k.ep = group([](int i) { return Coords{i, 0, 0}; }, in.ep);
-  k.edp = group([&](int i) { return Coords{i * in.ep, 0, 0}; }, in.dp / in.ep);
+  k.cp = group([](int i) { return Coords{i, 0, 0}; }, cp);
+  k.dp = group([](int i) { return Coords{i, 0, 0}; }, in.dp * cp);
+  k.ep = group([&](int i) { return Coords{i * cp, 0, 0}; }, in.ep);
+  k.edp = group([&](int i) { return Coords{(i / cp) * in.ep * cp + i % cp, 0, 0}; }, in.dp / in.ep * cp);
   // A pipeline's neighbours: the slowest hop between consecutive stages.
   k.pp = cluster.intra;
   for (int s = 0; s + 1 < in.pp; ++s) {
@@ -99,7 +106,9 @@ struct Gemms {
 struct StageCost {
   double fwd = 0, bwd = 0;            // compute (bwd includes recomputation)
   double tp = 0, ep = 0, pp = 0;      // exposed collectives, forward and backward together
-  double fwd_comm = 0;                // the forward's share of tp + ep + pp (the rest is backward's)
+  double cp = 0;                      // the ring's exposed exchanges (and its hidden ones' cost to compute)
+  double cp_hidden = 0;               // the ring's exchanges hidden behind the block attention
+  double fwd_comm = 0;                // the forward's share of tp + ep + pp + cp (the rest is backward's)
   double flops = 0;                   // hardware FLOPs (Megatron's convention), per GPU
   double model_flops = 0;             // the model's (6N + 12·L·T·C a token), per GPU
   // The rank's shard (tp_rank 0): parameters, of them the experts' (reduced over edp), and
@@ -116,7 +125,10 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
   // Wire bytes of activations: Gantry sums the projections and sends stage boundaries in fp32;
   // the textbook's mixed precision (Megatron) in 16 bits.
   const double w = in.precision == Precision::kMixed ? 2 : 4;
-  const double t = in.tp, s = in.seq_len, N = static_cast<double>(in.micro_batch) * in.seq_len;
+  // N: this rank's rows of the micro-batch (context parallelism: T/cp of each sequence); s the
+  // whole sequence, which its queries attend over.
+  const double t = in.tp, s = in.seq_len, N = static_cast<double>(in.micro_batch) * in.seq_len / in.cp;
+  const double cp = in.cp;
   const double C = c.n_embd, F = c.ffn(), hd = c.head_dim(), nh = c.n_head, kv = c.kv_heads(), V = c.vocab_size;
   const double rows = in.sequence_parallel && in.tp > 1 ? N / t : N;  // the residual stream's rows
   const bool unfused = d.unfused_attention;
@@ -172,13 +184,33 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
       kernels += 2;
     }
     if (moe) bytes += 2 * N * k * C * 4, bytes_b += 2 * N * k * C * 4, kernels += 6;  // dispatch and combine
+    // Context parallelism: each ring step but the first merges its block's output into the
+    // rows' running output by the log-sum-exps (fp32: read both, write one); backward, the
+    // dK/dV arriving are added to.
+    if (cp > 1) {
+      bytes += (cp - 1) * N * nh * hd / t * 12;
+      bytes_b += (cp - 1) * N * 2 * kv * hd / t * 12;
+      kernels += cp - 1;
+    }
     const double mem_f = Op(bytes, d.memory_bandwidth, kernels, d);
-    // Attention: the causal half of 4·T·C a token forward.
+    // Attention: the causal half of 4·T·C a token forward (with cp: this rank's rows' share,
+    // as balanced chunks give every rank the same).
     const double attn_flops = 2 * N * s * C / t;
     double attn_f, attn_b;
     // (The unfused scores are batched GEMMs inside the attention op, k the head dimension,
     // outside the GEMM table's shapes: they keep the single rates.)
-    if (unfused) {  // the scores as GEMMs over the whole T x T, probabilities kept (fp32)
+    if (cp > 1 && unfused) {
+      // The ring's block kernels (kernels/attention_block.h) at the GEMM rates, no
+      // probabilities kept: the pairs of chunks below the diagonal, and the 2 diagonal pairs
+      // of the first step computed whole and masked (2·cp + 1 pairs for 2·cp pairs' work);
+      // backward recomputes the probabilities (2.5 times the forward's FLOPs).
+      const double work = attn_flops * (1 + 1 / (2 * cp));
+      attn_f = Op(work, d.gemm_fwd[pi], 2 * cp, d);
+      attn_b = Op(2.5 * work, d.gemm_bwd[pi], 2 * cp, d);
+    } else if (cp > 1) {  // the fused kernel a block at a time: two launches a ring step
+      attn_f = Op(attn_flops, d.attention_fwd[pi], 2 * cp, d);
+      attn_b = Op(2.5 * attn_flops, d.attention_bwd[pi], 2 * cp, d);
+    } else if (unfused) {  // the scores as GEMMs over the whole T x T, probabilities kept (fp32)
       const double scores = N * s * nh / t;
       attn_f = Op(2 * attn_flops, d.gemm_fwd[pi], 2, d) + Op(scores * (2 * e + 4), d.memory_bandwidth, 2, d);
       attn_b = Op(4 * attn_flops, d.gemm_bwd[pi], 4, d) + Op(scores * 12, d.memory_bandwidth, 2, d);
@@ -191,6 +223,24 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     double recomputed_flops = 0;
     if (in.recompute == Recompute::kFull) b += f, recomputed_flops = gemm_f + 2 * attn_flops;
     if (in.recompute == Recompute::kSelective) b += attn_f, recomputed_flops = 2 * attn_flops;
+    // The ring (model::RingAttention): forward, cp - 1 exchanges of a K/V block (this rank's
+    // rows of the key/value heads, 1/tp of them), each while the block before it is computed,
+    // a ring step being 1/cp of the attention's time (the balanced chunks make every step
+    // alike); backward, cp - 1 exchanges of a K/V block with its dK/dV (fp32) while each
+    // step's block backward runs, and the last dK/dV home after the last block, exposed. The
+    // rule: an exchange is hidden up to its step's attention time and exposed beyond it.
+    // Recomputation (full or selective) runs the forward's ring again.
+    if (cp > 1) {
+      const double block = N * 2 * kv * hd / t;  // floats
+      const double xf = SendTime(block * e, links.cp), xb = SendTime(block * (e + 4), links.cp);
+      const double home = SendTime(block * 4, links.cp);
+      const double exp_f = (cp - 1) * std::max(0.0, xf - attn_f / cp);
+      const double exp_b = (cp - 1) * std::max(0.0, xb - attn_b / cp) + home;
+      const double again = in.recompute == Recompute::kNone ? 0 : 1;
+      sc.cp += (1 + again) * exp_f + exp_b;
+      sc.cp_hidden += (1 + again) * ((cp - 1) * xf - exp_f) + ((cp - 1) * xb + home - exp_b);
+      sc.fwd_comm += exp_f;
+    }
     sc.fwd += f;
     sc.bwd += b;
     // Megatron's count: attention as its whole 4·T·C a token (not the causal half).
@@ -240,12 +290,16 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
   // Pipeline: the activation forward and its gradient back, each blocking both neighbours; the
   // interleaved schedule's chunks each receive and send their own (the first chunk of stage 0
   // receives nothing, the last of stage pp - 1 sends nothing).
+  // (Each rank sends its rows of the residual stream: 1/tp of them under sequence parallelism,
+  // as the trainer's stage_floats.)
   if (in.pp > 1) {
-    const double one = SendTime(N * C * w, links.pp);
+    const double one = SendTime(rows * C * w, links.pp);
     const int hops = 2 * shard.num_chunks() - (shard.first() ? 1 : 0) - (shard.last() ? 1 : 0);
     sc.pp = 2 * hops * one;
     sc.fwd_comm += hops * one;
   }
+  // Hidden ring traffic costs compute where the collectives share the compute's cores.
+  sc.cp += d.comm_compute_cost * sc.cp_hidden;
   for (const ParamTensor& p : ParameterLayout(c, shard)) {
     sc.params += static_cast<double>(p.numel);
     if (p.gemm) sc.gemm_params += static_cast<double>(p.numel);
@@ -268,12 +322,13 @@ struct DpCost {
 
 DpCost CostOfDp(const PlanInput& in, const ClusterSpec& cluster, const Links& links, const StageCost& sc) {
   DpCost r;
-  if (in.dp <= 1) return r;
+  const int D = in.dp * in.cp;  // the gradients are summed over dp x cp (each cp rank saw part of the sequences)
+  if (D <= 1) return r;
   const double gw = in.precision == Precision::kMixed || in.bf16_grad_reduce ? 2 : 4;
   const double pw = in.precision == Precision::kMixed ? 2 : 4;
   const double m = in.microbatches;
   const double dense = sc.params - sc.expert_params, expert = sc.expert_params;
-  const int edp = in.dp / in.ep;
+  const int edp = D / in.ep;
   // Gradients: an all-reduce (ZeRO 0) or reduce-scatter of every bucket, dense over dp and the
   // experts' over edp; parameters: an all-gather of the same split. `pieces` collectives move
   // `params` between them, each paying its latency: the buckets (parallel.bucket_mb), or
@@ -281,19 +336,19 @@ DpCost CostOfDp(const PlanInput& in, const ClusterSpec& cluster, const Links& li
   auto reduce = [&](double params, double pieces) {
     const double bytes = params * gw / pieces;
     if (in.zero == 0) {
-      return pieces * (AllReduceTime(bytes * dense / sc.params, in.dp, links.dp) +
+      return pieces * (AllReduceTime(bytes * dense / sc.params, D, links.dp) +
                        AllReduceTime(bytes * expert / sc.params, edp, links.edp));
     }
-    return pieces * (ReduceScatterTime(bytes * dense / sc.params, in.dp, links.dp) +
+    return pieces * (ReduceScatterTime(bytes * dense / sc.params, D, links.dp) +
                      ReduceScatterTime(bytes * expert / sc.params, edp, links.edp));
   };
   auto gather = [&](double params, double pieces) {
     const double bytes = params * pw / pieces;
-    return pieces * (ReduceScatterTime(bytes * dense / sc.params, in.dp, links.dp) +
+    return pieces * (ReduceScatterTime(bytes * dense / sc.params, D, links.dp) +
                      ReduceScatterTime(bytes * expert / sc.params, edp, links.edp));
   };
   // Moved per GPU: a ring sends (n-1)/n of the buffer per pass (all-reduce: two passes).
-  const double d = in.dp, frac = (d - 1) / d;
+  const double d = D, frac = (d - 1) / d;
   const double bucket_share = std::min(1.0, in.bucket_mb * 1e6 / (sc.params * gw));
   const double unit_share = 1.0 / std::max(1, sc.units);
   const double pieces = in.zero == 3 ? std::max(1, sc.units) : std::ceil(1 / bucket_share);
@@ -327,8 +382,9 @@ DpCost CostOfDp(const PlanInput& in, const ClusterSpec& cluster, const Links& li
 
 // Clipping and AdamW over the rank's shard.
 double CostOfOptimizer(const PlanInput& in, const DeviceProfile& d, const StageCost& sc) {
-  const double shard = in.zero >= 1 ? sc.params / in.dp : sc.params;
-  const double grads = in.zero >= 2 ? sc.params / in.dp : sc.params;
+  const double D = static_cast<double>(in.dp) * in.cp;  // ZeRO shards over dp x cp
+  const double shard = in.zero >= 1 ? sc.params / D : sc.params;
+  const double grads = in.zero >= 2 ? sc.params / D : sc.params;
   const double norm = Op(grads * 4, d.memory_bandwidth, 2, d);
   // The 16-bit working copy of the GEMM weights, recast after the update (ZeRO 0-2).
   const double recast =
@@ -347,6 +403,10 @@ double CostOfOptimizer(const PlanInput& in, const DeviceProfile& d, const StageC
 absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& cluster) {
   if (!in.model) return absl::InvalidArgumentError("the step's cost needs the model's shape");
   if (in.pp > in.model->n_layer) return absl::InvalidArgumentError("pp exceeds the layers");
+  if (in.cp < 1 || in.seq_len % (2 * in.cp) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cp ", in.cp, ": the sequence length ", in.seq_len, " is not a multiple of 2 x cp"));
+  }
   const DeviceProfile& d = cluster.device;
   if (d.memory_bandwidth <= 0 || d.gemm_fwd[0] <= 0 || d.gemm_bwd[0] <= 0 || d.gemm_fwd[1] <= 0 ||
       d.gemm_bwd[1] <= 0 || d.peak_flops <= 0 ||
@@ -368,11 +428,11 @@ absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& clu
     const StageCost sc = CostOfStage(in, cluster, links, shard);
     const DpCost dp = CostOfDp(in, cluster, links, sc);
     const double opt = CostOfOptimizer(in, d, sc);
-    const double comm = sc.tp + sc.ep + sc.pp;
+    const double comm = sc.tp + sc.ep + sc.pp + sc.cp;
     const double per_micro = sc.fwd + sc.bwd + comm;
     if (per_micro > slowest) {
       slowest = per_micro, slowest_compute = sc.fwd + sc.bwd, slowest_comm = comm;
-      r.tp_comm = m * sc.tp, r.ep_comm = m * sc.ep, r.pp_comm = m * sc.pp;
+      r.tp_comm = m * sc.tp, r.ep_comm = m * sc.ep, r.pp_comm = m * sc.pp, r.cp_comm = m * sc.cp;
     }
     // ZeRO 2-3's per-micro-batch collectives lengthen each micro-batch of the stage; ZeRO 0-1's
     // and the optimizer come after the pipeline drains: the step ends with the slowest stage's.
@@ -390,7 +450,7 @@ absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& clu
   r.optimizer = tail_opt;
   r.exposed_comm = m * slowest_comm + tail_dp;
   r.step = r.compute + r.bubble + r.exposed_comm + r.optimizer;
-  const double world = static_cast<double>(in.dp) * in.tp * in.pp;
+  const double world = static_cast<double>(in.dp) * in.cp * in.tp * in.pp;
   r.tokens = static_cast<double>(in.micro_batch) * in.microbatches * in.dp * in.seq_len;
   r.tokens_per_s = r.tokens / r.step;
   r.tokens_per_s_per_gpu = r.tokens_per_s / world;
@@ -416,29 +476,60 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
     StepCost cost;
   };
   std::vector<Candidate> all;
+  // Context parallelism and the interleaved schedule, bounded (RankLayouts' comment in
+  // cost_model.h gives the rule): cp powers of two up to kMaxCp, only at micro-batch 1, with
+  // 2·cp dividing T and T/cp at least kMinCpRows; vp 2 and 4 with pp > 1, the micro-batches a
+  // multiple of pp and a layer at least a chunk.
+  constexpr int kMaxCp = 32, kMinCpRows = 1024;
+  std::map<std::pair<int, int>, std::vector<int>> splits;
+  auto split = [&](int pp, int vp) -> const std::vector<int>& {
+    std::vector<int>& layers = splits[{pp, vp}];
+    if (layers.empty()) {
+      const std::vector<int> bounds = vp > 1 ? BalanceChunks(c, pp, vp) : BalanceStages(c, pp);
+      for (size_t i = 0; i + 1 < bounds.size(); ++i) layers.push_back(bounds[i + 1] - bounds[i]);
+    }
+    return layers;
+  };
+  std::vector<int> cps = {1};
+  for (int cp = 2; cp <= kMaxCp && in.seq_len % (2 * cp) == 0 && in.seq_len / cp >= kMinCpRows; cp *= 2) {
+    cps.push_back(cp);
+  }
   for (int tp = 1; tp <= std::min(gpus, cluster.gpus_per_node); tp *= 2) {
     if (gpus % tp != 0 || c.n_head % tp != 0 || c.kv_heads() % tp != 0 || c.ffn() % tp != 0) continue;
-    for (int pp = 1; pp <= std::min(gpus / tp, c.n_layer); ++pp) {
-      if ((gpus / tp) % pp != 0) continue;  // (pp up to the layers: uneven stages split them, BalanceStages)
-      const int dp = gpus / (tp * pp);
-      if (in.ep > 1 && dp % in.ep != 0) continue;
-      for (int zero = 0; zero <= 3; ++zero) {
-        if (pp > 1 && zero >= 2) continue;  // the job spec refuses ZeRO 2-3 with pp
-        if (in.offload_optimizer && zero == 0) continue;
-        if (in.offload_params && zero < 3) continue;
-        for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-          for (bool sp : {false, true}) {
-            if (sp && tp == 1) continue;
-            for (int mb = 1; mb <= 64; mb *= 2) {
-              if (global_batch % (mb * dp) != 0) continue;
-              PlanInput x = in;
-              x.tp = tp, x.pp = pp, x.dp = dp, x.zero = zero, x.recompute = rc, x.micro_batch = mb;
-              x.sequence_parallel = sp;
-              x.microbatches = global_batch / (mb * dp);
-              if (admit && !admit(x)) continue;
-              auto cost = PredictStep(x, cluster);
-              if (!cost.ok()) continue;
-              all.push_back({x, *cost});
+    for (int cp : cps) {
+      if ((gpus / tp) % cp != 0) continue;
+      for (int pp = 1; pp <= std::min(gpus / (tp * cp), c.n_layer); ++pp) {
+        if ((gpus / (tp * cp)) % pp != 0) continue;  // (pp up to the layers: uneven stages split them, BalanceStages)
+        const int dp = gpus / (tp * cp * pp);
+        if (in.ep > 1 && dp % in.ep != 0) continue;
+        for (int zero = 0; zero <= 3; ++zero) {
+          if (pp > 1 && zero >= 2) continue;  // the job spec refuses ZeRO 2-3 with pp
+          if (in.offload_optimizer && zero == 0) continue;
+          if (in.offload_params && zero < 3) continue;
+          for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1) continue;
+              for (int mb = 1; mb <= 64; mb *= 2) {
+                if (global_batch % (mb * dp) != 0) continue;
+                if (cp > 1 && mb > 1) continue;  // (mb 2 at cp 2 is mb 1 at dp x 2 plus a ring)
+                const int m = global_batch / (mb * dp);
+                for (int vp : {1, 2, 4}) {
+                  if (vp > 1 && (pp == 1 || in.schedule != Schedule::k1F1B || m % pp != 0 || pp * vp > c.n_layer)) {
+                    continue;
+                  }
+                  PlanInput x = in;
+                  x.tp = tp, x.pp = pp, x.dp = dp, x.cp = cp, x.vp = vp, x.zero = zero, x.recompute = rc;
+                  x.micro_batch = mb, x.sequence_parallel = sp, x.microbatches = m;
+                  // A stated split is of its own pp x vp chunks; other layouts split by cost, the
+                  // split computed once (BalanceStages is quadratic in the layers) and given to the
+                  // cost and the plan as stated layers (the same bounds ShardOf would find).
+                  if (x.stage_layers.size() != static_cast<size_t>(pp * vp)) x.stage_layers = split(pp, vp);
+                  if (admit && !admit(x)) continue;
+                  auto cost = PredictStep(x, cluster);
+                  if (!cost.ok()) continue;
+                  all.push_back({x, *cost});
+                }
+              }
             }
           }
         }
@@ -449,7 +540,9 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
   // that order until `top` fit.
   std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     if (a.cost.tokens_per_s != b.cost.tokens_per_s) return a.cost.tokens_per_s > b.cost.tokens_per_s;
-    if (a.in.tp * a.in.pp != b.in.tp * b.in.pp) return a.in.tp * a.in.pp < b.in.tp * b.in.pp;
+    const int ma = a.in.tp * a.in.pp * a.in.cp, mb = b.in.tp * b.in.pp * b.in.cp;
+    if (ma != mb) return ma < mb;
+    if (a.in.vp != b.in.vp) return a.in.vp < b.in.vp;
     return a.in.zero < b.in.zero;
   });
   std::vector<RankedLayout> out;
@@ -457,12 +550,14 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
     auto plan = MakePlan(x.in);
     if (!plan.ok() || !plan->fits) continue;
     out.push_back({x.in, *plan, x.cost});
+    if (in.stage_layers.empty()) out.back().in.stage_layers.clear();  // (split by cost, as given)
     if (static_cast<int>(out.size()) >= top) break;
   }
   if (all.empty()) {
     return absl::NotFoundError(absl::StrFormat(
         "no layout of %d GPUs divides the model and global batch %d (tp up to %d dividing the heads, pp the "
-        "layers, dp x a micro-batch of a power of two the global batch)",
+        "layers, cp a power of two with 2 x cp dividing the sequence, dp x a micro-batch of a power of two the "
+        "global batch)",
         gpus, global_batch, cluster.gpus_per_node));
   }
   if (out.empty()) {
@@ -473,8 +568,9 @@ absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const Cluste
       if (!plan.ok() || (!least.empty() && plan->total() >= least_bytes)) continue;
       least_bytes = plan->total();
       least = absl::StrFormat(
-          "; the least any needs is %.3g GB per GPU (tp %d, pp %d, dp %d, ZeRO %d, recompute %s, micro_batch %d)",
-          least_bytes / 1e9, x.in.tp, x.in.pp, x.in.dp, x.in.zero,
+          "; the least any needs is %.3g GB per GPU (tp %d, cp %d, pp %d, vp %d, dp %d, ZeRO %d, recompute %s, "
+          "micro_batch %d)",
+          least_bytes / 1e9, x.in.tp, x.in.cp, x.in.pp, x.in.vp, x.in.dp, x.in.zero,
           x.in.recompute == Recompute::kFull ? "full" : x.in.recompute == Recompute::kSelective ? "selective" : "none",
           x.in.micro_batch);
     }

@@ -8,7 +8,10 @@
 // kernel's rates; or the unfused path's GEMMs over the whole T x T and the probabilities'
 // bytes), the memory-bound ops (norms, residual adds, activations, RoPE, the classifier's
 // softmax, the embedding) by their bytes over the memory bandwidth, each op at least the launch
-// time; recompute's extra forward (full: the layer; selective: attention).
+// time; recompute's extra forward (full: the layer; selective: attention). Context
+// parallelism (PlanInput::cp): each rank's T/cp rows through every op, the attention's causal
+// work over cp, and the ring's exchanges (cost_model.cc's CostOfStage states the rule that
+// hides them behind the block attention).
 //
 // Collectives by their algorithm over the link they cross: all-reduce as the faster of a ring
 // (2(n-1) latencies + 2(n-1)/n of the bytes over the bandwidth) and a tree (2 log2 n latencies +
@@ -49,6 +52,7 @@ struct StepCost {
   // Exposed communication by group (seconds per step); the data-parallel part's total time,
   // overlapped or not.
   double tp_comm = 0, pp_comm = 0, ep_comm = 0, dp_comm = 0, dp_comm_total = 0;
+  double cp_comm = 0;  // the context-parallel ring's exchanges the step waits for
   double dp_bytes = 0;  // sent per GPU per step over data parallelism
   double tokens = 0;    // per step
   double tokens_per_s = 0, tokens_per_s_per_gpu = 0;
@@ -71,11 +75,25 @@ struct RankedLayout {
 // Every layout of `gpus` devices for a global batch (tp dividing the heads and at most a node,
 // pp dividing the GPUs over tp, at most one stage a layer: uneven stages split the rest,
 // ZeRO 0-3 (2-3 without pp), recompute none/selective/full, sequence parallel with tp,
-// micro-batches of powers of two), best first by predicted tokens/s, the first `top` that fit
+// micro-batches of powers of two; context parallelism and the interleaved schedule by a bounded
+// rule, below), best first by predicted tokens/s, the first `top` that fit
 // the device's memory (90%, as MakePlan). The input's own precision, sequence length, schedule
 // and offload are kept. `admit`, when given, keeps only the layouts it accepts (the
 // constraints of a job spec's `parallel: auto`). NOT_FOUND naming the reason if none fits,
 // with the least memory per GPU an admitted layout needs and that layout.
+//
+// The rule that bounds cp and vp (each multiplies the layouts tried):
+//  - cp: powers of two up to 32, where 2·cp divides T and a rank keeps 1,024 rows of each
+//    sequence or more (T/cp >= 1024: shorter blocks leave the ring's exchanges less attention to
+//    hide behind, and a sequence that short needs no splitting for memory), and only at
+//    micro-batch 1: micro-batch 2 at cp 2 holds what micro-batch 1 holds at cp 1 with dp
+//    doubled, on as many GPUs, with the same attention work, plus the ring, so it cannot win.
+//  - vp: 1, 2 or 4 chunks a stage, with pp > 1, schedule 1f1b, the micro-batches a multiple of
+//    pp and a layer at least a chunk: 2 and 4 divide the bubble by as much for as many more
+//    pipeline transfers; beyond 4 the bubble left, (p-1)/(v·m+p-1), is at most a quarter of
+//    1F1B's while the transfers keep growing, and the chunks' extra activation sets too.
+// The sort's ties go to less model parallelism (tp x cp x pp), then fewer chunks, then the
+// lower ZeRO stage.
 absl::StatusOr<std::vector<RankedLayout>> RankLayouts(PlanInput in, const ClusterSpec& cluster, int gpus,
                                                       int global_batch, int top,
                                                       const std::function<bool(const PlanInput&)>& admit = nullptr);

@@ -38,7 +38,14 @@ Plan StateBytes(double params, Precision precision, bool fp32_grad_accum, int ze
 
 namespace {
 absl::Status CheckInput(const PlanInput& in) {
-  if (in.tp < 1 || in.pp < 1 || in.dp < 1) return absl::InvalidArgumentError("tp, pp and dp must be >= 1");
+  if (in.tp < 1 || in.pp < 1 || in.dp < 1 || in.cp < 1) {
+    return absl::InvalidArgumentError("tp, pp, dp and cp must be >= 1");
+  }
+  if (in.cp > 1 && in.seq_len % (2 * in.cp) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cp ", in.cp, ": the sequence length ", in.seq_len,
+                                                   " is not a multiple of 2 x cp = ", 2 * in.cp,
+                                                   " (each rank holds two chunks of 2 x cp)"));
+  }
   if (in.zero < 0 || in.zero > 3) return absl::InvalidArgumentError("zero must be 0 to 3");
   if (in.ep < 1 || in.dp % in.ep != 0) {
     return absl::InvalidArgumentError(absl::StrCat("ep ", in.ep, " does not divide dp ", in.dp));
@@ -81,6 +88,19 @@ absl::Status CheckInput(const PlanInput& in) {
   return absl::OkStatus();
 }
 
+// The context-parallel ring's working memory on one rank (model::RingAttention, fp32 host
+// buffers, kept between calls): the K/V block it computes with and the one arriving, backward's
+// dK/dV (this step's two and the one arriving), the running output and D = rowsum(dO·O):
+// 5 blocks of its rows' key/value heads, B·rows·2·NKV·hd floats each (NKV/tp under tp), one
+// (B, rows, NH·hd) and one (B, NH, rows). 0 without cp.
+double RingCpBytes(const PlanInput& in) {
+  if (in.cp <= 1 || !in.model) return 0;
+  const auto& c = *in.model;
+  const double rows = static_cast<double>(in.micro_batch) * in.seq_len / in.cp, t = in.tp;
+  const double kv = c.kv_heads() / t, nh = c.n_head / t, hd = c.head_dim();
+  return 4 * (5 * rows * 2 * kv * hd + rows * nh * hd + rows * nh);
+}
+
 // Transient bytes of one rank (Plan::working). ZeRO 3 (worker/train/zero.h): the buffers of
 // its collectives, which a pool keeps once made, one for each concurrent use of a size: of a
 // layer's unit, the one in use and the one prefetched, and two gradient buckets (the one
@@ -92,7 +112,7 @@ absl::Status CheckInput(const PlanInput& in) {
 // gradient reduction its staging buffers.
 double WorkingBytes(const PlanInput& in, const jobspec::ModelShard& shard, const std::vector<jobspec::ParamTensor>& tensors) {
   if (in.zero < 3) return 0;
-  const double d = in.dp;
+  const double d = static_cast<double>(in.dp) * in.cp;  // ZeRO shards over dp x cp
   auto padded = [&](double n) { return std::ceil(n / d) * d; };
   double layer = 0, layer_gemm = 0, wte = 0, embedding = 0, head = 0;
   // The embedding's tensors (first stage), each layer's, then the head's; the largest layer
@@ -126,23 +146,31 @@ double WorkingBytes(const PlanInput& in, const jobspec::ModelShard& shard, const
 double ActivationBytes(const PlanInput& in, const jobspec::ModelShard& shard) {
   const auto& c = *in.model;
   const int slots = in.pp > 1 ? PipelineSlots(in.schedule, in.pp, shard.stage, in.microbatches, in.vp) : 1;
+  // Context parallelism: every buffer of the sequence holds this rank's T/cp rows, and the
+  // ring's attention keeps each row's log-sum-exp (as the fused kernels do), never the
+  // probabilities, and reads grouped key/value heads as they are; the ring's own working
+  // memory (RingCpBytes) once a stage.
+  const bool ring = in.cp > 1;
+  const int rows = in.seq_len / in.cp;
   if (in.precision != Precision::kMixed) {
     // Gantry's own model: its activation buffer, exactly: the stage's scratch once, and what a
     // micro-batch's backward reads for each micro-batch in flight (interleaved: of any chunk,
     // with its mailbox).
-    return static_cast<double>(jobspec::LayoutChunks(c, shard, in.micro_batch, in.seq_len, in.recompute,
-                                                     in.fused_attention, in.precision == Precision::kAutocast,
-                                                     in.grouped_attention)
+    return static_cast<double>(jobspec::LayoutChunks(c, shard, in.micro_batch, rows, in.recompute,
+                                                     in.fused_attention || ring, in.precision == Precision::kAutocast,
+                                                     in.grouped_attention || ring)
                                    .floats(slots)) *
-           4;
+               4 +
+           RingCpBytes(in);
   }
   // Megatron's per-layer bytes (16-bit): sbh(10 + 24/t + 5as/(ht)), and with sequence
   // parallelism sbh(34/t + 5as/(ht)) (Korthikanti et al., 2022, table 2); selective drops the
   // attention term; full keeps the layer input, 2sbh (2sbh/t sharded). The last stage adds
   // fp32 logits.
-  const double s = in.seq_len, b = in.micro_batch, h = c.n_embd, a = c.n_head, t = in.tp;
+  // Context parallelism: s is this rank's rows, and the ring's attention keeps no scores.
+  const double s = rows, b = in.micro_batch, h = c.n_embd, a = c.n_head, t = in.tp;
   const double replicated = in.sequence_parallel ? 10 / t : 10;
-  double per_layer = s * b * h * (replicated + 24 / t + 5 * a * s / (h * t));
+  double per_layer = s * b * h * (replicated + 24 / t + (ring ? 0 : 5 * a * s / (h * t)));
   if (in.recompute == jobspec::Recompute::kSelective) per_layer = s * b * h * (replicated + 24 / t);
   if (in.recompute == jobspec::Recompute::kFull) per_layer = 2 * s * b * h / (in.sequence_parallel ? t : 1);
   // A slot holds one chunk's micro-batch (the largest chunk's layers; interleaved, and its
@@ -153,7 +181,7 @@ double ActivationBytes(const PlanInput& in, const jobspec::ModelShard& shard) {
     layers = std::max<double>(layers, one.layer_end - one.layer_begin);
   }
   const double mailbox = shard.num_chunks() > 1 ? 2 * s * b * h / (in.sequence_parallel ? t : 1) : 0;
-  return (per_layer * layers + mailbox) * slots + (shard.last() ? s * b * c.vocab_size * 4 / t : 0);
+  return (per_layer * layers + mailbox) * slots + (shard.last() ? s * b * c.vocab_size * 4 / t : 0) + RingCpBytes(in);
 }
 }  // namespace
 
@@ -176,10 +204,11 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
         if (t.gemm) gemm[expert] += static_cast<double>(t.working_room());
       }
       r.num_params = params[0] + params[1];
-      r.bytes = StateBytes(params[0], in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer,
+      // ZeRO shards over the dp x cp ranks that hold the same parameters.
+      r.bytes = StateBytes(params[0], in.precision, in.fp32_grad_accum, in.zero, in.dp * in.cp, in.offload_optimizer,
                            in.offload_params, gemm[0]);
       if (params[1] > 0) {
-        const Plan x = StateBytes(params[1], in.precision, in.fp32_grad_accum, in.zero, in.dp / in.ep,
+        const Plan x = StateBytes(params[1], in.precision, in.fp32_grad_accum, in.zero, in.dp / in.ep * in.cp,
                                   in.offload_optimizer, in.offload_params, gemm[1]);
         r.bytes.params += x.params;
         r.bytes.grads += x.grads;
@@ -199,6 +228,7 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
   Plan p;
   // Model parallelism splits the parameters; ZeRO shards each split over dp.
   double split = in.params / (in.tp * in.pp);
+  const double D = static_cast<double>(in.dp) * in.cp;  // the ranks that hold the same parameters
   if (in.model) {  // the rank that holds the most
     ASSIGN_OR_RETURN(std::vector<RankPlan> ranks, PlanRanks(in));
     const RankPlan* top = &ranks[0];
@@ -208,16 +238,31 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
     p = top->bytes;
     split = top->num_params;
     const auto& c = *in.model;
-    const double s = in.seq_len, b = in.micro_batch, h = c.n_embd, t = in.tp, L = c.n_layer;
+    // (s: this rank's rows of a sequence, T/cp.)
+    const double s = static_cast<double>(in.seq_len) / in.cp, b = in.micro_batch, h = c.n_embd, t = in.tp,
+                 L = c.n_layer;
     const double act_bytes = in.precision == Precision::kFp32 ? 4 : 2;
     // Tensor parallelism: 2 all-reduces forward and 2 backward of (s, b, h) per layer and
     // micro-batch, each moving 2(t-1)/t of it.
     p.tp_bytes = in.tp > 1 ? 4 * (L / in.pp) * in.microbatches * s * b * h * act_bytes * 2 * (t - 1) / t : 0;
     // Pipeline: each micro-batch's activation forward and its gradient back, per boundary
     // (interleaved: each of a stage's vp chunks sends its own).
-    p.pp_bytes = in.pp > 1 ? 2 * in.vp * in.microbatches * s * b * h * act_bytes : 0;
+    // (each rank's rows of the residual stream: 1/tp of them under sequence parallelism)
+    const double sp = in.sequence_parallel && in.tp > 1 ? t : 1;
+    p.pp_bytes = in.pp > 1 ? 2 * in.vp * in.microbatches * s * b * h * act_bytes / sp : 0;
+    // Context parallelism's ring, per layer and micro-batch: cp - 1 K/V blocks forward (and
+    // again in a recomputed forward), backward cp - 1 K/V blocks and cp dK/dV blocks (fp32),
+    // a block being the rank's rows of the key/value heads (1/tp of them).
+    if (in.cp > 1) {
+      const double block = s * b * 2 * c.kv_heads() / t * c.head_dim();
+      const double fwd = (in.cp - 1) * block * act_bytes;
+      const double again = in.recompute == jobspec::Recompute::kNone ? 0 : fwd;
+      const double bwd = fwd + in.cp * block * 4;
+      p.cp_bytes = (L / in.pp) * in.microbatches * (fwd + again + bwd);
+    }
   } else {
-    p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp, in.offload_optimizer, in.offload_params);
+    p = StateBytes(split, in.precision, in.fp32_grad_accum, in.zero, in.dp * in.cp, in.offload_optimizer,
+                   in.offload_params);
   }
   // Data parallelism, in ring collectives that each move (d-1)/d of their buffer: the
   // gradients all-reduced (ZeRO 0: twice that) or reduce-scattered (ZeRO 1-3), and the
@@ -225,14 +270,14 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
   // 3). Gantry's parameters are fp32 on the wire; its gradients are too unless
   // train.grad_reduce_dtype is bf16. Stages 0 and 1 reduce once per step; 2 and 3 keep no
   // whole gradient, so they reduce every micro-batch, and 3 gathers every micro-batch's units.
-  const double d = in.dp, param_wire = in.precision == Precision::kMixed ? 2 : 4;
+  const double d = D, param_wire = in.precision == Precision::kMixed ? 2 : 4;
   const double grad_wire = in.precision == Precision::kMixed || in.bf16_grad_reduce ? 2 : 4;
   const double m = in.microbatches;
   const double moved = in.zero == 0   ? 2 * grad_wire
                        : in.zero == 1 ? grad_wire + param_wire
                        : in.zero == 2 ? m * grad_wire + param_wire
                                       : m * (grad_wire + 2 * param_wire);
-  p.dp_bytes = in.dp > 1 ? split * moved * (d - 1) / d : 0;
+  p.dp_bytes = D > 1 ? split * moved * (d - 1) / d : 0;
   p.bubble = IdealBubble(in.pp, in.microbatches, in.vp);
   p.fits = in.device_memory <= 0 || p.total() <= 0.9 * in.device_memory;
   return p;
@@ -294,13 +339,13 @@ absl::StatusOr<PlanInput> Recommend(PlanInput in, int gpus, int global_batch) {
   std::optional<std::pair<std::vector<double>, PlanInput>> best;
   for (int tp : {1, 2, 4, 8}) {
     for (int pp = 1; pp <= gpus; ++pp) {
-      if (gpus % (tp * pp) != 0) continue;
+      if (gpus % (tp * pp * in.cp) != 0) continue;  // (the input's cp is kept)
       // (pp need not divide the layers: uneven stages, BalanceStages; at most one stage a layer)
       if (in.model && (in.model->n_head % tp != 0 || in.model->kv_heads() % tp != 0 || in.model->ffn() % tp != 0 ||
                        pp > in.model->n_layer)) {
         continue;
       }
-      const int dp = gpus / (tp * pp);
+      const int dp = gpus / (tp * pp * in.cp);
       for (int zero = 0; zero <= 3; ++zero) {
         for (auto rc : {jobspec::Recompute::kNone, jobspec::Recompute::kSelective, jobspec::Recompute::kFull}) {
           for (int mb : {64, 32, 16, 8, 4, 2, 1}) {
@@ -333,8 +378,8 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
                               : b >= 1e6 ? absl::StrFormat("%8.2f MB", b / 1e6) : absl::StrFormat("%8.2f kB", b / 1e3);
   };
   std::string s = absl::StrFormat(
-      "layout: tp %d x pp %d x dp %d, ZeRO %d, %s%s, micro-batch %d x %d per step, recompute %s\n", in.tp, in.pp,
-      in.dp, in.zero,
+      "layout: tp %d x %spp %d x dp %d, ZeRO %d, %s%s, micro-batch %d x %d per step, recompute %s\n", in.tp,
+      in.cp > 1 ? absl::StrFormat("cp %d x ", in.cp) : "", in.pp, in.dp, in.zero,
       in.precision == Precision::kMixed ? "mixed precision" : in.precision == Precision::kAutocast ? "bf16/fp16" : "fp32",
       in.fp32_grad_accum ? " (+fp32 grad accumulation)" : "", in.micro_batch, in.microbatches,
       RecomputeName(in.recompute));
@@ -366,7 +411,8 @@ std::string RenderPlan(const PlanInput& in, const Plan& p) {
   absl::StrAppend(&s, "sent per GPU per step: data-parallel ", gb(p.dp_bytes),
                   in.bf16_grad_reduce && in.precision != Precision::kMixed ? " (gradients in bf16)" : "",
                   ", tensor-parallel ", gb(p.tp_bytes),
-                  ", pipeline ", gb(p.pp_bytes), "\n");
+                  ", pipeline ", gb(p.pp_bytes),
+                  in.cp > 1 ? absl::StrCat(", context-parallel ring ", gb(p.cp_bytes)) : "", "\n");
   return s;
 }
 
@@ -374,7 +420,10 @@ std::string RenderRanks(const PlanInput& in, const std::vector<RankPlan>& ranks)
   std::string s = absl::StrFormat("%-6s %-8s %-16s %14s %14s %14s %14s %14s\n", "stage", "tp_rank", "ranks", "params_B",
                                   "grads_B", "optimizer_B", "activations_B", "total_B");
   for (const RankPlan& r : ranks) {
-    auto world = [&](int replica) { return jobspec::RankOf({replica, r.tp_rank, r.stage}, {in.dp, in.tp, in.pp}); };
+    // (With cp, the cp ranks of a replica lie between it and the next: cp_rank 0's shown.)
+    auto world = [&](int replica) {
+      return jobspec::RankOf({replica * in.cp, r.tp_rank, r.stage}, {in.dp * in.cp, in.tp, in.pp});
+    };
     std::string who = absl::StrCat(world(0));
     if (in.dp > 1) absl::StrAppend(&who, in.dp > 2 ? ",..," : ",", world(in.dp - 1));
     absl::StrAppend(&s, absl::StrFormat("%-6d %-8d %-16s %14.0f %14.0f %14.0f %14.0f %14.0f\n", r.stage, r.tp_rank, who,

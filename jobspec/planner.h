@@ -42,6 +42,15 @@ struct PlanInput {
   // pipeline.h): the bubble divided by vp, vp times the pipeline transfers, and each stage's
   // activations for the micro-batches its warm-up keeps in flight.
   int vp = 1;
+  // Context parallelism (model/context_parallel.h; the job spec's parallel.cp once wired): each
+  // sequence split over cp ranks that hold the same parameters, rank i the chunks i and
+  // 2·cp−1−i of 2·cp (the causal mask's balance). Per rank: the sequence's activations over
+  // cp, attention's work over cp, a ring of K/V exchanges per layer (cp−1 blocks forward,
+  // 2·cp−1 backward, the key/value heads only), and the two K/V blocks (and backward's dK/dV)
+  // the ring holds; gradients reduced and ZeRO sharded over dp x cp. World dp x cp x tp x pp,
+  // rank ((stage·dp + replica)·cp + cp_rank)·tp + tp_rank (Megatron-Core's order). seq_len a
+  // multiple of 2·cp.
+  int cp = 1;
   std::vector<int> stage_layers;            // parallel.stage_layers (empty: split by cost, StageBounds; pp x vp entries)
   int micro_batch = 1;
   int microbatches = 1;                     // per step and pipeline (gradient accumulation)
@@ -81,6 +90,7 @@ struct Plan {
   double total() const { return model_state() + activations + working; }
   double bubble = 0;                         // (p - 1) / (v·m + p - 1)
   double dp_bytes = 0, tp_bytes = 0, pp_bytes = 0;  // sent per GPU per step
+  double cp_bytes = 0;                              // the ring's K/V (and dK/dV) blocks, per GPU per step
   bool fits = true;                          // within device_memory (when known)
   // Transient bytes beyond params, grads, optimizer and activations, at their largest: ZeRO's
   // collective buffers (stage 3: gathered units and per-micro-batch gradient buckets) and

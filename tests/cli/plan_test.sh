@@ -36,11 +36,25 @@ assert d["gpus"] == 64 and len(ls) == 8, ls
 assert all(a["tokens_per_s"] >= b["tokens_per_s"] for a, b in zip(ls, ls[1:]))
 for l in ls:
     assert l["fits"] and l["memory_bytes"] <= 0.9 * 80e9, l
-    assert l["tp"] * l["pp"] * l["dp"] == 64 and l["micro_batch"] * l["microbatches"] * l["dp"] == 512, l
+    assert l["tp"] * l["cp"] * l["pp"] * l["dp"] == 64 and l["micro_batch"] * l["microbatches"] * l["dp"] == 512, l
     parts = l["compute_s"] + l["exposed_comm_s"] + l["bubble_s"] + l["optimizer_s"]
     assert abs(parts - l["step_s"]) <= 1e-4 * l["step_s"], l
     assert abs(l["tokens_per_s"] - 512 * 4096 / l["step_s"]) <= 1e-4 * l["tokens_per_s"], l
 PY
+# cp=2: context parallelism, each sequence over 2 ranks (twice the GPUs at the same dp): the
+# ring's exchanges counted, the activations about halved.
+"$GANTRY" -o json plan $LLAMA70 --cluster dgx-h100 --gpus 64 --global-batch 512 --layout tp=8,pp=8,mb=1 >"$TMP/cp1.json"
+"$GANTRY" -o json plan $LLAMA70 --cluster dgx-h100 --gpus 128 --global-batch 512 --layout tp=8,pp=8,cp=2,mb=1 >"$TMP/cp2.json"
+check "--layout cp=2: 128 GPUs at dp 1, the ring's time counted, less memory a GPU" python3 - "$TMP/cp1.json" "$TMP/cp2.json" <<'PY'
+import json, sys
+one, two = (json.load(open(f))["layouts"][0] for f in sys.argv[1:])
+assert two["cp"] == 2 and two["dp"] == 1 and one["cp"] == 1, two
+assert two["cp_comm_s"] > 0 and one["cp_comm_s"] == 0, (one, two)
+assert two["memory_bytes"] < one["memory_bytes"], (one["memory_bytes"], two["memory_bytes"])
+PY
+out="$("$GANTRY" plan $LLAMA70 --cluster dgx-h100 --gpus 192 --global-batch 512 --layout tp=8,pp=8,cp=3 2>&1)"; rc=$?
+check "--layout cp whose 2 x cp does not divide the sequence is refused (exit 2), naming it" \
+  bash -c "[ $rc -eq 2 ] && grep -q 'cp 3' <<<'$out' && grep -q 'multiple of 2 x cp' <<<'$out'"
 out="$("$GANTRY" plan $LLAMA70 --cluster dgx-h100 --gpus 64 --global-batch 512 --layout tp=8,pp=8,zero=1,mb=1,recompute=full 2>&1)"; rc=$?
 check "--layout evaluates the one named (tp 8 pp 8 dp 1, 512 micro-batches)" bash -c \
   "[ $rc -eq 0 ] && [ \$(grep -c '^1 .*tp 8 pp 8 dp 1, ZeRO 1, mb 1 x 512, recompute full' <<<'$out') -eq 1 ]"
@@ -106,6 +120,11 @@ out="$("$GANTRY" plan $L405 2>&1)"
 cpu_act="$(grep '^  activations' <<<"$out" | awk '{print $2}')"
 check "405B from flags without --device: the cpu's unfused attention, more activations ($cpu_act > $fused_act GB)" \
   bash -c "grep -q 'activations .*(unfused attention' <<<'$out' && awk 'BEGIN { exit !($cpu_act > $fused_act) }'"
+# Its 128K-token stage: --cp 16 (as Meta ran it) keeps a rank's 8,192 rows, the ring's bytes printed.
+out="$("$GANTRY" plan ${L405/--seq-len 8192/--seq-len 131072} --dp 8 --microbatches 16 --cp 16 --device cuda 2>&1)"; rc=$?
+echo "$out" | grep -E 'layout|activations|total|ring'
+check "--cp 16 at T 131072: the layout names cp, the ring's bytes are printed, and it fits 80 GB (exit 0)" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'tp 8 x cp 16 x pp 16 x dp 8' <<<'$out' && grep -q 'context-parallel ring' <<<'$out' && grep -q 'fits' <<<'$out'"
 # Its 126 layers over 16 stages: uneven stages (7 or 8 layers, BalanceStages), planned and fitting.
 sed -i 's/n_layer: 128/n_layer: 126/' "$TMP/l405.yaml"
 out="$("$GANTRY" plan "$TMP/l405.yaml" --gpu-memory 80 --ranks 2>&1)"; rc=$?

@@ -352,3 +352,96 @@ TEST(PlannerTest, Llama3405BsLayersSplitUnevenlyOverSixteenStagesAndFitAnH100) {
 }
 
 }  // namespace gantry::jobspec
+
+namespace gantry::jobspec {
+namespace {
+
+// Context parallelism (PlanInput::cp): each rank keeps its T/cp rows of every buffer of the
+// sequence, its attention keeps each row's log-sum-exp (the ring's), not the probabilities, and
+// the ring's working memory is once a stage: 5 K/V blocks (the block computed with and the one
+// arriving; backward's dK/dV, two and the one arriving) of the rank's rows of the key/value
+// heads, the running output and D, fp32. ZeRO shards over dp x cp. Fails without cp in the
+// plan (the same bytes at cp 1 and 2).
+// A 64-wide GPT of `layers` at T 32 in fp32.
+PlanInput TinyFp32(int layers) {
+  GPTConfig c;
+  c.n_layer = layers, c.n_embd = 64, c.n_head = 4, c.vocab_size = 128, c.max_seq_len = 32;
+  PlanInput in;
+  in.model = c;
+  in.seq_len = 32;
+  in.precision = Precision::kFp32;
+  return in;
+}
+
+TEST(PlannerTest, ContextParallelHoldsItsRowsOfTheSequenceAndTheRingsBlocks) {
+  PlanInput in = TinyFp32(2);
+  const GPTConfig c = *in.model;
+  in.micro_batch = 2;
+  in.cp = 2;
+  auto ranks = PlanRanks(in);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  const ModelShard shard = ShardOf(c, 1, 0, 1, 0);
+  // Rows 2 x 16 = 32; heads 4 of 16: blocks 32·2·4·16 = 4,096 floats, the output 32·64 = 2,048,
+  // D 32·4 = 128: 5·4,096 + 2,048 + 128 = 22,656 floats, 90,624 bytes.
+  const double ring = 90624;
+  const double layout = 4.0 * LayoutChunks(c, shard, 2, 16, Recompute::kNone, true, false, true).floats(1);
+  EXPECT_DOUBLE_EQ((*ranks)[0].bytes.activations, layout + ring);
+  in.cp = 1;
+  const double whole = PlanRanks(in)->front().bytes.activations;
+  EXPECT_GT(whole, 2 * layout) << "cp 1 keeps the probabilities (B, NH, T, T) on the cpu";
+
+  // Fused attention in 16 bits (a GPU's): the activations fall as 1/cp, plus the ring's blocks.
+  GPTConfig l;
+  l.arch = Arch::kLlama;
+  l.n_layer = 4, l.n_embd = 1024, l.n_head = 16, l.n_kv_head = 4, l.vocab_size = 1024, l.max_seq_len = 8192;
+  PlanInput g;
+  g.model = l;
+  g.seq_len = 8192;
+  g.precision = Precision::kAutocast;
+  g.fused_attention = true;
+  g.grouped_attention = true;
+  const double one = MakePlan(g)->activations;
+  for (int cp : {2, 4, 8}) {
+    g.cp = cp;
+    const double a = MakePlan(g)->activations;
+    EXPECT_GT(a, one / cp) << cp;
+    EXPECT_LT(a, 1.1 * one / cp) << cp << ": the sequence's buffers over cp and the ring's 5 blocks beside them";
+  }
+
+  // ZeRO 1 shards the optimizer over dp x cp; the gradients are reduced over them.
+  in.cp = 2, in.zero = 1;
+  const Plan two = *MakePlan(in);
+  in.cp = 1;
+  const Plan alone = *MakePlan(in);
+  EXPECT_DOUBLE_EQ(two.optimizer, alone.optimizer / 2);
+  EXPECT_GT(two.dp_bytes, 0) << "cp 2 at dp 1 still reduces its gradients";
+  EXPECT_EQ(alone.dp_bytes, 0);
+  // The ring's bytes a step: per layer and micro-batch, cp - 1 K/V blocks forward, backward
+  // cp - 1 K/V blocks and cp dK/dV blocks (fp32): (1 + 1 + 2)·4,096 floats x 4 bytes x 2 layers.
+  EXPECT_DOUBLE_EQ(two.cp_bytes, 2 * 4 * 4096 * 4.0);
+  EXPECT_EQ(alone.cp_bytes, 0);
+
+  // T a multiple of 2·cp: refused otherwise, naming both.
+  in.cp = 3;
+  auto bad = MakePlan(in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cp 3"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("multiple of 2 x cp"), std::string::npos) << bad.status();
+}
+
+// The pipeline's transfers carry a rank's rows of the residual stream: with sequence
+// parallelism 1/tp of them (the trainer's stage_floats); the interleaved schedule sends vp
+// times as many.
+TEST(PlannerTest, PipelineTransfersCarryTheRanksRowsAndOneSetAChunk) {
+  PlanInput in = TinyFp32(8);
+  in.tp = 2, in.pp = 2, in.microbatches = 4;
+  const double plain = MakePlan(in)->pp_bytes;
+  EXPECT_DOUBLE_EQ(plain, 2 * 4 * 32 * 64 * 4.0);
+  in.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(MakePlan(in)->pp_bytes, plain / 2);
+  in.vp = 2;
+  EXPECT_DOUBLE_EQ(MakePlan(in)->pp_bytes, plain);
+}
+
+}  // namespace
+}  // namespace gantry::jobspec
