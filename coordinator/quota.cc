@@ -71,4 +71,41 @@ std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::
   return "";
 }
 
+int64_t Borrowed(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device) {
+  auto q = quotas.find(team);
+  if (q == quotas.end()) return 0;
+  auto n = q->second.nominal.find(device);
+  if (n == q->second.nominal.end()) return 0;
+  return std::max<int64_t>(0, Used(usage, team, device) - n->second);
+}
+
+std::map<std::string, TeamFigures> Figures(const TeamQuotas& quotas, const Usage& usage,
+                                           const std::vector<QueuedJob>& queued, int64_t now_ms) {
+  std::map<std::string, TeamFigures> out;
+  for (const auto& [team, q] : quotas) {
+    TeamFigures& f = out[team];
+    for (const auto& [device, nominal] : q.nominal) {
+      f.nominal[device] = nominal;
+      f.used[device] = 0;
+    }
+  }
+  for (const auto& [team, u] : usage) {
+    TeamFigures& f = out[team];
+    for (const auto& [device, n] : u.slots) f.used[device] = n;
+  }
+  for (auto& [team, f] : out) {
+    for (const auto& [device, n] : f.used) f.borrowed[device] = Borrowed(quotas, usage, team, device);
+  }
+  for (const QueuedJob& j : queued) {
+    TeamFigures& f = out[j.team];
+    ++f.queued;
+    if (j.held) {
+      ++f.held;
+    } else {
+      f.oldest_wait_seconds = std::max(f.oldest_wait_seconds, std::max<int64_t>(0, now_ms - j.queued_since_ms) / 1000.0);
+    }
+  }
+  return out;
+}
+
 }  // namespace gantry::coordinator::quota

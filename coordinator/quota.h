@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/principals.h"
 
@@ -39,5 +40,31 @@ int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& te
 // team's quota and cap allow it), e.g. "team vision at its quota: 16 of 16 GPUs".
 std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
                        const std::string& device, int64_t want);
+
+// The slots of `device` the team uses beyond its nominal quota (0: within it, or the kind is
+// not limited for the team).
+int64_t Borrowed(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device);
+
+// The per-team series (gantry_coordinator_team_*: Cluster exports them, docs/operations.md).
+struct QueuedJob {
+  std::string team;
+  int64_t queued_since_ms = 0;  // when it last entered the queue
+  bool held = false;            // the last pass held it for its team's quota or cap
+};
+struct TeamFigures {
+  std::map<std::string, int64_t> used;      // device kind -> placed ranks: the kinds it uses or has a quota of
+  std::map<std::string, int64_t> nominal;   // the kinds its quota names
+  std::map<std::string, int64_t> borrowed;  // Borrowed, for every kind of `used`
+  int64_t queued = 0;                       // queued jobs (PENDING, RESTARTING)
+  int64_t held = 0;                         // of which held for its own quota or cap
+  // How long the oldest queued job that its own quota or cap does not hold has waited (0:
+  // none): a job that waits though its team is within its quota (for workers, for the teams
+  // before it in the fair share). The starvation alert reads it.
+  double oldest_wait_seconds = 0;
+};
+// By team ("": jobs without a team): the teams the quotas name, and those with placed or
+// queued jobs.
+std::map<std::string, TeamFigures> Figures(const TeamQuotas& quotas, const Usage& usage,
+                                           const std::vector<QueuedJob>& queued, int64_t now_ms);
 
 }  // namespace gantry::coordinator::quota
