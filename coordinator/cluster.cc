@@ -740,7 +740,10 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
   const TeamQuotas& q = quotas ? *quotas : none;
   const quota::Usage usage = scheduler_.PlacedUse();
   std::map<std::string, v1::TeamQuotaStatus> teams;
-  for (const auto& [team, t] : q) teams[team].set_max_running_jobs(t.max_running_jobs);
+  for (const auto& [team, t] : q) {
+    teams[team].set_max_running_jobs(t.max_running_jobs);
+    teams[team].set_cohort(t.cohort);
+  }
   for (const auto& [team, u] : usage) teams[team].set_running_jobs(u.jobs);
   for (const auto& job : store_->ListBrief()) {  // the index: no record is read
     if (!placement::Queued(job->state())) continue;
@@ -767,6 +770,8 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
       d->set_device(device);
       d->set_nominal(nu.first);
       d->set_used(nu.second);
+      d->set_borrowed(quota::Borrowed(q, usage, team, device));
+      d->set_borrowable(quota::Borrowable(q, usage, team, device).value_or(0));
     }
     t.set_dominant_share(quota::DominantShare(q, usage, team));
     *out.add_teams() = std::move(t);

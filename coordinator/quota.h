@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,11 +34,27 @@ std::string SlotsName(const std::string& device, int64_t n);
 // without a quota. A team at its quota of its scarcest kind has 1.
 double DominantShare(const TeamQuotas& quotas, const Usage& usage, const std::string& team);
 
-// How many more slots of `device` the team may take now: -1 for no limit.
+// Cohorts. A team whose quota names a cohort may use more of a kind than its nominal quota,
+// borrowing what the cohort's other teams leave idle of theirs: in all, the cohort's quota of
+// the kind minus the cohort's use (over the teams whose quota names the kind), so that what
+// one team borrowed is not lent again. Its own quota stays its own: a team within its nominal
+// quota is admitted whatever the others borrowed (reclaimed from them by preemption: issue 50
+// item 4). How many slots of `device` the team may borrow now beyond what its own quota leaves;
+// none: the team has no cohort, or its quota does not name the kind.
+std::optional<int64_t> Borrowable(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
+                                  const std::string& device);
+
+// How many more slots of `device` the team may take now, borrowing included: -1 for no limit.
 int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device);
 
+// Of a job of `world` slots of `device` placed now, how many are beyond its team's nominal
+// quota (borrowed from the cohort): what the job records as borrowed_slots.
+int64_t BorrowedBy(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device,
+                   int64_t world);
+
 // Why a job of `team` that needs `want` slots of `device` may not be placed now (empty: its
-// team's quota and cap allow it), e.g. "team vision at its quota: 16 of 16 GPUs".
+// team's quota, with what its cohort lends, and its cap allow it), e.g. "team vision at its
+// quota: 16 of 16 GPUs", or with a cohort "...; its cohort research lends 2 now".
 std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
                        const std::string& device, int64_t want);
 
