@@ -8,9 +8,13 @@
 //                      [--multi-rank-every 10] [--watchers 16] [--list-jobs-period 0.5] [--list-jobs-full-period 5]
 //                      [--get-job-period 0.05] [--list-workers-period 1] [--restart-at 0.9]
 //                      [--upload-threads 8] [--verify-jobs 200] [--worker-timeout-ms 5000]
+//                      [--users 0] [--teams 10] [--no-quotas] [--tls]
 //                      [--shard-streams 64] [--shard-mb 16] [--skip-fleet] [--skip-shard]
 //                      [--progress] [--dir DIR] [--coordinator BIN] [--shardserver BIN]
-// BIN default to this build's daemons.
+// BIN default to this build's daemons. --users 100 --teams 10: the daemons serve TLS with a
+// principals file of 100 users in 10 teams with quotas (one cohort), and the clients submit,
+// list and get jobs as those users (bench/load/control_plane.h, ControlPlaneOptions::users);
+// --no-quotas leaves the quotas out; --tls alone: TLS and the cluster token, no users (their peer).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +76,10 @@ int main(int argc, char** argv) {
     o.restart_at = Num(argc, argv, "--restart-at", o.restart_at);
     o.upload_threads = static_cast<int>(Num(argc, argv, "--upload-threads", o.upload_threads));
     o.verify_jobs = static_cast<int>(Num(argc, argv, "--verify-jobs", o.verify_jobs));
+    o.users = static_cast<int>(Num(argc, argv, "--users", o.users));
+    o.teams = static_cast<int>(Num(argc, argv, "--teams", o.teams));
+    o.quotas = !Has(argc, argv, "--no-quotas");
+    o.tls = Has(argc, argv, "--tls");
     o.worker_timeout_ms = static_cast<int64_t>(Num(argc, argv, "--worker-timeout-ms", static_cast<double>(o.worker_timeout_ms)));
     o.coordinator_bin = Flag(argc, argv, "--coordinator", GANTRY_COORDINATOR_BIN);
     o.shardserver_bin = Flag(argc, argv, "--shardserver", GANTRY_SHARDSERVER_BIN);

@@ -86,6 +86,13 @@ Gauge& Registry::GetGauge(const std::string& name, const std::string& help, cons
   return family->Add(labels);
 }
 
+void Registry::RemoveGauge(const std::string& name, const Labels& labels) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = gauges_.find(name);
+  if (it == gauges_.end() || !it->second->Has(labels)) return;
+  it->second->Remove(&it->second->Add(labels));
+}
+
 Histogram& Registry::GetHistogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
                                   const Labels& labels) {
   std::lock_guard<std::mutex> l(mu_);

@@ -47,6 +47,9 @@ class Registry {
   Registry();
   Counter& GetCounter(const std::string& name, const std::string& help, const Labels& labels = {});
   Gauge& GetGauge(const std::string& name, const std::string& help, const Labels& labels = {});
+  // Takes a gauge's series off the page (a label set no longer reported, such as a team that
+  // is gone); nothing if it is not there.
+  void RemoveGauge(const std::string& name, const Labels& labels);
   // The bounds (sorted, without +Inf) are those of the series' first registration.
   Histogram& GetHistogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
                           const Labels& labels = {});

@@ -313,22 +313,23 @@ absl::StatusOr<int64_t> ReadCount(const Parser& p, const YAML::Node& v, int line
 absl::Status ReadTeam(const Parser& p, const YAML::Node& node, int parent_line, const std::string& at, TeamQuota* t) {
   if (!node.IsMap()) {
     return p.Error(node, parent_line, at,
-                   absl::StrCat("must be a mapping (name, quota, max_running_jobs), not ", Parser::Show(node)));
+                   absl::StrCat("must be a mapping (name, quota, max_running_jobs, cohort), not ", Parser::Show(node)));
   }
   const int line = node.Mark().is_null() ? parent_line : node.Mark().line + 1;
   t->line = line;
-  const std::vector<std::string> known = {"name", "quota", "max_running_jobs"};
+  const std::vector<std::string> known = {"name", "quota", "max_running_jobs", "cohort"};
   std::set<std::string> seen;
   auto field_of = [&](const std::string& key, const std::string& field, const YAML::Node& v, int vline) -> absl::Status {
     seen.insert(key);
-    if (key == "name") {
+    if (key == "name" || key == "cohort") {  // a team's or a cohort's name
       auto s = p.Scalar(v, vline, field);
       if (!s.ok()) return s.status();
       if (!IsName(*s)) {
         return p.Error(v, vline, field,
-                       absl::StrCat(Parser::Show(v), " is not a team name (1 to 128 letters, digits, '.', '_', '@', '-')"));
+                       absl::StrCat(Parser::Show(v), " is not a ", key == "name" ? "team" : "cohort",
+                                    " name (1 to 128 letters, digits, '.', '_', '@', '-')"));
       }
-      t->team = *s;
+      (key == "name" ? t->team : t->cohort) = *s;
     } else if (key == "quota") {
       if (!v.IsMap()) {
         return p.Error(v, vline, field,

@@ -19,6 +19,7 @@
 //     - name: vision
 //       quota: {cuda: 16, cpu: 4}   # nominal slots per device kind (GPUs; cpu workers)
 //       max_running_jobs: 3         # optional cap on the team's placed jobs
+//       cohort: research            # optional: borrows the idle quota of the cohort's other teams
 //
 // Every identity has a token hash, a certificate name or both. Tokens are never stored,
 // only their SHA-256; a presented token is hashed and compared with every identity's hash
@@ -27,7 +28,8 @@
 // place: one over 24 characters or holding a space is described, not shown). Refused at load, each error naming the file, the line and
 // the field: YAML that does not parse, an unknown or repeated field, an unknown role or
 // kind, a malformed hash, two identities with one name, one token or one certificate name,
-// and a file that names no identity at all; in teams: a repeated team, a device kind that is
+// and a file that names no identity at all; in teams: a repeated team, a cohort that is not a
+// name, a device kind that is
 // not cpu, cuda or cuda-emulated, a quota or a cap that is not a whole number (a quota may be
 // 0: that kind is closed to the team; a cap is 1 or more).
 //
@@ -82,12 +84,13 @@ Principal ClusterTokenPrincipal();
 
 // A team's quota (the principals file's teams: section). Kinds the quota does not name are
 // not limited for the team, and a team the section does not name is not limited at all.
-// Cohorts and borrowing (issue 50 item 3's second part) will add a cohort name and a
-// borrowing limit per kind here: nominal is what the team owns, not what it may use.
+// nominal is what the team owns; a team in a cohort may use more of a kind, borrowing what
+// the cohort's other teams leave idle of theirs (coordinator/quota.h).
 struct TeamQuota {
   std::string team;
   std::map<std::string, int64_t> nominal;  // device kind (resources.device) -> slots (GPUs; cpu workers)
   int64_t max_running_jobs = 0;            // 0: no cap
+  std::string cohort;                      // "": none (it neither borrows nor lends)
   int line = 0;                            // where the file names it
 };
 using TeamQuotas = std::map<std::string, TeamQuota>;  // by team

@@ -614,6 +614,51 @@ void Cluster::UpdateGaugesLocked(bool force) {
                         {{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}})
         .Set(static_cast<double>(by_state[static_cast<v1::JobState>(s)]));
   }
+  if (force) UpdateTeamGaugesLocked(now);
+}
+
+void Cluster::UpdateTeamGaugesLocked(int64_t now) {
+  // From the store's index (brief records) and the last pass's holds: no record is read.
+  std::vector<quota::QueuedJob> queued;
+  const std::shared_ptr<const Scheduler::QuotaHolds> holds = scheduler_.quota_holds();
+  for (const std::string& device : store_->QueuedDevices()) {
+    for (const auto& [key, brief] : store_->QueuedBriefs(device)) {
+      const int64_t since = brief->update_time_unix_ms() > 0 ? brief->update_time_unix_ms() : brief->submit_time_unix_ms();
+      queued.push_back({brief->team(), since, holds->count(key.id) > 0});
+    }
+  }
+  const std::shared_ptr<const TeamQuotas> quotas = scheduler_.Quotas();
+  const auto figures = quota::Figures(quotas ? *quotas : TeamQuotas(), scheduler_.PlacedUse(), queued, now);
+  std::set<std::pair<std::string, metrics::Labels>> exported;
+  auto set = [&](const char* name, const char* help, metrics::Labels labels, double v) {
+    registry_->GetGauge(name, help, labels).Set(v);
+    exported.emplace(name, std::move(labels));
+  };
+  for (const auto& [team_name, f] : figures) {
+    const std::string team = team_name.empty() ? "(none)" : team_name;
+    for (const auto& [device, n] : f.used) {
+      set("gantry_coordinator_team_slots_used", "Slots (GPUs; cpu workers) of the team's placed jobs, by device kind.",
+          {{"team", team}, {"device", device}}, static_cast<double>(n));
+      set("gantry_coordinator_team_slots_borrowed",
+          "Slots the team uses beyond its nominal quota (lent by its cohort), by device kind.",
+          {{"team", team}, {"device", device}}, static_cast<double>(f.borrowed.at(device)));
+    }
+    for (const auto& [device, n] : f.nominal) {
+      set("gantry_coordinator_team_slots_quota", "The team's nominal quota of slots, by device kind (absent: not limited).",
+          {{"team", team}, {"device", device}}, static_cast<double>(n));
+    }
+    set("gantry_coordinator_team_jobs_queued", "The team's queued jobs (PENDING, RESTARTING).", {{"team", team}},
+        static_cast<double>(f.queued));
+    set("gantry_coordinator_team_jobs_held", "The team's queued jobs held for its own quota or cap.", {{"team", team}},
+        static_cast<double>(f.held));
+    set("gantry_coordinator_team_oldest_wait_seconds",
+        "How long the team's oldest queued job that its own quota does not hold has waited (0: none).",
+        {{"team", team}}, f.oldest_wait_seconds);
+  }
+  for (const auto& [name, labels] : team_series_) {
+    if (!exported.count({name, labels})) registry_->RemoveGauge(name, labels);
+  }
+  team_series_ = std::move(exported);
 }
 
 void Cluster::CheckStallsLocked(int64_t now) {
@@ -695,7 +740,10 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
   const TeamQuotas& q = quotas ? *quotas : none;
   const quota::Usage usage = scheduler_.PlacedUse();
   std::map<std::string, v1::TeamQuotaStatus> teams;
-  for (const auto& [team, t] : q) teams[team].set_max_running_jobs(t.max_running_jobs);
+  for (const auto& [team, t] : q) {
+    teams[team].set_max_running_jobs(t.max_running_jobs);
+    teams[team].set_cohort(t.cohort);
+  }
   for (const auto& [team, u] : usage) teams[team].set_running_jobs(u.jobs);
   for (const auto& job : store_->ListBrief()) {  // the index: no record is read
     if (!placement::Queued(job->state())) continue;
@@ -722,6 +770,8 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
       d->set_device(device);
       d->set_nominal(nu.first);
       d->set_used(nu.second);
+      d->set_borrowed(quota::Borrowed(q, usage, team, device));
+      d->set_borrowable(quota::Borrowable(q, usage, team, device).value_or(0));
     }
     t.set_dominant_share(quota::DominantShare(q, usage, team));
     *out.add_teams() = std::move(t);

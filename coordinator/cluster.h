@@ -176,8 +176,15 @@ class Cluster {
   // A commit ended (on the committer's executor): its event, the job's record, growth.
   void CheckpointEnded(const CheckpointCommitter::Checkpoint& c, const absl::StatusOr<std::vector<std::string>>& servers);
   void Monitor();
+  // With force (the monitor's round every 100 ms, a cancel, the start) also the per-team
+  // series: UpdateTeamGaugesLocked.
   void UpdateGaugesLocked(bool force = false);
   int64_t gauges_ms_ = 0;  // when UpdateGaugesLocked last ran (mu_)
+  // gantry_coordinator_team_* from quota::Figures: per team (the quotas' and those with placed
+  // or queued jobs; "(none)" for jobs without a team) and device kind. A series no longer
+  // reported (a team gone, a quota dropped by a reload) leaves the page.
+  void UpdateTeamGaugesLocked(int64_t now);
+  std::set<std::pair<std::string, metrics::Labels>> team_series_;  // exported at the last update (mu_)
   absl::Status Event(const std::string& job_id, std::function<void(v1::JobEvent&)> fill, bool sync = true);
 
   Store* store_;

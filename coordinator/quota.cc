@@ -1,6 +1,7 @@
 #include "coordinator/quota.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -34,12 +35,43 @@ double DominantShare(const TeamQuotas& quotas, const Usage& usage, const std::st
   return share;
 }
 
+namespace {
+
+// The cohort's other teams' quota of `device` minus their use, summed: below 0 where they
+// borrow more than the rest leave idle. None: no cohort, or the team's quota does not name
+// the kind.
+std::optional<int64_t> OthersLeft(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
+                                  const std::string& device) {
+  auto q = quotas.find(team);
+  if (q == quotas.end() || q->second.cohort.empty() || !q->second.nominal.count(device)) return std::nullopt;
+  int64_t left = 0;  // the others' quota minus their use: a team over its quota (borrowing) counts below 0
+  for (const auto& [other, t] : quotas) {
+    if (other == team || t.cohort != q->second.cohort) continue;
+    auto n = t.nominal.find(device);
+    if (n != t.nominal.end()) left += n->second - Used(usage, other, device);
+  }
+  return left;
+}
+
+}  // namespace
+
 int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device) {
   auto q = quotas.find(team);
   if (q == quotas.end()) return -1;
   auto n = q->second.nominal.find(device);
   if (n == q->second.nominal.end()) return -1;
-  return std::max<int64_t>(0, n->second - Used(usage, team, device));
+  const int64_t own = n->second - Used(usage, team, device);
+  const std::optional<int64_t> others = OthersLeft(quotas, usage, team, device);
+  // Its own quota is always its own (what it lent comes back by preemption, later); beyond it,
+  // what the cohort leaves: the cohort's quota minus the cohort's use.
+  return std::max<int64_t>({0, own, others ? own + *others : 0});
+}
+
+std::optional<int64_t> Borrowable(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
+                                  const std::string& device) {
+  if (!OthersLeft(quotas, usage, team, device)) return std::nullopt;
+  const int64_t own = quotas.at(team).nominal.at(device) - Used(usage, team, device);
+  return Room(quotas, usage, team, device) - std::max<int64_t>(0, own);
 }
 
 std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
@@ -57,18 +89,74 @@ std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::
   auto n = t.nominal.find(device);
   if (n == t.nominal.end()) return "";
   const int64_t nominal = n->second, used = Used(usage, team, device);
+  if (used + want <= nominal) return "";
+  // Beyond its quota: what its cohort lends, if it has one.
+  const std::optional<int64_t> lends = Borrowable(quotas, usage, team, device);
+  if (lends && want <= Room(quotas, usage, team, device)) return "";
+  const std::string cohort =
+      !lends ? std::string()
+      : *lends > 0 ? absl::StrCat("; its cohort ", t.cohort, " lends ", *lends, " now")
+                   : absl::StrCat("; its cohort ", t.cohort, " has none idle to lend");
   if (want > nominal) {
     return absl::StrCat("team ", team, "'s quota of ", nominal, " ", SlotsName(device, nominal), " is less than the ",
-                        want, " this job needs");
+                        want, " this job needs", cohort);
   }
-  if (used >= nominal) {
-    return absl::StrCat("team ", team, " at its quota: ", used, " of ", nominal, " ", SlotsName(device, nominal));
+  if (used > nominal) {  // borrowing already, or its quota lowered by a reload
+    return absl::StrCat("team ", team, " over its quota: ", used, " of ", nominal, " ", SlotsName(device, nominal),
+                        " in use", cohort);
   }
-  if (used + want > nominal) {
-    return absl::StrCat("team ", team, " near its quota: ", used, " of ", nominal, " ", SlotsName(device, nominal),
-                        " in use, and this job needs ", want);
+  if (used == nominal) {
+    return absl::StrCat("team ", team, " at its quota: ", used, " of ", nominal, " ", SlotsName(device, nominal), cohort);
   }
-  return "";
+  return absl::StrCat("team ", team, " near its quota: ", used, " of ", nominal, " ", SlotsName(device, nominal),
+                      " in use, and this job needs ", want, cohort);
+}
+
+int64_t BorrowedBy(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device,
+                   int64_t world) {
+  auto q = quotas.find(team);
+  if (q == quotas.end()) return 0;
+  auto n = q->second.nominal.find(device);
+  if (n == q->second.nominal.end()) return 0;
+  const int64_t used = Used(usage, team, device);
+  return std::max<int64_t>(0, used + world - n->second) - std::max<int64_t>(0, used - n->second);
+}
+
+int64_t Borrowed(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device) {
+  auto q = quotas.find(team);
+  if (q == quotas.end()) return 0;
+  auto n = q->second.nominal.find(device);
+  if (n == q->second.nominal.end()) return 0;
+  return std::max<int64_t>(0, Used(usage, team, device) - n->second);
+}
+
+std::map<std::string, TeamFigures> Figures(const TeamQuotas& quotas, const Usage& usage,
+                                           const std::vector<QueuedJob>& queued, int64_t now_ms) {
+  std::map<std::string, TeamFigures> out;
+  for (const auto& [team, q] : quotas) {
+    TeamFigures& f = out[team];
+    for (const auto& [device, nominal] : q.nominal) {
+      f.nominal[device] = nominal;
+      f.used[device] = 0;
+    }
+  }
+  for (const auto& [team, u] : usage) {
+    TeamFigures& f = out[team];
+    for (const auto& [device, n] : u.slots) f.used[device] = n;
+  }
+  for (auto& [team, f] : out) {
+    for (const auto& [device, n] : f.used) f.borrowed[device] = Borrowed(quotas, usage, team, device);
+  }
+  for (const QueuedJob& j : queued) {
+    TeamFigures& f = out[j.team];
+    ++f.queued;
+    if (j.held) {
+      ++f.held;
+    } else {
+      f.oldest_wait_seconds = std::max(f.oldest_wait_seconds, std::max<int64_t>(0, now_ms - j.queued_since_ms) / 1000.0);
+    }
+  }
+  return out;
 }
 
 }  // namespace gantry::coordinator::quota

@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/principals.h"
 
@@ -32,12 +34,54 @@ std::string SlotsName(const std::string& device, int64_t n);
 // without a quota. A team at its quota of its scarcest kind has 1.
 double DominantShare(const TeamQuotas& quotas, const Usage& usage, const std::string& team);
 
-// How many more slots of `device` the team may take now: -1 for no limit.
+// Cohorts. A team whose quota names a cohort may use more of a kind than its nominal quota,
+// borrowing what the cohort's other teams leave idle of theirs: in all, the cohort's quota of
+// the kind minus the cohort's use (over the teams whose quota names the kind), so that what
+// one team borrowed is not lent again. Its own quota stays its own: a team within its nominal
+// quota is admitted whatever the others borrowed (reclaimed from them by preemption: issue 50
+// item 4). How many slots of `device` the team may borrow now beyond what its own quota leaves;
+// none: the team has no cohort, or its quota does not name the kind.
+std::optional<int64_t> Borrowable(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
+                                  const std::string& device);
+
+// How many more slots of `device` the team may take now, borrowing included: -1 for no limit.
 int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device);
 
+// Of a job of `world` slots of `device` placed now, how many are beyond its team's nominal
+// quota (borrowed from the cohort): what the job records as borrowed_slots.
+int64_t BorrowedBy(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device,
+                   int64_t world);
+
 // Why a job of `team` that needs `want` slots of `device` may not be placed now (empty: its
-// team's quota and cap allow it), e.g. "team vision at its quota: 16 of 16 GPUs".
+// team's quota, with what its cohort lends, and its cap allow it), e.g. "team vision at its
+// quota: 16 of 16 GPUs", or with a cohort "...; its cohort research lends 2 now".
 std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
                        const std::string& device, int64_t want);
+
+// The slots of `device` the team uses beyond its nominal quota (0: within it, or the kind is
+// not limited for the team).
+int64_t Borrowed(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device);
+
+// The per-team series (gantry_coordinator_team_*: Cluster exports them, docs/operations.md).
+struct QueuedJob {
+  std::string team;
+  int64_t queued_since_ms = 0;  // when it last entered the queue
+  bool held = false;            // the last pass held it for its team's quota or cap
+};
+struct TeamFigures {
+  std::map<std::string, int64_t> used;      // device kind -> placed ranks: the kinds it uses or has a quota of
+  std::map<std::string, int64_t> nominal;   // the kinds its quota names
+  std::map<std::string, int64_t> borrowed;  // Borrowed, for every kind of `used`
+  int64_t queued = 0;                       // queued jobs (PENDING, RESTARTING)
+  int64_t held = 0;                         // of which held for its own quota or cap
+  // How long the oldest queued job that its own quota or cap does not hold has waited (0:
+  // none): a job that waits though its team is within its quota (for workers, for the teams
+  // before it in the fair share). The starvation alert reads it.
+  double oldest_wait_seconds = 0;
+};
+// By team ("": jobs without a team): the teams the quotas name, and those with placed or
+// queued jobs.
+std::map<std::string, TeamFigures> Figures(const TeamQuotas& quotas, const Usage& usage,
+                                           const std::vector<QueuedJob>& queued, int64_t now_ms);
 
 }  // namespace gantry::coordinator::quota

@@ -204,6 +204,19 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
         held[next] = why;
         continue;
       }
+      // Ranks beyond the team's nominal quota run on what its cohort lends: marked, for the
+      // preemption that reclaims them.
+      if (const int64_t borrowed = quota::BorrowedBy(quotas, usage, next, device, p.job.world_size()); borrowed > 0) {
+        p.job.set_borrowed_slots(static_cast<int32_t>(borrowed));
+        Store::Update& u = updates->back();
+        u.job.set_borrowed_slots(p.job.borrowed_slots());
+        v1::JobEvent& e = u.events.emplace_back();
+        e.set_job_id(id);
+        e.set_time_unix_ms(p.job.update_time_unix_ms());
+        e.set_message(absl::StrCat(borrowed, " of its ", p.job.world_size(), " ", quota::SlotsName(device, p.job.world_size()),
+                                   " borrowed from cohort ",
+                                   quotas.at(next).cohort, " (beyond team ", next, "'s quota)"));
+      }
       for (const auto& [w, local] : p.chosen) taken.insert(w);
       quota::Use& u = usage[next];
       u.slots[device] += p.job.world_size();
@@ -313,6 +326,7 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
   }
   job.set_generation(job.generation() + 1);
   job.set_world_size(world);
+  job.clear_borrowed_slots();  // DecideWithQuotas marks what this placement borrows
   job.clear_workers();
   for (const auto& [w, local] : p->chosen) job.add_workers(w->info.id());
   for (size_t r = 0; r < p->chosen.size(); ++r) {

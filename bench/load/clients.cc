@@ -10,13 +10,16 @@
 
 namespace gantry::load {
 
-Clients::Clients(const ControlPlaneOptions& o, const std::string& coordinator, Recorder* rec, Fleet* fleet)
+Clients::Clients(const ControlPlaneOptions& o, const std::string& coordinator, Recorder* rec, Fleet* fleet,
+                 const Users* users)
     : o_(o), rec_(rec), fleet_(fleet),
-      submit_stub_(v1::Coordinator::NewStub(OwnChannel(coordinator))),
-      list_stub_(v1::Coordinator::NewStub(OwnChannel(coordinator))),
+      // A user's calls on channels without the cluster token (users: their own on each call).
+      submit_stub_(v1::Coordinator::NewStub(users ? UserChannel(coordinator) : OwnChannel(coordinator))),
+      list_stub_(v1::Coordinator::NewStub(users ? UserChannel(coordinator) : OwnChannel(coordinator))),
       list_full_stub_(v1::Coordinator::NewStub(OwnChannel(coordinator, 1 << 30))),
-      get_stub_(v1::Coordinator::NewStub(OwnChannel(coordinator))),
-      watch_stub_(v1::Coordinator::NewStub(OwnChannel(coordinator))) {
+      get_stub_(v1::Coordinator::NewStub(users ? UserChannel(coordinator) : OwnChannel(coordinator))),
+      watch_stub_(v1::Coordinator::NewStub(OwnChannel(coordinator))),
+      users_(users) {
   submit_time_.resize(static_cast<size_t>(o.jobs));
   job_of_.resize(static_cast<size_t>(o.jobs));
 }
@@ -73,12 +76,14 @@ void Clients::Submitter() {
     c->due = due;
     c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     c->req.set_spec_yaml(JobSpec(i, o_));
+    As(&c->ctx, i);  // spec i by user i % users
     Begin();
     submit_stub_->async()->SubmitJob(&c->ctx, &c->req, &c->resp, [this, c, i](grpc::Status s) {
       const double secs = Seconds(Clock::now() - c->due);
       if (s.ok()) {
         rec_->Add("SubmitJob", secs);
         std::lock_guard<std::mutex> l(mu_);
+        if (users_ != nullptr) user_of_[c->resp.job_id()] = i % static_cast<int>(users_->tokens.size());
         if (!job_of_[static_cast<size_t>(i)].empty()) {
           Violation(absl::StrCat("spec load-", i, " accepted twice: ", job_of_[static_cast<size_t>(i)], " and ",
                                  c->resp.job_id()));
@@ -127,6 +132,10 @@ void Clients::ListJobs(Clock::time_point due, bool brief) {
   c->req.set_brief(brief);
   // One page, as the CLI asks: `gantry jobs` its newest 50, `-o json` pages of 1000 full records.
   c->req.set_page_size(brief ? 50 : 1000);
+  if (brief) {  // with users: each in turn, seeing its own and its team's jobs
+    std::lock_guard<std::mutex> l(mu_);
+    As(&c->ctx, list_turn_++);
+  }
   Begin();
   (brief ? list_stub_ : list_full_stub_)->async()->ListJobs(&c->ctx, &c->req, &c->resp, [this, c, brief](grpc::Status s) {
     const double secs = Seconds(Clock::now() - c->due);
@@ -168,6 +177,11 @@ void Clients::GetJob(Clock::time_point due) {
   c->due = due;
   c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   c->req.set_job_id(job);
+  if (users_ != nullptr) {  // as its submitter
+    std::lock_guard<std::mutex> l(mu_);
+    auto u = user_of_.find(job);
+    As(&c->ctx, u == user_of_.end() ? 0 : u->second);
+  }
   Begin();
   get_stub_->async()->GetJob(&c->ctx, &c->req, &c->resp, [this, c](grpc::Status s) {
     if (s.ok()) {
@@ -185,6 +199,7 @@ void Clients::ListWorkers(Clock::time_point due) {
   auto* c = new Call<v1::ListWorkersRequest, v1::ListWorkersResponse>;
   c->due = due;
   c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  As(&c->ctx, 0);  // get_stub_'s channel: with users, a user's token
   Begin();
   get_stub_->async()->ListWorkers(&c->ctx, &c->req, &c->resp, [this, c](grpc::Status s) {
     if (s.ok()) {

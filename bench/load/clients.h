@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -21,6 +22,7 @@
 #include "bench/load/control_plane.h"
 #include "bench/load/recorder.h"
 #include "bench/load/timer.h"
+#include "bench/load/users.h"
 #include "gantry/v1/coordinator.grpc.pb.h"
 
 namespace gantry::load {
@@ -31,7 +33,10 @@ class Fleet;
 
 class Clients {
  public:
-  Clients(const ControlPlaneOptions& o, const std::string& coordinator, Recorder* rec, Fleet* fleet);
+  // users: with ControlPlaneOptions::users, the users that submit, list and get jobs (null:
+  // every call as this process's channels call, the laptop's admin).
+  Clients(const ControlPlaneOptions& o, const std::string& coordinator, Recorder* rec, Fleet* fleet,
+          const Users* users = nullptr);
   ~Clients() { Stop(); }
 
   void Start();
@@ -122,6 +127,13 @@ class Clients {
   std::deque<int> to_retry_;
   std::vector<Clock::time_point> submit_time_;
   std::vector<std::string> job_of_;  // spec index → job id
+  const Users* users_;                // null: no users (the calls carry no token of their own)
+  std::map<std::string, int> user_of_;  // job id → the user that submitted it (with users_)
+  int64_t list_turn_ = 0;              // the user whose turn it is to list (with users_)
+  // With users_: the user's token on the call (user k % users).
+  void As(grpc::ClientContext* ctx, int64_t k) {
+    if (users_ != nullptr) AsUser(ctx, users_->tokens[static_cast<size_t>(k % static_cast<int64_t>(users_->tokens.size()))]);
+  }
   std::set<std::string> ids_;
   int64_t watched_ = 0;
   int64_t list_bytes_ = 0, list_full_bytes_ = 0;

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -28,6 +29,7 @@
 #include "bench/load/recorder.h"
 #include "bench/load/stand_in.h"
 #include "bench/load/timer.h"
+#include "bench/load/users.h"
 #include "common/paging.h"
 #include "common/status.h"
 #include "common/grpc_util.h"
@@ -83,6 +85,15 @@ absl::StatusOr<ControlPlaneReport> RunControlPlaneLoad(const ControlPlaneOptions
   Cleanup cleanup{&daemons, dir, own_dir};
   const auto t_start = Clock::now();
 
+  // Users and quotas: TLS, the cluster token and the principals file, in the environment the
+  // daemons inherit, before this process makes a channel.
+  std::optional<Users> users;
+  if (o.users > 0 || o.tls) {
+    auto u = SetUpUsers(o, dir);
+    if (!u.ok()) return u.status();
+    if (o.users > 0) users = *std::move(u);
+  }
+
   const std::string coord_dir = (fs::path(dir) / "coordinator").string();
   auto coordinator_args = [&](int port) {
     return std::vector<std::string>{"--listen", absl::StrCat("127.0.0.1:", port), "--metrics_listen", "127.0.0.1:0",
@@ -127,7 +138,7 @@ absl::StatusOr<ControlPlaneReport> RunControlPlaneLoad(const ControlPlaneOptions
   Recorder rec;
   Timer timer;
   auto fleet = std::make_unique<Fleet>(o, coord_addr, &rec, &timer);
-  auto clients = std::make_unique<Clients>(o, coord_addr, &rec, fleet.get());
+  auto clients = std::make_unique<Clients>(o, coord_addr, &rec, fleet.get(), users ? &*users : nullptr);
   // The coordinator's view of the jobs, for the end of the run (not timed): a listing may be
   // larger than a CLI's channel takes.
   auto checker = v1::Coordinator::NewStub(MakeChannel(coord_addr, 1 << 30));
@@ -488,6 +499,18 @@ std::string FormatReport(const ControlPlaneReport& r) {
       o.workers, o.heartbeat_ms, o.jobs, o.submit_rate, o.steps, o.step_ms, o.checkpoint_every, o.multi_rank_every,
       o.shard_servers, o.list_jobs_period_s, o.list_jobs_full_period_s, o.get_job_period_s, o.list_workers_period_s,
       o.watchers);
+  if (o.users > 0) {
+    absl::StrAppend(&out, absl::StrFormat(
+        "users%s: TLS, the cluster token and a principals file of %d users in %d teams (%s); SubmitJob, the brief "
+        "ListJobs, GetJob and ListWorkers as users, the rest as the cluster token\n",
+        o.quotas ? " and quotas" : "", o.users, o.teams,
+        o.quotas ? absl::StrCat("a quota of ", (o.workers + o.teams - 1) / o.teams, " cpu slots each, one cohort")
+                 : std::string("no quotas")));
+  } else if (o.tls) {
+    absl::StrAppend(&out, "TLS and the cluster token, no principals file: every call an admin\n");
+  } else {
+    absl::StrAppend(&out, "no TLS, token or principals: every call the laptop's admin\n");
+  }
   absl::StrAppend(&out, absl::StrFormat("steady phase: %.1f s (until all %d jobs were submitted and %.0f%% had run); "
                                         "client-side latency, open loop:\n",
                                         r.steady_seconds, o.jobs, 100 * (o.restart_at > 0 ? o.restart_at : 1.0)));

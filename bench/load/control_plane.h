@@ -56,6 +56,20 @@ struct ControlPlaneOptions {
   int upload_threads = 8;     // the stand-in trainers' checkpoint uploads in flight
   int verify_jobs = 200;      // jobs whose checkpoints are read back byte for byte (-1: all)
   int64_t worker_timeout_ms = 5000;  // the coordinator's --worker_timeout_ms
+  // Users and quotas (issue 50 item 5): with users > 0 the daemons serve TLS with the cluster
+  // token and a principals file naming `users` users (role user) in `teams` teams, each team a
+  // quota of workers / teams cpu slots, all in one cohort (so quotas, the fair share and
+  // borrowing are all in force); SubmitJob, the brief ListJobs and GetJob are called as those
+  // users (spec i by user i % users, the listing by each in turn, GetJob by the job's
+  // submitter), with their tokens; the fleet, the full listing, ListWorkers and the watchers
+  // call with the cluster token (an admin). 0: no TLS, no token, no principals (a laptop
+  // cluster: every call the laptop's admin).
+  int users = 0;
+  int teams = 10;
+  bool quotas = true;  // with users: false leaves the teams: section out (TLS and users alone)
+  // Without users: TLS and the cluster token, no principals file (every call an admin): the
+  // peer of a run with users, which pays for TLS too.
+  bool tls = false;
   std::string coordinator_bin, shardserver_bin;
   std::string dir;            // empty: a temporary directory, removed at the end
   bool progress = false;      // a line on stderr every few seconds

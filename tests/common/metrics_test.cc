@@ -55,6 +55,20 @@ TEST(MetricsTest, TheSameNameAndLabelsAreTheSameSeriesAndTheFirstHelpIsKept) {
   EXPECT_NE(r.Render().find("# HELP gantry_test_events_total Events.\n"), std::string::npos) << r.Render();
 }
 
+TEST(MetricsTest, ARemovedGaugeSeriesLeavesThePageAndItsSiblingsStay) {
+  Registry r;
+  r.GetGauge("gantry_test_team_slots", "Slots.", {{"team", "vision"}}).Set(4);
+  r.GetGauge("gantry_test_team_slots", "Slots.", {{"team", "nlp"}}).Set(2);
+  r.RemoveGauge("gantry_test_team_slots", {{"team", "vision"}});
+  r.RemoveGauge("gantry_test_team_slots", {{"team", "gone"}});  // never there: nothing
+  r.RemoveGauge("gantry_test_no_such_family", {{"team", "nlp"}});
+  const std::string text = r.Render();
+  EXPECT_EQ(text.find("team=\"vision\""), std::string::npos) << text;
+  EXPECT_NE(text.find("gantry_test_team_slots{team=\"nlp\"} 2\n"), std::string::npos) << text;
+  // Set again: a fresh series.
+  EXPECT_EQ(r.GetGauge("gantry_test_team_slots", "", {{"team", "vision"}}).Value(), 0);
+}
+
 std::string Get(int port, const std::string& path) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in sa{};

@@ -198,7 +198,8 @@ constexpr char kTeams[] =
     "    max_running_jobs: 3\n"           // 24
     "  - name: nlp\n"                     // 25
     "    quota:\n"                        // 26
-    "      cuda: 0\n";                    // 27
+    "      cuda: 0\n"                     // 27
+    "    cohort: research\n";             // 28
 
 TEST(PrincipalSetTest, TeamsGiveQuotasPerDeviceKindAndACap) {
   auto set = Parse(ExampleFile() + kTeams);
@@ -211,6 +212,8 @@ TEST(PrincipalSetTest, TeamsGiveQuotasPerDeviceKindAndACap) {
   const TeamQuota& nlp = set->teams().at("nlp");
   EXPECT_EQ(nlp.nominal, (std::map<std::string, int64_t>{{"cuda", 0}}));
   EXPECT_EQ(nlp.max_running_jobs, 0);
+  EXPECT_EQ(nlp.cohort, "research");
+  EXPECT_EQ(vision.cohort, "") << "no cohort: it neither borrows nor lends";
   // No teams: section: no quotas, and the identities are the same.
   auto plain = Parse(ExampleFile());
   ASSERT_TRUE(plain.ok()) << plain.status();
@@ -231,16 +234,19 @@ TEST(PrincipalSetTest, BadTeamsAreRefusedWithLineAndField) {
       {"max_running_jobs: 3", "max_running_jobs: 0",
        "p.yaml:24: teams[0].max_running_jobs: '0' is not a whole number of 1 or more"},
       {"max_running_jobs: 3", "max_jobs: 3",
-       "p.yaml:24: teams[0].max_jobs: unknown field (known: name, quota, max_running_jobs)"},
+       "p.yaml:24: teams[0].max_jobs: unknown field (known: name, quota, max_running_jobs, cohort)"},
+      {"cohort: research", "cohort: re/search",
+       "p.yaml:28: teams[1].cohort: 're/search' is not a cohort name (1 to 128 letters, digits, '.', '_', '@', '-')"},
+      {"cohort: research", "cohort: [a, b]", "p.yaml:28: teams[1].cohort: must be a single value, not a sequence"},
       {"quota: {cuda: 16, cpu: 4}", "quota: 16",
        "p.yaml:23: teams[0].quota: must be a mapping of device kind to slots ({cuda: 16, cpu: 4}), not '16'"},
       {"  - name: nlp", "  - name: vision", "p.yaml:25: teams[1].name: team 'vision' is already named at line 22"},
       {"  - name: nlp", "  - name: n/l/p",
        "p.yaml:25: teams[1].name: 'n/l/p' is not a team name (1 to 128 letters, digits, '.', '_', '@', '-')"},
-      {"  - name: nlp\n    quota:\n      cuda: 0\n", "  - name: nlp\n",
+      {"  - name: nlp\n    quota:\n      cuda: 0\n    cohort: research\n", "  - name: nlp\n",
        "p.yaml:25: teams[1]: team nlp names neither quota nor max_running_jobs"},
       {"  - name: vision\n    quota: {cuda: 16, cpu: 4}\n    max_running_jobs: 3\n", "  - vision\n",
-       "p.yaml:22: teams[0]: must be a mapping (name, quota, max_running_jobs), not 'vision'"},
+       "p.yaml:22: teams[0]: must be a mapping (name, quota, max_running_jobs, cohort), not 'vision'"},
   };
   for (const auto& c : cases) {
     const std::string teams = absl::StrReplaceAll(kTeams, {{c.from, c.to}});

@@ -320,6 +320,7 @@ struct QuotaJob {
   bool running = false;  // already placed (RUNNING): counts as its team's use
   std::string device = "cpu";
   std::string expect;  // queued jobs: "placed", "" (waits for workers) or the hold's reason
+  int borrowed = 0;     // placed jobs: the slots beyond its team's quota (borrowed_slots)
 };
 struct QuotaCase {
   std::string name;
@@ -330,11 +331,13 @@ struct QuotaCase {
 
 void PrintTo(const QuotaCase& c, std::ostream* os) { *os << c.name; }
 
-TeamQuota Quota(const std::string& team, std::map<std::string, int64_t> nominal, int64_t max_running_jobs = 0) {
+TeamQuota Quota(const std::string& team, std::map<std::string, int64_t> nominal, int64_t max_running_jobs = 0,
+                const std::string& cohort = "") {
   TeamQuota q;
   q.team = team;
   q.nominal = std::move(nominal);
   q.max_running_jobs = max_running_jobs;
+  q.cohort = cohort;
   return q;
 }
 
@@ -446,6 +449,50 @@ std::vector<QuotaCase> QuotaCases() {
        Quotas({Quota("vision", {{"cuda", 1}})}),
        2,
        {{"v1", "vision", 2, 16, false, "cpu", "placed"}}},
+      // Cohorts: a team borrows what the cohort's other teams leave idle of their quota.
+      {"a team in a cohort borrows the others' idle quota, up to all of it",
+       Quotas({Quota("vision", {{"cpu", 2}}, 0, "research"), Quota("nlp", {{"cpu", 2}}, 0, "research")}),
+       5,
+       {{"v1", "vision", 2, 16, false, "cpu", "placed"},
+        {"v2", "vision", 2, 16, false, "cpu", "placed", 2},  // nlp's 2 idle slots
+        {"v3", "vision", 1, 16, false, "cpu",
+         "team vision over its quota: 4 of 2 cpu slots in use; its cohort research has none idle to lend"}}},
+      {"a lender's own quota stays its own while it is lent",
+       Quotas({Quota("vision", {{"cpu", 2}}, 0, "research"), Quota("nlp", {{"cpu", 2}}, 0, "research")}),
+       2,
+       {{"r", "vision", 4, 16, true},  // 2 of them borrowed from nlp
+        {"n1", "nlp", 2, 16, false, "cpu", "placed"}}},
+      {"what other teams borrowed is not lent twice",
+       Quotas({Quota("a", {{"cpu", 2}}, 0, "research"), Quota("b", {{"cpu", 2}}, 0, "research"),
+               Quota("c", {{"cpu", 2}}, 0, "research")}),
+       8,
+       {{"ra", "a", 3, 16, true},  // a borrows 1 of c's 2 idle slots: 1 is left to lend
+        {"b1", "b", 4, 16, false, "cpu",
+         "team b's quota of 2 cpu slots is less than the 4 this job needs; its cohort research lends 1 now"},
+        {"c1", "c", 1, 16, false, "cpu", "placed"}}},
+      {"borrowing what is left, after a lender's own job",
+       Quotas({Quota("a", {{"cpu", 2}}, 0, "research"), Quota("b", {{"cpu", 2}}, 0, "research"),
+               Quota("c", {{"cpu", 2}}, 0, "research")}),
+       8,
+       {{"ra", "a", 3, 16, true},                            // a borrows 1
+        {"b1", "b", 3, 16, false, "cpu", "placed", 1},       // b borrows the last idle slot (c's)
+        {"c1", "c", 2, 16, false, "cpu", "placed"}}},        // c's own 2, though lent: over the cohort
+      {"a team of another cohort, or of none, lends nothing",
+       Quotas({Quota("vision", {{"cpu", 2}}, 0, "research"), Quota("nlp", {{"cpu", 4}}, 0, "other"),
+               Quota("ops", {{"cpu", 4}})}),
+       8,
+       {{"v1", "vision", 3, 16, false, "cpu",
+         "team vision's quota of 2 cpu slots is less than the 3 this job needs; its cohort research has none idle to lend"}}},
+      {"a job larger than its team's quota waits for what the cohort lends",
+       Quotas({Quota("vision", {{"cuda", 2}}, 0, "research"), Quota("nlp", {{"cuda", 8}}, 0, "research")}),
+       0,
+       {{"rn", "nlp", 4, 16, true, "cuda"},
+        {"big", "vision", 8, 16, false, "cuda",
+         "team vision's quota of 2 GPUs is less than the 8 this job needs; its cohort research lends 4 now"}}},
+      {"...and is admitted when that is enough (then waits for GPUs, not for its quota)",
+       Quotas({Quota("vision", {{"cuda", 2}}, 0, "research"), Quota("nlp", {{"cuda", 8}}, 0, "research")}),
+       0,
+       {{"rn", "nlp", 4, 16, true, "cuda"}, {"big", "vision", 6, 16, false, "cuda", ""}}},
       {"no quotas: first come, first served (the big job holds back the small)",
        {},
        2,
@@ -473,6 +520,7 @@ TEST_P(SchedulerQuotaTest, QuotasCapsShareAndAgeDecideOnePass) {
       if (j.expect == "placed") {
         EXPECT_EQ(got.state(), v1::SCHEDULED) << j.name << " held: " << scheduler->QuotaHold(ids[i]);
         EXPECT_EQ(scheduler->QuotaHold(ids[i]), "") << j.name;
+        EXPECT_EQ(got.borrowed_slots(), j.borrowed) << j.name;
       } else {
         EXPECT_EQ(got.state(), v1::PENDING) << j.name;
         EXPECT_EQ(scheduler->QuotaHold(ids[i]), j.expect) << j.name;

@@ -6,7 +6,8 @@
 // value (a token pasted there by mistake must not reach a log). An accepted file names at
 // least one identity, users first; names are unique and valid; a user has a role (and a team
 // for role user), a service none; a token no identity has finds nobody, after comparing as
-// many identities as any other token does.
+// many identities as any other token does. An accepted team has a name, known device kinds,
+// counts of 0 or more, and a cohort that is absent or a name.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -109,6 +110,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& [kind, n] : q.nominal) {
       if (kind != "cpu" && kind != "cuda" && kind != "cuda-emulated") Fail(team + ": an unknown kind " + kind, text);
       if (n < 0) Fail(team + ": a negative quota was accepted", text);
+    }
+    // A cohort is absent or a name, as a team's is.
+    if (q.cohort.size() > 128) Fail(team + ": a cohort name over 128 characters was accepted", text);
+    for (char c : q.cohort) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '@' && c != '-') {
+        Fail(team + ": a bad cohort name was accepted: " + q.cohort, text);
+      }
     }
   }
   return 0;

@@ -7,7 +7,9 @@
 # evaluates. The third worker reads its GPU metrics from NVML, a stand-in library
 # (tests/worker/gpu_metrics/fake_nvml.cc: two GPUs at 95 C, throttled by heat, gaining
 # uncorrectable ECC errors, idle while the job runs), so the GPU panels have data and each GPU
-# alert's expression selects that worker's GPUs. Usage: prometheus_test.sh BUILD_DIR
+# alert's expression selects that worker's GPUs. The cluster serves TLS with the cluster token
+# and a principals file whose teams: section gives a team a quota, so the Teams row's panels
+# (gantry_coordinator_team_*) have a quota to show. Usage: prometheus_test.sh BUILD_DIR
 set -uo pipefail
 BUILD="$(cd "$1" && pwd)"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -23,6 +25,15 @@ check "promtool test rules deploy/prometheus/gantry-rules.test.yml" bash -c \
   "cd '$ROOT/deploy/prometheus' && promtool test rules gantry-rules.test.yml >'$TMP/rules-test.txt' 2>&1 || { cat '$TMP/rules-test.txt'; false; }"
 FAKE_NVML="$BUILD/tests/libgantry_fake_nvml.so"
 [ -f "$FAKE_NVML" ] || { echo "FAIL $FAKE_NVML is not built (ninja gantry_fake_nvml)"; exit 1; }
+
+# TLS, the cluster token (the CLI's, the workers', the shard server's: one admin) and a
+# principals file with a team's quota (security_test.sh's settings, and the file).
+command -v openssl >/dev/null || { echo "SKIP: openssl is not installed"; exit 77; }
+bash "$ROOT/deploy/tls/make-test-ca.sh" "$TMP/tls" >/dev/null || { echo "FAIL make-test-ca"; exit 1; }
+export GANTRY_TLS_CA="$TMP/tls/ca.pem" GANTRY_TLS_CERT="$TMP/tls/server.pem" GANTRY_TLS_KEY="$TMP/tls/server.key"
+export GANTRY_TOKEN_FILE="$TMP/tls/token" GANTRY_PRINCIPALS_FILE="$TMP/principals.yaml"
+printf 'users:\n  - name: watcher\n    role: viewer\n    token_sha256: %s\nteams:\n  - name: vision\n    quota: {cpu: 8}\n' \
+  "$(openssl rand -hex 16 | "$CLI" principals hash)" >"$GANTRY_PRINCIPALS_FILE"
 
 "$TRAIN" prepare --out-dir "$TMP/data" /usr/share/games/fortunes >/dev/null 2>&1 || { echo "FAIL prepare"; exit 1; }
 cat >"$TMP/job.yaml" <<YAML
@@ -102,10 +113,10 @@ for r in rules:
         ok = ok and len(series) == want and len(mine) == want
     print(("ok   " if ok else "FAIL ") + f'alert {r["name"]}: health {r.get("health")}, {len(series)} series match now')
     bad += not ok
-sys.exit(1 if bad or len(rules) != 10 or gpu_alerts else 0)
+sys.exit(1 if bad or len(rules) != 11 or gpu_alerts else 0)
 PY
 rc=$?; sed 's/^/     /' "$TMP/rules.txt"
-check "the 10 alert rules load and evaluate; each GPU alert selects the NVML worker's GPUs" bash -c "[ $rc -eq 0 ]"
+check "the 11 alert rules load and evaluate; each GPU alert selects the NVML worker's GPUs" bash -c "[ $rc -eq 0 ]"
 "$CLI" cancel "$id" >/dev/null
 echo "$passed passed, $fail failed"
 [ "$fail" -eq 0 ]
