@@ -60,9 +60,11 @@ class FakeSession : public WorkerSession {
 
 // Queues a job of a tiny model with world_size ranks, the spec's further sections in
 // more_yaml (each a line), and lets the cluster place it (after before_placing, if given).
+// fill sets more of the record before it is stored (its priority, as SubmitJob copies it).
 // Returns its id.
 inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::string& name, int world_size,
-                                 const std::string& more_yaml, const std::function<void()>& before_placing = {}) {
+                                 const std::string& more_yaml, const std::function<void()>& before_placing = {},
+                                 const std::function<void(v1::Job&)>& fill = {}) {
   v1::Job j;
   j.set_name(name);
   j.set_state(v1::PENDING);
@@ -72,6 +74,7 @@ inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::stri
                   "data: {train: /nonexistent.bin}\n"
                   "train: {steps: 100, micro_batch: 1, lr: 1.0e-3}\n" +
                   more_yaml);
+  if (fill) fill(j);
   const std::string id = *store.CreateJob(j);
   if (before_placing) before_placing();
   cluster.JobSubmitted();
