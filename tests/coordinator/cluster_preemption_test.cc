@@ -17,27 +17,13 @@
 namespace gantry::coordinator {
 namespace {
 
-class ClusterPreemptionTest : public ::testing::Test {
+class ClusterPreemptionTest : public InProcessCluster {
  protected:
-  void SetUp() override {
-    store_ = *Store::Open(dir_.File("db"));
-    ClusterOptions o;
-    o.placement_grace_ms = 0;  // no shard server in this test
-    cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
-  }
   // A job of the tiny model at a priority (the record's, as SubmitJob copies it from the spec).
   std::string Submit(const std::string& name, int priority, const std::string& more_yaml = "") {
     return SubmitTinyJob(*cluster_, *store_, name, 1,
                          absl::StrCat("scheduling: {priority: ", priority, more_yaml, "}\n"), {},
                          [priority](v1::Job& j) { j.set_priority(priority); });
-  }
-  void Step(const std::string& worker, const std::string& job, int64_t gen, int64_t step) {
-    v1::StepUpdate u;
-    u.set_job_id(job);
-    u.set_generation(gen);
-    u.mutable_report()->set_step(step);
-    u.mutable_report()->set_loss(1.0f);
-    cluster_->OnStep(worker, u);
   }
   static const v1::PreemptJob* Preempt(const std::vector<v1::CoordinatorMessage>& ms) {
     for (const auto& m : ms) {
@@ -54,17 +40,12 @@ class ClusterPreemptionTest : public ::testing::Test {
     }
     return true;
   }
-  v1::Job Job(const std::string& id) { return *store_->GetJob(id); }
   std::string Events(const std::string& job) {
     std::string all;
     const std::vector<v1::JobEvent> events = *store_->Events(job, 0, 1000);
     for (const auto& e : events) absl::StrAppend(&all, e.message(), "\n");
     return all;
   }
-  testing::TempDir dir_;
-  metrics::Registry registry_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Cluster> cluster_;
 };
 
 TEST_F(ClusterPreemptionTest, PastItsGracePeriodTheVictimIsReleasedAsPreemptedAndTheUrgentJobRuns) {

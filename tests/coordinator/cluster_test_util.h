@@ -21,6 +21,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "tests/test_util.h"
 
 namespace gantry::coordinator {
 
@@ -80,6 +81,32 @@ inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::stri
   cluster.JobSubmitted();
   return id;
 }
+
+// The Cluster in process over a fresh store with no shard server (placement_grace_ms 0), for a
+// test fixture to inherit: rank step reports, a job's record.
+class InProcessCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = *Store::Open(dir_.File("db"));
+    ClusterOptions o;
+    o.placement_grace_ms = 0;  // no shard server in these tests
+    cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
+  }
+  // Rank 0 of (job, generation) on `worker` reports `step` done.
+  void Step(const std::string& worker, const std::string& job, int64_t gen, int64_t step) {
+    v1::StepUpdate u;
+    u.set_job_id(job);
+    u.set_generation(gen);
+    u.mutable_report()->set_step(step);
+    u.mutable_report()->set_loss(1.0f);
+    cluster_->OnStep(worker, u);
+  }
+  v1::Job Job(const std::string& id) { return *store_->GetJob(id); }
+  testing::TempDir dir_;
+  metrics::Registry registry_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Cluster> cluster_;
+};
 
 // The coordinator's gRPC service on a loopback port (port 0) over the store at a path, with
 // the RPC edge's interceptor, and a stub for it. Nothing is placed within a minute of a
