@@ -47,6 +47,7 @@ CPORT=${GANTRY_COORDINATOR##*:}
 mapfile -t PIDS <"$TMP/cluster/pids"  # coordinator, shard server, worker
 COORD_PID=${PIDS[0]}; WORKER_PID=${PIDS[2]}
 
+has_checkpoint() { "$CLI" checkpoints "$1" 2>/dev/null | grep -q "^$2 "; }  # has_checkpoint JOB STEP
 state_is() { "$CLI" describe "$1" 2>/dev/null | grep -q "^State:      $2"; }
 at_step() { local s; s=$(steps_done "$1"); [ "${s:-0}" -ge "$2" ]; }
 succeeded() { state_is "$1" SUCCEEDED && state_is "$2" SUCCEEDED; }
@@ -90,7 +91,7 @@ echo "     checkpoint, then release: $((SECONDS - t0)) s"
 # 2. Past the grace period (1 s): the worker cannot checkpoint while frozen.
 t0=$SECONDS
 long=$("$CLI" submit "$TMP/long_grace.yaml")
-wait_for 60 at_step "$long" 60 || echo "     $long did not reach step 60"
+wait_for 60 has_checkpoint "$long" 50 || echo "     $long has no checkpoint of step 50"
 urgent=$("$CLI" submit "$TMP/urgent.yaml")
 kill -STOP "$WORKER_PID"
 wait_for 30 state_is "$long" PREEMPTED; kill -CONT "$WORKER_PID"
@@ -118,9 +119,9 @@ crash() {  # crash POINT
   GANTRY_KILL_AT="$point" respawn "$log.armed" || return 1
   wait_for 30 ready || { echo "     no idle worker or shard server after the armed coordinator started"; return 1; }
   long=$("$CLI" submit "$TMP/long.yaml") || return 1
-  # Past its checkpoint of step 50: placed again after the restart, it waits for the shard
-  # server holding it (which re-registers a few seconds after the coordinator is back).
-  wait_for 60 at_step "$long" 60
+  # Once its checkpoint of step 50 is committed: placed again after the restart, it waits for
+  # the shard server holding it (which re-registers a few seconds after the coordinator is back).
+  wait_for 60 has_checkpoint "$long" 50
   # The scheduling thread may preempt, and die, before SubmitJob's answer is out: the job is
   # stored by then, and found by its name after the restart.
   urgent=$("$CLI" submit "$TMP/urgent.yaml" 2>/dev/null)
