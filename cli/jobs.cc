@@ -207,11 +207,16 @@ int ShowJob(const Options& o, bool cancel) {
   std::printf("Job:        %s\nName:       %s\nState:      %s\n", job.id().c_str(), job.name().c_str(), State(job).c_str());
   std::printf("Owner:      %s%s\n", job.owner().empty() ? "-" : job.owner().c_str(),
               job.team().empty() ? "" : absl::StrCat(" (team ", job.team(), ")").c_str());
-  const bool ended = job.state() == v1::FAILED || job.state() == v1::CANCELLED;
+  const bool ended = job.state() == v1::FAILED || job.state() == v1::CANCELLED || job.state() == v1::PREEMPTED;
   if (!job.reason().empty()) std::printf("%s%s\n", ended ? "Reason:     " : "Last failure: ", job.reason().c_str());
   if (!job.waiting_for().empty()) std::printf("Waiting:    %s\n", job.waiting_for().c_str());
   if (!job.stalled().empty() && job.state() == v1::RUNNING) std::printf("Stalled:    %s\n", job.stalled().c_str());
+  if (job.has_preemption()) {
+    std::printf("Preempting: %s; checkpoint after step %ld, by %s\n", job.preemption().reason().c_str(),
+                static_cast<long>(job.preemption().stop_step()), When(job.preemption().deadline_unix_ms()).c_str());
+  }
   std::printf("Priority:   %d\nRestarts:   %d\n", job.priority(), job.restarts());
+  if (job.preemptions() > 0) std::printf("Preempted:  %d times\n", job.preemptions());
   // parallel: auto: the layout chosen at the latest placement, and its prediction.
   if (!job.layout().empty()) std::printf("Layout:     %s\n", job.layout().c_str());
   if (job.workers_size() > 0) {

@@ -46,7 +46,7 @@ std::string When(int64_t ms) {
 
 std::string State(const v1::Job& j) {
   std::string s = v1::JobState_Name(j.state());
-  if ((j.state() == v1::PENDING || j.state() == v1::RESTARTING) && j.queue_position() > 0) {
+  if ((j.state() == v1::PENDING || j.state() == v1::RESTARTING || j.state() == v1::PREEMPTED) && j.queue_position() > 0) {
     s += absl::StrCat(" (#", j.queue_position(), ")");
   }
   return s;

@@ -13,6 +13,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -134,6 +135,7 @@ absl::Status Cluster::Recover() {
     // Placed when the last coordinator stopped: placed again once its workers re-attach,
     // from its last committed checkpoint (not counted against scheduling.max_restarts).
     j.clear_workers();
+    j.clear_preemption();  // a preemption under way ends here: the job resumes from its last checkpoint
     j.set_failure_time_unix_ms(NowUnixMs());
     j.set_steps_at_failure(j.steps_done());
     ASSIGN_OR_RETURN(auto events, PrepareTransition(
@@ -186,6 +188,138 @@ void Cluster::SchedulerHost::ListStoredSteps(const std::string& job_id, int64_t 
                            });
 }
 
+absl::Status Cluster::SchedulerHost::Preempt(v1::Job& victim, const v1::Job& by, const std::string& reason) {
+  return c_->StartPreemptionLocked(victim, by, reason);
+}
+
+namespace {
+// "alice (team vision)", or "alice".
+std::string OwnerOf(const v1::Job& j) {
+  const std::string owner = j.owner().empty() ? "nobody" : j.owner();
+  return j.team().empty() ? owner : absl::StrCat(owner, " (team ", j.team(), ")");
+}
+}  // namespace
+
+absl::Status Cluster::StartPreemptionLocked(v1::Job& victim, const v1::Job& by, const std::string& reason) {
+  const auto spec = SpecOf(victim);
+  const int64_t grace_ms = spec && spec->scheduling.preemption_grace_s > 0
+                               ? static_cast<int64_t>(spec->scheduling.preemption_grace_s * 1000)
+                               : options_.preemption_grace_ms;
+  // The step its ranks stop after: far enough ahead that the message reaches every rank before
+  // it ends that step (a rank may be a step ahead of the last report), and at least 0.3 s of
+  // steps ahead for fast ones. A rank that is past it anyway does not stop, and the job is
+  // stopped at the deadline instead.
+  const double step_s = stalls_.StepSeconds(victim.id(), victim.generation());
+  const int64_t ahead = step_s > 0 ? std::max<int64_t>(2, 1 + static_cast<int64_t>(std::ceil(0.3 / step_s))) : 2;
+  const int64_t now = NowUnixMs();
+  v1::Preemption* p = victim.mutable_preemption();
+  p->set_ahead(ahead);
+  p->set_by_job(by.id());
+  p->set_by(OwnerOf(by));
+  p->set_reason(reason);
+  p->set_generation(victim.generation());
+  p->set_stop_step(victim.steps_done() + ahead);
+  p->set_deadline_unix_ms(now + grace_ms);
+  p->set_requested_unix_ms(now);
+  victim.set_update_time_unix_ms(now);
+  // The record and the audit event in one synced write, before any rank hears of it.
+  v1::JobEvent e;
+  e.set_job_id(victim.id());
+  e.set_time_unix_ms(now);
+  e.set_message(absl::StrFormat(
+      "preemption requested by job %s of %s: %s; it checkpoints after step %d and releases its workers (grace "
+      "period %.0f s)",
+      by.id(), p->by(), reason, p->stop_step(), grace_ms / 1000.0));
+  std::vector<Store::Update> update = {{victim, {std::move(e)}}};
+  if (absl::Status s = store_->Commit(&update); !s.ok()) {
+    victim.clear_preemption();
+    return s;
+  }
+  watchers_.Notify(victim.id());
+  kPreemptAfterRequest.Reach();
+  LOG(INFO) << "job " << victim.id() << ": preempted for " << by.id() << " (" << reason << "): checkpoint after step "
+            << p->stop_step();
+  v1::CoordinatorMessage m;
+  v1::PreemptJob* pj = m.mutable_preempt();
+  pj->set_job_id(victim.id());
+  pj->set_generation(victim.generation());
+  pj->set_stop_step(p->stop_step());
+  for (const auto& wid : std::set<std::string>(victim.workers().begin(), victim.workers().end())) {
+    if (Member* w = members_.FindAttached(wid)) w->session->Send(m);
+  }
+  preempting_[victim.id()] = {victim.generation(), p->deadline_unix_ms()};
+  return absl::OkStatus();
+}
+
+void Cluster::PreemptionMissed(const std::string& job_id, int64_t generation, int64_t step) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> jl(job_mu_);
+  auto job = store_->GetJob(job_id);
+  if (!job.ok() || job->generation() != generation || !job->has_preemption() ||
+      job->preemption().stop_step() >= step || (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED)) {
+    return;
+  }
+  // Rank 0 went past the stop step: the message came too late for every rank (they step
+  // together). A later step, twice as far ahead; the deadline stays.
+  v1::Preemption* p = job->mutable_preemption();
+  p->set_ahead(2 * std::max<int64_t>(2, p->ahead()));
+  p->set_stop_step(step + p->ahead());
+  if (!store_->PutJob(*job).ok()) return;
+  LOG(INFO) << "job " << job_id << ": past its preemption's step at step " << step << ": checkpoint after step "
+            << p->stop_step() << " instead";
+  v1::CoordinatorMessage m;
+  v1::PreemptJob* pj = m.mutable_preempt();
+  pj->set_job_id(job_id);
+  pj->set_generation(generation);
+  pj->set_stop_step(p->stop_step());
+  for (const auto& wid : std::set<std::string>(job->workers().begin(), job->workers().end())) {
+    if (Member* w = members_.FindAttached(wid)) w->session->Send(m);
+  }
+}
+
+bool Cluster::ReleasePreemptedLocked(const std::string& job_id, int64_t generation, const std::string& how) {
+  bool released = false;
+  {
+    std::lock_guard<std::mutex> jl(job_mu_);
+    auto job = store_->GetJob(job_id);
+    if (job.ok() && job->generation() == generation && job->has_preemption() &&
+        (job->state() == v1::RUNNING || job->state() == v1::SCHEDULED)) {
+      released = ReleaseJobLocked(*job, how);
+    }
+  }
+  preempting_.erase(job_id);
+  if (released) kPreemptAfterRelease.Reach();
+  return released;
+}
+
+bool Cluster::ReleaseJobLocked(v1::Job& job, const std::string& how) {
+  const v1::Preemption pre = job.preemption();
+  for (const auto& wid : std::set<std::string>(job.workers().begin(), job.workers().end())) {
+    Member* w = members_.FindAttached(wid);
+    if (w == nullptr) continue;
+    v1::CoordinatorMessage m;
+    m.set_restart_job_id(job.id());  // a rank still ending stops now
+    w->session->Send(m);
+    w->Free();
+  }
+  job.clear_workers();
+  done_ranks_.erase({job.id(), job.generation()});
+  job.clear_preemption();
+  job.set_preemptions(job.preemptions() + 1);
+  job.set_reason(absl::StrCat("preempted by job ", pre.by_job(), " of ", pre.by(), ": ", pre.reason()));
+  if (absl::Status s = Transition(job, v1::PREEMPTED, absl::StrCat(job.reason(), "; ", how)); !s.ok()) {
+    LOG(WARNING) << "job " << job.id() << ": recording its preemption: " << s;
+    return false;
+  }
+  registry_->GetCounter("gantry_coordinator_preemptions_total", "Jobs preempted (their workers released), by team.",
+                        {{"team", job.team()}})
+      .Increment();
+  rendezvous_.Drop(job.id());
+  preempting_.erase(job.id());
+  LOG(INFO) << "job " << job.id() << " PREEMPTED: " << how;
+  return true;
+}
+
 void Cluster::JobSubmitted() {
   std::lock_guard<std::mutex> l(mu_);
   ScheduleLocked();
@@ -213,6 +347,7 @@ absl::StatusOr<v1::Job> Cluster::CancelJob(const std::string& job_id, const std:
     if (!job.ok()) return job.status();
     before = *job;
     if (!Terminal(job->state())) {
+      job->clear_preemption();
       job->set_reason(absl::StrCat("cancelled by ", by));
       // Who cancelled it, in its events (the audit trail), with the state in one write.
       RETURN_IF_ERROR(Transition(*job, v1::CANCELLED, absl::StrCat("cancelled by ", by)));
@@ -228,6 +363,7 @@ void Cluster::JobCancelled(const v1::Job& job) {
   rendezvous_.Drop(job.id());
   std::lock_guard<std::mutex> l(mu_);
   done_ranks_.erase({job.id(), job.generation()});
+  preempting_.erase(job.id());
   // Its workers are free at once: each is told to drop the job, and joins the job's threads
   // before it starts the next assignment.
   for (const auto& wid : std::set<std::string>(job.workers().begin(), job.workers().end())) {
@@ -315,6 +451,18 @@ void Cluster::OnStep(const std::string& id, const v1::StepUpdate& u) {
                                     u.report().step(), secs, redone));
     });
   }
+  if (job->has_preemption() && job->preemption().generation() == u.generation() &&
+      u.report().step() > job->preemption().stop_step()) {
+    const int64_t generation = u.generation(), step = u.report().step();
+    jl.unlock();
+    PreemptionMissed(u.job_id(), generation, step);  // takes mu_, then job_mu_
+    jl.lock();
+    job = store_->GetJob(u.job_id());
+    if (!job.ok() || job->generation() != u.generation() ||
+        (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
+      return;
+    }
+  }
   job->set_steps_done(u.report().step());
   job->set_last_loss(u.report().loss());
   job->set_update_time_unix_ms(NowUnixMs());
@@ -357,6 +505,38 @@ void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
   }
   Member* w = members_.Find(id);
   const bool current = w != nullptr && w->info.job_id() == d.job_id() && w->generation == d.generation();
+  if (d.preempted()) {
+    // A rank stopped after its preemption's checkpoint: the job's workers are released
+    // together once that checkpoint commits, not one by one. This end is applied after the
+    // commits its parts started (OnDone), so once every rank has stopped and the job is
+    // still being preempted, that checkpoint did not commit (no shard server took it, or a
+    // commit failed): it is released now rather than at its grace period's end.
+    bool released = false;
+    {
+      std::lock_guard<std::mutex> jl(job_mu_);
+      auto job = store_->GetJob(d.job_id());
+      if (!job.ok() || job->generation() != d.generation() || !job->has_preemption() ||
+          (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED)) {
+        // Released already (or the job moved on): applied as any end below.
+      } else {
+        auto& done = done_ranks_[{job->id(), job->generation()}];
+        done.insert(d.rank());
+        if (static_cast<int>(done.size()) < std::max(1, job->world_size())) return;
+        const int64_t stop = job->preemption().stop_step();
+        released = ReleaseJobLocked(
+            *job, absl::StrCat("its ranks stopped after step ", stop,
+                               " but that checkpoint was not committed: it resumes from its last committed "
+                               "checkpoint (step ", job->checkpoint_step(), ")"));
+        if (!released) return;
+      }
+    }
+    if (released) {
+      kPreemptAfterRelease.Reach();
+      UpdateGaugesLocked(/*force=*/true);
+      RequestSchedule();
+      return;
+    }
+  }
   if (!d.ok()) {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(d.job_id());
@@ -377,6 +557,8 @@ void Cluster::ApplyDone(const std::string& id, const v1::JobDone& d) {
       if (static_cast<int>(done.size()) >= std::max(1, job->world_size())) {
         done_ranks_.erase({job->id(), job->generation()});
         job->clear_workers();
+        job->clear_preemption();  // it ended before its preemption's step
+        preempting_.erase(job->id());
         if (absl::Status s = Transition(*job, v1::SUCCEEDED); !s.ok()) {
           // Its record stays RUNNING: a restarted coordinator places it again, and it
           // resumes from its last committed checkpoint.
@@ -468,9 +650,12 @@ void Cluster::CheckpointEnded(const CheckpointCommitter::Checkpoint& c,
       },
       /*sync=*/false);
   kCommitAfterEvent.Reach();
+  bool preempted = false;  // the checkpoint a preemption waits for: its workers are released now
   {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(c.job_id);
+    preempted = job.ok() && job->has_preemption() && job->preemption().generation() == c.generation &&
+                c.step >= job->preemption().stop_step();
     if (job.ok() && c.step > job->checkpoint_step()) {
       job->set_checkpoint_step(c.step);
       job->set_restarts_in_a_row(0);  // progress: the next failure restarts at once
@@ -481,6 +666,18 @@ void Cluster::CheckpointEnded(const CheckpointCommitter::Checkpoint& c,
   }
   kCommitAfterJobUpdate.Reach();
   registry_->GetCounter("gantry_coordinator_checkpoints_committed_total", "Checkpoints committed.").Increment();
+  if (preempted) {
+    kPreemptAfterCheckpoint.Reach();
+    std::lock_guard<std::mutex> l(mu_);
+    if (ReleasePreemptedLocked(c.job_id, c.generation,
+                               absl::StrCat("the checkpoint of step ", c.step,
+                                            " is committed; its workers are released, and it resumes from that "
+                                            "checkpoint when placed again"))) {
+      UpdateGaugesLocked(/*force=*/true);
+      ScheduleLocked();
+    }
+    return;
+  }
   // Only an elastic job can grow. MaybeGrow holds mu_ while it waits for job_mu_, which
   // another commit's synced write may hold: the handlers that need mu_ (heartbeats, step
   // reports, GetJob and ListJobs of a queued job through Workers()) would wait behind that
@@ -494,6 +691,16 @@ void Cluster::EndPlacementLocked(const std::string& job_id, int64_t generation, 
   auto job = store_->GetJob(job_id);
   if (!job.ok() || job->generation() != generation) return;
   if (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED) return;
+  if (job->has_preemption() && job->preemption().generation() == generation && !planned) {
+    // Being preempted: it ends as preempted, not as a failure (no restart counted).
+    const int64_t stop = job->preemption().stop_step();
+    if (ReleaseJobLocked(*job, absl::StrCat(why, " before the checkpoint of step ", stop,
+                                            ": stopped; it resumes from its last committed checkpoint (step ",
+                                            job->checkpoint_step(), ")"))) {
+      kPreemptAfterRelease.Reach();
+    }
+    return;
+  }
   const auto spec = SpecOf(*job);
   const int max_restarts = spec ? spec->scheduling.max_restarts : 0;
   const bool restart = planned || (retryable && job->restarts() < max_restarts);
@@ -609,7 +816,7 @@ void Cluster::UpdateGaugesLocked(bool force) {
   registry_->GetGauge("gantry_coordinator_workers_alive", "Workers attached and heartbeating.").Set(alive);
   registry_->GetGauge("gantry_coordinator_workers_busy", "Workers running a job.").Set(busy);
   auto by_state = store_->CountByState();  // the store's index: no record is read
-  for (int s = v1::PENDING; s <= v1::RESTARTING; ++s) {
+  for (int s = v1::PENDING; s <= v1::PREEMPTED; ++s) {
     registry_->GetGauge("gantry_coordinator_jobs", "Jobs known to the coordinator, by state.",
                         {{"state", v1::JobState_Name(static_cast<v1::JobState>(s))}})
         .Set(static_cast<double>(by_state[static_cast<v1::JobState>(s)]));
@@ -661,6 +868,33 @@ void Cluster::UpdateTeamGaugesLocked(int64_t now) {
   team_series_ = std::move(exported);
 }
 
+void Cluster::CheckPreemptionsLocked(int64_t now) {
+  bool released = false;
+  for (const auto& [job_id, gd] : std::map<std::string, std::pair<int64_t, int64_t>>(preempting_)) {
+    const auto [generation, deadline] = gd;
+    if (now < deadline) continue;
+    int64_t stop = 0, checkpoint = 0;
+    double grace_s = 0;
+    {
+      std::lock_guard<std::mutex> jl(job_mu_);
+      auto job = store_->GetJob(job_id);
+      if (job.ok() && job->has_preemption()) {
+        stop = job->preemption().stop_step();
+        checkpoint = job->checkpoint_step();
+        grace_s = (job->preemption().deadline_unix_ms() - job->preemption().requested_unix_ms()) / 1000.0;
+      }
+    }
+    // Its ranks are stopped now; a checkpoint still being committed is not waited for (the
+    // scheduler's lookup of stored steps finds it if it lands).
+    released |= ReleasePreemptedLocked(
+        job_id, generation,
+        absl::StrFormat("no checkpoint of step %d within its grace period of %.1f s: stopped; it resumes from its "
+                        "last committed checkpoint (step %d)",
+                        stop, grace_s, checkpoint));
+  }
+  if (released) ScheduleLocked();
+}
+
 void Cluster::CheckStallsLocked(int64_t now) {
   for (const StallDetector::Entry& p : stalls_.Overdue(now)) {
     const std::string& job_id = p.job_id;
@@ -690,7 +924,7 @@ void Cluster::MaybeGrow(const std::string& job_id, int64_t generation, int64_t s
   {
     std::lock_guard<std::mutex> jl(job_mu_);
     auto job = store_->GetJob(job_id);
-    if (!job.ok() || job->generation() != generation || job->state() != v1::RUNNING) return;
+    if (!job.ok() || job->generation() != generation || job->state() != v1::RUNNING || job->has_preemption()) return;
     const auto spec = SpecOf(*job);
     if (!spec) return;
     world = job->world_size();
@@ -781,6 +1015,22 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
 
 bool Cluster::QuotasInForce() { return scheduler_.QuotasInForce(); }  // the options alone: no lock
 
+absl::Status Cluster::AdmitNotPreemptible(const std::string& team, const std::string& device, int64_t want) {
+  const std::shared_ptr<const TeamQuotas> quotas = scheduler_.Quotas();  // the options alone
+  if (!quotas) return absl::OkStatus();
+  // What the team's other non-preemptible jobs of the kind hold or will: the store's index.
+  int64_t others = 0;
+  auto count = [&](const Store::BriefJob& j) {
+    if (j->team() == team && j->not_preemptible()) others += j->world_size();
+  };
+  for (const auto& [key, brief] : store_->QueuedBriefs(device)) count(brief);
+  for (const auto& [brief, kind] : store_->PlacedBriefs()) {
+    if (kind == device) count(brief);
+  }
+  const std::string why = quota::NotPreemptibleRefusal(*quotas, team, device, want, others);
+  return why.empty() ? absl::OkStatus() : absl::FailedPreconditionError(why);
+}
+
 Cluster::WorkerCounts Cluster::CountWorkers(const std::string& device) {
   std::lock_guard<std::mutex> l(mu_);
   return members_.Count(device);
@@ -837,6 +1087,7 @@ void Cluster::Monitor() {
     if (stop_) break;
     const int64_t now = NowUnixMs();
     if (scheduler_.Due(now)) ScheduleLocked();  // the start's grace is over, or a wait that ends with time
+    CheckPreemptionsLocked(now);
     CheckStallsLocked(now);
     members_.ForgetDead(now);
     UpdateGaugesLocked(/*force=*/true);

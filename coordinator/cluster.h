@@ -56,6 +56,9 @@ struct ClusterOptions {
   int64_t stall_ms = 60000;
   // The teams' quotas as in force now (the principals file's teams:; Scheduler::Options).
   std::function<std::shared_ptr<const TeamQuotas>()> quotas;
+  // How long a preempted job has to checkpoint before it is stopped without (its spec's
+  // scheduling.preemption_grace_s overrides it; the coordinator's --preemption_grace_s).
+  int64_t preemption_grace_ms = 120000;
   // Deadlines of the commit, listing and delete calls to the shard servers.
   shardserver::ShardDeadlines shard_deadlines{};
 };
@@ -121,6 +124,10 @@ class Cluster {
   std::string QuotaHold(const std::string& job_id);
   // Neither takes mu_ (a listing's waiting_for does not wait for a pass).
   bool QuotasInForce();
+  // Whether a job of `team` with scheduling.preemptible: false needing `want` slots of
+  // `device` may be submitted: FAILED_PRECONDITION naming the quota if not (quota.h's rule;
+  // with no quotas in force, any is). Takes no lock of the cluster's.
+  absl::Status AdmitNotPreemptible(const std::string& team, const std::string& device, int64_t want);
   // Every team's quota, use and queued jobs (GetQuotas): the teams the quotas name and those
   // with placed or queued jobs, by name.
   v1::GetQuotasResponse QuotaReport();
@@ -171,6 +178,21 @@ class Cluster {
   // After a commit: an elastic job below its largest dp that idle workers could now fill is
   // placed again, bigger, from the checkpoint just committed. Takes mu_.
   void MaybeGrow(const std::string& job_id, int64_t generation, int64_t step);
+  // Preemption (docs/operations.md "Preemption"). Starts it (the scheduler's Host::Preempt;
+  // mu_ and job_mu_ held): the victim's record notes it (durable), its ranks are told to
+  // checkpoint after a step a little ahead and stop, and its deadline is kept.
+  absl::Status StartPreemptionLocked(v1::Job& victim, const v1::Job& by, const std::string& reason);
+  // Ends it (mu_ held; takes job_mu_): the victim of (job, generation), still placed and being
+  // preempted, releases its workers and goes PREEMPTED, `how` saying where it resumes from.
+  // False when there was nothing to release.
+  bool ReleasePreemptedLocked(const std::string& job_id, int64_t generation, const std::string& how);
+  // Rank 0 of (job, generation) reported `step`, past its preemption's stop step (the message
+  // came too late): a later stop step is set and sent. Takes mu_ and job_mu_.
+  void PreemptionMissed(const std::string& job_id, int64_t generation, int64_t step);
+  // The release itself, on the job's record as read (mu_ and job_mu_ held).
+  bool ReleaseJobLocked(v1::Job& job, const std::string& how);
+  // Preemptions past their deadline are released (mu_ held).
+  void CheckPreemptionsLocked(int64_t now);
   // A rank's end of job, applied (OnDone defers it behind the job's commits).
   void ApplyDone(const std::string& id, const v1::JobDone& d);
   // A commit ended (on the committer's executor): its event, the job's record, growth.
@@ -197,6 +219,8 @@ class Cluster {
   Watchers watchers_;  // the WatchJob streams (its own lock)
   SpecCache specs_;    // each job's parsed spec (its own lock)
   StallDetector stalls_;  // under mu_
+  // Jobs being preempted: job id → (generation, deadline). Under mu_.
+  std::map<std::string, std::pair<int64_t, int64_t>> preempting_;
   Rendezvous rendezvous_;
   bool stop_ = false;
   std::condition_variable cv_;
@@ -221,6 +245,7 @@ class Cluster {
     absl::Status Transition(v1::Job& job, v1::JobState to, const std::string& message) override;
     void ListStoredSteps(const std::string& job_id, int64_t generation, std::vector<std::string> servers,
                          std::vector<std::string> jobs) override;
+    absl::Status Preempt(v1::Job& victim, const v1::Job& by, const std::string& reason) override;
 
    private:
     Cluster* c_;

@@ -14,10 +14,11 @@ bool TransitionAllowed(v1::JobState from, v1::JobState to) {
     case v1::PENDING:
       return to == v1::SCHEDULED;
     case v1::SCHEDULED:
-      return to == v1::RUNNING || to == v1::SUCCEEDED || to == v1::RESTARTING;
+      return to == v1::RUNNING || to == v1::SUCCEEDED || to == v1::RESTARTING || to == v1::PREEMPTED;
     case v1::RUNNING:
-      return to == v1::SUCCEEDED || to == v1::RESTARTING;
+      return to == v1::SUCCEEDED || to == v1::RESTARTING || to == v1::PREEMPTED;
     case v1::RESTARTING:
+    case v1::PREEMPTED:
       return to == v1::SCHEDULED;
     default:
       return false;

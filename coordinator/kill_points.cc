@@ -15,4 +15,13 @@ const KillPoint kCommitAfterJobUpdate("coordinator.commit.after_job_update", Kil
                                       "the job records the checkpoint step and servers; checkpoint.keep has not "
                                       "deleted older checkpoints");
 
+const KillPoint kPreemptAfterRequest("coordinator.preempt.after_request", KillPoint::kAfterCommit,
+                                     "the victim's record says it is being preempted; its ranks are not told yet");
+const KillPoint kPreemptAfterCheckpoint("coordinator.preempt.after_checkpoint", KillPoint::kAfterCommit,
+                                        "the victim's checkpoint is committed and recorded; its workers are not "
+                                        "released");
+const KillPoint kPreemptAfterRelease("coordinator.preempt.after_release", KillPoint::kAfterCommit,
+                                     "the victim is PREEMPTED and its workers are free; the job that preempted it "
+                                     "is not placed yet");
+
 }  // namespace gantry::coordinator

@@ -26,6 +26,10 @@ DEFINE_string(cluster, "",
               "the cluster jobs with parallel: auto are planned on: a preset (dgx-h100, dgx-h200, dgx-a100) or a "
               "cluster YAML file (gantry-train calibrate writes one); empty: a default of the workers' device kind");
 
+DEFINE_double(preemption_grace_s, 120,
+              "how long a preempted job has to checkpoint before it is stopped and resumes from its last committed "
+              "checkpoint (a job's scheduling.preemption_grace_s overrides it)");
+
 int main(int argc, char** argv) {
   const sigset_t sigs = gantry::InitDaemon(&argc, &argv, "gantry-coordinator --data_dir DIR [--listen HOST:PORT]");
   if (auto rc = gantry::HandleKillPoints()) return *rc;
@@ -45,6 +49,11 @@ int main(int argc, char** argv) {
   options.worker_timeout_ms = FLAGS_worker_timeout_ms;
   options.dead_worker_retention_ms = int64_t{FLAGS_dead_worker_retention_s} * 1000;
   options.shard_timeout_ms = 3 * 1000;
+  if (!(FLAGS_preemption_grace_s > 0)) {
+    LOG(ERROR) << "--preemption_grace_s must be > 0 seconds, not " << FLAGS_preemption_grace_s;
+    return 2;
+  }
+  options.preemption_grace_ms = static_cast<int64_t>(FLAGS_preemption_grace_s * 1000);
   if (!FLAGS_cluster.empty()) {
     auto cluster = gantry::jobspec::LoadCluster(FLAGS_cluster);
     if (!cluster.ok()) {

@@ -18,10 +18,10 @@
 
 namespace gantry::coordinator::placement {
 
-inline bool Queued(v1::JobState s) { return s == v1::PENDING || s == v1::RESTARTING; }
+inline bool Queued(v1::JobState s) { return s == v1::PENDING || s == v1::RESTARTING || s == v1::PREEMPTED; }
 
-// The order in which queued jobs (PENDING or RESTARTING) are placed: higher priority first,
-// within one a restarting job before new ones, then submission order. Placement is strict
+// The order in which queued jobs (PENDING, RESTARTING or PREEMPTED) are placed: higher priority
+// first, within one a restarting or preempted job before new ones, then submission order. Placement is strict
 // first come, first served in this order (within a device kind): a job that does not fit
 // holds back the ones behind it. A job's key sorts before the keys of the jobs behind it.
 // Job ids in submission order: "j-" and the job's number, six digits at least, so a longer id
@@ -35,7 +35,9 @@ struct QueueKey {
   int32_t priority = 0;
   bool restarting = false;
   std::string id;
-  static QueueKey Of(const v1::Job& j) { return {j.priority(), j.state() == v1::RESTARTING, j.id()}; }
+  static QueueKey Of(const v1::Job& j) {
+    return {j.priority(), j.state() == v1::RESTARTING || j.state() == v1::PREEMPTED, j.id()};
+  }
   bool operator<(const QueueKey& o) const {
     if (priority != o.priority) return priority > o.priority;
     if (restarting != o.restarting) return restarting;

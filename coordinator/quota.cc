@@ -159,4 +159,22 @@ std::map<std::string, TeamFigures> Figures(const TeamQuotas& quotas, const Usage
   return out;
 }
 
+std::string NotPreemptibleRefusal(const TeamQuotas& quotas, const std::string& team, const std::string& device,
+                                  int64_t want, int64_t others) {
+  const std::string head = "scheduling.preemptible: false is admitted only within the team's nominal quota: ";
+  if (team.empty()) return head + "the job has no team (its submitter's identity names none), so no quota";
+  auto q = quotas.find(team);
+  auto n = q == quotas.end() ? nullptr : &q->second.nominal;
+  if (n == nullptr || n->find(device) == n->end()) {
+    return absl::StrCat(head, "team ", team, " has no quota of ", SlotsName(device, 2));
+  }
+  const int64_t nominal = n->at(device);
+  if (others + want > nominal) {
+    return absl::StrCat(head, "team ", team, "'s is ", nominal, " ", SlotsName(device, nominal),
+                        others > 0 ? absl::StrCat(", its other non-preemptible jobs hold ", others) : std::string(),
+                        " and this job needs ", want, " (set scheduling.preemptible: true, or ask for a larger quota)");
+  }
+  return "";
+}
+
 }  // namespace gantry::coordinator::quota

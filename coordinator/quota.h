@@ -84,4 +84,12 @@ struct TeamFigures {
 std::map<std::string, TeamFigures> Figures(const TeamQuotas& quotas, const Usage& usage,
                                            const std::vector<QueuedJob>& queued, int64_t now_ms);
 
+// Why a job of `team` with scheduling.preemptible: false that needs `want` slots of `device`
+// is refused at submit (empty: admitted). Such a job is admitted only within its team's
+// nominal quota of its kind: with `others` slots of that kind held by the team's
+// non-preemptible jobs not ended, others + want must not exceed it. A team without a quota of
+// the kind (or a job without a team) has none to be within.
+std::string NotPreemptibleRefusal(const TeamQuotas& quotas, const std::string& team, const std::string& device,
+                                  int64_t want, int64_t others);
+
 }  // namespace gantry::coordinator::quota

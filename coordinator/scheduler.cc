@@ -3,6 +3,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <tuple>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_state.h"
 #include "coordinator/placement.h"
+#include "coordinator/preemption.h"
 
 namespace gantry::coordinator {
 
@@ -128,8 +130,12 @@ std::vector<Scheduler::Placement> Scheduler::Decide(const std::vector<std::strin
       const auto spec = specs_->Of(*job);
       if (!spec || spec->resources.device != device) continue;  // resolved: not expected
       Placement p;
+      const v1::Job waiting = *job;
       const Outcome o = PlaceOne(*std::move(job), *spec, shard_addrs, now, taken, &p, updates);
-      if (o == Outcome::kWaits) break;
+      if (o == Outcome::kWaits) {
+        if (wanted_ > 0) MaybePreempt(waiting, device, wanted_, taken);
+        break;
+      }
       if (o == Outcome::kSkipped) continue;
       for (const auto& [w, local] : p.chosen) taken.insert(w);
       placements.push_back(std::move(p));
@@ -190,9 +196,13 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
         continue;
       }
       Placement p;
+      const v1::Job waiting = *job;
       const Outcome o = PlaceOne(*std::move(job), spec, shard_addrs, now, taken, &p, updates,
                                  quota::Room(quotas, usage, next, device));
-      if (o == Outcome::kWaits) break;  // workers: the jobs of its kind behind it wait with it
+      if (o == Outcome::kWaits) {  // workers: the jobs of its kind behind it wait with it
+        if (wanted_ > 0) MaybePreempt(waiting, device, wanted_, taken);
+        break;
+      }
       if (o == Outcome::kSkipped) continue;
       if (o == Outcome::kHeld) {
         std::string why = quota::HoldReason(quotas, usage, next, device, p.job.world_size());
@@ -236,6 +246,7 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
                                        const std::set<const Member*>& taken, Placement* p,
                                        std::vector<Store::Update>* updates, int64_t room) {
   const std::string& device = spec.resources.device;
+  wanted_ = 0;
   if (job.state() == v1::RESTARTING) {
     if (now - job.failure_time_unix_ms() < placement::RestartBackoffMs(job.restarts_in_a_row()) ||
         !placement::MissingCheckpointServers(job, shard_addrs, now, options_.checkpoint_server_wait_ms).empty()) {
@@ -280,7 +291,10 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
     p->job.set_world_size(spec.MinWorld());
     return Outcome::kHeld;  // the workers are there; the quota is not
   }
-  if (world == 0) return Outcome::kWaits;  // not even its smallest dp: it waits (first come, first served)
+  if (world == 0) {  // not even its smallest dp: it waits (first come, first served)
+    wanted_ = spec.MinWorld();
+    return Outcome::kWaits;
+  }
   if (room >= 0 && world > room) {
     p->job.set_world_size(world);  // what it would take, for the hold's reason
     return Outcome::kHeld;
@@ -291,7 +305,10 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
     p->chosen.emplace_back(idle[slot.worker], slot.local);
     ++p->local_world[idle[slot.worker]];
   }
-  if (p->chosen.empty()) return Outcome::kWaits;  // later jobs of its kind wait
+  if (p->chosen.empty()) {  // later jobs of its kind wait
+    wanted_ = world;
+    return Outcome::kWaits;
+  }
   // A parameter-server job waits for a shard server, as for workers.
   if (shard_addrs.empty() && spec.optimizer.placement == "shardserver") return Outcome::kWaits;
   p->param_ranges = placement::ParamRanges(spec, shard_addrs,
@@ -350,6 +367,43 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
   updates->push_back({job, *std::move(events)});
   p->job = std::move(job);
   return Outcome::kPlaced;
+}
+
+void Scheduler::MaybePreempt(const v1::Job& job, const std::string& device, int64_t need,
+                             const std::set<const Member*>& taken) {
+  int64_t coming = 0;  // slots of jobs being preempted now: the head of the queue gets them
+  std::vector<preemption::Candidate> candidates;
+  for (const auto& [brief, kind] : store_->PlacedBriefs()) {
+    if (kind != device) continue;
+    if (brief->has_preemption()) {
+      coming += brief->world_size();
+      continue;
+    }
+    // Lower priority and running (a job just placed has not started: it is left to start).
+    if (brief->state() != v1::RUNNING || brief->priority() >= job.priority() || brief->not_preemptible()) continue;
+    candidates.push_back({brief->id(), brief->team(), brief->priority(), brief->world_size(),
+                          std::max<int64_t>(0, brief->steps_done() - brief->checkpoint_step()),
+                          brief->submit_time_unix_ms()});
+  }
+  if (candidates.empty()) return;
+  const int64_t idle = members_->Count(device, taken).idle_slots;
+  const std::vector<preemption::Candidate> victims =
+      preemption::ChooseVictims(candidates, need, idle + coming, [&](const preemption::Candidate& c) {
+        auto full = store_->GetJob(c.job_id);
+        const auto spec = full.ok() ? specs_->Of(*full) : nullptr;
+        return spec != nullptr && spec->scheduling.preemptible;
+      });
+  for (const preemption::Candidate& v : victims) {
+    auto victim = store_->GetJob(v.job_id);
+    if (!victim.ok() || victim->state() != v1::RUNNING) continue;
+    const std::string reason = absl::StrCat(
+        "job ", job.id(), " (priority ", job.priority(), " over ", victim->priority(), ") needs ", need, " ",
+        quota::SlotsName(device, need), " and ", idle, " ", idle == 1 ? "is" : "are", " idle");
+    if (absl::Status s = host_->Preempt(*victim, job, reason); !s.ok()) {
+      LOG(WARNING) << "preempting " << v.job_id << " for " << job.id() << ": " << s;
+      timed_wait_ = true;  // tried again at the next due pass
+    }
+  }
 }
 
 void Scheduler::Send(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs,

@@ -46,6 +46,10 @@ class Scheduler {
     // job_id's commits; the answer goes to StoredStepsListed, then a pass runs.
     virtual void ListStoredSteps(const std::string& job_id, int64_t generation, std::vector<std::string> servers,
                                  std::vector<std::string> jobs) = 0;
+    // Starts preempting `victim` (its record as read, RUNNING) for `by`, which cannot be placed:
+    // durable (Job.preemption), its ranks told to checkpoint and stop; the cluster releases its
+    // workers once that checkpoint commits or its grace period ends (coordinator/cluster.h).
+    virtual absl::Status Preempt(v1::Job& victim, const v1::Job& by, const std::string& reason) = 0;
   };
   struct Options {
     // After the coordinator starts, jobs are not placed without a shard server for this long.
@@ -126,6 +130,10 @@ class Scheduler {
   Outcome PlaceOne(v1::Job job, const jobspec::JobSpec& spec, const std::vector<std::string>& shard_addrs, int64_t now,
                    const std::set<const Member*>& taken, Placement* p, std::vector<Store::Update>* updates,
                    int64_t room = -1);
+  // The head of a kind's queue waits for workers (wanted_ slots): lower-priority running jobs
+  // may be preempted for it (coordinator/preemption.h), unless those being preempted already
+  // free enough.
+  void MaybePreempt(const v1::Job& job, const std::string& device, int64_t need, const std::set<const Member*>& taken);
   void Send(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs, int64_t now);
   // What the shard servers hold of a job (its own newest whole checkpoint and its resume_from
   // job's) is known for its current generation; else the lookup starts, and false.
@@ -155,6 +163,9 @@ class Scheduler {
   AutoPlacer auto_placer_;                      // parallel: auto jobs' workers and layout
   std::map<std::string, std::string> auto_waits_;  // job id → why its last pass did not place it
   std::shared_ptr<const QuotaHolds> quota_holds_ = std::make_shared<const QuotaHolds>();  // the last pass's holds
+  // Set by PlaceOne when the job waits for workers alone: the slots it needs (0: it waits for
+  // something else, or was placed).
+  int64_t wanted_ = 0;
 };
 
 }  // namespace gantry::coordinator

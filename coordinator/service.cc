@@ -400,9 +400,13 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
             spec->train.micro_batch, static_cast<double>(largest) / 1e9));
       }
     }
+    if (!spec->scheduling.preemptible) {
+      RETURN_IF_ERROR(cluster_->AdmitNotPreemptible(who.team, spec->resources.device, spec->MinWorld()));
+    }
     v1::Job job;
     job.set_name(spec->name);
     job.set_state(v1::PENDING);
+    job.set_not_preemptible(!spec->scheduling.preemptible);
     job.set_spec_yaml(req->spec_yaml());
     job.set_spec_normalised(jobspec::ToYaml(*spec));
     job.set_submit_time_unix_ms(NowUnixMs());

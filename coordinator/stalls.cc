@@ -26,6 +26,11 @@ std::vector<StallDetector::Entry> StallDetector::Overdue(int64_t now_ms) const {
   return out;
 }
 
+double StallDetector::StepSeconds(const std::string& job_id, int64_t generation) const {
+  auto it = progress_.find(job_id);
+  return it != progress_.end() && it->second.generation == generation ? it->second.step_seconds : 0;
+}
+
 void StallDetector::MarkReported(const std::string& job_id) {
   if (auto it = progress_.find(job_id); it != progress_.end()) it->second.reported = true;
 }

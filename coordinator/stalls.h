@@ -29,6 +29,8 @@ class StallDetector {
   std::vector<Entry> Overdue(int64_t now_ms) const;
   void MarkReported(const std::string& job_id);
   void Forget(const std::string& job_id);  // the job ended, or moved to another generation
+  // The duration of the last step reported of (job, generation) in seconds; 0: none known.
+  double StepSeconds(const std::string& job_id, int64_t generation) const;
   size_t size() const { return progress_.size(); }
 
  private:

@@ -417,6 +417,9 @@ absl::Status ValidateTraining(const JobSpec& s) {
 absl::Status ValidateScheduling(const JobSpec& s, const std::set<std::string>& present) {
   if (s.eval.every < 0) return FieldError("eval.every", "must be >= 0");
   if (s.scheduling.max_restarts < 0) return FieldError("scheduling.max_restarts", "must be >= 0 (0 = never restart)");
+  if (!(s.scheduling.preemption_grace_s >= 0)) {
+    return FieldError("scheduling.preemption_grace_s", "must be >= 0 seconds (0 = the coordinator's default)");
+  }
   if (present.count("elastic.min_dp") || present.count("elastic.max_dp")) {
     const ElasticSpec& e = s.elastic;
     if (e.min_dp < 1) return FieldError("elastic.min_dp", "must be >= 1");
@@ -605,7 +608,10 @@ std::string ToYaml(const JobSpec& s) {
     kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness), kv("offload", s.optimizer.offload);
   });
   section("resources", [&] { kv("workers", s.resources.workers), kv("device", s.resources.device); });
-  section("scheduling", [&] { kv("priority", s.scheduling.priority), kv("max_restarts", s.scheduling.max_restarts); });
+  section("scheduling", [&] {
+    kv("priority", s.scheduling.priority), kv("max_restarts", s.scheduling.max_restarts);
+    kv("preemptible", s.scheduling.preemptible), kv("preemption_grace_s", s.scheduling.preemption_grace_s);
+  });
   if (s.elastic.enabled()) section("elastic", [&] { kv("min_dp", s.elastic.min_dp), kv("max_dp", s.elastic.max_dp); });
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
@@ -724,7 +730,10 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
                           {"staleness", Int(&s.optimizer.staleness)},
                           {"offload", Str(&s.optimizer.offload)}})},
        {"resources", sub({{"workers", Int(&s.resources.workers)}, {"device", Str(&s.resources.device)}})},
-       {"scheduling", sub({{"priority", Int(&s.scheduling.priority)}, {"max_restarts", Int(&s.scheduling.max_restarts)}})},
+       {"scheduling", sub({{"priority", Int(&s.scheduling.priority)},
+                           {"max_restarts", Int(&s.scheduling.max_restarts)},
+                           {"preemptible", Bool(&s.scheduling.preemptible)},
+                           {"preemption_grace_s", Real(&s.scheduling.preemption_grace_s)}})},
        {"elastic", sub({{"min_dp", Int(&s.elastic.min_dp)}, {"max_dp", Int(&s.elastic.max_dp)}})}}));
   if (!max_seq_given && from_model == nullptr) s.model.max_seq_len = s.seq_len;
   if (AutoLayout& a = s.parallel.auto_layout; a.enabled) {  // what is stated beside auto is kept

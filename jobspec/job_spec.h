@@ -126,6 +126,12 @@ struct OptimizerSpec {
 struct SchedulingSpec {
   int priority = 0;      // higher runs first; first come, first served within one
   int max_restarts = 3;  // times the job is placed again after a lost worker or shard server, or a failed rank
+  // Whether a job of higher priority may preempt it (checkpoint, release its workers, wait
+  // as PREEMPTED). false is admitted only within the team's nominal quota.
+  bool preemptible = true;
+  // How long a preempted job has to checkpoint before it is stopped (it then resumes from its
+  // last committed checkpoint); 0: the coordinator's --preemption_grace_s.
+  double preemption_grace_s = 0;
   bool operator==(const SchedulingSpec&) const = default;
 };
 

@@ -335,6 +335,31 @@ TEST_F(AuthzRpcTest, EventsSayWhoSubmittedAndWhoCancelled) {
 
 // GetQuotas: a user sees their own team (asking for another is refused, naming the team),
 // viewers and admins every team; what it holds: the quota, the queued and held jobs.
+// scheduling.preemptible: false only within the team's nominal quota (coordinator/quota.h):
+// vision's quota is 0 cpu slots, nlp has none of cpu; the refusal says which and why.
+TEST_F(AuthzRpcTest, AJobThatCannotBePreemptedIsAdmittedOnlyWithinItsTeamsNominalQuota) {
+  auto submit = [&](Caller c, const std::string& more) {
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(std::string(kSpec) + more);
+    v1::SubmitJobResponse resp;
+    return stub_->SubmitJob(As(c).get(), req, &resp);
+  };
+  grpc::Status s = submit(Caller::kOwner, "scheduling: {preemptible: false}\n");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(),
+            "scheduling.preemptible: false is admitted only within the team's nominal quota: team vision's is 0 cpu "
+            "slots and this job needs 1 (set scheduling.preemptible: true, or ask for a larger quota)");
+  s = submit(Caller::kOtherTeam, "scheduling: {preemptible: false}\n");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(),
+            "scheduling.preemptible: false is admitted only within the team's nominal quota: team nlp has no quota "
+            "of cpu slots");
+  s = submit(Caller::kAdmin, "scheduling: {preemptible: false}\n");
+  EXPECT_NE(s.error_message().find("the job has no team"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(submit(Caller::kOtherTeam, "scheduling: {preemptible: true}\n").ok()) << "preemptible: any team";
+  EXPECT_TRUE(submit(Caller::kOtherTeam, "").ok()) << "preemptible is the default";
+}
+
 TEST_F(AuthzRpcTest, QuotasAreReadByTeam) {
   const std::string job = Submit(Caller::kOwner);  // vision's: held by its quota of 0 cpu slots
   auto teams = [&](Caller c, const std::string& team, grpc::Status* status = nullptr) {

@@ -21,6 +21,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "tests/test_util.h"
 
 namespace gantry::coordinator {
 
@@ -60,9 +61,11 @@ class FakeSession : public WorkerSession {
 
 // Queues a job of a tiny model with world_size ranks, the spec's further sections in
 // more_yaml (each a line), and lets the cluster place it (after before_placing, if given).
+// fill sets more of the record before it is stored (its priority, as SubmitJob copies it).
 // Returns its id.
 inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::string& name, int world_size,
-                                 const std::string& more_yaml, const std::function<void()>& before_placing = {}) {
+                                 const std::string& more_yaml, const std::function<void()>& before_placing = {},
+                                 const std::function<void(v1::Job&)>& fill = {}) {
   v1::Job j;
   j.set_name(name);
   j.set_state(v1::PENDING);
@@ -72,11 +75,38 @@ inline std::string SubmitTinyJob(Cluster& cluster, Store& store, const std::stri
                   "data: {train: /nonexistent.bin}\n"
                   "train: {steps: 100, micro_batch: 1, lr: 1.0e-3}\n" +
                   more_yaml);
+  if (fill) fill(j);
   const std::string id = *store.CreateJob(j);
   if (before_placing) before_placing();
   cluster.JobSubmitted();
   return id;
 }
+
+// The Cluster in process over a fresh store with no shard server (placement_grace_ms 0), for a
+// test fixture to inherit: rank step reports, a job's record.
+class InProcessCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = *Store::Open(dir_.File("db"));
+    ClusterOptions o;
+    o.placement_grace_ms = 0;  // no shard server in these tests
+    cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
+  }
+  // Rank 0 of (job, generation) on `worker` reports `step` done.
+  void Step(const std::string& worker, const std::string& job, int64_t gen, int64_t step) {
+    v1::StepUpdate u;
+    u.set_job_id(job);
+    u.set_generation(gen);
+    u.mutable_report()->set_step(step);
+    u.mutable_report()->set_loss(1.0f);
+    cluster_->OnStep(worker, u);
+  }
+  v1::Job Job(const std::string& id) { return *store_->GetJob(id); }
+  testing::TempDir dir_;
+  metrics::Registry registry_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Cluster> cluster_;
+};
 
 // The coordinator's gRPC service on a loopback port (port 0) over the store at a path, with
 // the RPC edge's interceptor, and a stub for it. Nothing is placed within a minute of a

@@ -10,7 +10,7 @@ namespace {
 
 TEST(JobStateTest, TheTableAllowsTheLifeOfAJobAndNothingAfterItsEnd) {
   const v1::JobState all[] = {v1::PENDING,   v1::SCHEDULED, v1::RUNNING,   v1::SUCCEEDED,
-                              v1::FAILED,    v1::CANCELLED, v1::RESTARTING};
+                              v1::FAILED,    v1::CANCELLED, v1::RESTARTING, v1::PREEMPTED};
   int allowed = 0;
   for (v1::JobState from : all) {
     for (v1::JobState to : all) {
@@ -23,8 +23,12 @@ TEST(JobStateTest, TheTableAllowsTheLifeOfAJobAndNothingAfterItsEnd) {
       }
     }
   }
-  EXPECT_EQ(allowed, 3 + 5 + 4 + 3) << "the table in job_state.h";
+  EXPECT_EQ(allowed, 3 + 6 + 5 + 3 + 3) << "the table in job_state.h";
   EXPECT_TRUE(TransitionAllowed(v1::RESTARTING, v1::SCHEDULED));
+  EXPECT_TRUE(TransitionAllowed(v1::RUNNING, v1::PREEMPTED));
+  EXPECT_TRUE(TransitionAllowed(v1::PREEMPTED, v1::SCHEDULED)) << "placed again, it resumes";
+  EXPECT_FALSE(TransitionAllowed(v1::PENDING, v1::PREEMPTED)) << "only a placed job is preempted";
+  EXPECT_FALSE(TransitionAllowed(v1::PREEMPTED, v1::RUNNING));
   EXPECT_FALSE(TransitionAllowed(v1::PENDING, v1::RUNNING)) << "placed before it runs";
   EXPECT_FALSE(TransitionAllowed(v1::RESTARTING, v1::RUNNING)) << "placed again before it runs";
 }

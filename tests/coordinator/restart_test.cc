@@ -29,14 +29,8 @@
 namespace gantry::coordinator {
 namespace {
 
-class RestartTest : public ::testing::Test {
+class RestartTest : public InProcessCluster {
  protected:
-  void SetUp() override {
-    store_ = *Store::Open(dir_.File("db"));
-    ClusterOptions o;
-    o.placement_grace_ms = 0;  // no shard server in this test
-    cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
-  }
   std::string Submit(int max_restarts, int dp = 1) {
     return SubmitTinyJob(*cluster_, *store_, "r", dp,
                          absl::StrCat("parallel: {dp: ", dp, "}\nscheduling: {max_restarts: ", max_restarts, "}\n"));
@@ -44,19 +38,6 @@ class RestartTest : public ::testing::Test {
   static const v1::Assignment* Assigned(const std::vector<v1::CoordinatorMessage>& ms) {
     return FakeSession::Assigned(ms);
   }
-  v1::Job Job(const std::string& id) { return *store_->GetJob(id); }
-  void Step(const std::string& worker, const std::string& job, int64_t gen, int64_t step) {
-    v1::StepUpdate u;
-    u.set_job_id(job);
-    u.set_generation(gen);
-    u.mutable_report()->set_step(step);
-    u.mutable_report()->set_loss(1.0f);
-    cluster_->OnStep(worker, u);
-  }
-  testing::TempDir dir_;
-  metrics::Registry registry_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Cluster> cluster_;
 };
 
 TEST_F(RestartTest, ALostWorkerRestartsTheJobAndStaleMessagesAreRefused) {

@@ -25,6 +25,16 @@ class RecordingHost : public Scheduler::Host {
                        std::vector<std::string> jobs) override {
     lookups.push_back({job_id, generation, servers, jobs});
   }
+  absl::Status Preempt(v1::Job& victim, const v1::Job& by, const std::string& reason) override {
+    preemptions.push_back({victim.id(), by.id(), reason});
+    victim.mutable_preemption()->set_by_job(by.id());  // as the cluster's durable note
+    victim.mutable_preemption()->set_generation(victim.generation());
+    return store_->PutJob(victim);
+  }
+  struct Preemption {
+    std::string victim, by, reason;
+  };
+  std::vector<Preemption> preemptions;
   struct Lookup {
     std::string job_id;
     int64_t generation;
@@ -108,6 +118,51 @@ TEST_F(SchedulerTest, APassPlacesAllRanksOrNoneFirstComeFirstServed) {
   EXPECT_EQ(got->job_id(), small);
   EXPECT_EQ(got->world_size(), 1);
   EXPECT_EQ(members_.Count("cpu").idle, 1);
+}
+
+TEST_F(SchedulerTest, AJobThatCannotBePlacedPreemptsLowerPriorityRunningJobsOnce) {
+  FakeSession a, b, c;
+  AddCpuWorker(&a, "h1");
+  AddCpuWorker(&b, "h2");
+  AddCpuWorker(&c, "h3");
+  // Three running jobs, one on each worker: priority 5 (not below the newcomer's), priority 0
+  // not preemptible, and priority 0.
+  // (The record's priority is SubmitJob's copy of the spec's.)
+  auto queue = [&](const std::string& name, int world, int priority, const std::string& more = "") {
+    const std::string id = Queue(name, world, absl::StrCat("scheduling: {priority: ", priority, more, "}\n"));
+    v1::Job j = *store_->GetJob(id);
+    j.set_priority(priority);
+    EXPECT_TRUE(store_->PutJob(j).ok());
+    return id;
+  };
+  const std::string same = queue("same", 1, 5);
+  const std::string pinned = queue("pinned", 1, 0, ", preemptible: false");
+  scheduler_.Pass(150);
+  const std::string low = queue("low", 1, 0);
+  scheduler_.Pass(160);
+  for (const std::string& id : {same, pinned, low}) {
+    v1::Job j = *store_->GetJob(id);
+    ASSERT_EQ(j.state(), v1::SCHEDULED) << id;
+    j.set_state(v1::RUNNING);
+    ASSERT_TRUE(store_->PutJob(j).ok());
+  }
+  // Priority 5, one worker wanted, none idle: only "low" may give way.
+  const std::string urgent = queue("urgent", 1, 5);
+  scheduler_.Pass(200);
+  EXPECT_EQ(store_->GetJob(urgent)->state(), v1::PENDING);
+  ASSERT_EQ(host_.preemptions.size(), 1u);
+  EXPECT_EQ(host_.preemptions[0].victim, low);
+  EXPECT_EQ(host_.preemptions[0].by, urgent);
+  EXPECT_EQ(host_.preemptions[0].reason, "job " + urgent + " (priority 5 over 0) needs 1 cpu slot and 0 are idle");
+  // The next pass counts the slot being freed: no second victim.
+  scheduler_.Pass(300);
+  EXPECT_EQ(host_.preemptions.size(), 1u) << "a preemption under way is not repeated";
+  // The job that cannot be preempted and the one of equal priority stay; a job wanting more
+  // than every lower-priority job frees preempts nothing.
+  const std::string huge = queue("huge", 3, 9);
+  scheduler_.Pass(400);
+  EXPECT_EQ(host_.preemptions.size(), 1u) << "low (going) and same free 2 of 3; pinned may not be preempted";
+  EXPECT_EQ(store_->GetJob(huge)->state(), v1::PENDING);
 }
 
 TEST_F(SchedulerTest, AResumeFromAJobWithoutACheckpointAsksTheServersThenFails) {

@@ -66,4 +66,10 @@ restart_worker() {  # restart_worker N: a new gantry-worker in worker N's place
     --metrics_listen 127.0.0.1:0 --threads 1 --host "$(hostname)-w$1") >/dev/null 2>>"$TMP/cluster/worker$1.log" &
   echo $! >>"$TMP/extra.pids"; echo $!
 }
+gone() { [ ! -e "/proc/$1" ] || grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }  # exited (a zombie counts)
+stop_pid() {  # stop_pid PID: SIGTERM, until it is gone (10 s at most)
+  kill -TERM "$1" 2>/dev/null
+  wait_for 10 gone "$1" || { echo "     $1 did not stop on SIGTERM: SIGKILL"; kill -9 "$1" 2>/dev/null; }
+  wait "$1" 2>/dev/null; true
+}
 steps_done() { "$CLI" describe "$1" 2>/dev/null | sed -n 's/^Steps: *\([0-9]*\)\/.*/\1/p'; }

@@ -257,6 +257,20 @@ parallel: {dp: 2}
   EXPECT_NE(Error(base + "elastic: {min_dp: 3, max_dp: 4}\n").find("field 'parallel.dp' must be within [elastic.min_dp, elastic.max_dp] = [3, 4], not 2"),
             std::string::npos);
   EXPECT_NE(Error(base + "scheduling: {max_restarts: -1}\n").find("scheduling.max_restarts"), std::string::npos);
+  // Preemption: preemptible by default, the grace period the coordinator's unless given.
+  EXPECT_TRUE(e->scheduling.preemptible);
+  EXPECT_EQ(e->scheduling.preemption_grace_s, 0);
+  auto p = ParseJobSpec(base + "scheduling: {preemptible: false, preemption_grace_s: 30}\n");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->scheduling.preemptible);
+  EXPECT_EQ(p->scheduling.preemption_grace_s, 30);
+  auto back = ParseJobSpec(ToYaml(*p));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->scheduling.preemptible) << "the normalised form keeps it";
+  EXPECT_EQ(back->scheduling.preemption_grace_s, 30);
+  EXPECT_NE(Error(base + "scheduling: {preemption_grace_s: -1}\n").find("field 'scheduling.preemption_grace_s' must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "scheduling: {preemptible: maybe}\n").find("scheduling.preemptible"), std::string::npos);
 }
 
 // The coordinator's normalised form: every field stated, and read back to the same spec.

@@ -107,6 +107,11 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
                   << " received";
         session.Abort();
         break;
+      case MessageDispatch::Action::kPreempt:
+        LOG(INFO) << "job " << dispatch.job_id() << ": preempted: checkpoint after step " << in.preempt().stop_step()
+                  << " and stop";
+        session.Preempt(in.preempt().job_id(), in.preempt().generation(), in.preempt().stop_step());
+        break;
       case MessageDispatch::Action::kMarkFailed:
         LOG(INFO) << "job " << dispatch.job_id() << ": abort received";
         session.cancel = true;

@@ -14,6 +14,9 @@ MessageDispatch::Action MessageDispatch::On(const v1::CoordinatorMessage& m) {
   if (job_id_.empty()) return Action::kNone;
   if (m.restart_job_id() == job_id_ || m.cancel_job_id() == job_id_) return Action::kAbort;
   if (m.abort_job_id() == job_id_) return Action::kMarkFailed;
+  if (m.has_preempt() && m.preempt().job_id() == job_id_ && m.preempt().generation() == generation_) {
+    return Action::kPreempt;
+  }
   return Action::kNone;
 }
 

@@ -26,6 +26,7 @@ class MessageDispatch {
     kNewPlacement, // as kRunRank, after joining the earlier placement's ranks and clearing the cancel flag
     kAbort,        // restart or cancel: stop every rank now
     kMarkFailed,   // abort: the job failed
+    kPreempt,      // the placement it runs is preempted: its ranks checkpoint after m.preempt().stop_step() and stop
   };
   Action On(const v1::CoordinatorMessage& m);
   // The placement the worker runs ("" and -1 before the first).

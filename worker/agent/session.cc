@@ -50,9 +50,11 @@ void Session::Run(const v1::Assignment& a) {
   LOG(INFO) << "job " << a.job_id() << " generation " << a.generation() << ": rank " << a.rank() << " of "
             << a.world_size()
             << (a.local_world() > 1 ? absl::StrCat(", local rank ", a.local_rank(), " of ", a.local_world()) : "");
-  absl::Status s = Train(a, rank);
+  bool preempted = false;
+  absl::Status s = Train(a, rank, &preempted);
   v1::WorkerMessage m = protocol::JobDoneMessage(a, s);
   v1::JobDone* d = m.mutable_done();
+  d->set_preempted(preempted);
   {
     std::lock_guard<std::mutex> l(comm_mu_);
     for (const auto& server : unreachable_) d->add_unreachable_shard_servers(server);
@@ -86,12 +88,24 @@ void Session::Abort() {
   }
 }
 
+void Session::Preempt(const std::string& job_id, int64_t generation, int64_t stop_step) {
+  std::lock_guard<std::mutex> l(comm_mu_);
+  preempt_job_ = job_id;
+  preempt_generation_ = generation;
+  preempt_step_ = stop_step;
+}
+
+bool Session::StopHere(const v1::Assignment& a, int64_t step) {
+  std::lock_guard<std::mutex> l(comm_mu_);
+  return preempt_job_ == a.job_id() && preempt_generation_ == a.generation() && step == preempt_step_;
+}
+
 void Session::Unreachable(const std::string& server) {
   std::lock_guard<std::mutex> l(comm_mu_);
   unreachable_.insert(server);
 }
 
-absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
+absl::Status Session::Train(const v1::Assignment& a, RankState* rank, bool* preempted) {
   // OpenMP's thread count and the pinning belong to the thread that starts the parallel
   // regions: this job thread, not main (an unpinned team here made steps 2x slower). The
   // ranks of one worker share its CPUs, each its own part of them.
@@ -165,6 +179,8 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   std::optional<float> val;  // the last evaluation, sent with the next step's report
   SetReportHooks(a, *spec, rank, &val, &o);
   SetCheckpointHook(a, slice_server, &o);
+  // A preemption: every rank stops after the same step, with that step's checkpoint.
+  o.stop_here = [this, &a](int64_t step) { return StopHere(a, step); };
   auto trainer = train::Trainer::Create(*spec, o);
   if (!trainer.ok()) {
     std::fclose(log);
@@ -190,6 +206,10 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank) {
   std::fclose(log);
   if (absl::IsCancelled(s)) {
     return absl::CancelledError((*stop_) ? "worker shutting down (SIGTERM)" : "cancelled");
+  }
+  if (s.ok() && (*trainer)->stopped_early()) {
+    *preempted = true;
+    return absl::AbortedError("preempted: stopped after the checkpoint of its stop step");
   }
   return s;
 }

@@ -61,6 +61,9 @@ class Session {
   // Ends the running job's placement: its step loops stop at the next step and a collective
   // in flight fails at once rather than wait out its timeout.
   void Abort();
+  // The placement (job, generation) is preempted: its ranks checkpoint after stop_step and stop
+  // (their JobDone says preempted).
+  void Preempt(const std::string& job_id, int64_t generation, int64_t stop_step);
 
   std::atomic<bool> cancel{false};
 
@@ -69,7 +72,8 @@ class Session {
     std::vector<comm::Communicator*> comms;  // its groups, while they live (comm_mu_)
     std::atomic<int64_t> step{0};
   };
-  absl::Status Train(const v1::Assignment& a, RankState* rank);
+  // *preempted: it stopped at its preemption's step, after that step's checkpoint.
+  absl::Status Train(const v1::Assignment& a, RankState* rank, bool* preempted);
   // The checkpoint the coordinator chose for the ranks to start from, located on the shard
   // servers (none for a fresh start).
   absl::StatusOr<std::optional<shardserver::StoredCheckpoint>> FindResumePoint(const v1::Assignment& a);
@@ -100,6 +104,11 @@ class Session {
   std::string hb_job_;                 // the running job's placement, for heartbeats (comm_mu_)
   int64_t hb_generation_ = 0;
   std::map<int, std::unique_ptr<RankState>> ranks_;  // its ranks running here (comm_mu_)
+  // The preemption of the placement it runs, if any (comm_mu_): stop after this step.
+  std::string preempt_job_;
+  int64_t preempt_generation_ = -1, preempt_step_ = 0;
+  // Whether (job, generation) is preempted, its stop step reached at `step`.
+  bool StopHere(const v1::Assignment& a, int64_t step);
 };
 
 }  // namespace gantry::agent

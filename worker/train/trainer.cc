@@ -549,10 +549,12 @@ absl::Status Trainer::Run() {
       Print(FormatStepLine(line));
     }
     const bool last = r.step == s.train.steps;
+    // Every rank answers alike (the worker: the same stop step on each), so the ranks stop together.
+    const bool stop_here = !last && options_.stop_here && options_.stop_here(r.step);
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
       eval(r.step);
     }
-    if (s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) {
+    if ((s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) || stop_here) {
       const auto c0 = std::chrono::steady_clock::now();
       const bool async = options_.on_checkpoint_part || world_size() == 1;
       if (scaler_.enabled()) {  // the scaler's state as of this step, for the writer
@@ -572,6 +574,11 @@ absl::Status Trainer::Run() {
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
     if (options_.on_step && !options_.on_step(r)) {
       return absl::CancelledError(absl::StrCat("stopped at step ", r.step));
+    }
+    if (stop_here) {
+      Print(absl::StrCat("stopped after step ", r.step, " and its checkpoint (preempted)"));
+      stopped_early_ = true;
+      break;
     }
     if (options_.stop_after > 0 && r.step >= options_.stop_after && !last) {
       Print(absl::StrCat("stopped after step ", r.step, " (--stop-after)"));

@@ -51,6 +51,9 @@ struct TrainOptions {
   bool print_losses = false; // "step N loss X" with 9 significant digits
   bool progress = false;     // a progress bar with ETA on stderr
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
+  // Asked after each step (the worker: a preemption): true checkpoints that step (whatever
+  // checkpoint.every says) and stops the run there, as stop_after does; stopped_early() says so.
+  std::function<bool(int64_t step)> stop_here;
   FILE* out = stdout;
   // Hooks for the worker daemon. on_step returning false stops the run (Run() then answers
   // CANCELLED).
@@ -127,6 +130,8 @@ class Trainer {
   model::GPT& model() { return *model_; }
   // Bytes this rank held while training (as of the last step; before the first, at start),
   // with what the ZeRO formula predicts for its stage.
+  // The run stopped at a step TrainOptions::stop_here chose (after that step's checkpoint).
+  bool stopped_early() const { return stopped_early_; }
   MemoryAccount memory() const { return reports_.empty() ? engine_->memory() : step_memory_; }
   ~Trainer();
 
@@ -174,6 +179,7 @@ class Trainer {
   int64_t RowsAt(int64_t step) const;
   std::vector<int32_t> inputs_, targets_;
   int64_t start_step_ = 0;
+  bool stopped_early_ = false;
   std::vector<StepReport> reports_;
   std::vector<std::pair<int64_t, float>> val_losses_;
   absl::Status comm_status_;

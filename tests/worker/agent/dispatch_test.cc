@@ -45,6 +45,22 @@ TEST(MessageDispatchTest, RestartAndCancelStopTheJobItRunsAbortMarksItFailed) {
   EXPECT_EQ(d.On(m), A::kMarkFailed);
 }
 
+TEST(MessageDispatchTest, APreemptionReachesOnlyThePlacementItNames) {
+  MessageDispatch d;
+  auto preempt = [](const std::string& job, int64_t generation) {
+    v1::CoordinatorMessage m;
+    m.mutable_preempt()->set_job_id(job);
+    m.mutable_preempt()->set_generation(generation);
+    m.mutable_preempt()->set_stop_step(40);
+    return m;
+  };
+  EXPECT_EQ(d.On(preempt("job-1", 2)), A::kNone) << "nothing runs yet";
+  d.On(Assign("job-1", 2, 0));
+  EXPECT_EQ(d.On(preempt("job-1", 2)), A::kPreempt);
+  EXPECT_EQ(d.On(preempt("job-1", 1)), A::kNone) << "an earlier placement's";
+  EXPECT_EQ(d.On(preempt("job-0", 2)), A::kNone) << "another job's";
+}
+
 TEST(MessageDispatchTest, MessagesAboutAnotherJobOrBeforeAnyDoNothing) {
   MessageDispatch d;
   v1::CoordinatorMessage m;
