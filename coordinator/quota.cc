@@ -55,12 +55,14 @@ std::optional<int64_t> OthersLeft(const TeamQuotas& quotas, const Usage& usage, 
 
 }  // namespace
 
-int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device) {
+int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device,
+             bool borrow) {
   auto q = quotas.find(team);
   if (q == quotas.end()) return -1;
   auto n = q->second.nominal.find(device);
   if (n == q->second.nominal.end()) return -1;
   const int64_t own = n->second - Used(usage, team, device);
+  if (!borrow) return std::max<int64_t>(0, own);
   const std::optional<int64_t> others = OthersLeft(quotas, usage, team, device);
   // Its own quota is always its own (what it lent comes back by preemption, later); beyond it,
   // what the cohort leaves: the cohort's quota minus the cohort's use.
@@ -75,7 +77,7 @@ std::optional<int64_t> Borrowable(const TeamQuotas& quotas, const Usage& usage, 
 }
 
 std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
-                       const std::string& device, int64_t want) {
+                       const std::string& device, int64_t want, bool borrow) {
   auto q = quotas.find(team);
   if (q == quotas.end()) return "";
   const TeamQuota& t = q->second;
@@ -92,9 +94,10 @@ std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::
   if (used + want <= nominal) return "";
   // Beyond its quota: what its cohort lends, if it has one.
   const std::optional<int64_t> lends = Borrowable(quotas, usage, team, device);
-  if (lends && want <= Room(quotas, usage, team, device)) return "";
+  if (borrow && lends && want <= Room(quotas, usage, team, device)) return "";
   const std::string cohort =
       !lends ? std::string()
+      : !borrow ? "; it may not be preempted, so it does not borrow"
       : *lends > 0 ? absl::StrCat("; its cohort ", t.cohort, " lends ", *lends, " now")
                    : absl::StrCat("; its cohort ", t.cohort, " has none idle to lend");
   if (want > nominal) {
@@ -110,6 +113,15 @@ std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::
   }
   return absl::StrCat("team ", team, " near its quota: ", used, " of ", nominal, " ", SlotsName(device, nominal),
                       " in use, and this job needs ", want, cohort);
+}
+
+std::string ReclaimCohort(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
+                          const std::string& device, int64_t want) {
+  auto q = quotas.find(team);
+  if (q == quotas.end() || q->second.cohort.empty()) return "";
+  auto n = q->second.nominal.find(device);
+  if (n == q->second.nominal.end() || Used(usage, team, device) + want > n->second) return "";
+  return q->second.cohort;
 }
 
 int64_t BorrowedBy(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device,

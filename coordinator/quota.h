@@ -44,8 +44,10 @@ double DominantShare(const TeamQuotas& quotas, const Usage& usage, const std::st
 std::optional<int64_t> Borrowable(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
                                   const std::string& device);
 
-// How many more slots of `device` the team may take now, borrowing included: -1 for no limit.
-int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device);
+// How many more slots of `device` the team may take now, borrowing included (borrow false:
+// only what its own quota leaves, for a job that may not be preempted): -1 for no limit.
+int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& team, const std::string& device,
+             bool borrow = true);
 
 // Of a job of `world` slots of `device` placed now, how many are beyond its team's nominal
 // quota (borrowed from the cohort): what the job records as borrowed_slots.
@@ -55,8 +57,18 @@ int64_t BorrowedBy(const TeamQuotas& quotas, const Usage& usage, const std::stri
 // Why a job of `team` that needs `want` slots of `device` may not be placed now (empty: its
 // team's quota, with what its cohort lends, and its cap allow it), e.g. "team vision at its
 // quota: 16 of 16 GPUs", or with a cohort "...; its cohort research lends 2 now".
+// borrow false: a job with scheduling.preemptible false, which never runs on borrowed slots (they
+// are reclaimed by preemption), is held beyond its team's own quota ("...; it may not be
+// preempted, so it does not borrow").
 std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
-                       const std::string& device, int64_t want);
+                       const std::string& device, int64_t want, bool borrow = true);
+
+// Reclaim: whether a job of `team` that needs `want` slots of `device` fits its team's own
+// nominal quota, and the cohort whose other teams' borrowed slots may be reclaimed for it by
+// preemption (empty: none: no quota of the kind, no cohort, or the job needs more than the
+// quota leaves).
+std::string ReclaimCohort(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
+                          const std::string& device, int64_t want);
 
 // The slots of `device` the team uses beyond its nominal quota (0: within it, or the kind is
 // not limited for the team).

@@ -190,7 +190,8 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
       if (!spec_ptr || spec_ptr->resources.device != device) continue;  // resolved: not expected
       const jobspec::JobSpec& spec = *spec_ptr;
       // The cap and the quota for the fewest ranks it can start on first; then what it would take.
-      if (std::string why = quota::HoldReason(quotas, usage, next, device, spec.MinWorld()); !why.empty()) {
+      const bool borrow = !job->not_preemptible();  // borrowed slots are reclaimed by preemption
+      if (std::string why = quota::HoldReason(quotas, usage, next, device, spec.MinWorld(), borrow); !why.empty()) {
         (*holds)[id] = why;
         held[next] = why;
         continue;
@@ -198,16 +199,16 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
       Placement p;
       const v1::Job waiting = *job;
       const Outcome o = PlaceOne(*std::move(job), spec, shard_addrs, now, taken, &p, updates,
-                                 quota::Room(quotas, usage, next, device));
+                                 quota::Room(quotas, usage, next, device, borrow));
       if (o == Outcome::kWaits) {  // workers: the jobs of its kind behind it wait with it
-        if (wanted_ > 0) MaybePreempt(waiting, device, wanted_, taken);
+        if (wanted_ > 0) MaybePreempt(waiting, device, wanted_, taken, &quotas, &usage);
         break;
       }
       if (o == Outcome::kSkipped) continue;
       if (o == Outcome::kHeld) {
-        std::string why = quota::HoldReason(quotas, usage, next, device, p.job.world_size());
+        std::string why = quota::HoldReason(quotas, usage, next, device, p.job.world_size(), borrow);
         if (why.empty()) {
-          why = absl::StrCat("team ", next, " near its quota: ", quota::Room(quotas, usage, next, device), " ",
+          why = absl::StrCat("team ", next, " near its quota: ", quota::Room(quotas, usage, next, device, borrow), " ",
                              quota::SlotsName(device, 2), " left, fewer than its layout takes");
         }
         (*holds)[id] = why;
@@ -370,17 +371,31 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
 }
 
 void Scheduler::MaybePreempt(const v1::Job& job, const std::string& device, int64_t need,
-                             const std::set<const Member*>& taken) {
+                             const std::set<const Member*>& taken, const TeamQuotas* quotas,
+                             const quota::Usage* usage) {
+  // Within its team's own quota, the job may take back what its cohort's other teams borrowed.
+  const std::string cohort =
+      quotas != nullptr ? quota::ReclaimCohort(*quotas, *usage, job.team(), device, need) : std::string();
   int64_t coming = 0;  // slots of jobs being preempted now: the head of the queue gets them
   std::vector<preemption::Candidate> candidates;
+  std::set<std::string> reclaimed;  // candidates for their borrowed slots rather than their priority
   for (const auto& [brief, kind] : store_->PlacedBriefs()) {
     if (kind != device) continue;
     if (brief->has_preemption()) {
       coming += brief->world_size();
       continue;
     }
-    // Lower priority and running (a job just placed has not started: it is left to start).
-    if (brief->state() != v1::RUNNING || brief->priority() >= job.priority() || brief->not_preemptible()) continue;
+    // Running (a job just placed has not started: it is left to start), and of lower priority
+    // or on slots borrowed from the job's team's cohort.
+    if (brief->state() != v1::RUNNING || brief->not_preemptible()) continue;
+    const bool lower = brief->priority() < job.priority();
+    bool reclaim = false;
+    if (!cohort.empty() && brief->borrowed_slots() > 0 && brief->team() != job.team()) {
+      auto t = quotas->find(brief->team());
+      reclaim = t != quotas->end() && t->second.cohort == cohort;
+    }
+    if (!lower && !reclaim) continue;
+    if (!lower) reclaimed.insert(brief->id());
     candidates.push_back({brief->id(), brief->team(), brief->priority(), brief->world_size(),
                           std::max<int64_t>(0, brief->steps_done() - brief->checkpoint_step()),
                           brief->submit_time_unix_ms()});
@@ -396,9 +411,15 @@ void Scheduler::MaybePreempt(const v1::Job& job, const std::string& device, int6
   for (const preemption::Candidate& v : victims) {
     auto victim = store_->GetJob(v.job_id);
     if (!victim.ok() || victim->state() != v1::RUNNING) continue;
-    const std::string reason = absl::StrCat(
-        "job ", job.id(), " (priority ", job.priority(), " over ", victim->priority(), ") needs ", need, " ",
-        quota::SlotsName(device, need), " and ", idle, " ", idle == 1 ? "is" : "are", " idle");
+    const std::string reason =
+        reclaimed.count(v.job_id)
+            ? absl::StrCat("job ", job.id(), " of team ", job.team(), " needs ", need, " ",
+                           quota::SlotsName(device, need), " within its team's quota and ", idle, " ",
+                           idle == 1 ? "is" : "are", " idle: cohort ", cohort, " reclaims the ",
+                           victim->borrowed_slots(), " team ", victim->team(), " borrowed")
+            : absl::StrCat("job ", job.id(), " (priority ", job.priority(), " over ", victim->priority(), ") needs ",
+                           need, " ", quota::SlotsName(device, need), " and ", idle, " ", idle == 1 ? "is" : "are",
+                           " idle");
     if (absl::Status s = host_->Preempt(*victim, job, reason); !s.ok()) {
       LOG(WARNING) << "preempting " << v.job_id << " for " << job.id() << ": " << s;
       timed_wait_ = true;  // tried again at the next due pass

@@ -59,10 +59,10 @@ class Scheduler {
     int64_t checkpoint_server_wait_ms = 30000;
     // parallel: auto jobs are planned on this cluster (the coordinator's --cluster); none:
     // jobspec::DefaultCluster of the workers' device kind (coordinator/auto_placer.h).
-    std::optional<jobspec::ClusterSpec> planner_cluster;
+    std::optional<jobspec::ClusterSpec> planner_cluster{};
     // The teams' quotas as in force now (the principals file's teams:, reloaded on SIGHUP),
     // read at each pass. Unset, null or empty: no quotas, and placement is as without them.
-    std::function<std::shared_ptr<const TeamQuotas>()> quotas;
+    std::function<std::shared_ptr<const TeamQuotas>()> quotas{};
   };
   Scheduler(Store* store, Membership* members, SpecCache* specs, Watchers* watchers, metrics::Registry* registry,
             Host* host, Options options, int64_t started_ms);
@@ -133,7 +133,10 @@ class Scheduler {
   // The head of a kind's queue waits for workers (wanted_ slots): lower-priority running jobs
   // may be preempted for it (coordinator/preemption.h), unless those being preempted already
   // free enough.
-  void MaybePreempt(const v1::Job& job, const std::string& device, int64_t need, const std::set<const Member*>& taken);
+  // quotas and usage (null without quotas): a job within its team's nominal quota may also
+  // reclaim the slots its cohort's other teams borrowed, whatever their priority.
+  void MaybePreempt(const v1::Job& job, const std::string& device, int64_t need, const std::set<const Member*>& taken,
+                    const TeamQuotas* quotas = nullptr, const quota::Usage* usage = nullptr);
   void Send(const std::vector<Placement>& placements, const std::vector<std::string>& shard_addrs, int64_t now);
   // What the shard servers hold of a job (its own newest whole checkpoint and its resume_from
   // job's) is known for its current generation; else the lookup starts, and false.

@@ -164,7 +164,7 @@ struct ModelShard {
   // (ascending, apart); layer_begin and layer_end then span them. Empty: one chunk,
   // [layer_begin, layer_end). first() and last() are the rank's (the embedding lies in chunk 0
   // of stage 0, the head in the last chunk of stage pp - 1); ChunkShard gives one chunk's.
-  std::vector<std::pair<int, int>> chunks;
+  std::vector<std::pair<int, int>> chunks{};
   int num_chunks() const { return chunks.empty() ? 1 : static_cast<int>(chunks.size()); }
   bool first() const { return stage == 0; }
   bool last() const { return stage == pp - 1; }

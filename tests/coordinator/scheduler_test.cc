@@ -374,7 +374,7 @@ struct QuotaJob {
   int priority = 16;
   bool running = false;  // already placed (RUNNING): counts as its team's use
   std::string device = "cpu";
-  std::string expect;  // queued jobs: "placed", "" (waits for workers) or the hold's reason
+  std::string expect{};  // queued jobs: "placed", "" (waits for workers) or the hold's reason
   int borrowed = 0;     // placed jobs: the slots beyond its team's quota (borrowed_slots)
 };
 struct QuotaCase {
@@ -622,6 +622,61 @@ TEST_F(SchedulerQuotaTest, AnElasticJobStaysWithinItsQuotaAndAReloadLetsTheHeldG
     EXPECT_FALSE(plain->QuotasInForce());
     EXPECT_EQ(plain->GrowTarget(e, *spec), 3) << "2 placed + the 1 idle worker";
   }
+}
+
+// Reclaim (issue 50 items 3 and 4): a job within its team's own quota that waits for workers
+// takes back, by preemption, the slots its cohort's other teams borrowed, whatever their
+// priority; a job running within its own team's quota, or borrowing in another cohort, is left
+// alone. A job that may not be preempted never borrows: it waits beyond its own quota.
+TEST_F(SchedulerQuotaTest, ATeamWithinItsQuotaReclaimsWhatItsCohortBorrowedAndAPinnedJobDoesNotBorrow) {
+  auto shared = std::make_shared<const TeamQuotas>(
+      Quotas({Quota("vision", {{"cpu", 2}}, 0, "research"), Quota("nlp", {{"cpu", 2}}, 0, "research"),
+              Quota("ops", {{"cpu", 2}}, 0, "other")}));
+  auto scheduler = WithQuotas([shared] { return shared; });
+  auto running = [&](const std::string& name, const std::string& team, int world, int priority, int borrowed) {
+    const std::string id = QueueJob({name, team, world, priority, true});
+    v1::Job j = *store_->GetJob(id);
+    j.set_borrowed_slots(borrowed);
+    EXPECT_TRUE(store_->PutJob(j).ok());
+    return id;
+  };
+  // Not of lower priority than the job that waits: none is preempted for its priority.
+  running("own", "vision", 2, 16, 0);                            // vision's own quota
+  const std::string lent = running("lent", "vision", 2, 20, 2);  // nlp's 2, borrowed
+  running("far", "ops", 3, 16, 1);                               // borrowed in another cohort
+  // nlp wants its own 2; no worker is idle.
+  const std::string mine = QueueJob({"mine", "nlp", 2, 16});
+  scheduler->Pass(200);
+  EXPECT_EQ(store_->GetJob(mine)->state(), v1::PENDING);
+  EXPECT_EQ(scheduler->QuotaHold(mine), "") << "within its quota: it waits for workers";
+  ASSERT_EQ(host_.preemptions.size(), 1u);
+  EXPECT_EQ(host_.preemptions[0].victim, lent);
+  EXPECT_EQ(host_.preemptions[0].by, mine);
+  EXPECT_EQ(host_.preemptions[0].reason, "job " + mine + " of team nlp needs 2 cpu slots within its team's quota "
+                                         "and 0 are idle: cohort research reclaims the 2 team vision borrowed");
+
+  // A second cohort of idle quota: a job that may not be preempted does not borrow it.
+  TeamQuotas more = *shared;
+  more["hpc"] = Quota("hpc", {{"cpu", 1}}, 0, "spare");
+  more["idle"] = Quota("idle", {{"cpu", 4}}, 0, "spare");
+  auto second = std::make_shared<const TeamQuotas>(more);
+  auto pinned_scheduler = WithQuotas([second] { return second; });
+  for (int i = 0; i < 3; ++i) {
+    sessions_.push_back(std::make_unique<FakeSession>());
+    AddCpuWorker(sessions_.back().get(), absl::StrCat("p", i));
+  }
+  const std::string pinned = QueueJob({"pinned", "hpc", 2, 16}, "scheduling: {preemptible: false}\n");
+  v1::Job p = *store_->GetJob(pinned);
+  p.set_not_preemptible(true);
+  ASSERT_TRUE(store_->PutJob(p).ok());
+  const std::string borrower = QueueJob({"borrower", "hpc", 2, 15});
+  pinned_scheduler->Pass(300);
+  EXPECT_EQ(store_->GetJob(pinned)->state(), v1::PENDING);
+  EXPECT_EQ(pinned_scheduler->QuotaHold(pinned),
+            "team hpc's quota of 1 cpu slot is less than the 2 this job needs; it may not be preempted, so it does "
+            "not borrow");
+  EXPECT_EQ(pinned_scheduler->QuotaHold(borrower), pinned_scheduler->QuotaHold(pinned))
+      << "the team's jobs behind its held head wait with it";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SchedulerQuotaTest, ::testing::ValuesIn(QuotaCases()),
