@@ -1,5 +1,6 @@
 #include "model/block.h"
 
+#include "model/context_parallel.h"
 #include "model/gpt2_block.h"
 #include "model/llama_block.h"
 
@@ -7,9 +8,27 @@ namespace gantry::model {
 
 namespace k = gantry::kernels;
 
+namespace {
+// The ring's heads: the key/value heads as qkv holds them (a Llama's grouped ones under context
+// parallelism, whose layout keeps them packed; GPT-2's are its query heads).
+AttentionHeads RingHeads(const RunContext& ctx, int B) {
+  const ShardDims& d = ctx.dims();
+  return {B, d.NH, ctx.off().grouped_attention ? d.NKV : d.NH, d.hd, 0.f};
+}
+}  // namespace
+
 void Block::AttentionForward(int l, int B, int T, const char* name) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
+  if (RingAttention* ring = ctx_.ring()) {
+    // Context parallelism: this rank's rows against the whole sequence's, K and V round the cp
+    // group; `att` holds the rows' log-sum-exps (the layout's fused-attention room), fp32.
+    ctx_.Op(name, [&] {
+      ctx_.Fail(ring->Forward(ctx_.LayerAct(l, o.atty), ctx_.LayerAct(l, o.att), ctx_.LayerAct(l, o.qkv),
+                              RingHeads(ctx_, B)));
+    });
+    return;
+  }
   const k::Ptr out = H(ctx_.LayerAct(l, o.atty)), qkv = H(ctx_.LayerAct(l, o.qkv));
   float* state = ctx_.LayerAct(l, o.att);
   ctx_.Op(name, [&] {
@@ -24,6 +43,13 @@ void Block::AttentionForward(int l, int B, int T, const char* name) {
 void Block::AttentionBackward(int l, int B, int T) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
+  if (RingAttention* ring = ctx_.ring()) {
+    ctx_.Op("attention bwd", [&] {
+      ctx_.Fail(ring->Backward(A(o.dqkv), A(o.datty), ctx_.LayerAct(l, o.qkv), ctx_.LayerAct(l, o.atty),
+                               ctx_.LayerAct(l, o.att), RingHeads(ctx_, B)));
+    });
+    return;
+  }
   const k::Ptr dqkv = H(A(o.dqkv)), dout = H(A(o.datty)), qkv = H(ctx_.LayerAct(l, o.qkv)),
                out = H(ctx_.LayerAct(l, o.atty));
   const float* state = ctx_.LayerAct(l, o.att);
