@@ -173,6 +173,16 @@ class Trainer {
   int64_t rows_base_ = 0, step_base_ = 0;
   int64_t RowsAt(int64_t step) const;
   std::vector<int32_t> inputs_, targets_;
+  // The batch's split: the data-parallel degree and this rank's replica (a replica's cp ranks
+  // read the same sequences).
+  int data_dp_ = 1, data_rank_ = 0;
+  // Context parallelism (parallel.cp > 1): this rank's rows of each sequence, and its share of
+  // the micro-batch's inputs and targets.
+  std::optional<model::CpSharding> cp_shard_;
+  std::vector<int32_t> cp_inputs_, cp_targets_;
+  // ForwardBackward of a micro-batch of B sequences of T: of this rank's rows of them under
+  // context parallelism.
+  float RowsForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
   int64_t start_step_ = 0;
   std::vector<StepReport> reports_;
   std::vector<std::pair<int64_t, float>> val_losses_;

@@ -5,14 +5,24 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "comm/comm_thread.h"
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/groups.h"
+#include "data/token_file.h"
+#include "jobspec/model_layout.h"
 #include "jobspec/ranks.h"
+#include "kernels/threads.h"
+#include "tests/test_util.h"
+#include "worker/train/trainer.h"
 
 namespace gantry::train {
 namespace {
@@ -73,6 +83,143 @@ TEST(CpGroupsTest, RanksPutCpBetweenTpAndDpAndTheGroupsFollow) {
   EXPECT_EQ(names, (std::vector<std::string>{"world", "dp/s1/t1", "tp/s1/r0", "pp/r0/t1", "emb/r0/t1", "mp/r0"}))
       << "cp 1 keeps its groups' names";
   EXPECT_FALSE(comm::MakeGroups(0, {1, 1, 1, 1, 0}, nullptr).ok()) << "cp 0";
+}
+
+class CpTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(data::WriteTokenFile(dir_.File("train.bin"), testing::PatternedTokens(20000, 9)).ok());
+  }
+  jobspec::JobSpec Spec(int dp, int cp, int zero) {
+    auto s = jobspec::ParseJobSpec(absl::StrCat(
+        "model: {", model_, "}\n"
+        "data: {train: ", dir_.File("train.bin"), ", val: ", dir_.File("train.bin"), ", shuffle: true}\n"
+        "train: {steps: ", steps_, ", micro_batch: 2, global_batch: 4, lr: 1.0e-2, warmup: 2, min_lr_ratio: 0.1, "
+        "weight_decay: 0.1, grad_clip: 1.0, seed: 3, recompute: ", recompute_, "}\n"
+        "eval: {batches: 2}\n"
+        "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
+        "parallel: {dp: ", dp, ", cp: ", cp, ", zero_stage: ", zero, "}\n"));
+    EXPECT_TRUE(s.ok()) << s.status();
+    model_config_ = s->model;
+    return *s;
+  }
+  struct Result {
+    std::vector<float> losses;  // rank 0's
+    std::vector<float> params;  // rank 0's, whole (gathered at the end under ZeRO 3)
+    float val_loss = NAN;       // rank 0's, at the end
+  };
+  Result Run(int dp, int cp, int zero = 0, bool resume = false) {
+    const jobspec::Layout l{dp, 1, 1, 1, cp};
+    const int world = l.world();
+    std::vector<Result> results(static_cast<size_t>(world));
+    std::vector<absl::Status> status(static_cast<size_t>(world));
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    const jobspec::JobSpec spec = Spec(dp, cp, zero);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        kernels::ConfigureThreads(1);
+        TrainOptions o;
+        o.resume = resume;
+        FILE* null = std::fopen("/dev/null", "w");
+        o.out = null;
+        auto groups = comm::MakeGroups(r, l, comm::GlooGroups(store, {}));
+        if (!groups.ok()) {
+          status[r] = groups.status();
+          std::fclose(null);
+          return;
+        }
+        if (cp > 1) {
+          o.groups = groups->get();
+        } else {
+          o.comm = (*groups)->dp;
+        }
+        auto t = Trainer::Create(spec, o);
+        status[r] = t.ok() ? (*t)->Run() : t.status();
+        if (t.ok()) {
+          for (const auto& rep : (*t)->reports()) results[r].losses.push_back(rep.loss);
+          results[r].params.resize((*t)->model().num_params());
+          (*t)->model().ReadParams(results[r].params.data());
+          if (!(*t)->val_losses().empty()) results[r].val_loss = (*t)->val_losses().back().second;
+        }
+        std::fclose(null);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    for (int r = 1; r < world; ++r) {
+      EXPECT_EQ(results[r].losses, results[0].losses) << "every rank reports the same loss: rank " << r;
+      EXPECT_EQ(results[r].params, results[0].params) << "every rank holds the same parameters: rank " << r;
+    }
+    return results[0];
+  }
+  // A layout's training against one process's: the same tolerance as every layout's
+  // (data_parallel_test, model_parallel_test), 1e-5 relative on each step's loss and on the
+  // parameters (the largest difference over the largest parameter). What cp reorders, in fp32
+  // (unit roundoff u = 2^-24 = 6e-8): the softmax's sums over a row's keys, cut into per-chunk
+  // partial sums merged by log-sum-exps (a relative error of a few u per merge, cp merges a
+  // row), the weight gradients' sums over the B·T rows, now two partial sums of B·T/cp added by
+  // the all-reduce, and dK/dV's sums over the query rows, added rank by rank round the ring.
+  // Each is a sum of fewer than B·T = 64 terms: at most 64·u = 4e-6 relative to the sum of the
+  // magnitudes per op, and the losses here differ by 1e-7 to 1e-6 (measured: see the test's
+  // output); AdamW's division by sqrt(v) keeps the updates' relative error that of the
+  // gradients except where g is near 0, which 1e-5 of the largest parameter leaves room for
+  // over these few steps, as for dp.
+  void ExpectSameTraining(const Result& many, const Result& one, const std::string& what) {
+    ASSERT_EQ(many.losses.size(), one.losses.size()) << what;
+    double worst = 0;
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      const double rel = std::fabs(many.losses[i] - one.losses[i]) / one.losses[i];
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, 1e-5) << what << " step " << i + 1 << ": " << many.losses[i] << " vs " << one.losses[i];
+    }
+    const double params = testing::RelErr(many.params, one.params);
+    std::printf("%s: losses within %.2g, parameters within %.2g (bound 1e-5)\n", what.c_str(), worst, params);
+    EXPECT_LE(params, 1e-5) << what;
+    if (std::getenv("GANTRY_VERBOSE")) {  // where the parameters differ most, tensor by tensor
+      double largest = 0;
+      for (float x : one.params) largest = std::max(largest, double(std::fabs(x)));
+      for (const auto& t : jobspec::ParameterLayout(model_config_)) {
+        double m = 0;
+        for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
+          m = std::max(m, double(std::fabs(many.params[i] - one.params[i])));
+        }
+        std::printf("  %-40s max diff %.3g (%.3g of the largest parameter)\n", t.name.c_str(), m, m / largest);
+      }
+    }
+    EXPECT_LE(std::fabs(many.val_loss - one.val_loss) / one.val_loss, 1e-5)
+        << what << ": validation loss " << many.val_loss << " vs " << one.val_loss;
+  }
+  testing::TempDir dir_;
+  // T 16: cp 2 cuts each sequence into 4 chunks of 4 rows.
+  std::string model_ = "n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16";
+  std::string recompute_ = "none";
+  jobspec::GPTConfig model_config_;  // the last Spec's
+  std::string ckpt_ = "ckpt";
+  int every_ = 0;
+  int steps_ = 6;
+};
+
+// GPT-2 (learned position embeddings, read at the chunks' global positions): cp 2 and cp 2 x
+// dp 2 train as one process does.
+TEST_F(CpTrainingTest, Gpt2AtCpTwoAndCpTwoByDpTwoTrainsAsOneProcess) {
+  const Result one = Run(1, 1);
+  ASSERT_EQ(one.losses.size(), 6u);
+  ASSERT_LT(one.losses.back(), one.losses.front()) << "the run learns";
+  ExpectSameTraining(Run(1, 2), one, "gpt2 cp 2");
+  ExpectSameTraining(Run(2, 2, 1), one, "gpt2 cp 2 x dp 2, ZeRO 1");
+}
+
+// Llama (RoPE at the rows' positions, grouped-query heads: only the key/value heads go round
+// the ring), with full recomputation (the ring's forward again in the backward) and ZeRO 3
+// (the parameters gathered per unit, sharded over the dp x cp ranks).
+TEST_F(CpTrainingTest, LlamaWithGroupedHeadsRecomputationAndZeroThreeAtCpTwoTrainsAsOneProcess) {
+  model_ = "arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 32, vocab_size: 31, seq_len: 16, ffn_hidden: 48";
+  const Result one = Run(1, 1);
+  ASSERT_LT(one.losses.back(), one.losses.front()) << "the run learns";
+  ExpectSameTraining(Run(1, 2), one, "llama cp 2");
+  recompute_ = "full";
+  ExpectSameTraining(Run(1, 2, 3), one, "llama cp 2, ZeRO 3, full recomputation");
 }
 
 }  // namespace
