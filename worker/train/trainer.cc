@@ -190,8 +190,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
     if (st.loss_scale) t->scaler_.Restore(*st.loss_scale);
     ASSIGN_OR_RETURN(checkpoint::CheckpointLayout was, checkpoint::ReadCheckpointLayout(*from));
     if (t->speaker()) {
-      std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d x tp %d x pp %d, ZeRO %d)\n",
-                   from->where().c_str(), static_cast<long>(st.step), was.dp, was.tp, was.pp, was.zero_stage);
+      std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d x %stp %d x pp %d, ZeRO %d)\n",
+                   from->where().c_str(), static_cast<long>(st.step), was.dp,
+                   was.cp > 1 ? absl::StrCat("cp ", was.cp, " x ").c_str() : "", was.tp, was.pp, was.zero_stage);
     }
   }
   t->engine_->Shard();

@@ -144,7 +144,9 @@ class Trainer {
   int world_rank() const;
   int world_size() const;
   checkpoint::CheckpointLayout Layout() const {
-    return {engine_->dp(), engine_->stage(), spec_.parallel.tp, spec_.parallel.pp, spec_.parallel.ep};
+    // (engine_->dp(): the ranks ZeRO shards over, dp x cp.)
+    return {engine_->dp() / spec_.parallel.cp, engine_->stage(), spec_.parallel.tp, spec_.parallel.pp,
+            spec_.parallel.ep, spec_.parallel.cp};
   }
   // The mean validation loss of the loader's first batches, through the pipeline.
   absl::StatusOr<float> PipelineEval(int B, int T);

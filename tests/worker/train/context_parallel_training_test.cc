@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/comm_thread.h"
 #include "comm/gloo/gloo_communicator.h"
+#include "checkpoint/checkpoint.h"
 #include "comm/groups.h"
 #include "data/token_file.h"
 #include "jobspec/model_layout.h"
@@ -108,7 +109,7 @@ class CpTrainingTest : public ::testing::Test {
     std::vector<float> params;  // rank 0's, whole (gathered at the end under ZeRO 3)
     float val_loss = NAN;       // rank 0's, at the end
   };
-  Result Run(int dp, int cp, int zero = 0, bool resume = false) {
+  Result Run(int dp, int cp, int zero = 0, int64_t stop_after = 0, bool resume = false) {
     const jobspec::Layout l{dp, 1, 1, 1, cp};
     const int world = l.world();
     std::vector<Result> results(static_cast<size_t>(world));
@@ -121,6 +122,7 @@ class CpTrainingTest : public ::testing::Test {
         kernels::ConfigureThreads(1);
         TrainOptions o;
         o.resume = resume;
+        o.stop_after = stop_after;
         FILE* null = std::fopen("/dev/null", "w");
         o.out = null;
         auto groups = comm::MakeGroups(r, l, comm::GlooGroups(store, {}));
@@ -200,14 +202,43 @@ class CpTrainingTest : public ::testing::Test {
   int steps_ = 6;
 };
 
-// GPT-2 (learned position embeddings, read at the chunks' global positions): cp 2 and cp 2 x
-// dp 2 train as one process does.
+// GPT-2 (learned position embeddings, read at the chunks' global positions): cp 2, cp 2 x
+// dp 2 and cp 2 with selective recomputation train as one process does.
 TEST_F(CpTrainingTest, Gpt2AtCpTwoAndCpTwoByDpTwoTrainsAsOneProcess) {
   const Result one = Run(1, 1);
   ASSERT_EQ(one.losses.size(), 6u);
   ASSERT_LT(one.losses.back(), one.losses.front()) << "the run learns";
   ExpectSameTraining(Run(1, 2), one, "gpt2 cp 2");
   ExpectSameTraining(Run(2, 2, 1), one, "gpt2 cp 2 x dp 2, ZeRO 1");
+  recompute_ = "selective";  // the ring's forward again in the backward, for the log-sum-exps
+  ExpectSameTraining(Run(1, 2), one, "gpt2 cp 2, selective recomputation");
+}
+
+// Checkpoints hold the parameters and AdamW's state whole (nothing is split by cp; ZeRO's
+// pieces are over dp x cp), so any layout resumes any other's: cp 2 (ZeRO 1) → cp 1, and
+// cp 1 → cp 2 x dp 2 (ZeRO 2), each continuing as the uninterrupted one-process run does.
+TEST_F(CpTrainingTest, CheckpointsReshardBetweenCpTwoAndCpOne) {
+  const Result one = Run(1, 1);
+  every_ = 3;
+  ckpt_ = "from_cp2";
+  Run(1, 2, 1, /*stop_after=*/3);
+  auto latest = checkpoint::FindLatestCheckpoint(dir_.File(ckpt_));
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  auto source = checkpoint::DirectorySource(*latest);
+  auto layout = checkpoint::ReadCheckpointLayout(*source);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->cp, 2) << "the manifest names the writer's cp";
+  EXPECT_EQ(layout->dp, 1);
+  Result resumed = Run(1, 1, 0, 0, /*resume=*/true);
+  ASSERT_EQ(resumed.losses.size(), 3u) << "steps 4-6";
+  resumed.losses.insert(resumed.losses.begin(), one.losses.begin(), one.losses.begin() + 3);
+  ExpectSameTraining(resumed, one, "cp 2 → cp 1 at step 3");
+  ckpt_ = "from_cp1";
+  Run(1, 1, 0, 3);
+  Result again = Run(2, 2, 2, 0, true);
+  ASSERT_EQ(again.losses.size(), 3u);
+  again.losses.insert(again.losses.begin(), one.losses.begin(), one.losses.begin() + 3);
+  ExpectSameTraining(again, one, "cp 1 → cp 2 x dp 2 (ZeRO 2) at step 3");
 }
 
 // Llama (RoPE at the rows' positions, grouped-query heads: only the key/value heads go round
