@@ -108,6 +108,7 @@ class CpTrainingTest : public ::testing::Test {
     std::vector<float> losses;  // rank 0's
     std::vector<float> params;  // rank 0's, whole (gathered at the end under ZeRO 3)
     float val_loss = NAN;       // rank 0's, at the end
+    size_t activations = 0;     // rank 0's activation buffer, bytes
   };
   Result Run(int dp, int cp, int zero = 0, int64_t stop_after = 0, bool resume = false) {
     const jobspec::Layout l{dp, 1, 1, 1, cp};
@@ -143,6 +144,7 @@ class CpTrainingTest : public ::testing::Test {
           results[r].params.resize((*t)->model().num_params());
           (*t)->model().ReadParams(results[r].params.data());
           if (!(*t)->val_losses().empty()) results[r].val_loss = (*t)->val_losses().back().second;
+          results[r].activations = (*t)->memory().activations;
         }
         std::fclose(null);
       });
@@ -208,7 +210,14 @@ TEST_F(CpTrainingTest, Gpt2AtCpTwoAndCpTwoByDpTwoTrainsAsOneProcess) {
   const Result one = Run(1, 1);
   ASSERT_EQ(one.losses.size(), 6u);
   ASSERT_LT(one.losses.back(), one.losses.front()) << "the run learns";
-  ExpectSameTraining(Run(1, 2), one, "gpt2 cp 2");
+  const Result cp2 = Run(1, 2);
+  ExpectSameTraining(cp2, one, "gpt2 cp 2");
+  // A rank's activations: every row-local tensor halves, and the attention keeps B·NH·T/cp
+  // log-sum-exps where the cpu's unsplit attention keeps B·NH·T² probabilities (and their
+  // gradient's room): less than half.
+  std::printf("activations per rank: cp 1 %zu bytes, cp 2 %zu\n", one.activations, cp2.activations);
+  EXPECT_GT(cp2.activations, 0u);
+  EXPECT_LT(cp2.activations, one.activations / 2);
   ExpectSameTraining(Run(2, 2, 1), one, "gpt2 cp 2 x dp 2, ZeRO 1");
   recompute_ = "selective";  // the ring's forward again in the backward, for the log-sum-exps
   ExpectSameTraining(Run(1, 2), one, "gpt2 cp 2, selective recomputation");
