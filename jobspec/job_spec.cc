@@ -261,7 +261,13 @@ absl::Status ValidateContextParallel(const JobSpec& s) {
                   "ring attention runs on the cpu backend's block kernels; the device ops (a flash block forward "
                   "and backward with the log-sum-exp, cuDNN's stats output) are not built");
   }
-  if (s.parallel.tp > 1) return refuse(absl::StrCat("parallel.tp ", s.parallel.tp), "tensor parallelism is not wired with it");
+  // Sequence parallelism splits a rank's rows (micro_batch x seq_len / cp) over tp.
+  const int64_t rows = static_cast<int64_t>(s.train.micro_batch) * (s.seq_len / cp);
+  if (s.parallel.sequence_parallel && s.parallel.tp > 1 && rows % s.parallel.tp != 0) {
+    return FieldError("parallel.sequence_parallel",
+                      absl::StrCat("needs tp ", s.parallel.tp, " to divide a cp rank's rows, micro_batch x seq_len / cp = ",
+                                   rows, " (each tensor-parallel rank holds as many of them)"));
+  }
   if (s.parallel.pp > 1) return refuse(absl::StrCat("parallel.pp ", s.parallel.pp), "pipeline parallelism is not wired with it");
   if (s.model.moe.num_experts > 0) return refuse("model.moe", "the MoE layers are not wired with it");
   if (s.train.precision != "fp32") {

@@ -112,8 +112,10 @@ struct ParallelSpec {
   // the same parameters and read the same sequences, rank i of a group holding chunks i and
   // 2·cp−1−i of 2·cp (the causal mask's load balance); attention by a ring of K/V exchanges.
   // Gradients are averaged and ZeRO shards over the dp x cp ranks. seq_len must be a multiple
-  // of 2·cp. Not yet combined with tp, pp, MoE, 16-bit precision, offload, parameter-server
-  // mode, parallel: auto or a device other than cpu: each is refused with the reason.
+  // of 2·cp. Combines with dp, ZeRO 0-3, tp and sequence parallelism (a cp rank's rows split
+  // again over tp), recomputation. Not yet with pp, MoE, 16-bit precision, offload,
+  // parameter-server mode, parallel: auto or a device other than cpu: each is refused with the
+  // reason.
   int cp = 1;
   bool operator==(const ParallelSpec&) const = default;
 };

@@ -397,7 +397,6 @@ train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
   const std::pair<std::string, std::string> refused[] = {
       {"parallel: {cp: 0}", "field 'parallel.cp' must be >= 1"},
       {"parallel: {cp: 3}", "field 'parallel.cp' 3 needs model.seq_len a multiple of 2·cp = 6, not 16"},
-      {"parallel: {cp: 2, tp: 2}", "field 'parallel.cp' 2 with parallel.tp 2 is not supported yet"},
       {"parallel: {cp: 2, pp: 2}", "field 'parallel.cp' 2 with parallel.pp 2 is not supported yet"},
       {"parallel: {cp: 2}\nresources: {device: cuda-emulated}",
        "field 'parallel.cp' 2 with resources.device cuda-emulated is not supported yet: ring attention runs on the cpu"},
@@ -421,6 +420,18 @@ train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
 parallel: {cp: 2}
 )";
   EXPECT_NE(Error(moe).find("field 'parallel.cp' 2 with model.moe is not supported yet"), std::string::npos) << Error(moe);
+  // Sequence parallelism splits a cp rank's rows over tp: 1 x 12 / 2 = 6 rows, which tp 4 does not divide.
+  const std::string sp = R"(
+model: {n_layer: 2, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 12}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 1, global_batch: 4, lr: 1.0e-3}
+parallel: {cp: 2, tp: 4, sequence_parallel: true}
+)";
+  EXPECT_NE(Error(sp).find("field 'parallel.sequence_parallel' needs tp 4 to divide a cp rank's rows, micro_batch x "
+                           "seq_len / cp = 6"),
+            std::string::npos)
+      << Error(sp);
+  EXPECT_TRUE(ParseJobSpec(m + "parallel: {cp: 2, tp: 2, sequence_parallel: true}\n").ok()) << "tp and sp with cp";
 }
 
 TEST(JobSpecTest, TensorAndPipelineDegreesMustDivideHeadsAndLayers) {

@@ -99,7 +99,8 @@ class CpTrainingTest : public ::testing::Test {
         "weight_decay: 0.1, grad_clip: 1.0, seed: 3, recompute: ", recompute_, "}\n"
         "eval: {batches: 2}\n"
         "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
-        "parallel: {dp: ", dp, ", cp: ", cp, ", zero_stage: ", zero, "}\n"));
+        "parallel: {dp: ", dp, ", cp: ", cp, ", tp: ", tp_, ", sequence_parallel: ", sp_ ? "true" : "false",
+        ", zero_stage: ", zero, "}\n"));
     EXPECT_TRUE(s.ok()) << s.status();
     model_config_ = s->model;
     return *s;
@@ -111,7 +112,7 @@ class CpTrainingTest : public ::testing::Test {
     size_t activations = 0;     // rank 0's activation buffer, bytes
   };
   Result Run(int dp, int cp, int zero = 0, int64_t stop_after = 0, bool resume = false) {
-    const jobspec::Layout l{dp, 1, 1, 1, cp};
+    const jobspec::Layout l{dp, tp_, 1, 1, cp};
     const int world = l.world();
     std::vector<Result> results(static_cast<size_t>(world));
     std::vector<absl::Status> status(static_cast<size_t>(world));
@@ -132,7 +133,7 @@ class CpTrainingTest : public ::testing::Test {
           std::fclose(null);
           return;
         }
-        if (cp > 1) {
+        if (cp > 1 || tp_ > 1) {
           o.groups = groups->get();
         } else {
           o.comm = (*groups)->dp;
@@ -153,7 +154,9 @@ class CpTrainingTest : public ::testing::Test {
     for (int r = 0; r < world; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
     for (int r = 1; r < world; ++r) {
       EXPECT_EQ(results[r].losses, results[0].losses) << "every rank reports the same loss: rank " << r;
-      EXPECT_EQ(results[r].params, results[0].params) << "every rank holds the same parameters: rank " << r;
+      if (jobspec::CoordsOf(r, l).tp_rank == 0) {
+        EXPECT_EQ(results[r].params, results[0].params) << "every rank holds the same parameters: rank " << r;
+      }
     }
     return results[0];
   }
@@ -202,6 +205,8 @@ class CpTrainingTest : public ::testing::Test {
   std::string ckpt_ = "ckpt";
   int every_ = 0;
   int steps_ = 6;
+  int tp_ = 1;       // parallel.tp (then Result.params is tp rank 0's shard)
+  bool sp_ = false;  // parallel.sequence_parallel
 };
 
 // GPT-2 (learned position embeddings, read at the chunks' global positions): cp 2, cp 2 x
@@ -221,6 +226,27 @@ TEST_F(CpTrainingTest, Gpt2AtCpTwoAndCpTwoByDpTwoTrainsAsOneProcess) {
   ExpectSameTraining(Run(2, 2, 1), one, "gpt2 cp 2 x dp 2, ZeRO 1");
   recompute_ = "selective";  // the ring's forward again in the backward, for the log-sum-exps
   ExpectSameTraining(Run(1, 2), one, "gpt2 cp 2, selective recomputation");
+}
+
+// Tensor parallelism (heads split; the ring carries a tp rank's heads) and sequence
+// parallelism (a cp rank's rows split again over tp in the norms) with cp: the losses as one
+// process's at tp 2, and the shards' parameters as tp 2's alone.
+TEST_F(CpTrainingTest, TensorAndSequenceParallelismWithCpTwoTrainAsWithout) {
+  model_ = "arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 32, vocab_size: 31, seq_len: 16, ffn_hidden: 48";
+  const Result one = Run(1, 1);
+  tp_ = 2;
+  const Result tp2 = Run(1, 1);
+  const Result both = Run(1, 2);
+  ExpectSameTraining(both, tp2, "llama cp 2 x tp 2 against tp 2");
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    EXPECT_LE(std::fabs(both.losses[i] - one.losses[i]) / one.losses[i], 1e-5) << "step " << i + 1;
+  }
+  sp_ = true;
+  ExpectSameTraining(Run(1, 2), tp2, "llama cp 2 x tp 2, sequence parallel, against tp 2");
+  // GPT-2: the position embeddings on tp rank 0 (the vocabulary-parallel embedding's sum).
+  model_ = "n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16";
+  sp_ = false;
+  ExpectSameTraining(Run(1, 2), Run(1, 1), "gpt2 cp 2 x tp 2 against tp 2");
 }
 
 // Checkpoints hold the parameters and AdamW's state whole (nothing is split by cp; ZeRO's
