@@ -268,7 +268,6 @@ absl::Status ValidateContextParallel(const JobSpec& s) {
                       absl::StrCat("needs tp ", s.parallel.tp, " to divide a cp rank's rows, micro_batch x seq_len / cp = ",
                                    rows, " (each tensor-parallel rank holds as many of them)"));
   }
-  if (s.parallel.pp > 1) return refuse(absl::StrCat("parallel.pp ", s.parallel.pp), "pipeline parallelism is not wired with it");
   if (s.model.moe.num_experts > 0) return refuse("model.moe", "the MoE layers are not wired with it");
   if (s.train.precision != "fp32") {
     return refuse(absl::StrCat("train.precision ", s.train.precision), "the ring's blocks are fp32 only");

@@ -170,7 +170,6 @@ bool GPT::SetUpContextParallel(int T) {
   };
   if (be_->kind() != kernels::BackendKind::kCpu) return refuse(absl::StrCat("the ", be_->Describe(), " backend"));
   if (mixed()) return refuse(absl::StrCat("precision ", kernels::PrecisionName(ctx_->precision())));
-  if (shard_.pp > 1) return refuse("pipeline parallelism");
   if (config_.moe.num_experts > 0) return refuse("a mixture of experts");
   absl::StatusOr<CpSharding> shard = CpSharding::Make(T * cp, cp, cp_comm_->rank());
   if (!shard.ok()) {

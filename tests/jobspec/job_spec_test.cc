@@ -397,7 +397,6 @@ train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
   const std::pair<std::string, std::string> refused[] = {
       {"parallel: {cp: 0}", "field 'parallel.cp' must be >= 1"},
       {"parallel: {cp: 3}", "field 'parallel.cp' 3 needs model.seq_len a multiple of 2·cp = 6, not 16"},
-      {"parallel: {cp: 2, pp: 2}", "field 'parallel.cp' 2 with parallel.pp 2 is not supported yet"},
       {"parallel: {cp: 2}\nresources: {device: cuda-emulated}",
        "field 'parallel.cp' 2 with resources.device cuda-emulated is not supported yet: ring attention runs on the cpu"},
       {"parallel: {cp: 2}\ntrain: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3, precision: bf16}",

@@ -234,11 +234,13 @@ absl::StatusOr<float> MeanLoss(const data::Dataset& d, int B, int T, int batches
 }
 }  // namespace
 
-float Trainer::RowsForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale) {
-  if (!cp_shard_) return model_->ForwardBackward(inputs, targets, B, T, dloss_scale);
-  cp_shard_->Take(inputs, cp_inputs_.data(), B, 1);
-  cp_shard_->Take(targets, cp_targets_.data(), B, 1);
-  return model_->ForwardBackward(cp_inputs_.data(), cp_targets_.data(), B, cp_shard_->rows(), dloss_scale);
+int Trainer::TakeRows(const int32_t** inputs, const int32_t** targets, int B, int T) {
+  if (!cp_shard_) return T;
+  cp_shard_->Take(*inputs, cp_inputs_.data(), B, 1);
+  cp_shard_->Take(*targets, cp_targets_.data(), B, 1);
+  *inputs = cp_inputs_.data();
+  *targets = cp_targets_.data();
+  return cp_shard_->rows();
 }
 
 int64_t Trainer::RowsAt(int64_t step) const { return rows_base_ + (step - step_base_) * spec_.train.global_batch; }
@@ -276,7 +278,9 @@ StepReport Trainer::Step(int64_t step) {
       // cp rank has T / cp of them, so the mean of the dp x cp ranks' means, which FinishStep
       // takes, is the mean over every token of the step, and their gradients' average its
       // gradient.)
-      loss += RowsForwardBackward(inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum);
+      const int32_t *in = inputs_.data(), *tg = targets_.data();
+      const int rows = TakeRows(&in, &tg, B, T);
+      loss += model_->ForwardBackward(in, tg, B, rows, scaler_.scale() / accum);
     }
   }
   if (comm_status_.ok()) comm_status_ = model_->comm_status();
@@ -336,7 +340,8 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
   const int dp = data_dp_, rank = data_rank_;
   const jobspec::ModelShard& sh = model_->shard();
   comm::Communicator* pp = groups_->pp;
-  const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
+  const int rows = T / spec_.parallel.cp;  // a sequence's rows on this rank (context parallelism: T / cp)
+  const size_t n = model_->stage_floats(B, rows);  // this rank's rows of the residual stream
   double loss = 0, compute = 0;
   const auto t0 = Clock::now();
   // The neighbours: the previous and next stage (round the ring: the interleaved schedule's last
@@ -367,7 +372,9 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
         s = train_data_->Fill(RowsAt(step) + (static_cast<int64_t>(op.micro) * dp + rank) * B, B, spec_.train.seed,
                               spec_.data.shuffle, inputs_.data(), targets_.data());
         if (!s.ok()) break;
-        const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum, c);
+        const int32_t *in = inputs_.data(), *tg = targets_.data();
+        TakeRows(&in, &tg, B, T);
+        const float l = model_->ForwardStage(slot, in, tg, B, rows, scaler_.scale() / accum, c);
         // The last stage's loss (its last chunk's); an earlier chunk's MoE layers add their loss terms.
         loss += sh.last() && c == sh.num_chunks() - 1 ? l : model_->last_moe_loss();
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
@@ -375,7 +382,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
       }
       case jobspec::PipeOp::kBackward:
         engine_->BeginMicroBatch(op.micro, accum);
-        model_->BackwardStage(slot, B, T, c);
+        model_->BackwardStage(slot, B, rows, c);
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
         break;
     }
@@ -401,14 +408,17 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
 
 absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
   const jobspec::ModelShard& sh = model_->shard();
-  const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
+  const int rows = T / spec_.parallel.cp;
+  const size_t n = model_->stage_floats(B, rows);  // this rank's rows of the residual stream
   const int prev = (sh.stage + sh.pp - 1) % sh.pp, next = (sh.stage + 1) % sh.pp, chunks = sh.num_chunks();
   auto sum = MeanLoss(*val_data_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
     float loss = 0;
     for (int c = 0; c < chunks; ++c) {  // (the interleaved schedule: each chunk in turn, round the ring)
       const bool first = sh.first() && c == 0, last = sh.last() && c == chunks - 1;
       if (!first) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0, c), n, prev));
-      const float l = model_->ForwardStage(0, in, tg, B, T, 0.f, c);
+      const int32_t *rin = in, *rtg = tg;
+      TakeRows(&rin, &rtg, B, T);
+      const float l = model_->ForwardStage(0, rin, rtg, B, rows, 0.f, c);
       RETURN_IF_ERROR(model_->comm_status());
       if (!last) RETURN_IF_ERROR(groups_->pp->Send(model_->stage_output(0, c), n, next));
       // The last stage's loss; the other chunks' MoE layers add their loss terms (summed below).
@@ -419,6 +429,10 @@ absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
   RETURN_IF_ERROR(sum.status());
   float loss = sh.tp_rank == 0 ? *sum : 0.f;  // each stage's part (tp rank 0's), to every rank
   if (groups_->mp != nullptr) RETURN_IF_ERROR(groups_->mp->AllReduceSum(&loss, 1));
+  if (groups_->cp != nullptr) {  // context parallelism: the mean over the cp ranks' rows
+    RETURN_IF_ERROR(groups_->cp->AllReduceSum(&loss, 1));
+    loss /= static_cast<float>(groups_->cp->size());
+  }
   return loss;
 }
 
@@ -433,22 +447,7 @@ int Trainer::world_size() const {
 }
 
 float Trainer::EvalLoss(int B, int T) {
-  if (cp_shard_) {  // each cp rank's rows, the mean over the cp group
-    auto v = MeanLoss(*val_data_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
-      cp_shard_->Take(in, cp_inputs_.data(), B, 1);
-      cp_shard_->Take(tg, cp_targets_.data(), B, 1);
-      const float l = model_->Forward(cp_inputs_.data(), cp_targets_.data(), B, cp_shard_->rows());
-      RETURN_IF_ERROR(model_->comm_status());
-      return l;
-    });
-    float loss = v.ok() ? *v : NAN;
-    if (absl::Status s = v.ok() ? groups_->cp->AllReduceSum(&loss, 1) : v.status(); !s.ok()) {
-      comm_status_ = s;
-      return NAN;
-    }
-    return loss / static_cast<float>(groups_->cp->size());
-  }
-  if (groups_) {
+  if (groups_) {  // (context parallelism: each cp rank's rows, the mean over the cp group)
     auto v = PipelineEval(B, T);
     if (!v.ok()) {
       comm_status_ = v.status();

@@ -182,9 +182,9 @@ class Trainer {
   // the micro-batch's inputs and targets.
   std::optional<model::CpSharding> cp_shard_;
   std::vector<int32_t> cp_inputs_, cp_targets_;
-  // ForwardBackward of a micro-batch of B sequences of T: of this rank's rows of them under
-  // context parallelism.
-  float RowsForwardBackward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss_scale);
+  // A micro-batch of B sequences of T: under context parallelism, *inputs and *targets become
+  // this rank's rows of them (in cp_inputs_, cp_targets_). Returns the rows a sequence (T / cp).
+  int TakeRows(const int32_t** inputs, const int32_t** targets, int B, int T);
   int64_t start_step_ = 0;
   std::vector<StepReport> reports_;
   std::vector<std::pair<int64_t, float>> val_losses_;

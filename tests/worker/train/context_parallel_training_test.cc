@@ -99,7 +99,7 @@ class CpTrainingTest : public ::testing::Test {
         "weight_decay: 0.1, grad_clip: 1.0, seed: 3, recompute: ", recompute_, "}\n"
         "eval: {batches: 2}\n"
         "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
-        "parallel: {dp: ", dp, ", cp: ", cp, ", tp: ", tp_, ", sequence_parallel: ", sp_ ? "true" : "false",
+        "parallel: {dp: ", dp, ", cp: ", cp, ", tp: ", tp_, ", pp: ", pp_, ", sequence_parallel: ", sp_ ? "true" : "false",
         ", zero_stage: ", zero, "}\n"));
     EXPECT_TRUE(s.ok()) << s.status();
     model_config_ = s->model;
@@ -112,7 +112,7 @@ class CpTrainingTest : public ::testing::Test {
     size_t activations = 0;     // rank 0's activation buffer, bytes
   };
   Result Run(int dp, int cp, int zero = 0, int64_t stop_after = 0, bool resume = false) {
-    const jobspec::Layout l{dp, tp_, 1, 1, cp};
+    const jobspec::Layout l{dp, tp_, pp_, 1, cp};
     const int world = l.world();
     std::vector<Result> results(static_cast<size_t>(world));
     std::vector<absl::Status> status(static_cast<size_t>(world));
@@ -133,7 +133,7 @@ class CpTrainingTest : public ::testing::Test {
           std::fclose(null);
           return;
         }
-        if (cp > 1 || tp_ > 1) {
+        if (cp > 1 || tp_ > 1 || pp_ > 1) {
           o.groups = groups->get();
         } else {
           o.comm = (*groups)->dp;
@@ -154,7 +154,7 @@ class CpTrainingTest : public ::testing::Test {
     for (int r = 0; r < world; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
     for (int r = 1; r < world; ++r) {
       EXPECT_EQ(results[r].losses, results[0].losses) << "every rank reports the same loss: rank " << r;
-      if (jobspec::CoordsOf(r, l).tp_rank == 0) {
+      if (jobspec::CoordsOf(r, l).tp_rank == 0 && jobspec::CoordsOf(r, l).stage == 0) {
         EXPECT_EQ(results[r].params, results[0].params) << "every rank holds the same parameters: rank " << r;
       }
     }
@@ -206,6 +206,7 @@ class CpTrainingTest : public ::testing::Test {
   int every_ = 0;
   int steps_ = 6;
   int tp_ = 1;       // parallel.tp (then Result.params is tp rank 0's shard)
+  int pp_ = 1;       // parallel.pp (then Result.params is the first stage's)
   bool sp_ = false;  // parallel.sequence_parallel
 };
 
@@ -233,6 +234,7 @@ TEST_F(CpTrainingTest, Gpt2AtCpTwoAndCpTwoByDpTwoTrainsAsOneProcess) {
 // process's at tp 2, and the shards' parameters as tp 2's alone.
 TEST_F(CpTrainingTest, TensorAndSequenceParallelismWithCpTwoTrainAsWithout) {
   model_ = "arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 32, vocab_size: 31, seq_len: 16, ffn_hidden: 48";
+  steps_ = 4;  // (six runs, of up to four ranks)
   const Result one = Run(1, 1);
   tp_ = 2;
   const Result tp2 = Run(1, 1);
@@ -247,6 +249,18 @@ TEST_F(CpTrainingTest, TensorAndSequenceParallelismWithCpTwoTrainAsWithout) {
   model_ = "n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16";
   sp_ = false;
   ExpectSameTraining(Run(1, 2), Run(1, 1), "gpt2 cp 2 x tp 2 against tp 2");
+}
+
+// Pipeline parallelism with cp: each stage's ring over its own cp group, the stages' transfers
+// T/cp rows of the residual stream, the loss the last stage's mean over the cp ranks.
+TEST_F(CpTrainingTest, PipelineParallelismWithCpTwoTrainsAsWithout) {
+  const Result one = Run(1, 1);
+  pp_ = 2;
+  const Result pp2 = Run(1, 1);
+  ExpectSameTraining(Run(1, 2), pp2, "gpt2 cp 2 x pp 2 against pp 2");
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    EXPECT_LE(std::fabs(pp2.losses[i] - one.losses[i]) / one.losses[i], 1e-5) << "step " << i + 1;
+  }
 }
 
 // Checkpoints hold the parameters and AdamW's state whole (nothing is split by cp; ZeRO's
