@@ -269,9 +269,6 @@ absl::Status ValidateContextParallel(const JobSpec& s) {
                                    rows, " (each tensor-parallel rank holds as many of them)"));
   }
   if (s.model.moe.num_experts > 0) return refuse("model.moe", "the MoE layers are not wired with it");
-  if (s.train.precision != "fp32") {
-    return refuse(absl::StrCat("train.precision ", s.train.precision), "the ring's blocks are fp32 only");
-  }
   if (s.optimizer.placement != "worker") {
     return refuse("optimizer.placement shardserver", "parameter-server mode is not wired with it");
   }

@@ -22,10 +22,22 @@ void Block::AttentionForward(int l, int B, int T, const char* name) {
   const ShardDims& d = ctx_.dims();
   if (RingAttention* ring = ctx_.ring()) {
     // Context parallelism: this rank's rows against the whole sequence's, K and V round the cp
-    // group; `att` holds the rows' log-sum-exps (the layout's fused-attention room), fp32.
+    // group; `att` holds the rows' log-sum-exps (the layout's fused-attention room), fp32. In
+    // bf16 or fp16 the ring reads q|k|v widened and its output is rounded back (the 16-bit
+    // blocks travel widened: fp32 on the wire, twice the bytes).
+    const AttentionHeads heads = RingHeads(ctx_, B);
+    float *out = ctx_.LayerAct(l, o.atty), *qkv = ctx_.LayerAct(l, o.qkv);
+    const int64_t rows = static_cast<int64_t>(B) * T;
     ctx_.Op(name, [&] {
-      ctx_.Fail(ring->Forward(ctx_.LayerAct(l, o.atty), ctx_.LayerAct(l, o.att), ctx_.LayerAct(l, o.qkv),
-                              RingHeads(ctx_, B)));
+      if (!ctx_.mixed()) {
+        ctx_.Fail(ring->Forward(out, ctx_.LayerAct(l, o.att), qkv, heads));
+        return;
+      }
+      float* wide = ctx_.RingScratch(0, static_cast<size_t>(rows * heads.qkv_width()));
+      float* wide_out = ctx_.RingScratch(1, static_cast<size_t>(rows * heads.out_width()));
+      ctx_.be().Convert(wide, H(qkv), rows * heads.qkv_width());
+      ctx_.Fail(ring->Forward(wide_out, ctx_.LayerAct(l, o.att), wide, heads));
+      ctx_.be().Convert(H(out), wide_out, rows * heads.out_width());
     });
     return;
   }
@@ -44,9 +56,26 @@ void Block::AttentionBackward(int l, int B, int T) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const ShardDims& d = ctx_.dims();
   if (RingAttention* ring = ctx_.ring()) {
+    const AttentionHeads heads = RingHeads(ctx_, B);
+    float *dqkv = A(o.dqkv), *dout = A(o.datty), *qkv = ctx_.LayerAct(l, o.qkv), *out = ctx_.LayerAct(l, o.atty);
+    const float* lse = ctx_.LayerAct(l, o.att);
+    const int64_t rows = static_cast<int64_t>(B) * T, W = heads.qkv_width(), C = heads.out_width();
     ctx_.Op("attention bwd", [&] {
-      ctx_.Fail(ring->Backward(A(o.dqkv), A(o.datty), ctx_.LayerAct(l, o.qkv), ctx_.LayerAct(l, o.atty),
-                               ctx_.LayerAct(l, o.att), RingHeads(ctx_, B)));
+      if (!ctx_.mixed()) {
+        ctx_.Fail(ring->Backward(dqkv, dout, qkv, out, lse, heads));
+        return;
+      }
+      // The 16-bit operands widened (the saved, rounded output among them: D = rowsum(dO·O)
+      // from what was kept), the gradient rounded back.
+      float* wide_qkv = ctx_.RingScratch(0, static_cast<size_t>(rows * W));
+      float* wide_out = ctx_.RingScratch(1, static_cast<size_t>(rows * C));
+      float* wide_dout = ctx_.RingScratch(2, static_cast<size_t>(rows * C));
+      float* wide_dqkv = ctx_.RingScratch(3, static_cast<size_t>(rows * W));
+      ctx_.be().Convert(wide_qkv, H(qkv), rows * W);
+      ctx_.be().Convert(wide_out, H(out), rows * C);
+      ctx_.be().Convert(wide_dout, H(dout), rows * C);
+      ctx_.Fail(ring->Backward(wide_dqkv, wide_dout, wide_qkv, wide_out, lse, heads));
+      ctx_.be().Convert(H(dqkv), wide_dqkv, rows * W);
     });
     return;
   }

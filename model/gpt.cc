@@ -169,7 +169,6 @@ bool GPT::SetUpContextParallel(int T) {
     return false;
   };
   if (be_->kind() != kernels::BackendKind::kCpu) return refuse(absl::StrCat("the ", be_->Describe(), " backend"));
-  if (mixed()) return refuse(absl::StrCat("precision ", kernels::PrecisionName(ctx_->precision())));
   if (config_.moe.num_experts > 0) return refuse("a mixture of experts");
   absl::StatusOr<CpSharding> shard = CpSharding::Make(T * cp, cp, cp_comm_->rank());
   if (!shard.ok()) {

@@ -85,6 +85,13 @@ class RunContext {
     ring_ = ring;
     positions_ = positions;
   }
+  // Mixed precision under context parallelism: fp32 copies of the ring's 16-bit operands and
+  // results (the ring computes in fp32), host memory kept between calls; i < 4.
+  float* RingScratch(int i, size_t n) {
+    std::vector<float>& v = ring_scratch_[static_cast<size_t>(i)];
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
 
   // Mixed precision (train.precision): activations autocast holds in 16 bits are of the
   // 16-bit type (H), and fp32 results that autocast would round are rounded (Round).
@@ -134,6 +141,7 @@ class RunContext {
   kernels::Precision lp_ = kernels::Precision::kFp32;
   RingAttention* ring_ = nullptr;
   const int* positions_ = nullptr;
+  std::vector<float> ring_scratch_[4];
   bool profiling_ = false;
   std::vector<std::pair<std::string, double>> op_seconds_;
   absl::Status status_;
