@@ -113,7 +113,7 @@ struct ParallelSpec {
   // 2·cp−1−i of 2·cp (the causal mask's load balance); attention by a ring of K/V exchanges.
   // Gradients are averaged and ZeRO shards over the dp x cp ranks. seq_len must be a multiple
   // of 2·cp. Combines with dp, ZeRO 0-3, tp and sequence parallelism (a cp rank's rows split
-  // again over tp), pp, recomputation, bf16 and fp16. Not yet with MoE, offload,
+  // again over tp), pp, recomputation, bf16 and fp16, offload. Not yet with MoE,
   // parameter-server mode, parallel: auto or a device other than cpu: each is refused with the
   // reason.
   int cp = 1;

@@ -98,9 +98,9 @@ class CpTrainingTest : public ::testing::Test {
         "train: {steps: ", steps_, ", micro_batch: 2, global_batch: 4, lr: 1.0e-2, warmup: 2, min_lr_ratio: 0.1, "
         "weight_decay: 0.1, grad_clip: 1.0, seed: 3, recompute: ", recompute_, ", precision: ", precision_, "}\n"
         "eval: {batches: 2}\n"
-        "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
+        "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n", optimizer_,
         "parallel: {dp: ", dp, ", cp: ", cp, ", tp: ", tp_, ", pp: ", pp_, ", sequence_parallel: ", sp_ ? "true" : "false",
-        ", zero_stage: ", zero, "}\n"));
+        ", zero_stage: ", zero, parallel_extra_, "}\n"));
     EXPECT_TRUE(s.ok()) << s.status();
     model_config_ = s->model;
     return *s;
@@ -202,6 +202,8 @@ class CpTrainingTest : public ::testing::Test {
   std::string model_ = "n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16";
   std::string recompute_ = "none";
   std::string precision_ = "fp32";
+  std::string optimizer_;       // an optimizer section, as "optimizer: {...}\n"
+  std::string parallel_extra_;  // more of the parallel section, as ", key: value"
   jobspec::GPTConfig model_config_;  // the last Spec's
   std::string ckpt_ = "ckpt";
   int every_ = 0;
@@ -301,6 +303,12 @@ TEST_F(CpTrainingTest, LlamaWithGroupedHeadsRecomputationAndZeroThreeAtCpTwoTrai
   ExpectSameTraining(Run(1, 2), one, "llama cp 2");
   recompute_ = "full";
   ExpectSameTraining(Run(1, 2, 3), one, "llama cp 2, ZeRO 3, full recomputation");
+  // ZeRO-Offload: the dp x cp ranks' shards of the master weights and AdamW's state on the
+  // host, with ZeRO 3's parameter shard too.
+  recompute_ = "none";
+  optimizer_ = "optimizer: {offload: cpu}\n";
+  parallel_extra_ = ", offload_params: cpu";
+  ExpectSameTraining(Run(1, 2, 3), one, "llama cp 2, ZeRO 3, optimizer and parameters offloaded");
 }
 
 // bf16 and fp16: the ring reads the 16-bit q|k|v widened and rounds its output (and dq|dk|dv)
