@@ -254,8 +254,9 @@ TEST_F(CpTrainingTest, TensorAndSequenceParallelismWithCpTwoTrainAsWithout) {
   ExpectSameTraining(Run(1, 2), Run(1, 1), "gpt2 cp 2 x tp 2 against tp 2");
 }
 
-// Pipeline parallelism with cp: each stage's ring over its own cp group, the stages' transfers
-// T/cp rows of the residual stream, the loss the last stage's mean over the cp ranks.
+// Pipeline parallelism with cp, 1F1B and interleaved: each stage's ring over its own cp group,
+// the stages' transfers T/cp rows of the residual stream, the loss the last stage's mean over
+// the cp ranks.
 TEST_F(CpTrainingTest, PipelineParallelismWithCpTwoTrainsAsWithout) {
   const Result one = Run(1, 1);
   pp_ = 2;
@@ -264,6 +265,11 @@ TEST_F(CpTrainingTest, PipelineParallelismWithCpTwoTrainsAsWithout) {
   for (size_t i = 0; i < one.losses.size(); ++i) {
     EXPECT_LE(std::fabs(pp2.losses[i] - one.losses[i]) / one.losses[i], 1e-5) << "step " << i + 1;
   }
+  // The interleaved schedule: two chunks of a layer each a stage, round the ring of stages.
+  model_ = "n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16";
+  parallel_extra_ = ", virtual_stages: 2";
+  const Result vp2 = Run(1, 1);
+  ExpectSameTraining(Run(1, 2), vp2, "gpt2 cp 2 x pp 2, virtual_stages 2, against pp 2, virtual_stages 2");
 }
 
 // Checkpoints hold the parameters and AdamW's state whole (nothing is split by cp; ZeRO's
