@@ -168,7 +168,11 @@ bool GPT::SetUpContextParallel(int T) {
                                                      " is not supported yet (the job spec refuses it too)")));
     return false;
   };
-  if (be_->kind() != kernels::BackendKind::kCpu) return refuse(absl::StrCat("the ", be_->Describe(), " backend"));
+  // The ring, RoPE at positions and the position embeddings' gather run on host memory (the
+  // cpu backend's block kernels): no Backend ops for them yet.
+  if (!be_->Supports(k::Capability::kHostAddressable)) {
+    return refuse(absl::StrCat("the ", be_->Describe(), " backend (its memory is not the host's)"));
+  }
   if (config_.moe.num_experts > 0) return refuse("a mixture of experts");
   absl::StatusOr<CpSharding> shard = CpSharding::Make(T * cp, cp, cp_comm_->rank());
   if (!shard.ok()) {
