@@ -135,6 +135,7 @@ std::string ManifestJson(const jobspec::GPTConfig& config, const CheckpointState
       {"parts", names},
   };
   if (layout.ep > 1) j["layout"]["ep"] = layout.ep;  // (absent: 1, as in manifests written before it)
+  if (layout.cp > 1) j["layout"]["cp"] = layout.cp;  // (likewise)
   if (!cuts.empty()) j["cuts"] = cuts;
   if (state.data_rows) j["data"]["rows"] = *state.data_rows;
   if (!state.tokenizer.empty()) j["data"]["tokenizer"] = state.tokenizer;
@@ -293,6 +294,7 @@ absl::StatusOr<CheckpointLayout> ReadCheckpointLayout(CheckpointSource& source) 
   RETURN_IF_ERROR(field("tp", 1, 1, &l.tp));
   RETURN_IF_ERROR(field("pp", 1, 1, &l.pp));
   RETURN_IF_ERROR(field("ep", 1, 1, &l.ep));
+  RETURN_IF_ERROR(field("cp", 1, 1, &l.cp));
   return l;
 }
 

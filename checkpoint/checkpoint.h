@@ -52,6 +52,9 @@ struct CheckpointLayout {
   int zero_stage = 0;
   int tp = 1, pp = 1;
   int ep = 1;  // expert parallelism (any layout reads the checkpoint: experts are named pieces)
+  // Context parallelism: its ranks hold the same parameters (the pieces are ZeRO's over dp x cp,
+  // any layout reads them: nothing in the parameters is split by cp).
+  int cp = 1;
 };
 
 // A run of the flat buffer a rank writes, [flat_begin, flat_end), and where its values

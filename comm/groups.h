@@ -1,8 +1,15 @@
-// The process groups of a 3D (data x pipeline x tensor parallel) job. Ranks are numbered
-// as the coordinator assigns them: rank = (stage * dp + replica) * tp + tp_rank, so a
-// tensor-parallel group is tp consecutive ranks (one host).
+// The process groups of a 4D (data x pipeline x context x tensor parallel) job. Ranks are
+// numbered as the coordinator assigns them (jobspec/ranks.h): rank = ((stage * dp + replica) *
+// cp + cp_rank) * tp + tp_rank, so a tensor-parallel group is tp consecutive ranks (one host).
+// A "replica" below is one (replica, cp_rank) pair where cp > 1: the groups inside a model
+// replica (tp, pp, emb, mp, ep, edp) join ranks of one cp rank.
 //
-//   dp   the replicas of one (stage, tp_rank) shard: gradient reduction and ZeRO
+//   dp   the replicas of one (stage, tp_rank, cp_rank) shard: the batch's split (the data
+//        loader); with cp 1 also gradient reduction and ZeRO
+//   cp   the context-parallel ranks of one (stage, replica, tp_rank): ring attention's K/V
+//        exchanges (null for cp 1)
+//   dp_cp  the dp x cp ranks of one (stage, tp_rank), which hold the same parameters: gradient
+//        reduction, ZeRO's shards and the loss's mean where cp > 1 (null for cp 1: dp serves)
 //   tp   the tensor-parallel ranks of one (stage, replica): the all-reduces inside a layer
 //   pp   the stages of one (replica, tp_rank): activations and their gradients, point to point
 //   emb  the first and last stage of one (replica, tp_rank), pp > 1: the tied wte's gradient
@@ -39,6 +46,11 @@ struct Groups {
   Communicator* world = nullptr;
   Communicator* ep = nullptr;
   Communicator* edp = nullptr;
+  Communicator* cp = nullptr;
+  Communicator* dp_cp = nullptr;
+  // The group that holds this rank's parameters whole between them: gradients are averaged
+  // and ZeRO shards over it (dp x cp ranks; dp where cp is 1). Null where it is this rank alone.
+  Communicator* grads() const { return layout.cp > 1 ? dp_cp : dp; }
   std::vector<std::unique_ptr<Communicator>> owned;
 };
 
@@ -47,7 +59,8 @@ struct Groups {
 using GroupFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
     const std::string& name, const std::vector<int>& members, int index)>;
 
-// Every rank creates its groups in the same order (world, dp, tp, pp, emb, mp, ep, edp), so the
+// Every rank creates its groups in the same order (world, dp, tp, pp, emb, mp, ep, edp, cp,
+// dp_cp), so the
 // joins never wait on one another in a cycle. Groups of one are not created.
 absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const jobspec::Layout& layout, const GroupFactory& factory);
 

@@ -330,7 +330,7 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
   // job but an elastic one placed smaller or larger) that is the record's spec_normalised,
   // written by the same ToYaml at submit; emitting YAML per placement was a tenth of the
   // coordinator's CPU under load.
-  p->dp = world / (tp * pp);
+  p->dp = world / (tp * pp * placed_spec.parallel.cp);
   p->tp = tp;
   p->pp = pp;
   if (chose) {

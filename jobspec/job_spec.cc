@@ -196,9 +196,12 @@ absl::Status ValidateDegrees(const JobSpec& s) {
   if (s.parallel.pp < 1) return FieldError("parallel.pp", "must be >= 1");
   // Ranks, and the batch's products with them, are ints throughout (placement, the rank
   // formula, micro_batch x dp): a bound here keeps every product from wrapping.
-  if (static_cast<int64_t>(s.parallel.dp) * s.parallel.tp * s.parallel.pp > kMaxWorld) {
-    return FieldError("parallel", absl::StrCat("dp x tp x pp = ", static_cast<int64_t>(s.parallel.dp) * s.parallel.tp *
-                                               s.parallel.pp, " ranks, more than ", kMaxWorld));
+  if (s.parallel.cp < 1) return FieldError("parallel.cp", "must be >= 1");
+  if (static_cast<int64_t>(s.parallel.dp) * s.parallel.cp * s.parallel.tp * s.parallel.pp > kMaxWorld) {
+    return FieldError("parallel", absl::StrCat(s.parallel.cp > 1 ? "dp x cp x tp x pp = " : "dp x tp x pp = ",
+                                               static_cast<int64_t>(s.parallel.dp) * s.parallel.cp * s.parallel.tp *
+                                                   s.parallel.pp,
+                                               " ranks, more than ", kMaxWorld));
   }
   if (s.model.n_head % s.parallel.tp != 0) {
     return FieldError("parallel.tp", absl::StrCat(s.parallel.tp, " does not divide model.n_head ", s.model.n_head,
@@ -236,6 +239,42 @@ absl::Status ValidateDegrees(const JobSpec& s) {
     }
   }
   if (s.parallel.zero_stage < 0 || s.parallel.zero_stage > 3) return FieldError("parallel.zero_stage", "must be 0, 1, 2 or 3");
+  return absl::OkStatus();
+}
+
+// Context parallelism: seq_len cut into 2·cp chunks, and the combinations not built yet refused,
+// each with what is missing.
+absl::Status ValidateContextParallel(const JobSpec& s) {
+  const int cp = s.parallel.cp;
+  if (cp == 1) return absl::OkStatus();
+  if (s.seq_len % (2 * cp) != 0) {
+    return FieldError("parallel.cp", absl::StrCat(cp, " needs model.seq_len a multiple of 2·cp = ", 2 * cp, ", not ",
+                                                  s.seq_len, " (each sequence is cut into 2·cp equal chunks, rank i "
+                                                  "holding chunks i and 2·cp−1−i)"));
+  }
+  auto refuse = [cp](const std::string& what, const std::string& why) {
+    return FieldError("parallel.cp", absl::StrCat(cp, " with ", what, " is not supported yet: ", why));
+  };
+  if (s.auto_layout()) return refuse("parallel: auto", "the planner does not lay out cp; state dp, tp and pp");
+  if (s.resources.device != "cpu") {
+    return refuse(absl::StrCat("resources.device ", s.resources.device),
+                  "ring attention runs on the cpu backend's block kernels; the device ops (a flash block forward "
+                  "and backward with the log-sum-exp, cuDNN's stats output) are not built");
+  }
+  // Sequence parallelism splits a rank's rows (micro_batch x seq_len / cp) over tp.
+  const int64_t rows = static_cast<int64_t>(s.train.micro_batch) * (s.seq_len / cp);
+  if (s.parallel.sequence_parallel && s.parallel.tp > 1 && rows % s.parallel.tp != 0) {
+    return FieldError("parallel.sequence_parallel",
+                      absl::StrCat("needs tp ", s.parallel.tp, " to divide a cp rank's rows, micro_batch x seq_len / cp = ",
+                                   rows, " (each tensor-parallel rank holds as many of them)"));
+  }
+  if (s.model.moe.num_experts > 0) {
+    return refuse("model.moe", "a MoE layer's capacity and load-balancing loss are taken over the micro-batch's tokens, "
+                               "which cp splits (they would have to be reduced over the cp group)");
+  }
+  if (s.optimizer.placement != "worker") {
+    return refuse("optimizer.placement shardserver", "parameter-server mode is not wired with it");
+  }
   return absl::OkStatus();
 }
 
@@ -367,8 +406,9 @@ absl::Status ValidateResources(const JobSpec& s) {
   if (s.resources.workers != 0 && s.resources.workers != s.world_size() && !s.auto_layout()) {
     return FieldError("resources.workers",
                       absl::StrCat(s.resources.workers, " workers asked for, but the parallel degrees need dp ",
-                                   s.parallel.dp, " x tp ", s.parallel.tp, " x pp ", s.parallel.pp, " = ",
-                                   s.world_size(), " (one worker per rank)"));
+                                   s.parallel.dp, s.parallel.cp > 1 ? absl::StrCat(" x cp ", s.parallel.cp) : "",
+                                   " x tp ", s.parallel.tp, " x pp ", s.parallel.pp, " = ", s.world_size(),
+                                   " (one worker per rank)"));
   }
   return absl::OkStatus();
 }
@@ -424,9 +464,10 @@ absl::Status ValidateScheduling(const JobSpec& s, const std::set<std::string>& p
     const ElasticSpec& e = s.elastic;
     if (e.min_dp < 1) return FieldError("elastic.min_dp", "must be >= 1");
     if (e.max_dp < e.min_dp) return FieldError("elastic.max_dp", absl::StrCat("must be >= elastic.min_dp (", e.min_dp, ")"));
-    // Placement tries every dp in the range (DpChoices) and multiplies it by tp x pp.
-    if (static_cast<int64_t>(e.max_dp) * s.parallel.tp * s.parallel.pp > kMaxWorld) {
-      return FieldError("elastic.max_dp", absl::StrCat(e.max_dp, " x tp x pp is more than ", kMaxWorld, " ranks"));
+    // Placement tries every dp in the range (DpChoices) and multiplies it by cp x tp x pp.
+    if (static_cast<int64_t>(e.max_dp) * s.parallel.cp * s.parallel.tp * s.parallel.pp > kMaxWorld) {
+      return FieldError("elastic.max_dp", absl::StrCat(e.max_dp, s.parallel.cp > 1 ? " x cp" : "", " x tp x pp is more than ",
+                                                       kMaxWorld, " ranks"));
     }
     if (s.parallel.dp < e.min_dp || s.parallel.dp > e.max_dp) {
       return FieldError("parallel.dp", absl::StrCat("must be within [elastic.min_dp, elastic.max_dp] = [", e.min_dp, ", ",
@@ -480,6 +521,7 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
   RETURN_IF_ERROR(ValidateDegrees(s));
   RETURN_IF_ERROR(ValidateExperts(s));
   RETURN_IF_ERROR(ValidateSequenceParallel(s));
+  RETURN_IF_ERROR(ValidateContextParallel(s));
   RETURN_IF_ERROR(ValidatePipelineAndReduction(s));
   RETURN_IF_ERROR(ValidateOptimizer(s));
   RETURN_IF_ERROR(ValidateResources(s));
@@ -507,7 +549,7 @@ std::vector<int> JobSpec::DpChoices() const {
 
 int JobSpec::WorldFor(int available) const {
   if (auto_layout()) return resources.workers > 0 ? (resources.workers <= available ? resources.workers : 0) : std::max(0, available);
-  const int group = parallel.tp * parallel.pp;
+  const int group = parallel.cp * parallel.tp * parallel.pp;
   if (!elastic.enabled()) return world_size() <= available ? world_size() : 0;
   int world = 0;
   for (int d : DpChoices()) {
@@ -519,7 +561,7 @@ int JobSpec::WorldFor(int available) const {
 int JobSpec::MinWorld() const {
   if (auto_layout()) return std::max(1, resources.workers);
   const std::vector<int> choices = DpChoices();
-  return elastic.enabled() && !choices.empty() ? choices.front() * parallel.tp * parallel.pp : world_size();
+  return elastic.enabled() && !choices.empty() ? choices.front() * parallel.cp * parallel.tp * parallel.pp : world_size();
 }
 
 std::string ToYaml(const JobSpec& s) {
@@ -603,6 +645,7 @@ std::string ToYaml(const JobSpec& s) {
     kv("offload_params", s.parallel.offload_params);
     if (!a.enabled || a.sequence_parallel) kv("sequence_parallel", s.parallel.sequence_parallel);
     kv("ep", s.parallel.ep);
+    kv("cp", s.parallel.cp);
   });
   section("optimizer", [&] {
     kv("placement", s.optimizer.placement), kv("staleness", s.optimizer.staleness), kv("offload", s.optimizer.offload);
@@ -718,7 +761,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
                          {"virtual_stages", Int(&s.parallel.virtual_stages)},
                          {"offload_params", Str(&s.parallel.offload_params)},
                          {"sequence_parallel", Bool(&s.parallel.sequence_parallel)},
-                         {"ep", Int(&s.parallel.ep)}})](const YAML::Node& n, const std::string& f) -> absl::Status {
+                         {"ep", Int(&s.parallel.ep)},
+                         {"cp", Int(&s.parallel.cp)}})](const YAML::Node& n, const std::string& f) -> absl::Status {
          // `parallel: auto`: the mapping {auto: true} in one word.
          if (!n.IsScalar()) return parallel(n, f);
          if (n.Scalar() != "auto") return FieldError(f, absl::StrCat("is '", n.Scalar(), "': auto, or a mapping (dp, tp, pp, ...)"));

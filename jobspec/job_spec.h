@@ -108,6 +108,15 @@ struct ParallelSpec {
   // holding num_experts/ep of every MoE layer's experts; tokens reach their experts by
   // all-to-all. An expert's gradients are reduced over its dp/ep replicas (ZeRO 0 and 1).
   int ep = 1;
+  // Context parallelism (model/context_parallel.h): each sequence split over cp ranks that hold
+  // the same parameters and read the same sequences, rank i of a group holding chunks i and
+  // 2·cp−1−i of 2·cp (the causal mask's load balance); attention by a ring of K/V exchanges.
+  // Gradients are averaged and ZeRO shards over the dp x cp ranks. seq_len must be a multiple
+  // of 2·cp. Combines with dp, ZeRO 0-3, tp and sequence parallelism (a cp rank's rows split
+  // again over tp), pp, recomputation, bf16 and fp16, offload. Not yet with MoE,
+  // parameter-server mode, parallel: auto or a device other than cpu: each is refused with the
+  // reason.
+  int cp = 1;
   bool operator==(const ParallelSpec&) const = default;
 };
 
@@ -183,10 +192,11 @@ struct JobSpec {
   ParallelSpec parallel;
   OptimizerSpec optimizer;
   ResourcesSpec resources;
-  // Ranks: dp x tp x pp. Rank r is (pp stage, dp replica, tp rank) with tp fastest:
-  // r = (stage * dp + replica) * tp + tp_rank, so a tensor-parallel group is consecutive.
-  // (parallel: auto before placement: 1, the degrees not chosen yet.)
-  int world_size() const { return parallel.dp * parallel.tp * parallel.pp; }
+  // Ranks: dp x cp x tp x pp. Rank r is (pp stage, dp replica, cp rank, tp rank) with tp
+  // fastest, then cp (jobspec/ranks.h): r = ((stage * dp + replica) * cp + cp_rank) * tp +
+  // tp_rank, so a tensor-parallel group is consecutive. (parallel: auto before placement: 1,
+  // the degrees not chosen yet.)
+  int world_size() const { return parallel.dp * parallel.cp * parallel.tp * parallel.pp; }
   bool auto_layout() const { return parallel.auto_layout.enabled; }
   // The dp sizes an elastic job may run at, ascending (just dp when not elastic): those in
   // [min_dp, max_dp] for which micro_batch x dp divides the global batch (and, with
@@ -198,7 +208,7 @@ struct JobSpec {
                                             : jobspec::Recompute::kNone;
   }
   // Placement: the workers this job takes when `available` are idle: its world, or for an
-  // elastic job the largest of its dp choices that fits (times tp x pp); 0 when none fits.
+  // elastic job the largest of its dp choices that fits (times cp x tp x pp); 0 when none fits.
   // MinWorld: the fewest it can start on. The coordinator's one rule for both. parallel: auto:
   // resources.workers when stated, else any number from 1 (the planner picks among them).
   int WorldFor(int available) const;

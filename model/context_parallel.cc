@@ -33,24 +33,15 @@ std::vector<int> CpSharding::Positions() const {
   return p;
 }
 
-void CpSharding::Take(const float* full, float* local, int B, int64_t w) const {
-  // full (B, T, w) → local (B, rows, w)
-  const int64_t n = static_cast<int64_t>(chunk()) * w;
+void CpSharding::Copy(const void* from, void* to, int B, int64_t row_bytes, bool take) const {
+  // take: full (B, T, w) → local (B, rows, w); else the reverse, this rank's rows
+  const int64_t n = static_cast<int64_t>(chunk()) * row_bytes;
   for (int b = 0; b < B; ++b) {
     for (int half = 0; half < 2; ++half) {
-      std::memcpy(local + (static_cast<int64_t>(b) * rows() + half * chunk()) * w,
-                  full + (static_cast<int64_t>(b) * T_ + ChunkOf(half) * chunk()) * w, sizeof(float) * n);
-    }
-  }
-}
-
-void CpSharding::Put(const float* local, float* full, int B, int64_t w) const {
-  // local (B, rows, w) → full (B, T, w), this rank's rows
-  const int64_t n = static_cast<int64_t>(chunk()) * w;
-  for (int b = 0; b < B; ++b) {
-    for (int half = 0; half < 2; ++half) {
-      std::memcpy(full + (static_cast<int64_t>(b) * T_ + ChunkOf(half) * chunk()) * w,
-                  local + (static_cast<int64_t>(b) * rows() + half * chunk()) * w, sizeof(float) * n);
+      const int64_t local = (static_cast<int64_t>(b) * rows() + half * chunk()) * row_bytes;
+      const int64_t full = (static_cast<int64_t>(b) * T_ + ChunkOf(half) * chunk()) * row_bytes;
+      std::memcpy(static_cast<char*>(to) + (take ? local : full),
+                  static_cast<const char*>(from) + (take ? full : local), static_cast<size_t>(n));
     }
   }
 }

@@ -49,12 +49,18 @@ class CpSharding {
   std::vector<int> Positions() const;
 
   // This rank's rows of each of B sequences of a (B, T, w) tensor: full → local (B, rows, w).
-  void Take(const float* full, float* local, int B, int64_t w) const;
+  // (Tokens: w 1.)
+  void Take(const float* full, float* local, int B, int64_t w) const { Copy(full, local, B, w * sizeof(float), true); }
+  void Take(const int32_t* full, int32_t* local, int B, int64_t w) const {
+    Copy(full, local, B, w * sizeof(int32_t), true);
+  }
   // The reverse: local (B, rows, w) → this rank's rows of full (B, T, w) (the others untouched).
-  void Put(const float* local, float* full, int B, int64_t w) const;
+  void Put(const float* local, float* full, int B, int64_t w) const { Copy(local, full, B, w * sizeof(float), false); }
 
  private:
   CpSharding(int T, int cp, int rank) : T_(T), cp_(cp), rank_(rank) {}
+  // Take (take) or Put of rows `row_bytes` wide.
+  void Copy(const void* from, void* to, int B, int64_t row_bytes, bool take) const;
   int T_, cp_, rank_;
 };
 

@@ -153,14 +153,48 @@ GemmOperands GPT::GemmWeights(const LayerParams& w, int l) {
 
 void GPT::ZeroGrad() { be_->Zero(grads_.data(), grads_.size() * sizeof(float)); }
 
+void GPT::set_cp_comm(comm::Communicator* comm) {
+  cp_comm_ = comm != nullptr && comm->size() > 1 ? comm : nullptr;
+  cp_thread_ = cp_comm_ != nullptr ? std::make_unique<comm::CommThread>(cp_comm_) : nullptr;
+  ring_.reset();
+  ctx_->set_context_parallel(nullptr, nullptr);
+  act_B_ = act_T_ = 0;  // laid out again at the next forward
+}
+
+bool GPT::SetUpContextParallel(int T) {
+  const int cp = this->cp();
+  auto refuse = [&](const std::string& what) {
+    ctx_->Fail(absl::UnimplementedError(absl::StrCat("context parallelism (cp ", cp, ") with ", what,
+                                                     " is not supported yet (the job spec refuses it too)")));
+    return false;
+  };
+  // The ring, RoPE at positions and the position embeddings' gather run on host memory (the
+  // cpu backend's block kernels): no Backend ops for them yet.
+  if (!be_->Supports(k::Capability::kHostAddressable)) {
+    return refuse(absl::StrCat("the ", be_->Describe(), " backend (its memory is not the host's)"));
+  }
+  if (config_.moe.num_experts > 0) return refuse("a mixture of experts");
+  absl::StatusOr<CpSharding> shard = CpSharding::Make(T * cp, cp, cp_comm_->rank());
+  if (!shard.ok()) {
+    ctx_->Fail(shard.status());
+    return false;
+  }
+  ring_ = std::make_unique<RingAttention>(cp_thread_.get(), *shard);
+  cp_positions_ = shard->Positions();
+  ctx_->set_context_parallel(ring_.get(), cp_positions_.data());
+  return true;
+}
+
 void GPT::EnsureActivations(int B, int T) {
   if (B == act_B_ && T == act_T_) return;
+  const bool ring = cp_comm_ != nullptr && SetUpContextParallel(T);
   // A Llama's grouped key/value heads straight to the attention where the backend takes them
-  // (cuDNN's SDPA): no repeated copy of them, nor of their gradient.
+  // (cuDNN's SDPA), or to the ring (only the key/value heads travel): no repeated copy of them,
+  // nor of their gradient. The ring keeps each row's log-sum-exp where the fused attention does.
   const bool grouped = config_.llama() &&
-                       be_->Supports(k::Capability::kGroupedAttention,
-                                     {B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision()});
-  const bool fused = be_->Supports(k::Capability::kFusedAttention);
+                       (ring || be_->Supports(k::Capability::kGroupedAttention,
+                                              {B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision()}));
+  const bool fused = ring || be_->Supports(k::Capability::kFusedAttention);
   const jobspec::ChunkedActivations o = jobspec::LayoutChunks(config_, shard_, B, T, recompute_, fused,
                                                               mixed(), grouped, share_logits_);
   act_.Assign(be_, o.floats(slots_));
@@ -192,6 +226,14 @@ void GPT::RunForward(int B, int T) {
     // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions
     // (Llama has none: RoPE), the group's sum is the embedding.
     const float* wpe = shard_.tp_rank == 0 && !config_.llama() ? E + tensors_[1].offset : nullptr;
+    if (wpe != nullptr && ctx_->positions() != nullptr) {  // context parallelism: the rows' positions' embeddings
+      cp_wpe_.resize(static_cast<size_t>(T) * C);
+      for (int t = 0; t < T; ++t) {
+        std::memcpy(cp_wpe_.data() + static_cast<size_t>(t) * C, wpe + static_cast<size_t>(ctx_->positions()[t]) * C,
+                    sizeof(float) * C);
+      }
+      wpe = cp_wpe_.data();
+    }
     // With sequence parallelism the sum is reduce-scattered: this rank's rows.
     float* out = tp_->sp() ? A(o.proj) : A(o.encoded);
     ctx_->Op("encoder fwd", [&] { be_->EncoderForward(out, SlotTokens(), E, v0, v0 + Vl, wpe, B, T, C); });
@@ -473,9 +515,22 @@ void GPT::RunBackward(int B, int T) {
     ctx_->Op("sp all-gather", [&] { tp_->AllGather(dres, A(o.dres_all), static_cast<size_t>(R) * C); });
     dall = A(o.dres_all);
   }
+  float* dwpe = config_.llama() ? nullptr : dE + tensors_[1].offset;
+  // Context parallelism: the gradient of the rows' positions' embeddings (T x C, in row order),
+  // then added at those positions.
+  const bool at_positions = dwpe != nullptr && ctx_->positions() != nullptr;
+  if (at_positions) cp_dwpe_.assign(static_cast<size_t>(T) * C, 0.f);
   ctx_->Op("encoder bwd", [&] {
-    be_->EncoderBackward(dE, config_.llama() ? nullptr : dE + tensors_[1].offset, dall, SlotTokens(), dims().v0,
+    be_->EncoderBackward(dE, at_positions ? cp_dwpe_.data() : dwpe, dall, SlotTokens(), dims().v0,
                          dims().v0 + dims().Vl, B, T, C);
+    if (at_positions) {
+      const int* positions = ctx_->positions();
+      for (int t = 0; t < T; ++t) {
+        float* to = dwpe + static_cast<size_t>(positions[t]) * C;
+        const float* from = cp_dwpe_.data() + static_cast<size_t>(t) * C;
+        for (int c = 0; c < C; ++c) to[c] += from[c];
+      }
+    }
   });
   UnitGradsDone(0);
 }

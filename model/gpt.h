@@ -18,6 +18,7 @@
 #include "jobspec/model_layout.h"
 #include "comm/communicator.h"
 #include "model/block.h"
+#include "model/context_parallel.h"
 #include "model/moe_layer.h"
 #include "model/run_context.h"
 #include "model/tensor_parallel.h"
@@ -171,6 +172,18 @@ class GPT : private MoeHost {
   // bucket holds one chunk's units: a backward runs one chunk).
   std::vector<int> ChunkStartUnits() const;
   void set_tp_comm(comm::Communicator* comm) { tp_->set_comm(comm); }
+  // Context parallelism (parallel.cp; model/context_parallel.h): the cp group, this rank's place
+  // in it its cp rank (null or a group of one: none). Every call's (B, T) are then this rank's
+  // rows of B sequences of T x cp: chunks rank and 2·cp−1−rank of each, in that order
+  // (CpSharding::Take), inputs and targets alike. The layers run on those rows as on any; the
+  // attention goes round the group (RingAttention, the exchanges on the group's own
+  // communication thread), RoPE and GPT-2's position embeddings take the rows' global
+  // positions; the loss is the mean over this rank's rows. The cpu backend (in bf16 or fp16
+  // the ring computes on widened copies), with tp (the ring carries this rank's heads) and pp
+  // (a stage's buffers hold T/cp rows), not MoE: anything else fails the first forward with
+  // the reason.
+  void set_cp_comm(comm::Communicator* comm);
+  int cp() const { return cp_comm_ != nullptr ? cp_comm_->size() : 1; }
   // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the
   // MoE layers exchange token rows over it (all-to-all).
   void set_ep_comm(comm::Communicator* comm) { moe_->set_ep_comm(comm); }
@@ -373,6 +386,16 @@ class GPT : private MoeHost {
   kernels::DeviceBuffer xent_stats_;  // tensor parallel: every rank's per-row (max, sum, target logit)
   // Mixed precision: the 16-bit working copies of the GEMM weights.
   std::unique_ptr<WorkingWeights> working_;
+  // Context parallelism: the group, its communication thread, the ring for the current (B, T),
+  // the rows' positions, and GPT-2's position embeddings at them (forward) and their gradient
+  // (backward), T x C each, host memory (the cpu backend).
+  comm::Communicator* cp_comm_ = nullptr;
+  std::unique_ptr<comm::CommThread> cp_thread_;
+  std::unique_ptr<RingAttention> ring_;
+  std::vector<int> cp_positions_;
+  std::vector<float> cp_wpe_, cp_dwpe_;
+  // Sets up the ring for (B, T) rows a rank; false, with the error kept, where cp cannot run.
+  bool SetUpContextParallel(int T);
 };
 
 }  // namespace gantry::model

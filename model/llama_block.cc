@@ -39,7 +39,7 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
   const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
   ctx_.Op(name("matmul fwd"),
           [&] { be.MatmulForward(qkvr, ln1, w.qkvw, nullptr, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn); });
-  ctx_.Op(name("rope fwd"), [&] { be.RopeApply(qkvr, B, T, NH, NKV, hd, inv_freq_.data(), false); });
+  ctx_.Op(name("rope fwd"), [&] { Rope(qkvr, B, T, false); });
   if (repeats()) ctx_.Op(name("gqa expand"), [&] { be.GqaExpand(H(L(o.qkv)), qkvr, BT, NH, NKV, hd); });
   AttentionForward(l, B, T, name("attention fwd"));
   ctx_.Op(name("matmul fwd"),
@@ -55,6 +55,17 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
           [&] { be.MatmulForward(proj, H(L(o.fch_gelu)), w.fcprojw, nullptr, BT, Fm, C, k::WeightLayout::kOutIn); });
   const float* mlp = tp_.SumPartial(proj, BT, tag);
   ResidualForward(ctx_.LayerOutput(l), L(o.res2), mlp, next, R, tag);
+}
+
+void LlamaBlock::Rope(kernels::Ptr qkv, int B, int T, bool inverse) {
+  const ShardDims& d = ctx_.dims();
+  if (const int* positions = ctx_.positions()) {
+    // Context parallelism: this rank's rows at their global positions (the cpu backend's
+    // memory: the job spec and the model refuse cp on other backends).
+    k::rope_apply_at(qkv, B, T, positions, d.NH, d.NKV, d.hd, inv_freq_.data(), inverse);
+    return;
+  }
+  ctx_.be().RopeApply(qkv, B, T, d.NH, d.NKV, d.hd, inv_freq_.data(), inverse);
 }
 
 NormOut LlamaBlock::InputNorm(int l, const LayerParams& p) const {
@@ -113,7 +124,7 @@ void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, co
   AttentionBackward(l, B, T);
   const k::Ptr dqkvr = H(repeats() ? A(o.qkvr) : A(o.dqkv));
   if (repeats()) ctx_.Op("gqa reduce", [&] { be.GqaReduce(dqkvr, H(A(o.dqkv)), BT, NH, NKV, hd); });
-  ctx_.Op("rope bwd", [&] { be.RopeApply(dqkvr, B, T, NH, NKV, hd, inv_freq_.data(), true); });
+  ctx_.Op("rope bwd", [&] { Rope(dqkvr, B, T, true); });
   const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
   ctx_.Op("matmul bwd", [&] {
     be.MatmulBackward(dln, g.qkvw, nullptr, dqkvr, ln1, w.qkvw, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn);

@@ -34,6 +34,9 @@ class LlamaBlock : public Block {
   // Whether the key/value heads are repeated into the attention's 3·NH·hd rows (fewer than the
   // query heads, and a backend whose attention does not read them grouped).
   bool repeats() const { return ctx_.dims().NKV != ctx_.dims().NH && !ctx_.off().grouped_attention; }
+  // RoPE on the q and k heads of B·T qkv rows (inverse: its transpose, the backward), at the
+  // rows' positions: t = row % T, or under context parallelism the context's positions.
+  void Rope(kernels::Ptr qkv, int B, int T, bool inverse);
 
   kernels::DeviceBuffer inv_freq_;  // RoPE's inverse frequencies (head_dim / 2)
 };

@@ -16,6 +16,8 @@
 
 namespace gantry::model {
 
+class RingAttention;
+
 // The sizes of one shard's share of the model (tensor parallel: per rank).
 struct ShardDims {
   int C = 0;            // n_embd (the residual stream's width, never split)
@@ -74,6 +76,23 @@ class RunContext {
     return slot_ + off_.outputs + static_cast<size_t>(l - dims_.lb) * off_.output_stride;
   }
 
+  // Context parallelism (cp > 1; model/context_parallel.h): the current (B, T) are this rank's
+  // rows of each sequence, at the global positions positions()[0, T); attention runs over the
+  // whole sequence by ring(). Null ring (and positions): no context parallelism.
+  RingAttention* ring() const { return ring_; }
+  const int* positions() const { return positions_; }
+  void set_context_parallel(RingAttention* ring, const int* positions) {
+    ring_ = ring;
+    positions_ = positions;
+  }
+  // Mixed precision under context parallelism: fp32 copies of the ring's 16-bit operands and
+  // results (the ring computes in fp32), host memory kept between calls; i < 4.
+  float* RingScratch(int i, size_t n) {
+    std::vector<float>& v = ring_scratch_[static_cast<size_t>(i)];
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+
   // Mixed precision (train.precision): activations autocast holds in 16 bits are of the
   // 16-bit type (H), and fp32 results that autocast would round are rounded (Round).
   kernels::Precision precision() const { return lp_; }
@@ -120,6 +139,9 @@ class RunContext {
   float* stage_ = nullptr;  // the activation buffer: the stage's region
   float* slot_ = nullptr;   // the current slot's base (its offsets are from here)
   kernels::Precision lp_ = kernels::Precision::kFp32;
+  RingAttention* ring_ = nullptr;
+  const int* positions_ = nullptr;
+  std::vector<float> ring_scratch_[4];
   bool profiling_ = false;
   std::vector<std::pair<std::string, double>> op_seconds_;
   absl::Status status_;

@@ -596,6 +596,33 @@ TEST_F(RestartTest, ATensorParallelGroupIsPlacedOnOneHost) {
   EXPECT_EQ(Job(next).state(), v1::PENDING) << "a group is never split over hosts";
 }
 
+// Context parallelism is a factor of the world as dp, tp and pp are: a dp 2 x cp 2 job takes 4
+// workers, and its assignments carry dp 2 (not world / (tp x pp) = 4), so each rank reads the
+// spec's own dp.
+TEST_F(RestartTest, AContextParallelJobIsAssignedItsDpNotTheWorld) {
+  FakeSession s[4];
+  for (auto& f : s) cluster_->AddWorker(&f, v1::Resources());
+  v1::Job j;
+  j.set_name("cp");
+  j.set_state(v1::PENDING);
+  j.set_world_size(4);
+  j.set_spec_yaml("model: {n_layer: 2, n_head: 2, n_embd: 8, vocab_size: 16, seq_len: 8}\ndata: {train: /x.bin}\n"
+                  "train: {steps: 100, micro_batch: 1, global_batch: 2, lr: 1.0e-3}\nparallel: {dp: 2, cp: 2}\n");
+  const std::string job = *store_->CreateJob(j);
+  cluster_->JobSubmitted();
+  ASSERT_EQ(Job(job).workers_size(), 4);
+  int assigned = 0;
+  for (auto& f : s) {
+    for (const auto& m : f.Take()) {
+      if (!m.has_assign()) continue;
+      ++assigned;
+      EXPECT_EQ(m.assign().dp(), 2);
+      EXPECT_EQ(m.assign().world_size(), 4);
+    }
+  }
+  EXPECT_EQ(assigned, 4);
+}
+
 TEST_F(RestartTest, AHigherPriorityJobIsPlacedFirstAndRestartingJobsLeadTheirPriority) {
   std::vector<v1::Job> jobs(4);
   jobs[0].set_id("j-000001"), jobs[0].set_state(v1::PENDING), jobs[0].set_priority(0);

@@ -66,7 +66,7 @@ TEST(JobSpecTest, UnknownFieldIsNamedWithItsSection) {
                               "data: {train: t.bin}\ntrain: {steps: 10, micro_batch: 2, lr: 1.0e-3, lrr: 3}\n");
   EXPECT_NE(e.find("unknown field 'train.lrr'"), std::string::npos) << e;
   EXPECT_NE(Error(With("optimiser: {}\n")).find("unknown field 'optimiser'"), std::string::npos);
-  EXPECT_NE(Error(With("parallel: {cp: 2}\n")).find("unknown field 'parallel.cp'"), std::string::npos);
+  EXPECT_NE(Error(With("parallel: {cpp: 2}\n")).find("unknown field 'parallel.cpp'"), std::string::npos);
 }
 
 TEST(JobSpecTest, IllTypedFieldIsNamed) {
@@ -382,6 +382,64 @@ train: {steps: 10, micro_batch: 2, global_batch: 12, lr: 1.0e-3}
   auto elastic = ParseJobSpec(m + "parallel: {pp: 3, virtual_stages: 2}\nelastic: {min_dp: 1, max_dp: 3}\n");
   ASSERT_TRUE(elastic.ok()) << elastic.status();
   EXPECT_EQ(elastic->DpChoices(), (std::vector<int>{1, 2}));
+}
+
+// parallel.cp (context parallelism): parsed, 1 by default, kept by the normal form, a factor of
+// the world as the other degrees are (placement and elastic dp included); seq_len must be a
+// multiple of 2·cp, and each combination not wired yet is refused naming itself.
+TEST(JobSpecTest, ContextParallelIsAFactorOfTheWorldAndRefusesWhatIsNotWired) {
+  const std::string m = R"(
+model: {n_layer: 2, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 16}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
+)";
+  EXPECT_EQ(ParseJobSpec(kMinimal)->parallel.cp, 1) << "the default";
+  auto ok = ParseJobSpec(m + "parallel: {dp: 2, cp: 4, zero_stage: 3}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->parallel.cp, 4);
+  EXPECT_EQ(ok->world_size(), 8);
+  EXPECT_EQ(ok->grad_accum(), 2) << "cp does not split the batch: global = micro x accum x dp";
+  EXPECT_EQ(ok->WorldFor(8), 8);
+  EXPECT_EQ(ok->WorldFor(7), 0);
+  auto again = ParseJobSpec(ToYaml(*ok));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->parallel, ok->parallel) << "the normal form keeps cp";
+  auto elastic = ParseJobSpec(m + "parallel: {dp: 1, cp: 2}\nelastic: {min_dp: 1, max_dp: 4}\n");
+  ASSERT_TRUE(elastic.ok()) << elastic.status();
+  EXPECT_EQ(elastic->MinWorld(), 2);
+  EXPECT_EQ(elastic->WorldFor(5), 4) << "dp 2 x cp 2";
+  const std::pair<std::string, std::string> refused[] = {
+      {"parallel: {cp: 0}", "field 'parallel.cp' must be >= 1"},
+      {"parallel: {cp: 3}", "field 'parallel.cp' 3 needs model.seq_len a multiple of 2·cp = 6, not 16"},
+      {"parallel: {cp: 2}\nresources: {device: cuda-emulated}",
+       "field 'parallel.cp' 2 with resources.device cuda-emulated is not supported yet: ring attention runs on the cpu"},
+      {"parallel: {cp: 2}\noptimizer: {placement: shardserver}", "with optimizer.placement shardserver is not supported"},
+      {"parallel: {cp: 2, dp: 2}\nresources: {workers: 2}", "need dp 2 x cp 2 x tp 1 x pp 1 = 4"},
+  };
+  for (const auto& [parallel, why] : refused) {
+    std::string spec = m + parallel + "\n";
+    const std::string e = Error(spec);
+    EXPECT_NE(e.find(why), std::string::npos) << parallel << ": " << e;
+  }
+  const std::string moe = R"(
+model: {n_layer: 2, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 16, moe: {num_experts: 2}}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
+parallel: {cp: 2}
+)";
+  EXPECT_NE(Error(moe).find("field 'parallel.cp' 2 with model.moe is not supported yet"), std::string::npos) << Error(moe);
+  // Sequence parallelism splits a cp rank's rows over tp: 1 x 12 / 2 = 6 rows, which tp 4 does not divide.
+  const std::string sp = R"(
+model: {n_layer: 2, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 12}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 1, global_batch: 4, lr: 1.0e-3}
+parallel: {cp: 2, tp: 4, sequence_parallel: true}
+)";
+  EXPECT_NE(Error(sp).find("field 'parallel.sequence_parallel' needs tp 4 to divide a cp rank's rows, micro_batch x "
+                           "seq_len / cp = 6"),
+            std::string::npos)
+      << Error(sp);
+  EXPECT_TRUE(ParseJobSpec(m + "parallel: {cp: 2, tp: 2, sequence_parallel: true}\n").ok()) << "tp and sp with cp";
 }
 
 TEST(JobSpecTest, TensorAndPipelineDegreesMustDivideHeadsAndLayers) {

@@ -252,9 +252,11 @@ absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, con
     // On the rank's device: NCCL on its GPU for cuda, Gloo for cpu and cuda-emulated.
     std::vector<comm::Communicator*> made;
     const comm::GroupFactory factory = agent::DeviceGroups(device.kind, device.ordinal, store, go, &made);
-    if (spec.parallel.tp > 1 || spec.parallel.pp > 1 || spec.parallel.ep > 1) {  // 3D (or experts): every group
+    // 3D, experts or context parallelism: every group (cp: the ring's and dp x cp's among them)
+    if (spec.parallel.tp > 1 || spec.parallel.pp > 1 || spec.parallel.ep > 1 || spec.parallel.cp > 1) {
       ASSIGN_OR_RETURN(g.groups, comm::MakeGroups(a.rank(),
-                                                    {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp, spec.parallel.ep},
+                                                    {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp, spec.parallel.ep,
+                                                     spec.parallel.cp},
                                                     factory));
       o->groups = g.groups.get();
     } else {

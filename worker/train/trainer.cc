@@ -24,30 +24,37 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
   t->spec_ = spec;
   t->options_ = options;
   const int B = spec.train.micro_batch, T = spec.seq_len;
-  const int tp = spec.parallel.tp, pp = spec.parallel.pp, ep = spec.parallel.ep;
+  const int tp = spec.parallel.tp, pp = spec.parallel.pp, ep = spec.parallel.ep, cp = spec.parallel.cp;
   const bool sharded = tp > 1 || pp > 1 || ep > 1;  // (expert parallelism: a rank holds some experts)
   if (sharded && !options.save_dir.empty()) {
     return absl::InvalidArgumentError("--save writes the whole model, and a tensor or pipeline parallel rank holds a "
                                       "shard: export a checkpoint instead (gantry export)");
   }
-  if (sharded) {
+  if (sharded || cp > 1) {
     if (options.groups == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("parallel.tp ", tp, " x pp ", pp, " (ep ", ep, ") runs ",
-                                                        spec.world_size(), " ranks: submit the job to a cluster"));
+      return absl::FailedPreconditionError(absl::StrCat("parallel.tp ", tp, " x pp ", pp, " x cp ", cp, " (ep ", ep,
+                                                        ") runs ", spec.world_size(),
+                                                        " ranks: submit the job to a cluster"));
     }
     const jobspec::Layout& l = options.groups->layout;
-    if (l.dp != spec.parallel.dp || l.tp != tp || l.pp != pp || l.ep != ep) {
-      return absl::InvalidArgumentError(absl::StrCat("the job spec has dp ", spec.parallel.dp, " x tp ", tp, " x pp ", pp,
-                                                     " (ep ", ep, ") but this rank's groups are dp ", l.dp, " x tp ",
-                                                     l.tp, " x pp ", l.pp, " (ep ", l.ep, ")"));
+    if (l.dp != spec.parallel.dp || l.tp != tp || l.pp != pp || l.ep != ep || l.cp != cp) {
+      return absl::InvalidArgumentError(absl::StrCat("the job spec has dp ", spec.parallel.dp, " x cp ", cp, " x tp ", tp,
+                                                     " x pp ", pp, " (ep ", ep, ") but this rank's groups are dp ", l.dp,
+                                                     " x cp ", l.cp, " x tp ", l.tp, " x pp ", l.pp, " (ep ", l.ep, ")"));
     }
     t->groups_ = options.groups;
-    t->options_.comm = options.groups->dp;
+    // Gradients, ZeRO and the loss over the ranks that hold the same parameters (dp x cp).
+    t->options_.comm = options.groups->grads();
+    t->data_rank_ = options.groups->me.replica;
+  } else {
+    t->data_rank_ = options.comm != nullptr ? options.comm->rank() : 0;
   }
+  t->data_dp_ = spec.parallel.dp;
   const int world = t->options_.comm ? t->options_.comm->size() : 1;
-  if (world != spec.parallel.dp) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.dp is ", spec.parallel.dp, " but ", world,
-                                                   " rank(s) run this job", world == 1 ? " (gantry-train runs one: submit it to a cluster)" : ""));
+  if (world != spec.parallel.dp * cp) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.dp is ", spec.parallel.dp, cp > 1 ? absl::StrCat(" x cp ", cp) : "",
+                                                   " but ", world, " rank(s) run this job",
+                                                   world == 1 ? " (gantry-train runs one: submit it to a cluster)" : ""));
   }
   if (!spec.data.tokenizer.empty()) {  // the data's tokenizer: loadable, and within the model's vocabulary
     ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tok, data::Tokenizer::Load(spec.data.tokenizer));
@@ -104,6 +111,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
   t->model_->set_recompute(spec.recompute());
   t->model_->set_precision(optim::PrecisionOf(spec.train));
   if (spec.train.precision == "fp16") t->scaler_ = optim::LossScaler(spec.train.loss_scale, spec.train.loss_scale_window);
+  if (cp > 1) t->model_->set_cp_comm(options.groups->cp);
   if (sharded) {
     t->model_->set_tp_comm(options.groups->tp);
     t->model_->set_ep_comm(options.groups->ep);
@@ -182,13 +190,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
     if (st.loss_scale) t->scaler_.Restore(*st.loss_scale);
     ASSIGN_OR_RETURN(checkpoint::CheckpointLayout was, checkpoint::ReadCheckpointLayout(*from));
     if (t->speaker()) {
-      std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d x tp %d x pp %d, ZeRO %d)\n",
-                   from->where().c_str(), static_cast<long>(st.step), was.dp, was.tp, was.pp, was.zero_stage);
+      std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d x %stp %d x pp %d, ZeRO %d)\n",
+                   from->where().c_str(), static_cast<long>(st.step), was.dp,
+                   was.cp > 1 ? absl::StrCat("cp ", was.cp, " x ").c_str() : "", was.tp, was.pp, was.zero_stage);
     }
   }
   t->engine_->Shard();
   RETURN_IF_ERROR(t->engine_->StartRemote(t->start_step_));
-  t->model_->ReserveActivations(B, T);
+  if (cp > 1) {  // this rank's rows of each sequence (the job spec checked that 2·cp divides T)
+    const int cp_rank = options.groups->me.cp_rank;
+    ASSIGN_OR_RETURN(model::CpSharding cs, model::CpSharding::Make(T, cp, cp_rank));
+    t->cp_shard_ = cs;
+    t->cp_inputs_.resize(static_cast<size_t>(B) * cs.rows());
+    t->cp_targets_.resize(static_cast<size_t>(B) * cs.rows());
+  }
+  t->model_->ReserveActivations(B, T / cp);
+  RETURN_IF_ERROR(t->model_->comm_status());
   if (absl::Status s = backend->Synchronize(); !s.ok()) return Annotate(s, "setting the model up on its device");
   t->inputs_.resize(static_cast<size_t>(B) * T);
   t->targets_.resize(static_cast<size_t>(B) * T);
@@ -217,6 +234,15 @@ absl::StatusOr<float> MeanLoss(const data::Dataset& d, int B, int T, int batches
 }
 }  // namespace
 
+int Trainer::TakeRows(const int32_t** inputs, const int32_t** targets, int B, int T) {
+  if (!cp_shard_) return T;
+  cp_shard_->Take(*inputs, cp_inputs_.data(), B, 1);
+  cp_shard_->Take(*targets, cp_targets_.data(), B, 1);
+  *inputs = cp_inputs_.data();
+  *targets = cp_targets_.data();
+  return cp_shard_->rows();
+}
+
 int64_t Trainer::RowsAt(int64_t step) const { return rows_base_ + (step - step_base_) * spec_.train.global_batch; }
 
 absl::StatusOr<float> Trainer::Evaluate(model::GPT& model, const data::Dataset& data, int B, int T, int batches) {
@@ -229,8 +255,7 @@ StepReport Trainer::Step(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   const int B = spec_.train.micro_batch, T = spec_.seq_len;
   const int accum = spec_.grad_accum();
-  const int dp = options_.comm ? options_.comm->size() : 1;
-  const int rank = options_.comm ? options_.comm->rank() : 0;
+  const int dp = data_dp_, rank = data_rank_;  // the batch's split (a replica's cp ranks read the same rows)
   model_->ZeroGrad();
   double loss = 0.0, bubble = 0.0;
   if (spec_.parallel.pp > 1) {
@@ -249,7 +274,13 @@ StepReport Trainer::Step(int64_t step) {
       const int64_t next = micro + 1 < accum ? k + static_cast<int64_t>(dp) * B : RowsAt(step + 1) + static_cast<int64_t>(rank) * B;
       train_data_->Prefetch(next, B, spec_.train.seed, spec_.data.shuffle);
       engine_->BeginMicroBatch(micro, accum);
-      loss += model_->ForwardBackward(inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum);
+      // (Context parallelism: this rank's rows of them, and the mean loss over those rows. Every
+      // cp rank has T / cp of them, so the mean of the dp x cp ranks' means, which FinishStep
+      // takes, is the mean over every token of the step, and their gradients' average its
+      // gradient.)
+      const int32_t *in = inputs_.data(), *tg = targets_.data();
+      const int rows = TakeRows(&in, &tg, B, T);
+      loss += model_->ForwardBackward(in, tg, B, rows, scaler_.scale() / accum);
     }
   }
   if (comm_status_.ok()) comm_status_ = model_->comm_status();
@@ -306,11 +337,11 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
   using Clock = std::chrono::steady_clock;
   const int B = spec_.train.micro_batch, T = spec_.seq_len;
   const int accum = spec_.grad_accum();
-  const int dp = options_.comm ? options_.comm->size() : 1;
-  const int rank = options_.comm ? options_.comm->rank() : 0;
+  const int dp = data_dp_, rank = data_rank_;
   const jobspec::ModelShard& sh = model_->shard();
   comm::Communicator* pp = groups_->pp;
-  const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
+  const int rows = T / spec_.parallel.cp;  // a sequence's rows on this rank (context parallelism: T / cp)
+  const size_t n = model_->stage_floats(B, rows);  // this rank's rows of the residual stream
   double loss = 0, compute = 0;
   const auto t0 = Clock::now();
   // The neighbours: the previous and next stage (round the ring: the interleaved schedule's last
@@ -341,7 +372,9 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
         s = train_data_->Fill(RowsAt(step) + (static_cast<int64_t>(op.micro) * dp + rank) * B, B, spec_.train.seed,
                               spec_.data.shuffle, inputs_.data(), targets_.data());
         if (!s.ok()) break;
-        const float l = model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T, scaler_.scale() / accum, c);
+        const int32_t *in = inputs_.data(), *tg = targets_.data();
+        TakeRows(&in, &tg, B, T);
+        const float l = model_->ForwardStage(slot, in, tg, B, rows, scaler_.scale() / accum, c);
         // The last stage's loss (its last chunk's); an earlier chunk's MoE layers add their loss terms.
         loss += sh.last() && c == sh.num_chunks() - 1 ? l : model_->last_moe_loss();
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
@@ -349,7 +382,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
       }
       case jobspec::PipeOp::kBackward:
         engine_->BeginMicroBatch(op.micro, accum);
-        model_->BackwardStage(slot, B, T, c);
+        model_->BackwardStage(slot, B, rows, c);
         compute += std::chrono::duration<double>(Clock::now() - c0).count();
         break;
     }
@@ -375,14 +408,17 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
 
 absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
   const jobspec::ModelShard& sh = model_->shard();
-  const size_t n = model_->stage_floats(B, T);  // this rank's rows of the residual stream
+  const int rows = T / spec_.parallel.cp;
+  const size_t n = model_->stage_floats(B, rows);  // this rank's rows of the residual stream
   const int prev = (sh.stage + sh.pp - 1) % sh.pp, next = (sh.stage + 1) % sh.pp, chunks = sh.num_chunks();
   auto sum = MeanLoss(*val_data_, B, T, spec_.eval.batches, [&](const int32_t* in, const int32_t* tg) -> absl::StatusOr<float> {
     float loss = 0;
     for (int c = 0; c < chunks; ++c) {  // (the interleaved schedule: each chunk in turn, round the ring)
       const bool first = sh.first() && c == 0, last = sh.last() && c == chunks - 1;
       if (!first) RETURN_IF_ERROR(groups_->pp->Recv(model_->stage_input(0, c), n, prev));
-      const float l = model_->ForwardStage(0, in, tg, B, T, 0.f, c);
+      const int32_t *rin = in, *rtg = tg;
+      TakeRows(&rin, &rtg, B, T);
+      const float l = model_->ForwardStage(0, rin, rtg, B, rows, 0.f, c);
       RETURN_IF_ERROR(model_->comm_status());
       if (!last) RETURN_IF_ERROR(groups_->pp->Send(model_->stage_output(0, c), n, next));
       // The last stage's loss; the other chunks' MoE layers add their loss terms (summed below).
@@ -393,6 +429,10 @@ absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
   RETURN_IF_ERROR(sum.status());
   float loss = sh.tp_rank == 0 ? *sum : 0.f;  // each stage's part (tp rank 0's), to every rank
   if (groups_->mp != nullptr) RETURN_IF_ERROR(groups_->mp->AllReduceSum(&loss, 1));
+  if (groups_->cp != nullptr) {  // context parallelism: the mean over the cp ranks' rows
+    RETURN_IF_ERROR(groups_->cp->AllReduceSum(&loss, 1));
+    loss /= static_cast<float>(groups_->cp->size());
+  }
   return loss;
 }
 
@@ -407,7 +447,7 @@ int Trainer::world_size() const {
 }
 
 float Trainer::EvalLoss(int B, int T) {
-  if (groups_) {
+  if (groups_) {  // (context parallelism: each cp rank's rows, the mean over the cp group)
     auto v = PipelineEval(B, T);
     if (!v.ok()) {
       comm_status_ = v.status();

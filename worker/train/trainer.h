@@ -149,7 +149,9 @@ class Trainer {
   int world_rank() const;
   int world_size() const;
   checkpoint::CheckpointLayout Layout() const {
-    return {engine_->dp(), engine_->stage(), spec_.parallel.tp, spec_.parallel.pp, spec_.parallel.ep};
+    // (engine_->dp(): the ranks ZeRO shards over, dp x cp.)
+    return {engine_->dp() / spec_.parallel.cp, engine_->stage(), spec_.parallel.tp, spec_.parallel.pp,
+            spec_.parallel.ep, spec_.parallel.cp};
   }
   // The mean validation loss of the loader's first batches, through the pipeline.
   absl::StatusOr<float> PipelineEval(int B, int T);
@@ -178,6 +180,16 @@ class Trainer {
   int64_t rows_base_ = 0, step_base_ = 0;
   int64_t RowsAt(int64_t step) const;
   std::vector<int32_t> inputs_, targets_;
+  // The batch's split: the data-parallel degree and this rank's replica (a replica's cp ranks
+  // read the same sequences).
+  int data_dp_ = 1, data_rank_ = 0;
+  // Context parallelism (parallel.cp > 1): this rank's rows of each sequence, and its share of
+  // the micro-batch's inputs and targets.
+  std::optional<model::CpSharding> cp_shard_;
+  std::vector<int32_t> cp_inputs_, cp_targets_;
+  // A micro-batch of B sequences of T: under context parallelism, *inputs and *targets become
+  // this rank's rows of them (in cp_inputs_, cp_targets_). Returns the rows a sequence (T / cp).
+  int TakeRows(const int32_t** inputs, const int32_t** targets, int B, int T);
   int64_t start_step_ = 0;
   bool stopped_early_ = false;
   std::vector<StepReport> reports_;
