@@ -33,11 +33,13 @@ bool Admits(const JobSpec& s, const PlanInput& x) {
   if (s.parallel.ep > 1 && x.zero > 1) return false;  // expert groups: ZeRO 0 or 1
   if (s.optimizer.placement == "shardserver" && (x.tp > 1 || x.pp > 1 || x.zero > 2)) return false;
   if (x.sequence_parallel && (static_cast<int64_t>(x.micro_batch) * s.seq_len) % x.tp != 0) return false;
-  // Context parallelism: the job spec states no cp yet (parallel.cp comes with the context-
-  // parallel wiring, which refuses parallel: auto for now), so an auto job is placed at cp 1;
-  // `gantry plan --cluster` ranks cp layouts all the same. Joining parallel.cp: Resolve sets it
-  // from x.cp, and this line admits what that wiring runs.
-  if (x.cp > 1) return false;
+  // Context parallelism (parallel.cp): what the wiring runs (jobspec/job_spec.cc's
+  // ValidateContextParallel): the cpu backend, no MoE, the optimizer on the workers; seq_len
+  // cut into 2·cp chunks.
+  if (x.cp > 1 && (s.resources.device != "cpu" || s.parallel.ep > 1 || s.model.moe.num_experts > 0 ||
+                   s.optimizer.placement != "worker" || s.seq_len % (2 * x.cp) != 0)) {
+    return false;
+  }
   return true;
 }
 
@@ -48,6 +50,7 @@ JobSpec Resolve(const JobSpec& s, const PlanInput& x) {
   r.parallel.dp = x.dp, r.parallel.tp = x.tp, r.parallel.pp = x.pp;
   r.parallel.zero_stage = x.zero;
   r.parallel.virtual_stages = x.vp;  // the interleaved schedule's chunks a stage (1: plain 1F1B)
+  r.parallel.cp = x.cp;
   r.parallel.sequence_parallel = x.sequence_parallel;
   r.train.micro_batch = x.micro_batch;
   r.train.recompute = RecomputeName(x.recompute);

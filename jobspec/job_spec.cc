@@ -255,7 +255,10 @@ absl::Status ValidateContextParallel(const JobSpec& s) {
   auto refuse = [cp](const std::string& what, const std::string& why) {
     return FieldError("parallel.cp", absl::StrCat(cp, " with ", what, " is not supported yet: ", why));
   };
-  if (s.auto_layout()) return refuse("parallel: auto", "the planner does not lay out cp; state dp, tp and pp");
+  if (s.auto_layout()) {
+    return refuse("parallel: auto", "auto chooses cp itself (where the job's device and model allow it); state cp "
+                                    "with dp, tp and pp, or leave all of them to auto");
+  }
   if (s.resources.device != "cpu") {
     return refuse(absl::StrCat("resources.device ", s.resources.device),
                   "ring attention runs on the cpu backend's block kernels; the device ops (a flash block forward "

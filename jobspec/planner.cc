@@ -300,6 +300,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.pp = spec.parallel.pp;
   in.stage_layers = spec.parallel.stage_layers;
   in.vp = spec.parallel.virtual_stages;
+  in.cp = spec.parallel.cp;
   in.micro_batch = spec.train.micro_batch;
   in.microbatches = spec.grad_accum();
   in.recompute = spec.recompute();

@@ -882,28 +882,45 @@ TEST(CostModelTest, RankedLayoutsConsiderContextParallelismAndTheInterleavedSche
 // parallel: auto takes the interleaved schedule's chunks into the chosen spec
 // (parallel.virtual_stages, which ParseJobSpec accepts), and places at cp 1 while the job spec
 // states no cp.
-TEST(AutoLayoutTest, TheChosenSpecCarriesTheChunksAndNoContextParallelism) {
-  auto spec = ParseJobSpec(
-      "model: {n_layer: 8, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 2048}\ndata: {train: t.bin}\n"
-      "train: {steps: 10, global_batch: 32, lr: 1.0e-3}\nparallel: {auto: true, pp: 4}\n");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  std::string why;
-  ClusterSpec cluster = DefaultCluster("cpu", "", &why);
-  cluster.gpus_per_node = 8;
-  auto choices = ChooseLayouts(*spec, cluster, 8, 12);
-  ASSERT_TRUE(choices.ok()) << choices.status();
-  bool interleaved = false;
-  for (const LayoutChoice& c : *choices) {
-    EXPECT_EQ(c.ranked.in.cp, 1);
-    EXPECT_EQ(c.spec.parallel.virtual_stages, c.ranked.in.vp);
-    EXPECT_EQ(c.spec.world_size(), 8);
-    if (c.ranked.in.vp > 1) {
-      interleaved = true;
-      EXPECT_NE(DescribeChoice(c).find("virtual_stages " + std::to_string(c.ranked.in.vp)), std::string::npos)
-          << DescribeChoice(c);
+// parallel: auto's choice is a spec that states it: the interleaved schedule's chunks and, on
+// the cpu (where ring attention runs), context parallelism; each chosen spec parses back as
+// it is (the job spec's rules hold for it). On a cuda kind cp is never chosen: its device
+// ops are not built, and the job spec would refuse it.
+TEST(AutoLayoutTest, TheChosenSpecCarriesTheChunksAndTheContextParallelismWhereItRuns) {
+  for (const std::string device : {"cpu", "cuda"}) {
+    SCOPED_TRACE(device);
+    auto spec = ParseJobSpec(
+        "model: {n_layer: 8, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 2048}\ndata: {train: t.bin}\n"
+        "train: {steps: 10, global_batch: 32, lr: 1.0e-3}\nparallel: {auto: true, pp: 4}\nresources: {device: " +
+        device + "}\n");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    std::string why;
+    ClusterSpec cluster = DefaultCluster(device, "", &why);
+    cluster.gpus_per_node = 8;
+    auto choices = ChooseLayouts(*spec, cluster, 8, 12);
+    ASSERT_TRUE(choices.ok()) << choices.status();
+    bool interleaved = false, context_parallel = false;
+    for (const LayoutChoice& c : *choices) {
+      EXPECT_EQ(c.spec.parallel.virtual_stages, c.ranked.in.vp);
+      EXPECT_EQ(c.spec.parallel.cp, c.ranked.in.cp);
+      EXPECT_EQ(c.spec.world_size(), 8);
+      auto back = ParseJobSpec(ToYaml(c.spec));
+      EXPECT_TRUE(back.ok()) << DescribeChoice(c) << ": " << back.status();
+      if (c.ranked.in.vp > 1) {
+        interleaved = true;
+        EXPECT_NE(DescribeChoice(c).find("virtual_stages " + std::to_string(c.ranked.in.vp)), std::string::npos)
+            << DescribeChoice(c);
+      }
+      if (c.ranked.in.cp > 1) {
+        context_parallel = true;
+        EXPECT_EQ(device, "cpu") << DescribeChoice(c);
+        EXPECT_NE(DescribeChoice(c).find("cp " + std::to_string(c.ranked.in.cp)), std::string::npos)
+            << DescribeChoice(c);
+      }
     }
+    EXPECT_TRUE(interleaved) << "no interleaved layout among the choices";
+    EXPECT_EQ(context_parallel, device == "cpu") << "cp among the choices on the cpu only";
   }
-  EXPECT_TRUE(interleaved) << "no interleaved layout among the choices";
 }
 
 TEST(AutoLayoutTest, AModelThatFitsNoLayoutIsRefusedWithTheMemoryItNeeds) {
