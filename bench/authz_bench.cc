@@ -78,17 +78,19 @@ int main(int argc, char** argv) {
 
   const long auth_calls = std::max(1L, calls / 20);  // SHA-256 and 110 comparisons: slower
   const double authenticate =
-      NsPerCall(auth_calls, [&](long i) { sink += set->FindByToken(tokens[i % tokens.size()]) != nullptr; });
+      NsPerCall(auth_calls, [&](long i) {
+        sink = sink + (set->FindByToken(tokens[i % tokens.size()]) != nullptr);
+      });
   const double allowed = NsPerCall(calls, [&](long) {
-    sink += gantry::Authorize(*user, gantry::Action::kReadJob, teammates).ok();
+    sink = sink + gantry::Authorize(*user, gantry::Action::kReadJob, teammates).ok();
   });
   const double refused = NsPerCall(calls / 10, [&](long) {
-    sink += gantry::Authorize(*user, gantry::Action::kCancelJob, others).ok();
+    sink = sink + gantry::Authorize(*user, gantry::Action::kCancelJob, others).ok();
   });
   const double filter = NsPerCall(std::max(1L, calls / 1000), [&](long) {
     long n = 0;
     for (const auto& [owner, team] : page) n += gantry::MayReadJob(*user, owner, team);
-    sink += n;
+    sink = sink + n;
   });
   std::printf("%-58s %12s\n", "per call (100 users in 10 teams, 10 services)", "ns");
   std::printf("%-58s %12.1f\n", "peer: authenticate a token (FindByToken)", authenticate);
