@@ -159,15 +159,24 @@ int RunRow(const Options& o, int T, int cp) {
   return 0;
 }
 
-double MachineBytes() {
+// /proc/meminfo's `field` (MemTotal, MemAvailable) in bytes; 0 where it is not there.
+double MemInfo(const std::string& field) {
   std::ifstream in("/proc/meminfo");
   std::string key;
   double kb = 0;
   while (in >> key >> kb) {
-    if (key == "MemTotal:") return kb * 1024;
+    if (key == field + ":") return kb * 1024;
     in.ignore(1 << 10, '\n');
   }
   return 0;
+}
+
+// The 1, 5 and 15-minute load averages, as /proc/loadavg gives them.
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return absl::StrCat(a, " ", b, " ", c);
 }
 
 struct Child {
@@ -242,8 +251,15 @@ int main(int argc, char** argv) {
     else if (f == "--kv-heads") o.kv_heads = one();
     else if (f == "--ffn") o.ffn = one();
     else if (f == "--vocab") o.vocab = one();
-    else if (f == "--threads") o.threads = std::atoi(v);
-    else if (f == "--max-gb") o.max_gb = std::atof(v);
+    else if (f == "--threads") {
+      char* end = nullptr;
+      o.threads = static_cast<int>(std::strtol(v, &end, 10));
+      if (*v == '\0' || *end != '\0' || o.threads < 0) Usage(absl::StrCat("--threads: '", v, "' is not a count >= 0"));
+    } else if (f == "--max-gb") {
+      char* end = nullptr;
+      o.max_gb = std::strtod(v, &end);
+      if (*v == '\0' || *end != '\0' || !(o.max_gb > 0)) Usage(absl::StrCat("--max-gb: '", v, "' is not a positive number"));
+    }
     else if (f == "--data") o.data = v;
     else if (f == "--row") {
       const std::vector<int> tc = Ints(f, v);
@@ -257,7 +273,7 @@ int main(int argc, char** argv) {
   if (o.vocab > 65535) Usage("--vocab must fit the token file's uint16");
   if (row_t > 0) return RunRow(o, row_t, row_cp);
 
-  const double cap = o.max_gb > 0 ? o.max_gb * 1e9 : MachineBytes();
+  const double cap = o.max_gb > 0 ? o.max_gb * 1e9 : MemInfo("MemTotal");
   // Random tokens: a step's time does not depend on them. Enough for every step of the longest T.
   char dir[] = "/tmp/long_context_bench.XXXXXX";
   if (mkdtemp(dir) == nullptr) {
@@ -275,9 +291,10 @@ int main(int argc, char** argv) {
   }
 
   std::printf("long_context_bench: llama %d layers, n_embd %d, %d heads over %d kv heads, ffn %d, vocab %d; "
-              "micro-batch 1, fp32, cpu backend; %d steps a row (the first not timed); memory cap %.1f GB%s\n",
+              "micro-batch 1, fp32, cpu backend; %d steps a row (the first not timed); memory cap %.1f GB%s "
+              "(%.1f GB available now); load average %s\n",
               o.layers, o.embd, o.heads, o.kv_heads, o.ffn, o.vocab, o.steps, cap / 1e9,
-              o.max_gb > 0 ? " (--max-gb)" : " (the machine's)");
+              o.max_gb > 0 ? " (--max-gb)" : " (the machine's)", MemInfo("MemAvailable") / 1e9, LoadAverage().c_str());
   // activations/rank: each rank's model buffer; ring: the ring's buffers a rank (restated, see
   // the header); planned: the planner's activations a rank (the two together); plan tot: the
   // planned totals (state and activations) of the process's cp ranks, beside its peak RSS.
@@ -302,8 +319,8 @@ int main(int argc, char** argv) {
       const jobspec::Plan& rank = (*ranks)[0].bytes;
       const double share = cap / cp;
       if (rank.total() > 0.9 * share) {
-        std::printf("skipped: planned %.2f GB a rank (activations %.2f GB) x %d ranks > 90%% of %.1f GB\n",
-                    rank.total() / 1e9, rank.activations / 1e9, cp, cap / 1e9);
+        std::printf("skipped: planned %.1f MB a rank (activations %.1f MB) x %d ranks > 90%% of %.2f GB\n",
+                    rank.total() / 1e6, rank.activations / 1e6, cp, cap / 1e9);
         continue;
       }
       if (o.plan_only) {
@@ -353,6 +370,7 @@ int main(int argc, char** argv) {
   std::string rm = absl::StrCat(dir, "/tokens.bin");
   std::remove(rm.c_str());
   rmdir(dir);
+  std::printf("load average at the end %s\n", LoadAverage().c_str());
   if (o.check) std::printf("check (measured + the ring's buffers = planned, to the byte): %s\n", ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }
