@@ -7,7 +7,8 @@
 // off or the two orders differ.
 //   plan_check --cluster FILE [--steps 8] [--layouts 1.1.1.0.none,2.1.1.0.none,2.1.1.0.none.ep2,...]
 //   (DP.TP.PP.ZERO.RECOMPUTE, then .epN for the model's MoE twin at expert parallelism N, or
-//   .vpN for the interleaved 1F1B schedule with N chunks a stage)
+//   .vpN for the interleaved 1F1B schedule with N chunks a stage, or .cpN for context
+//   parallelism N: the sequence's chunks over N ranks, attention round a ring)
 // (A cp layout waits for parallel.cp in the job spec: the context-parallel wiring.)
 #include <gloo/rendezvous/hash_store.h>
 
@@ -39,8 +40,10 @@ struct Layout {
   std::string recompute = "none";
   int ep = 0;  // 0: the dense model; else its MoE twin (4 experts, top 2, every second layer) at this ep
   int vp = 1;  // the interleaved schedule's chunks a stage (1: plain 1F1B)
+  int cp = 1;  // context parallelism
   std::string Name() const {
-    return absl::StrCat("dp", dp, " tp", tp, " pp", pp, vp > 1 ? absl::StrCat(" vp", vp) : "", " ZeRO ", zero, " rc ",
+    return absl::StrCat("dp", dp, cp > 1 ? absl::StrCat(" cp", cp) : "", " tp", tp, " pp", pp,
+                        vp > 1 ? absl::StrCat(" vp", vp) : "", " ZeRO ", zero, " rc ",
                         recompute, ep ? absl::StrCat(" MoE ep", ep) : "");
   }
 };
@@ -56,7 +59,8 @@ jobspec::JobSpec SpecOf(const Layout& l, const std::string& data, int steps) {
       "}\n"
       "checkpoint: {every: 0, dir: /tmp/plan-check-unused}\n"
       "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", zero_stage: ", l.zero,
-      l.ep ? absl::StrCat(", ep: ", l.ep) : "", l.vp > 1 ? absl::StrCat(", virtual_stages: ", l.vp) : "", "}\n"));
+      l.ep ? absl::StrCat(", ep: ", l.ep) : "", l.vp > 1 ? absl::StrCat(", virtual_stages: ", l.vp) : "",
+      l.cp > 1 ? absl::StrCat(", cp: ", l.cp) : "", "}\n"));
   if (!s.ok()) {
     std::fprintf(stderr, "plan_check: %s\n", std::string(s.status().message()).c_str());
     std::exit(2);
@@ -66,7 +70,7 @@ jobspec::JobSpec SpecOf(const Layout& l, const std::string& data, int steps) {
 
 // The median step seconds (rank 0's reports after the first two steps).
 double Measure(const Layout& l, const std::string& data, int steps) {
-  const int world = l.dp * l.tp * l.pp;
+  const int world = l.dp * l.cp * l.tp * l.pp;
   const jobspec::JobSpec spec = SpecOf(l, data, steps);
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<double> seconds;
@@ -78,13 +82,13 @@ double Measure(const Layout& l, const std::string& data, int steps) {
       train::TrainOptions o;
       FILE* null = std::fopen("/dev/null", "w");
       o.out = null;
-      auto groups = comm::MakeGroups(r, {l.dp, l.tp, l.pp, std::max(1, l.ep)}, comm::GlooGroups(store, {}));
+      auto groups = comm::MakeGroups(r, {l.dp, l.tp, l.pp, std::max(1, l.ep), l.cp}, comm::GlooGroups(store, {}));
       if (!groups.ok()) {
         status[r] = groups.status();
         std::fclose(null);
         return;
       }
-      if (l.tp * l.pp > 1 || l.ep > 1) o.groups = groups->get();
+      if (l.tp * l.pp * l.cp > 1 || l.ep > 1) o.groups = groups->get();
       else o.comm = (*groups)->dp;
       if (r == 0) {
         o.on_step = [&](const train::StepReport& rep) {
@@ -113,7 +117,7 @@ double Measure(const Layout& l, const std::string& data, int steps) {
 int main(int argc, char** argv) {
   std::string cluster_path, layouts =
       "1.1.1.0.none,1.1.1.0.full,1.1.1.0.selective,2.1.1.0.none,2.1.1.1.none,2.1.1.2.none,2.1.1.3.none,1.2.1.0.none,"
-      "1.1.2.0.none,1.1.2.0.none.vp2,2.1.1.0.none.ep1,2.1.1.0.none.ep2";
+      "1.1.2.0.none,1.1.2.0.none.vp2,1.1.1.0.none.cp2,2.1.1.0.none.ep1,2.1.1.0.none.ep2";
   int steps = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--cluster")) cluster_path = argv[i + 1];
@@ -150,14 +154,15 @@ int main(int argc, char** argv) {
   for (absl::string_view item : absl::StrSplit(layouts, ',', absl::SkipEmpty())) {
     std::vector<std::string> f = absl::StrSplit(item, '.');
     const std::string tail = f.size() == 6 && f[5].size() > 2 ? f[5].substr(0, 2) : "";
-    if (f.size() != 5 && tail != "ep" && tail != "vp") {
-      std::fprintf(stderr, "plan_check: layout '%s' is not DP.TP.PP.ZERO.RECOMPUTE[.epN|.vpN]\n",
+    if (f.size() != 5 && tail != "ep" && tail != "vp" && tail != "cp") {
+      std::fprintf(stderr, "plan_check: layout '%s' is not DP.TP.PP.ZERO.RECOMPUTE[.epN|.vpN|.cpN]\n",
                    std::string(item).c_str());
       return 2;
     }
     Layout l{std::atoi(f[0].c_str()), std::atoi(f[1].c_str()), std::atoi(f[2].c_str()), std::atoi(f[3].c_str()), f[4],
              tail == "ep" ? std::atoi(f[5].c_str() + 2) : 0};
     if (tail == "vp") l.vp = std::atoi(f[5].c_str() + 2);
+    if (tail == "cp") l.cp = std::atoi(f[5].c_str() + 2);
     jobspec::PlanInput in = jobspec::PlanOfSpec(SpecOf(l, data, steps));
     auto cost = jobspec::PredictStep(in, *cluster);
     if (!cost.ok()) {
