@@ -259,10 +259,11 @@ absl::Status ValidateContextParallel(const JobSpec& s) {
     return refuse("parallel: auto", "auto chooses cp itself (where the job's device and model allow it); state cp "
                                     "with dp, tp and pp, or leave all of them to auto");
   }
-  if (s.resources.device != "cpu") {
-    return refuse(absl::StrCat("resources.device ", s.resources.device),
-                  "ring attention runs on the cpu backend's block kernels; the device ops (a flash block forward "
-                  "and backward with the log-sum-exp, cuDNN's stats output) are not built");
+  // On cuda and cuda-emulated the ring's block ops are kernels/cuda/attention_block.cu's, which
+  // hold a head's row in a warp's registers: 128 wide at most.
+  if (s.resources.device != "cpu" && s.model.head_dim() > 128) {
+    return refuse(absl::StrCat("resources.device ", s.resources.device, " and a head size of ", s.model.head_dim()),
+                  "the device's block attention kernels take head sizes up to 128");
   }
   // Sequence parallelism splits a rank's rows (micro_batch x seq_len / cp) over tp.
   const int64_t rows = static_cast<int64_t>(s.train.micro_batch) * (s.seq_len / cp);

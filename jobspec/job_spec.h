@@ -113,9 +113,9 @@ struct ParallelSpec {
   // 2·cp−1−i of 2·cp (the causal mask's load balance); attention by a ring of K/V exchanges.
   // Gradients are averaged and ZeRO shards over the dp x cp ranks. seq_len must be a multiple
   // of 2·cp. Combines with dp, ZeRO 0-3, tp and sequence parallelism (a cp rank's rows split
-  // again over tp), pp, recomputation, bf16 and fp16, offload. Not yet with MoE,
-  // parameter-server mode, parallel: auto or a device other than cpu: each is refused with the
-  // reason.
+  // again over tp), pp, recomputation, bf16 and fp16, offload; on cpu, cuda and cuda-emulated
+  // (on the cuda kinds heads up to 128 wide). Not yet with MoE, parameter-server mode or
+  // parallel: auto: each is refused with the reason.
   int cp = 1;
   bool operator==(const ParallelSpec&) const = default;
 };

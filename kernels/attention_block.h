@@ -36,11 +36,14 @@ struct AttentionBlock {
   int Lq, Lk;
   bool causal;
   float scale;  // the scores' factor; 0 is 1/sqrt(hd)
+  // The forward: the query rows' first block, written over out and lse (whatever they hold)
+  // rather than merged into them.
+  bool first = false;
 };
 
 // Merges the block's attention into a running result: out (B, Lq, NH·hd) and lse (B, NH, Lq)
-// hold the attention over the key blocks merged so far (lse -inf: none yet, out then
-// ignored). With this block's own softmax over its keys, out_b and lse_b, the merge is
+// hold the attention over the key blocks merged so far (lse -inf, or a.first: none yet, out
+// then ignored). With this block's own softmax over its keys, out_b and lse_b, the merge is
 //   lse' = log(exp(lse) + exp(lse_b)),  out' = exp(lse - lse') out + exp(lse_b - lse') out_b,
 // the softmax over the union of the keys. Scores, exponentials and sums in fp32.
 void attention_block_forward(HeadRows<float> out, RowStats<float> lse, HeadRows<const float> q,

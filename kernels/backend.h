@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/attention_block.h"
 #include "kernels/types.h"
 
 namespace gantry::kernels {
@@ -104,6 +105,11 @@ class Backend {
   virtual void CopyToHost(void* host, const void* src, size_t bytes) = 0;
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void Zero(void* p, size_t bytes) = 0;
+  // rows rows of width floats from src, rows src_stride floats apart, to dst, dst_stride apart
+  // (cudaMemcpy2D's strided copy): e.g. the key/value columns of q|k|v rows packed into a block
+  // of their own (context parallelism's ring) and back. The two must not overlap.
+  virtual void CopyRows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t width,
+                        int64_t rows) = 0;
   // Host memory for the host side of copies: on cuda page-locked (cudaHostAlloc), so that a
   // copy to or from it runs at the link's full speed and asynchronously, overlapping the
   // host's work; elsewhere plain 64-byte aligned host memory. Null with the error kept.
@@ -189,6 +195,11 @@ class Backend {
   // RoPE in place on qkv rows (B*T of (NH + 2 NKV) * hd; inv_freq (hd/2) on this backend), the
   // query and key heads rotated (inverse: the backward's transposed rotation).
   virtual void RopeApply(Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq, bool inverse) = 0;
+  // The same at given positions (kernels/rope.h rope_apply_at): row r of each of B sequences of
+  // L rows rotated at position positions[r] (L int32 on this backend), as context parallelism's
+  // rows are; positions[r] = r gives RopeApply's bits.
+  virtual void RopeApplyAt(Ptr qkv, int B, int L, const int32_t* positions, int NH, int NKV, int hd,
+                           const float* inv_freq, bool inverse) = 0;
   // SwiGLU's gate: gu (N, 2F) = [g | u] → h (N,F) = silu(g) * u; backward: dh → dgu (N, 2F).
   virtual void SwigluForward(Ptr h, CPtr gu, int N, int F) = 0;
   virtual void SwigluBackward(Ptr dgu, CPtr dh, CPtr gu, int N, int F) = 0;
@@ -262,6 +273,20 @@ class Backend {
                                        Precision p) = 0;
   virtual void GroupedAttentionBackward(Ptr dqkv, float* scratch, CPtr dout, CPtr qkv, CPtr out, const float* state,
                                         int B, int T, int NH, int NKV, int hd, Precision p) = 0;
+  // Context parallelism's block attention (kernels/attention_block.h states each op; fp32; the
+  // heads grouped as there, the tensors strided views of wider rows): a block of query rows
+  // against a block of key/value rows, causal (the diagonal block) or not, merged by the
+  // log-sum-exps into the running (out, lse) (a.first: overwritten, the rows' first block);
+  // the backward's D = rowsum(dout·out); and the block's backward from the final lse and D,
+  // dq, dk and dv added to. model::RingAttention runs on these, on every backend.
+  virtual void AttentionBlockForward(HeadRows<float> out, RowStats<float> lse, HeadRows<const float> q,
+                                     HeadRows<const float> k, HeadRows<const float> v, const AttentionBlock& a) = 0;
+  virtual void AttentionBlockDelta(RowStats<float> D, HeadRows<const float> dout, HeadRows<const float> out, int B,
+                                   int NH, int hd, int L) = 0;
+  virtual void AttentionBlockBackward(HeadRows<float> dq, HeadRows<float> dk, HeadRows<float> dv,
+                                      HeadRows<const float> q, HeadRows<const float> k, HeadRows<const float> v,
+                                      HeadRows<const float> dout, RowStats<const float> lse, RowStats<const float> D,
+                                      const AttentionBlock& a) = 0;
   // All fp32 or all 16-bit.
   virtual void GeluForward(Ptr out, CPtr inp, int64_t n) = 0;
   virtual void GeluBackward(Ptr dinp, CPtr inp, CPtr dout, int64_t n) = 0;

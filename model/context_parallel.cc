@@ -49,14 +49,14 @@ void CpSharding::Copy(const void* from, void* to, int B, int64_t row_bytes, bool
 namespace {
 
 // A rank's K/V block as it travels: each row's key heads then value heads, (B, rows, 2·NKV·hd).
-// Copied out of qkv's rows (pack) or added into them (the gradient's, unpack).
-void PackKv(float* kv, const float* qkv, const AttentionHeads& a, int rows) {
+// Copied out of qkv's rows (pack) or into them (the gradient's, unpack), on the backend.
+void PackKv(kernels::Backend& be, float* kv, const float* qkv, const AttentionHeads& a, int rows) {
   const int W = a.qkv_width(), q = a.NH * a.hd, KV = 2 * a.NKV * a.hd;
-  for (int64_t t = 0; t < static_cast<int64_t>(a.B) * rows; ++t) std::memcpy(kv + t * KV, qkv + t * W + q, sizeof(float) * KV);
+  be.CopyRows(kv, KV, qkv + q, W, KV, static_cast<int64_t>(a.B) * rows);
 }
-void UnpackKv(float* dqkv, const float* dkv, const AttentionHeads& a, int rows) {
+void UnpackKv(kernels::Backend& be, float* dqkv, const float* dkv, const AttentionHeads& a, int rows) {
   const int W = a.qkv_width(), q = a.NH * a.hd, KV = 2 * a.NKV * a.hd;
-  for (int64_t t = 0; t < static_cast<int64_t>(a.B) * rows; ++t) std::memcpy(dqkv + t * W + q, dkv + t * KV, sizeof(float) * KV);
+  be.CopyRows(dqkv + q, W, dkv, KV, KV, static_cast<int64_t>(a.B) * rows);
 }
 
 // The chunk pairs of one ring step: this rank's half qh of the query rows against half kh of
@@ -97,6 +97,10 @@ absl::Status RingAttention::Check(const AttentionHeads& a) const {
   return absl::OkStatus();
 }
 
+void RingAttention::Ensure(kernels::DeviceBuffer& buf, size_t n) {
+  if (buf.size() != n) buf.Assign(be_, n, /*zero=*/false);
+}
+
 uint64_t RingAttention::Exchange(const float* send, float* recv, size_t n) {
   const int cp = shard_.cp(), r = shard_.rank();
   floats_sent_ += n;
@@ -118,24 +122,32 @@ absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, co
   const int cp = shard_.cp(), rows = shard_.rows(), L = shard_.chunk();
   const int W = a.qkv_width(), C = a.out_width(), KV = 2 * a.NKV * a.hd;
   const size_t kv_n = static_cast<size_t>(a.B) * rows * KV;
-  for (auto& k : kv_) k.resize(kv_n);
-  PackKv(kv_[0].data(), qkv, a, rows);
-  std::fill(lse, lse + static_cast<size_t>(a.B) * a.NH * rows, -INFINITY);
+  for (auto& k : kv_) Ensure(k, kv_n);
+  PackKv(*be_, kv_[0].data(), qkv, a, rows);
   floats_sent_ = 0;
   waited_ = 0;
+  bool started[2] = {false, false};  // a query half's first block overwrites out and lse
   for (int s = 0; s < cp; ++s) {
     const float* kv = kv_[s % 2].data();
-    // The next block arrives while this one is computed.
-    const uint64_t next = s + 1 < cp ? Exchange(kv, kv_[(s + 1) % 2].data(), kv_n) : 0;
+    // The next block arrives while this one is computed: once the backend has written this
+    // block (the pack) and done reading the one it arrives over (the step before's).
+    uint64_t next = 0;
+    if (s + 1 < cp) {
+      RETURN_IF_ERROR(be_->Synchronize());
+      next = Exchange(kv, kv_[(s + 1) % 2].data(), kv_n);
+    }
     const int src = (shard_.rank() + cp - s) % cp;
     for (const Pair& p : Pairs(shard_, src)) {
       const kernels::HeadRows<const float> k{kv + static_cast<int64_t>(p.kh) * L * KV,
                                              static_cast<int64_t>(rows) * KV, KV};
       const kernels::HeadRows<const float> v{k.data + a.NKV * a.hd, k.seq, k.row};
-      kernels::attention_block_forward({out + static_cast<int64_t>(p.qh) * L * C, static_cast<int64_t>(rows) * C, C},
-                                       {lse + static_cast<int64_t>(p.qh) * L, rows},
-                                       {qkv + static_cast<int64_t>(p.qh) * L * W, static_cast<int64_t>(rows) * W, W},
-                                       k, v, {a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale});
+      kernels::AttentionBlock block{a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale};
+      block.first = !started[p.qh];
+      started[p.qh] = true;
+      be_->AttentionBlockForward({out + static_cast<int64_t>(p.qh) * L * C, static_cast<int64_t>(rows) * C, C},
+                                 {lse + static_cast<int64_t>(p.qh) * L, rows},
+                                 {qkv + static_cast<int64_t>(p.qh) * L * W, static_cast<int64_t>(rows) * W, W}, k, v,
+                                 block);
     }
     if (next != 0) RETURN_IF_ERROR(Wait(next));
   }
@@ -149,31 +161,35 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
   const int cp = shard_.cp(), rows = shard_.rows(), L = shard_.chunk();
   const int W = a.qkv_width(), C = a.out_width(), KV = 2 * a.NKV * a.hd;
   const size_t kv_n = static_cast<size_t>(a.B) * rows * KV;
-  for (auto& k : kv_) k.resize(kv_n);
-  for (auto& g : dkv_) g.resize(kv_n);
-  dkv_in_.resize(kv_n);
-  delta_.resize(static_cast<size_t>(a.B) * a.NH * rows);
-  PackKv(kv_[0].data(), qkv, a, rows);
-  kernels::attention_block_delta({delta_.data(), rows}, {dout, static_cast<int64_t>(rows) * C, C},
-                                 {out, static_cast<int64_t>(rows) * C, C}, a.B, a.NH, a.hd, rows);
+  for (auto& k : kv_) Ensure(k, kv_n);
+  for (auto& g : dkv_) Ensure(g, kv_n);
+  Ensure(dkv_in_, kv_n);
+  Ensure(delta_, static_cast<size_t>(a.B) * a.NH * rows);
+  PackKv(*be_, kv_[0].data(), qkv, a, rows);
+  be_->AttentionBlockDelta({delta_.data(), rows}, {dout, static_cast<int64_t>(rows) * C, C},
+                           {out, static_cast<int64_t>(rows) * C, C}, a.B, a.NH, a.hd, rows);
   // dQ is added straight into dqkv's query columns; its key/value columns are written last.
-  std::fill(dqkv, dqkv + static_cast<size_t>(a.B) * rows * W, 0.f);
+  be_->Zero(dqkv, static_cast<size_t>(a.B) * rows * W * sizeof(float));
   floats_sent_ = 0;
   waited_ = 0;
   uint64_t dkv_home = 0;  // the exchange bringing the previous step's dK/dV from rank − 1
   for (int s = 0; s < cp; ++s) {
     const float* kv = kv_[s % 2].data();
-    const uint64_t next = s + 1 < cp ? Exchange(kv, kv_[(s + 1) % 2].data(), kv_n) : 0;
+    uint64_t next = 0;
+    if (s + 1 < cp) {
+      RETURN_IF_ERROR(be_->Synchronize());  // this block written, the one it arrives over read
+      next = Exchange(kv, kv_[(s + 1) % 2].data(), kv_n);
+    }
     // This step's share of the block's dK/dV, apart from what the ranks before added: their
     // sum arrives meanwhile (the previous step's exchange), and is added after.
     float* g = dkv_[s % 2].data();
-    std::fill(g, g + kv_n, 0.f);
+    be_->Zero(g, kv_n * sizeof(float));
     const int src = (shard_.rank() + cp - s) % cp;
     for (const Pair& p : Pairs(shard_, src)) {
       const int64_t ko = static_cast<int64_t>(p.kh) * L * KV, kseq = static_cast<int64_t>(rows) * KV;
       const int64_t vo = ko + a.NKV * a.hd;
       const int64_t qo = static_cast<int64_t>(p.qh) * L;
-      kernels::attention_block_backward(
+      be_->AttentionBlockBackward(
           {dqkv + qo * W, static_cast<int64_t>(rows) * W, W}, {g + ko, kseq, KV}, {g + vo, kseq, KV},
           {qkv + qo * W, static_cast<int64_t>(rows) * W, W}, {kv + ko, kseq, KV}, {kv + vo, kseq, KV},
           {dout + qo * C, static_cast<int64_t>(rows) * C, C}, {lse + qo, rows}, {delta_.data() + qo, rows},
@@ -181,14 +197,18 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
     }
     if (dkv_home != 0) {
       RETURN_IF_ERROR(Wait(dkv_home));
-      for (size_t i = 0; i < kv_n; ++i) g[i] += dkv_in_[i];
+      be_->ResidualForward(g, g, dkv_in_.data(), static_cast<int64_t>(kv_n));
     }
     if (next != 0) RETURN_IF_ERROR(Wait(next));
-    // On to rank + 1, the next to hold this block (after the last step: its owner).
-    if (cp > 1) dkv_home = Exchange(g, dkv_in_.data(), kv_n);
+    // On to rank + 1, the next to hold this block (after the last step: its owner), once the
+    // backend has written it and read what arrived before.
+    if (cp > 1) {
+      RETURN_IF_ERROR(be_->Synchronize());
+      dkv_home = Exchange(g, dkv_in_.data(), kv_n);
+    }
   }
   if (cp > 1) RETURN_IF_ERROR(Wait(dkv_home));
-  UnpackKv(dqkv, cp > 1 ? dkv_in_.data() : dkv_[0].data(), a, rows);
+  UnpackKv(*be_, dqkv, cp > 1 ? dkv_in_.data() : dkv_[0].data(), a, rows);
   return absl::OkStatus();
 }
 

@@ -7,8 +7,9 @@
 // the same work: each ring step but the first computes exactly two chunk pairs wholly below
 // the diagonal, the first one such pair and two diagonal ones.
 //
-// Ring attention (RingAttention), on host memory and the cpu backend's block kernels
-// (kernels/attention_block.h): each rank starts with its own rows' K and V (only the key/value
+// Ring attention (RingAttention), on the rank's backend and its memory through the block ops
+// (kernels/backend.h AttentionBlockForward/Delta/Backward; kernels/attention_block.h states
+// them): each rank starts with its own rows' K and V (only the key/value
 // heads, under grouped-query attention) and passes them to rank + 1 while it computes with
 // them, so that after cp − 1 exchanges it has seen every rank's. Each block's attention is
 // merged into the rows' running output by the log-sum-exps. The causal mask is applied by
@@ -16,7 +17,10 @@
 // ones masked. Backward: dQ stays local; dK and dV travel with their K and V, each rank adding
 // its share, and one last exchange brings them home to their owners. The exchanges run on the
 // group's communication thread (comm::CommThread), the next one in flight while the current
-// block is computed.
+// block is computed. On a device backend the communicator reaches its memory (NCCL; Gloo on
+// cuda-emulated's): the ring waits for the backend's queued work (Synchronize) before each
+// exchange, so that what is sent is written and what is received over is no longer read, and
+// the exchange then runs while the next block's ops run on the device.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/comm_thread.h"
+#include "kernels/backend.h"
 
 namespace gantry::model {
 
@@ -75,10 +80,12 @@ struct AttentionHeads {
 class RingAttention {
  public:
   // ring: the context-parallel group's communication thread (not owned), its communicator's
-  // rank and size those of shard; it may be null where cp is 1 (nothing is exchanged).
-  RingAttention(comm::CommThread* ring, CpSharding shard) : ring_(ring), shard_(shard) {}
+  // rank and size those of shard; it may be null where cp is 1 (nothing is exchanged). be: the
+  // backend whose memory every pointer below is, and whose ops compute (not owned).
+  RingAttention(comm::CommThread* ring, CpSharding shard, kernels::Backend* be = &kernels::CpuBackend())
+      : ring_(ring), shard_(shard), be_(be) {}
 
-  // qkv (B, rows, (NH + 2·NKV)·hd): this rank's rows in the grouped layout of
+  // Pointers are be's. qkv (B, rows, (NH + 2·NKV)·hd): this rank's rows in the grouped layout of
   // kernels/gqa.h (query heads, key heads, value heads), RoPE already applied at the rows'
   // positions → out (B, rows, NH·hd), lse (B, NH, rows): each row's attention over the
   // sequence's rows up to its position, and its log-sum-exp (the backward's input).
@@ -103,13 +110,17 @@ class RingAttention {
   // Waits for exchange `ticket`, counting the time in waited_.
   absl::Status Wait(uint64_t ticket);
 
+  // buf holds n floats of be_'s memory (its contents are not kept when it grows).
+  void Ensure(kernels::DeviceBuffer& buf, size_t n);
+
   comm::CommThread* ring_;
   CpSharding shard_;
+  kernels::Backend* be_;
   size_t floats_sent_ = 0;
   double waited_ = 0;
-  // Working memory, kept between calls: the K/V blocks (this one and the next), the running
-  // output and dQ, the backward's D, and dK/dV (this step's two, the one arriving).
-  std::vector<float> kv_[2], acc_, delta_, dkv_[2], dkv_in_;
+  // Working memory of be_, kept between calls: the K/V blocks (this one and the next), the
+  // backward's D, and dK/dV (this step's two, the one arriving).
+  kernels::DeviceBuffer kv_[2], delta_, dkv_[2], dkv_in_;
 };
 
 }  // namespace gantry::model

@@ -156,6 +156,8 @@ void GPT::ZeroGrad() { be_->Zero(grads_.data(), grads_.size() * sizeof(float)); 
 void GPT::set_cp_comm(comm::Communicator* comm) {
   cp_comm_ = comm != nullptr && comm->size() > 1 ? comm : nullptr;
   cp_thread_ = cp_comm_ != nullptr ? std::make_unique<comm::CommThread>(cp_comm_) : nullptr;
+  // The exchanges reach the backend's memory from that thread (a GPU's: bound to its device).
+  if (cp_thread_ != nullptr) cp_thread_->Submit([be = be_](comm::Communicator&) { return be->BindThread(); });
   ring_.reset();
   ctx_->set_context_parallel(nullptr, nullptr);
   act_B_ = act_T_ = 0;  // laid out again at the next forward
@@ -168,20 +170,20 @@ bool GPT::SetUpContextParallel(int T) {
                                                      " is not supported yet (the job spec refuses it too)")));
     return false;
   };
-  // The ring, RoPE at positions and the position embeddings' gather run on host memory (the
-  // cpu backend's block kernels): no Backend ops for them yet.
-  if (!be_->Supports(k::Capability::kHostAddressable)) {
-    return refuse(absl::StrCat("the ", be_->Describe(), " backend (its memory is not the host's)"));
-  }
   if (config_.moe.num_experts > 0) return refuse("a mixture of experts");
   absl::StatusOr<CpSharding> shard = CpSharding::Make(T * cp, cp, cp_comm_->rank());
   if (!shard.ok()) {
     ctx_->Fail(shard.status());
     return false;
   }
-  ring_ = std::make_unique<RingAttention>(cp_thread_.get(), *shard);
-  cp_positions_ = shard->Positions();
-  ctx_->set_context_parallel(ring_.get(), cp_positions_.data());
+  // The ring's block ops, RoPE at the positions and the position embeddings' gather run on the
+  // backend, on its memory.
+  ring_ = std::make_unique<RingAttention>(cp_thread_.get(), *shard, be_);
+  const std::vector<int> positions = shard->Positions();
+  static_assert(sizeof(int32_t) == sizeof(float) && sizeof(int) == sizeof(int32_t));
+  cp_positions_.Assign(be_, positions.size(), /*zero=*/false);
+  be_->CopyToDevice(cp_positions_.data(), positions.data(), positions.size() * sizeof(int32_t));
+  ctx_->set_context_parallel(ring_.get(), reinterpret_cast<const int32_t*>(cp_positions_.data()));
   return true;
 }
 
@@ -226,11 +228,13 @@ void GPT::RunForward(int B, int T) {
     // Vocabulary-parallel: each rank embeds the tokens it holds, rank 0 adds the positions
     // (Llama has none: RoPE), the group's sum is the embedding.
     const float* wpe = shard_.tp_rank == 0 && !config_.llama() ? E + tensors_[1].offset : nullptr;
-    if (wpe != nullptr && ctx_->positions() != nullptr) {  // context parallelism: the rows' positions' embeddings
-      cp_wpe_.resize(static_cast<size_t>(T) * C);
-      for (int t = 0; t < T; ++t) {
-        std::memcpy(cp_wpe_.data() + static_cast<size_t>(t) * C, wpe + static_cast<size_t>(ctx_->positions()[t]) * C,
-                    sizeof(float) * C);
+    if (wpe != nullptr && ring_ != nullptr) {  // context parallelism: the rows' positions' embeddings
+      // (each half of the rows is one chunk: positions in a row)
+      const CpSharding& cs = ring_->shard();
+      const size_t n = static_cast<size_t>(cs.chunk()) * C;
+      if (cp_wpe_.size() != static_cast<size_t>(T) * C) cp_wpe_.Assign(be_, static_cast<size_t>(T) * C, false);
+      for (int half = 0; half < 2; ++half) {
+        be_->Copy(cp_wpe_.data() + half * n, wpe + static_cast<size_t>(cs.ChunkOf(half)) * n, n * sizeof(float));
       }
       wpe = cp_wpe_.data();
     }
@@ -518,17 +522,20 @@ void GPT::RunBackward(int B, int T) {
   float* dwpe = config_.llama() ? nullptr : dE + tensors_[1].offset;
   // Context parallelism: the gradient of the rows' positions' embeddings (T x C, in row order),
   // then added at those positions.
-  const bool at_positions = dwpe != nullptr && ctx_->positions() != nullptr;
-  if (at_positions) cp_dwpe_.assign(static_cast<size_t>(T) * C, 0.f);
+  const bool at_positions = dwpe != nullptr && ring_ != nullptr;
+  if (at_positions) {
+    if (cp_dwpe_.size() != static_cast<size_t>(T) * C) cp_dwpe_.Assign(be_, static_cast<size_t>(T) * C, false);
+    be_->Zero(cp_dwpe_.data(), cp_dwpe_.size() * sizeof(float));
+  }
   ctx_->Op("encoder bwd", [&] {
     be_->EncoderBackward(dE, at_positions ? cp_dwpe_.data() : dwpe, dall, SlotTokens(), dims().v0,
                          dims().v0 + dims().Vl, B, T, C);
-    if (at_positions) {
-      const int* positions = ctx_->positions();
-      for (int t = 0; t < T; ++t) {
-        float* to = dwpe + static_cast<size_t>(positions[t]) * C;
-        const float* from = cp_dwpe_.data() + static_cast<size_t>(t) * C;
-        for (int c = 0; c < C; ++c) to[c] += from[c];
+    if (at_positions) {  // each half of the rows is one chunk of positions
+      const CpSharding& cs = ring_->shard();
+      const size_t n = static_cast<size_t>(cs.chunk()) * C;
+      for (int half = 0; half < 2; ++half) {
+        float* to = dwpe + static_cast<size_t>(cs.ChunkOf(half)) * n;
+        be_->ResidualForward(to, to, cp_dwpe_.data() + half * n, static_cast<int64_t>(n));
       }
     }
   });

@@ -178,10 +178,10 @@ class GPT : private MoeHost {
   // (CpSharding::Take), inputs and targets alike. The layers run on those rows as on any; the
   // attention goes round the group (RingAttention, the exchanges on the group's own
   // communication thread), RoPE and GPT-2's position embeddings take the rows' global
-  // positions; the loss is the mean over this rank's rows. The cpu backend (in bf16 or fp16
-  // the ring computes on widened copies), with tp (the ring carries this rank's heads) and pp
-  // (a stage's buffers hold T/cp rows), not MoE: anything else fails the first forward with
-  // the reason.
+  // positions; the loss is the mean over this rank's rows. Every backend (the ring's block ops
+  // on its memory; in bf16 or fp16 the ring computes on widened fp32 copies), with tp (the
+  // ring carries this rank's heads) and pp (a stage's buffers hold T/cp rows), not MoE:
+  // anything else fails the first forward with the reason.
   void set_cp_comm(comm::Communicator* comm);
   int cp() const { return cp_comm_ != nullptr ? cp_comm_->size() : 1; }
   // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the
@@ -387,13 +387,12 @@ class GPT : private MoeHost {
   // Mixed precision: the 16-bit working copies of the GEMM weights.
   std::unique_ptr<WorkingWeights> working_;
   // Context parallelism: the group, its communication thread, the ring for the current (B, T),
-  // the rows' positions, and GPT-2's position embeddings at them (forward) and their gradient
-  // (backward), T x C each, host memory (the cpu backend).
+  // the rows' positions (int32, the backend's memory: RoPE's), and GPT-2's position
+  // embeddings at them (forward) and their gradient (backward), T x C each, the backend's.
   comm::Communicator* cp_comm_ = nullptr;
   std::unique_ptr<comm::CommThread> cp_thread_;
   std::unique_ptr<RingAttention> ring_;
-  std::vector<int> cp_positions_;
-  std::vector<float> cp_wpe_, cp_dwpe_;
+  kernels::DeviceBuffer cp_positions_, cp_wpe_, cp_dwpe_;
   // Sets up the ring for (B, T) rows a rank; false, with the error kept, where cp cannot run.
   bool SetUpContextParallel(int T);
 };

@@ -59,10 +59,9 @@ void LlamaBlock::Forward(int l, const LayerParams& p, const GemmOperands& w, con
 
 void LlamaBlock::Rope(kernels::Ptr qkv, int B, int T, bool inverse) {
   const ShardDims& d = ctx_.dims();
-  if (const int* positions = ctx_.positions()) {
-    // Context parallelism: this rank's rows at their global positions (the cpu backend's
-    // memory: the job spec and the model refuse cp on other backends).
-    k::rope_apply_at(qkv, B, T, positions, d.NH, d.NKV, d.hd, inv_freq_.data(), inverse);
+  if (const int32_t* positions = ctx_.positions()) {
+    // Context parallelism: this rank's rows at their global positions.
+    ctx_.be().RopeApplyAt(qkv, B, T, positions, d.NH, d.NKV, d.hd, inv_freq_.data(), inverse);
     return;
   }
   ctx_.be().RopeApply(qkv, B, T, d.NH, d.NKV, d.hd, inv_freq_.data(), inverse);

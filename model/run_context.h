@@ -77,19 +77,20 @@ class RunContext {
   }
 
   // Context parallelism (cp > 1; model/context_parallel.h): the current (B, T) are this rank's
-  // rows of each sequence, at the global positions positions()[0, T); attention runs over the
-  // whole sequence by ring(). Null ring (and positions): no context parallelism.
+  // rows of each sequence, at the global positions positions()[0, T) (int32, the backend's
+  // memory); attention runs over the whole sequence by ring(). Null ring (and positions): no
+  // context parallelism.
   RingAttention* ring() const { return ring_; }
-  const int* positions() const { return positions_; }
-  void set_context_parallel(RingAttention* ring, const int* positions) {
+  const int32_t* positions() const { return positions_; }
+  void set_context_parallel(RingAttention* ring, const int32_t* positions) {
     ring_ = ring;
     positions_ = positions;
   }
   // Mixed precision under context parallelism: fp32 copies of the ring's 16-bit operands and
-  // results (the ring computes in fp32), host memory kept between calls; i < 4.
+  // results (the ring computes in fp32), the backend's memory kept between calls; i < 4.
   float* RingScratch(int i, size_t n) {
-    std::vector<float>& v = ring_scratch_[static_cast<size_t>(i)];
-    if (v.size() < n) v.resize(n);
+    kernels::DeviceBuffer& v = ring_scratch_[static_cast<size_t>(i)];
+    if (v.size() < n) v.Assign(be_, n, /*zero=*/false);
     return v.data();
   }
 
@@ -140,8 +141,8 @@ class RunContext {
   float* slot_ = nullptr;   // the current slot's base (its offsets are from here)
   kernels::Precision lp_ = kernels::Precision::kFp32;
   RingAttention* ring_ = nullptr;
-  const int* positions_ = nullptr;
-  std::vector<float> ring_scratch_[4];
+  const int32_t* positions_ = nullptr;
+  kernels::DeviceBuffer ring_scratch_[4];
   bool profiling_ = false;
   std::vector<std::pair<std::string, double>> op_seconds_;
   absl::Status status_;

@@ -71,7 +71,7 @@ void attention_block_forward(HeadRows<float> out, RowStats<float> lse, HeadRows<
             }
             std::fill(row + n, row + cols, 0.f);
             // This block's log-sum-exp, and the merge with what the row holds.
-            const float lb = mx + std::log(sum), l = lh[t];
+            const float lb = mx + std::log(sum), l = a.first ? -INFINITY : lh[t];
             float* orow = oh + static_cast<int64_t>(t) * out.row;
             float merged = lb, keep = 0.f;
             if (l != -INFINITY) {

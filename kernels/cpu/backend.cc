@@ -60,6 +60,12 @@ class Cpu final : public Backend {
   void Zero(void* p, size_t bytes) override {
     if (bytes > 0) std::memset(p, 0, bytes);
   }
+  void CopyRows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t width,
+                int64_t rows) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(dst + r * dst_stride, src + r * src_stride, static_cast<size_t>(width) * sizeof(float));
+    }
+  }
   absl::Status Synchronize() override {
     std::lock_guard<std::mutex> l(mu_);
     return std::exchange(error_, absl::OkStatus());
@@ -122,6 +128,23 @@ class Cpu final : public Backend {
   }
   void RopeApply(Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq, bool inverse) override {
     rope_apply(qkv, B, T, NH, NKV, hd, inv_freq, inverse);
+  }
+  void RopeApplyAt(Ptr qkv, int B, int L, const int32_t* positions, int NH, int NKV, int hd, const float* inv_freq,
+                   bool inverse) override {
+    rope_apply_at(qkv, B, L, positions, NH, NKV, hd, inv_freq, inverse);
+  }
+  void AttentionBlockForward(HeadRows<float> out, RowStats<float> lse, HeadRows<const float> q,
+                             HeadRows<const float> k, HeadRows<const float> v, const AttentionBlock& a) override {
+    attention_block_forward(out, lse, q, k, v, a);
+  }
+  void AttentionBlockDelta(RowStats<float> D, HeadRows<const float> dout, HeadRows<const float> out, int B, int NH,
+                           int hd, int L) override {
+    attention_block_delta(D, dout, out, B, NH, hd, L);
+  }
+  void AttentionBlockBackward(HeadRows<float> dq, HeadRows<float> dk, HeadRows<float> dv, HeadRows<const float> q,
+                              HeadRows<const float> k, HeadRows<const float> v, HeadRows<const float> dout,
+                              RowStats<const float> lse, RowStats<const float> D, const AttentionBlock& a) override {
+    attention_block_backward(dq, dk, dv, q, k, v, dout, lse, D, a);
   }
   void SwigluForward(Ptr h, CPtr gu, int N, int F) override {
     if (Types("SwigluForward", {h, gu})) swiglu_forward(h, gu, N, F);

@@ -89,6 +89,10 @@ class Cuda final : public kernels::Backend {
   void Zero(void* p, size_t bytes) override {
     if (bytes > 0) Check(cudaMemsetAsync(p, 0, bytes, ctx_->stream()), "cudaMemsetAsync");
   }
+  void CopyRows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t width,
+                int64_t rows) override {
+    Keep(GANTRY_CUDA_NS::CopyRows(*ctx_, dst, dst_stride, src, src_stride, width, rows));
+  }
   absl::Status Synchronize() override {
     WaitForAllStreams();
     std::lock_guard<std::mutex> l(mu_);
@@ -208,6 +212,27 @@ class Cuda final : public kernels::Backend {
   void RopeApply(kernels::Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq,
                  bool inverse) override {
     Keep(GANTRY_CUDA_NS::RopeApply(*ctx_, qkv, B, T, NH, NKV, hd, inv_freq, inverse));
+  }
+  void RopeApplyAt(kernels::Ptr qkv, int B, int L, const int32_t* positions, int NH, int NKV, int hd,
+                   const float* inv_freq, bool inverse) override {
+    Keep(GANTRY_CUDA_NS::RopeApplyAt(*ctx_, qkv, B, L, positions, NH, NKV, hd, inv_freq, inverse));
+  }
+  // Context parallelism's blocks: the warp-per-row kernels (attention_block.cu), fp32.
+  void AttentionBlockForward(kernels::HeadRows<float> out, kernels::RowStats<float> lse,
+                             kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
+                             kernels::HeadRows<const float> v, const kernels::AttentionBlock& a) override {
+    Keep(GANTRY_CUDA_NS::AttentionBlockForward(*ctx_, out, lse, q, k, v, a));
+  }
+  void AttentionBlockDelta(kernels::RowStats<float> D, kernels::HeadRows<const float> dout,
+                           kernels::HeadRows<const float> out, int B, int NH, int hd, int L) override {
+    Keep(GANTRY_CUDA_NS::AttentionBlockDelta(*ctx_, D, dout, out, B, NH, hd, L));
+  }
+  void AttentionBlockBackward(kernels::HeadRows<float> dq, kernels::HeadRows<float> dk, kernels::HeadRows<float> dv,
+                              kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
+                              kernels::HeadRows<const float> v, kernels::HeadRows<const float> dout,
+                              kernels::RowStats<const float> lse, kernels::RowStats<const float> D,
+                              const kernels::AttentionBlock& a) override {
+    Keep(GANTRY_CUDA_NS::AttentionBlockBackward(*ctx_, dq, dk, dv, q, k, v, dout, lse, D, a));
   }
   void SwigluForward(kernels::Ptr h, kernels::CPtr gu, int N, int F) override {
     Keep(GANTRY_CUDA_NS::SwigluForward(*ctx_, h, gu, N, F));

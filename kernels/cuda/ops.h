@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/adamw.h"
+#include "kernels/attention_block.h"
 #include "kernels/cuda/context.h"
 #include "kernels/types.h"
 #include "kernels/matmul.h"
@@ -86,6 +87,9 @@ absl::Status RopeApply(Context& ctx, kernels::Ptr qkv, int B, int T, int NH, int
                        bool inverse);
 absl::Status SwigluForward(Context& ctx, kernels::Ptr h, kernels::CPtr gu, int N, int F);
 absl::Status SwigluBackward(Context& ctx, kernels::Ptr dgu, kernels::CPtr dh, kernels::CPtr gu, int N, int F);
+// RopeApply at given positions (kernels/rope.h rope_apply_at): positions (L int32, device).
+absl::Status RopeApplyAt(Context& ctx, kernels::Ptr qkv, int B, int L, const int32_t* positions, int NH, int NKV,
+                         int hd, const float* inv_freq, bool inverse);
 absl::Status GqaExpand(Context& ctx, kernels::Ptr out, kernels::CPtr qkv, int64_t rows, int NH, int NKV, int hd);
 absl::Status GqaReduce(Context& ctx, kernels::Ptr dqkv, kernels::CPtr dqkv3, int64_t rows, int NH, int NKV, int hd);
 
@@ -185,5 +189,22 @@ absl::Status SumSquares(Context& ctx, double* result, const float* g, int64_t N)
 absl::Status ClipMultiplier(Context& ctx, float* multiplier, double* norm, const double* sum_sq, float max_norm,
                             float inv_scale);
 absl::Status ScaleInplace(Context& ctx, float* g, int64_t N, float s);
+
+// Context parallelism's block attention (kernels/attention_block.h; fp32, head size up to
+// 128; kernels/cuda/attention_block.cu): the forward merged into (out, lse), D, and the
+// block's backward added into dq, dk, dv.
+absl::Status AttentionBlockForward(Context& ctx, kernels::HeadRows<float> out, kernels::RowStats<float> lse,
+                                   kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
+                                   kernels::HeadRows<const float> v, const kernels::AttentionBlock& a);
+absl::Status AttentionBlockDelta(Context& ctx, kernels::RowStats<float> D, kernels::HeadRows<const float> dout,
+                                 kernels::HeadRows<const float> out, int B, int NH, int hd, int L);
+absl::Status AttentionBlockBackward(Context& ctx, kernels::HeadRows<float> dq, kernels::HeadRows<float> dk,
+                                    kernels::HeadRows<float> dv, kernels::HeadRows<const float> q,
+                                    kernels::HeadRows<const float> k, kernels::HeadRows<const float> v,
+                                    kernels::HeadRows<const float> dout, kernels::RowStats<const float> lse,
+                                    kernels::RowStats<const float> D, const kernels::AttentionBlock& a);
+// rows rows of width floats, src_stride apart → dst, dst_stride apart (Backend::CopyRows).
+absl::Status CopyRows(Context& ctx, float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                      int64_t width, int64_t rows);
 
 }  // namespace gantry::GANTRY_CUDA_NS

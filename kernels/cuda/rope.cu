@@ -13,17 +13,19 @@
 namespace gantry::GANTRY_CUDA_NS {
 namespace {
 
-// One thread per (row, head of the NH + NKV rotated, i < hd/2).
+// One thread per (row, head of the NH + NKV rotated, i < hd/2). Row r of each sequence of T
+// rows at position r, or positions[r] where given (RopeApplyAt).
 template <typename E>
 __global__ void RopeKernel(typename E::T* qkv, int64_t rows, int T, int heads, int row_width, int hd,
-                           const float* inv_freq, bool inverse) {
+                           const float* inv_freq, bool inverse, const int32_t* positions) {
   const int half = hd / 2;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * heads * half) return;
   const int i = static_cast<int>(idx % half);
   const int h = static_cast<int>((idx / half) % heads);
   const int64_t row = idx / (static_cast<int64_t>(half) * heads);
-  const float angle = static_cast<float>(row % T) * inv_freq[i];
+  const int t = static_cast<int>(row % T);
+  const float angle = static_cast<float>(positions != nullptr ? positions[t] : t) * inv_freq[i];
   const float c = cosf(angle), s = inverse ? -sinf(angle) : sinf(angle);
   typename E::T* x = qkv + row * row_width + static_cast<int64_t>(h) * hd;
   const float a = E::Ld(x[i]), b = E::Ld(x[i + half]);
@@ -61,6 +63,22 @@ __global__ void RopeTabledKernel(typename E::T* qkv, uint32_t n, int T, int head
 
 }  // namespace
 
+absl::Status RopeApplyAt(Context& ctx, kernels::Ptr qkv, int B, int L, const int32_t* positions, int NH, int NKV,
+                         int hd, const float* inv_freq, bool inverse) {
+  RETURN_IF_ERROR(CheckDims("RopeApplyAt", {B, L, NH, NKV, hd}));
+  if (hd % 2 != 0) return absl::InvalidArgumentError(absl::StrCat("RopeApplyAt: head_dim ", hd, " is odd"));
+  if (positions == nullptr) return absl::InvalidArgumentError("RopeApplyAt: no positions");
+  const int64_t rows = static_cast<int64_t>(B) * L, n = rows * (NH + NKV) * (hd / 2);
+  return WithType(qkv.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    GANTRY_LAUNCH(RopeKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(Of<E>(qkv), rows, L, NH + NKV,
+                                                                        (NH + 2 * NKV) * hd, hd, inv_freq, inverse,
+                                                                        positions);
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
+}
+
 absl::Status RopeApply(Context& ctx, kernels::Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq,
                        bool inverse) {
   RETURN_IF_ERROR(CheckDims("RopeApply", {B, T, NH, NKV, hd}));
@@ -80,7 +98,8 @@ absl::Status RopeApply(Context& ctx, kernels::Ptr qkv, int B, int T, int NH, int
       return absl::OkStatus();
     }
     GANTRY_LAUNCH(RopeKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(Of<E>(qkv), rows, T, NH + NKV,
-                                                                        (NH + 2 * NKV) * hd, hd, inv_freq, inverse);
+                                                                        (NH + 2 * NKV) * hd, hd, inv_freq, inverse,
+                                                                        nullptr);
     GPU_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   });

@@ -386,7 +386,8 @@ train: {steps: 10, micro_batch: 2, global_batch: 12, lr: 1.0e-3}
 
 // parallel.cp (context parallelism): parsed, 1 by default, kept by the normal form, a factor of
 // the world as the other degrees are (placement and elastic dp included); seq_len must be a
-// multiple of 2·cp, and each combination not wired yet is refused naming itself.
+// multiple of 2·cp, and each combination not wired yet is refused naming itself; cuda and
+// cuda-emulated take it (heads up to 128 wide).
 TEST(JobSpecTest, ContextParallelIsAFactorOfTheWorldAndRefusesWhatIsNotWired) {
   const std::string m = R"(
 model: {n_layer: 2, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 16}
@@ -411,8 +412,6 @@ train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
   const std::pair<std::string, std::string> refused[] = {
       {"parallel: {cp: 0}", "field 'parallel.cp' must be >= 1"},
       {"parallel: {cp: 3}", "field 'parallel.cp' 3 needs model.seq_len a multiple of 2·cp = 6, not 16"},
-      {"parallel: {cp: 2}\nresources: {device: cuda-emulated}",
-       "field 'parallel.cp' 2 with resources.device cuda-emulated is not supported yet: ring attention runs on the cpu"},
       {"parallel: {cp: 2}\noptimizer: {placement: shardserver}", "with optimizer.placement shardserver is not supported"},
       {"parallel: {cp: 2, dp: 2}\nresources: {workers: 2}", "need dp 2 x cp 2 x tp 1 x pp 1 = 4"},
   };
@@ -421,6 +420,22 @@ train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
     const std::string e = Error(spec);
     EXPECT_NE(e.find(why), std::string::npos) << parallel << ": " << e;
   }
+  // The device path (the backend's block ops): cuda and cuda-emulated, heads up to 128 wide.
+  for (const char* device : {"cuda", "cuda-emulated"}) {
+    auto on_device = ParseJobSpec(m + "parallel: {cp: 2}\nresources: {device: " + device + "}\n");
+    EXPECT_TRUE(on_device.ok()) << device << ": " << on_device.status();
+  }
+  const std::string wide = R"(
+model: {n_layer: 2, n_head: 1, n_embd: 256, vocab_size: 256, seq_len: 16}
+data: {train: t.bin}
+train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
+parallel: {cp: 2}
+resources: {device: cuda}
+)";
+  EXPECT_NE(Error(wide).find("field 'parallel.cp' 2 with resources.device cuda and a head size of 256 is not supported "
+                             "yet: the device's block attention kernels take head sizes up to 128"),
+            std::string::npos)
+      << Error(wide);
   const std::string moe = R"(
 model: {n_layer: 2, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 16, moe: {num_experts: 2}}
 data: {train: t.bin}

@@ -2535,6 +2535,151 @@ TEST_F(BackendOpsTest, AnIllegalTypeMixIsAnErrorNamingTheOp) {
   EXPECT_TRUE(SameBits(g.Host(), std::vector<float>(n, NAN))) << "nothing written";
 }
 
+// Context parallelism's ring (model::RingAttention) runs on these ops on every backend: a
+// query block against two key/value blocks (the diagonal one, causal, written over whatever
+// out and lse hold; then one wholly below the diagonal, merged by the log-sum-exps), D, and
+// the blocks' backward added into gradients that hold values already, each a strided view
+// inside wider rows as the ring passes them (q in q|k|v rows, k and v in a travelling K/V
+// block). Heads grouped, multi-head and multi-query; head sizes that fill a warp's lanes
+// partly, once, and four times; rows that are multiples of no tile. "Emulated": on the unit
+// build the CUDA emulator runs the kernels (TSan leaves it out).
+TEST_F(BackendOpsTest, RingBlockAttentionAndRopeAtPositionsMatchTheCpuBackendEmulated) {
+  for (auto [B, NH, NKV, hd, L, Lk] : {std::tuple{1, 1, 1, 8, 1, 3}, std::tuple{2, 4, 2, 8, 7, 5},
+                                       std::tuple{1, 6, 3, 64, 33, 65}, std::tuple{2, 2, 1, 128, 9, 17},
+                                       std::tuple{1, 3, 1, 24, 40, 12}}) {
+    SCOPED_TRACE(::testing::Message() << "B " << B << " NH " << NH << " NKV " << NKV << " hd " << hd << " L " << L
+                                      << " Lk " << Lk);
+    const int W = (NH + 2 * NKV) * hd, C = NH * hd, KV = 2 * NKV * hd;
+    const size_t nq = static_cast<size_t>(B) * L * W, no = static_cast<size_t>(B) * L * C,
+                 ns = static_cast<size_t>(B) * NH * L;
+    // qkv rows of this block (its own K/V for the diagonal), and a K/V block of Lk rows.
+    const auto qkv = Random(nq, 21), kvb = Random(static_cast<size_t>(B) * Lk * KV, 22), dout = Random(no, 23),
+               dq0 = Random(nq, 24), dkv0 = Random(static_cast<size_t>(B) * Lk * KV, 25),
+               held = Random(no, 26);  // what out holds before the first block: overwritten
+    const std::vector<float> held_lse(ns, 0.5f);
+    const AttentionBlock diag{B, NH, NKV, hd, L, L, true, 0.f, /*first=*/true};
+    const AttentionBlock below{B, NH, NKV, hd, L, Lk, false, 0.f};
+    auto run = [&](Backend& be, float* out, float* lse, const float* q, const float* kv, float* D, float* dq,
+                   float* dkv, const float* g) {
+      const HeadRows<const float> qr{q, static_cast<int64_t>(L) * W, W};
+      const HeadRows<const float> kd{q + C, qr.seq, W}, vd{q + C + NKV * hd, qr.seq, W};
+      const HeadRows<const float> kb{kv, static_cast<int64_t>(Lk) * KV, KV}, vb{kv + NKV * hd, kb.seq, KV};
+      const HeadRows<float> o{out, static_cast<int64_t>(L) * C, C};
+      be.AttentionBlockForward(o, {lse, L}, qr, kd, vd, diag);
+      be.AttentionBlockForward(o, {lse, L}, qr, kb, vb, below);
+      const HeadRows<const float> oc{out, o.seq, C}, gr{g, o.seq, C};
+      be.AttentionBlockDelta({D, L}, gr, oc, B, NH, hd, L);
+      // The diagonal block's gradients go to q|k|v's own columns, the other's to the K/V block.
+      float* dqr = dq;
+      const HeadRows<float> dqh{dqr, qr.seq, W};
+      be.AttentionBlockBackward(dqh, {dqr + C, qr.seq, W}, {dqr + C + NKV * hd, qr.seq, W}, qr, kd, vd, gr, {lse, L},
+                                {D, L}, {B, NH, NKV, hd, L, L, true, 0.f});
+      be.AttentionBlockBackward(dqh, {dkv, kb.seq, KV}, {dkv + NKV * hd, kb.seq, KV}, qr, kb, vb, gr, {lse, L}, {D, L},
+                                below);
+    };
+    std::vector<float> out = held, lse = held_lse, D(ns), dq = dq0, dkv = dkv0;
+    run(cpu(), out.data(), lse.data(), qkv.data(), kvb.data(), D.data(), dq.data(), dkv.data(), dout.data());
+    Dev<float> eQ(be(), qkv), eKv(be(), kvb), eG(be(), dout), eOut(be(), held), eLse(be(), held_lse), eD(be(), ns),
+        eDq(be(), dq0), eDkv(be(), dkv0);
+    run(be(), eOut.get(), eLse.get(), eQ.get(), eKv.get(), eD.get(), eDq.get(), eDkv.get(), eG.get());
+    ASSERT_TRUE(Ok());
+    EXPECT_LE(RelErr(eOut.Host(), out), kTol);
+    EXPECT_LE(RelErr(eLse.Host(), lse), kTol);
+    EXPECT_LE(RelErr(eD.Host(), D), kTol);
+    EXPECT_LE(RelErr(eDq.Host(), dq), kTol);
+    EXPECT_LE(RelErr(eDkv.Host(), dkv), kTol);
+    // The cpu reference itself: two blocks merged are the softmax over the union of their keys
+    // (the diagonal's keys j <= i, then all of the other's), computed here directly.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    double worst = 0, largest = 0;
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        const int g = h / (NH / NKV);
+        for (int i = 0; i < L; ++i) {
+          const float* q = qkv.data() + (static_cast<size_t>(b) * L + i) * W + h * hd;
+          std::vector<double> s, w;
+          std::vector<const float*> vals;
+          for (int j = 0; j <= i; ++j) {
+            const float* row = qkv.data() + (static_cast<size_t>(b) * L + j) * W;
+            double dot = 0;
+            for (int d = 0; d < hd; ++d) dot += double(q[d]) * row[C + g * hd + d];
+            s.push_back(dot * scale);
+            vals.push_back(row + C + NKV * hd + g * hd);
+          }
+          for (int j = 0; j < Lk; ++j) {
+            const float* row = kvb.data() + (static_cast<size_t>(b) * Lk + j) * KV;
+            double dot = 0;
+            for (int d = 0; d < hd; ++d) dot += double(q[d]) * row[g * hd + d];
+            s.push_back(dot * scale);
+            vals.push_back(row + NKV * hd + g * hd);
+          }
+          const double mx = *std::max_element(s.begin(), s.end());
+          double sum = 0;
+          for (double x : s) sum += std::exp(x - mx);
+          const double want_lse = mx + std::log(sum);
+          worst = std::max(worst, std::fabs(want_lse - lse[(static_cast<size_t>(b) * NH + h) * L + i]));
+          for (int d = 0; d < hd; ++d) {
+            double o = 0;
+            for (size_t j = 0; j < s.size(); ++j) o += std::exp(s[j] - want_lse) * vals[j][d];
+            const float got = out[(static_cast<size_t>(b) * L + i) * C + h * hd + d];
+            worst = std::max(worst, std::fabs(o - got));
+            largest = std::max(largest, std::fabs(o));
+          }
+        }
+      }
+    }
+    EXPECT_LE(worst, kTol * std::max(1.0, largest)) << "the merged blocks are the softmax over both blocks' keys";
+  }
+  // RoPE at a cp rank's rows' positions (cp 2, rank 1 of T 16: chunks 1 and 2), and at
+  // positions r, where it is RopeApply.
+  for (auto [B, NH, NKV, hd] : {std::tuple{2, 4, 2, 8}, std::tuple{1, 2, 2, 64}}) {
+    const int L = 8;
+    const std::vector<int32_t> at = {4, 5, 6, 7, 8, 9, 10, 11}, plain = {0, 1, 2, 3, 4, 5, 6, 7};
+    std::vector<float> inv(static_cast<size_t>(hd / 2));
+    rope_inv_freq(inv.data(), hd, 10000.f);
+    const auto qkv0 = Random(static_cast<size_t>(B) * L * (NH + 2 * NKV) * hd, 31);
+    for (const auto* pos : {&at, &plain}) {
+      for (bool inverse : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "RoPE at positions from " << (*pos)[0] << " hd " << hd << " inverse "
+                                          << inverse);
+        std::vector<float> want = qkv0;
+        cpu().RopeApplyAt(want.data(), B, L, pos->data(), NH, NKV, hd, inv.data(), inverse);
+        Dev<float> eInv(be(), inv), eX(be(), qkv0);
+        Dev<int32_t> eP(be(), *pos);
+        be().RopeApplyAt(eX.get(), B, L, eP.get(), NH, NKV, hd, eInv.get(), inverse);
+        ASSERT_TRUE(Ok());
+        EXPECT_LE(RelErr(eX.Host(), want), kTol);
+        if (pos == &plain) {
+          std::vector<float> unsplit = qkv0;
+          cpu().RopeApply(unsplit.data(), B, L, NH, NKV, hd, inv.data(), inverse);
+          EXPECT_TRUE(SameBits(want, unsplit)) << "positions r: RopeApply's bits";
+        }
+      }
+    }
+  }
+  // CopyRows: the K/V columns of q|k|v rows packed, and back.
+  {
+    const int rows = 13, W = 40, off = 16, width = 24;
+    const auto src = Random(static_cast<size_t>(rows) * W, 41);
+    Dev<float> eS(be(), src), eP(be(), static_cast<size_t>(rows) * width), eBack(be(), src.size());
+    be().CopyRows(eP.get(), width, eS.get() + off, W, width, rows);
+    be().CopyRows(eBack.get() + off, W, eP.get(), width, width, rows);
+    ASSERT_TRUE(Ok());
+    const auto packed = eP.Host(), back = eBack.Host();
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < W; ++c) {
+        const float x = src[static_cast<size_t>(r) * W + c];
+        if (c >= off) {
+          EXPECT_EQ(packed[static_cast<size_t>(r) * width + c - off], x) << r << "," << c;
+          EXPECT_EQ(back[static_cast<size_t>(r) * W + c], x) << r << "," << c;
+        } else {
+          EXPECT_TRUE(std::isnan(back[static_cast<size_t>(r) * W + c])) << "untouched: " << r << "," << c;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gantry::kernels
 
