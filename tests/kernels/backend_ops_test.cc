@@ -1964,6 +1964,38 @@ TEST_F(BackendOpsTest, CudnnAttentionIsWithinItsBoundAndRepeatsItsBits) {
   }
 }
 
+// cuDNN's stats output is the log-sum-exp the ring merges by: on the cuDNN path (the stand-in
+// here, cuDNN itself in the GPU suite) a 16-bit causal self-attention's statistics are the
+// natural-log LSE of the scaled scores, per row and head, fp32, which is what
+// AttentionBlockForward writes for the same rows as one diagonal block (causal, first) of the
+// widened values, grouped heads included. (The ring does not yet call cuDNN for its blocks:
+// docs/decisions.md, "Context parallelism on the device".)
+TEST_F(BackendOpsTest, CudnnStatsAreTheRingBlocksLogSumExpEmulated) {
+  BackendOptions options;
+  options.attention = AttentionPath::kCudnn;
+  auto made = CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+  ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
+  Backend& b = **made;
+  const Precision p = Precision::kBf16;
+  for (auto [B, T, NH, NKV, hd] : {std::tuple{2, 7, 2, 2, 8}, std::tuple{1, 65, 4, 2, 32}, std::tuple{1, 33, 3, 1, 64}}) {
+    SCOPED_TRACE(::testing::Message() << "B " << B << " T " << T << " NH " << NH << " NKV " << NKV << " hd " << hd);
+    const int W = (NH + 2 * NKV) * hd, C = NH * hd;
+    const size_t n_lse = static_cast<size_t>(B) * NH * T;
+    const auto qkv = Random16(static_cast<size_t>(B) * T * W, 51, p);
+    Dev<uint16_t> eQkv(b, qkv), eOut(b, std::vector<uint16_t>(static_cast<size_t>(B) * T * C, kPoison16));
+    Dev<float> eStats(b, n_lse);
+    b.GroupedAttentionForward(Ptr(eOut.get(), p), eStats.get(), CPtr(eQkv.get(), p), B, T, NH, NKV, hd, p);
+    ASSERT_TRUE(b.Synchronize().ok());
+    const auto wide = Widen(qkv, p);
+    std::vector<float> out(static_cast<size_t>(B) * T * C), lse(n_lse);
+    const HeadRows<const float> q{wide.data(), static_cast<int64_t>(T) * W, W};
+    cpu().AttentionBlockForward({out.data(), static_cast<int64_t>(T) * C, C}, {lse.data(), T}, q,
+                                {wide.data() + C, q.seq, W}, {wide.data() + C + NKV * hd, q.seq, W},
+                                {B, NH, NKV, hd, T, T, true, 0.f, /*first=*/true});
+    EXPECT_TRUE(Within(eStats.Host(), lse, [&](size_t i) { return kTol * (1 + std::fabs(lse[i])); }));
+  }
+}
+
 // Grouped-query attention straight through cuDNN (Backend::GroupedAttentionForward/Backward:
 // SDPA with K and V of NKV heads, dK and dV summed over each group by cuDNN) against the cpu
 // backend's grouped call, which is the model's sequence there: GqaExpand, the 16-bit attention
