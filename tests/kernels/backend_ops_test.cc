@@ -112,6 +112,12 @@ class BackendOpsTest : public ::testing::Test {
   }
   Backend& cpu() { return CpuBackend(); }
   Backend& be() { return *be_; }
+  // Another backend of the kind under test, on the cuDNN attention path (AttentionPath::kCudnn).
+  static absl::StatusOr<std::unique_ptr<Backend>> CudnnBackend() {
+    BackendOptions options;
+    options.attention = AttentionPath::kCudnn;
+    return CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+  }
   std::unique_ptr<Backend> be_;
 };
 
@@ -1923,9 +1929,7 @@ AttentionRuns RunTwice(Backend& b, Precision p, const std::vector<uint16_t>& qkv
 // The log-sum-exp (cuDNN's softmax statistics, fp32) within kTol (1 + |lse|) of the cpu's.
 // And the deterministic backward: a second run gives the same bits, forward and backward.
 TEST_F(BackendOpsTest, CudnnAttentionIsWithinItsBoundAndRepeatsItsBits) {
-  BackendOptions options;
-  options.attention = AttentionPath::kCudnn;
-  auto made = CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+  auto made = CudnnBackend();
   ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
   Backend& b = **made;
   ASSERT_TRUE(b.Supports(Capability::kFusedAttention)) << "its state is the log-sum-exp";
@@ -1971,9 +1975,7 @@ TEST_F(BackendOpsTest, CudnnAttentionIsWithinItsBoundAndRepeatsItsBits) {
 // widened values, grouped heads included. (The ring does not yet call cuDNN for its blocks:
 // docs/decisions.md, "Context parallelism on the device".)
 TEST_F(BackendOpsTest, CudnnStatsAreTheRingBlocksLogSumExpEmulated) {
-  BackendOptions options;
-  options.attention = AttentionPath::kCudnn;
-  auto made = CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+  auto made = CudnnBackend();
   ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
   Backend& b = **made;
   const Precision p = Precision::kBf16;
@@ -2007,9 +2009,7 @@ TEST_F(BackendOpsTest, CudnnStatsAreTheRingBlocksLogSumExpEmulated) {
 // them unrounded; both round the sum once (Within16's ulp). The statistics and run-to-run
 // bits as there.
 TEST_F(BackendOpsTest, CudnnGroupedAttentionIsWithinItsBoundAndRepeatsItsBits) {
-  BackendOptions options;
-  options.attention = AttentionPath::kCudnn;
-  auto made = CreateBackend(*ParseBackendKind(GANTRY_TEST_BACKEND), 0, options);
+  auto made = CudnnBackend();
   ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
   Backend& b = **made;
   for (Precision p : k16) {
