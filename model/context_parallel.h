@@ -16,7 +16,9 @@
 // ones masked. Backward: dQ stays local; dK and dV travel with their K and V, each rank adding
 // its share, and one last exchange brings them home to their owners. The exchanges run on the
 // group's communication thread (comm::CommThread), the next one in flight while the current
-// block is computed.
+// block is computed. Where the model's K and V are 16-bit (AttentionHeads::kv_type bf16 or
+// fp16) the blocks travel in that type, half fp32's bytes, and are widened on arrival; dK/dV,
+// sums over the ranks' queries, travel in fp32.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/comm_thread.h"
+#include "kernels/types.h"
 
 namespace gantry::model {
 
@@ -68,6 +71,9 @@ class CpSharding {
 struct AttentionHeads {
   int B = 0, NH = 0, NKV = 0, hd = 0;
   float scale = 0.f;  // the scores' factor; 0 is 1/sqrt(hd)
+  // The type the model keeps K and V in: bf16 or fp16 (the ring's fp32 operands are their
+  // values widened, so rounding them back is exact) travel in it; fp32 as they are.
+  kernels::Precision kv_type = kernels::Precision::kFp32;
   int qkv_width() const { return (NH + 2 * NKV) * hd; }
   int out_width() const { return NH * hd; }
 };
@@ -90,10 +96,14 @@ class RingAttention {
                         const AttentionHeads& heads);
 
   const CpSharding& shard() const { return shard_; }
-  // Floats this rank sent in the last Forward or Backward, and the seconds it waited for the
-  // exchanges there (what the computing did not hide).
+  // 4-byte words this rank sent in the last Forward or Backward (a 16-bit block's two values a
+  // word), and the seconds it waited for the exchanges there (what the computing did not hide).
   size_t floats_sent() const { return floats_sent_; }
   double waited_seconds() const { return waited_; }
+  // Host bytes of the working memory the calls so far allocated (kept between calls, at the
+  // largest (B, heads) seen): what the model's memory account adds for the ring, and what
+  // jobspec's planner counts (RingCpBytes).
+  size_t bytes() const;
 
  private:
   absl::Status Check(const AttentionHeads& heads) const;
@@ -102,14 +112,24 @@ class RingAttention {
   uint64_t Exchange(const float* send, float* recv, size_t n);
   // Waits for exchange `ticket`, counting the time in waited_.
   absl::Status Wait(uint64_t ticket);
+  // The K/V blocks round the ring, n floats each: StartKv packs this rank's from qkv (step 0's
+  // block), KvBlock(s) is step s's in fp32 (widened from the wire's type where that is 16-bit),
+  // PassKv(s) queues step s's block on to rank + 1 and the receiving of step s + 1's.
+  void StartKv(const float* qkv, const AttentionHeads& a, size_t n);
+  const float* KvBlock(int s);
+  uint64_t PassKv(int s);
 
   comm::CommThread* ring_;
   CpSharding shard_;
   size_t floats_sent_ = 0;
   double waited_ = 0;
-  // Working memory, kept between calls: the K/V blocks (this one and the next), the running
-  // output and dQ, the backward's D, and dK/dV (this step's two, the one arriving).
-  std::vector<float> kv_[2], acc_, delta_, dkv_[2], dkv_in_;
+  // Working memory, kept between calls: the K/V blocks (this one and the next; 16-bit: the
+  // one computed with), the backward's D, and dK/dV (this step's two, the one arriving).
+  std::vector<float> kv_[2], delta_, dkv_[2], dkv_in_;
+  // 16-bit K/V: the blocks as they travel (this one and the next), of kv_type_.
+  std::vector<uint16_t> wire_[2];
+  kernels::Precision kv_type_ = kernels::Precision::kFp32;
+  size_t kv_n_ = 0;  // floats of a K/V block
 };
 
 }  // namespace gantry::model

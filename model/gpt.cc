@@ -161,6 +161,10 @@ void GPT::set_cp_comm(comm::Communicator* comm) {
   act_B_ = act_T_ = 0;  // laid out again at the next forward
 }
 
+size_t GPT::context_parallel_bytes() const {
+  return ring_ != nullptr ? ring_->bytes() + ctx_->ring_scratch_bytes() : 0;
+}
+
 bool GPT::SetUpContextParallel(int T) {
   const int cp = this->cp();
   auto refuse = [&](const std::string& what) {

@@ -238,6 +238,10 @@ class GPT : private MoeHost {
   const jobspec::ActivationLayout& activation_layout() const { return ctx_->off(); }
   // Bytes of activation memory for the current (B,T).
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
+  // Context parallelism: host bytes of the ring's working memory beside the activation buffer
+  // (RingAttention::bytes, and in bf16 or fp16 the widened copies of its operands), as the
+  // forwards and backwards so far allocated it; 0 without cp.
+  size_t context_parallel_bytes() const;
   // Mixed precision: bytes of the 16-bit working copies of the GEMM weights (the persistent
   // copy of ZeRO 0-2, or one unit's and the classifier's under ZeRO 3).
   size_t working_param_bytes() const { return working_->bytes(); }

@@ -448,7 +448,7 @@ void Session::SetMemoryGauges(const v1::Assignment& a, const train::MemoryAccoun
     if (a.local_rank() != 0) return;  // local rank 0's (the ranks of a job hold alike)
     for (auto [kind, bytes] : {std::pair{"params", m.params}, std::pair{"grads", m.grads},
                                std::pair{"optimizer", m.optimizer}, std::pair{"activations", m.activations},
-                               std::pair{"working", m.working}, std::pair{"peak", m.peak},
+                               std::pair{"cp_ring", m.ring}, std::pair{"working", m.working}, std::pair{"peak", m.peak},
                                std::pair{"zero_formula", m.predicted}}) {
       registry_->GetGauge("gantry_worker_memory_bytes",
                           "Bytes this rank holds for training, by kind; zero_formula is what ZeRO predicts for "

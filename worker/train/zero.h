@@ -53,6 +53,7 @@ namespace gantry::train {
 struct MemoryAccount {
   size_t params = 0, grads = 0, optimizer = 0;  // persistent model state
   size_t activations = 0;                       // the model's activation buffer
+  size_t ring = 0;                              // context parallelism: the ring's working memory (host)
   size_t working = 0;                           // collective staging, gathered units, buckets
   size_t peak = 0;                              // the largest sum of all of the above seen
   size_t predicted = 0;  // the ZeRO formula for params + grads + optimizer at this stage and dp

@@ -20,6 +20,7 @@
 #include "comm/groups.h"
 #include "data/token_file.h"
 #include "jobspec/model_layout.h"
+#include "jobspec/planner.h"
 #include "jobspec/ranks.h"
 #include "kernels/threads.h"
 #include "tests/test_util.h"
@@ -116,6 +117,7 @@ class CpTrainingTest : public ::testing::Test {
     const int world = l.world();
     std::vector<Result> results(static_cast<size_t>(world));
     std::vector<absl::Status> status(static_cast<size_t>(world));
+    std::vector<size_t> ring(static_cast<size_t>(world));  // each rank's Trainer::memory().ring
     auto store = std::make_shared<gloo::rendezvous::HashStore>();
     const jobspec::JobSpec spec = Spec(dp, cp, zero);
     std::vector<std::thread> threads;
@@ -146,12 +148,22 @@ class CpTrainingTest : public ::testing::Test {
           (*t)->model().ReadParams(results[r].params.data());
           if (!(*t)->val_losses().empty()) results[r].val_loss = (*t)->val_losses().back().second;
           results[r].activations = (*t)->memory().activations;
+          ring[r] = (*t)->memory().ring;
         }
         std::fclose(null);
       });
     }
     for (auto& t : threads) t.join();
     for (int r = 0; r < world; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    // The ring's working memory, as allocated, is the planner's (Plan::ring), to the byte.
+    auto planned = jobspec::PlanRanks(jobspec::PlanOfSpec(spec));
+    EXPECT_TRUE(planned.ok()) << planned.status();
+    for (int r = 0; r < world && planned.ok(); ++r) {
+      const jobspec::Coords c = jobspec::CoordsOf(r, l);
+      EXPECT_EQ(static_cast<double>(ring[r]), (*planned)[static_cast<size_t>(c.stage * tp_ + c.tp_rank)].bytes.ring)
+          << "rank " << r;
+    }
+    if (cp > 1) EXPECT_GT(ring[0], 0u);
     for (int r = 1; r < world; ++r) {
       EXPECT_EQ(results[r].losses, results[0].losses) << "every rank reports the same loss: rank " << r;
       if (jobspec::CoordsOf(r, l).tp_rank == 0 && jobspec::CoordsOf(r, l).stage == 0) {
