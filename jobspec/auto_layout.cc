@@ -34,10 +34,9 @@ bool Admits(const JobSpec& s, const PlanInput& x) {
   if (s.optimizer.placement == "shardserver" && (x.tp > 1 || x.pp > 1 || x.zero > 2)) return false;
   if (x.sequence_parallel && (static_cast<int64_t>(x.micro_batch) * s.seq_len) % x.tp != 0) return false;
   // Context parallelism (parallel.cp): what the wiring runs (jobspec/job_spec.cc's
-  // ValidateContextParallel): the cpu backend, no MoE, the optimizer on the workers; seq_len
-  // cut into 2·cp chunks.
-  if (x.cp > 1 && (s.resources.device != "cpu" || s.parallel.ep > 1 || s.model.moe.num_experts > 0 ||
-                   s.optimizer.placement != "worker" || s.seq_len % (2 * x.cp) != 0)) {
+  // ValidateContextParallel): the cpu backend, the optimizer on the workers; seq_len cut into
+  // 2·cp chunks.
+  if (x.cp > 1 && (s.resources.device != "cpu" || s.optimizer.placement != "worker" || s.seq_len % (2 * x.cp) != 0)) {
     return false;
   }
   return true;

@@ -271,10 +271,6 @@ absl::Status ValidateContextParallel(const JobSpec& s) {
                       absl::StrCat("needs tp ", s.parallel.tp, " to divide a cp rank's rows, micro_batch x seq_len / cp = ",
                                    rows, " (each tensor-parallel rank holds as many of them)"));
   }
-  if (s.model.moe.num_experts > 0) {
-    return refuse("model.moe", "a MoE layer's capacity and load-balancing loss are taken over the micro-batch's tokens, "
-                               "which cp splits (they would have to be reduced over the cp group)");
-  }
   if (s.optimizer.placement != "worker") {
     return refuse("optimizer.placement shardserver", "parameter-server mode is not wired with it");
   }

@@ -158,6 +158,7 @@ void GPT::set_cp_comm(comm::Communicator* comm) {
   cp_thread_ = cp_comm_ != nullptr ? std::make_unique<comm::CommThread>(cp_comm_) : nullptr;
   ring_.reset();
   ctx_->set_context_parallel(nullptr, nullptr);
+  moe_->set_cp(cp_thread_.get());
   act_B_ = act_T_ = 0;  // laid out again at the next forward
 }
 
@@ -177,7 +178,6 @@ bool GPT::SetUpContextParallel(int T) {
   if (!be_->Supports(k::Capability::kHostAddressable)) {
     return refuse(absl::StrCat("the ", be_->Describe(), " backend (its memory is not the host's)"));
   }
-  if (config_.moe.num_experts > 0) return refuse("a mixture of experts");
   absl::StatusOr<CpSharding> shard = CpSharding::Make(T * cp, cp, cp_comm_->rank());
   if (!shard.ok()) {
     ctx_->Fail(shard.status());

@@ -179,9 +179,10 @@ class GPT : private MoeHost {
   // attention goes round the group (RingAttention, the exchanges on the group's own
   // communication thread), RoPE and GPT-2's position embeddings take the rows' global
   // positions; the loss is the mean over this rank's rows. The cpu backend (in bf16 or fp16
-  // the ring computes on widened copies), with tp (the ring carries this rank's heads) and pp
-  // (a stage's buffers hold T/cp rows), not MoE: anything else fails the first forward with
-  // the reason.
+  // the ring computes on widened copies), with tp (the ring carries this rank's heads), pp
+  // (a stage's buffers hold T/cp rows) and MoE (the routing statistics of the load-balancing
+  // loss summed over the group: MoeLayers::set_cp): anything else fails the first forward
+  // with the reason.
   void set_cp_comm(comm::Communicator* comm);
   int cp() const { return cp_comm_ != nullptr ? cp_comm_->size() : 1; }
   // Expert parallelism (shard().ep > 1): the group whose ranks hold the other experts; the

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/file_util.h"
 #include "tests/test_util.h"
 
@@ -427,7 +428,11 @@ data: {train: t.bin}
 train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
 parallel: {cp: 2}
 )";
-  EXPECT_NE(Error(moe).find("field 'parallel.cp' 2 with model.moe is not supported yet"), std::string::npos) << Error(moe);
+  // MoE: its load-balancing loss reduced over the cp group (model/moe_layer.h), with ep too.
+  EXPECT_TRUE(ParseJobSpec(moe).ok()) << ParseJobSpec(moe).status();
+  auto with_ep = ParseJobSpec(absl::StrReplaceAll(moe, {{"parallel: {cp: 2}", "parallel: {cp: 2, dp: 2, ep: 2, zero_stage: 1}"}}));
+  ASSERT_TRUE(with_ep.ok()) << with_ep.status();
+  EXPECT_EQ(with_ep->world_size(), 4);
   // Sequence parallelism splits a cp rank's rows over tp: 1 x 12 / 2 = 6 rows, which tp 4 does not divide.
   const std::string sp = R"(
 model: {n_layer: 2, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 12}

@@ -75,9 +75,10 @@ struct StepTiming {
 // DP reduction of the last micro-batch.
 // Expert parallelism (the model's shard has ep > 1): the MoE layers' expert tensors are
 // reduced (and, ZeRO 1, partitioned) over edp, the dp/ep replicas that hold the same experts
-// (null: this rank alone), everything else over the DP group; both are scaled by 1/dp (an
-// expert's gradient already sums its ep group's tokens). Their buckets are split at the
-// experts' ranges, each part over its own group. ZeRO 0 and 1.
+// (x cp: every cp rank of them; null: this rank alone), everything else over the DP group
+// (dp x cp); both are scaled by 1/(dp x cp) (an expert's gradient already sums its ep group's
+// tokens). Their buckets are split at the experts' ranges, each part over its own group.
+// ZeRO 0 and 1.
 struct ZeroModelParallel {
   comm::Communicator* mp = nullptr;
   comm::Communicator* emb = nullptr;
