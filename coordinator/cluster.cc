@@ -170,7 +170,9 @@ absl::Status Cluster::Transition(v1::Job& job, v1::JobState to, const std::strin
   return absl::OkStatus();
 }
 
-void Cluster::RememberSpec(const std::string& job_id, jobspec::JobSpec spec) { specs_.Remember(job_id, std::move(spec)); }
+void Cluster::RememberSpec(const std::string& job_id, std::shared_ptr<const jobspec::JobSpec> spec) {
+  specs_.Remember(job_id, std::move(spec));
+}
 
 std::shared_ptr<const jobspec::JobSpec> Cluster::SpecOf(const v1::Job& job) { return specs_.Of(job); }
 

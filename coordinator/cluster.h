@@ -141,10 +141,12 @@ class Cluster {
   void RendezvousGet(const std::string& job_id, int64_t generation, const std::string& key, int64_t wait_ms,
                      std::function<void(absl::StatusOr<std::string>)> done);
 
-  // A job's spec, parsed once per coordinator: at submit (Remember), or the first time a job
-  // stored by an earlier coordinator is looked at. Null if the stored text does not parse
-  // (it did when the job was accepted).
-  void RememberSpec(const std::string& job_id, jobspec::JobSpec spec);
+  // A job's spec, parsed once per coordinator (coordinator/spec_cache.h): at submit
+  // (ParseSpec, then RememberSpec as the store creates the job), or the first time a job
+  // stored by an earlier coordinator is looked at (SpecOf). SpecOf: null if the stored text
+  // does not parse (it did when the job was accepted).
+  absl::StatusOr<std::shared_ptr<const jobspec::JobSpec>> ParseSpec(const std::string& yaml) { return specs_.Parse(yaml); }
+  void RememberSpec(const std::string& job_id, std::shared_ptr<const jobspec::JobSpec> spec);
   std::shared_ptr<const jobspec::JobSpec> SpecOf(const v1::Job& job);
 
   void RegisterShardServer(const v1::RegisterShardServerRequest& r);

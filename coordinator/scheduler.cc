@@ -326,22 +326,10 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
     return Outcome::kSkipped;
   }
   p->resume = *resume;
-  // The normalised spec the ranks read, at this placement's dp: at the spec's own dp (every
-  // job but an elastic one placed smaller or larger) that is the record's spec_normalised,
-  // written by the same ToYaml at submit; emitting YAML per placement was a tenth of the
-  // coordinator's CPU under load.
-  p->dp = world / (tp * pp * placed_spec.parallel.cp);
-  p->tp = tp;
-  p->pp = pp;
-  if (chose) {
-    p->yaml = jobspec::ToYaml(placed_spec);
-  } else if (p->dp == spec.parallel.dp && !job.spec_normalised().empty()) {
-    p->yaml = job.spec_normalised();
-  } else {
-    jobspec::JobSpec placed = spec;
-    placed.parallel.dp = p->dp;
-    p->yaml = jobspec::ToYaml(placed);
-  }
+  // The ranks' layout, in typed fields (Assignment.layout): an auto job's planner's choice, an
+  // elastic job's dp; the spec they read is the user's text, never rewritten.
+  p->layout = jobspec::LayoutOf(placed_spec);
+  p->layout.dp = world / (tp * pp * placed_spec.parallel.cp);
   job.set_generation(job.generation() + 1);
   job.set_world_size(world);
   job.clear_borrowed_slots();  // DecideWithQuotas marks what this placement borrows
@@ -442,14 +430,12 @@ void Scheduler::Send(const std::vector<Placement>& placements, const std::vector
       v1::Assignment* a = m.mutable_assign();
       a->set_job_id(job.id());
       a->set_generation(job.generation());
-      a->set_spec_yaml(p.yaml);
+      a->set_spec_yaml(job.spec_yaml());  // as submitted: the ranks apply the layout to it
       a->set_resume_job_id(p.resume.first);
       a->set_resume_step(p.resume.second);
       a->set_rank(static_cast<int>(r));
       a->set_world_size(world);
-      a->set_dp(p.dp);
-      a->set_tp(p.tp);
-      a->set_pp(p.pp);
+      *a->mutable_layout() = placement::LayoutMessage(p.layout);
       a->set_local_rank(local);
       a->set_local_world(p.local_world.at(w));
       for (const auto& s : shard_addrs) a->add_shard_servers(s);

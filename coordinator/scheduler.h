@@ -103,9 +103,10 @@ class Scheduler {
     v1::Job job;
     std::vector<std::pair<Member*, int>> chosen;  // rank r runs on chosen[r].first, as its local rank .second
     std::map<Member*, int> local_world;
-    std::string yaml, where;
+    std::string where;
     std::pair<std::string, int64_t> resume;
-    int dp = 1, tp = 1, pp = 1;
+    jobspec::PlacedLayout layout;  // the ranks' layout (Assignment.layout); they read the spec as submitted
+
     std::vector<v1::ParamRange> param_ranges;
   };
 

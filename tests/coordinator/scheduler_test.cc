@@ -259,10 +259,11 @@ TEST_F(SchedulerTest, AnAutoJobGetsTheLayoutTheCostModelRanksFirstAndItsEvent) {
   const v1::Assignment* a = FakeSession::Assigned(sent);
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->world_size(), 4);
-  EXPECT_EQ(a->dp(), best.dp);
-  EXPECT_EQ(a->tp(), best.tp);
-  EXPECT_EQ(a->pp(), best.pp);
-  auto placed = jobspec::ParseJobSpec(a->spec_yaml());  // what the ranks read: the layout, auto gone
+  EXPECT_EQ(a->layout().dp(), best.dp);
+  EXPECT_EQ(a->layout().tp(), best.tp);
+  EXPECT_EQ(a->layout().pp(), best.pp);
+  EXPECT_EQ(a->spec_yaml(), kAutoJob) << "as submitted: the layout travels in typed fields";
+  auto placed = RanksSpec(*a);  // what the ranks run: the layout, auto gone
   ASSERT_TRUE(placed.ok()) << placed.status();
   EXPECT_FALSE(placed->auto_layout());
   EXPECT_EQ(placed->parallel.dp, best.dp);
@@ -305,9 +306,9 @@ TEST_F(SchedulerTest, AnAutoJobGetsTheLayoutTheCostModelRanksFirstAndItsEvent) {
   const v1::Assignment* b = FakeSession::Assigned(sent_again);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->generation(), 2);
-  EXPECT_EQ(b->dp(), two.dp);
-  EXPECT_EQ(b->tp(), two.tp);
-  auto again = jobspec::ParseJobSpec(b->spec_yaml());
+  EXPECT_EQ(b->layout().dp(), two.dp);
+  EXPECT_EQ(b->layout().tp(), two.tp);
+  auto again = RanksSpec(*b);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->train.micro_batch, two.micro_batch);
   EXPECT_NE(job.layout().find("parallel: auto on 2 cpu workers"), std::string::npos) << job.layout();
