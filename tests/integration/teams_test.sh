@@ -22,8 +22,8 @@
 #     preempt.*, as the coordinator lists them): the coordinator dies there by SIGKILL and
 #     restarts; both jobs reach SUCCEEDED (no job lost), no placement (job, generation) is made
 #     twice, and the victim's parameters are bitwise equal.
-# About 90 s on 2 cores (shared), half of it the kill points (a worker re-attaches up to
-# 16 s after a coordinator restart, its back-off grown while the coordinator was away).
+# About 45 s on 2 cores (shared); each kill point about 5 s (the worker re-attaches within a
+# second of a coordinator's restart: worker/agent/agent.cc).
 # Usage: teams_test.sh BUILD_DIR [REGEX]  (REGEX: only the kill points it matches)
 set -uo pipefail
 BUILD="$(cd "$1" && pwd)"
