@@ -124,6 +124,11 @@ class Cluster {
   std::string QuotaHold(const std::string& job_id);
   // Neither takes mu_ (a listing's waiting_for does not wait for a pass).
   bool QuotasInForce();
+  // A queued job's place in its device kind's queue, in the order the scheduler places them
+  // (Scheduler::QueuePositions: with quotas the fair share's), and the job before it: (0, "")
+  // if it is not queued. QueuePositions: every queued job's, for a listing. Neither takes mu_.
+  std::pair<int64_t, std::string> QueuePosition(const std::string& job_id);
+  std::map<std::string, std::pair<int64_t, std::string>> QueuePositions();
   // Whether a job of `team` with scheduling.preemptible: false needing `want` slots of
   // `device` may be submitted: FAILED_PRECONDITION naming the quota if not (quota.h's rule;
   // with no quotas in force, any is). Takes no lock of the cluster's.

@@ -319,15 +319,16 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const QueuePosi
   job->set_queue_position(0);
   job->clear_waiting_for();
   if (!placement::Queued(job->state())) return absl::OkStatus();
-  // The queue of its device kind: jobs of other kinds wait for other workers. Its place
-  // comes from the store's index of the queues, not from reading every job.
+  // The queue of its device kind: jobs of other kinds wait for other workers. Its place is in
+  // the order the scheduler places them (with quotas the fair share's: Cluster::QueuePosition),
+  // from the store's index of the queues, not from reading every job.
   const auto own_spec = cluster_->SpecOf(*job);
   const std::string own_device = own_spec ? own_spec->resources.device : "cpu";
   std::pair<int64_t, std::string> at;
   if (positions != nullptr) {
     if (auto it = positions->find(job->id()); it != positions->end()) at = it->second;
   } else {
-    at = store_->QueuePosition(job->id());
+    at = cluster_->QueuePosition(job->id());
   }
   if (at.first == 0) return absl::OkStatus();
   job->set_queue_position(at.first);
@@ -459,7 +460,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
     for (const auto& id : store_->Unresolved()) {
       if (auto full = store_->GetJob(id); full.ok()) cluster_->SpecOf(*full);
     }
-    const QueuePositions positions = store_->QueuePositions();
+    const QueuePositions positions = cluster_->QueuePositions();
     // A page, newest first: the index gives its jobs (brief records, no read), the store their
     // full records when asked for.
     ASSIGN_OR_RETURN(const size_t size, PageSize(req->page_size()));
