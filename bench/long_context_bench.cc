@@ -6,24 +6,24 @@
 // process of its own (this program again, --row), so that its peak RSS is its own.
 //
 // Per row: tokens/s (T tokens a step over the median step's seconds, the first step left out:
-// it allocates), each rank's activation bytes (the model's own buffer: Trainer::memory()), the
-// process's peak RSS (all its ranks), and the planner's activation bytes per rank
-// (jobspec::PlanRanks of the same spec: PlanInput::cp) beside the measured, with the ratio.
+// it allocates), each rank's activation bytes (the model's own buffer: Trainer::memory()) and
+// the ring's working memory (MemoryAccount::ring: what model::RingAttention and the widened
+// copies of its 16-bit operands allocated), the process's peak RSS (all its ranks), and the
+// planner's activation bytes per rank (jobspec::PlanRanks of the same spec: PlanInput::cp, the
+// ring's share Plan::ring) beside the measured, with the ratio.
 //
 // A row is skipped, with the reason, where the planner says its ranks do not fit: each rank's
 // planned total (parameters, gradients, AdamW's state, activations, the ring's blocks) against
 // a 1/cp share of --max-gb (default: this machine's memory), 90% of it as `gantry plan` allows.
 //
-// --check: exit 1 unless every rank's measured activations are the plan's exactly: the plan
-// counts, in fp32, the model's own buffer exactly (jobspec::LayoutChunks) and, at cp > 1, the
-// ring's working memory beside it (model::RingAttention's fp32 buffers, not in the model's
-// buffer: two K/V blocks, dK/dV's three, the running output and D, i.e.
-// 4·B·rows·(10·NKV·hd + NH·hd + NH) bytes, rows = T/cp). The bound is 0 bytes: measured +
-// that ring = planned. (The smoke ctest runs T 256 at cp 1 and 2.)
+// --check: exit 1 unless every rank's measured bytes are the plan's exactly: the model's own
+// buffer against the plan's activations less its ring (jobspec::LayoutChunks, exactly), and
+// at cp > 1 the ring's measured working memory against Plan::ring (jobspec's RingCpBytes).
+// The bound is 0 bytes. (The smoke ctests run T 256 at cp 1 and 2, and cp 2 in bf16.)
 //
 //   long_context_bench [--t 4096,8192,16384,32768] [--cp 1,2,4] [--steps 4] [--layers 2]
 //                      [--embd 64] [--heads 4] [--kv-heads 2] [--ffn 176] [--vocab 256]
-//                      [--max-gb G] [--threads N] [--check] [--plan-only]
+//                      [--precision fp32|bf16|fp16] [--max-gb G] [--threads N] [--check] [--plan-only]
 #include <gloo/rendezvous/hash_store.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -65,6 +65,7 @@ struct Options {
   int threads = 0;    // OpenMP threads in all (each rank cores / cp); 0: every CPU
   bool check = false;
   bool plan_only = false;  // print the plan's columns and which rows would be skipped; run nothing
+  std::string precision = "fp32";  // train.precision
   std::string data;   // the token file (the parent writes it, a --row child reads it)
 };
 
@@ -72,7 +73,8 @@ struct Options {
   std::fprintf(stderr,
                "long_context_bench: %s\n"
                "usage: long_context_bench [--t 4096,8192,...] [--cp 1,2,4] [--steps N>=2] [--layers N] [--embd C]\n"
-               "       [--heads H] [--kv-heads K] [--ffn F] [--vocab V] [--max-gb G] [--threads N] [--check] [--plan-only]\n",
+               "       [--heads H] [--kv-heads K] [--ffn F] [--vocab V] [--precision fp32|bf16|fp16] [--max-gb G]\n"
+               "       [--threads N] [--check] [--plan-only]\n",
                why.c_str());
   std::exit(2);
 }
@@ -96,13 +98,14 @@ absl::StatusOr<jobspec::JobSpec> SpecOf(const Options& o, int T, int cp) {
       "model: {arch: llama, n_layer: ", o.layers, ", n_head: ", o.heads, ", n_kv_head: ", o.kv_heads,
       ", n_embd: ", o.embd, ", vocab_size: ", o.vocab, ", seq_len: ", T, ", ffn_hidden: ", o.ffn, "}\n"
       "data: {train: ", o.data, "}\n"
-      "train: {steps: ", o.steps, ", micro_batch: 1, global_batch: 1, lr: 1.0e-3, warmup: 1}\n"
+      "train: {steps: ", o.steps, ", micro_batch: 1, global_batch: 1, lr: 1.0e-3, warmup: 1, precision: ",
+      o.precision, "}\n"
       "checkpoint: {every: 0, dir: /tmp/long-context-unused}\n"
       "parallel: {dp: 1, cp: ", cp, "}\n"));
 }
 
-// The child: trains one (T, cp) row, every rank a thread, and prints
-// "RESULT <median step seconds> <rank 0's activation bytes> <rank 1's> ..." or "ERROR <why>".
+// The child: trains one (T, cp) row, every rank a thread, and prints "RESULT <median step
+// seconds> <rank 0's activation bytes> <rank 0's ring bytes> <rank 1's> ..." or "ERROR <why>".
 int RunRow(const Options& o, int T, int cp) {
   auto spec = SpecOf(o, T, cp);
   if (!spec.ok()) {
@@ -112,7 +115,7 @@ int RunRow(const Options& o, int T, int cp) {
   const jobspec::Layout l{1, 1, 1, 1, cp};
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<double> seconds;
-  std::vector<size_t> activations(static_cast<size_t>(cp));
+  std::vector<size_t> activations(static_cast<size_t>(cp)), ring(static_cast<size_t>(cp));
   std::vector<absl::Status> status(static_cast<size_t>(cp));
   std::vector<std::thread> threads;
   for (int r = 0; r < cp; ++r) {
@@ -137,7 +140,11 @@ int RunRow(const Options& o, int T, int cp) {
       }
       auto trainer = train::Trainer::Create(*spec, t);
       status[r] = trainer.ok() ? (*trainer)->Run() : trainer.status();
-      if (trainer.ok()) activations[r] = (*trainer)->memory().activations;
+      if (trainer.ok()) {
+        const train::MemoryAccount m = (*trainer)->memory();
+        activations[r] = m.activations;
+        ring[r] = m.ring;
+      }
       std::fclose(null);
     });
   }
@@ -154,7 +161,7 @@ int RunRow(const Options& o, int T, int cp) {
   }
   std::sort(seconds.begin(), seconds.end());
   std::printf("RESULT %.6f", seconds[seconds.size() / 2]);
-  for (size_t a : activations) std::printf(" %zu", a);
+  for (int r = 0; r < cp; ++r) std::printf(" %zu %zu", activations[r], ring[r]);
   std::printf("\n");
   return 0;
 }
@@ -220,14 +227,6 @@ Child Spawn(const std::vector<std::string>& args) {
   return c;
 }
 
-// The ring's working memory a rank (model::RingAttention's buffers, apart from the model's
-// activation buffer): see the header.
-double RingBytes(const Options& o, int T, int cp) {
-  if (cp <= 1) return 0;
-  const double rows = static_cast<double>(T) / cp, hd = static_cast<double>(o.embd) / o.heads;
-  return 4 * rows * (10 * o.kv_heads * hd + o.heads * hd + o.heads);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,6 +260,12 @@ int main(int argc, char** argv) {
       if (*v == '\0' || *end != '\0' || !(o.max_gb > 0)) Usage(absl::StrCat("--max-gb: '", v, "' is not a positive number"));
     }
     else if (f == "--data") o.data = v;
+    else if (f == "--precision") {
+      o.precision = v;
+      if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16") {
+        Usage(absl::StrCat("--precision: '", v, "' is not fp32, bf16 or fp16"));
+      }
+    }
     else if (f == "--row") {
       const std::vector<int> tc = Ints(f, v);
       if (tc.size() != 2) Usage("--row T,CP");
@@ -291,15 +296,17 @@ int main(int argc, char** argv) {
   }
 
   std::printf("long_context_bench: llama %d layers, n_embd %d, %d heads over %d kv heads, ffn %d, vocab %d; "
-              "micro-batch 1, fp32, cpu backend; %d steps a row (the first not timed); memory cap %.1f GB%s "
+              "micro-batch 1, %s, cpu backend; %d steps a row (the first not timed); memory cap %.1f GB%s "
               "(%.1f GB available now); load average %s\n",
-              o.layers, o.embd, o.heads, o.kv_heads, o.ffn, o.vocab, o.steps, cap / 1e9,
+              o.layers, o.embd, o.heads, o.kv_heads, o.ffn, o.vocab, o.precision.c_str(), o.steps, cap / 1e9,
               o.max_gb > 0 ? " (--max-gb)" : " (the machine's)", MemInfo("MemAvailable") / 1e9, LoadAverage().c_str());
-  // activations/rank: each rank's model buffer; ring: the ring's buffers a rank (restated, see
-  // the header); planned: the planner's activations a rank (the two together); plan tot: the
-  // planned totals (state and activations) of the process's cp ranks, beside its peak RSS.
-  std::printf("%6s %3s %10s %9s %-28s %8s %11s %10s %11s %11s\n", "T", "cp", "tokens/s", "step s",
-              "activations/rank MB", "ring MB", "planned MB", "plan/meas", "peak RSS MB", "plan tot MB");
+  // activations/rank: each rank's model buffer; ring: rank 0's ring working memory, measured
+  // and planned; planned: the planner's activations a rank (buffer and ring); plan/meas: that
+  // over rank 0's buffer and ring; plan tot: the planned totals (state and activations) of the
+  // process's cp ranks, beside its peak RSS.
+  std::printf("%6s %3s %10s %9s %-28s %8s %12s %11s %10s %11s %11s\n", "T", "cp", "tokens/s", "step s",
+              "activations/rank MB", "ring MB", "plan ring MB", "planned MB", "plan/meas", "peak RSS MB",
+              "plan tot MB");
   bool ok = true;
   for (int T : o.ts) {
     for (int cp : o.cps) {
@@ -324,8 +331,8 @@ int main(int argc, char** argv) {
         continue;
       }
       if (o.plan_only) {
-        std::printf("%10s %9s %-28s %8.2f %11.2f %10s %11s %11.1f\n", "-", "-", "(not run: --plan-only)",
-                    RingBytes(o, T, cp) / 1e6, rank.activations / 1e6, "-", "-", cp * rank.total() / 1e6);
+        std::printf("%10s %9s %-28s %8s %12.2f %11.2f %10s %11s %11.1f\n", "-", "-", "(not run: --plan-only)", "-",
+                    rank.ring / 1e6, rank.activations / 1e6, "-", "-", cp * rank.total() / 1e6);
         continue;
       }
       std::fflush(stdout);
@@ -333,14 +340,15 @@ int main(int argc, char** argv) {
                              std::to_string(o.steps), "--layers", std::to_string(o.layers), "--embd",
                              std::to_string(o.embd), "--heads", std::to_string(o.heads), "--kv-heads",
                              std::to_string(o.kv_heads), "--ffn", std::to_string(o.ffn), "--vocab",
-                             std::to_string(o.vocab), "--threads", std::to_string(o.threads)});
+                             std::to_string(o.vocab), "--threads", std::to_string(o.threads), "--precision",
+                             o.precision});
       double secs = 0;
-      std::vector<size_t> act;
+      std::vector<size_t> act, ring;  // each rank's
       const size_t at = c.out.find("RESULT ");
       if (at != std::string::npos) {
         std::stringstream s(c.out.substr(at + 7));
         s >> secs;
-        for (size_t a; s >> a;) act.push_back(a);
+        for (size_t a, b; s >> a >> b;) act.push_back(a), ring.push_back(b);
       }
       if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0 || act.size() != static_cast<size_t>(cp)) {
         std::string why = c.out.empty() ? "no output" : c.out;
@@ -352,15 +360,20 @@ int main(int argc, char** argv) {
       }
       std::vector<std::string> each;
       for (size_t a : act) each.push_back(absl::StrFormat("%.2f", a / 1e6));
-      const double ring = RingBytes(o, T, cp);
-      std::printf("%10.0f %9.3f %-28s %8.2f %11.2f %10.4f %11.1f %11.1f\n", T / secs, secs,
-                  absl::StrJoin(each, "/").c_str(), ring / 1e6, rank.activations / 1e6, rank.activations / static_cast<double>(act[0]), c.max_rss * 1024 / 1e6,
+      std::printf("%10.0f %9.3f %-28s %8.2f %12.2f %11.2f %10.4f %11.1f %11.1f\n", T / secs, secs,
+                  absl::StrJoin(each, "/").c_str(), ring[0] / 1e6, rank.ring / 1e6, rank.activations / 1e6,
+                  rank.activations / static_cast<double>(act[0] + ring[0]), c.max_rss * 1024 / 1e6,
                   cp * rank.total() / 1e6);
       if (o.check) {
         for (int r = 0; r < cp; ++r) {
-          if (static_cast<double>(act[r]) + ring != rank.activations) {
-            std::printf("  CHECK FAILED: rank %d holds %zu activation bytes + the ring's %.0f = %.0f, planned %.0f\n", r,
-                        act[r], ring, act[r] + ring, rank.activations);
+          if (static_cast<double>(act[r]) != rank.activations - rank.ring) {
+            std::printf("  CHECK FAILED: rank %d's activation buffer is %zu bytes, planned %.0f (activations %.0f less "
+                        "the ring's %.0f)\n",
+                        r, act[r], rank.activations - rank.ring, rank.activations, rank.ring);
+            ok = false;
+          }
+          if (static_cast<double>(ring[r]) != rank.ring) {
+            std::printf("  CHECK FAILED: rank %d's ring allocated %zu bytes, planned %.0f\n", r, ring[r], rank.ring);
             ok = false;
           }
         }
@@ -371,6 +384,6 @@ int main(int argc, char** argv) {
   std::remove(rm.c_str());
   rmdir(dir);
   std::printf("load average at the end %s\n", LoadAverage().c_str());
-  if (o.check) std::printf("check (measured + the ring's buffers = planned, to the byte): %s\n", ok ? "ok" : "FAILED");
+  if (o.check) std::printf("check (measured buffer and ring = planned, to the byte): %s\n", ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -7,13 +7,15 @@
 // two chunks of one layer) next to (p - 1) / (v·m + p - 1), the same bubble as a part of the
 // step (Narayanan et al.'s (p - 1) / (v·m) is it as a part of the compute: printed beside).
 // Target: within 5 points for p = 2, m in {2, 4, 8}, under 1F1B and interleaved 1F1B (and
-// GPipe, for reference).
+// GPipe, for reference). "transfers": stage 0's blocking transfers a step, of its sends and
+// receives (an exchange, one SendRecv, is one; both stages have as many).
 //   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--steps 10] [--only 1f1b|1f1b-v2|gpipe]
 // Exit status 1 when a 1F1B figure misses the target.
 #include <gloo/rendezvous/hash_store.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +30,7 @@
 #include "kernels/threads.h"
 #include "data/token_file.h"
 #include "comm/gloo/gloo_communicator.h"
+#include "jobspec/pipeline.h"
 #include "worker/train/trainer.h"
 
 namespace {
@@ -126,8 +129,8 @@ int main(int argc, char** argv) {
   }
   std::printf("pipeline bubble, p = 2 stages of 2 layers (n_embd %d, T %d, micro-batch %d), %d steps (2 warm-up)\n",
               n_embd, T, B, steps);
-  std::printf("%-9s %3s %10s %15s %8s %10s %18s\n", "sched", "m", "measured", "(p-1)/(vm+p-1)", "points", "step ms",
-              "idle/compute");
+  std::printf("%-9s %3s %10s %15s %8s %10s %18s %10s\n", "sched", "m", "measured", "(p-1)/(vm+p-1)", "points", "step ms",
+              "idle/compute", "transfers");
   bool ok = true;
   struct Row {
     const char* name;
@@ -146,10 +149,16 @@ int main(int argc, char** argv) {
       const double points = (f.bubble - ideal) * 100;
       const bool hit = std::fabs(points) <= 5;
       if (std::string(row.schedule) == "1f1b") ok = ok && hit;
-      // The idle time over the compute time, beside (p - 1) / (v·m).
-      std::printf("%-9s %3d %9.1f%% %14.1f%% %+8.1f %10.1f %8.1f%% (%.1f%%) %s\n", row.name, m, f.bubble * 100,
-                  ideal * 100, points, f.step_ms, 100 * f.bubble / (1 - f.bubble), 100.0 / (row.vp * m),
-                  hit ? "" : "(off target)");
+      // The idle time over the compute time, beside (p - 1) / (v·m); a stage's blocking transfers a
+      // step (an exchange, one SendRecv, counted once: jobspec/pipeline.h), of its transfers.
+      const auto sched = *gantry::jobspec::ParseSchedule(row.schedule);
+      const std::vector<gantry::jobspec::PipeOp> ops = gantry::jobspec::PipelineOps(sched, 2, 0, m, row.vp);
+      const long transfers = std::count_if(ops.begin(), ops.end(), [](const gantry::jobspec::PipeOp& op) {
+        return op.kind != gantry::jobspec::PipeOp::kForward && op.kind != gantry::jobspec::PipeOp::kBackward;
+      });
+      std::printf("%-9s %3d %9.1f%% %14.1f%% %+8.1f %10.1f %8.1f%% (%.1f%%) %4d of %3ld %s\n", row.name, m,
+                  f.bubble * 100, ideal * 100, points, f.step_ms, 100 * f.bubble / (1 - f.bubble),
+                  100.0 / (row.vp * m), gantry::jobspec::PipelineRendezvous(ops), transfers, hit ? "" : "(off target)");
     }
   }
   std::filesystem::remove_all(dir);

@@ -8,6 +8,8 @@
 #include "cli/commands.h"
 #include "common/console.h"
 #include "common/file_util.h"
+#include "common/grpc_util.h"
+#include "jobspec/job_spec.h"
 
 namespace gantry::cli {
 
@@ -89,9 +91,13 @@ int SubmitCommand(const Options& o) {
     std::fprintf(stderr, "gantry: %s\n", std::string(text.status().message()).c_str());
     return 2;
   }
+  // The coordinator's validation, here first (jobspec::ParseJobSpec, as SubmitJob parses it):
+  // an invalid spec is refused before any call, printed as the coordinator's refusal of it
+  // would be. The coordinator checks again: it trusts no client.
+  if (auto spec = jobspec::ParseJobSpec(*text); !spec.ok()) return Fail(ToGrpc(spec.status()));
   auto stub = Connect(o);
   v1::SubmitJobRequest req;
-  req.set_spec_yaml(*text);
+  req.set_spec_yaml(*text);  // as written: the spec the ranks read
   v1::SubmitJobResponse resp;
   auto s = stub->SubmitJob(Ctx(o).get(), req, &resp);
   if (!s.ok()) return Fail(s);

@@ -40,32 +40,6 @@ const std::vector<Command> kCommands = {
     {"principals", "hash", "read a token on stdin, print its SHA-256 for the principals file", PrincipalsCommand},
 };
 
-const Command* FindCommand(const std::string& name) {
-  for (const Command& c : kCommands) {
-    if (name == c.name) return &c;
-  }
-  return nullptr;
-}
-
-CommandFlags CommandFlagsFor(const Options& o) {
-  const Command* c = FindCommand(o.command);
-  CommandFlags f("gantry", o.command, c ? c->operands : "", c ? c->summary : "");
-  if (o.globals != nullptr) f.Inherit(*o.globals);
-  return f;
-}
-
-int ParseCommand(CommandFlags& f, const Options& o) {
-  if (auto s = f.Parse(o.args); !s.ok()) {
-    std::fprintf(stderr, "gantry: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (f.help()) {
-    std::fputs(f.Help().c_str(), stdout);
-    return 0;
-  }
-  return -1;
-}
-
 namespace {
 
 // gantry --help: the global flags and every command.

@@ -49,26 +49,29 @@ int QuotaCommand(const Options& o) {
   }
   if (!resp.quotas_in_force()) std::printf("no quotas in force (the principals file has no teams: section)\n");
   auto count = [](int64_t n) { return n < 0 ? std::string("-") : absl::StrCat(n); };
-  std::printf("%-16s %-14s %6s %6s %8s %-12s %8s %6s %8s %4s %7s %5s\n", "TEAM", "DEVICE", "USED", "QUOTA", "BORROWED",
-              "COHORT", "LENDABLE", "SHARE", "RUNNING", "CAP", "QUEUED", "HELD");
+  std::printf("%-16s %-14s %6s %6s %8s %-12s %8s %12s %10s %6s %8s %4s %7s %5s\n", "TEAM", "DEVICE", "USED", "QUOTA",
+              "BORROWED", "COHORT", "LENDABLE", "BORROW-LIMIT", "LEND-LIMIT", "SHARE", "RUNNING", "CAP", "QUEUED", "HELD");
   for (const auto& t : resp.teams()) {
     const std::string cap = t.max_running_jobs() > 0 ? absl::StrCat(t.max_running_jobs()) : "-";
     const std::string share = absl::StrFormat("%.2f", t.dominant_share());
     const std::string cohort = t.cohort().empty() ? "-" : t.cohort();
     auto row = [&](const std::string& device, const std::string& used, const std::string& nominal,
-                   const std::string& borrowed, const std::string& lendable) {
-      std::printf("%-16s %-14s %6s %6s %8s %-12s %8s %6s %8lld %4s %7lld %5lld\n",
+                   const std::string& borrowed, const std::string& lendable, const std::string& borrow_limit,
+                   const std::string& lend_limit) {
+      std::printf("%-16s %-14s %6s %6s %8s %-12s %8s %12s %10s %6s %8lld %4s %7lld %5lld\n",
                   t.team().empty() ? "(none)" : t.team().c_str(), device.c_str(), used.c_str(), nominal.c_str(),
-                  borrowed.c_str(), cohort.c_str(), lendable.c_str(), share.c_str(),
+                  borrowed.c_str(), cohort.c_str(), lendable.c_str(), borrow_limit.c_str(), lend_limit.c_str(),
+                  share.c_str(),
                   static_cast<long long>(t.running_jobs()), cap.c_str(), static_cast<long long>(t.queued_jobs()),
                   static_cast<long long>(t.held_jobs()));
     };
-    if (t.devices().empty()) row("-", "0", "-", "0", "-");
+    if (t.devices().empty()) row("-", "0", "-", "0", "-", "-", "-");
     for (const auto& d : t.devices()) {
-      // LENDABLE: what its cohort would lend it now beyond its own quota.
+      // LENDABLE: what its cohort would lend it now beyond its own quota; the limits: "-" none.
       const bool lends = !t.cohort().empty() && d.nominal() >= 0;
       row(d.device(), count(d.used()), count(d.nominal()), absl::StrCat(d.borrowed()),
-          lends ? absl::StrCat(d.borrowable()) : "-");
+          lends ? absl::StrCat(d.borrowable()) : "-", d.has_borrowing_limit() ? absl::StrCat(d.borrowing_limit()) : "-",
+          d.has_lending_limit() ? absl::StrCat(d.lending_limit()) : "-");
     }
   }
   return 0;

@@ -59,11 +59,12 @@ absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const jobspec::Layo
     const int group = me.replica / l.ep, ep_rank = jobspec::EpRankOf(me, l);
     std::vector<int> ep, edp;
     for (int i = 0; i < l.ep; ++i) ep.push_back(jobspec::RankOf({group * l.ep + i, me.tp_rank, me.stage, me.cp_rank}, l));
+    // edp: every cp rank of those replicas (each saw part of the sequences), in rank order.
     for (int i = 0; i < l.dp / l.ep; ++i) {
-      edp.push_back(jobspec::RankOf({i * l.ep + ep_rank, me.tp_rank, me.stage, me.cp_rank}, l));
+      for (int c = 0; c < l.cp; ++c) edp.push_back(jobspec::RankOf({i * l.ep + ep_rank, me.tp_rank, me.stage, c}, l));
     }
     ASSIGN_OR_RETURN(g->ep, make(absl::StrCat("ep/s", me.stage, "/t", me.tp_rank, "/g", group, c_tag), ep));
-    ASSIGN_OR_RETURN(g->edp, make(absl::StrCat("edp/s", me.stage, "/t", me.tp_rank, "/e", ep_rank, c_tag), edp));
+    ASSIGN_OR_RETURN(g->edp, make(absl::StrCat("edp/s", me.stage, "/t", me.tp_rank, "/e", ep_rank), edp));
   }
   if (l.cp > 1) {  // the ring in cp-rank order (its index is the cp rank); dp_cp in rank order
     ASSIGN_OR_RETURN(g->cp, make(absl::StrCat("cp/s", me.stage, "/r", me.replica, "/t", me.tp_rank), cp));

@@ -2,7 +2,7 @@
 // numbered as the coordinator assigns them (jobspec/ranks.h): rank = ((stage * dp + replica) *
 // cp + cp_rank) * tp + tp_rank, so a tensor-parallel group is tp consecutive ranks (one host).
 // A "replica" below is one (replica, cp_rank) pair where cp > 1: the groups inside a model
-// replica (tp, pp, emb, mp, ep, edp) join ranks of one cp rank.
+// replica (tp, pp, emb, mp, ep) join ranks of one cp rank; edp, like dp_cp, every cp rank.
 //
 //   dp   the replicas of one (stage, tp_rank, cp_rank) shard: the batch's split (the data
 //        loader); with cp 1 also gradient reduction and ZeRO
@@ -17,8 +17,8 @@
 //   world every rank: barriers around checkpoints
 //   ep   the ep replicas of one expert-parallel group (same stage and tp_rank): the MoE
 //        layers' all-to-all dispatch and combine
-//   edp  the dp/ep replicas with this rank's experts (same ep rank, stage and tp_rank): the
-//        experts' gradient reduction
+//   edp  the dp/ep replicas with this rank's experts (same ep rank, stage and tp_rank), each
+//        with its cp ranks: the experts' gradient reduction
 #pragma once
 
 #include <functional>

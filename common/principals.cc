@@ -309,16 +309,51 @@ absl::StatusOr<int64_t> ReadCount(const Parser& p, const YAML::Node& v, int line
   return n;
 }
 
+// A mapping of device kind to a whole number of slots (a team's quota, borrowing_limit,
+// lending_limit): each kind's node kept for later checks' errors.
+absl::Status ReadKindCounts(const Parser& p, const YAML::Node& v, int vline, const std::string& field,
+                            std::map<std::string, int64_t>* out, std::map<std::string, YAML::Node>* nodes) {
+  if (!v.IsMap()) {
+    return p.Error(v, vline, field,
+                   absl::StrCat("must be a mapping of device kind to slots ({cuda: 16, cpu: 4}), not ", Parser::Show(v)));
+  }
+  for (auto q = v.begin(); q != v.end(); ++q) {
+    const YAML::Node kind_node = q->first, n = q->second;
+    const std::string kind = kind_node.IsScalar() ? kind_node.Scalar() : "";
+    const std::string kfield = absl::StrCat(field, ".", Parser::ShowKey(kind));
+    const int kl = kind_node.Mark().is_null() ? vline : kind_node.Mark().line + 1;
+    if (kind != "cpu" && kind != "cuda" && kind != "cuda-emulated") {
+      return p.Error(kind_node, kl, kfield, "unknown device kind (cpu, cuda, cuda-emulated)");
+    }
+    if (out->count(kind)) return p.Error(kind_node, kl, kfield, "appears twice");
+    auto count = ReadCount(p, n, kl, kfield, 0);
+    if (!count.ok()) return count.status();
+    (*out)[kind] = *count;
+    (*nodes)[kind] = kind_node;
+  }
+  return absl::OkStatus();
+}
+
 // One entry of teams:.
 absl::Status ReadTeam(const Parser& p, const YAML::Node& node, int parent_line, const std::string& at, TeamQuota* t) {
   if (!node.IsMap()) {
     return p.Error(node, parent_line, at,
-                   absl::StrCat("must be a mapping (name, quota, max_running_jobs, cohort), not ", Parser::Show(node)));
+                   absl::StrCat("must be a mapping (name, quota, max_running_jobs, cohort, borrowing_limit, "
+                                "lending_limit), not ",
+                                Parser::Show(node)));
   }
   const int line = node.Mark().is_null() ? parent_line : node.Mark().line + 1;
   t->line = line;
-  const std::vector<std::string> known = {"name", "quota", "max_running_jobs", "cohort"};
+  const std::vector<std::string> known = {"name",   "quota",           "max_running_jobs",
+                                          "cohort", "borrowing_limit", "lending_limit"};
   std::set<std::string> seen;
+  std::map<std::string, YAML::Node> quota_nodes;
+  struct Limit {
+    std::string field;                        // "teams[0].borrowing_limit"
+    int line = 0;
+    std::map<std::string, YAML::Node> kinds;  // each kind's node
+  };
+  std::map<std::string, Limit> limits;  // by key
   auto field_of = [&](const std::string& key, const std::string& field, const YAML::Node& v, int vline) -> absl::Status {
     seen.insert(key);
     if (key == "name" || key == "cohort") {  // a team's or a cohort's name
@@ -331,24 +366,13 @@ absl::Status ReadTeam(const Parser& p, const YAML::Node& node, int parent_line, 
       }
       (key == "name" ? t->team : t->cohort) = *s;
     } else if (key == "quota") {
-      if (!v.IsMap()) {
-        return p.Error(v, vline, field,
-                       absl::StrCat("must be a mapping of device kind to slots ({cuda: 16, cpu: 4}), not ",
-                                    Parser::Show(v)));
-      }
-      for (auto q = v.begin(); q != v.end(); ++q) {
-        const YAML::Node kind_node = q->first, n = q->second;
-        const std::string kind = kind_node.IsScalar() ? kind_node.Scalar() : "";
-        const std::string kfield = absl::StrCat(field, ".", Parser::ShowKey(kind));
-        const int kl = kind_node.Mark().is_null() ? vline : kind_node.Mark().line + 1;
-        if (kind != "cpu" && kind != "cuda" && kind != "cuda-emulated") {
-          return p.Error(kind_node, kl, kfield, "unknown device kind (cpu, cuda, cuda-emulated)");
-        }
-        if (t->nominal.count(kind)) return p.Error(kind_node, kl, kfield, "appears twice");
-        auto count = ReadCount(p, n, kl, kfield, 0);
-        if (!count.ok()) return count.status();
-        t->nominal[kind] = *count;
-      }
+      return ReadKindCounts(p, v, vline, field, &t->nominal, &quota_nodes);
+    } else if (key == "borrowing_limit" || key == "lending_limit") {
+      Limit& l = limits[key];
+      l.field = field;
+      l.line = vline;
+      return ReadKindCounts(p, v, vline, field, key == "borrowing_limit" ? &t->borrowing_limit : &t->lending_limit,
+                            &l.kinds);
     } else {  // max_running_jobs
       auto count = ReadCount(p, v, vline, field, 1);
       if (!count.ok()) return count.status();
@@ -360,6 +384,30 @@ absl::Status ReadTeam(const Parser& p, const YAML::Node& node, int parent_line, 
   if (t->team.empty()) return p.Error(node, line, absl::StrCat(at, ".name"), "is required");
   if (!seen.count("quota") && !seen.count("max_running_jobs")) {
     return p.Error(node, line, at, absl::StrCat("team ", t->team, " names neither quota nor max_running_jobs"));
+  }
+  // The limits (Kueue's borrowingLimit and lendingLimit): of a kind the team's quota names, in
+  // a cohort; a team lends at most its quota.
+  for (const auto& [key, l] : limits) {
+    const bool borrowing = key == "borrowing_limit";
+    if (t->cohort.empty()) {
+      return p.Error(YAML::Node(), l.line, l.field,
+                     absl::StrCat("team ", t->team, " has no cohort to ", borrowing ? "borrow from" : "lend to",
+                                  " (set cohort, or remove ", key, ")"));
+    }
+    for (const auto& [kind, kind_node] : l.kinds) {
+      const std::string kfield = absl::StrCat(l.field, ".", kind);
+      auto n = t->nominal.find(kind);
+      if (n == t->nominal.end()) {
+        return p.Error(kind_node, l.line, kfield,
+                       absl::StrCat("team ", t->team, "'s quota does not name ", kind,
+                                    " (a kind without a quota is not limited, and neither borrows nor lends)"));
+      }
+      if (!borrowing && t->lending_limit.at(kind) > n->second) {
+        return p.Error(kind_node, l.line, kfield,
+                       absl::StrCat(t->lending_limit.at(kind), " is more than team ", t->team, "'s quota of ",
+                                    n->second, " (a team lends only of its own quota)"));
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,8 @@
 //       quota: {cuda: 16, cpu: 4}   # nominal slots per device kind (GPUs; cpu workers)
 //       max_running_jobs: 3         # optional cap on the team's placed jobs
 //       cohort: research            # optional: borrows the idle quota of the cohort's other teams
+//       borrowing_limit: {cuda: 4}  # optional: at most this many slots beyond its quota (Kueue's)
+//       lending_limit: {cuda: 8}    # optional: lends at most this many of its idle quota
 //
 // Every identity has a token hash, a certificate name or both. Tokens are never stored,
 // only their SHA-256; a presented token is hashed and compared with every identity's hash
@@ -31,7 +33,8 @@
 // and a file that names no identity at all; in teams: a repeated team, a cohort that is not a
 // name, a device kind that is
 // not cpu, cuda or cuda-emulated, a quota or a cap that is not a whole number (a quota may be
-// 0: that kind is closed to the team; a cap is 1 or more).
+// 0: that kind is closed to the team; a cap is 1 or more); a borrowing_limit or lending_limit
+// without a cohort, of a kind the team's quota does not name, or (lending) above its quota.
 //
 // Authorisation (who may do what) is not here: the RPC edge (common/rpc_edge.h) resolves
 // each call to a Principal (common/security.h, Authenticate) and hands it to the handler,
@@ -91,6 +94,11 @@ struct TeamQuota {
   std::map<std::string, int64_t> nominal;  // device kind (resources.device) -> slots (GPUs; cpu workers)
   int64_t max_running_jobs = 0;            // 0: no cap
   std::string cohort;                      // "": none (it neither borrows nor lends)
+  // Per kind of nominal, in a cohort (Kueue's borrowingLimit and lendingLimit; absent: none):
+  // the most slots it may use beyond its nominal quota, and the most of its nominal quota the
+  // cohort's other teams may borrow (the rest is kept for it alone).
+  std::map<std::string, int64_t> borrowing_limit;
+  std::map<std::string, int64_t> lending_limit;
   int line = 0;                            // where the file names it
 };
 using TeamQuotas = std::map<std::string, TeamQuota>;  // by team

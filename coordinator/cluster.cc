@@ -170,7 +170,9 @@ absl::Status Cluster::Transition(v1::Job& job, v1::JobState to, const std::strin
   return absl::OkStatus();
 }
 
-void Cluster::RememberSpec(const std::string& job_id, jobspec::JobSpec spec) { specs_.Remember(job_id, std::move(spec)); }
+void Cluster::RememberSpec(const std::string& job_id, std::shared_ptr<const jobspec::JobSpec> spec) {
+  specs_.Remember(job_id, std::move(spec));
+}
 
 std::shared_ptr<const jobspec::JobSpec> Cluster::SpecOf(const v1::Job& job) { return specs_.Of(job); }
 
@@ -1006,6 +1008,14 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
       d->set_used(nu.second);
       d->set_borrowed(quota::Borrowed(q, usage, team, device));
       d->set_borrowable(quota::Borrowable(q, usage, team, device).value_or(0));
+      if (auto it = q.find(team); it != q.end()) {
+        if (auto b = it->second.borrowing_limit.find(device); b != it->second.borrowing_limit.end()) {
+          d->set_borrowing_limit(b->second);
+        }
+        if (auto l = it->second.lending_limit.find(device); l != it->second.lending_limit.end()) {
+          d->set_lending_limit(l->second);
+        }
+      }
     }
     t.set_dominant_share(quota::DominantShare(q, usage, team));
     *out.add_teams() = std::move(t);
@@ -1014,6 +1024,17 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
 }
 
 bool Cluster::QuotasInForce() { return scheduler_.QuotasInForce(); }  // the options alone: no lock
+
+std::pair<int64_t, std::string> Cluster::QueuePosition(const std::string& job_id) {
+  if (!scheduler_.QuotasInForce()) return store_->QueuePosition(job_id);  // a walk to the job alone
+  const auto all = scheduler_.QueuePositions();  // the store's index and the options: no lock of ours
+  auto it = all.find(job_id);
+  return it == all.end() ? std::make_pair(int64_t{0}, std::string()) : it->second;
+}
+
+std::map<std::string, std::pair<int64_t, std::string>> Cluster::QueuePositions() {
+  return scheduler_.QueuePositions();
+}
 
 absl::Status Cluster::AdmitNotPreemptible(const std::string& team, const std::string& device, int64_t want) {
   const std::shared_ptr<const TeamQuotas> quotas = scheduler_.Quotas();  // the options alone

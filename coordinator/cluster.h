@@ -124,6 +124,11 @@ class Cluster {
   std::string QuotaHold(const std::string& job_id);
   // Neither takes mu_ (a listing's waiting_for does not wait for a pass).
   bool QuotasInForce();
+  // A queued job's place in its device kind's queue, in the order the scheduler places them
+  // (Scheduler::QueuePositions: with quotas the fair share's), and the job before it: (0, "")
+  // if it is not queued. QueuePositions: every queued job's, for a listing. Neither takes mu_.
+  std::pair<int64_t, std::string> QueuePosition(const std::string& job_id);
+  std::map<std::string, std::pair<int64_t, std::string>> QueuePositions();
   // Whether a job of `team` with scheduling.preemptible: false needing `want` slots of
   // `device` may be submitted: FAILED_PRECONDITION naming the quota if not (quota.h's rule;
   // with no quotas in force, any is). Takes no lock of the cluster's.
@@ -141,10 +146,12 @@ class Cluster {
   void RendezvousGet(const std::string& job_id, int64_t generation, const std::string& key, int64_t wait_ms,
                      std::function<void(absl::StatusOr<std::string>)> done);
 
-  // A job's spec, parsed once per coordinator: at submit (Remember), or the first time a job
-  // stored by an earlier coordinator is looked at. Null if the stored text does not parse
-  // (it did when the job was accepted).
-  void RememberSpec(const std::string& job_id, jobspec::JobSpec spec);
+  // A job's spec, parsed once per coordinator (coordinator/spec_cache.h): at submit
+  // (ParseSpec, then RememberSpec as the store creates the job), or the first time a job
+  // stored by an earlier coordinator is looked at (SpecOf). SpecOf: null if the stored text
+  // does not parse (it did when the job was accepted).
+  absl::StatusOr<std::shared_ptr<const jobspec::JobSpec>> ParseSpec(const std::string& yaml) { return specs_.Parse(yaml); }
+  void RememberSpec(const std::string& job_id, std::shared_ptr<const jobspec::JobSpec> spec);
   std::shared_ptr<const jobspec::JobSpec> SpecOf(const v1::Job& job);
 
   void RegisterShardServer(const v1::RegisterShardServerRequest& r);

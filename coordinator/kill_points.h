@@ -16,7 +16,7 @@ extern const KillPoint kCommitAfterJobUpdate;
 
 // In a preemption (cluster.h), in order. Each is after a durable write: a coordinator that
 // dies there and restarts loses no job and places none twice (tests/integration/
-// preemption_test.sh).
+// teams_test.sh).
 extern const KillPoint kPreemptAfterRequest;
 extern const KillPoint kPreemptAfterCheckpoint;
 extern const KillPoint kPreemptAfterRelease;

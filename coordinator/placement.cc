@@ -111,4 +111,15 @@ absl::StatusOr<std::pair<std::string, int64_t>> ResumePoint(const v1::Job& job, 
   return std::make_pair(other, step);
 }
 
+v1::Layout LayoutMessage(const jobspec::PlacedLayout& l) {
+  v1::Layout m;
+  m.set_dp(l.dp), m.set_tp(l.tp), m.set_pp(l.pp), m.set_cp(l.cp);
+  m.set_virtual_stages(l.virtual_stages);
+  m.set_zero_stage(l.zero_stage);
+  m.set_sequence_parallel(l.sequence_parallel);
+  m.set_micro_batch(l.micro_batch);
+  m.set_recompute(l.recompute);
+  return m;
+}
+
 }  // namespace gantry::coordinator::placement

@@ -95,6 +95,10 @@ std::vector<Slot> ChooseSlots(const std::vector<IdleWorker>& idle, int world, in
 std::vector<v1::ParamRange> ParamRanges(const jobspec::JobSpec& spec, const std::vector<std::string>& servers,
                                         const std::function<std::string(const std::string&)>& data_address);
 
+// A placement's layout as the Assignment carries it (its typed fields, the one owner of the
+// layout for the ranks: agent::AssignedSpec reads them back into a jobspec::PlacedLayout).
+v1::Layout LayoutMessage(const jobspec::PlacedLayout& l);
+
 // Where a placement's ranks start (Assignment.resume_job_id, resume_step): the job's own
 // newest whole checkpoint, the later of the coordinator's record (recorded) and the shard
 // servers' committed manifests (listed; 0 when not listed or none), else what its spec's

@@ -35,11 +35,84 @@ double DominantShare(const TeamQuotas& quotas, const Usage& usage, const std::st
   return share;
 }
 
+FairShareQueue::FairShareQueue(const TeamQuotas& quotas, Usage usage, std::string device,
+                               const std::vector<Job>& queue)
+    : quotas_(quotas), usage_(std::move(usage)), device_(std::move(device)) {
+  for (const Job& j : queue) by_team_[j.team].push_back(j);
+  for (auto& [team, jobs] : by_team_) {  // the next at the back
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return b.key < a.key; });
+  }
+}
+
+std::optional<FairShareQueue::Job> FairShareQueue::Next() {
+  std::vector<Job>* best = nullptr;
+  double best_share = 0;
+  for (auto& [team, jobs] : by_team_) {
+    if (jobs.empty() || held_[team]) continue;
+    const placement::QueueKey& k = jobs.back().key;
+    const double share = DominantShare(quotas_, usage_, team);
+    if (best == nullptr) {
+      best = &jobs;
+      best_share = share;
+      continue;
+    }
+    const placement::QueueKey& b = best->back().key;
+    if (k.priority > b.priority || (k.priority == b.priority && (share < best_share || (share == best_share && k < b)))) {
+      best = &jobs;
+      best_share = share;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  Job j = std::move(best->back());
+  best->pop_back();
+  return j;
+}
+
+void FairShareQueue::Placed(const std::string& team, int64_t slots) {
+  Use& u = usage_[team];
+  u.slots[device_] += slots;
+  ++u.jobs;
+}
+
+void FairShareQueue::Hold(const std::string& team) { held_[team] = true; }
+
+std::vector<FairShareQueue::Job> FairShareQueue::Left(const std::string& team) const {
+  auto it = by_team_.find(team);
+  if (it == by_team_.end()) return {};
+  return {it->second.rbegin(), it->second.rend()};
+}
+
+std::map<std::string, std::pair<int64_t, std::string>> FairSharePositions(
+    const TeamQuotas& quotas, Usage usage, const std::map<std::string, std::vector<FairShareQueue::Job>>& queues) {
+  std::map<std::string, std::pair<int64_t, std::string>> out;
+  for (const auto& [device, jobs] : queues) {
+    FairShareQueue q(quotas, std::move(usage), device, jobs);
+    int64_t pos = 0;
+    std::string before;
+    while (std::optional<FairShareQueue::Job> j = q.Next()) {
+      out[j->key.id] = {++pos, before};
+      before = j->key.id;
+      q.Placed(j->team, std::max<int64_t>(1, j->slots));
+    }
+    usage = q.TakeUsage();
+  }
+  return out;
+}
+
 namespace {
 
-// The cohort's other teams' quota of `device` minus their use, summed: below 0 where they
-// borrow more than the rest leave idle. None: no cohort, or the team's quota does not name
-// the kind.
+// What a team of the cohort lends of `device` now: what it may lend of its quota (its
+// lending_limit, else all of it) less what its own use takes of that (its use beyond the part
+// it keeps for itself); below 0 where it borrows.
+int64_t LendsNow(const TeamQuota& t, int64_t nominal, int64_t used, const std::string& device) {
+  auto l = t.lending_limit.find(device);
+  const int64_t lendable = l == t.lending_limit.end() ? nominal : std::min(l->second, nominal);
+  return lendable - std::max<int64_t>(0, used - (nominal - lendable));
+}
+
+// The cohort's other teams' quota of `device` minus their use, summed (LendsNow: what their
+// lending limits keep back is not counted): below 0 where they borrow more than the rest
+// leave idle. None: no cohort, or the team's quota does not name the kind.
 std::optional<int64_t> OthersLeft(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
                                   const std::string& device) {
   auto q = quotas.find(team);
@@ -48,7 +121,7 @@ std::optional<int64_t> OthersLeft(const TeamQuotas& quotas, const Usage& usage, 
   for (const auto& [other, t] : quotas) {
     if (other == team || t.cohort != q->second.cohort) continue;
     auto n = t.nominal.find(device);
-    if (n != t.nominal.end()) left += n->second - Used(usage, other, device);
+    if (n != t.nominal.end()) left += LendsNow(t, n->second, Used(usage, other, device), device);
   }
   return left;
 }
@@ -63,9 +136,14 @@ int64_t Room(const TeamQuotas& quotas, const Usage& usage, const std::string& te
   if (n == q->second.nominal.end()) return -1;
   const int64_t own = n->second - Used(usage, team, device);
   if (!borrow) return std::max<int64_t>(0, own);
-  const std::optional<int64_t> others = OthersLeft(quotas, usage, team, device);
+  std::optional<int64_t> others = OthersLeft(quotas, usage, team, device);
   // Its own quota is always its own (what it lent comes back by preemption, later); beyond it,
-  // what the cohort leaves: the cohort's quota minus the cohort's use.
+  // what the cohort leaves (the cohort's quota minus the cohort's use), up to what its
+  // borrowing limit leaves (of a team already borrowing, own is below 0: own + the limit is
+  // what its limit leaves).
+  if (auto b = q->second.borrowing_limit.find(device); others && b != q->second.borrowing_limit.end()) {
+    others = std::min(*others, b->second);
+  }
   return std::max<int64_t>({0, own, others ? own + *others : 0});
 }
 
@@ -95,9 +173,15 @@ std::string HoldReason(const TeamQuotas& quotas, const Usage& usage, const std::
   // Beyond its quota: what its cohort lends, if it has one.
   const std::optional<int64_t> lends = Borrowable(quotas, usage, team, device);
   if (borrow && lends && want <= Room(quotas, usage, team, device)) return "";
+  // Its borrowing limit, where that (not the cohort's idle quota) is what stops it.
+  auto b = t.borrowing_limit.find(device);
+  const bool limited = lends && b != t.borrowing_limit.end() && b->second <= *OthersLeft(quotas, usage, team, device);
   const std::string cohort =
       !lends ? std::string()
       : !borrow ? "; it may not be preempted, so it does not borrow"
+      : limited ? absl::StrCat("; its borrowing limit is ", b->second, " ", SlotsName(device, b->second),
+                               " beyond its quota",
+                               *lends > 0 ? absl::StrCat(", ", *lends, " of them left") : std::string())
       : *lends > 0 ? absl::StrCat("; its cohort ", t.cohort, " lends ", *lends, " now")
                    : absl::StrCat("; its cohort ", t.cohort, " has none idle to lend");
   if (want > nominal) {

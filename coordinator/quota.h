@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/principals.h"
+#include "coordinator/placement.h"
 
 namespace gantry::coordinator::quota {
 
@@ -34,13 +35,59 @@ std::string SlotsName(const std::string& device, int64_t n);
 // without a quota. A team at its quota of its scarcest kind has 1.
 double DominantShare(const TeamQuotas& quotas, const Usage& usage, const std::string& team);
 
+// The queue's order with quotas, in one place: the scheduler places jobs in it, and
+// queue_position reports it. Within a device kind: the highest priority among the teams'
+// next jobs; within a priority the team of the lowest dominant share (DominantShare, as it
+// stands with the jobs taken before); then the queue's own order (placement::QueueKey: a
+// restarting or preempted job first, then age). A team's own jobs keep the queue's order.
+// Shares move as jobs are placed (Placed). Single-threaded; it owns its copy of the use.
+class FairShareQueue {
+ public:
+  struct Job {
+    placement::QueueKey key;
+    std::string team;
+    int64_t slots = 1;  // what it takes when placed (its record's world_size)
+  };
+  // `queue`: one device kind's queued jobs, in any order.
+  FairShareQueue(const TeamQuotas& quotas, Usage usage, std::string device, const std::vector<Job>& queue);
+  // The next job in the order, taken off the queue; none: no job is left but those of held
+  // teams.
+  std::optional<Job> Next();
+  // A job of `team` placed on `slots` of this kind: its use, and so its share, grows.
+  void Placed(const std::string& team, int64_t slots);
+  // The team waits for the rest of this walk: Next skips its jobs.
+  void Hold(const std::string& team);
+  // The jobs of `team` not taken yet, in order.
+  std::vector<Job> Left(const std::string& team) const;
+  const Usage& usage() const { return usage_; }
+  Usage TakeUsage() { return std::move(usage_); }
+
+ private:
+  const TeamQuotas& quotas_;
+  Usage usage_;
+  const std::string device_;
+  std::map<std::string, std::vector<Job>> by_team_;  // each in the queue's order, reversed (next at the back)
+  std::map<std::string, bool> held_;
+};
+
+// Each queued job's place in the order its device kind's FairShareQueue gives, were every job
+// placed in its turn: job id -> (1-based position, the id of the job before it ("" for the
+// first)). `queues`: by device kind; the kinds are walked in the map's order, the use of one
+// carried into the next, as the scheduler's pass does.
+std::map<std::string, std::pair<int64_t, std::string>> FairSharePositions(
+    const TeamQuotas& quotas, Usage usage, const std::map<std::string, std::vector<FairShareQueue::Job>>& queues);
+
 // Cohorts. A team whose quota names a cohort may use more of a kind than its nominal quota,
 // borrowing what the cohort's other teams leave idle of theirs: in all, the cohort's quota of
 // the kind minus the cohort's use (over the teams whose quota names the kind), so that what
 // one team borrowed is not lent again. Its own quota stays its own: a team within its nominal
 // quota is admitted whatever the others borrowed (reclaimed from them by preemption: issue 50
-// item 4). How many slots of `device` the team may borrow now beyond what its own quota leaves;
-// none: the team has no cohort, or its quota does not name the kind.
+// item 4). Per-cohort limits (the principals file's borrowing_limit and lending_limit, Kueue's
+// borrowingLimit and lendingLimit): a team uses at most its borrowing_limit of a kind beyond
+// its nominal quota, and the others borrow at most its lending_limit of its quota (the rest
+// it keeps: its use takes from the kept part first, and what it lends is its lending limit
+// less its use beyond that part). How many slots of `device` the team may borrow now beyond
+// what its own quota leaves; none: the team has no cohort, or its quota does not name the kind.
 std::optional<int64_t> Borrowable(const TeamQuotas& quotas, const Usage& usage, const std::string& team,
                                   const std::string& device);
 
@@ -56,7 +103,8 @@ int64_t BorrowedBy(const TeamQuotas& quotas, const Usage& usage, const std::stri
 
 // Why a job of `team` that needs `want` slots of `device` may not be placed now (empty: its
 // team's quota, with what its cohort lends, and its cap allow it), e.g. "team vision at its
-// quota: 16 of 16 GPUs", or with a cohort "...; its cohort research lends 2 now".
+// quota: 16 of 16 GPUs", or with a cohort "...; its cohort research lends 2 now", or where
+// its borrowing limit stops it "...; its borrowing limit is 4 GPUs beyond its quota".
 // borrow false: a job with scheduling.preemptible false, which never runs on borrowed slots (they
 // are reclaimed by preemption), is held beyond its team's own quota ("...; it may not be
 // preempted, so it does not borrow").

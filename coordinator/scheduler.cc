@@ -4,9 +4,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <deque>
 #include <optional>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_state.h"
@@ -152,72 +150,49 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
   std::set<const Member*> taken;
   quota::Usage usage = PlacedUse();
   for (const std::string& device : store_->QueuedDevices()) {
-    // The kind's queue in the store's order (priority, restarting first, submission), each
-    // team's jobs apart: a team's own jobs keep that order.
-    // From the store's index (brief records): a job's record is read when its turn comes.
-    struct Queued {
-      placement::QueueKey key;
-      Store::BriefJob brief;
-    };
-    std::map<std::string, std::deque<Queued>> by_team;
-    for (auto& [key, brief] : store_->QueuedBriefs(device)) {
-      const std::string team = brief->team();
-      by_team[team].push_back({key, std::move(brief)});
-    }
+    // The kind's queue in the fair share's order (quota::FairShareQueue, which queue_position
+    // reports too): a job's record is read when its turn comes.
+    quota::FairShareQueue queue(quotas, std::move(usage), device, FairShareJobs(device));
     std::map<std::string, std::string> held;  // team → why it waits at this kind in this pass
-    while (true) {
-      // Next: the highest priority among the teams' heads; within it the lowest dominant share;
-      // then the queue's order (restarting first, then age).
-      std::string next;
-      std::tuple<int32_t, double, const placement::QueueKey*> best{0, 0, nullptr};
-      for (const auto& [team, q] : by_team) {
-        if (q.empty() || held.count(team)) continue;
-        const placement::QueueKey& k = q.front().key;
-        const double share = quota::DominantShare(quotas, usage, team);
-        const auto& [bp, bs, bk] = best;
-        if (bk == nullptr || k.priority > bp || (k.priority == bp && (share < bs || (share == bs && k < *bk)))) {
-          best = {k.priority, share, &k};
-          next = team;
-        }
-      }
-      if (std::get<2>(best) == nullptr) break;
-      std::deque<Queued>& q = by_team[next];
-      const std::string id = q.front().key.id;
-      q.pop_front();
+    while (const std::optional<quota::FairShareQueue::Job> head = queue.Next()) {
+      const std::string next = head->team, id = head->key.id;
       auto job = store_->GetJob(id);
       if (!job.ok()) continue;
       const auto spec_ptr = specs_->Of(*job);
       if (!spec_ptr || spec_ptr->resources.device != device) continue;  // resolved: not expected
       const jobspec::JobSpec& spec = *spec_ptr;
+      const quota::Usage& used = queue.usage();
       // The cap and the quota for the fewest ranks it can start on first; then what it would take.
       const bool borrow = !job->not_preemptible();  // borrowed slots are reclaimed by preemption
-      if (std::string why = quota::HoldReason(quotas, usage, next, device, spec.MinWorld(), borrow); !why.empty()) {
+      if (std::string why = quota::HoldReason(quotas, used, next, device, spec.MinWorld(), borrow); !why.empty()) {
         (*holds)[id] = why;
         held[next] = why;
+        queue.Hold(next);
         continue;
       }
       Placement p;
       const v1::Job waiting = *job;
       const Outcome o = PlaceOne(*std::move(job), spec, shard_addrs, now, taken, &p, updates,
-                                 quota::Room(quotas, usage, next, device, borrow));
+                                 quota::Room(quotas, used, next, device, borrow));
       if (o == Outcome::kWaits) {  // workers: the jobs of its kind behind it wait with it
-        if (wanted_ > 0) MaybePreempt(waiting, device, wanted_, taken, &quotas, &usage);
+        if (wanted_ > 0) MaybePreempt(waiting, device, wanted_, taken, &quotas, &used);
         break;
       }
       if (o == Outcome::kSkipped) continue;
       if (o == Outcome::kHeld) {
-        std::string why = quota::HoldReason(quotas, usage, next, device, p.job.world_size(), borrow);
+        std::string why = quota::HoldReason(quotas, used, next, device, p.job.world_size(), borrow);
         if (why.empty()) {
-          why = absl::StrCat("team ", next, " near its quota: ", quota::Room(quotas, usage, next, device, borrow), " ",
+          why = absl::StrCat("team ", next, " near its quota: ", quota::Room(quotas, used, next, device, borrow), " ",
                              quota::SlotsName(device, 2), " left, fewer than its layout takes");
         }
         (*holds)[id] = why;
         held[next] = why;
+        queue.Hold(next);
         continue;
       }
       // Ranks beyond the team's nominal quota run on what its cohort lends: marked, for the
       // preemption that reclaims them.
-      if (const int64_t borrowed = quota::BorrowedBy(quotas, usage, next, device, p.job.world_size()); borrowed > 0) {
+      if (const int64_t borrowed = quota::BorrowedBy(quotas, used, next, device, p.job.world_size()); borrowed > 0) {
         p.job.set_borrowed_slots(static_cast<int32_t>(borrowed));
         Store::Update& u = updates->back();
         u.job.set_borrowed_slots(p.job.borrowed_slots());
@@ -229,17 +204,31 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
                                    quotas.at(next).cohort, " (beyond team ", next, "'s quota)"));
       }
       for (const auto& [w, local] : p.chosen) taken.insert(w);
-      quota::Use& u = usage[next];
-      u.slots[device] += p.job.world_size();
-      ++u.jobs;
+      queue.Placed(next, p.job.world_size());
       placements.push_back(std::move(p));
     }
     // The jobs of a held team behind its head wait for the same reason.
     for (const auto& [team, why] : held) {
-      for (const Queued& item : by_team[team]) (*holds)[item.key.id] = why;
+      for (const quota::FairShareQueue::Job& item : queue.Left(team)) (*holds)[item.key.id] = why;
     }
+    usage = queue.TakeUsage();
   }
   return placements;
+}
+
+std::vector<quota::FairShareQueue::Job> Scheduler::FairShareJobs(const std::string& device) const {
+  // From the store's index (brief records): no record is read.
+  std::vector<quota::FairShareQueue::Job> jobs;
+  for (auto& [key, brief] : store_->QueuedBriefs(device)) jobs.push_back({key, brief->team(), brief->world_size()});
+  return jobs;
+}
+
+std::map<std::string, std::pair<int64_t, std::string>> Scheduler::QueuePositions() const {
+  const auto quotas = Quotas();
+  if (!quotas) return store_->QueuePositions();  // first come, first served within a priority
+  std::map<std::string, std::vector<quota::FairShareQueue::Job>> queues;
+  for (const std::string& device : store_->QueuedDevices()) queues[device] = FairShareJobs(device);
+  return quota::FairSharePositions(*quotas, PlacedUse(), queues);
 }
 
 Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec,
@@ -326,22 +315,10 @@ Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec
     return Outcome::kSkipped;
   }
   p->resume = *resume;
-  // The normalised spec the ranks read, at this placement's dp: at the spec's own dp (every
-  // job but an elastic one placed smaller or larger) that is the record's spec_normalised,
-  // written by the same ToYaml at submit; emitting YAML per placement was a tenth of the
-  // coordinator's CPU under load.
-  p->dp = world / (tp * pp * placed_spec.parallel.cp);
-  p->tp = tp;
-  p->pp = pp;
-  if (chose) {
-    p->yaml = jobspec::ToYaml(placed_spec);
-  } else if (p->dp == spec.parallel.dp && !job.spec_normalised().empty()) {
-    p->yaml = job.spec_normalised();
-  } else {
-    jobspec::JobSpec placed = spec;
-    placed.parallel.dp = p->dp;
-    p->yaml = jobspec::ToYaml(placed);
-  }
+  // The ranks' layout, in typed fields (Assignment.layout): an auto job's planner's choice, an
+  // elastic job's dp; the spec they read is the user's text, never rewritten.
+  p->layout = jobspec::LayoutOf(placed_spec);
+  p->layout.dp = world / (tp * pp * placed_spec.parallel.cp);
   job.set_generation(job.generation() + 1);
   job.set_world_size(world);
   job.clear_borrowed_slots();  // DecideWithQuotas marks what this placement borrows
@@ -442,14 +419,12 @@ void Scheduler::Send(const std::vector<Placement>& placements, const std::vector
       v1::Assignment* a = m.mutable_assign();
       a->set_job_id(job.id());
       a->set_generation(job.generation());
-      a->set_spec_yaml(p.yaml);
+      a->set_spec_yaml(job.spec_yaml());  // as submitted: the ranks apply the layout to it
       a->set_resume_job_id(p.resume.first);
       a->set_resume_step(p.resume.second);
       a->set_rank(static_cast<int>(r));
       a->set_world_size(world);
-      a->set_dp(p.dp);
-      a->set_tp(p.tp);
-      a->set_pp(p.pp);
+      *a->mutable_layout() = placement::LayoutMessage(p.layout);
       a->set_local_rank(local);
       a->set_local_world(p.local_world.at(w));
       for (const auto& s : shard_addrs) a->add_shard_servers(s);

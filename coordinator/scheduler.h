@@ -97,15 +97,22 @@ class Scheduler {
   std::shared_ptr<const TeamQuotas> Quotas() const;
   // What each team has placed now (SCHEDULED and RUNNING jobs; coordinator/quota.h).
   quota::Usage PlacedUse() const;
+  // Every queued job's place in its device kind's queue, in the order the passes place them:
+  // with quotas the fair share's (quota::FairShareQueue, the walk DecideWithQuotas takes,
+  // each job assumed placed in its turn), else the store's (priority, restarting first, age).
+  // Job id → (1-based position, the job before it). Reads only the store's index, the spec
+  // cache and the options: callable without the owner's locks.
+  std::map<std::string, std::pair<int64_t, std::string>> QueuePositions() const;
 
   // One job's placement in a pass.
   struct Placement {
     v1::Job job;
     std::vector<std::pair<Member*, int>> chosen;  // rank r runs on chosen[r].first, as its local rank .second
     std::map<Member*, int> local_world;
-    std::string yaml, where;
+    std::string where;
     std::pair<std::string, int64_t> resume;
-    int dp = 1, tp = 1, pp = 1;
+    jobspec::PlacedLayout layout;  // the ranks' layout (Assignment.layout); they read the spec as submitted
+
     std::vector<v1::ParamRange> param_ranges;
   };
 
@@ -114,11 +121,13 @@ class Scheduler {
   // (one whose stored spec no longer parses fails); lookups of stored steps for jobs no
   // longer queued go.
   void ResolveQueued();
+  // The kind's queued jobs as the fair share's queue takes them (the store's index).
+  std::vector<quota::FairShareQueue::Job> FairShareJobs(const std::string& device) const;
   std::vector<Placement> Decide(const std::vector<std::string>& shard_addrs, int64_t now,
                                 std::vector<Store::Update>* updates);
-  // Decide's walk with quotas: per device kind and priority, the team of the lowest dominant
-  // share first (then the queue's order); a team held by its quota or cap waits, with the
-  // jobs of its team behind it in that kind, and the others go on.
+  // Decide's walk with quotas: per device kind, quota::FairShareQueue's order (priority, the
+  // team of the lowest dominant share, then the queue's order); a team held by its quota or cap
+  // waits, with the jobs of its team behind it in that kind, and the others go on.
   std::vector<Placement> DecideWithQuotas(const TeamQuotas& quotas, const std::vector<std::string>& shard_addrs,
                                           int64_t now, std::vector<Store::Update>* updates, QuotaHolds* holds);
   // One queued job, at the head of its kind's queue, on the idle workers not taken yet:

@@ -319,15 +319,16 @@ absl::Status CoordinatorService::FillQueuePosition(v1::Job* job, const QueuePosi
   job->set_queue_position(0);
   job->clear_waiting_for();
   if (!placement::Queued(job->state())) return absl::OkStatus();
-  // The queue of its device kind: jobs of other kinds wait for other workers. Its place
-  // comes from the store's index of the queues, not from reading every job.
+  // The queue of its device kind: jobs of other kinds wait for other workers. Its place is in
+  // the order the scheduler places them (with quotas the fair share's: Cluster::QueuePosition),
+  // from the store's index of the queues, not from reading every job.
   const auto own_spec = cluster_->SpecOf(*job);
   const std::string own_device = own_spec ? own_spec->resources.device : "cpu";
   std::pair<int64_t, std::string> at;
   if (positions != nullptr) {
     if (auto it = positions->find(job->id()); it != positions->end()) at = it->second;
   } else {
-    at = store_->QueuePosition(job->id());
+    at = cluster_->QueuePosition(job->id());
   }
   if (at.first == 0) return absl::OkStatus();
   job->set_queue_position(at.first);
@@ -374,8 +375,10 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
                                                         v1::SubmitJobResponse* resp) {
   return ServeSlow(ctx, [this, req, resp](const Principal& who) -> absl::Status {
     RETURN_IF_ERROR(Authorize(who, Action::kSubmitJob, AuthzObject::Cluster()));
-    auto spec = jobspec::ParseJobSpec(req->spec_yaml());
-    if (!spec.ok()) return spec.status();  // INVALID_ARGUMENT naming the field
+    // Parsed here, once (gantry submit checked it with the same parser: the coordinator
+    // trusts no client), and kept for the job's life in this coordinator.
+    ASSIGN_OR_RETURN(const std::shared_ptr<const jobspec::JobSpec> spec,
+                     cluster_->ParseSpec(req->spec_yaml()));  // INVALID_ARGUMENT naming the field
     // Starting from another job's checkpoint reads it: only from a job the submitter may read
     // (one the coordinator no longer knows is nobody's).
     if (const std::string& from = spec->checkpoint.resume_from; !from.empty()) {
@@ -407,8 +410,7 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_name(spec->name);
     job.set_state(v1::PENDING);
     job.set_not_preemptible(!spec->scheduling.preemptible);
-    job.set_spec_yaml(req->spec_yaml());
-    job.set_spec_normalised(jobspec::ToYaml(*spec));
+    job.set_spec_yaml(req->spec_yaml());  // what the ranks read, as submitted
     job.set_submit_time_unix_ms(NowUnixMs());
     job.set_update_time_unix_ms(job.submit_time_unix_ms());
     job.set_steps_total(spec->train.steps);
@@ -418,17 +420,18 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
     job.set_team(who.team);
     // The record, its PENDING event and the audit trail's first line (who submitted it) in
     // one synced write. No lock of the cluster's: a new job is nobody else's to read and
-    // change until it has an id, and the store orders this write with the others (a
-    // scheduling pass that finds the job before its spec is remembered parses the stored one).
+    // change until it has an id, and the store orders this write with the others. The parsed
+    // spec is kept, and the job given its queue, before the index shows the job to a
+    // scheduling pass: the spec is parsed once.
     v1::JobEvent pending, submitted;
     pending.set_time_unix_ms(job.submit_time_unix_ms());
     pending.set_state(v1::PENDING);
     submitted.set_time_unix_ms(job.submit_time_unix_ms());
     submitted.set_message(absl::StrCat("submitted by ", who.Describe()));
-    auto id = store_->CreateJob(job, {pending, submitted});
+    auto id = store_->CreateJob(job, {pending, submitted}, spec->resources.device,
+                                [&](const std::string& new_id) { cluster_->RememberSpec(new_id, spec); });
     if (!id.ok()) return id.status();
     resp->set_job_id(*id);
-    cluster_->RememberSpec(*id, *spec);  // parsed once: what placement and the ranks use
     registry_->GetCounter("gantry_coordinator_jobs_submitted_total", "Jobs accepted by SubmitJob.").Increment();
     LOG(INFO) << "job " << resp->job_id() << " (" << job.name() << ") submitted by " << who.Describe();
     cluster_->RequestSchedule();  // placed on the cluster's thread, not in this call
@@ -457,7 +460,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
     for (const auto& id : store_->Unresolved()) {
       if (auto full = store_->GetJob(id); full.ok()) cluster_->SpecOf(*full);
     }
-    const QueuePositions positions = store_->QueuePositions();
+    const QueuePositions positions = cluster_->QueuePositions();
     // A page, newest first: the index gives its jobs (brief records, no read), the store their
     // full records when asked for.
     ASSIGN_OR_RETURN(const size_t size, PageSize(req->page_size()));

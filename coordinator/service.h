@@ -55,7 +55,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
  private:
   // Queue position and "waiting for" of a queued job; positions: every queued job's place
-  // (Store::QueuePositions), or null to look this one up.
+  // (Cluster::QueuePositions), or null to look this one up.
   using QueuePositions = std::map<std::string, std::pair<int64_t, std::string>>;
   absl::Status FillQueuePosition(v1::Job* job, const QueuePositions* positions);
 

@@ -89,7 +89,8 @@ void Store::GiveBackSeqs(const std::map<std::string, int64_t>& before) {
   for (const auto& [id, n] : before) next_seq_[id] = n;
 }
 
-absl::StatusOr<std::string> Store::CreateJob(v1::Job job, std::vector<v1::JobEvent> events) {
+absl::StatusOr<std::string> Store::CreateJob(v1::Job job, std::vector<v1::JobEvent> events, const std::string& device,
+                                             const std::function<void(const std::string& id)>& created) {
   int64_t n = 0;
   {
     std::lock_guard<std::mutex> l(seq_mu_);
@@ -113,7 +114,8 @@ absl::StatusOr<std::string> Store::CreateJob(v1::Job job, std::vector<v1::JobEve
     std::lock_guard<std::mutex> l(seq_mu_);
     next_seq_[job.id()] = seq;
   }
-  Index(job);
+  if (created) created(job.id());
+  Index(job, device);
   return job.id();
 }
 
@@ -232,7 +234,7 @@ void Store::Unqueue(const std::string& id, const Brief& b) {
   }
 }
 
-void Store::Index(const v1::Job& job) {
+void Store::Index(const v1::Job& job, const std::string& device) {
   auto brief = std::make_shared<v1::Job>(job);  // made before the lock
   brief->clear_spec_yaml();
   brief->clear_spec_normalised();
@@ -243,6 +245,10 @@ void Store::Index(const v1::Job& job) {
     Unqueue(job.id(), b);
   }
   b.known = true;
+  if (!device.empty()) {
+    b.device = device;
+    b.resolved = true;
+  }
   b.state = job.state();
   b.key = placement::QueueKey::Of(job);
   b.brief = std::move(brief);

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,8 +38,13 @@ class Store {
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& dir);
 
   // Assigns the next id ("j-000001", ...) and writes the job, with `events` (their job_id
-  // set to the new id, each given the next sequence number), atomically.
-  absl::StatusOr<std::string> CreateJob(v1::Job job, std::vector<v1::JobEvent> events = {});
+  // set to the new id, each given the next sequence number), atomically. `device`, if given,
+  // is its device kind (its queue: SetDevice's); `created`, if given, is called with the id once
+  // the record is written and before the index shows the job to anyone (SubmitJob keeps the
+  // spec it parsed there, so no scheduling pass parses it again).
+  absl::StatusOr<std::string> CreateJob(v1::Job job, std::vector<v1::JobEvent> events = {},
+                                        const std::string& device = "",
+                                        const std::function<void(const std::string& id)>& created = {});
   // sync=false is for progress that may be lost in a crash (step counters): the write is in
   // the WAL but not fsynced.
   absl::Status PutJob(const v1::Job& job, bool sync = true);
@@ -109,7 +115,8 @@ class Store {
   absl::StatusOr<int64_t> TakeSeq(const std::string& job_id);
   void GiveBackSeqs(const std::map<std::string, int64_t>& before);
   // The index after a record of `job` was written (job's stripe held).
-  void Index(const v1::Job& job);
+  // device: a new job's device kind, when known (CreateJob's).
+  void Index(const v1::Job& job, const std::string& device = "");
   // A job's writes hold its stripe from taking sequence numbers to updating the index: its
   // events are stored in sequence order (watchers read them in that order) and the index
   // follows the order of its record's writes. Jobs of other stripes write meanwhile.

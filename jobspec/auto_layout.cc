@@ -34,27 +34,24 @@ bool Admits(const JobSpec& s, const PlanInput& x) {
   if (s.optimizer.placement == "shardserver" && (x.tp > 1 || x.pp > 1 || x.zero > 2)) return false;
   if (x.sequence_parallel && (static_cast<int64_t>(x.micro_batch) * s.seq_len) % x.tp != 0) return false;
   // Context parallelism (parallel.cp): what the wiring runs (jobspec/job_spec.cc's
-  // ValidateContextParallel): the cpu backend, no MoE, the optimizer on the workers; seq_len
-  // cut into 2·cp chunks.
-  if (x.cp > 1 && (s.resources.device != "cpu" || s.parallel.ep > 1 || s.model.moe.num_experts > 0 ||
-                   s.optimizer.placement != "worker" || s.seq_len % (2 * x.cp) != 0)) {
+  // ValidateContextParallel): the cpu backend, the optimizer on the workers; seq_len cut into
+  // 2·cp chunks.
+  if (x.cp > 1 && (s.resources.device != "cpu" || s.optimizer.placement != "worker" || s.seq_len % (2 * x.cp) != 0)) {
     return false;
   }
   return true;
 }
 
-// The spec with x's layout.
-JobSpec Resolve(const JobSpec& s, const PlanInput& x) {
-  JobSpec r = s;
-  r.parallel.auto_layout = AutoLayout{};
-  r.parallel.dp = x.dp, r.parallel.tp = x.tp, r.parallel.pp = x.pp;
-  r.parallel.zero_stage = x.zero;
-  r.parallel.virtual_stages = x.vp;  // the interleaved schedule's chunks a stage (1: plain 1F1B)
-  r.parallel.cp = x.cp;
-  r.parallel.sequence_parallel = x.sequence_parallel;
-  r.train.micro_batch = x.micro_batch;
-  r.train.recompute = RecomputeName(x.recompute);
-  return r;
+// x as a placement's layout.
+PlacedLayout LayoutOfPlan(const PlanInput& x) {
+  PlacedLayout l;
+  l.dp = x.dp, l.tp = x.tp, l.pp = x.pp, l.cp = x.cp;
+  l.virtual_stages = x.vp;  // the interleaved schedule's chunks a stage (1: plain 1F1B)
+  l.zero_stage = x.zero;
+  l.sequence_parallel = x.sequence_parallel;
+  l.micro_batch = x.micro_batch;
+  l.recompute = RecomputeName(x.recompute);
+  return l;
 }
 
 // The cpu profile DefaultCluster gives cpu and cuda-emulated workers (see auto_layout.h).
@@ -140,13 +137,13 @@ absl::StatusOr<std::vector<LayoutChoice>> ChooseLayouts(const JobSpec& spec, con
   std::vector<LayoutChoice> out;
   std::string refused;
   for (RankedLayout& r : ranked) {
-    // The chosen spec is one ParseJobSpec accepts (the worker reads it back).
-    auto parsed = ParseJobSpec(ToYaml(Resolve(spec, r.in)));
-    if (!parsed.ok()) {
-      if (refused.empty()) refused = std::string(parsed.status().message());
+    // The chosen layout is one the spec admits, by the function the ranks apply it with.
+    auto placed = ApplyLayout(spec, LayoutOfPlan(r.in));
+    if (!placed.ok()) {
+      if (refused.empty()) refused = std::string(placed.status().message());
       continue;
     }
-    out.push_back({*std::move(parsed), std::move(r)});
+    out.push_back({*std::move(placed), std::move(r)});
     if (static_cast<int>(out.size()) >= top) break;
   }
   if (out.empty()) {

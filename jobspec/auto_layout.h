@@ -8,9 +8,10 @@
 // and train.recompute (context parallelism, which RankLayouts also ranks, once the spec states
 // parallel.cp); each stated beside auto is kept, and parallel.max_tp,
 // max_pp bound tp and pp. Everything else of the spec (the global batch, precision, schedule,
-// offload, ep, the optimizer's placement) is the user's and is kept: the chosen layout is a
-// spec that ParseJobSpec accepts, with the same global batch, so the same data order and (any
-// layout trains to one process's losses) the same training.
+// offload, ep, the optimizer's placement) is the user's and is kept: the chosen layout is one
+// the spec admits by ApplyLayout (job_spec.h), the function the ranks apply it with, with the
+// same global batch, so the same data order and (any layout trains to one process's losses)
+// the same training.
 #pragma once
 
 #include <set>
@@ -29,8 +30,9 @@ namespace gantry::jobspec {
 // the fields the YAML stated). Errors name the field.
 absl::Status ValidateAutoLayout(const JobSpec& spec, const std::set<std::string>& present);
 
-// One layout for an auto spec: the spec with its layout chosen (auto off, every degree set),
-// and the cost model's figures for it.
+// One layout for an auto spec: the spec with its layout chosen (ApplyLayout: auto off, every
+// degree set; LayoutOf(spec) is what the placement carries to the ranks), and the cost model's
+// figures for it.
 struct LayoutChoice {
   JobSpec spec;
   RankedLayout ranked;

@@ -224,7 +224,8 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     if (in.recompute == Recompute::kFull) b += f, recomputed_flops = gemm_f + 2 * attn_flops;
     if (in.recompute == Recompute::kSelective) b += attn_f, recomputed_flops = 2 * attn_flops;
     // The ring (model::RingAttention): forward, cp - 1 exchanges of a K/V block (this rank's
-    // rows of the key/value heads, 1/tp of them), each while the block before it is computed,
+    // rows of the key/value heads, 1/tp of them, e bytes a value: 16-bit K/V travel as they
+    // are), each while the block before it is computed,
     // a ring step being 1/cp of the attention's time (the balanced chunks make every step
     // alike); backward, cp - 1 exchanges of a K/V block with its dK/dV (fp32) while each
     // step's block backward runs, and the last dK/dV home after the last block, exposed. The

@@ -272,10 +272,6 @@ absl::Status ValidateContextParallel(const JobSpec& s) {
                       absl::StrCat("needs tp ", s.parallel.tp, " to divide a cp rank's rows, micro_batch x seq_len / cp = ",
                                    rows, " (each tensor-parallel rank holds as many of them)"));
   }
-  if (s.model.moe.num_experts > 0) {
-    return refuse("model.moe", "a MoE layer's capacity and load-balancing loss are taken over the micro-batch's tokens, "
-                               "which cp splits (they would have to be reduced over the cp group)");
-  }
   if (s.optimizer.placement != "worker") {
     return refuse("optimizer.placement shardserver", "parameter-server mode is not wired with it");
   }
@@ -536,7 +532,88 @@ absl::Status Validate(const JobSpec& s, const std::set<std::string>& present, bo
   return absl::OkStatus();
 }
 
+// The fields a spec's normal form (ToYaml) states among those Validate asks about: what
+// ParseJobSpec(ToYaml(s)) would find present, so a spec built in code is validated as its
+// normal form would be.
+std::set<std::string> StatedInNormalForm(const JobSpec& s) {
+  std::set<std::string> present = {"model.n_layer",     "model.n_head", "model.n_embd", "model.vocab_size",
+                                   "model.seq_len",     "data.train",   "train.steps",  "train.lr",
+                                   "train.global_batch"};
+  const AutoLayout& a = s.parallel.auto_layout;
+  if (s.model.llama()) present.insert("model.rope_theta");
+  if (!a.enabled || a.micro_batch) present.insert("train.micro_batch");
+  if (!a.enabled) present.insert("parallel.dp");
+  if (a.enabled && a.max_tp > 0) present.insert("parallel.max_tp");
+  if (a.enabled && a.max_pp > 0) present.insert("parallel.max_pp");
+  if (s.elastic.enabled()) present.insert({"elastic.min_dp", "elastic.max_dp"});
+  return present;
+}
+
+// Whether `spec` admits `layout` in the fields it fixes (ApplyLayout's first check).
+absl::Status AdmitsLayout(const JobSpec& s, const PlacedLayout& l) {
+  const AutoLayout& a = s.parallel.auto_layout;
+  const PlacedLayout own = LayoutOf(s);
+  // A field the spec fixes: any of them without auto (but an elastic job's dp), those stated
+  // beside auto with it.
+  auto fixed = [&](const char* field, bool stated, const auto& spec_value, const auto& placed) -> absl::Status {
+    if (!stated || spec_value == placed) return absl::OkStatus();
+    auto shown = [](const auto& v) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>) return std::string(v ? "true" : "false");
+      else return absl::StrCat(v);
+    };
+    return FieldError(field, absl::StrCat("is ", shown(spec_value), " in the spec, but the placement's layout has ", shown(placed),
+                                          ": a placement may change only what the spec leaves to it (an elastic "
+                                          "job's dp, a parallel: auto job's unstated layout)"));
+  };
+  const bool all = !a.enabled;
+  if (!a.enabled && !s.elastic.enabled()) RETURN_IF_ERROR(fixed("parallel.dp", true, own.dp, l.dp));
+  if (s.elastic.enabled()) {
+    const std::vector<int> choices = s.DpChoices();
+    if (std::find(choices.begin(), choices.end(), l.dp) == choices.end()) {
+      return FieldError("parallel.dp", absl::StrCat("is ", l.dp, " in the placement's layout, not one of the elastic "
+                                                    "job's dp choices (", absl::StrJoin(choices, ", "), ")"));
+    }
+  }
+  RETURN_IF_ERROR(fixed("parallel.tp", all || a.tp, own.tp, l.tp));
+  RETURN_IF_ERROR(fixed("parallel.pp", all || a.pp, own.pp, l.pp));
+  // cp and the interleaved schedule are stated with the layout or left to auto (their
+  // validation refuses them beside auto).
+  RETURN_IF_ERROR(fixed("parallel.cp", all, own.cp, l.cp));
+  RETURN_IF_ERROR(fixed("parallel.virtual_stages", all, own.virtual_stages, l.virtual_stages));
+  RETURN_IF_ERROR(fixed("parallel.zero_stage", all || a.zero_stage, own.zero_stage, l.zero_stage));
+  RETURN_IF_ERROR(fixed("parallel.sequence_parallel", all || a.sequence_parallel, own.sequence_parallel,
+                        l.sequence_parallel));
+  RETURN_IF_ERROR(fixed("train.micro_batch", all || a.micro_batch, own.micro_batch, l.micro_batch));
+  RETURN_IF_ERROR(fixed("train.recompute", all || a.recompute, own.recompute, l.recompute));
+  if (a.enabled && a.max_tp > 0 && l.tp > a.max_tp) {
+    return FieldError("parallel.max_tp", absl::StrCat("is ", a.max_tp, ", but the placement's layout has tp ", l.tp));
+  }
+  if (a.enabled && a.max_pp > 0 && l.pp > a.max_pp) {
+    return FieldError("parallel.max_pp", absl::StrCat("is ", a.max_pp, ", but the placement's layout has pp ", l.pp));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+PlacedLayout LayoutOf(const JobSpec& s) {
+  return {s.parallel.dp,         s.parallel.tp,         s.parallel.pp,        s.parallel.cp,
+          s.parallel.virtual_stages, s.parallel.zero_stage, s.parallel.sequence_parallel,
+          s.train.micro_batch,   s.train.recompute};
+}
+
+absl::StatusOr<JobSpec> ApplyLayout(JobSpec s, const PlacedLayout& l) {
+  RETURN_IF_ERROR(AdmitsLayout(s, l));
+  s.parallel.auto_layout = AutoLayout{};
+  s.parallel.dp = l.dp, s.parallel.tp = l.tp, s.parallel.pp = l.pp, s.parallel.cp = l.cp;
+  s.parallel.virtual_stages = l.virtual_stages;
+  s.parallel.zero_stage = l.zero_stage;
+  s.parallel.sequence_parallel = l.sequence_parallel;
+  s.train.micro_batch = l.micro_batch;
+  s.train.recompute = l.recompute;
+  RETURN_IF_ERROR(Validate(s, StatedInNormalForm(s), /*from_model=*/false));
+  return s;
+}
 
 std::vector<int> JobSpec::DpChoices() const {
   if (!elastic.enabled()) return {parallel.dp};

@@ -231,8 +231,33 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
                                      const std::string& from_name);
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const jobspec::GPTConfig* from_model,
                                     const std::string& from_name);
-// The spec as YAML with every field stated (defaults included, doubles exact): the
-// coordinator's normalised form, which ParseJobSpec reads back to an equal JobSpec.
+// A placement's layout: what the coordinator decides when it places a job (an elastic job's dp,
+// a parallel: auto job's whole layout; any other job's is its spec's own), carried to the ranks
+// by the Assignment's typed fields (proto v1::Layout). Once a job is placed it is the one owner
+// of these fields: the ranks read the spec as its user submitted it and apply this to it
+// (ApplyLayout), and nothing rewrites the spec's text.
+struct PlacedLayout {
+  int dp = 1, tp = 1, pp = 1, cp = 1;
+  int virtual_stages = 1;  // the interleaved schedule's chunks a stage (1: plain 1F1B)
+  int zero_stage = 0;
+  bool sequence_parallel = false;
+  int micro_batch = 1;
+  std::string recompute = "none";  // none, full or selective (TrainSpec::recompute)
+  bool operator==(const PlacedLayout&) const = default;
+};
+// A spec's layout: a placed spec's, or a fixed spec's own.
+PlacedLayout LayoutOf(const JobSpec& spec);
+// `spec` (parsed, as its user submitted it) placed with `layout`: the spec the ranks run, with
+// parallel: auto resolved (auto off, every degree the layout's). INVALID_ARGUMENT naming the
+// field when the spec does not admit the layout: a field it fixes that the layout changes (every
+// one but an elastic job's dp, which must be one of DpChoices; under parallel: auto, those stated
+// beside auto, and tp, pp within max_tp, max_pp), or a layout the spec's validation refuses (the
+// checks of ParseJobSpec, on the placed spec). The one place a layout is applied: the worker's,
+// and the planner's before it offers a layout (ChooseLayouts), so the two cannot disagree.
+absl::StatusOr<JobSpec> ApplyLayout(JobSpec spec, const PlacedLayout& layout);
+
+// The spec as YAML with every field stated (defaults included, doubles exact): its normal
+// form, which ParseJobSpec reads back to an equal JobSpec.
 std::string ToYaml(const JobSpec& spec);
 
 // A model as the job spec's model keys: "n_layer 2, n_head 2, n_embd 16, vocab_size 256,

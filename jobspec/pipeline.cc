@@ -19,6 +19,147 @@ absl::StatusOr<Schedule> ParseSchedule(const std::string& name) {
 
 namespace {
 
+bool IsSend(const PipeOp& op) { return op.kind == PipeOp::kSendAct || op.kind == PipeOp::kSendGrad; }
+bool IsTransfer(const PipeOp& op) { return op.kind != PipeOp::kForward && op.kind != PipeOp::kBackward; }
+// The stage a transfer of stage s goes to or comes from: activations go forward round the ring
+// (the interleaved schedule's last stage feeds the first), gradients back.
+int PeerOf(const PipeOp& op, int s, int p) {
+  const bool next = op.kind == PipeOp::kSendAct || op.kind == PipeOp::kRecvGrad;
+  return next ? (s + 1) % p : (s + p - 1) % p;
+}
+
+// The op of stage r that op x of stage s meets (a transfer between them: the message's micro-batch
+// and the chunk at the other end), from index `from`; -1 if none.
+long Meeting(const std::vector<PipeOp>& o, const PipeOp& x, int s, int r, int p, size_t from = 0) {
+  PipeOp::Kind kind = PipeOp::kRecvAct;
+  int chunk = x.chunk;
+  switch (x.kind) {
+    case PipeOp::kSendAct: kind = PipeOp::kRecvAct, chunk += s == p - 1 ? 1 : 0; break;
+    case PipeOp::kRecvAct: kind = PipeOp::kSendAct, chunk -= s == 0 ? 1 : 0; break;
+    case PipeOp::kSendGrad: kind = PipeOp::kRecvGrad, chunk -= s == 0 ? 1 : 0; break;
+    default: kind = PipeOp::kSendGrad, chunk += s == p - 1 ? 1 : 0; break;
+  }
+  for (size_t j = from; j < o.size(); ++j) {
+    if (o[j].kind == kind && o[j].micro == x.micro && o[j].chunk == chunk && PeerOf(o[j], r, p) == s) {
+      return static_cast<long>(j);
+    }
+  }
+  return -1;
+}
+
+// Pairs the exchanges (pipeline.h) of every stage's ops. Which op of the peer a transfer meets:
+// between two stages, the k-th message one sends the other is the k-th that the other receives
+// from it (one Gloo slot per sender, or NCCL's order per pair). Ops a, a + 1 of stage s, a send
+// and a receive with one peer r, pair with ops c, c + 1 of r when a meets c and a + 1 meets
+// c + 1: those were two consecutive rendezvous of the same two stages, now one. (a meeting c + 1
+// and a + 1 meeting c cannot happen: that order deadlocks.) Leaves the ops as they are where the
+// messages do not match one to one (no schedule here does that: pipeline_test).
+void PairExchanges(std::vector<std::vector<PipeOp>>* all, int p) {
+  if (p < 2) return;
+  auto& ops = *all;
+  // meets[s][i]: the index in the peer's ops of the transfer that op i of stage s meets (-1: none).
+  std::vector<std::vector<long>> meets(static_cast<size_t>(p));
+  std::map<std::pair<int, int>, std::vector<size_t>> sends, recvs;  // (from, to) → op indices, in order
+  for (int s = 0; s < p; ++s) {
+    const auto& o = ops[static_cast<size_t>(s)];
+    meets[static_cast<size_t>(s)].assign(o.size(), -1);
+    for (size_t i = 0; i < o.size(); ++i) {
+      if (!IsTransfer(o[i])) continue;
+      const int peer = PeerOf(o[i], s, p);
+      if (IsSend(o[i])) {
+        sends[{s, peer}].push_back(i);
+      } else {
+        recvs[{peer, s}].push_back(i);
+      }
+    }
+  }
+  for (const auto& [link, sent] : sends) {
+    const auto it = recvs.find(link);
+    if (it == recvs.end() || it->second.size() != sent.size()) return;
+    for (size_t k = 0; k < sent.size(); ++k) {
+      meets[static_cast<size_t>(link.first)][sent[k]] = static_cast<long>(it->second[k]);
+      meets[static_cast<size_t>(link.second)][it->second[k]] = static_cast<long>(sent[k]);
+    }
+  }
+  if (recvs.size() != sends.size()) return;
+  for (int s = 0; s < p; ++s) {
+    auto& o = ops[static_cast<size_t>(s)];
+    for (size_t a = 0; a + 1 < o.size(); ++a) {
+      const PipeOp &x = o[a], &y = o[a + 1];
+      // (A joint op, or the partner of one, is taken: pairs formed from an earlier stage's side.)
+      if (!IsTransfer(x) || !IsTransfer(y) || IsSend(x) == IsSend(y) || x.joint || y.joint) continue;
+      const int r = PeerOf(x, s, p);
+      if (PeerOf(y, s, p) != r || (a > 0 && o[a - 1].joint)) continue;
+      const long c = meets[static_cast<size_t>(s)][a], d = meets[static_cast<size_t>(s)][a + 1];
+      auto& q = ops[static_cast<size_t>(r)];
+      if (c < 0 || d != c + 1 || q[static_cast<size_t>(c)].joint || q[static_cast<size_t>(d)].joint ||
+          (c > 0 && q[static_cast<size_t>(c) - 1].joint)) {
+        continue;
+      }
+      o[a].joint = true;
+      q[static_cast<size_t>(c)].joint = true;
+      ++a;
+    }
+  }
+}
+
+// Whether op i of a stage's ops o, a receive, is still before the compute that takes it when it
+// runs at op k's place (i < k; a send always may).
+bool ReceivedInTime(const std::vector<PipeOp>& o, size_t i, size_t k) {
+  if (IsSend(o[i])) return true;
+  const PipeOp::Kind uses = o[i].kind == PipeOp::kRecvAct ? PipeOp::kForward : PipeOp::kBackward;
+  for (size_t j = i + 1; j < k; ++j) {
+    if (o[j].kind == uses && o[j].micro == o[i].micro && o[j].chunk == o[i].chunk) return false;
+  }
+  return true;
+}
+
+// Makes exchanges of transfers left alone: a transfer X between stages s and r, and the next
+// transfer Y between them, the other way, on both stages' ops (so each message stays in its
+// place among those that go the same way), become one exchange at Y's rendezvous where the side
+// that receives X does not need it before Y: X is sent later and received later, at a rendezvous
+// the two stages hold anyway, and no stage reaches any rendezvous later than before (with
+// transfers free the bubble is the same: pipeline_test). The sender keeps X in its slot meanwhile.
+// The interleaved simulation runs each transfer as early as both ends allow, which leaves about
+// a third of them alone at p 2; this pairs those of the steady state.
+void DeferIntoExchanges(std::vector<std::vector<PipeOp>>* all, int p) {
+  auto& ops = *all;
+  // The next transfer in stage s's ops o with r after index i (o.size(): none).
+  auto next_with = [&](const std::vector<PipeOp>& o, int s, int r, size_t i) {
+    size_t k = i + 1;
+    while (k < o.size() && !(IsTransfer(o[k]) && PeerOf(o[k], s, p) == r)) ++k;
+    return k;
+  };
+  auto paired = [](const std::vector<PipeOp>& o, size_t i) { return o[i].joint || (i > 0 && o[i - 1].joint); };
+  // Moves o[from] to just before o[before] (from < before).
+  auto defer = [](std::vector<PipeOp>& o, size_t from, size_t before) {
+    const auto at = [&](size_t i) { return o.begin() + static_cast<std::ptrdiff_t>(i); };
+    std::rotate(at(from), at(from) + 1, at(before));
+  };
+  for (int s = 0; s < p; ++s) {
+    auto& o = ops[static_cast<size_t>(s)];
+    for (size_t i = 0; i < o.size(); ++i) {
+      if (!IsTransfer(o[i]) || paired(o, i)) continue;
+      const int r = PeerOf(o[i], s, p);
+      const size_t k = next_with(o, s, r, i);
+      if (k == o.size() || IsSend(o[k]) == IsSend(o[i]) || paired(o, k) || !ReceivedInTime(o, i, k)) continue;
+      auto& q = ops[static_cast<size_t>(r)];
+      const long jj = Meeting(q, o[i], s, r, p);
+      if (jj < 0) continue;
+      const size_t j = static_cast<size_t>(jj), l = next_with(q, r, s, j);
+      if (paired(q, j) || l == q.size() || Meeting(q, o[k], s, r, p, l) != static_cast<long>(l) || paired(q, l) ||
+          !ReceivedInTime(q, j, l)) {
+        continue;
+      }
+      // (Neither insertion splits a pair: the op before Y is no pair's first, Y being alone.)
+      defer(o, i, k);
+      defer(q, j, l);
+      o[k - 1].joint = q[l - 1].joint = true;
+      --i;  // the op now at i is the one after the moved transfer
+    }
+  }
+}
+
 // One stage's compute op of the interleaved schedule.
 struct Compute {
   bool fwd;
@@ -133,6 +274,10 @@ std::vector<std::vector<PipeOp>> InterleavedOps(int p, int m, int v) {
   }
   std::vector<std::vector<PipeOp>> ops;
   for (int ahead = 2; ops.empty() && ahead <= 2 * total; ++ahead) ops = SimulateInterleaved(order, p, v, ahead);
+  if (!ops.empty()) {
+    PairExchanges(&ops, p);
+    DeferIntoExchanges(&ops, p);
+  }
   // Slots: a (chunk, micro-batch) holds one from its first op to its last (the backward's send),
   // the lowest free one.
   for (auto& o : ops) {
@@ -161,41 +306,8 @@ std::vector<std::vector<PipeOp>> InterleavedOps(int p, int m, int v) {
   return ops;
 }
 
-}  // namespace
-
-absl::Status CheckInterleaved(Schedule schedule, int p, int m, int v) {
-  if (v < 1) return absl::InvalidArgumentError(absl::StrCat("is ", v, ": must be >= 1"));
-  if (v == 1) return absl::OkStatus();
-  if (p < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("is ", v, " with pp ", p,
-                                                   ": model chunks interleave over pipeline stages (pp > 1)"));
-  }
-  if (schedule != Schedule::k1F1B) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("is ", v, ": model chunks run the interleaved 1F1B schedule, and parallel.schedule is gpipe"));
-  }
-  if (m % p != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "is ", v, ": the interleaved schedule takes the micro-batches of a step (", m,
-        " = global_batch / (micro_batch x dp)) in groups of pp: pp ", p, " must divide them"));
-  }
-  return absl::OkStatus();
-}
-
-std::vector<PipeOp> PipelineOps(Schedule schedule, int p, int s, int m, int v) {
-  if (v > 1) {
-    // The simulation gives every stage's ops at once (70 ms at p 16, m 128, v 4), and the
-    // planner asks for each stage and tensor rank in turn: kept for the (p, m, v) asked lately.
-    static std::mutex mu;
-    static std::map<std::tuple<int, int, int>, std::vector<std::vector<PipeOp>>> made;
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = made.find({p, m, v});
-    if (it == made.end()) {
-      if (made.size() >= 16) made.clear();
-      it = made.emplace(std::tuple<int, int, int>{p, m, v}, InterleavedOps(p, m, v)).first;
-    }
-    return it->second.empty() ? std::vector<PipeOp>{} : it->second[static_cast<size_t>(s)];
-  }
+// Stage s's ops of GPipe or plain 1F1B (pipeline.h), before the exchanges are paired.
+std::vector<PipeOp> StageOps(Schedule schedule, int p, int s, int m) {
   std::vector<PipeOp> ops;
   auto forward = [&](int i, bool send = true) {
     if (s > 0) ops.push_back({PipeOp::kRecvAct, i});
@@ -227,6 +339,59 @@ std::vector<PipeOp> PipelineOps(Schedule schedule, int p, int s, int m, int v) {
   }
   for (int i = m - warm; i < m; ++i) backward(i);
   return ops;
+}
+
+}  // namespace
+
+absl::Status CheckInterleaved(Schedule schedule, int p, int m, int v) {
+  if (v < 1) return absl::InvalidArgumentError(absl::StrCat("is ", v, ": must be >= 1"));
+  if (v == 1) return absl::OkStatus();
+  if (p < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("is ", v, " with pp ", p,
+                                                   ": model chunks interleave over pipeline stages (pp > 1)"));
+  }
+  if (schedule != Schedule::k1F1B) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("is ", v, ": model chunks run the interleaved 1F1B schedule, and parallel.schedule is gpipe"));
+  }
+  if (m % p != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "is ", v, ": the interleaved schedule takes the micro-batches of a step (", m,
+        " = global_batch / (micro_batch x dp)) in groups of pp: pp ", p, " must divide them"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<PipeOp> PipelineOps(Schedule schedule, int p, int s, int m, int v) {
+  // Every stage's ops at once (the exchanges pair across stages; the interleaved simulation takes
+  // 0.1 s at p 16, m 128, v 4), and the planner asks for each stage and tensor rank in turn: kept
+  // for the (schedule, p, m, v) asked lately.
+  static std::mutex mu;
+  static std::map<std::tuple<Schedule, int, int, int>, std::vector<std::vector<PipeOp>>> made;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::tuple<Schedule, int, int, int> key{schedule, p, m, v};
+  auto it = made.find(key);
+  if (it == made.end()) {
+    if (made.size() >= 16) made.clear();
+    std::vector<std::vector<PipeOp>> ops;
+    if (v > 1) {
+      ops = InterleavedOps(p, m, v);
+    } else {
+      for (int t = 0; t < p; ++t) ops.push_back(StageOps(schedule, p, t, m));
+    }
+    PairExchanges(&ops, p);
+    it = made.emplace(key, std::move(ops)).first;
+  }
+  return static_cast<size_t>(s) < it->second.size() ? it->second[static_cast<size_t>(s)] : std::vector<PipeOp>{};
+}
+
+int PipelineRendezvous(const std::vector<PipeOp>& ops) {
+  int n = 0;
+  for (const PipeOp& op : ops) {
+    if (op.kind != PipeOp::kForward && op.kind != PipeOp::kBackward) ++n;
+    if (op.joint) --n;  // its partner, the next op, is the same rendezvous
+  }
+  return n;
 }
 
 int PipelineSlots(Schedule schedule, int p, int s, int m, int v) {

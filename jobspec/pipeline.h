@@ -28,6 +28,20 @@
 // before the one that needs it: each waits in its micro-batch's slot (its mailbox,
 // jobspec::ChunkedActivations), so that neither neighbour of an exchange waits for the other's
 // next compute.
+//
+// Exchanges (every schedule, PairExchanges in pipeline.cc): where a stage's order has a send and
+// a receive next to each other with one peer, and the peer's order has the two transfers that
+// match them next to each other too, in the same order, both run as one
+// `Communicator::SendRecv` (the first op's `joint`): one rendezvous of the two stages where there
+// were two, as Megatron's send_forward_recv_backward and send_backward_recv_forward. A pair is
+// formed on both sides or on neither (a SendRecv meets a SendRecv), and only where the two
+// transfers were already consecutive matched pairs in the one global order, so the schedule stays
+// deadlock-free and its timing (transfers free) is unchanged. 1F1B's steady state pairs each
+// gradient received with the activation sent beside it. The interleaved schedule pairs what its
+// simulation put side by side, and then defers a transfer left alone to the next transfer the
+// other way between the same two stages where its receiver does not need it before (no stage
+// reaches a rendezvous later; the slots, counted after, came out as before wherever compared:
+// decisions.md): at p 2, v 2 every steady-state transfer pairs. GPipe has no such pairs.
 #pragma once
 
 #include <string>
@@ -45,12 +59,19 @@ struct PipeOp {
   int micro;
   int chunk = 0;   // the stage's model chunk (interleaved; 0 otherwise)
   int slot = -1;   // interleaved: the activation set the op uses; -1: micro % PipelineSlots
+  // This transfer and the next op, a transfer the other way with the same peer, run together as
+  // one Communicator::SendRecv, which the peer runs for the two that match them (pipeline.h's
+  // exchanges). Set on the first of the two only.
+  bool joint = false;
   bool operator==(const PipeOp&) const = default;
 };
 
 // v: model chunks a stage (parallel.virtual_stages); v > 1 runs the interleaved 1F1B (schedule
 // k1F1B, m a multiple of p: CheckInterleaved).
 std::vector<PipeOp> PipelineOps(Schedule schedule, int p, int s, int m, int v = 1);
+// The blocking transfers (rendezvous with a neighbour) in a stage's ops: each transfer, a joint
+// pair counted once.
+int PipelineRendezvous(const std::vector<PipeOp>& ops);
 // Activation sets stage s keeps at once.
 int PipelineSlots(Schedule schedule, int p, int s, int m, int v = 1);
 // The idle fraction of balanced stages: (p - 1) / (v·m + p - 1) ((p - 1) / (m + p - 1) for v 1).

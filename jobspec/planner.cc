@@ -88,17 +88,23 @@ absl::Status CheckInput(const PlanInput& in) {
   return absl::OkStatus();
 }
 
-// The context-parallel ring's working memory on one rank (model::RingAttention, fp32 host
-// buffers, kept between calls): the K/V block it computes with and the one arriving, backward's
-// dK/dV (this step's two and the one arriving), the running output and D = rowsum(dO·O):
-// 5 blocks of its rows' key/value heads, B·rows·2·NKV·hd floats each (NKV/tp under tp), one
-// (B, rows, NH·hd) and one (B, NH, rows). 0 without cp.
+// The context-parallel ring's working memory on one rank (model::RingAttention::bytes, host
+// buffers kept between calls): the K/V block it computes with and the one arriving (fp32; in
+// bf16 or fp16 the two as they travel, 16-bit, and the one computed with, fp32: the same
+// bytes), backward's dK/dV (this step's two and the one arriving, fp32) and D = rowsum(dO·O):
+// 5 fp32 blocks of its rows' key/value heads, B·rows·2·NKV·hd floats each (NKV/tp under tp),
+// and one (B, NH, rows). kAutocast (the ring's block ops compute in fp32 on every backend,
+// the cuda kinds' too) adds the fp32 copies of the ring's 16-bit operands and results
+// (model::RunContext::RingScratch, the backend's memory): q|k|v and dq|dk|dv, out and dout,
+// two of (B, rows, (NH + 2·NKV)·hd) and two of (B, rows, NH·hd). 0 without cp.
 double RingCpBytes(const PlanInput& in) {
   if (in.cp <= 1 || !in.model) return 0;
   const auto& c = *in.model;
   const double rows = static_cast<double>(in.micro_batch) * in.seq_len / in.cp, t = in.tp;
   const double kv = c.kv_heads() / t, nh = c.n_head / t, hd = c.head_dim();
-  return 4 * (5 * rows * 2 * kv * hd + rows * nh * hd + rows * nh);
+  const double widened =
+      in.precision == Precision::kAutocast ? 2 * rows * (nh + 2 * kv) * hd + 2 * rows * nh * hd : 0;
+  return 4 * (5 * rows * 2 * kv * hd + rows * nh + widened);
 }
 
 // Transient bytes of one rank (Plan::working). ZeRO 3 (worker/train/zero.h): the buffers of
@@ -216,6 +222,7 @@ absl::StatusOr<std::vector<RankPlan>> PlanRanks(const PlanInput& in) {
         r.bytes.host += x.host;
       }
       r.bytes.activations = ActivationBytes(in, shard);
+      r.bytes.ring = RingCpBytes(in);
       r.bytes.working = WorkingBytes(in, shard, tensors);
       ranks.push_back(r);
     }
@@ -252,7 +259,8 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& in) {
     p.pp_bytes = in.pp > 1 ? 2 * in.vp * in.microbatches * s * b * h * act_bytes / sp : 0;
     // Context parallelism's ring, per layer and micro-batch: cp - 1 K/V blocks forward (and
     // again in a recomputed forward), backward cp - 1 K/V blocks and cp dK/dV blocks (fp32),
-    // a block being the rank's rows of the key/value heads (1/tp of them).
+    // a block being the rank's rows of the key/value heads (1/tp of them); K/V in the
+    // activations' type (model::RingAttention sends bf16/fp16 blocks as they are, 2 bytes).
     if (in.cp > 1) {
       const double block = s * b * 2 * c.kv_heads() / t * c.head_dim();
       const double fwd = (in.cp - 1) * block * act_bytes;

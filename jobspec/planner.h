@@ -85,6 +85,7 @@ struct Plan {
   // Bytes per GPU: with a model shape, those of the rank that holds the most (per rank:
   // PlanRanks); with a parameter count alone, 1/(tp x pp) of the model's.
   double params = 0, grads = 0, optimizer = 0, activations = 0;
+  double ring = 0;  // of activations: context parallelism's ring working memory (model::RingAttention::bytes)
   double host = 0;  // host memory per rank (offload: the optimizer's shard and its gradient staging)
   double model_state() const { return params + grads + optimizer; }
   double total() const { return model_state() + activations + working; }

@@ -10,10 +10,11 @@ namespace k = gantry::kernels;
 
 namespace {
 // The ring's heads: the key/value heads as qkv holds them (a Llama's grouped ones under context
-// parallelism, whose layout keeps them packed; GPT-2's are its query heads).
+// parallelism, whose layout keeps them packed; GPT-2's are its query heads), and their type (in
+// bf16 or fp16 the K/V blocks travel in it).
 AttentionHeads RingHeads(const RunContext& ctx, int B) {
   const ShardDims& d = ctx.dims();
-  return {B, d.NH, ctx.off().grouped_attention ? d.NKV : d.NH, d.hd, 0.f};
+  return {B, d.NH, ctx.off().grouped_attention ? d.NKV : d.NH, d.hd, 0.f, ctx.precision()};
 }
 }  // namespace
 
@@ -23,8 +24,8 @@ void Block::AttentionForward(int l, int B, int T, const char* name) {
   if (RingAttention* ring = ctx_.ring()) {
     // Context parallelism: this rank's rows against the whole sequence's, K and V round the cp
     // group; `att` holds the rows' log-sum-exps (the layout's fused-attention room), fp32. In
-    // bf16 or fp16 the ring reads q|k|v widened and its output is rounded back (the 16-bit
-    // blocks travel widened: fp32 on the wire, twice the bytes).
+    // bf16 or fp16 the ring reads q|k|v widened and its output is rounded back; the K/V blocks
+    // travel in the 16-bit type (RingHeads' kv_type), widened again on arrival.
     const AttentionHeads heads = RingHeads(ctx_, B);
     float *out = ctx_.LayerAct(l, o.atty), *qkv = ctx_.LayerAct(l, o.qkv);
     const int64_t rows = static_cast<int64_t>(B) * T;

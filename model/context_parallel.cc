@@ -98,7 +98,7 @@ absl::Status RingAttention::Check(const AttentionHeads& a) const {
 }
 
 void RingAttention::Ensure(kernels::DeviceBuffer& buf, size_t n) {
-  if (buf.size() != n) buf.Assign(be_, n, /*zero=*/false);
+  if (buf.size() < n) buf.Assign(be_, n, /*zero=*/false);
 }
 
 uint64_t RingAttention::Exchange(const float* send, float* recv, size_t n) {
@@ -116,26 +116,62 @@ absl::Status RingAttention::Wait(uint64_t ticket) {
   return s;
 }
 
+void RingAttention::StartKv(const float* qkv, const AttentionHeads& a, size_t n) {
+  // (cp 1: nothing travels, the block is computed with as it is.)
+  kv_type_ = shard_.cp() > 1 ? a.kv_type : kernels::Precision::kFp32;
+  kv_n_ = n;
+  Ensure(kv_[0], n);
+  PackKv(*be_, kv_[0].data(), qkv, a, shard_.rows());
+  if (kv_type_ == kernels::Precision::kFp32) {
+    if (shard_.cp() > 1) Ensure(kv_[1], n);
+    return;
+  }
+  // 16-bit: the block rounded to its type for the wire (exact where, as the model's are, the
+  // values are the type's widened); every step, the first too, computes with the wire's values.
+  // Two values a float of the wire's buffers (a block's floats, 2·NKV·hd a row, are even).
+  for (auto& w : wire_) Ensure(w, n / 2);
+  be_->Convert(kernels::Ptr(wire_[0].data(), kv_type_), kernels::CPtr(kv_[0].data()), static_cast<int64_t>(n));
+}
+
+const float* RingAttention::KvBlock(int s) {
+  if (kv_type_ == kernels::Precision::kFp32) return kv_[s % 2].data();
+  be_->Convert(kernels::Ptr(kv_[0].data()), kernels::CPtr(wire_[s % 2].data(), kv_type_), static_cast<int64_t>(kv_n_));
+  return kv_[0].data();
+}
+
+uint64_t RingAttention::PassKv(int s) {
+  if (kv_type_ == kernels::Precision::kFp32) return Exchange(kv_[s % 2].data(), kv_[(s + 1) % 2].data(), kv_n_);
+  // Two 16-bit values a 4-byte word: the communicator moves the words' bytes as they are.
+  return Exchange(wire_[s % 2].data(), wire_[(s + 1) % 2].data(), kv_n_ / 2);
+}
+
+size_t RingAttention::bytes() const {
+  size_t n = 0;
+  for (const auto* v : {&kv_[0], &kv_[1], &delta_, &dkv_[0], &dkv_[1], &dkv_in_, &wire_[0], &wire_[1]}) {
+    n += v->size() * sizeof(float);
+  }
+  return n;
+}
+
 absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, const AttentionHeads& a) {
   // qkv (B, rows, (NH + 2 NKV) hd) → out (B, rows, NH hd), lse (B, NH, rows)
   RETURN_IF_ERROR(Check(a));
   const int cp = shard_.cp(), rows = shard_.rows(), L = shard_.chunk();
   const int W = a.qkv_width(), C = a.out_width(), KV = 2 * a.NKV * a.hd;
   const size_t kv_n = static_cast<size_t>(a.B) * rows * KV;
-  for (auto& k : kv_) Ensure(k, kv_n);
-  PackKv(*be_, kv_[0].data(), qkv, a, rows);
+  StartKv(qkv, a, kv_n);
   floats_sent_ = 0;
   waited_ = 0;
   bool started[2] = {false, false};  // a query half's first block overwrites out and lse
   for (int s = 0; s < cp; ++s) {
-    const float* kv = kv_[s % 2].data();
     // The next block arrives while this one is computed: once the backend has written this
     // block (the pack) and done reading the one it arrives over (the step before's).
     uint64_t next = 0;
     if (s + 1 < cp) {
       RETURN_IF_ERROR(be_->Synchronize());
-      next = Exchange(kv, kv_[(s + 1) % 2].data(), kv_n);
+      next = PassKv(s);
     }
+    const float* kv = KvBlock(s);
     const int src = (shard_.rank() + cp - s) % cp;
     for (const Pair& p : Pairs(shard_, src)) {
       const kernels::HeadRows<const float> k{kv + static_cast<int64_t>(p.kh) * L * KV,
@@ -161,11 +197,10 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
   const int cp = shard_.cp(), rows = shard_.rows(), L = shard_.chunk();
   const int W = a.qkv_width(), C = a.out_width(), KV = 2 * a.NKV * a.hd;
   const size_t kv_n = static_cast<size_t>(a.B) * rows * KV;
-  for (auto& k : kv_) Ensure(k, kv_n);
+  StartKv(qkv, a, kv_n);
   for (auto& g : dkv_) Ensure(g, kv_n);
   Ensure(dkv_in_, kv_n);
   Ensure(delta_, static_cast<size_t>(a.B) * a.NH * rows);
-  PackKv(*be_, kv_[0].data(), qkv, a, rows);
   be_->AttentionBlockDelta({delta_.data(), rows}, {dout, static_cast<int64_t>(rows) * C, C},
                            {out, static_cast<int64_t>(rows) * C, C}, a.B, a.NH, a.hd, rows);
   // dQ is added straight into dqkv's query columns; its key/value columns are written last.
@@ -174,12 +209,12 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
   waited_ = 0;
   uint64_t dkv_home = 0;  // the exchange bringing the previous step's dK/dV from rank − 1
   for (int s = 0; s < cp; ++s) {
-    const float* kv = kv_[s % 2].data();
     uint64_t next = 0;
     if (s + 1 < cp) {
       RETURN_IF_ERROR(be_->Synchronize());  // this block written, the one it arrives over read
-      next = Exchange(kv, kv_[(s + 1) % 2].data(), kv_n);
+      next = PassKv(s);
     }
+    const float* kv = KvBlock(s);
     // This step's share of the block's dK/dV, apart from what the ranks before added: their
     // sum arrives meanwhile (the previous step's exchange), and is added after.
     float* g = dkv_[s % 2].data();

@@ -20,7 +20,10 @@
 // block is computed. On a device backend the communicator reaches its memory (NCCL; Gloo on
 // cuda-emulated's): the ring waits for the backend's queued work (Synchronize) before each
 // exchange, so that what is sent is written and what is received over is no longer read, and
-// the exchange then runs while the next block's ops run on the device.
+// the exchange then runs while the next block's ops run on the device. Where the model's K
+// and V are 16-bit (AttentionHeads::kv_type bf16 or fp16) the blocks travel in that type, half
+// fp32's bytes, and are widened on arrival (Backend::Convert); dK/dV, sums over the ranks'
+// queries, travel in fp32.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "comm/comm_thread.h"
 #include "kernels/backend.h"
+#include "kernels/types.h"
 
 namespace gantry::model {
 
@@ -73,6 +77,9 @@ class CpSharding {
 struct AttentionHeads {
   int B = 0, NH = 0, NKV = 0, hd = 0;
   float scale = 0.f;  // the scores' factor; 0 is 1/sqrt(hd)
+  // The type the model keeps K and V in: bf16 or fp16 (the ring's fp32 operands are their
+  // values widened, so rounding them back is exact) travel in it; fp32 as they are.
+  kernels::Precision kv_type = kernels::Precision::kFp32;
   int qkv_width() const { return (NH + 2 * NKV) * hd; }
   int out_width() const { return NH * hd; }
 };
@@ -97,10 +104,14 @@ class RingAttention {
                         const AttentionHeads& heads);
 
   const CpSharding& shard() const { return shard_; }
-  // Floats this rank sent in the last Forward or Backward, and the seconds it waited for the
-  // exchanges there (what the computing did not hide).
+  // 4-byte words this rank sent in the last Forward or Backward (a 16-bit block's two values a
+  // word), and the seconds it waited for the exchanges there (what the computing did not hide).
   size_t floats_sent() const { return floats_sent_; }
   double waited_seconds() const { return waited_; }
+  // Bytes of the working memory (be's) the calls so far allocated (kept between calls, at the
+  // largest (B, heads) seen): what the model's memory account adds for the ring, and what
+  // jobspec's planner counts (RingCpBytes).
+  size_t bytes() const;
 
  private:
   absl::Status Check(const AttentionHeads& heads) const;
@@ -109,8 +120,14 @@ class RingAttention {
   uint64_t Exchange(const float* send, float* recv, size_t n);
   // Waits for exchange `ticket`, counting the time in waited_.
   absl::Status Wait(uint64_t ticket);
+  // The K/V blocks round the ring, n floats each: StartKv packs this rank's from qkv (step 0's
+  // block), KvBlock(s) is step s's in fp32 (widened from the wire's type where that is 16-bit),
+  // PassKv(s) queues step s's block on to rank + 1 and the receiving of step s + 1's.
+  void StartKv(const float* qkv, const AttentionHeads& a, size_t n);
+  const float* KvBlock(int s);
+  uint64_t PassKv(int s);
 
-  // buf holds n floats of be_'s memory (its contents are not kept when it grows).
+  // buf holds at least n floats of be_'s memory (its contents are not kept when it grows).
   void Ensure(kernels::DeviceBuffer& buf, size_t n);
 
   comm::CommThread* ring_;
@@ -118,9 +135,13 @@ class RingAttention {
   kernels::Backend* be_;
   size_t floats_sent_ = 0;
   double waited_ = 0;
-  // Working memory of be_, kept between calls: the K/V blocks (this one and the next), the
-  // backward's D, and dK/dV (this step's two, the one arriving).
-  kernels::DeviceBuffer kv_[2], delta_, dkv_[2], dkv_in_;
+  // Working memory of be_, kept between calls at the largest size seen: the K/V blocks (this
+  // one and the next; 16-bit: the one computed with), the backward's D, and dK/dV (this step's
+  // two, the one arriving); 16-bit K/V: the blocks as they travel (this one and the next), of
+  // kv_type_, two values a float.
+  kernels::DeviceBuffer kv_[2], delta_, dkv_[2], dkv_in_, wire_[2];
+  kernels::Precision kv_type_ = kernels::Precision::kFp32;
+  size_t kv_n_ = 0;  // floats of a K/V block
 };
 
 }  // namespace gantry::model

@@ -160,17 +160,16 @@ void GPT::set_cp_comm(comm::Communicator* comm) {
   if (cp_thread_ != nullptr) cp_thread_->Submit([be = be_](comm::Communicator&) { return be->BindThread(); });
   ring_.reset();
   ctx_->set_context_parallel(nullptr, nullptr);
+  moe_->set_cp(cp_thread_.get());
   act_B_ = act_T_ = 0;  // laid out again at the next forward
+}
+
+size_t GPT::context_parallel_bytes() const {
+  return ring_ != nullptr ? ring_->bytes() + ctx_->ring_scratch_bytes() : 0;
 }
 
 bool GPT::SetUpContextParallel(int T) {
   const int cp = this->cp();
-  auto refuse = [&](const std::string& what) {
-    ctx_->Fail(absl::UnimplementedError(absl::StrCat("context parallelism (cp ", cp, ") with ", what,
-                                                     " is not supported yet (the job spec refuses it too)")));
-    return false;
-  };
-  if (config_.moe.num_experts > 0) return refuse("a mixture of experts");
   absl::StatusOr<CpSharding> shard = CpSharding::Make(T * cp, cp, cp_comm_->rank());
   if (!shard.ok()) {
     ctx_->Fail(shard.status());

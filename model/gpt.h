@@ -180,7 +180,8 @@ class GPT : private MoeHost {
   // communication thread), RoPE and GPT-2's position embeddings take the rows' global
   // positions; the loss is the mean over this rank's rows. Every backend (the ring's block ops
   // on its memory; in bf16 or fp16 the ring computes on widened fp32 copies), with tp (the
-  // ring carries this rank's heads) and pp (a stage's buffers hold T/cp rows), not MoE:
+  // ring carries this rank's heads), pp (a stage's buffers hold T/cp rows) and MoE (the
+  // routing statistics of the load-balancing loss summed over the group: MoeLayers::set_cp):
   // anything else fails the first forward with the reason.
   void set_cp_comm(comm::Communicator* comm);
   int cp() const { return cp_comm_ != nullptr ? cp_comm_->size() : 1; }
@@ -238,6 +239,10 @@ class GPT : private MoeHost {
   const jobspec::ActivationLayout& activation_layout() const { return ctx_->off(); }
   // Bytes of activation memory for the current (B,T).
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
+  // Context parallelism: host bytes of the ring's working memory beside the activation buffer
+  // (RingAttention::bytes, and in bf16 or fp16 the widened copies of its operands), as the
+  // forwards and backwards so far allocated it; 0 without cp.
+  size_t context_parallel_bytes() const;
   // Mixed precision: bytes of the 16-bit working copies of the GEMM weights (the persistent
   // copy of ZeRO 0-2, or one unit's and the classifier's under ZeRO 3).
   size_t working_param_bytes() const { return working_->bytes(); }

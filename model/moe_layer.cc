@@ -42,6 +42,45 @@ const std::vector<int32_t>& MoeLayers::Offsets(const MoeActivations& a) {
   return counts_host_;
 }
 
+int64_t MoeLayers::ReduceOverCp(const MoeActivations& a, int BT) {
+  // The micro-batch's N = cp·BT rows are spread over the group. Its load-balancing loss is
+  // aux = E · Σ_e f_e · P_e with f_e = routed_e / (k N) and P_e = Σ_n probs[n, e] / N over all
+  // of them: the group's sums of each rank's routed counts and column sums. Its z-loss is the
+  // mean of the ranks' means (equal rows). Summed as one buffer of 2E + 2 floats (the counts,
+  // integers below 2^24, exactly): [routed (E) | column sums (E) | kept | z].
+  const int E = config_.moe.num_experts, K = config_.moe.top_k, cp = cp_size();
+  const size_t ne = static_cast<size_t>(E);
+  probs_host_.resize(static_cast<size_t>(BT) * ne);
+  be_->CopyToHost(probs_host_.data(), a.probs, probs_host_.size() * sizeof(float));
+  host_->Sync();
+  std::vector<float> sums(2 * ne + 2);
+  for (size_t e = 0; e < ne; ++e) {
+    double P = 0;  // (in the kernel's order: rows in turn, in double)
+    for (size_t n = 0; n < static_cast<size_t>(BT); ++n) P += probs_host_[n * ne + e];
+    sums[e] = static_cast<float>(counts_host_[e]);
+    sums[ne + e] = static_cast<float>(P);
+  }
+  sums[2 * ne] = static_cast<float>(counts_host_[2 * ne]);  // offset[E]: the kept assignments
+  sums[2 * ne + 1] = layer_stats_[1];
+  absl::Status s =
+      cp_->Wait(cp_->Submit([&sums](comm::Communicator& c) { return c.AllReduceSum(sums.data(), sums.size()); }));
+  if (!s.ok()) {
+    host_->Fail(std::move(s));
+    return counts_host_[2 * ne];
+  }
+  const double N = static_cast<double>(BT) * cp;
+  double aux = 0;
+  for (size_t e = 0; e < ne; ++e) {
+    counts_host_[e] = static_cast<int32_t>(sums[e]);
+    aux += static_cast<double>(sums[e]) / (static_cast<double>(K) * N) * (static_cast<double>(sums[ne + e]) / N);
+  }
+  layer_stats_[0] = static_cast<float>(E * aux);
+  layer_stats_[1] = sums[2 * ne + 1] / static_cast<float>(cp);
+  // The router's backward reads the routed counts: the group's.
+  be_->CopyToDevice(a.counts, counts_host_.data(), ne * sizeof(int32_t));
+  return static_cast<int64_t>(sums[2 * ne]);
+}
+
 MoeLayers::Rows MoeLayers::ExpertRows(const MoeActivations& a, const int32_t* offset, bool exchange) {
   const int E = config_.moe.num_experts, ep = shard_.ep;
   Rows r;
@@ -107,6 +146,9 @@ void MoeLayers::Forward(const MoeActivations& a, const MoeScratch& s, const floa
   });
   const std::vector<int32_t>& c = Offsets(a);
   const int32_t* offset = c.data() + E;
+  // (Context parallelism: the statistics of the cp group's rows, a recomputation's too: its
+  // routing rewrote the counts the backward reads.)
+  const int64_t kept = cp_ != nullptr ? ReduceOverCp(a, BT) : offset[E];
   if (*tag == '\0') {  // the forward's loss terms (a recomputation's are the same, not added again)
     fwd_aux_ += layer_stats_[0];
     fwd_z_ += layer_stats_[1];
@@ -114,8 +156,9 @@ void MoeLayers::Forward(const MoeActivations& a, const MoeScratch& s, const floa
   if (*tag == '\0' && counting()) {  // training forwards; a recomputation counts nothing again
     if (stats_.tokens_per_expert.empty()) stats_.tokens_per_expert.assign(static_cast<size_t>(E), 0);
     for (int e = 0; e < E; ++e) stats_.tokens_per_expert[static_cast<size_t>(e)] += c[static_cast<size_t>(e)];
-    stats_.assignments += static_cast<int64_t>(BT) * K;
-    stats_.dropped += static_cast<int64_t>(BT) * K - offset[E];
+    const int64_t assigned = static_cast<int64_t>(BT) * K * cp_size();
+    stats_.assignments += assigned;
+    stats_.dropped += assigned - kept;
   }
   host_->RunOp(name("moe dispatch"),
                [&] { be_->MoeDispatch(a.x, static_cast<const float*>(ln2.data), a.slot, BT, K, C); });
@@ -188,8 +231,10 @@ void MoeLayers::Backward(const MoeActivations& a, const MoeScratch& s, const flo
   // micro-batch's loss is), then its GEMM. Its part of d(ln_2 out) is the same on every
   // tensor-parallel rank: rank 0 adds it, so that the group's sum counts it once.
   host_->RunOp("moe router bwd", [&] {
+    // (Context parallelism: the counts are the group's, cp times this rank's rows' share, so
+    // the load-balancing term's coefficient is 1/cp of it.)
     be_->MoeRouterBackward(s.dlogits, s.dw, a.probs, a.lse, a.choice, a.weight, a.counts, BT, E, K,
-                           dloss_ * static_cast<float>(config_.moe.aux_loss_coeff),
+                           dloss_ * static_cast<float>(config_.moe.aux_loss_coeff) / static_cast<float>(cp_size()),
                            dloss_ * static_cast<float>(config_.moe.z_loss_coeff));
     const bool here = shard_.tp_rank == 0;
     be_->MatmulBackward(here ? dln : nullptr, dgate, nullptr, s.dlogits, ln2, gate, BT, C, E,

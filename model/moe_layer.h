@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "jobspec/model_layout.h"
 #include "kernels/backend.h"
@@ -65,6 +66,14 @@ class MoeLayers {
             MoeHost* host);
   // Expert parallelism (shard.ep > 1): the group whose ranks hold the other experts.
   void set_ep_comm(comm::Communicator* comm) { ep_comm_ = comm; }
+  // Context parallelism: the communication thread of the cp group (not owned; null: cp 1),
+  // whose ranks hold the other rows of each micro-batch. The load-balancing loss is the
+  // micro-batch's: each layer's routed counts, its router probabilities' column sums and its
+  // z-loss are summed over the group, and each rank's router backward reads the group's counts
+  // (at 1/cp of the coefficient: the gradients are averaged over the group). The capacity
+  // stays each rank's own: ceil(capacity_factor · rows · top_k / E) of its rows (Megatron-Core's
+  // rule; docs/decisions.md). What TakeStats counts is the group's.
+  void set_cp(comm::CommThread* cp) { cp_ = cp; }
   // Floats of one expert's tensors on this rank (c_fc weight and bias, c_proj weight and bias).
   size_t expert_stride() const { return expert_stride_; }
 
@@ -122,6 +131,11 @@ class MoeLayers {
   void AllToAllV(const float* in, const std::vector<size_t>& send, float* out, const std::vector<size_t>& recv);
   // A training forward (dloss != 0) counts its routing; an evaluation's is not counted.
   bool counting() const { return dloss_ != 0.f; }
+  // Context parallelism: the layer's routing statistics (Offsets' routed counts, layer_stats_)
+  // made the cp group's, the counts written back to a.counts for the router's backward; the
+  // group's kept assignments. BT: this rank's rows.
+  int64_t ReduceOverCp(const MoeActivations& a, int BT);
+  int cp_size() const { return cp_ != nullptr ? cp_->comm().size() : 1; }
 
   const jobspec::GPTConfig config_;
   const jobspec::ModelShard shard_;
@@ -130,6 +144,8 @@ class MoeLayers {
   kernels::Backend* be_;
   MoeHost* host_;
   comm::Communicator* ep_comm_ = nullptr;
+  comm::CommThread* cp_ = nullptr;
+  std::vector<float> probs_host_;    // cp: the router's probabilities, read back for their column sums
   float dloss_ = 0.f;                // the micro-batch's dloss_scale, for the losses' backward
   std::vector<int32_t> counts_host_;
   std::vector<int32_t> rcounts_host_;

@@ -93,6 +93,12 @@ class RunContext {
     if (v.size() < n) v.Assign(be_, n, /*zero=*/false);
     return v.data();
   }
+  // Their bytes, as allocated so far (the model's memory account counts them with the ring's).
+  size_t ring_scratch_bytes() const {
+    size_t n = 0;
+    for (const auto& v : ring_scratch_) n += v.size() * sizeof(float);
+    return n;
+  }
 
   // Mixed precision (train.precision): activations autocast holds in 16 bits are of the
   // 16-bit type (H), and fp32 results that autocast would round are rounded (Round).

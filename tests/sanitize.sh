@@ -62,7 +62,8 @@ if [ -n "${GANTRY_TSAN_EMULATED:-}" ]; then emulated='^$'; fi
 # The tests whose subject is gRPC's server side (the RPC edge, the shard server's services, the
 # commit's calls to them, the parameter server and its data port's protocol tests, which set
 # their ranges up through it, the worker's session against an in-process coordinator and
-# shard server, WhoAmITest's coordinator answering identities through the edge, and the
+# shard server, WhoAmITest's coordinator answering identities through the edge,
+# SubmitOnceTest's coordinator taking a job through SubmitJob, and the
 # authorisation tables calling every method of both daemons, AuthzRpcTest and ShardAuthzTest): their
 # calls run through Debian's libgrpc,
 # which is not built with TSan, and TSan reports its internal hand-offs as races inside
@@ -70,7 +71,7 @@ if [ -n "${GANTRY_TSAN_EMULATED:-}" ]; then emulated='^$'; fi
 # callback handlers' messages, the event engine's epoll descriptor: docs/testing.md). A
 # TSan-built gRPC would bring them in. The data port's event loop itself is checked without
 # gRPC (stream_server_test).
-grpc='RpcEdgeTest|ShardServiceTest|CommitTest|ParamServer|DataPortTest|ShardServerSigtermTest|SessionTest|WhoAmITest|AuthzRpcTest|ShardAuthzTest'
+grpc='RpcEdgeTest|ShardServiceTest|CommitTest|ParamServer|DataPortTest|ShardServerSigtermTest|SessionTest|WhoAmITest|SubmitOnceTest|AuthzRpcTest|ShardAuthzTest'
 echo "sanitize.sh thread: left out, as they run the CUDA emulator (slow under TSan; GANTRY_TSAN_EMULATED=1 runs them):"
 (cd "$dir" && ctest -N -L threads -R "$emulated" | grep 'Test *#' || true)
 echo "sanitize.sh thread: left out, as their subject is gRPC's server side (libgrpc has no TSan):"

@@ -234,7 +234,8 @@ TEST(PrincipalSetTest, BadTeamsAreRefusedWithLineAndField) {
       {"max_running_jobs: 3", "max_running_jobs: 0",
        "p.yaml:24: teams[0].max_running_jobs: '0' is not a whole number of 1 or more"},
       {"max_running_jobs: 3", "max_jobs: 3",
-       "p.yaml:24: teams[0].max_jobs: unknown field (known: name, quota, max_running_jobs, cohort)"},
+       "p.yaml:24: teams[0].max_jobs: unknown field (known: name, quota, max_running_jobs, cohort, borrowing_limit, "
+       "lending_limit)"},
       {"cohort: research", "cohort: re/search",
        "p.yaml:28: teams[1].cohort: 're/search' is not a cohort name (1 to 128 letters, digits, '.', '_', '@', '-')"},
       {"cohort: research", "cohort: [a, b]", "p.yaml:28: teams[1].cohort: must be a single value, not a sequence"},
@@ -246,7 +247,8 @@ TEST(PrincipalSetTest, BadTeamsAreRefusedWithLineAndField) {
       {"  - name: nlp\n    quota:\n      cuda: 0\n    cohort: research\n", "  - name: nlp\n",
        "p.yaml:25: teams[1]: team nlp names neither quota nor max_running_jobs"},
       {"  - name: vision\n    quota: {cuda: 16, cpu: 4}\n    max_running_jobs: 3\n", "  - vision\n",
-       "p.yaml:22: teams[0]: must be a mapping (name, quota, max_running_jobs, cohort), not 'vision'"},
+       "p.yaml:22: teams[0]: must be a mapping (name, quota, max_running_jobs, cohort, borrowing_limit, lending_limit), "
+       "not 'vision'"},
   };
   for (const auto& c : cases) {
     const std::string teams = absl::StrReplaceAll(kTeams, {{c.from, c.to}});
@@ -257,6 +259,58 @@ TEST(PrincipalSetTest, BadTeamsAreRefusedWithLineAndField) {
   EXPECT_EQ(Refusal(base + "teams:\n  - quota: {cpu: 1}\n"), "p.yaml:22: teams[0].name: is required");
   // Teams alone name no identity.
   EXPECT_EQ(Refusal(kTeams), "p.yaml:1: (top level): the file names no identity (users, services)");
+}
+
+// Per-cohort limits (Kueue's borrowingLimit and lendingLimit): per kind of the team's quota, in
+// a cohort, a lending limit no more than the quota; each bad one refused with its line and field.
+constexpr char kLimits[] =
+    "teams:\n"                              // 21
+    "  - name: vision\n"                    // 22
+    "    quota: {cuda: 16, cpu: 4}\n"       // 23
+    "    cohort: research\n"                // 24
+    "    borrowing_limit: {cuda: 4}\n"      // 25
+    "    lending_limit: {cuda: 8, cpu: 4}\n"  // 26
+    "  - name: nlp\n"                       // 27
+    "    quota: {cuda: 8}\n"                // 28
+    "    cohort: research\n";               // 29
+
+TEST(PrincipalSetTest, TeamsMayLimitWhatTheyBorrowAndLend) {
+  auto set = Parse(ExampleFile() + kLimits);
+  ASSERT_TRUE(set.ok()) << set.status();
+  const TeamQuota& vision = set->teams().at("vision");
+  EXPECT_EQ(vision.borrowing_limit, (std::map<std::string, int64_t>{{"cuda", 4}}));
+  EXPECT_EQ(vision.lending_limit, (std::map<std::string, int64_t>{{"cpu", 4}, {"cuda", 8}}));
+  EXPECT_TRUE(set->teams().at("nlp").borrowing_limit.empty()) << "none: it borrows what the cohort leaves";
+  EXPECT_TRUE(set->teams().at("nlp").lending_limit.empty()) << "none: it lends all its idle quota";
+  const std::string base = ExampleFile();
+  const struct {
+    std::string from, to, error;
+  } cases[] = {
+      {"lending_limit: {cuda: 8", "lending_limit: {cuda: 20",
+       "p.yaml:26: teams[0].lending_limit.cuda: 20 is more than team vision's quota of 16 (a team lends only of "
+       "its own quota)"},
+      {"borrowing_limit: {cuda: 4}", "borrowing_limit: {cuda-emulated: 4}",
+       "p.yaml:25: teams[0].borrowing_limit.cuda-emulated: team vision's quota does not name cuda-emulated (a kind "
+       "without a quota is not limited, and neither borrows nor lends)"},
+      {"    cohort: research\n    borrowing_limit", "    borrowing_limit",
+       "p.yaml:24: teams[0].borrowing_limit: team vision has no cohort to borrow from (set cohort, or remove "
+       "borrowing_limit)"},
+      {"    cohort: research\n    borrowing_limit: {cuda: 4}\n", "",
+       "p.yaml:24: teams[0].lending_limit: team vision has no cohort to lend to (set cohort, or remove "
+       "lending_limit)"},
+      {"borrowing_limit: {cuda: 4}", "borrowing_limit: {cuda: -1}",
+       "p.yaml:25: teams[0].borrowing_limit.cuda: '-1' is not a whole number of 0 or more"},
+      {"borrowing_limit: {cuda: 4}", "borrowing_limit: 4",
+       "p.yaml:25: teams[0].borrowing_limit: must be a mapping of device kind to slots ({cuda: 16, cpu: 4}), not "
+       "'4'"},
+      {"lending_limit: {cuda: 8, cpu: 4}", "lending_limit: {cuda: 8, cuda: 4}",
+       "p.yaml:26: teams[0].lending_limit.cuda: appears twice"},
+  };
+  for (const auto& c : cases) {
+    const std::string teams = absl::StrReplaceAll(kLimits, {{c.from, c.to}});
+    ASSERT_NE(teams, kLimits) << c.from;
+    EXPECT_EQ(Refusal(base + teams), c.error) << c.from << " -> " << c.to;
+  }
 }
 
 TEST(PrincipalSetTest, AFileThatNamesNobodyIsRefused) {

@@ -1,6 +1,6 @@
 // Preemption in the coordinator's Cluster, in process with fake worker sessions (the
 // checkpoint-then-release path with real shard servers is tests/integration/
-// preemption_test.sh's): the victim's ranks are told a stop step, told a later one when rank 0
+// teams_test.sh's): the victim's ranks are told a stop step, told a later one when rank 0
 // goes past it, keep their worker when they stop, and past the grace period the job is
 // released as PREEMPTED, its events naming who preempted it; the preemptor then runs on the
 // worker, and the victim is placed again after it.

@@ -21,6 +21,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/service.h"
 #include "coordinator/store.h"
+#include "jobspec/job_spec.h"
 #include "tests/test_util.h"
 
 namespace gantry::coordinator {
@@ -58,6 +59,16 @@ class FakeSession : public WorkerSession {
   std::string ended;
   std::atomic<bool> backlogged{false};  // messages read, not applied yet (the service's queue)
 };
+
+// The spec an assignment's ranks run, as a worker reads it (agent::AssignedSpec, which these
+// tests do not link): the text as submitted, with the placement's typed layout applied.
+inline absl::StatusOr<jobspec::JobSpec> RanksSpec(const v1::Assignment& a) {
+  auto spec = jobspec::ParseJobSpec(a.spec_yaml());
+  if (!spec.ok()) return spec.status();
+  const v1::Layout& l = a.layout();
+  return jobspec::ApplyLayout(*std::move(spec), {l.dp(), l.tp(), l.pp(), l.cp(), l.virtual_stages(), l.zero_stage(),
+                                                  l.sequence_parallel(), l.micro_batch(), l.recompute()});
+}
 
 // Queues a job of a tiny model with world_size ranks, the spec's further sections in
 // more_yaml (each a line), and lets the cluster place it (after before_placing, if given).
@@ -110,14 +121,14 @@ class InProcessCluster : public ::testing::Test {
 
 // The coordinator's gRPC service on a loopback port (port 0) over the store at a path, with
 // the RPC edge's interceptor, and a stub for it. Nothing is placed within a minute of a
-// job's submission (placement_grace_ms): listings see jobs as stored. StopServer then
+// job's submission (placement_grace_ms_, unless a fixture sets it): listings see jobs as stored. StopServer then
 // StartServer again on the same path is a coordinator restart. For a test fixture to inherit.
 class ServedCoordinator {
  protected:
   void StartServer(const std::string& db) {
     store_ = *Store::Open(db);
     ClusterOptions o;
-    o.placement_grace_ms = 60000;
+    o.placement_grace_ms = placement_grace_ms_;
     o.quotas = quotas_;
     cluster_ = std::make_unique<Cluster>(store_.get(), &registry_, o);
     service_ = std::make_unique<CoordinatorService>(store_.get(), cluster_.get(), &registry_);
@@ -143,6 +154,8 @@ class ServedCoordinator {
     store_.reset();
   }
 
+  // How long after its start the cluster places nothing without a shard server (0: at once).
+  int64_t placement_grace_ms_ = 60000;
   // The teams' quotas the cluster is given (ClusterOptions::quotas); unset: none.
   std::function<std::shared_ptr<const TeamQuotas>()> quotas_;
   metrics::Registry registry_;

@@ -364,10 +364,12 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
   EXPECT_EQ(a->world_size(), 1);
   EXPECT_EQ(Job(job).world_size(), 1);
   EXPECT_EQ(a->resume_step(), 0) << "a fresh start";
-  // The ranks read the coordinator's normalised spec, at the dp of their placement.
-  auto placed = jobspec::ParseJobSpec(a->spec_yaml());
-  ASSERT_TRUE(placed.ok()) << placed.status();
-  EXPECT_EQ(placed->parallel.dp, 1);
+  // The ranks read the spec as submitted, and the dp of their placement from its layout.
+  EXPECT_EQ(a->spec_yaml(), j.spec_yaml()) << "never rewritten";
+  EXPECT_EQ(a->layout().dp(), 1);
+  auto placed = RanksSpec(*a);
+  ASSERT_TRUE(placed.ok()) << placed.status() << ": a layout the spec admits";
+  EXPECT_EQ(placed->grad_accum(), 2);
   Step(w1, job, 1, 4);
 
   const std::string w2 = cluster_->AddWorker(&s2, v1::Resources());
@@ -393,7 +395,8 @@ TEST_F(RestartTest, AnElasticJobShrinksAndGrowsWithTheWorkers) {
   for (const v1::Assignment* b : {b1, b2}) {
     EXPECT_EQ(b->resume_job_id(), job);
     EXPECT_EQ(b->resume_step(), 4);
-    EXPECT_EQ(jobspec::ParseJobSpec(b->spec_yaml())->parallel.dp, 2);
+    EXPECT_EQ(b->layout().dp(), 2);
+    EXPECT_EQ(b->spec_yaml(), j.spec_yaml());
   }
   const std::vector<v1::JobEvent> events = *store_->Events(job, 0, 1000);
   bool said = false;
@@ -584,9 +587,9 @@ TEST_F(RestartTest, ATensorParallelGroupIsPlacedOnOneHost) {
     for (const auto& m : f.Take()) {
       if (!m.has_assign()) continue;
       ++assigned;
-      EXPECT_EQ(m.assign().dp(), 2);
-      EXPECT_EQ(m.assign().tp(), 2);
-      EXPECT_EQ(m.assign().pp(), 1);
+      EXPECT_EQ(m.assign().layout().dp(), 2);
+      EXPECT_EQ(m.assign().layout().tp(), 2);
+      EXPECT_EQ(m.assign().layout().pp(), 1);
       EXPECT_EQ(m.assign().world_size(), 4);
     }
   }
@@ -616,11 +619,74 @@ TEST_F(RestartTest, AContextParallelJobIsAssignedItsDpNotTheWorld) {
     for (const auto& m : f.Take()) {
       if (!m.has_assign()) continue;
       ++assigned;
-      EXPECT_EQ(m.assign().dp(), 2);
+      EXPECT_EQ(m.assign().layout().dp(), 2);
+      EXPECT_EQ(m.assign().layout().cp(), 2);
       EXPECT_EQ(m.assign().world_size(), 4);
     }
   }
   EXPECT_EQ(assigned, 4);
+}
+
+// SubmitJob parses a spec once, and the store shows the job to a scheduling pass only with that
+// parse kept (Store::CreateJob's `created`): the pass that places it, at once on the idle
+// worker, parses nothing. The ranks get the text as submitted, the layout in typed fields. A
+// restarted coordinator parses the stored text once more, for all its later reads.
+class SubmitOnceTest : public ::testing::Test, protected ServedCoordinator {
+ protected:
+  void SetUp() override {
+    placement_grace_ms_ = 0;  // place at once, without a shard server
+    StartServer(dir_.File("db"));
+  }
+  void TearDown() override { StopServer(); }
+  double Parses() { return registry_.GetCounter("gantry_coordinator_spec_parses_total", "").Value(); }
+  testing::TempDir dir_;
+};
+
+TEST_F(SubmitOnceTest, TheCoordinatorParsesAJobsSpecOnceAndTheRanksGetItAsSubmitted) {
+  FakeSession worker;
+  cluster_->AddWorker(&worker, v1::Resources());
+  // As a user writes it: a comment, the keys in no particular order, defaults left out.
+  const std::string text =
+      "# the tiny model\ntrain: {lr: 1.0e-3, steps: 10, micro_batch: 2}\n"
+      "model: {n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 16}\ndata: {train: /nonexistent.bin}\n";
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(text);
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->SubmitJob(&ctx, req, &resp).ok());
+  std::vector<v1::CoordinatorMessage> got;
+  ASSERT_TRUE(testing::PollUntil(
+      [&] {
+        for (auto& m : worker.Take()) got.push_back(std::move(m));
+        return FakeSession::Assigned(got) != nullptr;
+      },
+      std::chrono::seconds(20)))
+      << "placed on the idle worker";
+  const v1::Assignment* a = FakeSession::Assigned(got);
+  EXPECT_EQ(a->job_id(), resp.job_id());
+  EXPECT_EQ(a->spec_yaml(), text) << "the ranks read the user's text, not a re-emitted one";
+  EXPECT_EQ(a->layout().dp(), 1);
+  EXPECT_EQ(a->layout().micro_batch(), 2);
+  EXPECT_EQ(Parses(), 1.0) << "parsed at submit only: placement read the kept spec";
+  // A refused spec is one parse, and no job.
+  req.set_spec_yaml(text + "eval: {every: -1}\n");
+  grpc::ClientContext bad_ctx;
+  const grpc::Status bad = stub_->SubmitJob(&bad_ctx, req, &resp);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("field 'eval.every' must be >= 0"), std::string::npos) << bad.error_message();
+  EXPECT_EQ(Parses(), 2.0);
+  // A restarted coordinator reads the stored text once, whoever asks for the spec after.
+  StopServer();
+  StartServer(dir_.File("db"));
+  v1::GetJobRequest gr;
+  gr.set_job_id(a->job_id());
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext c;
+    v1::Job job;
+    ASSERT_TRUE(stub_->GetJob(&c, gr, &job).ok());
+    EXPECT_FALSE(cluster_->SpecOf(job) == nullptr);
+  }
+  EXPECT_EQ(Parses(), 3.0);
 }
 
 TEST_F(RestartTest, AHigherPriorityJobIsPlacedFirstAndRestartingJobsLeadTheirPriority) {

@@ -259,10 +259,11 @@ TEST_F(SchedulerTest, AnAutoJobGetsTheLayoutTheCostModelRanksFirstAndItsEvent) {
   const v1::Assignment* a = FakeSession::Assigned(sent);
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->world_size(), 4);
-  EXPECT_EQ(a->dp(), best.dp);
-  EXPECT_EQ(a->tp(), best.tp);
-  EXPECT_EQ(a->pp(), best.pp);
-  auto placed = jobspec::ParseJobSpec(a->spec_yaml());  // what the ranks read: the layout, auto gone
+  EXPECT_EQ(a->layout().dp(), best.dp);
+  EXPECT_EQ(a->layout().tp(), best.tp);
+  EXPECT_EQ(a->layout().pp(), best.pp);
+  EXPECT_EQ(a->spec_yaml(), kAutoJob) << "as submitted: the layout travels in typed fields";
+  auto placed = RanksSpec(*a);  // what the ranks run: the layout, auto gone
   ASSERT_TRUE(placed.ok()) << placed.status();
   EXPECT_FALSE(placed->auto_layout());
   EXPECT_EQ(placed->parallel.dp, best.dp);
@@ -305,9 +306,9 @@ TEST_F(SchedulerTest, AnAutoJobGetsTheLayoutTheCostModelRanksFirstAndItsEvent) {
   const v1::Assignment* b = FakeSession::Assigned(sent_again);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->generation(), 2);
-  EXPECT_EQ(b->dp(), two.dp);
-  EXPECT_EQ(b->tp(), two.tp);
-  auto again = jobspec::ParseJobSpec(b->spec_yaml());
+  EXPECT_EQ(b->layout().dp(), two.dp);
+  EXPECT_EQ(b->layout().tp(), two.tp);
+  auto again = RanksSpec(*b);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->train.micro_batch, two.micro_batch);
   EXPECT_NE(job.layout().find("parallel: auto on 2 cpu workers"), std::string::npos) << job.layout();
@@ -393,6 +394,13 @@ TeamQuota Quota(const std::string& team, std::map<std::string, int64_t> nominal,
   q.nominal = std::move(nominal);
   q.max_running_jobs = max_running_jobs;
   q.cohort = cohort;
+  return q;
+}
+
+// A quota with per-cohort limits (the principals file's borrowing_limit, lending_limit).
+TeamQuota Limits(TeamQuota q, std::map<std::string, int64_t> borrowing, std::map<std::string, int64_t> lending = {}) {
+  q.borrowing_limit = std::move(borrowing);
+  q.lending_limit = std::move(lending);
   return q;
 }
 
@@ -548,6 +556,45 @@ std::vector<QuotaCase> QuotaCases() {
        Quotas({Quota("vision", {{"cuda", 2}}, 0, "research"), Quota("nlp", {{"cuda", 8}}, 0, "research")}),
        0,
        {{"rn", "nlp", 4, 16, true, "cuda"}, {"big", "vision", 6, 16, false, "cuda", ""}}},
+      // Per-cohort limits (Kueue's borrowingLimit, lendingLimit).
+      {"a borrowing limit caps what a team borrows, though its cohort has more idle",
+       Quotas({Limits(Quota("vision", {{"cpu", 2}}, 0, "research"), {{"cpu", 1}}),
+               Quota("nlp", {{"cpu", 4}}, 0, "research")}),
+       8,
+       {{"v1", "vision", 2, 16, false, "cpu", "placed"},
+        {"v2", "vision", 1, 16, false, "cpu", "placed", 1},
+        {"v3", "vision", 1, 16, false, "cpu",
+         "team vision over its quota: 3 of 2 cpu slots in use; its borrowing limit is 1 cpu slot beyond its quota"}}},
+      {"a job larger than its quota and borrowing limit says so",
+       Quotas({Limits(Quota("vision", {{"cpu", 2}}, 0, "research"), {{"cpu", 2}}),
+               Quota("nlp", {{"cpu", 8}}, 0, "research")}),
+       8,
+       {{"big", "vision", 5, 16, false, "cpu",
+         "team vision's quota of 2 cpu slots is less than the 5 this job needs; its borrowing limit is 2 cpu slots "
+         "beyond its quota, 2 of them left"}}},
+      {"...and one within them borrows up to the limit",
+       Quotas({Limits(Quota("vision", {{"cpu", 2}}, 0, "research"), {{"cpu", 2}}),
+               Quota("nlp", {{"cpu", 8}}, 0, "research")}),
+       8,
+       {{"fits", "vision", 4, 16, false, "cpu", "placed", 2}}},
+      {"a lending limit keeps the rest of the lender's idle quota for it",
+       Quotas({Quota("vision", {{"cpu", 2}}, 0, "research"), Limits(Quota("nlp", {{"cpu", 4}}, 0, "research"), {}, {{"cpu", 1}})}),
+       8,
+       {{"v1", "vision", 3, 16, false, "cpu", "placed", 1},
+        {"v2", "vision", 1, 16, false, "cpu",
+         "team vision over its quota: 3 of 2 cpu slots in use; its cohort research has none idle to lend"}}},
+      {"a lender's own use takes from the part it keeps first",  // 3 of its 4 kept: it lends 2, not 3
+       Quotas({Quota("vision", {{"cpu", 1}}, 0, "research"), Limits(Quota("nlp", {{"cpu", 6}}, 0, "research"), {}, {{"cpu", 2}})}),
+       8,
+       {{"rn", "nlp", 3, 16, true},
+        {"v1", "vision", 4, 16, false, "cpu",
+         "team vision's quota of 1 cpu slot is less than the 4 this job needs; its cohort research lends 2 now"}}},
+      {"...and beyond that part, from what it lends (as without a limit)",
+       Quotas({Quota("vision", {{"cpu", 1}}, 0, "research"), Limits(Quota("nlp", {{"cpu", 4}}, 0, "research"), {}, {{"cpu", 2}})}),
+       8,
+       {{"rn", "nlp", 3, 16, true},
+        {"v1", "vision", 3, 16, false, "cpu",
+         "team vision's quota of 1 cpu slot is less than the 3 this job needs; its cohort research lends 1 now"}}},
       {"no quotas: first come, first served (the big job holds back the small)",
        {},
        2,
@@ -677,6 +724,60 @@ TEST_F(SchedulerQuotaTest, ATeamWithinItsQuotaReclaimsWhatItsCohortBorrowedAndAP
             "not borrow");
   EXPECT_EQ(pinned_scheduler->QuotaHold(borrower), pinned_scheduler->QuotaHold(pinned))
       << "the team's jobs behind its held head wait with it";
+}
+
+// queue_position (Scheduler::QueuePositions) is the order the passes place jobs in: with
+// quotas the fair share's (priority, then the team's dominant share as it grows with each job
+// placed before, then age), not the store's (priority, then age); one worker freed at a time,
+// each pass places the job that was first. Without quotas it is the store's order.
+TEST_F(SchedulerQuotaTest, QueuePositionsAreTheOrderThePassesPlaceJobsIn) {
+  auto shared = std::make_shared<const TeamQuotas>(Quotas({Quota("vision", {{"cpu", 4}}), Quota("nlp", {{"cpu", 4}})}));
+  auto scheduler = WithQuotas([shared] { return shared; });
+  QueueJob({"r", "vision", 2, 16, true});  // vision uses 2 of 4: share 0.5
+  const std::string v1 = QueueJob({"v1", "vision", 1, 16});
+  const std::string v2 = QueueJob({"v2", "vision", 1, 16});
+  const std::string n1 = QueueJob({"n1", "nlp", 1, 16});
+  const std::string n2 = QueueJob({"n2", "nlp", 1, 16});
+  const std::string h = QueueJob({"h", "ops", 1, 17});  // the newest, of the highest priority
+  // nlp (share 0, then 0.25) before vision (0.5); at 0.5 each, age: v1 before v2.
+  const std::vector<std::string> want = {h, n1, n2, v1, v2};
+  for (const std::string& id : want) specs_.Of(*store_->GetJob(id));  // their kind known: in its queue
+  auto order = [](const std::map<std::string, std::pair<int64_t, std::string>>& positions) {
+    std::vector<std::string> ids(positions.size());
+    for (const auto& [id, at] : positions) {
+      if (at.first >= 1 && at.first <= static_cast<int64_t>(ids.size())) ids[at.first - 1] = id;
+    }
+    return ids;
+  };
+  const auto positions = scheduler->QueuePositions();
+  EXPECT_EQ(order(positions), want);
+  EXPECT_EQ(positions.at(n1), std::make_pair(int64_t{2}, h)) << "its place and the job before it";
+  EXPECT_EQ(order(store_->QueuePositions()), (std::vector<std::string>{h, v1, v2, n1, n2}))
+      << "the store's order, which queue_position reported before the fair share's";
+  // The passes place them in that order, one freed worker at a time.
+  std::vector<std::string> placed;
+  for (int i = 0; i < 5; ++i) {
+    const auto before = order(scheduler->QueuePositions());
+    ASSERT_FALSE(before.empty());
+    sessions_.push_back(std::make_unique<FakeSession>());
+    AddCpuWorker(sessions_.back().get(), absl::StrCat("h", i));
+    scheduler->Pass(200 + 100 * i);
+    for (const std::string& id : before) {
+      auto job = store_->GetJob(id);
+      ASSERT_TRUE(job.ok()) << id << ": " << job.status();
+      if (job->state() == v1::SCHEDULED) placed.push_back(id);
+    }
+    ASSERT_EQ(placed.size(), static_cast<size_t>(i + 1)) << "one job per freed worker";
+    EXPECT_EQ(placed.back(), before.front()) << "pass " << i << " placed the job at position 1";
+  }
+  EXPECT_EQ(placed, want);
+  EXPECT_TRUE(scheduler->QueuePositions().empty());
+  // Without quotas: the store's order.
+  const std::string a = QueueJob({"a", "vision", 1, 16}), b = QueueJob({"b", "nlp", 1, 16});
+  for (const std::string& id : {a, b}) specs_.Of(*store_->GetJob(id));
+  auto plain = WithQuotas(nullptr);
+  EXPECT_EQ(plain->QueuePositions(), store_->QueuePositions());
+  EXPECT_EQ(order(plain->QueuePositions()), (std::vector<std::string>{a, b}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SchedulerQuotaTest, ::testing::ValuesIn(QuotaCases()),

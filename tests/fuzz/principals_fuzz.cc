@@ -7,7 +7,9 @@
 // least one identity, users first; names are unique and valid; a user has a role (and a team
 // for role user), a service none; a token no identity has finds nobody, after comparing as
 // many identities as any other token does. An accepted team has a name, known device kinds,
-// counts of 0 or more, and a cohort that is absent or a name.
+// counts of 0 or more, and a cohort that is absent or a name; its borrowing and lending limits
+// are of kinds its quota names, in a cohort, 0 or more, and a lending limit is no more than the
+// quota.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -116,6 +118,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (char c : q.cohort) {
       if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '@' && c != '-') {
         Fail(team + ": a bad cohort name was accepted: " + q.cohort, text);
+      }
+    }
+    for (const auto* limits : {&q.borrowing_limit, &q.lending_limit}) {
+      if (!limits->empty() && q.cohort.empty()) Fail(team + ": a limit without a cohort was accepted", text);
+      for (const auto& [kind, n] : *limits) {
+        auto nominal = q.nominal.find(kind);
+        if (nominal == q.nominal.end()) Fail(team + ": a limit of a kind without a quota: " + kind, text);
+        if (n < 0) Fail(team + ": a negative limit was accepted", text);
+        if (limits == &q.lending_limit && n > nominal->second) Fail(team + ": lends more than its quota", text);
       }
     }
   }

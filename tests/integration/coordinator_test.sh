@@ -54,9 +54,15 @@ check "describe shows the spec" bash -c "'$CLI' describe j-000001 | grep -q 'n_l
 "$CLI" submit "$TMP/bad.yaml" 2>"$TMP/err"; rc=$?
 check "invalid spec: exit 2, INVALID_ARGUMENT naming the field" \
   bash -c "[ $rc -eq 2 ] && grep -q \"INVALID_ARGUMENT: job spec: unknown field 'train.lrr'\" '$TMP/err'"
+# gantry submit refused it itself (tests/cli/submit_test.cc: before any call); sent past that
+# check, the coordinator refuses it in the same words.
+"$PROBE" submit "127.0.0.1:$GRPC_PORT" "$TMP/bad.yaml" 2>"$TMP/coord_err"; rc=$?
+check "the coordinator refuses the invalid spec as gantry submit did" \
+  bash -c "[ $rc -eq 1 ] && [ \"\$(cat '$TMP/err')\" = \"gantry: \$(cat '$TMP/coord_err')\" ]"
 "$CLI" describe j-999999 2>"$TMP/err"; rc=$?
 check "unknown id: exit 2, NOT_FOUND" bash -c "[ $rc -eq 2 ] && grep -q 'NOT_FOUND: job j-999999 not found' '$TMP/err'"
-head -c 5000000 /dev/zero | tr '\0' 'x' >"$TMP/huge.yaml"
+# A valid spec, so that gantry sends it, with a comment of 5 MB.
+{ cat "$TMP/job.yaml"; printf '# '; head -c 5000000 /dev/zero | tr '\0' 'x'; echo; } >"$TMP/huge.yaml"
 "$CLI" submit "$TMP/huge.yaml" 2>"$TMP/err"; rc=$?
 check "oversized message: RESOURCE_EXHAUSTED, daemon still up" \
   bash -c "[ $rc -ne 0 ] && grep -q 'RESOURCE_EXHAUSTED' '$TMP/err' && '$CLI' describe j-000001 >/dev/null"

@@ -4,12 +4,15 @@
 //   grpc_probe badchunk ADDR   send a shard server a chunk whose crc32c is wrong: exit 0 if
 //                              the stream is refused with DATA_LOSS, a commit of it fails and
 //                              nothing of it is listed
+//   grpc_probe submit ADDR FILE  SubmitJob with FILE's text as it is, past gantry submit's own
+//                              check: print the job id, or "CODE: message" on stderr (exit 1)
 // Messages are encoded by hand (they are tiny), through grpc::GenericStub.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "common/security.h"
 #include "common/crc32c.h"
+#include "gantry/v1/coordinator.grpc.pb.h"
 #include "gantry/v1/shardserver.grpc.pb.h"
 
 #include <algorithm>
@@ -17,7 +20,11 @@
 #include <condition_variable>
 #include <mutex>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
+
+#include "absl/status/status.h"
 
 namespace {
 
@@ -73,8 +80,8 @@ void Strings(const std::string& s, int depth, std::vector<std::string>* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: grpc_probe health|services ADDR\n");
+  if (argc != 3 && !(argc == 4 && std::string(argv[1]) == "submit")) {
+    std::fprintf(stderr, "usage: grpc_probe health|services|badchunk ADDR, grpc_probe submit ADDR FILE\n");
     return 2;
   }
   const std::string what = argv[1];
@@ -119,6 +126,25 @@ int main(int argc, char** argv) {
     call->Finish(&st, reinterpret_cast<void*>(5));
     cq.Next(&tag, &ok);
     return names.empty() ? 1 : 0;
+  }
+  if (what == "submit") {
+    std::ifstream in(argv[3]);
+    std::stringstream text;
+    text << in.rdbuf();
+    gantry::v1::SubmitJobRequest req;
+    req.set_spec_yaml(text.str());
+    gantry::v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status st = gantry::v1::Coordinator::NewStub(channel)->SubmitJob(&ctx, req, &resp);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s: %s\n",
+                   absl::StatusCodeToString(static_cast<absl::StatusCode>(st.error_code())).c_str(),
+                   st.error_message().c_str());
+      return 1;
+    }
+    std::printf("%s\n", resp.job_id().c_str());
+    return 0;
   }
   if (what == "badchunk") {
     auto shard = gantry::v1::ShardServer::NewStub(channel);

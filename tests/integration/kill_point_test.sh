@@ -165,7 +165,7 @@ run_points() {  # run_points BINARY DAEMON SHARDS: every kill point the binary l
   local point phase
   "$1" --list_kill_points >"$TMP/$2.points"
   check "$2: it lists kill points ($(wc -l <"$TMP/$2.points"))" [ "$(wc -l <"$TMP/$2.points")" -ge 2 ]
-  # (The preemption's points, coordinator.preempt.*, are preemption_test.sh's: not a commit's.)
+  # (The preemption's points, coordinator.preempt.*, are teams_test.sh's: not a commit's.)
   awk -F'\t' -v re="$ONLY" '$1 ~ re && $1 !~ /^coordinator\.preempt\./' "$TMP/$2.points" >"$TMP/$2.run"
   [ -s "$TMP/$2.run" ] || return 0
   start_cluster "$3"

@@ -52,7 +52,8 @@ write() { cat >"$TMP/p.new"; mv "$TMP/p.new" "$TMP/principals.yaml"; }  # a read
 { echo "users:"; user alice vision user "$ALICE"; user bob ops admin "$BOB"
   printf '  - name: carol\n    team: nlp\n    role: viewer\n    certificate: gantry client\n'
   printf 'services:\n  - name: gpu-pool-a\n    kind: worker\n    token_sha256: %s\n' "$(sha "$POOL")"
-  printf 'teams:\n  - name: vision\n    quota: {cpu: 0}\n    cohort: research\n  - name: nlp\n    max_running_jobs: 2\n'; } | write
+  printf 'teams:\n  - name: vision\n    quota: {cpu: 0}\n    cohort: research\n    borrowing_limit: {cpu: 3}\n    lending_limit: {cpu: 0}\n'
+  printf '  - name: nlp\n    max_running_jobs: 2\n'; } | write
 
 env "${SERVER_TLS[@]}" "$COORD" --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 --data_dir "$TMP/coord" \
   --ready_file "$TMP/ready" --principals "$TMP/principals.yaml" 2>>"$TMP/coord.log" &
@@ -97,18 +98,18 @@ as "$BOB" describe "$JOB" >"$TMP/describe.txt" 2>&1
 check "describe shows the owner" grep -qx 'Owner:      alice (team vision)' "$TMP/describe.txt"
 
 # Quotas: vision's 0 cpu slots hold alice's job once a pass has run (after the start's grace).
-vision_held() { as "$ALICE" quota 2>&1 | grep -qE '^vision +cpu +0 +0 +0 +research +0 +0\.00 +0 +- +1 +1$'; }
-check "quota (alice): her team's row, its quota of 0 cpu slots, none borrowed, its cohort lending none, her job queued and held" \
+vision_held() { as "$ALICE" quota 2>&1 | grep -qE '^vision +cpu +0 +0 +0 +research +0 +3 +0 +0\.00 +0 +- +1 +1$'; }
+check "quota (alice): her team's row, its quota of 0 cpu slots, none borrowed, its cohort lending none, its limits (borrowing 3, lending 0), her job queued and held" \
   wait_for 20 vision_held
 as "$ALICE" quota >"$TMP/quota.txt" 2>&1
 check "quota (alice): the header, and no other team's row" bash -c \
-  "head -1 '$TMP/quota.txt' | grep -qE '^TEAM +DEVICE +USED +QUOTA +BORROWED +COHORT +LENDABLE +SHARE +RUNNING +CAP +QUEUED +HELD$' && [ \$(wc -l <'$TMP/quota.txt') -eq 2 ]"
+  "head -1 '$TMP/quota.txt' | grep -qE '^TEAM +DEVICE +USED +QUOTA +BORROWED +COHORT +LENDABLE +BORROW-LIMIT +LEND-LIMIT +SHARE +RUNNING +CAP +QUEUED +HELD$' && [ \$(wc -l <'$TMP/quota.txt') -eq 2 ]"
 as "$ALICE" describe "$JOB" >"$TMP/describe2.txt" 2>&1
 check "describe says why the job waits, and that its cohort has nothing to lend" \
   grep -qx "Waiting:    team vision's quota of 0 cpu slots is less than the 1 this job needs; its cohort research has none idle to lend" "$TMP/describe2.txt"
 as "" quota >"$TMP/quota_viewer.txt" 2>&1
 check "quota (the viewer): every team, nlp with its cap of 2 running jobs" bash -c \
-  "grep -qE '^nlp +- +0 +- +0 +- +- +0\.00 +0 +2 +0 +0$' '$TMP/quota_viewer.txt' && grep -q '^vision ' '$TMP/quota_viewer.txt'"
+  "grep -qE '^nlp +- +0 +- +0 +- +- +- +- +0\.00 +0 +2 +0 +0$' '$TMP/quota_viewer.txt' && grep -q '^vision ' '$TMP/quota_viewer.txt'"
 as "$ALICE" quota --team nlp >"$TMP/e4" 2>&1; rc=$?
 check "quota --team nlp (alice): PERMISSION_DENIED naming the team" bash -c \
   "[ $rc -eq 1 ] && grep -qF 'PERMISSION_DENIED: user alice (team vision, role user) may not read the quota of team nlp' '$TMP/e4'"

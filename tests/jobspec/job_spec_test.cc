@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/file_util.h"
 #include "tests/test_util.h"
 
@@ -442,7 +443,11 @@ data: {train: t.bin}
 train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}
 parallel: {cp: 2}
 )";
-  EXPECT_NE(Error(moe).find("field 'parallel.cp' 2 with model.moe is not supported yet"), std::string::npos) << Error(moe);
+  // MoE: its load-balancing loss reduced over the cp group (model/moe_layer.h), with ep too.
+  EXPECT_TRUE(ParseJobSpec(moe).ok()) << ParseJobSpec(moe).status();
+  auto with_ep = ParseJobSpec(absl::StrReplaceAll(moe, {{"parallel: {cp: 2}", "parallel: {cp: 2, dp: 2, ep: 2, zero_stage: 1}"}}));
+  ASSERT_TRUE(with_ep.ok()) << with_ep.status();
+  EXPECT_EQ(with_ep->world_size(), 4);
   // Sequence parallelism splits a cp rank's rows over tp: 1 x 12 / 2 = 6 rows, which tp 4 does not divide.
   const std::string sp = R"(
 model: {n_layer: 2, n_head: 4, n_embd: 16, vocab_size: 256, seq_len: 12}
@@ -960,6 +965,90 @@ TEST(JobSpecTest, ParallelAutoRefusesContradictionsNamingTheField) {
   EXPECT_TRUE(ParseJobSpec(a + "parallel: auto\nresources: {workers: 8, device: cuda}\n").ok());
   // ... but what is stated is: ZeRO 0 stated with offload is refused as without auto.
   has(Error(a + "parallel: {auto: true, zero_stage: 0}\noptimizer: {offload: cpu}\n"), "field 'optimizer.offload'");
+}
+
+// ApplyLayout: the one place a placement's layout meets a spec (the worker's, and the planner's
+// before it offers a layout). It changes only what the spec leaves to the placement.
+TEST(ApplyLayoutTest, AFixedSpecTakesItsOwnLayoutAndRefusesAnyOther) {
+  auto s = ParseJobSpec(With("parallel: {dp: 2, zero_stage: 1}\n"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto same = ApplyLayout(*s, LayoutOf(*s));
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(*same, *s) << "its own layout changes nothing";
+  auto refused = [&](const PlacedLayout& l, const std::string& what) {
+    auto r = ApplyLayout(*s, l);
+    ASSERT_FALSE(r.ok()) << "accepted: " << what;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  };
+  PlacedLayout l = LayoutOf(*s);
+  l.dp = 1;
+  refused(l, "field 'parallel.dp' is 2 in the spec, but the placement's layout has 1");
+  l = LayoutOf(*s);
+  l.zero_stage = 2;
+  refused(l, "field 'parallel.zero_stage' is 1 in the spec, but the placement's layout has 2");
+  l = LayoutOf(*s);
+  l.sequence_parallel = true;
+  refused(l, "field 'parallel.sequence_parallel' is false in the spec, but the placement's layout has true");
+  l = LayoutOf(*s);
+  l.recompute = "full";
+  refused(l, "field 'train.recompute' is none in the spec, but the placement's layout has full");
+}
+
+TEST(ApplyLayoutTest, AnElasticJobTakesThePlacementsDpAmongItsChoices) {
+  auto s = ParseJobSpec(
+      "model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}\ndata: {train: t.bin}\n"
+      "train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3}\n"
+      "parallel: {dp: 4}\nelastic: {min_dp: 1, max_dp: 4}\ncheckpoint: {every: 5, dir: x}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->grad_accum(), 1);
+  PlacedLayout l = LayoutOf(*s);
+  l.dp = 2;
+  auto placed = ApplyLayout(*s, l);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->parallel.dp, 2);
+  EXPECT_EQ(placed->grad_accum(), 2) << "the global batch is the spec's: more accumulation at a smaller dp";
+  EXPECT_EQ(placed->train.global_batch, 8);
+  EXPECT_EQ(placed->elastic, s->elastic);
+  l.dp = 3;  // 8 sequences do not split over 3 replicas of 2
+  auto three = ApplyLayout(*s, l);
+  ASSERT_FALSE(three.ok());
+  EXPECT_NE(three.status().message().find("field 'parallel.dp' is 3 in the placement's layout, not one of the elastic "
+                                          "job's dp choices (1, 2, 4)"),
+            std::string::npos)
+      << three.status();
+}
+
+TEST(ApplyLayoutTest, ParallelAutoIsResolvedKeepingWhatIsStatedBesideAuto) {
+  auto s = ParseJobSpec(std::string(kAuto) + "parallel: {auto: true, zero_stage: 1, max_tp: 2}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  PlacedLayout l;
+  l.dp = 2, l.tp = 2, l.pp = 1, l.zero_stage = 1, l.micro_batch = 2, l.recompute = "selective";
+  l.sequence_parallel = true;
+  auto placed = ApplyLayout(*s, l);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_FALSE(placed->auto_layout()) << "resolved";
+  EXPECT_EQ(LayoutOf(*placed), l);
+  EXPECT_EQ(placed->world_size(), 4);
+  EXPECT_EQ(placed->grad_accum(), 2);
+  // The placed spec is one its normal form reads back: what the spec's own validation accepts.
+  auto back = ParseJobSpec(ToYaml(*placed));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *placed);
+  auto refused = [&](const PlacedLayout& bad, const std::string& what) {
+    auto r = ApplyLayout(*s, bad);
+    ASSERT_FALSE(r.ok()) << "accepted: " << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  };
+  PlacedLayout zero = l;
+  zero.zero_stage = 2;
+  refused(zero, "field 'parallel.zero_stage' is 1 in the spec");  // stated beside auto: kept
+  PlacedLayout wide = l;
+  wide.tp = 4, wide.dp = 1;
+  refused(wide, "field 'parallel.max_tp' is 2, but the placement's layout has tp 4");
+  PlacedLayout odd = l;
+  odd.tp = 1, odd.dp = 3, odd.sequence_parallel = false;  // the spec's own rules, on the placed spec
+  refused(odd, "field 'train.global_batch'");
 }
 
 TEST(LearningRateTest, ConstantWithoutWarmupOrDecay) {

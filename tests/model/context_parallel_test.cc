@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "comm/gloo/gloo_communicator.h"
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "kernels/gqa.h"
 #include "kernels/rope.h"
 #include "tests/counting_communicator.h"
@@ -203,13 +204,15 @@ Result Unsplit(const Case& c, const std::vector<float>& qkv, const std::vector<f
 // What travelled, per rank.
 struct Traffic {
   size_t fwd_floats = 0, bwd_floats = 0, fwd_steps = 0, bwd_steps = 0, collectives = 0, counted_by_ring = 0;
+  size_t ring_bytes = 0;  // RingAttention::bytes() after the backward
 };
 
 // Ring attention over c.cp ranks (threads, Gloo on loopback; no communicator at cp 1), each
-// given its rows of qkv and dout; the ranks' outputs put back in sequence order.
+// given its rows of qkv and dout; the ranks' outputs put back in sequence order. kv_type: the
+// type the K/V values are of (and travel in).
 Result Ring(const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout,
-            std::vector<Traffic>* traffic) {
-  const AttentionHeads heads{c.B, c.NH, c.NKV, c.hd};
+            std::vector<Traffic>* traffic, kernels::Precision kv_type = kernels::Precision::kFp32) {
+  const AttentionHeads heads{c.B, c.NH, c.NKV, c.hd, 0.f, kv_type};
   const int W = heads.qkv_width(), C = heads.out_width();
   Result r{std::vector<float>(static_cast<size_t>(c.B) * c.T * C, NAN),
            std::vector<float>(static_cast<size_t>(c.B) * c.NH * c.T, NAN), std::vector<float>(qkv.size(), NAN)};
@@ -242,6 +245,7 @@ Result Ring(const Case& c, const std::vector<float>& qkv, const std::vector<floa
     if (counting) t.fwd_floats = counting->floats_sent(), t.fwd_steps = counting->send_recvs();
     if (absl::Status s = ring.Backward(dq.data(), g.data(), q.data(), out.data(), lse.data(), heads); !s.ok()) return s;
     t.counted_by_ring += ring.floats_sent();
+    t.ring_bytes = ring.bytes();
     if (counting) {
       t.bwd_floats = counting->floats_sent() - t.fwd_floats;
       t.bwd_steps = counting->send_recvs() - t.fwd_steps;
@@ -403,6 +407,41 @@ TEST_P(RingAttentionTest, EqualsTheUnsplitAttention) {
     EXPECT_EQ(t.bwd_floats, (2 * c.cp - 1) * block) << "backward: K/V, then dK/dV home";
     EXPECT_EQ(t.counted_by_ring, t.fwd_floats + t.bwd_floats);
     EXPECT_EQ(t.collectives, 0u);
+  }
+}
+
+// bf16 and fp16: where K and V are the 16-bit type's values (as the model's are, widened), the
+// blocks travel in that type, half the words: (cp − 1) half blocks forward, backward as many
+// and the cp dK/dV blocks in fp32 (sums over the ranks' queries). Computing on the values that
+// arrive, widened again, the ring gives the fp32 ring's results bit for bit, and holds the same
+// working bytes (two 16-bit blocks and one fp32 in place of two fp32).
+TEST(RingAttentionSixteenBitTest, SixteenBitBlocksTravelInTheirType) {
+  for (kernels::Precision p : {kernels::Precision::kBf16, kernels::Precision::kFp16}) {
+    for (const Case& c : {Case{"cp2_gqa", 2, 2, 32, 4, 2, 8}, Case{"cp4_mha", 4, 1, 64, 2, 2, 16}}) {
+      SCOPED_TRACE(::testing::Message() << kernels::PrecisionName(p) << " " << c.name);
+      const int W = (c.NH + 2 * c.NKV) * c.hd, C = c.NH * c.hd;
+      auto qkv = RandomNormal(static_cast<size_t>(c.B) * c.T * W, 17);
+      const auto dout = RandomNormal(static_cast<size_t>(c.B) * c.T * C, 18);
+      kernels::round_to(qkv.data(), qkv.data(), static_cast<int64_t>(qkv.size()), p);  // the 16-bit values
+      std::vector<Traffic> wide, narrow;
+      const Result want = Ring(c, qkv, dout, &wide);
+      const Result got = Ring(c, qkv, dout, &narrow, p);
+      EXPECT_EQ(got.out, want.out);
+      EXPECT_EQ(got.lse, want.lse);
+      EXPECT_EQ(got.dqkv, want.dqkv);
+      const size_t block = static_cast<size_t>(c.B) * (c.T / c.cp) * 2 * c.NKV * c.hd;
+      for (int i = 0; i < c.cp; ++i) {
+        const Traffic& t = narrow[static_cast<size_t>(i)];
+        EXPECT_EQ(t.fwd_steps, static_cast<size_t>(c.cp - 1)) << "rank " << i;
+        EXPECT_EQ(t.fwd_floats, (c.cp - 1) * block / 2) << "rank " << i << ": forward, 16-bit K/V";
+        EXPECT_EQ(t.bwd_floats, (c.cp - 1) * block / 2 + c.cp * block) << "rank " << i << ": 16-bit K/V, fp32 dK/dV";
+        EXPECT_EQ(t.counted_by_ring, t.fwd_floats + t.bwd_floats) << "rank " << i;
+        // 5 fp32 blocks' room and D (B, NH, rows): jobspec's RingCpBytes.
+        const size_t bytes = 4 * (5 * block + static_cast<size_t>(c.B) * c.NH * (c.T / c.cp));
+        EXPECT_EQ(t.ring_bytes, bytes) << "rank " << i;
+        EXPECT_EQ(wide[static_cast<size_t>(i)].ring_bytes, bytes) << "rank " << i << " (fp32)";
+      }
+    }
   }
 }
 

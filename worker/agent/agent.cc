@@ -52,8 +52,8 @@ void AddGpus(const gpu_metrics::Sampler& gpus, v1::Heartbeat* hb) {
   }
 }
 
-// One attach session: returns when the stream ends.
-void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordinator::Stub>& stub,
+// One attach session: returns when the stream ends; true if the coordinator accepted it.
+bool AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordinator::Stub>& stub,
                 metrics::Registry* registry, const std::atomic<bool>* stop_, const gpu_metrics::Sampler* gpus) {
   grpc::ClientContext ctx;
   auto stream = stub->Attach(&ctx);
@@ -61,8 +61,9 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
   const v1::WorkerMessage reg = protocol::RegisterMessage(MyResources(options_));
   if (!session.Send(reg)) {
     LOG(WARNING) << "coordinator " << options_.coordinator << " unreachable: " << stream->Finish().error_message();
-    return;
+    return false;
   }
+  bool attached = false;
   std::mutex mu;
   std::condition_variable cv;
   bool ended = false;
@@ -91,6 +92,7 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
   while (stream->Read(&in)) {
     switch (dispatch.On(in)) {
       case MessageDispatch::Action::kAttached:
+        attached = true;
         LOG(INFO) << "attached to " << options_.coordinator << " as " << in.worker_id();
         break;
       case MessageDispatch::Action::kNewPlacement:
@@ -130,20 +132,25 @@ void AttachOnce(const WorkerOptions& options_, const std::shared_ptr<v1::Coordin
   heartbeat.join();
   auto st = stream->Finish();
   if (!(*stop_)) LOG(WARNING) << "attach stream ended: " << st.error_message();
+  return attached;
 }
 
 }  // namespace
 
 void RunAgent(const WorkerOptions& options_, metrics::Registry* registry, const std::atomic<bool>* stop_,
               const gpu_metrics::Sampler* gpus) {
-  std::shared_ptr<v1::Coordinator::Stub> stub =
-      v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
   int backoff_ms = 200;
   while (!(*stop_)) {
     const auto t0 = std::chrono::steady_clock::now();
-    AttachOnce(options_, stub, registry, stop_, gpus);
+    // A channel per attempt: a channel whose connection failed keeps answering "connection
+    // refused" for as long as gRPC's reconnect back-off has grown (16 s seen after a
+    // coordinator restart of a second), while a new one connects at once.
+    const bool attached =
+        AttachOnce(options_, v1::Coordinator::NewStub(MakeChannel(options_.coordinator)), registry, stop_, gpus);
     if ((*stop_)) break;
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff_ms = 200;
+    // The back-off is for a coordinator that is away: one that accepted the worker (and then
+    // went, e.g. restarted) is tried again from the shortest wait.
+    if (attached || std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff_ms = 200;
     // Wait before re-attaching (bounded exponential backoff), checking for SIGTERM.
     for (int waited = 0; waited < backoff_ms && !(*stop_); waited += 50) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "kernels/threads.h"
 #include "nlohmann/json.hpp"
+#include "worker/agent/assignment.h"
 #include "worker/agent/coordinator_store.h"
 #include "worker/agent/param_client.h"
 #include "model/gpt.h"
@@ -112,11 +113,10 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank, bool* pree
   const int local = std::max(0, a.local_rank()), local_world = std::max(1, a.local_world());
   LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << ": "
             << kernels::ConfigureThreads(options_.threads, local, local_world);
-  // The coordinator's normalised spec, at this placement's dp.
-  auto spec = jobspec::ParseJobSpec(a.spec_yaml());
+  // The job's spec as submitted, with the placement's layout and this placement's checkpoint
+  // directory: read once, in one place.
+  auto spec = AssignedSpec(a, options_.work_dir);
   if (!spec.ok()) return spec.status();
-  const std::string dir = absl::StrCat(options_.work_dir, "/", a.job_id(), "/gen", a.generation());
-  spec->checkpoint.dir = dir + "/checkpoints";
   train::TrainOptions o;
   o.progress = false;
   o.device_options.attention = options_.attention;
@@ -448,7 +448,7 @@ void Session::SetMemoryGauges(const v1::Assignment& a, const train::MemoryAccoun
     if (a.local_rank() != 0) return;  // local rank 0's (the ranks of a job hold alike)
     for (auto [kind, bytes] : {std::pair{"params", m.params}, std::pair{"grads", m.grads},
                                std::pair{"optimizer", m.optimizer}, std::pair{"activations", m.activations},
-                               std::pair{"working", m.working}, std::pair{"peak", m.peak},
+                               std::pair{"cp_ring", m.ring}, std::pair{"working", m.working}, std::pair{"peak", m.peak},
                                std::pair{"zero_formula", m.predicted}}) {
       registry_->GetGauge("gantry_worker_memory_bytes",
                           "Bytes this rank holds for training, by kind; zero_formula is what ZeRO predicts for "

@@ -347,7 +347,23 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
   // The neighbours: the previous and next stage (round the ring: the interleaved schedule's last
   // stage feeds the first stage's next chunk).
   const int prev = (sh.stage + sh.pp - 1) % sh.pp, next = (sh.stage + 1) % sh.pp;
-  for (const jobspec::PipeOp& op : ops_) {
+  // A transfer's buffer (the slots': model/gpt.h) and peer.
+  struct Transfer {
+    const float* send = nullptr;  // a send's
+    float* recv = nullptr;        // a receive's
+    int peer = 0;
+  };
+  auto transfer = [&](const jobspec::PipeOp& t) -> Transfer {
+    const int ts = t.slot >= 0 ? t.slot : t.micro % slots_;
+    switch (t.kind) {
+      case jobspec::PipeOp::kRecvAct: return {nullptr, model_->stage_input(ts, t.chunk), prev};
+      case jobspec::PipeOp::kSendAct: return {model_->stage_output(ts, t.chunk), nullptr, next};
+      case jobspec::PipeOp::kRecvGrad: return {nullptr, model_->stage_output_grad(ts, t.chunk), next};
+      default: return {model_->stage_input_grad(ts, t.chunk), nullptr, prev};
+    }
+  };
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const jobspec::PipeOp& op = ops_[i];
     const int slot = op.slot >= 0 ? op.slot : op.micro % slots_;
     const int c = op.chunk;
     absl::Status s;
@@ -357,17 +373,27 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
     if (op.kind != jobspec::PipeOp::kForward && op.kind != jobspec::PipeOp::kBackward) model_->Sync();
     switch (op.kind) {
       case jobspec::PipeOp::kRecvAct:
-        s = pp->Recv(model_->stage_input(slot, c), n, prev);
-        break;
       case jobspec::PipeOp::kSendAct:
-        s = pp->Send(model_->stage_output(slot, c), n, next);
-        break;
       case jobspec::PipeOp::kRecvGrad:
-        s = pp->Recv(model_->stage_output_grad(slot, c), n, next);
+      case jobspec::PipeOp::kSendGrad: {
+        const Transfer a = transfer(op);
+        if (!op.joint) {
+          s = a.send != nullptr ? pp->Send(a.send, n, a.peer) : pp->Recv(a.recv, n, a.peer);
+          break;
+        }
+        // An exchange (jobspec/pipeline.h): this transfer and the next, one SendRecv, which the
+        // peer runs for the two that match them.
+        const Transfer b = i + 1 < ops_.size() ? transfer(ops_[++i]) : Transfer{};
+        const Transfer& out = a.send != nullptr ? a : b;
+        const Transfer& in = a.send != nullptr ? b : a;
+        if (out.send == nullptr || in.recv == nullptr || (out.send < in.recv + n && in.recv < out.send + n)) {
+          s = absl::InternalError(absl::StrCat("pipeline stage ", sh.stage, ": op ", i,
+                                               " is not an exchange of one send and one receive in separate buffers"));
+          break;
+        }
+        s = pp->SendRecv(out.send, n, out.peer, in.recv, n, in.peer);
         break;
-      case jobspec::PipeOp::kSendGrad:
-        s = pp->Send(model_->stage_input_grad(slot, c), n, prev);
-        break;
+      }
       case jobspec::PipeOp::kForward: {
         s = train_data_->Fill(RowsAt(step) + (static_cast<int64_t>(op.micro) * dp + rank) * B, B, spec_.train.seed,
                               spec_.data.shuffle, inputs_.data(), targets_.data());

@@ -626,11 +626,12 @@ MemoryAccount ZeroEngine::memory() const {
   m.optimizer = offload_ ? 0 : (opt_->m().size() + opt_->v().size()) * f;
   if (offload_) m.host = (opt_->m().size() + opt_->v().size()) * f + offload_->host_bytes();
   m.activations = model_->activation_bytes();
+  m.ring = model_->context_parallel_bytes();
   m.working = work_->pool().allocated_bytes();
   // Mixed precision: the 16-bit working copy of the GEMM weights (ZeRO 0-2, persistent) is
   // parameter memory; ZeRO 3's per-unit copies are working memory.
   (stage_ == 3 ? m.working : m.params) += model_->working_param_bytes();
-  m.peak = std::max(peak_, m.model_state() + m.activations + m.working);
+  m.peak = std::max(peak_, m.model_state() + m.activations + m.ring + m.working);
   // Parameter-server mode: params and grads (ZeRO 2: a 1/dp shard of them); the optimizer
   // state is on the servers.
   const size_t pbytes = model_->num_params() * f;

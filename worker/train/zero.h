@@ -53,6 +53,7 @@ namespace gantry::train {
 struct MemoryAccount {
   size_t params = 0, grads = 0, optimizer = 0;  // persistent model state
   size_t activations = 0;                       // the model's activation buffer
+  size_t ring = 0;                              // context parallelism: the ring's working memory (host)
   size_t working = 0;                           // collective staging, gathered units, buckets
   size_t peak = 0;                              // the largest sum of all of the above seen
   size_t predicted = 0;  // the ZeRO formula for params + grads + optimizer at this stage and dp
@@ -74,9 +75,10 @@ struct StepTiming {
 // DP reduction of the last micro-batch.
 // Expert parallelism (the model's shard has ep > 1): the MoE layers' expert tensors are
 // reduced (and, ZeRO 1, partitioned) over edp, the dp/ep replicas that hold the same experts
-// (null: this rank alone), everything else over the DP group; both are scaled by 1/dp (an
-// expert's gradient already sums its ep group's tokens). Their buckets are split at the
-// experts' ranges, each part over its own group. ZeRO 0 and 1.
+// (x cp: every cp rank of them; null: this rank alone), everything else over the DP group
+// (dp x cp); both are scaled by 1/(dp x cp) (an expert's gradient already sums its ep group's
+// tokens). Their buckets are split at the experts' ranges, each part over its own group.
+// ZeRO 0 and 1.
 struct ZeroModelParallel {
   comm::Communicator* mp = nullptr;
   comm::Communicator* emb = nullptr;

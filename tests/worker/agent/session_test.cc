@@ -132,7 +132,14 @@ v1::Assignment Assign(const std::string& job, int64_t gen, const std::string& sp
   a.set_spec_yaml(spec);
   a.set_rank(rank);
   a.set_world_size(world);
-  a.set_dp(world);
+  // The layout a coordinator places a spec's ranks in: its own, at dp `world`.
+  auto parsed = jobspec::ParseJobSpec(spec);
+  const jobspec::PlacedLayout own = parsed.ok() ? jobspec::LayoutOf(*parsed) : jobspec::PlacedLayout{};
+  v1::Layout* l = a.mutable_layout();
+  l->set_dp(world), l->set_tp(own.tp), l->set_pp(own.pp), l->set_cp(own.cp);
+  l->set_virtual_stages(own.virtual_stages), l->set_zero_stage(own.zero_stage);
+  l->set_sequence_parallel(own.sequence_parallel), l->set_micro_batch(own.micro_batch);
+  l->set_recompute(own.recompute);
   a.set_local_rank(0);
   a.set_local_world(1);
   return a;

@@ -20,6 +20,7 @@
 #include "comm/groups.h"
 #include "data/token_file.h"
 #include "jobspec/model_layout.h"
+#include "jobspec/planner.h"
 #include "jobspec/ranks.h"
 #include "kernels/threads.h"
 #include "tests/test_util.h"
@@ -64,6 +65,24 @@ TEST(CpGroupsTest, RanksPutCpBetweenTpAndDpAndTheGroupsFollow) {
     EXPECT_EQ((*g)->cp->size(), 1) << "(the fake factory's communicators are groups of one)";
     EXPECT_EQ((*g)->grads(), (*g)->dp_cp);
   }
+  // Expert parallelism with cp (dp 4, ep 2, cp 2): the ep group's replicas within one cp rank
+  // (the all-to-all moves a cp rank's rows); edp, which reduces the experts' gradients, every
+  // cp rank of the replicas that hold this rank's experts.
+  const jobspec::Layout moe{4, 1, 1, 2, 2};
+  for (int r = 0; r < moe.world(); ++r) {
+    const jobspec::Coords c = jobspec::CoordsOf(r, moe);
+    std::map<std::string, std::vector<int>> made;
+    auto g = comm::MakeGroups(r, moe, [&](const std::string& name, const std::vector<int>& members, int)
+                                            -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
+      made[name.substr(0, name.find('/'))] = members;
+      return std::make_unique<comm::SoloCommunicator>();
+    });
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto at = [&](int replica, int cp_rank) { return jobspec::RankOf({replica, 0, 0, cp_rank}, moe); };
+    const int group = c.replica / 2, e = c.replica % 2;
+    EXPECT_EQ(made["ep"], (std::vector<int>{at(group * 2, c.cp_rank), at(group * 2 + 1, c.cp_rank)})) << "rank " << r;
+    EXPECT_EQ(made["edp"], (std::vector<int>{at(e, 0), at(e, 1), at(2 + e, 0), at(2 + e, 1)})) << "rank " << r;
+  }
   // cp 1: no cp or dp_cp group, and the ranks as they always were.
   const jobspec::Layout flat{2, 2, 2};
   for (int r = 0; r < flat.world(); ++r) {
@@ -100,7 +119,8 @@ class CpTrainingTest : public ::testing::Test {
         "eval: {batches: 2}\n"
         "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
         "resources: {device: ", device_, "}\n", optimizer_,
-        "parallel: {dp: ", dp, ", cp: ", cp, ", tp: ", tp_, ", pp: ", pp_, ", sequence_parallel: ", sp_ ? "true" : "false",
+        "parallel: {dp: ", dp, ", cp: ", cp, ", tp: ", tp_, ", pp: ", pp_, ", ep: ", ep_,
+        ", sequence_parallel: ", sp_ ? "true" : "false",
         ", zero_stage: ", zero, parallel_extra_, "}\n"));
     EXPECT_TRUE(s.ok()) << s.status();
     model_config_ = s->model;
@@ -111,12 +131,14 @@ class CpTrainingTest : public ::testing::Test {
     std::vector<float> params;  // rank 0's, whole (gathered at the end under ZeRO 3)
     float val_loss = NAN;       // rank 0's, at the end
     size_t activations = 0;     // rank 0's activation buffer, bytes
+    int64_t moe_assignments = 0, moe_dropped = 0;  // rank 0's reports', summed over the steps
   };
   Result Run(int dp, int cp, int zero = 0, int64_t stop_after = 0, bool resume = false) {
-    const jobspec::Layout l{dp, tp_, pp_, 1, cp};
+    const jobspec::Layout l{dp, tp_, pp_, ep_, cp};
     const int world = l.world();
     std::vector<Result> results(static_cast<size_t>(world));
     std::vector<absl::Status> status(static_cast<size_t>(world));
+    std::vector<size_t> ring(static_cast<size_t>(world));  // each rank's Trainer::memory().ring
     auto store = std::make_shared<gloo::rendezvous::HashStore>();
     const jobspec::JobSpec spec = Spec(dp, cp, zero);
     std::vector<std::thread> threads;
@@ -135,7 +157,7 @@ class CpTrainingTest : public ::testing::Test {
           std::fclose(null);
           return;
         }
-        if (cp > 1 || tp_ > 1 || pp_ > 1) {
+        if (cp > 1 || tp_ > 1 || pp_ > 1 || ep_ > 1) {
           o.groups = groups->get();
         } else {
           o.comm = (*groups)->dp;
@@ -143,20 +165,35 @@ class CpTrainingTest : public ::testing::Test {
         auto t = Trainer::Create(spec, o);
         status[r] = t.ok() ? (*t)->Run() : t.status();
         if (t.ok()) {
-          for (const auto& rep : (*t)->reports()) results[r].losses.push_back(rep.loss);
+          for (const auto& rep : (*t)->reports()) {
+            results[r].losses.push_back(rep.loss);
+            results[r].moe_assignments += rep.moe_assignments;
+            results[r].moe_dropped += rep.moe_dropped;
+          }
           results[r].params.resize((*t)->model().num_params());
           (*t)->model().ReadParams(results[r].params.data());
           if (!(*t)->val_losses().empty()) results[r].val_loss = (*t)->val_losses().back().second;
           results[r].activations = (*t)->memory().activations;
+          ring[r] = (*t)->memory().ring;
         }
         std::fclose(null);
       });
     }
     for (auto& t : threads) t.join();
     for (int r = 0; r < world; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    // The ring's working memory, as allocated, is the planner's (Plan::ring), to the byte.
+    auto planned = jobspec::PlanRanks(jobspec::PlanOfSpec(spec));
+    EXPECT_TRUE(planned.ok()) << planned.status();
+    for (int r = 0; r < world && planned.ok(); ++r) {
+      const jobspec::Coords c = jobspec::CoordsOf(r, l);
+      EXPECT_EQ(static_cast<double>(ring[r]), (*planned)[static_cast<size_t>(c.stage * tp_ + c.tp_rank)].bytes.ring)
+          << "rank " << r;
+    }
+    if (cp > 1) EXPECT_GT(ring[0], 0u);
     for (int r = 1; r < world; ++r) {
       EXPECT_EQ(results[r].losses, results[0].losses) << "every rank reports the same loss: rank " << r;
-      if (jobspec::CoordsOf(r, l).tp_rank == 0 && jobspec::CoordsOf(r, l).stage == 0) {
+      const jobspec::Coords c = jobspec::CoordsOf(r, l);
+      if (c.tp_rank == 0 && c.stage == 0 && jobspec::EpRankOf(c, l) == 0) {  // (ep: rank 0's experts)
         EXPECT_EQ(results[r].params, results[0].params) << "every rank holds the same parameters: rank " << r;
       }
     }
@@ -213,6 +250,7 @@ class CpTrainingTest : public ::testing::Test {
   std::string device_ = "cpu";  // resources.device and TrainOptions.device of every rank
   int tp_ = 1;       // parallel.tp (then Result.params is tp rank 0's shard)
   int pp_ = 1;       // parallel.pp (then Result.params is the first stage's)
+  int ep_ = 1;       // parallel.ep (then Result.params is ep rank 0's shard)
   bool sp_ = false;  // parallel.sequence_parallel
 };
 
@@ -318,6 +356,39 @@ TEST_F(CpTrainingTest, LlamaWithGroupedHeadsRecomputationAndZeroThreeAtCpTwoTrai
   optimizer_ = "optimizer: {offload: cpu}\n";
   parallel_extra_ = ", offload_params: cpu";
   ExpectSameTraining(Run(1, 2, 3), one, "llama cp 2, ZeRO 3, optimizer and parameters offloaded");
+}
+
+// Mixture of experts (GPT-2, 4 experts, top 2, in both layers): the load-balancing loss is the
+// micro-batch's, its statistics (routed counts, the router probabilities' column sums, the
+// z-loss) summed over the cp group, so that cp 2 trains as one process. With ep 2 (dp 2): the
+// all-to-all within each cp rank, the experts' gradients reduced over their replicas x cp (and
+// ZeRO 0's gradient norm counting each expert once), as ep 2 alone; again with full
+// recomputation (the routing recomputed, its statistics reduced again). The capacity is each cp
+// rank's own (Megatron-Core's rule; docs/decisions.md), so the capacity factor here drops
+// nothing (E / top_k = 2: every expert may take every row of a rank): where one would drop,
+// cp's drops differ from one process's. The coefficients are large (aux 0.1, z 0.01) so that a
+// rank's own statistics in place of the group's fail the bound (checked: losses 2e-4 to 7e-3
+// apart, parameters 0.045), as does the group's counts without the backward's 1/cp, and edp
+// without the other cp rank (ep 2: losses 0.023 apart). (Reordering alone, with both
+// coefficients 0, leaves the experts' weights 5e-6 apart, as here: AdamW near g = 0.)
+TEST_F(CpTrainingTest, MixtureOfExpertsWithAndWithoutEpAtCpTwoTrainsAsOneProcess) {
+  model_ = "n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16, moe: {num_experts: 4, top_k: 2, "
+           "capacity_factor: 2.0, aux_loss_coeff: 0.1, z_loss_coeff: 0.01, every_n_layers: 1}";
+  const Result one = Run(1, 1);
+  ASSERT_LT(one.losses.back(), one.losses.front()) << "the run learns";
+  EXPECT_EQ(one.moe_dropped, 0);
+  const Result cp2 = Run(1, 2);
+  ExpectSameTraining(cp2, one, "moe cp 2");
+  EXPECT_EQ(cp2.moe_assignments, one.moe_assignments) << "a report counts the cp group's routing";
+  EXPECT_EQ(cp2.moe_dropped, 0);
+  ep_ = 2;
+  const Result ep2 = Run(2, 1);
+  for (size_t i = 0; i < one.losses.size(); ++i) {
+    EXPECT_LE(std::fabs(ep2.losses[i] - one.losses[i]) / one.losses[i], 1e-5) << "ep 2, step " << i + 1;
+  }
+  ExpectSameTraining(Run(2, 2), ep2, "moe cp 2 x ep 2 (dp 2) against ep 2");
+  recompute_ = "full";
+  ExpectSameTraining(Run(2, 2, 1), ep2, "moe cp 2 x ep 2 (dp 2, ZeRO 1), full recomputation, against ep 2");
 }
 
 // bf16 and fp16: the ring reads the 16-bit q|k|v widened and rounds its output (and dq|dk|dv)

@@ -27,40 +27,71 @@ namespace {
 
 // Runs every stage's schedule with rendezvous transfers (a send completes only with the
 // peer's matching receive: the same micro-batch, the chunk of the next or previous virtual
-// stage, round the ring with v chunks), a forward taking 1 and a backward 2. The idle fraction
+// stage, round the ring with v chunks), a forward taking 1 and a backward 2. An exchange (a
+// joint op and the next: one SendRecv) is one rendezvous, and only with the peer's exchange of
+// the two matching transfers: a SendRecv never meets a plain Send or Recv. The idle fraction
 // of a stage (the pipeline's time less its compute, over the pipeline's time); -1 on a
-// deadlock.
-double RendezvousBubble(jobspec::Schedule sched, int p, int m, int v = 1) {
-  std::vector<std::vector<jobspec::PipeOp>> ops;
+// deadlock. *rendezvous, when given, gets the blocking transfers of each stage.
+double RendezvousBubble(jobspec::Schedule sched, int p, int m, int v = 1, std::vector<int>* rendezvous = nullptr) {
+  using jobspec::PipeOp;
+  std::vector<std::vector<PipeOp>> ops;
   for (int s = 0; s < p; ++s) ops.push_back(jobspec::PipelineOps(sched, p, s, m, v));
   std::vector<size_t> pc(static_cast<size_t>(p), 0);
   std::vector<double> clock(static_cast<size_t>(p), 0), busy(static_cast<size_t>(p), 0);
-  auto at = [&](int s) -> const jobspec::PipeOp* { return pc[s] < ops[s].size() ? &ops[s][pc[s]] : nullptr; };
+  if (rendezvous != nullptr) rendezvous->assign(static_cast<size_t>(p), 0);
+  auto at = [&](int s, size_t ahead = 0) -> const PipeOp* {
+    return pc[s] + ahead < ops[s].size() ? &ops[s][pc[s] + ahead] : nullptr;
+  };
+  auto is_send = [](const PipeOp& op) { return op.kind == PipeOp::kSendAct || op.kind == PipeOp::kSendGrad; };
+  auto peer_of = [&](int s, const PipeOp& op) {
+    const bool next = op.kind == PipeOp::kSendAct || op.kind == PipeOp::kRecvGrad;
+    return next ? (s + 1) % p : (s + p - 1) % p;
+  };
+  // Whether op a of stage s and op b of stage r are a send and the receive that takes it.
+  auto meet = [&](int s, const PipeOp& a, int r, const PipeOp& b) {
+    if (!is_send(a)) return false;
+    const bool act = a.kind == PipeOp::kSendAct;
+    const int chunk = a.chunk + (act && s == p - 1 ? 1 : 0) - (!act && s == 0 ? 1 : 0);
+    return peer_of(s, a) == r && peer_of(r, b) == s && b.kind == (act ? PipeOp::kRecvAct : PipeOp::kRecvGrad) &&
+           b.micro == a.micro && b.chunk == chunk;
+  };
+  auto either = [&](int s, const PipeOp& a, int r, const PipeOp& b) { return meet(s, a, r, b) || meet(r, b, s, a); };
   for (;;) {
     bool moved = false, done = true;
     for (int s = 0; s < p; ++s) {
-      const jobspec::PipeOp* op = at(s);
+      const PipeOp* op = at(s);
       if (op == nullptr) continue;
       done = false;
-      if (op->kind == jobspec::PipeOp::kForward || op->kind == jobspec::PipeOp::kBackward) {
-        const double t = op->kind == jobspec::PipeOp::kForward ? 1 : 2;
+      if (op->kind == PipeOp::kForward || op->kind == PipeOp::kBackward) {
+        const double t = op->kind == PipeOp::kForward ? 1 : 2;
         clock[s] += t;
         busy[s] += t;
         ++pc[s];
         moved = true;
-      } else if (op->kind == jobspec::PipeOp::kSendAct || op->kind == jobspec::PipeOp::kSendGrad) {
-        const bool act = op->kind == jobspec::PipeOp::kSendAct;
-        const int peer = act ? (s + 1) % p : (s + p - 1) % p;
-        const int chunk = op->chunk + (act && s == p - 1 ? 1 : 0) - (!act && s == 0 ? 1 : 0);
-        const jobspec::PipeOp* q = at(peer);
-        if (q != nullptr && q->kind == (act ? jobspec::PipeOp::kRecvAct : jobspec::PipeOp::kRecvGrad) &&
-            q->micro == op->micro && q->chunk == chunk) {
-          clock[s] = clock[peer] = std::max(clock[s], clock[peer]);
-          ++pc[s];
-          ++pc[peer];
-          moved = true;
-        }
+        continue;
       }
+      const int peer = peer_of(s, *op);
+      const PipeOp* q = at(peer);
+      if (q == nullptr || q->joint != op->joint) continue;
+      size_t step = 1;
+      if (op->joint) {
+        const PipeOp *y = at(s, 1), *q2 = at(peer, 1);
+        if (y == nullptr || q2 == nullptr || is_send(*y) == is_send(*op) || !either(s, *op, peer, *q) ||
+            !either(s, *y, peer, *q2)) {
+          continue;
+        }
+        step = 2;
+      } else if (!meet(s, *op, peer, *q)) {
+        continue;
+      }
+      clock[s] = clock[peer] = std::max(clock[s], clock[peer]);
+      pc[s] += step;
+      pc[peer] += step;
+      if (rendezvous != nullptr) {
+        ++(*rendezvous)[s];
+        ++(*rendezvous)[peer];
+      }
+      moved = true;
     }
     if (done) break;
     if (!moved) return -1;
@@ -107,6 +138,68 @@ TEST(PipelineTest, EachStageRunsEveryMicroBatchOnceAndKeepsAtMostItsSlots) {
     }
   }
   EXPECT_DOUBLE_EQ(jobspec::IdealBubble(2, 4), 0.2);
+}
+
+// Exchanges (jobspec/pipeline.h): a send and a receive with one neighbour, side by side on both
+// stages, run as one SendRecv. Every schedule still completes when a SendRecv meets only a
+// SendRecv of the matching two (RendezvousBubble), with the same bubble; 1F1B pairs each of a
+// stage's steady-state iterations with the next stage (m - (p - s - 1) of them), so at p 2 a
+// stage's 2m blocking transfers a step become m + 1; GPipe has none to pair; the interleaved
+// schedule at p 2 pairs most of its transfers.
+TEST(PipelineTest, ExchangesRunAsOneRendezvousOnBothSides) {
+  using jobspec::PipeOp;
+  using jobspec::Schedule;
+  for (Schedule sched : {Schedule::k1F1B, Schedule::kGPipe}) {
+    for (int p = 2; p <= 8; ++p) {
+      for (int m = 1; m <= 16; ++m) {
+        const std::string what = absl::StrCat(sched == Schedule::kGPipe ? "gpipe" : "1f1b", " p ", p, " m ", m);
+        std::vector<int> rendezvous;
+        ASSERT_GE(RendezvousBubble(sched, p, m, 1, &rendezvous), 0) << what << ": deadlock";
+        auto pairs = [&](int s) {  // exchanges between stages s and s + 1
+          return sched == Schedule::kGPipe || s < 0 || s >= p - 1 ? 0 : std::max(0, m - (p - s - 1));
+        };
+        for (int s = 0; s < p; ++s) {
+          const std::vector<PipeOp> ops = jobspec::PipelineOps(sched, p, s, m);
+          const int transfers = 2 * m * ((s > 0 ? 1 : 0) + (s < p - 1 ? 1 : 0));
+          const int want = transfers - pairs(s - 1) - pairs(s);
+          EXPECT_EQ(jobspec::PipelineRendezvous(ops), want) << what << " stage " << s;
+          EXPECT_EQ(rendezvous[static_cast<size_t>(s)], want) << what << " stage " << s;
+        }
+      }
+    }
+  }
+  // 1F1B at p 2, m 4: stage 0 receives micro-batch i's gradient and sends i + 1's activation as
+  // one exchange; stage 1 sends i's gradient and receives i + 1's activation.
+  const std::vector<PipeOp> s0 = jobspec::PipelineOps(Schedule::k1F1B, 2, 0, 4);
+  const std::vector<PipeOp> s1 = jobspec::PipelineOps(Schedule::k1F1B, 2, 1, 4);
+  ASSERT_GE(s0.size(), 6u);
+  EXPECT_EQ(s0[3], (PipeOp{PipeOp::kRecvGrad, 0, 0, -1, true}));
+  EXPECT_EQ(s0[4], (PipeOp{PipeOp::kSendAct, 1, 0, -1, false}));
+  ASSERT_GE(s1.size(), 6u);
+  EXPECT_EQ(s1[3], (PipeOp{PipeOp::kSendGrad, 0, 0, -1, true}));
+  EXPECT_EQ(s1[4], (PipeOp{PipeOp::kRecvAct, 1, 0, -1, false}));
+  // The interleaved schedule: every p <= 4, v <= 3, m <= 8 completes with its exact bubble (as
+  // the test below, for p <= 8, v <= 4), and at p 2 fewer than two thirds of the transfers block.
+  for (int p = 2; p <= 4; ++p) {
+    for (int v = 2; v <= 3; ++v) {
+      for (int m = p; m <= 8; m += p) {
+        const std::string what = absl::StrCat("p ", p, " v ", v, " m ", m);
+        std::vector<int> rendezvous;
+        EXPECT_NEAR(RendezvousBubble(Schedule::k1F1B, p, m, v, &rendezvous), jobspec::IdealBubble(p, m, v), 1e-12)
+            << what;
+        for (int s = 0; s < p; ++s) {
+          const std::vector<PipeOp> ops = jobspec::PipelineOps(Schedule::k1F1B, p, s, m, v);
+          EXPECT_EQ(jobspec::PipelineRendezvous(ops), rendezvous[static_cast<size_t>(s)]) << what << " stage " << s;
+          const int transfers = static_cast<int>(std::count_if(ops.begin(), ops.end(), [](const PipeOp& op) {
+            return op.kind != PipeOp::kForward && op.kind != PipeOp::kBackward;
+          }));
+          if (p == 2) {
+            EXPECT_LT(3 * rendezvous[static_cast<size_t>(s)], 2 * transfers) << what << " stage " << s;
+          }
+        }
+      }
+    }
+  }
 }
 
 // The interleaved 1F1B schedule (v chunks a stage, m a multiple of p): every stage's order
