@@ -130,16 +130,14 @@ int RunRow(const Options& o, int T, int cp) {
         std::fclose(null);
         return;
       }
-      if (cp > 1) t.groups = groups->get();
-      else t.comm = (*groups)->dp;
-      if (r == 0) {
-        t.on_step = [&](const train::StepReport& rep) {
-          if (rep.step > 1) seconds.push_back(rep.seconds);
-          return true;
-        };
-      }
+      t.groups = groups->get();
       auto trainer = train::Trainer::Create(*spec, t);
       status[r] = trainer.ok() ? (*trainer)->Run() : trainer.status();
+      if (r == 0 && status[r].ok()) {
+        for (const train::StepReport& rep : (*trainer)->reports()) {
+          if (rep.step > 1) seconds.push_back(rep.seconds);
+        }
+      }
       if (trainer.ok()) {
         const train::MemoryAccount m = (*trainer)->memory();
         activations[r] = m.activations;

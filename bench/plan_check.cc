@@ -88,16 +88,14 @@ double Measure(const Layout& l, const std::string& data, int steps) {
         std::fclose(null);
         return;
       }
-      if (l.tp * l.pp * l.cp > 1 || l.ep > 1) o.groups = groups->get();
-      else o.comm = (*groups)->dp;
-      if (r == 0) {
-        o.on_step = [&](const train::StepReport& rep) {
-          if (rep.step > 2) seconds.push_back(rep.seconds);
-          return true;
-        };
-      }
+      o.groups = groups->get();
       auto t = train::Trainer::Create(spec, o);
       status[r] = t.ok() ? (*t)->Run() : t.status();
+      if (r == 0 && status[r].ok()) {
+        for (const train::StepReport& rep : (*t)->reports()) {
+          if (rep.step > 2) seconds.push_back(rep.seconds);
+        }
+      }
       std::fclose(null);
     });
   }

@@ -73,4 +73,15 @@ absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const jobspec::Layo
   return g;
 }
 
+std::unique_ptr<Groups> DataParallelGroups(Communicator* dp) {
+  auto g = std::make_unique<Groups>();
+  if (dp == nullptr || dp->size() <= 1) return g;  // a group of one is null, as MakeGroups leaves it
+  g->layout.dp = dp->size();
+  g->rank = dp->rank();
+  g->me = jobspec::CoordsOf(g->rank, g->layout);
+  g->dp = dp;
+  g->world = dp;
+  return g;
+}
+
 }  // namespace gantry::comm

@@ -14,7 +14,7 @@
 //   pp   the stages of one (replica, tp_rank): activations and their gradients, point to point
 //   emb  the first and last stage of one (replica, tp_rank), pp > 1: the tied wte's gradient
 //   mp   every (stage, tp_rank) of one replica: the gradient norm and the loss
-//   world every rank: barriers around checkpoints
+//   world every rank: barriers around checkpoints (DataParallelGroups: the dp group itself)
 //   ep   the ep replicas of one expert-parallel group (same stage and tp_rank): the MoE
 //        layers' all-to-all dispatch and combine
 //   edp  the dp/ep replicas with this rank's experts (same ep rank, stage and tp_rank), each
@@ -63,5 +63,10 @@ using GroupFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>
 // dp_cp), so the
 // joins never wait on one another in a cycle. Groups of one are not created.
 absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const jobspec::Layout& layout, const GroupFactory& factory);
+
+// The groups of a job that only splits its batch (tp, pp, cp and ep 1) over one communicator
+// of all its ranks, which the caller owns: that group is both dp and world (MakeGroups would
+// join a second group of the same ranks for world). Null: one rank alone (every group null).
+std::unique_ptr<Groups> DataParallelGroups(Communicator* dp);
 
 }  // namespace gantry::comm

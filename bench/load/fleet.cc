@@ -362,7 +362,7 @@ void Fleet::Step(SimWorker* w, std::shared_ptr<Run> run) {
   if (run->stop) return;
   ++run->step;
   const v1::Assignment& a = run->a;
-  if (a.rank() == 0) {  // rank 0 speaks for the group, as Session's on_step
+  if (a.rank() == 0) {  // rank 0 speaks for the group, as the worker's StepReporter
     v1::WorkerMessage m;
     auto* r = protocol::SetStepUpdate(a, &m);
     r->set_step(run->step);

@@ -60,11 +60,7 @@ class NcclTrainingTest : public ::testing::TestWithParam<Layout> {
         const kernels::BackendKind kind = cuda ? kernels::BackendKind::kCuda : kernels::BackendKind::kCpu;
         auto groups = comm::MakeGroups(r, {l.dp, l.tp, l.pp}, agent::DeviceGroups(kind, r, store, {}));
         if (groups.ok()) {
-          if (l.tp * l.pp > 1) {
-            o.groups = groups->get();
-          } else {
-            o.comm = (*groups)->dp;
-          }
+          o.groups = groups->get();
           auto t = Trainer::Create(spec, o);
           status[r] = t.ok() ? (*t)->Run() : t.status();
           if (t.ok()) {

@@ -3,7 +3,6 @@
 #include <glog/logging.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -141,16 +140,16 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank, bool* pree
               << absl::StrJoin(best->servers, ", ") << " (" << best->files.size() << " files, " << best->bytes
               << " bytes)";
     resume_source = std::make_unique<checkpoint::ShardCheckpointSource>(std::move(*best));
-    o.resume_source = resume_source.get();
+    o.worker.resume_source = resume_source.get();
   }
   // The partition map: checkpoint parts are cut at its bounds, each slice to its server.
   std::vector<std::string> slice_server;
   for (const auto& r : a.param_ranges()) {
-    if (!slice_server.empty()) o.checkpoint_cuts.push_back(static_cast<size_t>(r.begin()));
+    if (!slice_server.empty()) o.worker.checkpoint_cuts.push_back(static_cast<size_t>(r.begin()));
     slice_server.push_back(r.shard_server());
   }
   if (slice_server.empty() && a.shard_servers_size() > 0) slice_server.push_back(a.shard_servers(0));
-  Groups joined;
+  std::unique_ptr<comm::Groups> joined;
   struct ForgetComm {  // destroyed before comm: Abort never reaches a dead communicator
     Session* s;
     RankState* rank;
@@ -171,16 +170,16 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank, bool* pree
     remote = std::make_unique<agent::ParamServerClient>(
         a.job_id(), a.generation(), ranges, layout, layout.back().offset + layout.back().numel,
         optim::AdamWOf(spec->train));
-    o.remote_optimizer = remote.get();
+    o.worker.remote_optimizer = remote.get();
     LOG(INFO) << "job " << a.job_id() << ": AdamW on " << ranges.size() << " shard server(s)";
   }
   FILE* log = std::fopen("/dev/null", "w");
   o.out = log;
-  std::optional<float> val;  // the last evaluation, sent with the next step's report
-  SetReportHooks(a, *spec, rank, &val, &o);
+  StepReporter reporter(a, *spec, registry_, options_.peak_flops, [this](const v1::WorkerMessage& m) { return Send(m); });
+  SetStepHooks(rank, &reporter, &o);
   SetCheckpointHook(a, slice_server, &o);
   // A preemption: every rank stops after the same step, with that step's checkpoint.
-  o.stop_here = [this, &a](int64_t step) { return StopHere(a, step); };
+  o.worker.stop_here = [this, &a](int64_t step) { return StopHere(a, step); };
   auto trainer = train::Trainer::Create(*spec, o);
   if (!trainer.ok()) {
     std::fclose(log);
@@ -238,10 +237,11 @@ absl::StatusOr<std::optional<shardserver::StoredCheckpoint>> Session::FindResume
       steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
 }
 
-absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, const jobspec::JobSpec& spec,
-                                                    const train::DeviceName& device, RankState* rank,
-                                                    train::TrainOptions* o) {
-  Groups g;
+absl::StatusOr<std::unique_ptr<comm::Groups>> Session::JoinGroups(const v1::Assignment& a,
+                                                                  const jobspec::JobSpec& spec,
+                                                                  const train::DeviceName& device, RankState* rank,
+                                                                  train::TrainOptions* o) {
+  std::unique_ptr<comm::Groups> g;
   if (a.world_size() > 1) {  // the job's ranks meet through the coordinator's rendezvous
     auto store = std::make_shared<agent::CoordinatorStore>(stub_, a.job_id(), a.generation(),
                                                            std::chrono::milliseconds(options_.collective_timeout_ms));
@@ -254,17 +254,18 @@ absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, con
     const comm::GroupFactory factory = agent::DeviceGroups(device.kind, device.ordinal, store, go, &made);
     // 3D, experts or context parallelism: every group (cp: the ring's and dp x cp's among them)
     if (spec.parallel.tp > 1 || spec.parallel.pp > 1 || spec.parallel.ep > 1 || spec.parallel.cp > 1) {
-      ASSIGN_OR_RETURN(g.groups, comm::MakeGroups(a.rank(),
-                                                    {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp, spec.parallel.ep,
-                                                     spec.parallel.cp},
-                                                    factory));
-      o->groups = g.groups.get();
-    } else {
+      ASSIGN_OR_RETURN(g, comm::MakeGroups(a.rank(),
+                                           {spec.parallel.dp, spec.parallel.tp, spec.parallel.pp, spec.parallel.ep,
+                                            spec.parallel.cp},
+                                           factory));
+    } else {  // data parallel only: one group of every rank, dp and world at once
       std::vector<int> world(static_cast<size_t>(a.world_size()));
       for (int r = 0; r < a.world_size(); ++r) world[static_cast<size_t>(r)] = r;
-      ASSIGN_OR_RETURN(g.comm, factory("world", world, a.rank()));
-      o->comm = g.comm.get();
+      ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> all, factory("world", world, a.rank()));
+      g = comm::DataParallelGroups(all.get());
+      g->owned.push_back(std::move(all));
     }
+    o->groups = g.get();
     std::lock_guard<std::mutex> l(comm_mu_);
     rank->comms = made;
     if (cancel) {
@@ -275,112 +276,12 @@ absl::StatusOr<Session::Groups> Session::JoinGroups(const v1::Assignment& a, con
   return g;
 }
 
-void Session::SetReportHooks(const v1::Assignment& a, const jobspec::JobSpec& spec, RankState* rank,
-                             std::optional<float>* val, train::TrainOptions* o) {
-  // This rank's share of a step's tokens: MFU is per device. The worker's gauges are local
-  // rank 0's, tokens/s for all of the worker's ranks (they step together).
-  const double rank_tokens_per_step =
-      static_cast<double>(spec.train.global_batch) * spec.seq_len / spec.world_size();
-  const bool speaks = a.local_rank() == 0;
-  const int local_world = std::max(1, a.local_world());
-  const auto& mc = spec.model;
-  double n_params = 0;
-  for (const auto& t : jobspec::ParameterLayout(mc)) n_params += static_cast<double>(t.numel);
-  const double flops_per_token = 6 * n_params + 6.0 * mc.n_layer * mc.n_embd * spec.seq_len;
-  // A step update of this job generation and rank; the caller fills the report.
-  auto step_update = [&a](v1::WorkerMessage& m) { return protocol::SetStepUpdate(a, &m); };
-  o->on_eval = [this, &a, val, step_update](int64_t step, float v) {
-    if (step > 0) {
-      *val = v;  // goes out with this step's report
-      return;
-    }
-    v1::WorkerMessage m;  // before training: a report of its own, step 0
-    auto* rep = step_update(m);
-    rep->set_step(0);
-    rep->set_loss(NAN);
-    rep->set_val_loss(v);
-    if (a.rank() == 0) Send(m);
-  };
-  o->on_step = [this, &a, rank, val, step_update, rank_tokens_per_step, flops_per_token, speaks,
-                 local_world](const train::StepReport& r) {
-    rank->step = r.step;
-    v1::WorkerMessage m;
-    auto* rep = step_update(m);
-    rep->set_step(r.step);
-    rep->set_loss(r.loss);
-    rep->set_lr(r.lr);
-    rep->set_grad_norm(r.grad_norm);
-    rep->set_step_seconds(r.seconds);
-    rep->set_tokens_per_second(r.tokens_per_second);
-    rep->set_compute_seconds(r.compute_seconds);
-    rep->set_comm_seconds(r.comm_seconds);
-    rep->set_optimizer_seconds(r.optimizer_seconds);
-    rep->set_val_loss(*val ? **val : NAN);
-    rep->set_loss_scale(r.loss_scale);
-    rep->set_skipped(r.skipped);
-    rep->set_skipped_steps(r.skipped_steps);
-    rep->set_offload_bytes(static_cast<int64_t>(r.offload_bytes));
-    rep->set_moe_forwards(r.moe_forwards);
-    rep->set_moe_aux(r.moe_aux);
-    rep->set_moe_z(r.moe_z);
-    rep->set_moe_assignments(r.moe_assignments);
-    rep->set_moe_dropped(r.moe_dropped);
-    for (int64_t t : r.moe_tokens_per_expert) rep->add_moe_tokens_per_expert(t);
-    for (const std::string& n : r.notes) rep->add_notes(n);
-    val->reset();
-    if (a.rank() == 0) Send(m);  // rank 0 speaks for the group (the ranks hold the same loss)
-    if (!speaks) return !cancel.load() && !stop_->load();
-    registry_->GetGauge("gantry_worker_tokens_per_second", "This worker's training throughput in the last step.")
-        .Set(rank_tokens_per_step * local_world / r.seconds);
-    registry_->GetGauge("gantry_worker_loss", "Training loss of the last step.").Set(r.loss);
-    registry_->GetHistogram("gantry_worker_step_seconds", "Training step time.", metrics::ExponentialBuckets(0.001, 2, 16))
-        .Observe(r.seconds);
-    registry_->GetCounter("gantry_worker_steps_total", "Training steps done.").Increment();
-    if (r.moe_forwards > 0) {  // this rank's MoE layers
-      registry_->GetGauge("gantry_worker_moe_aux_loss", "Load-balancing loss of the last step (summed over MoE layers).")
-          .Set(r.moe_aux);
-      registry_->GetGauge("gantry_worker_moe_z_loss", "Router z-loss of the last step (summed over MoE layers).")
-          .Set(r.moe_z);
-      registry_->GetCounter("gantry_worker_moe_assignments_total", "Token-expert assignments routed.")
-          .Increment(static_cast<double>(r.moe_assignments));
-      registry_->GetCounter("gantry_worker_moe_dropped_total", "Token-expert assignments dropped over capacity.")
-          .Increment(static_cast<double>(r.moe_dropped));
-      for (size_t e = 0; e < r.moe_tokens_per_expert.size(); ++e) {
-        registry_->GetCounter("gantry_worker_moe_tokens_total", "Tokens routed to each expert (over MoE layers).",
-                              {{"expert", std::to_string(e)}})
-            .Increment(static_cast<double>(r.moe_tokens_per_expert[e]));
-      }
-    }
-    if (r.offload_bytes > 0) {
-      registry_->GetCounter("gantry_worker_offload_bytes_total",
-                            "Bytes moved between host and device for the offloaded optimizer's updates.")
-          .Increment(static_cast<double>(r.offload_bytes));
-    }
-    if (r.loss_scale > 0) {  // fp16
-      registry_->GetGauge("gantry_worker_loss_scale", "fp16 dynamic loss scale of the last step.").Set(r.loss_scale);
-      auto& skipped = registry_->GetCounter("gantry_worker_skipped_steps_total",
-                                            "Steps whose update an fp16 overflow (inf/NaN gradients) skipped.");
-      if (r.skipped) skipped.Increment();
-    }
-    if (r.checkpoint_stall_seconds > 0) {
-      registry_->GetHistogram("gantry_worker_checkpoint_stall_seconds",
-                              "Time the step loop spent on a checkpoint (the copy, or waiting for the budget).",
-                              metrics::ExponentialBuckets(0.0001, 2, 18))
-          .Observe(r.checkpoint_stall_seconds);
-    }
-    for (auto [part, secs] : {std::pair{"compute", r.compute_seconds}, std::pair{"comm_exposed", r.comm_seconds},
-                              std::pair{"optimizer", r.optimizer_seconds}, std::pair{"comm_busy", r.comm_busy_seconds}}) {
-      registry_->GetGauge("gantry_worker_step_part_seconds",
-                          "The last step's time by part: compute, exposed communication, optimizer; comm_busy is "
-                          "the communication thread's time, overlapped with compute or not.",
-                          {{"part", part}})
-          .Set(secs);
-    }
-    if (options_.peak_flops > 0) {  // set in main: the flag, or the CPU rate measured at start
-      registry_->GetGauge("gantry_worker_mfu_ratio", "Model FLOPs utilisation, (6N + 6LCT) x tokens/s / peak.")
-          .Set(flops_per_token * rank_tokens_per_step / r.seconds / options_.peak_flops);
-    }
-    return !cancel.load() && !stop_->load();
+void Session::SetStepHooks(RankState* rank, StepReporter* reporter, train::TrainOptions* o) {
+  o->worker.on_eval = [reporter](int64_t step, float v) { reporter->Eval(step, v); };
+  o->worker.on_step = [this, rank, reporter](const train::StepReport& r) {
+    rank->step = r.step;  // for the heartbeats
+    reporter->Step(r);
+    return !cancel.load() && !stop_->load();  // cancelled, or the worker stopping: the run ends
   };
 }
 
@@ -389,8 +290,8 @@ void Session::SetCheckpointHook(const v1::Assignment& a, const std::vector<std::
   // Checkpoints are asynchronous and sharded: the trainer's writer thread hands over this
   // rank's files in memory (rank 0's include the manifest); they stream to the shard
   // servers, and the coordinator, told, commits the checkpoint once every rank's part is in.
-  o->on_checkpoint_part = [this, &a, slice_server](const std::vector<checkpoint::CheckpointFile>& files,
-                                                    int64_t step) -> absl::Status {
+  o->worker.on_checkpoint_part = [this, &a, slice_server](const std::vector<checkpoint::CheckpointFile>& files,
+                                                           int64_t step) -> absl::Status {
     if (slice_server.empty()) {
       LOG(WARNING) << "job " << a.job_id() << ": no shard server was registered when the job was placed: the "
                    << "checkpoint of step " << step << " is not kept";

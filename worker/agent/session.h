@@ -23,6 +23,7 @@
 #include "checkpoint/remote/shard_source.h"
 #include "comm/communicator.h"
 #include "comm/groups.h"
+#include "worker/agent/step_reporter.h"
 #include "worker/train/device.h"
 #include "worker/train/trainer.h"
 
@@ -77,19 +78,16 @@ class Session {
   // The checkpoint the coordinator chose for the ranks to start from, located on the shard
   // servers (none for a fresh start).
   absl::StatusOr<std::optional<shardserver::StoredCheckpoint>> FindResumePoint(const v1::Assignment& a);
-  // Joins this rank's process groups (world > 1), filling o.comm or o.groups.
-  struct Groups {
-    std::unique_ptr<comm::Communicator> comm;
-    std::unique_ptr<comm::Groups> groups;
-  };
-  absl::StatusOr<Groups> JoinGroups(const v1::Assignment& a, const jobspec::JobSpec& spec,
-                                    const train::DeviceName& device, RankState* rank, train::TrainOptions* o);
+  // Joins this rank's process groups (world > 1; null otherwise) and sets o.groups.
+  absl::StatusOr<std::unique_ptr<comm::Groups>> JoinGroups(const v1::Assignment& a, const jobspec::JobSpec& spec,
+                                                           const train::DeviceName& device, RankState* rank,
+                                                           train::TrainOptions* o);
   // The hook that streams this rank's checkpoint parts to the shard servers and tells the
   // coordinator; slice_server[s] holds slice s.
   void SetCheckpointHook(const v1::Assignment& a, const std::vector<std::string>& slice_server, train::TrainOptions* o);
-  // The step and evaluation reports (to the coordinator and /metrics).
-  void SetReportHooks(const v1::Assignment& a, const jobspec::JobSpec& spec, RankState* rank, std::optional<float>* val,
-                      train::TrainOptions* o);
+  // The step and evaluation hooks: the reports (to the coordinator and /metrics), the rank's
+  // step for heartbeats, and whether the run goes on.
+  void SetStepHooks(RankState* rank, StepReporter* reporter, train::TrainOptions* o);
   void SetMemoryGauges(const v1::Assignment& a, const train::MemoryAccount& m);
   void Unreachable(const std::string& server);
 

@@ -23,39 +23,53 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
   std::unique_ptr<Trainer> t(new Trainer());
   t->spec_ = spec;
   t->options_ = options;
-  const int B = spec.train.micro_batch, T = spec.seq_len;
-  const int tp = spec.parallel.tp, pp = spec.parallel.pp, ep = spec.parallel.ep, cp = spec.parallel.cp;
-  const bool sharded = tp > 1 || pp > 1 || ep > 1;  // (expert parallelism: a rank holds some experts)
-  if (sharded && !options.save_dir.empty()) {
+  RETURN_IF_ERROR(t->TakeGroups());
+  RETURN_IF_ERROR(t->OpenData());
+  ASSIGN_OR_RETURN(kernels::Backend* backend, t->CreateDevice());
+  RETURN_IF_ERROR(t->CreateModel(backend));
+  RETURN_IF_ERROR(t->CreateEngine());
+  RETURN_IF_ERROR(t->Resume());
+  RETURN_IF_ERROR(t->ReadyToStep());
+  t->CreateWriters();
+  return t;
+}
+
+bool Trainer::shards_model() const {
+  const jobspec::ParallelSpec& p = spec_.parallel;
+  return p.tp > 1 || p.pp > 1 || p.ep > 1;  // (expert parallelism: a rank holds some experts)
+}
+bool Trainer::splits_replica() const { return shards_model() || spec_.parallel.cp > 1; }
+
+absl::Status Trainer::TakeGroups() {
+  const jobspec::ParallelSpec& p = spec_.parallel;
+  if (shards_model() && !options_.save_dir.empty()) {
     return absl::InvalidArgumentError("--save writes the whole model, and a tensor or pipeline parallel rank holds a "
                                       "shard: export a checkpoint instead (gantry export)");
   }
-  if (sharded || cp > 1) {
-    if (options.groups == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("parallel.tp ", tp, " x pp ", pp, " x cp ", cp, " (ep ", ep,
-                                                        ") runs ", spec.world_size(),
+  if (options_.groups == nullptr) alone_ = comm::DataParallelGroups(nullptr);
+  groups_ = options_.groups != nullptr ? options_.groups : alone_.get();
+  const jobspec::Layout& l = groups_->layout;
+  if (l.world() == 1 && spec_.world_size() > 1) {  // one rank, where the job needs several
+    if (splits_replica()) {
+      return absl::FailedPreconditionError(absl::StrCat("parallel.tp ", p.tp, " x pp ", p.pp, " x cp ", p.cp, " (ep ",
+                                                        p.ep, ") runs ", spec_.world_size(),
                                                         " ranks: submit the job to a cluster"));
     }
-    const jobspec::Layout& l = options.groups->layout;
-    if (l.dp != spec.parallel.dp || l.tp != tp || l.pp != pp || l.ep != ep || l.cp != cp) {
-      return absl::InvalidArgumentError(absl::StrCat("the job spec has dp ", spec.parallel.dp, " x cp ", cp, " x tp ", tp,
-                                                     " x pp ", pp, " (ep ", ep, ") but this rank's groups are dp ", l.dp,
-                                                     " x cp ", l.cp, " x tp ", l.tp, " x pp ", l.pp, " (ep ", l.ep, ")"));
-    }
-    t->groups_ = options.groups;
-    // Gradients, ZeRO and the loss over the ranks that hold the same parameters (dp x cp).
-    t->options_.comm = options.groups->grads();
-    t->data_rank_ = options.groups->me.replica;
-  } else {
-    t->data_rank_ = options.comm != nullptr ? options.comm->rank() : 0;
+    return absl::InvalidArgumentError(absl::StrCat("parallel.dp is ", p.dp, " but 1 rank runs this job (gantry-train "
+                                                   "runs one: submit it to a cluster)"));
   }
-  t->data_dp_ = spec.parallel.dp;
-  const int world = t->options_.comm ? t->options_.comm->size() : 1;
-  if (world != spec.parallel.dp * cp) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.dp is ", spec.parallel.dp, cp > 1 ? absl::StrCat(" x cp ", cp) : "",
-                                                   " but ", world, " rank(s) run this job",
-                                                   world == 1 ? " (gantry-train runs one: submit it to a cluster)" : ""));
+  if (l.dp != p.dp || l.tp != p.tp || l.pp != p.pp || l.ep != p.ep || l.cp != p.cp) {
+    return absl::InvalidArgumentError(absl::StrCat("the job spec has dp ", p.dp, " x cp ", p.cp, " x tp ", p.tp,
+                                                   " x pp ", p.pp, " (ep ", p.ep, ") but this rank's groups are dp ",
+                                                   l.dp, " x cp ", l.cp, " x tp ", l.tp, " x pp ", l.pp, " (ep ", l.ep,
+                                                   ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::OpenData() {
+  const jobspec::JobSpec& spec = spec_;
+  const int B = spec.train.micro_batch, T = spec.seq_len, cp = spec.parallel.cp;
   if (!spec.data.tokenizer.empty()) {  // the data's tokenizer: loadable, and within the model's vocabulary
     ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tok, data::Tokenizer::Load(spec.data.tokenizer));
     if (tok->vocab_size() > static_cast<uint32_t>(spec.model.vocab_size)) {
@@ -63,93 +77,119 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
                                                      " tokens, more than model.vocab_size ", spec.model.vocab_size));
     }
   }
-  ASSIGN_OR_RETURN(t->train_data_, data::Dataset::Open(spec.data.train, T, spec.model.vocab_size));
+  ASSIGN_OR_RETURN(train_data_, data::Dataset::Open(spec.data.train, T, spec.model.vocab_size));
   if (!spec.data.val.empty()) {
-    ASSIGN_OR_RETURN(t->val_data_, data::Dataset::Open(spec.data.val, T, spec.model.vocab_size));
+    ASSIGN_OR_RETURN(val_data_, data::Dataset::Open(spec.data.val, T, spec.model.vocab_size));
   }
-  if (!options.init_from.empty()) {
-    ASSIGN_OR_RETURN(jobspec::GPTConfig c, hf::ReadConfig(options.init_from));
+  // The batch is split over dp: a replica's shards and cp ranks read the same rows.
+  data_dp_ = spec.parallel.dp;
+  data_rank_ = groups_->me.replica;
+  inputs_.resize(static_cast<size_t>(B) * T);
+  targets_.resize(static_cast<size_t>(B) * T);
+  if (cp > 1) {  // this rank's rows of each sequence (the job spec checked that 2·cp divides T)
+    ASSIGN_OR_RETURN(model::CpSharding cs, model::CpSharding::Make(T, cp, groups_->me.cp_rank));
+    cp_shard_ = cs;
+    cp_inputs_.resize(static_cast<size_t>(B) * cs.rows());
+    cp_targets_.resize(static_cast<size_t>(B) * cs.rows());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<kernels::Backend*> Trainer::CreateDevice() {
+  ASSIGN_OR_RETURN(const DeviceName device, ParseDevice(options_.device));
+  // One model over the rank's backend, every layout: its parameters, gradients, activations
+  // and AdamW state in the device's memory, ZeroEngine's collectives on it (NCCL for cuda,
+  // Gloo for cpu and cuda-emulated). cuda-emulated takes cuda's paths: the host reaches the
+  // model's memory only through the backend's copies.
+  if (device.kind == kernels::BackendKind::kCpu) return &kernels::CpuBackend();
+  kernels::BackendOptions bo;
+  bo.attention = options_.device_options.attention;
+  bo.deterministic_attention = spec_.train.deterministic;
+  ASSIGN_OR_RETURN(backend_, kernels::CreateBackend(device.kind, device.ordinal, bo));
+  if (speaker()) std::fprintf(options_.out, "device %s\n", backend_->Describe().c_str());
+  return backend_.get();
+}
+
+absl::Status Trainer::CreateModel(kernels::Backend* backend) {
+  const jobspec::JobSpec& spec = spec_;
+  const int tp = spec.parallel.tp, pp = spec.parallel.pp, ep = spec.parallel.ep;
+  const bool sharded = shards_model();
+  const std::string& init_from = options_.init_from;
+  if (!init_from.empty()) {
+    ASSIGN_OR_RETURN(jobspec::GPTConfig c, hf::ReadConfig(init_from));
     if (!(c == spec.model)) {
-      return absl::InvalidArgumentError(absl::StrCat("--init-from ", options.init_from, ": model (", jobspec::DescribeModel(c),
+      return absl::InvalidArgumentError(absl::StrCat("--init-from ", init_from, ": model (", jobspec::DescribeModel(c),
                                                      ") differs from the job spec's in ",
                                                      jobspec::ModelDifferences(c, "config.json", spec.model, "job spec")));
     }
   }
   jobspec::ModelShard shard;
   if (sharded) {
-    shard = jobspec::ShardOf(spec.model, tp, options.groups->me.tp_rank, pp, options.groups->me.stage,
-                             spec.parallel.stage_layers, spec.parallel.virtual_stages);
+    shard = jobspec::ShardOf(spec.model, tp, groups_->me.tp_rank, pp, groups_->me.stage, spec.parallel.stage_layers,
+                             spec.parallel.virtual_stages);
     shard.sequence_parallel = spec.parallel.sequence_parallel;
     shard.ep = ep;
-    shard.ep_rank = jobspec::EpRankOf(options.groups->me, options.groups->layout);
+    shard.ep_rank = jobspec::EpRankOf(groups_->me, groups_->layout);
   }
-  ASSIGN_OR_RETURN(const DeviceName device, ParseDevice(options.device));
-  // One model over the rank's backend, every layout: its parameters, gradients, activations
-  // and AdamW state in the device's memory, ZeroEngine's collectives on it (NCCL for cuda,
-  // Gloo for cpu and cuda-emulated). cuda-emulated takes cuda's paths: the host reaches the
-  // model's memory only through the backend's copies.
-  kernels::Backend* backend = &kernels::CpuBackend();
-  if (device.kind != kernels::BackendKind::kCpu) {
-    kernels::BackendOptions bo;
-    bo.attention = options.device_options.attention;
-    bo.deterministic_attention = spec.train.deterministic;
-    ASSIGN_OR_RETURN(t->backend_, kernels::CreateBackend(device.kind, device.ordinal, bo));
-    backend = t->backend_.get();
-    if (t->speaker()) std::fprintf(options.out, "device %s\n", backend->Describe().c_str());
-  }
-  t->model_ = std::make_unique<model::GPT>(spec.model, shard, backend);
-  t->model_->InitRandom(spec.train.seed);
-  if (!options.init_from.empty()) {
+  model_ = std::make_unique<model::GPT>(spec.model, shard, backend);
+  model_->InitRandom(spec.train.seed);
+  if (!init_from.empty()) {
     if (shard.whole()) {
-      RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, *t->model_));
+      RETURN_IF_ERROR(model::LoadHFWeights(init_from, *model_));
     } else {  // the whole model, then this shard's blocks of it
       model::GPT whole(spec.model);
-      RETURN_IF_ERROR(model::LoadHFWeights(options.init_from, whole));
-      t->model_->CopyFromWhole(whole);
+      RETURN_IF_ERROR(model::LoadHFWeights(init_from, whole));
+      model_->CopyFromWhole(whole);
     }
   }
-  t->model_->set_recompute(spec.recompute());
-  t->model_->set_precision(optim::PrecisionOf(spec.train));
-  if (spec.train.precision == "fp16") t->scaler_ = optim::LossScaler(spec.train.loss_scale, spec.train.loss_scale_window);
-  if (cp > 1) t->model_->set_cp_comm(options.groups->cp);
-  if (sharded) {
-    t->model_->set_tp_comm(options.groups->tp);
-    t->model_->set_ep_comm(options.groups->ep);
-    if (pp > 1) {
-      ASSIGN_OR_RETURN(t->schedule_, jobspec::ParseSchedule(spec.parallel.schedule));
-      const int vp = spec.parallel.virtual_stages;
-      RETURN_IF_ERROR(jobspec::CheckInterleaved(t->schedule_, pp, spec.grad_accum(), vp));
-      t->ops_ = jobspec::PipelineOps(t->schedule_, pp, shard.stage, spec.grad_accum(), vp);
-      if (t->ops_.empty()) {
-        return absl::InternalError(absl::StrCat("no pipeline schedule for pp ", pp, ", virtual_stages ", vp, ", ",
-                                                spec.grad_accum(), " micro-batches"));
-      }
-      t->slots_ = jobspec::PipelineSlots(t->schedule_, pp, shard.stage, spec.grad_accum(), vp);
-      t->model_->set_slots(t->slots_);
-    }
+  model_->set_recompute(spec.recompute());
+  model_->set_precision(optim::PrecisionOf(spec.train));
+  if (spec.train.precision == "fp16") scaler_ = optim::LossScaler(spec.train.loss_scale, spec.train.loss_scale_window);
+  if (spec.parallel.cp > 1) model_->set_cp_comm(groups_->cp);
+  if (!sharded) return absl::OkStatus();
+  model_->set_tp_comm(groups_->tp);
+  model_->set_ep_comm(groups_->ep);
+  if (pp == 1) return absl::OkStatus();
+  ASSIGN_OR_RETURN(schedule_, jobspec::ParseSchedule(spec.parallel.schedule));
+  const int vp = spec.parallel.virtual_stages, micro = spec.grad_accum();
+  RETURN_IF_ERROR(jobspec::CheckInterleaved(schedule_, pp, micro, vp));
+  ops_ = jobspec::PipelineOps(schedule_, pp, shard.stage, micro, vp);
+  if (ops_.empty()) {
+    return absl::InternalError(absl::StrCat("no pipeline schedule for pp ", pp, ", virtual_stages ", vp, ", ", micro,
+                                            " micro-batches"));
   }
-  const size_t n_params = t->model_->num_params();
-  comm::Communicator* comm = t->options_.comm ? t->options_.comm : &t->solo_;
-  if (spec.optimizer.placement == "shardserver" && options.remote_optimizer == nullptr) {
+  slots_ = jobspec::PipelineSlots(schedule_, pp, shard.stage, micro, vp);
+  model_->set_slots(slots_);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CreateEngine() {
+  const jobspec::JobSpec& spec = spec_;
+  const bool on_servers = spec.optimizer.placement == "shardserver";
+  if (on_servers && options_.worker.remote_optimizer == nullptr) {
     return absl::FailedPreconditionError(
         "optimizer.placement shardserver runs AdamW on the shard servers: submit the job to a cluster");
   }
-  ASSIGN_OR_RETURN(t->engine_, ZeroEngine::Create(t->model_.get(), comm, spec.parallel.zero_stage, spec.parallel.bucket_mb,
-                                                  optim::AdamWOf(spec.train),
-                                                  spec.optimizer.placement == "shardserver" ? options.remote_optimizer
-                                                                                            : nullptr,
-                                                  spec.optimizer.staleness,
-                                                  sharded ? ZeroEngine::ModelParallel{options.groups->mp,
-                                                                                     // Llama's embedding and classifier are untied
-                                                                                     spec.model.llama() ? nullptr : options.groups->emb,
-                                                                                     options.groups->edp}
-                                                          : ZeroEngine::ModelParallel{}));
-  t->engine_->set_grad_reduce_bf16(spec.train.grad_reduce_dtype == "bf16");
-  if (spec.optimizer.offload == "cpu") RETURN_IF_ERROR(t->engine_->OffloadOptimizer());
-  if (spec.parallel.offload_params == "cpu") RETURN_IF_ERROR(t->engine_->OffloadParams());
+  // Gradients, ZeRO's shards and the loss over the ranks that hold the same parameters
+  // (dp x cp), or this rank alone; the shards' groups join them inside a replica (null where
+  // there is none: Llama's embedding and classifier are untied, so no emb).
+  comm::Communicator* grads = groups_->grads() != nullptr ? groups_->grads() : &solo_;
+  const ZeroEngine::ModelParallel mp{groups_->mp, spec.model.llama() ? nullptr : groups_->emb, groups_->edp};
+  ASSIGN_OR_RETURN(engine_, ZeroEngine::Create(model_.get(), grads, spec.parallel.zero_stage, spec.parallel.bucket_mb,
+                                               optim::AdamWOf(spec.train),
+                                               on_servers ? options_.worker.remote_optimizer : nullptr,
+                                               spec.optimizer.staleness, mp));
+  engine_->set_grad_reduce_bf16(spec.train.grad_reduce_dtype == "bf16");
+  if (spec.optimizer.offload == "cpu") RETURN_IF_ERROR(engine_->OffloadOptimizer());
+  if (spec.parallel.offload_params == "cpu") RETURN_IF_ERROR(engine_->OffloadParams());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Resume() {
+  const jobspec::JobSpec& spec = spec_;
   std::unique_ptr<checkpoint::CheckpointSource> local;
-  checkpoint::CheckpointSource* from = options.resume_source;
-  if (options.resume && from == nullptr) {
+  checkpoint::CheckpointSource* from = options_.worker.resume_source;
+  if (options_.resume && from == nullptr) {
     if (spec.checkpoint.dir.empty()) {
       return absl::InvalidArgumentError("--resume needs checkpoint.dir in the job spec");
     }
@@ -161,60 +201,57 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const jobspec::JobSpec&
       return latest.status();
     }
   }
-  if (from != nullptr) {
-    // A ZeRO rank reads only its own pieces of the optimizer state, straight into AdamW's
-    // buffers; parameter-server mode reads it whole, for the shard servers.
-    checkpoint::CheckpointState st;
-    // (The optimizer's backend: the model's, or the host's when it is offloaded.)
-    if (optim::AdamW* opt = t->engine_->local_optimizer();
-        opt != nullptr && opt->backend().Supports(kernels::Capability::kHostAddressable)) {
-      ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *t->model_, opt->m().data(), opt->v().data(), &opt->segments()));
-    } else if (opt != nullptr) {  // through host copies of m and v
-      FloatBuffer m(opt->m().size()), v(opt->v().size());
-      ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *t->model_, m.data(), v.data(), &opt->segments()));
-      opt->backend().CopyToDevice(opt->m().data(), m.data(), m.size() * sizeof(float));
-      opt->backend().CopyToDevice(opt->v().data(), v.data(), v.size() * sizeof(float));
-    } else {
-      FloatBuffer m(n_params), v(n_params);
-      ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *t->model_, m.data(), v.data()));
-      t->engine_->LoadOptimizerState(m.data(), v.data());
-    }
-    if (st.seed != spec.train.seed) {
-      return absl::FailedPreconditionError(absl::StrCat(from->where(), ": written with seed ", st.seed,
-                                                        ", the job spec has ", spec.train.seed));
-    }
-    t->start_step_ = st.step;
-    // The rows read so far: recorded since datasets of shards; before, step x global batch.
-    t->step_base_ = st.step;
-    t->rows_base_ = st.data_rows ? *st.data_rows : st.step * spec.train.global_batch;
-    if (st.loss_scale) t->scaler_.Restore(*st.loss_scale);
-    ASSIGN_OR_RETURN(checkpoint::CheckpointLayout was, checkpoint::ReadCheckpointLayout(*from));
-    if (t->speaker()) {
-      std::fprintf(options.out, "resumed from %s (step %ld, written by dp %d x %stp %d x pp %d, ZeRO %d)\n",
-                   from->where().c_str(), static_cast<long>(st.step), was.dp,
-                   was.cp > 1 ? absl::StrCat("cp ", was.cp, " x ").c_str() : "", was.tp, was.pp, was.zero_stage);
-    }
+  if (from == nullptr) return absl::OkStatus();  // a fresh start
+  // A ZeRO rank reads only its own pieces of the optimizer state, straight into AdamW's
+  // buffers; parameter-server mode reads it whole, for the shard servers.
+  checkpoint::CheckpointState st;
+  // (The optimizer's backend: the model's, or the host's when it is offloaded.)
+  if (optim::AdamW* opt = engine_->local_optimizer();
+      opt != nullptr && opt->backend().Supports(kernels::Capability::kHostAddressable)) {
+    ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *model_, opt->m().data(), opt->v().data(), &opt->segments()));
+  } else if (opt != nullptr) {  // through host copies of m and v
+    FloatBuffer m(opt->m().size()), v(opt->v().size());
+    ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *model_, m.data(), v.data(), &opt->segments()));
+    opt->backend().CopyToDevice(opt->m().data(), m.data(), m.size() * sizeof(float));
+    opt->backend().CopyToDevice(opt->v().data(), v.data(), v.size() * sizeof(float));
+  } else {
+    const size_t n_params = model_->num_params();
+    FloatBuffer m(n_params), v(n_params);
+    ASSIGN_OR_RETURN(st, checkpoint::LoadCheckpoint(*from, *model_, m.data(), v.data()));
+    engine_->LoadOptimizerState(m.data(), v.data());
   }
-  t->engine_->Shard();
-  RETURN_IF_ERROR(t->engine_->StartRemote(t->start_step_));
-  if (cp > 1) {  // this rank's rows of each sequence (the job spec checked that 2·cp divides T)
-    const int cp_rank = options.groups->me.cp_rank;
-    ASSIGN_OR_RETURN(model::CpSharding cs, model::CpSharding::Make(T, cp, cp_rank));
-    t->cp_shard_ = cs;
-    t->cp_inputs_.resize(static_cast<size_t>(B) * cs.rows());
-    t->cp_targets_.resize(static_cast<size_t>(B) * cs.rows());
+  if (st.seed != spec.train.seed) {
+    return absl::FailedPreconditionError(absl::StrCat(from->where(), ": written with seed ", st.seed,
+                                                      ", the job spec has ", spec.train.seed));
   }
-  t->model_->ReserveActivations(B, T / cp);
-  RETURN_IF_ERROR(t->model_->comm_status());
-  if (absl::Status s = backend->Synchronize(); !s.ok()) return Annotate(s, "setting the model up on its device");
-  t->inputs_.resize(static_cast<size_t>(B) * T);
-  t->targets_.resize(static_cast<size_t>(B) * T);
-  t->console_ = std::make_unique<Console>(options.out, t->speaker(), options.progress);
-  Trainer* self = t.get();
-  t->writer_ = std::make_unique<checkpoint::CheckpointWriter>(
-      spec.checkpoint.host_budget_mb * (1 << 20),
-      [self](int64_t step, const std::vector<checkpoint::CheckpointPiece>& pieces) { return self->WritePart(step, pieces); });
-  return t;
+  start_step_ = st.step;
+  // The rows read so far: recorded since datasets of shards; before, step x global batch.
+  step_base_ = st.step;
+  rows_base_ = st.data_rows ? *st.data_rows : st.step * spec.train.global_batch;
+  if (st.loss_scale) scaler_.Restore(*st.loss_scale);
+  ASSIGN_OR_RETURN(checkpoint::CheckpointLayout was, checkpoint::ReadCheckpointLayout(*from));
+  if (speaker()) {
+    std::fprintf(options_.out, "resumed from %s (step %ld, written by dp %d x %stp %d x pp %d, ZeRO %d)\n",
+                 from->where().c_str(), static_cast<long>(st.step), was.dp,
+                 was.cp > 1 ? absl::StrCat("cp ", was.cp, " x ").c_str() : "", was.tp, was.pp, was.zero_stage);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ReadyToStep() {
+  engine_->Shard();
+  RETURN_IF_ERROR(engine_->StartRemote(start_step_));
+  model_->ReserveActivations(spec_.train.micro_batch, spec_.seq_len / spec_.parallel.cp);
+  RETURN_IF_ERROR(model_->comm_status());
+  if (absl::Status s = model_->backend().Synchronize(); !s.ok()) return Annotate(s, "setting the model up on its device");
+  return absl::OkStatus();
+}
+
+void Trainer::CreateWriters() {
+  console_ = std::make_unique<Console>(options_.out, speaker(), options_.progress);
+  writer_ = std::make_unique<checkpoint::CheckpointWriter>(
+      spec_.checkpoint.host_budget_mb * (1 << 20),
+      [this](int64_t step, const std::vector<checkpoint::CheckpointPiece>& pieces) { return WritePart(step, pieces); });
 }
 
 namespace {
@@ -289,7 +326,7 @@ StepReport Trainer::Step(int64_t step) {
   // A sharded replica's loss is the last stage's plus the earlier stages' MoE loss terms (tp
   // rank 0 gives each; FinishStep sums).
   const jobspec::ModelShard& sh = model_->shard();
-  if (groups_ && sh.tp_rank != 0) loss = 0;
+  if (sh.tp_rank != 0) loss = 0;
   const double lr = jobspec::LearningRate(spec_.train, step);
   // AdamW's step count: the updates applied so far (a step skipped for an fp16 overflow is
   // not one), plus this one.
@@ -463,17 +500,11 @@ absl::StatusOr<float> Trainer::PipelineEval(int B, int T) {
 }
 
 bool Trainer::speaker() const { return world_rank() == 0; }
-int Trainer::world_rank() const {
-  if (groups_) return groups_->rank;
-  return options_.comm ? options_.comm->rank() : 0;
-}
-int Trainer::world_size() const {
-  if (groups_) return groups_->layout.world();
-  return options_.comm ? options_.comm->size() : 1;
-}
+int Trainer::world_rank() const { return groups_->rank; }
+int Trainer::world_size() const { return groups_->layout.world(); }
 
 float Trainer::EvalLoss(int B, int T) {
-  if (groups_) {  // (context parallelism: each cp rank's rows, the mean over the cp group)
+  if (splits_replica()) {  // (context parallelism: each cp rank's rows, the mean over the cp group)
     auto v = PipelineEval(B, T);
     if (!v.ok()) {
       comm_status_ = v.status();
@@ -492,8 +523,10 @@ float Trainer::EvalLoss(int B, int T) {
 absl::Status Trainer::WriteCheckpoint(int64_t step) {
   namespace fs = std::filesystem;
   const int rank = world_rank();
-  // Every rank of the job: the world group when sharded, else the DP group.
-  auto barrier = [&] { return groups_ && groups_->world ? groups_->world->Barrier() : engine_->Barrier(); };
+  // Every rank of the job: the world group, or, where the world is the engine's group (data
+  // parallel only) or this rank alone, through the engine's thread, which owns that group.
+  comm::Communicator* world = groups_->world;
+  auto barrier = [&] { return world != nullptr && world != groups_->grads() ? world->Barrier() : engine_->Barrier(); };
   const std::string tmp = (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", checkpoint::CheckpointDirName(step), ".tmp")).string();
   std::error_code ec;
   if (rank == 0) fs::remove_all(tmp, ec);  // a stale one from a crash
@@ -501,14 +534,13 @@ absl::Status Trainer::WriteCheckpoint(int64_t step) {
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
   ASSIGN_OR_RETURN(std::vector<checkpoint::CheckpointPiece> pieces, engine_->CheckpointPieces());
-  RETURN_IF_ERROR(checkpoint::WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts).status());
+  RETURN_IF_ERROR(checkpoint::WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.worker.checkpoint_cuts).status());
   RETURN_IF_ERROR(barrier());  // every part is written
   if (rank != 0) return absl::OkStatus();  // rank 0 publishes the directory they share
   RETURN_IF_ERROR(checkpoint::WriteCheckpointManifest(tmp, spec_.model, StateAt(step), Layout(), world_size(),
-                                          options_.checkpoint_cuts));
+                                          options_.worker.checkpoint_cuts));
   ASSIGN_OR_RETURN(std::string path, checkpoint::PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));
-  if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
   return absl::OkStatus();
 }
 
@@ -535,15 +567,15 @@ checkpoint::CheckpointState Trainer::StateAt(int64_t step) {
 absl::Status Trainer::WritePart(int64_t step, const std::vector<checkpoint::CheckpointPiece>& pieces) {
   namespace fs = std::filesystem;
   const int rank = world_rank();
-  if (options_.on_checkpoint_part) {  // to the shard servers, from memory
-    std::vector<checkpoint::CheckpointFile> files = checkpoint::CheckpointPartFiles(rank, model_->tensors(), pieces, options_.checkpoint_cuts);
+  if (options_.worker.on_checkpoint_part) {  // to the shard servers, from memory
+    std::vector<checkpoint::CheckpointFile> files = checkpoint::CheckpointPartFiles(rank, model_->tensors(), pieces, options_.worker.checkpoint_cuts);
     if (rank == 0) {
       for (auto& f : checkpoint::CheckpointManifestFiles(spec_.model, StateAt(step), Layout(), world_size(),
-                                             options_.checkpoint_cuts)) {
+                                             options_.worker.checkpoint_cuts)) {
         files.push_back(std::move(f));
       }
     }
-    return options_.on_checkpoint_part(files, step);
+    return options_.worker.on_checkpoint_part(files, step);
   }
   const std::string tmp =
       (fs::path(spec_.checkpoint.dir) / absl::StrCat(".", checkpoint::CheckpointDirName(step), ".rank", rank, ".tmp")).string();
@@ -552,17 +584,16 @@ absl::Status Trainer::WritePart(int64_t step, const std::vector<checkpoint::Chec
   fs::create_directories(tmp, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("creating ", tmp, ": ", ec.message()));
   ASSIGN_OR_RETURN(std::vector<std::string> files,
-                   checkpoint::WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.checkpoint_cuts));
+                   checkpoint::WriteCheckpointPart(tmp, rank, model_->tensors(), pieces, options_.worker.checkpoint_cuts));
   if (rank == 0) {
     RETURN_IF_ERROR(checkpoint::WriteCheckpointManifest(tmp, spec_.model, StateAt(step), Layout(), world_size(),
-                                            options_.checkpoint_cuts));
+                                            options_.worker.checkpoint_cuts));
     files.push_back("manifest.json");
     files.push_back("config.json");
   }
   // One rank and no coordinator: the directory is the whole checkpoint; publish it here.
   ASSIGN_OR_RETURN(std::string path, checkpoint::PublishCheckpoint(tmp, spec_.checkpoint.dir, step, spec_.checkpoint.keep));
   Print(absl::StrCat("checkpoint ", path));
-  if (options_.on_checkpoint) RETURN_IF_ERROR(options_.on_checkpoint(path, step));
   return absl::OkStatus();
 }
 
@@ -587,7 +618,7 @@ absl::Status Trainer::Run() {
     if (!val_data_) return;
     const float v = EvalLoss(B, T);
     val_losses_.push_back({step, v});
-    if (options_.on_eval) options_.on_eval(step, v);
+    if (options_.worker.on_eval) options_.worker.on_eval(step, v);
     Print(absl::StrFormat("val loss %.4f (step %ld)", v, static_cast<long>(step)));
   };
   if (start_step_ == 0) eval(0);
@@ -616,13 +647,13 @@ absl::Status Trainer::Run() {
     }
     const bool last = r.step == s.train.steps;
     // Every rank answers alike (the worker: the same stop step on each), so the ranks stop together.
-    const bool stop_here = !last && options_.stop_here && options_.stop_here(r.step);
+    const bool stop_here = !last && options_.worker.stop_here && options_.worker.stop_here(r.step);
     if ((s.eval.every > 0 && r.step % s.eval.every == 0) || last) {
       eval(r.step);
     }
     if ((s.checkpoint.every > 0 && (r.step % s.checkpoint.every == 0 || last)) || stop_here) {
       const auto c0 = std::chrono::steady_clock::now();
-      const bool async = options_.on_checkpoint_part || world_size() == 1;
+      const bool async = options_.worker.on_checkpoint_part || world_size() == 1;
       if (scaler_.enabled()) {  // the scaler's state as of this step, for the writer
         std::lock_guard<std::mutex> l(scale_mu_);
         scale_at_[r.step] = scaler_.state();
@@ -638,7 +669,7 @@ absl::Status Trainer::Run() {
     }
     console_->Progress(r.step, s.train.steps, r.step - start_step_,
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
-    if (options_.on_step && !options_.on_step(r)) {
+    if (options_.worker.on_step && !options_.worker.on_step(r)) {
       return absl::CancelledError(absl::StrCat("stopped at step ", r.step));
     }
     if (stop_here) {

@@ -1,5 +1,5 @@
-// The single-process training loop of gantry-train: data, model, AdamW, schedule, clipping,
-// evaluation, checkpoints, and the per-step report.
+// A rank's training loop, for gantry-train and the worker daemon alike: data, model, AdamW,
+// schedule, clipping, evaluation, checkpoints, and the per-step report.
 #pragma once
 
 #include <condition_variable>
@@ -34,16 +34,46 @@ namespace gantry::train {
 
 struct StepReport;
 
-struct TrainOptions {
-  std::string init_from;     // a Hugging Face GPT-2 or Llama directory to start from
-  std::string save_dir;      // write the final model here (Hugging Face layout)
-  bool resume = false;       // continue from the newest checkpoint in checkpoint.dir
-  // Continue from this checkpoint instead (the worker: one on the shard servers, of which a
-  // rank reads only the ranges it needs).
+// What the worker daemon adds to a run (worker/agent/session.cc): where it resumes, how its
+// checkpoints are cut and where they go, the optimizer on the shard servers, and the hooks it
+// reports and stops through. gantry-train leaves it empty; tests fill parts of it to run as
+// the worker does.
+struct WorkerHooks {
+  // Continue from this checkpoint rather than the newest in checkpoint.dir: one on the shard
+  // servers, of which a rank reads only the ranges it needs.
   checkpoint::CheckpointSource* resume_source = nullptr;
   // The partition map's interior bounds (flat parameter index, ascending): each rank's
   // checkpoint part is cut there, one file per shard server's range.
   std::vector<size_t> checkpoint_cuts;
+  // Parameter-server mode (optimizer.placement: shardserver): the shard servers' optimizer.
+  RemoteOptimizer* remote_optimizer = nullptr;
+  // Asked after each step (a preemption): true checkpoints that step (whatever
+  // checkpoint.every says) and stops the run there, as stop_after does; stopped_early() says so.
+  std::function<bool(int64_t step)> stop_here;
+  // After each step; false stops the run (Run() then answers CANCELLED).
+  std::function<bool(const StepReport&)> on_step;
+  // After each evaluation (step 0: before training).
+  std::function<void(int64_t step, float val_loss)> on_eval;
+  // Checkpoints. With on_checkpoint_part set, they are asynchronous: at a checkpoint the step
+  // loop copies this rank's pieces into host memory (within checkpoint.host_budget_mb; beyond
+  // it the loop waits for earlier writes, and a copy that alone exceeds it is sent from the
+  // live buffers) and goes on. A writer thread lays the part's files over that copy in memory
+  // (rank 0 adds the manifest and config.json) and calls on_checkpoint_part(files, step),
+  // which makes them durable: the worker streams them to the shard servers (nothing is
+  // written to local disk) and tells the coordinator, which commits the checkpoint once every
+  // rank's part is in. The files' bytes live until the hook returns.
+  // Without the hook (gantry-train), one rank also writes asynchronously and publishes the
+  // checkpoint in checkpoint.dir; several ranks in one process write synchronously (barrier,
+  // every part, barrier, rank 0 publishes).
+  std::function<absl::Status(const std::vector<checkpoint::CheckpointFile>& files, int64_t step)> on_checkpoint_part;
+};
+
+// How a run starts: gantry-train's flags (cli/train), this rank's process groups, and what the
+// worker daemon adds.
+struct TrainOptions {
+  std::string init_from;     // a Hugging Face GPT-2 or Llama directory to start from
+  std::string save_dir;      // write the final model here (Hugging Face layout)
+  bool resume = false;       // continue from the newest checkpoint in checkpoint.dir
   // Where the model lives and its ops run (train/device.h, kernels/backend.h): "cpu",
   // "cuda[:N]" or "cuda-emulated[:N]"; every layout on each.
   std::string device = "cpu";
@@ -51,36 +81,12 @@ struct TrainOptions {
   bool print_losses = false; // "step N loss X" with 9 significant digits
   bool progress = false;     // a progress bar with ETA on stderr
   int64_t stop_after = 0;    // stop once this step is done (as if preempted); 0 = run to the end
-  // Asked after each step (the worker: a preemption): true checkpoints that step (whatever
-  // checkpoint.every says) and stops the run there, as stop_after does; stopped_early() says so.
-  std::function<bool(int64_t step)> stop_here;
   FILE* out = stdout;
-  // Hooks for the worker daemon. on_step returning false stops the run (Run() then answers
-  // CANCELLED).
-  //
-  // Checkpoints. With on_checkpoint_part set (the worker), they are asynchronous: at a
-  // checkpoint the step loop copies this rank's pieces into host memory (within
-  // checkpoint.host_budget_mb; beyond it the loop waits for earlier writes, and a copy that
-  // alone exceeds it is sent from the live buffers) and goes on. A writer thread lays the
-  // part's files over that copy in memory (rank 0 adds the manifest and config.json) and
-  // calls on_checkpoint_part(files, step), which makes them durable: the worker streams
-  // them to the shard servers (nothing is written to local disk) and tells the coordinator,
-  // which commits the checkpoint once every rank's part is in. The files' bytes live until
-  // the hook returns.
-  // Without the hook (gantry-train), one rank also writes asynchronously and publishes the
-  // checkpoint locally; several ranks in one process write synchronously (barrier, every
-  // part, barrier, rank 0 publishes). on_checkpoint runs after a local publish, with the path.
-  std::function<bool(const StepReport&)> on_step;
-  std::function<void(int64_t step, float val_loss)> on_eval;
-  std::function<absl::Status(const std::vector<checkpoint::CheckpointFile>& files, int64_t step)> on_checkpoint_part;
-  std::function<absl::Status(const std::string& path, int64_t step)> on_checkpoint;
-  // Data parallelism: this rank's group (size = parallel.dp). Null for dp 1.
-  comm::Communicator* comm = nullptr;
-  // Tensor and pipeline parallelism (tp or pp > 1): every group of this rank (comm/
-  // groups.h); then comm is ignored (groups->dp is the DP group).
+  // This rank's process groups (comm/groups.h): MakeGroups' for any layout, or
+  // DataParallelGroups over one communicator for a data-parallel-only job. Their layout must
+  // be the job spec's parallel section. Null: one rank alone.
   comm::Groups* groups = nullptr;
-  // Parameter-server mode (optimizer.placement: shardserver): the shard servers' optimizer.
-  RemoteOptimizer* remote_optimizer = nullptr;
+  WorkerHooks worker;
 };
 
 struct StepReport {
@@ -128,10 +134,10 @@ class Trainer {
   const std::vector<StepReport>& reports() const { return reports_; }
   const std::vector<std::pair<int64_t, float>>& val_losses() const { return val_losses_; }
   model::GPT& model() { return *model_; }
+  // The run stopped at a step WorkerHooks::stop_here chose (after that step's checkpoint).
+  bool stopped_early() const { return stopped_early_; }
   // Bytes this rank held while training (as of the last step; before the first, at start),
   // with what the ZeRO formula predicts for its stage.
-  // The run stopped at a step TrainOptions::stop_here chose (after that step's checkpoint).
-  bool stopped_early() const { return stopped_early_; }
   MemoryAccount memory() const { return reports_.empty() ? engine_->memory() : step_memory_; }
   ~Trainer();
 
@@ -140,6 +146,30 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // What Create builds, in its order (each reads what the ones before it built).
+  // This rank's groups (the caller's, or those of one rank alone), held to the job spec's layout.
+  absl::Status TakeGroups();
+  // The token files, and this rank's share of each batch: its replica's rows, and under
+  // context parallelism its rows of each sequence.
+  absl::Status OpenData();
+  // The backend the model runs on: the host's cpu backend, or one this trainer owns.
+  absl::StatusOr<kernels::Backend*> CreateDevice();
+  // The model on it (the rank's shard under tp, pp or ep), its starting weights, precision and
+  // collectives, and the pipeline's schedule.
+  absl::Status CreateModel(kernels::Backend* backend);
+  // ZeRO over the ranks that hold the same parameters, and where AdamW runs.
+  absl::Status CreateEngine();
+  // A checkpoint's parameters, optimizer state, data position and loss scale, when the run
+  // resumes (WorkerHooks::resume_source, or --resume's newest in checkpoint.dir).
+  absl::Status Resume();
+  // The engine shards what the model holds and the model reserves its activations: ready to step.
+  absl::Status ReadyToStep();
+  // The console's lines and the checkpoint writer's thread.
+  void CreateWriters();
+  // Tensor, pipeline or expert parallelism: this rank holds a shard of the model.
+  bool shards_model() const;
+  // ...or context parallelism: the groups inside a replica take part (evaluation through them).
+  bool splits_replica() const;
   StepReport Step(int64_t step);
   // Pipeline parallel: this stage's part of a step's forward and backward (the schedule);
   // returns the summed loss of the micro-batches (the last stage; 0 elsewhere).
@@ -159,18 +189,19 @@ class Trainer {
 
   jobspec::JobSpec spec_;
   TrainOptions options_;
-  comm::Groups* groups_ = nullptr;
+  std::unique_ptr<comm::Groups> alone_;  // the groups of one rank alone, where options_.groups is null
+  comm::Groups* groups_ = nullptr;       // never null after TakeGroups
   jobspec::Schedule schedule_ = jobspec::Schedule::k1F1B;
   std::vector<jobspec::PipeOp> ops_;  // this stage's schedule of a step (pp > 1)
   int slots_ = 1;
   std::unique_ptr<kernels::Backend> backend_;  // the model's, unless cpu (before model_: outlives it)
   std::unique_ptr<model::GPT> model_;
-  comm::SoloCommunicator solo_;
+  comm::SoloCommunicator solo_;  // ZeRO's group where no other rank holds these parameters
   optim::LossScaler scaler_;  // fp16: dynamic loss scaling (disabled otherwise)
   // fp16: the scaler's state at each checkpoint step not yet written (the writer thread reads it).
   std::mutex scale_mu_;
   std::map<int64_t, optim::LossScaleState> scale_at_;
-  checkpoint::CheckpointState StateAt(int64_t step);  // the group of one process when options.comm is null
+  checkpoint::CheckpointState StateAt(int64_t step);
   std::unique_ptr<ZeroEngine> engine_;  // after model_: destroyed first
   // Device runs: the host model and AdamW state take the device's (checkpoints, the end).
   float EvalLoss(int B, int T);

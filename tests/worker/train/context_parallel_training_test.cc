@@ -157,11 +157,7 @@ class CpTrainingTest : public ::testing::Test {
           std::fclose(null);
           return;
         }
-        if (cp > 1 || tp_ > 1 || pp_ > 1 || ep_ > 1) {
-          o.groups = groups->get();
-        } else {
-          o.comm = (*groups)->dp;
-        }
+        o.groups = groups->get();
         auto t = Trainer::Create(spec, o);
         status[r] = t.ok() ? (*t)->Run() : t.status();
         if (t.ok()) {

@@ -110,33 +110,40 @@ class DataParallelTest : public ::testing::Test {
         TrainOptions o;
         o.stop_after = stop_after;
         o.resume = resume;
-        o.checkpoint_cuts = cuts_;
+        o.worker.checkpoint_cuts = cuts_;
         std::unique_ptr<checkpoint::CheckpointSource> source;
         if (source_factory_) {
           source = source_factory_();
-          o.resume_source = source.get();
+          o.worker.resume_source = source.get();
         }
         FILE* null = std::fopen("/dev/null", "w");
         o.out = null;
         std::unique_ptr<RemoteOptimizer> remote;
         if (remote_factory_) {
           remote = remote_factory_();
-          o.remote_optimizer = remote.get();
+          o.worker.remote_optimizer = remote.get();
         }
-        if (dp > 1) {
+        std::unique_ptr<CountingCommunicator> counting;
+        std::unique_ptr<comm::Groups> groups;
+        if (dp > 1 && make_groups_) {
+          auto g = comm::MakeGroups(r, {dp}, comm::GlooGroups(store, {}));
+          if (!g.ok()) {
+            status[r] = g.status();
+            return;
+          }
+          groups = std::move(*g);
+        } else if (dp > 1) {
           auto c = comm::GlooCommunicator::Create(r, dp, store, {});
           if (!c.ok()) {
             status[r] = c.status();
             return;
           }
           comm = std::move(*c);
-          o.comm = comm.get();
+          counting = std::make_unique<CountingCommunicator>(comm.get());
         }
-        std::unique_ptr<CountingCommunicator> counting;
-        if (o.comm != nullptr) {
-          counting = std::make_unique<CountingCommunicator>(o.comm);
-          o.comm = counting.get();
-        }
+        // The groups of a data-parallel job over the one (counted) communicator.
+        if (groups == nullptr) groups = comm::DataParallelGroups(counting.get());
+        o.groups = groups.get();
         auto t = Trainer::Create(Spec(dp, zero, extra), o);
         status[r] = t.ok() ? (*t)->Run() : t.status();
         if (t.ok()) {
@@ -188,6 +195,7 @@ class DataParallelTest : public ::testing::Test {
   int steps_ = 20;
   std::function<std::unique_ptr<RemoteOptimizer>()> remote_factory_;  // parameter-server mode
   std::vector<size_t> cuts_;                                           // checkpoint slices
+  bool make_groups_ = false;  // the ranks' groups from MakeGroups (a world group apart), not DataParallelGroups
   std::function<std::unique_ptr<checkpoint::CheckpointSource>()> source_factory_;  // resume from it, per rank
   std::function<void(int rank, checkpoint::CheckpointSource*)> source_read_;       // after the rank's run
   std::string bucket_mb_ = "25";
@@ -215,6 +223,43 @@ TEST_F(DataParallelTest, DpTwoAndFourGiveOneProcessLossesAndParameters) {
       }
     }
   }
+}
+
+// A rank is handed its groups one way, whoever made them: MakeGroups' of a data-parallel
+// layout (dp and world apart) train as DataParallelGroups' over one communicator, bit for bit.
+// Groups whose layout is not the spec's, or none where the spec has several ranks, are refused
+// with what each says.
+TEST_F(DataParallelTest, TheRanksGroupsAreTheSpecsLayoutWhoeverMadeThem) {
+  steps_ = 4;
+  const Result one_group = Run(2);
+  make_groups_ = true;
+  const Result made = Run(2);
+  ASSERT_EQ(made.losses.size(), 4u);
+  EXPECT_EQ(made.losses, one_group.losses);
+  EXPECT_EQ(made.params, one_group.params);
+  TrainOptions o;
+  FILE* null = std::fopen("/dev/null", "w");
+  o.out = null;
+  auto alone = Trainer::Create(Spec(2), o);
+  EXPECT_TRUE(absl::IsInvalidArgument(alone.status())) << alone.status();
+  EXPECT_NE(alone.status().message().find("parallel.dp is 2 but 1 rank runs this job"), std::string::npos)
+      << alone.status();
+  comm::Groups two;  // a layout alone: it is checked before any group is used
+  two.layout.dp = 2;
+  o.groups = &two;
+  auto other = Trainer::Create(Spec(4), o);
+  EXPECT_TRUE(absl::IsInvalidArgument(other.status())) << other.status();
+  EXPECT_NE(other.status().message().find("the job spec has dp 4 x cp 1 x tp 1 x pp 1 (ep 1) but this rank's groups are "
+                                          "dp 2 x cp 1 x tp 1 x pp 1 (ep 1)"),
+            std::string::npos)
+      << other.status();
+  o.groups = nullptr;
+  parallel_extra_ = ", tp: 2";
+  auto sharded = Trainer::Create(Spec(1), o);
+  EXPECT_TRUE(absl::IsFailedPrecondition(sharded.status())) << sharded.status();
+  EXPECT_NE(sharded.status().message().find("runs 2 ranks: submit the job to a cluster"), std::string::npos)
+      << sharded.status();
+  std::fclose(null);
 }
 
 // DP in {1, 2, 4} x ZeRO in {0, 1, 2, 3}, global batch 8 = micro 2 x accum x dp (accum 4, 2,

@@ -144,11 +144,7 @@ int main(int argc, char** argv) {
           return;
         }
         groups[i] = std::move(*g);
-        if (pp > 1) {
-          o.groups = groups[i].get();
-        } else {
-          o.comm = groups[i]->dp;
-        }
+        o.groups = groups[i].get();
       }
       auto t = train::Trainer::Create(*spec, o);
       status[i] = t.ok() ? (*t)->Run() : t.status();

@@ -467,18 +467,14 @@ class ModelParallelTest : public ::testing::Test {
         o.device = device_;
         FILE* null = std::fopen("/dev/null", "w");
         o.out = null;
-        // Every layout's groups; a data-parallel-only run takes just its dp group.
+        // Every layout's groups.
         auto groups = comm::MakeGroups(r, {l.dp, l.tp, l.pp, l.ep}, comm::GlooGroups(store, {}));
         if (!groups.ok()) {
           status[r] = groups.status();
           std::fclose(null);
           return;
         }
-        if (l.tp * l.pp * l.ep > 1) {
-          o.groups = groups->get();
-        } else {
-          o.comm = (*groups)->dp;
-        }
+        o.groups = groups->get();
         auto t = Trainer::Create(spec, o);
         status[r] = t.ok() ? (*t)->Run() : t.status();
         if (t.ok()) {

@@ -231,7 +231,7 @@ TEST_F(TrainerTest, CheckpointPartsStreamFromMemoryByteForByte) {
   s.checkpoint.dir = "/dev/null/cannot-exist";
   std::map<int64_t, std::map<std::string, std::string>> sent;
   TrainOptions o;
-  o.on_checkpoint_part = [&](const std::vector<checkpoint::CheckpointFile>& files, int64_t step) {
+  o.worker.on_checkpoint_part = [&](const std::vector<checkpoint::CheckpointFile>& files, int64_t step) {
     for (const auto& f : files) {
       std::string bytes(f.bytes->size(), '\0');
       RETURN_IF_ERROR(f.bytes->ReadAt(0, bytes.size(), bytes.data()));
