@@ -1,3 +1,7 @@
+// One rank's trainer: Create's builders (groups, data, device, model, engine, resume, writers)
+// and the step loop with its pipeline and evaluation paths. Over 700 lines because the step
+// loop, the pipeline step and the builders share the Trainer's private state; the parts that
+// stand alone live beside it (zero.cc, offload.cc, buckets.cc, comm_work.cc, device.cc).
 #include "worker/train/trainer.h"
 
 #include <functional>
