@@ -1026,10 +1026,7 @@ v1::GetQuotasResponse Cluster::QuotaReport() {
 bool Cluster::QuotasInForce() { return scheduler_.QuotasInForce(); }  // the options alone: no lock
 
 std::pair<int64_t, std::string> Cluster::QueuePosition(const std::string& job_id) {
-  if (!scheduler_.QuotasInForce()) return store_->QueuePosition(job_id);  // a walk to the job alone
-  const auto all = scheduler_.QueuePositions();  // the store's index and the options: no lock of ours
-  auto it = all.find(job_id);
-  return it == all.end() ? std::make_pair(int64_t{0}, std::string()) : it->second;
+  return scheduler_.QueuePosition(job_id);  // the store's index and the options: no lock of ours
 }
 
 std::map<std::string, std::pair<int64_t, std::string>> Cluster::QueuePositions() {

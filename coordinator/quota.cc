@@ -1,6 +1,7 @@
 #include "coordinator/quota.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -36,35 +37,50 @@ double DominantShare(const TeamQuotas& quotas, const Usage& usage, const std::st
 }
 
 FairShareQueue::FairShareQueue(const TeamQuotas& quotas, Usage usage, std::string device,
-                               const std::vector<Job>& queue)
+                               std::vector<Job> queue)
     : quotas_(quotas), usage_(std::move(usage)), device_(std::move(device)) {
-  for (const Job& j : queue) by_team_[j.team].push_back(j);
-  for (auto& [team, jobs] : by_team_) {  // the next at the back
-    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return b.key < a.key; });
+  std::map<std::string, std::vector<Job>> by_team;
+  for (Job& j : queue) {
+    std::vector<Job>& to = by_team[j.team];
+    if (to.empty()) to.reserve(queue.size() / 4);
+    to.push_back(std::move(j));
+  }
+  teams_.reserve(by_team.size());
+  for (auto& [team, jobs] : by_team) {  // the next at the back
+    const auto later_first = [](const Job& a, const Job& b) { return b.key < a.key; };
+    if (std::is_sorted(jobs.rbegin(), jobs.rend(), later_first)) {
+      std::reverse(jobs.begin(), jobs.end());
+    } else {
+      std::sort(jobs.begin(), jobs.end(), later_first);
+    }
+    teams_.push_back({team, std::move(jobs), DominantShare(quotas_, usage_, team), false});
   }
 }
 
+FairShareQueue::Team* FairShareQueue::Find(const std::string& team) {
+  auto it = std::lower_bound(teams_.begin(), teams_.end(), team,
+                             [](const Team& t, const std::string& name) { return t.name < name; });
+  return it != teams_.end() && it->name == team ? &*it : nullptr;
+}
+
 std::optional<FairShareQueue::Job> FairShareQueue::Next() {
-  std::vector<Job>* best = nullptr;
-  double best_share = 0;
-  for (auto& [team, jobs] : by_team_) {
-    if (jobs.empty() || held_[team]) continue;
-    const placement::QueueKey& k = jobs.back().key;
-    const double share = DominantShare(quotas_, usage_, team);
+  Team* best = nullptr;
+  for (Team& t : teams_) {
+    if (t.jobs.empty() || t.held) continue;
     if (best == nullptr) {
-      best = &jobs;
-      best_share = share;
+      best = &t;
       continue;
     }
-    const placement::QueueKey& b = best->back().key;
-    if (k.priority > b.priority || (k.priority == b.priority && (share < best_share || (share == best_share && k < b)))) {
-      best = &jobs;
-      best_share = share;
+    const placement::QueueKey& k = t.jobs.back().key;
+    const placement::QueueKey& b = best->jobs.back().key;
+    if (k.priority > b.priority ||
+        (k.priority == b.priority && (t.share < best->share || (t.share == best->share && k < b)))) {
+      best = &t;
     }
   }
   if (best == nullptr) return std::nullopt;
-  Job j = std::move(best->back());
-  best->pop_back();
+  Job j = std::move(best->jobs.back());
+  best->jobs.pop_back();
   return j;
 }
 
@@ -72,30 +88,59 @@ void FairShareQueue::Placed(const std::string& team, int64_t slots) {
   Use& u = usage_[team];
   u.slots[device_] += slots;
   ++u.jobs;
+  if (Team* t = Find(team)) t->share = DominantShare(quotas_, usage_, team);
 }
 
-void FairShareQueue::Hold(const std::string& team) { held_[team] = true; }
+void FairShareQueue::Hold(const std::string& team) {
+  if (Team* t = Find(team)) t->held = true;
+}
 
 std::vector<FairShareQueue::Job> FairShareQueue::Left(const std::string& team) const {
-  auto it = by_team_.find(team);
-  if (it == by_team_.end()) return {};
-  return {it->second.rbegin(), it->second.rend()};
+  auto it = std::find_if(teams_.begin(), teams_.end(), [&](const Team& t) { return t.name == team; });
+  if (it == teams_.end()) return {};
+  return {it->jobs.rbegin(), it->jobs.rend()};
 }
 
-std::map<std::string, std::pair<int64_t, std::string>> FairSharePositions(
-    const TeamQuotas& quotas, Usage usage, const std::map<std::string, std::vector<FairShareQueue::Job>>& queues) {
-  std::map<std::string, std::pair<int64_t, std::string>> out;
-  for (const auto& [device, jobs] : queues) {
-    FairShareQueue q(quotas, std::move(usage), device, jobs);
+namespace {
+
+// Walks the queues as FairSharePositions says, handing each job its place; stops when `at`
+// returns false.
+void WalkFairShare(const TeamQuotas& quotas, Usage usage, std::map<std::string, std::vector<FairShareQueue::Job>> queues,
+                   const std::function<bool(const std::string& id, int64_t pos, const std::string& before)>& at) {
+  for (auto& [device, jobs] : queues) {
+    FairShareQueue q(quotas, std::move(usage), device, std::move(jobs));
     int64_t pos = 0;
     std::string before;
     while (std::optional<FairShareQueue::Job> j = q.Next()) {
-      out[j->key.id] = {++pos, before};
+      if (!at(j->key.id, ++pos, before)) return;
       before = j->key.id;
       q.Placed(j->team, std::max<int64_t>(1, j->slots));
     }
     usage = q.TakeUsage();
   }
+}
+
+}  // namespace
+
+std::map<std::string, std::pair<int64_t, std::string>> FairSharePositions(
+    const TeamQuotas& quotas, Usage usage, std::map<std::string, std::vector<FairShareQueue::Job>> queues) {
+  std::map<std::string, std::pair<int64_t, std::string>> out;
+  WalkFairShare(quotas, std::move(usage), std::move(queues), [&](const std::string& id, int64_t pos, const std::string& before) {
+    out.emplace(id, std::make_pair(pos, before));
+    return true;
+  });
+  return out;
+}
+
+std::pair<int64_t, std::string> FairSharePosition(const TeamQuotas& quotas, Usage usage,
+                                                  std::map<std::string, std::vector<FairShareQueue::Job>> queues,
+                                                  const std::string& job_id) {
+  std::pair<int64_t, std::string> out{0, ""};
+  WalkFairShare(quotas, std::move(usage), std::move(queues), [&](const std::string& id, int64_t pos, const std::string& before) {
+    if (id != job_id) return true;
+    out = {pos, before};
+    return false;
+  });
   return out;
 }
 

@@ -41,6 +41,8 @@ double DominantShare(const TeamQuotas& quotas, const Usage& usage, const std::st
 // stands with the jobs taken before); then the queue's own order (placement::QueueKey: a
 // restarting or preempted job first, then age). A team's own jobs keep the queue's order.
 // Shares move as jobs are placed (Placed). Single-threaded; it owns its copy of the use.
+// A step costs a comparison per team with a job left: each team's share is kept, and only the
+// placed team's is worked out again (queue_position walks thousands of jobs per call).
 class FairShareQueue {
  public:
   struct Job {
@@ -48,8 +50,8 @@ class FairShareQueue {
     std::string team;
     int64_t slots = 1;  // what it takes when placed (its record's world_size)
   };
-  // `queue`: one device kind's queued jobs, in any order.
-  FairShareQueue(const TeamQuotas& quotas, Usage usage, std::string device, const std::vector<Job>& queue);
+  // `queue`: one device kind's queued jobs, in any order (the store's order costs no sort).
+  FairShareQueue(const TeamQuotas& quotas, Usage usage, std::string device, std::vector<Job> queue);
   // The next job in the order, taken off the queue; none: no job is left but those of held
   // teams.
   std::optional<Job> Next();
@@ -66,8 +68,14 @@ class FairShareQueue {
   const TeamQuotas& quotas_;
   Usage usage_;
   const std::string device_;
-  std::map<std::string, std::vector<Job>> by_team_;  // each in the queue's order, reversed (next at the back)
-  std::map<std::string, bool> held_;
+  struct Team {
+    std::string name;
+    std::vector<Job> jobs;  // in the queue's order, reversed (the next at the back)
+    double share = 0;       // DominantShare as the use stands
+    bool held = false;
+  };
+  Team* Find(const std::string& team);
+  std::vector<Team> teams_;  // in name order
 };
 
 // Each queued job's place in the order its device kind's FairShareQueue gives, were every job
@@ -75,7 +83,11 @@ class FairShareQueue {
 // first)). `queues`: by device kind; the kinds are walked in the map's order, the use of one
 // carried into the next, as the scheduler's pass does.
 std::map<std::string, std::pair<int64_t, std::string>> FairSharePositions(
-    const TeamQuotas& quotas, Usage usage, const std::map<std::string, std::vector<FairShareQueue::Job>>& queues);
+    const TeamQuotas& quotas, Usage usage, std::map<std::string, std::vector<FairShareQueue::Job>> queues);
+// One job's place in that order (the walk stops there): (0, "") when it is in no queue.
+std::pair<int64_t, std::string> FairSharePosition(const TeamQuotas& quotas, Usage usage,
+                                                  std::map<std::string, std::vector<FairShareQueue::Job>> queues,
+                                                  const std::string& job_id);
 
 // Cohorts. A team whose quota names a cohort may use more of a kind than its nominal quota,
 // borrowing what the cohort's other teams leave idle of theirs: in all, the cohort's quota of

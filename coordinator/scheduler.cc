@@ -223,12 +223,22 @@ std::vector<quota::FairShareQueue::Job> Scheduler::FairShareJobs(const std::stri
   return jobs;
 }
 
+std::map<std::string, std::vector<quota::FairShareQueue::Job>> Scheduler::FairShareQueues() const {
+  std::map<std::string, std::vector<quota::FairShareQueue::Job>> queues;
+  for (const std::string& device : store_->QueuedDevices()) queues[device] = FairShareJobs(device);
+  return queues;
+}
+
 std::map<std::string, std::pair<int64_t, std::string>> Scheduler::QueuePositions() const {
   const auto quotas = Quotas();
   if (!quotas) return store_->QueuePositions();  // first come, first served within a priority
-  std::map<std::string, std::vector<quota::FairShareQueue::Job>> queues;
-  for (const std::string& device : store_->QueuedDevices()) queues[device] = FairShareJobs(device);
-  return quota::FairSharePositions(*quotas, PlacedUse(), queues);
+  return quota::FairSharePositions(*quotas, PlacedUse(), FairShareQueues());
+}
+
+std::pair<int64_t, std::string> Scheduler::QueuePosition(const std::string& job_id) const {
+  const auto quotas = Quotas();
+  if (!quotas) return store_->QueuePosition(job_id);  // a walk to the job alone
+  return quota::FairSharePosition(*quotas, PlacedUse(), FairShareQueues(), job_id);
 }
 
 Scheduler::Outcome Scheduler::PlaceOne(v1::Job job, const jobspec::JobSpec& spec,

@@ -103,6 +103,8 @@ class Scheduler {
   // Job id → (1-based position, the job before it). Reads only the store's index, the spec
   // cache and the options: callable without the owner's locks.
   std::map<std::string, std::pair<int64_t, std::string>> QueuePositions() const;
+  // One job's (the walk stops at it): (0, "") if it is not queued.
+  std::pair<int64_t, std::string> QueuePosition(const std::string& job_id) const;
 
   // One job's placement in a pass.
   struct Placement {
@@ -123,6 +125,7 @@ class Scheduler {
   void ResolveQueued();
   // The kind's queued jobs as the fair share's queue takes them (the store's index).
   std::vector<quota::FairShareQueue::Job> FairShareJobs(const std::string& device) const;
+  std::map<std::string, std::vector<quota::FairShareQueue::Job>> FairShareQueues() const;  // every kind's
   std::vector<Placement> Decide(const std::vector<std::string>& shard_addrs, int64_t now,
                                 std::vector<Store::Update>* updates);
   // Decide's walk with quotas: per device kind, quota::FairShareQueue's order (priority, the
