@@ -336,6 +336,52 @@ TEST_F(CpTrainingTest, CheckpointsReshardBetweenCpTwoAndCpOne) {
   ExpectSameTraining(again, one, "cp 1 → cp 2 x dp 2 (ZeRO 2) at step 3");
 }
 
+// Any to any, as a chain (issue 49's cp 4 → cp 1 → cp 2 · tp 2): steps 1-2 at cp 4 (ZeRO 1:
+// AdamW's state in four cp ranks' pieces), steps 3-4 at cp 1 from that checkpoint, steps 5-6 at
+// cp 2 x tp 2 with sequence parallelism (ZeRO 3: each rank reads its tensor-parallel blocks'
+// pieces) from cp 1's. The six losses, the final validation loss, and the parameters of the
+// last checkpoint (written by the cp 2 x tp 2 ranks, read whole) against the uninterrupted
+// one-process run, within every layout's bound. For GPT-2 and for a Llama with grouped heads
+// (2 key/value heads: the tp ranks split them).
+TEST_F(CpTrainingTest, CheckpointsReshardFromCpFourToCpOneToCpTwoByTpTwo) {
+  every_ = 2;
+  for (const char* arch : {"", "arch: llama, n_kv_head: 2, ffn_hidden: 48, "}) {
+    model_ = absl::StrCat(arch, "n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 31, seq_len: 16");
+    const std::string what = *arch ? "llama" : "gpt2";
+    tp_ = 1;
+    sp_ = false;
+    ckpt_ = absl::StrCat(what, "_uninterrupted");
+    const Result one = Run(1, 1);
+    ASSERT_EQ(one.losses.size(), 6u) << what;
+    ckpt_ = absl::StrCat(what, "_chain");
+    Result chain = Run(1, 4, 1, /*stop_after=*/2);
+    ASSERT_EQ(chain.losses.size(), 2u) << what << ": steps 1-2 at cp 4";
+    const Result cp1 = Run(1, 1, 0, /*stop_after=*/4, /*resume=*/true);
+    ASSERT_EQ(cp1.losses.size(), 2u) << what << ": steps 3-4 at cp 1";
+    tp_ = 2;
+    sp_ = true;
+    const Result last = Run(1, 2, 3, 0, /*resume=*/true);
+    ASSERT_EQ(last.losses.size(), 2u) << what << ": steps 5-6 at cp 2 x tp 2";
+    chain.losses.insert(chain.losses.end(), cp1.losses.begin(), cp1.losses.end());
+    chain.losses.insert(chain.losses.end(), last.losses.begin(), last.losses.end());
+    chain.val_loss = last.val_loss;
+    // The whole model at step 6, as the cp 2 x tp 2 ranks wrote it.
+    auto latest = checkpoint::FindLatestCheckpoint(dir_.File(ckpt_));
+    ASSERT_TRUE(latest.ok()) << latest.status();
+    auto source = checkpoint::DirectorySource(*latest);
+    auto layout = checkpoint::ReadCheckpointLayout(*source);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_EQ(layout->cp, 2);
+    EXPECT_EQ(layout->tp, 2);
+    chain.params.assign(one.params.size(), NAN);
+    auto st = checkpoint::ReadCheckpoint(*source, model_config_, jobspec::ParameterLayout(model_config_),
+                                         chain.params.data(), nullptr, nullptr);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->step, 6);
+    ExpectSameTraining(chain, one, what + " cp 4 → cp 1 → cp 2 x tp 2 (sequence parallel)");
+  }
+}
+
 // Llama (RoPE at the rows' positions, grouped-query heads: only the key/value heads go round
 // the ring), with full recomputation (the ring's forward again in the backward) and ZeRO 3
 // (the parameters gathered per unit, sharded over the dp x cp ranks).
