@@ -187,9 +187,12 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     // Context parallelism: each ring step but the first merges its block's output into the
     // rows' running output by the log-sum-exps (fp32: read both, write one); backward, the
     // dK/dV arriving are added to.
+    // (The K/V heads that travel: the key/value heads, or every query head's copy where GQA's
+    // repetition comes before the exchange, PlanInput::cp_repeated_kv.)
+    const double xkv = in.cp_repeated_kv ? nh : kv;
     if (cp > 1) {
       bytes += (cp - 1) * N * nh * hd / t * 12;
-      bytes_b += (cp - 1) * N * 2 * kv * hd / t * 12;
+      bytes_b += (cp - 1) * N * 2 * xkv * hd / t * 12;
       kernels += cp - 1;
     }
     const double mem_f = Op(bytes, d.memory_bandwidth, kernels, d);
@@ -231,15 +234,30 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     // step's block backward runs, and the last dK/dV home after the last block, exposed. The
     // rule: an exchange is hidden up to its step's attention time and exposed beyond it.
     // Recomputation (full or selective) runs the forward's ring again.
+    //
+    // The all-gather (PlanInput::cp_exchange kAllGather; torch's _AllGatherRotater): the cp - 1
+    // other blocks arrive by one all-gather, started with the local block's attention and
+    // waited for after it: hidden up to one ring step's attention, the rest exposed (forward,
+    // and again backward); backward's dK/dV then go round the ring as above, fp32, each hidden
+    // behind the next step, the last exposed.
     if (cp > 1) {
-      const double block = N * 2 * kv * hd / t;  // floats
-      const double xf = SendTime(block * e, links.cp), xb = SendTime(block * (e + 4), links.cp);
+      const double block = N * 2 * xkv * hd / t;  // floats
       const double home = SendTime(block * 4, links.cp);
-      const double exp_f = (cp - 1) * std::max(0.0, xf - attn_f / cp);
-      const double exp_b = (cp - 1) * std::max(0.0, xb - attn_b / cp) + home;
+      double xf_total, xb_total, exp_f, exp_b;
+      if (in.cp_exchange == CpExchange::kAllGather) {
+        const double gather = ReduceScatterTime(cp * block * e, cp, links.cp);  // an all-gather ring moves the same
+        exp_f = std::max(0.0, gather - attn_f / cp);
+        exp_b = std::max(0.0, gather - attn_b / cp) + (cp - 1) * std::max(0.0, home - attn_b / cp) + home;
+        xf_total = gather, xb_total = gather + cp * home;
+      } else {
+        const double xf = SendTime(block * e, links.cp), xb = SendTime(block * (e + 4), links.cp);
+        exp_f = (cp - 1) * std::max(0.0, xf - attn_f / cp);
+        exp_b = (cp - 1) * std::max(0.0, xb - attn_b / cp) + home;
+        xf_total = (cp - 1) * xf, xb_total = (cp - 1) * xb + home;
+      }
       const double again = in.recompute == Recompute::kNone ? 0 : 1;
       sc.cp += (1 + again) * exp_f + exp_b;
-      sc.cp_hidden += (1 + again) * ((cp - 1) * xf - exp_f) + ((cp - 1) * xb + home - exp_b);
+      sc.cp_hidden += (1 + again) * (xf_total - exp_f) + (xb_total - exp_b);
       sc.fwd_comm += exp_f;
     }
     sc.fwd += f;

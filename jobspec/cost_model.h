@@ -11,7 +11,8 @@
 // time; recompute's extra forward (full: the layer; selective: attention). Context
 // parallelism (PlanInput::cp): each rank's T/cp rows through every op, the attention's causal
 // work over cp, and the ring's exchanges (cost_model.cc's CostOfStage states the rule that
-// hides them behind the block attention).
+// hides them behind the block attention), or the all-gather that Llama 3's and torchtitan's
+// published runs used (PlanInput::cp_exchange), hidden behind the local block only.
 //
 // Collectives by their algorithm over the link they cross: all-reduce as the faster of a ring
 // (2(n-1) latencies + 2(n-1)/n of the bytes over the bandwidth) and a tree (2 log2 n latencies +

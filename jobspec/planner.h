@@ -28,6 +28,17 @@ enum class Precision {
   kAutocast,
 };
 
+// PlanInput::cp_exchange.
+enum class CpExchange {
+  // Gantry's (model/context_parallel.h): a K/V block to the next rank per ring step, each
+  // hidden behind the block attention before it.
+  kRing,
+  // All cp - 1 blocks gathered at once, started with the local block's attention and waited for
+  // after it (hidden behind 1/cp of the attention only); backward, gathered again, then the
+  // dK/dV (fp32) round a ring as kRing's (torch's _templated_ring_attention_backward).
+  kAllGather,
+};
+
 struct PlanInput {
   double params = 0;                        // parameters; 0: from the model's shape
   std::optional<jobspec::GPTConfig> model;    // the shape (activations need it)
@@ -51,6 +62,17 @@ struct PlanInput {
   // rank ((stage·dp + replica)·cp + cp_rank)·tp + tp_rank (Megatron-Core's order). seq_len a
   // multiple of 2·cp.
   int cp = 1;
+  // How the K/V blocks travel under cp > 1, for the step's cost (PredictStep). Gantry runs the
+  // ring; the all-gather is the other published design, described here so that published runs
+  // that used it can be checked (docs/perf/planner.md): Llama 3's CP ("The Llama 3 Herd of
+  // Models", §3.3.2: K and V all-gathered, the latency exposed) and torch's context_parallel
+  // with rotate method "allgather" (torchtitan's default in Dec. 2024). The planner's bytes stay
+  // the ring's.
+  CpExchange cp_exchange = CpExchange::kRing;
+  // The K/V that travel are GQA's repeated ones, a copy for every query head (torchtitan's
+  // Llama repeats K and V before scaled_dot_product_attention, where torch's context_parallel
+  // takes them): NH heads, not NKV. Gantry's ring sends the key/value heads only.
+  bool cp_repeated_kv = false;
   std::vector<int> stage_layers;            // parallel.stage_layers (empty: split by cost, StageBounds; pp x vp entries)
   int micro_batch = 1;
   int microbatches = 1;                     // per step and pipeline (gradient accumulation)

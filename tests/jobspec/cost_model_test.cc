@@ -315,6 +315,46 @@ TEST(CostModelTest, ContextParallelSplitsTheWorkAndHidesItsRingBehindTheBlockAtt
   EXPECT_FALSE(PredictStep(in, c).ok());
 }
 
+// The all-gather variant (CpExchange::kAllGather, as Llama 3's CP and torch's context_parallel
+// run it), Small at cp 4 worked by hand: per layer the cp - 1 other blocks in one all-gather
+// (3 latencies and 3/4 of 4 blocks' 8,192 bytes over 300 GB/s), hidden behind the local block's
+// attention only (1/4 of 2·16·32·64 FLOPs at 1e11) forward; backward gathered again behind 1/4 of
+// the backward's attention (2.5x the FLOPs at 0.5e11), then 4 dK/dV blocks (fp32) round the ring,
+// 3 behind a step each and the last exposed. With GQA's K/V repeated to every query head
+// (cp_repeated_kv) the blocks are NH/NKV times the bytes.
+TEST(CostModelTest, TheAllGatherVariantHidesItsExchangeBehindTheLocalBlockOnly) {
+  const ClusterSpec c = Simple();
+  PlanInput in = Small();
+  in.cp = 4;
+  in.cp_exchange = CpExchange::kAllGather;
+  auto r = PredictStep(in, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double gather = 3 * 2e-6 + 0.75 * 4 * 8192 / 300e9, home = 2e-6 + 8192 / 300e9;
+  const double step_f = 2.0 * 16 * 32 * 64 / 1e11 / 4, step_b = 2.5 * 2 * 16 * 32 * 64 / 0.5e11 / 4;
+  const double exp_f = gather - step_f, exp_b = (gather - step_b) + 3 * (home - step_b) + home;
+  EXPECT_REL(r->cp_comm, 2 * (exp_f + exp_b)) << "two layers";
+  // Against the ring of the same blocks: the same compute, another exposure.
+  PlanInput ring = in;
+  ring.cp_exchange = CpExchange::kRing;
+  auto g = PredictStep(ring, c);
+  ASSERT_TRUE(g.ok());
+  EXPECT_REL(g->compute, r->compute);
+  EXPECT_REL(g->cp_comm, 2 * (3 * (home - step_f) + 3 * (2e-6 + 16384 / 300e9 - step_b) + home));
+  // Repeated K/V: a Llama of 4 heads over 2 key/value heads sends twice the bytes; on a link
+  // fast enough to hide the rest, the last dK/dV (exposed) shows it.
+  ClusterSpec fast = c;
+  fast.intra = {1e15, 0};
+  PlanInput llama = in;
+  llama.model->arch = Arch::kLlama, llama.model->n_kv_head = 2;
+  auto kv = PredictStep(llama, fast);
+  llama.cp_repeated_kv = true;
+  auto heads = PredictStep(llama, fast);
+  ASSERT_TRUE(kv.ok() && heads.ok());
+  EXPECT_REL(kv->cp_comm, 2 * (2 * 16 * 2 * 16 * 4) / 1e15) << "16 rows x K and V x 2 heads x 16 wide, fp32";
+  EXPECT_REL(heads->cp_comm, 2 * kv->cp_comm);
+  EXPECT_GT(heads->compute, kv->compute) << "backward adds the arriving dK/dV of every head";
+}
+
 // The intra-node link serves a tp group inside a node; the same group split over nodes is
 // slower by the links' ratio in its bandwidth term.
 TEST(CostModelTest, TensorParallelCommunicationCrossesTheLinkItsRanksSitOn) {
@@ -716,14 +756,18 @@ GPTConfig Llama405B() {
   return c;
 }
 
-// Published: Llama 3 405B's pre-training layouts, "The Llama 3 Herd of Models" (Llama Team, AI
-// @ Meta, 2024, arXiv 2407.21783), Table 4: 8,192 and 16,384 H100s at tp 8, pp 16, cp 1 or 16,
-// T 8,192 or 131,072, 16M tokens a step, BF16 TFLOP/s per GPU (the model's: 430 is its 43% MFU
-// of 989). Predicted on the dgx-h100 preset as it is: textbook mixed precision, sequence
-// parallel, ZeRO 1, micro-batch 1, dp = GPUs / (tp·cp·pp), micro-batches = the table's batch
-// size per dp replica, no recomputation, and the interleaved schedule at vp 4 (the paper runs
-// it and gives no v; vp 4 is the largest the search considers: docs/perf/planner.md gives vp 1
-// and 2 too). Within 20% on every row.
+// Published: "The Llama 3 Herd of Models" (Llama Team, AI @ Meta, arXiv 2407.21783 v3, 23 Nov.
+// 2024), §3.3.2, Table 4 (p. 10): Llama 3 405B's pre-training layouts on 8,192 and 16,384 H100s
+// at tp 8, pp 16, cp 1 or 16, T 8,192 or 131,072, 16M tokens a step, and their BF16 TFLOP/s per
+// GPU (430 is its 43% MFU of 989). What the paper states and the prediction uses: the
+// interleaved schedule (p. 11; V chunks a rank, V not given), no activation checkpointing at T
+// 8,192 (p. 11: "pre-trained on sequences of 8K tokens without activation checkpointing"), and
+// an all-gather context parallelism of GQA's K and V, its latency exposed (p. 11-12:
+// CpExchange::kAllGather, the key/value heads only). Assumed: vp 4 (the largest the search
+// considers; docs/perf/planner.md gives vp 1 and 2 too), no recomputation at T 131,072 as at 8K,
+// micro-batch 1. The rest on the dgx-h100 preset as it is: textbook mixed precision, sequence
+// parallel, ZeRO 1, dp = GPUs / (tp·cp·pp), micro-batches = the table's batch size per DP.
+// Within 20% on every row.
 TEST(CostModelTest, ReproducesLlama3Table4Within20Percent) {
   struct Row {
     int gpus, cp, dp, seq, per_dp;
@@ -741,23 +785,39 @@ TEST(CostModelTest, ReproducesLlama3Table4Within20Percent) {
     in.sequence_parallel = true;
     in.zero = 1;
     in.microbatches = r.per_dp;
+    in.cp_exchange = CpExchange::kAllGather;
     auto p = PredictStep(in, h100);
     ASSERT_TRUE(p.ok()) << p.status();
+    std::printf("Llama 3 Table 4, %5d GPUs cp %2d: published %.0f TFLOP/s, predicted %.1f (%+.1f%%), cp exposed %.2f%%\n",
+                r.gpus, r.cp, r.published, p->mfu * 989, 100 * (p->mfu * 989 / r.published - 1),
+                100 * p->cp_comm / p->step);
     EXPECT_NEAR(p->mfu * 989, r.published, 0.2 * r.published) << r.gpus << " GPUs, cp " << r.cp;
-    if (r.cp > 1) EXPECT_LT(p->cp_comm, 0.01 * p->step) << "the ring hides behind 8K-row blocks' attention";
+    if (r.cp > 1) {
+      // The paper: the all-gather's exposed latency is small beside the attention (GQA's K/V).
+      EXPECT_GT(p->cp_comm, 0) << "the all-gather's latency is exposed";
+      EXPECT_LT(p->cp_comm, 0.01 * p->step) << "an 8K-row block's K/V heads beside its attention";
+    }
   }
 }
 
-// Published: torchtitan's Llama 3.1 405B benchmarks on 512 H100s (github.com/pytorch/torchtitan,
-// benchmarks/llama3_h100_202412_torchtitan.md, Dec. 2024; H100 96 GB HBM2e at 500 W, Float8
-// GEMMs, full activation checkpointing, FSDP (ZeRO 3) + tp 8 + pp 8), tokens/s per GPU. Table
-// 5: T 8,192, local batch 32 in 8 micro-batches (torchtitan's default: pp of them), 1F1B 100,
-// interleaved 1F1B (its default 2 stages a rank: vp 2) 128. Table 6 (1F1B, local batch 8 in 8
-// micro-batches): T 32,768·cp over cp 1, 2, 4, 8 (FSDP 8/cp): 76, 47, 31, 16. Predicted on the
-// dgx-h100 preset in bf16 (Gantry has no Float8 rate; the card's 500 W and HBM2e are not the
-// preset's either). Within 20% but for the longest row, over-predicted by more than 20% (the
-// attention's rate at 262,144 tokens: docs/perf/planner.md); the interleaved schedule's gain
-// over 1F1B within 20% of the published 1.28.
+// Published: torchtitan's Llama 3.1 benchmarks on H100s (github.com/pytorch/torchtitan,
+// benchmarks/llama3_h100_202412_torchtitan.md, Dec. 2024, torchtitan 9dec370 and torch 1963fc8;
+// H100 96 GB HBM2e at 500 W, Float8 GEMMs, torch.compile, full activation checkpointing),
+// tokens/s per GPU, predicted on the dgx-h100 preset in bf16 (Gantry has no Float8 rate; the
+// card's 500 W and HBM2e are not the preset's either). Their context parallelism as that
+// torchtitan ran it: torch's context_parallel with rotate method "allgather" (torchtitan's
+// default, config_manager.py) on K and V repeated to every query head (model.py's repeat_kv
+// comes before scaled_dot_product_attention, where torch's CP takes them): CpExchange::kAllGather
+// with cp_repeated_kv.
+//
+// 405B on 512 GPUs, FSDP (ZeRO 3) x tp 8 x pp 8. Table 5: T 8,192, local batch 32 in 8
+// micro-batches (torchtitan's default: pp of them), 1F1B 100, interleaved 1F1B (its default 2
+// stages a rank: vp 2) 128. Table 6 (1F1B, local batch 8 in 8 micro-batches): T 32,768·cp over
+// cp 1, 2, 4, 8 (FSDP 8/cp): 76, 47, 31, 16. Within 20% but for the longest row, over-predicted
+// by 20.4% (+33.0% with Gantry's ring of the key/value heads in their place: the all-gather of
+// 16 repeated heads over the network is exposed beyond the first block's attention at cp 8; the
+// rest grows with attention's share of the step, docs/perf/planner.md); the interleaved
+// schedule's gain over 1F1B within 20% of the published 1.28.
 TEST(CostModelTest, ReproducesTorchtitans405BScheduleAndContextParallelTables) {
   struct Row {
     int vp, cp, seq, mb;
@@ -779,17 +839,75 @@ TEST(CostModelTest, ReproducesTorchtitans405BScheduleAndContextParallelTables) {
     in.zero = 3;
     in.recompute = Recompute::kFull;
     in.micro_batch = r.mb, in.microbatches = 8;
+    in.cp_exchange = CpExchange::kAllGather, in.cp_repeated_kv = true;
     auto p = PredictStep(in, h100);
     ASSERT_TRUE(p.ok()) << p.status();
     const double err = p->tokens_per_s_per_gpu / r.published - 1;
+    std::printf("torchtitan 405B vp %d cp %d T %6d: published %5.1f tok/s/GPU, predicted %5.1f (%+.1f%%), bubble "
+                "%.1f%%, cp exposed %.2f%%\n",
+                r.vp, r.cp, r.seq, r.published, p->tokens_per_s_per_gpu, 100 * err, 100 * p->bubble / p->step,
+                100 * p->cp_comm / p->step);
+    const std::string what = "vp " + std::to_string(r.vp) + " cp " + std::to_string(r.cp) + " T " + std::to_string(r.seq);
     if (r.within) {
-      EXPECT_LE(std::abs(err), 0.2) << "vp " << r.vp << " cp " << r.cp << " T " << r.seq << ": " << p->tokens_per_s_per_gpu;
+      EXPECT_LE(std::abs(err), 0.2) << what << ": " << p->tokens_per_s_per_gpu;
     } else {
-      EXPECT_GT(err, 0.2) << "vp " << r.vp << " cp " << r.cp << " T " << r.seq << ": " << p->tokens_per_s_per_gpu;
+      EXPECT_GT(err, 0.2) << what << ": " << p->tokens_per_s_per_gpu;
+    }
+    if (r.cp == 8) {
+      // The all-gather of the repeated K/V is what the ring of the key/value heads hides: it
+      // costs this row more than 3% of the step (the ring's exposed share is under 0.1%).
+      PlanInput ring = in;
+      ring.cp_exchange = CpExchange::kRing, ring.cp_repeated_kv = false;
+      auto q = PredictStep(ring, h100);
+      ASSERT_TRUE(q.ok()) << q.status();
+      EXPECT_GT(p->cp_comm, 0.03 * p->step) << what;
+      EXPECT_LT(q->cp_comm, 0.001 * q->step) << what;
+      EXPECT_GT(q->tokens_per_s_per_gpu, 1.08 * p->tokens_per_s_per_gpu) << what;
     }
     if (r.seq == 8192) predicted[r.vp - 1] = p->tokens_per_s_per_gpu;
   }
   EXPECT_NEAR(predicted[1] / predicted[0], 1.28, 0.2 * 1.28) << "the interleaved schedule's gain";
+}
+
+// Published: the same document's Table 2: Llama 3.1 8B on 8 GPUs (one node), FSDP x cp (FSDP
+// 8/cp), local batch 1, full activation checkpointing, torch.compile and Float8: T 32,768·cp at
+// cp 1, 2, 4, 8: 3,890, 2,540, 1,071, 548 tokens/s per GPU. Predicted as the 405B rows (bf16,
+// dgx-h100, torchtitan's all-gather of repeated K/V). Within 20% at cp 1 and 2; over-predicted
+// by more than 20% at cp 4 and 8 (T 131,072 and 262,144). Inside a node the exchange is hidden
+// either way (under 1% of the step), so the miss is not the context-parallel exchange: the
+// published rate falls 2.4x from cp 2 to cp 4 where the attention's FLOPs per token grow 1.5x
+// (docs/perf/planner.md). `within` pins the rows both ways.
+TEST(CostModelTest, ReproducesTorchtitans8BContextParallelTableWhereDocumented) {
+  struct Row {
+    int cp;
+    double published;
+    bool within;
+  };
+  const Row rows[] = {{1, 3890, true}, {2, 2540, true}, {4, 1071, false}, {8, 548, false}};
+  const ClusterSpec h100 = *ClusterPreset("dgx-h100");
+  for (const Row& r : rows) {
+    PlanInput in;
+    GPTConfig c;
+    c.arch = Arch::kLlama;
+    c.n_layer = 32, c.n_embd = 4096, c.n_head = 32, c.n_kv_head = 8, c.ffn_hidden = 14336;
+    c.vocab_size = 128256, c.max_seq_len = 32768 * r.cp;
+    in.model = c;
+    in.seq_len = 32768 * r.cp;
+    in.precision = Precision::kMixed;
+    in.cp = r.cp, in.dp = 8 / r.cp, in.zero = 3, in.recompute = Recompute::kFull;
+    in.cp_exchange = CpExchange::kAllGather, in.cp_repeated_kv = true;
+    auto p = PredictStep(in, h100);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const double err = p->tokens_per_s_per_gpu / r.published - 1;
+    std::printf("torchtitan 8B cp %d T %6d: published %4.0f tok/s/GPU, predicted %4.0f (%+.1f%%), cp exposed %.2f%%\n",
+                r.cp, in.seq_len, r.published, p->tokens_per_s_per_gpu, 100 * err, 100 * p->cp_comm / p->step);
+    EXPECT_LT(p->cp_comm, 0.01 * p->step) << "cp " << r.cp << ": NVLink hides the exchange";
+    if (r.within) {
+      EXPECT_LE(std::abs(err), 0.2) << "cp " << r.cp << ": documented within 20% in docs/perf/planner.md";
+    } else {
+      EXPECT_GT(err, 0.2) << "cp " << r.cp << ": documented as over-predicted by more than 20% in docs/perf/planner.md";
+    }
+  }
 }
 
 TEST(AutoLayoutTest, ChoosesTheCostModelsFirstLayoutWithinWhatTheSpecStates) {
