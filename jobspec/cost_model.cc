@@ -422,6 +422,11 @@ double CostOfOptimizer(const PlanInput& in, const DeviceProfile& d, const StageC
 absl::StatusOr<StepCost> PredictStep(const PlanInput& in, const ClusterSpec& cluster) {
   if (!in.model) return absl::InvalidArgumentError("the step's cost needs the model's shape");
   if (in.pp > in.model->n_layer) return absl::InvalidArgumentError("pp exceeds the layers");
+  if (static_cast<int64_t>(in.pp) * std::max(1, in.vp) > in.model->n_layer) {  // a chunk holds a layer at least
+    return absl::InvalidArgumentError(absl::StrCat("vp ", in.vp, " with pp ", in.pp, ": ", in.pp * in.vp,
+                                                   " chunks of one layer at least, and the model has ",
+                                                   in.model->n_layer, " layers"));
+  }
   if (in.cp < 1 || in.seq_len % (2 * in.cp) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cp ", in.cp, ": the sequence length ", in.seq_len, " is not a multiple of 2 x cp"));

@@ -246,6 +246,23 @@ TEST(CostModelTest, TheInterleavedBubbleIsDividedByTheChunks) {
   }
 }
 
+// A chunk holds a layer at least, as the job spec says (parallel.virtual_stages): pp x vp
+// beyond the layers is refused, naming the figures, not priced as chunks with nothing in them.
+TEST(CostModelTest, MoreChunksThanLayersAreRefused) {
+  PlanInput in = Small();
+  in.model->n_layer = 8;
+  in.pp = 4;
+  in.microbatches = 4;
+  in.vp = 2;
+  EXPECT_TRUE(PredictStep(in, Simple()).ok());
+  in.vp = 3;
+  auto r = PredictStep(in, Simple());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("12 chunks of one layer at least, and the model has 8 layers"), std::string::npos)
+      << r.status();
+}
+
 // The interleaved schedule's extra transfers, counted chunk by chunk: a stage's chunks each
 // receive their input and send their output (and the gradients back), except stage 0's first
 // chunk's input and the last stage's last chunk's output. Small at 8 layers over pp 4: the
