@@ -21,6 +21,8 @@ absl::StatusOr<jobspec::JobSpec> AssignedSpec(const v1::Assignment& a, const std
   layout.sequence_parallel = m.sequence_parallel();
   layout.micro_batch = m.micro_batch();
   layout.recompute = m.recompute();
+  // A path of this worker's own disk, not the user's (who named a place on the submitter's side),
+  // and not the coordinator's to send: see AssignedSpec's comment.
   spec->checkpoint.dir = absl::StrCat(work_dir, "/", a.job_id(), "/gen", a.generation(), "/checkpoints");
   auto placed = jobspec::ApplyLayout(*std::move(spec), layout);
   if (!placed.ok()) return Annotate(placed.status(), absl::StrCat(what, ": the placement's layout"));

@@ -112,8 +112,8 @@ absl::Status Session::Train(const v1::Assignment& a, RankState* rank, bool* pree
   const int local = std::max(0, a.local_rank()), local_world = std::max(1, a.local_world());
   LOG(INFO) << "job " << a.job_id() << ": rank " << a.rank() << ": "
             << kernels::ConfigureThreads(options_.threads, local, local_world);
-  // The job's spec as submitted, with the placement's layout and this placement's checkpoint
-  // directory: read once, in one place.
+  // The job's spec as submitted, with the placement's layout and a checkpoint directory of this
+  // worker's own (AssignedSpec says why): read once, in one place.
   auto spec = AssignedSpec(a, options_.work_dir);
   if (!spec.ok()) return spec.status();
   train::TrainOptions o;
