@@ -24,9 +24,10 @@ class AttentionBlocks16 {
   // widened): the block's own softmax and output computed in p as a 16-bit attention call is
   // (cuDNN: the weights rounded to p before they weigh V, the block's output rounded to p, its
   // statistics the block's fp32 log-sum-exp), then merged into (out, lse) in fp32 as the fp32
-  // op merges. Where the 16-bit path does not take the block (cuDNN not loaded, a shape or a
-  // scale it does not take, a graph it will not plan) the fp32 op runs instead, said once per
-  // shape (Backend::TakeNotices); with AttentionPath::kCudnn that is the op's error instead.
+  // op merges. Where the 16-bit path does not take the block the fp32 op runs instead: cuDNN
+  // not loaded or not asked for (said once, when the backend is made), or a shape or scale it
+  // does not take or a graph it will not plan (said once per shape, Backend::TakeNotices; with
+  // AttentionPath::kCudnn the op's error instead).
   virtual void AttentionBlockForward16(HeadRows<float> out, RowStats<float> lse, HeadRows<const float> q,
                                        HeadRows<const float> k, HeadRows<const float> v, const AttentionBlock& a,
                                        Precision p) = 0;

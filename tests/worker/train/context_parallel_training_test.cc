@@ -191,7 +191,9 @@ class CpTrainingTest : public ::testing::Test {
       EXPECT_EQ(static_cast<double>(ring[r]), (*planned)[static_cast<size_t>(c.stage * tp_ + c.tp_rank)].bytes.ring)
           << "rank " << r;
     }
-    if (cp > 1) EXPECT_GT(ring[0], 0u);
+    if (cp > 1) {
+      EXPECT_GT(ring[0], 0u);
+    }
     for (int r = 1; r < world; ++r) {
       EXPECT_EQ(results[r].losses, results[0].losses) << "every rank reports the same loss: rank " << r;
       const jobspec::Coords c = jobspec::CoordsOf(r, l);
