@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/attention_block.h"
+#include "kernels/attention_block_16bit.h"
 #include "kernels/gqa.h"
 
 namespace gantry::model {
@@ -162,6 +163,8 @@ absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, co
   StartKv(qkv, a, kv_n);
   floats_sent_ = 0;
   waited_ = 0;
+  // 16-bit operands: the blocks on the backend's 16-bit path (cuDNN) where it has one.
+  kernels::AttentionBlocks16* b16 = a.kv_type != kernels::Precision::kFp32 ? kernels::AttentionBlocks16Of(*be_) : nullptr;
   bool started[2] = {false, false};  // a query half's first block overwrites out and lse
   for (int s = 0; s < cp; ++s) {
     // The next block arrives while this one is computed: once the backend has written this
@@ -180,10 +183,15 @@ absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, co
       kernels::AttentionBlock block{a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale};
       block.first = !started[p.qh];
       started[p.qh] = true;
-      be_->AttentionBlockForward({out + static_cast<int64_t>(p.qh) * L * C, static_cast<int64_t>(rows) * C, C},
-                                 {lse + static_cast<int64_t>(p.qh) * L, rows},
-                                 {qkv + static_cast<int64_t>(p.qh) * L * W, static_cast<int64_t>(rows) * W, W}, k, v,
-                                 block);
+      const kernels::HeadRows<float> o{out + static_cast<int64_t>(p.qh) * L * C, static_cast<int64_t>(rows) * C, C};
+      const kernels::RowStats<float> l{lse + static_cast<int64_t>(p.qh) * L, rows};
+      const kernels::HeadRows<const float> q{qkv + static_cast<int64_t>(p.qh) * L * W, static_cast<int64_t>(rows) * W,
+                                             W};
+      if (b16 != nullptr) {
+        b16->AttentionBlockForward16(o, l, q, k, v, block, a.kv_type);
+      } else {
+        be_->AttentionBlockForward(o, l, q, k, v, block);
+      }
     }
     if (next != 0) RETURN_IF_ERROR(Wait(next));
   }
@@ -207,6 +215,7 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
   be_->Zero(dqkv, static_cast<size_t>(a.B) * rows * W * sizeof(float));
   floats_sent_ = 0;
   waited_ = 0;
+  kernels::AttentionBlocks16* b16 = a.kv_type != kernels::Precision::kFp32 ? kernels::AttentionBlocks16Of(*be_) : nullptr;
   uint64_t dkv_home = 0;  // the exchange bringing the previous step's dK/dV from rank − 1
   for (int s = 0; s < cp; ++s) {
     uint64_t next = 0;
@@ -224,11 +233,19 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
       const int64_t ko = static_cast<int64_t>(p.kh) * L * KV, kseq = static_cast<int64_t>(rows) * KV;
       const int64_t vo = ko + a.NKV * a.hd;
       const int64_t qo = static_cast<int64_t>(p.qh) * L;
-      be_->AttentionBlockBackward(
-          {dqkv + qo * W, static_cast<int64_t>(rows) * W, W}, {g + ko, kseq, KV}, {g + vo, kseq, KV},
-          {qkv + qo * W, static_cast<int64_t>(rows) * W, W}, {kv + ko, kseq, KV}, {kv + vo, kseq, KV},
-          {dout + qo * C, static_cast<int64_t>(rows) * C, C}, {lse + qo, rows}, {delta_.data() + qo, rows},
-          {a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale});
+      const kernels::HeadRows<float> dq{dqkv + qo * W, static_cast<int64_t>(rows) * W, W}, dk{g + ko, kseq, KV},
+          dv{g + vo, kseq, KV};
+      const kernels::HeadRows<const float> q{qkv + qo * W, static_cast<int64_t>(rows) * W, W}, k{kv + ko, kseq, KV},
+          v{kv + vo, kseq, KV}, d_o{dout + qo * C, static_cast<int64_t>(rows) * C, C};
+      const kernels::RowStats<const float> l{lse + qo, rows}, D{delta_.data() + qo, rows};
+      const kernels::AttentionBlock block{a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale};
+      if (b16 != nullptr) {
+        // From the rows' merged output and log-sum-exps: the block's exact share.
+        b16->AttentionBlockBackward16(dq, dk, dv, q, k, v, d_o, {out + qo * C, static_cast<int64_t>(rows) * C, C}, l,
+                                      D, block, a.kv_type);
+      } else {
+        be_->AttentionBlockBackward(dq, dk, dv, q, k, v, d_o, l, D, block);
+      }
     }
     if (dkv_home != 0) {
       RETURN_IF_ERROR(Wait(dkv_home));

@@ -23,7 +23,9 @@
 // the exchange then runs while the next block's ops run on the device. Where the model's K
 // and V are 16-bit (AttentionHeads::kv_type bf16 or fp16) the blocks travel in that type, half
 // fp32's bytes, and are widened on arrival (Backend::Convert); dK/dV, sums over the ranks'
-// queries, travel in fp32.
+// queries, travel in fp32. With 16-bit operands the blocks are computed on the backend's
+// 16-bit path where it has one (kernels/attention_block_16bit.h: cuDNN's SDPA on the cuda
+// kinds; the backward from the rows' merged out and lse), else by the fp32 block ops.
 #pragma once
 
 #include <cstddef>

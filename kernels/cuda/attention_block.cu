@@ -14,6 +14,7 @@
 // key/value row (its group's query heads and rows streamed): no atomics, the same bits run to
 // run. Plain loops rather than the fused kernels' tiles (flash_attention.cuh): the ring's
 // blocks are its T/(2·cp) rows, and this path's speed is not measured yet (docs/perf/gpu.md).
+#include "kernels/cuda/round.cuh"
 #include "kernels/cuda/ns.h"
 
 #include <cmath>
@@ -21,7 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/attention_block.h"
+#include "kernels/cuda/attention_block_16bit.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/elem.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/gqa.h"
@@ -189,6 +192,45 @@ __global__ void CopyRowsKernel(float* dst, int64_t dst_stride, const float* src,
   dst[r * dst_stride + c] = src[r * src_stride + c];
 }
 
+// The ring's blocks on cuDNN: a thread per element (rows x width) of B·L rows.
+template <typename E>
+__global__ void NarrowRowsKernel(typename E::T* dst, int64_t dst_row, HeadRows<const float> src, int L, int width,
+                                 int64_t n) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n) return;
+  const int64_t r = idx / width, c = idx % width, b = r / L, t = r % L;
+  dst[r * dst_row + c] = E::St(src.data[b * src.seq + t * src.row + c]);
+}
+template <typename E>
+__global__ void AddRowsKernel(HeadRows<float> dst, const typename E::T* src, int64_t src_row, int L, int width,
+                              int64_t n) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n) return;
+  const int64_t r = idx / width, c = idx % width, b = r / L, t = r % L;
+  dst.data[b * dst.seq + t * dst.row + c] += E::Ld(src[r * src_row + c]);
+}
+// A thread per row (b, h, i) of B·NH·L: the block's o_b (its own softmax's output, 16-bit) and
+// lb merged into the row's out and lse, as BlockForwardKernel merges.
+template <typename E>
+__global__ void MergeBlockKernel(HeadRows<float> out, RowStats<float> lse, const typename E::T* o, const float* lse_b,
+                                 int NH, int hd, int L, bool first, int64_t n) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n) return;
+  const int i = static_cast<int>(idx % L), h = static_cast<int>(idx / L % NH), b = static_cast<int>(idx / L / NH);
+  float* l_at = Stat(lse, b, h, NH, i);
+  const float held = first ? -INFINITY : *l_at, lb = lse_b[idx];
+  float merged = lb, keep = 0.f;
+  if (held != -INFINITY) {
+    merged = fmaxf(held, lb) + log1pf(expf(-fabsf(held - lb)));
+    keep = expf(held - merged);
+  }
+  const float wgt = expf(lb - merged);
+  float* orow = Row(out, b, h, hd, i);
+  const typename E::T* brow = o + (static_cast<int64_t>(b) * L + i) * NH * hd + static_cast<int64_t>(h) * hd;
+  for (int d = 0; d < hd; ++d) orow[d] = (keep == 0.f ? 0.f : orow[d] * keep) + wgt * E::Ld(brow[d]);
+  *l_at = merged;
+}
+
 absl::Status CheckBlock(const char* op, const AttentionBlock& a) {
   RETURN_IF_ERROR(CheckDims(op, {a.B, a.NH, a.NKV, a.hd, a.Lq, a.Lk}));
   RETURN_IF_ERROR(kernels::CheckGroups(op, a.NH, a.NKV, a.hd));
@@ -255,6 +297,52 @@ absl::Status CopyRows(Context& ctx, float* dst, int64_t dst_stride, const float*
   GANTRY_LAUNCH(CopyRowsKernel, CeilDiv(n, 256), 256, 0, ctx.stream())(dst, dst_stride, src, src_stride, width, n);
   GPU_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
+}
+
+absl::Status NarrowRows(Context& ctx, kernels::Ptr dst, int64_t dst_row, HeadRows<const float> src, int B, int L,
+                        int width) {
+  RETURN_IF_ERROR(CheckDims("NarrowRows", {B, L, width}));
+  if (dst.f32() || dst_row < width) {
+    return absl::InvalidArgumentError(absl::StrCat("NarrowRows: a 16-bit destination of rows at least ", width,
+                                                   " wide, not ", kernels::PrecisionName(dst.type), " rows of ",
+                                                   dst_row));
+  }
+  const int64_t n = static_cast<int64_t>(B) * L * width;
+  return WithType(dst.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    GANTRY_LAUNCH(NarrowRowsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(Of<E>(dst), dst_row, src, L, width, n);
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
+}
+
+absl::Status AddRows(Context& ctx, HeadRows<float> dst, kernels::CPtr src, int64_t src_row, int B, int L, int width) {
+  RETURN_IF_ERROR(CheckDims("AddRows", {B, L, width}));
+  if (src.f32() || src_row < width) {
+    return absl::InvalidArgumentError(absl::StrCat("AddRows: a 16-bit source of rows at least ", width, " wide, not ",
+                                                   kernels::PrecisionName(src.type), " rows of ", src_row));
+  }
+  const int64_t n = static_cast<int64_t>(B) * L * width;
+  return WithType(src.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    GANTRY_LAUNCH(AddRowsKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(dst, Of<E>(src), src_row, L, width, n);
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
+}
+
+absl::Status MergeBlock(Context& ctx, HeadRows<float> out, RowStats<float> lse, kernels::CPtr o, const float* lse_b,
+                        int B, int NH, int hd, int L, bool first) {
+  RETURN_IF_ERROR(CheckDims("MergeBlock", {B, NH, hd, L}));
+  if (o.f32()) return absl::InvalidArgumentError("MergeBlock: the block's output is 16-bit, not fp32");
+  const int64_t n = static_cast<int64_t>(B) * NH * L;
+  return WithType(o.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    GANTRY_LAUNCH(MergeBlockKernel<E>, CeilDiv(n, 256), 256, 0, ctx.stream())(out, lse, Of<E>(o), lse_b, NH, hd, L,
+                                                                            first, n);
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

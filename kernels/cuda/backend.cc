@@ -2,6 +2,7 @@
 #include "kernels/cuda/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -10,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/attention_block_16bit.h"
+#include "kernels/cuda/attention_block_16bit.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cudnn_attention.h"
@@ -29,7 +32,7 @@ constexpr BackendKind kKind = BackendKind::kCudaEmulated;
 constexpr BackendKind kKind = BackendKind::kCuda;
 #endif
 
-class Cuda final : public kernels::Backend {
+class Cuda final : public kernels::Backend, public kernels::AttentionBlocks16 {
  public:
   Cuda(std::unique_ptr<Context> ctx, std::string name, const kernels::BackendOptions& options,
        std::unique_ptr<CudnnAttention> cudnn)
@@ -234,6 +237,60 @@ class Cuda final : public kernels::Backend {
                               const kernels::AttentionBlock& a) override {
     Keep(GANTRY_CUDA_NS::AttentionBlockBackward(*ctx_, dq, dk, dv, q, k, v, dout, lse, D, a));
   }
+  // The 16-bit blocks (kernels/attention_block_16bit.h): cuDNN's SDPA on packed 16-bit copies
+  // of the operands (exact: their values are the type's), its output merged by the log-sum-exps
+  // and its gradients added in fp32; the fp32 kernels where cuDNN does not take the block.
+  void AttentionBlockForward16(kernels::HeadRows<float> out, kernels::RowStats<float> lse,
+                               kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
+                               kernels::HeadRows<const float> v, const kernels::AttentionBlock& a,
+                               kernels::Precision p) override {
+    if (!BlockByCudnn("AttentionBlockForward16", false, a, p)) {
+      ++blocks16_.forward_fp32;
+      return AttentionBlockForward(out, lse, q, k, v, a);
+    }
+    const BlockScratch s = CarveBlockScratch(a, p, false);
+    if (s.q.data == nullptr) return;
+    const int C = a.NH * a.hd, KVh = a.NKV * a.hd;
+    if (!Keep(NarrowRows(*ctx_, s.q, C, q, a.B, a.Lq, C)) || !Keep(NarrowRows(*ctx_, s.kv, 2 * KVh, k, a.B, a.Lk, KVh)) ||
+        !Keep(NarrowRows(*ctx_, s.kv + KVh, 2 * KVh, v, a.B, a.Lk, KVh))) {
+      return;
+    }
+    if (!Keep(cudnn_->BlockForward(ctx_->stream(), s.o, s.stats, s.q, s.kv, a.B, a.Lq, a.NH, a.NKV, a.hd, a.causal,
+                                   BlockScale(a)))) {
+      return;
+    }
+    if (Keep(MergeBlock(*ctx_, out, lse, s.o, s.stats, a.B, a.NH, a.hd, a.Lq, a.first))) ++blocks16_.forward;
+  }
+  void AttentionBlockBackward16(kernels::HeadRows<float> dq, kernels::HeadRows<float> dk, kernels::HeadRows<float> dv,
+                                kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
+                                kernels::HeadRows<const float> v, kernels::HeadRows<const float> dout,
+                                kernels::HeadRows<const float> out, kernels::RowStats<const float> lse,
+                                kernels::RowStats<const float> D, const kernels::AttentionBlock& a,
+                                kernels::Precision p) override {
+    if (!BlockByCudnn("AttentionBlockBackward16", true, a, p)) {
+      ++blocks16_.backward_fp32;
+      return AttentionBlockBackward(dq, dk, dv, q, k, v, dout, lse, D, a);
+    }
+    const BlockScratch s = CarveBlockScratch(a, p, true);
+    if (s.q.data == nullptr) return;
+    const int C = a.NH * a.hd, KVh = a.NKV * a.hd, L = a.Lq;
+    if (!Keep(NarrowRows(*ctx_, s.q, C, q, a.B, L, C)) || !Keep(NarrowRows(*ctx_, s.kv, 2 * KVh, k, a.B, L, KVh)) ||
+        !Keep(NarrowRows(*ctx_, s.kv + KVh, 2 * KVh, v, a.B, L, KVh)) ||
+        !Keep(NarrowRows(*ctx_, s.o, C, out, a.B, L, C)) || !Keep(NarrowRows(*ctx_, s.dout, C, dout, a.B, L, C)) ||
+        // the rows' merged log-sum-exps, packed (B, NH, L)
+        !Keep(GANTRY_CUDA_NS::CopyRows(*ctx_, s.stats, L, lse.data, lse.ld, L, static_cast<int64_t>(a.B) * a.NH))) {
+      return;
+    }
+    if (!Keep(cudnn_->BlockBackward(ctx_->stream(), s.dq, s.dkv, s.q, s.kv, s.o, s.dout, s.stats, a.B, L, a.NH, a.NKV,
+                                    a.hd, a.causal, BlockScale(a)))) {
+      return;
+    }
+    if (Keep(AddRows(*ctx_, dq, s.dq, C, a.B, L, C)) && Keep(AddRows(*ctx_, dk, s.dkv, 2 * KVh, a.B, L, KVh)) &&
+        Keep(AddRows(*ctx_, dv, s.dkv + KVh, 2 * KVh, a.B, L, KVh))) {
+      ++blocks16_.backward;
+    }
+  }
+  Counts blocks16() const override { return blocks16_; }
   void SwigluForward(kernels::Ptr h, kernels::CPtr gu, int N, int F) override {
     Keep(GANTRY_CUDA_NS::SwigluForward(*ctx_, h, gu, N, F));
   }
@@ -506,6 +563,69 @@ class Cuda final : public kernels::Backend {
         op, ": ", NH, " query heads over ", NKV, " key/value heads run on cuDNN's attention only, and ", why,
         "; repeat the key/value heads (GqaExpand) and call the attention op"));
   }
+  // Whether a 16-bit block goes to cuDNN: where it is loaded (attention path auto or cudnn)
+  // and takes the block (a 16-bit p, as many query rows as key rows, its head sizes, a graph
+  // it plans). Otherwise the fp32 kernels run it: said once per shape (Notice), and with the
+  // attention path cudnn an error naming why instead. fp32 blocks are no question.
+  bool BlockByCudnn(const char* op, bool backward, const kernels::AttentionBlock& a, kernels::Precision p) {
+    if (p == kernels::Precision::kFp32 || !fused_ || cudnn_ == nullptr) return false;
+    absl::Status st = a.Lq == a.Lk ? cudnn_->SupportsBlock(backward, p, a.B, a.Lq, a.NH, a.NKV, a.hd, a.causal,
+                                                           BlockScale(a))
+                                   : absl::InvalidArgumentError(absl::StrCat(
+                                         "cuDNN's ring blocks have as many query rows as key rows, not ", a.Lq,
+                                         " and ", a.Lk));
+    if (st.ok()) return true;
+    if (options_.attention == kernels::AttentionPath::kCudnn) {
+      Keep(absl::Status(st.code(), absl::StrCat(op, " (attention path cudnn): ", st.message())));
+      return false;
+    }
+    if (!absl::IsUnimplemented(st) && !absl::IsInvalidArgument(st)) {
+      Keep(st);
+      return false;
+    }
+    ctx_->Notice(absl::StrCat("block:", st.message()),
+                 absl::StrCat(name_, ": ", st.message(), "; context parallelism's ", a.causal ? "diagonal " : "",
+                              "attention block", backward ? " backward" : "",
+                              " runs on Gantry's fp32 block kernels instead"));
+    return false;
+  }
+  static float BlockScale(const kernels::AttentionBlock& a) {
+    return a.scale != 0.f ? a.scale : 1.0f / std::sqrt(static_cast<float>(a.hd));
+  }
+  // A 16-bit block's packed copies (kernels/cuda/attention_block_16bit.h) in the backend's
+  // scratch, each 16-byte aligned: q, o, dout (B, L, NH·hd) and kv (B, L, 2·NKV·hd) of p, stats
+  // (B, NH, L) fp32; the backward's also dq and dkv. q.data null where it could not be had.
+  struct BlockScratch {
+    kernels::Ptr q, kv, o, dout, dq, dkv;
+    float* stats = nullptr;
+  };
+  BlockScratch CarveBlockScratch(const kernels::AttentionBlock& a, kernels::Precision p, bool backward) {
+    const int64_t rows = static_cast<int64_t>(a.B) * a.Lq;
+    // sizes in floats, each rounded up to 16 bytes (4 floats); 16-bit values two a float
+    auto room16 = [](int64_t n) { return (n + 7) / 8 * 4; };
+    const int64_t qn = room16(rows * a.NH * a.hd), kvn = room16(rows * 2 * a.NKV * a.hd);
+    const int64_t sn = (static_cast<int64_t>(a.B) * a.NH * a.Lq + 3) / 4 * 4;
+    const int64_t total = qn + kvn + qn + sn + (backward ? qn + qn + kvn : 0);
+    BlockScratch s;
+    float* base = Scratch(static_cast<size_t>(total));
+    if (base == nullptr) return s;
+    float* at = base;
+    auto take = [&](int64_t n) {
+      float* r = at;
+      at += n;
+      return r;
+    };
+    s.q = kernels::Ptr(take(qn), p);
+    s.kv = kernels::Ptr(take(kvn), p);
+    s.o = kernels::Ptr(take(qn), p);
+    s.stats = take(sn);
+    if (backward) {
+      s.dout = kernels::Ptr(take(qn), p);
+      s.dq = kernels::Ptr(take(qn), p);
+      s.dkv = kernels::Ptr(take(kvn), p);
+    }
+    return s;
+  }
   // The ops' working memory beyond the model's: grown when an op needs more (the first
   // step's sizes are the largest of a run, so it grows at most once or twice).
   float* Scratch(size_t floats) {
@@ -544,6 +664,7 @@ class Cuda final : public kernels::Backend {
   const std::unique_ptr<CudnnAttention> cudnn_;
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
+  Counts blocks16_;  // the 16-bit blocks run so far, on cuDNN and on the fp32 kernels
   std::mutex mu_;
   absl::Status error_;
 };

@@ -108,6 +108,9 @@ absl::Status LoadLibraryOnce(size_t* version) {
   return absl::OkStatus();
 }
 
+// The model's attention scale, 1/sqrt(hs).
+float DefaultScale(int hs) { return 1.0f / std::sqrt(static_cast<float>(hs)); }
+
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 absl::Status CheckAligned(const char* op, std::initializer_list<std::pair<const char*, const void*>> tensors) {
@@ -140,9 +143,15 @@ fe::graph::Tensor_attributes Stats(int B, int T, int NH) {
 
 }  // namespace
 
+// What a graph's tensors are: the model's q|k|v rows (causal self-attention), or a ring
+// block's packed tensors, its diagonal (causal) or a block every key of which is seen.
+namespace {
+enum Layout : int { kQkvRows = 0, kBlockCausal = 1, kBlockFull = 2 };
+}  // namespace
+
 struct CudnnAttention::Impl {
-  // (backward?, 16-bit type, B, T, NH, NKV, hs)
-  using Key = std::tuple<bool, kernels::Precision, int, int, int, int, int>;
+  // (backward?, 16-bit type, B, T, NH, NKV, hs, layout, attention scale)
+  using Key = std::tuple<bool, kernels::Precision, int, int, int, int, int, int, float>;
   struct Plan {
     std::shared_ptr<Graph> graph;
     void* workspace = nullptr;
@@ -175,9 +184,12 @@ struct CudnnAttention::Impl {
     if (auto it = refused.find(key); it != refused.end()) return it->second;
     absl::StatusOr<std::shared_ptr<Graph>> g = Build(key);
     if (!g.ok()) {
-      const auto [backward, type, B, T, NH, NKV, hs] = key;
+      const auto [backward, type, B, T, NH, NKV, hs, layout, scale] = key;
+      const char* what = layout == kQkvRows       ? "attention"
+                         : layout == kBlockCausal ? "ring's diagonal attention block"
+                                                  : "ring's attention block";
       absl::Status no = absl::UnimplementedError(absl::StrCat(
-          "cuDNN has no plan for the attention ", backward ? "backward" : "forward", " of B ", B, " T ", T, ", ", NH,
+          "cuDNN has no plan for the ", what, " ", backward ? "backward" : "forward", " of B ", B, " T ", T, ", ", NH,
           " query heads over ", NKV, " key/value heads of ", hs, ", ", kernels::PrecisionName(type), ": ",
           g.status().message()));
       refused.emplace(key, no);
@@ -194,22 +206,25 @@ struct CudnnAttention::Impl {
 
   // The graph of key, validated, built and planned (cuDNN's refusal as its error).
   absl::StatusOr<std::shared_ptr<Graph>> Build(const Key& key) {
-    const auto [backward, type, B, T, NH, NKV, hs] = key;
-    // Q's heads, and the packed q|k|v rows' width: K and V have NKV heads each.
-    const int64_t C = int64_t{NH} * hs, W = int64_t{NH + 2 * NKV} * hs;
+    const auto [backward, type, B, T, NH, NKV, hs, layout, scale] = key;
+    // Q's heads, and the rows' widths: the model's packed q|k|v rows (K and V have NKV heads
+    // each), or a ring block's q and o rows (C) and k|v rows (2·NKV·hs).
+    const int64_t C = int64_t{NH} * hs;
+    const int64_t q_row = layout == kQkvRows ? int64_t{NH + 2 * NKV} * hs : C;
+    const int64_t kv_row = layout == kQkvRows ? q_row : int64_t{2 * NKV} * hs;
+    const bool causal = layout != kBlockFull;
     auto g = std::make_shared<Graph>();
     g->set_io_data_type(type == kernels::Precision::kBf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    const TensorPtr q = g->tensor(View("q", kQ, B, T, NH, hs, W));
-    const TensorPtr k = g->tensor(View("k", kK, B, T, NKV, hs, W));
-    const TensorPtr v = g->tensor(View("v", kV, B, T, NKV, hs, W));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    const TensorPtr q = g->tensor(View("q", kQ, B, T, NH, hs, q_row));
+    const TensorPtr k = g->tensor(View("k", kK, B, T, NKV, hs, kv_row));
+    const TensorPtr v = g->tensor(View("v", kV, B, T, NKV, hs, kv_row));
     if (!backward) {
       auto options = fe::graph::SDPA_attributes()
                          .set_name("gantry_attention")
                          .set_generate_stats(true)
-                         .set_causal_mask(true)
+                         .set_causal_mask(causal)
                          .set_attn_scale(scale);
       auto [o, stats] = g->sdpa(q, k, v, options);
       o->set_output(true).set_uid(kO).set_dim({B, NH, T, hs}).set_stride({T * C, hs, C, 1});
@@ -220,14 +235,14 @@ struct CudnnAttention::Impl {
       const TensorPtr stats = g->tensor(Stats(B, T, NH));
       auto options = fe::graph::SDPA_backward_attributes()
                          .set_name("gantry_attention_backward")
-                         .set_causal_mask(true)
+                         .set_causal_mask(causal)
                          .set_attn_scale(scale)
                          .set_deterministic_algorithm(deterministic);
       auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
       // dK and dV of the key/value heads: cuDNN sums each over the query heads of its group.
-      dq->set_output(true).set_uid(kDQ).set_dim({B, NH, T, hs}).set_stride({T * W, hs, W, 1});
-      dk->set_output(true).set_uid(kDK).set_dim({B, NKV, T, hs}).set_stride({T * W, hs, W, 1});
-      dv->set_output(true).set_uid(kDV).set_dim({B, NKV, T, hs}).set_stride({T * W, hs, W, 1});
+      dq->set_output(true).set_uid(kDQ).set_dim({B, NH, T, hs}).set_stride({T * q_row, hs, q_row, 1});
+      dk->set_output(true).set_uid(kDK).set_dim({B, NKV, T, hs}).set_stride({T * kv_row, hs, kv_row, 1});
+      dv->set_output(true).set_uid(kDV).set_dim({B, NKV, T, hs}).set_stride({T * kv_row, hs, kv_row, 1});
     }
     GPU_RETURN_IF_ERROR(g->validate());
     GPU_RETURN_IF_ERROR(g->build_operation_graph(handle));
@@ -274,7 +289,7 @@ int CudnnAttention::graphs() const { return static_cast<int>(impl_->plans.size()
 absl::Status CudnnAttention::Supports(bool backward, kernels::Precision type, int B, int T, int NH, int NKV, int hs) {
   RETURN_IF_ERROR(Takes(kernels::CPtr(nullptr, type), B, T, NH * hs, NH, NKV, type));
   try {
-    return impl_->Get({backward, type, B, T, NH, NKV, hs}).status();
+    return impl_->Get({backward, type, B, T, NH, NKV, hs, kQkvRows, DefaultScale(hs)}).status();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("cuDNN attention ", backward ? "backward" : "forward", ": ", e.what()));
   }
@@ -321,7 +336,7 @@ absl::Status CudnnAttention::Forward(cudaStream_t stream, kernels::Ptr out, floa
   std::unordered_map<int64_t, void*> pack = {
       {kQ, q}, {kK, q + k_at}, {kV, q + v_at}, {kO, out.data}, {kStats, lse}};
   try {
-    return impl_->Run(stream, {false, qkv.type, B, T, NH, NKV, hs}, pack);
+    return impl_->Run(stream, {false, qkv.type, B, T, NH, NKV, hs, kQkvRows, DefaultScale(hs)}, pack);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("cuDNN attention forward: ", e.what()));
   }
@@ -350,9 +365,76 @@ absl::Status CudnnAttention::Backward(cudaStream_t stream, kernels::Ptr dqkv, ke
                                              {kDK, dq + k_at},
                                              {kDV, dq + v_at}};
   try {
-    return impl_->Run(stream, {true, qkv.type, B, T, NH, NKV, hs}, pack);
+    return impl_->Run(stream, {true, qkv.type, B, T, NH, NKV, hs, kQkvRows, DefaultScale(hs)}, pack);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("cuDNN attention backward: ", e.what()));
+  }
+}
+
+absl::Status CudnnAttention::SupportsBlock(bool backward, kernels::Precision type, int B, int L, int NH, int NKV,
+                                           int hs, bool causal, float scale) {
+  RETURN_IF_ERROR(Takes(kernels::CPtr(nullptr, type), B, L, NH * hs, NH, NKV, type));
+  try {
+    return impl_->Get({backward, type, B, L, NH, NKV, hs, causal ? kBlockCausal : kBlockFull, scale}).status();
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("cuDNN attention block ", backward ? "backward" : "forward", ": ", e.what()));
+  }
+}
+
+absl::Status CudnnAttention::BlockForward(cudaStream_t stream, kernels::Ptr o, float* stats, kernels::CPtr q,
+                                          kernels::CPtr kv, int B, int L, int NH, int NKV, int hs, bool causal,
+                                          float scale) {
+  // q (B,L,NH·hs), kv (B,L,2·NKV·hs) → o (B,L,NH·hs), stats (B,NH,L)
+  RETURN_IF_ERROR(Takes(q, B, L, NH * hs, NH, NKV, q.type));
+  if (kv.type != q.type || o.type != q.type) {
+    return absl::InvalidArgumentError("cuDNN attention block: q, kv and o differ in type");
+  }
+  RETURN_IF_ERROR(CheckAligned("AttentionBlockForward16", {{"q", q.data}, {"kv", kv.data}, {"o", o.data}, {"stats", stats}}));
+  char* k = static_cast<char*>(const_cast<void*>(kv.data));
+  std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(q.data)},
+                                             {kK, k},
+                                             {kV, k + static_cast<size_t>(NKV) * hs * 2},
+                                             {kO, o.data},
+                                             {kStats, stats}};
+  try {
+    return impl_->Run(stream, {false, q.type, B, L, NH, NKV, hs, causal ? kBlockCausal : kBlockFull, scale}, pack);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("cuDNN attention block forward: ", e.what()));
+  }
+}
+
+absl::Status CudnnAttention::BlockBackward(cudaStream_t stream, kernels::Ptr dq, kernels::Ptr dkv, kernels::CPtr q,
+                                           kernels::CPtr kv, kernels::CPtr o, kernels::CPtr dout, const float* stats,
+                                           int B, int L, int NH, int NKV, int hs, bool causal, float scale) {
+  // q, o, dout (B,L,NH·hs), kv (B,L,2·NKV·hs), stats (B,NH,L) → dq (B,L,NH·hs), dkv (B,L,2·NKV·hs)
+  RETURN_IF_ERROR(Takes(q, B, L, NH * hs, NH, NKV, q.type));
+  if (kv.type != q.type || o.type != q.type || dout.type != q.type || dq.type != q.type || dkv.type != q.type) {
+    return absl::InvalidArgumentError("cuDNN attention block: dq, dkv, q, kv, o and dout differ in type");
+  }
+  RETURN_IF_ERROR(CheckAligned("AttentionBlockBackward16", {{"dq", dq.data},
+                                                            {"dkv", dkv.data},
+                                                            {"q", q.data},
+                                                            {"kv", kv.data},
+                                                            {"o", o.data},
+                                                            {"dout", dout.data},
+                                                            {"stats", stats}}));
+  const size_t v_at = static_cast<size_t>(NKV) * hs * 2;
+  char* k = static_cast<char*>(const_cast<void*>(kv.data));
+  char* dk = static_cast<char*>(dkv.data);
+  std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(q.data)},
+                                             {kK, k},
+                                             {kV, k + v_at},
+                                             {kO, const_cast<void*>(o.data)},
+                                             {kDO, const_cast<void*>(dout.data)},
+                                             {kStats, const_cast<float*>(stats)},
+                                             {kDQ, dq.data},
+                                             {kDK, dk},
+                                             {kDV, dk + v_at}};
+  try {
+    return impl_->Run(stream, {true, q.type, B, L, NH, NKV, hs, causal ? kBlockCausal : kBlockFull, scale}, pack);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("cuDNN attention block backward: ", e.what()));
   }
 }
 

@@ -75,6 +75,27 @@ class CudnnAttention {
   // Graphs built so far (one per shape, grouping, type and direction).
   int graphs() const;
 
+  // Context parallelism's blocks (kernels/attention_block_16bit.h): a block of L query rows
+  // against a block of L key/value rows of each of B sequences, in packed 16-bit tensors: q and
+  // o (B, L, NH·hs) rows, kv (B, L, 2·NKV·hs) rows (each row's NKV key heads, then its value
+  // heads, as the ring's blocks travel), stats (B, NH, L) fp32; causal (the diagonal block:
+  // query row i sees keys j <= i) or not (every key seen); the scores times scale. The same
+  // refusals as the calls above (Takes on L, Supports' UNIMPLEMENTED "no plan", remembered per
+  // shape). Every pointer 16-byte aligned.
+  // Forward: q, kv → o, stats (the block's own log-sum-exps).
+  absl::Status BlockForward(cudaStream_t stream, kernels::Ptr o, float* stats, kernels::CPtr q, kernels::CPtr kv,
+                            int B, int L, int NH, int NKV, int hs, bool causal, float scale);
+  // Backward from the merged output: q, kv, o (the rows' final output over every block), dout,
+  // stats (their final log-sum-exps) → dq (B, L, NH·hs), dkv (B, L, 2·NKV·hs) overwritten: the
+  // block's exact share of the whole attention's gradients (cuDNN computes D = rowsum(dO·O)
+  // from o and dout itself; p_ij = exp(s_ij − stats_i)), dK and dV summed over each group.
+  absl::Status BlockBackward(cudaStream_t stream, kernels::Ptr dq, kernels::Ptr dkv, kernels::CPtr q,
+                             kernels::CPtr kv, kernels::CPtr o, kernels::CPtr dout, const float* stats, int B, int L,
+                             int NH, int NKV, int hs, bool causal, float scale);
+  // Supports for a block graph: OK, or INVALID_ARGUMENT (Takes) or UNIMPLEMENTED (no plan).
+  absl::Status SupportsBlock(bool backward, kernels::Precision type, int B, int L, int NH, int NKV, int hs,
+                             bool causal, float scale);
+
  private:
   struct Impl;
   explicit CudnnAttention(std::unique_ptr<Impl> impl);

@@ -6,13 +6,17 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kernels/attention.h"
+#include "kernels/attention_block.h"
 #include "kernels/cast.h"
 #include "kernels/emulated/usage.h"
 #include "kernels/gqa.h"
@@ -46,6 +50,25 @@ bool NoPlanFor(bool backward, bool grouped) {
     }
   }
   return false;
+}
+
+namespace {
+std::mutex executions_mu;
+std::map<std::tuple<bool, bool, int64_t>, int64_t>& ExecutionCounts() {
+  static auto* counts = new std::map<std::tuple<bool, bool, int64_t>, int64_t>;
+  return *counts;
+}
+}  // namespace
+
+void Executed(bool backward, bool causal, int64_t s) {
+  std::lock_guard<std::mutex> l(executions_mu);
+  ++ExecutionCounts()[{backward, causal, s}];
+}
+
+int64_t Executions(bool backward, bool causal, int64_t s) {
+  std::lock_guard<std::mutex> l(executions_mu);
+  auto it = ExecutionCounts().find({backward, causal, s});
+  return it == ExecutionCounts().end() ? 0 : it->second;
 }
 
 namespace cudnn_frontend {
@@ -130,9 +153,7 @@ error_t Graph::validate() {
   if (intermediate_ != DataType_t::FLOAT || compute_ != DataType_t::FLOAT) {
     return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "fused attention needs FLOAT intermediate and compute data types");
   }
-  const bool causal = forward_ ? fwd_.causal : bwd_.causal;
   const bool scaled = forward_ ? fwd_.has_scale : bwd_.has_scale;
-  if (!causal) return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "the stand-in computes the causal mask only");
   if (!scaled) return Fail(error_code_t::ATTRIBUTE_NOT_SET, "attn_scale is not set");
   if (forward_ && !fwd_.generate_stats) {
     return Fail(error_code_t::GRAPH_NOT_SUPPORTED, "the stand-in computes training graphs only (generate_stats)");
@@ -346,28 +367,74 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
   kernels::gqa_expand(kernels::Ptr(qkv16.data(), p), kernels::CPtr(packed16.data(), p), static_cast<int64_t>(bt), NH,
                       NKV, hs);
   kernels::gqa_expand(qkv32.data(), packed32.data(), static_cast<int64_t>(bt), NH, NKV, hs);
-  std::vector<float> lse(static_cast<size_t>(B) * NH * T), att(static_cast<size_t>(B) * NH * T * T);
-  kernels::attention_lse(lse.data(), qkv32.data(), B, T, C, NH, scale);
+  const bool causal = forward_ ? fwd_.causal : bwd_.causal;
+  std::vector<float> lse(static_cast<size_t>(B) * NH * T), att;
   std::vector<uint16_t> out16(bt * C);
-  kernels::attention_forward(kernels::Ptr(out16.data(), p), att.data(), kernels::CPtr(qkv16.data(), p), B, T, C, NH,
-                             p, scale);
+  // The grouped q|k|v rows as the block twin reads them (kernels/attention_block.h).
+  const kernels::HeadRows<const float> q32{packed32.data(), static_cast<int64_t>(T) * W, W};
+  const kernels::HeadRows<const float> k32{packed32.data() + C, q32.seq, W};
+  const kernels::HeadRows<const float> v32{packed32.data() + C + static_cast<int64_t>(NKV) * hs, q32.seq, W};
+  const kernels::AttentionBlock block{B, NH, NKV, hs, T, T, causal, scale, /*first=*/true};
+  if (causal) {
+    att.resize(static_cast<size_t>(B) * NH * T * T);
+    kernels::attention_lse(lse.data(), qkv32.data(), B, T, C, NH, scale);
+    kernels::attention_forward(kernels::Ptr(out16.data(), p), att.data(), kernels::CPtr(qkv16.data(), p), B, T, C,
+                               NH, p, scale);
+  } else {
+    // Every key seen (a ring's block below the diagonal): the block twin in fp32, its output
+    // rounded to the io type once.
+    std::vector<float> out32(bt * C);
+    kernels::attention_block_forward({out32.data(), static_cast<int64_t>(T) * C, C}, {lse.data(), T}, q32, k32, v32,
+                                     block);
+    for (size_t i = 0; i < out32.size(); ++i) out16[i] = kernels::Of16(out32[i], p);
+  }
   if (forward_) {
     scatter(out16, C, {3});
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < NH; ++h)
         for (int t = 0; t < T; ++t) *stats_at_bht(b, h, t) = lse[(static_cast<size_t>(b) * NH + h) * T + t];
+    Executed(false, causal, T);
     return {};
   }
+  // The statistics given: this graph's own (its forward's), or a log-sum-exp over these keys
+  // and more (context parallelism's merged one: never below the block's own). Anything else is
+  // a wiring error (stale or another row's statistics).
+  bool own = causal;
+  std::vector<float> stats_in(lse.size());
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t) {
-        const float want = lse[(static_cast<size_t>(b) * NH + h) * T + t], got = *stats_at_bht(b, h, t);
-        if (!(std::fabs(got - want) <= 1e-4f * (1.f + std::fabs(want)))) {
+        const size_t i = (static_cast<size_t>(b) * NH + h) * T + t;
+        const float want = lse[i], got = *stats_at_bht(b, h, t), tol = 1e-4f * (1.f + std::fabs(want));
+        stats_in[i] = got;
+        if (!(std::fabs(got - want) <= tol)) own = false;
+        if (!(got >= want - tol) || !std::isfinite(got)) {
           return Fail(error_code_t::INVALID_VALUE,
-                      absl::StrCat("the statistics are not those of this Q and K: row (", b, ", ", h, ", ", t,
-                                   ") holds ", got, ", its log-sum-exp is ", want));
+                      absl::StrCat("the statistics are not a log-sum-exp over this Q and K's keys (or more): row (", b,
+                                   ", ", h, ", ", t, ") holds ", got, ", below its own log-sum-exp ", want));
         }
       }
+  if (!own) {
+    // A block of a longer softmax (or every key seen): the block twin's backward from the
+    // given statistics and O, D = rowsum(dO·O) of the values given (the flash-attention
+    // identity, as cuDNN computes), in fp32; dQ, dK and dV rounded to the io type once.
+    std::vector<uint16_t> o16, dout16b;
+    std::vector<float> o32, dout32b, D(lse.size()), dqkv32(bt * W, 0.f);
+    gather({3}, C, &o16, &o32);
+    gather({4}, C, &dout16b, &dout32b);
+    const kernels::HeadRows<const float> o_rows{o32.data(), static_cast<int64_t>(T) * C, C};
+    const kernels::HeadRows<const float> do_rows{dout32b.data(), o_rows.seq, C};
+    kernels::attention_block_delta({D.data(), T}, do_rows, o_rows, B, NH, hs, T);
+    float* dq = dqkv32.data();
+    kernels::attention_block_backward({dq, static_cast<int64_t>(T) * W, W}, {dq + C, static_cast<int64_t>(T) * W, W},
+                                      {dq + C + static_cast<int64_t>(NKV) * hs, static_cast<int64_t>(T) * W, W}, q32,
+                                      k32, v32, do_rows, {stats_in.data(), T}, {D.data(), T}, block);
+    std::vector<uint16_t> d16(bt * W);
+    for (size_t i = 0; i < d16.size(); ++i) d16[i] = kernels::Of16(dqkv32[i], p);
+    scatter(d16, W, {6, 7, 8});
+    Executed(true, causal, T);
+    return {};
+  }
   std::vector<uint16_t> dout16, dqkv3(bt * 3 * C), dqkv16(bt * W);
   std::vector<float> dout32, scratch(att.size());
   gather({4}, C, &dout16, &dout32);
@@ -377,6 +444,7 @@ error_t Graph::execute(cudnnHandle_t handle, std::unordered_map<int64_t, void*>&
   kernels::gqa_reduce(kernels::Ptr(dqkv16.data(), p), kernels::CPtr(dqkv3.data(), p), static_cast<int64_t>(bt), NH,
                       NKV, hs);
   scatter(dqkv16, W, {6, 7, 8});
+  Executed(true, causal, T);
   return {};
 }
 

@@ -12,8 +12,9 @@
 //                 multiple of 8 up to 256; S of 2 or more; softmax statistics (B, H_q, S, 1)
 //                 fp32; every tensor with a uid and dims and strides; the attention scale set
 //                 (and honoured: the scores are scaled by it, whatever it is).
-//                 The stand-in computes the causal (top-left) mask only, s_q = s_kv, d_qk =
-//                 d_v, and K and V of one head count: anything else is GRAPH_NOT_SUPPORTED here.
+//                 The stand-in computes the causal (top-left) mask or none, s_q = s_kv,
+//                 d_qk = d_v, and K and V of one head count: anything else is
+//                 GRAPH_NOT_SUPPORTED here.
 //   plans         get_workspace_size reports a non-zero workspace; check_support may answer
 //                 "no plan" (kNoPlanVariable below, a test switch).
 //   execute       the workspace non-null and that large in device memory (it is scribbled
@@ -27,8 +28,15 @@
 // with the softmax weights rounded to that type (what cuDNN's tensor cores multiply V by), the
 // statistics by kernels::attention_lse; the backward recomputes the probabilities so, runs
 // kernels::attention_backward and sums dK and dV over each group (kernels::gqa_reduce): the
-// cpu backend's bits for the model's expand, attention, reduce. The backward also checks that its statistics are those
-// of its Q and K (within fp32 rounding): a wiring error on the GPU would read stale ones.
+// cpu backend's bits for the model's expand, attention, reduce. That is a causal graph whose
+// backward is given its own statistics. Context parallelism's blocks (a graph with no mask,
+// or a backward given the merged statistics and O of a longer softmax) take the block twins
+// (kernels/attention_block.h) in fp32 on the widened values, their outputs rounded to the io
+// type once: the forward's O and statistics, the backward's dQ, dK, dV from the given O, dO and
+// statistics (D = rowsum(dO·O), p = exp(s − stats): the flash-attention identity, as cuDNN
+// computes it). The backward checks that its statistics are a log-sum-exp over its Q's and K's
+// scores or more (never below the graph's own, within fp32 rounding): a wiring error on the
+// GPU would read stale ones.
 #pragma once
 
 #include <array>
@@ -60,6 +68,12 @@ void* OpenLibrary(const char* name, std::string* error);
 inline constexpr const char* kNoPlanVariable = "GANTRY_EMULATED_CUDNN_NO_PLAN";
 std::string NoPlanSetting();
 bool NoPlanFor(bool backward, bool grouped);
+
+// The stand-in's record of what it ran: executions of sdpa (backward false) or sdpa_backward
+// graphs, causal or not, of sequence length s, in this process (Executed counts one), so that a
+// test can tell which path a caller took (context parallelism's blocks: s the chunk's rows).
+void Executed(bool backward, bool causal, int64_t s);
+int64_t Executions(bool backward, bool causal, int64_t s);
 
 namespace cudnn_frontend {
 

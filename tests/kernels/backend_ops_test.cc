@@ -28,6 +28,7 @@
 
 #include "common/rng.h"
 #include "kernels/attention.h"
+#include "kernels/attention_block_16bit.h"
 #include "kernels/backend.h"
 #include "kernels/emulated/cuda_api.h"
 #include "kernels/emulated/cudnn_frontend.h"
@@ -1972,8 +1973,8 @@ TEST_F(BackendOpsTest, CudnnAttentionIsWithinItsBoundAndRepeatsItsBits) {
 // here, cuDNN itself in the GPU suite) a 16-bit causal self-attention's statistics are the
 // natural-log LSE of the scaled scores, per row and head, fp32, which is what
 // AttentionBlockForward writes for the same rows as one diagonal block (causal, first) of the
-// widened values, grouped heads included. (The ring does not yet call cuDNN for its blocks:
-// docs/decisions.md, "Context parallelism on the device".)
+// widened values, grouped heads included. (RingBlocksOnCudnnMatchTheFp32BlocksEmulated runs
+// the ring's blocks through cuDNN.)
 TEST_F(BackendOpsTest, CudnnStatsAreTheRingBlocksLogSumExpEmulated) {
   auto made = CudnnBackend();
   ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
@@ -1995,6 +1996,95 @@ TEST_F(BackendOpsTest, CudnnStatsAreTheRingBlocksLogSumExpEmulated) {
                                 {wide.data() + C, q.seq, W}, {wide.data() + C + NKV * hd, q.seq, W},
                                 {B, NH, NKV, hd, T, T, true, 0.f, /*first=*/true});
     EXPECT_TRUE(Within(eStats.Host(), lse, [&](size_t i) { return kTol * (1 + std::fabs(lse[i])); }));
+  }
+}
+
+// Context parallelism's blocks on cuDNN (kernels/attention_block_16bit.h): a diagonal block
+// (causal, first) and one below it (unmasked) merged, then both blocks' backward from the
+// merged output (rounded to the type, as the model keeps it) and log-sum-exps, added into
+// gradients that hold values; against the cpu backend's fp32 block ops on the same 16-bit
+// values. Bound, relative to a tensor's largest value: each block's output and gradients are
+// rounded to p once before the fp32 merge or sum (u_p of a partial; the merge's weights sum to
+// 1, and an element of dq has two partials), cuDNN's tensor cores multiply 16-bit softmax
+// weights (and, backward, 16-bit P and dS) by 16-bit operands (u_p of the terms' magnitudes),
+// and the merged output, rounded to p on both sides, may land an ulp (2·u_p) apart where the
+// two fp32 values straddle a rounding point: 4·u_p (measured up to 1.8·u_p here). The
+// statistics in fp32 (1e-5). Every block on cuDNN (the backend's count), and cuDNN's strict
+// path takes them: a refusal would be this test's error.
+TEST_F(BackendOpsTest, RingBlocksOnCudnnMatchTheFp32BlocksEmulated) {
+  auto made = CudnnBackend();
+  ASSERT_TRUE(made.ok()) << made.status() << " (the GPU suite runs where cuDNN 9 loads)";
+  Backend& b = **made;
+  AttentionBlocks16* b16 = AttentionBlocks16Of(b);
+  ASSERT_NE(b16, nullptr) << b.Describe() << " has no 16-bit block path";
+  for (Precision p : k16) {
+    const double u = p == Precision::kBf16 ? 0x1p-8 : 0x1p-11;
+    for (auto [B, NH, NKV, hd, L] : {std::tuple{2, 4, 2, 8, 4}, std::tuple{1, 6, 3, 64, 33}, std::tuple{2, 2, 1, 128, 9},
+                                      std::tuple{1, 4, 4, 32, 16}}) {
+      SCOPED_TRACE(::testing::Message() << PrecisionName(p) << " B " << B << " NH " << NH << " NKV " << NKV << " hd "
+                                        << hd << " L " << L);
+      const int W = (NH + 2 * NKV) * hd, C = NH * hd, KV = 2 * NKV * hd;
+      const size_t nq = static_cast<size_t>(B) * L * W, no = static_cast<size_t>(B) * L * C,
+                   ns = static_cast<size_t>(B) * NH * L, nkv = static_cast<size_t>(B) * L * KV;
+      const auto qkv = Widen(Random16(nq, 61, p), p), kvb = Widen(Random16(nkv, 62, p), p),
+                 dout = Widen(Random16(no, 63, p), p);
+      const auto dq0 = Random(nq, 64), dkv0 = Random(nkv, 65);
+      const AttentionBlock diag{B, NH, NKV, hd, L, L, true, 0.f, /*first=*/true};
+      const AttentionBlock below{B, NH, NKV, hd, L, L, false, 0.f};
+      // The forward (16-bit on the cuDNN backend), then the backward from the merged output
+      // rounded to p and the forward's statistics.
+      auto run = [&](Backend& be, bool sixteen, float* out, float* lse, const float* q, const float* kv, float* D,
+                     float* dq, float* dkv, const float* g) {
+        const HeadRows<const float> qr{q, static_cast<int64_t>(L) * W, W};
+        const HeadRows<const float> kd{q + C, qr.seq, W}, vd{q + C + NKV * hd, qr.seq, W};
+        const HeadRows<const float> kb{kv, static_cast<int64_t>(L) * KV, KV}, vb{kv + NKV * hd, kb.seq, KV};
+        const HeadRows<float> o{out, static_cast<int64_t>(L) * C, C};
+        if (sixteen) {
+          b16->AttentionBlockForward16(o, {lse, L}, qr, kd, vd, diag, p);
+          b16->AttentionBlockForward16(o, {lse, L}, qr, kb, vb, below, p);
+        } else {
+          be.AttentionBlockForward(o, {lse, L}, qr, kd, vd, diag);
+          be.AttentionBlockForward(o, {lse, L}, qr, kb, vb, below);
+        }
+        be.RoundTo(out, out, static_cast<int64_t>(no), p);  // the model keeps its output in p
+        const HeadRows<const float> oc{out, o.seq, C}, gr{g, o.seq, C};
+        be.AttentionBlockDelta({D, L}, gr, oc, B, NH, hd, L);
+        const HeadRows<float> dqh{dq, qr.seq, W}, dkd{dq + C, qr.seq, W}, dvd{dq + C + NKV * hd, qr.seq, W};
+        const HeadRows<float> dkb{dkv, kb.seq, KV}, dvb{dkv + NKV * hd, kb.seq, KV};
+        const AttentionBlock diag_b{B, NH, NKV, hd, L, L, true, 0.f};
+        if (sixteen) {
+          b16->AttentionBlockBackward16(dqh, dkd, dvd, qr, kd, vd, gr, oc, {lse, L}, {D, L}, diag_b, p);
+          b16->AttentionBlockBackward16(dqh, dkb, dvb, qr, kb, vb, gr, oc, {lse, L}, {D, L}, below, p);
+        } else {
+          be.AttentionBlockBackward(dqh, dkd, dvd, qr, kd, vd, gr, {lse, L}, {D, L}, diag_b);
+          be.AttentionBlockBackward(dqh, dkb, dvb, qr, kb, vb, gr, {lse, L}, {D, L}, below);
+        }
+      };
+      std::vector<float> out(no), lse(ns), D(ns), dq = dq0, dkv = dkv0;
+      run(cpu(), false, out.data(), lse.data(), qkv.data(), kvb.data(), D.data(), dq.data(), dkv.data(), dout.data());
+      const AttentionBlocks16::Counts before = b16->blocks16();
+      Dev<float> eQ(b, qkv), eKv(b, kvb), eG(b, dout), eOut(b, no), eLse(b, ns), eD(b, ns), eDq(b, dq0), eDkv(b, dkv0);
+      run(b, true, eOut.get(), eLse.get(), eQ.get(), eKv.get(), eD.get(), eDq.get(), eDkv.get(), eG.get());
+      ASSERT_TRUE(b.Synchronize().ok());
+      const AttentionBlocks16::Counts after = b16->blocks16();
+      EXPECT_EQ(after.forward - before.forward, 2);
+      EXPECT_EQ(after.backward - before.backward, 2);
+      EXPECT_EQ(after.forward_fp32 + after.backward_fp32, before.forward_fp32 + before.backward_fp32);
+      // Gradients against what the blocks added (the held values taken off: their magnitude is
+      // not the blocks').
+      auto added = [](std::vector<float> x, const std::vector<float>& held) {
+        for (size_t i = 0; i < x.size(); ++i) x[i] -= held[i];
+        return x;
+      };
+      const double e_out = RelErr(eOut.Host(), out), e_dq = RelErr(added(eDq.Host(), dq0), added(dq, dq0)),
+                   e_dkv = RelErr(added(eDkv.Host(), dkv0), added(dkv, dkv0));
+      EXPECT_LE(e_out, 4 * u) << "out";
+      EXPECT_LE(RelErr(eLse.Host(), lse), kTol) << "lse";
+      EXPECT_LE(e_dq, 4 * u) << "dq (and the diagonal's dk, dv)";
+      EXPECT_LE(e_dkv, 4 * u) << "the K/V block's dk, dv";
+      std::printf("%s B %d NH %d NKV %d hd %d L %d: out %.2g, dq %.2g, dkv %.2g of u_p's %.2g\n", PrecisionName(p), B,
+                  NH, NKV, hd, L, e_out, e_dq, e_dkv, u);
+    }
   }
 }
 
