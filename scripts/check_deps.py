@@ -19,6 +19,9 @@ Four checks:
     an old name sends a reader grepping for it nowhere; no header re-exports another
     namespace's type under an alias (ALIAS); and a file whose namespace is spelled through
     GANTRY_CUDA_NS names it in its first line (NS_MACRO);
+  - namespaces: a source file defines things only in its folder's namespace or one listed, with
+    why, for its folder or itself (NAMESPACES, FILE_NAMESPACES), and docs/architecture.md names
+    every namespace listed;
   - checks: a GPU library's result is checked with GPU_RETURN_IF_ERROR, not compared by hand
     with its success value (`!= cudaSuccess`), but where HAND_CHECKS says why;
   - capabilities: what a backend can do is asked through `Backend::Supports(Capability)`
@@ -192,6 +195,161 @@ NS_MACRO_FIRST_LINE = ("gantry::cuda", "gantry::cuda_emulated", "GANTRY_CUDA_NS"
 # Files that lack the line for now: each is a line to delete when it gets one.
 NS_MACRO_PENDING = {}  # files that may still lack the line (none)
 
+# Folder = namespace (docs/architecture.md, "Libraries and what they may use"): a source file
+# defines things only in its folder's namespace, `gantry::<folder's name>` (worker/train/ is
+# gantry::train), or in one NAMESPACES lists for its folder (the most specific entry, which
+# replaces that default) or FILE_NAMESPACES for the file itself, each with why. A nested
+# namespace is one of these too: a new one is a decision written here. Not checked: tests/ and
+# bench/ (no library), an .inc (a fragment its includer puts in its own namespace). What a file
+# only declares in another namespace (`namespace gloo { class Context; }`, a function another
+# library defines) is a forward declaration, not the file's namespace; an anonymous namespace
+# is its enclosing one's. "::" is the global namespace. Each namespace named here is named in
+# docs/architecture.md's section too (NAMESPACE_DOC), so that the list and the docs agree.
+NAMESPACES = {
+    "checkpoint/gpt/": (["gantry::checkpoint"], "a backend in a subfolder shares its folder's namespace: a library of "
+                                                 "its own because it needs the model, which the format does not"),
+    "checkpoint/remote/": (["gantry::checkpoint"], "a backend in a subfolder: its own library, it needs the shard client"),
+    "comm/gloo/": (["gantry::comm"], "a backend in a subfolder: its own library, so a binary links only its backends"),
+    "comm/nccl/": (["gantry::comm"], "a backend in a subfolder: its own library (a CPU build has no NCCL)"),
+    "shardserver/client/": (["gantry::shardserver"], "a backend in a subfolder: its own library, the coordinator and "
+                                                     "the worker link it without the server"),
+    "cli/train/": (["gantry::calibrate"], "gantry-train's own files, no library's: calibrate's GEMM and all-reduce "
+                                          "sweeps"),
+    "common/": (["gantry", "gantry::metrics", "gantry::rocks", "gantry::net"],
+                "seven libraries: the vocabulary every layer speaks is plain gantry::; three subsystems whose names "
+                "would crowd it keep a namespace each (metrics, the RocksDB wrapper, the data plane's streams)"),
+    "coordinator/": (["gantry::coordinator", "gantry::coordinator::placement", "gantry::coordinator::quota",
+                      "gantry::coordinator::preemption"],
+                     "the scheduler's rules, functions of the state they read (no locks, no I/O), each nested "
+                     "under its own name: placement.h, quota.h, preemption.h"),
+    "kernels/cpu/": (["gantry::kernels", "gantry::kernels::elem", "gantry::kernels::vec"],
+                     "the cpu backend is gantry::kernels; its element access (elem.h: Elem<P>) and vectorisable "
+                     "exp/tanh (vec_math.h) are nested so that their short names stay out of the interface's"),
+    "kernels/cuda/": (["gantry::GANTRY_CUDA_NS", "gantry::GANTRY_CUDA_NS::flash"],
+                      "compiled twice, by nvcc (gantry::cuda) and against the emulator (gantry::cuda_emulated), so "
+                      "one binary holds both; flash_attention.cuh's kernels nested in ::flash, one translation "
+                      "unit's each"),
+    "kernels/emulated/": (["gantry::emu", "gantry::emucuda", "gantry::emucudnn",
+                           "gantry::emucudnn::cudnn_frontend", "gantry::emucudnn::cudnn_frontend::detail",
+                           "gantry::emucudnn::cudnn_frontend::graph"],
+                          "the emulator stands in for three vendors' APIs under their own names: emu the execution "
+                          "model, emucuda the CUDA runtime and cuBLAS(Lt), emucudnn cuDNN, with the frontend's "
+                          "nested namespaces as cudnn_frontend spells them"),
+    "worker/": ([], "no library and no namespace: gantry-worker's main.cc, and four libraries in subfolders"),
+}
+FILE_NAMESPACES = {
+    "common/rpc_edge.h": (["gantry::edge_internal"], "the interceptor's template helper, out of gantry::'s names"),
+    "common/daemon.cc": (["::"], "gflags' DEFINE_bool(list_kill_points), every daemon's flag, is global"),
+    "common/metrics.cc": (["::"], "pthread_attr_setstacksize, interposed over glibc's, is the C symbol's name"),
+    "kernels/cuda/cudnn_attention.cc": (["cudnn_frontend"], "the frontend's dynamic loading looks up its "
+                                                            "cudnn_dlhandle in its own namespace"),
+    "kernels/emulated/device.h": (["gantry"], "CUDA's device-side names (dim3, float2 ...) in gantry, where the "
+                                              "device code looks them up"),
+}
+# A binary's main.cc is no library's: main() and its gflags are global, its helpers may be in gantry.
+MAIN_NAMESPACES = ["::", "gantry"]
+NAMESPACE_DOC = ("docs/architecture.md", "## Libraries and what they may use")
+NAMESPACE_CHECKED = (".h", ".cc", ".cu", ".cuh")
+# Comments, strings, character literals and numbers (their digit separators), then directives.
+LEXED = re.compile(r"""//[^\n]*|/\*.*?\*/|R"([^(\s]*)\(.*?\)\1"|"(?:\\.|[^"\\\n])*"|\b\d[\w']*|"""
+                   r"""'(?:\\.|[^'\\\n])+'""", re.S)
+DIRECTIVE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)
+NS_TOKEN = re.compile(r"\b(?:inline\s+)?namespace\s+([A-Za-z_][\w:]*\s*)?\{|\{|\}")
+
+
+def code_of(text, directives=True):
+    """text with its comments, strings and characters blanked (lines kept), and its preprocessor
+    directives too unless directives is False."""
+    code = LEXED.sub(lambda m: "0" if m.group(0)[0].isdigit() else re.sub(r"[^\n]", " ", m.group(0)), text)
+    return DIRECTIVE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code) if directives else code
+
+
+def namespaces_defined(text):
+    """{namespace: first line} for each namespace in which text defines something ("::" the global
+    one), or None and why when its braces do not pair."""
+    code = code_of(text)
+    stack, pos, own = [], 0, {}  # stack: ("ns"|"block", namespace, where its own text resumes)
+
+    def ns():
+        return next((q for k, q, _ in reversed(stack) if k == "ns"), "::")
+
+    def keep(q, piece, at):
+        if piece.strip() and ("{" in piece or "=" in piece):  # else declarations alone: forward ones
+            line = code.count("\n", 0, at + len(piece) - len(piece.lstrip())) + 1
+            own.setdefault(q, line)
+
+    for m in NS_TOKEN.finditer(code):
+        in_block = any(k == "block" for k, _, _ in stack)
+        tok = m.group(0)
+        if tok == "}":
+            if not stack:
+                return None, f"line {code.count(chr(10), 0, m.start()) + 1}: a }} closes nothing"
+            k, q, start = stack.pop()
+            if k == "ns":
+                keep(q, code[pos:m.start()], pos)
+                pos = m.end()
+            elif not any(kk == "block" for kk, _, _ in stack):
+                keep(q, code[start:m.end()], start)
+                pos = m.end()
+        elif in_block:
+            stack.append(("block", "", 0))
+        elif tok == "{":
+            keep(ns(), code[pos:m.start()], pos)
+            stack.append(("block", ns(), m.start()))
+        else:
+            keep(ns(), code[pos:m.start()], pos)
+            name, q = (m.group(1) or "").strip(), ns()
+            stack.append(("ns", name if q == "::" else f"{q}::{name}" if name else q, m.end()))
+            pos = m.end()
+    if stack:
+        return None, "a { is not closed"
+    keep(ns(), code[pos:], pos)
+    return own, None
+
+
+def namespaces_allowed(rel):
+    folder = os.path.dirname(rel) + "/"
+    entry = max((d for d in NAMESPACES if folder == d), key=len, default=None)
+    allowed = list(NAMESPACES[entry][0]) if entry else ["gantry::" + os.path.basename(folder[:-1])]
+    allowed += FILE_NAMESPACES.get(rel, ([], ""))[0]
+    if os.path.basename(rel) == "main.cc":
+        allowed += MAIN_NAMESPACES
+    return allowed
+
+
+def namespace_breaches(texts):
+    out = []
+    for rel, text in texts.items():
+        if rel.startswith(("tests/", "bench/")) or not rel.endswith(NAMESPACE_CHECKED):
+            continue
+        own, why = namespaces_defined(text)
+        if own is None:
+            out.append(f"{rel}: its namespaces cannot be followed ({why})")
+            continue
+        allowed = namespaces_allowed(rel)
+        for q, line in sorted(own.items(), key=lambda x: x[1]):
+            if q not in allowed:
+                out.append(f"{rel}:{line} defines in namespace {q} (its folder's are {', '.join(allowed) or 'none'}: "
+                           f"move it, or list the namespace and why in NAMESPACES or FILE_NAMESPACES of "
+                           f"scripts/check_deps.py and in {NAMESPACE_DOC[0]})")
+    for rel in FILE_NAMESPACES:
+        if rel not in texts:
+            out.append(f"{rel}: listed in FILE_NAMESPACES but not in the tree: remove it from scripts/check_deps.py")
+    doc = texts.get(NAMESPACE_DOC[0], "")
+    section = doc[doc.find(NAMESPACE_DOC[1]):]
+    section = section[:section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    named = set()
+    for names, _ in list(NAMESPACES.values()) + list(FILE_NAMESPACES.values()):
+        named |= set(names)
+    for q in sorted(named):
+        said = ("global namespace" in section if q == "::" else
+                re.search(r"(?<![\w:])%s(?!\w|::\w)" % re.escape(q), section) is not None)
+        if not said:
+            out.append(f"{NAMESPACE_DOC[0]} (\"{NAMESPACE_DOC[1][3:]}\") does not name {q}, which check_deps' "
+                       f"namespace rule allows: say there where it is used and why")
+    return out
+
+
 # One way to check a GPU library's result: GPU_RETURN_IF_ERROR (common/gpu_check.h), with
 # GpuOk(r) where no error is built. A result compared by hand with a library's success value is
 # a breach, but for these files, each with how many such comparisons it holds and why (a file
@@ -308,6 +466,7 @@ def text_breaches(src, injected):
                 line = text.count("\n", 0, m.start()) + 1
                 out.append(f"{rel}:{line} says `{m.group(0).strip()}` (an alias keeps a name alive in a second "
                            f"namespace: write {m.group(2)}:: where it is used)")
+    out += namespace_breaches(texts)
     out += hand_check_breaches(texts)
     out += capability_breaches(texts)
     for rel, text in texts.items():
@@ -466,8 +625,8 @@ def main():
         injected_text.setdefault(path, []).append(text)
     retired = text_breaches(src, injected_text)
     if retired:
-        print("check_deps: %d name%s or check%s to fix (a retired name, an alias, a namespace not said, a hand check, "
-              "a capability flag):"
+        print("check_deps: %d name%s or check%s to fix (a retired name, an alias, a namespace not said or not the "
+              "folder's, a hand check, a capability flag):"
               % (len(retired), *(("", "") if len(retired) == 1 else ("s", "s"))))
         for b in retired:
             print("  " + b)
@@ -477,7 +636,8 @@ def main():
              else "(links not checked: no --build)")
     print(f"check_deps: {links} and {files} files' includes keep the library rules; "
           f"no file names a retired folder, library or namespace, no header keeps an alias, each "
-          f"GANTRY_CUDA_NS file names its namespace, and GPU results are checked by GPU_RETURN_IF_ERROR "
+          f"GANTRY_CUDA_NS file names its namespace, each source file defines in its folder's namespace "
+          f"or a listed one, and GPU results are checked by GPU_RETURN_IF_ERROR "
           f"(by hand only where HAND_CHECKS says why), and a backend's capabilities are asked only through Supports")
     return 0
 
