@@ -22,8 +22,9 @@ Four checks:
   - namespaces: a source file defines things only in its folder's namespace or one listed, with
     why, for its folder or itself (NAMESPACES, FILE_NAMESPACES), and docs/architecture.md names
     every namespace listed;
-  - checks: a GPU library's result is checked with GPU_RETURN_IF_ERROR, not compared by hand
-    with its success value (`!= cudaSuccess`), but where HAND_CHECKS says why;
+  - checks: a GPU library's result is checked with GPU_RETURN_IF_ERROR, not by hand (compared
+    with its success value, `!= cudaSuccess`; a Status built on `!GpuOk(r)`; the library's error
+    words taken), but where HAND_CHECKS says why and how many;
   - capabilities: what a backend can do is asked through `Backend::Supports(Capability)`
     (kernels/backend.h, docs/decisions.md "The backend's capabilities in one query"): no other
     `bool` virtual is declared on the backend interface or overridden by a backend.
@@ -351,25 +352,90 @@ def namespace_breaches(texts):
 
 
 # One way to check a GPU library's result: GPU_RETURN_IF_ERROR (common/gpu_check.h), with
-# GpuOk(r) where no error is built. A result compared by hand with a library's success value is
-# a breach, but for these files, each with how many such comparisons it holds and why (a file
-# that gets more, or fewer, is a breach too: the count is written here). tests/ is not checked:
-# a test compares results with gtest, whose failure prints the call and both values.
-HAND_CHECK = re.compile(r"[!=]=\s*(?:\w+::)*(?:ncclSuccess|cudaSuccess|CUBLAS_STATUS_SUCCESS|CUDNN_STATUS_SUCCESS|"
-                        r"NVML_SUCCESS|CUDA_SUCCESS)\b|\b(?:ncclSuccess|cudaSuccess|CUBLAS_STATUS_SUCCESS|"
-                        r"CUDNN_STATUS_SUCCESS|NVML_SUCCESS|CUDA_SUCCESS)\s*[!=]=")
+# GpuOk(r) where no error is built. A line that checks a result by hand in one of three forms is
+# a breach, but for these files, each with how many such lines it holds and why (a file that
+# gets more, or fewer, is a breach too: the count is written here):
+#   - compared with a success value: `!= cudaSuccess`, `ncclSuccess ==`, `case CUDA_SUCCESS:`,
+#     cuDNN's frontend's `.is_good()` / `.is_bad()`;
+#   - an error's words taken by hand: a library's error-text call (cudaGetErrorString,
+#     ncclGetErrorString, cublasGetStatusName, nvmlErrorString ..., the frontend's
+#     `.get_message()`) or GpuErrorText outside its overloads: what the macro writes;
+#   - GpuOk deciding a statement that builds a Status: `if (!GpuOk(x)) return
+#     absl::InternalError(...)`, with or without braces, or `GpuOk(x) ? ... : absl::...Error(...)`.
+# Comments and strings are not read; macros are (a hand-written CHECK macro is a hand check).
+# tests/ is not checked: a test compares results with gtest, whose failure prints the call and
+# both values.
+GPU_SUCCESS = r"(?:ncclSuccess|cudaSuccess|CUBLAS_STATUS_SUCCESS|CUDNN_STATUS_SUCCESS|NVML_SUCCESS|CUDA_SUCCESS)"
+HAND_COMPARE = re.compile(r"[!=]=\s*(?:\w+::)*%s\b|\b%s\s*[!=]=|\bcase\s+(?:\w+::)*%s\b|\.is_(?:good|bad)\s*\(\s*\)"
+                          % (GPU_SUCCESS, GPU_SUCCESS, GPU_SUCCESS))
+HAND_WORDS = re.compile(r"\b(?:cudaGetErrorString|cudaGetErrorName|cublasGetStatusString|cublasGetStatusName|"
+                        r"cudnnGetErrorString|ncclGetErrorString|cuGetErrorString|cuGetErrorName|nvmlErrorString)\s*\(|"
+                        r"\.(?:ErrorString|get_message)\s*\(|(?<!string )\bGpuErrorText\s*\(")
+HAND_GPUOK = re.compile(r"(?<!bool )\bGpuOk\s*\(")
+# A file with none of these words has no hand check (most files: the test above is then skipped).
+HAND_ANY = re.compile(r"Success|SUCCESS|is_good|is_bad|GetError|GetStatus|ErrorString|get_message|GpuErrorText|GpuOk")
+BUILDS_STATUS = re.compile(r"\babsl::(?:\w+Error|Status)\s*\(|\bGpuCallError\s*\(|\bStatus\s*\(\s*absl::StatusCode")
 HAND_CHECKS = {
-    "kernels/cuda/check.h": (2, "GpuOk for cudaError_t and cublasStatus_t: what the macro asks"),
-    "kernels/cuda/cudnn_attention.cc": (1, "GpuOk for cudnnStatus_t (the one file that includes cuDNN)"),
-    "comm/nccl/nccl_communicator.cc": (1, "GpuOk for ncclResult_t (the one file that includes NCCL)"),
-    "worker/gpu_metrics/nvml.cc": (8, "NVML is loaded at run time (dlopen): its result is an int here, which "
-                                      "a GpuOk overload must not take, its words come from the loaded library "
-                                      "(api.ErrorString), and a failure unloads it first; the cudaError_t "
-                                      "overloads are in kernels/cuda/check.h, below this folder's floor"),
+    "common/gpu_check.h": (4, "the macro itself, in its two forms: GpuOk deciding, GpuErrorText's words into "
+                              "GpuCallError's Status"),
+    "kernels/cuda/check.h": (4, "GpuOk and GpuErrorText for cudaError_t and cublasStatus_t: what the macro asks"),
+    "kernels/cuda/cudnn_attention.cc": (3, "GpuOk and GpuErrorText for the frontend's error_t and cudnnStatus_t "
+                                           "(the one file that includes cuDNN)"),
+    "kernels/cuda/backend.cc": (2, "Check keeps the first error of an op, which returns void (the backend reports "
+                                   "it later), where the macro would return; NewBackend: a failed device count is "
+                                   "no device visible (DeviceCount's probe), the error names the device asked for"),
+    "comm/nccl/nccl_communicator.cc": (3, "GpuOk and GpuErrorText for ncclResult_t (the one file that includes "
+                                          "NCCL)"),
+    "kernels/emulated/cuda_api.cc": (6, "the emulator's CUDA runtime and cuBLAS define the words "
+                                        "(cudaGetErrorString ...), by `case cudaSuccess:`"),
+    "kernels/emulated/cuda_api.h": (3, "the emulator's declarations of cudaGetErrorName, cudaGetErrorString, "
+                                       "cublasGetStatusName"),
+    "worker/gpu_metrics/nvml.cc": (12, "NVML is loaded at run time (dlopen): its result is an int here, which "
+                                       "a GpuOk overload must not take, its words come from the loaded library "
+                                       "(api.ErrorString), and a failure unloads it first; the cudaError_t "
+                                       "overloads are in kernels/cuda/check.h, below this folder's floor"),
     "worker/train/device.cc": (1, "a probe: the GPU's name and memory where its properties can be read, "
                                   "else unknown; no error is built"),
 }
 HAND_CHECKED = (".h", ".cc", ".cu", ".cuh", ".inc")
+
+
+def statement_after(code, at):
+    """The rest of the statement around code[at]: to its `;`, or through the braces of a block it
+    opens first (an `if`'s), with an `else` branch that follows."""
+    depth, i = 0, at
+    while i < len(code):
+        c = code[i]
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == ";" and depth <= 0:
+            end = i + 1
+            break
+        elif c == "{" and depth <= 0:
+            n = 0
+            for j in range(i, len(code)):
+                n += {"{": 1, "}": -1}.get(code[j], 0)
+                if n == 0:
+                    break
+            end = j + 1
+            break
+        i += 1
+    else:
+        end = len(code)
+    rest = re.match(r"\s*else\b", code[end:])
+    return code[at:end] + (statement_after(code, end + rest.end()) if rest else "")
+
+
+def hand_check_lines(text):
+    """The lines of text that check a GPU result by hand (HAND_CHECKS' three forms)."""
+    if not HAND_ANY.search(text):
+        return []
+    code = code_of(text, directives=False)
+    at = {m.start() for rx in (HAND_COMPARE, HAND_WORDS) for m in rx.finditer(code)}
+    at |= {m.start() for m in HAND_GPUOK.finditer(code) if BUILDS_STATUS.search(statement_after(code, m.end()))}
+    return sorted({code.count("\n", 0, i) + 1 for i in at})
 
 
 def hand_check_breaches(texts):
@@ -377,11 +443,12 @@ def hand_check_breaches(texts):
     for rel, text in texts.items():
         if rel.startswith("tests/") or not rel.endswith(HAND_CHECKED):
             continue
-        lines = [i + 1 for i, l in enumerate(text.split("\n")) if HAND_CHECK.search(l.split("//", 1)[0])]
+        lines = hand_check_lines(text)
         allowed, why = HAND_CHECKS.get(rel, (0, ""))
         if len(lines) > allowed:
             out.append(f"{rel}:{','.join(map(str, lines))}: {len(lines)} result{'s' if len(lines) > 1 else ''} "
-                       f"compared by hand with a success value" + (f" ({allowed} listed: {why})" if allowed else "") +
+                       f"compared by hand (with a success value, its words taken, or a Status built on GpuOk)" +
+                       (f" ({allowed} listed: {why})" if allowed else "") +
                        ": check it with GPU_RETURN_IF_ERROR (common/gpu_check.h; a second argument makes the "
                        "Status), or ask with GpuOk where no error is built")
         elif len(lines) < allowed:

@@ -8,7 +8,8 @@
 # library, a type under the namespace it left), an alias of another namespace's type, a
 # GANTRY_CUDA_NS file that does not say its namespace, a source file defining in a namespace
 # neither its folder's nor listed (a new file, a new nested namespace), a GPU result checked by
-# hand and a backend's capability flag beside Backend::Supports, each
+# hand (compared with its success value, `!= cudaSuccess`, `ncclSuccess !=`, `case cudaSuccess:`;
+# a Status built on `!GpuOk(x)`; the library's error words taken by hand) and a backend's capability flag beside Backend::Supports, each
 # added to what is checked without touching the tree.
 set -uo pipefail
 BUILD="$1"
@@ -57,6 +58,11 @@ defines in namespace|--inject-text model/new_layer.h=namespace gantry::train { s
 defines in namespace|--inject-text coordinator/gc.cc=namespace gantry::coordinator::gc { void Sweep() {} }
 defines in namespace|--inject-text data/loose.cc=int Loose() { return 1; }
 compared by hand|--inject-text comm/nccl/nccl_communicator.cc=  if (cudaFree(p) != cudaSuccess) return absl::InternalError("x");
+compared by hand|--inject-text comm/nccl/nccl_communicator.cc=  if (ncclSuccess != ncclCommAbort(c)) return absl::InternalError("abort");
+compared by hand|--inject-text kernels/cuda/gelu.cu=  switch (e) { case cudaSuccess: break; default: return absl::InternalError("x"); }
+compared by hand|--inject-text kernels/cuda/gelu.cu=  if (!GpuOk(cudaFree(p))) return absl::InternalError("cudaFree failed");
+compared by hand|--inject-text kernels/cuda/gelu.cu=  if (!GpuOk(e)) { LOG(ERROR) << "free"; return absl::Status(absl::StatusCode::kInternal, "x"); }
+compared by hand|--inject-text kernels/cuda/gelu.cu=  return absl::InternalError(cudaGetErrorString(e));
 capability flag|--inject-text kernels/backend.h=  virtual bool fused_attention() const = 0;
 capability flag|--inject-text kernels/cpu/backend.cc=  bool host_addressable() const override { return true; }
 EOF
