@@ -25,6 +25,8 @@ Four checks:
   - checks: a GPU library's result is checked with GPU_RETURN_IF_ERROR, not by hand (compared
     with its success value, `!= cudaSuccess`; a Status built on `!GpuOk(r)`; the library's error
     words taken), but where HAND_CHECKS says why and how many;
+  - tests: every folder under tests/ is a source folder's twin (tests mirror the sources) or
+    one of the whole tree's tests that TEST_FOLDERS_OF_THE_WHOLE lists with why;
   - capabilities: what a backend can do is asked through `Backend::Supports(Capability)`
     (kernels/backend.h, docs/decisions.md "The backend's capabilities in one query"): no other
     `bool` virtual is declared on the backend interface or overridden by a backend.
@@ -460,6 +462,42 @@ def hand_check_breaches(texts):
     return out
 
 
+# Tests mirror the sources (docs/testing.md): each folder under tests/ that holds files is the
+# twin of a source folder (tests/worker/train/ of worker/train/), so that a library's tests are
+# found beside its path; these hold the tests of the tree as a whole, each with why (their
+# subfolders too).
+TEST_FOLDERS_OF_THE_WHOLE = {
+    "tests/fuzz/": "libFuzzer targets, each of a parser of bytes Gantry does not control, with their corpora",
+    "tests/gpu/": "the suite for a GPU host (tests/gpu/run.sh, check.sh): CUDA kernels, training and NCCL",
+    "tests/integration/": "the daemons driven as processes: a cluster on loopback, chaos, docker",
+    "tests/load/": "the control plane under load (coordinator and shard servers together)",
+    "tests/reference/": "the PyTorch fixtures and the scripts that make them, read by tests of several folders",
+    "tests/sanitizers/": "the sanitizers' suppressions, one file per sanitizer",
+}
+SOURCE_EXT = (".h", ".cc", ".cu", ".cuh", ".inc", ".proto")
+
+
+def test_folder_breaches(paths):
+    sources = {os.path.dirname(r) + "/" for r in paths if r.endswith(SOURCE_EXT) and not r.startswith("tests/")}
+    sources |= {d[:i + 1] for d in sources for i in range(len(d)) if d[i] == "/"}  # and their parents
+    out, seen = [], set()
+    for rel in paths:
+        folder = os.path.dirname(rel) + "/"
+        if not folder.startswith("tests/") or folder == "tests/" or folder in seen:
+            continue
+        seen.add(folder)
+        if any(folder.startswith(d) for d in TEST_FOLDERS_OF_THE_WHOLE):
+            continue
+        if folder[len("tests/"):] not in sources:
+            out.append(f"{folder} names no source folder ({folder[len('tests/'):]} holds no source): tests mirror "
+                       f"the sources, so put a library's tests in its twin, or list a folder of the whole tree's "
+                       f"tests, and why, in TEST_FOLDERS_OF_THE_WHOLE (scripts/check_deps.py)")
+    for d in TEST_FOLDERS_OF_THE_WHOLE:
+        if not any(r.startswith(d) for r in paths):
+            out.append(f"{d}: listed in TEST_FOLDERS_OF_THE_WHOLE but holds no file: remove it from scripts/check_deps.py")
+    return out
+
+
 # A backend's bool answers go through Supports; ops return void, memory calls pointers.
 CAPABILITY_FILES = ("kernels/backend.h", "kernels/cpu/backend.cc", "kernels/cuda/backend.cc")
 CAPABILITY_FLAG = re.compile(r"(?:\bvirtual\s+bool\s+(\w+)\s*\(|\bbool\s+(\w+)\s*\([^;{]*\)\s*const\s+override\b)")
@@ -484,9 +522,9 @@ def declared_names(path):
         return {next(g for g in m.groups() if g) for m in DECLARED.finditer(f.read())}
 
 
-def tracked_text_files(src):
-    """The tree's text files: git's (tracked, or new and not ignored) where src is a checkout, else
-    a walk past build folders."""
+def tracked_files(src):
+    """The tree's files: git's (tracked, or new and not ignored) where src is a checkout, else a
+    walk past build folders."""
     out = subprocess.run(["git", "-C", src, "ls-files", "--cached", "--others", "--exclude-standard"],
                          capture_output=True, text=True)
     if out.returncode == 0:
@@ -496,7 +534,12 @@ def tracked_text_files(src):
         for root, dirs, names in os.walk(src):
             dirs[:] = [d for d in dirs if not d.startswith(("build", ".", "venv", "__pycache__"))]
             rels += [os.path.relpath(os.path.join(root, n), src) for n in names]
-    return sorted(r for r in rels if r.endswith(TEXT_EXT) and os.path.isfile(os.path.join(src, r)))
+    return sorted(r for r in rels if os.path.isfile(os.path.join(src, r)))
+
+
+def tracked_text_files(src):
+    """The tree's text files (TEXT_EXT) of tracked_files."""
+    return [r for r in tracked_files(src) if r.endswith(TEXT_EXT)]
 
 
 def text_breaches(src, injected):
@@ -536,6 +579,7 @@ def text_breaches(src, injected):
     out += namespace_breaches(texts)
     out += hand_check_breaches(texts)
     out += capability_breaches(texts)
+    out += test_folder_breaches(sorted(set(tracked_files(src)) | set(texts)))
     for rel, text in texts.items():
         if rel in NS_MACRO_PENDING or not rel.endswith((".h", ".cc", ".cu", ".cuh", ".inc")) or not NS_MACRO.search(text):
             continue
@@ -693,7 +737,7 @@ def main():
     retired = text_breaches(src, injected_text)
     if retired:
         print("check_deps: %d name%s or check%s to fix (a retired name, an alias, a namespace not said or not the "
-              "folder's, a hand check, a capability flag):"
+              "folder's, a hand check, a capability flag, a test folder):"
               % (len(retired), *(("", "") if len(retired) == 1 else ("s", "s"))))
         for b in retired:
             print("  " + b)
@@ -705,7 +749,8 @@ def main():
           f"no file names a retired folder, library or namespace, no header keeps an alias, each "
           f"GANTRY_CUDA_NS file names its namespace, each source file defines in its folder's namespace "
           f"or a listed one, and GPU results are checked by GPU_RETURN_IF_ERROR "
-          f"(by hand only where HAND_CHECKS says why), and a backend's capabilities are asked only through Supports")
+          f"(by hand only where HAND_CHECKS says why), a backend's capabilities are asked only through Supports, "
+          f"and every test folder is a source folder's twin or listed")
     return 0
 
 
