@@ -29,7 +29,8 @@ Four checks:
     one of the whole tree's tests that TEST_FOLDERS_OF_THE_WHOLE lists with why;
   - capabilities: what a backend can do is asked through `Backend::Supports(Capability)`
     (kernels/backend.h, docs/decisions.md "The backend's capabilities in one query"): no other
-    `bool` virtual is declared on the backend interface or overridden by a backend.
+    `bool` virtual is declared on the backend interface or overridden by a backend; and
+    docs/decisions.md's count of the interface's virtuals is the header's (BACKEND_COUNT).
 --inject-link LIBRARY=LIB (a name without a slash) adds an edge to the link graph.
 --inject-* add a forbidden link, include or line of text to what is checked (nothing is
 changed on disk): the test uses them to show that the check fails on one. Exits 1 and names
@@ -517,6 +518,28 @@ def capability_breaches(texts):
     return out
 
 
+# The decision record's count of the backend's virtuals (docs/decisions.md, "The backend's
+# capabilities in one query") is the header's: a figure that says "today" and went stale
+# misleads whoever weighs a new op. Counted as the record's command does (`grep -c ") = 0;\|)
+# const = 0;"`, `grep -c "^ *virtual "`), on the header's code without its comments.
+BACKEND_COUNT = ("kernels/backend.h", "docs/decisions.md",
+                 re.compile(r"(\d+) pure virtuals \((\d+) virtuals\) today"))
+
+
+def backend_count_breaches(texts):
+    header, record, said = BACKEND_COUNT
+    code = code_of(texts.get(header, ""), directives=False).split("\n")
+    pure = sum(1 for l in code if ") = 0;" in l or ") const = 0;" in l)
+    virtual = sum(1 for l in code if re.match(r" *virtual ", l))
+    found = said.findall(texts.get(record, ""))
+    if not found:
+        return [f"{record} says nowhere \"N pure virtuals (M virtuals) today\" of {header}: the capability entry "
+                f"records the count ({pure} pure virtuals, {virtual} virtuals)"]
+    return [f"{record} says \"{p} pure virtuals ({v} virtuals) today\", but {header} has {pure} pure virtuals "
+            f"and {virtual} virtuals: write today's count and what changed it there"
+            for p, v in found if (int(p), int(v)) != (pure, virtual)]
+
+
 def declared_names(path):
     with open(path, encoding="utf-8") as f:
         return {next(g for g in m.groups() if g) for m in DECLARED.finditer(f.read())}
@@ -579,6 +602,7 @@ def text_breaches(src, injected):
     out += namespace_breaches(texts)
     out += hand_check_breaches(texts)
     out += capability_breaches(texts)
+    out += backend_count_breaches(texts)
     out += test_folder_breaches(sorted(set(tracked_files(src)) | set(texts)))
     for rel, text in texts.items():
         if rel in NS_MACRO_PENDING or not rel.endswith((".h", ".cc", ".cu", ".cuh", ".inc")) or not NS_MACRO.search(text):
@@ -737,7 +761,7 @@ def main():
     retired = text_breaches(src, injected_text)
     if retired:
         print("check_deps: %d name%s or check%s to fix (a retired name, an alias, a namespace not said or not the "
-              "folder's, a hand check, a capability flag, a test folder):"
+              "folder's, a hand check, a capability flag or count, a test folder):"
               % (len(retired), *(("", "") if len(retired) == 1 else ("s", "s"))))
         for b in retired:
             print("  " + b)
@@ -749,7 +773,7 @@ def main():
           f"no file names a retired folder, library or namespace, no header keeps an alias, each "
           f"GANTRY_CUDA_NS file names its namespace, each source file defines in its folder's namespace "
           f"or a listed one, and GPU results are checked by GPU_RETURN_IF_ERROR "
-          f"(by hand only where HAND_CHECKS says why), a backend's capabilities are asked only through Supports, "
+          f"(by hand only where HAND_CHECKS says why), a backend's capabilities are asked only through Supports (as many virtuals as the record says), "
           f"and every test folder is a source folder's twin or listed")
     return 0
 

@@ -10,8 +10,9 @@
 # neither its folder's nor listed (a new file, a new nested namespace), a GPU result checked by
 # hand (compared with its success value, `!= cudaSuccess`, `ncclSuccess !=`, `case cudaSuccess:`;
 # a Status built on `!GpuOk(x)`; the library's error words taken by hand), a test folder that
-# mirrors no source folder and a backend's capability flag beside Backend::Supports, each
-# added to what is checked without touching the tree.
+# mirrors no source folder, a backend op added without the decision record's count, and a
+# backend's capability flag beside Backend::Supports, each added to what is checked without
+# touching the tree.
 set -uo pipefail
 BUILD="$1"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
@@ -66,8 +67,9 @@ compared by hand|--inject-text kernels/cuda/gelu.cu=  if (!GpuOk(e)) { LOG(ERROR
 compared by hand|--inject-text kernels/cuda/gelu.cu=  return absl::InternalError(cudaGetErrorString(e));
 capability flag|--inject-text kernels/backend.h=  virtual bool fused_attention() const = 0;
 capability flag|--inject-text kernels/cpu/backend.cc=  bool host_addressable() const override { return true; }
+pure virtuals|--inject-text kernels/backend.h=  virtual void NewOp(float* out, int n) = 0;
 names no source folder|--inject-text tests/optimizer/adamw_test.cc=// AdamW's tests, beside no optimizer/
 names no source folder|--inject-text tests/worker/session/session_test.cc=// a session's tests, beside no worker/session/
 EOF
-[ $fail -eq 0 ] && echo "library_dependencies: the rules hold, and a forbidden link, include, retired name, alias, unsaid namespace, file in a namespace not its folder's, hand check, capability flag or test folder beside no source folder fails the check"
+[ $fail -eq 0 ] && echo "library_dependencies: the rules hold, and a forbidden link, include, retired name, alias, unsaid namespace, file in a namespace not its folder's, hand check, capability flag, uncounted backend op or test folder beside no source folder fails the check"
 exit $fail
