@@ -1,7 +1,9 @@
 // A GPT's checkpoint read back through checkpoint/gpt (LoadCheckpoint into a model::GPT) and
 // the manifest's layout (ReadCheckpointLayout), with the manifests and parts that the fuzz
 // target found to break them: each is refused naming the field or the piece. The format
-// without a model is checkpoint_format_test's; the trainer's checkpoints are trainer_test's.
+// without a model is checkpoint_format_test's; a bad checkpoint's refusal (a part missing or
+// truncated, pieces that do not cover the model, another model's shape) is here; that a
+// refused resume trains nothing is trainer_test's.
 #include "checkpoint/gpt/load_gpt.h"
 
 #include <gtest/gtest.h>
@@ -133,6 +135,51 @@ TEST_F(CheckpointManifestTest, APieceFromPastTheEndOfItsTensorIsRefusedNamingIt)
                          ": 'adamw.m/wpe.weight@18446744073709551615' has 1 elements from 18446744073709551615, "
                          "beyond wpe.weight's ",
                          wpe.numel));
+}
+
+// A checkpoint that cannot be read whole is refused with an error naming what is wrong: another
+// model's shape (before any part is read), a part the manifest names that is missing or
+// truncated, and a manifest whose parts' pieces do not cover the model (here one part named
+// twice). Moved from trainer_test (issue 51 item 9): these are the reader's rules, whoever
+// resumes; trainer_test keeps only that a refused resume trains and writes nothing.
+TEST_F(CheckpointManifestTest, BadCheckpointsAreRefusedByName) {
+  ASSERT_TRUE(Load().ok()) << Load();
+  const std::string part = ck_ + "/" + CheckpointPartName(0);
+  // Another model's shape: the job's model against the checkpoint's config.json.
+  jobspec::GPTConfig wider = config_;
+  wider.n_embd = 16;
+  model::GPT other(wider);
+  std::vector<float> m(other.num_params()), v(other.num_params());
+  absl::Status st = LoadCheckpoint(ck_, other, m.data(), v.data()).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find(absl::StrCat(ck_, ": the checkpoint's model (n_layer 2, n_head 2, n_embd 8")),
+            absl::string_view::npos)
+      << st;
+  EXPECT_NE(st.message().find("differs from the job spec's in n_embd (checkpoint 8, job spec 16)"),
+            absl::string_view::npos)
+      << st;
+  // A part the manifest names is missing.
+  const std::string bytes = ReadFile(part);
+  std::filesystem::remove(part);
+  st = Load();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(part), absl::string_view::npos) << st;
+  // A part that is truncated.
+  WriteFile(part, bytes.substr(0, bytes.size() - 100));
+  st = Load();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(part), absl::string_view::npos) << st;
+  // A manifest naming two parts where one was written: the pieces do not cover the model
+  // exactly once.
+  WriteFile(part, bytes);
+  ASSERT_TRUE(Load().ok()) << Load();
+  Edit([](nlohmann::json& j) { j["parts"].push_back(j["parts"][0]); });
+  st = Load();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find(absl::StrCat(ck_, ": the parts' param pieces do not cover the ", model_.num_params(),
+                                           " parameters exactly once")),
+            absl::string_view::npos)
+      << st;
 }
 
 }  // namespace
