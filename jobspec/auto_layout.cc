@@ -34,10 +34,14 @@ bool Admits(const JobSpec& s, const PlanInput& x) {
   if (s.optimizer.placement == "shardserver" && (x.tp > 1 || x.pp > 1 || x.zero > 2)) return false;
   if (x.sequence_parallel && (static_cast<int64_t>(x.micro_batch) * s.seq_len) % x.tp != 0) return false;
   // Context parallelism (parallel.cp): what the wiring runs (jobspec/job_spec.cc's
-  // ValidateContextParallel): the cpu backend, the optimizer on the workers; seq_len cut into
-  // 2·cp chunks.
-  if (x.cp > 1 && (s.resources.device != "cpu" || s.optimizer.placement != "worker" || s.seq_len % (2 * x.cp) != 0)) {
-    return false;
+  // ValidateContextParallel): the optimizer on the workers; seq_len cut into 2·cp chunks. On a
+  // cuda kind only where the ring's blocks run where the cost model prices attention, on cuDNN:
+  // a 16-bit model (an fp32 model's blocks run on the untiled fp32 block kernels, whose speed
+  // the device profile does not give), heads of 128 at most (the block kernels' limit, which
+  // the job spec holds cp to on a device).
+  if (x.cp > 1) {
+    if (s.optimizer.placement != "worker" || s.seq_len % (2 * x.cp) != 0) return false;
+    if (s.resources.device != "cpu" && (s.train.precision == "fp32" || s.model.head_dim() > 128)) return false;
   }
   return true;
 }

@@ -1017,22 +1017,25 @@ TEST(CostModelTest, RankedLayoutsConsiderContextParallelismAndTheInterleavedSche
 // parallel: auto takes the interleaved schedule's chunks into the chosen spec
 // (parallel.virtual_stages, which ParseJobSpec accepts), and places at cp 1 while the job spec
 // states no cp.
-// parallel: auto's choice is a spec that states it: the interleaved schedule's chunks and, on
-// the cpu (where ring attention runs), context parallelism; each chosen spec parses back as
-// it is (the job spec's rules hold for it). On a cuda kind cp is never chosen: its device
-// ops are not built, and the job spec would refuse it.
+// parallel: auto's choice is a spec that states it: the interleaved schedule's chunks and,
+// where the ring's blocks run at the rates the cost model prices, context parallelism: on the
+// cpu, and on a cuda kind for a 16-bit model (its blocks on cuDNN); never for an fp32 model on
+// a cuda kind (the untiled fp32 block kernels). Each chosen spec parses back as it is (the job
+// spec's rules hold for it).
 TEST(AutoLayoutTest, TheChosenSpecCarriesTheChunksAndTheContextParallelismWhereItRuns) {
-  for (const std::string device : {"cpu", "cuda"}) {
-    SCOPED_TRACE(device);
+  for (const auto& [device, precision] : std::vector<std::pair<std::string, std::string>>{
+           {"cpu", "fp32"}, {"cuda", "fp32"}, {"cuda", "bf16"}, {"cuda-emulated", "bf16"}}) {
+    SCOPED_TRACE(device + " " + precision);
+    const bool cp_runs = device == "cpu" || precision != "fp32";
     auto spec = ParseJobSpec(
         "model: {n_layer: 8, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 2048}\ndata: {train: t.bin}\n"
-        "train: {steps: 10, global_batch: 32, lr: 1.0e-3}\nparallel: {auto: true, pp: 4}\nresources: {device: " +
-        device + "}\n");
+        "train: {steps: 10, global_batch: 32, lr: 1.0e-3, precision: " + precision +
+        "}\nparallel: {auto: true, pp: 4}\nresources: {device: " + device + "}\n");
     ASSERT_TRUE(spec.ok()) << spec.status();
     std::string why;
     ClusterSpec cluster = DefaultCluster(device, "", &why);
     cluster.gpus_per_node = 8;
-    auto choices = ChooseLayouts(*spec, cluster, 8, 12);
+    auto choices = ChooseLayouts(*spec, cluster, 8, 400);  // every admitted layout, not only the fastest
     ASSERT_TRUE(choices.ok()) << choices.status();
     bool interleaved = false, context_parallel = false;
     for (const LayoutChoice& c : *choices) {
@@ -1048,13 +1051,13 @@ TEST(AutoLayoutTest, TheChosenSpecCarriesTheChunksAndTheContextParallelismWhereI
       }
       if (c.ranked.in.cp > 1) {
         context_parallel = true;
-        EXPECT_EQ(device, "cpu") << DescribeChoice(c);
+        EXPECT_TRUE(cp_runs) << DescribeChoice(c);
         EXPECT_NE(DescribeChoice(c).find("cp " + std::to_string(c.ranked.in.cp)), std::string::npos)
             << DescribeChoice(c);
       }
     }
     EXPECT_TRUE(interleaved) << "no interleaved layout among the choices";
-    EXPECT_EQ(context_parallel, device == "cpu") << "cp among the choices on the cpu only";
+    EXPECT_EQ(context_parallel, cp_runs) << "cp among the choices where the ring's blocks run as priced";
   }
 }
 
