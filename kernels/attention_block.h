@@ -10,9 +10,14 @@
 //    rows j <= i (the diagonal block of the causal mask);
 //  - otherwise every key row is seen (a block wholly below the diagonal). A block wholly above
 //    it is not computed at all: the caller skips it.
+// A block's operands may hold a 16-bit type's values widened to fp32 (AttentionBlock::values):
+// a backend with a 16-bit attention path (cuDNN's SDPA on the cuda kinds) computes the block
+// there; these functions, and a backend without one, compute it in fp32 all the same.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/types.h"
 
 namespace gantry::kernels {
 
@@ -39,6 +44,11 @@ struct AttentionBlock {
   // The forward: the query rows' first block, written over out and lse (whatever they hold)
   // rather than merged into them.
   bool first = false;
+  // The type whose values q, k and v (and the backward's out and dout) hold, widened to fp32:
+  // kBf16 or kFp16 lets a backend compute the block in that type (the cuda kinds: cuDNN's SDPA,
+  // its output and gradients rounded to it once, merged and added in fp32), where it takes the
+  // block; kFp32, or a block it does not take, runs the fp32 op.
+  Precision values = Precision::kFp32;
 };
 
 // Merges the block's attention into a running result: out (B, Lq, NH·hd) and lse (B, NH, Lq)

@@ -277,16 +277,18 @@ class Backend {
   // heads grouped as there, the tensors strided views of wider rows): a block of query rows
   // against a block of key/value rows, causal (the diagonal block) or not, merged by the
   // log-sum-exps into the running (out, lse) (a.first: overwritten, the rows' first block);
-  // the backward's D = rowsum(dout·out); and the block's backward from the final lse and D,
-  // dq, dk and dv added to. model::RingAttention runs on these, on every backend.
+  // the backward's D = rowsum(dout·out); and the block's backward from the rows' final out, lse
+  // and D, dq, dk and dv added to (a 16-bit path takes D from out and dout itself; the fp32 op
+  // reads D). With a.values 16-bit a backend may compute the block in that type (cuda: cuDNN;
+  // kernels/attention_block.h). model::RingAttention runs on these, on every backend.
   virtual void AttentionBlockForward(HeadRows<float> out, RowStats<float> lse, HeadRows<const float> q,
                                      HeadRows<const float> k, HeadRows<const float> v, const AttentionBlock& a) = 0;
   virtual void AttentionBlockDelta(RowStats<float> D, HeadRows<const float> dout, HeadRows<const float> out, int B,
                                    int NH, int hd, int L) = 0;
   virtual void AttentionBlockBackward(HeadRows<float> dq, HeadRows<float> dk, HeadRows<float> dv,
                                       HeadRows<const float> q, HeadRows<const float> k, HeadRows<const float> v,
-                                      HeadRows<const float> dout, RowStats<const float> lse, RowStats<const float> D,
-                                      const AttentionBlock& a) = 0;
+                                      HeadRows<const float> dout, HeadRows<const float> out,
+                                      RowStats<const float> lse, RowStats<const float> D, const AttentionBlock& a) = 0;
   // All fp32 or all 16-bit.
   virtual void GeluForward(Ptr out, CPtr inp, int64_t n) = 0;
   virtual void GeluBackward(Ptr dinp, CPtr inp, CPtr dout, int64_t n) = 0;

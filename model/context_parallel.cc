@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/attention_block.h"
-#include "kernels/attention_block_16bit.h"
 #include "kernels/gqa.h"
 
 namespace gantry::model {
@@ -163,8 +162,6 @@ absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, co
   StartKv(qkv, a, kv_n);
   floats_sent_ = 0;
   waited_ = 0;
-  // 16-bit operands: the blocks on the backend's 16-bit path (cuDNN) where it has one.
-  kernels::AttentionBlocks16* b16 = a.kv_type != kernels::Precision::kFp32 ? kernels::AttentionBlocks16Of(*be_) : nullptr;
   bool started[2] = {false, false};  // a query half's first block overwrites out and lse
   for (int s = 0; s < cp; ++s) {
     // The next block arrives while this one is computed: once the backend has written this
@@ -182,16 +179,14 @@ absl::Status RingAttention::Forward(float* out, float* lse, const float* qkv, co
       const kernels::HeadRows<const float> v{k.data + a.NKV * a.hd, k.seq, k.row};
       kernels::AttentionBlock block{a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale};
       block.first = !started[p.qh];
+      block.values = a.kv_type;  // 16-bit operands: the backend's 16-bit path (cuDNN) where it has one
       started[p.qh] = true;
       const kernels::HeadRows<float> o{out + static_cast<int64_t>(p.qh) * L * C, static_cast<int64_t>(rows) * C, C};
       const kernels::RowStats<float> l{lse + static_cast<int64_t>(p.qh) * L, rows};
       const kernels::HeadRows<const float> q{qkv + static_cast<int64_t>(p.qh) * L * W, static_cast<int64_t>(rows) * W,
                                              W};
-      if (b16 != nullptr) {
-        b16->AttentionBlockForward16(o, l, q, k, v, block, a.kv_type);
-      } else {
-        be_->AttentionBlockForward(o, l, q, k, v, block);
-      }
+      be_->AttentionBlockForward(o, l, q, k, v, block);
+      ++blocks_.forward;
     }
     if (next != 0) RETURN_IF_ERROR(Wait(next));
   }
@@ -215,7 +210,6 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
   be_->Zero(dqkv, static_cast<size_t>(a.B) * rows * W * sizeof(float));
   floats_sent_ = 0;
   waited_ = 0;
-  kernels::AttentionBlocks16* b16 = a.kv_type != kernels::Precision::kFp32 ? kernels::AttentionBlocks16Of(*be_) : nullptr;
   uint64_t dkv_home = 0;  // the exchange bringing the previous step's dK/dV from rank − 1
   for (int s = 0; s < cp; ++s) {
     uint64_t next = 0;
@@ -238,14 +232,12 @@ absl::Status RingAttention::Backward(float* dqkv, const float* dout, const float
       const kernels::HeadRows<const float> q{qkv + qo * W, static_cast<int64_t>(rows) * W, W}, k{kv + ko, kseq, KV},
           v{kv + vo, kseq, KV}, d_o{dout + qo * C, static_cast<int64_t>(rows) * C, C};
       const kernels::RowStats<const float> l{lse + qo, rows}, D{delta_.data() + qo, rows};
-      const kernels::AttentionBlock block{a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale};
-      if (b16 != nullptr) {
-        // From the rows' merged output and log-sum-exps: the block's exact share.
-        b16->AttentionBlockBackward16(dq, dk, dv, q, k, v, d_o, {out + qo * C, static_cast<int64_t>(rows) * C, C}, l,
-                                      D, block, a.kv_type);
-      } else {
-        be_->AttentionBlockBackward(dq, dk, dv, q, k, v, d_o, l, D, block);
-      }
+      kernels::AttentionBlock block{a.B, a.NH, a.NKV, a.hd, L, L, p.causal, a.scale};
+      block.values = a.kv_type;
+      // From the rows' merged output and log-sum-exps: the block's exact share.
+      be_->AttentionBlockBackward(dq, dk, dv, q, k, v, d_o, {out + qo * C, static_cast<int64_t>(rows) * C, C}, l, D,
+                                  block);
+      ++blocks_.backward;
     }
     if (dkv_home != 0) {
       RETURN_IF_ERROR(Wait(dkv_home));

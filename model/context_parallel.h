@@ -24,8 +24,8 @@
 // and V are 16-bit (AttentionHeads::kv_type bf16 or fp16) the blocks travel in that type, half
 // fp32's bytes, and are widened on arrival (Backend::Convert); dK/dV, sums over the ranks'
 // queries, travel in fp32. With 16-bit operands the blocks are computed on the backend's
-// 16-bit path where it has one (kernels/attention_block_16bit.h: cuDNN's SDPA on the cuda
-// kinds; the backward from the rows' merged out and lse), else by the fp32 block ops.
+// 16-bit path where it has one (AttentionBlock::values, kernels/attention_block.h: cuDNN's SDPA
+// on the cuda kinds; the backward from the rows' merged out and lse), else by the fp32 ops.
 #pragma once
 
 #include <cstddef>
@@ -110,6 +110,12 @@ class RingAttention {
   // word), and the seconds it waited for the exchanges there (what the computing did not hide).
   size_t floats_sent() const { return floats_sent_; }
   double waited_seconds() const { return waited_; }
+  // The blocks this ring computed so far (each a block op on the backend), forward and backward:
+  // what a test holds a backend's record of its paths to (e.g. cuDNN's executions).
+  struct Blocks {
+    int64_t forward = 0, backward = 0;
+  };
+  Blocks blocks() const { return blocks_; }
   // Bytes of the working memory (be's) the calls so far allocated (kept between calls, at the
   // largest (B, heads) seen): what the model's memory account adds for the ring, and what
   // jobspec's planner counts (RingCpBytes).
@@ -137,6 +143,7 @@ class RingAttention {
   kernels::Backend* be_;
   size_t floats_sent_ = 0;
   double waited_ = 0;
+  Blocks blocks_;
   // Working memory of be_, kept between calls at the largest size seen: the K/V blocks (this
   // one and the next; 16-bit: the one computed with), the backward's D, and dK/dV (this step's
   // two, the one arriving); 16-bit K/V: the blocks as they travel (this one and the next), of

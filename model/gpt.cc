@@ -168,6 +168,10 @@ size_t GPT::context_parallel_bytes() const {
   return ring_ != nullptr ? ring_->bytes() + ctx_->ring_scratch_bytes() : 0;
 }
 
+RingAttention::Blocks GPT::context_parallel_blocks() const {
+  return ring_ != nullptr ? ring_->blocks() : RingAttention::Blocks{};
+}
+
 bool GPT::SetUpContextParallel(int T) {
   const int cp = this->cp();
   absl::StatusOr<CpSharding> shard = CpSharding::Make(T * cp, cp, cp_comm_->rank());

@@ -243,6 +243,8 @@ class GPT : private MoeHost {
   // (RingAttention::bytes, and in bf16 or fp16 the widened copies of its operands), as the
   // forwards and backwards so far allocated it; 0 without cp.
   size_t context_parallel_bytes() const;
+  // The ring's blocks computed so far (RingAttention::blocks; none at cp 1).
+  RingAttention::Blocks context_parallel_blocks() const;
   // Mixed precision: bytes of the 16-bit working copies of the GEMM weights (the persistent
   // copy of ZeRO 0-2, or one unit's and the classifier's under ZeRO 3).
   size_t working_param_bytes() const { return working_->bytes(); }

@@ -143,8 +143,9 @@ class Cpu final : public Backend {
   }
   void AttentionBlockBackward(HeadRows<float> dq, HeadRows<float> dk, HeadRows<float> dv, HeadRows<const float> q,
                               HeadRows<const float> k, HeadRows<const float> v, HeadRows<const float> dout,
-                              RowStats<const float> lse, RowStats<const float> D, const AttentionBlock& a) override {
-    attention_block_backward(dq, dk, dv, q, k, v, dout, lse, D, a);
+                              HeadRows<const float> /*out: D holds what it gives*/, RowStats<const float> lse,
+                              RowStats<const float> D, const AttentionBlock& a) override {
+    attention_block_backward(dq, dk, dv, q, k, v, dout, lse, D, a);  // fp32 whatever a.values says
   }
   void SwigluForward(Ptr h, CPtr gu, int N, int F) override {
     if (Types("SwigluForward", {h, gu})) swiglu_forward(h, gu, N, F);

@@ -1,6 +1,7 @@
 // namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
-// The ring's blocks on cuDNN (kernels/attention_block_16bit.h): the moves around the SDPA
-// graphs (kernels/cuda/cudnn_attention.h BlockForward, BlockBackward) between the ring's fp32
+// The ring's 16-bit blocks on cuDNN (AttentionBlock::values, kernels/attention_block.h): the
+// moves around the SDPA graphs (kernels/cuda/cudnn_attention.h BlockForward, BlockBackward)
+// between the ring's fp32
 // strided rows and the packed 16-bit tensors cuDNN reads and writes. Defined in
 // attention_block.cu.
 #pragma once

@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "kernels/attention_block_16bit.h"
 #include "kernels/cuda/attention_block_16bit.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
@@ -32,7 +31,7 @@ constexpr BackendKind kKind = BackendKind::kCudaEmulated;
 constexpr BackendKind kKind = BackendKind::kCuda;
 #endif
 
-class Cuda final : public kernels::Backend, public kernels::AttentionBlocks16 {
+class Cuda final : public kernels::Backend {
  public:
   Cuda(std::unique_ptr<Context> ctx, std::string name, const kernels::BackendOptions& options,
        std::unique_ptr<CudnnAttention> cudnn)
@@ -221,34 +220,18 @@ class Cuda final : public kernels::Backend, public kernels::AttentionBlocks16 {
     Keep(GANTRY_CUDA_NS::RopeApplyAt(*ctx_, qkv, B, L, positions, NH, NKV, hd, inv_freq, inverse));
   }
   // Context parallelism's blocks: the warp-per-row kernels (attention_block.cu), fp32.
+  // Context parallelism's blocks. fp32 values: the warp-per-row kernels (attention_block.cu).
+  // 16-bit values (a.values): cuDNN's SDPA on packed 16-bit copies of the operands (exact:
+  // their values are the type's), its output merged by the log-sum-exps and its gradients added
+  // in fp32; the fp32 kernels where cuDNN does not take the block (BlockByCudnn).
   void AttentionBlockForward(kernels::HeadRows<float> out, kernels::RowStats<float> lse,
                              kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
                              kernels::HeadRows<const float> v, const kernels::AttentionBlock& a) override {
-    Keep(GANTRY_CUDA_NS::AttentionBlockForward(*ctx_, out, lse, q, k, v, a));
-  }
-  void AttentionBlockDelta(kernels::RowStats<float> D, kernels::HeadRows<const float> dout,
-                           kernels::HeadRows<const float> out, int B, int NH, int hd, int L) override {
-    Keep(GANTRY_CUDA_NS::AttentionBlockDelta(*ctx_, D, dout, out, B, NH, hd, L));
-  }
-  void AttentionBlockBackward(kernels::HeadRows<float> dq, kernels::HeadRows<float> dk, kernels::HeadRows<float> dv,
-                              kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
-                              kernels::HeadRows<const float> v, kernels::HeadRows<const float> dout,
-                              kernels::RowStats<const float> lse, kernels::RowStats<const float> D,
-                              const kernels::AttentionBlock& a) override {
-    Keep(GANTRY_CUDA_NS::AttentionBlockBackward(*ctx_, dq, dk, dv, q, k, v, dout, lse, D, a));
-  }
-  // The 16-bit blocks (kernels/attention_block_16bit.h): cuDNN's SDPA on packed 16-bit copies
-  // of the operands (exact: their values are the type's), its output merged by the log-sum-exps
-  // and its gradients added in fp32; the fp32 kernels where cuDNN does not take the block.
-  void AttentionBlockForward16(kernels::HeadRows<float> out, kernels::RowStats<float> lse,
-                               kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
-                               kernels::HeadRows<const float> v, const kernels::AttentionBlock& a,
-                               kernels::Precision p) override {
-    if (!BlockByCudnn("AttentionBlockForward16", false, a, p)) {
-      ++blocks16_.forward_fp32;
-      return AttentionBlockForward(out, lse, q, k, v, a);
+    if (a.values == kernels::Precision::kFp32 || !BlockByCudnn("AttentionBlockForward", false, a)) {
+      Keep(GANTRY_CUDA_NS::AttentionBlockForward(*ctx_, out, lse, q, k, v, a));
+      return;
     }
-    const BlockScratch s = CarveBlockScratch(a, p, false);
+    const BlockScratch s = CarveBlockScratch(a, false);
     if (s.q.data == nullptr) return;
     const int C = a.NH * a.hd, KVh = a.NKV * a.hd;
     if (!Keep(NarrowRows(*ctx_, s.q, C, q, a.B, a.Lq, C)) || !Keep(NarrowRows(*ctx_, s.kv, 2 * KVh, k, a.B, a.Lk, KVh)) ||
@@ -259,19 +242,25 @@ class Cuda final : public kernels::Backend, public kernels::AttentionBlocks16 {
                                    BlockScale(a)))) {
       return;
     }
-    if (Keep(MergeBlock(*ctx_, out, lse, s.o, s.stats, a.B, a.NH, a.hd, a.Lq, a.first))) ++blocks16_.forward;
+    Keep(MergeBlock(*ctx_, out, lse, s.o, s.stats, a.B, a.NH, a.hd, a.Lq, a.first));
   }
-  void AttentionBlockBackward16(kernels::HeadRows<float> dq, kernels::HeadRows<float> dk, kernels::HeadRows<float> dv,
-                                kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
-                                kernels::HeadRows<const float> v, kernels::HeadRows<const float> dout,
-                                kernels::HeadRows<const float> out, kernels::RowStats<const float> lse,
-                                kernels::RowStats<const float> D, const kernels::AttentionBlock& a,
-                                kernels::Precision p) override {
-    if (!BlockByCudnn("AttentionBlockBackward16", true, a, p)) {
-      ++blocks16_.backward_fp32;
-      return AttentionBlockBackward(dq, dk, dv, q, k, v, dout, lse, D, a);
+  void AttentionBlockDelta(kernels::RowStats<float> D, kernels::HeadRows<const float> dout,
+                           kernels::HeadRows<const float> out, int B, int NH, int hd, int L) override {
+    Keep(GANTRY_CUDA_NS::AttentionBlockDelta(*ctx_, D, dout, out, B, NH, hd, L));
+  }
+  // 16-bit: from the rows' merged output and log-sum-exps (cuDNN's sdpa_backward with the
+  // global O, dO and stats works D out itself), so that the block's dq, dk and dv are its exact
+  // share, each rounded to the type once before it is added.
+  void AttentionBlockBackward(kernels::HeadRows<float> dq, kernels::HeadRows<float> dk, kernels::HeadRows<float> dv,
+                              kernels::HeadRows<const float> q, kernels::HeadRows<const float> k,
+                              kernels::HeadRows<const float> v, kernels::HeadRows<const float> dout,
+                              kernels::HeadRows<const float> out, kernels::RowStats<const float> lse,
+                              kernels::RowStats<const float> D, const kernels::AttentionBlock& a) override {
+    if (a.values == kernels::Precision::kFp32 || !BlockByCudnn("AttentionBlockBackward", true, a)) {
+      Keep(GANTRY_CUDA_NS::AttentionBlockBackward(*ctx_, dq, dk, dv, q, k, v, dout, lse, D, a));
+      return;
     }
-    const BlockScratch s = CarveBlockScratch(a, p, true);
+    const BlockScratch s = CarveBlockScratch(a, true);
     if (s.q.data == nullptr) return;
     const int C = a.NH * a.hd, KVh = a.NKV * a.hd, L = a.Lq;
     if (!Keep(NarrowRows(*ctx_, s.q, C, q, a.B, L, C)) || !Keep(NarrowRows(*ctx_, s.kv, 2 * KVh, k, a.B, L, KVh)) ||
@@ -285,12 +274,9 @@ class Cuda final : public kernels::Backend, public kernels::AttentionBlocks16 {
                                     a.hd, a.causal, BlockScale(a)))) {
       return;
     }
-    if (Keep(AddRows(*ctx_, dq, s.dq, C, a.B, L, C)) && Keep(AddRows(*ctx_, dk, s.dkv, 2 * KVh, a.B, L, KVh)) &&
-        Keep(AddRows(*ctx_, dv, s.dkv + KVh, 2 * KVh, a.B, L, KVh))) {
-      ++blocks16_.backward;
-    }
+    Keep(AddRows(*ctx_, dq, s.dq, C, a.B, L, C)) && Keep(AddRows(*ctx_, dk, s.dkv, 2 * KVh, a.B, L, KVh)) &&
+        Keep(AddRows(*ctx_, dv, s.dkv + KVh, 2 * KVh, a.B, L, KVh));
   }
-  Counts blocks16() const override { return blocks16_; }
   void SwigluForward(kernels::Ptr h, kernels::CPtr gu, int N, int F) override {
     Keep(GANTRY_CUDA_NS::SwigluForward(*ctx_, h, gu, N, F));
   }
@@ -567,7 +553,8 @@ class Cuda final : public kernels::Backend, public kernels::AttentionBlocks16 {
   // and takes the block (a 16-bit p, as many query rows as key rows, its head sizes, a graph
   // it plans). Otherwise the fp32 kernels run it: said once per shape (Notice), and with the
   // attention path cudnn an error naming why instead. fp32 blocks are no question.
-  bool BlockByCudnn(const char* op, bool backward, const kernels::AttentionBlock& a, kernels::Precision p) {
+  bool BlockByCudnn(const char* op, bool backward, const kernels::AttentionBlock& a) {
+    const kernels::Precision p = a.values;
     if (p == kernels::Precision::kFp32 || !fused_ || cudnn_ == nullptr) return false;
     absl::Status st = a.Lq == a.Lk ? cudnn_->SupportsBlock(backward, p, a.B, a.Lq, a.NH, a.NKV, a.hd, a.causal,
                                                            BlockScale(a))
@@ -593,13 +580,14 @@ class Cuda final : public kernels::Backend, public kernels::AttentionBlocks16 {
     return a.scale != 0.f ? a.scale : 1.0f / std::sqrt(static_cast<float>(a.hd));
   }
   // A 16-bit block's packed copies (kernels/cuda/attention_block_16bit.h) in the backend's
-  // scratch, each 16-byte aligned: q, o, dout (B, L, NH·hd) and kv (B, L, 2·NKV·hd) of p, stats
+  // scratch, each 16-byte aligned: q, o, dout (B, L, NH·hd) and kv (B, L, 2·NKV·hd) of a.values, stats
   // (B, NH, L) fp32; the backward's also dq and dkv. q.data null where it could not be had.
   struct BlockScratch {
     kernels::Ptr q, kv, o, dout, dq, dkv;
     float* stats = nullptr;
   };
-  BlockScratch CarveBlockScratch(const kernels::AttentionBlock& a, kernels::Precision p, bool backward) {
+  BlockScratch CarveBlockScratch(const kernels::AttentionBlock& a, bool backward) {
+    const kernels::Precision p = a.values;
     const int64_t rows = static_cast<int64_t>(a.B) * a.Lq;
     // sizes in floats, each rounded up to 16 bytes (4 floats); 16-bit values two a float
     auto room16 = [](int64_t n) { return (n + 7) / 8 * 4; };
@@ -664,7 +652,6 @@ class Cuda final : public kernels::Backend, public kernels::AttentionBlocks16 {
   const std::unique_ptr<CudnnAttention> cudnn_;
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
-  Counts blocks16_;  // the 16-bit blocks run so far, on cuDNN and on the fp32 kernels
   std::mutex mu_;
   absl::Status error_;
 };

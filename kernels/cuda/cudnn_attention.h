@@ -75,8 +75,9 @@ class CudnnAttention {
   // Graphs built so far (one per shape, grouping, type and direction).
   int graphs() const;
 
-  // Context parallelism's blocks (kernels/attention_block_16bit.h): a block of L query rows
-  // against a block of L key/value rows of each of B sequences, in packed 16-bit tensors: q and
+  // Context parallelism's 16-bit blocks (AttentionBlock::values, kernels/attention_block.h): a
+  // block of L query rows against a block of L key/value rows of each of B sequences, in packed
+  // 16-bit tensors: q and
   // o (B, L, NH·hs) rows, kv (B, L, 2·NKV·hs) rows (each row's NKV key heads, then its value
   // heads, as the ring's blocks travel), stats (B, NH, L) fp32; causal (the diagonal block:
   // query row i sees keys j <= i) or not (every key seen); the scores times scale. The same

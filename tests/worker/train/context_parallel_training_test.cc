@@ -22,7 +22,6 @@
 #include "jobspec/model_layout.h"
 #include "jobspec/planner.h"
 #include "jobspec/ranks.h"
-#include "kernels/attention_block_16bit.h"
 #include "kernels/emulated/cudnn_frontend.h"
 #include "kernels/threads.h"
 #include "tests/test_util.h"
@@ -133,9 +132,8 @@ class CpTrainingTest : public ::testing::Test {
     std::vector<float> params;  // rank 0's, whole (gathered at the end under ZeRO 3)
     float val_loss = NAN;       // rank 0's, at the end
     size_t activations = 0;     // rank 0's activation buffer, bytes
-    // rank 0's backend's 16-bit ring blocks (kernels/attention_block_16bit.h): on cuDNN, and
-    // those that fell back to the fp32 kernels (none where the backend has no such path)
-    kernels::AttentionBlocks16::Counts blocks16;
+    // the ring's blocks, summed over the ranks (model::RingAttention::blocks)
+    model::RingAttention::Blocks blocks;
     int64_t moe_assignments = 0, moe_dropped = 0;  // rank 0's reports', summed over the steps
   };
   Result Run(int dp, int cp, int zero = 0, int64_t stop_after = 0, bool resume = false) {
@@ -175,7 +173,7 @@ class CpTrainingTest : public ::testing::Test {
           (*t)->model().ReadParams(results[r].params.data());
           if (!(*t)->val_losses().empty()) results[r].val_loss = (*t)->val_losses().back().second;
           results[r].activations = (*t)->memory().activations;
-          if (auto* b16 = kernels::AttentionBlocks16Of((*t)->model().backend())) results[r].blocks16 = b16->blocks16();
+          results[r].blocks = (*t)->model().context_parallel_blocks();
           ring[r] = (*t)->memory().ring;
         }
         std::fclose(null);
@@ -200,6 +198,10 @@ class CpTrainingTest : public ::testing::Test {
       if (c.tp_rank == 0 && c.stage == 0 && jobspec::EpRankOf(c, l) == 0) {  // (ep: rank 0's experts)
         EXPECT_EQ(results[r].params, results[0].params) << "every rank holds the same parameters: rank " << r;
       }
+    }
+    for (int r = 1; r < world; ++r) {
+      results[0].blocks.forward += results[r].blocks.forward;
+      results[0].blocks.backward += results[r].blocks.backward;
     }
     return results[0];
   }
@@ -487,15 +489,15 @@ TEST_F(CpTrainingTest, CudaEmulatedCpTwoTrainsAsOneProcess) {
   ExpectSameTraining(Run(1, 2), Run(1, 1), "gpt2 cuda-emulated cp 2");
 }
 
-// The ring's blocks on the cuDNN path (kernels/attention_block_16bit.h; the stand-in of
+// The ring's blocks on the cuDNN path (AttentionBlock::values 16-bit; the stand-in of
 // kernels/emulated/cudnn_frontend.h on cuda-emulated): a bf16 Llama with grouped heads (only the
 // key/value heads travel; cuDNN's SDPA reads them ungrouped) at cp 2 against one process on the
 // same backend (its attention on cuDNN too), within 2^-9 a step as
 // SixteenBitPrecisionAtCpTwoTrainsAsOneProcess and CudaEmulatedCpTwoTrainsAsOneProcess: each
 // block's output and gradients are rounded to bf16 once more than the one process's (a
 // relative 2^-9 of a partial at most, against loss changes of that order over three steps).
-// That cuDNN ran them: every block of rank 0 on it and none on the fp32 kernels (the backend's
-// count), and the stand-in's record holds graphs of the chunk's 4 rows, causal (the diagonal)
+// That cuDNN ran them: the stand-in's record holds one graph of the chunk's 4 rows for every
+// block the ranks' rings computed (none left to the fp32 kernels), causal (the diagonal)
 // and unmasked, forward and backward, at 3 unmasked blocks to 2 diagonal ones a layer and
 // pass (cp 2: rank 0's chunks 0 and 3 see 0; 0 and 3; 1 and 2 whole). Fails where the ring
 // runs its fp32 kernels instead. Then the fallback (issue 48's rule): with cuDNN refusing every
@@ -521,22 +523,24 @@ TEST_F(CpTrainingTest, CudaEmulatedCpTwoOnCudnnTrainsAsOneProcess) {
     worst = std::max(worst, rel);
     EXPECT_LE(rel, 0x1p-9) << "bf16 step " << i + 1 << ": " << cp2.losses[i] << " vs " << one.losses[i];
   }
-  std::printf("llama bf16 cuda-emulated cp 2 on cuDNN: losses within %.2g (bound 2^-9); rank 0's blocks on cuDNN: "
-              "%lld forward, %lld backward; on the fp32 kernels: %lld, %lld\n",
-              worst, static_cast<long long>(cp2.blocks16.forward), static_cast<long long>(cp2.blocks16.backward),
-              static_cast<long long>(cp2.blocks16.forward_fp32), static_cast<long long>(cp2.blocks16.backward_fp32));
-  EXPECT_GT(cp2.blocks16.forward, 0);
-  EXPECT_GT(cp2.blocks16.backward, 0);
-  EXPECT_EQ(cp2.blocks16.forward_fp32, 0);
-  EXPECT_EQ(cp2.blocks16.backward_fp32, 0);
   int64_t ran[2][2];
   for (int bwd = 0; bwd < 2; ++bwd)
     for (int causal = 0; causal < 2; ++causal) ran[bwd][causal] = emucudnn::Executions(bwd, causal, L) - before[bwd][causal];
+  std::printf("llama bf16 cuda-emulated cp 2 on cuDNN: losses within %.2g (bound 2^-9); the ranks' blocks: %lld "
+              "forward, %lld backward; cuDNN graphs of %d rows run: %lld forward, %lld backward\n",
+              worst, static_cast<long long>(cp2.blocks.forward), static_cast<long long>(cp2.blocks.backward), L,
+              static_cast<long long>(ran[0][0] + ran[0][1]), static_cast<long long>(ran[1][0] + ran[1][1]));
+  EXPECT_GT(cp2.blocks.forward, 0);
+  EXPECT_GT(cp2.blocks.backward, 0);
+  EXPECT_EQ(ran[0][0] + ran[0][1], cp2.blocks.forward) << "a forward block not on cuDNN";
+  EXPECT_EQ(ran[1][0] + ran[1][1], cp2.blocks.backward) << "a backward block not on cuDNN";
   for (int bwd = 0; bwd < 2; ++bwd) {
     EXPECT_GT(ran[bwd][1], 0) << (bwd ? "backward" : "forward") << ": no diagonal block ran on cuDNN";
     EXPECT_EQ(2 * ran[bwd][0], 3 * ran[bwd][1]) << (bwd ? "backward" : "forward") << ": " << ran[bwd][0]
                                                 << " unmasked blocks to " << ran[bwd][1] << " diagonal ones";
   }
+  for (int bwd = 0; bwd < 2; ++bwd)
+    for (int causal = 0; causal < 2; ++causal) before[bwd][causal] = emucudnn::Executions(bwd, causal, L);
   ASSERT_EQ(setenv(emucudnn::kNoPlanVariable, "all", 1), 0);
   const Result fallback = Run(1, 2);
   unsetenv(emucudnn::kNoPlanVariable);
@@ -548,10 +552,13 @@ TEST_F(CpTrainingTest, CudaEmulatedCpTwoOnCudnnTrainsAsOneProcess) {
     EXPECT_LE(rel, 0x1p-9) << "bf16 fallback step " << i + 1 << ": " << fallback.losses[i] << " vs " << one.losses[i];
   }
   std::printf("llama bf16 cuda-emulated cp 2 on the fp32 block kernels (no cuDNN plan): losses within %.2g\n", worst);
-  EXPECT_EQ(fallback.blocks16.forward, 0);
-  EXPECT_EQ(fallback.blocks16.backward, 0);
-  EXPECT_EQ(fallback.blocks16.forward_fp32, cp2.blocks16.forward);
-  EXPECT_EQ(fallback.blocks16.backward_fp32, cp2.blocks16.backward);
+  EXPECT_EQ(fallback.blocks.forward, cp2.blocks.forward);
+  EXPECT_EQ(fallback.blocks.backward, cp2.blocks.backward);
+  for (int bwd = 0; bwd < 2; ++bwd) {
+    for (int causal = 0; causal < 2; ++causal) {
+      EXPECT_EQ(emucudnn::Executions(bwd, causal, L), before[bwd][causal]) << "a block on cuDNN with no plan";
+    }
+  }
 }
 
 }  // namespace
