@@ -114,6 +114,19 @@ void CommWork::GiveBf16(uint16_t* p) { pool_.Give(reinterpret_cast<float*>(p)); 
 
 absl::Status CommWork::Sync() { return peer_ ? peer_->Synchronize() : absl::OkStatus(); }
 
+absl::Status CommWork::Reduce(comm::Communicator& dp, const BucketReduction& r) {
+  comm::Communicator& c = r.group != nullptr ? *r.group : dp;
+  switch (r.kind) {
+    case BucketReduction::Kind::kAllReduceMean:
+      return AllReduceMean(c, r.grads + r.begin, r.end - r.begin, r.inv, r.bf16);
+    case BucketReduction::Kind::kReduceScatterMean:
+      return ReduceScatterMean(c, r.grads, r.begin, r.end, r.piece, r.pb, r.pe, r.inv, r.bf16);
+    case BucketReduction::Kind::kReduceScatterAccumulate:
+      return ReduceScatterAccumulate(c, r.work, r.shard, r.piece, r.first, r.inv, r.bf16);
+  }
+  return absl::InternalError("a bucket reduction of no known kind");
+}
+
 absl::Status CommWork::AllReduceMean(comm::Communicator& c, float* g, size_t n, float inv, bool bf16) {
   if (c.size() == 1) {  // an expert range held by this rank alone: only the mean's scale
     Scale(g, n, inv);

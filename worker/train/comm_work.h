@@ -46,6 +46,29 @@ class BufferPool {
   std::vector<std::unique_ptr<Slot>> slots_;
 };
 
+// A bucket's reduction over the data-parallel group, stated once by the engine
+// (ZeroEngine::LaunchBucket) and run on the communication thread by CommWork::Reduce: which
+// of the three reductions below its ZeRO stage asks for, and what that one reads.
+struct BucketReduction {
+  enum class Kind {
+    kAllReduceMean,            // stage 0: grads[begin, end) all-reduced in place
+    kReduceScatterMean,        // stage 1: grads[begin, end) reduce-scattered into grads[pb, pe)
+    kReduceScatterAccumulate,  // stages 2 and 3: work reduce-scattered into shard
+  };
+  Kind kind = Kind::kAllReduceMean;
+  // The group: null the communication thread's (the DP group), else an expert range's.
+  comm::Communicator* group = nullptr;
+  float* grads = nullptr;     // stages 0 and 1: the model's flat gradients
+  size_t begin = 0, end = 0;  // the bucket's flat range
+  size_t piece = 0;           // elements per rank
+  size_t pb = 0, pe = 0;      // stage 1: this rank's piece of it (short or empty at the end)
+  float* work = nullptr;      // stages 2 and 3: the micro-batch's bucket gradients (the pool's)
+  float* shard = nullptr;     // stages 2 and 3: this rank's piece of the gradient shard
+  bool first = false;         // stages 2 and 3: the step's first micro-batch
+  float inv = 1.f;            // the mean's scale, 1/dp
+  bool bf16 = false;          // summed in bf16
+};
+
 class CommWork {
  public:
   // For a model on `model_backend` (not owned; it outlives this): a peer backend for the
@@ -75,6 +98,9 @@ class CommWork {
   void GiveBf16(uint16_t* p);
   // Waits for the queued work (on the peer; nothing on the host).
   absl::Status Sync();
+
+  // r over its group, or over dp (the communication thread's group) where r names none.
+  absl::Status Reduce(comm::Communicator& dp, const BucketReduction& r);
 
   // The reductions of a bucket's gradients over the group c, each ending with the mean's
   // scale `inv` (1/dp) and, with bf16, summing bf16 values (the fp32 gradients rounded into a

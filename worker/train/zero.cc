@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -394,36 +395,37 @@ void ZeroEngine::LaunchBucket(int k) {
     comm::Communicator* emb = mp_.emb;
     comm_->Submit([g, n, emb](comm::Communicator&) { return emb->AllReduceSum(g, n); });
   }
-  // The mean over the DP group: 1/dp, also for an expert range reduced over its smaller group.
-  const float inv = 1.0f / static_cast<float>(dp_);
-  const size_t begin = b.begin, end = b.end, piece = b.piece, pb = PieceBegin(b), pe = PieceEnd(b);
-  comm::Communicator* group = b.group;
-  // bf16 reduction: the fp32 gradients are rounded into a bf16 staging buffer, the collective
-  // sums that, and its result is widened back into fp32 before the 1/dp scale; the staging is
-  // written (CommSync) before the collective reads it.
-  const bool bf16 = grad_reduce_bf16_;
-  CommWork* w = work_.get();
+  // The bucket's reduction, by stage: 0 and 1 once per step, after the last micro-batch (0 not
+  // at all in a DP group of one), 2 and 3 each micro-batch, from its working buffer into the
+  // shard. The mean over the DP group: 1/dp, also for an expert range reduced over its smaller
+  // group. bf16 reduction: the fp32 gradients are rounded into a bf16 staging buffer, the
+  // collective sums that, and its result is widened back into fp32 before the 1/dp scale.
+  BucketReduction r;
+  r.group = b.group;
+  r.begin = b.begin;
+  r.end = b.end;
+  r.piece = b.piece;
+  r.inv = 1.0f / static_cast<float>(dp_);
+  r.bf16 = grad_reduce_bf16_;
   if (stage_ == 0) {
     if (!last_micro_ || dp_ == 1) return;
-    float* g = model_->grads() + begin;
-    comm_->Submit([w, g, begin, end, inv, bf16, group](comm::Communicator& dp_group) {
-      return w->AllReduceMean(group != nullptr ? *group : dp_group, g, end - begin, inv, bf16);
-    });
+    r.kind = BucketReduction::Kind::kAllReduceMean;
+    r.grads = model_->grads();
   } else if (stage_ == 1) {
     if (!last_micro_) return;
-    float* grads = model_->grads();
-    comm_->Submit([w, grads, begin, end, piece, pb, pe, inv, bf16, group](comm::Communicator& dp_group) {
-      return w->ReduceScatterMean(group != nullptr ? *group : dp_group, grads, begin, end, piece, pb, pe, inv, bf16);
-    });
+    r.kind = BucketReduction::Kind::kReduceScatterMean;
+    r.grads = model_->grads();
+    r.pb = PieceBegin(b);
+    r.pe = PieceEnd(b);
   } else {
-    float* work = b.work;
-    b.work = nullptr;
-    float* shard = grad_shard_.data() + b.local;
-    const bool first = micro_ == 0;
-    in_flight_.push_back(comm_->Submit([w, work, shard, piece, first, inv, bf16](comm::Communicator& c) {
-      return w->ReduceScatterAccumulate(c, work, shard, piece, first, inv, bf16);
-    }));
+    r.kind = BucketReduction::Kind::kReduceScatterAccumulate;
+    r.work = std::exchange(b.work, nullptr);
+    r.shard = grad_shard_.data() + b.local;
+    r.first = micro_ == 0;
   }
+  CommWork* w = work_.get();
+  const uint64_t ticket = comm_->Submit([w, r](comm::Communicator& dp_group) { return w->Reduce(dp_group, r); });
+  if (stage_ >= 2) in_flight_.push_back(ticket);  // AcquireGrads keeps at most two in flight
 }
 
 absl::StatusOr<ZeroEngine::StepResult> ZeroEngine::FinishStep(double local_loss, double lr, int step, double grad_clip,

@@ -1,7 +1,8 @@
 // train::CommWork and BufferPool on the cpu backend: the buffers the pool hands out and keeps,
 // and the three reductions of a bucket over tests/fake_communicator.h's pair (whose peer holds
 // 10 times this rank's values): what each collective is given, the mean, bf16's rounding, the
-// short last piece, the accumulation over micro-batches, and the buffers given back.
+// short last piece, the accumulation over micro-batches, and the buffers given back; and
+// Reduce, which runs a BucketReduction's one over its group.
 #include "worker/train/comm_work.h"
 
 #include <gtest/gtest.h>
@@ -134,6 +135,62 @@ TEST(CommWorkTest, ReduceScatterAccumulateAddsEachMicroBatchAndGivesTheWorkBack)
   w->pool().ReleaseFree();
   EXPECT_GT(bytes, 0u);
   EXPECT_EQ(w->pool().allocated_bytes(), 0u);
+}
+
+TEST(CommWorkTest, ReduceRunsItsKindsReductionOverItsGroupOrElseTheThreads) {
+  auto w = *CommWork::Create(&kernels::CpuBackend());
+  // A bucket [3, 14) of a 20-float buffer, as rank 1 of 2 holds it: pieces of 6, its own [9, 14)
+  // short. The thread's group and an expert range's own tell apart by their peers' values.
+  using Kind = BucketReduction::Kind;
+  for (Kind kind : {Kind::kAllReduceMean, Kind::kReduceScatterMean, Kind::kReduceScatterAccumulate}) {
+    for (bool own_group : {false, true}) {
+      Pair dp(1, 10.f), group(1, 3.f), direct(1, own_group ? 3.f : 10.f);
+      const bool bf16 = own_group;  // both precisions, one with each group
+      std::vector<float> grads = Ramp(20), want = grads;
+      std::vector<float> shard(6, -1.f), want_shard = shard;
+      BucketReduction r;
+      r.kind = kind;
+      r.group = own_group ? &group : nullptr;
+      r.grads = grads.data();
+      r.begin = 3;
+      r.end = 14;
+      r.piece = 6;
+      r.pb = 9;
+      r.pe = 14;
+      r.shard = shard.data();
+      r.first = true;
+      r.inv = 0.5f;
+      r.bf16 = bf16;
+      float* work = nullptr;
+      if (kind == Kind::kReduceScatterAccumulate) {  // two buffers of the pool's, alike
+        r.work = w->pool().Take(12, w->backend());
+        work = w->pool().Take(12, w->backend());
+        for (size_t i = 0; i < 12; ++i) r.work[i] = work[i] = grads[3 + i];
+      }
+      ASSERT_TRUE(w->Reduce(dp, r).ok());
+      absl::Status s;
+      switch (kind) {
+        case Kind::kAllReduceMean:
+          s = w->AllReduceMean(direct, want.data() + 3, 11, 0.5f, bf16);
+          break;
+        case Kind::kReduceScatterMean:
+          s = w->ReduceScatterMean(direct, want.data(), 3, 14, 6, 9, 14, 0.5f, bf16);
+          break;
+        case Kind::kReduceScatterAccumulate:
+          s = w->ReduceScatterAccumulate(direct, work, want_shard.data(), 6, true, 0.5f, bf16);
+          break;
+      }
+      ASSERT_TRUE(s.ok()) << s;
+      const int at = static_cast<int>(kind);
+      EXPECT_EQ(grads, want) << "kind " << at << " own group " << own_group;
+      EXPECT_EQ(shard, want_shard) << "kind " << at << " own group " << own_group;
+      ASSERT_EQ(direct.log.size(), 1u);
+      EXPECT_EQ((own_group ? group : dp).log, direct.log) << "kind " << at;
+      EXPECT_TRUE((own_group ? dp : group).log.empty()) << "kind " << at << " own group " << own_group;
+    }
+  }
+  w->pool().ReleaseFree();
+  EXPECT_EQ(w->pool().allocated_bytes(), 0u);  // the work buffers went back
 }
 
 TEST(CommWorkTest, ACollectivesErrorIsReturnedAndTheBuffersStillGoBack) {
