@@ -833,7 +833,7 @@ void Cluster::UpdateTeamGaugesLocked(int64_t now) {
   for (const std::string& device : store_->QueuedDevices()) {
     for (const auto& [key, brief] : store_->QueuedBriefs(device)) {
       const int64_t since = brief->update_time_unix_ms() > 0 ? brief->update_time_unix_ms() : brief->submit_time_unix_ms();
-      queued.push_back({brief->team(), since, holds->count(key.id) > 0});
+      queued.push_back({brief->team(), since, holds->count({device, brief->team()}) > 0});
     }
   }
   const std::shared_ptr<const TeamQuotas> quotas = scheduler_.Quotas();
@@ -965,8 +965,8 @@ std::string Cluster::QuotaHold(const std::string& job_id) {
     std::lock_guard<std::mutex> hl(holds_mu_);
     holds = holds_;
   }
-  auto it = holds->find(job_id);
-  return it == holds->end() ? std::string() : it->second;
+  const auto at = store_->QueuedAt(job_id);  // (device kind, team) of a queued job
+  return at ? Scheduler::HeldFor(*holds, at->first, at->second) : std::string();
 }
 
 v1::GetQuotasResponse Cluster::QuotaReport() {

@@ -57,6 +57,27 @@ FairShareQueue::FairShareQueue(const TeamQuotas& quotas, Usage usage, std::strin
   }
 }
 
+FairShareQueue::FairShareQueue(const TeamQuotas& quotas, Usage usage, std::string device,
+                               std::vector<std::string> teams, Source source)
+    : quotas_(quotas), usage_(std::move(usage)), device_(std::move(device)), source_(std::move(source)) {
+  std::sort(teams.begin(), teams.end());
+  teams.erase(std::unique(teams.begin(), teams.end()), teams.end());
+  teams_.reserve(teams.size());
+  for (std::string& team : teams) {
+    const double share = DominantShare(quotas_, usage_, team);
+    teams_.push_back({std::move(team), {}, share, false});
+  }
+}
+
+const FairShareQueue::Job* FairShareQueue::Head(Team& t) {
+  if (!source_) return t.jobs.empty() ? nullptr : &t.jobs.back();
+  if (!t.read) {
+    t.head = source_(t.name, t.last);
+    t.read = true;
+  }
+  return t.head ? &*t.head : nullptr;
+}
+
 FairShareQueue::Team* FairShareQueue::Find(const std::string& team) {
   auto it = std::lower_bound(teams_.begin(), teams_.end(), team,
                              [](const Team& t, const std::string& name) { return t.name < name; });
@@ -65,20 +86,32 @@ FairShareQueue::Team* FairShareQueue::Find(const std::string& team) {
 
 std::optional<FairShareQueue::Job> FairShareQueue::Next() {
   Team* best = nullptr;
+  const Job* best_head = nullptr;
   for (Team& t : teams_) {
-    if (t.jobs.empty() || t.held) continue;
+    if (t.held) continue;
+    const Job* head = Head(t);
+    if (head == nullptr) continue;
     if (best == nullptr) {
       best = &t;
+      best_head = head;
       continue;
     }
-    const placement::QueueKey& k = t.jobs.back().key;
-    const placement::QueueKey& b = best->jobs.back().key;
+    const placement::QueueKey& k = head->key;
+    const placement::QueueKey& b = best_head->key;
     if (k.priority > b.priority ||
         (k.priority == b.priority && (t.share < best->share || (t.share == best->share && k < b)))) {
       best = &t;
+      best_head = head;
     }
   }
   if (best == nullptr) return std::nullopt;
+  if (source_) {
+    Job j = *std::move(best->head);
+    best->head.reset();
+    best->read = false;
+    best->last = j.key;
+    return j;
+  }
   Job j = std::move(best->jobs.back());
   best->jobs.pop_back();
   return j;
@@ -98,7 +131,16 @@ void FairShareQueue::Hold(const std::string& team) {
 std::vector<FairShareQueue::Job> FairShareQueue::Left(const std::string& team) const {
   auto it = std::find_if(teams_.begin(), teams_.end(), [&](const Team& t) { return t.name == team; });
   if (it == teams_.end()) return {};
-  return {it->jobs.rbegin(), it->jobs.rend()};
+  if (!source_) return {it->jobs.rbegin(), it->jobs.rend()};
+  std::vector<Job> out;
+  if (it->read && it->head) out.push_back(*it->head);
+  std::optional<placement::QueueKey> after = it->read ? (it->head ? std::optional(it->head->key) : std::nullopt) : it->last;
+  if (it->read && !it->head) return out;  // read to its end
+  while (std::optional<Job> j = source_(it->name, after)) {
+    after = j->key;
+    out.push_back(*std::move(j));
+  }
+  return out;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,6 +53,13 @@ class FairShareQueue {
   };
   // `queue`: one device kind's queued jobs, in any order (the store's order costs no sort).
   FairShareQueue(const TeamQuotas& quotas, Usage usage, std::string device, std::vector<Job> queue);
+  // The same order read as it goes: `teams` are those with queued jobs of the kind, and
+  // source(team, after) gives the team's next queued job after `after` (none: its first) in
+  // the queue's order. A walk that stops early (the scheduler's pass stops at the first job
+  // that waits for workers) then reads a few jobs a team, not a copy of the whole queue.
+  using Source = std::function<std::optional<Job>(const std::string& team, const std::optional<placement::QueueKey>& after)>;
+  FairShareQueue(const TeamQuotas& quotas, Usage usage, std::string device, std::vector<std::string> teams,
+                 Source source);
   // The next job in the order, taken off the queue; none: no job is left but those of held
   // teams.
   std::optional<Job> Next();
@@ -73,8 +81,14 @@ class FairShareQueue {
     std::vector<Job> jobs;  // in the queue's order, reversed (the next at the back)
     double share = 0;       // DominantShare as the use stands
     bool held = false;
+    // Read as it goes (source_ set): the next job, once read, and the last one taken.
+    std::optional<Job> head;
+    bool read = false;
+    std::optional<placement::QueueKey> last;
   };
   Team* Find(const std::string& team);
+  const Job* Head(Team& t);  // the team's next job, if any
+  Source source_;  // empty: the jobs were given whole
   std::vector<Team> teams_;  // in name order
 };
 

@@ -101,9 +101,14 @@ quota::Usage Scheduler::PlacedUse() const {
   return usage;
 }
 
+std::string Scheduler::HeldFor(const QuotaHolds& holds, const std::string& device, const std::string& team) {
+  auto it = holds.find({device, team});
+  return it == holds.end() ? std::string() : it->second;
+}
+
 std::string Scheduler::QuotaHold(const std::string& job_id) const {
-  auto it = quota_holds_->find(job_id);
-  return it == quota_holds_->end() ? std::string() : it->second;
+  const auto at = store_->QueuedAt(job_id);  // (device kind, team) of a queued job
+  return at ? HeldFor(*quota_holds_, at->first, at->second) : std::string();
 }
 
 std::vector<Scheduler::Placement> Scheduler::Decide(const std::vector<std::string>& shard_addrs, int64_t now,
@@ -151,9 +156,18 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
   quota::Usage usage = PlacedUse();
   for (const std::string& device : store_->QueuedDevices()) {
     // The kind's queue in the fair share's order (quota::FairShareQueue, which queue_position
-    // reports too): a job's record is read when its turn comes.
-    quota::FairShareQueue queue(quotas, std::move(usage), device, FairShareJobs(device));
-    std::map<std::string, std::string> held;  // team → why it waits at this kind in this pass
+    // reports too), read from the store's index a team's next job at a time: the walk stops
+    // at the first job that waits for workers, and a pass of a busy cluster (one per
+    // submission or end) would otherwise copy thousands of queued jobs to place a few. A job's
+    // record is read when its turn comes.
+    quota::FairShareQueue queue(
+        quotas, std::move(usage), device, store_->QueuedTeams(device),
+        [&](const std::string& team,
+            const std::optional<placement::QueueKey>& after) -> std::optional<quota::FairShareQueue::Job> {
+          auto next = store_->NextQueuedOfTeam(device, team, after);
+          if (!next) return std::nullopt;
+          return quota::FairShareQueue::Job{next->first, team, next->second->world_size()};
+        });
     while (const std::optional<quota::FairShareQueue::Job> head = queue.Next()) {
       const std::string next = head->team, id = head->key.id;
       auto job = store_->GetJob(id);
@@ -165,8 +179,7 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
       // The cap and the quota for the fewest ranks it can start on first; then what it would take.
       const bool borrow = !job->not_preemptible();  // borrowed slots are reclaimed by preemption
       if (std::string why = quota::HoldReason(quotas, used, next, device, spec.MinWorld(), borrow); !why.empty()) {
-        (*holds)[id] = why;
-        held[next] = why;
+        (*holds)[{device, next}] = why;  // it, and the jobs of its team behind it at this kind
         queue.Hold(next);
         continue;
       }
@@ -185,8 +198,7 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
           why = absl::StrCat("team ", next, " near its quota: ", quota::Room(quotas, used, next, device, borrow), " ",
                              quota::SlotsName(device, 2), " left, fewer than its layout takes");
         }
-        (*holds)[id] = why;
-        held[next] = why;
+        (*holds)[{device, next}] = why;
         queue.Hold(next);
         continue;
       }
@@ -206,10 +218,6 @@ std::vector<Scheduler::Placement> Scheduler::DecideWithQuotas(const TeamQuotas& 
       for (const auto& [w, local] : p.chosen) taken.insert(w);
       queue.Placed(next, p.job.world_size());
       placements.push_back(std::move(p));
-    }
-    // The jobs of a held team behind its head wait for the same reason.
-    for (const auto& [team, why] : held) {
-      for (const quota::FairShareQueue::Job& item : queue.Left(team)) (*holds)[item.key.id] = why;
     }
     usage = queue.TakeUsage();
   }

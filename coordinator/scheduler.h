@@ -86,10 +86,14 @@ class Scheduler {
   // Why the last pass held a queued job for its team's quota or cap (empty: it did not), e.g.
   // "team vision at its quota: 16 of 16 GPUs".
   std::string QuotaHold(const std::string& job_id) const;
-  // The same for every job the last pass held (job id → why): an immutable map, replaced by
-  // each pass, that a reader may keep without the owner's locks.
-  using QuotaHolds = std::map<std::string, std::string>;
+  // What the last pass held, per (device kind, team) → why: a team held by its quota or cap
+  // holds every queued job of its team at that kind (the pass's walk skips them all), so the
+  // holds are the teams', not one entry per job (a pass would otherwise write one for each of
+  // thousands of queued jobs). An immutable map, replaced by each pass, that a reader may keep
+  // without the owner's locks; HeldFor reads it for one job.
+  using QuotaHolds = std::map<std::pair<std::string, std::string>, std::string>;
   std::shared_ptr<const QuotaHolds> quota_holds() const { return quota_holds_; }
+  static std::string HeldFor(const QuotaHolds& holds, const std::string& device, const std::string& team);
   // Whether quotas are in force (Options::quotas gives a non-empty set). Reads only the
   // options: callable without the owner's locks.
   bool QuotasInForce() const;

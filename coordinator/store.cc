@@ -229,8 +229,27 @@ void Store::Unqueue(const std::string& id, const Brief& b) {
       q->second.erase(b.key);
       if (q->second.empty()) queues_.erase(q);
     }
+    auto d = team_queues_.find(b.device);
+    if (d != team_queues_.end()) {
+      auto t = d->second.find(b.brief->team());
+      if (t != d->second.end()) {
+        t->second.erase(b.key);
+        if (t->second.empty()) d->second.erase(t);
+      }
+      if (d->second.empty()) team_queues_.erase(d);
+    }
   } else {
     unresolved_.erase(id);
+  }
+}
+
+void Store::Enqueue(const std::string& id, const Brief& b) {
+  if (!placement::Queued(b.state)) return;
+  if (b.resolved) {
+    queues_[b.device].emplace(b.key, &b);
+    team_queues_[b.device][b.brief->team()].emplace(b.key, &b);
+  } else {
+    unresolved_.insert(id);
   }
 }
 
@@ -253,13 +272,12 @@ void Store::Index(const v1::Job& job, const std::string& device) {
   b.key = placement::QueueKey::Of(job);
   b.brief = std::move(brief);
   ++by_state_[b.state];
-  if (placement::Queued(b.state)) {
-    if (b.resolved) {
-      queues_[b.device].insert(b.key);
-    } else {
-      unresolved_.insert(job.id());
-    }
+  if (Placed(b.state)) {
+    placed_.emplace(job.id(), &b);
+  } else {
+    placed_.erase(job.id());
   }
+  Enqueue(job.id(), b);
 }
 
 void Store::SetDevice(const std::string& id, const std::string& device) {
@@ -268,12 +286,10 @@ void Store::SetDevice(const std::string& id, const std::string& device) {
   if (it == index_.end()) return;
   Brief& b = it->second;
   if (b.resolved && b.device == device) return;
-  if (placement::Queued(b.state)) {
-    Unqueue(id, b);
-    queues_[device].insert(b.key);
-  }
+  Unqueue(id, b);
   b.device = device;
   b.resolved = true;
+  Enqueue(id, b);
 }
 
 std::vector<std::shared_ptr<const v1::Job>> Store::ListBrief() const {
@@ -321,7 +337,28 @@ std::optional<placement::QueueKey> Store::NextQueued(const std::string& device,
   if (q == queues_.end()) return std::nullopt;
   auto it = after ? q->second.upper_bound(*after) : q->second.begin();
   if (it == q->second.end()) return std::nullopt;
-  return *it;
+  return it->first;
+}
+
+std::vector<std::string> Store::QueuedTeams(const std::string& device) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  std::vector<std::string> out;
+  auto d = team_queues_.find(device);
+  if (d == team_queues_.end()) return out;
+  for (const auto& [team, q] : d->second) out.push_back(team);
+  return out;
+}
+
+std::optional<std::pair<placement::QueueKey, Store::BriefJob>> Store::NextQueuedOfTeam(
+    const std::string& device, const std::string& team, const std::optional<placement::QueueKey>& after) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  auto d = team_queues_.find(device);
+  if (d == team_queues_.end()) return std::nullopt;
+  auto t = d->second.find(team);
+  if (t == d->second.end()) return std::nullopt;
+  auto it = after ? t->second.upper_bound(*after) : t->second.begin();
+  if (it == t->second.end()) return std::nullopt;
+  return std::make_pair(it->first, it->second->brief);
 }
 
 bool Store::IsQueued(const std::string& id) const {
@@ -343,7 +380,7 @@ std::pair<int64_t, std::string> Store::QueuePosition(const std::string& id) cons
   if (q == queues_.end()) return {0, ""};
   int64_t pos = 0;
   std::string before;
-  for (const auto& k : q->second) {  // a walk to the job: positions are not kept
+  for (const auto& [k, b] : q->second) {  // a walk to the job: positions are not kept
     ++pos;
     if (k.id == id) return {pos, before};
     before = k.id;
@@ -357,12 +394,19 @@ std::map<std::string, std::pair<int64_t, std::string>> Store::QueuePositions() c
   for (const auto& [device, q] : queues_) {
     int64_t pos = 0;
     std::string before;
-    for (const auto& k : q) {
+    for (const auto& [k, b] : q) {
       out[k.id] = {++pos, before};
       before = k.id;
     }
   }
   return out;
+}
+
+std::optional<std::pair<std::string, std::string>> Store::QueuedAt(const std::string& id) const {
+  std::lock_guard<std::mutex> l(index_mu_);
+  auto it = index_.find(id);
+  if (it == index_.end() || !placement::Queued(it->second.state) || !it->second.resolved) return std::nullopt;
+  return std::make_pair(it->second.device, it->second.brief->team());
 }
 
 std::vector<std::string> Store::JobsIn(v1::JobState state) const {
@@ -380,19 +424,15 @@ std::vector<std::pair<placement::QueueKey, Store::BriefJob>> Store::QueuedBriefs
   auto q = queues_.find(device);
   if (q == queues_.end()) return out;
   out.reserve(q->second.size());
-  for (const placement::QueueKey& k : q->second) {
-    auto it = index_.find(k.id);
-    if (it != index_.end()) out.emplace_back(k, it->second.brief);
-  }
+  for (const auto& [k, b] : q->second) out.emplace_back(k, b->brief);
   return out;
 }
 
 std::vector<std::pair<Store::BriefJob, std::string>> Store::PlacedBriefs() const {
   std::lock_guard<std::mutex> l(index_mu_);
   std::vector<std::pair<BriefJob, std::string>> out;
-  for (const auto& [id, b] : index_) {
-    if (b.state == v1::SCHEDULED || b.state == v1::RUNNING) out.emplace_back(b.brief, b.resolved ? b.device : "");
-  }
+  out.reserve(placed_.size());
+  for (const auto& [id, b] : placed_) out.emplace_back(b->brief, b->resolved ? b->device : "");
   return out;
 }
 

@@ -90,6 +90,14 @@ class Store {
   // it), if any. A walk that writes records as it goes stays valid: it moves by key.
   std::optional<placement::QueueKey> NextQueued(const std::string& device,
                                                 const std::optional<placement::QueueKey>& after) const;
+  // The teams with queued jobs of `device`, and a team's queued job of `device` that follows
+  // `after` (the first without it) in placement order, with its brief record: the fair share's
+  // walk reads each team's queue a job at a time, as NextQueued, rather than copying the kind's
+  // whole queue each pass.
+  std::vector<std::string> QueuedTeams(const std::string& device) const;
+  using BriefJob = std::shared_ptr<const v1::Job>;
+  std::optional<std::pair<placement::QueueKey, BriefJob>> NextQueuedOfTeam(
+      const std::string& device, const std::string& team, const std::optional<placement::QueueKey>& after) const;
   bool IsQueued(const std::string& id) const;
   bool AnyQueued(const std::string& device) const;
   // A queued job's place in its device's queue: (1-based position, the job before it or ""
@@ -97,11 +105,13 @@ class Store {
   std::pair<int64_t, std::string> QueuePosition(const std::string& id) const;
   // The same for every queued job at once.
   std::map<std::string, std::pair<int64_t, std::string>> QueuePositions() const;
+  // A queued job's device kind and team ((device, team)); none for a job not queued or
+  // unresolved.
+  std::optional<std::pair<std::string, std::string>> QueuedAt(const std::string& id) const;
   // The jobs in a state, in id order.
   std::vector<std::string> JobsIn(v1::JobState state) const;
   // The queued jobs of `device` in placement order, as the index holds them (brief records:
   // no spec texts), without reading the store: what the quota walk orders by team.
-  using BriefJob = std::shared_ptr<const v1::Job>;
   std::vector<std::pair<placement::QueueKey, BriefJob>> QueuedBriefs(const std::string& device) const;
   // The placed jobs (SCHEDULED, RUNNING), brief, each with its device kind ("" while its spec
   // has not been read): what a team uses.
@@ -147,10 +157,21 @@ class Store {
   // Takes a queued job (as b last indexed it) out of its device's queue or the unresolved
   // set; index_mu_ held.
   void Unqueue(const std::string& id, const Brief& b);
+  // Puts a queued job (as b says) in its device's and team's queues or the unresolved set.
+  void Enqueue(const std::string& id, const Brief& b);
   mutable std::mutex index_mu_;  // the index below (held briefly)
   std::map<std::string, Brief, placement::JobIdLess> index_;         // every job, in submission order
-  std::map<std::string, std::set<placement::QueueKey>> queues_;      // device → its queued jobs
+  // device → its queued jobs, each with its entry in index_ (whose nodes do not move): a walk
+  // of a queue reads the briefs without looking each job up.
+  std::map<std::string, std::map<placement::QueueKey, const Brief*>> queues_;
+  // The same split by team: device → team → its queued jobs.
+  std::map<std::string, std::map<std::string, std::map<placement::QueueKey, const Brief*>>> team_queues_;
   std::set<std::string> unresolved_;                                 // queued, device unknown
+  // The placed jobs (SCHEDULED, RUNNING), in id order: PlacedBriefs walks these, not every job
+  // the coordinator ever ran (each scheduling pass and queue position asks). index_'s nodes
+  // do not move.
+  std::map<std::string, const Brief*, placement::JobIdLess> placed_;
+  static bool Placed(v1::JobState s) { return s == v1::SCHEDULED || s == v1::RUNNING; }
   std::map<v1::JobState, int64_t> by_state_;
 };
 

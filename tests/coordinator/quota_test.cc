@@ -5,8 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
 #include <random>
 #include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace gantry::coordinator {
 namespace {
@@ -112,6 +117,79 @@ TEST(FairShareQueueTest, AQueueInTheStoresOrderGivesTheSameOrderAsAShuffledOne) 
       ordered.Placed(b->team, std::max<int64_t>(1, b->slots));
     }
   }
+}
+
+// The pass's queue, read a team's next job at a time (as from the store's per-team index),
+// gives the order, holds and leftovers of the queue given whole.
+TEST(FairShareQueueTest, AQueueReadAsItGoesGivesTheOrderOfOneGivenWhole) {
+  std::mt19937 rng(13);
+  for (int round = 0; round < 100; ++round) {
+    RandomQueue r = MakeRandomQueue(rng);
+    std::map<std::string, std::map<placement::QueueKey, FairShareQueue::Job>> by_team;
+    std::vector<std::string> teams;
+    for (const auto& j : r.jobs) {
+      by_team[j.team].emplace(j.key, j);
+      teams.push_back(j.team);
+    }
+    int reads = 0;
+    FairShareQueue whole(r.quotas, r.usage, "cpu", r.jobs);
+    FairShareQueue read(r.quotas, r.usage, "cpu", teams,
+                        [&](const std::string& team, const std::optional<placement::QueueKey>& after) {
+                          ++reads;
+                          const auto& q = by_team.at(team);
+                          auto it = after ? q.upper_bound(*after) : q.begin();
+                          return it == q.end() ? std::nullopt : std::optional<FairShareQueue::Job>(it->second);
+                        });
+    const std::string held = r.jobs.empty() ? "" : r.jobs[rng() % r.jobs.size()].team;
+    for (int step = 0;; ++step) {
+      auto a = whole.Next(), b = read.Next();
+      ASSERT_EQ(a.has_value(), b.has_value()) << "round " << round;
+      if (!a) break;
+      ASSERT_EQ(a->key.id, b->key.id) << "round " << round << ", step " << step;
+      if (step == 3 && !held.empty()) {  // a team held partway, as a quota holds it in a pass
+        whole.Hold(held);
+        read.Hold(held);
+      }
+      whole.Placed(a->team, std::max<int64_t>(1, a->slots));
+      read.Placed(b->team, std::max<int64_t>(1, b->slots));
+    }
+    std::vector<std::string> left_whole, left_read;
+    for (const auto& j : whole.Left(held)) left_whole.push_back(j.key.id);
+    for (const auto& j : read.Left(held)) left_read.push_back(j.key.id);
+    EXPECT_EQ(left_read, left_whole) << "round " << round;
+    if (!r.jobs.empty()) EXPECT_GT(reads, 0) << "round " << round;
+  }
+}
+
+// A walk that stops after a few jobs reads a few jobs a team, not the whole queue.
+TEST(FairShareQueueTest, AWalkThatStopsEarlyReadsAFewJobsATeam) {
+  TeamQuotas quotas;
+  std::map<std::string, std::vector<FairShareQueue::Job>> by_team;
+  for (int i = 0; i < 1000; ++i) {
+    FairShareQueue::Job j;
+    j.key.id = absl::StrFormat("j-%06d", i + 1);
+    j.team = absl::StrCat("t", i % 10);
+    quotas[j.team].nominal["cpu"] = 100;
+    by_team[j.team].push_back(j);
+  }
+  int reads = 0;
+  std::vector<std::string> teams;
+  for (const auto& [team, jobs] : by_team) teams.push_back(team);
+  FairShareQueue q(quotas, {}, "cpu", teams, [&](const std::string& team, const std::optional<placement::QueueKey>& after) {
+    ++reads;
+    const auto& jobs = by_team.at(team);
+    auto it = after ? std::upper_bound(jobs.begin(), jobs.end(), *after,
+                                       [](const placement::QueueKey& k, const FairShareQueue::Job& j) { return k < j.key; })
+                    : jobs.begin();
+    return it == jobs.end() ? std::nullopt : std::optional<FairShareQueue::Job>(*it);
+  });
+  for (int i = 0; i < 5; ++i) {
+    auto j = q.Next();
+    ASSERT_TRUE(j);
+    EXPECT_EQ(j->key.id, absl::StrFormat("j-%06d", i + 1));  // equal shares: by age
+    q.Placed(j->team, 1);
+  }
+  EXPECT_LE(reads, 15);  // each team's head, then one more for each job taken
 }
 
 TEST(FairShareQueueTest, AHeldTeamIsSkippedAndItsJobsAreLeftInOrder) {

@@ -87,5 +87,54 @@ TEST(StoreTest, QueuedAndPlacedBriefsFollowTheIndex) {
   EXPECT_EQ(placed_now[0].second, "cuda");
 }
 
+// Each team's queue of a device kind (the fair share's walk reads it a job at a time), and
+// where a queued job waits (device, team), follow the index as jobs are queued, placed, moved
+// to another kind and end; the placed jobs leave PlacedBriefs when they end.
+TEST(StoreTest, TeamQueuesFollowTheIndex) {
+  testing::TempDir d;
+  auto s = *Store::Open(d.File("db"));
+  std::vector<std::string> ids;
+  for (const std::string team : {"vision", "nlp", "vision", "vision"}) {
+    v1::Job j = NewJob(team);
+    j.set_team(team);
+    ids.push_back(*s->CreateJob(j, {}, "cpu"));
+  }
+  EXPECT_EQ(s->QueuedTeams("cpu"), (std::vector<std::string>{"nlp", "vision"}));
+  EXPECT_TRUE(s->QueuedTeams("cuda").empty());
+  auto next = [&](const std::string& team, std::optional<placement::QueueKey> after) {
+    std::vector<std::string> out;
+    while (auto n = s->NextQueuedOfTeam("cpu", team, after)) {
+      out.push_back(n->first.id);
+      EXPECT_EQ(n->second->team(), team);
+      after = n->first;
+    }
+    return out;
+  };
+  EXPECT_EQ(next("vision", std::nullopt), (std::vector<std::string>{ids[0], ids[2], ids[3]}));
+  EXPECT_EQ(next("nlp", std::nullopt), (std::vector<std::string>{ids[1]}));
+  EXPECT_EQ(s->QueuedAt(ids[2]), std::make_pair(std::string("cpu"), std::string("vision")));
+  // Placed: out of its team's queue, into PlacedBriefs; it ends: out of both.
+  v1::Job placed = *s->GetJob(ids[0]);
+  placed.set_state(v1::RUNNING);
+  ASSERT_TRUE(s->PutJob(placed).ok());
+  EXPECT_EQ(next("vision", std::nullopt), (std::vector<std::string>{ids[2], ids[3]}));
+  EXPECT_FALSE(s->QueuedAt(ids[0]));
+  ASSERT_EQ(s->PlacedBriefs().size(), 1u);
+  placed.set_state(v1::SUCCEEDED);
+  ASSERT_TRUE(s->PutJob(placed).ok());
+  EXPECT_TRUE(s->PlacedBriefs().empty());
+  // Another device kind: it moves to that kind's team queue.
+  s->SetDevice(ids[3], "cuda");
+  EXPECT_EQ(next("vision", std::nullopt), (std::vector<std::string>{ids[2]}));
+  EXPECT_EQ(s->QueuedTeams("cuda"), (std::vector<std::string>{"vision"}));
+  EXPECT_EQ(s->QueuedAt(ids[3]), std::make_pair(std::string("cuda"), std::string("vision")));
+  // The last queued job of a team goes: the team has no queue of the kind left.
+  v1::Job cancelled = *s->GetJob(ids[1]);
+  cancelled.set_state(v1::CANCELLED);
+  ASSERT_TRUE(s->PutJob(cancelled).ok());
+  EXPECT_EQ(s->QueuedTeams("cpu"), (std::vector<std::string>{"vision"}));
+  EXPECT_TRUE(next("nlp", std::nullopt).empty());
+}
+
 }  // namespace
 }  // namespace gantry::coordinator
