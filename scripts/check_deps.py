@@ -2,6 +2,11 @@
 """Checks that each library and daemon depends only on what it may (docs/architecture.md,
 "Libraries and what they may use"), and that the tree speaks of them by their names of today.
 
+One script over 700 lines on purpose: its rule tables (ALLOWED, LIBRARY_RULES, RETIRED,
+NAMESPACES, HAND_CHECKS, ...) come first and each check after them is a function of a few
+dozen lines; tests/deps_test.sh injects a breach of each through the one command line. Kept
+in one file so that the rules and the checks that read them are read together.
+
   python3 scripts/check_deps.py [--build BUILD] [--source DIR]
       [--inject-link BINARY=LIB] [--inject-include FILE=HEADER] [--inject-text FILE=TEXT]
 

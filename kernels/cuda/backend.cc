@@ -1,4 +1,9 @@
 // namespace gantry::cuda (gantry::cuda_emulated in the cuda-emulated build): GANTRY_CUDA_NS, kernels/cuda/ns.h
+// One file over 700 lines on purpose: it is the one class that implements kernels::Backend on the
+// cuda kinds, each op a short forward to its kernel (kernels/cuda/ops.h), plus the choice between
+// cuDNN and the fused kernels that several ops share (attention, the ring's blocks). The kernels,
+// the cuDNN graphs and the context live in their own files; splitting the overrides would scatter
+// one interface's implementation.
 #include "kernels/cuda/backend.h"
 
 #include <algorithm>
