@@ -8,7 +8,11 @@
 // step (Narayanan et al.'s (p - 1) / (v·m) is it as a part of the compute: printed beside).
 // Target: within 5 points for p = 2, m in {2, 4, 8}, under 1F1B and interleaved 1F1B (and
 // GPipe, for reference). "transfers": stage 0's blocking transfers a step, of its sends and
-// receives (an exchange, one SendRecv, is one; both stages have as many).
+// receives (an exchange, one SendRecv, is one; both stages have as many). "schedule": the same
+// ops run again in simulation (jobspec::SimulatePipeline) with each compute's mean measured time
+// and the transfers free: the bubble the schedule leaves at this run's op times, unbalanced
+// stages included (the last chunk computes the loss); "rdv ms": what each rendezvous would have
+// to cost, in that simulation, to leave the measured bubble.
 //   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--steps 10] [--only 1f1b|1f1b-v2|gpipe]
 // Exit status 1 when a 1F1B figure misses the target.
 #include <gloo/rendezvous/hash_store.h>
@@ -21,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,8 +45,27 @@ using namespace gantry;
 struct Figure {
   double bubble = 0;      // mean over stages and measured steps
   double step_ms = 0;
+  // The schedule run again (jobspec::SimulatePipeline) with each compute's mean time over the
+  // measured steps: its bubble with transfers free, and the cost a rendezvous would need for the
+  // simulation to leave the measured bubble (-1: none within 20 ms).
+  double schedule_bubble = 0;
+  double rendezvous_ms = 0;
   absl::Status status;
 };
+
+// The rendezvous cost (seconds) at which the simulated bubble reaches `measured` (bisection;
+// the bubble grows with it); -1 if not within 20 ms.
+double RendezvousCostFor(double measured, const std::vector<std::vector<jobspec::PipeOp>>& ops,
+                         const std::function<double(int, size_t)>& seconds) {
+  auto bubble = [&](double cost) {
+    auto run = jobspec::SimulatePipeline(ops, seconds, cost);
+    return run.ok() ? run->bubble : -1.0;
+  };
+  double lo = 0, hi = 0.02;
+  if (bubble(hi) < measured) return -1;
+  for (int k = 0; k < 40; ++k) (bubble((lo + hi) / 2) < measured ? lo : hi) = (lo + hi) / 2;
+  return (lo + hi) / 2;
+}
 
 Figure Measure(const std::string& data, const std::string& schedule, int vp, int m, int n_embd, int T, int B,
                int steps) {
@@ -58,11 +82,16 @@ Figure Measure(const std::string& data, const std::string& schedule, int vp, int
   }
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::vector<train::StepReport>> reports(p);
+  // Each stage's ops and the seconds each compute took, summed over the measured steps.
+  std::vector<std::vector<jobspec::PipeOp>> ops(p);
+  std::vector<std::vector<double>> op_seconds(p);
   std::vector<absl::Status> status(p);
   std::vector<std::thread> threads;
   for (int r = 0; r < p; ++r) {
     threads.emplace_back([&, r] {
-      kernels::ConfigureThreads(1);  // one thread a stage, unpinned (main says why)
+      // One thread a stage, pinned to a CPU of its own before the stage's communicators start
+      // their transport threads, which take the same CPU (main says why).
+      kernels::ConfigureThreads(p, r, p);
       auto groups = comm::MakeGroups(r, {1, 1, p}, comm::GlooGroups(store, {}));
       if (!groups.ok()) {
         status[r] = groups.status();
@@ -72,7 +101,17 @@ Figure Measure(const std::string& data, const std::string& schedule, int vp, int
       o.groups = groups->get();
       FILE* null = std::fopen("/dev/null", "w");
       o.out = null;
+      train::Trainer* trainer = nullptr;
+      o.worker.on_step = [&, r](const train::StepReport& rep) {
+        if (rep.step <= 2) return true;  // warm-up
+        ops[r] = trainer->pipeline_ops();
+        const std::vector<double>& sec = trainer->pipeline_op_seconds();
+        op_seconds[r].resize(sec.size(), 0.0);
+        for (size_t i = 0; i < sec.size(); ++i) op_seconds[r][i] += sec[i];
+        return true;
+      };
       auto t = train::Trainer::Create(*spec, o);
+      if (t.ok()) trainer = t->get();
       status[r] = t.ok() ? (*t)->Run() : t.status();
       if (t.ok()) reports[r] = (*t)->reports();
       std::fclose(null);
@@ -93,15 +132,27 @@ Figure Measure(const std::string& data, const std::string& schedule, int vp, int
   }
   f.bubble /= n;
   f.step_ms /= n;
+  const double measured_steps = steps - 2;
+  auto seconds = [&](int s, size_t i) { return op_seconds[s][i] / measured_steps; };
+  auto run = jobspec::SimulatePipeline(ops, seconds);
+  if (!run.ok()) {
+    f.status = run.status();
+    return f;
+  }
+  f.schedule_bubble = run->bubble;
+  const double cost = RendezvousCostFor(f.bubble, ops, seconds);
+  f.rendezvous_ms = cost < 0 ? -1 : cost * 1e3;
   return f;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // ConfigureThreads pins a calling thread's team to the first CPUs of the process: two
-  // stages in one process would share CPU 0 and take turns. Unpinned, each gets a core.
-  setenv("GANTRY_PIN_THREADS", "0", 1);
+  // Each stage's thread is pinned to a CPU of its own (ConfigureThreads' part r of p), and so
+  // are the transport threads Gloo starts with its communicators: a message's delivery wakes
+  // the receiver's transport thread from the sender's CPU, and unpinned the scheduler often
+  // queued it there, behind the sender's next compute: 1-8 ms a transfer where pinned it takes
+  // 0.2 (393 KB over loopback, the sender computing on after posting; decisions.md).
   int n_embd = 192, T = 128, B = 4, steps = 10;
   std::string only;  // one row's schedule
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -129,8 +180,8 @@ int main(int argc, char** argv) {
   }
   std::printf("pipeline bubble, p = 2 stages of 2 layers (n_embd %d, T %d, micro-batch %d), %d steps (2 warm-up)\n",
               n_embd, T, B, steps);
-  std::printf("%-9s %3s %10s %15s %8s %10s %18s %10s\n", "sched", "m", "measured", "(p-1)/(vm+p-1)", "points", "step ms",
-              "idle/compute", "transfers");
+  std::printf("%-9s %3s %10s %15s %8s %10s %18s %10s %9s %7s\n", "sched", "m", "measured", "(p-1)/(vm+p-1)", "points",
+              "step ms", "idle/compute", "transfers", "schedule", "rdv ms");
   bool ok = true;
   struct Row {
     const char* name;
@@ -156,9 +207,10 @@ int main(int argc, char** argv) {
       const long transfers = std::count_if(ops.begin(), ops.end(), [](const gantry::jobspec::PipeOp& op) {
         return op.kind != gantry::jobspec::PipeOp::kForward && op.kind != gantry::jobspec::PipeOp::kBackward;
       });
-      std::printf("%-9s %3d %9.1f%% %14.1f%% %+8.1f %10.1f %8.1f%% (%.1f%%) %4d of %3ld %s\n", row.name, m,
-                  f.bubble * 100, ideal * 100, points, f.step_ms, 100 * f.bubble / (1 - f.bubble),
-                  100.0 / (row.vp * m), gantry::jobspec::PipelineRendezvous(ops), transfers, hit ? "" : "(off target)");
+      std::printf("%-9s %3d %9.1f%% %14.1f%% %+8.1f %10.1f %8.1f%% (%.1f%%) %4d of %3ld %8.1f%% %7.2f %s\n", row.name,
+                  m, f.bubble * 100, ideal * 100, points, f.step_ms, 100 * f.bubble / (1 - f.bubble),
+                  100.0 / (row.vp * m), gantry::jobspec::PipelineRendezvous(ops), transfers, f.schedule_bubble * 100,
+                  f.rendezvous_ms, hit ? "" : "(off target)");
     }
   }
   std::filesystem::remove_all(dir);

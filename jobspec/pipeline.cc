@@ -405,4 +405,74 @@ int PipelineSlots(Schedule schedule, int p, int s, int m, int v) {
 
 double IdealBubble(int p, int m, int v) { return static_cast<double>(p - 1) / (static_cast<double>(v) * m + p - 1); }
 
+absl::StatusOr<PipelineRun> SimulatePipeline(const std::vector<std::vector<PipeOp>>& ops,
+                                             const std::function<double(int s, size_t i)>& seconds,
+                                             double rendezvous_seconds) {
+  const int p = static_cast<int>(ops.size());
+  std::vector<size_t> pc(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0), busy(static_cast<size_t>(p), 0);
+  PipelineRun run;
+  run.rendezvous.assign(static_cast<size_t>(p), 0);
+  auto at = [&](int s, size_t ahead = 0) -> const PipeOp* {
+    return pc[s] + ahead < ops[s].size() ? &ops[s][pc[s] + ahead] : nullptr;
+  };
+  // Whether op a of stage s is a send that op b of stage r receives.
+  auto meet = [&](int s, const PipeOp& a, int r, const PipeOp& b) {
+    if (!IsSend(a)) return false;
+    const bool act = a.kind == PipeOp::kSendAct;
+    const int chunk = a.chunk + (act && s == p - 1 ? 1 : 0) - (!act && s == 0 ? 1 : 0);
+    return PeerOf(a, s, p) == r && PeerOf(b, r, p) == s && b.kind == (act ? PipeOp::kRecvAct : PipeOp::kRecvGrad) &&
+           b.micro == a.micro && b.chunk == chunk;
+  };
+  auto either = [&](int s, const PipeOp& a, int r, const PipeOp& b) { return meet(s, a, r, b) || meet(r, b, s, a); };
+  for (;;) {
+    bool moved = false, done = true;
+    for (int s = 0; s < p; ++s) {
+      const PipeOp* op = at(s);
+      if (op == nullptr) continue;
+      done = false;
+      if (!IsTransfer(*op)) {
+        const double t = seconds(s, pc[s]);
+        clock[s] += t;
+        busy[s] += t;
+        ++pc[s];
+        moved = true;
+        continue;
+      }
+      const int peer = PeerOf(*op, s, p);
+      const PipeOp* q = at(peer);
+      if (q == nullptr || q->joint != op->joint) continue;
+      size_t step = 1;
+      if (op->joint) {
+        const PipeOp *y = at(s, 1), *q2 = at(peer, 1);
+        if (y == nullptr || q2 == nullptr || IsSend(*y) == IsSend(*op) || !either(s, *op, peer, *q) ||
+            !either(s, *y, peer, *q2)) {
+          continue;
+        }
+        step = 2;
+      } else if (!meet(s, *op, peer, *q) && !meet(peer, *q, s, *op)) {
+        continue;
+      }
+      clock[s] = clock[peer] = std::max(clock[s], clock[peer]) + rendezvous_seconds;
+      pc[s] += step;
+      pc[peer] += step;
+      ++run.rendezvous[s];
+      ++run.rendezvous[peer];
+      moved = true;
+    }
+    if (done) break;
+    if (!moved) {
+      std::string where;
+      for (int s = 0; s < p; ++s) absl::StrAppend(&where, s > 0 ? ", " : "", "stage ", s, " at op ", pc[s]);
+      return absl::FailedPreconditionError(absl::StrCat("the pipeline's ops deadlock: ", where));
+    }
+  }
+  run.span = p > 0 ? *std::max_element(clock.begin(), clock.end()) : 0;
+  for (int s = 0; s < p; ++s) {
+    run.idle.push_back(run.span > 0 ? 1 - busy[s] / run.span : 0);
+    run.bubble += run.idle.back() / p;
+  }
+  return run;
+}
+
 }  // namespace gantry::jobspec

@@ -44,6 +44,7 @@
 // decisions.md): at p 2, v 2 every steady-state transfer pairs. GPipe has no such pairs.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,22 @@ int PipelineRendezvous(const std::vector<PipeOp>& ops);
 int PipelineSlots(Schedule schedule, int p, int s, int m, int v = 1);
 // The idle fraction of balanced stages: (p - 1) / (v·m + p - 1) ((p - 1) / (m + p - 1) for v 1).
 double IdealBubble(int p, int m, int v = 1);
+
+// The stages' ops run as the trainer runs them, with rendezvous transfers: a transfer completes
+// only with the peer's matching one (the same micro-batch, the next or previous virtual stage's
+// chunk round the ring), an exchange (a joint op and the next, one SendRecv) only with the
+// peer's exchange of the two transfers that match them, both stages leaving it at the later of
+// their arrivals plus `rendezvous_seconds`. Compute op i of stage s takes seconds(s, i).
+struct PipelineRun {
+  double span = 0;                // the pipeline's time: the last stage to finish
+  std::vector<double> idle;       // each stage's idle fraction of the span
+  double bubble = 0;              // their mean
+  std::vector<int> rendezvous;    // each stage's blocking transfers
+};
+// FAILED_PRECONDITION naming the stages' positions when the ops deadlock.
+absl::StatusOr<PipelineRun> SimulatePipeline(const std::vector<std::vector<PipeOp>>& ops,
+                                             const std::function<double(int s, size_t i)>& seconds,
+                                             double rendezvous_seconds = 0);
 // Whether the interleaved schedule takes p stages of v chunks and m micro-batches; the error
 // names what is wrong (as parallel.virtual_stages' validation words it).
 absl::Status CheckInterleaved(Schedule schedule, int p, int m, int v);

@@ -403,6 +403,7 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
       default: return {model_->stage_input_grad(ts, t.chunk), nullptr, prev};
     }
   };
+  op_seconds_.assign(ops_.size(), 0.0);
   for (size_t i = 0; i < ops_.size(); ++i) {
     const jobspec::PipeOp& op = ops_[i];
     const int slot = op.slot >= 0 ? op.slot : op.micro % slots_;
@@ -444,15 +445,16 @@ double Trainer::PipelineStep(int64_t step, double* bubble) {
         const float l = model_->ForwardStage(slot, in, tg, B, rows, scaler_.scale() / accum, c);
         // The last stage's loss (its last chunk's); an earlier chunk's MoE layers add their loss terms.
         loss += sh.last() && c == sh.num_chunks() - 1 ? l : model_->last_moe_loss();
-        compute += std::chrono::duration<double>(Clock::now() - c0).count();
+        op_seconds_[i] = std::chrono::duration<double>(Clock::now() - c0).count();
         break;
       }
       case jobspec::PipeOp::kBackward:
         engine_->BeginMicroBatch(op.micro, accum);
         model_->BackwardStage(slot, B, rows, c);
-        compute += std::chrono::duration<double>(Clock::now() - c0).count();
+        op_seconds_[i] = std::chrono::duration<double>(Clock::now() - c0).count();
         break;
     }
+    compute += op_seconds_[i];
     if (!s.ok()) {
       comm_status_ = s;
       return 0;

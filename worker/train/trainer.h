@@ -132,6 +132,10 @@ class Trainer {
   absl::Status Run();
 
   const std::vector<StepReport>& reports() const { return reports_; }
+  // Pipeline parallel: this stage's schedule of a step, and the seconds each of its computes took
+  // in the last step (0 for the transfers), as jobspec::SimulatePipeline takes them.
+  const std::vector<jobspec::PipeOp>& pipeline_ops() const { return ops_; }
+  const std::vector<double>& pipeline_op_seconds() const { return op_seconds_; }
   const std::vector<std::pair<int64_t, float>>& val_losses() const { return val_losses_; }
   model::GPT& model() { return *model_; }
   // The run stopped at a step WorkerHooks::stop_here chose (after that step's checkpoint).
@@ -193,6 +197,7 @@ class Trainer {
   comm::Groups* groups_ = nullptr;       // never null after TakeGroups
   jobspec::Schedule schedule_ = jobspec::Schedule::k1F1B;
   std::vector<jobspec::PipeOp> ops_;  // this stage's schedule of a step (pp > 1)
+  std::vector<double> op_seconds_;     // the last step's, op by op
   int slots_ = 1;
   std::unique_ptr<kernels::Backend> backend_;  // the model's, unless cpu (before model_: outlives it)
   std::unique_ptr<model::GPT> model_;

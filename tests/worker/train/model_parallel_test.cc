@@ -25,83 +25,52 @@
 namespace gantry::train {
 namespace {
 
-// Runs every stage's schedule with rendezvous transfers (a send completes only with the
-// peer's matching receive: the same micro-batch, the chunk of the next or previous virtual
-// stage, round the ring with v chunks), a forward taking 1 and a backward 2. An exchange (a
-// joint op and the next: one SendRecv) is one rendezvous, and only with the peer's exchange of
-// the two matching transfers: a SendRecv never meets a plain Send or Recv. The idle fraction
-// of a stage (the pipeline's time less its compute, over the pipeline's time); -1 on a
-// deadlock. *rendezvous, when given, gets the blocking transfers of each stage.
+// Every stage's schedule run with rendezvous transfers (jobspec::SimulatePipeline), a forward
+// taking 1 and a backward 2, transfers free: the idle fraction of a stage averaged over the
+// stages; -1 on a deadlock. *rendezvous, when given, gets the blocking transfers of each stage.
 double RendezvousBubble(jobspec::Schedule sched, int p, int m, int v = 1, std::vector<int>* rendezvous = nullptr) {
-  using jobspec::PipeOp;
-  std::vector<std::vector<PipeOp>> ops;
+  std::vector<std::vector<jobspec::PipeOp>> ops;
   for (int s = 0; s < p; ++s) ops.push_back(jobspec::PipelineOps(sched, p, s, m, v));
-  std::vector<size_t> pc(static_cast<size_t>(p), 0);
-  std::vector<double> clock(static_cast<size_t>(p), 0), busy(static_cast<size_t>(p), 0);
-  if (rendezvous != nullptr) rendezvous->assign(static_cast<size_t>(p), 0);
-  auto at = [&](int s, size_t ahead = 0) -> const PipeOp* {
-    return pc[s] + ahead < ops[s].size() ? &ops[s][pc[s] + ahead] : nullptr;
-  };
-  auto is_send = [](const PipeOp& op) { return op.kind == PipeOp::kSendAct || op.kind == PipeOp::kSendGrad; };
-  auto peer_of = [&](int s, const PipeOp& op) {
-    const bool next = op.kind == PipeOp::kSendAct || op.kind == PipeOp::kRecvGrad;
-    return next ? (s + 1) % p : (s + p - 1) % p;
-  };
-  // Whether op a of stage s and op b of stage r are a send and the receive that takes it.
-  auto meet = [&](int s, const PipeOp& a, int r, const PipeOp& b) {
-    if (!is_send(a)) return false;
-    const bool act = a.kind == PipeOp::kSendAct;
-    const int chunk = a.chunk + (act && s == p - 1 ? 1 : 0) - (!act && s == 0 ? 1 : 0);
-    return peer_of(s, a) == r && peer_of(r, b) == s && b.kind == (act ? PipeOp::kRecvAct : PipeOp::kRecvGrad) &&
-           b.micro == a.micro && b.chunk == chunk;
-  };
-  auto either = [&](int s, const PipeOp& a, int r, const PipeOp& b) { return meet(s, a, r, b) || meet(r, b, s, a); };
-  for (;;) {
-    bool moved = false, done = true;
-    for (int s = 0; s < p; ++s) {
-      const PipeOp* op = at(s);
-      if (op == nullptr) continue;
-      done = false;
-      if (op->kind == PipeOp::kForward || op->kind == PipeOp::kBackward) {
-        const double t = op->kind == PipeOp::kForward ? 1 : 2;
-        clock[s] += t;
-        busy[s] += t;
-        ++pc[s];
-        moved = true;
-        continue;
-      }
-      const int peer = peer_of(s, *op);
-      const PipeOp* q = at(peer);
-      if (q == nullptr || q->joint != op->joint) continue;
-      size_t step = 1;
-      if (op->joint) {
-        const PipeOp *y = at(s, 1), *q2 = at(peer, 1);
-        if (y == nullptr || q2 == nullptr || is_send(*y) == is_send(*op) || !either(s, *op, peer, *q) ||
-            !either(s, *y, peer, *q2)) {
-          continue;
-        }
-        step = 2;
-      } else if (!meet(s, *op, peer, *q)) {
-        continue;
-      }
-      clock[s] = clock[peer] = std::max(clock[s], clock[peer]);
-      pc[s] += step;
-      pc[peer] += step;
-      if (rendezvous != nullptr) {
-        ++(*rendezvous)[s];
-        ++(*rendezvous)[peer];
-      }
-      moved = true;
-    }
-    if (done) break;
-    if (!moved) return -1;
-  }
-  const double span = *std::max_element(clock.begin(), clock.end());
-  double idle = 0;
-  for (int s = 0; s < p; ++s) idle += (1 - busy[s] / span) / p;
-  return idle;
+  auto run = jobspec::SimulatePipeline(
+      ops, [&](int s, size_t i) { return ops[static_cast<size_t>(s)][i].kind == jobspec::PipeOp::kForward ? 1.0 : 2.0; });
+  if (!run.ok()) return -1;
+  if (rendezvous != nullptr) *rendezvous = run->rendezvous;
+  return run->bubble;
 }
 bool CompletesWithRendezvous(jobspec::Schedule sched, int p, int m) { return RendezvousBubble(sched, p, m) >= 0; }
+
+// The simulation by hand: GPipe, p 2, one micro-batch. Stage 0 forwards (1), meets stage 1 at
+// the activation's transfer (0.5 a rendezvous: both leave it at 1.5), stage 1 forwards (3) and
+// backwards (5) until 9.5, the gradient's transfer ends at 10, stage 0 backwards (2) until 12.
+// Idle: stage 0 1 - 3/12, stage 1 1 - 8/12. A schedule whose first ops wait for each other is
+// refused by name.
+TEST(PipelineTest, SimulationRunsTheOpsWithTheirTimesAndTheRendezvousCost) {
+  using jobspec::PipeOp;
+  std::vector<std::vector<PipeOp>> ops{jobspec::PipelineOps(jobspec::Schedule::kGPipe, 2, 0, 1),
+                                       jobspec::PipelineOps(jobspec::Schedule::kGPipe, 2, 1, 1)};
+  ASSERT_EQ(ops[0].size(), 4u);
+  const double fwd[2] = {1, 3}, bwd[2] = {2, 5};
+  auto run = jobspec::SimulatePipeline(
+      ops, [&](int s, size_t i) { return ops[static_cast<size_t>(s)][i].kind == PipeOp::kForward ? fwd[s] : bwd[s]; },
+      0.5);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_DOUBLE_EQ(run->span, 12);
+  ASSERT_EQ(run->idle.size(), 2u);
+  EXPECT_DOUBLE_EQ(run->idle[0], 1 - 3.0 / 12);
+  EXPECT_DOUBLE_EQ(run->idle[1], 1 - 8.0 / 12);
+  EXPECT_DOUBLE_EQ(run->bubble, (2 - 11.0 / 12) / 2);
+  EXPECT_EQ(run->rendezvous, (std::vector<int>{2, 2}));
+  // Free transfers: the same run 1 shorter.
+  run = jobspec::SimulatePipeline(
+      ops, [&](int s, size_t i) { return ops[static_cast<size_t>(s)][i].kind == PipeOp::kForward ? fwd[s] : bwd[s]; });
+  ASSERT_TRUE(run.ok());
+  EXPECT_DOUBLE_EQ(run->span, 11);
+  const std::vector<std::vector<PipeOp>> stuck{{{PipeOp::kRecvGrad, 0}}, {{PipeOp::kRecvAct, 0}}};
+  auto bad = jobspec::SimulatePipeline(stuck, [](int, size_t) { return 1.0; });
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(bad.status().message().find("stage 0 at op 0, stage 1 at op 0"), std::string::npos) << bad.status();
+}
 
 TEST(PipelineTest, EveryScheduleCompletesWithRendezvousTransfers) {
   for (jobspec::Schedule sched : {jobspec::Schedule::k1F1B, jobspec::Schedule::kGPipe}) {
