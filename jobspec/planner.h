@@ -118,6 +118,10 @@ struct Plan {
   // Transient bytes beyond params, grads, optimizer and activations, at their largest: ZeRO's
   // collective buffers (stage 3: gathered units and per-micro-batch gradient buckets) and
   // kAutocast's 16-bit copies of a unit's GEMM tensors under ZeRO 3. In total().
+  // Not counted anywhere: a device backend's op scratch, grown to the largest op's (the GEMMs'
+  // fp32 room before their bias pass, the attention's, the context-parallel ring's 16-bit blocks'
+  // packed copies for cuDNN: kernels/cuda/backend.cc), and the libraries' workspaces (cuBLAS,
+  // cuDNN), as the tokens and the runtime's own buffers are not.
   double working = 0;
 };
 
