@@ -1,10 +1,11 @@
 // The pipeline bubble, measured: two stages (threads of this process, each one core, joined
-// by Gloo over loopback TCP) train a GPT split 2 + 2 layers with m micro-batches a step.
+// by Gloo over loopback TCP) train a GPT of 4 layers (--layers), split by cost (jobspec::
+// BalanceStages, and BalanceChunks for the interleaved rows), with m micro-batches a step.
 // Each stage's bubble is the part of the pipeline's time (the slowest stage's schedule) it
 // did not compute (waiting for a neighbour, or in a transfer); the figure is the mean over
 // the stages and the measured steps (the first two are warm-up), printed next to
 // (p - 1) / (m + p - 1), and for the interleaved 1F1B (parallel.virtual_stages 2: each stage
-// two chunks of one layer) next to (p - 1) / (v·m + p - 1), the same bubble as a part of the
+// two chunks, of one layer each at 4 layers) next to (p - 1) / (v·m + p - 1), the same bubble as a part of the
 // step (Narayanan et al.'s (p - 1) / (v·m) is it as a part of the compute: printed beside).
 // Target: within 5 points for p = 2, m in {2, 4, 8}, under 1F1B and interleaved 1F1B (and
 // GPipe, for reference). "transfers": stage 0's blocking transfers a step, of its sends and
@@ -13,7 +14,7 @@
 // and the transfers free: the bubble the schedule leaves at this run's op times, unbalanced
 // stages included (the last chunk computes the loss); "rdv ms": what each rendezvous would have
 // to cost, in that simulation, to leave the measured bubble.
-//   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--steps 10] [--only 1f1b|1f1b-v2|gpipe]
+//   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--layers 4] [--steps 10] [--only 1f1b|1f1b-v2|gpipe]
 // Exit status 1 when a 1F1B figure misses the target.
 #include <gloo/rendezvous/hash_store.h>
 
@@ -68,10 +69,10 @@ double RendezvousCostFor(double measured, const std::vector<std::vector<jobspec:
 }
 
 Figure Measure(const std::string& data, const std::string& schedule, int vp, int m, int n_embd, int T, int B,
-               int steps) {
+               int steps, int layers) {
   const int p = 2;
   auto spec = jobspec::ParseJobSpec(absl::StrCat(
-      "model: {n_layer: 4, n_head: 4, n_embd: ", n_embd, ", vocab_size: 256, seq_len: ", T, "}\n",
+      "model: {n_layer: ", layers, ", n_head: 4, n_embd: ", n_embd, ", vocab_size: 256, seq_len: ", T, "}\n",
       "data: {train: ", data, "}\n",
       "train: {steps: ", steps, ", micro_batch: ", B, ", global_batch: ", B * m, ", lr: 1.0e-3}\n",
       "parallel: {pp: ", p, ", schedule: ", schedule, ", virtual_stages: ", vp, "}\n"));
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
   // the receiver's transport thread from the sender's CPU, and unpinned the scheduler often
   // queued it there, behind the sender's next compute: 1-8 ms a transfer where pinned it takes
   // 0.2 (393 KB over loopback, the sender computing on after posting; decisions.md).
-  int n_embd = 192, T = 128, B = 4, steps = 10;
+  int n_embd = 192, T = 128, B = 4, steps = 10, layers = 4;
   std::string only;  // one row's schedule
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -163,6 +164,7 @@ int main(int argc, char** argv) {
     else if (a == "--seq-len") T = v;
     else if (a == "--batch") B = v;
     else if (a == "--steps") steps = v;
+    else if (a == "--layers") layers = v;
     else {
       std::fprintf(stderr, "pipeline_bench: unknown flag %s\n", a.c_str());
       return 2;
@@ -178,8 +180,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;
   }
-  std::printf("pipeline bubble, p = 2 stages of 2 layers (n_embd %d, T %d, micro-batch %d), %d steps (2 warm-up)\n",
-              n_embd, T, B, steps);
+  std::printf("pipeline bubble, p = 2 stages, %d layers (n_embd %d, T %d, micro-batch %d), %d steps (2 warm-up)\n",
+              layers, n_embd, T, B, steps);
   std::printf("%-9s %3s %10s %15s %8s %10s %18s %10s %9s %7s\n", "sched", "m", "measured", "(p-1)/(vm+p-1)", "points",
               "step ms", "idle/compute", "transfers", "schedule", "rdv ms");
   bool ok = true;
@@ -191,7 +193,7 @@ int main(int argc, char** argv) {
   for (const Row& row : {Row{"1f1b", "1f1b", 1}, Row{"1f1b-v2", "1f1b", 2}, Row{"gpipe", "gpipe", 1}}) {
     if (!only.empty() && only != row.name) continue;
     for (int m : {2, 4, 8}) {
-      const Figure f = Measure(data, row.schedule, row.vp, m, n_embd, T, B, steps);
+      const Figure f = Measure(data, row.schedule, row.vp, m, n_embd, T, B, steps, layers);
       if (!f.status.ok()) {
         std::fprintf(stderr, "%s m %d: %s\n", row.name, m, f.status.ToString().c_str());
         return 1;
