@@ -5,8 +5,9 @@
 // did not compute (waiting for a neighbour, or in a transfer); the figure is the mean over
 // the stages and the measured steps (the first two are warm-up), printed next to
 // (p - 1) / (m + p - 1), and for the interleaved 1F1B (parallel.virtual_stages 2: each stage
-// two chunks, of one layer each at 4 layers) next to (p - 1) / (v·m + p - 1), the same bubble as a part of the
-// step (Narayanan et al.'s (p - 1) / (v·m) is it as a part of the compute: printed beside).
+// two chunks, of one layer each at 4 layers) next to (p - 1) / (v·m + p - 1), the same bubble
+// as a part of the step (Narayanan et al.'s (p - 1) / (v·m) is it as a part of the compute:
+// printed beside).
 // Target: within 5 points for p = 2, m in {2, 4, 8}, under 1F1B and interleaved 1F1B (and
 // GPipe, for reference). "transfers": stage 0's blocking transfers a step, of its sends and
 // receives (an exchange, one SendRecv, is one; both stages have as many). "schedule": the same
