@@ -171,6 +171,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (steps < 3 || layers < 4) {
+    std::fprintf(stderr, "pipeline_bench: --steps must be at least 3 (the first two are warm-up) and --layers at least 4 "
+                         "(2 stages of 2 chunks), not %d and %d\n", steps, layers);
+    return 2;
+  }
   const std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("pipeline_bench.", getpid())).string();
   std::filesystem::create_directories(dir);
   std::vector<uint16_t> toks(200000);
