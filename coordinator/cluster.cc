@@ -965,8 +965,7 @@ std::string Cluster::QuotaHold(const std::string& job_id) {
     std::lock_guard<std::mutex> hl(holds_mu_);
     holds = holds_;
   }
-  const auto at = store_->QueuedAt(job_id);  // (device kind, team) of a queued job
-  return at ? Scheduler::HeldFor(*holds, at->first, at->second) : std::string();
+  return Scheduler::HeldFor(*holds, *store_, job_id);
 }
 
 v1::GetQuotasResponse Cluster::QuotaReport() {

@@ -101,15 +101,14 @@ quota::Usage Scheduler::PlacedUse() const {
   return usage;
 }
 
-std::string Scheduler::HeldFor(const QuotaHolds& holds, const std::string& device, const std::string& team) {
-  auto it = holds.find({device, team});
+std::string Scheduler::HeldFor(const QuotaHolds& holds, const Store& store, const std::string& job_id) {
+  const auto at = store.QueuedAt(job_id);  // (device kind, team) of a queued job
+  if (!at) return std::string();
+  auto it = holds.find(*at);
   return it == holds.end() ? std::string() : it->second;
 }
 
-std::string Scheduler::QuotaHold(const std::string& job_id) const {
-  const auto at = store_->QueuedAt(job_id);  // (device kind, team) of a queued job
-  return at ? HeldFor(*quota_holds_, at->first, at->second) : std::string();
-}
+std::string Scheduler::QuotaHold(const std::string& job_id) const { return HeldFor(*quota_holds_, *store_, job_id); }
 
 std::vector<Scheduler::Placement> Scheduler::Decide(const std::vector<std::string>& shard_addrs, int64_t now,
                                                     std::vector<Store::Update>* updates) {

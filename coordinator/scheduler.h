@@ -93,7 +93,8 @@ class Scheduler {
   // without the owner's locks; HeldFor reads it for one job.
   using QuotaHolds = std::map<std::pair<std::string, std::string>, std::string>;
   std::shared_ptr<const QuotaHolds> quota_holds() const { return quota_holds_; }
-  static std::string HeldFor(const QuotaHolds& holds, const std::string& device, const std::string& team);
+  // Why `holds` hold a queued job (empty: they do not), by its device kind and team in `store`.
+  static std::string HeldFor(const QuotaHolds& holds, const Store& store, const std::string& job_id);
   // Whether quotas are in force (Options::quotas gives a non-empty set). Reads only the
   // options: callable without the owner's locks.
   bool QuotasInForce() const;

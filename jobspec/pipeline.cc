@@ -28,21 +28,26 @@ int PeerOf(const PipeOp& op, int s, int p) {
   return next ? (s + 1) % p : (s + p - 1) % p;
 }
 
-// The op of stage r that op x of stage s meets (a transfer between them: the message's micro-batch
-// and the chunk at the other end), from index `from`; -1 if none.
-long Meeting(const std::vector<PipeOp>& o, const PipeOp& x, int s, int r, int p, size_t from = 0) {
+// Whether op y of stage r is the transfer that op x of stage s meets: the other end of the same
+// message (its micro-batch, and the chunk at the other end: round the ring, the last stage's
+// chunk c feeds the first stage's chunk c + 1).
+bool Meets(const PipeOp& x, int s, const PipeOp& y, int r, int p) {
   PipeOp::Kind kind = PipeOp::kRecvAct;
   int chunk = x.chunk;
   switch (x.kind) {
     case PipeOp::kSendAct: kind = PipeOp::kRecvAct, chunk += s == p - 1 ? 1 : 0; break;
     case PipeOp::kRecvAct: kind = PipeOp::kSendAct, chunk -= s == 0 ? 1 : 0; break;
     case PipeOp::kSendGrad: kind = PipeOp::kRecvGrad, chunk -= s == 0 ? 1 : 0; break;
-    default: kind = PipeOp::kSendGrad, chunk += s == p - 1 ? 1 : 0; break;
+    case PipeOp::kRecvGrad: kind = PipeOp::kSendGrad, chunk += s == p - 1 ? 1 : 0; break;
+    default: return false;  // a compute
   }
+  return y.kind == kind && y.micro == x.micro && y.chunk == chunk && PeerOf(x, s, p) == r && PeerOf(y, r, p) == s;
+}
+
+// The op of stage r that op x of stage s meets, from index `from`; -1 if none.
+long Meeting(const std::vector<PipeOp>& o, const PipeOp& x, int s, int r, int p, size_t from = 0) {
   for (size_t j = from; j < o.size(); ++j) {
-    if (o[j].kind == kind && o[j].micro == x.micro && o[j].chunk == chunk && PeerOf(o[j], r, p) == s) {
-      return static_cast<long>(j);
-    }
+    if (Meets(x, s, o[j], r, p)) return static_cast<long>(j);
   }
   return -1;
 }
@@ -416,15 +421,6 @@ absl::StatusOr<PipelineRun> SimulatePipeline(const std::vector<std::vector<PipeO
   auto at = [&](int s, size_t ahead = 0) -> const PipeOp* {
     return pc[s] + ahead < ops[s].size() ? &ops[s][pc[s] + ahead] : nullptr;
   };
-  // Whether op a of stage s is a send that op b of stage r receives.
-  auto meet = [&](int s, const PipeOp& a, int r, const PipeOp& b) {
-    if (!IsSend(a)) return false;
-    const bool act = a.kind == PipeOp::kSendAct;
-    const int chunk = a.chunk + (act && s == p - 1 ? 1 : 0) - (!act && s == 0 ? 1 : 0);
-    return PeerOf(a, s, p) == r && PeerOf(b, r, p) == s && b.kind == (act ? PipeOp::kRecvAct : PipeOp::kRecvGrad) &&
-           b.micro == a.micro && b.chunk == chunk;
-  };
-  auto either = [&](int s, const PipeOp& a, int r, const PipeOp& b) { return meet(s, a, r, b) || meet(r, b, s, a); };
   for (;;) {
     bool moved = false, done = true;
     for (int s = 0; s < p; ++s) {
@@ -445,12 +441,12 @@ absl::StatusOr<PipelineRun> SimulatePipeline(const std::vector<std::vector<PipeO
       size_t step = 1;
       if (op->joint) {
         const PipeOp *y = at(s, 1), *q2 = at(peer, 1);
-        if (y == nullptr || q2 == nullptr || IsSend(*y) == IsSend(*op) || !either(s, *op, peer, *q) ||
-            !either(s, *y, peer, *q2)) {
+        if (y == nullptr || q2 == nullptr || IsSend(*y) == IsSend(*op) || !Meets(*op, s, *q, peer, p) ||
+            !Meets(*y, s, *q2, peer, p)) {
           continue;
         }
         step = 2;
-      } else if (!meet(s, *op, peer, *q) && !meet(peer, *q, s, *op)) {
+      } else if (!Meets(*op, s, *q, peer, p)) {
         continue;
       }
       clock[s] = clock[peer] = std::max(clock[s], clock[peer]) + rendezvous_seconds;
