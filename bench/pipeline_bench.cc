@@ -1,5 +1,6 @@
 // The pipeline bubble, measured: two stages (threads of this process, each one core, joined
-// by Gloo over loopback TCP) train a GPT of 4 layers (--layers), split by cost (jobspec::
+// by Gloo groups; the stages' transfers go through a shared-memory link, comm/gloo/
+// shm_transport.h, or with GANTRY_SHM_DISABLE=1 over loopback TCP) train a GPT of 4 layers (--layers), split by cost (jobspec::
 // BalanceStages, and BalanceChunks for the interleaved rows), with m micro-batches a step.
 // Each stage's bubble is the part of the pipeline's time (the slowest stage's schedule) it
 // did not compute (waiting for a neighbour, or in a transfer); the figure is the mean over
@@ -16,7 +17,7 @@
 // stages included (the last chunk computes the loss); "rdv ms": what each rendezvous would have
 // to cost, in that simulation, to leave the measured bubble.
 //   pipeline_bench [--n-embd 192] [--seq-len 128] [--batch 4] [--layers 4] [--steps 10] [--only 1f1b|1f1b-v2|gpipe]
-// Exit status 1 when a 1F1B figure misses the target.
+// Exit status 1 when a 1F1B or interleaved figure misses the target.
 #include <gloo/rendezvous/hash_store.h>
 
 #include <unistd.h>
@@ -52,6 +53,7 @@ struct Figure {
   // simulation to leave the measured bubble (-1: none within 20 ms).
   double schedule_bubble = 0;
   double rendezvous_ms = 0;
+  bool shared_memory = false;  // the stages' transfers went through a shared-memory link
   absl::Status status;
 };
 
@@ -101,6 +103,10 @@ Figure Measure(const std::string& data, const std::string& schedule, int vp, int
       }
       train::TrainOptions o;
       o.groups = groups->get();
+      if (r == 0) {
+        auto* pp = dynamic_cast<comm::GlooCommunicator*>((*groups)->pp);
+        f.shared_memory = pp != nullptr && pp->SharedMemoryWith(1);
+      }
       FILE* null = std::fopen("/dev/null", "w");
       o.out = null;
       train::Trainer* trainer = nullptr;
@@ -191,6 +197,7 @@ int main(int argc, char** argv) {
   std::printf("%-9s %3s %10s %15s %8s %10s %18s %10s %9s %7s\n", "sched", "m", "measured", "(p-1)/(vm+p-1)", "points",
               "step ms", "idle/compute", "transfers", "schedule", "rdv ms");
   bool ok = true;
+  int over_shm = 0, over_tcp = 0;  // rows whose stages were linked through shared memory, or not
   struct Row {
     const char* name;
     const char* schedule;
@@ -215,12 +222,14 @@ int main(int argc, char** argv) {
       const long transfers = std::count_if(ops.begin(), ops.end(), [](const gantry::jobspec::PipeOp& op) {
         return op.kind != gantry::jobspec::PipeOp::kForward && op.kind != gantry::jobspec::PipeOp::kBackward;
       });
+      (f.shared_memory ? over_shm : over_tcp)++;
       std::printf("%-9s %3d %9.1f%% %14.1f%% %+8.1f %10.1f %8.1f%% (%.1f%%) %4d of %3ld %8.1f%% %7.2f %s\n", row.name,
                   m, f.bubble * 100, ideal * 100, points, f.step_ms, 100 * f.bubble / (1 - f.bubble),
                   100.0 / (row.vp * m), gantry::jobspec::PipelineRendezvous(ops), transfers, f.schedule_bubble * 100,
                   f.rendezvous_ms, hit ? "" : "(off target)");
     }
   }
+  std::printf("the stages' transfers: %d rows over a shared-memory link, %d over loopback TCP\n", over_shm, over_tcp);
   std::filesystem::remove_all(dir);
   return ok ? 0 : 1;
 }

@@ -1,5 +1,6 @@
 #include "comm/groups.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -82,6 +83,10 @@ std::unique_ptr<Groups> DataParallelGroups(Communicator* dp) {
   g->dp = dp;
   g->world = dp;
   return g;
+}
+
+bool PointToPointGroup(const std::string& name) {
+  return absl::StartsWith(name, "pp/") || absl::StartsWith(name, "cp/");
 }
 
 }  // namespace gantry::comm

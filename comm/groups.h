@@ -64,6 +64,11 @@ using GroupFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>
 // joins never wait on one another in a cycle. Groups of one are not created.
 absl::StatusOr<std::unique_ptr<Groups>> MakeGroups(int rank, const jobspec::Layout& layout, const GroupFactory& factory);
 
+// Whether the group named so (MakeGroups' names) transfers point to point: the pipeline's
+// stages (pp) and context parallelism's ring (cp). A transport may prepare such a group for
+// it (GlooOptions::shared_memory).
+bool PointToPointGroup(const std::string& name);
+
 // The groups of a job that only splits its batch (tp, pp, cp and ep 1) over one communicator
 // of all its ranks, which the caller owns: that group is both dp and world (MakeGroups would
 // join a second group of the same ranks for world). Null: one rank alone (every group null).

@@ -12,8 +12,12 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
+#include <glog/logging.h>
 #include <signal.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <mutex>
@@ -23,6 +27,7 @@
 #include "common/status.h"
 #include "kernels/cast.h"
 #include "comm/gloo/failure_report.h"
+#include "comm/gloo/shm_transport.h"
 
 namespace gantry::comm {
 void SumFloats(void* out, const void* a, const void* b, size_t n) {
@@ -108,6 +113,15 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(options.timeout);
     ctx->connectFullMesh(*store, device);
+    // Shared-memory links for the point-to-point transfers, before the barrier below: every
+    // rank joins them at once, as it joined the mesh.
+    std::unique_ptr<ShmTransport> shm;
+    const char* off = std::getenv("GANTRY_SHM_DISABLE");
+    if (options.shared_memory && size > 1 && !(off != nullptr && std::string(off) == "1")) {
+      std::string note;
+      shm = ShmTransport::Join(rank, size, *store, options.shm_ring_bytes, options.timeout, &note);
+      if (!note.empty()) LOG(WARNING) << note;
+    }
     // A rank's mesh is up once its own pairs are; a peer's may still be finishing its
     // handshakes. Until every rank is in, none may go on: a rank whose first collectives need
     // no transfer (n 0, one rank's share empty) could otherwise close its pairs under a peer
@@ -119,13 +133,30 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     gloo::barrier(joined);
     GlooOptions o = options;
     if (o.failure_grace.count() <= 0) o.failure_grace = DefaultFailureGrace(o.timeout);
-    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(ctx), store, o));
+    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(rank, size, std::move(ctx), store, o, std::move(shm)));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", rank, " of ", size, ": joining the group failed: ", e.what()));
   }
 }
 
+GlooCommunicator::GlooCommunicator(int rank, int size, std::shared_ptr<gloo::Context> ctx,
+                                   std::shared_ptr<gloo::rendezvous::Store> store, GlooOptions o,
+                                   std::unique_ptr<ShmTransport> shm)
+    : rank_(rank), size_(size), ctx_(std::move(ctx)), store_(std::move(store)), options_(std::move(o)),
+      shm_(std::move(shm)) {}
+
 GlooCommunicator::~GlooCommunicator() = default;
+
+void GlooCommunicator::Abort() {
+  aborted_ = true;
+  if (shm_ != nullptr) shm_->Wake();
+}
+
+int GlooCommunicator::shared_memory_links() const { return shm_ != nullptr ? shm_->links() : 0; }
+
+bool GlooCommunicator::SharedMemoryWith(int peer) const { return shm_ != nullptr && shm_->Linked(peer); }
+
+uint64_t GlooCommunicator::shared_memory_waits() const { return shm_ != nullptr ? shm_->waits() : 0; }
 
 template <typename F>
 absl::Status GlooCommunicator::Run(const char* what, F&& f) {
@@ -258,35 +289,43 @@ absl::Status GlooCommunicator::Broadcast(float* data, size_t n, int root) {
   });
 }
 
+// Send, Recv and SendRecv use one slot per sender (a peer's Send or Recv matches either side
+// of a SendRecv, in order); over shared memory the link's ring keeps that order.
+void GlooCommunicator::Transfer(const float* send, size_t send_n, int to, float* recv, size_t recv_n,
+                                int from) {
+  const bool shm_out = to >= 0 && SharedMemoryWith(to), shm_in = from >= 0 && SharedMemoryWith(from);
+  std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
+  if (to >= 0 && !shm_out) {
+    out = ctx_->createUnboundBuffer(const_cast<float*>(send), send_n * sizeof(float));
+    out->send(to, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(rank_));
+  }
+  if (from >= 0 && !shm_in) {
+    in = ctx_->createUnboundBuffer(recv, recv_n * sizeof(float));
+    in->recv(from, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(from));
+  }
+  // The shared-memory sides while TCP's (posted above) move on Gloo's threads.
+  if (shm_out || shm_in) {
+    shm_->Transfer(send, shm_out ? send_n * sizeof(float) : 0, shm_out ? to : -1, recv,
+                   shm_in ? recv_n * sizeof(float) : 0, shm_in ? from : -1, options_.timeout, aborted_);
+  }
+  if (in != nullptr && !in->waitRecv(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
+  if (out != nullptr && !out->waitSend(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
+}
+
 absl::Status GlooCommunicator::Send(const float* data, size_t n, int peer) {
   if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("send to rank ", peer));
-  return Run("send", [&](uint32_t) {
-    auto buf = ctx_->createUnboundBuffer(const_cast<float*>(data), n * sizeof(float));
-    buf->send(peer, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(rank_));
-    if (!buf->waitSend(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
-  });
+  return Run("send", [&](uint32_t) { Transfer(data, n, peer, nullptr, 0, -1); });
 }
 
 absl::Status GlooCommunicator::Recv(float* data, size_t n, int peer) {
   if (peer < 0 || peer >= size_ || peer == rank_) return absl::InvalidArgumentError(absl::StrCat("recv from rank ", peer));
-  return Run("recv", [&](uint32_t) {
-    auto buf = ctx_->createUnboundBuffer(data, n * sizeof(float));
-    buf->recv(peer, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(peer));
-    if (!buf->waitRecv(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
-  });
+  return Run("recv", [&](uint32_t) { Transfer(nullptr, 0, -1, data, n, peer); });
 }
 
 absl::Status GlooCommunicator::SendRecv(const float* send, size_t send_n, int to, float* recv, size_t recv_n,
                                         int from) {
   RETURN_IF_ERROR(CheckSendRecvPeers(rank_, size_, to, from));
-  return Run("send_recv", [&](uint32_t) {
-    auto out = ctx_->createUnboundBuffer(const_cast<float*>(send), send_n * sizeof(float));
-    auto in = ctx_->createUnboundBuffer(recv, recv_n * sizeof(float));
-    out->send(to, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(rank_));
-    in->recv(from, /*slot=*/(uint64_t{1} << 40) | static_cast<uint64_t>(from));
-    if (!in->waitRecv(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("receive timed out");
-    if (!out->waitSend(nullptr, options_.timeout)) GLOO_THROW_IO_EXCEPTION("send timed out");
-  });
+  return Run("send_recv", [&](uint32_t) { Transfer(send, send_n, to, recv, recv_n, from); });
 }
 
 absl::Status GlooCommunicator::Barrier() {
@@ -324,7 +363,13 @@ GroupFactory StoreGroups(std::shared_ptr<gloo::rendezvous::Store> store, MemberF
 
 GroupFactory GlooGroups(std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options,
                         std::vector<Communicator*>* made) {
-  return StoreGroupsOf<GlooCommunicator>(std::move(store), options, made);
+  GlooOptions p2p = options;
+  p2p.shared_memory = true;
+  GroupFactory plain = StoreGroupsOf<GlooCommunicator>(store, options, made);
+  GroupFactory linked = StoreGroupsOf<GlooCommunicator>(store, p2p, made);
+  return [plain, linked](const std::string& name, const std::vector<int>& members, int index) {
+    return PointToPointGroup(name) ? linked(name, members, index) : plain(name, members, index);
+  };
 }
 
 }  // namespace gantry::comm

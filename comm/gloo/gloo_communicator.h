@@ -35,7 +35,16 @@ struct GlooOptions {
   // in the store: those that do not are named as the ranks that did not arrive. 0 =
   // DefaultFailureGrace(timeout): 1.5x the timeout, at most timeout + 10 s.
   std::chrono::milliseconds failure_grace{0};
+  // Send, Recv and SendRecv between ranks on one host through shared memory
+  // (comm/gloo/shm_transport.h) rather than loopback TCP; the collectives keep Gloo's TCP.
+  // GlooGroups turns it on for the groups that transfer point to point (pp and cp:
+  // PointToPointGroup); GANTRY_SHM_DISABLE=1 in the environment turns it off everywhere.
+  bool shared_memory = false;
+  // Each link's ring, per direction: a larger message streams through it in pieces.
+  size_t shm_ring_bytes = size_t{1} << 20;
 };
+
+class ShmTransport;
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -68,12 +77,19 @@ class GlooCommunicator final : public Communicator {
   // The job's placement is over (the coordinator said so, or is gone): the current or next
   // collective's failure ends at once, as ABORTED, without waiting out the failure grace
   // for the other ranks' reports. Thread-safe.
-  void Abort() override { aborted_ = true; }
+  void Abort() override;
+  // The peers this rank reaches through shared memory (GlooOptions::shared_memory).
+  int shared_memory_links() const;
+  bool SharedMemoryWith(int peer) const;
+  // How many times a transfer waited on a shared-memory link (its peer not yet there). Thread-safe.
+  uint64_t shared_memory_waits() const;
 
  private:
   GlooCommunicator(int rank, int size, std::shared_ptr<gloo::Context> ctx,
-                   std::shared_ptr<gloo::rendezvous::Store> store, GlooOptions o)
-      : rank_(rank), size_(size), ctx_(std::move(ctx)), store_(std::move(store)), options_(std::move(o)) {}
+                   std::shared_ptr<gloo::rendezvous::Store> store, GlooOptions o, std::unique_ptr<ShmTransport> shm);
+  // The point-to-point transfers: each side over shared memory where this rank has a link to
+  // its peer, over TCP otherwise (a side whose peer is -1 is skipped). Throws as Gloo does.
+  void Transfer(const float* send, size_t send_n, int to, float* recv, size_t recv_n, int from);
   // Runs one collective: takes the next sequence number (also its Gloo tag/slot) and turns
   // an exception into an error that names the collective, the sequence number and the rank.
   template <typename F>
@@ -92,6 +108,7 @@ class GlooCommunicator final : public Communicator {
   std::string broken_;  // set by the first failure: the group is not usable after it
   std::atomic<bool> aborted_{false};
   std::atomic<uint64_t> completed_{0};
+  std::unique_ptr<ShmTransport> shm_;  // null without shared memory
 };
 
 // Process groups (comm/groups.h) of Gloo communicators over one rendezvous store, each
