@@ -179,33 +179,29 @@ TEST(GlooSharedMemoryTest, AWrongSizeAndAMissingPeerAreErrorsNamingThem) {
   EXPECT_TRUE(absl::StrContains(st[0].message(), "send to rank 1 over shared memory timed out")) << st[0];
 }
 
-// Abort ends a receive that waits on its link at once, not at the timeout.
+// Abort ends a receive that waits on its link at once, not at the timeout. (The aborting thread
+// is joined before the communicator goes: Abort, like every call, needs its communicator alive.)
 TEST(GlooSharedMemoryTest, AbortWakesAReceiveWaitingOnItsLink) {
-  std::atomic<GlooCommunicator*> waiting{nullptr};
-  std::atomic<bool> done{false};
-  std::thread aborter([&] {
-    // Once rank 0's receive has slept on its doorbell (the link counts it), abort it.
-    while (!done) {
-      GlooCommunicator* c = waiting.load();
-      if (c != nullptr && c->shared_memory_waits() > 0) {
-        c->Abort();
-        return;
-      }
-      std::this_thread::yield();
-    }
-  });
   const auto t0 = std::chrono::steady_clock::now();
   auto st = OnRanks(2, Linked(4096, std::chrono::milliseconds(30000)), [&](GlooCommunicator& c) -> absl::Status {
     if (c.rank() == 1) return absl::OkStatus();
+    std::atomic<bool> done{false};
+    std::thread aborter([&] {
+      // Once rank 0's receive has slept on its doorbell (the link counts it), abort it.
+      while (!done) {
+        if (c.shared_memory_waits() > 0) {
+          c.Abort();
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
     std::vector<float> x(16);
-    waiting = &c;
     absl::Status s = c.Recv(x.data(), x.size(), 1);
-    waiting = nullptr;
     done = true;
+    aborter.join();
     return s;
   });
-  done = true;
-  aborter.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(absl::IsAborted(st[0])) << st[0];
   EXPECT_LT(secs, 10.0) << "the abort must end the wait, not the 30 s timeout";
