@@ -358,6 +358,7 @@ absl::StatusOr<ClusterSpec> ParseCluster(const std::string& yaml, const std::str
   f.read["gpus_per_node"] = Number(w, &gpn, 1);
   f.read["intra_node"] = link(&c.intra);
   f.read["inter_node"] = link(&c.inter);
+  f.read["intra_node_p2p"] = link(&c.intra_p2p);
   f.read["gpu"] = [&](const YAML::Node& n, const std::string& field) -> absl::Status {
     ++devices;
     auto p = BuiltinProfile(n.IsScalar() ? n.Scalar() : "");
@@ -455,7 +456,9 @@ std::string ClusterYaml(const ClusterSpec& c) {
   out << YAML::Key << "gpus_per_node" << YAML::Value << c.gpus_per_node;
   out << YAML::Key << "device" << YAML::Value;
   EmitProfile(out, c.device);
-  for (const auto& [key, l] : {std::pair<const char*, Link>{"intra_node", c.intra}, {"inter_node", c.inter}}) {
+  std::vector<std::pair<const char*, Link>> links = {{"intra_node", c.intra}, {"inter_node", c.inter}};
+  if (c.intra_p2p.bandwidth > 0) links.emplace_back("intra_node_p2p", c.intra_p2p);
+  for (const auto& [key, l] : links) {
     out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap;
     out << YAML::Key << "bandwidth_gbs" << YAML::Value << l.bandwidth / 1e9;
     out << YAML::Key << "latency_us" << YAML::Value << l.latency * 1e6;

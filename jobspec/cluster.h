@@ -28,6 +28,7 @@
 //   device: {name: ..., memory_gb: ...}    # the profile inline
 //   intra_node: {bandwidth_gbs: 360, latency_us: 3}   # per device, one direction, achieved
 //   inter_node: {bandwidth_gbs: 40, latency_us: 6}
+//   intra_node_p2p: {bandwidth_gbs: 5, latency_us: 20}  # optional: see ClusterSpec::intra_p2p
 #pragma once
 
 #include <cstdint>
@@ -126,6 +127,12 @@ struct ClusterSpec {
   int gpus_per_node = 8;
   DeviceProfile device;
   Link intra, inter;
+  // Point-to-point transfers between ranks of one node (a pipeline's neighbours, context
+  // parallelism's ring), where they take another path than the collectives: on a CPU host
+  // the shared-memory links (comm/gloo/shm_transport.h) beside Gloo's TCP collectives, as
+  // `gantry-train calibrate` measures them. Unset (bandwidth 0): as intra.
+  Link intra_p2p;
+  const Link& NodeP2P() const { return intra_p2p.bandwidth > 0 ? intra_p2p : intra; }
 };
 
 // Built-in device profiles: "h100", "h200", "a100".

@@ -45,6 +45,14 @@ Link GroupLink(const std::vector<int>& ranks, const ClusterSpec& cluster) {
   return l;
 }
 
+// Point to point between these ranks (a pipeline's hop, the cp ring): the node's own path where
+// they share a node, the group's link otherwise.
+Link P2PLink(const std::vector<int>& ranks, const ClusterSpec& cluster) {
+  const int gpn = std::max(1, cluster.gpus_per_node);
+  const bool one_node = std::all_of(ranks.begin(), ranks.end(), [&](int r) { return r / gpn == ranks[0] / gpn; });
+  return one_node ? cluster.NodeP2P() : GroupLink(ranks, cluster);
+}
+
 namespace {
 
 // The links of a layout's groups (those of rank 0's groups: every group of a kind sits alike
@@ -53,6 +61,7 @@ namespace {
 // hold the same parameters.
 struct Links {
   Link tp, dp, pp, ep, edp, cp;
+  Link cp_ring;  // the ring's exchanges, point to point (cp: the all-gather variant's collective)
 };
 
 Links LinksOf(const PlanInput& in, const ClusterSpec& cluster) {
@@ -60,21 +69,23 @@ Links LinksOf(const PlanInput& in, const ClusterSpec& cluster) {
   // tp and dp): ranks.h's order with dp x cp "replicas", replica·cp + cp_rank.
   const int cp = in.cp;
   const Layout l{in.dp * cp, in.tp, in.pp, 1};
-  auto group = [&](auto member, int n) {
+  auto ranks_of = [&](auto member, int n) {
     std::vector<int> ranks;
     for (int i = 0; i < n; ++i) ranks.push_back(RankOf(member(i), l));
-    return GroupLink(ranks, cluster);
+    return ranks;
   };
+  auto group = [&](auto member, int n) { return GroupLink(ranks_of(member, n), cluster); };
   Links k;
   k.tp = group([](int i) { return Coords{0, i, 0}; }, in.tp);
   k.cp = group([](int i) { return Coords{i, 0, 0}; }, cp);
+  k.cp_ring = P2PLink(ranks_of([](int i) { return Coords{i, 0, 0}; }, cp), cluster);
   k.dp = group([](int i) { return Coords{i, 0, 0}; }, in.dp * cp);
   k.ep = group([&](int i) { return Coords{i * cp, 0, 0}; }, in.ep);
   k.edp = group([&](int i) { return Coords{(i / cp) * in.ep * cp + i % cp, 0, 0}; }, in.dp / in.ep * cp);
   // A pipeline's neighbours: the slowest hop between consecutive stages.
-  k.pp = cluster.intra;
+  k.pp = cluster.NodeP2P();
   for (int s = 0; s + 1 < in.pp; ++s) {
-    const Link hop = GroupLink({RankOf({0, 0, s}, l), RankOf({0, 0, s + 1}, l)}, cluster);
+    const Link hop = P2PLink({RankOf({0, 0, s}, l), RankOf({0, 0, s + 1}, l)}, cluster);
     if (hop.bandwidth < k.pp.bandwidth) k.pp = hop;
   }
   return k;
@@ -242,7 +253,7 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
     // behind the next step, the last exposed.
     if (cp > 1) {
       const double block = N * 2 * xkv * hd / t;  // floats
-      const double home = SendTime(block * 4, links.cp);
+      const double home = SendTime(block * 4, links.cp_ring);
       double xf_total, xb_total, exp_f, exp_b;
       if (in.cp_exchange == CpExchange::kAllGather) {
         const double gather = ReduceScatterTime(cp * block * e, cp, links.cp);  // an all-gather ring moves the same
@@ -250,7 +261,7 @@ StageCost CostOfStage(const PlanInput& in, const ClusterSpec& cluster, const Lin
         exp_b = std::max(0.0, gather - attn_b / cp) + (cp - 1) * std::max(0.0, home - attn_b / cp) + home;
         xf_total = gather, xb_total = gather + cp * home;
       } else {
-        const double xf = SendTime(block * e, links.cp), xb = SendTime(block * (e + 4), links.cp);
+        const double xf = SendTime(block * e, links.cp_ring), xb = SendTime(block * (e + 4), links.cp_ring);
         exp_f = (cp - 1) * std::max(0.0, xf - attn_f / cp);
         exp_b = (cp - 1) * std::max(0.0, xb - attn_b / cp) + home;
         xf_total = (cp - 1) * xf, xb_total = (cp - 1) * xb + home;

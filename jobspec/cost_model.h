@@ -108,5 +108,8 @@ double SendTime(double bytes, const Link& link);
 // The link a group of world ranks crosses on nodes of gpus_per_node: intra if one node holds
 // them all; else inter at (ranks per node) x its bandwidth, at most intra's.
 Link GroupLink(const std::vector<int>& ranks, const ClusterSpec& cluster);
+// The link of point-to-point transfers between these ranks: ClusterSpec::NodeP2P where they
+// share a node, GroupLink otherwise.
+Link P2PLink(const std::vector<int>& ranks, const ClusterSpec& cluster);
 
 }  // namespace gantry::jobspec

@@ -147,6 +147,45 @@ absl::StatusOr<jobspec::Link> TimeGloo(const Options& o) {
   return l;
 }
 
+// Point-to-point transfers between two of this host's ranks as a pipeline's or cp ring's run
+// (GlooOptions::shared_memory, as GlooGroups gives those groups): the latency of a 4-byte
+// exchange and the bandwidth of a 16 MB one (SendRecv both ways at once, each rank's bytes
+// counted once). Ranks as threads, each pinned as a training rank is.
+absl::StatusOr<jobspec::Link> TimePointToPoint(const Options& o) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  const size_t big = 4 << 20;
+  std::vector<double> t_big(2), t_small(2);
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      kernels::ConfigureThreads(o.threads, r, 2);
+      comm::GlooOptions go;
+      go.shared_memory = true;
+      auto comm = comm::GlooCommunicator::Create(r, 2, store, go);
+      if (!comm.ok()) {
+        status[r] = comm.status();
+        return;
+      }
+      std::vector<float> out = Random(big, 21 + r), in(big), one(1, 1.0f), got(1);
+      auto run = [&](const float* s, float* d, size_t n, int times) {
+        for (int i = 0; i < times; ++i) {
+          if (absl::Status st = (*comm)->SendRecv(s, n, 1 - r, d, n, 1 - r); !st.ok()) status[r] = st;
+        }
+      };
+      t_big[r] = Median(o.repeats, [&] { run(out.data(), in.data(), big, 1); });
+      t_small[r] = Median(o.repeats, [&] { run(one.data(), got.data(), 1, 100); }) / 100;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : status) RETURN_IF_ERROR(s);
+  jobspec::Link l;
+  l.latency = std::max(t_small[0], t_small[1]);
+  const double t = std::max(t_big[0], t_big[1]);
+  l.bandwidth = big * 4.0 / std::max(1e-9, t - l.latency);
+  return l;
+}
+
 // Compute lost to communication running beside it (DeviceProfile::comm_compute_cost): each of
 // o.ranks ranks, its compute pinned as a training rank's is, times a run of GEMMs alone, then
 // again while its communication thread all-reduces throughout (as ZeRO's thread does behind
@@ -235,6 +274,7 @@ absl::StatusOr<jobspec::ClusterSpec> Calibrate(const Options& o) {
   c.name = absl::StrCat("local-", o.ranks, "x", d.name);
   c.gpus_per_node = o.ranks;
   c.intra = c.inter = link;
+  ASSIGN_OR_RETURN(c.intra_p2p, TimePointToPoint(o));
   return c;
 }
 

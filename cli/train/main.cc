@@ -423,10 +423,12 @@ absl::Status RunCalibrate(const std::vector<std::string>& args) {
   }
   RETURN_IF_ERROR(WriteFileAtomic(out, yaml));
   std::printf("wrote %s: GEMM fp32 %.1f / %.1f GFLOP/s (fwd / bwd), bf16 %.1f / %.1f; memory %.1f GB/s; Gloo all-reduce "
-              "%.2f GB/s, %.1f us among %d ranks; compute lost to concurrent communication %.2f s a second\n",
+              "%.2f GB/s, %.1f us among %d ranks; point to point %.2f GB/s, %.1f us; compute lost to concurrent "
+              "communication %.2f s a second\n",
               out.c_str(), cluster.device.gemm_fwd[1] / 1e9, cluster.device.gemm_bwd[1] / 1e9, cluster.device.gemm_fwd[0] / 1e9,
               cluster.device.gemm_bwd[0] / 1e9, cluster.device.memory_bandwidth / 1e9, cluster.intra.bandwidth / 1e9,
-              cluster.intra.latency * 1e6, o.ranks, cluster.device.comm_compute_cost);
+              cluster.intra.latency * 1e6, o.ranks, cluster.intra_p2p.bandwidth / 1e9, cluster.intra_p2p.latency * 1e6,
+              cluster.device.comm_compute_cost);
   return absl::OkStatus();
 }
 

@@ -54,6 +54,19 @@ TEST(CostModelTest, AGroupUsesTheNetworkOnlyWhenItSpansNodes) {
   EXPECT_EQ(GroupLink(sixteen, c).bandwidth, 200e9) << "eight ports: 200 GB/s, under NVLink's 300";
 }
 
+// Point to point (a pipeline's hop, the cp ring): the node's own path where the ranks share a
+// node and the cluster gives one (intra_p2p, as calibrate measures Gloo's shared-memory links),
+// the collectives' link otherwise; across nodes, the network's.
+TEST(CostModelTest, PointToPointTakesTheNodesOwnPathWhereTheClusterGivesOne) {
+  ClusterSpec c = TwoLinks();
+  EXPECT_EQ(P2PLink({0, 1}, c).bandwidth, 300e9) << "none given: the collectives' link";
+  c.intra_p2p = {500e9, 1e-6};
+  EXPECT_EQ(P2PLink({0, 1}, c).bandwidth, 500e9);
+  EXPECT_EQ(P2PLink({0, 1}, c).latency, 1e-6);
+  EXPECT_EQ(P2PLink({7, 8}, c).bandwidth, 25e9) << "across nodes: the network";
+  EXPECT_EQ(GroupLink({0, 1}, c).bandwidth, 300e9) << "the collectives keep theirs";
+}
+
 // A device whose rates make the arithmetic below easy; no launch floor.
 ClusterSpec Simple() {
   ClusterSpec c = TwoLinks();
@@ -280,6 +293,10 @@ TEST(CostModelTest, TheInterleavedSchedulesTransfersAreEachChunksOwn) {
   ASSERT_TRUE(plain.ok() && chunks.ok());
   EXPECT_REL(plain->pp_comm, 4 * 2 * 1 * one);
   EXPECT_REL(chunks->pp_comm, 4 * 2 * 3 * one);
+  // The hops take the node's point-to-point path where the cluster gives one.
+  ClusterSpec p2p = c;
+  p2p.intra_p2p = {600e9, 1e-6};  // faster than intra: the head stays the slowest stage
+  EXPECT_REL(PredictStep(in, p2p)->pp_comm, 4 * 2 * 3 * SendTime(64 * 64 * 4, p2p.intra_p2p));
   // Sequence parallelism: each rank sends its 1/tp of the rows (the trainer's stage_floats).
   in.vp = 1, in.tp = 2, in.sequence_parallel = true;
   EXPECT_REL(PredictStep(in, c)->pp_comm, 4 * 2 * 1 * SendTime(32 * 64 * 4, c.intra));
@@ -322,6 +339,15 @@ TEST(CostModelTest, ContextParallelSplitsTheWorkAndHidesItsRingBehindTheBlockAtt
   fast.intra = {1e15, 0};
   in.recompute = Recompute::kNone;
   EXPECT_REL(PredictStep(in, fast)->cp_comm, 2 * 16384 / 1e15);
+  // The ring's exchanges are point to point: a fast path of the node's own for them alone
+  // (ClusterSpec::intra_p2p) gives the same; the all-gather variant, a collective, keeps intra.
+  ClusterSpec p2p = c;
+  p2p.intra_p2p = {1e15, 0};
+  EXPECT_REL(PredictStep(in, p2p)->cp_comm, 2 * 16384 / 1e15);
+  in.cp_exchange = CpExchange::kAllGather;
+  EXPECT_REL(PredictStep(in, p2p)->cp_comm, 2 * 16384 / 1e15 + (PredictStep(in, c)->cp_comm - 2 * home))
+      << "the gathers as on intra, the dK/dV ring on the fast path";
+  in.cp_exchange = CpExchange::kRing;
   // Where the collectives share the compute's cores, the hidden exchanges still cost compute.
   ClusterSpec shared = c;
   shared.device.comm_compute_cost = 0.5;
@@ -528,6 +554,12 @@ inter_node: {bandwidth_gbs: 10, latency_us: 8}
   EXPECT_EQ(again->device.gemm_bwd[0], c->device.gemm_bwd[0]);
   EXPECT_EQ(again->device.memory_bandwidth, c->device.memory_bandwidth);
   EXPECT_EQ(again->inter.bandwidth, 10e9);
+  EXPECT_EQ(again->intra_p2p.bandwidth, 0) << "no point-to-point path given: none written";
+  c->intra_p2p = {4e9, 20e-6};
+  auto p2p = ParseCluster(ClusterYaml(*c));
+  ASSERT_TRUE(p2p.ok()) << p2p.status();
+  EXPECT_EQ(p2p->intra_p2p.bandwidth, 4e9);
+  EXPECT_DOUBLE_EQ(p2p->intra_p2p.latency, 20e-6);
 
   auto bad = ParseCluster("gpus_per_node: 8\ngpu: h100\nintra_node: {bandwidth_gbs: 100, latency_us: 2}\n"
                           "inter_node: {bandwidth_gbs: -1, latency_us: 8}\n");
