@@ -115,12 +115,20 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     ctx->connectFullMesh(*store, device);
     // Shared-memory links for the point-to-point transfers, before the barrier below: every
     // rank joins them at once, as it joined the mesh.
+    // A rank that offers none (GANTRY_SHM_DISABLE=1 is a process's, so it may hold for some
+    // ranks of a group and not others) still joins, so that no rank waits for it.
     std::unique_ptr<ShmTransport> shm;
     const char* off = std::getenv("GANTRY_SHM_DISABLE");
-    if (options.shared_memory && size > 1 && !(off != nullptr && std::string(off) == "1")) {
+    const bool offer = options.shm_offer && !(off != nullptr && std::string(off) == "1");
+    if (options.shared_memory && size > 1) {
       std::string note;
-      shm = ShmTransport::Join(rank, size, *store, options.shm_ring_bytes, options.timeout, &note);
+      shm = ShmTransport::Join(rank, size, *store, offer ? options.shm_ring_bytes : 0, options.timeout, &note);
       if (!note.empty()) LOG(WARNING) << note;
+      // Said in a daemon's log (the worker's: whether its stages linked); not on a command
+      // line's or a test's stderr.
+      if (shm->links() > 0 && google::IsGoogleLoggingInitialized()) {
+        LOG(INFO) << "rank " << rank << " of " << size << ": " << shm->links() << " peer(s) on this host through shared memory";
+      }
     }
     // A rank's mesh is up once its own pairs are; a peer's may still be finishing its
     // handshakes. Until every rank is in, none may go on: a rank whose first collectives need

@@ -42,6 +42,9 @@ struct GlooOptions {
   bool shared_memory = false;
   // Each link's ring, per direction: a larger message streams through it in pieces.
   size_t shm_ring_bytes = size_t{1} << 20;
+  // false: this rank takes part in making the group's links but offers none, so its pairs
+  // keep TCP (what GANTRY_SHM_DISABLE=1 does for a process's ranks).
+  bool shm_offer = true;
 };
 
 class ShmTransport;

@@ -44,6 +44,10 @@ struct SegmentHeader {
 struct RingState {
   alignas(64) std::atomic<uint64_t> written;
   alignas(64) std::atomic<uint64_t> read;
+  // Set by the reader when it refuses a message (another size than it expected): the byte
+  // count it expected, plus one. The writer, woken, stops with an error naming it rather than
+  // wait for room that will not come.
+  std::atomic<uint64_t> refused;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "the rings' positions are shared between processes");
@@ -194,6 +198,9 @@ std::unique_ptr<ShmTransport> ShmTransport::Join(int rank, int size, gloo::rende
     }
     return l;
   };
+  // A rank that offers no link still publishes its segment ("none") and its mapped list, so
+  // its peers never wait for it.
+  const bool offering = ring_bytes >= kMinRingBytes;
   const std::vector<int> mine = locals(rank);
   auto index_in = [](const std::vector<int>& l, int r) {
     return static_cast<int>(std::find(l.begin(), l.end(), r) - l.begin());
@@ -206,7 +213,7 @@ std::unique_ptr<ShmTransport> ShmTransport::Join(int rank, int size, gloo::rende
   // 2. This rank's segment, published by name and cookie ("none" where it has no local peer
   // or could not have one).
   std::string published = "none";
-  if (!mine.empty()) {
+  if (!mine.empty() && offering) {
     std::random_device rd;
     const uint64_t cookie = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
     std::string why;
@@ -301,10 +308,15 @@ void ShmTransport::Transfer(const void* send, size_t send_bytes, int to, void* r
 
   while (sent < out_total || got < in_total) {
     const uint32_t seen = bell.doorbell.load(std::memory_order_seq_cst);
+    if (aborted.load()) throw std::runtime_error("aborted while waiting on a shared-memory link");
     bool progress = false;
     if (sent < out_total) {
       const int k = out_ring_[static_cast<size_t>(to)];
       RingState& ring = peer_out->ring(k);
+      if (const uint64_t expected = ring.refused.load(std::memory_order_acquire); expected != 0) {
+        throw std::runtime_error(absl::StrCat("rank ", to, " refused the ", send_bytes, " bytes rank ", rank_,
+                                              " sent: it expected ", expected - 1));
+      }
       const uint64_t w = ring.written.load(std::memory_order_relaxed);
       const uint64_t r = ring.read.load(std::memory_order_acquire);
       const size_t room = cap - static_cast<size_t>(w - r);
@@ -347,6 +359,8 @@ void ShmTransport::Transfer(const void* send, size_t send_bytes, int to, void* r
         got += n;
         progress = true;
         if (got == kHeaderBytes && (in_header[0] != kMessageMark || in_header[1] != recv_bytes)) {
+          ring.refused.store(recv_bytes + 1, std::memory_order_release);
+          peer_in->Ring();
           throw std::runtime_error(
               in_header[0] != kMessageMark
                   ? absl::StrCat("the shared-memory ring from rank ", from, " to rank ", rank_, " is out of step")
@@ -356,7 +370,6 @@ void ShmTransport::Transfer(const void* send, size_t send_bytes, int to, void* r
       }
     }
     if (progress) continue;
-    if (aborted.load()) throw std::runtime_error("aborted while waiting on a shared-memory link");
     const auto left = deadline - std::chrono::steady_clock::now();
     if (left <= std::chrono::steady_clock::duration::zero()) {
       throw std::runtime_error(absl::StrCat(

@@ -37,6 +37,9 @@ namespace gantry::comm {
 
 class ShmTransport {
  public:
+  // ring_bytes under kMinRingBytes (0 included): this rank offers no link (it still takes
+  // part, so that no peer waits for it).
+  static constexpr size_t kMinRingBytes = 64;
   // Every rank of the group calls Join at once (GlooCommunicator::Create, over the group's
   // store; the keys are under "shm/"). Returns the links this rank has (none where no peer
   // shares its host, or shared memory could not be had: *note then says why, for the log).
@@ -57,7 +60,9 @@ class ShmTransport {
   // skipped where its peer is -1), both linked; returns when both are done. Progresses both
   // at once, so that two ranks exchanging messages larger than their rings never wait on each
   // other. Throws std::runtime_error naming the peer when the deadline passes, when the message
-  // that arrives has another size than recv_bytes, or when *aborted is set (Wake ends a wait).
+  // that arrives has another size than recv_bytes (the receiver marks its ring refused, and
+  // the sender, woken, throws too, naming both sizes), or when *aborted is set (Wake ends a
+  // wait; a transfer that is moving sees it at its next piece).
   void Transfer(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes, int from,
                 std::chrono::milliseconds timeout, const std::atomic<bool>& aborted);
   // Wakes a Transfer of this rank's that waits (Abort: it then sees *aborted). Thread-safe.

@@ -90,6 +90,8 @@ TEST(GlooSharedMemoryTest, LinkedRanksCarryMessagesOfAnySizeThroughSmallRings) {
       if (c.shared_memory_links() != p - 1) {
         return absl::InternalError(absl::StrCat(c.shared_memory_links(), " links of ", p - 1));
       }
+      // The names are gone once the group is made, while its segments are in use.
+      if (!SegmentsOf(::getpid()).empty()) return absl::InternalError("a segment's name is left in /dev/shm");
       const int right = (c.rank() + 1) % p, left = (c.rank() + p - 1) % p;
       int round = 0;
       for (size_t n : {size_t{0}, size_t{1}, size_t{1001}, size_t{300000}}) {
@@ -157,8 +159,39 @@ TEST(GlooSharedMemoryTest, OnlyThePointToPointGroupsAreLinkedAndTheEnvironmentTu
   EXPECT_EQ(got, (std::vector<int>{1, 1, 0, 0}));
 }
 
+// A rank that offers no link (GANTRY_SHM_DISABLE=1 in its process) still takes part in making
+// them, so that its peers do not wait for it: every pair keeps TCP and the transfers go.
+TEST(GlooSharedMemoryTest, ARankThatOffersNoLinkLeavesItsPeersOnTcpWithoutWaiting) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<absl::Status> st(3);
+  std::vector<int> links(3, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions o = Linked(4096, std::chrono::milliseconds(5000));
+      o.shm_offer = r != 1;
+      auto c = GlooCommunicator::Create(r, 3, store, o);
+      if (!c.ok()) {
+        st[r] = c.status();
+        return;
+      }
+      links[r] = (*c)->shared_memory_links();
+      const int right = (r + 1) % 3, left = (r + 2) % 3;
+      std::vector<float> a(10000), b(10000, -1.f);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = Value(r, i, 0);
+      st[r] = (*c)->SendRecv(a.data(), a.size(), right, b.data(), b.size(), left);
+      if (st[r].ok()) st[r] = Expect(b, left, 0, "send_recv");
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+  EXPECT_EQ(links, (std::vector<int>{1, 0, 1})) << "ranks 0 and 2 linked, rank 1 on TCP with both";
+}
+
 // A message of another size than the receiver expects is an error naming both counts, not
-// data spilled into the next message; a peer that never comes is a timeout naming it.
+// data spilled into the next message: on the receiver, and on a sender whose message did not
+// fit the ring (it would otherwise wait for room until its timeout); a peer that never comes
+// is a timeout naming it.
 TEST(GlooSharedMemoryTest, AWrongSizeAndAMissingPeerAreErrorsNamingThem) {
   auto st = OnRanks(2, Linked(4096, std::chrono::milliseconds(1000)), [](GlooCommunicator& c) -> absl::Status {
     std::vector<float> x(20, 1.f);
@@ -168,6 +201,18 @@ TEST(GlooSharedMemoryTest, AWrongSizeAndAMissingPeerAreErrorsNamingThem) {
   EXPECT_TRUE(st[0].ok()) << st[0];
   EXPECT_FALSE(st[1].ok());
   EXPECT_TRUE(absl::StrContains(st[1].message(), "rank 0 sent 40 bytes where rank 1 expected 80")) << st[1];
+
+  const auto t0 = std::chrono::steady_clock::now();
+  st = OnRanks(2, Linked(4096, std::chrono::milliseconds(20000)), [](GlooCommunicator& c) -> absl::Status {
+    std::vector<float> x(20000, 1.f);
+    if (c.rank() == 0) return c.Send(x.data(), 10000, 1);
+    return c.Recv(x.data(), 20000, 0);
+  });
+  EXPECT_TRUE(absl::StrContains(st[1].message(), "rank 0 sent 40000 bytes where rank 1 expected 80000")) << st[1];
+  EXPECT_TRUE(absl::StrContains(st[0].message(), "rank 1 refused the 40000 bytes rank 0 sent: it expected 80000"))
+      << st[0];
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0)
+      << "both ranks fail at once, not at the 20 s timeout";
 
   // Rank 1 never receives: rank 0's message, larger than the ring, cannot all go.
   st = OnRanks(2, Linked(4096, std::chrono::milliseconds(800)), [](GlooCommunicator& c) -> absl::Status {
