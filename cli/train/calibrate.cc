@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -109,41 +110,56 @@ void TimeAttention(const Options& o, double fwd[2], double bwd[2]) {
   }
 }
 
+// Each of `ranks` threads in a Gloo group of them (made with go; pinned as a training rank is
+// where pin) runs op once over `big` floats and 100 times over one: the slowest rank's median
+// seconds for each, the second the mean of the 100. op(comm, rank, data, spare, n): data holds
+// n floats of this rank's, spare room for n more.
+using LinkOp = std::function<absl::Status(comm::Communicator&, int rank, float* data, float* spare, size_t n)>;
+absl::StatusOr<std::pair<double, double>> TimeBigAndSmall(const Options& o, int ranks, size_t big,
+                                                          const comm::GlooOptions& go, bool pin, const LinkOp& op) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<double> t_big(ranks), t_small(ranks);
+  std::vector<absl::Status> status(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      if (pin) kernels::ConfigureThreads(o.threads, r, ranks);
+      auto comm = comm::GlooCommunicator::Create(r, ranks, store, go);
+      if (!comm.ok()) {
+        status[r] = comm.status();
+        return;
+      }
+      std::vector<float> data = Random(big, 7 + r), spare(big), one(1, 1.0f), one_spare(1);
+      auto run = [&](float* d, float* sp, size_t n, int times) {
+        for (int i = 0; i < times; ++i) {
+          if (absl::Status s = op(**comm, r, d, sp, n); !s.ok()) status[r] = s;
+        }
+      };
+      t_big[r] = Median(o.repeats, [&] { run(data.data(), spare.data(), big, 1); });
+      t_small[r] = Median(o.repeats, [&] { run(one.data(), one_spare.data(), 1, 100); }) / 100;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : status) RETURN_IF_ERROR(s);
+  return std::make_pair(*std::max_element(t_big.begin(), t_big.end()),
+                        *std::max_element(t_small.begin(), t_small.end()));
+}
+
 // Gloo's all-reduce among o.ranks threads: the bus bandwidth of 16 MB and the latency of 4 bytes
 // (the cost model's formula solved for them).
 absl::StatusOr<jobspec::Link> TimeGloo(const Options& o) {
   jobspec::Link l;
   if (o.ranks < 2) return absl::InvalidArgumentError("calibrate: --ranks must be >= 2 to time the link");
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
   const size_t big = 4 << 20;
-  std::vector<double> t_big(o.ranks), t_small(o.ranks);
-  std::vector<absl::Status> status(o.ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < o.ranks; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = comm::GlooCommunicator::Create(r, o.ranks, store, {});
-      if (!comm.ok()) {
-        status[r] = comm.status();
-        return;
-      }
-      std::vector<float> data = Random(big, 7 + r), one(1, 1.0f);
-      auto run = [&](float* d, size_t n, int times) {
-        for (int i = 0; i < times; ++i) {
-          if (absl::Status s = (*comm)->AllReduceSum(d, n); !s.ok()) status[r] = s;
-        }
-      };
-      t_big[r] = Median(o.repeats, [&] { run(data.data(), big, 1); });
-      t_small[r] = Median(o.repeats, [&] { run(one.data(), 1, 100); }) / 100;
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& s : status) RETURN_IF_ERROR(s);
+  ASSIGN_OR_RETURN(auto times, TimeBigAndSmall(o, o.ranks, big, {}, /*pin=*/false,
+                                               [](comm::Communicator& c, int, float* d, float*, size_t n) {
+                                                 return c.AllReduceSum(d, n);
+                                               }));
   const double n = o.ranks;
-  const double small = *std::max_element(t_small.begin(), t_small.end());
   const double steps = 2 * std::min(n - 1, std::ceil(std::log2(n)));
-  l.latency = small / steps;
-  const double bytes = big * 4.0, t = *std::max_element(t_big.begin(), t_big.end());
-  l.bandwidth = 2 * (n - 1) / n * bytes / std::max(1e-9, t - 2 * (n - 1) * l.latency);
+  l.latency = times.second / steps;
+  const double bytes = big * 4.0;
+  l.bandwidth = 2 * (n - 1) / n * bytes / std::max(1e-9, times.first - 2 * (n - 1) * l.latency);
   return l;
 }
 
@@ -152,37 +168,16 @@ absl::StatusOr<jobspec::Link> TimeGloo(const Options& o) {
 // exchange and the bandwidth of a 16 MB one (SendRecv both ways at once, each rank's bytes
 // counted once). Ranks as threads, each pinned as a training rank is.
 absl::StatusOr<jobspec::Link> TimePointToPoint(const Options& o) {
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
   const size_t big = 4 << 20;
-  std::vector<double> t_big(2), t_small(2);
-  std::vector<absl::Status> status(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      kernels::ConfigureThreads(o.threads, r, 2);
-      comm::GlooOptions go;
-      go.shared_memory = true;
-      auto comm = comm::GlooCommunicator::Create(r, 2, store, go);
-      if (!comm.ok()) {
-        status[r] = comm.status();
-        return;
-      }
-      std::vector<float> out = Random(big, 21 + r), in(big), one(1, 1.0f), got(1);
-      auto run = [&](const float* s, float* d, size_t n, int times) {
-        for (int i = 0; i < times; ++i) {
-          if (absl::Status st = (*comm)->SendRecv(s, n, 1 - r, d, n, 1 - r); !st.ok()) status[r] = st;
-        }
-      };
-      t_big[r] = Median(o.repeats, [&] { run(out.data(), in.data(), big, 1); });
-      t_small[r] = Median(o.repeats, [&] { run(one.data(), got.data(), 1, 100); }) / 100;
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& s : status) RETURN_IF_ERROR(s);
+  comm::GlooOptions go;
+  go.shared_memory = true;
+  ASSIGN_OR_RETURN(auto times, TimeBigAndSmall(o, 2, big, go, /*pin=*/true,
+                                               [](comm::Communicator& c, int r, float* d, float* spare, size_t n) {
+                                                 return c.SendRecv(d, n, 1 - r, spare, n, 1 - r);
+                                               }));
   jobspec::Link l;
-  l.latency = std::max(t_small[0], t_small[1]);
-  const double t = std::max(t_big[0], t_big[1]);
-  l.bandwidth = big * 4.0 / std::max(1e-9, t - l.latency);
+  l.latency = times.second;
+  l.bandwidth = big * 4.0 / std::max(1e-9, times.first - l.latency);
   return l;
 }
 

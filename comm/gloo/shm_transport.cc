@@ -73,7 +73,7 @@ std::string Identity() {
   return absl::StrCat(boot, "/", st.st_dev, ":", st.st_ino);
 }
 
-std::vector<char> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::vector<char> ToBytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string String(const std::vector<char>& v) { return {v.begin(), v.end()}; }
 
 }  // namespace
@@ -120,10 +120,17 @@ struct ShmTransport::Segment {
     return true;
   }
 
-  // Creates and maps a segment of `bytes`, its memory reserved (posix_fallocate: a full
+  // A segment's bytes: its header and ring states, then `rings` rings of ring_bytes.
+  static size_t Bytes(int rings, size_t ring_bytes) {
+    return DataOffset(rings) + static_cast<size_t>(rings) * ring_bytes;
+  }
+
+  // Creates and maps a segment of `rings` rings, its memory reserved (posix_fallocate: a full
   // /dev/shm is an error here, not a SIGBUS at the first write). Null on failure, *why set.
-  static std::unique_ptr<Segment> Create(size_t bytes, uint64_t cookie, std::string* why) {
+  static std::unique_ptr<Segment> Create(int rings, size_t ring_bytes, uint64_t cookie, std::string* why) {
+    const size_t bytes = Bytes(rings, ring_bytes);
     auto s = std::make_unique<Segment>();
+    s->rings = rings;
     s->name = absl::StrCat("/gantry-p2p-", ::getpid(), "-", absl::Hex(cookie, absl::kZeroPad16));
     const int fd = ::shm_open(s->name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) {
@@ -148,8 +155,9 @@ struct ShmTransport::Segment {
     s->header().magic = kSegmentMagic;
     return s;
   }
-  // Opens and maps a peer's segment, which must hold `cookie`; null otherwise.
-  static std::unique_ptr<Segment> Open(const std::string& name, size_t bytes, uint64_t cookie) {
+  // Opens and maps a peer's segment of `rings` rings, which must hold `cookie`; null otherwise.
+  static std::unique_ptr<Segment> Open(const std::string& name, int rings, size_t ring_bytes, uint64_t cookie) {
+    const size_t bytes = Bytes(rings, ring_bytes);
     const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
     if (fd < 0) return nullptr;
     struct stat st {};
@@ -159,6 +167,7 @@ struct ShmTransport::Segment {
     }
     auto s = std::make_unique<Segment>();
     s->name = name;
+    s->rings = rings;
     if (!s->Map(fd, bytes)) return nullptr;
     if (s->header().magic != kSegmentMagic || s->header().cookie != cookie) return nullptr;
     return s;
@@ -184,30 +193,27 @@ std::unique_ptr<ShmTransport> ShmTransport::Join(int rank, int size, gloo::rende
   };
 
   // 1. Who shares this rank's host: every rank's identity.
-  const std::string me = Identity();
-  store.set(absl::StrCat("shm/id/", rank), Bytes(me.empty() ? absl::StrCat("none ", rank) : me));
+  std::string me = Identity();
+  if (me.empty()) me = absl::StrCat("none ", rank);
+  store.set(absl::StrCat("shm/id/", rank), ToBytes(me));
   std::vector<int> everyone(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) everyone[static_cast<size_t>(r)] = r;
   std::vector<std::string> id = all("id", everyone);
-  id[static_cast<size_t>(rank)] = me.empty() ? absl::StrCat("none ", rank) : me;
-  // The peers on rank q's host, in rank order: ring k of q's segment is its k-th's.
-  auto locals = [&](int q) {
-    std::vector<int> l;
+  id[static_cast<size_t>(rank)] = me;
+  // The peers on each rank's host, in rank order: ring k of rank q's segment is local[q][k]'s.
+  std::vector<std::vector<int>> local(static_cast<size_t>(size));
+  for (int q = 0; q < size; ++q) {
     for (int r = 0; r < size; ++r) {
-      if (r != q && id[static_cast<size_t>(r)] == id[static_cast<size_t>(q)]) l.push_back(r);
+      if (r != q && id[static_cast<size_t>(r)] == id[static_cast<size_t>(q)]) local[static_cast<size_t>(q)].push_back(r);
     }
-    return l;
-  };
+  }
+  auto rings_of = [&](int q) { return static_cast<int>(local[static_cast<size_t>(q)].size()); };
   // A rank that offers no link still publishes its segment ("none") and its mapped list, so
   // its peers never wait for it.
   const bool offering = ring_bytes >= kMinRingBytes;
-  const std::vector<int> mine = locals(rank);
+  const std::vector<int>& mine = local[static_cast<size_t>(rank)];
   auto index_in = [](const std::vector<int>& l, int r) {
     return static_cast<int>(std::find(l.begin(), l.end(), r) - l.begin());
-  };
-  auto segment_bytes = [&](int q) {
-    const int rings = static_cast<int>(locals(q).size());
-    return DataOffset(rings) + static_cast<size_t>(rings) * ring_bytes;
   };
 
   // 2. This rank's segment, published by name and cookie ("none" where it has no local peer
@@ -217,15 +223,14 @@ std::unique_ptr<ShmTransport> ShmTransport::Join(int rank, int size, gloo::rende
     std::random_device rd;
     const uint64_t cookie = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
     std::string why;
-    t->own_ = Segment::Create(segment_bytes(rank), cookie, &why);
-    if (t->own_ != nullptr) t->own_->rings = static_cast<int>(mine.size());
+    t->own_ = Segment::Create(rings_of(rank), ring_bytes, cookie, &why);
     if (t->own_ == nullptr) {
       *note = absl::StrCat("rank ", rank, " keeps TCP for its ", mine.size(), " peers on this host: ", why);
     } else {
       published = absl::StrCat(t->own_->name, " ", cookie);
     }
   }
-  store.set(absl::StrCat("shm/seg/", rank), Bytes(published));
+  store.set(absl::StrCat("shm/seg/", rank), ToBytes(published));
 
   // 3. Each local peer's segment mapped; which were, published as one character per rank.
   std::string mapped(static_cast<size_t>(size), '0');
@@ -235,14 +240,13 @@ std::unique_ptr<ShmTransport> ShmTransport::Join(int rank, int size, gloo::rende
       const std::vector<std::string> parts = absl::StrSplit(seg[static_cast<size_t>(q)], ' ');
       uint64_t cookie = 0;
       if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &cookie)) continue;
-      auto s = Segment::Open(parts[0], segment_bytes(q), cookie);
+      auto s = Segment::Open(parts[0], rings_of(q), ring_bytes, cookie);
       if (s == nullptr) continue;
-      s->rings = static_cast<int>(locals(q).size());
       t->peers_[static_cast<size_t>(q)] = std::move(s);
       mapped[static_cast<size_t>(q)] = '1';
     }
   }
-  store.set(absl::StrCat("shm/mapped/", rank), Bytes(mapped));
+  store.set(absl::StrCat("shm/mapped/", rank), ToBytes(mapped));
 
   // 4. A link where both mapped each other's. Every peer that will ever open this rank's
   // segment has done so once it published: the name can go.
@@ -255,7 +259,7 @@ std::unique_ptr<ShmTransport> ShmTransport::Join(int rank, int size, gloo::rende
       t->peers_[static_cast<size_t>(q)].reset();
       continue;
     }
-    t->out_ring_[static_cast<size_t>(q)] = index_in(locals(q), rank);
+    t->out_ring_[static_cast<size_t>(q)] = index_in(local[static_cast<size_t>(q)], rank);
     t->in_ring_[static_cast<size_t>(q)] = index_in(mine, q);
   }
   if (t->own_ != nullptr) t->own_->Unlink();
@@ -302,7 +306,8 @@ void ShmTransport::Transfer(const void* send, size_t send_bytes, int to, void* r
   Segment* peer_out = to >= 0 ? peers_[static_cast<size_t>(to)].get() : nullptr;
   Segment* peer_in = from >= 0 ? peers_[static_cast<size_t>(from)].get() : nullptr;
   if ((to >= 0 && peer_out == nullptr) || (from >= 0 && peer_in == nullptr)) {
-    throw std::runtime_error(absl::StrCat("rank ", rank_, " has no shared-memory link to rank ", peer_out ? from : to));
+    throw std::runtime_error(absl::StrCat("rank ", rank_, " has no shared-memory link to rank ",
+                                          to >= 0 && peer_out == nullptr ? to : from));
   }
   SegmentHeader& bell = own_->header();
 

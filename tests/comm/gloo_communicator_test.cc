@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cast.h"
 #include "tests/alltoall_util.h"
+#include "tests/comm/gloo_ranks.h"
 #include "tests/counting_communicator.h"
 
 namespace gantry::comm {
@@ -26,19 +27,9 @@ namespace {
 // Runs fn(comm) on `size` ranks at once; returns each rank's status.
 std::vector<absl::Status> OnRanks(int size, const std::function<absl::Status(Communicator&)>& fn,
                                   std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  std::vector<absl::Status> out(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions o;
-      o.timeout = timeout;
-      auto comm = GlooCommunicator::Create(r, size, store, o);
-      out[static_cast<size_t>(r)] = comm.ok() ? fn(**comm) : comm.status();
-    });
-  }
-  for (auto& t : threads) t.join();
-  return out;
+  GlooOptions o;
+  o.timeout = timeout;
+  return OnGlooRanks(size, o, fn);
 }
 
 // Runs fn on rank 0 of 2 while rank 1, connected, never arrives at a collective (it waits

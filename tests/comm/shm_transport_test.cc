@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/groups.h"
+#include "tests/comm/gloo_ranks.h"
 #include "tests/test_util.h"
 
 namespace gantry::comm {
@@ -34,22 +35,6 @@ GlooOptions Linked(size_t ring_bytes, std::chrono::milliseconds timeout = std::c
   o.shm_ring_bytes = ring_bytes;
   o.timeout = timeout;
   return o;
-}
-
-// Runs fn(comm) on `size` ranks at once, threads of this process; each rank's status.
-std::vector<absl::Status> OnRanks(int size, const GlooOptions& o,
-                                  const std::function<absl::Status(GlooCommunicator&)>& fn) {
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  std::vector<absl::Status> out(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = GlooCommunicator::Create(r, size, store, o);
-      out[static_cast<size_t>(r)] = comm.ok() ? fn(**comm) : comm.status();
-    });
-  }
-  for (auto& t : threads) t.join();
-  return out;
 }
 
 float Value(int rank, size_t i, int round) {
@@ -86,7 +71,7 @@ std::vector<std::string> SegmentsOf(pid_t pid) {
 // pieces, wrapping, and at p 2 both ranks exchange messages 240 times their rings at once.
 TEST(GlooSharedMemoryTest, LinkedRanksCarryMessagesOfAnySizeThroughSmallRings) {
   for (int p : {2, 3, 4}) {
-    auto st = OnRanks(p, Linked(5000), [&](GlooCommunicator& c) -> absl::Status {
+    auto st = OnGlooRanks(p, Linked(5000), [&](GlooCommunicator& c) -> absl::Status {
       if (c.shared_memory_links() != p - 1) {
         return absl::InternalError(absl::StrCat(c.shared_memory_links(), " links of ", p - 1));
       }
@@ -128,7 +113,7 @@ TEST(GlooSharedMemoryTest, LinkedRanksCarryMessagesOfAnySizeThroughSmallRings) {
 TEST(GlooSharedMemoryTest, OnlyThePointToPointGroupsAreLinkedAndTheEnvironmentTurnsItOff) {
   auto links = [](const GlooOptions& o) {
     std::vector<int> n(2, -1);
-    auto st = OnRanks(2, o, [&](GlooCommunicator& c) {
+    auto st = OnGlooRanks(2, o, [&](GlooCommunicator& c) {
       n[static_cast<size_t>(c.rank())] = c.shared_memory_links();
       return absl::OkStatus();
     });
@@ -193,7 +178,7 @@ TEST(GlooSharedMemoryTest, ARankThatOffersNoLinkLeavesItsPeersOnTcpWithoutWaitin
 // fit the ring (it would otherwise wait for room until its timeout); a peer that never comes
 // is a timeout naming it.
 TEST(GlooSharedMemoryTest, AWrongSizeAndAMissingPeerAreErrorsNamingThem) {
-  auto st = OnRanks(2, Linked(4096, std::chrono::milliseconds(1000)), [](GlooCommunicator& c) -> absl::Status {
+  auto st = OnGlooRanks(2, Linked(4096, std::chrono::milliseconds(1000)), [](GlooCommunicator& c) -> absl::Status {
     std::vector<float> x(20, 1.f);
     if (c.rank() == 0) return c.Send(x.data(), 10, 1);
     return c.Recv(x.data(), 20, 0);
@@ -203,7 +188,7 @@ TEST(GlooSharedMemoryTest, AWrongSizeAndAMissingPeerAreErrorsNamingThem) {
   EXPECT_TRUE(absl::StrContains(st[1].message(), "rank 0 sent 40 bytes where rank 1 expected 80")) << st[1];
 
   const auto t0 = std::chrono::steady_clock::now();
-  st = OnRanks(2, Linked(4096, std::chrono::milliseconds(20000)), [](GlooCommunicator& c) -> absl::Status {
+  st = OnGlooRanks(2, Linked(4096, std::chrono::milliseconds(20000)), [](GlooCommunicator& c) -> absl::Status {
     std::vector<float> x(20000, 1.f);
     if (c.rank() == 0) return c.Send(x.data(), 10000, 1);
     return c.Recv(x.data(), 20000, 0);
@@ -215,7 +200,7 @@ TEST(GlooSharedMemoryTest, AWrongSizeAndAMissingPeerAreErrorsNamingThem) {
       << "both ranks fail at once, not at the 20 s timeout";
 
   // Rank 1 never receives: rank 0's message, larger than the ring, cannot all go.
-  st = OnRanks(2, Linked(4096, std::chrono::milliseconds(800)), [](GlooCommunicator& c) -> absl::Status {
+  st = OnGlooRanks(2, Linked(4096, std::chrono::milliseconds(800)), [](GlooCommunicator& c) -> absl::Status {
     std::vector<float> x(10000, 1.f);
     if (c.rank() == 0) return c.Send(x.data(), x.size(), 1);
     return absl::OkStatus();
@@ -228,7 +213,7 @@ TEST(GlooSharedMemoryTest, AWrongSizeAndAMissingPeerAreErrorsNamingThem) {
 // is joined before the communicator goes: Abort, like every call, needs its communicator alive.)
 TEST(GlooSharedMemoryTest, AbortWakesAReceiveWaitingOnItsLink) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto st = OnRanks(2, Linked(4096, std::chrono::milliseconds(30000)), [&](GlooCommunicator& c) -> absl::Status {
+  auto st = OnGlooRanks(2, Linked(4096, std::chrono::milliseconds(30000)), [&](GlooCommunicator& c) -> absl::Status {
     if (c.rank() == 1) return absl::OkStatus();
     std::atomic<bool> done{false};
     std::thread aborter([&] {
