@@ -444,6 +444,9 @@ absl::Status ValidateTraining(const JobSpec& s) {
     return FieldError("train.loss_scale", "must be a power of 2, at least 1 (GradScaler's default is 65536)");
   }
   if (t.loss_scale_window < 1) return FieldError("train.loss_scale_window", "must be >= 1");
+  if (t.classifier_rows < 0) {
+    return FieldError("train.classifier_rows", "must be >= 0 (0 = the whole micro-batch's rows at once)");
+  }
   if (t.precision == "fp16" && s.optimizer.placement == "shardserver") {
     // A skipped step must leave every copy of the state untouched; the shard servers step
     // on every push.
@@ -698,6 +701,7 @@ std::string ToYaml(const JobSpec& s) {
     kv("precision", t.precision), kv("loss_scale", t.loss_scale);
     kv("loss_scale_window", t.loss_scale_window), kv("grad_reduce_dtype", t.grad_reduce_dtype);
     kv("deterministic", t.deterministic);
+    kv("classifier_rows", t.classifier_rows);
   });
   section("eval", [&] { kv("every", s.eval.every), kv("batches", s.eval.batches); });
   section("checkpoint", [&] {
@@ -823,7 +827,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const jobspec
                       {"loss_scale", Real(&s.train.loss_scale)},
                       {"loss_scale_window", Int(&s.train.loss_scale_window)},
                       {"grad_reduce_dtype", Str(&s.train.grad_reduce_dtype)},
-                      {"deterministic", Bool(&s.train.deterministic)}})},
+                      {"deterministic", Bool(&s.train.deterministic)},
+                      {"classifier_rows", Int(&s.train.classifier_rows)}})},
        {"eval", sub({{"every", Int64(&s.eval.every)}, {"batches", Int(&s.eval.batches)}})},
        {"checkpoint", sub({{"every", Int64(&s.checkpoint.every)}, {"keep", Int(&s.checkpoint.keep)},
                            {"host_budget_mb", Real(&s.checkpoint.host_budget_mb)}, {"dir", Str(&s.checkpoint.dir)},

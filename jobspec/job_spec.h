@@ -60,6 +60,12 @@ struct TrainSpec {
   // (false: atomics, so the bits may differ run to run, within the same bound). The cpu and
   // the fused kernels are deterministic either way.
   bool deterministic = true;
+  // The classifier and its loss this many token rows at a time (the last pipeline stage's
+  // forward runs the classifier's backward block by block, so the (B·T, V) logits are never
+  // whole: 6.6 GB less for GPT-2 at B 64 in bf16, where a block of 8192 rows holds 0.8 GB); 0,
+  // the default, or at least micro_batch x seq_len: all at once. The losses are the same bits;
+  // the classifier's weight gradient is summed block by block (model::GPT::set_classifier_rows).
+  int classifier_rows = 0;
   bool operator==(const TrainSpec&) const = default;
 };
 

@@ -364,12 +364,11 @@ ModelShard ChunkShard(const GPTConfig& config, const ModelShard& shard, int c) {
   return one;
 }
 
-ChunkedActivations LayoutChunks(const GPTConfig& config, const ModelShard& shard, int B, int T, Recompute recompute,
-                                bool fused_attention, bool half, bool grouped_attention, bool share_logits) {
+ChunkedActivations LayoutChunks(const GPTConfig& config, const ModelShard& shard, int B, int T,
+                                const LayoutOptions& options) {
   ChunkedActivations a;
   for (int c = 0; c < shard.num_chunks(); ++c) {
-    a.chunks.push_back(LayoutActivations(config, ChunkShard(config, shard, c), B, T, recompute, fused_attention, half,
-                                         grouped_attention, share_logits));
+    a.chunks.push_back(LayoutActivations(config, ChunkShard(config, shard, c), B, T, options));
     a.shared = std::max(a.shared, a.chunks.back().shared);
     a.kept = std::max(a.kept, a.chunks.back().kept);
   }
@@ -381,12 +380,16 @@ ChunkedActivations LayoutChunks(const GPTConfig& config, const ModelShard& shard
 }
 
 ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute) {
-  return LayoutActivations(config, ModelShard{}, B, T, recompute);
+  LayoutOptions options;
+  options.recompute = recompute;
+  return LayoutActivations(config, ModelShard{}, B, T, options);
 }
 
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute, bool fused_attention, bool half, bool grouped_attention,
-                                   bool share_logits) {
+                                   const LayoutOptions& options) {
+  const Recompute recompute = options.recompute;
+  const bool fused_attention = options.fused_attention, half = options.half;
+  const bool grouped_attention = options.grouped_attention, share_logits = options.share_logits;
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t C = config.n_embd;
   const bool sp = shard.sequence_parallel && shard.tp > 1;
@@ -416,6 +419,10 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   const size_t V = shard.vocab_end(config.vocab_size) - shard.vocab_begin(config.vocab_size);
   const size_t L = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
   const bool last = shard.last();
+  // The classifier's rows at a time: a block of them, or all.
+  const size_t crows = last && options.classifier_rows > 0 && static_cast<size_t>(options.classifier_rows) < BT
+                           ? static_cast<size_t>(options.classifier_rows)
+                           : 0;
   size_t cur = 0;
   auto take = [&](size_t n) {
     const size_t o = cur;
@@ -429,6 +436,7 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.grouped_attention = grouped;
   o.sequence_parallel = sp;
   o.recompute = recompute;
+  o.classifier_rows = static_cast<int>(crows);
   o.moe_rows = static_cast<int>(moe_rows);
   o.moe_expert_rows = static_cast<int>(expert_rows);
   const size_t mean_r = llama ? 0 : R;  // RMSNorm keeps no mean
@@ -483,12 +491,14 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   const size_t backward_scratch = cur;
   cur = 0;
   take16(last ? BT * V : 0);
-  o.backward_scratch_in_logits = share_logits && last && backward_scratch <= cur;
+  // In blocks, the logits' room holds one block and lies in the stage's region; the scratch
+  // shares it however large either is (the block is dead before the layers' backward).
+  o.backward_scratch_in_logits = share_logits && last && (crows > 0 || backward_scratch <= cur);
   // The stage's region: what one forward or one backward uses and leaves behind.
   cur = 0;
   o.proj = take(BT * C);
   o.dln = take(BT * C);
-  o.dlnf = take(last ? BT * C : 0);  // the final norm's: the last stage's only
+  o.dlnf = take(last && crows == 0 ? BT * C : 0);  // the final norm's: the last stage's only
   o.moe_yr = take(xr * C);
   o.qkvr = take16(qkvr);
   o.gathered = take16(sp ? BT * C : 0);
@@ -502,6 +512,15 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.scratch = recompute == Recompute::kFull ? take(whole)
               : recompute == Recompute::kSelective ? take(whole - without_att)
                                                    : cur;
+  if (crows > 0) {  // one block's logits, the scratch over them when it may share their room
+    o.logits = take16(crows * V);
+    if (o.backward_scratch_in_logits) {
+      const size_t after_block = cur;
+      cur = o.logits;
+      place_backward_scratch();
+      cur = std::max(cur, after_block);
+    }
+  }
   if (!o.backward_scratch_in_logits) place_backward_scratch();
   o.shared = cur;
   // One micro-batch's region: what its backward reads.
@@ -516,9 +535,10 @@ ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& sh
   o.lnf = take16(last ? BT * C : 0);
   o.lnf_mean = take(last ? mean_r : 0);
   o.lnf_rstd = take(last ? R : 0);
-  o.logits = take16(last ? BT * V : 0);
+  if (crows > 0) o.dlnf = take(BT * C);  // the forward's classifier writes it, the backward reads it
+  if (crows == 0) o.logits = take16(last ? BT * V : 0);
   const size_t after_logits = cur;
-  if (o.backward_scratch_in_logits) {
+  if (o.backward_scratch_in_logits && crows == 0) {
     cur = o.logits;
     place_backward_scratch();
     cur = after_logits;

@@ -277,6 +277,14 @@ struct ActivationLayout {
   // the time it is written, when it fits there (GPT-2 at B 64: 1.1 GB of 6.6). Only the last
   // pipeline stage has logits.
   bool backward_scratch_in_logits = false;
+  // The classifier in blocks of rows (LayoutOptions::classifier_rows, when fewer than B·T): the
+  // last stage's forward computes a block's logits, its loss and, in training, its gradient and
+  // the classifier's backward (dlnf's rows, the weight's gradient) before the next block, so
+  // that `logits` holds one block (classifier_rows rows) in the stage's region, where the
+  // layers' backward scratch shares its room (the block is dead before any layer's backward),
+  // and dlnf, written by the forward and read by the backward, is kept with the micro-batch.
+  // 0: every row at once (logits kept, B·T rows).
+  int classifier_rows = 0;
   // Llama, not kept: the q|k|v projection's (NH + 2 NKV)·hd rows before the key/value heads'
   // repetition, forward, and their gradient, backward (empty when NKV = NH: the projection
   // writes qkv itself); dswi: the gradient of SwiGLU's output.
@@ -313,17 +321,27 @@ struct ActivationLayout {
   size_t scratch = 0;
   Recompute recompute = Recompute::kNone;
 };
+// How a model lays its activations out, beside the shapes: what the backend and the job chose.
+struct LayoutOptions {
+  Recompute recompute = Recompute::kNone;
+  // The CUDA model's fused attention (flash-style kernels, cuDNN): `att` holds each query row's
+  // log-sum-exp, (B, NH, T), rather than the probabilities, and `datt` is empty.
+  bool fused_attention = false;
+  // Mixed precision: the tensors autocast keeps in 16 bits take 2 bytes an element.
+  bool half = false;
+  // A Llama's NKV < NH heads, on a backend that takes them: see ActivationLayout::grouped_attention.
+  bool grouped_attention = false;
+  // The layers' backward scratch in the logits' room when it fits (see
+  // ActivationLayout::backward_scratch_in_logits); off, every buffer has a room of its own.
+  bool share_logits = true;
+  // The classifier and its loss a block of this many token rows at a time (train.classifier_rows;
+  // see ActivationLayout::classifier_rows); 0, or at least B·T: every row at once.
+  int classifier_rows = 0;
+};
 ActivationLayout LayoutActivations(const GPTConfig& config, int B, int T, Recompute recompute = Recompute::kNone);
 // A shard's activations: attention, MLP and vocabulary widths are 1/tp, and its layers only.
-// fused_attention (the CUDA model's flash-style kernel): `att` holds each query row's
-// log-sum-exp, (B, NH, T), rather than the probabilities, and `datt` is empty.
-// grouped_attention (a Llama's NKV < NH heads, on a backend that takes them): see
-// ActivationLayout::grouped_attention.
-// share_logits: the layers' backward scratch in the logits' room when it fits (see
-// ActivationLayout::backward_scratch_in_logits); off, every buffer has a room of its own.
 ActivationLayout LayoutActivations(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                   Recompute recompute = Recompute::kNone, bool fused_attention = false,
-                                   bool half = false, bool grouped_attention = false, bool share_logits = true);
+                                   const LayoutOptions& options = {});
 
 // The interleaved pipeline's activations: one layout a chunk (ChunkShard's), their stage regions
 // overlaid (the region is the largest chunk's: one forward or backward runs at a time) and every
@@ -341,7 +359,6 @@ struct ChunkedActivations {
   size_t floats(int slots) const { return shared + kept * static_cast<size_t>(slots); }
 };
 ChunkedActivations LayoutChunks(const GPTConfig& config, const ModelShard& shard, int B, int T,
-                                Recompute recompute = Recompute::kNone, bool fused_attention = false, bool half = false,
-                                bool grouped_attention = false, bool share_logits = true);
+                                const LayoutOptions& options = {});
 
 }  // namespace gantry::jobspec

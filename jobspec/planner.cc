@@ -162,10 +162,13 @@ double ActivationBytes(const PlanInput& in, const jobspec::ModelShard& shard) {
     // Gantry's own model: its activation buffer, exactly: the stage's scratch once, and what a
     // micro-batch's backward reads for each micro-batch in flight (interleaved: of any chunk,
     // with its mailbox).
-    return static_cast<double>(jobspec::LayoutChunks(c, shard, in.micro_batch, rows, in.recompute,
-                                                     in.fused_attention || ring, in.precision == Precision::kAutocast,
-                                                     in.grouped_attention || ring)
-                                   .floats(slots)) *
+    jobspec::LayoutOptions lo;
+    lo.recompute = in.recompute;
+    lo.fused_attention = in.fused_attention || ring;
+    lo.half = in.precision == Precision::kAutocast;
+    lo.grouped_attention = in.grouped_attention || ring;
+    lo.classifier_rows = in.classifier_rows;
+    return static_cast<double>(jobspec::LayoutChunks(c, shard, in.micro_batch, rows, lo).floats(slots)) *
                4 +
            RingCpBytes(in);
   }
@@ -321,6 +324,7 @@ PlanInput PlanOfSpec(const JobSpec& spec) {
   in.bf16_grad_reduce = spec.train.grad_reduce_dtype == "bf16";
   in.bucket_mb = spec.parallel.bucket_mb;
   in.grouped_attention = GroupedAttentionOf(in);
+  in.classifier_rows = spec.train.classifier_rows;
   return in;
 }
 

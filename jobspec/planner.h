@@ -85,6 +85,8 @@ struct PlanInput {
   // 16-bit on the cuda backends: a Llama's grouped key/value heads read as they are by cuDNN's
   // SDPA (kernels::Capability::kGroupedAttention), no repeated copy among the activations.
   bool grouped_attention = false;
+  // train.classifier_rows: the last stage's logits one block of rows (jobspec::LayoutOptions).
+  int classifier_rows = 0;
   double device_memory = 0;                 // bytes per GPU; 0: unknown
   // optimizer.offload cpu (ZeRO 1-3): the optimizer's share (master, m, v) in host memory,
   // with a host copy of the rank's gradient shard to step it from.

@@ -178,9 +178,14 @@ class Backend {
   // as ResidualForward then LayerNormForward (residual may be a or b).
   virtual void ResidualLayerNormForward(float* residual, Ptr out, float* mean, float* rstd, const float* a,
                                         const float* b, const float* weight, const float* bias, int N, int C) = 0;
-  // → dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
-  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
+  // dout (N,C), fp32 or 16-bit → dinp (N,C) +=, dweight (C) +=, dbias (C) +=; where dinp16 is
+  // given (16-bit), also dinp16 = dinp's new values rounded (the residual gradient's copy for
+  // the GEMMs, as Convert would make it). A 16-bit dout gives its values' result in fp32 (on the
+  // cpu the same bits; the cuda kinds' kernel for it may fuse a multiply-add otherwise). The cuda
+  // kinds take dinp16 with a 16-bit dout of its type only: another pairing is an error naming both.
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, CPtr dout, const float* inp,
+                                 const float* weight, const float* mean, const float* rstd, int N, int C,
+                                 Ptr dinp16 = nullptr) = 0;
   // Llama-family blocks (kernels/rmsnorm.h, rope.h, swiglu.h and gqa.h state each op):
   // RMSNorm: inp (N,C) → out (N,C) (fp32 or 16-bit), rstd (N).
   virtual void RMSNormForward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C,
@@ -189,9 +194,9 @@ class Backend {
   // RMSNormForward of residual, the same bits as the two ops.
   virtual void ResidualRMSNormForward(float* residual, Ptr out, float* rstd, const float* a, const float* b,
                                       const float* weight, int N, int C, float eps) = 0;
-  // → dinp (N,C) +=, dweight (C) +=.
-  virtual void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
-                               const float* weight, const float* rstd, int N, int C) = 0;
+  // → dinp (N,C) +=, dweight (C) +=; dout and dinp16 as LayerNormBackward's.
+  virtual void RMSNormBackward(float* dinp, float* dweight, CPtr dout, const float* inp,
+                               const float* weight, const float* rstd, int N, int C, Ptr dinp16 = nullptr) = 0;
   // RoPE in place on qkv rows (B*T of (NH + 2 NKV) * hd; inv_freq (hd/2) on this backend), the
   // query and key heads rotated (inverse: the backward's transposed rotation).
   virtual void RopeApply(Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq, bool inverse) = 0;

@@ -16,12 +16,13 @@ void layernorm_forward(Ptr out, float* mean, float* rstd, const float* inp,
 void residual_layernorm_forward(float* residual, Ptr out, float* mean, float* rstd, const float* a,
                                 const float* b, const float* weight, const float* bias, int N, int C);
 
-// dout (N,C), inp (N,C), weight (C), mean (N), rstd (N)
-//   → dinp (N,C) +=, dweight (C) +=, dbias (C) +=
+// dout (N,C; fp32 or 16-bit, read exactly), inp (N,C), weight (C), mean (N), rstd (N)
+//   → dinp (N,C) +=, dweight (C) +=, dbias (C) +=, and where dinp16 is given, dinp16 (N,C, 16-bit)
+// = dinp's new values rounded (RoundTo's bits: the residual gradient's copy for the GEMMs).
 // dinp accumulates (the residual stream's gradient is added to). Deterministic and
-// independent of the thread count.
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+// independent of the thread count; a 16-bit dout gives the bits of its values widened to fp32.
+void layernorm_backward(float* dinp, float* dweight, float* dbias, CPtr dout,
                         const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C);
+                        const float* rstd, int N, int C, Ptr dinp16 = nullptr);
 
 }  // namespace gantry::kernels

@@ -15,8 +15,10 @@ void rmsnorm_forward(Ptr out, float* rstd, const float* inp, const float* weight
 // a + b, then out, rstd as rmsnorm_forward gives them from residual, bit for bit.
 void residual_rmsnorm_forward(float* residual, Ptr out, float* rstd, const float* a, const float* b,
                               const float* weight, int N, int C, float eps);
-// dout (N,C), inp, weight, rstd → dinp (N,C) +=, dweight (C) += (rows summed in order)
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                      const float* rstd, int N, int C);
+// dout (N,C; fp32 or 16-bit, read exactly), inp, weight, rstd → dinp (N,C) +=, dweight (C) +=
+// (rows summed in order), and where dinp16 is given, dinp16 = dinp's new values rounded
+// (layernorm_backward's contract).
+void rmsnorm_backward(float* dinp, float* dweight, CPtr dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C, Ptr dinp16 = nullptr);
 
 }  // namespace gantry::kernels

@@ -70,8 +70,8 @@ class Block {
   void FinalNormForward(kernels::Ptr out, const float* in, const float* F, int R) {
     NormForward(FinalNorm(out, F), in, R, "");
   }
-  virtual void FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F,
-                                 int R) = 0;
+  virtual void FinalNormBackward(float* din, float* dF, kernels::CPtr dout, const float* in, const float* F,
+                                 int R, kernels::Ptr din16 = nullptr) = 0;
 
  protected:
   // Causal self-attention of layer l over its q|k|v rows (qkv) into atty, keeping what its

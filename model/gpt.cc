@@ -200,8 +200,14 @@ void GPT::EnsureActivations(int B, int T) {
                        (ring || be_->Supports(k::Capability::kGroupedAttention,
                                               {B, T, dims().NH, dims().NKV, dims().hd, ctx_->precision()}));
   const bool fused = ring || be_->Supports(k::Capability::kFusedAttention);
-  const jobspec::ChunkedActivations o = jobspec::LayoutChunks(config_, shard_, B, T, recompute_, fused,
-                                                              mixed(), grouped, share_logits_);
+  jobspec::LayoutOptions lo;
+  lo.recompute = recompute_;
+  lo.fused_attention = fused;
+  lo.half = mixed();
+  lo.grouped_attention = grouped;
+  lo.share_logits = share_logits_;
+  lo.classifier_rows = classifier_rows_;
+  const jobspec::ChunkedActivations o = jobspec::LayoutChunks(config_, shard_, B, T, lo);
   act_.Assign(be_, o.floats(slots_));
   layouts_ = o.chunks;
   act_shared_ = o.shared;
@@ -291,14 +297,37 @@ void GPT::RunForward(int B, int T) {
   }
   // Classifier: logits = lnf @ W^T, W this rank's vocabulary rows of the tied wte (Llama's
   // lm_head). W stays acquired until the classifier's backward (or, without one, the end of
-  // ForwardStage).
+  // ForwardStage). In blocks of rows (classifier_rows), the loss computes them (QueueLoss), or
+  // ReadLogits the rows it is asked for.
   const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
+  if (o.classifier_rows > 0) return;
   ctx_->Op("classifier matmul fwd", [&] {
     be_->MatmulForward(H(A(o.logits)), H(A(o.lnf)), W, nullptr, BT, C, Vl, k::WeightLayout::kOutIn);
   });
 }
 
 void GPT::ReadLogits(float* host, size_t row, size_t rows) {
+  const jobspec::ActivationLayout& o = ctx_->off();
+  const size_t Vl = static_cast<size_t>(dims().Vl);
+  if (o.classifier_rows > 0) {
+    // The logits of a block of rows at a time into the block's room, each copied out as it is made.
+    const size_t C = static_cast<size_t>(dims().C), block = static_cast<size_t>(o.classifier_rows);
+    const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
+    const kernels::CPtr lnf = H(A(o.lnf));
+    for (size_t done = 0; done < rows;) {
+      const size_t m = std::min(block, rows - done);
+      be_->MatmulForward(H(A(o.logits)), lnf + static_cast<int64_t>((row + done) * C), W, nullptr,
+                         static_cast<int>(m), static_cast<int>(C), static_cast<int>(Vl), k::WeightLayout::kOutIn);
+      CopyLogitsOut(host + done * Vl, 0, m);
+      done += m;
+    }
+    ReleaseUnitParams(wte_unit());
+    return;
+  }
+  CopyLogitsOut(host, row, rows);
+}
+
+void GPT::CopyLogitsOut(float* host, size_t row, size_t rows) {
   const size_t Vl = static_cast<size_t>(dims().Vl);
   const size_t n = rows * Vl;
   if (!mixed()) {
@@ -362,19 +391,10 @@ void GPT::PutTokens(int slot, const int32_t* inputs, const int32_t* targets, siz
 void GPT::QueueLoss(int B, int T, float dloss) {
   const jobspec::ActivationLayout& o = ctx_->off();
   const int BT = B * T;
-  const int32_t* targets = SlotTokens() + tokens_per_slot_;
-  if (shard_.tp == 1) {
-    if (dloss == 0.f) {
-      ctx_->Op("classifier xent fwd", [&] {
-        be_->CrossEntropyForward(A(o.losses), H(A(o.logits)), targets, BT, config_.vocab_size);
-      });
-    } else {
-      ctx_->Op("classifier softmax+xent", [&] {
-        be_->CrossEntropyFusedForwardBackward(A(o.losses), H(A(o.logits)), targets, dloss, BT, config_.vocab_size);
-      });
-    }
+  if (o.classifier_rows > 0) {
+    ClassifierBlocks(BT, dloss);
   } else {
-    QueueShardedLoss(BT, dloss);
+    LossRows(0, BT, dloss);
   }
   pending_losses_ = BT;
   if (!be_->Supports(k::Capability::kHostAddressable)) {
@@ -383,21 +403,60 @@ void GPT::QueueLoss(int B, int T, float dloss) {
   }
 }
 
-void GPT::QueueShardedLoss(int BT, float dloss) {
+void GPT::ClassifierBlocks(int BT, float dloss) {
   const jobspec::ActivationLayout& o = ctx_->off();
-  const int Vl = dims().Vl, v0 = dims().v0;
-  const int32_t* targets = SlotTokens() + tokens_per_slot_;
+  const int C = dims().C, Vl = dims().Vl, block = o.classifier_rows;
+  const kernels::CPtr lnf = H(A(o.lnf));
+  // wte is still held from this micro-batch's forward: acquiring it again gathers nothing. On the
+  // first stage its gradient stays acquired until the encoder's backward adds its part.
+  const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
+  float* dE = dloss != 0.f ? UnitGrads(wte_unit()) + wte_offset() : nullptr;
+  for (int row = 0; row < BT; row += block) {
+    const int n = std::min(block, BT - row);
+    const kernels::CPtr rows_in = lnf + static_cast<int64_t>(row) * C;
+    ctx_->Op("classifier matmul fwd", [&] {
+      be_->MatmulForward(H(A(o.logits)), rows_in, W, nullptr, n, C, Vl, k::WeightLayout::kOutIn);
+    });
+    LossRows(row, n, dloss);
+    if (dloss == 0.f) continue;
+    // The block's logits now hold its dlogits: dlnf's rows = dlogits @ W, dW += dlogits^T lnf's rows.
+    ctx_->Op("classifier matmul bwd", [&] {
+      be_->MatmulBackward(tp_->NormGradOut(A(o.dlnf)) + static_cast<int64_t>(row) * C, dE, nullptr, H(A(o.logits)),
+                          rows_in, W, n, C, Vl, k::WeightLayout::kOutIn);
+    });
+  }
+  ReleaseUnitParams(wte_unit());  // this hold
+  if (dloss != 0.f) ReleaseUnitParams(wte_unit());  // and the forward's: the backward reads W no more
+}
+
+void GPT::LossRows(int row, int rows, float dloss) {
+  const jobspec::ActivationLayout& o = ctx_->off();
+  const int32_t* targets = SlotTokens() + tokens_per_slot_ + row;
+  float* losses = A(o.losses) + row;
+  const kernels::Ptr logits = H(A(o.logits));  // these rows' (from the room's start in blocks)
+  if (shard_.tp == 1) {
+    if (dloss == 0.f) {
+      ctx_->Op("classifier xent fwd",
+               [&] { be_->CrossEntropyForward(losses, logits, targets, rows, config_.vocab_size); });
+    } else {
+      ctx_->Op("classifier softmax+xent", [&] {
+        be_->CrossEntropyFusedForwardBackward(losses, logits, targets, dloss, rows, config_.vocab_size);
+      });
+    }
+    return;
+  }
   // Vocabulary-parallel: each rank's row statistics, all-gathered, combined in rank order.
-  const size_t n = static_cast<size_t>(BT) * 3;
-  if (xent_stats_.size() != n * (static_cast<size_t>(shard_.tp) + 1)) {
-    xent_stats_.Assign(be_, n * (static_cast<size_t>(shard_.tp) + 1));
+  const int Vl = dims().Vl, v0 = dims().v0;
+  const size_t room = static_cast<size_t>(o.classifier_rows > 0 ? o.classifier_rows : rows) * 3;
+  const size_t n = static_cast<size_t>(rows) * 3;
+  if (xent_stats_.size() != room * (static_cast<size_t>(shard_.tp) + 1)) {
+    xent_stats_.Assign(be_, room * (static_cast<size_t>(shard_.tp) + 1));
   }
   float* mine = xent_stats_.data() + n * static_cast<size_t>(shard_.tp);
   ctx_->Op("classifier softmax+xent", [&] {
-    be_->CrossEntropyShardStats(mine, H(A(o.logits)), targets, BT, Vl, v0);
+    be_->CrossEntropyShardStats(mine, logits, targets, rows, Vl, v0);
     if (tp_->comm() != nullptr) tp_->AllGather(mine, xent_stats_.data(), n);
-    be_->CrossEntropyShardFinish(A(o.losses), H(A(o.logits)), xent_stats_.data(), shard_.tp, targets, dloss, BT, Vl,
-                                 v0);
+    be_->CrossEntropyShardFinish(losses, logits, xent_stats_.data(), shard_.tp, targets, dloss, rows, Vl, v0);
   });
 }
 
@@ -445,8 +504,8 @@ void GPT::QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targ
   moe_->EndForward();
   pending_losses_ = 0;
   if (last_chunk()) {
-    if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
     if (loss) QueueLoss(B, T, dloss_scale / static_cast<float>(B * T));
+    if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
   }
 }
 
@@ -481,25 +540,28 @@ void GPT::RunBackward(int B, int T) {
   const int C = dims().C, lb = dims().lb, le = dims().le;
   const int BT = B * T, R = tp_->Rows(BT);
   float* dres = A(o.dres);
+  tp_->ForgetDres16();  // (dres is the final norm's, or the next stage's)
   if (last_chunk()) {
-    // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
-    // On the first stage wte's gradient stays acquired until the encoder's backward adds its part.
-    // wte is still held from this micro-batch's forward: acquiring it again gathers nothing.
-    float* dE = UnitGrads(wte_unit()) + wte_offset();
-    const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
-    ctx_->Op("classifier matmul bwd", [&] {
-      be_->MatmulBackward(A(o.dlnf), dE, nullptr, H(A(o.logits)), H(A(o.lnf)), W, BT, C, dims().Vl,
-                          k::WeightLayout::kOutIn);
-    });
-    ReleaseUnitParams(wte_unit());  // this hold, and the forward's
-    ReleaseUnitParams(wte_unit());
-    const float* dlnf = tp_->SumNormGrad(A(o.dlnf), BT);
+    if (o.classifier_rows == 0) {  // (in blocks, the forward ran the classifier's backward: ClassifierBlocks)
+      // logits now hold dlogits. Classifier (tied): dlnf = dlogits @ wte, dwte += dlogits^T lnf.
+      // On the first stage wte's gradient stays acquired until the encoder's backward adds its part.
+      // wte is still held from this micro-batch's forward: acquiring it again gathers nothing.
+      float* dE = UnitGrads(wte_unit()) + wte_offset();
+      const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
+      ctx_->Op("classifier matmul bwd", [&] {
+        be_->MatmulBackward(tp_->NormGradOut(A(o.dlnf)), dE, nullptr, H(A(o.logits)), H(A(o.lnf)), W, BT, C,
+                            dims().Vl, k::WeightLayout::kOutIn);
+      });
+      ReleaseUnitParams(wte_unit());  // this hold, and the forward's
+      ReleaseUnitParams(wte_unit());
+    }
+    const kernels::CPtr dlnf = tp_->NormGradIn(A(o.dlnf), BT);
     const float* last = ctx_->LayerOutput(le - 1);
     be_->Zero(dres, static_cast<size_t>(R) * C * sizeof(float));
     float* F = UnitParams(head_unit());
     float* dF = UnitGrads(head_unit());
     const size_t norm_n = block_->final_norm_floats();  // the final norm's weight (and bias)
-    block_->FinalNormBackward(dres, tp_->NormGrads(dF, norm_n), dlnf, last, F, R);
+    block_->FinalNormBackward(dres, tp_->NormGrads(dF, norm_n), dlnf, last, F, R, tp_->Dres16Out());
     tp_->FinishNormGrads(dF, norm_n);
     ReleaseUnitParams(head_unit());
     UnitGradsDone(head_unit());

@@ -194,7 +194,8 @@ class GPT : private MoeHost {
   // Waits for the backend's queued ops; keeps their first error in comm_status().
   void Sync() override { ctx_->Sync(); }
 
-  // The last forward's logits (B*T rows of this rank's vocabulary), in the backend's memory.
+  // The last forward's logits (B*T rows of this rank's vocabulary), in the backend's memory;
+  // with classifier_rows, only a block's room (ReadLogits computes the rows it is asked for).
   const float* logits() const { return act_.data() + ctx_->off().logits; }
   // Rows [row, row + rows) of them, copied to the host.
   void ReadLogits(float* host, size_t row, size_t rows);
@@ -236,6 +237,23 @@ class GPT : private MoeHost {
     if (on != share_logits_) act_B_ = act_T_ = 0;
     share_logits_ = on;
   }
+  // The classifier and its loss a block of this many token rows at a time (train.classifier_rows):
+  // its logits never whole (the last stage's forward runs the classifier's backward block by
+  // block; jobspec::ActivationLayout::classifier_rows). 0 (the default), or at least B·T: every
+  // row at once. Re-laid out at the next forward.
+  void set_classifier_rows(int rows) {
+    if (rows != classifier_rows_) act_B_ = act_T_ = 0;
+    classifier_rows_ = rows;
+  }
+  int classifier_rows() const { return classifier_rows_; }
+  // Mixed precision, one rank a tensor-parallel group, no MoE: the backward's 16-bit gradient
+  // casts fused into the ops that make the gradients (TensorParallel::CastsFused): the GEMMs
+  // before a norm write its input gradient in 16 bits rather than fp32 rounded by a pass after
+  // them, and the norms' backward writes the residual gradient's 16-bit copy beside it rather
+  // than a pass converting it before each GEMM. The same bits (tests/model/grad_casts_test.cc);
+  // two passes over B·T·C fp32 values fewer for each norm. Off by default until a GPU has measured
+  // it (issue 48's rule).
+  void set_fused_grad_casts(bool on) { ctx_->set_grad_casts_fused(on); }
   const jobspec::ActivationLayout& activation_layout() const { return ctx_->off(); }
   // Bytes of activation memory for the current (B,T).
   size_t activation_bytes() const { return act_.size() * sizeof(float); }
@@ -329,7 +347,14 @@ class GPT : private MoeHost {
   // The loss of the logits (vocabulary-parallel with tp > 1), fused with its gradient when
   // dloss != 0; the read of the current slot's B*T per-token losses started.
   void QueueLoss(int B, int T, float dloss);
-  void QueueShardedLoss(int BT, float dloss);  // tp > 1: vocabulary-parallel
+  // The loss of rows [row, row + rows), whose logits start the logits' room (all rows, or one
+  // block of them), fused with its gradient when dloss != 0 (tp > 1: vocabulary-parallel).
+  void LossRows(int row, int rows, float dloss);
+  // classifier_rows: the classifier, its loss and (dloss != 0) its backward a block at a time;
+  // W's holds released (the backward runs from dlnf).
+  void ClassifierBlocks(int BT, float dloss);
+  // Rows [row, row + rows) of the logits' room to the host (16-bit: widened on the device).
+  void CopyLogitsOut(float* host, size_t row, size_t rows);
   float* StagedLosses() { return staging_.data() + 2 * static_cast<size_t>(slots_) * tokens_per_slot_; }
   // The mean of the per-token losses QueueLoss started to read (waits for their copy only).
   float TakeLoss();
@@ -381,6 +406,7 @@ class GPT : private MoeHost {
   int act_B_ = 0, act_T_ = 0, slots_ = 1;
   jobspec::Recompute recompute_ = jobspec::Recompute::kNone;
   bool share_logits_ = true;
+  int classifier_rows_ = 0;
   kernels::DeviceBuffer tokens_;  // per slot: inputs (B*T) then targets (B*T), as int32
   size_t tokens_per_slot_ = 0;
   // Backends the host cannot address: page-locked host memory for the tokens on their way down

@@ -95,14 +95,16 @@ void Gpt2Block::Backward(int l, const LayerParams& p, const GemmOperands& w, con
       be.MatmulBackward(H(A(o.dfch)), g.fcprojw, g.fcprojb, dout3, H(L(o.fch_gelu)), w.fcprojw, BT, Fm, C,
                         k::WeightLayout::kInOut, H(L(o.fch)), g.fcb);
     });
-    ctx_.Op("matmul bwd", [&] { be.MatmulBackward(dln, g.fcw, nullptr, H(A(o.dfch)), ln2, w.fcw, BT, C, Fm); });
+    ctx_.Op("matmul bwd",
+            [&] { be.MatmulBackward(tp_.NormGradOut(dln), g.fcw, nullptr, H(A(o.dfch)), ln2, w.fcw, BT, C, Fm); });
   }
   // Column-parallel input: each rank's part of d(ln_2 out), summed over the group.
-  const float* dln2 = tp_.SumNormGrad(dln, BT);
+  const k::CPtr dln2 = tp_.NormGradIn(dln, BT);
   // d(res2) = d(res3) + ln_2 backward (ln_2's weight and bias are adjacent)
   float* g2 = tp_.NormGrads(g.ln2w, 2 * static_cast<size_t>(C));
   ctx_.Op("layernorm bwd", [&] {
-    be.LayerNormBackward(dres, g2, g2 + C, dln2, L(o.res2), p.ln2w, L(o.ln2_mean), L(o.ln2_rstd), R, C);
+    be.LayerNormBackward(dres, g2, g2 + C, dln2, L(o.res2), p.ln2w, L(o.ln2_mean), L(o.ln2_rstd), R, C,
+                         tp_.Dres16Out());
   });
   tp_.FinishNormGrads(g.ln2w, 2 * static_cast<size_t>(C));
   // Attention branch.
@@ -111,26 +113,30 @@ void Gpt2Block::Backward(int l, const LayerParams& p, const GemmOperands& w, con
           [&] { be.MatmulBackward(H(A(o.datty)), g.projw, g.projb, dout2, H(L(o.atty)), w.projw, BT, Ca, C); });
   AttentionBackward(l, B, T);
   const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
-  ctx_.Op("matmul bwd", [&] { be.MatmulBackward(dln, g.qkvw, g.qkvb, H(A(o.dqkv)), ln1, w.qkvw, BT, C, 3 * Ca); });
+  ctx_.Op("matmul bwd", [&] {
+    be.MatmulBackward(tp_.NormGradOut(dln), g.qkvw, g.qkvb, H(A(o.dqkv)), ln1, w.qkvw, BT, C, 3 * Ca);
+  });
   // The key bias's gradient is exactly zero: it adds q·b_k to every score of a row, and
   // softmax ignores a row-constant shift (dL/db_k = Σ_t (Σ_s dS[t,s]) q_t = 0). Computed,
   // it is rounding noise, which AdamW divides by sqrt(v) + eps and turns into steps of
   // order lr that differ with any change of summation order. Its true value is 0.
   be.Zero(g.qkvb + Ca, static_cast<size_t>(Ca) * sizeof(float));
-  const float* dln1 = tp_.SumNormGrad(dln, BT);
+  const k::CPtr dln1 = tp_.NormGradIn(dln, BT);
   // d(residual_in) = d(res2) + ln_1 backward
   float* g1 = tp_.NormGrads(g.ln1w, 2 * static_cast<size_t>(C));
   ctx_.Op("layernorm bwd", [&] {
-    be.LayerNormBackward(dres, g1, g1 + C, dln1, residual, p.ln1w, L(o.ln1_mean), L(o.ln1_rstd), R, C);
+    be.LayerNormBackward(dres, g1, g1 + C, dln1, residual, p.ln1w, L(o.ln1_mean), L(o.ln1_rstd), R, C,
+                         tp_.Dres16Out());
   });
   tp_.FinishNormGrads(g.ln1w, 2 * static_cast<size_t>(C));
 }
 
-void Gpt2Block::FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F, int R) {
+void Gpt2Block::FinalNormBackward(float* din, float* dF, k::CPtr dout, const float* in, const float* F, int R,
+                                  k::Ptr din16) {
   const jobspec::ActivationLayout& o = ctx_.off();
   const int C = ctx_.dims().C;
   ctx_.Op("layernorm bwd", [&] {
-    ctx_.be().LayerNormBackward(din, dF, dF + C, dout, in, F, ctx_.A(o.lnf_mean), ctx_.A(o.lnf_rstd), R, C);
+    ctx_.be().LayerNormBackward(din, dF, dF + C, dout, in, F, ctx_.A(o.lnf_mean), ctx_.A(o.lnf_rstd), R, C, din16);
   });
 }
 

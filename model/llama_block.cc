@@ -107,11 +107,14 @@ void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, co
   ctx_.Op("swiglu bwd", [&] { be.SwigluBackward(H(A(o.dfch)), H(A(o.dswi)), H(L(o.fch)), BT, Fm); });
   const k::Ptr ln2 = tp_.AllRows(H(L(o.ln2)), BT);
   ctx_.Op("matmul bwd", [&] {
-    be.MatmulBackward(dln, g.fcw, nullptr, H(A(o.dfch)), ln2, w.fcw, BT, C, 2 * Fm, k::WeightLayout::kOutIn);
+    be.MatmulBackward(tp_.NormGradOut(dln), g.fcw, nullptr, H(A(o.dfch)), ln2, w.fcw, BT, C, 2 * Fm,
+                      k::WeightLayout::kOutIn);
   });
-  const float* dln2 = tp_.SumNormGrad(dln, BT);
+  const k::CPtr dln2 = tp_.NormGradIn(dln, BT);
   float* g2 = tp_.NormGrads(g.ln2w, static_cast<size_t>(C));
-  ctx_.Op("rmsnorm bwd", [&] { be.RMSNormBackward(dres, g2, dln2, L(o.res2), p.ln2w, L(o.ln2_rstd), R, C); });
+  ctx_.Op("rmsnorm bwd", [&] {
+    be.RMSNormBackward(dres, g2, dln2, L(o.res2), p.ln2w, L(o.ln2_rstd), R, C, tp_.Dres16Out());
+  });
   tp_.FinishNormGrads(g.ln2w, static_cast<size_t>(C));
   // Attention branch: o_proj, attention, the key/value heads' gradients summed over their
   // groups (by the attention itself where it reads grouped heads), RoPE's inverse rotation, q|k|v.
@@ -126,17 +129,22 @@ void LlamaBlock::Backward(int l, const LayerParams& p, const GemmOperands& w, co
   ctx_.Op("rope bwd", [&] { Rope(dqkvr, B, T, true); });
   const k::Ptr ln1 = tp_.AllRows(H(L(o.ln1)), BT);
   ctx_.Op("matmul bwd", [&] {
-    be.MatmulBackward(dln, g.qkvw, nullptr, dqkvr, ln1, w.qkvw, BT, C, (NH + 2 * NKV) * hd, k::WeightLayout::kOutIn);
+    be.MatmulBackward(tp_.NormGradOut(dln), g.qkvw, nullptr, dqkvr, ln1, w.qkvw, BT, C, (NH + 2 * NKV) * hd,
+                      k::WeightLayout::kOutIn);
   });
-  const float* dln1 = tp_.SumNormGrad(dln, BT);
+  const k::CPtr dln1 = tp_.NormGradIn(dln, BT);
   float* g1 = tp_.NormGrads(g.ln1w, static_cast<size_t>(C));
-  ctx_.Op("rmsnorm bwd", [&] { be.RMSNormBackward(dres, g1, dln1, residual, p.ln1w, L(o.ln1_rstd), R, C); });
+  ctx_.Op("rmsnorm bwd", [&] {
+    be.RMSNormBackward(dres, g1, dln1, residual, p.ln1w, L(o.ln1_rstd), R, C, tp_.Dres16Out());
+  });
   tp_.FinishNormGrads(g.ln1w, static_cast<size_t>(C));
 }
 
-void LlamaBlock::FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F, int R) {
-  ctx_.Op("rmsnorm bwd",
-          [&] { ctx_.be().RMSNormBackward(din, dF, dout, in, F, ctx_.A(ctx_.off().lnf_rstd), R, ctx_.dims().C); });
+void LlamaBlock::FinalNormBackward(float* din, float* dF, k::CPtr dout, const float* in, const float* F, int R,
+                                   k::Ptr din16) {
+  ctx_.Op("rmsnorm bwd", [&] {
+    ctx_.be().RMSNormBackward(din, dF, dout, in, F, ctx_.A(ctx_.off().lnf_rstd), R, ctx_.dims().C, din16);
+  });
 }
 
 }  // namespace gantry::model

@@ -22,7 +22,8 @@ class LlamaBlock : public Block {
                 int T) override;
   size_t final_norm_floats() const override { return static_cast<size_t>(ctx_.dims().C); }
   NormOut FinalNorm(kernels::Ptr out, const float* F) const override;
-  void FinalNormBackward(float* din, float* dF, const float* dout, const float* in, const float* F, int R) override;
+  void FinalNormBackward(float* din, float* dF, kernels::CPtr dout, const float* in, const float* F, int R,
+                         kernels::Ptr din16) override;
 
  protected:
   void NormForward(const NormOut& n, const float* in, int R, const char* tag) override;

@@ -110,6 +110,10 @@ class RunContext {
   void Round(float* p, size_t n) const {
     if (mixed()) be_->RoundTo(p, p, static_cast<int64_t>(n), lp_);
   }
+  // The backward's 16-bit gradient casts fused into the ops that make the gradients, where the
+  // layout allows (model::TensorParallel::CastsFused; GPT::set_fused_grad_casts).
+  bool grad_casts_fused() const { return grad_casts_fused_; }
+  void set_grad_casts_fused(bool on) { grad_casts_fused_ = on; }
 
   // Runs f as the op `name`: timed (to the backend's completion) while profiling is on.
   template <typename F>
@@ -146,6 +150,7 @@ class RunContext {
   float* stage_ = nullptr;  // the activation buffer: the stage's region
   float* slot_ = nullptr;   // the current slot's base (its offsets are from here)
   kernels::Precision lp_ = kernels::Precision::kFp32;
+  bool grad_casts_fused_ = false;
   RingAttention* ring_ = nullptr;
   const int32_t* positions_ = nullptr;
   kernels::DeviceBuffer ring_scratch_[4];

@@ -1,5 +1,7 @@
 #include "model/tensor_parallel.h"
 
+#include <utility>
+
 #include "absl/status/status.h"
 
 namespace gantry::model {
@@ -66,21 +68,32 @@ kernels::Ptr TensorParallel::DoutAllRows(int BT) {
   }
   if (!ctx_->mixed()) return dres;
   const kernels::Ptr dout = ctx_->H(ctx_->A(off.dres16));
-  ctx_->be().Convert(dout, dres, static_cast<int64_t>(static_cast<size_t>(BT) * C));
+  if (std::exchange(dres16_current_, false)) return dout;  // the norm's backward wrote it
+  ctx_->Op("dres cast bwd", [&] { ctx_->be().Convert(dout, dres, static_cast<int64_t>(static_cast<size_t>(BT) * C)); });
   return dout;
+}
+
+bool TensorParallel::CastsFused() const {
+  return ctx_->grad_casts_fused() && ctx_->mixed() && ctx_->shard().tp == 1 && ctx_->config().moe.num_experts == 0;
+}
+
+kernels::Ptr TensorParallel::Dres16Out() {
+  if (!CastsFused()) return nullptr;
+  dres16_current_ = true;
+  return ctx_->H(ctx_->A(ctx_->off().dres16));
 }
 
 float* TensorParallel::SumNormGrad(float* dln, int BT) {
   const size_t C = static_cast<size_t>(ctx_->dims().C);
   if (!sp()) {
     ctx_->Op("tp all-reduce", [&] { AllReduce(dln, static_cast<size_t>(BT) * C); });
-    ctx_->Round(dln, static_cast<size_t>(BT) * C);
+    if (ctx_->mixed()) ctx_->Op("dln cast bwd", [&] { ctx_->Round(dln, static_cast<size_t>(BT) * C); });
     return dln;
   }
   float* rows = ctx_->A(ctx_->off().dln_rows);
   const size_t n = static_cast<size_t>(Rows(BT)) * C;
   ctx_->Op("sp reduce-scatter", [&] { ReduceScatter(dln, rows, n); });
-  ctx_->Round(rows, n);
+  if (ctx_->mixed()) ctx_->Op("dln cast bwd", [&] { ctx_->Round(rows, n); });
   return rows;
 }
 

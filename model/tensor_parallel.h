@@ -46,6 +46,23 @@ class TensorParallel {
   // Backward: a norm's input gradient, partial over the group (all rows, at dln), summed:
   // returns the rows the norm's backward reads (dln itself, or this rank's rows).
   float* SumNormGrad(float* dln, int BT);
+
+  // The 16-bit gradient casts fused into the ops that make the gradients (RunContext::
+  // grad_casts_fused: mixed precision, one rank a group, no MoE): a norm's input gradient
+  // written by its GEMM in 16 bits (NormGradOut: where the GEMM writes it; NormGradIn: what
+  // the norm's backward reads, SumNormGrad's rows otherwise), and the residual gradient's 16-bit
+  // copy written by the norm's backward beside dres (Dres16Out: where; null otherwise), which
+  // the next DoutAllRows then takes as it is rather than converting dres again. The same bits:
+  // each value rounded once from the same fp32 value, by the op that makes it rather than a
+  // pass after it.
+  bool CastsFused() const;
+  kernels::Ptr NormGradOut(float* dln) const { return CastsFused() ? ctx_->H(dln) : kernels::Ptr(dln); }
+  kernels::CPtr NormGradIn(float* dln, int BT) {
+    return CastsFused() ? kernels::CPtr(ctx_->H(dln)) : kernels::CPtr(SumNormGrad(dln, BT));
+  }
+  kernels::Ptr Dres16Out();
+  // The next DoutAllRows converts dres (a backward's start: dres came from elsewhere).
+  void ForgetDres16() { dres16_current_ = false; }
   // A norm's weight gradients of n floats at g: where its backward accumulates them (g, or
   // with sequence parallelism a zeroed scratch holding its rows' part), and FinishNormGrads,
   // which adds the group's sum into g.
@@ -55,6 +72,7 @@ class TensorParallel {
  private:
   RunContext* ctx_;
   comm::Communicator* comm_ = nullptr;
+  bool dres16_current_ = false;  // dres16 holds dres's values rounded (Dres16Out's op wrote it)
 };
 
 }  // namespace gantry::model

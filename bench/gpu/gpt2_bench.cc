@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "kernels/backend.h"
 #include "model/gpt.h"
@@ -38,6 +39,8 @@ struct OnDevice {
 
 int Main(int argc, char** argv) {
   int steps = 10, warmup = 3, only_batch = 0, T = 1024, layers = 12;
+  int classifier_rows = 0;  // --classifier-rows N: the classifier and its loss N rows at a time (0: all)
+  bool fused_grad_casts = false;  // --fused-grad-casts on: the backward's 16-bit casts in the ops (GPT::set_fused_grad_casts)
   double peak_flops = 989e12;
   std::string device = "cuda:0";
   kernels::BackendOptions options;  // --attention auto (default), cudnn, fused or reference
@@ -52,6 +55,12 @@ int Main(int argc, char** argv) {
     else if (a == "--batch") ok = absl::SimpleAtoi(argv[i + 1], &only_batch);
     else if (a == "--seq-len") ok = absl::SimpleAtoi(argv[i + 1], &T) && T >= 1 && T <= 1024;
     else if (a == "--layers") ok = absl::SimpleAtoi(argv[i + 1], &layers) && layers >= 1;
+    else if (a == "--classifier-rows") ok = absl::SimpleAtoi(argv[i + 1], &classifier_rows) && classifier_rows >= 0;
+    else if (a == "--fused-grad-casts") {
+      const std::string v = argv[i + 1];
+      ok = v == "on" || v == "off";
+      fused_grad_casts = v == "on";
+    }
     else if (a == "--device") device = argv[i + 1];
     else if (a == "--arch") {
       const std::string v = argv[i + 1];
@@ -91,7 +100,8 @@ int Main(int argc, char** argv) {
     if (!ok) {
       std::fprintf(stderr,
                    "usage: gpt2_bench [--steps N] [--warmup N] [--batch B] [--peak-tflops F] [--attention auto|cudnn|fused|reference] [--bias-epilogue on|off] [--gelu-epilogue on|off]\n"
-                   "                  [--grouped-attention on|off] [--deterministic-attention on|off] [--gemm-autotune on|off]\n"
+                   "                  [--grouped-attention on|off] [--deterministic-attention on|off] [--gemm-autotune on|off] [--classifier-rows N]\n"
+                   "                  [--fused-grad-casts on|off]\n"
                    "                  [--arch gpt2|llama] [--precision bf16|fp32] [--device cuda:N|cuda-emulated] [--seq-len T] [--layers L] (the last three for smoke runs)\n");
       return 2;
     }
@@ -138,6 +148,8 @@ int Main(int argc, char** argv) {
     d.model = std::make_unique<model::GPT>(c, jobspec::ModelShard{}, d.backend.get());
     d.model->InitRandom(1337);
     d.model->set_precision(precision);
+    d.model->set_classifier_rows(classifier_rows);
+    d.model->set_fused_grad_casts(fused_grad_casts);
     auto e = train::ZeroEngine::Create(d.model.get(), &d.solo, 0, 25, adam);
     absl::Status s = e.ok() ? absl::OkStatus() : e.status();
     if (s.ok()) {
@@ -210,8 +222,12 @@ int Main(int argc, char** argv) {
   if (c.llama())
     std::snprintf(what, sizeof what, "Llama (%d x %d, %d heads over %d KV heads, FFN %d, vocab %d)", c.n_layer, c.n_embd,
                   c.n_head, c.kv_heads(), c.ffn(), c.vocab_size);
-  std::printf("gantry %s on %s, %s: B %d x T %d, %.0f parameters, model state + activations %.2f GB\n", what,
-              dev.backend->Describe().c_str(), kernels::PrecisionName(precision), B, T, n_params, (mem.model_state() + mem.activations) / 1e9);
+  std::printf("gantry %s on %s, %s: B %d x T %d, %.0f parameters, model state + activations %.2f GB%s\n", what,
+              dev.backend->Describe().c_str(), kernels::PrecisionName(precision), B, T, n_params,
+              (mem.model_state() + mem.activations) / 1e9,
+              absl::StrCat(classifier_rows > 0 ? absl::StrCat(", the classifier ", classifier_rows, " rows at a time") : "",
+                           fused_grad_casts ? ", the backward's 16-bit casts fused" : "")
+                  .c_str());
   std::printf("step %.1f ms (median of %d) | %.0f tokens/s | MFU %.1f%% of %.0f TFLOP/s | device memory in use %.2f GB\n",
               med * 1e3, steps, tok_s, 100 * mfu, peak_flops / 1e12, (total_b - free_b) / 1e9);
   std::printf("%-30s %10s %7s\n", "op (profiled step)", "ms", "share");

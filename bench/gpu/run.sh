@@ -18,7 +18,9 @@
 # candidate on (the pair's gantry run is the candidate off), and a line for each against the default
 # and against PyTorch. The candidates, in CANDIDATES below: one_rounding (--bias-epilogue off),
 # gelu_epilogue (--gelu-epilogue on), nondeterministic (--deterministic-attention off),
-# gemm_autotune (--gemm-autotune on), gqa_expand (the Llama, --grouped-attention off), and by name
+# gemm_autotune (--gemm-autotune on), classifier_rows (--classifier-rows 8192), fused_grad_casts
+# (--fused-grad-casts on; fused_grad_casts_llama the Llama's), gqa_expand (the Llama,
+# --grouped-attention off), and by name
 # only, not in the default set, fused (--attention fused, about 2.8x the step) and fp32 (--precision
 # fp32). GANTRY_BENCH_CANDIDATES="one_rounding fp32" runs those named. GANTRY_BENCH_FUSED=1,
 # GANTRY_BENCH_FP32=1 and GANTRY_BENCH_GQA_EXPAND=1 add theirs, as before. A new candidate is a
@@ -66,9 +68,12 @@ gelu_epilogue|gpt2|--gelu-epilogue on|cuBLASLt's GELU and bias-gradient epilogue
 gqa_expand|llama|--grouped-attention off|key/value heads repeated around the attention (no grouped cuDNN)
 nondeterministic|gpt2|--deterministic-attention off|cuDNN's non-deterministic attention backward (train.deterministic false)
 gemm_autotune|gpt2|--gemm-autotune on|each GEMM shape's cuBLASLt algorithm timed among the heuristic's first four
+classifier_rows|gpt2|--classifier-rows 8192|the classifier and its loss 8192 rows at a time (train.classifier_rows: no whole logits)
+fused_grad_casts|gpt2|--fused-grad-casts on|the backward's 16-bit casts in the GEMMs and the norms' backward (no rounding or converting passes)
+fused_grad_casts_llama|llama|--fused-grad-casts on|the same for the Llama (RMSNorm's backward)
 fused|gpt2|--attention fused|gantry's fused attention kernels (fp32 FMAs)
 fp32|gpt2|--precision fp32|fp32"
-DEFAULT_CANDIDATES="one_rounding gelu_epilogue nondeterministic gemm_autotune gqa_expand"
+DEFAULT_CANDIDATES="one_rounding gelu_epilogue nondeterministic gemm_autotune classifier_rows fused_grad_casts gqa_expand fused_grad_casts_llama"
 chosen=""
 case "${GANTRY_BENCH_CANDIDATES:-}" in
   "" | 0) ;;

@@ -273,6 +273,64 @@ std::vector<Op> Ops() {
                      return in;
                    }});
   }
+  // The same norms' backward in a bf16 model's step, with the casts around it: separate (the GEMM's
+  // fp32 dout rounded in place, the norm, then dinp converted to the 16-bit copy the next GEMMs
+  // read) against fused (GPT::set_fused_grad_casts: a bf16 dout read, the copy written by the
+  // norm). Both give the same dinp, dweight, dbias and copy; the check compares dinp, the
+  // parameter gradients and the copy widened.
+  for (const bool rms : {false, true}) {
+    for (const bool fused : {false, true}) {
+      const char* name = rms ? (fused ? "rmsnorm bwd +casts fused" : "rmsnorm bwd +casts separate")
+                             : (fused ? "layernorm bwd +casts fused" : "layernorm bwd +casts separate");
+      ops.push_back({name, "768", 1e-5, [rms, fused](Backend* be, int rows) {
+                       Instance in;
+                       const size_t n = static_cast<size_t>(rows) * C;
+                       std::vector<float> dout = RandomF(n, 3);
+                       std::vector<uint16_t> dout16(n);
+                       for (size_t i = 0; i < n; ++i) dout16[i] = kernels::Bf16Of(dout[i]);
+                       in.bufs.emplace_back(be, RandomF(n, 1, 2.f));
+                       in.bufs.emplace_back(be, RandomF(C, 2));
+                       in.bufs.emplace_back(be, dout);
+                       in.bufs.emplace_back(be, RandomF(rows, 4, 0.1f));
+                       in.bufs.emplace_back(be, std::vector<float>(rows, 1.3f));
+                       in.bufs.emplace_back(be, n * 4);
+                       in.bufs.emplace_back(be, C * 4);
+                       in.bufs.emplace_back(be, C * 4);
+                       in.bufs.emplace_back(be, dout16);
+                       in.bufs.emplace_back(be, n * 2);
+                       float *x = in.bufs[0].f(), *w = in.bufs[1].f(), *d = in.bufs[2].f(), *m = in.bufs[3].f(),
+                             *r = in.bufs[4].f(), *dx = in.bufs[5].f(), *dw = in.bufs[6].f(), *db = in.bufs[7].f();
+                       uint16_t *d16 = in.bufs[8].h(), *dx16 = in.bufs[9].h();
+                       in.run = [=] {
+                         be->Zero(dx, n * 4);
+                         const CPtr dy = fused ? CPtr(d16, kBf) : CPtr(d);
+                         const Ptr copy = fused ? Ptr(dx16, kBf) : Ptr();
+                         if (!fused) be->RoundTo(d, d, static_cast<int64_t>(n), kBf);  // the GEMM's output rounded
+                         if (rms) {
+                           be->RMSNormBackward(dx, dw, dy, x, w, r, rows, C, copy);
+                         } else {
+                           be->LayerNormBackward(dx, dw, db, dy, x, w, m, r, rows, C, copy);
+                         }
+                         if (!fused) be->Convert(Ptr(dx16, kBf), dx, static_cast<int64_t>(n));
+                       };
+                       in.result = [&gx = in.bufs[5], &gw = in.bufs[6], &gb = in.bufs[7], &g16 = in.bufs[9]] {
+                         std::vector<float> all = gx.HostF();
+                         for (const Buf* g : {&gw, &gb}) {
+                           const std::vector<float> p = g->HostF();
+                           all.insert(all.end(), p.begin(), p.end());
+                         }
+                         const std::vector<float> copy = g16.HostB();
+                         all.insert(all.end(), copy.begin(), copy.end());
+                         return all;
+                       };
+                       // Separate: the round's read and write (8 bytes), the norm's fp32 dout, inp and
+                       // dinp (16), the convert's read and write (6); fused: a bf16 dout (2), inp and
+                       // dinp (12), the copy (2).
+                       in.bytes = static_cast<double>(n) * (fused ? 16 : 30);
+                       return in;
+                     }});
+    }
+  }
   ops.push_back({"residual fwd", "768 fp32", 1e-6, [](Backend* be, int rows) {
                    Instance in;
                    const size_t n = static_cast<size_t>(rows) * C;

@@ -111,9 +111,10 @@ class Cpu final : public Backend {
                                 const float* weight, const float* bias, int N, int C) override {
     residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
   }
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
-    layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, CPtr dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C,
+                         Ptr dinp16) override {
+    layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dinp16);
   }
   void RMSNormForward(Ptr out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) override {
     rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
@@ -122,9 +123,9 @@ class Cpu final : public Backend {
                               const float* weight, int N, int C, float eps) override {
     residual_rmsnorm_forward(residual, out, rstd, a, b, weight, N, C, eps);
   }
-  void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                       const float* rstd, int N, int C) override {
-    rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  void RMSNormBackward(float* dinp, float* dweight, CPtr dout, const float* inp, const float* weight,
+                       const float* rstd, int N, int C, Ptr dinp16) override {
+    rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, dinp16);
   }
   void RopeApply(Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq, bool inverse) override {
     rope_apply(qkv, B, T, NH, NKV, hd, inv_freq, inverse);

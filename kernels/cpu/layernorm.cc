@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/column_blocks.h"
 #include "kernels/cpu/elem.h"
+#include "kernels/cpu/norm_rows.h"
 
 namespace gantry::kernels {
 
@@ -65,54 +67,48 @@ void residual_layernorm_forward(float* residual, Ptr out, float* mean, float* rs
   });
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C) {
-  // Pass 1, rows in parallel: dinp.
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* dy = dout + static_cast<int64_t>(n) * C;
-    const float* x = inp + static_cast<int64_t>(n) * C;
-    float* dx = dinp + static_cast<int64_t>(n) * C;
-    const float m = mean[n];
-    const float r = rstd[n];
-    float sum_dn = 0.f;   // mean of dnorm
-    float sum_dnx = 0.f;  // mean of dnorm * norm
-#pragma omp simd reduction(+ : sum_dn, sum_dnx)
-    for (int c = 0; c < C; ++c) {
-      const float norm = (x[c] - m) * r;
-      const float dn = weight[c] * dy[c];
-      sum_dn += dn;
-      sum_dnx += dn * norm;
-    }
-    sum_dn /= static_cast<float>(C);
-    sum_dnx /= static_cast<float>(C);
-    for (int c = 0; c < C; ++c) {
-      const float norm = (x[c] - m) * r;
-      const float dn = weight[c] * dy[c];
-      dx[c] += (dn - sum_dn - norm * sum_dnx) * r;
+void layernorm_backward(float* dinp, float* dweight, float* dbias, CPtr dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C, Ptr dinp16) {
+  // Pass 1, rows in parallel: dinp (a 16-bit dout's row widened first, so that the sums below
+  // run on the same fp32 values in the same code).
+#pragma omp parallel
+  {
+    std::vector<float> wide;
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      const float* dy = NormRowOf(dout, n, C, &wide);
+      const float* x = inp + static_cast<int64_t>(n) * C;
+      float* dx = dinp + static_cast<int64_t>(n) * C;
+      const float m = mean[n];
+      const float r = rstd[n];
+      float sums[2];  // of dnorm, and of dnorm * norm
+      LaneSums<2>(
+          C,
+          [&](int c, float (&t)[2]) {
+            const float norm = (x[c] - m) * r;
+            const float dn = weight[c] * dy[c];
+            t[0] = dn;
+            t[1] = dn * norm;
+          },
+          sums);
+      const float sum_dn = sums[0] / static_cast<float>(C);    // mean of dnorm
+      const float sum_dnx = sums[1] / static_cast<float>(C);   // mean of dnorm * norm
+      for (int c = 0; c < C; ++c) {
+        const float norm = (x[c] - m) * r;
+        const float dn = weight[c] * dy[c];
+        dx[c] += (dn - sum_dn - norm * sum_dnx) * r;
+      }
+      StoreNormRow(dinp16, dx, n, C);
     }
   }
   // Pass 2, column blocks in parallel: dweight, dbias summed over rows in order.
-  constexpr int kCols = 16;
-  ParallelColumnBlocks<kCols>(C, [&](int c0, int c1) {
-    float dw[kCols] = {0};
-    float db[kCols] = {0};
-    for (int n = 0; n < N; ++n) {
-      const float* dy = dout + static_cast<int64_t>(n) * C;
-      const float* x = inp + static_cast<int64_t>(n) * C;
-      const float m = mean[n];
-      const float r = rstd[n];
-      for (int c = c0; c < c1; ++c) {
-        db[c - c0] += dy[c];
-        dw[c - c0] += (x[c] - m) * r * dy[c];
-      }
-    }
-    for (int c = c0; c < c1; ++c) {
-      dweight[c] += dw[c - c0];
-      dbias[c] += db[c - c0];
-    }
-  });
+  NormParamSums<2>(
+      dout, N, C,
+      [&](int n, int c, float dy, float (&t)[2]) {
+        t[0] = (inp[static_cast<int64_t>(n) * C + c] - mean[n]) * rstd[n] * dy;
+        t[1] = dy;
+      },
+      {dweight, dbias});
 }
 
 }  // namespace gantry::kernels

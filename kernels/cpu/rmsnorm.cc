@@ -1,9 +1,11 @@
 #include "kernels/rmsnorm.h"
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/column_blocks.h"
 #include "kernels/cpu/elem.h"
+#include "kernels/cpu/norm_rows.h"
 
 namespace gantry::kernels {
 namespace {
@@ -49,32 +51,30 @@ void residual_rmsnorm_forward(float* residual, Ptr out, float* rstd, const float
   });
 }
 
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                      const float* rstd, int N, int C) {
-  // y = x r w, r = (mean(x^2) + eps)^-1/2: dx = r (w dy) - x r^3 mean(w dy x).
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* dy = dout + static_cast<int64_t>(n) * C;
-    const float* x = inp + static_cast<int64_t>(n) * C;
-    float* dx = dinp + static_cast<int64_t>(n) * C;
-    const float r = rstd[n];
-    float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-    for (int c = 0; c < C; ++c) dot += weight[c] * dy[c] * x[c];
-    const float k = dot / static_cast<float>(C) * r * r * r;
-    for (int c = 0; c < C; ++c) dx[c] += r * weight[c] * dy[c] - k * x[c];
-  }
-  constexpr int kCols = 16;
-  ParallelColumnBlocks<kCols>(C, [&](int c0, int c1) {
-    float dw[kCols] = {0};
+void rmsnorm_backward(float* dinp, float* dweight, CPtr dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C, Ptr dinp16) {
+  // y = x r w, r = (mean(x^2) + eps)^-1/2: dx = r (w dy) - x r^3 mean(w dy x). A 16-bit dout's
+  // row is widened first (layernorm_backward's way).
+#pragma omp parallel
+  {
+    std::vector<float> wide;
+#pragma omp for schedule(static)
     for (int n = 0; n < N; ++n) {
-      const float* dy = dout + static_cast<int64_t>(n) * C;
+      const float* dy = NormRowOf(dout, n, C, &wide);
       const float* x = inp + static_cast<int64_t>(n) * C;
+      float* dx = dinp + static_cast<int64_t>(n) * C;
       const float r = rstd[n];
-      for (int c = c0; c < c1; ++c) dw[c - c0] += x[c] * r * dy[c];
+      float dot[1];
+      LaneSums<1>(C, [&](int c, float (&t)[1]) { t[0] = weight[c] * dy[c] * x[c]; }, dot);
+      const float k = dot[0] / static_cast<float>(C) * r * r * r;
+      for (int c = 0; c < C; ++c) dx[c] += r * weight[c] * dy[c] - k * x[c];
+      StoreNormRow(dinp16, dx, n, C);
     }
-    for (int c = c0; c < c1; ++c) dweight[c] += dw[c - c0];
-  });
+  }
+  NormParamSums<1>(
+      dout, N, C,
+      [&](int n, int c, float dy, float (&t)[1]) { t[0] = inp[static_cast<int64_t>(n) * C + c] * rstd[n] * dy; },
+      {dweight});
 }
 
 }  // namespace gantry::kernels

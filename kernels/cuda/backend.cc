@@ -200,9 +200,10 @@ class Cuda final : public kernels::Backend {
                                 const float* b, const float* weight, const float* bias, int N, int C) override {
     Keep(GANTRY_CUDA_NS::ResidualLayerNormForward(*ctx_, residual, out, mean, rstd, a, b, weight, bias, N, C));
   }
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, const float* mean, const float* rstd, int N, int C) override {
-    Keep(GANTRY_CUDA_NS::LayerNormBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, kernels::CPtr dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int N, int C,
+                         kernels::Ptr dinp16) override {
+    Keep(GANTRY_CUDA_NS::LayerNormBackward(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dinp16));
   }
   void RMSNormForward(kernels::Ptr out, float* rstd, const float* inp, const float* weight, int N, int C,
                       float eps) override {
@@ -212,9 +213,9 @@ class Cuda final : public kernels::Backend {
                               const float* weight, int N, int C, float eps) override {
     Keep(GANTRY_CUDA_NS::ResidualRMSNormForward(*ctx_, residual, out, rstd, a, b, weight, N, C, eps));
   }
-  void RMSNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                       const float* rstd, int N, int C) override {
-    Keep(GANTRY_CUDA_NS::RMSNormBackward(*ctx_, dinp, dweight, dout, inp, weight, rstd, N, C));
+  void RMSNormBackward(float* dinp, float* dweight, kernels::CPtr dout, const float* inp, const float* weight,
+                       const float* rstd, int N, int C, kernels::Ptr dinp16) override {
+    Keep(GANTRY_CUDA_NS::RMSNormBackward(*ctx_, dinp, dweight, dout, inp, weight, rstd, N, C, dinp16));
   }
   void RopeApply(kernels::Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq,
                  bool inverse) override {

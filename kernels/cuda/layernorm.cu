@@ -42,18 +42,25 @@ absl::Status ResidualLayerNormForward(Context& ctx, float* residual, kernels::Pt
   return LaunchLayerNormForward(ctx, "ResidualLayerNormForward", out, mean, rstd, residual, a, b, weight, bias, N, C);
 }
 
-absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float* dbias, kernels::CPtr dout,
                                const float* inp, const float* weight, const float* mean, const float* rstd, int N,
-                               int C) {
+                               int C, kernels::Ptr dinp16) {
   if (auto s = CheckDims("LayerNormBackward", {N, C}); !s.ok()) return s;
-  // One pass where C allows (up to 1024: norm_backward.cuh), the two otherwise.
-  const LayerNormBackwardRows rows{mean, rstd};
-  if (const int blocks = NormBackwardFusedBlocks<LayerNormBackwardRows>(N, C); blocks > 0) {
-    return LaunchNormBackwardFused(ctx, blocks, dinp, dweight, dbias, rows, dout, inp, weight, N, C);
-  }
-  GANTRY_LAUNCH(LayerNormBackwardInputKernel, CeilDiv(N, 8), 256, 0, ctx.stream())(dinp, dout, inp, weight, mean, rstd, N, C);
-  GPU_RETURN_IF_ERROR(cudaGetLastError());
-  return ColumnSums(ctx, dweight, dbias, LayerNormParamGrads{dout, inp, mean, rstd, C}, N, C);
+  RETURN_IF_ERROR(CheckNormBackwardTypes("LayerNormBackward", dout, dinp16));
+  return WithType(dout.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    typename E::T* d16 = dinp16 ? Of<E>(dinp16) : nullptr;
+    // One pass where C allows (up to 1024: norm_backward.cuh), the two otherwise.
+    const LayerNormBackwardRows rows{mean, rstd};
+    if (const int blocks = NormBackwardFusedBlocks<LayerNormBackwardRows>(N, C); blocks > 0) {
+      return LaunchNormBackwardFused<LayerNormBackwardRows, E>(ctx, blocks, dinp, dweight, dbias, rows, Of<E>(dout),
+                                                               inp, weight, N, C, d16);
+    }
+    GANTRY_LAUNCH(LayerNormBackwardInputKernel<E>, CeilDiv(N, 8), 256, 0, ctx.stream())(dinp, Of<E>(dout), inp, weight,
+                                                                                       mean, rstd, N, C, d16);
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return ColumnSums(ctx, dweight, dbias, LayerNormParamGrads<E>{Of<E>(dout), inp, mean, rstd, C}, N, C);
+  });
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

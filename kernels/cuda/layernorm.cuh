@@ -60,16 +60,19 @@ __global__ void LayerNormForwardKernel(typename E::T* out, float* mean, float* r
   }
 }
 
-__global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, const float* inp, const float* w,
-                                             const float* mean, const float* rstd, int N, int C) {
+// dout of E's type (read exactly); dinp16 (16-bit E only; null: none) = dinp's new values rounded.
+template <typename E>
+__global__ void LayerNormBackwardInputKernel(float* dinp, const typename E::T* dout, const float* inp, const float* w,
+                                             const float* mean, const float* rstd, int N, int C,
+                                             typename E::T* dinp16) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* dy = dout + static_cast<int64_t>(row) * C;
+  const typename E::T* dy = dout + static_cast<int64_t>(row) * C;
   const float* x = inp + static_cast<int64_t>(row) * C;
   const float m = mean[row], r = rstd[row];
   float sdn = 0.f, sdnx = 0.f;
   for (int c = lane; c < C; c += 32) {
-    const float dn = w[c] * dy[c];
+    const float dn = w[c] * E::Ld(dy[c]);
     sdn += dn;
     sdnx += dn * (x[c] - m) * r;
   }
@@ -78,7 +81,8 @@ __global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, con
   float* dx = dinp + static_cast<int64_t>(row) * C;
   for (int c = lane; c < C; c += 32) {
     const float norm = (x[c] - m) * r;
-    dx[c] += (w[c] * dy[c] - sdn - norm * sdnx) * r;
+    dx[c] += (w[c] * E::Ld(dy[c]) - sdn - norm * sdnx) * r;
+    if (dinp16 != nullptr) dinp16[static_cast<int64_t>(row) * C + c] = E::St(dx[c]);
   }
 }
 
@@ -108,13 +112,16 @@ struct LayerNormBackwardRows {
   }
 };
 
-// (dy * norm, dy) of one element: LayerNorm's dweight and dbias terms.
+// (dy * norm, dy) of one element: LayerNorm's dweight and dbias terms (dy of E's type).
+template <typename E>
 struct LayerNormParamGrads {
-  const float *dout, *inp, *mean, *rstd;
+  const typename E::T* dout;
+  const float *inp, *mean, *rstd;
   int C;
   __device__ float2 operator()(int r, int c) const {
     const int64_t i = static_cast<int64_t>(r) * C + c;
-    return make_float2(dout[i] * (inp[i] - mean[r]) * rstd[r], dout[i]);
+    const float dy = E::Ld(dout[i]);
+    return make_float2(dy * (inp[i] - mean[r]) * rstd[r], dy);
   }
 };
 

@@ -70,10 +70,11 @@ absl::Status LayerNormForward(Context& ctx, kernels::Ptr out, float* mean, float
 absl::Status ResidualLayerNormForward(Context& ctx, float* residual, kernels::Ptr out, float* mean, float* rstd,
                                       const float* a, const float* b, const float* weight, const float* bias, int N,
                                       int C);
-// → dinp (N,C) +=, dweight (C) +=, dbias (C) += (deterministic: fixed-order partial sums)
-absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+// → dinp (N,C) +=, dweight (C) +=, dbias (C) += (deterministic: fixed-order partial sums);
+// dout fp32, or 16-bit with dinp16 (null or of dout's type) = dinp's new values rounded.
+absl::Status LayerNormBackward(Context& ctx, float* dinp, float* dweight, float* dbias, kernels::CPtr dout,
                                const float* inp, const float* weight, const float* mean, const float* rstd, int N,
-                               int C);
+                               int C, kernels::Ptr dinp16 = nullptr);
 
 // Llama-family ops (kernels/rmsnorm.h, rope.h, swiglu.h, gqa.h): RMSNorm, RoPE in place on qkv rows (inv_freq on
 // the device), the SwiGLU gate.
@@ -81,8 +82,8 @@ absl::Status RMSNormForward(Context& ctx, kernels::Ptr out, float* rstd, const f
                             int C, float eps);
 absl::Status ResidualRMSNormForward(Context& ctx, float* residual, kernels::Ptr out, float* rstd, const float* a,
                                     const float* b, const float* weight, int N, int C, float eps);
-absl::Status RMSNormBackward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
-                             const float* weight, const float* rstd, int N, int C);
+absl::Status RMSNormBackward(Context& ctx, float* dinp, float* dweight, kernels::CPtr dout, const float* inp,
+                             const float* weight, const float* rstd, int N, int C, kernels::Ptr dinp16 = nullptr);
 absl::Status RopeApply(Context& ctx, kernels::Ptr qkv, int B, int T, int NH, int NKV, int hd, const float* inv_freq,
                        bool inverse);
 absl::Status SwigluForward(Context& ctx, kernels::Ptr h, kernels::CPtr gu, int N, int F);

@@ -45,27 +45,34 @@ __global__ void RMSNormForwardKernel(typename E::T* out, float* rstd, float* sum
 }
 
 // dx += r w dy - x r^3 mean(w dy x), one warp per row (the two-pass backward, C over 1024).
-__global__ void RMSNormBackwardInputKernel(float* dinp, const float* dout, const float* inp, const float* w,
-                                           const float* rstd, int N, int C) {
+// dout of E's type (read exactly); dinp16 (16-bit E only; null: none) = dinp's new values rounded.
+template <typename E>
+__global__ void RMSNormBackwardInputKernel(float* dinp, const typename E::T* dout, const float* inp, const float* w,
+                                           const float* rstd, int N, int C, typename E::T* dinp16) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* dy = dout + static_cast<int64_t>(row) * C;
+  const typename E::T* dy = dout + static_cast<int64_t>(row) * C;
   const float* x = inp + static_cast<int64_t>(row) * C;
   const float r = rstd[row];
   float dot = 0.f;
-  for (int c = lane; c < C; c += 32) dot += w[c] * dy[c] * x[c];
+  for (int c = lane; c < C; c += 32) dot += w[c] * E::Ld(dy[c]) * x[c];
   const float k = WarpSum(dot) / C * r * r * r;
   float* dx = dinp + static_cast<int64_t>(row) * C;
-  for (int c = lane; c < C; c += 32) dx[c] += r * w[c] * dy[c] - k * x[c];
+  for (int c = lane; c < C; c += 32) {
+    dx[c] += r * w[c] * E::Ld(dy[c]) - k * x[c];
+    if (dinp16 != nullptr) dinp16[static_cast<int64_t>(row) * C + c] = E::St(dx[c]);
+  }
 }
 
-// (dy x r, 0) of one element: RMSNorm's dweight term.
+// (dy x r, 0) of one element: RMSNorm's dweight term (dy of E's type).
+template <typename E>
 struct RMSNormParamGrads {
-  const float *dout, *inp, *rstd;
+  const typename E::T* dout;
+  const float *inp, *rstd;
   int C;
   __device__ float2 operator()(int r, int c) const {
     const int64_t i = static_cast<int64_t>(r) * C + c;
-    return make_float2(dout[i] * inp[i] * rstd[r], 0.f);
+    return make_float2(E::Ld(dout[i]) * inp[i] * rstd[r], 0.f);
   }
 };
 
@@ -117,17 +124,24 @@ absl::Status ResidualRMSNormForward(Context& ctx, float* residual, kernels::Ptr 
   return LaunchRMSNormForward(ctx, "ResidualRMSNormForward", out, rstd, residual, a, b, weight, N, C, eps);
 }
 
-absl::Status RMSNormBackward(Context& ctx, float* dinp, float* dweight, const float* dout, const float* inp,
-                             const float* weight, const float* rstd, int N, int C) {
+absl::Status RMSNormBackward(Context& ctx, float* dinp, float* dweight, kernels::CPtr dout, const float* inp,
+                             const float* weight, const float* rstd, int N, int C, kernels::Ptr dinp16) {
   RETURN_IF_ERROR(CheckDims("RMSNormBackward", {N, C}));
-  // One pass where C allows (up to 1024: norm_backward.cuh), the two otherwise.
-  const RMSNormBackwardRows rows{rstd};
-  if (const int blocks = NormBackwardFusedBlocks<RMSNormBackwardRows>(N, C); blocks > 0) {
-    return LaunchNormBackwardFused(ctx, blocks, dinp, dweight, nullptr, rows, dout, inp, weight, N, C);
-  }
-  GANTRY_LAUNCH(RMSNormBackwardInputKernel, CeilDiv(N, 8), 256, 0, ctx.stream())(dinp, dout, inp, weight, rstd, N, C);
-  GPU_RETURN_IF_ERROR(cudaGetLastError());
-  return ColumnSums(ctx, dweight, nullptr, RMSNormParamGrads{dout, inp, rstd, C}, N, C);
+  RETURN_IF_ERROR(CheckNormBackwardTypes("RMSNormBackward", dout, dinp16));
+  return WithType(dout.type, [&](auto e) -> absl::Status {
+    using E = decltype(e);
+    typename E::T* d16 = dinp16 ? Of<E>(dinp16) : nullptr;
+    // One pass where C allows (up to 1024: norm_backward.cuh), the two otherwise.
+    const RMSNormBackwardRows rows{rstd};
+    if (const int blocks = NormBackwardFusedBlocks<RMSNormBackwardRows>(N, C); blocks > 0) {
+      return LaunchNormBackwardFused<RMSNormBackwardRows, E>(ctx, blocks, dinp, dweight, nullptr, rows, Of<E>(dout),
+                                                             inp, weight, N, C, d16);
+    }
+    GANTRY_LAUNCH(RMSNormBackwardInputKernel<E>, CeilDiv(N, 8), 256, 0, ctx.stream())(dinp, Of<E>(dout), inp, weight,
+                                                                                     rstd, N, C, d16);
+    GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return ColumnSums(ctx, dweight, nullptr, RMSNormParamGrads<E>{Of<E>(dout), inp, rstd, C}, N, C);
+  });
 }
 
 }  // namespace gantry::GANTRY_CUDA_NS

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/file_util.h"
+#include "jobspec/planner.h"
 #include "tests/test_util.h"
 
 namespace gantry::jobspec {
@@ -234,6 +235,33 @@ data: {train: t.bin}
   EXPECT_TRUE(*back == *s);
   EXPECT_NE(Error(base + "train: {steps: 10, micro_batch: 2, lr: 1.0e-3, deterministic: maybe}\n")
                 .find("train.deterministic"),
+            std::string::npos);
+}
+
+// train.classifier_rows: 0 by default (the whole classifier at once); a count of rows is read,
+// stated in the normalised YAML and read back, and the planner lays the blocks out; a negative
+// count or a non-integer names the field.
+TEST(JobSpecTest, ClassifierRowsIsACountOfRowsZeroByDefaultAndRoundTrips) {
+  auto d = ParseJobSpec(kMinimal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->train.classifier_rows, 0);
+  EXPECT_NE(ToYaml(*d).find("classifier_rows: 0"), std::string::npos) << ToYaml(*d);
+  const std::string base = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}
+data: {train: t.bin}
+)";
+  auto s = ParseJobSpec(base + "train: {steps: 10, micro_batch: 2, lr: 1.0e-3, classifier_rows: 4}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->train.classifier_rows, 4);
+  auto back = ParseJobSpec(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == *s);
+  EXPECT_EQ(PlanOfSpec(*s).classifier_rows, 4);
+  EXPECT_NE(Error(base + "train: {steps: 10, micro_batch: 2, lr: 1.0e-3, classifier_rows: -1}\n")
+                .find("field 'train.classifier_rows' must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "train: {steps: 10, micro_batch: 2, lr: 1.0e-3, classifier_rows: many}\n")
+                .find("train.classifier_rows"),
             std::string::npos);
 }
 

@@ -386,7 +386,9 @@ TEST(PlannerTest, ContextParallelHoldsItsRowsOfTheSequenceAndTheRingsBlocks) {
   // Rows 2 x 16 = 32; heads 4 of 16: blocks 32·2·4·16 = 4,096 floats, D 32·4 = 128:
   // 5·4,096 + 128 = 20,608 floats, 82,432 bytes.
   const double ring = 82432;
-  const double layout = 4.0 * LayoutChunks(c, shard, 2, 16, Recompute::kNone, true, false, true).floats(1);
+  LayoutOptions lo;
+  lo.fused_attention = lo.grouped_attention = true;
+  const double layout = 4.0 * LayoutChunks(c, shard, 2, 16, lo).floats(1);
   EXPECT_DOUBLE_EQ((*ranks)[0].bytes.activations, layout + ring);
   EXPECT_DOUBLE_EQ((*ranks)[0].bytes.ring, ring);
   {  // bf16 (Gantry's autocast): the widened q|k|v and dq|dk|dv (32·192 floats each), out and

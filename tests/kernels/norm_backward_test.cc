@@ -13,7 +13,14 @@
 //   (every tensor one float off a 16-byte boundary) give the same bits: a lane loads the same
 //   columns and sums them in the same order either way;
 // - two runs give the same bits (fixed-order sums, no atomics).
-// The op takes fp32 tensors only (kernels/backend.h), so there is no 16-bit case.
+// - a 16-bit dout (bf16, fp16) gives what its values in fp32 give, and the 16-bit copy of the
+//   input gradient (dinp16) is exactly Convert of the op's dinp: the one-pass kernel and the two
+//   passes alike, aligned or not (the mixed-precision backward's fused casts,
+//   TensorParallel::CastsFused). On the cpu the same bits (one code reads either dout); on the cuda
+//   kinds the kernel for 16-bit loads is another instantiation, whose multiply-adds the compiler
+//   may fuse otherwise (measured: LayerNorm's one-pass dinp an ulp apart at some elements in
+//   cuda-emulated), so within the fp32 bound above, the parameter gradients (summed in the same
+//   order) the same bits there too.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -109,6 +116,114 @@ TEST_P(NormBackwardTest, MisalignedTensorsAndASecondRunGiveTheSameBits) {
       }
     }
   }
+}
+
+// The norm's backward twice on be over the same random (N,C) problem: from dout's values rounded
+// to t, in fp32, then dinp converted to t (the separate passes); and from those values as a t
+// tensor with dinp16 (the fused casts). Returns {separate, fused} and the two 16-bit copies.
+struct Casts {
+  Grads separate, fused;
+  std::vector<uint16_t> converted, copy;
+};
+Casts RunCasts(Backend& be, Norm norm, int N, int C, int shift, Precision t) {
+  const size_t n = static_cast<size_t>(N) * C;
+  const auto x = RandomNormal(n, 1, 2.f), w = RandomNormal(C, 2), bias = RandomNormal(C, 3), dinp0 = RandomNormal(n, 5),
+             dw0 = RandomNormal(C, 6), db0 = RandomNormal(C, 7);
+  std::vector<float> dout = RandomNormal(n, 4);
+  std::vector<uint16_t> dout16(n);
+  for (size_t i = 0; i < n; ++i) {
+    dout16[i] = t == Precision::kBf16 ? Bf16Of(dout[i]) : Fp16Of(dout[i]);
+    dout[i] = t == Precision::kBf16 ? FloatOfBf16(dout16[i]) : FloatOfFp16(dout16[i]);
+  }
+  Arena mem(be, 8 * n * sizeof(float) + 16 * static_cast<size_t>(C + N) * sizeof(float) + 4096);
+  const float* ex = mem.Put(x, shift);
+  const float* ew = mem.Put(w, shift);
+  const float* ebias = mem.Put(bias, shift);
+  const float* edout = mem.Put(dout, shift);
+  const uint16_t* edout16 = mem.Put(dout16, shift);
+  float* out = mem.Poisoned<float>(n, shift);
+  float* mean = mem.Poisoned<float>(N, shift);
+  float* rstd = mem.Poisoned<float>(N, shift);
+  if (norm == Norm::kLayerNorm) {
+    be.LayerNormForward(out, mean, rstd, ex, ew, ebias, N, C);
+  } else {
+    be.RMSNormForward(out, rstd, ex, ew, N, C, kEps);
+  }
+  Casts r;
+  for (int fused = 0; fused < 2; ++fused) {
+    float* edinp = mem.Put(dinp0, shift);
+    float* edw = mem.Put(dw0, shift);
+    float* edb = mem.Put(db0, shift);
+    uint16_t* e16 = mem.Poisoned<uint16_t>(n, shift);
+    const CPtr d = fused == 1 ? CPtr(edout16, t) : CPtr(edout);
+    const Ptr copy = fused == 1 ? Ptr(e16, t) : Ptr();
+    if (norm == Norm::kLayerNorm) {
+      be.LayerNormBackward(edinp, edw, edb, d, ex, ew, mean, rstd, N, C, copy);
+    } else {
+      be.RMSNormBackward(edinp, edw, d, ex, ew, rstd, N, C, copy);
+    }
+    if (fused == 0) be.Convert(Ptr(e16, t), edinp, static_cast<int64_t>(n));
+    const absl::Status s = be.Synchronize();
+    EXPECT_TRUE(s.ok()) << s;
+    (fused == 1 ? r.fused : r.separate) = {mem.Get(static_cast<const float*>(edinp), n),
+                                           mem.Get(static_cast<const float*>(edw), C),
+                                           mem.Get(static_cast<const float*>(edb), C)};
+    (fused == 1 ? r.copy : r.converted) = mem.Get(static_cast<const uint16_t*>(e16), n);
+  }
+  return r;
+}
+
+TEST_P(NormBackwardTest, A16BitDoutAndTheCopyOfDinpGiveTheBitsOfTheSeparatePasses) {
+  for (Precision t : {Precision::kBf16, Precision::kFp16}) {
+    for (Norm norm : {Norm::kLayerNorm, Norm::kRMSNorm}) {
+      for (auto [N, C] : kShapes) {
+        for (int shift : {0, 1}) {
+          SCOPED_TRACE(::testing::Message() << PrecisionName(t) << " " << NormName(norm) << " " << N << "x" << C
+                                            << (shift == 1 ? " misaligned" : ""));
+          const Casts c = RunCasts(be(), norm, N, C, shift, t);
+          if (be().kind() == BackendKind::kCpu) {
+            EXPECT_TRUE(SameBits(c.fused.dinp, c.separate.dinp)) << "dinp";
+            EXPECT_TRUE(SameBits(c.copy, c.converted)) << "dinp16";
+          } else {
+            EXPECT_LE(RelErr(c.fused.dinp, c.separate.dinp), kTol) << "dinp";
+          }
+          EXPECT_TRUE(SameBits(c.fused.dweight, c.separate.dweight)) << "dweight";
+          EXPECT_TRUE(SameBits(c.fused.dbias, c.separate.dbias)) << "dbias";
+          // The copy is the op's own dinp rounded, on every backend.
+          std::vector<uint16_t> rounded(c.fused.dinp.size());
+          for (size_t i = 0; i < rounded.size(); ++i) {
+            rounded[i] = t == Precision::kBf16 ? Bf16Of(c.fused.dinp[i]) : Fp16Of(c.fused.dinp[i]);
+          }
+          EXPECT_TRUE(SameBits(c.copy, rounded)) << "dinp16";
+        }
+      }
+    }
+  }
+}
+
+// The cuda kinds take a copy of dout's own type only (the model's one use); any other pairing is
+// refused with an error that names both types. The cpu takes any.
+TEST_P(NormBackwardTest, ACopyOfAnotherTypeThanDoutIsRefusedOnTheCudaKinds) {
+  if (be().kind() == BackendKind::kCpu) GTEST_SKIP() << "the cpu backend takes any pairing of dout and dinp16";
+  const int N = 4, C = 8;
+  Arena mem(be(), 64 * N * C + 4096);
+  const auto x = RandomNormal(N * C, 1);
+  const float* ex = mem.Put(x, 0);
+  const float* ew = mem.Put(RandomNormal(C, 2), 0);
+  float* out = mem.Poisoned<float>(N * C, 0);
+  float* mean = mem.Poisoned<float>(N, 0);
+  float* rstd = mem.Poisoned<float>(N, 0);
+  float* dinp = mem.Put(RandomNormal(N * C, 3), 0);
+  float* dw = mem.Put(RandomNormal(C, 4), 0);
+  float* db = mem.Put(RandomNormal(C, 5), 0);
+  uint16_t* d16 = mem.Poisoned<uint16_t>(N * C, 0);
+  be().LayerNormForward(out, mean, rstd, ex, ew, ew, N, C);
+  ASSERT_TRUE(be().Synchronize().ok());
+  be().LayerNormBackward(dinp, dw, db, CPtr(ex), ex, ew, mean, rstd, N, C, Ptr(d16, Precision::kBf16));
+  const absl::Status s = be().Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("LayerNormBackward: dinp16 is bf16 where dout is fp32"), std::string::npos)
+      << s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, NormBackwardTest, ::testing::Values(std::string("cpu"), GANTRY_TEST_BACKEND),

@@ -26,8 +26,9 @@ struct Rank {
     shard.sequence_parallel = sequence_parallel;
     ctx = std::make_unique<RunContext>(config, shard, &kernels::CpuBackend());
     ctx->set_precision(p);
-    ctx->set_layout(jobspec::LayoutActivations(config, shard, B, T, jobspec::Recompute::kNone, false,
-                                               p != kernels::Precision::kFp32));
+    jobspec::LayoutOptions lo;
+    lo.half = p != kernels::Precision::kFp32;
+    ctx->set_layout(jobspec::LayoutActivations(config, shard, B, T, lo));
     act.resize(ctx->off().total);
     for (size_t i = 0; i < act.size(); ++i) act[i] = static_cast<float>(i % 1000) + 0.25f;
     ctx->set_base(act.data());

@@ -147,6 +147,7 @@ absl::Status Trainer::CreateModel(kernels::Backend* backend) {
     }
   }
   model_->set_recompute(spec.recompute());
+  model_->set_classifier_rows(spec.train.classifier_rows);
   model_->set_precision(optim::PrecisionOf(spec.train));
   if (spec.train.precision == "fp16") scaler_ = optim::LossScaler(spec.train.loss_scale, spec.train.loss_scale_window);
   if (spec.parallel.cp > 1) model_->set_cp_comm(groups_->cp);

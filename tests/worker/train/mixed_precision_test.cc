@@ -303,8 +303,11 @@ TEST(LlamaGroupedAttentionTest, CudnnReadsTheGroupedHeadsWithTheRepeatedHeadsBit
         ASSERT_TRUE(m.comm_status().ok()) << m.comm_status();
         for (const auto& [name, seconds] : m.op_seconds()) ops[grouped].insert(name);
         bytes[grouped] = m.activation_bytes();
-        const jobspec::ActivationLayout o =
-            jobspec::LayoutActivations(c, jobspec::ModelShard{}, B, T, r, true, true, grouped == 1);
+        jobspec::LayoutOptions lo;
+        lo.recompute = r;
+        lo.fused_attention = lo.half = true;
+        lo.grouped_attention = grouped == 1;
+        const jobspec::ActivationLayout o = jobspec::LayoutActivations(c, jobspec::ModelShard{}, B, T, lo);
         EXPECT_EQ(bytes[grouped], o.total * sizeof(float));
         EXPECT_EQ(o.grouped_attention, grouped == 1);
       }

@@ -340,8 +340,9 @@ TEST(ShardTest, OnlyTheLastStageKeepsLogitsAndItsScratchSharesTheirRoom) {
   const size_t BT = size_t{B} * T;
   for (int stage = 0; stage < 2; ++stage) {
     const jobspec::ModelShard shard = jobspec::ShardOf(c, 1, 0, 2, stage);
-    const jobspec::ActivationLayout o =
-        jobspec::LayoutActivations(c, shard, B, T, jobspec::Recompute::kNone, true, /*half=*/true);
+    jobspec::LayoutOptions lo;
+    lo.fused_attention = lo.half = true;
+    const jobspec::ActivationLayout o = jobspec::LayoutActivations(c, shard, B, T, lo);
     const size_t logits_floats = o.losses - o.logits;  // the room up to the next buffer
     if (stage == 0) {
       EXPECT_EQ(logits_floats, 0u);
@@ -356,8 +357,8 @@ TEST(ShardTest, OnlyTheLastStageKeepsLogitsAndItsScratchSharesTheirRoom) {
     }
     // What the classifier's backward writes, and ReadLogits' room, are not in it.
     for (size_t at : {o.dlnf, o.dln, o.proj}) EXPECT_TRUE(at < o.logits || at >= o.losses) << at;
-    const jobspec::ActivationLayout own =
-        jobspec::LayoutActivations(c, shard, B, T, jobspec::Recompute::kNone, true, true, false, /*share_logits=*/false);
+    lo.share_logits = false;
+    const jobspec::ActivationLayout own = jobspec::LayoutActivations(c, shard, B, T, lo);
     EXPECT_FALSE(own.backward_scratch_in_logits);
     // dres (fp32) + dres16 + dqkv + datty + dfch (16-bit): (1 + 0.5 + 1.5 + 0.5 + 2) B·T·C floats.
     EXPECT_EQ(own.total - o.total, BT * c.n_embd * 11 / 2);
@@ -406,7 +407,7 @@ class ModelParallelTest : public ::testing::Test {
         "data: {train: ", dir_.File("train.bin"), ", shuffle: true}\n"
         "train: {steps: ", steps_, ", micro_batch: 2, global_batch: ", global_batch_, ", lr: 1.0e-2, warmup: 2, min_lr_ratio: 0.1, "
         "weight_decay: 0.1, grad_clip: 1.0, seed: 3, recompute: ", recompute_, ", precision: ", precision_,
-        ", grad_reduce_dtype: ", grad_reduce_, "}\n"
+        ", grad_reduce_dtype: ", grad_reduce_, ", classifier_rows: ", classifier_rows_, "}\n"
         "checkpoint: {dir: ", dir_.File(ckpt_), ", every: ", every_, "}\n"
         "resources: {device: ", device_, "}\n", optimizer_,
         "parallel: {dp: ", l.dp, ", tp: ", l.tp, ", pp: ", l.pp, ", ep: ", l.ep, ", zero_stage: ", zero,
@@ -559,6 +560,7 @@ class ModelParallelTest : public ::testing::Test {
   int global_batch_ = 8;       // train.global_batch (micro_batch 2)
   int steps_ = 20;             // train.steps
   int vp_ = 1;                 // parallel.virtual_stages (the planner's check in Run reads it)
+  int classifier_rows_ = 0;    // train.classifier_rows
 };
 
 TEST_F(ModelParallelTest, EveryLayoutWithZeroZeroAndOneGivesOneProcessLosses) {
@@ -827,6 +829,33 @@ TEST_F(ModelParallelTest, TensorParallelShardsTakeZeroTwoAndThree) {
     ExpectClose(many.losses, one.losses, what);
     for (const auto& r : many.replicated) EXPECT_EQ(r, many.replicated[0]) << what;
   }
+}
+
+// The classifier in blocks of rows (train.classifier_rows; its model-level bounds in
+// tests/model/classifier_rows_test.cc) on every layout that meets it: the last stage's forward
+// runs the classifier's backward, so its weight's gradient reaches ZeRO before the layers'
+// (ZeRO 2 and 3 take their bucket's working buffer in the forward), the vocabulary-parallel loss
+// runs a block at a time (tp 2), and a pipeline keeps dlnf with each micro-batch. Each within 1e-5 of one process's losses with the whole classifier, and Run holds
+// each rank's activation bytes to the planner's, which lays the blocks out alike.
+TEST_F(ModelParallelTest, TheClassifierInBlocksOfRowsGivesOneProcessLossesOnEveryLayout) {
+  const Result one = Run({1, 1, 1}, 0);
+  classifier_rows_ = 5;  // 32 rows a micro-batch: six blocks of 5 and one of 2
+  ExpectLayoutsMatch(one, {{{1, 1, 1}, 0}, {{1, 2, 2}, 1}, {{2, 1, 2}, 1}, {{2, 2, 1}, 3}, {{2, 1, 1}, 2}},
+                     "classifier_rows 5");
+  schedule_ = "gpipe";
+  ExpectLayoutsMatch(one, {{{1, 1, 2}, 0}}, "classifier_rows 5 gpipe");
+  schedule_ = "1f1b";
+  vp_ = 2;
+  ExpectLayoutsMatch(one, {{{1, 1, 2}, 1}}, "classifier_rows 5 interleaved");
+}
+
+// The same on the CUDA code path (emulated): a pipeline, and ZeRO 3, against one process with
+// the whole classifier on the cpu.
+TEST_F(ModelParallelTest, TheClassifierInBlocksOfRowsOnCudaEmulatedGivesTheCpuLosses) {
+  const Result one = Run({1, 1, 1}, 0);
+  classifier_rows_ = 5;
+  device_ = "cuda-emulated";
+  ExpectLayoutsMatch(one, {{{2, 1, 2}, 1}, {{2, 1, 1}, 3}}, "cuda-emulated classifier_rows 5");
 }
 
 TEST_F(ModelParallelTest, GPipeGivesTheSameLossesAs1F1BAndThreeStagesToo) {
