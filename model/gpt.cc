@@ -299,8 +299,9 @@ void GPT::RunForward(int B, int T) {
   // lm_head). W stays acquired until the classifier's backward (or, without one, the end of
   // ForwardStage). In blocks of rows (classifier_rows), the loss computes them (QueueLoss), or
   // ReadLogits the rows it is asked for.
-  const kernels::CPtr W = ClassifierWeight(UnitParams(wte_unit()) + wte_offset());
-  if (o.classifier_rows > 0) return;
+  float* wte = UnitParams(wte_unit());
+  if (o.classifier_rows > 0) return;  // (held; ClassifierBlocks makes the GEMM's weight)
+  const kernels::CPtr W = ClassifierWeight(wte + wte_offset());
   ctx_->Op("classifier matmul fwd", [&] {
     be_->MatmulForward(H(A(o.logits)), H(A(o.lnf)), W, nullptr, BT, C, Vl, k::WeightLayout::kOutIn);
   });
@@ -506,6 +507,14 @@ void GPT::QueueForwardStage(int slot, const int32_t* inputs, const int32_t* targ
   if (last_chunk()) {
     if (loss) QueueLoss(B, T, dloss_scale / static_cast<float>(B * T));
     if (dloss_scale == 0.f) ReleaseUnitParams(wte_unit());  // no backward follows
+    if (dloss_scale != 0.f && !loss && ctx_->off().classifier_rows > 0) {
+      // In blocks the forward runs the classifier's backward from the targets; without them there
+      // is no gradient to start from (the whole classifier's backward would read the logits).
+      ReleaseUnitParams(wte_unit());
+      ctx_->Fail(absl::InvalidArgumentError(
+          "a backward needs the last stage's targets (the classifier runs in blocks of rows, "
+          "classifier_rows, and computes its gradient in the forward)"));
+    }
   }
 }
 

@@ -195,7 +195,9 @@ class GPT : private MoeHost {
   void Sync() override { ctx_->Sync(); }
 
   // The last forward's logits (B*T rows of this rank's vocabulary), in the backend's memory;
-  // with classifier_rows, only a block's room (ReadLogits computes the rows it is asked for).
+  // with classifier_rows, only a block's room: ReadLogits computes the rows it is asked for from
+  // the last forward's final norm and the weights as they are (the forward's logits where no
+  // update came between; the whole classifier's room holds dlogits after a backward).
   const float* logits() const { return act_.data() + ctx_->off().logits; }
   // Rows [row, row + rows) of them, copied to the host.
   void ReadLogits(float* host, size_t row, size_t rows);

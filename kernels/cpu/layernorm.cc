@@ -69,8 +69,9 @@ void residual_layernorm_forward(float* residual, Ptr out, float* mean, float* rs
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, CPtr dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C, Ptr dinp16) {
-  // Pass 1, rows in parallel: dinp (a 16-bit dout's row widened first, so that the sums below
-  // run on the same fp32 values in the same code).
+  // Pass 1, rows in parallel: dinp, from each row of dout copied (a 16-bit one widened) into one
+  // aligned room, so that the sums below run on the same fp32 values in the same code at the
+  // same alignment whatever dout is.
 #pragma omp parallel
   {
     std::vector<float> wide;
@@ -81,18 +82,17 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, CPtr dout, co
       float* dx = dinp + static_cast<int64_t>(n) * C;
       const float m = mean[n];
       const float r = rstd[n];
-      float sums[2];  // of dnorm, and of dnorm * norm
-      LaneSums<2>(
-          C,
-          [&](int c, float (&t)[2]) {
-            const float norm = (x[c] - m) * r;
-            const float dn = weight[c] * dy[c];
-            t[0] = dn;
-            t[1] = dn * norm;
-          },
-          sums);
-      const float sum_dn = sums[0] / static_cast<float>(C);    // mean of dnorm
-      const float sum_dnx = sums[1] / static_cast<float>(C);   // mean of dnorm * norm
+      float sum_dn = 0.f;   // mean of dnorm
+      float sum_dnx = 0.f;  // mean of dnorm * norm
+#pragma omp simd reduction(+ : sum_dn, sum_dnx)
+      for (int c = 0; c < C; ++c) {
+        const float norm = (x[c] - m) * r;
+        const float dn = weight[c] * dy[c];
+        sum_dn += dn;
+        sum_dnx += dn * norm;
+      }
+      sum_dn /= static_cast<float>(C);
+      sum_dnx /= static_cast<float>(C);
       for (int c = 0; c < C; ++c) {
         const float norm = (x[c] - m) * r;
         const float dn = weight[c] * dy[c];

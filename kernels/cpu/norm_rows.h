@@ -12,44 +12,21 @@
 
 namespace gantry::kernels {
 
-// sum[k] = the sum over c in [0, C) of terms(c)[k], in one order whatever the row's alignment:
-// element c into lane c % 16, then the lanes added in order. (An `omp simd` reduction lets the
-// vectoriser peel a few elements off to align a load, which moves where its lanes start: the
-// same row at two addresses summed two ways.)
-template <int K, typename Terms>
-inline void LaneSums(int C, Terms terms, float (&sum)[K]) {
-  constexpr int kLanes = 16;
-  float acc[K][kLanes] = {};
-  float t[K];
-  int c = 0;
-  for (; c + kLanes <= C; c += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      terms(c + l, t);
-      for (int k = 0; k < K; ++k) acc[k][l] += t[k];
-    }
-  }
-  for (int l = 0; c + l < C; ++l) {
-    terms(c + l, t);
-    for (int k = 0; k < K; ++k) acc[k][l] += t[k];
-  }
-  for (int k = 0; k < K; ++k) {
-    float s = 0.f;
-    for (int l = 0; l < kLanes; ++l) s += acc[k][l];
-    sum[k] = s;
-  }
-}
-
-// Row n of dout (N,C): in place where it is fp32, else its exact values widened into *wide.
-inline const float* NormRowOf(CPtr dout, int n, int C, std::vector<float>* wide) {
+// Row n of dout (N,C) as fp32 in *room, 64-byte aligned: its values copied, or a 16-bit row's
+// widened. Always a copy, so that the backward's row sums see the same address alignment
+// whatever dout's type and wherever its rows lie (an `omp simd` reduction's order follows the
+// alignment its vectoriser peels to: the same row at two addresses may sum two ways).
+inline const float* NormRowOf(CPtr dout, int n, int C, std::vector<float>* room) {
+  room->resize(static_cast<size_t>(C) + 16);
+  float* row = room->data();
+  row += (16 - (reinterpret_cast<uintptr_t>(row) / sizeof(float)) % 16) % 16;  // 64-byte aligned
   const int64_t at = static_cast<int64_t>(n) * C;
-  if (dout.f32()) return dout.as_f32() + at;
-  wide->resize(static_cast<size_t>(C));
   elem::With(dout.type, [&](auto e) {
     using E = decltype(e);
     const typename E::T* d = elem::Of<E>(dout) + at;
-    for (int c = 0; c < C; ++c) (*wide)[static_cast<size_t>(c)] = E::Ld(d[c]);
+    for (int c = 0; c < C; ++c) row[c] = E::Ld(d[c]);
   });
-  return wide->data();
+  return row;
 }
 
 // Row n of to (N,C) = the row dx rounded to to's type (nothing where to is null).

@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "tests/kernels/backend_arena.h"
 #include "tests/test_util.h"
@@ -217,13 +218,31 @@ TEST_P(NormBackwardTest, ACopyOfAnotherTypeThanDoutIsRefusedOnTheCudaKinds) {
   float* dw = mem.Put(RandomNormal(C, 4), 0);
   float* db = mem.Put(RandomNormal(C, 5), 0);
   uint16_t* d16 = mem.Poisoned<uint16_t>(N * C, 0);
+  const uint16_t* dout16 = mem.Put(std::vector<uint16_t>(N * C, 0x3f80), 0);  // 1.0 in bf16 (1.875 in fp16)
   be().LayerNormForward(out, mean, rstd, ex, ew, ew, N, C);
   ASSERT_TRUE(be().Synchronize().ok());
-  be().LayerNormBackward(dinp, dw, db, CPtr(ex), ex, ew, mean, rstd, N, C, Ptr(d16, Precision::kBf16));
-  const absl::Status s = be().Synchronize();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(std::string(s.message()).find("LayerNormBackward: dinp16 is bf16 where dout is fp32"), std::string::npos)
-      << s;
+  struct Pairing {
+    CPtr dout;
+    Precision copy;
+    const char* says;
+  };
+  for (const Pairing& p : {Pairing{CPtr(ex), Precision::kBf16, "dinp16 is bf16 where dout is fp32"},
+                           Pairing{CPtr(dout16, Precision::kBf16), Precision::kFp16, "dinp16 is fp16 where dout is bf16"},
+                           Pairing{CPtr(dout16, Precision::kFp16), Precision::kBf16, "dinp16 is bf16 where dout is fp16"}}) {
+    for (Norm norm : {Norm::kLayerNorm, Norm::kRMSNorm}) {
+      SCOPED_TRACE(::testing::Message() << NormName(norm) << ": " << p.says);
+      if (norm == Norm::kLayerNorm) {
+        be().LayerNormBackward(dinp, dw, db, p.dout, ex, ew, mean, rstd, N, C, Ptr(d16, p.copy));
+      } else {
+        be().RMSNormBackward(dinp, dw, p.dout, ex, ew, rstd, N, C, Ptr(d16, p.copy));
+      }
+      const absl::Status s = be().Synchronize();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(std::string(s.message()).find(absl::StrCat(norm == Norm::kLayerNorm ? "LayerNormBackward: " : "RMSNormBackward: ", p.says)),
+                std::string::npos)
+          << s;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, NormBackwardTest, ::testing::Values(std::string("cpu"), GANTRY_TEST_BACKEND),

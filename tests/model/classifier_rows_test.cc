@@ -52,13 +52,17 @@ const jobspec::ParamTensor& ClassifierTensor(const GPT& m) {
 
 TEST_P(ClassifierRowsTest, BlocksOfRowsGiveTheLossesAndGradientsOfTheWholeClassifier) {
   const int B = 2, T = 8, V = 600;  // 16 rows: blocks of 5 leave one of 1, blocks of 8 none
-  std::vector<int32_t> in(B * T), tg(B * T);
-  for (int i = 0; i < B * T; ++i) in[i] = (37 * i + 3) % V, tg[i] = (53 * i + 1) % V;
+  std::vector<int32_t> in[2], tg[2];  // two micro-batches' tokens
+  for (int b = 0; b < 2; ++b) {
+    in[b].resize(B * T), tg[b].resize(B * T);
+    for (int i = 0; i < B * T; ++i) in[b][i] = (37 * i + 3 + 11 * b) % V, tg[b][i] = (53 * i + 1 + 7 * b) % V;
+  }
+  const int from = 3, count = 5;  // a read of rows [3, 8): a block boundary inside it at 5
   for (const auto& [name, c] : Configs(V)) {
     for (Precision p : {Precision::kFp32, Precision::kBf16}) {
       if (c.moe.num_experts > 0 && p != Precision::kFp32) continue;  // MoE runs in fp32 (the job spec says so)
       for (jobspec::Recompute r : {jobspec::Recompute::kNone, jobspec::Recompute::kFull}) {
-        std::vector<float> losses[3], grads[3], logits[3], eval[3];
+        std::vector<float> losses[3], grads[3], logits[3], eval[3], part[3];
         size_t bytes[3] = {0, 0, 0};
         const int rows[3] = {0, 5, 8};
         for (int k = 0; k < 3; ++k) {
@@ -69,17 +73,19 @@ TEST_P(ClassifierRowsTest, BlocksOfRowsGiveTheLossesAndGradientsOfTheWholeClassi
           m.set_precision(p);
           m.set_recompute(r);
           m.set_classifier_rows(rows[k]);
-          // Two micro-batches: the second's forward writes the block's room over the first's
-          // backward scratch, and its gradients add to the first's.
-          for (int step = 0; step < 2; ++step) losses[k].push_back(m.ForwardBackward(in.data(), tg.data(), B, T, 1.f));
+          // Two micro-batches of other tokens: the second's forward writes the block's room over the
+          // first's backward scratch (and its dlnf over the first's), its gradients add to the first's.
+          for (int b = 0; b < 2; ++b) losses[k].push_back(m.ForwardBackward(in[b].data(), tg[b].data(), B, T, 1.f));
           grads[k].resize(m.num_params());
           m.ReadGrads(grads[k].data());
           bytes[k] = m.activation_bytes();
           EXPECT_EQ(m.activation_layout().classifier_rows, rows[k]);
-          eval[k].push_back(m.Forward(in.data(), tg.data(), B, T));
-          EXPECT_TRUE(std::isnan(m.Forward(in.data(), nullptr, B, T)));
+          eval[k].push_back(m.Forward(in[0].data(), tg[0].data(), B, T));
+          EXPECT_TRUE(std::isnan(m.Forward(in[0].data(), nullptr, B, T)));
           logits[k].resize(static_cast<size_t>(B) * T * V);
           m.ReadLogits(logits[k].data(), 0, static_cast<size_t>(B) * T);
+          part[k].resize(static_cast<size_t>(count) * V);
+          m.ReadLogits(part[k].data(), from, count);
           m.Sync();
           ASSERT_TRUE(m.comm_status().ok()) << m.comm_status();
         }
@@ -103,6 +109,12 @@ TEST_P(ClassifierRowsTest, BlocksOfRowsGiveTheLossesAndGradientsOfTheWholeClassi
             const double d = std::fabs(double(logits[k][i]) - logits[0][i]);
             dlogit = std::max(dlogit, d);
             ASSERT_LE(d, fp32 ? 120 * u * largest : std::ldexp(std::fabs(double(logits[0][i])), -7)) << "logit " << i;
+          }
+          // Rows [3, 8) read alone: the same rows of the whole classifier's logits, within that bound.
+          for (size_t i = 0; i < part[k].size(); ++i) {
+            const double want = logits[0][static_cast<size_t>(from) * V + i];
+            ASSERT_LE(std::fabs(part[k][i] - want), fp32 ? 120 * u * largest : std::ldexp(std::fabs(want), -7))
+                << "row " << from + static_cast<int>(i) / V << " read alone";
           }
           // A row's loss moves by at most twice its logits' largest move (its log-sum-exp and its
           // target's logit), the mean's rounding by an ulp or two of the loss.
@@ -135,6 +147,79 @@ TEST_P(ClassifierRowsTest, BlocksOfRowsGiveTheLossesAndGradientsOfTheWholeClassi
                                             : (fp32 ? 1e-5 : std::ldexp(1.0, -7));
             EXPECT_LE(worst, bound * scale) << t.name << "'s gradient, its largest " << scale;
           }
+        }
+      }
+    }
+  }
+}
+
+// A ParamHost (what ZeRO implements) that hands out the model's own buffers and counts each unit's
+// holds: every call leaves none held, whole classifier or blocks, gathering or not (a gathering
+// host's units get their 16-bit weights per acquisition), and no hold goes below zero.
+class CountingHost : public ParamHost {
+ public:
+  CountingHost(GPT* m, bool gathers) : m_(m), gathers_(gathers), holds_(static_cast<size_t>(m->num_units()), 0) {}
+  float* AcquireParams(int u) override {
+    ++holds_[static_cast<size_t>(u)];
+    return m_->params() + m_->unit_begin(u);
+  }
+  void ReleaseParams(int u) override {
+    if (--holds_[static_cast<size_t>(u)] < 0) negative_ = true;
+  }
+  float* AcquireGrads(int u) override { return m_->grads() + m_->unit_begin(u); }
+  void GradsDone(int) override {}
+  bool gathers_params() const override { return gathers_; }
+  int held() const {
+    int n = 0;
+    for (int h : holds_) n += h;
+    return n;
+  }
+  bool negative() const { return negative_; }
+
+ private:
+  GPT* m_;
+  bool gathers_;
+  std::vector<int> holds_;
+  bool negative_ = false;
+};
+
+TEST(ClassifierRowsHostTest, EveryCallReleasesWhatItHolds) {
+  const int B = 2, T = 8, V = 600;
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int i = 0; i < B * T; ++i) in[i] = (37 * i + 3) % V, tg[i] = (53 * i + 1) % V;
+  for (const auto& [name, c] : Configs(V)) {
+    if (c.moe.num_experts > 0) continue;
+    for (int rows : {0, 5}) {
+      for (bool gathers : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << name << " rows " << rows << (gathers ? " gathering" : ""));
+        GPT m(c);
+        m.InitRandom(5);
+        m.set_precision(Precision::kBf16);
+        m.set_classifier_rows(rows);
+        CountingHost host(&m, gathers);
+        m.set_param_host(&host);
+        std::vector<float> logits(static_cast<size_t>(B) * T * V);
+        m.ForwardBackward(in.data(), tg.data(), B, T, 1.f);
+        EXPECT_EQ(host.held(), 0) << "after a training micro-batch";
+        m.Forward(in.data(), tg.data(), B, T);
+        EXPECT_EQ(host.held(), 0) << "after an evaluation";
+        m.Forward(in.data(), nullptr, B, T);
+        EXPECT_EQ(host.held(), 0) << "after a forward without targets";
+        m.ReadLogits(logits.data(), 0, static_cast<size_t>(B) * T);
+        EXPECT_EQ(host.held(), 0) << "after ReadLogits";
+        EXPECT_FALSE(host.negative());
+        m.Sync();
+        EXPECT_TRUE(m.comm_status().ok()) << m.comm_status();
+        if (rows > 0) {
+          // A backward without targets has no gradient to start from in blocks: an error that says
+          // so, nothing left held.
+          m.ForwardBackward(in.data(), nullptr, B, T, 1.f);
+          m.Sync();
+          EXPECT_EQ(m.comm_status().code(), absl::StatusCode::kInvalidArgument) << m.comm_status();
+          EXPECT_NE(std::string(m.comm_status().message()).find("needs the last stage's targets"), std::string::npos)
+              << m.comm_status();
+          EXPECT_EQ(host.held(), 0) << "after the refused backward";
+          EXPECT_FALSE(host.negative());
         }
       }
     }

@@ -8,7 +8,7 @@
 // rows, a whole model and a two-stage pipeline (whose first stage's residual gradient arrives
 // from the next stage: the copy its last backward left must not be taken for it; with the model's
 // ForgetDres16 left out, that test fails). On the cpu by construction (one code reads either
-// gradient); on the CUDA code path (emulated) at these shapes (at C over 256, LayerNorm's
+// gradient, each row copied into one aligned room first); on the CUDA code path (emulated) at these shapes (at C over 256, LayerNorm's
 // one-pass kernel for 16-bit loads may round a multiply-add otherwise: an ulp in dinp,
 // tests/kernels/norm_backward_test.cc). The profile shows the two passes gone.
 #include <gtest/gtest.h>
@@ -66,7 +66,7 @@ TEST_P(GradCastsTest, FusedCastsGiveTheBitsOfTheSeparatePassesOnAWholeModel) {
             m.set_classifier_rows(rows);
             m.set_fused_grad_casts(fused == 1);
             m.set_profiling(true);
-            // Two micro-batches: the second backward starts where the first left its copy.
+            // Two micro-batches, their gradients accumulated.
             for (int step = 0; step < 2; ++step) {
               runs[fused].losses.push_back(m.ForwardBackward(in.data(), tg.data(), B, T, 1.f));
             }

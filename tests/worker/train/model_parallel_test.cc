@@ -847,6 +847,22 @@ TEST_F(ModelParallelTest, TheClassifierInBlocksOfRowsGivesOneProcessLossesOnEver
   schedule_ = "1f1b";
   vp_ = 2;
   ExpectLayoutsMatch(one, {{{1, 1, 2}, 1}}, "classifier_rows 5 interleaved");
+  // bf16 (16-bit logits a block at a time, the vocabulary-parallel blocks at tp 2, the weight
+  // gradient rounded a block at a time): within Bf16LayoutsGiveOneProcessLossesWithinBf16Tolerance's
+  // 2^-9 of one bf16 process with the whole classifier.
+  vp_ = 1;
+  precision_ = "bf16";
+  classifier_rows_ = 0;
+  const Result bf16 = Run({1, 1, 1}, 0);
+  classifier_rows_ = 5;
+  for (Layout l : {Layout{1, 1, 1}, Layout{1, 2, 2}, Layout{2, 1, 2}}) {
+    const std::string what = absl::StrCat("bf16 classifier_rows 5 dp ", l.dp, " tp ", l.tp, " pp ", l.pp);
+    const Result many = Run(l, 1);
+    ASSERT_EQ(many.losses.size(), bf16.losses.size()) << what;
+    for (size_t i = 0; i < bf16.losses.size(); ++i) {
+      EXPECT_LE(std::fabs(many.losses[i] - bf16.losses[i]), 0x1p-9 * std::fabs(bf16.losses[i])) << what << " step " << i + 1;
+    }
+  }
 }
 
 // The same on the CUDA code path (emulated): a pipeline, and ZeRO 3, against one process with
