@@ -9,6 +9,8 @@
 // at rows 64, with the op's bound: "ok" or "FAIL"). Exits 1 when a check fails.
 // bench/gpu/run.sh runs it beside gpt2_gpu_bench; the per-op peer is PyTorch's own per-op
 // profile printed there (torch_gpt2.py gpu-bench --profile).
+// One file of some 700 lines on purpose: the ops are one ordered table (the order the rows
+// print), each entry a few lines of set-up; split by op, the table would be scattered.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
